@@ -1,0 +1,3 @@
+from cluster_curate.cli import main
+
+main()

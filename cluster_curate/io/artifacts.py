@@ -1,0 +1,222 @@
+"""Parquet artifacts: the contract between subcommands (DESIGN.md, "Artifacts").
+
+An artifact is one Parquet file or a directory of `part-*.parquet` files. Each carries the key-value
+metadata `cluster_curate` (JSON) with:
+
+    kind         "embeddings" | "clusters" | "selection" | ...
+    version      tool version that wrote it
+    params       the parameters of the stage that made it
+    inputs       {name: {"path", "kind", "fingerprint", "rows"}} for each input
+    dataset      {"source", "fingerprint", "rows"} of the raw dataset at the root of the lineage
+    rows         number of rows in this artifact
+    fingerprint  hash of (kind, params, inputs): same inputs + parameters => same fingerprint
+
+Writes are atomic (temporary file in the same directory, then rename) and refuse to overwrite unless asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cluster_curate import __version__
+from cluster_curate.errors import CurateError
+
+META_KEY = b"cluster_curate"
+
+
+def stable_hash(obj: Any) -> str:
+    """Short deterministic hash of a JSON-serialisable object."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.blake2b(blob, digest_size=12).hexdigest()
+
+
+@dataclass
+class ArtifactMeta:
+    kind: str
+    params: dict = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)
+    dataset: dict = field(default_factory=dict)
+    rows: int = 0
+    version: str = __version__
+    fingerprint: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ArtifactMeta":
+        data = json.loads(text)
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+    def as_input(self, path: str | os.PathLike) -> dict:
+        """How a downstream artifact records this one among its inputs."""
+        return {"path": str(path), "kind": self.kind, "fingerprint": self.fingerprint, "rows": self.rows}
+
+
+def make_meta(kind: str, params: dict, inputs: dict[str, dict], dataset: dict) -> ArtifactMeta:
+    """Metadata of a new artifact. `inputs` maps a name ("data", "embeddings", ...) to an input record:
+    `meta.as_input(path)` for an artifact, the reader's `dataset_record()` for raw data."""
+    meta = ArtifactMeta(kind=kind, params=params, inputs={k: dict(v) for k, v in inputs.items()}, dataset=dict(dataset))
+    meta.fingerprint = stable_hash({"kind": kind, "params": params,
+                                    "inputs": {k: v.get("fingerprint") for k, v in inputs.items()}})
+    return meta
+
+
+# ----------------------------------------------------------------------------------------------- paths
+
+def artifact_files(path: str | os.PathLike) -> list[Path]:
+    """The Parquet file(s) that make up an artifact: the file itself, or a directory's sorted parts."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if p.is_dir():
+        parts = sorted(q for q in p.glob("*.parquet") if not q.name.startswith("."))
+        if not parts:
+            raise CurateError(f"{p}: directory holds no .parquet files")
+        return parts
+    raise CurateError(f"{p}: no such file or directory")
+
+
+def sidecar_path(path: str | os.PathLike, suffix: str) -> Path:
+    """A file stored beside an artifact, e.g. sidecar_path('c.parquet', 'centroids.npy') -> 'c.centroids.npy'."""
+    p = Path(path)
+    stem = p.name[: -len(".parquet")] if p.name.endswith(".parquet") else p.name
+    return p.with_name(f"{stem}.{suffix}")
+
+
+def check_writable(path: str | os.PathLike, overwrite: bool) -> None:
+    p = Path(path)
+    if p.exists() and not overwrite:
+        raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
+
+
+# ----------------------------------------------------------------------------------------------- write
+
+def _with_meta(table: pa.Table, meta: ArtifactMeta) -> pa.Table:
+    existing = dict(table.schema.metadata or {})
+    existing[META_KEY] = meta.to_json().encode()
+    return table.replace_schema_metadata(existing)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> None:
+    """Write a Parquet file through a temporary file in the same directory, then rename it into place."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, **kwargs)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_artifact(table: pa.Table, path: str | os.PathLike, meta: ArtifactMeta, *, overwrite: bool = False) -> ArtifactMeta:
+    """Write `table` as a single-file artifact carrying `meta`; returns the meta with `rows` filled in."""
+    check_writable(path, overwrite)
+    meta.rows = table.num_rows
+    p = Path(path)
+    if p.is_dir():  # replacing a part-file artifact with a single file
+        import shutil
+        shutil.rmtree(p)
+    write_parquet_atomic(_with_meta(table, meta), p)
+    return meta
+
+
+def write_part(table: pa.Table, directory: str | os.PathLike, name: str, meta: ArtifactMeta) -> Path:
+    """Write one part file of a directory artifact (each part carries the artifact's metadata)."""
+    p = Path(directory) / name
+    write_parquet_atomic(_with_meta(table, meta), p)
+    return p
+
+
+# ----------------------------------------------------------------------------------------------- read
+
+def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None) -> ArtifactMeta:
+    """Metadata of an artifact (of its first part); checks the kind when given."""
+    files = artifact_files(path)
+    try:
+        schema_meta = pq.read_schema(files[0]).metadata or {}
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CurateError(f"{files[0]}: not a readable Parquet file ({e})") from None
+    if META_KEY not in schema_meta:
+        raise CurateError(f"{path}: not a cluster-curate artifact (no '{META_KEY.decode()}' metadata)")
+    meta = ArtifactMeta.from_json(schema_meta[META_KEY].decode())
+    if len(files) > 1:
+        meta.rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    if kind is not None:
+        kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+        if meta.kind not in kinds:
+            raise CurateError(f"{path}: is a '{meta.kind}' artifact, expected {' or '.join(repr(k) for k in kinds)}")
+    return meta
+
+
+def read_artifact(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None,
+                  columns: list[str] | None = None) -> tuple[pa.Table, ArtifactMeta]:
+    """Read a whole artifact (file or part directory) as one table, sorted by `id` when parts are joined."""
+    meta = read_meta(path, kind)
+    files = artifact_files(path)
+    try:
+        tables = [pq.read_table(f, columns=columns) for f in files]
+    except (pa.ArrowInvalid, OSError, KeyError) as e:
+        raise CurateError(f"{path}: cannot read artifact ({e})") from None
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if len(files) > 1 and "id" in table.column_names:
+        table = table.sort_by("id")
+    return table.replace_schema_metadata(None), meta
+
+
+def iter_artifact_batches(path: str | os.PathLike, columns: list[str] | None = None,
+                          batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
+    """Stream an artifact's rows part by part (no global sort)."""
+    for f in artifact_files(path):
+        yield from pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=columns)
+
+
+def check_same_dataset(metas: dict[str, ArtifactMeta], force: bool = False) -> dict:
+    """All inputs must descend from the same raw dataset; returns that dataset record.
+
+    `metas` maps a display name (usually the path) to its meta. With force=True a mismatch is allowed.
+    """
+    items = list(metas.items())
+    first_name, first = items[0]
+    for name, meta in items[1:]:
+        a, b = first.dataset.get("fingerprint"), meta.dataset.get("fingerprint")
+        if a != b and not force:
+            raise CurateError(
+                f"{name}: comes from a different dataset than {first_name} "
+                f"({meta.dataset.get('source')!s} fingerprint {b} vs {first.dataset.get('source')!s} fingerprint {a}); "
+                "pass --force to use them together anyway")
+    return first.dataset
+
+
+def check_dataset_matches(meta: ArtifactMeta, name: str, dataset: dict, force: bool = False) -> None:
+    """An artifact must come from `dataset` (a record made by the dataset reader)."""
+    if meta.dataset.get("fingerprint") != dataset.get("fingerprint") and not force:
+        raise CurateError(
+            f"{name}: was made from {meta.dataset.get('source')} (fingerprint {meta.dataset.get('fingerprint')}), "
+            f"not from {dataset.get('source')} (fingerprint {dataset.get('fingerprint')}); pass --force to use it anyway")
