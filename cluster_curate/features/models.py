@@ -1,0 +1,333 @@
+"""Feature models: loading a causal LM (local directory, Hugging Face id, GGUF file, or the built-in proxy),
+and turning examples into token ids with a known response span.
+
+A `FeatureModel` is everything an extractor needs and nothing more: the module (for hooks), the tokenizer,
+device and dtype, `hidden_fn` (the last-layer hidden states that the LM head sees, without computing any
+logits) and `output_layer` (the LM head). Transformers models and the proxy GPT look the same through it.
+
+Prompt/response layout (`encode_examples`):
+
+* When the tokenizer has a chat template, the prompt is the template applied to the prompt turns with
+  `add_generation_prompt=True`, and the whole is the template applied to the prompt turns plus
+  `{"role": "assistant", "content": response}`. The response tokens are the part of the whole after the
+  prompt: the response text and the end-of-turn token (e.g. `<|im_end|>`), as SFT losses count them.
+  Whitespace the template puts after the end-of-turn token (a trailing newline) is dropped: it carries no
+  learning signal and SFT collators mask it. The prompt text and the response text are tokenized separately
+  (as prompt/completion SFT trainers do), so the prompt ids are always a prefix of the example's ids.
+* Otherwise the documented plain template is used::
+
+      [bos]### System:\n{system}\n\n### User:\n{user}\n\n### Assistant:\n{assistant}\n\n ... ### Assistant:\n
+      {response}[eos]
+
+  i.e. each prompt turn as `### {Role}:\n{content}\n\n`, then `### Assistant:\n`; the response is the
+  response text followed by the EOS token (when the tokenizer has one).
+
+`max_length` truncates the prompt from the left first (the response is what the features are about); only
+when the response alone does not fit is it cut at the right, keeping one prompt token so that the first
+response token is still predicted. An example that keeps no predicted response token is returned in the
+`skipped` list with a reason, never embedded as zeros.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from cluster_curate.errors import CurateError
+
+PLAIN_ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant"}
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+@dataclass
+class FeatureModel:
+    module: torch.nn.Module
+    tokenizer: object  # transformers.PreTrainedTokenizerBase
+    device: torch.device
+    dtype: torch.dtype
+    name: str
+    hidden_fn: Callable[[Tensor, Tensor], Tensor]
+    output_layer: torch.nn.Linear
+    # Extractors keep derived objects here (e.g. the default lora-gradient projector) so they are built once.
+    cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.output_layer.weight.shape[1])
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.output_layer.weight.shape[0])
+
+    @property
+    def pad_id(self) -> int:
+        return pad_token_id(self.tokenizer)
+
+
+# ----------------------------------------------------------------------------------------------- devices
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise CurateError(f"--device {device!r}: not a torch device (use auto, cpu, cuda, cuda:N)") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise CurateError(f"--device {device}: CUDA is not available on this machine (use --device cpu)")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """auto: bfloat16 on GPU (the precision fine-tuning runs in), float32 on CPU (bf16 matmuls are slow there)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    try:
+        return _DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise CurateError(f"--dtype {dtype!r}: expected auto, float32, bfloat16 or float16") from None
+
+
+# ----------------------------------------------------------------------------------------------- loading
+def _hub_offline() -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if os.environ.get("TRANSFORMERS_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    try:
+        import huggingface_hub.constants as hf_constants
+        return bool(hf_constants.HF_HUB_OFFLINE)
+    except Exception:  # pragma: no cover - very old huggingface_hub
+        return False
+
+
+def _looks_like_path(spec: str) -> bool:
+    """Hub ids are `name` or `org/name`; anything else that does not exist is a missing local path."""
+    return spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1 or "\\" in spec
+
+
+def _require_gguf_extra(path: Path) -> None:
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CurateError(f"--model {path}: loading a GGUF file needs the package(s) {', '.join(missing)}: "
+                          f"pip install 'cluster-curate[gguf]'")
+
+
+def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
+               trust_remote_code: bool = False) -> FeatureModel:
+    """Load a causal LM as a FeatureModel.
+
+    spec: a local directory saved with `save_pretrained`, a Hugging Face hub id (from the local cache when
+    offline), or a `.gguf` file (dequantized by transformers; needs the `gguf` extra). The module is put in
+    eval mode with its parameters frozen; feature extraction never trains it.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    spec = str(spec)
+    path = Path(spec).expanduser()
+    kwargs: dict = {"trust_remote_code": bool(trust_remote_code)}
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise CurateError(f"--model {spec}: no such GGUF file")
+        _require_gguf_extra(path)
+        where, kwargs["gguf_file"] = str(path.parent), path.name
+    elif path.exists():
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise CurateError(f"--model {spec}: not a model directory (expected config.json, as written by "
+                              f"save_pretrained) nor a .gguf file")
+        where = str(path)
+    elif _looks_like_path(spec):
+        raise CurateError(f"--model {spec}: no such file or directory")
+    else:
+        where = spec  # a hub id
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs)
+    except (OSError, ValueError, EnvironmentError) as e:
+        if where == spec and not path.exists() and _hub_offline():
+            raise CurateError(f"--model {spec}: not found locally or in the Hugging Face cache, and the hub is "
+                              f"offline (HF_HUB_OFFLINE=1): download it first or pass a local path") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise CurateError(f"--model {spec}: could not be loaded: {first}") from None
+
+    model.to(dev)
+    model.eval()
+    model.requires_grad_(False)
+    output_layer = model.get_output_embeddings()
+    if not isinstance(output_layer, torch.nn.Linear):
+        raise CurateError(f"--model {spec}: its output layer is {type(output_layer).__name__}, not a linear "
+                          f"LM head; only causal LMs with a linear head are supported")
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if decoder is None or decoder is model:
+        decoder = model.base_model
+    if decoder is model:
+        raise CurateError(f"--model {spec}: cannot find the decoder stack under its LM head")
+
+    def hidden_fn(input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    name = spec if not path.exists() else str(path.resolve())
+    return FeatureModel(module=model, tokenizer=tokenizer, device=dev, dtype=dt, name=name,
+                        hidden_fn=hidden_fn, output_layer=output_layer)
+
+
+def wrap_gpt(gpt, tokenizer, device: str | torch.device | None = None, name: str = "proxy") -> FeatureModel:
+    """The proxy GPT (features/gpt.py) as a FeatureModel. Moves it to `device` (default: where it already
+    is) and puts it in eval mode; the parameters are left as they are (the caller may keep training)."""
+    dev = next(gpt.parameters()).device if device is None else resolve_device(device)
+    gpt.to(dev)
+    gpt.eval()
+    return FeatureModel(module=gpt, tokenizer=tokenizer, device=dev, dtype=next(gpt.parameters()).dtype,
+                        name=name, hidden_fn=gpt.hidden_states, output_layer=gpt.lm_head)
+
+
+# ----------------------------------------------------------------------------------------------- encoding
+@dataclass
+class Encoded:
+    id: int
+    input_ids: list[int]
+    response_start: int       # index in input_ids of the first response token
+    n_tokens: int             # len(input_ids) after truncation
+    n_response_tokens: int    # response tokens the loss/features use (each has a predecessor position)
+    truncated: bool
+
+
+def pad_token_id(tokenizer) -> int:
+    """The id used for right padding: pad, else eos, else 0. Padded positions are masked, so any id works."""
+    for attr in ("pad_token_id", "eos_token_id"):
+        value = getattr(tokenizer, attr, None)
+        if isinstance(value, list):
+            value = value[0] if value else None
+        if value is not None:
+            return int(value)
+    return 0
+
+
+def _eos_id(tokenizer) -> int | None:
+    value = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return None if value is None else int(value)
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    if not text:
+        return []
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def plain_prompt_text(prompt: list[dict]) -> str:
+    parts = []
+    for turn in prompt:
+        role = PLAIN_ROLE_NAMES.get(turn["role"], str(turn["role"]).capitalize())
+        parts.append(f"### {role}:\n{turn['content']}\n\n")
+    parts.append("### Assistant:\n")
+    return "".join(parts)
+
+
+def _has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def _split_chat(tokenizer, prompt: list[dict], response: str) -> tuple[list[int], list[int]]:
+    prompt_text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    full_text = tokenizer.apply_chat_template(prompt + [{"role": "assistant", "content": response}],
+                                              tokenize=False)
+    if not full_text.startswith(prompt_text):
+        # Templates that rewrite earlier turns once an answer follows (rare): split at the common prefix.
+        n = 0
+        for a, b in zip(prompt_text, full_text):
+            if a != b:
+                break
+            n += 1
+        prompt_text = full_text[:n]
+    rest = full_text[len(prompt_text):]
+    stripped = rest.rstrip()
+    if stripped:  # drop whitespace after the end-of-turn token (keep it when the response itself is blank)
+        rest = stripped
+    return _ids(tokenizer, prompt_text), _ids(tokenizer, rest)
+
+
+def _split_plain(tokenizer, prompt: list[dict], response: str) -> tuple[list[int], list[int]]:
+    bos = getattr(tokenizer, "bos_token_id", None)
+    prompt_ids = ([int(bos)] if bos is not None else []) + _ids(tokenizer, plain_prompt_text(prompt))
+    eos = _eos_id(tokenizer)
+    return prompt_ids, _ids(tokenizer, response) + ([eos] if eos is not None else [])
+
+
+def encode_example(tokenizer, example, max_length: int | None) -> Encoded | tuple[int, str]:
+    """One example -> Encoded, or (id, reason) when no response token would be predicted."""
+    split = _split_chat if _has_chat_template(tokenizer) else _split_plain
+    prompt_ids, response_ids = split(tokenizer, list(example.prompt), example.response)
+    if not response_ids:
+        return (int(example.id), "the response is empty after tokenization")
+    truncated = False
+    if max_length is not None and len(prompt_ids) + len(response_ids) > max_length:
+        truncated = True
+        keep_prompt = max(max_length - len(response_ids), 1 if prompt_ids else 0)
+        prompt_ids = prompt_ids[len(prompt_ids) - keep_prompt:] if keep_prompt else []
+        response_ids = response_ids[:max(max_length - len(prompt_ids), 0)]
+    ids = prompt_ids + response_ids
+    start = len(prompt_ids)
+    n_resp = len(ids) - max(start, 1)  # the first token of a sequence has no predecessor
+    if n_resp <= 0:
+        why = (f"--max-length {max_length} leaves no response token" if truncated
+               else "the response has no token after the prompt")
+        return (int(example.id), why)
+    return Encoded(id=int(example.id), input_ids=ids, response_start=start, n_tokens=len(ids),
+                   n_response_tokens=n_resp, truncated=truncated)
+
+
+def encode_examples(tokenizer, examples: list, max_length: int | None
+                    ) -> tuple[list[Encoded], list[tuple[int, str]]]:
+    """Encode examples (see the module docstring for the layout). Returns (encodings, skipped) where
+    skipped holds (id, reason) for examples that keep no response token."""
+    if max_length is not None and max_length < 2:
+        raise CurateError(f"--max-length {max_length}: must be at least 2 (one prompt and one response token)")
+    encoded, skipped = [], []
+    for ex in examples:
+        result = encode_example(tokenizer, ex, max_length)
+        (encoded if isinstance(result, Encoded) else skipped).append(result)
+    return encoded, skipped
+
+
+def collate(encoded: list[Encoded], pad_id: int, device) -> dict:
+    """Right-padded batch: input_ids, attention_mask [B, T] and labels [B, T] (the token ids on response
+    positions, -100 elsewhere; as in transformers, position t's logits predict labels[t + 1]).
+    Also `ids` (example ids, a list) and `n_response_tokens` [B]."""
+    if not encoded:
+        raise ValueError("collate() needs at least one example")
+    width = max(e.n_tokens for e in encoded)
+    b = len(encoded)
+    input_ids = torch.full((b, width), int(pad_id), dtype=torch.long)
+    attention_mask = torch.zeros((b, width), dtype=torch.long)
+    labels = torch.full((b, width), -100, dtype=torch.long)
+    for i, e in enumerate(encoded):
+        row = torch.tensor(e.input_ids, dtype=torch.long)
+        input_ids[i, :e.n_tokens] = row
+        attention_mask[i, :e.n_tokens] = 1
+        first = max(e.response_start, 1)
+        labels[i, first:e.n_tokens] = row[first:]
+    return {
+        "input_ids": input_ids.to(device),
+        "attention_mask": attention_mask.to(device),
+        "labels": labels.to(device),
+        "ids": [e.id for e in encoded],
+        "n_response_tokens": torch.tensor([e.n_response_tokens for e in encoded], dtype=torch.long),
+    }
