@@ -103,6 +103,53 @@ def output_options(fn):
 
 # ============================================================================================ inspect
 
+@command("inspect", short_help="Describe a dataset: format, rows, bad rows, lengths, duplicates.")
+@click.argument("data")
+@dataset_options
+@click.option("--tokenizer", metavar="PATH", default=None,
+              help="A local Hugging Face tokenizer (or model) directory: also report lengths in tokens.")
+@click.option("--rejects", "rejects_path", metavar="PATH", default=None,
+              help="Write every rejected row with its reason to this JSONL file.")
+@click.option("--overwrite", is_flag=True, help="Replace the --rejects file if it exists.")
+def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
+    """Read DATA once and describe it, before a long job.
+
+    \b
+    DATA is a .jsonl, .json (a list of records or a mapping id -> record), .parquet (file or directory),
+    .csv, a datasets.save_to_disk directory, or a Hugging Face dataset id NAME[@CONFIG][:SPLIT].
+    Reports the detected format and field mapping, rows, rejected rows with reasons, prompt/response
+    length distributions (characters; tokens with --tokenizer), and exact duplicate examples.
+
+    \b
+    Bad rows are all listed. With the default --on-bad-row error the command then exits with status 2
+    (like embed/shard/run, which would stop at the first one); with --on-bad-row skip it exits 0.
+    """
+    from cluster_curate.pipeline import inspect_dataset
+
+    r = inspect_dataset(data, read_options, tokenizer=tokenizer, rejects_path=rejects_path, overwrite=overwrite)
+    if console.JSON_MODE:
+        console.summary("inspect", {k: v for k, v in r.items() if k != "first_reject"})
+    else:
+        for rej in r["rejects"]:
+            field = f"field '{rej['field']}': " if rej["field"] else ""
+            console.warn(f"rejected id {rej['id']}: {rej['location']}: {field}{rej['reason']}")
+        if r["rejected"] > len(r["rejects"]):
+            console.warn(f"... and {r['rejected'] - len(r['rejects'])} more rejected rows"
+                         + ("" if r["rejects_file"] else " (pass --rejects PATH to write them all)"))
+        fields = ", ".join(f"{k}={v}" for k, v in r["fields"].items())
+        data_rows = {"source": r["source"], "container": r["container"], "format": r["format"],
+                     "fields": fields, "rows": r["rows"], "examples": r["examples"], "rejected": r["rejected"]}
+        if r["rejects_file"]:
+            data_rows["rejects file"] = r["rejects_file"]
+        data_rows.update({"exact duplicate examples": r["duplicates"], "duplicate prompts": r["duplicate_prompts"],
+                          "with a system prompt": r["with_system_prompt"],
+                          "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
+        table = [{"length": name.replace("_", " "), **stats} for name, stats in r["lengths"].items()]
+        console.summary(f"inspect {r['source']}", data_rows, table)
+    if r["rejected"] and read_options.on_bad_row == "error":
+        more = f"; {r['rejected']} bad rows in all" if r["rejected"] > 1 else ""
+        raise CurateError(f"{r['first_reject']} (pass --on-bad-row skip to skip bad rows{more})")
+
 # ============================================================================================ embed
 
 # ============================================================================================ cluster

@@ -190,7 +190,7 @@ class _JsonLines:
                     yield _Row(lineno, None, _utf8_error(self.path, lineno, e, data, 0).split(": ", 1)[1])
                     continue
                 try:
-                    rec = json.loads(text)
+                    rec = json.loads(text.rstrip("\r\n"))
                 except json.JSONDecodeError as e:
                     yield _Row(lineno, None, f"invalid JSON ({e.msg}: column {e.colno})")
                     continue

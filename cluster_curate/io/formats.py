@@ -43,7 +43,7 @@ class FieldMap:
     system: str | None = None       # optional system-prompt column (alpaca, prompt-completion, qa)
 
     def as_dict(self) -> dict:
-        d = {"prompt": self.prompt, "response": self.response or f"{self.prompt}[last assistant turn]"}
+        d = {"prompt": self.prompt, "response": self.response or f"{self.prompt} (last assistant turn)"}
         if self.input:
             d["input"] = self.input
         if self.system:
