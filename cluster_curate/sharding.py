@@ -1,0 +1,398 @@
+"""Allocation of a selection across data-parallel ranks: pure functions on numpy arrays.
+
+Vocabulary. The selection has `s` rows (indexed 0..s-1 here; the caller maps them to dataset ids), each
+with a cluster label and a token count. Training runs on N ranks with micro-batch M, so one synchronised
+*global step* consumes B = N × M rows. A plan is a grid `rows[t, r, m]` (step t, rank r, slot m) of
+selection indices; shard r is `rows[:, r, :]` read step by step, which is the order rank r consumes it.
+
+How the default ("stratified") allocation is built, and why:
+
+1. Stream order (`stratified_order`). Inside each cluster the rows are shuffled; the clusters are then
+   merged by the Webster/Sainte-Laguë divisor sequence: the j-th row of cluster c gets the key
+   (j + ½) / s_c and rows are taken in key order. Any prefix of the stream then holds every cluster in
+   proportion to its size (within one row), so every window of B rows — every step — holds the same share
+   of each cluster (within two rows; exact when the shares are whole numbers) when k ≤ B, and clusters rotate evenly along the epoch when k > B. No cluster is
+   bunched at the start or the end.
+2. Steps (`assign_steps`): consecutive windows of B rows. The remainder (s not a multiple of B) is either
+   dropped (the tail of the stream, which is itself spread over clusters) or wrapped (the last step is
+   topped up with the first rows of the stream, marked as repeats).
+3. Ranks (`balance_ranks`): inside each step, rows are dealt to ranks cluster by cluster (so a step's
+   ranks see different clusters and each rank's mix follows the selection), then pairwise swaps between
+   the most loaded rank and the others even out the token loads — first swaps inside a cluster (which keep
+   every rank's cluster counts), then any swap. Finally rank labels are permuted per step so that no rank
+   is systematically the heavy one. Everything is vectorised over steps: O(s log s) overall.
+
+Length grouping (`length_window`, default 64 steps): inside windows of the stream, each cluster is
+re-merged in length order, so a step holds rows of similar length, and the window's steps are shuffled
+(no short-to-long curriculum; like `group_by_length` mega-batches). Sums of tokens then balance even on
+heavy-tailed lengths, and a trainer that pads a micro-batch to its longest row computes far fewer pad
+tokens. `--balance padded` is for such trainers: a step costs M × (longest row of the step) whatever the
+split, so the lever is the step's composition (the grouping above), and inside a step the longest rows
+are dealt one per rank. The window grows to hold ~16 rows of an average cluster when k is large.
+
+`paper_allocation` reproduces the paper (rank r trains only on cluster r; needs k = N) and
+`random_allocation` is the naive baseline; both produce the same grid so `balance_figures` compares all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cluster_curate.errors import CurateError
+
+ALLOCATIONS = ("stratified", "paper", "random")
+BALANCES = ("tokens", "padded")
+REMAINDERS = ("drop", "wrap")
+# Steps per length-grouping window (0 = off). Grouping rows of similar length into the same steps is what
+# lowers a padding trainer's compute, and it also lets sum-of-tokens balance hold on heavy-tailed lengths
+# (measured: 1.075 -> 1.006 mean imbalance on lognormal lengths); the window keeps it local, like HF's
+# group_by_length mega-batches, so the epoch has no short-to-long curriculum.
+DEFAULT_LENGTH_WINDOW = {"tokens": 64, "padded": 64}
+
+
+# ------------------------------------------------------------------------------------------- weights
+
+def loss_weights(cluster_sizes_in_data: np.ndarray, cluster_sizes_in_selection: np.ndarray) -> np.ndarray:
+    """Per-cluster loss weight (n_c / n) ÷ (s_c / s) that restores the data's cluster proportions.
+
+    Both arrays are aligned by cluster. With equal quotas (s_c = s / K) this is the paper's w = K·n_c / n.
+    A cluster with no selected row gets weight 0 (it contributes no rows to weight)."""
+    n_c = np.asarray(cluster_sizes_in_data, dtype=np.float64)
+    s_c = np.asarray(cluster_sizes_in_selection, dtype=np.float64)
+    if n_c.shape != s_c.shape:
+        raise CurateError(f"cluster sizes: {n_c.shape[0]} clusters in the data but {s_c.shape[0]} in the selection")
+    if (n_c < 0).any() or (s_c < 0).any():
+        raise CurateError("cluster sizes must not be negative")
+    n, s = n_c.sum(), s_c.sum()
+    if n <= 0 or s <= 0:
+        raise CurateError("cluster sizes: the data or the selection is empty")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = np.where(s_c > 0, (n_c / n) / (s_c / s), 0.0)
+    return w
+
+
+# ---------------------------------------------------------------------------------------------- plan
+
+@dataclass
+class ShardPlan:
+    """rows[t, r, m]: selection index at step t, rank r, slot m. wrapped[t, r, m]: that row is a repeat."""
+    rows: np.ndarray
+    wrapped: np.ndarray
+    leftover: np.ndarray  # selection indices not in any shard (remainder "drop")
+    allocation: str
+    balance: str
+    remainder: str
+    info: dict = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return int(self.rows.shape[0])
+
+    @property
+    def num_shards(self) -> int:
+        return int(self.rows.shape[1])
+
+    @property
+    def micro_batch_size(self) -> int:
+        return int(self.rows.shape[2])
+
+    @property
+    def rows_per_shard(self) -> int:
+        return self.steps * self.micro_batch_size
+
+    def shard_rows(self, rank: int) -> np.ndarray:
+        """Selection indices of shard `rank`, in the order the rank consumes them."""
+        return self.rows[:, rank, :].reshape(-1)
+
+    def shard_wrapped(self, rank: int) -> np.ndarray:
+        return self.wrapped[:, rank, :].reshape(-1)
+
+
+def _check_sizes(s: int, num_shards: int, micro_batch_size: int) -> int:
+    if num_shards < 1:
+        raise CurateError(f"--num-shards must be at least 1 (got {num_shards})")
+    if micro_batch_size < 1:
+        raise CurateError(f"--micro-batch-size must be at least 1 (got {micro_batch_size})")
+    b = num_shards * micro_batch_size
+    if b > s:
+        raise CurateError(f"one global step needs --num-shards × --micro-batch-size = {num_shards} × {micro_batch_size} "
+                          f"= {b} rows but the selection has only {s}; use fewer shards or a smaller micro-batch")
+    return b
+
+
+def _cluster_index(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    labels, inverse, counts = np.unique(np.asarray(clusters), return_inverse=True, return_counts=True)
+    return labels, inverse.reshape(-1), counts
+
+
+def stratified_order(clusters: np.ndarray, rng: np.random.Generator, length: np.ndarray | None = None,
+                     window: np.ndarray | None = None) -> np.ndarray:
+    """A permutation of 0..s-1 in which every cluster is spread evenly (see the module docstring).
+
+    Inside a cluster the order is random, or by `length` ascending (random among equal lengths).
+    With `window` (a non-decreasing window number per row), the merge is done inside each window."""
+    _, inv, _ = _cluster_index(clusters)
+    n = inv.shape[0]
+    k = int(inv.max()) + 1 if n else 0
+    group = inv if window is None else np.asarray(window, dtype=np.int64) * k + inv
+    _, group, counts = np.unique(group, return_inverse=True, return_counts=True)
+    tiebreak = rng.random(n)
+    within = np.lexsort((tiebreak, group)) if length is None else np.lexsort((tiebreak, np.asarray(length), group))
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    j = np.empty(n, dtype=np.int64)
+    j[within] = np.arange(n) - starts[group[within]]
+    key = (j + 0.5) / counts[group]
+    cluster_priority = rng.permutation(k)[inv]  # fixed order among clusters on equal keys
+    if window is None:
+        return np.lexsort((cluster_priority, key))
+    return np.lexsort((cluster_priority, key, window))
+
+
+def assign_steps(order: np.ndarray, step_rows: int, remainder: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cut a stream into global steps of `step_rows`: returns (steps[T, B], wrapped[T, B], leftover)."""
+    if remainder not in REMAINDERS:
+        raise CurateError(f"--remainder must be one of {', '.join(REMAINDERS)} (got {remainder!r})")
+    s = order.shape[0]
+    if remainder == "drop" or s % step_rows == 0:
+        t = s // step_rows
+        steps = order[: t * step_rows].reshape(t, step_rows)
+        return steps, np.zeros(steps.shape, dtype=bool), order[t * step_rows:].copy()
+    t = -(-s // step_rows)
+    extra = t * step_rows - s
+    topped = np.concatenate((order, np.resize(order, extra)))  # repeats from the start of the stream
+    wrapped = np.zeros(topped.shape[0], dtype=bool)
+    wrapped[s:] = True
+    return topped.reshape(t, step_rows), wrapped.reshape(t, step_rows), order[:0].copy()
+
+
+def _rank_loads(lengths: np.ndarray, balance: str) -> np.ndarray:
+    """lengths[..., N, M] -> load per rank: sum of tokens, or M × longest (padded micro-batch)."""
+    if balance == "padded":
+        return lengths.max(-1) * lengths.shape[-1]
+    return lengths.sum(-1)
+
+
+def _swap_refine(pos: np.ndarray, lengths: np.ndarray, clusters: np.ndarray, same_cluster: bool,
+                 max_rounds: int) -> np.ndarray:
+    """Improve a per-step split by swaps between the most loaded rank and any other (sum of tokens).
+
+    pos[T, N, M] indexes the step's columns; returns the improved pos. Vectorised over steps: each
+    round makes at most one swap per step, the one that most lowers the larger of the two ranks."""
+    t_count, n, m = pos.shape
+    if n < 2:
+        return pos
+    step_ix = np.arange(t_count)
+    active = step_ix
+    for _ in range(max_rounds):
+        if active.size == 0:
+            break
+        p = pos[active]
+        tix = step_ix[: active.size]
+        L = np.take_along_axis(lengths[active], p.reshape(active.size, -1), 1).reshape(p.shape)
+        C = np.take_along_axis(clusters[active], p.reshape(active.size, -1), 1).reshape(p.shape)
+        loads = L.sum(-1)
+        a = loads.argmax(1)
+        load_a = loads[tix, a]
+        La, Ca = L[tix, a], C[tix, a]                              # [t, M]
+        d = La[:, None, :, None] - L[:, :, None, :]                # [t, N, M_a, M_b]: tokens moved a -> b
+        new_pair = np.maximum(load_a[:, None, None, None] - d, loads[:, :, None, None] + d)
+        ok = (d > 0) & (np.arange(n)[None, :] != a[:, None])[:, :, None, None]
+        if same_cluster:
+            ok &= Ca[:, None, :, None] == C[:, :, None, :]
+        new_pair = np.where(ok, new_pair, np.inf)
+        flat = new_pair.reshape(active.size, -1)
+        best = flat.argmin(1)
+        better = flat[tix, best] < load_a
+        if not better.any():
+            break
+        b, i, j = np.unravel_index(best[better], (n, m, m))
+        steps, ra = active[better], a[better]
+        held_a = pos[steps, ra, i].copy()
+        pos[steps, ra, i] = pos[steps, b, j]
+        pos[steps, b, j] = held_a
+        active = steps
+    return pos
+
+
+def balance_ranks(steps: np.ndarray, lengths: np.ndarray, clusters: np.ndarray, num_shards: int,
+                  balance: str = "tokens", rng: np.random.Generator | None = None,
+                  max_rounds: int = 64) -> np.ndarray:
+    """Split each step's B = N × M rows into N micro-batches of M so token loads balance.
+
+    steps[T, B]: selection indices; lengths, clusters: per selection index. Returns rows[T, N, M]."""
+    if balance not in BALANCES:
+        raise CurateError(f"--balance must be one of {', '.join(BALANCES)} (got {balance!r})")
+    rng = rng or np.random.default_rng(0)
+    t_count, b = steps.shape
+    n = num_shards
+    m = b // n
+    step_len = np.asarray(lengths, dtype=np.float64)[steps]
+    _, cl_inv, _ = _cluster_index(clusters)
+    step_cl = cl_inv[steps]
+    if balance == "padded":
+        # longest rows one per rank, then the next N, ...: every rank's padded length is near the step's max
+        order = np.argsort(-step_len, axis=1, kind="stable")
+        pos = order.reshape(t_count, m, n).transpose(0, 2, 1).copy()
+    else:
+        # deal cluster by cluster (longest first within a cluster) in snake order over ranks, so each rank
+        # gets its share of every cluster and a mix of long and short rows; then swap to even the loads
+        order = np.lexsort((-step_len, step_cl), axis=1) if t_count else np.zeros((0, b), dtype=np.int64)
+        snake = np.arange(b).reshape(m, n)
+        snake[1::2] = snake[1::2, ::-1]
+        rank_of_slot = np.empty(b, dtype=np.int64)
+        rank_of_slot[snake.reshape(-1)] = np.tile(np.arange(n), m)
+        slot_in_rank = np.argsort(np.argsort(rank_of_slot, kind="stable"), kind="stable") % m
+        pos = np.empty((t_count, n, m), dtype=np.int64)
+        pos[:, rank_of_slot, slot_in_rank] = order
+        pos = _swap_refine(pos, step_len, step_cl, same_cluster=True, max_rounds=max_rounds)
+        pos = _swap_refine(pos, step_len, step_cl, same_cluster=False, max_rounds=max_rounds)
+    # random rank labels per step: no rank is systematically the heavy one or the one with a cluster's extra row
+    rank_perm = np.argsort(rng.random((t_count, n)), axis=1)
+    pos = np.take_along_axis(pos, rank_perm[:, :, None], 1)
+    return np.take_along_axis(steps, pos.reshape(t_count, -1), 1).reshape(t_count, n, m)
+
+
+def plan_steps(clusters: np.ndarray, lengths: np.ndarray | None, num_shards: int, micro_batch_size: int = 1, *,
+               allocation: str = "stratified", balance: str = "tokens", remainder: str = "drop",
+               length_window: int | None = None, seed: int = 0) -> ShardPlan:
+    """The whole allocation: stream order, steps, ranks. `lengths` (tokens per row) may be None (all equal)."""
+    clusters = np.asarray(clusters)
+    s = clusters.shape[0]
+    if allocation not in ALLOCATIONS:
+        raise CurateError(f"--allocation must be one of {', '.join(ALLOCATIONS)} (got {allocation!r})")
+    if balance not in BALANCES:
+        raise CurateError(f"--balance must be one of {', '.join(BALANCES)} (got {balance!r})")
+    if remainder not in REMAINDERS:
+        raise CurateError(f"--remainder must be one of {', '.join(REMAINDERS)} (got {remainder!r})")
+    lengths = np.ones(s) if lengths is None else np.asarray(lengths, dtype=np.float64)
+    if lengths.shape[0] != s:
+        raise CurateError(f"token counts: {lengths.shape[0]} values for {s} selected rows")
+    if allocation == "paper":
+        return paper_allocation(clusters, num_shards, micro_batch_size, remainder=remainder, seed=seed)
+    if allocation == "random":
+        return random_allocation(clusters, num_shards, micro_batch_size, remainder=remainder, seed=seed)
+    b = _check_sizes(s, num_shards, micro_batch_size)
+    if length_window is None:
+        length_window = DEFAULT_LENGTH_WINDOW[balance]
+    if length_window < 0:
+        raise CurateError(f"--length-window must be 0 (off) or a number of steps (got {length_window})")
+    rng = np.random.default_rng(seed)
+    order = stratified_order(clusters, rng)
+    steps, wrapped, leftover = assign_steps(order, b, remainder)
+    if length_window:
+        # group rows of similar length into the same steps, inside windows of `length_window` steps of the
+        # stream: re-merge each window with length-sorted clusters, then shuffle the window's steps
+        kept = order if remainder == "wrap" else steps.reshape(-1)
+        k = np.unique(clusters).shape[0]
+        steps_per_window = max(length_window, -(-16 * k // b))  # ~16 rows of an average cluster per window
+        window = np.arange(kept.shape[0]) // (steps_per_window * b)
+        kept = kept[stratified_order(clusters[kept], rng, length=lengths[kept], window=window)]
+        steps, wrapped, _ = assign_steps(kept, b, remainder)
+        step_window = np.arange(steps.shape[0]) // steps_per_window
+        step_perm = np.lexsort((rng.random(steps.shape[0]), step_window))
+        steps, wrapped = steps[step_perm], wrapped[step_perm]
+    rows = balance_ranks(steps, lengths, clusters, num_shards, balance=balance, rng=rng)
+    # carry the repeat marks along with the rows (a step never holds an index twice: repeats come from step 0)
+    wrapped_rows = np.zeros(rows.shape, dtype=bool)
+    for t in np.unique(np.nonzero(wrapped)[0]):
+        wrapped_rows[t] = np.isin(rows[t], steps[t][wrapped[t]])
+    return ShardPlan(rows, wrapped_rows, leftover, allocation, balance, remainder)
+
+
+def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: int = 1, *, remainder: str = "drop",
+                     seed: int = 0) -> ShardPlan:
+    """The paper's allocation: rank r trains only on cluster r (clusters in label order). Needs k = N.
+
+    Every rank gets the same number of rows: with "drop" the smallest cluster (rounded down to a whole
+    micro-batch) sets it and the rest of each cluster is left over; with "wrap" every cluster is topped up
+    to the largest (rounded up) with repeats of its own first rows."""
+    clusters = np.asarray(clusters)
+    labels, inv, counts = _cluster_index(clusters)
+    if labels.shape[0] != num_shards:
+        raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters as "
+                          f"shards: the selection has {labels.shape[0]} clusters and --num-shards is {num_shards}")
+    _check_sizes(clusters.shape[0], num_shards, micro_batch_size)
+    if remainder not in REMAINDERS:
+        raise CurateError(f"--remainder must be one of {', '.join(REMAINDERS)} (got {remainder!r})")
+    m = micro_batch_size
+    per_rank = (counts.min() // m) * m if remainder == "drop" else -(-counts.max() // m) * m
+    if per_rank == 0:
+        raise CurateError(f"--allocation paper: the smallest cluster has {counts.min()} rows, fewer than one "
+                          f"micro-batch of {m}; use --remainder wrap or a smaller --micro-batch-size")
+    rng = np.random.default_rng(seed)
+    members = np.argsort(inv, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    t_count = per_rank // m
+    rows = np.empty((t_count, num_shards, m), dtype=np.int64)
+    wrapped = np.zeros(rows.shape, dtype=bool)
+    leftover = []
+    for r in range(num_shards):
+        mine = rng.permutation(members[starts[r]:starts[r + 1]])
+        if mine.shape[0] >= per_rank:
+            take, rep = mine[:per_rank], np.zeros(per_rank, dtype=bool)
+            leftover.append(mine[per_rank:])
+        else:
+            take = np.resize(mine, per_rank)
+            rep = np.arange(per_rank) >= mine.shape[0]
+        rows[:, r, :] = take.reshape(t_count, m)
+        wrapped[:, r, :] = rep.reshape(t_count, m)
+    left = np.sort(np.concatenate(leftover)) if leftover else np.zeros(0, dtype=np.int64)
+    return ShardPlan(rows, wrapped, left, "paper", "none", remainder)
+
+
+def random_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: int = 1, *, remainder: str = "drop",
+                      seed: int = 0) -> ShardPlan:
+    """The naive baseline: shuffle the selection and deal it out, with no regard to clusters or tokens."""
+    s = np.asarray(clusters).shape[0]
+    b = _check_sizes(s, num_shards, micro_batch_size)
+    order = np.random.default_rng(seed).permutation(s)
+    steps, wrapped, leftover = assign_steps(order, b, remainder)
+    shape = (steps.shape[0], num_shards, micro_batch_size)
+    return ShardPlan(steps.reshape(shape), wrapped.reshape(shape), leftover, "random", "none", remainder)
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.ndarray) -> dict:
+    """How well a plan balances, per DESIGN.md / the shard issue:
+
+    token_imbalance     per step, max over ranks of the rank's tokens ÷ mean over ranks (mean, p95, max)
+    padded_imbalance    the same with a rank's load = M × its longest row (for padding trainers)
+    padding_efficiency  real tokens ÷ tokens computed when every rank pads to the step's longest row
+    cluster_spread      per step, distinct clusters ÷ min(N × M, clusters in the selection) (mean, min)
+    rank_mix_tv         per rank, total-variation distance between its cluster mix and the selection's
+    """
+    clusters = np.asarray(clusters)
+    s = clusters.shape[0]
+    lengths = np.ones(s) if lengths is None else np.asarray(lengths, dtype=np.float64)
+    rows = plan.rows
+    t_count, n, m = rows.shape
+    out: dict = {"steps": t_count, "num_shards": n, "micro_batch_size": m}
+    if t_count == 0:
+        return out
+    L = lengths[rows]
+    for name, mode in (("token_imbalance", "tokens"), ("padded_imbalance", "padded")):
+        loads = _rank_loads(L, mode)
+        mean = loads.mean(1)
+        ratio = np.where(mean > 0, loads.max(1) / np.where(mean > 0, mean, 1), 1.0)
+        out[name] = {"mean": float(ratio.mean()), "p95": float(np.percentile(ratio, 95)), "max": float(ratio.max())}
+    out["padding_efficiency"] = float(L.sum() / (L.reshape(t_count, -1).max(1).sum() * n * m))
+    out["idle_fraction"] = float(1 - L.sum(-1).mean(1).sum() / L.sum(-1).max(1).sum())
+
+    labels, inv, counts = _cluster_index(clusters)
+    k = labels.shape[0]
+    cl = inv[rows]                                              # [T, N, M] cluster index
+    flat = np.sort(cl.reshape(t_count, -1), axis=1)
+    distinct = 1 + (np.diff(flat, axis=1) != 0).sum(1)
+    spread = distinct / min(n * m, k)
+    out["cluster_spread"] = {"mean": float(spread.mean()), "min": float(spread.min()), "clusters": int(k)}
+
+    whole = counts / counts.sum()
+    tv = []
+    for r in range(n):
+        mix = np.bincount(cl[:, r, :].reshape(-1), minlength=k) / (t_count * m)
+        tv.append(0.5 * float(np.abs(mix - whole).sum()))
+    out["rank_mix_tv"] = {"max": max(tv), "mean": float(np.mean(tv)), "per_rank": [round(x, 6) for x in tv]}
+    return out

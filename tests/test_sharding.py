@@ -1,0 +1,212 @@
+"""The allocation stage on plain numpy arrays (cluster_curate.sharding)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster_curate import sharding as S
+from cluster_curate.errors import CurateError
+
+
+def _data(s=1000, k=5, seed=0, skew=False):
+    rng = np.random.default_rng(seed)
+    p = np.arange(1, k + 1, dtype=float) if skew else np.ones(k)
+    clusters = rng.choice(np.arange(10, 10 + k), size=s, p=p / p.sum())  # labels need not start at 0
+    lengths = rng.integers(20, 400, size=s)
+    return clusters, lengths
+
+
+def _check_coverage(plan, s):
+    """Each selection index once across shards (repeats marked) or in the leftover list, never both."""
+    placed = plan.rows[~plan.wrapped]
+    assert np.unique(placed).size == placed.size, "an index is placed twice without a repeat mark"
+    assert np.intersect1d(placed, plan.leftover).size == 0
+    assert np.array_equal(np.sort(np.concatenate([placed, plan.leftover])), np.arange(s))
+    # repeats are repeats of placed rows
+    assert np.isin(plan.rows[plan.wrapped], placed).all()
+
+
+# ---------------------------------------------------------------------------------------------- weights
+
+def test_loss_weights_formula_and_paper_equivalence():
+    n_c = np.array([100, 300, 600])
+    s_c = np.array([50, 50, 50])
+    w = S.loss_weights(n_c, s_c)
+    expected = (n_c / n_c.sum()) / (s_c / s_c.sum())
+    assert np.allclose(w, expected)
+    assert np.allclose(w, 3 * n_c / n_c.sum())  # equal quotas: the paper's K·|C|/n
+    # proportional selection => every weight 1; the weighted selection reproduces the data's mix
+    assert np.allclose(S.loss_weights(n_c, n_c // 10), 1.0)
+    s_c2 = np.array([10, 40, 50])
+    w2 = S.loss_weights(n_c, s_c2)
+    assert np.allclose(w2 * s_c2 / (w2 * s_c2).sum(), n_c / n_c.sum())
+    assert S.loss_weights(np.array([5, 5]), np.array([0, 3]))[0] == 0.0
+    with pytest.raises(CurateError):
+        S.loss_weights(np.array([1, 2]), np.array([1, 2, 3]))
+
+
+# ------------------------------------------------------------------------------------------- invariants
+
+@pytest.mark.parametrize("allocation", ["stratified", "random"])
+@pytest.mark.parametrize("balance", ["tokens", "padded"])
+@pytest.mark.parametrize("remainder", ["drop", "wrap"])
+@pytest.mark.parametrize("n,m", [(1, 1), (1, 8), (4, 4), (7, 3), (16, 1)])
+def test_every_row_once_or_leftover(allocation, balance, remainder, n, m):
+    s = 1003
+    clusters, lengths = _data(s=s, k=5, skew=True)
+    plan = S.plan_steps(clusters, lengths, n, m, allocation=allocation, balance=balance, remainder=remainder, seed=3)
+    assert plan.rows.shape == (plan.steps, n, m)
+    _check_coverage(plan, s)
+    b = n * m
+    if remainder == "drop":
+        assert plan.steps == s // b and plan.leftover.size == s % b and not plan.wrapped.any()
+    else:
+        assert plan.steps == -(-s // b) and plan.leftover.size == 0
+        assert plan.wrapped.sum() == plan.steps * b - s
+        assert plan.wrapped.any(axis=(1, 2)).sum() <= 1  # the repeats top up one step
+
+
+@settings(max_examples=40, deadline=None)
+@given(s=st.integers(1, 400), k=st.integers(1, 12), n=st.integers(1, 6), m=st.integers(1, 5),
+       remainder=st.sampled_from(["drop", "wrap"]), balance=st.sampled_from(["tokens", "padded"]),
+       seed=st.integers(0, 10))
+def test_invariants_property(s, k, n, m, remainder, balance, seed):
+    rng = np.random.default_rng(seed)
+    clusters = rng.integers(0, k, size=s)
+    lengths = rng.integers(1, 1000, size=s)
+    if n * m > s:
+        with pytest.raises(CurateError, match="selection has only"):
+            S.plan_steps(clusters, lengths, n, m, remainder=remainder, balance=balance, seed=seed)
+        return
+    plan = S.plan_steps(clusters, lengths, n, m, remainder=remainder, balance=balance, seed=seed)
+    _check_coverage(plan, s)
+    for t in range(plan.steps):  # a step never holds the same row twice
+        assert np.unique(plan.rows[t]).size == n * m
+
+
+def test_same_seed_same_plan_other_seed_differs():
+    clusters, lengths = _data()
+    a = S.plan_steps(clusters, lengths, 4, 4, seed=1)
+    b = S.plan_steps(clusters, lengths, 4, 4, seed=1)
+    c = S.plan_steps(clusters, lengths, 4, 4, seed=2)
+    assert np.array_equal(a.rows, b.rows) and np.array_equal(a.leftover, b.leftover)
+    assert not np.array_equal(a.rows, c.rows)
+
+
+def test_too_big_a_step_is_refused():
+    clusters, lengths = _data(s=30)
+    with pytest.raises(CurateError, match="4 × 8 = 32 rows but the selection has only 30"):
+        S.plan_steps(clusters, lengths, 4, 8)
+    with pytest.raises(CurateError, match="at least 1"):
+        S.plan_steps(clusters, lengths, 0, 1)
+
+
+# ------------------------------------------------------------------------------------------ stratification
+
+def test_each_step_holds_each_clusters_share():
+    """k ≤ N×M: every step holds each cluster's share of the step (Webster merge: within two rows)."""
+    clusters, lengths = _data(s=2000, k=4, skew=True)
+    for window in (0, 64):
+        plan = S.plan_steps(clusters, lengths, 4, 4, length_window=window, seed=0)
+        labels, counts = np.unique(clusters, return_counts=True)
+        share = 16 * counts / counts.sum()
+        for t in range(plan.steps):
+            got = np.array([(clusters[plan.rows[t]] == c).sum() for c in labels])
+            assert np.all(np.abs(got - share) < 2.0), (t, got, share)
+
+
+def test_equal_quotas_give_exactly_equal_steps():
+    clusters = np.repeat(np.arange(4), 100)
+    plan = S.plan_steps(clusters, np.random.default_rng(0).integers(1, 300, 400), 4, 2, seed=0)
+    for t in range(plan.steps):
+        assert np.array_equal(np.bincount(clusters[plan.rows[t]].ravel(), minlength=4), [2, 2, 2, 2])
+
+
+def test_clusters_rotate_when_more_clusters_than_step_rows():
+    """k > N×M and clusters no bigger than the number of steps: every step holds N×M distinct clusters."""
+    clusters = np.repeat(np.arange(40), 25)  # 1000 rows, 40 clusters, B = 8 -> 125 steps
+    plan = S.plan_steps(clusters, None, 4, 2, seed=0)
+    figures = S.balance_figures(plan, None, clusters)
+    assert figures["cluster_spread"]["min"] == 1.0
+
+
+def test_no_cluster_bunched_along_the_stream():
+    clusters, lengths = _data(s=4000, k=6, skew=True)
+    plan = S.plan_steps(clusters, lengths, 4, 4, length_window=0, seed=0)
+    stream = clusters[plan.rows.reshape(plan.steps, -1)].ravel()
+    quarters = np.array_split(stream, 4)
+    for c in np.unique(clusters):
+        per_quarter = np.array([(q == c).sum() for q in quarters])
+        ideal = np.array([q.size for q in quarters]) * (clusters == c).mean()
+        assert np.all(np.abs(per_quarter - ideal) < 2.5), (c, per_quarter, ideal)
+
+
+def test_ranks_share_the_mix_and_token_load():
+    clusters, lengths = _data(s=4000, k=8)
+    plan = S.plan_steps(clusters, lengths, 4, 4, seed=0)
+    ours = S.balance_figures(plan, lengths, clusters)
+    rand = S.balance_figures(S.random_allocation(clusters, 4, 4, seed=0), lengths, clusters)
+    assert ours["token_imbalance"]["mean"] <= 1.03 < rand["token_imbalance"]["mean"]
+    assert ours["cluster_spread"]["mean"] >= 0.99
+    assert ours["rank_mix_tv"]["max"] <= 0.05
+    # a step's ranks see different clusters: no rank holds two rows of a cluster while another rank has none
+    step_cl = clusters[plan.rows]
+    spread_ok = 0
+    for t in range(plan.steps):
+        per_rank = [set(step_cl[t, r]) for r in range(4)]
+        spread_ok += len(set.union(*per_rank)) == len(set(step_cl[t].ravel()))
+    assert spread_ok == plan.steps
+
+
+def test_padded_groups_lengths():
+    clusters, lengths = _data(s=4000, k=4)
+    padded = S.balance_figures(S.plan_steps(clusters, lengths, 4, 4, balance="padded", seed=0), lengths, clusters)
+    plain = S.balance_figures(S.plan_steps(clusters, lengths, 4, 4, length_window=0, seed=0), lengths, clusters)
+    assert padded["padding_efficiency"] > plain["padding_efficiency"] + 0.1
+    assert padded["padded_imbalance"]["mean"] < plain["padded_imbalance"]["mean"]
+    assert padded["cluster_spread"]["mean"] >= 0.99
+
+
+def test_one_shard_and_more_shards_than_clusters():
+    clusters, lengths = _data(s=500, k=3)
+    one = S.plan_steps(clusters, lengths, 1, 4, seed=0)
+    assert one.rows.shape == (125, 1, 4)
+    _check_coverage(one, 500)
+    assert S.balance_figures(one, lengths, clusters)["token_imbalance"]["max"] == 1.0
+    many = S.plan_steps(clusters, lengths, 10, 2, seed=0)  # N = 10 > k = 3
+    _check_coverage(many, 500)
+    assert S.balance_figures(many, lengths, clusters)["cluster_spread"]["mean"] == 1.0
+
+
+# ------------------------------------------------------------------------------------------ paper
+
+def test_paper_allocation_rank_r_gets_cluster_r():
+    clusters = np.concatenate([np.full(40, 7), np.full(37, 3), np.full(45, 9)])
+    plan = S.plan_steps(clusters, None, 3, 4, allocation="paper", seed=0)
+    labels = [3, 7, 9]
+    for r in range(3):
+        assert set(clusters[plan.shard_rows(r)]) == {labels[r]}
+    assert plan.rows_per_shard == 36 and plan.leftover.size == 122 - 3 * 36
+    _check_coverage(plan, 122)
+    wrap = S.plan_steps(clusters, None, 3, 4, allocation="paper", remainder="wrap", seed=0)
+    assert wrap.rows_per_shard == 48
+    _check_coverage(wrap, 122)
+    assert wrap.wrapped.sum() == 3 * 48 - 122
+
+
+def test_paper_allocation_needs_k_equal_n():
+    clusters = np.repeat(np.arange(3), 10)
+    with pytest.raises(CurateError, match="3 clusters and --num-shards is 4"):
+        S.plan_steps(clusters, None, 4, 1, allocation="paper")
+    with pytest.raises(CurateError, match="fewer than one micro-batch"):
+        S.plan_steps(np.array([0] * 20 + [1] * 2), None, 2, 4, allocation="paper")
+
+
+def test_bad_options():
+    clusters, lengths = _data(s=100)
+    for kw in ({"allocation": "x"}, {"balance": "x"}, {"remainder": "x"}, {"length_window": -1}):
+        with pytest.raises(CurateError):
+            S.plan_steps(clusters, lengths, 2, 2, **kw)
+    with pytest.raises(CurateError, match="token counts"):
+        S.plan_steps(clusters, lengths[:5], 2, 2)
