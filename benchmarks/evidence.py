@@ -1,0 +1,566 @@
+"""The evidence harness: does the tool's ~31% train as well as the full data, in a third of the time?
+
+For each variant of the skill-mixture benchmark (benchmarks/skillmix.py) and each contender, select ~31% of
+the rows (a label-free contender goes through the tool's own commands: `cluster-curate embed / cluster /
+select / shard`), train the same small GPT for the same number of EPOCHS on the selection (so a 31% subset
+costs 31% of the steps), and score greedy exact match per skill on the held-out test set. Several seeds.
+
+Reported per contender: per-skill, macro and worst-skill accuracy (mean ± std over seeds), the fraction of
+the oracle's advantage over random that it recovers (macro and worst), training and curation time, how the
+selection covers the skills against the oracle's counts, and the NMI between its clusters and the skills.
+Writes benchmarks/results/quality.md, quality.json and PNG plots.
+
+    python benchmarks/evidence.py                 # full mode (see --help for the contenders)
+    python benchmarks/evidence.py --quick         # CI smoke test, <= 5 minutes
+    python benchmarks/evidence.py --contenders full,random,oracle --variants short   # validity only
+
+Runs are cached under --work (one JSON per variant/contender/seed); --fresh ignores the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import skillmix  # noqa: E402
+import train_eval  # noqa: E402
+
+FRACTION = 0.31
+
+
+# ============================================================================================ the tool's CLI
+
+def tool_cmd() -> list[str]:
+    exe = Path(sys.executable).parent / "cluster-curate"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "cluster_curate"]
+
+
+def cli(args: list[str], log: list[str]) -> float:
+    """Run one `cluster-curate` command; returns its wall time. The exact command is appended to `log`."""
+    cmd = tool_cmd() + [str(a) for a in args]
+    log.append("cluster-curate " + " ".join(shlex.quote(str(a)) for a in args))
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", CLUSTER_CURATE_DEBUG="1")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"command failed ({proc.returncode}): {log[-1]}\n{proc.stderr[-3000:]}")
+    return dt
+
+
+def tool_subcommands() -> set[str]:
+    try:
+        out = subprocess.run(tool_cmd() + ["--help"], capture_output=True, text=True, timeout=120).stdout
+    except Exception:  # noqa: BLE001
+        return set()
+    names, in_cmds = set(), False
+    for line in out.splitlines():
+        if line.strip().startswith("Commands:"):
+            in_cmds = True
+            continue
+        if in_cmds and line.startswith("  ") and line.strip():
+            names.add(line.split()[0])
+    return names
+
+
+# ============================================================================================ selections
+
+@dataclass
+class Selection:
+    ids: list[int]
+    train_path: str | None = None  # a shards directory to train on (else the dataset restricted to ids)
+    clusters: list[int] | None = None  # cluster of every row of the dataset (for NMI), by id
+    curation_seconds: float = 0.0
+    commands: list[str] = field(default_factory=list)
+    use_weights: bool = False
+    note: str = ""
+
+
+def water_fill(sizes: list[int], budget: int) -> list[int]:
+    """Quotas: small groups whole, the rest of the budget spread evenly (remainder to the largest groups)."""
+    sizes = list(sizes)
+    budget = min(budget, sum(sizes))
+    lo, hi = 0, max(sizes)
+    while lo < hi:  # largest level q with sum(min(size, q)) <= budget
+        q = (lo + hi + 1) // 2
+        if sum(min(s, q) for s in sizes) <= budget:
+            lo = q
+        else:
+            hi = q - 1
+    quotas = [min(s, lo) for s in sizes]
+    rest = budget - sum(quotas)
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        if rest == 0:
+            break
+        if quotas[i] < sizes[i]:
+            quotas[i] += 1
+            rest -= 1
+    return quotas
+
+
+def select_random(n: int, budget: int, seed: int) -> Selection:
+    rng = np.random.default_rng(1000 + seed)
+    return Selection(sorted(rng.choice(n, budget, replace=False).tolist()), note="uniform sample")
+
+
+def select_oracle(skill: np.ndarray, budget: int, seed: int) -> Selection:
+    """Water-filling quotas by the true skill labels, random rows inside a skill."""
+    rng = np.random.default_rng(2000 + seed)
+    groups = [np.flatnonzero(skill == s) for s in range(skill.max() + 1)]
+    quotas = water_fill([len(g) for g in groups], budget)
+    ids = [int(i) for g, q in zip(groups, quotas) for i in rng.choice(g, q, replace=False)]
+    return Selection(sorted(ids), clusters=skill.tolist(), note="water-filling by true skill")
+
+
+# ============================================================================================ contenders
+
+@dataclass
+class Contender:
+    name: str
+    kind: str  # full | random | oracle | tool | features (harness-computed features fed to the tool's cluster)
+    desc: str
+    embed: list[str] | None = None  # args of `embed DATA --out E` (kind tool)
+    features: str | None = None  # harness feature name (kind features)
+    cluster: list[str] = field(default_factory=list)  # args of `cluster E --out C`; {seed}
+    select: list[str] = field(default_factory=list)  # args of `select C --out S`; {seed} {budget} {ratio}
+    shard: list[str] | None = None  # args of `shard S --data DATA --out D`; {seed}
+    use_weights: bool = False
+    needs: tuple = ()  # subcommands that must exist
+
+
+def contenders() -> dict[str, Contender]:
+    c = [
+        Contender("full", "full", "all rows"),
+        Contender("random", "random", "uniform random 31%"),
+        Contender("oracle", "oracle", "water-filling quotas by the TRUE skill labels (not label-free)"),
+        Contender("text-k48", "tool", "prompt TF-IDF (numbers masked, uni+bigrams), k=48, random order (the probe)",
+                  embed=["--features", "text"], cluster=["--k", "48", "--seed", "{seed}"],
+                  select=["--budget", "{budget}", "--within", "random", "--seed", "{seed}"],
+                  needs=("embed", "cluster", "select")),
+        Contender("default", "tool", "the tool's defaults: embed, cluster, select --budget, shard",
+                  embed=[], cluster=["--seed", "{seed}"], select=["--budget", "{budget}", "--seed", "{seed}"],
+                  shard=["--num-shards", "2", "--seed", "{seed}"], use_weights=False,
+                  needs=("embed", "cluster", "select", "shard")),
+        Contender("paper", "tool", "the paper's recipe: gradient, K=4 ranks, cap 1.5, per-cluster ratio, far, "
+                  "allocation paper, weights",
+                  embed=["--features", "gradient"],
+                  cluster=["--k", "4", "--max-size-factor", "1.5", "--seed", "{seed}"],
+                  select=["--per-cluster-ratio", "{ratio}", "--within", "far", "--seed", "{seed}"],
+                  shard=["--num-shards", "4", "--allocation", "paper", "--seed", "{seed}"], use_weights=True,
+                  needs=("embed", "cluster", "select", "shard")),
+        Contender("hidden", "tool", "mean hidden state over all tokens (proxy), k=48, random order",
+                  embed=["--features", "hidden"], cluster=["--k", "48", "--seed", "{seed}"],
+                  select=["--budget", "{budget}", "--within", "random", "--seed", "{seed}"],
+                  needs=("embed", "cluster", "select")),
+        Contender("gradient-k48", "tool", "the paper's gradient feature (proxy), k=48, random order",
+                  embed=["--features", "gradient"], cluster=["--k", "48", "--seed", "{seed}"],
+                  select=["--budget", "{budget}", "--within", "random", "--seed", "{seed}"],
+                  needs=("embed", "cluster", "select")),
+        Contender("resp-tfidf", "features", "control: TF-IDF of the RESPONSE (numbers masked), k=48, random order",
+                  features="response-tfidf", cluster=["--k", "48", "--seed", "{seed}"],
+                  select=["--budget", "{budget}", "--within", "random", "--seed", "{seed}"],
+                  needs=("cluster", "select")),
+        Contender("shape", "features", "control: answer-shape stats (length, digits, letters, upper, spaces, "
+                  "symbols), k=48, random order", features="shape", cluster=["--k", "48", "--seed", "{seed}"],
+                  select=["--budget", "{budget}", "--within", "random", "--seed", "{seed}"],
+                  needs=("cluster", "select")),
+    ]
+    return {x.name: x for x in c}
+
+
+# ============================================================================================ harness features
+
+def harness_features(name: str, rows: list[train_eval.Row]) -> np.ndarray:
+    import re
+    if name == "response-tfidf":
+        from sklearn.decomposition import TruncatedSVD
+        from sklearn.feature_extraction.text import TfidfVectorizer
+        texts = [re.sub(r"\d+", " 0 ", r.response) for r in rows]
+        x = TfidfVectorizer(token_pattern=r"[^\s]+", ngram_range=(1, 2), lowercase=False).fit_transform(texts)
+        dim = min(64, x.shape[1] - 1)
+        return TruncatedSVD(dim, random_state=0).fit_transform(x).astype(np.float32)
+    if name == "shape":
+        feats = []
+        for r in rows:
+            s = r.response
+            feats.append([len(s), len(s.split()), sum(ch.isdigit() for ch in s), sum(ch.isalpha() for ch in s),
+                          sum(ch.isupper() for ch in s), s.count(" "), sum(not ch.isalnum() and not ch.isspace()
+                                                                           for ch in s)])
+        x = np.asarray(feats, dtype=np.float32)
+        return (x - x.mean(0)) / (x.std(0) + 1e-6)
+    raise ValueError(name)
+
+
+def write_embeddings(x: np.ndarray, rows: list[train_eval.Row], data: Path, out: Path, name: str) -> None:
+    """An embeddings artifact made by the harness (same contract as `embed`'s), so `cluster` can take it."""
+    import pyarrow as pa
+
+    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.datasets import ReadOptions, open_dataset
+    ds = open_dataset(str(data), ReadOptions())
+    for _ in ds.iter_batches():
+        pass
+    record = ds.record()
+    ids = np.array([r.id for r in rows], dtype=np.int64)
+    flat = pa.array(x.astype(np.float32).ravel())
+    table = pa.table({"id": ids, "embedding": pa.FixedSizeListArray.from_arrays(flat, x.shape[1]),
+                      "n_tokens": np.array([len(train_eval.words(r.prompt + " " + r.response)) for r in rows],
+                                           dtype=np.int64),
+                      "n_response_tokens": np.array([len(train_eval.words(r.response)) for r in rows], dtype=np.int64),
+                      "loss": np.zeros(len(rows), dtype=np.float32)})
+    meta = make_meta("embeddings", {"features": f"harness:{name}", "dim": int(x.shape[1])}, {"data": record}, record)
+    write_artifact(table, out, meta, overwrite=True)
+
+
+# ============================================================================================ curation
+
+def read_ids(path: Path, column: str = "cluster") -> tuple[list[int], list[int]]:
+    from cluster_curate.io.artifacts import read_artifact
+    table, _ = read_artifact(path)
+    return table.column("id").to_pylist(), table.column(column).to_pylist()
+
+
+def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labels: dict, budget: int,
+           work: Path) -> Selection:
+    n = len(rows)
+    skill = np.asarray(labels["skill"])
+    if c.kind == "full":
+        return Selection(list(range(n)), note="all rows")
+    if c.kind == "random":
+        return select_random(n, budget, seed)
+    if c.kind == "oracle":
+        return select_oracle(skill, budget, seed)
+    d = work / c.name
+    d.mkdir(parents=True, exist_ok=True)
+    log: list[str] = []
+    secs = 0.0
+    emb = d / "embeddings.parquet"
+    if c.kind == "tool":
+        if not emb.exists():  # features do not depend on the training seed: embed once per variant
+            secs_embed = cli(["embed", data, "--out", emb, "--overwrite", *c.embed], log)
+            (d / "embed.json").write_text(json.dumps({"seconds": secs_embed, "command": log[-1]}))
+        meta = json.loads((d / "embed.json").read_text())
+        secs += meta["seconds"]
+        if meta["command"] not in log:
+            log.insert(0, meta["command"])
+    else:
+        t0 = time.perf_counter()
+        write_embeddings(harness_features(c.features, rows), rows, data, emb, c.features)
+        secs += time.perf_counter() - t0
+        log.append(f"(harness) {c.features} features -> {emb}")
+    fmt = {"seed": seed, "budget": budget}
+    clusters = d / f"clusters-s{seed}.parquet"
+    secs += cli(["cluster", emb, "--out", clusters, "--overwrite", *[a.format(**fmt) for a in c.cluster]], log)
+    cid, cl = read_ids(clusters)
+    by_id = dict(zip(cid, cl))
+    if any("{ratio}" in a for a in c.select):  # the paper's r, chosen so that the budget is ~31%
+        sizes = np.bincount(np.asarray(cl))
+        sizes = sizes[sizes > 0]
+        fmt["ratio"] = f"{min(1.0, (budget / len(sizes) + 0.999) / sizes.min()):.6f}"
+    sel = d / f"selection-s{seed}.parquet"
+    secs += cli(["select", clusters, "--out", sel, "--overwrite", *[a.format(**fmt) for a in c.select]], log)
+    ids, _ = read_ids(sel)
+    train_path = None
+    if c.shard is not None:
+        shards = d / f"shards-s{seed}"
+        secs += cli(["shard", sel, "--data", data, "--out", shards, "--overwrite",
+                     *[a.format(**fmt) for a in c.shard]], log)
+        train_path = str(shards)
+        ids = sorted(r.id for r in train_eval.load_rows(shards))
+    return Selection(sorted(int(i) for i in ids), train_path=train_path, clusters=[by_id.get(i, -1) for i in range(n)],
+                     curation_seconds=secs, commands=log, use_weights=c.use_weights)
+
+
+# ============================================================================================ training
+
+def _train_job(args) -> dict:
+    variant_dir, sel_ids, train_path, use_weights, seed, epochs, score = args
+    rows = train_eval.load_rows(Path(variant_dir) / "train.jsonl", "skill")
+    test = train_eval.load_rows(Path(variant_dir) / "test.jsonl", "skill")
+    if train_path:
+        train_rows = train_eval.load_rows(train_path, "skill")
+    else:
+        keep = set(sel_ids)
+        train_rows = [r for r in rows if r.id in keep]
+    cfg = train_eval.TrainConfig(epochs=epochs, seed=seed, use_weights=use_weights)
+    return train_eval.run(train_rows, test, rows + test, cfg, score=score)
+
+
+# ============================================================================================ metrics
+
+def nmi(a, b) -> float:
+    from sklearn.metrics import normalized_mutual_info_score
+    return float(normalized_mutual_info_score(a, b))
+
+
+def summarise(variant: str, names: list[str], runs: dict, sels: dict, labels: dict) -> dict:
+    skills = labels["skills"]
+    skill = np.asarray(labels["skill"])
+    oracle_counts = None
+    out = {}
+    for name in names:
+        rs = runs.get(name) or []
+        if not rs:
+            continue
+        per = {s: [r["per_skill"][s] for r in rs] for s in skills}
+        macro = [r["macro"] for r in rs]
+        worst = [r["worst"] for r in rs]
+        counts = np.mean([np.bincount(skill[np.asarray(sl.ids)], minlength=len(skills)) for sl in sels[name]], 0)
+        cl = [sl.clusters for sl in sels[name] if sl.clusters is not None]
+        out[name] = {
+            "macro": float(np.mean(macro)), "macro_std": float(np.std(macro)),
+            "worst": float(np.mean(worst)), "worst_std": float(np.std(worst)),
+            "per_skill": {s: float(np.mean(v)) for s, v in per.items()},
+            "train_seconds": float(np.median([r["train_seconds"] for r in rs])),
+            "curation_seconds": float(np.median([sl.curation_seconds for sl in sels[name]])),
+            "rows": float(np.mean([len(sl.ids) for sl in sels[name]])),
+            "counts": counts.tolist(),
+            "nmi_skill": float(np.mean([nmi(c, skill) for c in cl])) if cl else None,
+            "nmi_skill_template": (float(np.mean([nmi(c, skill * 4 + np.asarray(labels["template"])) for c in cl]))
+                                   if cl else None),
+            "seeds": len(rs), "commands": sels[name][0].commands, "test_loss": float(np.mean([r["test_loss"]
+                                                                                             for r in rs])),
+        }
+    if "oracle" in out:
+        oracle_counts = np.asarray(out["oracle"]["counts"])
+        for v in out.values():
+            c = np.asarray(v["counts"])
+            v["coverage"] = float(np.minimum(c, oracle_counts).sum() / oracle_counts.sum())
+            v["min_count_ratio"] = float((c / oracle_counts).min())
+    if "oracle" in out and "random" in out:
+        o, r = out["oracle"], out["random"]
+        for v in out.values():
+            for m in ("macro", "worst"):
+                gap = o[m] - r[m]
+                v[f"recovered_{m}"] = float((v[m] - r[m]) / gap) if abs(gap) > 1e-9 else None
+    return out
+
+
+# ============================================================================================ report
+
+def fmt_pm(m, s):
+    return f"{m:.3f} ± {s:.3f}"
+
+
+def pct(x):
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
+def write_report(results: dict, contender_defs: dict, args, out_dir: Path, elapsed: float) -> Path:
+    lines = ["# Evidence: quality of the tool's selection on the skill-mixture benchmark", "",
+             f"Generated by `python benchmarks/evidence.py {' '.join(args.argv)}` "
+             f"({'quick' if args.quick else 'full'} mode) in {elapsed / 60:.1f} min. "
+             f"{args.rows} rows, {args.epochs} epochs for every contender, seeds {args.seeds}, "
+             f"budget {FRACTION:.0%} ({round(FRACTION * args.rows)} rows), 1 thread per training run.", "",
+             "Accuracy is greedy exact match on a held-out test set of the same number of rows per skill "
+             "(worked variant: the final answer after `Answer:`). mean ± std over seeds. "
+             "*recovered* = (contender − random) / (oracle − random), on macro and on worst-skill accuracy. "
+             "*coverage* = Σ min(count, oracle count) / Σ oracle count over skills; *min ratio* = the worst "
+             "skill's count ÷ the oracle's. NMI between the contender's clusters and the true skills "
+             "(and skill × template).", ""]
+    for variant, res in results.items():
+        if not res:
+            continue
+        skills = skillmix.SKILL_NAMES
+        lines += [f"## Variant `{variant}`", "",
+                  "| contender | rows | macro | worst skill | recovered macro | recovered worst | coverage | min ratio "
+                  "| NMI skill | NMI skill×tmpl | curation s | train s |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, v in res.items():
+            nm = "–" if v.get("nmi_skill") is None else f"{v['nmi_skill']:.2f}"
+            nt = "–" if v.get("nmi_skill_template") is None else f"{v['nmi_skill_template']:.2f}"
+            lines.append(f"| {name} | {v['rows']:.0f} | {fmt_pm(v['macro'], v['macro_std'])} | "
+                         f"{fmt_pm(v['worst'], v['worst_std'])} | {pct(v.get('recovered_macro'))} | "
+                         f"{pct(v.get('recovered_worst'))} | {pct(v.get('coverage'))} | "
+                         f"{v.get('min_count_ratio', float('nan')):.2f} | {nm} | {nt} | {v['curation_seconds']:.1f} | "
+                         f"{v['train_seconds']:.0f} |")
+        lines += ["", "Per-skill accuracy (mean over seeds); skills in decreasing frequency:", "",
+                  "| contender | " + " | ".join(skills) + " |", "|---" * (len(skills) + 1) + "|"]
+        for name, v in res.items():
+            lines.append(f"| {name} | " + " | ".join(f"{v['per_skill'][s]:.2f}" for s in skills) + " |")
+        lines += ["", "Rows selected per skill (mean over seeds):", "",
+                  "| contender | " + " | ".join(skills) + " |", "|---" * (len(skills) + 1) + "|"]
+        for name, v in res.items():
+            lines.append(f"| {name} | " + " | ".join(f"{c:.0f}" for c in v["counts"]) + " |")
+        lines += ["", f"![per-skill accuracy]({variant}_per_skill.png)", f"![time]({variant}_time.png)", ""]
+        lines += ["Contenders and the exact commands (seed 0):", ""]
+        for name, v in res.items():
+            lines.append(f"- **{name}**: {contender_defs[name].desc}")
+            for cmd in v["commands"]:
+                lines.append(f"  - `{cmd}`")
+        lines.append("")
+    path = out_dir / "quality.md"
+    notes = out_dir / "quality_notes.md"
+    if notes.exists():
+        lines += ["", notes.read_text()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def plot(results: dict, out_dir: Path) -> list[Path]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    paths = []
+    for variant, res in results.items():
+        if not res:
+            continue
+        skills = skillmix.SKILL_NAMES
+        names = list(res)
+        fig, ax = plt.subplots(figsize=(max(10, 1.1 * len(skills) * max(1, len(names)) / 3), 4.5))
+        w = 0.8 / len(names)
+        x = np.arange(len(skills) + 2)
+        for i, name in enumerate(names):
+            v = res[name]
+            vals = [v["per_skill"][s] for s in skills] + [v["macro"], v["worst"]]
+            ax.bar(x + i * w - 0.4 + w / 2, vals, w, label=name)
+        ax.set_xticks(x, skills + ["MACRO", "WORST"], rotation=30, ha="right")
+        ax.set_ylabel("exact-match accuracy")
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"Per-skill accuracy by contender ({variant} variant; skills by decreasing frequency)")
+        ax.legend(ncol=min(6, len(names)), fontsize=8, loc="lower left")
+        fig.tight_layout()
+        p = out_dir / f"{variant}_per_skill.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        tr = [res[n]["train_seconds"] for n in names]
+        cu = [res[n]["curation_seconds"] for n in names]
+        ax.barh(names, tr, label="training (median s)")
+        ax.barh(names, cu, left=tr, label="curation (s)")
+        ax.set_xlabel("seconds (1 CPU thread)")
+        ax.invert_yaxis()
+        ax.legend(fontsize=8)
+        ax.set_title(f"Training + curation time ({variant} variant)")
+        fig.tight_layout()
+        p = out_dir / f"{variant}_time.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    return paths
+
+
+# ============================================================================================ main
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="CI smoke test: small data, few epochs, 1 seed")
+    ap.add_argument("--variants", default="short,worked")
+    ap.add_argument("--contenders", default=None, help="comma list (default: all whose subcommands exist)")
+    ap.add_argument("--seeds", default=None, help="comma list of training/selection seeds (default 0,1,2)")
+    ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--epochs", type=int, default=None)
+    ap.add_argument("--test-per-skill", type=int, default=None)
+    ap.add_argument("--jobs", type=int, default=1, help="training runs in parallel (1 thread each)")
+    ap.add_argument("--work", default=None, help="cache of datasets, artifacts and runs (default out/evidence[-quick])")
+    ap.add_argument("--results", default=str(HERE / "results"), help="where quality.md/json and PNGs go")
+    ap.add_argument("--fresh", action="store_true", help="ignore cached runs")
+    a = ap.parse_args(argv)
+    a.argv = list(sys.argv[1:] if argv is None else argv)
+    a.rows = a.rows or (1200 if a.quick else 5000)
+    a.epochs = a.epochs or (8 if a.quick else 40)
+    a.test_per_skill = a.test_per_skill or (30 if a.quick else 100)
+    a.seeds = [int(s) for s in (a.seeds or ("0" if a.quick else "0,1,2")).split(",")]
+    work = Path(a.work or ROOT / "out" / ("evidence-quick" if a.quick else "evidence"))
+    out_dir = Path(a.results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    defs = contenders()
+    available = tool_subcommands()
+    wanted = a.contenders.split(",") if a.contenders else list(defs)
+    names = []
+    for n in wanted:
+        missing = [s for s in defs[n].needs if s not in available]
+        if missing:
+            print(f"skip {n}: the tool has no {', '.join(missing)} yet", file=sys.stderr)
+        else:
+            names.append(n)
+    budget = round(FRACTION * a.rows)
+    t_start = time.perf_counter()
+    results = {}
+    for variant in a.variants.split(","):
+        vdir = work / variant
+        key = {"rows": a.rows, "test": a.test_per_skill, "variant": variant}
+        if not (vdir / "key.json").exists() or json.loads((vdir / "key.json").read_text()) != key:
+            skillmix.write_benchmark(vdir, a.rows, variant, seed=0, test_per_skill=a.test_per_skill)
+            (vdir / "key.json").write_text(json.dumps(key))
+        data = vdir / "train.jsonl"
+        rows = train_eval.load_rows(data, "skill")
+        labels = json.loads((vdir / "labels.json").read_text())
+        score = "final" if variant == "worked" else "exact"
+        sels: dict[str, list[Selection]] = {}
+        jobs, job_keys = [], []
+        for name in names:
+            sels[name] = []
+            for seed in a.seeds:
+                sel_cache = vdir / "sel" / name / f"seed{seed}.json"
+                if sel_cache.exists() and not a.fresh:
+                    sel = Selection(**json.loads(sel_cache.read_text()))
+                else:
+                    print(f"[{variant}] curate {name} seed {seed}", file=sys.stderr, flush=True)
+                    sel = curate(defs[name], seed, data, rows, labels, budget, vdir / "artifacts")
+                    sel_cache.parent.mkdir(parents=True, exist_ok=True)
+                    sel_cache.write_text(json.dumps(sel.__dict__))
+                sels[name].append(sel)
+                digest = hashlib.blake2b(json.dumps([sel.ids, sel.train_path, sel.use_weights]).encode(),
+                                         digest_size=8).hexdigest()
+                run_cache = vdir / "runs" / name / f"seed{seed}-e{a.epochs}-{digest}.json"
+                job_keys.append((name, run_cache))
+                jobs.append(None if run_cache.exists() and not a.fresh else
+                            (str(vdir), sel.ids, sel.train_path, sel.use_weights, seed, a.epochs, score))
+        todo = [(k, j) for k, j in zip(job_keys, jobs) if j is not None]
+        print(f"[{variant}] {len(todo)} training runs to do, {len(jobs) - len(todo)} cached", file=sys.stderr,
+              flush=True)
+
+        def save(key, res):
+            key[1].parent.mkdir(parents=True, exist_ok=True)
+            key[1].write_text(json.dumps(res))
+            print(f"[{variant}] {key[0]}: macro {res['macro']:.3f} worst {res['worst']:.3f} "
+                  f"({res['train_seconds']:.0f} s)", file=sys.stderr, flush=True)
+
+        if a.jobs > 1 and len(todo) > 1:
+            with ProcessPoolExecutor(a.jobs) as pool:
+                for key, res in zip([k for k, _ in todo], pool.map(_train_job, [j for _, j in todo])):
+                    save(key, res)
+        else:
+            for key, job in todo:
+                save(key, _train_job(job))
+        runs = {}
+        for name, path in job_keys:
+            runs.setdefault(name, []).append(json.loads(path.read_text()))
+        results[variant] = summarise(variant, names, runs, sels, labels)
+    elapsed = time.perf_counter() - t_start
+    (out_dir / "quality.json").write_text(json.dumps({"config": {k: v for k, v in vars(a).items()},
+                                                      "results": results}, indent=1, default=str))
+    plot(results, out_dir)
+    path = write_report(results, defs, a, out_dir, elapsed)
+    for variant, res in results.items():
+        print(f"\n== {variant} ==")
+        print(f"{'contender':14s} {'rows':>5s} {'macro':>13s} {'worst':>13s} {'rec.macro':>9s} {'rec.worst':>9s} "
+              f"{'cov':>5s} {'NMI':>5s} {'cur s':>6s} {'train s':>7s}")
+        for name, v in res.items():
+            nm = "–" if v.get("nmi_skill") is None else f"{v['nmi_skill']:.2f}"
+            print(f"{name:14s} {v['rows']:5.0f} {fmt_pm(v['macro'], v['macro_std']):>13s} "
+                  f"{fmt_pm(v['worst'], v['worst_std']):>13s} {pct(v.get('recovered_macro')):>9s} "
+                  f"{pct(v.get('recovered_worst')):>9s} {pct(v.get('coverage')):>5s} {nm:>5s} "
+                  f"{v['curation_seconds']:6.1f} {v['train_seconds']:7.0f}")
+    print(f"\nwrote {path} ({elapsed / 60:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()
