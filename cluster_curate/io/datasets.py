@@ -498,7 +498,13 @@ def _load_hub(source: str, m: re.Match):
 
 def _open_source(source: str):
     path = Path(source).expanduser()
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except PermissionError:
+        raise CurateError(f"{source}: cannot access the path (permission denied)") from None
+    except OSError as e:
+        raise CurateError(f"{source}: cannot access the path ({e.strerror or e})") from None
+    if not exists:
         m = _HF_ID.match(source)
         if m and (source.startswith("hf:") or not (source.lower().endswith(_FILE_SUFFIXES)
                                                     or source.startswith((".", "/", "~")))):

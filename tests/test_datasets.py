@@ -1,0 +1,379 @@
+"""The dataset reader: every container and format, ids, streaming, bad input, fingerprints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io import datasets as dsmod
+from cluster_curate.io.datasets import ReadOptions, default_rejects_path, open_dataset
+
+from conftest import FIXTURES, SHARED_DATA
+
+SKIP = ReadOptions(on_bad_row="skip")
+
+# fixture path -> (container, format)
+GOOD_FIXTURES = {
+    "gsm8k/train-300.jsonl": ("jsonl", "qa"),
+    "gsm8k/train-300.csv": ("csv", "qa"),
+    "gsm8k/train-300.parquet": ("parquet", "qa"),
+    "code_alpaca/code_alpaca-300.json": ("json", "alpaca"),
+    "code_alpaca/code_alpaca-300-by-id.json": ("json", "alpaca"),
+    "code_alpaca/code_alpaca-300-response.jsonl": ("jsonl", "alpaca"),
+    "code_alpaca/code_alpaca-300.parquet.d": ("parquet", "alpaca"),
+    "code_alpaca/code_alpaca-300.hf": ("hf-disk", "alpaca"),
+    "code_alpaca/prompt-completion-300.jsonl": ("jsonl", "prompt-completion"),
+    "chat/messages-300.jsonl": ("jsonl", "messages"),
+    "chat/sharegpt-300.json": ("json", "sharegpt"),
+}
+
+
+def read_all(source, opts=None, batch_rows=64):
+    ds = open_dataset(source, opts or ReadOptions())
+    batches = list(ds.iter_batches(batch_rows))
+    return ds, batches, [e for b in batches for e in b.examples]
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------------------------ containers & formats
+
+@pytest.mark.parametrize("rel", sorted(GOOD_FIXTURES))
+def test_every_fixture_reads(rel):
+    container, fmt = GOOD_FIXTURES[rel]
+    ds, batches, examples = read_all(FIXTURES / rel)
+    assert (ds.container, ds.format) == (container, fmt)
+    assert ds.rows == 300 and len(examples) == 300 and not ds.rejects
+    assert [e.id for e in examples] == list(range(300))
+    ids = pa.concat_arrays([b.raw.column("id") for b in batches]).to_pylist()
+    assert ids == list(range(300))
+    assert all(b.raw.schema.names[0] == "id" and b.raw.schema.field("id").type == pa.int64() for b in batches)
+    for e in examples:
+        assert e.prompt[-1]["role"] == "user" and e.prompt[-1]["content"].strip()
+        assert isinstance(e.response, str) and e.response.strip()
+        assert all(set(t) == {"role", "content"} for t in e.prompt)
+    assert ds.record() == {"source": str(FIXTURES / rel), "fingerprint": ds.fingerprint(), "rows": 300}
+
+
+def test_containers_of_the_same_data_give_the_same_examples():
+    _, _, jsonl = read_all(FIXTURES / "gsm8k/train-300.jsonl")
+    for other in ("gsm8k/train-300.csv", "gsm8k/train-300.parquet"):
+        assert read_all(FIXTURES / other, batch_rows=7)[2] == jsonl
+    _, _, alpaca = read_all(FIXTURES / "code_alpaca/code_alpaca-300.json")
+    for other in ("code_alpaca-300-by-id.json", "code_alpaca-300.parquet.d", "code_alpaca-300.hf",
+                  "code_alpaca-300-response.jsonl"):
+        assert read_all(FIXTURES / "code_alpaca" / other, batch_rows=100)[2] == alpaca
+    # prompt-completion was made by joining instruction and input exactly as the alpaca format does
+    assert read_all(FIXTURES / "code_alpaca/prompt-completion-300.jsonl")[2] == alpaca
+
+
+def test_raw_keeps_every_source_column_and_renames_a_source_id():
+    ds, batches, _ = read_all(FIXTURES / "chat/sharegpt-300.json", batch_rows=1000)
+    raw = batches[0].raw
+    assert raw.schema.names == ["id", "source_id", "conversations"]
+    assert raw.column("source_id").to_pylist()[:2] == ["conv-0", "conv-1"]
+    _, batches, _ = read_all(FIXTURES / "code_alpaca/code_alpaca-300-by-id.json", batch_rows=1000)
+    assert batches[0].raw.schema.names == ["id", "key", "instruction", "input", "output"]
+    assert batches[0].raw.column("key").to_pylist()[:2] == ["ca-0000", "ca-0001"]
+
+
+def test_alpaca_prompt_joins_instruction_and_input(tmp_path):
+    p = write_jsonl(tmp_path / "a.jsonl", [
+        {"instruction": "Sort it.", "input": "3 1 2", "output": "1 2 3"},
+        {"instruction": "Say hi.", "input": "", "output": "hi", "system": "Be brief."},
+    ])
+    _, _, ex = read_all(p)
+    assert ex[0].prompt == [{"role": "user", "content": "Sort it.\n\n3 1 2"}]
+    assert ex[1].prompt == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi."}]
+    assert ex[0].response == "1 2 3"
+
+
+def test_messages_last_assistant_is_the_response_and_earlier_turns_are_context(tmp_path):
+    conv = [{"role": "system", "content": "sys"}, {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": "a1"}, {"role": "user", "content": [{"type": "text", "text": "q2"}]},
+            {"role": "assistant", "content": "a2"}, {"role": "user", "content": "thanks"}]
+    p = write_jsonl(tmp_path / "m.jsonl", [{"messages": conv}])
+    ds, _, ex = read_all(p)
+    assert ds.format == "messages"
+    assert ex[0].response == "a2"
+    assert ex[0].prompt == [{"role": "system", "content": "sys"}, {"role": "user", "content": "q1"},
+                            {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}]
+
+
+def test_sharegpt_speakers(tmp_path):
+    conv = [{"from": "system", "value": "s"}, {"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]
+    bad = [{"from": "human", "value": "q"}, {"from": "robot", "value": "a"}]
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps([{"conversations": conv}, {"conversations": bad}]))
+    ds, _, ex = read_all(p, SKIP)
+    assert ds.format == "sharegpt"
+    assert ex[0].prompt == [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    assert ex[0].response == "a"
+    assert [(r.id, r.field) for r in ds.rejects] == [(1, "conversations[1].from")]
+    assert "unknown speaker 'robot'" in ds.rejects[0].reason
+
+
+def test_messages_as_json_text_in_a_csv(tmp_path):
+    conv = json.dumps([{"role": "user", "content": "q, with a comma"}, {"role": "assistant", "content": "a\nb"}])
+    p = tmp_path / "m.csv"
+    pa_table = pa.table({"messages": [conv]})
+    import pyarrow.csv as pacsv
+    pacsv.write_csv(pa_table, p)
+    _, _, ex = read_all(p)
+    assert ex[0].prompt == [{"role": "user", "content": "q, with a comma"}] and ex[0].response == "a\nb"
+
+
+def test_format_and_field_overrides(tmp_path):
+    p = write_jsonl(tmp_path / "x.jsonl", [{"query": "q", "reply": "r", "question": "Q", "answer": "A"}])
+    assert read_all(p)[0].format == "qa"
+    ds, _, ex = read_all(p, ReadOptions(prompt_field="query", response_field="reply"))
+    assert ds.fields == {"prompt": "query", "response": "reply"}
+    assert ex[0].prompt[-1]["content"] == "q" and ex[0].response == "r"
+    ds, _, ex = read_all(p, ReadOptions(format="qa", response_field="reply"))
+    assert (ex[0].prompt[-1]["content"], ex[0].response) == ("Q", "r")
+    # a custom pair of columns on data that matches no format
+    p2 = write_jsonl(tmp_path / "y.jsonl", [{"text": "t", "label": "l"}])
+    ds, _, ex = read_all(p2, ReadOptions(prompt_field="text", response_field="label"))
+    assert ds.format == "prompt-completion" and ex[0].response == "l"
+    with pytest.raises(CurateError, match=r"needs column 'nope'.*columns found: \[text, label\]"):
+        open_dataset(p2, ReadOptions(prompt_field="nope", response_field="label"))
+
+
+def test_a_json_file_holding_json_lines(tmp_path):
+    p = write_jsonl(tmp_path / "lines.json", [{"question": "a", "answer": "b"}, {"question": "c", "answer": "d"}])
+    ds, _, ex = read_all(p)
+    assert ds.container == "jsonl" and len(ex) == 2
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"question": "a", "answer": "b"}))
+    assert read_all(one)[0].rows == 1
+
+
+def test_parquet_directory_across_files_and_batches(tmp_path):
+    d = tmp_path / "parts"
+    d.mkdir()
+    for i, n in enumerate([5, 0, 8]):
+        pq.write_table(pa.table({"prompt": [f"p{i}-{j}" for j in range(n)], "completion": ["c"] * n},
+                                schema=pa.schema([("prompt", pa.string()), ("completion", pa.string())])),
+                       d / f"part-{i}.parquet")
+    ds, batches, ex = read_all(d, batch_rows=4)
+    assert [b.raw.num_rows for b in batches] == [4, 4, 4, 1]
+    assert [e.prompt[0]["content"] for e in ex][:6] == ["p0-0", "p0-1", "p0-2", "p0-3", "p0-4", "p2-0"]
+    assert [e.id for e in ex] == list(range(13)) and ds.rows == 13
+
+
+def test_mixed_type_column_kept_as_text(tmp_path):
+    p = write_jsonl(tmp_path / "mixed.jsonl", [{"question": "a", "answer": "b", "meta": 1},
+                                               {"question": "c", "answer": "d", "meta": "x"}])
+    _, batches, _ = read_all(p)
+    assert batches[0].raw.column("meta").to_pylist() == ["1", "x"]
+
+
+# ------------------------------------------------------------------------------------------ ids and bad rows
+
+def test_rejected_rows_keep_their_ids(tmp_path):
+    p = FIXTURES / "bad" / "empty_response.jsonl"
+    ds, batches, ex = read_all(p, SKIP, batch_rows=3)
+    assert ds.rows == 8
+    assert [e.id for e in ex] == [0, 1, 3, 5, 6, 7]
+    assert [(r.id, r.location, r.field) for r in ds.rejects] == [
+        (2, f"{p}:3", "answer"), (4, f"{p}:5", "answer")]
+    assert [r.reason for r in ds.rejects] == ["empty response", "missing response"]
+    raw = pa.Table.from_batches([b.raw for b in batches])  # raw keeps the rejected rows
+    assert raw.column("id").to_pylist() == list(range(8))
+    out = default_rejects_path(tmp_path / "emb.parquet")
+    assert out == tmp_path / "emb.rejects.jsonl"
+    ds.write_rejects(out)
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines == [r.to_dict() for r in ds.rejects] and lines[0]["id"] == 2
+
+
+def test_unparseable_rows_stay_in_raw_with_null_columns():
+    p = FIXTURES / "bad" / "invalid_json.jsonl"
+    ds, batches, ex = read_all(p, SKIP)
+    raw = batches[0].raw.to_pylist()
+    assert raw[3] == {"id": 3, "question": None, "answer": None}
+    assert [e.id for e in ex] == [0, 1, 2, 4, 5, 6]
+    assert ds.rejects[0].location == f"{p}:4" and ds.rejects[0].reason.startswith("invalid JSON (")
+
+
+def test_iterating_twice_gives_the_same_rejects():
+    ds = open_dataset(FIXTURES / "bad" / "empty_response.jsonl", SKIP)
+    for _ in range(2):
+        list(ds.iter_batches())
+        assert [r.id for r in ds.rejects] == [2, 4]
+
+
+BAD_INPUTS = [
+    # (path under fixtures/bad or a special name, options, expected message regex)
+    ("invalid_json.jsonl", {}, r"^{p}:4: invalid JSON \(Expecting ',' delimiter: column 46\) \(id 3; pass --on-bad-row skip"),
+    ("empty_response.jsonl", {}, r"^{p}:3: field 'answer': empty response \(id 2;"),
+    ("messages_bad.jsonl", {}, r"^{p}:2: field 'messages\[1\]': empty response"),
+    ("not_object.jsonl", {}, r"^{p}:2: expected a JSON object, found an array"),
+    ("unknown_format.jsonl", {}, r"^{p}: unrecognised record format; columns found: \[text, label\]\. pass --format "
+                                 r"\{{alpaca,prompt-completion,qa,messages,sharegpt\}}.*--prompt-field COLUMN --response-field COLUMN"),
+    ("empty.jsonl", {}, r"^{p}: dataset is empty \(no rows\)$"),
+    ("blank_lines.jsonl", {}, r"^{p}: dataset is empty"),
+    ("empty_list.json", {}, r"^{p}: dataset is empty"),
+    ("header_only.csv", {}, r"^{p}: dataset is empty"),
+    ("latin1.jsonl", {}, r"^{p}:2: not valid UTF-8 text \(byte 0xe9 at column 18\); re-encode the file as UTF-8"),
+    ("latin1.csv", {}, r"^{p}:3: not valid UTF-8 text \(byte 0xe9 at column 4\)"),
+    ("truncated.json", {"on_bad_row": "skip"}, r"^{p}:5: invalid JSON \(Expecting value\)$"),
+    ("unknown.txt", {}, r"^{p}: unknown file type"),
+    ("does-not-exist.jsonl", {}, r"^{p}: no such file or directory$"),
+]
+
+
+@pytest.mark.parametrize("name,opts,pattern", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_inputs_raise_one_clear_line(name, opts, pattern):
+    import re
+    p = FIXTURES / "bad" / name
+    with pytest.raises(CurateError) as info:
+        read_all(p, ReadOptions(**opts))
+    msg = str(info.value)
+    assert "\n" not in msg
+    assert re.search(pattern.format(p=re.escape(str(p))), msg), msg
+
+
+def test_non_utf8_inside_a_json_document_names_the_line(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_bytes(b'[\n{"question": "a", "answer": "b"},\n{"question": "caf\xe9", "answer": "b"}\n]\n')
+    with pytest.raises(CurateError, match=r"x.json:3: not valid UTF-8 text \(byte 0xe9 at column 18\)"):
+        read_all(p)
+
+
+def test_unreadable_file(tmp_path, monkeypatch):
+    p = write_jsonl(tmp_path / "secret.jsonl", [{"question": "a", "answer": "b"}])
+    if os.geteuid() != 0:
+        p.chmod(0)
+    else:  # root reads anything: make the open itself fail as it would for another user
+        real_open = open
+
+        def deny(file, *a, **k):
+            if str(file) == str(p):
+                raise PermissionError(13, "Permission denied", str(file))
+            return real_open(file, *a, **k)
+        monkeypatch.setattr(dsmod, "open", deny, raising=False)
+    with pytest.raises(CurateError, match=r"secret.jsonl: cannot read the file \(permission denied\)"):
+        read_all(p)
+
+
+def test_hub_id_offline_and_not_cached(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    import datasets
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    with pytest.raises(CurateError, match=r"nobody/no-such-set:train: .*hub is offline.*not in the local cache"):
+        open_dataset("nobody/no-such-set:train")
+
+
+def test_skip_mode_collects_every_bad_row_kind(tmp_path):
+    p = write_jsonl(tmp_path / "d.jsonl", [
+        {"question": "q0", "answer": "a0"}, "{oops", {"question": "q2", "answer": ""}, '"just a string"',
+        {"question": "", "answer": "a4"}, {"question": "q5", "answer": ["a", "list"]}, {"question": "q6", "answer": 7},
+    ])
+    ds, _, ex = read_all(p, SKIP)
+    assert [e.id for e in ex] == [0, 6] and ex[1].response == "7"
+    assert [(r.id, r.field) for r in ds.rejects] == [(1, None), (2, "answer"), (3, None), (4, "question"),
+                                                     (5, "answer")]
+
+
+# ------------------------------------------------------------------------------------------ streaming JSON document
+
+records = st.lists(st.fixed_dictionaries({
+    "question": st.text(min_size=1, alphabet=st.characters(blacklist_categories=("Cs",))).filter(str.strip),
+    "answer": st.text(min_size=1).filter(str.strip),
+    "n": st.one_of(st.integers(-10**12, 10**12), st.floats(allow_nan=False, allow_infinity=False), st.none()),
+}), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(recs=records, chunk=st.integers(1, 40), indent=st.sampled_from([None, 1, 4]), mapping=st.booleans())
+def test_streamed_json_document_matches_json_load(tmp_path_factory, recs, chunk, indent, mapping):
+    d = tmp_path_factory.mktemp("doc")
+    p = d / "doc.json"
+    obj = {f"k{i}": r for i, r in enumerate(recs)} if mapping else recs
+    p.write_text(json.dumps(obj, indent=indent, ensure_ascii=False), encoding="utf-8")
+    old = dsmod._CHUNK_BYTES
+    dsmod._CHUNK_BYTES = chunk  # tiny chunks: records, strings and numbers straddle chunk boundaries
+    try:
+        rows = list(dsmod._JsonDocument(p).iter_rows())
+    finally:
+        dsmod._CHUNK_BYTES = old
+    assert [r.record for r in rows] == recs
+    if mapping:
+        assert [r.key for r in rows] == list(obj)
+    text = p.read_text(encoding="utf-8")
+    if indent is None:
+        assert all(r.line == 1 for r in rows)
+    else:
+        assert rows[-1].line <= text.count("\n") + 1 and [r.line for r in rows] == sorted(r.line for r in rows)
+
+
+def test_json_document_reports_the_line_of_each_record(tmp_path):
+    p = FIXTURES / "code_alpaca" / "code_alpaca-300.json"
+    lines = p.read_text(encoding="utf-8").splitlines()
+    rows = list(dsmod._JsonDocument(p).iter_rows())
+    for r in rows[:20] + rows[-5:]:
+        assert lines[r.line - 1].strip() == "{"
+
+
+# ------------------------------------------------------------------------------------------ fingerprint
+
+def test_fingerprint_is_a_content_hash(tmp_path):
+    src = FIXTURES / "gsm8k" / "train-300.jsonl"
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    shutil.copyfile(src, a)
+    shutil.copyfile(src, b)
+    ra, rb = open_dataset(a).record(), open_dataset(b).record()
+    assert ra["fingerprint"] == rb["fingerprint"] and ra["rows"] == 300 and ra["source"] != rb["source"]
+    b.write_bytes(b.read_bytes().replace(b"Natalia", b"Natalie", 1))
+    assert open_dataset(b).record()["fingerprint"] != ra["fingerprint"]
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    shutil.copytree(FIXTURES / "code_alpaca" / "code_alpaca-300.parquet.d", d1)
+    shutil.copytree(FIXTURES / "code_alpaca" / "code_alpaca-300.parquet.d", d2)
+    assert open_dataset(d1).record() == {**open_dataset(d2).record(), "source": str(d1)}
+
+
+def test_rows_counted_without_a_full_read():
+    ds = open_dataset(FIXTURES / "chat" / "sharegpt-300.json")
+    assert ds.rows is None and ds.num_rows() == 300
+    assert open_dataset(FIXTURES / "gsm8k" / "train-300.parquet").rows == 300
+
+
+# ------------------------------------------------------------------------------------------ real datasets
+
+GSM8K = SHARED_DATA / "gsm8k" / "train.jsonl"
+CODE_ALPACA = SHARED_DATA / "code_alpaca" / "code_alpaca_2k.json"
+
+
+@pytest.mark.skipif(not GSM8K.exists(), reason=f"{GSM8K} not present (the shared real datasets are not here)")
+def test_real_gsm8k():
+    ds, _, ex = read_all(GSM8K, batch_rows=2048)
+    assert (ds.format, ds.rows, len(ex), len(ds.rejects)) == ("qa", 7473, 7473, 0)
+    assert ex[0].prompt[0]["content"].startswith("Natalia sold clips") and ex[0].response.endswith("#### 72")
+
+
+@pytest.mark.skipif(not CODE_ALPACA.exists(), reason=f"{CODE_ALPACA} not present (the shared real datasets are not here)")
+def test_real_code_alpaca_has_two_empty_outputs():
+    ds, _, ex = read_all(CODE_ALPACA, SKIP, batch_rows=500)
+    assert (ds.container, ds.format, ds.rows, len(ex)) == ("json", "alpaca", 2017, 2015)
+    assert [(r.id, r.field, r.reason) for r in ds.rejects] == [(237, "output", "empty response"),
+                                                               (1859, "output", "empty response")]
+    expected = json.loads(CODE_ALPACA.read_text(encoding="utf-8"))
+    assert ex[0].prompt[0]["content"] == expected[0]["instruction"] + "\n\n" + expected[0]["input"]
+    assert ex[-1].response == expected[-1]["output"]
+    with pytest.raises(CurateError, match=r"code_alpaca_2k.json:1187: field 'output': empty response \(id 237;"):
+        read_all(CODE_ALPACA)
