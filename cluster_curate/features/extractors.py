@@ -16,8 +16,8 @@ examples share its batch nor on how much padding it gets (right padding + attent
   backward pass of the batch loss Σ_b loss_b (so each example's gradient is its own) and compute
   (dy·P_out)ᵀ(x·P_in) per example. Only activation gradients are computed, never weight gradients.
   Layers: every `nn.Linear` except the LM head, or those matching `layers` patterns (a pattern with * ? [ is
-  a glob over the module name, otherwise a substring of it; the LM head is included only when a pattern
-  names it). Dimension: `dim` is split evenly over the L layers (the first dim mod L layers get one more);
+  a glob that must match the module name or a dotted tail of it, e.g. `layers.1.*proj`; any other pattern
+  is a substring of the name, e.g. `q_proj`; the LM head is included only when a pattern names it). Dimension: `dim` is split evenly over the L layers (the first dim mod L layers get one more);
   a layer with d_l dims uses k_in = ⌈√d_l⌉, k_out = ⌈d_l / k_in⌉ and keeps the first d_l entries of the
   k_out × k_in projected gradient (rescaled by √(k_in·k_out/d_l)), so E[<φ(G), φ(G')>] = <G, G'> per layer.
   P_in, P_out are seeded Gaussians (projection.py), identical on every machine. Bias gradients are not used.
@@ -208,10 +208,13 @@ class LoraProjector:
 
 
 def _matches(name: str, patterns) -> bool:
+    parts = name.split(".")
+    suffixes = [".".join(parts[i:]) for i in range(len(parts))]
     for pat in patterns:
-        if any(c in pat for c in "*?[") and fnmatch.fnmatchcase(name, pat):
-            return True
-        if pat in name:
+        if any(c in pat for c in "*?["):
+            if any(fnmatch.fnmatchcase(s, pat) for s in suffixes):
+                return True
+        elif pat in name:
             return True
     return False
 

@@ -158,11 +158,13 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs)
-    except (OSError, ValueError, EnvironmentError) as e:
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
         if where == spec and not path.exists() and _hub_offline():
             raise CurateError(f"--model {spec}: not found locally or in the Hugging Face cache, and the hub is "
                               f"offline (HF_HUB_OFFLINE=1): download it first or pass a local path") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if trust_remote_code is False and "trust_remote_code" in str(e):
+            first += " (pass --trust-remote-code if you trust this model's code)"
         raise CurateError(f"--model {spec}: could not be loaded: {first}") from None
 
     model.to(dev)

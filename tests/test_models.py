@@ -1,0 +1,110 @@
+"""Loading feature models (features/models.py): local directories, hub ids offline, GGUF files, device/dtype."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cluster_curate.errors import CurateError
+from cluster_curate.features import models
+from cluster_curate.features.extractors import extract
+from cluster_curate.features.models import (collate, encode_examples, load_model, resolve_device,
+                                            resolve_dtype)
+from cluster_curate.io.datasets import Example
+from tiny_lm import build_llama
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOLLM2 = ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return build_llama(tmp_path_factory.mktemp("tiny") / "llama", tie=True)
+
+
+def test_load_local_directory(tiny_dir):
+    fm = load_model(str(tiny_dir))
+    assert fm.device == torch.device("cpu") and fm.dtype == torch.float32
+    assert fm.name == str(tiny_dir.resolve())
+    assert fm.output_layer is fm.module.get_output_embeddings()
+    assert fm.hidden_size == 64 and fm.vocab_size == len(fm.tokenizer)
+    assert not fm.module.training and not any(p.requires_grad for p in fm.module.parameters())
+    ids = torch.tensor([[1, 5, 9, 11]])
+    h = fm.hidden_fn(ids, torch.ones_like(ids))
+    assert h.shape == (1, 4, 64)
+
+
+def test_dtype_override_and_auto_choice(tiny_dir):
+    fm = load_model(str(tiny_dir), dtype="bf16", device="cpu")
+    assert fm.dtype == torch.bfloat16 and next(fm.module.parameters()).dtype == torch.bfloat16
+    enc, _ = encode_examples(fm.tokenizer, [Example(0, [{"role": "user", "content": "hi"}], "ok")], None)
+    out = extract(fm, collate(enc, fm.pad_id, fm.device), "gradient")
+    assert out["embedding"].dtype == np.float32 and np.isfinite(out["embedding"]).all()
+    # auto: bf16 on a GPU, fp32 on CPU
+    assert resolve_dtype(None, torch.device("cuda")) == torch.bfloat16
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("float16", torch.device("cpu")) == torch.float16
+    assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(CurateError, match="dtype"):
+        resolve_dtype("int3", torch.device("cpu"))
+    if not torch.cuda.is_available():
+        with pytest.raises(CurateError, match="CUDA is not available"):
+            resolve_device("cuda")
+
+
+def test_offline_hub_id_not_cached_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CurateError, match="offline"):
+        load_model("cluster-curate-tests/no-such-model")
+
+
+def test_missing_and_invalid_paths(tmp_path):
+    with pytest.raises(CurateError, match="no such file or directory"):
+        load_model(str(tmp_path / "nope" / "model"))
+    with pytest.raises(CurateError, match="config.json"):
+        load_model(str(tmp_path))
+    with pytest.raises(CurateError, match="no such GGUF file"):
+        load_model(str(tmp_path / "model.gguf"))
+
+
+def test_gguf_without_the_extra_names_it(tmp_path, monkeypatch):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"GGUF")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    with pytest.raises(CurateError, match=r"pip install 'cluster-curate\[gguf\]'"):
+        load_model(str(fake))
+
+
+def test_corrupt_gguf_is_a_clear_error(tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"not a gguf file at all")
+    with pytest.raises(CurateError, match="could not be loaded"):
+        load_model(str(fake))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"SmolLM2 GGUF absent ({SMOLLM2}); run `make smollm2` to fetch it")
+def test_smollm2_gguf_loads_and_gives_batch_invariant_features():
+    fm = load_model(str(SMOLLM2))
+    assert fm.hidden_size == 576 and fm.tokenizer.chat_template
+    exs = [Example(0, [{"role": "user", "content": "Natalia sold 48 clips in April and half as many in May. "
+                                                   "How many in total?"}],
+                   "She sold 48/2 = 24 clips in May, so 48 + 24 = 72 in total.\n#### 72"),
+           Example(1, [{"role": "user", "content": "Write a Python function that adds two numbers."}],
+                   "def add(a, b):\n    return a + b")]
+    enc, skipped = encode_examples(fm.tokenizer, exs, None)
+    assert not skipped
+    assert fm.tokenizer.decode(enc[1].input_ids[enc[1].response_start:]) == exs[1].response + "<|im_end|>"
+    both = extract(fm, collate(enc, fm.pad_id, fm.device), "gradient")
+    alone = extract(fm, collate(enc[1:], fm.pad_id, fm.device), "gradient")
+    assert both["embedding"].shape == (2, 576)
+    np.testing.assert_allclose(both["embedding"][1], alone["embedding"][0], atol=1e-4)
+    # an instruction-tuned model finds these answers far more likely than chance (ln 49152 = 10.8)
+    assert (both["loss"] < 4.0).all(), both["loss"]
