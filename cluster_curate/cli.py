@@ -130,12 +130,12 @@ def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
     if console.JSON_MODE:
         console.summary("inspect", {k: v for k, v in r.items() if k != "first_reject"})
     else:
-        for rej in r["rejects"]:
+        for rej in r["rejects"] if not console.QUIET else []:  # click.echo: one unwrapped line per row
             field = f"field '{rej['field']}': " if rej["field"] else ""
-            console.warn(f"rejected id {rej['id']}: {rej['location']}: {field}{rej['reason']}")
-        if r["rejected"] > len(r["rejects"]):
-            console.warn(f"... and {r['rejected'] - len(r['rejects'])} more rejected rows"
-                         + ("" if r["rejects_file"] else " (pass --rejects PATH to write them all)"))
+            click.echo(f"rejected id {rej['id']}: {rej['location']}: {field}{rej['reason']}", err=True)
+        if r["rejected"] > len(r["rejects"]) and not console.QUIET:
+            click.echo(f"... and {r['rejected'] - len(r['rejects'])} more rejected rows"
+                       + ("" if r["rejects_file"] else " (pass --rejects PATH to write them all)"), err=True)
         fields = ", ".join(f"{k}={v}" for k, v in r["fields"].items())
         data_rows = {"source": r["source"], "container": r["container"], "format": r["format"],
                      "fields": fields, "rows": r["rows"], "examples": r["examples"], "rejected": r["rejected"]}
@@ -152,11 +152,150 @@ def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
 
 # ============================================================================================ embed
 
+@command("embed")
+@click.argument("data")
+@click.option("--out", "-o", required=True, help="Embeddings artifact to write (a .parquet file; a directory of "
+              "parts when run under torchrun or with --num-shards).")
+@click.option("--model", default="proxy", show_default=True,
+              help="proxy (built in: trained briefly on the data, no download), a saved proxy (OUT.proxy), a local "
+                   "model directory, a .gguf file, or a Hugging Face id (from the local cache when offline).")
+@click.option("--features", default=None,
+              help="gradient | lora-gradient | hidden | loss-trajectory | text, or a comma list (concatenated "
+                   "L2-normalised blocks).  [default: gradient]")
+@click.option("--feature-weights", default=None, help="Comma list, one weight per feature block (default: 1 each).")
+@click.option("--dim", type=int, default=None,
+              help="Output dimension per block: random projection for gradient/hidden (default: hidden size), "
+                   "lora-gradient (default 8192), SVD width for text (default 256).")
+@click.option("--pool", type=click.Choice(["all", "response"]), default="all", show_default=True,
+              help="hidden: mean over all tokens, or over the positions that predict response tokens.")
+@click.option("--layers", default=None, help="lora-gradient: comma list of linear-layer name patterns (default: all).")
+@click.option("--checkpoints", default=None,
+              help="loss-trajectory: comma list of proxy warm-up steps or model paths/ids "
+                   "(default: the proxy's own warm-up checkpoints).")
+@click.option("--text-field", type=click.Choice(["prompt", "response", "both"]), default="prompt", show_default=True,
+              help="text: which text the TF-IDF looks at.")
+@click.option("--text-sample", type=int, default=20000, show_default=True,
+              help="text: rows (seeded sample) the vocabulary, IDF and SVD are fitted on.")
+@click.option("--max-length", type=int, default=None,
+              help="Tokens per example; the prompt is truncated from the left first.  [default: 1024]")
+@click.option("--batch-tokens", type=int, default=None,
+              help="Padded tokens per batch (length-sorted buckets); does not change the features.  [default: 16384]")
+@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N.")
+@click.option("--dtype", default="auto", show_default=True,
+              help="auto (bfloat16 on GPU, float32 on CPU) | float32 | bfloat16 | float16.")
+@click.option("--trust-remote-code", is_flag=True, help="Allow model code from the model's repository (off by default).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the proxy, samples and projections.")
+@click.option("--num-shards", type=int, default=1, show_default=True,
+              help="Job-array pieces: this run is piece --shard-index of K, writing its part into --out.")
+@click.option("--shard-index", type=int, default=0, show_default=True)
+@click.option("--commit-every", type=int, default=None,
+              help="Rows per committed chunk (what --resume keeps after a crash).  [default: 4096]")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run (same command) from its committed chunks.")
+@click.option("--proxy-size", type=click.Choice(["tiny", "small", "base"]), default=None,
+              help="Proxy width/depth: tiny 2x64, small 3x128, base 4x256 (layers x width).  [default: small]")
+@click.option("--proxy-sample", type=float, default=None,
+              help="Fraction of rows the proxy warms up on (at least 128, at most 20000 rows).  [default: 0.05]")
+@click.option("--proxy-epochs", type=float, default=None, help="Passes over the warm-up sample.  [default: 1]")
+@click.option("--proxy-steps", type=int, default=None, help="Exact warm-up steps (overrides --proxy-epochs).")
+@click.option("--proxy-tokenizer", type=click.Choice(["bpe", "word"]), default=None,
+              help="Tokenizer trained on the sample: byte-level BPE or words.  [default: bpe]")
+@click.option("--proxy-vocab", type=int, default=None, help="Proxy tokenizer vocabulary size.  [default: 4096]")
+@click.option("--proxy-checkpoints", type=int, default=None,
+              help="Warm-up checkpoints kept (loss-trajectory uses them).  [default: 3]")
+@dataset_options
+@output_options
+def embed_cmd(data, out, read_options, overwrite, force, proxy_size, proxy_sample, proxy_epochs, proxy_steps,
+              proxy_tokenizer, proxy_vocab, proxy_checkpoints, **opts):
+    """One feature vector per example of DATA (the paper's forward-only gradient feature by default).
+
+    \b
+    Examples:
+      cluster-curate embed train.jsonl --out emb.parquet
+      cluster-curate embed train.jsonl --out emb.parquet --features text,gradient --feature-weights 1,0.5
+      cluster-curate embed train.jsonl --out emb.parquet --model Qwen/Qwen2.5-0.5B-Instruct --dim 1024
+      torchrun --nproc-per-node 8 -m cluster_curate embed train.jsonl --out emb/
+    """
+    from cluster_curate import pipeline
+    from cluster_curate.features.proxy import ProxyOptions
+
+    proxy = ProxyOptions()
+    for name, value in (("size", proxy_size), ("sample", proxy_sample), ("epochs", proxy_epochs),
+                        ("steps", proxy_steps), ("tokenizer", proxy_tokenizer), ("vocab_size", proxy_vocab),
+                        ("checkpoints", proxy_checkpoints)):
+        if value is not None:
+            setattr(proxy, name, value)
+    cfg = pipeline.EmbedConfig(proxy=proxy, **opts)
+    result = pipeline.embed(data, out, cfg, read_options, overwrite=overwrite, force=force)
+    console.summary("embed", result)
+
+
 # ============================================================================================ cluster
 
 # ============================================================================================ select
 
 # ============================================================================================ shard
+
+@command("shard")
+@click.argument("selection", type=click.Path())
+@click.option("--data", required=True, help="The raw dataset the selection was made from (every source column is kept).")
+@click.option("--out", "out", required=True, type=click.Path(), help="Output directory for the shards and manifest.json.")
+@click.option("--num-shards", "-n", type=int, required=True, help="Number of data-parallel ranks (one shard each).")
+@click.option("--micro-batch-size", "-m", type=int, default=1, show_default=True,
+              help="Rows per rank per step; a global step is num-shards × micro-batch-size rows.")
+@click.option("--allocation", type=click.Choice(["stratified", "paper", "random"]), default="stratified",
+              show_default=True, help="stratified: every step holds every cluster's share, token-balanced across "
+              "ranks; paper: rank r gets only cluster r (needs k = num-shards); random: a plain shuffle (baseline).")
+@click.option("--balance", type=click.Choice(["tokens", "padded"]), default="tokens", show_default=True,
+              help="Rank load to balance: sum of tokens, or micro-batch size × longest row (trainers that pad).")
+@click.option("--length-window", type=int, default=None,
+              help="Group rows of similar length into steps inside windows of this many steps (0 = off; "
+                   "default 64).")
+@click.option("--remainder", type=click.Choice(["drop", "wrap"]), default="drop", show_default=True,
+              help="Rows beyond a whole number of steps: drop (listed in the manifest and leftover_ids.txt) or "
+                   "wrap (top up the last step with repeats from the start, marked in column `wrapped`).")
+@click.option("--weights", type=click.Choice(["cluster", "none"]), default="cluster", show_default=True,
+              help="Column `weight`: (n_c/n) ÷ (s_c/s), restoring the data's cluster proportions; none: 1.")
+@click.option("--tokenizer", default=None, help="Local tokenizer directory for token counts when neither the "
+              "selection nor its embeddings have n_tokens (else whitespace words are counted).")
+@click.option("--embeddings", default=None, help="Embeddings artifact to take n_tokens from (default: the "
+              "selection's own lineage, when reachable).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@dataset_options
+@output_options
+def shard_cmd(selection, data, out, num_shards, micro_batch_size, allocation, balance, length_window, remainder,
+              weights, tokenizer, embeddings, seed, read_options, overwrite, force):
+    """Allocate a selection across N data-parallel ranks: N equal Parquet shards (full source rows plus `id`,
+    `cluster`, `step`, `weight`, `wrapped`) in the order each rank consumes them, and manifest.json.
+
+    \b
+    Load a shard with datasets.load_dataset("parquet", data_files=...) or cluster_curate.loader.load_shard.
+    """
+    from cluster_curate import pipeline
+    m = pipeline.shard_selection(selection, data, out, num_shards, micro_batch_size, read_options=read_options,
+                                 allocation=allocation, balance=balance, remainder=remainder, weights=weights,
+                                 length_window=length_window, seed=seed, tokenizer=tokenizer, embeddings=embeddings,
+                                 overwrite=overwrite, force=force)
+    b = m["balance"]
+    console.summary(f"shard → {out}", {
+        "out": out,
+        "shards": m["num_shards"],
+        "rows per shard": m["rows_per_shard"],
+        "steps": m["steps"],
+        "micro-batch size": m["micro_batch_size"],
+        "selected rows": m["selected_rows"],
+        "left over (dropped)": m["leftover_rows"],
+        "wrapped (repeats)": m["wrapped_rows"],
+        "allocation": m["params"]["allocation"],
+        "token source": m["tokens"]["source"],
+        "token imbalance mean / p95": f"{b['token_imbalance']['mean']:.4f} / {b['token_imbalance']['p95']:.4f}",
+        "padded imbalance mean": round(b["padded_imbalance"]["mean"], 4),
+        "padding efficiency": round(b["padding_efficiency"], 4),
+        "cluster spread mean / min": f"{b['cluster_spread']['mean']:.4f} / {b['cluster_spread']['min']:.4f}",
+        "rank mix TV max": round(b["rank_mix_tv"]["max"], 4),
+        "seconds": m["seconds"],
+        "manifest": str(os.path.join(out, "manifest.json")),
+    })
+
 
 # ============================================================================================ run
 

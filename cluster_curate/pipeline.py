@@ -120,10 +120,709 @@ def inspect_dataset(source: str, read_options, tokenizer: str | None = None, rej
 
 # ============================================================================================ embed
 
+from dataclasses import dataclass as _dataclass, field as _field  # noqa: E402
+
+from cluster_curate.errors import CurateError  # noqa: E402
+from cluster_curate.io.artifacts import sidecar_path, stable_hash  # noqa: E402
+
+
+def _embed_defaults():
+    from cluster_curate.distributed import DEFAULT_COMMIT_EVERY
+    from cluster_curate.features.embed import DEFAULT_BATCH_TOKENS, DEFAULT_FEATURES, DEFAULT_MAX_LENGTH
+    return DEFAULT_FEATURES, DEFAULT_MAX_LENGTH, DEFAULT_BATCH_TOKENS, DEFAULT_COMMIT_EVERY
+
+
+@_dataclass
+class EmbedConfig:
+    """Everything `embed` needs besides the data and the output (see `cluster-curate embed --help`)."""
+    model: str = "proxy"
+    features: str | None = None  # None: features.embed.DEFAULT_FEATURES
+    feature_weights: str | None = None
+    dim: int | None = None
+    pool: str = "all"
+    layers: str | None = None
+    checkpoints: str | None = None
+    text_field: str = "prompt"
+    text_sample: int = 20000
+    max_length: int | None = None  # None: DEFAULT_MAX_LENGTH
+    batch_tokens: int | None = None  # None: DEFAULT_BATCH_TOKENS
+    device: str | None = None
+    dtype: str | None = None
+    trust_remote_code: bool = False
+    seed: int = 0
+    num_shards: int = 1
+    shard_index: int = 0
+    commit_every: int | None = None  # None: DEFAULT_COMMIT_EVERY
+    resume: bool = False
+    proxy: object = _field(default=None)  # features.proxy.ProxyOptions; None: defaults
+
+
+def _embed_validate(cfg: EmbedConfig) -> list[str]:
+    from cluster_curate.features.embed import MODEL_FEATURES, parse_features
+    from cluster_curate.features.text import TEXT_FIELDS
+    features = parse_features(cfg.features)
+    if cfg.dim is not None and cfg.dim <= 0:
+        raise CurateError(f"--dim must be positive, got {cfg.dim}")
+    if cfg.max_length is not None and cfg.max_length < 2:
+        raise CurateError(f"--max-length must be at least 2, got {cfg.max_length}")
+    if cfg.batch_tokens is not None and cfg.batch_tokens <= 0:
+        raise CurateError(f"--batch-tokens must be positive, got {cfg.batch_tokens}")
+    if cfg.pool not in ("all", "response"):
+        raise CurateError(f"--pool must be 'all' or 'response', got {cfg.pool!r}")
+    if cfg.text_field not in TEXT_FIELDS:
+        raise CurateError(f"--text-field must be one of {', '.join(TEXT_FIELDS)}, got {cfg.text_field!r}")
+    if cfg.text_sample < 2:
+        raise CurateError(f"--text-sample must be at least 2, got {cfg.text_sample}")
+    if cfg.checkpoints and "loss-trajectory" not in features:
+        raise CurateError("--checkpoints is only used by --features loss-trajectory")
+    if any(f in MODEL_FEATURES for f in features) and cfg.model != "proxy":
+        from pathlib import Path
+        from cluster_curate.features.models import _looks_like_path
+        if not Path(cfg.model).expanduser().exists() and _looks_like_path(cfg.model):
+            raise CurateError(f"--model {cfg.model}: no such file or directory")
+    if cfg.proxy is not None:
+        cfg.proxy.validate()
+    return features
+
+
+def _embed_scan(ds, commit_every: int):
+    """Pass 1: parse every row (bad input fails here, before any model work); count rows per chunk."""
+    import numpy as np
+    counts: dict[int, int] = {}
+    parsed = 0
+    for batch in ds.iter_batches():
+        for ex in batch.examples:
+            c = ex.id // commit_every
+            counts[c] = counts.get(c, 0) + 1
+        parsed += len(batch.examples)
+    total = int(ds.rows or 0)
+    n_chunks = -(-total // commit_every) if total else 0
+    per_chunk = np.zeros(n_chunks, dtype=np.int64)
+    for c, n in counts.items():
+        per_chunk[c] = n
+    return parsed, total, per_chunk
+
+
+def _embed_sample(ds, k: int, seed: int, salt: int) -> list:
+    """Pass 2: a seeded uniform sample of k parsed examples (the k smallest keys), in id order."""
+    import numpy as np
+    from cluster_curate.features.embed import BottomK, sample_keys
+    keep = BottomK(k)
+    for batch in ds.iter_batches():
+        if not batch.examples:
+            continue
+        keys = sample_keys(np.array([ex.id for ex in batch.examples]), seed * 1000003 + salt)
+        for ex, key in zip(batch.examples, keys.tolist()):
+            keep.add(key, ex.id, ex)
+    return keep.smallest(k)
+
+
+def _embed_proxy(ds, out, cfg: EmbedConfig, layout, parsed: int, record: dict, device):
+    """Train the proxy on a seeded sample (rank 0 of each piece, when no matching one is saved beside the
+    output), then load it from disk on every process so all use the same weights. Returns (dir, seconds)."""
+    import time
+    from cluster_curate import console, distributed
+    from cluster_curate.features import proxy as P
+    opts = cfg.proxy
+    directory = sidecar_path(out, "proxy")
+    key = stable_hash({"dataset": record.get("fingerprint"), "options": opts.__dict__})
+    seconds = 0.0
+    existing = P.is_proxy_dir(directory) and P.read_proxy_config(directory).get("key") == key
+    if layout.leader and not existing:
+        t0 = time.perf_counter()
+        sample = _embed_sample(ds, opts.sample_size(parsed), opts.seed, salt=1)
+        with _Lazy() as lazy:
+            def on_step(step, total, loss):
+                lazy.bar("proxy warm-up", total, "steps").advance(1)
+            from cluster_curate.features.models import resolve_device
+            trained = P.train_proxy(sample, opts, device=resolve_device(device), on_step=on_step)
+        P.save_proxy(trained, directory, extra={"key": key, "dataset": record})
+        seconds = time.perf_counter() - t0
+        console.info(f"proxy: trained on {trained.log['rows']} rows, {trained.log['steps']} steps in "
+                     f"{seconds:.1f}s (loss {trained.log['loss_first']:.2f} -> {trained.log['loss_last10']:.2f}); "
+                     f"saved to {directory}")
+    distributed.barrier(layout)
+    if not P.is_proxy_dir(directory):  # a job-array piece whose leader did not train (cannot happen) or a race
+        raise CurateError(f"{directory}: the proxy was not saved")
+    return directory, seconds
+
+
+class _Lazy:
+    """A progress bar opened on first use (its total is only known then)."""
+
+    def __enter__(self):
+        from contextlib import ExitStack
+        self._stack, self._bar = ExitStack(), None
+        return self
+
+    def bar(self, description, total, unit):
+        from cluster_curate import console
+        if self._bar is None:
+            self._bar = self._stack.enter_context(console.progress(description, total=total, unit=unit))
+        return self._bar
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+
+def _embed_text(ds, out, cfg: EmbedConfig, layout, parsed: int, record: dict):
+    from cluster_curate import distributed
+    from cluster_curate.features.embed import DEFAULT_TEXT_DIM
+    from cluster_curate.features.text import TextFeaturizer, example_text
+    dim = cfg.dim or DEFAULT_TEXT_DIM
+    path = sidecar_path(out, "text.npz")
+    key = stable_hash({"dataset": record.get("fingerprint"), "dim": dim, "field": cfg.text_field, "seed": cfg.seed,
+                       "sample": cfg.text_sample, "max_features": TextFeaturizer.max_features})
+    key_file = sidecar_path(out, "text.key")
+    existing = path.exists() and key_file.exists() and key_file.read_text() == key
+    if layout.leader and not existing:
+        sample = _embed_sample(ds, min(parsed, cfg.text_sample), cfg.seed, salt=2)
+        feat = TextFeaturizer(dim=dim, field=cfg.text_field, seed=cfg.seed)
+        feat.fit([example_text(ex, cfg.text_field) for ex in sample])
+        feat.save(path)
+        from cluster_curate.io.artifacts import atomic_write_bytes
+        atomic_write_bytes(key_file, key.encode())
+    distributed.barrier(layout)
+    return TextFeaturizer.load(path)
+
+
+def _embed_trajectory(cfg: EmbedConfig, proxy_dir, fm, device):
+    """The checkpoint models of `loss-trajectory`: --checkpoints (proxy warm-up steps or model specs),
+    else the proxy's own warm-up checkpoints."""
+    from cluster_curate.features import proxy as P
+    from cluster_curate.features.models import load_model
+    items = [s.strip() for s in (cfg.checkpoints or "").split(",") if s.strip()]
+    if not items:
+        if proxy_dir is None:
+            raise CurateError("--features loss-trajectory with a model other than the proxy needs --checkpoints "
+                              "A,B,C (model paths or ids)")
+        return [P.load_proxy(proxy_dir, s, device=fm.device) for s in P.proxy_checkpoint_steps(proxy_dir)], \
+            [f"step {s}" for s in P.proxy_checkpoint_steps(proxy_dir)]
+    models, names = [], []
+    for item in items:
+        if item.isdigit():
+            if proxy_dir is None:
+                raise CurateError(f"--checkpoints {item}: a step number only names a warm-up checkpoint of the proxy")
+            models.append(P.load_proxy(proxy_dir, int(item), device=fm.device))
+        elif P.is_proxy_dir(item):
+            models.append(P.load_proxy(item, device=fm.device))
+        else:
+            models.append(load_model(item, device=str(fm.device), dtype=cfg.dtype,
+                                     trust_remote_code=cfg.trust_remote_code))
+        names.append(item)
+    return models, names
+
+
+def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite: bool = False,
+          force: bool = False) -> dict:
+    """`cluster-curate embed`: one feature row per parsed example of `data` into the embeddings artifact
+    `out` (a file; a directory of parts when several processes share the run). Returns the summary."""
+    import json
+    import time
+
+    import numpy as np
+
+    from cluster_curate import console, distributed
+    from cluster_curate.features import proxy as P
+    from cluster_curate.features.embed import (DEFAULT_TEXT_DIM, MODEL_FEATURES, Embedder, block_dims,
+                                               chunk_table, parse_weights)
+    from cluster_curate.io.artifacts import atomic_write_bytes, make_meta
+    from cluster_curate.io.datasets import open_dataset
+
+    t_start = time.perf_counter()
+    default_features, default_max_length, default_batch_tokens, default_commit = _embed_defaults()
+    cfg.features = cfg.features or default_features
+    cfg.max_length = cfg.max_length or default_max_length
+    cfg.batch_tokens = cfg.batch_tokens or default_batch_tokens
+    cfg.commit_every = cfg.commit_every or default_commit
+    if cfg.proxy is None:
+        cfg.proxy = P.ProxyOptions()
+    cfg.proxy.seed, cfg.proxy.max_length = cfg.seed, cfg.max_length
+    features = _embed_validate(cfg)
+    weights = parse_weights(cfg.feature_weights, len(features))
+    uses_model = any(f in MODEL_FEATURES for f in features)
+
+    layout = distributed.detect(cfg.num_shards, cfg.shard_index)
+    device = distributed.device_for(layout, cfg.device)
+    distributed.init(layout, use_cuda=str(device or "").startswith("cuda") or (
+        device in (None, "auto") and _cuda_available()))
+    try:
+        ds = open_dataset(data, read_options)
+        parsed, total_rows, per_chunk = _embed_scan(ds, cfg.commit_every)
+        record = ds.record()
+        if parsed == 0:
+            raise CurateError(f"{data}: no row parsed; nothing to embed")
+
+        # ---- models and fitted state, shared by every process through files beside the output
+        fm, proxy_dir, warmup_s, model_name, trajectory, trajectory_names = None, None, 0.0, None, [], []
+        t_load = time.perf_counter()
+        if uses_model:
+            from cluster_curate.features.models import load_model, resolve_device
+            if cfg.model == "proxy":
+                proxy_dir, warmup_s = _embed_proxy(ds, out, cfg, layout, parsed, record, device)
+                fm = P.load_proxy(proxy_dir, device=resolve_device(device))
+                model_name = "proxy"
+            elif P.is_proxy_dir(cfg.model):
+                proxy_dir = cfg.model
+                fm = P.load_proxy(proxy_dir, device=resolve_device(device))
+                model_name = f"proxy:{cfg.model}"
+            else:
+                fm = load_model(cfg.model, device=device, dtype=cfg.dtype, trust_remote_code=cfg.trust_remote_code)
+                model_name = cfg.model
+            if "loss-trajectory" in features:
+                trajectory, trajectory_names = _embed_trajectory(cfg, proxy_dir, fm, device)
+        text = _embed_text(ds, out, cfg, layout, parsed, record) if "text" in features else None
+        prepare_s = time.perf_counter() - t_load
+
+        projectors, lora_dim = {}, None
+        if fm is not None:
+            from cluster_curate.features.extractors import DEFAULT_LORA_DIM, lora_projector
+            from cluster_curate.features.projection import derive_seed, random_projection_torch
+            for kind in ("gradient", "hidden"):
+                if kind in features and cfg.dim:
+                    projectors[kind] = random_projection_torch(fm.hidden_size, cfg.dim,
+                                                               derive_seed(cfg.seed, kind)).to(fm.device)
+            if "lora-gradient" in features:
+                lora_dim = cfg.dim or DEFAULT_LORA_DIM
+                projectors["lora-gradient"] = lora_projector(fm, lora_dim, cfg.seed, cfg.layers)
+        dims = block_dims(features, hidden_size=fm.hidden_size if fm else None, dim=cfg.dim,
+                          n_checkpoints=len(trajectory), text_dim=text.dim if text else DEFAULT_TEXT_DIM,
+                          lora_dim=lora_dim)
+        embedder = Embedder(features=features, fm=fm, text=text, trajectory=trajectory, projectors=projectors,
+                            weights=weights, pool=cfg.pool, layers=cfg.layers, max_length=cfg.max_length,
+                            batch_tokens=cfg.batch_tokens, dims=dict(dims))
+
+        params = {"model": model_name, "features": features, "feature_weights": weights if len(features) > 1 else None,
+                  "dim": cfg.dim, "dims": dims, "dim_total": int(sum(dims.values())), "pool": cfg.pool,
+                  "layers": cfg.layers, "checkpoints": trajectory_names or None, "text_field": cfg.text_field,
+                  "text_sample": cfg.text_sample if text else None, "max_length": cfg.max_length, "seed": cfg.seed,
+                  "dtype": str(fm.dtype).replace("torch.", "") if fm else None,
+                  "proxy": dict(cfg.proxy.__dict__) if model_name == "proxy" else None,
+                  "proxy_key": P.read_proxy_config(proxy_dir).get("key") if proxy_dir else None,
+                  "loss": "mean response-token cross-entropy" if fm else "NaN: no model (text features only)",
+                  "n_tokens": "model tokens" if fm else "whitespace words (no model tokenizer)"}
+        meta = make_meta("embeddings", params, {"data": record}, record)
+        output = distributed.ChunkedOutput(out, layout, {"params": params, "dataset": record.get("fingerprint")},
+                                           cfg.commit_every, resume=cfg.resume, overwrite=overwrite)
+
+        # ---- pass 3: the features, chunk by chunk (each chunk committed as soon as it is done)
+        todo = [c for c in range(len(per_chunk)) if output.todo(c)]
+        todo_set = set(todo)
+        todo_rows = int(per_chunk[todo].sum()) if todo else 0
+        done_rows, done_tokens, skipped_now = 0, 0, 0
+        t_feat = time.perf_counter()
+        with console.progress("embed", total=todo_rows, unit="rows") as bar:
+            def on_batch(rows, tokens):
+                nonlocal done_rows, done_tokens
+                done_rows += rows
+                done_tokens += tokens
+                rate = done_tokens / max(time.perf_counter() - t_feat, 1e-9)
+                bar.advance(rows, description=f"embed ({rate:,.0f} tokens/s)")
+
+            def flush(chunk, examples):
+                nonlocal skipped_now
+                result = embedder.embed(examples, on_batch=on_batch)
+                skipped = [{"id": int(i), "reason": r} for i, r in result.skipped]
+                skipped_now += len(skipped)
+                if skipped:
+                    bar.advance(len(skipped))
+                output.commit(chunk, chunk_table(result), skipped)
+
+            current, buf = None, []
+            for batch in ds.iter_batches():
+                for ex in batch.examples:
+                    c = output.chunk_of(ex.id)
+                    if c != current:
+                        if current is not None and current in todo_set:
+                            flush(current, buf)
+                        for gap in range((current + 1) if current is not None else 0, c):
+                            if gap in todo_set:  # chunks with no parsed row still get (empty) parts
+                                flush(gap, [])
+                        current, buf = c, []
+                    if c in todo_set:
+                        buf.append(ex)
+            last = current if current is not None else -1
+            if current is not None and current in todo_set:
+                flush(current, buf)
+            for gap in range(last + 1, len(per_chunk)):
+                if gap in todo_set:
+                    flush(gap, [])
+        feature_s = time.perf_counter() - t_feat
+
+        # ---- finish: reported rows, then the artifact
+        mine = [c for c in range(len(per_chunk)) if layout.owns(c)]
+        skipped_rows = output.skipped_rows(mine)
+        bad_rows = [r.to_dict() for r in ds.rejects if layout.owns(output.chunk_of(r.id))]
+        result = output.finish(meta, len(per_chunk))
+        rejects_path = output.rejects_path()
+        reported = [dict(r, kind="bad row") for r in bad_rows] + [dict(r, kind="no response token")
+                                                                 for r in skipped_rows]
+        if reported:
+            reported.sort(key=lambda r: r["id"])
+            atomic_write_bytes(rejects_path, "".join(json.dumps(r) + "\n" for r in reported).encode())
+        elif rejects_path.exists():
+            rejects_path.unlink()
+        seconds = time.perf_counter() - t_start
+        summary = {
+            "output": result["path"], "process": layout.describe(), "rows": result["rows"],
+            "rows_in_data": total_rows, "skipped_no_response": len(skipped_rows), "bad_rows": len(bad_rows),
+            "rejects": str(rejects_path) if reported else None, "model": model_name or "none",
+            "features": ",".join(features), "dims": dims, "dim": int(sum(dims.values())),
+            "device": str(fm.device) if fm else "cpu", "chunks_computed": len(todo),
+            "chunks_resumed": len(mine) - len([c for c in mine if c in todo_set]),
+            "seconds": round(seconds, 3), "warmup_seconds": round(warmup_s, 3),
+            "prepare_seconds": round(prepare_s, 3), "feature_seconds": round(feature_s, 3),
+            "rows_per_s": round(done_rows / max(feature_s, 1e-9), 1),
+            "tokens_per_s": round(done_tokens / max(feature_s, 1e-9), 1),
+        }
+        if proxy_dir is not None:
+            summary["proxy"] = str(proxy_dir)
+        if skipped_rows:
+            shown = ", ".join(str(r["id"]) for r in skipped_rows[:10])
+            console.warn(f"{len(skipped_rows)} row(s) kept no response token and were not embedded (ids {shown}"
+                         f"{', ...' if len(skipped_rows) > 10 else ''}); listed in {rejects_path}")
+        return summary
+    finally:
+        distributed.shutdown(layout)
+
+
+def _cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
 # ============================================================================================ cluster
 
 # ============================================================================================ select
 
 # ============================================================================================ shard
+
+SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # added to every source row of a shard
+SHARD_MANIFEST = "manifest.json"
+SHARD_LEFTOVER = "leftover_ids.txt"
+
+
+def shard_file_name(index: int, num_shards: int) -> str:
+    """DESIGN.md: DIR/shard-00000-of-00004.parquet (5-digit indices)."""
+    return f"shard-{index:05d}-of-{num_shards:05d}.parquet"
+
+
+def _selection_cluster_sizes(meta, clusters_labels, force: bool):
+    """n_c per selected cluster label in the full data: the selection's `cluster_sizes` parameter, else counted
+    from the clusters artifact it was made from. None when neither is available."""
+    import numpy as np
+
+    from cluster_curate.io.artifacts import read_artifact
+    sizes = meta.params.get("cluster_sizes")
+    if sizes is not None:
+        if isinstance(sizes, dict):
+            lookup = {int(k): int(v) for k, v in sizes.items()}
+        else:
+            lookup = {i: int(v) for i, v in enumerate(sizes)}
+        missing = [int(c) for c in clusters_labels if int(c) not in lookup]
+        if missing:
+            from cluster_curate.errors import CurateError
+            raise CurateError(f"selection: params.cluster_sizes has no size for cluster {missing[0]}")
+        return np.array([lookup[int(c)] for c in clusters_labels], dtype=np.int64), "selection params"
+    src = (meta.inputs or {}).get("clusters", {}).get("path")
+    if src:
+        from pathlib import Path
+        if Path(src).exists():
+            table, _ = read_artifact(src, kind=None if force else "clusters", columns=["cluster"])
+            labels, counts = np.unique(table.column("cluster").to_numpy(), return_counts=True)
+            lookup = dict(zip(labels.tolist(), counts.tolist()))
+            return np.array([lookup.get(int(c), 0) for c in clusters_labels], dtype=np.int64), f"clusters artifact {src}"
+    return None, None
+
+
+def _embeddings_tokens(path, ids, force: bool):
+    """n_tokens per selected id from an embeddings artifact (None when it has no such column)."""
+    import numpy as np
+
+    from cluster_curate.errors import CurateError
+    from cluster_curate.io.artifacts import read_artifact, read_meta
+    import pyarrow.parquet as pq
+    from cluster_curate.io.artifacts import artifact_files
+    meta = read_meta(path, None if force else "embeddings")
+    if "n_tokens" not in pq.read_schema(artifact_files(path)[0]).names:
+        return None, meta
+    table, _ = read_artifact(path, columns=["id", "n_tokens"])
+    e_ids = table.column("id").to_numpy()
+    e_tok = table.column("n_tokens").to_numpy()
+    order = np.argsort(e_ids)
+    at = np.searchsorted(e_ids[order], ids)
+    at = np.minimum(at, len(order) - 1)
+    found = e_ids[order][at] == ids
+    if not found.all():
+        raise CurateError(f"{path}: no row for selected id {int(ids[~found][0])} (embeddings of another dataset?)")
+    return e_tok[order][at].astype(np.int64), meta
+
+
+def _count_tokens_pass(ds, ids, tokenizer_path, batch_rows):
+    """Tokens per selected id by reading the data once: with a tokenizer, prompt (chat template when it has
+    one) + response tokens; without, whitespace-separated words of prompt and response."""
+    import numpy as np
+
+    from cluster_curate import console
+    tok = _load_tokenizer(tokenizer_path) if tokenizer_path else None
+    where = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    where[ids] = np.arange(ids.shape[0])
+    counts = np.full(ids.shape[0], -1, dtype=np.int64)
+    with console.progress("shard: count tokens", total=ds.rows) as bar:
+        for batch in ds.iter_batches(batch_rows):
+            chosen = [e for e in batch.examples if e.id < where.shape[0] and where[e.id] >= 0]
+            if chosen:
+                if tok is not None:
+                    p, r = _token_counts(tok, chosen)
+                    n = [a + b for a, b in zip(p, r)]
+                else:
+                    n = [sum(len(t["content"].split()) for t in e.prompt) + len(e.response.split()) for e in chosen]
+                counts[where[[e.id for e in chosen]]] = n
+            bar.advance(batch.raw.num_rows)
+    return counts
+
+
+def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_batch_size: int = 1, *,
+                    read_options=None, allocation: str = "stratified", balance: str = "tokens",
+                    remainder: str = "drop", weights: str = "cluster", length_window: int | None = None,
+                    seed: int = 0, tokenizer: str | None = None, embeddings: str | None = None,
+                    overwrite: bool = False, force: bool = False, batch_rows: int = 4096,
+                    chunk_bytes: int = 64 << 20, buffer_bytes: int = 128 << 20) -> dict:
+    """`shard`: plan the allocation on ids and small columns, then stream the raw data once and write
+    N Parquet shards in planned order (bounded memory: cluster_curate/io/shard_writer.py), plus
+    manifest.json and leftover_ids.txt. Returns the manifest."""
+    import json
+    import os
+    import shutil
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from cluster_curate import __version__, console, sharding
+    from cluster_curate.errors import CurateError
+    from cluster_curate.io.artifacts import (META_KEY, atomic_write_bytes, check_dataset_matches, make_meta,
+                                             read_artifact, read_meta, stable_hash)
+    from cluster_curate.io.datasets import ReadOptions, open_dataset
+    from cluster_curate.io.shard_writer import ShardWriter
+
+    t0 = time.monotonic()
+    out_dir = Path(out)
+    if out_dir.exists() and not overwrite:
+        raise CurateError(f"{out_dir}: already exists (pass --overwrite to replace it)")
+    if weights not in ("cluster", "none"):
+        raise CurateError(f"--weights must be 'cluster' or 'none' (got {weights!r})")
+
+    # ---- the plan, on ids and small columns only
+    sel_meta = read_meta(selection, None if force else "selection")
+    table, _ = read_artifact(selection)
+    for col in ("id", "cluster"):
+        if col not in table.column_names:
+            raise CurateError(f"{selection}: no '{col}' column (is it a selection artifact?)")
+        if table.column(col).null_count:
+            raise CurateError(f"{selection}: column '{col}' has null values")
+    ids = table.column("id").to_numpy().astype(np.int64)
+    clusters = table.column("cluster").to_numpy().astype(np.int64)
+    if ids.size == 0:
+        raise CurateError(f"{selection}: the selection is empty")
+    if ids.min() < 0:
+        raise CurateError(f"{selection}: negative id {int(ids.min())}")
+    uniq, first = np.unique(ids, return_index=True)
+    if uniq.size != ids.size:
+        dup = np.setdiff1d(np.arange(ids.size), first)[0]
+        raise CurateError(f"{selection}: id {int(ids[dup])} is selected twice (row {int(dup)})")
+    # a canonical row order, so the plan does not depend on how the selection file happens to be sorted
+    order = np.argsort(ids)
+    ids, clusters = ids[order], clusters[order]
+
+    ds = open_dataset(data, read_options or ReadOptions())
+    dataset = ds.record()
+    check_dataset_matches(sel_meta, selection, dataset, force)
+    inputs = {"selection": sel_meta.as_input(selection), "data": dataset}
+
+    tokens, token_source = None, None
+    if "n_tokens" in table.column_names and table.column("n_tokens").null_count == 0:
+        tokens, token_source = table.column("n_tokens").to_numpy().astype(np.int64)[order], "selection n_tokens"
+    if tokens is None:
+        candidates = [embeddings] if embeddings else []
+        if not embeddings:  # the embeddings this selection descends from, when still where they were
+            cl_path = (sel_meta.inputs or {}).get("clusters", {}).get("path")
+            emb_path = (sel_meta.inputs or {}).get("embeddings", {}).get("path")
+            if not emb_path and cl_path and Path(cl_path).exists():
+                emb_path = (read_meta(cl_path).inputs or {}).get("embeddings", {}).get("path")
+            candidates += [emb_path] if emb_path and Path(emb_path).exists() else []
+        for cand in candidates:
+            tokens, emb_meta = _embeddings_tokens(cand, ids, force)
+            if tokens is not None:
+                token_source = f"embeddings n_tokens ({cand})"
+                inputs["embeddings"] = emb_meta.as_input(cand)
+                break
+            if cand == embeddings:
+                raise CurateError(f"{cand}: no 'n_tokens' column")
+    if tokens is None:
+        tokens = _count_tokens_pass(ds, ids, tokenizer, batch_rows)
+        missing = np.flatnonzero(tokens < 0)
+        if missing.size:
+            raise CurateError(f"{data}: selected id {int(ids[missing[0]])} is not a readable example of this dataset "
+                              f"({missing.size} selected ids missing; was the selection made from {data}?)")
+        token_source = f"tokenizer {tokenizer}" if tokenizer else "whitespace words (no n_tokens, embeddings or --tokenizer)"
+        if not tokenizer:
+            console.warn("no token counts in the selection or its embeddings and no --tokenizer: balancing on "
+                         "whitespace-separated words (recorded in the manifest as token_source)")
+
+    plan = sharding.plan_steps(clusters, tokens, num_shards, micro_batch_size, allocation=allocation,
+                               balance=balance, remainder=remainder, length_window=length_window, seed=seed)
+    labels, s_c = np.unique(clusters, return_counts=True)
+    n_c, sizes_source = _selection_cluster_sizes(sel_meta, labels, force)
+    if weights == "none":
+        w_c = np.ones(labels.shape[0])
+    else:
+        if n_c is None:
+            raise CurateError(f"{selection}: cannot compute loss weights: no params.cluster_sizes and its clusters "
+                              "artifact is not reachable (pass --weights none to train unweighted)")
+        w_c = sharding.loss_weights(n_c, s_c)
+    cl_index = np.searchsorted(labels, clusters)
+    row_weight = w_c[cl_index]
+    figures = sharding.balance_figures(plan, tokens, clusters)
+
+    # ---- where each selected id goes: (shard, position); repeats (--remainder wrap) listed apart
+    t_count, n, m = plan.rows.shape
+    cell_shard = np.broadcast_to(np.arange(n)[None, :, None], plan.rows.shape).reshape(-1)
+    cell_pos = (np.arange(t_count)[:, None, None] * m + np.arange(m)[None, None, :]).repeat(n, 1).reshape(-1)
+    cell_row = plan.rows.reshape(-1)
+    cell_wrapped = plan.wrapped.reshape(-1)
+    lookup = np.full(int(ids.max()) + 1, -1, dtype=np.int64)   # id -> its (first) cell
+    lookup[ids[cell_row[~cell_wrapped]]] = np.flatnonzero(~cell_wrapped)
+    repeats: dict[int, list[int]] = {}
+    for cell in np.flatnonzero(cell_wrapped):
+        repeats.setdefault(int(ids[cell_row[cell]]), []).append(int(cell))
+
+    # ---- stream the raw data once, writing rows into per-shard buckets
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes)
+        renamed: dict[str, str] = {}
+        source_columns: dict[str, None] = {}
+        found = np.zeros(ids.shape[0], dtype=bool)
+        with console.progress("shard: write", total=ds.rows) as bar:
+            for batch in ds.iter_batches(batch_rows):
+                raw = batch.raw
+                bar.advance(raw.num_rows)
+                bid = raw.column("id").to_numpy().astype(np.int64)
+                inside = bid < lookup.shape[0]
+                cells = np.full(bid.shape[0], -1, dtype=np.int64)
+                cells[inside] = lookup[bid[inside]]
+                take = np.flatnonzero(cells >= 0)
+                extra_take, extra_cells = [], []
+                if repeats:
+                    for i, v in enumerate(bid):
+                        for cell in repeats.get(int(v), ()):
+                            extra_take.append(i)
+                            extra_cells.append(cell)
+                if take.size == 0 and not extra_take:
+                    continue
+                take = np.concatenate([take, np.array(extra_take, dtype=np.int64)])
+                cells = np.concatenate([cells[take[: take.size - len(extra_take)]], np.array(extra_cells, dtype=np.int64)])
+                rows = pa.Table.from_batches([raw]).take(pa.array(take))
+                for name in rows.column_names:
+                    if name in SHARD_COLUMNS:
+                        renamed[name] = f"source_{name}"
+                if renamed:
+                    rows = rows.rename_columns([renamed.get(c, c) for c in rows.column_names])
+                source_columns.update(dict.fromkeys(rows.column_names))
+                sel_row = cell_row[cells]
+                rows = rows.append_column("cluster", pa.array(clusters[sel_row], pa.int64()))
+                rows = rows.append_column("step", pa.array(cell_pos[cells] // m, pa.int64()))
+                rows = rows.append_column("weight", pa.array(row_weight[sel_row], pa.float64()))
+                rows = rows.append_column("wrapped", pa.array(cell_wrapped[cells], pa.bool_()))
+                writer.add(rows, cell_shard[cells], cell_pos[cells])
+                found[sel_row] = True
+        planned = np.unique(cell_row)
+        missing = planned[~found[planned]]
+        if missing.size:
+            raise CurateError(f"{data}: selected id {int(ids[missing[0]])} is not in this dataset ({missing.size} "
+                              f"selected ids missing; was the selection made from {data}?)")
+
+        params = {"num_shards": n, "micro_batch_size": m, "allocation": allocation,
+                  "balance": balance if allocation == "stratified" else None,
+                  "length_window": (length_window if length_window is not None
+                                    else sharding.DEFAULT_LENGTH_WINDOW.get(balance)) if allocation == "stratified" else None,
+                  "remainder": remainder, "weights": weights, "seed": seed, "token_source": token_source}
+        meta = make_meta("shard", params, inputs, sel_meta.dataset or dataset)
+        meta.rows = plan.rows_per_shard
+        file_meta = {META_KEY: meta.to_json().encode()}
+        names = [shard_file_name(r, n) for r in range(n)]
+        columns = ["id"] + [c for c in source_columns if c not in ("id",) + SHARD_COLUMNS] + list(SHARD_COLUMNS)
+        writer.finish([work / name for name in names], columns, file_meta)
+        shutil.rmtree(work / "spill", ignore_errors=True)
+
+        leftover_ids = np.sort(ids[plan.leftover]).tolist()
+        atomic_write_bytes(work / SHARD_LEFTOVER, "".join(f"{i}\n" for i in leftover_ids).encode())
+        import hashlib
+        files = []
+        for name in names:
+            h = hashlib.sha256((work / name).read_bytes()).hexdigest()
+            files.append({"file": name, "rows": plan.rows_per_shard, "sha256": h})
+        manifest = {
+            "kind": "shard-manifest",
+            "version": __version__,
+            "fingerprint": meta.fingerprint,
+            "params": params,
+            "inputs": inputs,
+            "dataset": meta.dataset,
+            "num_shards": n,
+            "micro_batch_size": m,
+            "rows_per_shard": plan.rows_per_shard,
+            "steps": plan.steps,
+            "global_batch_rows": n * m,
+            "selected_rows": int(ids.size),
+            "sharded_rows": int(plan.rows.size),
+            "wrapped_rows": int(plan.wrapped.sum()),
+            "leftover_rows": len(leftover_ids),
+            "leftover_ids": leftover_ids,
+            "leftover_file": SHARD_LEFTOVER,
+            "renamed_source_columns": renamed,
+            "columns": columns,
+            "files": files,
+            "clusters": [{"cluster": int(c), "selected": int(s), "in_data": None if n_c is None else int(nc),
+                          "weight": float(w)} for c, s, nc, w in
+                         zip(labels, s_c, n_c if n_c is not None else [None] * len(labels), w_c)],
+            "cluster_sizes_source": sizes_source,
+            "tokens": {"source": token_source, "total": int(tokens.sum()), "mean": float(tokens.mean())},
+            "balance": figures,
+        }
+        atomic_write_bytes(work / SHARD_MANIFEST, (json.dumps(manifest, indent=2, default=_json_default) + "\n").encode())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(work, 0o777 & ~umask)  # mkdtemp/mkstemp make private files; shards are for the whole job
+        for f in (SHARD_MANIFEST, SHARD_LEFTOVER):
+            os.chmod(work / f, 0o666 & ~umask)
+        # swap the finished directory into place (an existing one only goes once the new one is complete)
+        if out_dir.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+            os.replace(out_dir, trash / "old")
+            os.replace(work, out_dir)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(work, out_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    manifest["seconds"] = round(time.monotonic() - t0, 3)
+    return manifest
+
+
+def _json_default(v):
+    import numpy as np
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
+
 
 # ============================================================================================ run

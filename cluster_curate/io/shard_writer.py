@@ -1,0 +1,140 @@
+"""Write rows that arrive in dataset order into N Parquet shards in *planned* order, with bounded memory.
+
+The raw dataset is streamed once; each selected row arrives with its shard and its position in that shard.
+Rows are buffered per (shard, position chunk) and spilled to Arrow IPC files in a temporary directory
+when the buffers exceed `buffer_bytes`; at the end each shard is assembled chunk by chunk (read the
+chunk's spill files, sort by position, append one row group). Peak memory is therefore about
+`buffer_bytes` + one chunk (`chunk_bytes`), whatever the size of the text — an external bucket sort,
+possible because every row's final position is known before the data is read.
+
+JSON sources may widen their schema from batch to batch (a column all-null at first, a new column); the
+shards are written with the union of all schemas seen (`promote_options="permissive"`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cluster_curate.errors import CurateError
+
+POSITION = "__position"
+
+
+class ShardWriter:
+    def __init__(self, tmp_dir: str | os.PathLike, num_shards: int, rows_per_shard: int, *,
+                 chunk_bytes: int = 64 << 20, buffer_bytes: int = 128 << 20):
+        self.tmp = Path(tmp_dir)
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.num_shards, self.rows_per_shard = num_shards, rows_per_shard
+        self.chunk_bytes, self.buffer_bytes = chunk_bytes, buffer_bytes
+        self.chunk_rows: int | None = None  # decided from the first rows' size
+        self.n_chunks = 0
+        self._buffers: dict[int, list[pa.Table]] = {}
+        self._buffered = 0
+        self._segments: dict[int, list[Path]] = {}
+        self._schemas: dict[pa.Schema, None] = {}
+        self._spills = 0
+        self.rows_added = 0
+
+    def add(self, table: pa.Table, shard: np.ndarray, position: np.ndarray) -> None:
+        """Queue `table`'s rows: row i goes to shard[i] at position[i]."""
+        if table.num_rows == 0:
+            return
+        if self.chunk_rows is None:
+            per_row = max(1.0, table.nbytes / table.num_rows)
+            self.chunk_rows = int(min(max(16, self.chunk_bytes // per_row), max(1, self.rows_per_shard)))
+            self.n_chunks = -(-self.rows_per_shard // self.chunk_rows)
+        table = table.append_column(POSITION, pa.array(position, pa.int64()))
+        self._schemas.setdefault(table.schema, None)
+        key = np.asarray(shard, dtype=np.int64) * self.n_chunks + np.asarray(position) // self.chunk_rows
+        order = np.argsort(key, kind="stable")
+        sorted_keys = key[order]
+        bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
+        for idx in np.split(order, bounds):
+            part = table.take(pa.array(idx))
+            self._buffers.setdefault(int(key[idx[0]]), []).append(part)
+            self._buffered += part.nbytes
+        self.rows_added += table.num_rows
+        if self._buffered > self.buffer_bytes:
+            self._spill()
+
+    def _spill(self) -> None:
+        for key in sorted(self._buffers):
+            parts = self._buffers[key]
+            # one IPC file per run of parts with the same schema (a JSON source may widen it)
+            runs: list[list[pa.Table]] = []
+            for part in parts:
+                if runs and runs[-1][0].schema.equals(part.schema):
+                    runs[-1].append(part)
+                else:
+                    runs.append([part])
+            for i, run in enumerate(runs):
+                p = self.tmp / f"spill-{key:08d}-{self._spills:06d}-{i:03d}.arrow"
+                with pa.ipc.new_file(str(p), run[0].schema) as w:
+                    for part in run:
+                        w.write_table(part)
+                self._segments.setdefault(key, []).append(p)
+        self._buffers.clear()
+        self._buffered = 0
+        self._spills += 1
+
+    def _chunk_table(self, key: int) -> pa.Table | None:
+        tables = [pa.ipc.open_file(str(p)).read_all() for p in self._segments.get(key, [])]
+        tables += self._buffers.get(key, [])
+        if not tables:
+            return None
+        return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+
+    def schema(self) -> pa.Schema:
+        return pa.unify_schemas(list(self._schemas), promote_options="permissive")
+
+    def finish(self, paths: list[Path], columns: list[str], metadata: dict[bytes, bytes] | None = None,
+               compression: str = "zstd") -> None:
+        """Assemble the shards at `paths` (one per shard) with `columns` in this order."""
+        if self.chunk_rows is None:
+            raise CurateError("no selected row was found in the data")
+        unified = self.schema()
+        target = pa.schema([unified.field(c) for c in columns], metadata=metadata)
+        for shard, path in enumerate(paths):
+            writer = pq.ParquetWriter(str(path), target, compression=compression)
+            try:
+                expected = 0
+                for chunk in range(self.n_chunks):
+                    key = shard * self.n_chunks + chunk
+                    table = self._chunk_table(key)
+                    if table is None:
+                        continue
+                    table = table.sort_by(POSITION)
+                    pos = table.column(POSITION).to_numpy()
+                    want = np.arange(expected, expected + table.num_rows)
+                    if not np.array_equal(pos, want):
+                        missing = np.setdiff1d(np.arange(expected, min(self.rows_per_shard, expected + self.chunk_rows)), pos)
+                        raise CurateError(f"shard {shard}: position {int(missing[0]) if missing.size else int(pos[0])} "
+                                          "received no row or two rows (internal plan/data mismatch)")
+                    expected += table.num_rows
+                    table = _conform(table, target)
+                    writer.write_table(table, row_group_size=max(1, table.num_rows))
+                    self._buffers.pop(key, None)
+                    for p in self._segments.pop(key, []):
+                        p.unlink(missing_ok=True)
+                if expected != self.rows_per_shard:
+                    raise CurateError(f"shard {shard}: {expected} rows written, {self.rows_per_shard} planned")
+            finally:
+                writer.close()
+
+
+def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
+    """`table` with exactly `target`'s columns (missing ones as nulls), in order and types."""
+    arrays = []
+    for field in target:
+        if field.name in table.column_names:
+            col = table.column(field.name)
+            arrays.append(col if col.type == field.type else col.cast(field.type))
+        else:
+            arrays.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(arrays, schema=target)

@@ -1,0 +1,149 @@
+"""What a training script imports to read its shard (written by `cluster-curate shard`).
+
+    from cluster_curate.loader import load_shard
+    shard = load_shard("shards/")              # rank / world size from torch.distributed when initialised
+    for batch in shard.micro_batches():        # the planned micro-batches, in order: dict column -> list
+        loss = (per_example_loss(batch) * torch.tensor(batch["weight"])).mean()
+
+Every rank's shard has the same number of rows and micro-batches, so every rank runs the same number of
+steps. The rows are already in the order the plan wants: do not shuffle them (a sampler is provided that
+keeps the order, for DataLoader). A shard is plain Parquet: `datasets.load_dataset("parquet",
+data_files=shard.path)` or `pyarrow.parquet.read_table(shard.path)` read it without this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cluster_curate.errors import CurateError
+
+MANIFEST = "manifest.json"
+
+
+def read_manifest(directory: str | os.PathLike) -> dict:
+    """The manifest.json of a shard directory (parameters, rows_per_shard, steps, leftover_ids, balance)."""
+    path = Path(directory) / MANIFEST
+    if not path.is_file():
+        raise CurateError(f"{directory}: no {MANIFEST} (not a directory written by `cluster-curate shard`)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise CurateError(f"{path}: unreadable manifest ({e})") from None
+    if manifest.get("kind") != "shard-manifest":
+        raise CurateError(f"{path}: not a shard manifest (kind {manifest.get('kind')!r})")
+    return manifest
+
+
+def distributed_rank_and_world() -> tuple[int, int] | None:
+    """(rank, world size) from torch.distributed when initialised, else from torchrun's RANK/WORLD_SIZE, else None."""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:  # torch is optional for reading shards
+        pass
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return None
+
+
+class Shard:
+    """One rank's shard: a map-style dataset (len / index -> row dict) plus the planned micro-batches."""
+
+    def __init__(self, directory: str | os.PathLike, rank: int, manifest: dict, columns: Sequence[str] | None = None):
+        self.directory, self.rank, self.manifest = Path(directory), rank, manifest
+        self.num_shards = int(manifest["num_shards"])
+        self.micro_batch_size = int(manifest["micro_batch_size"])
+        self.steps = int(manifest["steps"])
+        self.path = self.directory / manifest["files"][rank]["file"]
+        try:
+            self.table: pa.Table = pq.read_table(self.path, columns=list(columns) if columns else None, memory_map=True)
+        except (OSError, pa.ArrowInvalid, KeyError) as e:
+            raise CurateError(f"{self.path}: cannot read shard ({e})") from None
+        if self.table.num_rows != manifest["rows_per_shard"]:
+            raise CurateError(f"{self.path}: {self.table.num_rows} rows, the manifest says {manifest['rows_per_shard']}")
+
+    def __len__(self) -> int:
+        return self.table.num_rows
+
+    def __getitem__(self, index: int) -> dict:
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return {k: v[0] for k, v in self.table.slice(index % len(self), 1).to_pydict().items()}
+
+    @property
+    def column_names(self) -> list[str]:
+        return self.table.column_names
+
+    def micro_batches(self, columns: Sequence[str] | None = None) -> Iterator[dict[str, list]]:
+        """The planned micro-batches in order (one per step): dict column -> list of micro_batch_size values."""
+        table = self.table.select(list(columns)) if columns else self.table
+        m = self.micro_batch_size
+        for step in range(self.steps):
+            yield table.slice(step * m, m).to_pydict()
+
+    def __iter__(self) -> Iterator[dict]:
+        for batch in self.table.to_batches():
+            yield from batch.to_pylist()
+
+    def sampler(self):
+        """A torch Sampler yielding 0..len-1 in the planned order (never shuffle a shard)."""
+        from torch.utils.data import Sampler
+
+        class PlannedOrder(Sampler):
+            def __init__(self, n):
+                self.n = n
+
+            def __iter__(self):
+                return iter(range(self.n))
+
+            def __len__(self):
+                return self.n
+
+        return PlannedOrder(len(self))
+
+    def batch_sampler(self):
+        """A torch batch sampler yielding the planned micro-batches' indices (for DataLoader(batch_sampler=...))."""
+        m, steps = self.micro_batch_size, self.steps
+        from torch.utils.data import Sampler
+
+        class PlannedMicroBatches(Sampler):
+            def __iter__(self):
+                return (list(range(s * m, (s + 1) * m)) for s in range(steps))
+
+            def __len__(self):
+                return steps
+
+        return PlannedMicroBatches()
+
+    def to_hf_dataset(self):
+        """The shard as a `datasets.Dataset` (rows in planned order; use it unshuffled)."""
+        import datasets
+        return datasets.Dataset(self.table)
+
+
+def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size: int | None = None,
+               columns: Sequence[str] | None = None) -> Shard:
+    """Open shard `rank` of a shard directory. Rank and world size default to torch.distributed's (or torchrun's
+    environment); without either, rank 0 of a single process. The world size must equal the number of shards."""
+    manifest = read_manifest(directory)
+    found = distributed_rank_and_world()
+    if rank is None:
+        rank, found_world = found if found is not None else (0, manifest["num_shards"] if manifest["num_shards"] == 1 else None)
+        if world_size is None:
+            world_size = found_world
+    elif world_size is None and found is not None:
+        world_size = found[1]
+    n = int(manifest["num_shards"])
+    if world_size is not None and world_size != n:
+        raise CurateError(f"{directory}: written for {n} ranks but this job has world size {world_size} "
+                          f"(re-run `cluster-curate shard --num-shards {world_size}`)")
+    if not 0 <= rank < n:
+        raise CurateError(f"{directory}: rank {rank} out of range (the directory has {n} shards)")
+    return Shard(directory, rank, manifest, columns)

@@ -1,0 +1,264 @@
+"""`cluster-curate shard` end to end: files, invariants, determinism, errors, loading."""
+
+import hashlib
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cluster_curate import pipeline, sharding
+from cluster_curate.cli import main
+from cluster_curate.errors import CurateError
+from cluster_curate.loader import load_shard, read_manifest
+from shard_helpers import make_dataset, make_selection
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_dataset(tmp_path_factory.mktemp("data") / "data.jsonl", 600)
+
+
+def _run(cli_runner, *args):
+    result = cli_runner.invoke(main, ["shard", *map(str, args)])
+    return result
+
+
+def _shards(out):
+    manifest = read_manifest(out)
+    return manifest, [pq.read_table(out / f["file"]) for f in manifest["files"]]
+
+
+def _sha(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_end_to_end_invariants(tmp_path, data, cli_runner):
+    sel = make_selection(tmp_path / "sel.parquet", data, k=4, fraction=0.5)
+    out = tmp_path / "shards"
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", out, "-n", "4", "-m", "4", "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["shards"] == 4
+    manifest, tables = _shards(out)
+    assert [f["file"] for f in manifest["files"]] == [f"shard-0000{i}-of-00004.parquet" for i in range(4)]
+    # equal rows, whole steps
+    assert {t.num_rows for t in tables} == {manifest["rows_per_shard"]}
+    assert manifest["rows_per_shard"] == manifest["steps"] * 4
+    # every selected id exactly once across shards, or left over (in the manifest and the file beside it)
+    placed = np.concatenate([t.column("id").to_numpy() for t in tables])
+    leftover = np.array(manifest["leftover_ids"], dtype=np.int64)
+    assert np.unique(placed).size == placed.size
+    assert np.array_equal(np.sort(np.concatenate([placed, leftover])), sel["ids"])
+    assert leftover.size == 300 - (300 // 16) * 16
+    assert [int(x) for x in (out / "leftover_ids.txt").read_text().split()] == manifest["leftover_ids"]
+    # full original rows + id, cluster, step, weight, wrapped
+    source = [json.loads(line) for line in data.read_text().splitlines()]
+    assert tables[0].column_names == ["id", "question", "answer", "meta", "cluster", "step", "weight", "wrapped"]
+    for t in tables:
+        for row in t.slice(0, 20).to_pylist():
+            src = source[row["id"]]
+            assert (row["question"], row["answer"], row["meta"]) == (src["question"], src["answer"], src["meta"])
+            assert row["cluster"] == sel["clusters"][np.searchsorted(sel["ids"], row["id"])]
+        steps = t.column("step").to_numpy()
+        assert np.array_equal(steps, np.repeat(np.arange(manifest["steps"]), 4))
+        assert not any(t.column("wrapped").to_pylist())
+    # balance figures are in the manifest
+    b = manifest["balance"]
+    assert b["cluster_spread"]["mean"] >= 0.95 and b["token_imbalance"]["mean"] < 1.1
+    assert manifest["tokens"]["source"].startswith("whitespace")
+
+
+def test_order_in_each_shard_is_the_planned_order(tmp_path, data, cli_runner):
+    sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.4, n_tokens=True)
+    out = tmp_path / "shards"
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", out, "-n", "3", "-m", "2", "--seed", "7")
+    assert r.exit_code == 0, r.output
+    manifest, tables = _shards(out)
+    assert manifest["tokens"]["source"] == "selection n_tokens"
+    plan = sharding.plan_steps(sel["clusters"], sel["tokens"], 3, 2, seed=7)
+    for rank, t in enumerate(tables):
+        assert np.array_equal(t.column("id").to_numpy(), sel["ids"][plan.shard_rows(rank)])
+
+
+def test_same_seed_gives_byte_identical_shards(tmp_path, data, cli_runner):
+    make_selection(tmp_path / "sel.parquet", data, k=4, fraction=0.5)
+    hashes = []
+    for name, seed in (("a", 1), ("b", 1), ("c", 2)):
+        r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / name, "-n", "2", "-m", "3",
+                 "--seed", seed, "-q")
+        assert r.exit_code == 0, r.output
+        hashes.append([_sha(p) for p in sorted((tmp_path / name).glob("*.parquet"))]
+                      + [_sha(tmp_path / name / "leftover_ids.txt")])
+    assert hashes[0] == hashes[1]
+    assert hashes[0] != hashes[2]
+    manifest = read_manifest(tmp_path / "a")
+    assert [f["sha256"] for f in manifest["files"]] == hashes[0][:2]
+
+
+def test_wrap_tops_up_with_marked_repeats(tmp_path, data, cli_runner):
+    sel = make_selection(tmp_path / "sel.parquet", data, k=4, fraction=0.5)
+    out = tmp_path / "shards"
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", out, "-n", "4", "-m", "4",
+             "--remainder", "wrap", "-q")
+    assert r.exit_code == 0, r.output
+    manifest, tables = _shards(out)
+    t = pa.concat_tables(tables)
+    ids, wrapped = t.column("id").to_numpy(), t.column("wrapped").to_numpy(zero_copy_only=False)
+    assert manifest["leftover_ids"] == [] and manifest["steps"] == -(-300 // 16)
+    assert np.array_equal(np.sort(ids[~wrapped]), sel["ids"])      # every id once, unmarked
+    assert wrapped.sum() == manifest["wrapped_rows"] == manifest["steps"] * 16 - 300
+    assert np.isin(ids[wrapped], ids[~wrapped]).all()
+
+
+def test_weights_formula_and_none(tmp_path, data, cli_runner):
+    sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, equal_quotas=True)
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "w", "-n", "3", "-m", "2", "-q")
+    assert r.exit_code == 0, r.output
+    t = pa.concat_tables(_shards(tmp_path / "w")[1])
+    n_c, s_c = sel["sizes"], np.bincount(sel["clusters"], minlength=3)
+    expected = (n_c / n_c.sum()) / (s_c / s_c.sum())
+    assert np.allclose(t.column("weight").to_numpy(), expected[t.column("cluster").to_numpy()])
+    assert np.allclose(expected, 3 * n_c / n_c.sum())  # equal quotas: the paper's K·|C|/n
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "n", "-n", "3", "-m", "2",
+             "--weights", "none", "-q")
+    assert r.exit_code == 0, r.output
+    assert set(pa.concat_tables(_shards(tmp_path / "n")[1]).column("weight").to_pylist()) == {1.0}
+
+
+def test_paper_allocation_and_its_error(tmp_path, data, cli_runner):
+    sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, equal_quotas=True)
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "p", "-n", "3", "-m", "2",
+             "--allocation", "paper", "-q")
+    assert r.exit_code == 0, r.output
+    manifest, tables = _shards(tmp_path / "p")
+    for rank, t in enumerate(tables):
+        assert set(t.column("cluster").to_pylist()) == {rank}
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "q", "-n", "4",
+             "--allocation", "paper")
+    assert r.exit_code == 2 and "needs as many clusters as shards" in r.output
+    assert not (tmp_path / "q").exists()
+
+
+def test_one_shard_and_more_shards_than_clusters(tmp_path, data, cli_runner):
+    sel = make_selection(tmp_path / "sel.parquet", data, k=2, fraction=0.3)
+    for name, n in (("one", 1), ("many", 7)):
+        r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / name, "-n", n, "-m", "2", "-q")
+        assert r.exit_code == 0, r.output
+        manifest, tables = _shards(tmp_path / name)
+        assert len(tables) == n and {t.num_rows for t in tables} == {manifest["rows_per_shard"]}
+        placed = np.concatenate([t.column("id").to_numpy() for t in tables])
+        assert np.array_equal(np.sort(np.concatenate([placed, manifest["leftover_ids"]])), sel["ids"])
+
+
+def test_errors_are_one_line(tmp_path, data, cli_runner):
+    make_selection(tmp_path / "sel.parquet", data, k=2, fraction=0.05)  # 30 rows
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "x", "-n", "8", "-m", "4")
+    assert r.exit_code == 2 and "8 × 4 = 32 rows but the selection has only 30" in r.output
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "ok", "-n", "2", "-q")
+    assert r.exit_code == 0, r.output
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "ok", "-n", "2")
+    assert r.exit_code == 2 and "--overwrite" in r.output
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "ok", "-n", "3", "--overwrite", "-q")
+    assert r.exit_code == 0 and read_manifest(tmp_path / "ok")["num_shards"] == 3
+    assert not list(tmp_path.glob(".ok.*"))  # no temporary directories left behind
+    # a selection made from another dataset
+    other = make_dataset(tmp_path / "other.jsonl", 50, seed=5)
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", other, "--out", tmp_path / "y", "-n", "2")
+    assert r.exit_code == 2 and "--force" in r.output
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", other, "--out", tmp_path / "y", "-n", "2", "--force")
+    assert r.exit_code == 2 and "is not" in r.output and "Traceback" not in r.output
+    # not a selection
+    r = _run(cli_runner, data, "--data", data, "--out", tmp_path / "z", "-n", "2")
+    assert r.exit_code == 2 and "ERROR" in r.output
+    # no cluster sizes anywhere: weights need them, --weights none does not
+    make_selection(tmp_path / "nosizes.parquet", data, k=2, fraction=0.2, cluster_sizes=False)
+    r = _run(cli_runner, tmp_path / "nosizes.parquet", "--data", data, "--out", tmp_path / "w", "-n", "2")
+    assert r.exit_code == 2 and "--weights none" in r.output
+    r = _run(cli_runner, tmp_path / "nosizes.parquet", "--data", data, "--out", tmp_path / "w", "-n", "2",
+             "--weights", "none", "-q")
+    assert r.exit_code == 0, r.output
+
+
+def test_cluster_sizes_from_the_clusters_artifact(tmp_path, data, cli_runner):
+    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.datasets import open_dataset
+    rec = open_dataset(str(data)).record()
+    clusters = np.random.default_rng(0).integers(0, 3, rec["rows"])
+    cpath = tmp_path / "clusters.parquet"
+    write_artifact(pa.table({"id": np.arange(rec["rows"]), "cluster": clusters}), cpath,
+                   make_meta("clusters", {}, {}, rec))
+    sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.3, cluster_sizes=False,
+                         clusters_path=str(cpath))
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "s", "-n", "2", "-q")
+    assert r.exit_code == 0, r.output
+    manifest = read_manifest(tmp_path / "s")
+    assert manifest["cluster_sizes_source"].startswith("clusters artifact")
+    assert [c["in_data"] for c in manifest["clusters"]] == np.bincount(clusters, minlength=3).tolist()
+    assert sel is not None
+
+
+def test_tokenizer_counts(tmp_path, data, cli_runner):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    vocab = {"[UNK]": 0, "alpha": 1, "beta": 2}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(tmp_path / "tok")
+    make_selection(tmp_path / "sel.parquet", data, k=2, fraction=0.2)
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "s", "-n", "2",
+             "--tokenizer", tmp_path / "tok", "-q")
+    assert r.exit_code == 0, r.output
+    manifest = read_manifest(tmp_path / "s")
+    assert manifest["tokens"]["source"] == f"tokenizer {tmp_path / 'tok'}"
+    # Whitespace pre-tokenizer splits "#12?" into pieces, so there are more tokens than words
+    source = [json.loads(line) for line in data.read_text().splitlines()]
+    t = pa.concat_tables(_shards(tmp_path / "s")[1])
+    words = sum(len(source[i]["question"].split()) + len(source[i]["answer"].split()) for i in t.column("id").to_pylist())
+    assert manifest["tokens"]["total"] > words * (t.num_rows / (t.num_rows + len(manifest["leftover_ids"]))) * 0.99
+
+
+def test_bounded_buffers_spill_and_widening_schema(tmp_path):
+    """Tiny buffers force spills and many position chunks; a column null at first and a new column later."""
+    data = make_dataset(tmp_path / "d.jsonl", 400, extra={"note": lambda i: None if i < 150 else f"n{i}",
+                                                          "weight": lambda i: i * 0.5})
+    sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.6)
+    small = pipeline.shard_selection(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "small"), 2, 3,
+                                     batch_rows=64, chunk_bytes=2_000, buffer_bytes=5_000)
+    big = pipeline.shard_selection(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "big"), 2, 3)
+    assert small["renamed_source_columns"] == {"weight": "source_weight"}
+    for f_small, f_big in zip(small["files"], big["files"]):
+        a, b = pq.read_table(tmp_path / "small" / f_small["file"]), pq.read_table(tmp_path / "big" / f_big["file"])
+        assert a.equals(b)
+        assert pq.ParquetFile(tmp_path / "small" / f_small["file"]).num_row_groups > 1
+    t = pq.read_table(tmp_path / "small" / small["files"][0]["file"])
+    assert t.schema.field("note").type == pa.string() and "source_weight" in t.column_names
+    src = {i: i * 0.5 for i in sel["ids"].tolist()}
+    assert all(src[i] == w for i, w in zip(t.column("id").to_pylist(), t.column("source_weight").to_pylist()))
+
+
+def test_loading_with_datasets_pyarrow_and_the_loader(tmp_path, data, cli_runner):
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5)
+    out = tmp_path / "shards"
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", out, "-n", "2", "-m", "4", "-q")
+    assert r.exit_code == 0, r.output
+    manifest = read_manifest(out)
+    import datasets
+    files = sorted(str(p) for p in out.glob("shard-*.parquet"))
+    ds = datasets.load_dataset("parquet", data_files={"train": files[1]}, split="train",
+                               cache_dir=str(tmp_path / "hf-cache"))
+    expected = pq.read_table(files[1])
+    assert len(ds) == manifest["rows_per_shard"] and ds["id"] == expected.column("id").to_pylist()
+    shard = load_shard(out, rank=1, world_size=2)
+    batches = list(shard.micro_batches())
+    assert len(batches) == manifest["steps"] and all(len(b["id"]) == 4 for b in batches)
+    assert sum((b["id"] for b in batches), []) == expected.column("id").to_pylist()
+    assert [b["step"][0] for b in batches] == list(range(manifest["steps"]))
+    assert shard[0]["id"] == expected.column("id")[0].as_py() and len(shard) == expected.num_rows
+    assert list(shard.batch_sampler())[1] == [4, 5, 6, 7]
+    assert shard.to_hf_dataset()["id"] == expected.column("id").to_pylist()
+    with pytest.raises(CurateError, match="written for 2 ranks but this job has world size 4"):
+        load_shard(out, rank=0, world_size=4)
+    with pytest.raises(CurateError, match="no manifest.json"):
+        load_shard(tmp_path)
