@@ -231,7 +231,101 @@ def embed_cmd(data, out, read_options, overwrite, force, proxy_size, proxy_sampl
 
 # ============================================================================================ cluster
 
+class _KParam(click.ParamType):
+    """--k: a positive number of clusters or 'auto'."""
+    name = "N|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or str(value).lower() == "auto":
+            return value if isinstance(value, int) else "auto"
+        try:
+            k = int(value)
+        except ValueError:
+            self.fail(f"expected a number of clusters or 'auto', got {value!r}", param, ctx)
+        if k < 1:
+            self.fail(f"must be >= 1, got {k}", param, ctx)
+        return k
+
+
+@command("cluster")
+@click.argument("embeddings", type=click.Path())
+@click.option("--out", "-o", required=True, type=click.Path(),
+              help="Clusters artifact to write (.parquet); the centroids go beside it (OUT.centroids.npy).")
+@click.option("--k", "k", type=_KParam(), default="auto", show_default=True,
+              help="Number of clusters, or auto: ceil(sqrt(n)) capped at n/2 (deliberately more clusters than "
+                   "natural groups, so rare groups get clusters of their own). The paper uses k = number of GPUs.")
+@click.option("--iters", type=click.IntRange(min=1), default=20, show_default=True, help="k-means iterations.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seeds the training sample and the initial centroids.")
+@click.option("--center", is_flag=True, help="Subtract the mean feature before L2-normalising (default: L2 only).")
+@click.option("--max-size-factor", type=click.FloatRange(min=1.0), default=None,
+              help="Soft cap: no cluster above ceil(A·n/k) rows; rows over it move to the nearest of their 8 "
+                   "closest centroids with room (the paper uses 1.5).  [default: no cap]")
+@click.option("--sample-size", type=click.IntRange(min=1), default=None,
+              help="Rows k-means trains on before every row is assigned.  [default: min(n, max(128·k, 2^24/k))]")
+@click.option("--gpus", type=click.IntRange(min=0), default=None,
+              help="GPUs for faiss: all it sees by default, 0 = CPU (choose devices with CUDA_VISIBLE_DEVICES).")
+@click.option("--batch-rows", type=click.IntRange(min=1), default=65536, show_default=True,
+              help="Rows per assignment batch (memory: the feature matrix plus one batch).")
+@output_options
+def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample_size, gpus, batch_rows,
+                overwrite, force):
+    """k-means (faiss, spherical: cosine on L2-normalised features) over an embeddings artifact.
+
+    \b
+    Writes `id`, `cluster`, `similarity` (cosine to its centroid) and OUT.centroids.npy.
+    Examples:
+      cluster-curate cluster emb.parquet --out clusters.parquet
+      cluster-curate cluster emb.parquet --out clusters.parquet --k 4 --max-size-factor 1.5   # the paper
+    """
+    from cluster_curate import pipeline
+    summary, rows = pipeline.cluster_embeddings(embeddings, out, k=k, iters=iters, seed=seed, center=center,
+                                                max_size_factor=max_size_factor, sample_size=sample_size,
+                                                gpus=gpus, batch_rows=batch_rows, overwrite=overwrite, force=force)
+    console.summary(f"cluster → {out}", summary, rows)
+
+
 # ============================================================================================ select
+
+@command("select")
+@click.argument("clusters", type=click.Path())
+@click.option("--out", "-o", required=True, type=click.Path(), help="Selection artifact to write (.parquet).")
+@click.option("--fraction", type=float, default=None, help="Budget as a fraction of all rows, in (0, 1].")
+@click.option("--budget", type=int, default=None, help="Budget as a number of rows (met exactly).")
+@click.option("--per-cluster-ratio", type=float, default=None,
+              help="The paper's rule: every cluster keeps floor(R × smallest cluster size) rows, R in (0, 1].")
+@click.option("--balance-power", type=float, default=0.0, show_default=True,
+              help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional.")
+@click.option("--within", type=click.Choice(["random", "far", "near", "diverse", "hard"]), default="random",
+              show_default=True, help="Order inside a cluster: random | far (peripheral first, the paper) | near "
+              "(typical first) | diverse (k-center greedy; needs embeddings) | hard (highest loss first).")
+@click.option("--embeddings", type=click.Path(), default=None,
+              help="Embeddings artifact (features for diverse / --dedup, loss for hard, n_tokens for shard). "
+                   "Default: the one the clusters were made from, when it is still there.")
+@click.option("--dedup", type=float, default=None, metavar="COSINE",
+              help="Drop a row whose cosine similarity to an already kept row of its cluster exceeds COSINE "
+                   "(before quotas are filled).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seeds the random order.")
+@output_options
+def select_cmd(clusters, out, fraction, budget, per_cluster_ratio, balance_power, within, embeddings, dedup, seed,
+               overwrite, force):
+    """A balanced, budgeted subset of every cluster: --fraction F | --budget N | --per-cluster-ratio R.
+
+    \b
+    Quotas by water-filling: small clusters are taken whole, the rest of the budget is spread evenly.
+    Writes `id`, `cluster`, `rank_in_cluster` (+ `n_tokens` when the embeddings are reachable).
+    Examples:
+      cluster-curate select clusters.parquet --out sel.parquet --fraction 0.31
+      cluster-curate select clusters.parquet --out sel.parquet --per-cluster-ratio 0.5 --within far   # the paper
+      cluster-curate select clusters.parquet --out sel.parquet --budget 20000 --dedup 0.95 --embeddings emb.parquet
+    """
+    from cluster_curate import pipeline
+    summary, rows = pipeline.select_from_clusters(
+        clusters, out, fraction=fraction, budget=budget, per_cluster_ratio=per_cluster_ratio,
+        balance_power=balance_power, within=within, embeddings=embeddings, dedup=dedup, seed=seed,
+        summary_limit=None if console.JSON_MODE else 32, overwrite=overwrite, force=force)
+    console.summary(f"select → {out}", summary, rows)
+
 
 # ============================================================================================ shard
 

@@ -1,0 +1,181 @@
+"""`cluster-curate inspect`: through click's CliRunner, and through a real subprocess for exit codes."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from cluster_curate.cli import main
+
+from conftest import FIXTURES, ROOT, SHARED_DATA
+from test_datasets import BAD_INPUTS, CODE_ALPACA, GOOD_FIXTURES, GSM8K, write_jsonl
+
+
+def run(cli_runner, *args):
+    result = cli_runner.invoke(main, ["inspect", *map(str, args)])
+    assert "Traceback" not in result.output
+    return result
+
+
+def run_json(cli_runner, *args) -> dict:
+    result = run(cli_runner, "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("rel", sorted(GOOD_FIXTURES))
+def test_inspect_every_fixture(cli_runner, rel):
+    container, fmt = GOOD_FIXTURES[rel]
+    r = run_json(cli_runner, FIXTURES / rel)
+    assert (r["rows"], r["examples"], r["rejected"], r["format"], r["container"]) == (300, 300, 0, fmt, container)
+    assert r["lengths"]["prompt_chars"]["min"] > 0 and r["lengths"]["response_chars"]["max"] >= 1
+    assert r["duplicates"] == 0
+
+
+def test_inspect_table_on_a_terminal(cli_runner):
+    result = run(cli_runner, FIXTURES / "chat" / "messages-300.jsonl")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for expected in ("format", "messages", "rows", "300", "prompt chars", "response chars", "p90",
+                     "multi-turn (context turns)", "prompt=messages, response=messages"):
+        assert expected in out, expected
+    lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines() if line.count("│") == 3}
+    assert lines["with a system prompt"] == "200" and lines["multi-turn (context turns)"] == "100"
+
+
+def test_inspect_counts_exact_duplicates(cli_runner, tmp_path):
+    p = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": "a"}, {"question": "q", "answer": "a"},
+                                           {"question": "q", "answer": "b"}, {"question": "r", "answer": "a"},
+                                           {"question": "q", "answer": "a"}])
+    r = run_json(cli_runner, p)
+    assert (r["duplicates"], r["duplicate_prompts"]) == (2, 3)
+    assert r["lengths"]["response_chars"] == {"min": 1, "p50": 1, "p90": 1, "p99": 1, "max": 1, "mean": 1.0,
+                                              "total": 5}
+
+
+@pytest.mark.parametrize("name,opts,pattern", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_inspect_bad_inputs_exit_2_with_one_error_line(cli_runner, name, opts, pattern):
+    p = FIXTURES / "bad" / name
+    args = ["--on-bad-row", opts["on_bad_row"]] if opts else []
+    result = run(cli_runner, *args, p)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR: ")]
+    assert len(errors) == 1, result.stderr
+    msg = errors[0][len("ERROR: "):]
+    # a bad row: inspect lists them all, then fails with the first one (same text as embed/shard would print,
+    # without the `(id N; ` note)
+    pattern = pattern.replace(r"\(id 3; ", r"\(").replace(r"\(id 2;", r"\(").format(p=re.escape(str(p)))
+    assert re.search(pattern, msg), msg
+
+
+def test_inspect_skip_writes_rejects_and_exits_0(cli_runner, tmp_path):
+    out = tmp_path / "rejects.jsonl"
+    src = FIXTURES / "bad" / "empty_response.jsonl"
+    r = run_json(cli_runner, "--on-bad-row", "skip", "--rejects", out, src)
+    assert (r["rows"], r["examples"], r["rejected"], r["rejects_file"]) == (8, 6, 2, str(out))
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert written == r["rejects"] == [
+        {"id": 2, "location": f"{src}:3", "field": "answer", "reason": "empty response"},
+        {"id": 4, "location": f"{src}:5", "field": "answer", "reason": "missing response"}]
+    again = run(cli_runner, "--on-bad-row", "skip", "--rejects", out, src)
+    assert again.exit_code == 2 and "already exists (pass --overwrite" in again.stderr
+    assert run(cli_runner, "--on-bad-row", "skip", "--rejects", out, "--overwrite", src).exit_code == 0
+    table = run(cli_runner, "--on-bad-row", "skip", src)
+    assert table.exit_code == 0
+    assert "rejected id 2" in table.stderr and "field 'answer': empty response" in table.stderr
+
+
+def test_inspect_error_mode_still_reports_everything(cli_runner):
+    result = run(cli_runner, "--json", FIXTURES / "bad" / "empty_response.jsonl")
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["rejected"] == 2
+    assert "2 bad rows in all" in result.stderr
+
+
+def test_inspect_field_overrides(cli_runner):
+    p = FIXTURES / "bad" / "unknown_format.jsonl"
+    r = run_json(cli_runner, "--prompt-field", "text", "--response-field", "label", p)
+    assert (r["format"], r["fields"], r["examples"]) == ("prompt-completion", {"prompt": "text", "response": "label"}, 2)
+    r = run_json(cli_runner, "--format", "qa", "--prompt-field", "answer", FIXTURES / "gsm8k" / "train-300.jsonl")
+    assert r["fields"] == {"prompt": "answer", "response": "answer"}
+
+
+def test_inspect_hub_id_offline(cli_runner, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path))
+    result = run(cli_runner, "nobody/no-such-set")
+    assert result.exit_code == 2
+    assert "hub is offline" in result.stderr and "not in the local cache" in result.stderr
+
+
+def _word_tokenizer(tmp_path, chat_template=None):
+    """A real word-level tokenizer (whitespace split), saved and then loaded by path as a user would."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    if chat_template:
+        fast.chat_template = chat_template
+    path = tmp_path / ("tok-chat" if chat_template else "tok")
+    fast.save_pretrained(path)
+    return path
+
+
+def test_inspect_token_lengths(cli_runner, tmp_path):
+    src = FIXTURES / "chat" / "messages-300.jsonl"
+    rows = [json.loads(line)["messages"] for line in src.read_text().splitlines()]
+    response_words = sorted(len(m[-1]["content"].split()) for m in rows)
+    prompt_words = [sum(len(t["content"].split()) for t in m[:-1]) for m in rows]
+
+    r = run_json(cli_runner, "--tokenizer", _word_tokenizer(tmp_path), src)
+    assert r["lengths"]["response_tokens"]["max"] == response_words[-1]
+    assert r["lengths"]["response_tokens"]["total"] == sum(response_words)
+    assert r["lengths"]["prompt_tokens"]["total"] == sum(prompt_words)
+    # with a chat template, the prompt is counted as the model will see it: one marker per turn + the generation one
+    template = "{% for m in messages %}<{{ m.role }}> {{ m.content }} {% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+    r = run_json(cli_runner, "--tokenizer", _word_tokenizer(tmp_path, template), src)
+    assert r["lengths"]["prompt_tokens"]["total"] == sum(prompt_words) + sum(len(m) - 1 for m in rows) + len(rows)
+    bad = run(cli_runner, "--tokenizer", tmp_path / "nope", src)
+    assert bad.exit_code == 2 and "--tokenizer" in bad.stderr and "not a directory" in bad.stderr
+
+
+@pytest.mark.skipif(not GSM8K.exists(), reason=f"{GSM8K} not present (the shared real datasets are not here)")
+def test_inspect_real_gsm8k(cli_runner):
+    r = run_json(cli_runner, GSM8K)
+    assert (r["rows"], r["examples"], r["rejected"], r["format"]) == (7473, 7473, 0, "qa")
+
+
+@pytest.mark.skipif(not CODE_ALPACA.exists(), reason=f"{CODE_ALPACA} not present (the shared real datasets are not here)")
+def test_inspect_real_code_alpaca(cli_runner):
+    r = run_json(cli_runner, "--on-bad-row", "skip", CODE_ALPACA)
+    assert (r["rows"], r["examples"], r["rejected"], r["format"]) == (2017, 2015, 2, "alpaca")
+    assert [x["id"] for x in r["rejects"]] == [237, 1859]
+    strict = run(cli_runner, CODE_ALPACA)
+    assert strict.exit_code == 2
+    assert f"ERROR: {CODE_ALPACA}:1187: field 'output': empty response" in strict.stderr
+
+
+# ------------------------------------------------------------------------------------------ a real process
+
+def _subprocess(*args):
+    return subprocess.run([sys.executable, "-m", "cluster_curate", "inspect", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_subprocess_exit_codes_and_no_traceback(tmp_path):
+    bad = FIXTURES / "bad" / "invalid_json.jsonl"
+    r = _subprocess(bad)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr + r.stdout
+    assert r.stderr.strip().splitlines()[-1].startswith(f"ERROR: {bad}:4: invalid JSON (")
+
+    r = _subprocess(tmp_path / "missing.jsonl")
+    assert r.returncode == 2 and r.stderr.strip() == f"ERROR: {tmp_path / 'missing.jsonl'}: no such file or directory"
+
+    r = _subprocess("--json", "--on-bad-row", "skip", bad)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert json.loads(r.stdout)["rejected"] == 1
