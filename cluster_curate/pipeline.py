@@ -493,7 +493,415 @@ def _cuda_available() -> bool:
 
 # ============================================================================================ cluster
 
+from cluster_curate.errors import CurateError  # noqa: E402,F811
+
+def _artifact_schema(path):
+    import pyarrow.parquet as pq
+
+    from cluster_curate.io.artifacts import artifact_files
+    return pq.read_schema(artifact_files(path)[0])
+
+
+def load_embedding_matrix(path, *, force: bool = False, batch_rows: int = 65536):
+    """The `embedding` column of an embeddings artifact as one [n, d] float32 matrix in id order, plus the
+    sorted ids and the artifact's meta. Memory: the matrix plus one batch (each batch's vectors are a view of
+    Arrow's buffer, copied once into place). Errors name the file and the first bad id."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cluster_curate.clustering import embedding_matrix
+    from cluster_curate.io.artifacts import artifact_files, read_meta
+
+    meta = read_meta(path, None if force else "embeddings")
+    files = artifact_files(path)
+    names = _artifact_schema(path).names
+    for col in ("id", "embedding"):
+        if col not in names:
+            raise CurateError(f"{path}: no '{col}' column (found {', '.join(names)})")
+    try:
+        id_parts = [pq.read_table(f, columns=["id"]).column("id").to_numpy() for f in files]
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CurateError(f"{path}: cannot read column 'id' ({e})") from None
+    file_ids = np.concatenate(id_parts).astype(np.int64, copy=False) if id_parts else np.zeros(0, np.int64)
+    n = len(file_ids)
+    if n == 0:
+        raise CurateError(f"{path}: empty artifact (no rows)")
+    in_order = bool(np.all(file_ids[1:] > file_ids[:-1]))
+    if in_order:
+        ids, position = file_ids, None
+    else:
+        order = np.argsort(file_ids, kind="stable")
+        ids = file_ids[order]
+        dup = np.flatnonzero(ids[1:] == ids[:-1])
+        if len(dup):
+            raise CurateError(f"{path}: id {ids[dup[0]]} appears more than once")
+        position = np.empty(n, dtype=np.int64)
+        position[order] = np.arange(n)
+        del order
+    x = None
+    start = 0
+    first_bad, n_bad = None, 0
+    for f in files:
+        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=["id", "embedding"]):
+            batch_ids = file_ids[start:start + batch.num_rows]
+            block = embedding_matrix(batch.column("embedding"), ids=batch_ids, name=f"{f}: embedding")
+            if x is None:
+                if block.shape[1] == 0:
+                    raise CurateError(f"{f}: embedding vectors are empty")
+                x = np.empty((n, block.shape[1]), dtype=np.float32)
+            elif block.shape[1] != x.shape[1]:
+                raise CurateError(f"{f}: embedding of id {batch_ids[0]} has {block.shape[1]} values, "
+                                  f"earlier rows have {x.shape[1]}")
+            bad = ~np.isfinite(block).all(axis=1)
+            if bad.any():
+                n_bad += int(bad.sum())
+                b = int(batch_ids[bad].min())
+                first_bad = b if first_bad is None else min(first_bad, b)
+            if position is None:
+                x[start:start + batch.num_rows] = block
+            else:
+                x[position[start:start + batch.num_rows]] = block
+            start += batch.num_rows
+    if first_bad is not None:
+        raise CurateError(f"{path}: embedding of id {first_bad} holds NaN or Inf"
+                          + (f" ({n_bad} such rows in all)" if n_bad > 1 else ""))
+    return ids, x, meta
+
+
+def read_embedding_columns(path, columns, ids):
+    """Small per-row columns (n_tokens, loss, ...) of an embeddings artifact, aligned with the sorted `ids`.
+    Returns {column: numpy array}; a column the artifact lacks is left out."""
+    import numpy as np
+
+    from cluster_curate.io.artifacts import read_artifact
+    present = [c for c in columns if c in _artifact_schema(path).names]
+    if not present:
+        return {}
+    table, _ = read_artifact(path, columns=["id", *present])
+    e_ids = table.column("id").to_numpy()
+    order = None if np.all(e_ids[1:] > e_ids[:-1]) else np.argsort(e_ids, kind="stable")
+    if order is not None:
+        e_ids = e_ids[order]
+    if len(e_ids) == len(ids) and np.array_equal(e_ids, ids):
+        take = order
+    else:
+        pos = np.minimum(np.searchsorted(e_ids, ids), len(e_ids) - 1)
+        missing = np.flatnonzero(e_ids[pos] != ids)
+        if len(missing):
+            raise CurateError(f"{path}: has no row for id {ids[missing[0]]}")
+        take = pos if order is None else order[pos]
+    out = {}
+    for c in present:
+        col = table.column(c)
+        values = col.to_numpy(zero_copy_only=False)  # nulls become NaN
+        out[c] = values if take is None else values[take]
+    return out
+
+
+def _npy_bytes(array) -> bytes:
+    import io
+
+    import numpy as np
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+def load_centroids(clusters_path):
+    """The centroids saved beside a clusters artifact ([k, d] float32), read without pickle."""
+    import numpy as np
+
+    from cluster_curate.io.artifacts import sidecar_path
+    p = sidecar_path(clusters_path, "centroids.npy")
+    if not p.exists():
+        raise CurateError(f"{clusters_path}: its centroids file {p} is missing")
+    try:
+        return np.load(p, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise CurateError(f"{p}: not a readable .npy array ({e})") from None
+
+
+def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, seed: int = 0, center: bool = False,
+                       max_size_factor: float | None = None, sample_size: int | None = None,
+                       gpus: int | None = None, batch_rows: int = 65536, overwrite: bool = False,
+                       force: bool = False) -> tuple[dict, list[dict]]:
+    """`cluster`: read an embeddings artifact, k-means it, write the clusters artifact (+ centroids beside it).
+    Returns the summary dict and the size-band table."""
+    import hashlib
+    import time
+
+    import numpy as np
+    import pyarrow as pa
+
+    from cluster_curate import clustering as C
+    from cluster_curate import console
+    from cluster_curate.io.artifacts import (atomic_write_bytes, check_writable, make_meta, sidecar_path,
+                                             write_artifact)
+
+    t0 = time.perf_counter()
+    check_writable(out, overwrite)
+    if iters < 1:
+        raise CurateError(f"--iters must be >= 1, got {iters}")
+    if seed < 0:
+        raise CurateError(f"--seed must be >= 0, got {seed}")
+    ngpu = C.resolve_gpus(gpus)
+    ids, x, emeta = load_embedding_matrix(embeddings, force=force, batch_rows=batch_rows)
+    n, d = x.shape
+    if k in (None, "auto"):
+        k, k_rule = C.auto_k(n), f"auto: {C.AUTO_K_RULE}"
+    else:
+        k, k_rule = int(k), "given"
+        if k < 1:
+            raise CurateError(f"--k must be >= 1 or 'auto', got {k}")
+        if k > n:
+            raise CurateError(f"{embeddings}: --k {k} is larger than the number of rows ({n})")
+    norm = C.normalise_features(x, center=center, chunk_rows=batch_rows)
+    if norm["zero_rows"]:
+        console.warn(f"{embeddings}: {norm['zero_rows']} rows have an all-zero embedding (similarity 0 to every "
+                     "centroid)")
+    size = C.training_sample_size(n, k) if sample_size is None else int(min(max(sample_size, k), n))
+    device = f"{ngpu} GPU(s)" if ngpu else "cpu"
+    console.info(f"k-means: {n} rows x {d} dims, k = {k}, training on {size} rows, {iters} iterations, {device}")
+    res = C.cluster_features(x, k, iters=iters, seed=seed, sample_size=size, gpus=ngpu,
+                             max_size_factor=max_size_factor, batch_rows=batch_rows)
+    del x
+    stats = C.size_stats(res.sizes)
+
+    centroid_bytes = _npy_bytes(res.centroids)
+    centroids_file = sidecar_path(out, "centroids.npy")
+    params = {
+        "k": k, "k_rule": k_rule, "iters": iters, "seed": seed, "normalisation": norm["normalisation"],
+        "spherical": True, "dim": d, "sample_size": res.sample_size,
+        "sample_rule": "given (--sample-size)" if sample_size is not None else C.SAMPLE_RULE,
+        "max_size_factor": max_size_factor, "max_cluster_size": res.cap, "moved": res.moved,
+        "cap_candidates": C.CAP_CANDIDATES if max_size_factor is not None else None,
+        "objective": res.objective, "objective_before_cap": res.objective_uncapped,
+        "objective_kind": "mean cosine similarity to the assigned centroid (higher is better)",
+        "train_objective": res.train_objective, "device": device, "zero_rows": norm["zero_rows"],
+        "sizes": res.sizes.tolist(),
+        "centroids": {"file": centroids_file.name, "shape": list(res.centroids.shape), "dtype": "float32",
+                      "blake2b": hashlib.blake2b(centroid_bytes, digest_size=12).hexdigest()},
+    }
+    meta = make_meta("clusters", params, {"embeddings": emeta.as_input(embeddings)}, emeta.dataset)
+    table = pa.table({"id": pa.array(ids, pa.int64()), "cluster": pa.array(res.labels, pa.int32()),
+                      "similarity": pa.array(res.similarity, pa.float32())})
+    # the centroids first: an artifact never exists without them
+    atomic_write_bytes(centroids_file, centroid_bytes)
+    write_artifact(table, out, meta, overwrite=overwrite)
+
+    summary = {
+        "out": out,
+        "rows": n,
+        "dim": d,
+        "k": k,
+        "k rule": k_rule,
+        "normalisation": norm["normalisation"],
+        "trained on": f"{res.sample_size} rows ({'all' if res.sample_size == n else f'{res.sample_size / n:.1%}'})",
+        "iterations": iters,
+        "seed": seed,
+        "device": device,
+        "objective (mean cosine)": round(res.objective, 5),
+        "cluster size min / median / max": f"{stats['min']} / {stats['median']:g} / {stats['max']}",
+        "max / min size": round(stats["max_over_min"], 2),
+        "empty clusters": stats["empty"],
+    }
+    if res.cap is not None:
+        summary["size cap"] = f"{res.cap} rows (--max-size-factor {max_size_factor})"
+        summary["moved by the cap"] = res.moved
+        summary["objective before the cap"] = round(res.objective_uncapped, 5)
+    summary["centroids"] = str(centroids_file)
+    summary["seconds"] = round(time.perf_counter() - t0, 2)
+    mean = n / k
+    rows = []
+    for (label, count), (lo, hi) in zip(stats["histogram"].items(), C.SIZE_BINS):
+        in_band = (res.sizes >= lo * mean) & (res.sizes < hi * mean)
+        rows.append({"size band": label, "clusters": count, "rows": int(res.sizes[in_band].sum())})
+    if stats["max_over_min"] > 10:
+        console.warn(f"cluster sizes are very uneven (largest / smallest = {stats['max_over_min']:.0f}): equal quotas "
+                     "will take small clusters whole; consider --max-size-factor or --balance-power")
+    return summary, rows
+
+
 # ============================================================================================ select
+
+def _recorded_embeddings(clusters: str, cmeta):
+    """The embeddings artifact a clusters artifact was made from, when it is still there and unchanged:
+    (path, meta) or (None, reason)."""
+    from pathlib import Path
+
+    from cluster_curate.io.artifacts import read_meta
+    rec = (cmeta.inputs or {}).get("embeddings") or {}
+    path = rec.get("path")
+    if not path:
+        return None, "the clusters artifact records no embeddings input"
+    candidates = [Path(path)]
+    if not Path(path).is_absolute():
+        candidates.append(Path(clusters).parent / path)
+    for cand in candidates:
+        if cand.exists():
+            try:
+                meta = read_meta(cand)
+            except CurateError as e:
+                return None, str(e)
+            if rec.get("fingerprint") and meta.fingerprint != rec.get("fingerprint"):
+                return None, f"{cand} has changed since clustering (fingerprint {meta.fingerprint}, not {rec['fingerprint']})"
+            return str(cand), meta
+    return None, f"the clusters' recorded embeddings {path} is not there"
+
+
+def select_from_clusters(clusters: str, out: str, *, fraction: float | None = None, budget: int | None = None,
+                         per_cluster_ratio: float | None = None, balance_power: float = 0.0,
+                         within: str = "random", embeddings: str | None = None, dedup: float | None = None,
+                         seed: int = 0, summary_limit: int | None = 32, overwrite: bool = False,
+                         force: bool = False) -> tuple[dict, list[dict]]:
+    """`select`: read a clusters artifact (and the embeddings when an order, dedup or n_tokens needs them),
+    choose the rows, write the selection artifact. Returns the summary dict and the per-cluster table."""
+    import time
+
+    import numpy as np
+    import pyarrow as pa
+
+    from cluster_curate import console
+    from cluster_curate import selection as S
+    from cluster_curate.clustering import normalise_features
+    from cluster_curate.io.artifacts import (check_same_dataset, check_writable, make_meta, read_artifact,
+                                             read_meta, write_artifact)
+
+    t0 = time.perf_counter()
+    mode = S.check_budget_args(fraction, budget, per_cluster_ratio)
+    if within not in S.WITHIN_ORDERS:
+        raise CurateError(f"--within must be one of {', '.join(S.WITHIN_ORDERS)}, got {within!r}")
+    if dedup is not None and not 0 < dedup <= 1:
+        raise CurateError(f"--dedup must be a cosine similarity in (0, 1], got {dedup}")
+    if not 0 <= balance_power <= 1:
+        raise CurateError(f"--balance-power must be between 0 and 1, got {balance_power}")
+    check_writable(out, overwrite)
+
+    cmeta = read_meta(clusters, None if force else "clusters")
+    names = _artifact_schema(clusters).names
+    for col in ("id", "cluster"):
+        if col not in names:
+            raise CurateError(f"{clusters}: no '{col}' column (found {', '.join(names)})")
+    if within in ("far", "near", "diverse") and "similarity" not in names:
+        raise CurateError(f"{clusters}: --within {within} needs its 'similarity' column")
+    cols = ["id", "cluster"] + (["similarity"] if "similarity" in names else [])
+    table, _ = read_artifact(clusters, None if force else "clusters", columns=cols)
+    if table.num_rows == 0:
+        raise CurateError(f"{clusters}: empty artifact (no rows)")
+    ids = table.column("id").to_numpy()
+    labels = table.column("cluster").to_numpy()
+    sims = table.column("similarity").to_numpy() if "similarity" in cols else None
+    del table
+    if not np.all(ids[1:] > ids[:-1]):
+        order = np.argsort(ids, kind="stable")
+        ids, labels = ids[order], labels[order]
+        sims = None if sims is None else sims[order]
+        dup = np.flatnonzero(ids[1:] == ids[:-1])
+        if len(dup):
+            raise CurateError(f"{clusters}: id {ids[dup[0]]} appears more than once")
+    k = int(cmeta.params.get("k") or (int(labels.max()) + 1))
+    if labels.min() < 0 or labels.max() >= k:
+        bad = int(np.flatnonzero((labels < 0) | (labels >= k))[0])
+        raise CurateError(f"{clusters}: cluster {labels[bad]} of id {ids[bad]} is not in 0..{k - 1}")
+
+    need_features = within == "diverse" or dedup is not None
+    need_loss = within == "hard"
+    emb_path, emeta, why_not = None, None, None
+    if embeddings is not None:
+        emeta = read_meta(embeddings, None if force else "embeddings")
+        check_same_dataset({clusters: cmeta, embeddings: emeta}, force=force)
+        emb_path = embeddings
+    else:
+        emb_path, found = _recorded_embeddings(clusters, cmeta)
+        if emb_path is None:
+            why_not = found
+        else:
+            emeta = found
+            console.info(f"using the clusters' embeddings {emb_path}")
+    if emb_path is None and (need_features or need_loss):
+        what = "--within diverse" if within == "diverse" else "--dedup" if dedup is not None else "--within hard"
+        needs = "the feature vectors" if need_features else "the `loss` column"
+        raise CurateError(f"{what} needs {needs} of the embeddings artifact: pass --embeddings E ({why_not})")
+
+    extra = {}
+    if emb_path is not None:
+        extra = read_embedding_columns(emb_path, ["n_tokens", "loss"], ids)
+    loss = extra.get("loss")
+    if need_loss:
+        if loss is None:
+            raise CurateError(f"{emb_path}: --within hard needs a 'loss' column, and this artifact has none")
+        if np.isnan(loss).all():
+            raise CurateError(f"{emb_path}: --within hard needs loss values, and its 'loss' column is all null/NaN")
+    features = None
+    if need_features:
+        e_ids, features, _ = load_embedding_matrix(emb_path, force=force)
+        if len(e_ids) != len(ids) or not np.array_equal(e_ids, ids):
+            pos = np.minimum(np.searchsorted(e_ids, ids), len(e_ids) - 1)
+            missing = np.flatnonzero(e_ids[pos] != ids)
+            if len(missing):
+                raise CurateError(f"{emb_path}: has no embedding for id {ids[missing[0]]} of {clusters}")
+            features = features[pos]
+        normalise_features(features, center=cmeta.params.get("normalisation") == "center+l2")
+
+    sel = S.select_rows(labels, k=k, ids=ids, similarity=sims, loss=loss, features=features, fraction=fraction,
+                        budget=budget, per_cluster_ratio=per_cluster_ratio, balance_power=balance_power,
+                        within=within, dedup=dedup, seed=seed)
+    del features
+    for note in sel.notes:
+        console.warn(note)
+
+    n, chosen = len(ids), len(sel.rows)
+    columns = {"id": pa.array(ids[sel.rows], pa.int64()), "cluster": pa.array(sel.cluster, pa.int32()),
+               "rank_in_cluster": pa.array(sel.rank_in_cluster, pa.int32())}
+    n_tokens = extra.get("n_tokens")
+    if n_tokens is not None:
+        picked = n_tokens[sel.rows]
+        columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
+    value = {"fraction": fraction, "budget": budget, "per-cluster-ratio": per_cluster_ratio}[mode]
+    nonempty = int((sel.sizes > 0).sum())
+    covered = int((sel.quotas > 0).sum())
+    params = {
+        "mode": mode, "value": value, "requested": sel.requested, "selected": chosen, "rows": n,
+        "fraction_selected": chosen / n, "balance_power": balance_power if mode != "per-cluster-ratio" else None,
+        "within": within, "seed": seed, "dedup": dedup, "dedup_dropped": sel.dedup_dropped, "k": k,
+        "cluster_sizes": sel.sizes.tolist(), "quotas": sel.quotas.tolist(),
+        "available_sizes": sel.available.tolist() if dedup is not None else None,
+        "clusters_covered": covered, "notes": sel.notes,
+    }
+    inputs = {"clusters": cmeta.as_input(clusters)}
+    if emeta is not None:
+        inputs["embeddings"] = emeta.as_input(emb_path)
+    meta = make_meta("selection", params, inputs, cmeta.dataset)
+    write_artifact(pa.table(columns), out, meta, overwrite=overwrite)
+
+    q = sel.quotas[sel.sizes > 0]
+    summary = {
+        "out": out,
+        "rows": n,
+        "clusters": k,
+        "budget": f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else ""),
+        "selected": chosen,
+        "fraction of the data": round(chosen / n, 4),
+        "clusters covered": f"{covered} / {nonempty} ({covered / max(nonempty, 1):.1%})",
+        "per-cluster quota min / median / max": f"{int(q.min())} / {float(np.median(q)):g} / {int(q.max())}",
+        "within": within,
+    }
+    if mode == "per-cluster-ratio":
+        m = int(sel.available[sel.available > 0].min())
+        summary["rule"] = (f"floor({per_cluster_ratio} x smallest cluster {m}) = {int(q.max())} rows per cluster: "
+                           f"{chosen / n:.1%} of the data (below {per_cluster_ratio:g}: clusters are larger than "
+                           "the smallest)")
+    else:
+        summary["balance power"] = balance_power
+    if dedup is not None:
+        summary["near-duplicates dropped"] = f"{sel.dedup_dropped} (cosine > {dedup})"
+    summary["n_tokens column"] = "yes" if n_tokens is not None else f"no ({why_not or 'embeddings have no n_tokens'})"
+    for i, note in enumerate(sel.notes):
+        summary[f"note {i + 1}" if len(sel.notes) > 1 else "note"] = note
+    summary["seconds"] = round(time.perf_counter() - t0, 2)
+    return summary, S.selection_summary_rows(sel, limit=summary_limit)
+
 
 # ============================================================================================ shard
 

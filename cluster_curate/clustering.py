@@ -1,0 +1,448 @@
+"""k-means over learning-effect features (DESIGN.md, `cluster`): pure functions on numpy arrays.
+
+The stage, in the order pipeline.py calls it:
+
+    x = embedding_matrix(column)             # Arrow fixed-size list -> [n, d] float32 without a copy
+    normalise_features(x, center=False)      # in place: (optionally mean-centred, then) L2-normalised rows
+    result = cluster_features(x, k, ...)     # spherical k-means trained on a sample, every row assigned in
+                                             # batches, optional soft cap on cluster sizes
+
+Spherical k-means (unit-norm centroids, cosine similarity) on L2-normalised rows, whatever produced the
+features: the paper mean-centres on one GPU and L2-normalises on several, so the same data got two different
+clusterings; here the normalisation is one explicit choice (`center`) recorded in the artifact.
+
+faiss does the heavy lifting (BLAS GEMMs on CPU, CUDA on GPU). Nothing here knows about files or the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from cluster_curate.errors import CurateError
+
+# --k auto: see auto_k().
+AUTO_K_RULE = "ceil(sqrt(n)), at most n // 2 (at least 1)"
+
+# Training sample: see training_sample_size().
+SAMPLE_PER_CENTROID = 128
+SAMPLE_MIN_PAIRS = 1 << 24
+SAMPLE_RULE = (f"min(n, max({SAMPLE_PER_CENTROID} * k, ceil({SAMPLE_MIN_PAIRS} / k))): at least "
+               f"{SAMPLE_PER_CENTROID} rows per centroid, and small k train on many more rows")
+
+# Soft cap: a row that does not fit moves to the nearest of this many closest other centroids with room.
+CAP_CANDIDATES = 8
+
+DEFAULT_BATCH_ROWS = 65536
+
+
+# ------------------------------------------------------------------------------------------ choices
+
+def auto_k(n: int) -> int:
+    """The `--k auto` rule: k = ceil(sqrt(n)), at most n // 2, at least 1.
+
+    Why: selection gives every cluster a similar quota, so a rare skill is only protected if it gets a
+    cluster of its own. k-means with k close to the number of natural groups tends to split a dominant group
+    into several clusters and lump rare groups together (a probe on skill-mixture data), so k should be
+    *larger* than the number of groups one expects. sqrt(n) is sqrt(2) x the classic k ~ sqrt(n/2) rule of
+    thumb: 8 clusters of ~6 rows at n = 50, 100 clusters at 10k, 1,000 at 1M, 7,072 at 50M -- more than the
+    tens to hundreds of skills an instruction dataset usually mixes, while clusters stay large enough
+    (sqrt(n) rows on average) for a within-cluster ranking to mean something. n // 2 keeps at least two rows
+    per cluster on average for tiny inputs.
+    """
+    if n <= 0:
+        raise CurateError("cannot choose k for an empty input")
+    return max(1, min(n // 2, math.ceil(math.sqrt(n))))
+
+
+def training_sample_size(n: int, k: int) -> int:
+    """Rows k-means trains on: min(n, max(128·k, ceil(2^24 / k))).
+
+    Why: faiss by default trains on at most 256 rows per centroid, which for the paper's small k (k = number
+    of GPUs, say 4) means 1,024 rows of a million -- a rare group may not be in the sample at all. A cost
+    floor fixes that: the work of one iteration is sample × k × d, so we spend at least 2^24 row-centroid
+    pairs (< 0.5 s per iteration on one core at d = 256): k = 4 trains on 4.2M rows, k = 64 on 262k.
+    For large k the sample is 128 rows per centroid: on a 100k-row, 256-cluster mixture the full-data
+    objective (1 - mean cosine) came within 0.5% of training on every row, against 1.8% at 64 and 2.9% at 32
+    per centroid. Every row is then assigned to its nearest centroid, in batches.
+    """
+    if n <= 0 or k <= 0:
+        return 0
+    return int(min(n, max(SAMPLE_PER_CENTROID * k, math.ceil(SAMPLE_MIN_PAIRS / k))))
+
+
+def resolve_gpus(gpus: int | None) -> int:
+    """Number of GPUs faiss should use: all it sees when None, never more than it sees."""
+    import faiss
+
+    available = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    if gpus is None:
+        return available
+    if gpus < 0:
+        raise CurateError(f"--gpus must be >= 0, got {gpus}")
+    if gpus > available:
+        raise CurateError(f"--gpus {gpus}: faiss sees only {available} GPU(s)"
+                          + (" (is faiss-gpu installed?)" if available == 0 else ""))
+    return gpus
+
+
+# ------------------------------------------------------------------------------------------ features
+
+def embedding_matrix(column: pa.Array | pa.ChunkedArray, ids: np.ndarray | None = None,
+                     name: str = "embedding") -> np.ndarray:
+    """An Arrow list column of vectors as a numpy [n, d] float32 array.
+
+    A single-chunk fixed-size list of float32 without nulls becomes a view of Arrow's values buffer (no copy);
+    several chunks are copied once into one matrix; other float types are converted. `ids` (same length) only
+    serve to name the row in errors.
+    """
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    chunks = [c for c in chunks if len(c)]
+    n = sum(len(c) for c in chunks)
+    if n == 0:
+        return np.zeros((0, _list_size(column.type, name)), dtype=np.float32)
+    if len(chunks) == 1:
+        return _chunk_matrix(chunks[0], ids, name)
+    d = _list_size(column.type, name) or _chunk_matrix(chunks[0], None, name).shape[1]
+    out = np.empty((n, d), dtype=np.float32)
+    start = 0
+    for c in chunks:
+        part_ids = None if ids is None else ids[start:start + len(c)]
+        m = _chunk_matrix(c, part_ids, name)
+        if m.shape[1] != d:
+            raise CurateError(f"{name}: vectors of different lengths ({m.shape[1]} and {d})")
+        out[start:start + len(c)] = m
+        start += len(c)
+    return out
+
+
+def _list_size(t: pa.DataType, name: str) -> int:
+    if pa.types.is_fixed_size_list(t):
+        return t.list_size
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return 0  # variable-size list: the length is checked per row
+    raise CurateError(f"{name}: expected a list of floats per row, found {t}")
+
+
+def _chunk_matrix(arr: pa.Array, ids: np.ndarray | None, name: str) -> np.ndarray:
+    def where(i: int) -> str:
+        return f"id {ids[i]}" if ids is not None else f"row {i}"
+
+    if arr.null_count:
+        first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        raise CurateError(f"{name}: missing vector at {where(first)}")
+    t = arr.type
+    if pa.types.is_fixed_size_list(t):
+        d = t.list_size
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        lengths = np.diff(arr.offsets.to_numpy())
+        d = int(lengths[0]) if len(lengths) else 0
+        bad = np.flatnonzero(lengths != d)
+        if len(bad):
+            raise CurateError(f"{name}: vector at {where(int(bad[0]))} has {lengths[bad[0]]} values, "
+                              f"the first has {d}")
+    else:
+        raise CurateError(f"{name}: expected a list of floats per row, found {t}")
+    values = arr.flatten()  # honours the array's offset; zero-copy for a fixed-size list without nulls
+    if not pa.types.is_floating(values.type):
+        raise CurateError(f"{name}: expected float values, found {values.type}")
+    if values.null_count:
+        first = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) // max(d, 1)
+        raise CurateError(f"{name}: null value inside the vector at {where(first)}")
+    flat = values.to_numpy(zero_copy_only=False)
+    if flat.dtype != np.float32:
+        flat = flat.astype(np.float32)
+    return flat.reshape(len(arr), d)
+
+
+def first_non_finite_row(x: np.ndarray, chunk_rows: int = DEFAULT_BATCH_ROWS) -> int | None:
+    """Index of the first row holding NaN or ±Inf, or None (checked in chunks: no full-size mask)."""
+    for s in range(0, len(x), chunk_rows):
+        bad = ~np.isfinite(x[s:s + chunk_rows]).all(axis=1)
+        if bad.any():
+            return s + int(np.argmax(bad))
+    return None
+
+
+def normalise_features(x: np.ndarray, center: bool = False, chunk_rows: int = DEFAULT_BATCH_ROWS) -> dict:
+    """In place: subtract the column mean (when `center`), then scale every row to unit L2 norm.
+
+    Rows of norm zero stay zero (similarity 0 to every centroid); how many is returned, with the name of
+    the normalisation ("l2" or "center+l2"). Works chunk by chunk so no second [n, d] array is made.
+    """
+    if x.dtype != np.float32 or not x.flags.c_contiguous or not x.flags.writeable:
+        raise ValueError("normalise_features needs a writeable C-contiguous float32 matrix")
+    if center and len(x):
+        total = np.zeros(x.shape[1], dtype=np.float64)
+        for s in range(0, len(x), chunk_rows):
+            total += x[s:s + chunk_rows].sum(axis=0, dtype=np.float64)
+        mean = (total / len(x)).astype(np.float32)
+        for s in range(0, len(x), chunk_rows):
+            x[s:s + chunk_rows] -= mean
+    zero_rows = 0
+    for s in range(0, len(x), chunk_rows):
+        block = x[s:s + chunk_rows]
+        norms = np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64)).astype(np.float32)
+        zero = norms == 0
+        zero_rows += int(zero.sum())
+        norms[zero] = 1.0
+        block /= norms[:, None]
+    return {"normalisation": "center+l2" if center else "l2", "zero_rows": zero_rows}
+
+
+# ------------------------------------------------------------------------------------------ k-means
+
+@dataclass
+class KMeansModel:
+    centroids: np.ndarray          # [k, d] float32, unit norm when spherical
+    sample_size: int               # rows trained on
+    train_objective: float         # mean similarity (spherical) or squared distance on the training sample
+    objective_history: list = field(default_factory=list)
+
+
+def initial_centroids(sample: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """k distinct rows of the training sample chosen at random (faiss's own init, made explicit so that a
+    benchmark can hand the very same start to another implementation)."""
+    rng = np.random.default_rng([seed, 1])
+    return sample[np.sort(rng.choice(len(sample), size=k, replace=False))].copy()
+
+
+def training_sample(x: np.ndarray, sample_size: int, seed: int) -> np.ndarray:
+    """The rows k-means trains on: all of x (no copy) or a seeded random subset in row order (a copy)."""
+    n = len(x)
+    if sample_size >= n:
+        return x
+    rng = np.random.default_rng([seed, 0])
+    return x[np.sort(rng.choice(n, size=sample_size, replace=False))]
+
+
+def kmeans_faiss(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_size: int | None = None,
+                 gpus: int | None = None, spherical: bool = True) -> KMeansModel:
+    """Train k-means with faiss on a sample of x (see training_sample_size for the default size).
+
+    spherical=True: centroids are renormalised after every iteration and rows are compared by inner product
+    (cosine for unit rows). gpus: number of GPUs (None = all faiss sees, 0 = CPU); the code path is the same,
+    faiss only puts its flat index on the GPU(s).
+    """
+    import faiss
+
+    n, d = x.shape
+    if not 1 <= k <= n:
+        raise CurateError(f"k = {k} is not between 1 and the number of rows ({n})")
+    size = training_sample_size(n, k) if sample_size is None else int(min(max(sample_size, k), n))
+    sample = np.ascontiguousarray(training_sample(x, size, seed), dtype=np.float32)
+    init = initial_centroids(sample, k, seed)
+    ngpu = resolve_gpus(gpus)
+    cp = faiss.ClusteringParameters()
+    cp.niter, cp.seed, cp.spherical, cp.verbose = int(iters), int(seed) & 0x7FFFFFFF, bool(spherical), False
+    # we chose the sample: stop faiss from subsampling it again or warning about its size
+    cp.max_points_per_centroid, cp.min_points_per_centroid = size // k + 1, 1
+    clus = faiss.Clustering(d, k, cp)
+    faiss.copy_array_to_vector(init.ravel(), clus.centroids)
+    # the only GPU-specific line: the same flat index, on the GPU(s) (faiss.Kmeans(gpu=1) would take all)
+    index = faiss.IndexFlatIP(d) if spherical else faiss.IndexFlatL2(d)
+    if ngpu > 0:
+        index = faiss.index_cpu_to_all_gpus(index, ngpu=ngpu)
+    clus.train(sample, index)
+    centroids = faiss.vector_float_to_array(clus.centroids).reshape(k, d)
+    stats = clus.iteration_stats
+    history = [float(stats.at(i).obj) / size for i in range(stats.size())]
+    return KMeansModel(centroids=np.ascontiguousarray(centroids, dtype=np.float32), sample_size=size,
+                       train_objective=history[-1] if history else float("nan"), objective_history=history)
+
+
+def _ip_index(centroids: np.ndarray, gpus: int):
+    import faiss
+
+    index = faiss.IndexFlatIP(centroids.shape[1])
+    if gpus > 0:
+        index = faiss.index_cpu_to_all_gpus(index, ngpu=gpus)
+    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
+    return index
+
+
+def assign_in_batches(x: np.ndarray, centroids: np.ndarray, batch_rows: int = DEFAULT_BATCH_ROWS,
+                      gpus: int = 0, rows: np.ndarray | None = None, topk: int = 1):
+    """Nearest centroid(s) by inner product for every row of x (or only `rows`), `batch_rows` at a time.
+
+    Returns (labels, similarities): int32 / float32 of shape [m] for topk = 1, [m, topk] otherwise, best
+    first. Memory beyond x: the outputs and one batch.
+    """
+    index = _ip_index(centroids, gpus)
+    m = len(x) if rows is None else len(rows)
+    topk = min(topk, len(centroids))
+    labels = np.empty((m, topk), dtype=np.int32)
+    sims = np.empty((m, topk), dtype=np.float32)
+    for s in range(0, m, batch_rows):
+        e = min(s + batch_rows, m)
+        block = x[s:e] if rows is None else x[rows[s:e]]
+        dist, idx = index.search(np.ascontiguousarray(block, dtype=np.float32), topk)
+        labels[s:e] = idx
+        sims[s:e] = dist
+    if topk == 1:
+        return labels[:, 0].copy(), sims[:, 0].copy()
+    return labels, sims
+
+
+# ------------------------------------------------------------------------------------------ soft cap
+
+def size_cap(n: int, k: int, max_size_factor: float) -> int:
+    """ceil(A·n/k): the most rows a cluster may hold under `--max-size-factor A` (A >= 1 so all rows fit)."""
+    if max_size_factor < 1.0:
+        raise CurateError(f"--max-size-factor must be >= 1 (k clusters of at most A·n/k rows must hold all "
+                          f"n rows), got {max_size_factor}")
+    # the small epsilon keeps 1.5 * 300 / 3 = 150.00000000000003 from becoming 151
+    return int(math.ceil(max_size_factor * n / k - 1e-9))
+
+
+def cap_cluster_sizes(x: np.ndarray, centroids: np.ndarray, labels: np.ndarray, similarity: np.ndarray,
+                      max_size: int, candidates: int = CAP_CANDIDATES, gpus: int = 0,
+                      batch_rows: int = DEFAULT_BATCH_ROWS) -> tuple[np.ndarray, np.ndarray, int]:
+    """Soft cap: no cluster keeps more than `max_size` rows. Returns (labels, similarity, moved).
+
+    In an over-full cluster the `max_size` rows most similar to its centroid stay; the others (its periphery)
+    move. They are placed greedily, most confident first (highest similarity to their nearest other
+    centroid), each to the nearest of its `candidates` closest other centroids that still has room, or
+    failing that to the most similar centroid anywhere that has room. Deterministic (ties by row index).
+    """
+    k = len(centroids)
+    n = len(labels)
+    if max_size * k < n:
+        raise CurateError(f"a cap of {max_size} rows on {k} clusters cannot hold {n} rows")
+    sizes = np.bincount(labels, minlength=k)
+    full = np.flatnonzero(sizes > max_size)
+    if len(full) == 0:
+        return labels, similarity, 0
+    labels = labels.copy()
+    similarity = similarity.copy()
+
+    # rows of the over-full clusters, each cluster's rows by similarity to its centroid (best first)
+    members = np.flatnonzero(np.isin(labels, full))
+    members = members[np.lexsort((members, -similarity[members], labels[members]))]
+    member_labels = labels[members]
+    first = np.searchsorted(member_labels, member_labels, side="left")
+    leaving = members[np.arange(len(members)) - first >= max_size]
+
+    room = (max_size - np.minimum(sizes, max_size)).astype(np.int64)
+    room[full] = 0
+    cand, cand_sim = assign_in_batches(x, centroids, batch_rows, gpus, rows=leaving, topk=candidates + 1)
+    if cand.ndim == 1:
+        cand, cand_sim = cand[:, None], cand_sim[:, None]
+    own = labels[leaving][:, None]
+    not_own = cand != own
+    # best other centroid's similarity, for the processing order
+    best_other = np.where(not_own, cand_sim, -np.inf).max(axis=1)
+    order = np.lexsort((leaving, -best_other))
+
+    room_list = room.tolist()
+    cand_list, sim_list, own_list = cand.tolist(), cand_sim.tolist(), labels[leaving].tolist()
+    new_label = np.empty(len(leaving), dtype=np.int32)
+    new_sim = np.empty(len(leaving), dtype=np.float32)
+    fallback = []
+    for i in order.tolist():
+        o, placed, tried = own_list[i], False, 0
+        for c, s in zip(cand_list[i], sim_list[i]):
+            if c == o or c < 0:
+                continue
+            tried += 1
+            if tried > candidates:
+                break
+            if room_list[c] > 0:
+                room_list[c] -= 1
+                new_label[i], new_sim[i], placed = c, s, True
+                break
+        if not placed:
+            fallback.append(i)
+    if fallback:
+        # rare (only when all `candidates` nearest centroids are full): most similar centroid with room
+        room = np.asarray(room_list, dtype=np.int64)
+        fb = np.asarray(fallback)
+        for s in range(0, len(fb), batch_rows):
+            part = fb[s:s + batch_rows]
+            sims = x[leaving[part]] @ centroids.T
+            for j, i in enumerate(part.tolist()):
+                row = np.where(room > 0, sims[j], -np.inf)
+                c = int(np.argmax(row))
+                room[c] -= 1
+                new_label[i], new_sim[i] = c, sims[j, c]
+    labels[leaving] = new_label
+    similarity[leaving] = new_sim
+    return labels, similarity, int(len(leaving))
+
+
+# ------------------------------------------------------------------------------------------ the stage
+
+@dataclass
+class ClusteringResult:
+    labels: np.ndarray             # [n] int32
+    similarity: np.ndarray         # [n] float32: cosine to the assigned centroid
+    centroids: np.ndarray          # [k, d] float32, unit norm
+    k: int
+    sample_size: int
+    iters: int
+    seed: int
+    gpus: int
+    cap: int | None                # max rows per cluster, None without a cap
+    moved: int                     # rows moved by the cap
+    objective: float               # mean cosine similarity to the assigned centroid, all rows (after the cap)
+    objective_uncapped: float      # the same before the cap
+    train_objective: float         # mean cosine similarity on the training sample (faiss's last iteration)
+    sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+def cluster_features(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_size: int | None = None,
+                     gpus: int | None = None, max_size_factor: float | None = None,
+                     batch_rows: int = DEFAULT_BATCH_ROWS) -> ClusteringResult:
+    """Spherical k-means on L2-normalised rows x (see normalise_features): train on a sample, assign every
+    row in batches, then apply the soft cap when `max_size_factor` is given."""
+    n = len(x)
+    if n == 0:
+        raise CurateError("no rows to cluster")
+    if not 1 <= k <= n:
+        raise CurateError(f"k = {k} is larger than the number of rows ({n})" if k > n else f"k must be >= 1, got {k}")
+    if iters < 1:
+        raise CurateError(f"--iters must be >= 1, got {iters}")
+    cap = size_cap(n, k, max_size_factor) if max_size_factor is not None else None
+    ngpu = resolve_gpus(gpus)
+    model = kmeans_faiss(x, k, iters=iters, seed=seed, sample_size=sample_size, gpus=ngpu)
+    labels, sims = assign_in_batches(x, model.centroids, batch_rows, ngpu)
+    uncapped = float(sims.mean(dtype=np.float64))
+    moved = 0
+    if cap is not None:
+        labels, sims, moved = cap_cluster_sizes(x, model.centroids, labels, sims, cap, gpus=ngpu,
+                                                batch_rows=batch_rows)
+    return ClusteringResult(labels=labels, similarity=sims, centroids=model.centroids, k=k,
+                            sample_size=model.sample_size, iters=iters, seed=seed, gpus=ngpu, cap=cap, moved=moved,
+                            objective=float(sims.mean(dtype=np.float64)), objective_uncapped=uncapped,
+                            train_objective=model.train_objective, sizes=np.bincount(labels, minlength=k))
+
+
+# ------------------------------------------------------------------------------------------ reporting
+
+SIZE_BINS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, math.inf)]
+
+
+def size_stats(sizes: np.ndarray) -> dict:
+    """Cluster-size spread in numbers a reader can take in at a glance: min / median / max, max ÷ min, and
+    how many clusters fall in each band of size relative to the mean (n / k)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    k, n = len(sizes), int(sizes.sum())
+    mean = n / k if k else 0.0
+    rel = sizes / mean if mean else np.zeros(k)
+    hist = {}
+    for lo, hi in SIZE_BINS:
+        label = f"{lo:g}-{hi:g}x mean" if hi != math.inf else f">={lo:g}x mean"
+        hist[label] = int(((rel >= lo) & (rel < hi)).sum())
+    nonzero = sizes[sizes > 0]
+    return {
+        "min": int(sizes.min()) if k else 0,
+        "median": float(np.median(sizes)) if k else 0.0,
+        "max": int(sizes.max()) if k else 0,
+        "mean": mean,
+        "max_over_min": (float(sizes.max() / nonzero.min()) if len(nonzero) else float("nan")),
+        "empty": int((sizes == 0).sum()),
+        "histogram": hist,
+    }

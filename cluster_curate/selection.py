@@ -1,0 +1,396 @@
+"""Balanced, budgeted selection from clusters (DESIGN.md, `select`): pure functions on numpy arrays.
+
+    quotas = water_fill_quotas(sizes, budget, balance_power)   # how many rows each cluster gives
+    order  = order_within_cluster(...)                         # which rows of a cluster come first
+    keep   = dedup_within_cluster(...)                         # optional near-duplicate removal
+    sel    = select_rows(...)                                  # all of the above, end to end
+
+Everything is vectorised over rows (one sort of a 64-bit key per row), so ten million rows take seconds;
+only `diverse` and `dedup` loop over clusters, and they need the feature vectors.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cluster_curate.errors import CurateError
+
+WITHIN_ORDERS = ("random", "far", "near", "diverse", "hard")
+WITHIN_HELP = {
+    "random": "a seeded random order (the default)",
+    "far": "farthest from the centroid first (the paper's choice)",
+    "near": "nearest to the centroid first (most typical)",
+    "diverse": "greedy k-center inside the cluster, starting from the most typical row",
+    "hard": "highest loss first (the embeddings artifact's `loss`)",
+}
+
+
+# ------------------------------------------------------------------------------------------ budgets
+
+def check_budget_args(fraction: float | None = None, budget: int | None = None,
+                      per_cluster_ratio: float | None = None) -> str:
+    """Exactly one budget, in range. Returns the mode: 'fraction' | 'budget' | 'per-cluster-ratio'."""
+    given = {"fraction": fraction, "budget": budget, "per-cluster-ratio": per_cluster_ratio}
+    named = [k for k, v in given.items() if v is not None]
+    if len(named) != 1:
+        raise CurateError("give exactly one of --fraction F, --budget N, --per-cluster-ratio R"
+                          + (f" (got {', '.join('--' + k for k in named)})" if named else ""))
+    mode = named[0]
+    if mode == "fraction" and not (0 < fraction <= 1 and math.isfinite(fraction)):
+        raise CurateError(f"--fraction must be in (0, 1], got {fraction}")
+    if mode == "budget" and (budget is None or int(budget) != budget or budget <= 0):
+        raise CurateError(f"--budget must be a positive number of rows, got {budget}")
+    if mode == "per-cluster-ratio" and not (0 < per_cluster_ratio <= 1 and math.isfinite(per_cluster_ratio)):
+        raise CurateError(f"--per-cluster-ratio must be in (0, 1], got {per_cluster_ratio}")
+    return mode
+
+
+def fraction_budget(n: int, fraction: float) -> int:
+    """Rows for `--fraction F`: floor(F·n) (at least one row when n > 0)."""
+    return min(n, max(1 if n else 0, int(math.floor(fraction * n + 1e-9))))
+
+
+def water_fill_quotas(sizes: np.ndarray, budget: int, balance_power: float = 0.0) -> np.ndarray:
+    """Per-cluster quotas that sum to exactly min(budget, Σ sizes), none above its cluster's size.
+
+    balance_power p = 0 (balanced): find the level q with Σ min(size_c, q) = budget; clusters smaller than q
+    are taken whole and the others get q or q + 1 (the +1s go to the largest clusters first, ties to the
+    lowest cluster number). p > 0: quota ∝ size^p under the same caps (p = 1: proportional), rounded by
+    largest remainder (ties: larger cluster, then lower number).
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if sizes.ndim != 1 or (sizes < 0).any():
+        raise ValueError("sizes must be a 1-d array of non-negative counts")
+    if not 0 <= balance_power <= 1 or not math.isfinite(balance_power):
+        raise CurateError(f"--balance-power must be between 0 and 1, got {balance_power}")
+    if budget < 0:
+        raise CurateError(f"budget must be >= 0, got {budget}")
+    total = int(sizes.sum())
+    if budget >= total:
+        return sizes.copy()
+    if budget == 0:
+        return np.zeros_like(sizes)
+    idx = np.arange(len(sizes))
+    if balance_power == 0:
+        s = np.sort(sizes)
+        prefix = np.concatenate([[0], np.cumsum(s)])
+
+        def filled(level: int) -> int:  # Σ min(size, level)
+            j = int(np.searchsorted(s, level, side="left"))
+            return int(prefix[j]) + level * (len(s) - j)
+
+        lo, hi = 0, int(s[-1])
+        while lo < hi:  # the largest level whose fill fits in the budget
+            mid = (lo + hi + 1) // 2
+            if filled(mid) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        quotas = np.minimum(sizes, lo)
+        rest = budget - int(quotas.sum())  # < number of clusters larger than the level
+        open_ = idx[sizes > lo]
+        open_ = open_[np.lexsort((open_, -sizes[open_]))]
+        quotas[open_[:rest]] += 1
+        return quotas
+
+    weights = sizes.astype(np.float64) ** balance_power
+    lo, hi = 0.0, float((sizes / np.where(weights > 0, weights, 1)).max()) + 1.0
+    for _ in range(200):  # bisection on t in Σ min(size, t·w) = budget
+        mid = (lo + hi) / 2
+        if np.minimum(sizes, mid * weights).sum() <= budget:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    ideal = np.minimum(sizes.astype(np.float64), lo * weights)
+    quotas = np.minimum(np.floor(ideal + 1e-9).astype(np.int64), sizes)
+    frac = ideal - quotas
+    rest = budget - int(quotas.sum())
+    if rest > 0:
+        open_ = idx[quotas < sizes]
+        open_ = open_[np.lexsort((open_, -sizes[open_], -frac[open_]))]
+        quotas[open_[:rest]] += 1
+    elif rest < 0:  # floating-point overshoot: take back from the smallest remainders
+        held = idx[quotas > 0]
+        held = held[np.lexsort((held, sizes[held], frac[held]))]
+        quotas[held[:-rest]] -= 1
+    return quotas
+
+
+def ratio_quotas(sizes: np.ndarray, ratio: float) -> np.ndarray:
+    """The paper's rule: every non-empty cluster keeps floor(ratio × smallest non-empty cluster size)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    nonempty = sizes[sizes > 0]
+    if len(nonempty) == 0:
+        return np.zeros_like(sizes)
+    q = int(math.floor(ratio * int(nonempty.min()) + 1e-9))
+    return np.where(sizes > 0, q, 0).astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------ orders
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place on a uint64 array (wrapping arithmetic)."""
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def random_keys(ids: np.ndarray, seed: int) -> np.ndarray:
+    """A pseudo-random uint64 per id that depends only on (id, seed): the random order of a row does not
+    depend on where it sits in the file or on the other rows."""
+    salt = _mix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0]
+    z = np.asarray(ids).astype(np.uint64)
+    z *= _GOLDEN
+    z += salt
+    return _mix64(z)
+
+
+def _float_key(values: np.ndarray, descending: bool) -> np.ndarray:
+    """uint32 whose unsigned order is the float order of `values` (NaN always last)."""
+    v = np.asarray(values, dtype=np.float32).copy()
+    nan = np.isnan(v)
+    if descending:
+        np.negative(v, out=v)
+    v[nan] = np.inf
+    bits = v.view(np.uint32)
+    return np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(0x80000000))
+
+
+def group_by_cluster(clusters: np.ndarray, k: int | None = None) -> np.ndarray:
+    """Row positions grouped by cluster, ascending, rows of a cluster in position order (a stable sort;
+    a radix sort when the cluster numbers fit in 16 bits)."""
+    clusters = np.asarray(clusters)
+    k = int(clusters.max()) + 1 if k is None and len(clusters) else (k or 0)
+    small = clusters.astype(np.uint16) if k <= 1 << 16 else clusters
+    return np.argsort(small, kind="stable")
+
+
+def order_within_cluster(clusters: np.ndarray, within: str, *, ids: np.ndarray | None = None,
+                         similarity: np.ndarray | None = None, loss: np.ndarray | None = None,
+                         seed: int = 0, k: int | None = None) -> np.ndarray:
+    """Row positions grouped by cluster (ascending), each cluster's rows in preference order.
+
+    random: by random_keys(id, seed); far: lowest similarity to the centroid first; near: highest first;
+    hard: highest loss first (NaN last). Ties go to the lower row position. (`diverse` depends on the
+    quota, see k_center_greedy; its base order here is `near`.)
+    """
+    n = len(clusters)
+    if within == "random":
+        if ids is None:
+            ids = np.arange(n)
+        key = (random_keys(ids, seed) >> np.uint64(32)).astype(np.uint32)
+    elif within in ("far", "near", "diverse"):
+        if similarity is None:
+            raise CurateError(f"--within {within} needs the similarity column of the clusters artifact")
+        key = _float_key(similarity, descending=within != "far")
+    elif within == "hard":
+        if loss is None:
+            raise CurateError("--within hard needs a `loss` column (from the embeddings artifact)")
+        key = _float_key(loss, descending=True)
+    else:
+        raise CurateError(f"--within must be one of {', '.join(WITHIN_ORDERS)}, got {within!r}")
+    clusters = np.asarray(clusters)
+    order = group_by_cluster(clusters, k)
+    # then each cluster's segment by key: sorting k short segments costs less than one sort of n rows
+    grouped_key = key[order]
+    del key
+    sizes = np.bincount(clusters, minlength=k or 0)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    for s, e in zip(bounds[:-1], bounds[1:]):
+        if e - s > 1:
+            seg = order[s:e]
+            seg[:] = seg[np.argsort(grouped_key[s:e], kind="stable")]
+    return order
+
+
+def k_center_greedy(x: np.ndarray, n_pick: int, first: int = 0) -> np.ndarray:
+    """Greedy k-center (farthest-first traversal) on unit rows: start at `first`, then repeatedly take the
+    row least similar to everything taken so far. Returns positions into x, in pick order. O(n_pick·m·d)."""
+    m = len(x)
+    n_pick = min(n_pick, m)
+    picks = np.empty(n_pick, dtype=np.int64)
+    if n_pick == 0:
+        return picks
+    picks[0] = first
+    nearest = x @ x[first]  # similarity of every row to its most similar picked row
+    nearest[first] = np.inf
+    for i in range(1, n_pick):
+        j = int(np.argmin(nearest))
+        picks[i] = j
+        np.maximum(nearest, x @ x[j], out=nearest)
+        nearest[j] = np.inf
+    return picks
+
+
+def dedup_within_cluster(features: np.ndarray, order: np.ndarray, sizes: np.ndarray, threshold: float,
+                         block_rows: int = 512) -> np.ndarray:
+    """Near-duplicate removal: walking each cluster's rows in `order`, a row is dropped when its cosine
+    similarity to a row already kept in its cluster exceeds `threshold` (features are unit rows).
+
+    Returns a bool mask over rows (True = kept). Exact greedy, computed block by block with matrix
+    products: O(Σ_c size_c · kept_c · d).
+    """
+    n, d = features.shape
+    keep = np.ones(n, dtype=bool)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    thr = np.float32(threshold)
+    for c in range(len(sizes)):
+        rows = order[starts[c]:starts[c + 1]]
+        if len(rows) < 2:
+            continue
+        kept = np.empty((min(len(rows), 4 * block_rows), d), dtype=np.float32)
+        n_kept = 0
+        for b in range(0, len(rows), block_rows):
+            block_rows_idx = rows[b:b + block_rows]
+            xb = features[block_rows_idx]
+            drop = np.zeros(len(xb), dtype=bool)
+            for k0 in range(0, n_kept, 8192):
+                drop |= (xb @ kept[k0:min(n_kept, k0 + 8192)].T).max(axis=1) > thr
+            close = np.triu(xb @ xb.T > thr, 1)
+            for i in np.flatnonzero(close.any(axis=1)).tolist():
+                if not drop[i]:
+                    drop |= close[i]
+            new = xb[~drop]
+            if n_kept + len(new) > len(kept):
+                grown = np.empty((min(len(rows), max(2 * len(kept), n_kept + len(new))), d), dtype=np.float32)
+                grown[:n_kept] = kept[:n_kept]
+                kept = grown
+            kept[n_kept:n_kept + len(new)] = new
+            n_kept += len(new)
+            keep[block_rows_idx[drop]] = False
+    return keep
+
+
+# ------------------------------------------------------------------------------------------ the stage
+
+@dataclass
+class Selection:
+    rows: np.ndarray               # positions of the selected rows, ascending
+    cluster: np.ndarray            # int32, per selected row
+    rank_in_cluster: np.ndarray    # int32, 0 = first pick of its cluster
+    sizes: np.ndarray              # rows per cluster
+    available: np.ndarray          # rows per cluster after near-duplicate removal (= sizes without dedup)
+    quotas: np.ndarray             # rows selected per cluster
+    mode: str
+    requested: int | None          # the budget asked for (None for --per-cluster-ratio)
+    dedup_dropped: int = 0
+    notes: list = field(default_factory=list)
+
+
+def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray | None = None,
+                similarity: np.ndarray | None = None, loss: np.ndarray | None = None,
+                features: np.ndarray | None = None, fraction: float | None = None, budget: int | None = None,
+                per_cluster_ratio: float | None = None, balance_power: float = 0.0, within: str = "random",
+                dedup: float | None = None, seed: int = 0) -> Selection:
+    """Select rows: quotas across clusters, then the first `quota` rows of each cluster in `within` order.
+
+    clusters: int cluster per row (0..k-1). ids: row ids (for the random order; default 0..n-1).
+    similarity: cosine to the row's centroid (far, near, diverse). loss: per row (hard).
+    features: unit rows aligned with `clusters` (diverse, dedup). dedup: cosine threshold; near-duplicates
+    are removed before quotas are computed, so the budget is still met when enough distinct rows remain.
+    """
+    mode = check_budget_args(fraction, budget, per_cluster_ratio)
+    if within not in WITHIN_ORDERS:
+        raise CurateError(f"--within must be one of {', '.join(WITHIN_ORDERS)}, got {within!r}")
+    if within == "diverse" and features is None:
+        raise CurateError("--within diverse needs the feature vectors: pass --embeddings E")
+    if dedup is not None:
+        if not (0 < dedup <= 1):
+            raise CurateError(f"--dedup must be a cosine similarity in (0, 1], got {dedup}")
+        if features is None:
+            raise CurateError("--dedup needs the feature vectors: pass --embeddings E")
+    clusters = np.asarray(clusters)
+    n = len(clusters)
+    if n == 0:
+        raise CurateError("no rows to select from")
+    if clusters.min() < 0:
+        raise CurateError(f"cluster numbers must be >= 0, found {int(clusters.min())}")
+    k = int(clusters.max()) + 1 if k is None else k
+    if clusters.max() >= k:
+        raise CurateError(f"cluster number {int(clusters.max())} is not below k = {k}")
+    if features is not None and len(features) != n:
+        raise ValueError("features must have one row per cluster row")
+    sizes = np.bincount(clusters, minlength=k).astype(np.int64)
+    notes: list[str] = []
+
+    order = order_within_cluster(clusters, within, ids=ids, similarity=similarity, loss=loss, seed=seed, k=k)
+    available, dropped = sizes, 0
+    if dedup is not None:
+        keep = dedup_within_cluster(features, order, sizes, dedup)
+        dropped = int(n - keep.sum())
+        if dropped:
+            order = order[keep[order]]
+            available = np.bincount(clusters[order], minlength=k).astype(np.int64)
+    n_available = int(available.sum())
+
+    requested = None
+    if mode == "per-cluster-ratio":
+        quotas = ratio_quotas(available, per_cluster_ratio)
+        if quotas.sum() == 0:
+            raise CurateError(f"--per-cluster-ratio {per_cluster_ratio} keeps 0 rows: the smallest cluster has "
+                              f"{int(available[available > 0].min())} rows; raise the ratio or use --fraction")
+    else:
+        requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
+        if requested > n_available:
+            what = f"the {n_available} rows left after removing {dropped} near-duplicates" if dropped else \
+                f"the {n_available} rows of the data"
+            notes.append(f"budget of {requested} rows is larger than {what}: selecting all of them")
+        quotas = water_fill_quotas(available, min(requested, n_available), balance_power)
+
+    rank = np.full(n, -1, dtype=np.int64)  # rank in cluster per row position; -1 = not selected
+    if within == "diverse":
+        starts = np.concatenate([[0], np.cumsum(available)])
+        for c in np.flatnonzero(quotas).tolist():
+            rows = order[starts[c]:starts[c + 1]]  # near order: rows[0] is the most typical
+            picks = k_center_greedy(features[rows], int(quotas[c]), first=0)
+            rank[rows[picks]] = np.arange(len(picks))
+    else:
+        in_cluster = clusters[order]
+        starts = np.concatenate([[0], np.cumsum(available)[:-1]])
+        r = np.arange(len(order), dtype=np.int64)
+        r -= starts[in_cluster]
+        chosen = r < quotas[in_cluster]
+        rank[order[chosen]] = r[chosen]
+        del in_cluster, r, chosen
+    rows = np.flatnonzero(rank >= 0)
+    return Selection(rows=rows, cluster=clusters[rows].astype(np.int32), rank_in_cluster=rank[rows].astype(np.int32),
+                     sizes=sizes, available=available, quotas=quotas, mode=mode, requested=requested,
+                     dedup_dropped=dropped, notes=notes)
+
+
+def selection_summary_rows(sel: Selection, limit: int | None = 32) -> list[dict]:
+    """Per cluster: size -> selected (all clusters when there are at most `limit`, else the smallest and
+    largest clusters around a '...' row)."""
+    k = len(sel.sizes)
+    by_size = np.lexsort((np.arange(k), sel.sizes))
+    if limit is not None and k > limit:
+        half = limit // 2
+        shown = list(by_size[:half]) + [None] + list(by_size[-half:])
+    else:
+        shown = list(by_size)
+    out = []
+    for c in shown:
+        if c is None:
+            out.append({"cluster": "...", "size": "", "after dedup": "", "selected": "", "share": ""})
+            continue
+        row = {"cluster": int(c), "size": int(sel.sizes[c])}
+        if sel.dedup_dropped:
+            row["after dedup"] = int(sel.available[c])
+        row["selected"] = int(sel.quotas[c])
+        row["share"] = f"{sel.quotas[c] / sel.sizes[c]:.1%}" if sel.sizes[c] else "-"
+        out.append(row)
+    if not sel.dedup_dropped:
+        for r in out:
+            r.pop("after dedup", None)
+    return out
