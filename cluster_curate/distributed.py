@@ -1,0 +1,308 @@
+"""Ranks, world size and part files: the only module that knows about them.
+
+Two ways to split an `embed` run, which combine:
+
+* `torchrun` (any number of nodes and processes): RANK / WORLD_SIZE / LOCAL_RANK come from the environment;
+  a process group is initialised (nccl on GPU, gloo on CPU) for barriers only.
+* job-array pieces (`--num-shards K --shard-index i`): independent processes, no communication, all writing
+  into the same output directory.
+
+Worker w of W = num_shards × world_size (w = shard_index × world_size + rank) owns the chunks c with
+c mod W = w, where chunk c is the ids [c·E, (c+1)·E) for E = `--commit-every`. Chunks are the unit of work
+and of commitment: a finished chunk is written atomically to the staging directory `<out>.partial/` as
+`chunk-CCCCCC.parquet`, so a killed run restarted with `--resume` skips the chunks already there and the
+result equals an uninterrupted run (the rows of a chunk do not depend on who computed them).
+
+Finishing: a single process (W = 1) merges the chunks, in id order, into the single-file artifact `<out>`.
+Several workers each merge their own chunks into `<out>/part-WWWWW-of-NNNNN.parquet` (a directory artifact
+that `read_artifact` reads as one table sorted by id); under torchrun, rank 0 waits for the others at a
+barrier, checks every part is there and removes the staging directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io.artifacts import META_KEY, ArtifactMeta, atomic_write_bytes, sidecar_path, write_parquet_atomic
+
+DEFAULT_COMMIT_EVERY = 4096
+_CHUNK_RE = re.compile(r"^chunk-(\d{6,})\.parquet$")
+
+
+@dataclass(frozen=True)
+class Layout:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    num_shards: int = 1
+    shard_index: int = 0
+    torchrun: bool = False
+
+    @property
+    def worker(self) -> int:
+        return self.shard_index * self.world_size + self.rank
+
+    @property
+    def workers(self) -> int:
+        return self.num_shards * self.world_size
+
+    @property
+    def multi(self) -> bool:
+        return self.workers > 1
+
+    @property
+    def leader(self) -> bool:
+        """Rank 0 of this piece: prepares shared state (the proxy, the text basis) and finishes."""
+        return self.rank == 0
+
+    def owns(self, chunk: int) -> bool:
+        return chunk % self.workers == self.worker
+
+    def part_name(self) -> str:
+        return f"part-{self.worker:05d}-of-{self.workers:05d}.parquet"
+
+    def describe(self) -> str:
+        bits = []
+        if self.torchrun:
+            bits.append(f"rank {self.rank}/{self.world_size}")
+        if self.num_shards > 1:
+            bits.append(f"piece {self.shard_index}/{self.num_shards}")
+        return ", ".join(bits) or "single process"
+
+
+def detect(num_shards: int = 1, shard_index: int = 0) -> Layout:
+    """The layout of this process from torchrun's environment and the job-array options."""
+    if num_shards < 1:
+        raise CurateError(f"--num-shards must be at least 1, got {num_shards}")
+    if not 0 <= shard_index < num_shards:
+        raise CurateError(f"--shard-index must be in [0, {num_shards - 1}], got {shard_index}")
+    env = os.environ
+    torchrun = "RANK" in env and "WORLD_SIZE" in env
+    try:
+        rank = int(env.get("RANK", 0)) if torchrun else 0
+        world = int(env.get("WORLD_SIZE", 1)) if torchrun else 1
+        local = int(env.get("LOCAL_RANK", rank)) if torchrun else 0
+    except ValueError:
+        raise CurateError("RANK / WORLD_SIZE / LOCAL_RANK must be integers (as torchrun sets them)") from None
+    return Layout(rank=rank, world_size=world, local_rank=local, num_shards=num_shards, shard_index=shard_index,
+                  torchrun=torchrun and world > 1)
+
+
+def init(layout: Layout, use_cuda: bool = False) -> None:
+    """Initialise the process group under torchrun (nccl when each rank drives a GPU, gloo otherwise)."""
+    if not layout.torchrun:
+        return
+    import torch
+    import torch.distributed as dist
+    if dist.is_initialized():
+        return
+    backend = "nccl" if use_cuda and torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(layout.local_rank)
+    dist.init_process_group(backend=backend)
+
+
+def device_for(layout: Layout, device: str | None) -> str | None:
+    """Under torchrun with CUDA, `auto` means this rank's GPU (cuda:LOCAL_RANK)."""
+    if layout.torchrun and (device in (None, "auto")):
+        import torch
+        if torch.cuda.is_available():
+            return f"cuda:{layout.local_rank % torch.cuda.device_count()}"
+    return device
+
+
+def barrier(layout: Layout) -> None:
+    if layout.torchrun:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.barrier()
+
+
+def shutdown(layout: Layout) -> None:
+    if layout.torchrun:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------- output
+
+class ChunkedOutput:
+    """Where an `embed` worker commits its chunks and how the artifact is finished (see module docstring).
+
+    plan: a JSON-able record of everything that decides the rows (parameters, dataset fingerprint,
+    commit_every); `--resume` only continues a staging directory with the same plan."""
+
+    def __init__(self, out: str | os.PathLike, layout: Layout, plan: dict, commit_every: int, *,
+                 resume: bool = False, overwrite: bool = False):
+        if commit_every < 1:
+            raise CurateError(f"--commit-every must be at least 1, got {commit_every}")
+        self.out, self.layout, self.commit_every = Path(out), layout, commit_every
+        self.plan = dict(plan, commit_every=commit_every)
+        self.staging = sidecar_path(self.out, "partial")
+        self.resume = resume
+        self._check_output(overwrite)
+        self._open_staging(overwrite)
+
+    # -------------------------------------------------------------------------------- set-up
+    def _check_output(self, overwrite: bool) -> None:
+        out, lay = self.out, self.layout
+        if not lay.multi:
+            if out.exists() and not overwrite:
+                raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")
+            return
+        if out.exists() and not out.is_dir():
+            if not overwrite:
+                raise CurateError(f"{out}: exists and is not a directory; a multi-process run writes a directory "
+                                  "of parts (pass --overwrite to replace it)")
+            if lay.leader and lay.shard_index == 0:
+                out.unlink()
+        mine = out / lay.part_name()
+        if mine.exists() and not overwrite:
+            raise CurateError(f"{mine}: already exists (pass --overwrite to replace it)")
+        others = [p.name for p in out.glob("part-*.parquet")] if out.is_dir() else []
+        stale = [n for n in others if not n.endswith(f"-of-{lay.workers:05d}.parquet")]
+        if stale and not overwrite:
+            raise CurateError(f"{out}: holds parts of a run with another number of processes ({stale[0]}); "
+                              "pass --overwrite or use a fresh output")
+
+    def _open_staging(self, overwrite: bool) -> None:
+        plan_file = self.staging / "plan.json"
+        lay = self.layout
+        if plan_file.exists():
+            try:
+                old = json.loads(plan_file.read_text())
+            except (OSError, ValueError):
+                old = None
+            if old != self.plan:
+                if self.resume and not overwrite:
+                    raise CurateError(f"{self.staging}: holds an interrupted run with other parameters or data; "
+                                      "--resume needs the same command (or pass --overwrite to start afresh)")
+                if not lay.multi:
+                    shutil.rmtree(self.staging)
+        elif self.staging.exists() and not lay.multi:
+            shutil.rmtree(self.staging)
+        self.staging.mkdir(parents=True, exist_ok=True)
+        if not plan_file.exists() or json.loads(plan_file.read_text()) != self.plan:
+            atomic_write_bytes(plan_file, json.dumps(self.plan, sort_keys=True, indent=1).encode())
+        if not self.resume:  # a fresh run recomputes this worker's chunks
+            for c in self.committed():
+                if lay.owns(c):
+                    self._chunk_path(c).unlink(missing_ok=True)
+
+    # -------------------------------------------------------------------------------- chunks
+    def chunk_of(self, row_id: int) -> int:
+        return int(row_id) // self.commit_every
+
+    def _chunk_path(self, chunk: int) -> Path:
+        return self.staging / f"chunk-{chunk:06d}.parquet"
+
+    def committed(self) -> list[int]:
+        if not self.staging.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.staging.iterdir() if (m := _CHUNK_RE.match(p.name)))
+
+    def todo(self, chunk: int) -> bool:
+        """Whether this worker must compute `chunk` (it owns it and it is not committed yet)."""
+        return self.layout.owns(chunk) and not (self.resume and self._chunk_path(chunk).exists())
+
+    def commit(self, chunk: int, table: pa.Table, skipped: list[dict]) -> None:
+        """Write a finished chunk atomically; `skipped` (rows reported instead of embedded) rides along in
+        the chunk's metadata so that a resumed run still reports them."""
+        meta = {b"skipped": json.dumps(skipped).encode()}
+        table = table.replace_schema_metadata(meta)
+        write_parquet_atomic(table, self._chunk_path(chunk))
+
+    def _my_chunks(self) -> list[int]:
+        return [c for c in self.committed() if self.layout.owns(c)]
+
+    def skipped_rows(self, chunks: list[int] | None = None) -> list[dict]:
+        rows: list[dict] = []
+        for c in (self._my_chunks() if chunks is None else chunks):
+            md = pq.read_schema(self._chunk_path(c)).metadata or {}
+            rows.extend(json.loads(md.get(b"skipped", b"[]")))
+        return rows
+
+    # -------------------------------------------------------------------------------- finish
+    def finish(self, meta: ArtifactMeta, expected_chunks: int) -> dict:
+        """Merge this worker's chunks into the artifact (single file, or this worker's part), in id order.
+        Returns {"path", "rows", "parts"}. Under torchrun, rank 0 then waits for every rank and cleans up."""
+        lay = self.layout
+        mine = [c for c in range(expected_chunks) if lay.owns(c)]
+        missing = [c for c in mine if not self._chunk_path(c).exists()]
+        if missing:
+            raise CurateError(f"{self.staging}: chunks {missing[:5]} were not computed; run again with --resume")
+        rows = self._merge(mine, meta)
+        result = {"path": str(self.out), "rows": rows, "parts": 1}
+        for c in mine:
+            self._chunk_path(c).unlink(missing_ok=True)
+        if lay.multi:
+            barrier(lay)
+            if lay.leader and lay.torchrun:
+                names = [f"part-{lay.shard_index * lay.world_size + r:05d}-of-{lay.workers:05d}.parquet"
+                         for r in range(lay.world_size)]
+                absent = [n for n in names if not (self.out / n).exists()]
+                if absent:
+                    raise CurateError(f"{self.out}: parts {absent} are missing after all ranks finished")
+            result["parts"] = len(list(self.out.glob("part-*.parquet")))
+            self._cleanup_if_done()
+        else:
+            shutil.rmtree(self.staging, ignore_errors=True)
+        return result
+
+    def _merge(self, chunks: list[int], meta: ArtifactMeta) -> int:
+        """Stream the chunks into one Parquet file with the artifact's metadata (memory: one chunk)."""
+        tables = (pq.read_table(self._chunk_path(c)).replace_schema_metadata(None) for c in chunks)
+        first = next(tables, None)
+        target = self.out / self.layout.part_name() if self.layout.multi else self.out
+        if first is None:  # this worker owns no row: still write an empty part so the layout is complete
+            first = _empty_table(meta)
+        rows = 0
+        meta.rows = sum(pq.ParquetFile(self._chunk_path(c)).metadata.num_rows for c in chunks)
+        schema = first.schema.with_metadata({META_KEY: meta.to_json().encode()})
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        try:
+            with pq.ParquetWriter(tmp, schema) as writer:
+                for t in (first, *tables):
+                    writer.write_table(t.cast(schema))
+                    rows += t.num_rows
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return rows
+
+    def _cleanup_if_done(self) -> None:
+        """The worker that completes the set of parts removes the staging directory."""
+        parts = list(self.out.glob(f"part-*-of-{self.layout.workers:05d}.parquet"))
+        if len(parts) == self.layout.workers:
+            shutil.rmtree(self.staging, ignore_errors=True)
+
+    def rejects_path(self) -> Path:
+        """Where this worker lists the rows it reports instead of embedding (JSONL)."""
+        if self.layout.multi:
+            return self.out / f"rejects-{self.layout.worker:05d}-of-{self.layout.workers:05d}.jsonl"
+        return sidecar_path(self.out, "rejects.jsonl")
+
+
+def _empty_table(meta: ArtifactMeta) -> pa.Table:
+    dim = int(meta.params.get("dim_total", 0))
+    return pa.table({
+        "id": pa.array([], pa.int64()),
+        "embedding": pa.FixedSizeListArray.from_arrays(pa.array([], pa.float32()), dim),
+        "n_tokens": pa.array([], pa.int64()),
+        "n_response_tokens": pa.array([], pa.int64()),
+        "loss": pa.array([], pa.float32()),
+    })
+
+

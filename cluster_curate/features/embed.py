@@ -1,0 +1,292 @@
+"""Embedding orchestration, as functions of examples and models (no files, no ranks, no CLI).
+
+* `parse_features` / `parse_weights`: the `--features` list and `--feature-weights`.
+* `plan_batches`: token-budget batches from length-sorted buckets (`--batch-tokens`).
+* `Embedder.embed(examples)`: the feature rows of a list of examples (one chunk of the dataset), in the order
+  given, plus the examples that keep no response token (reported, never embedded as zeros).
+
+Feature blocks: every entry of `--features` is one block: `gradient`, `lora-gradient`, `hidden` and
+`loss-trajectory` come from a model (features/extractors.py), `text` needs none (features/text.py). With one
+block the embedding is that block as computed. With several, each block is L2-normalised row by row and
+multiplied by its weight (`--feature-weights`, default 1 each) before concatenation, so a block's share of a
+cosine similarity is weight² / Σ weight² whatever its dimension or scale.
+
+Batching never changes a row: each block is a pure function of the example (right padding + attention mask;
+the text basis is fitted beforehand), so the result is the same whatever the batch size, `--batch-tokens` or
+the number of processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cluster_curate.errors import CurateError
+
+# The default of `--features`. One constant, so the evidence issue can change it in one place.
+DEFAULT_FEATURES = "gradient"
+MODEL_FEATURES = ("gradient", "lora-gradient", "hidden", "loss-trajectory")
+ALL_FEATURES = (*MODEL_FEATURES, "text")
+DEFAULT_TEXT_DIM = 256
+DEFAULT_BATCH_TOKENS = 16384
+DEFAULT_MAX_LENGTH = 1024
+
+
+def parse_features(spec: str | list[str] | None) -> list[str]:
+    """'text,gradient' -> ['text', 'gradient']; unknown or repeated names are a CurateError."""
+    if spec is None:
+        spec = DEFAULT_FEATURES
+    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s and s.strip()]
+    if not names:
+        raise CurateError("--features: empty list")
+    for n in names:
+        if n not in ALL_FEATURES:
+            raise CurateError(f"--features: unknown feature {n!r} (choose from {', '.join(ALL_FEATURES)})")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise CurateError(f"--features: {', '.join(dup)} listed twice")
+    return names
+
+
+def parse_weights(spec: str | list[float] | None, n_blocks: int) -> list[float]:
+    if spec is None or spec == "":
+        return [1.0] * n_blocks
+    try:
+        weights = [float(s) for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    except ValueError:
+        raise CurateError(f"--feature-weights {spec!r}: expected comma-separated numbers") from None
+    if len(weights) != n_blocks:
+        raise CurateError(f"--feature-weights: {len(weights)} weight(s) for {n_blocks} feature block(s)")
+    if any(not np.isfinite(w) or w < 0 for w in weights) or not any(w > 0 for w in weights):
+        raise CurateError(f"--feature-weights {spec!r}: weights must be finite, >= 0, and not all 0")
+    return weights
+
+
+def plan_batches(lengths, batch_tokens: int, max_rows: int | None = None) -> list[list[int]]:
+    """Indices grouped into batches of at most `batch_tokens` padded tokens (rows × longest row), taken
+    from the lengths sorted ascending (ties by index), so rows of similar length share a batch and little
+    is padding. A row longer than the budget gets a batch of its own. Deterministic."""
+    if batch_tokens <= 0:
+        raise CurateError(f"--batch-tokens must be positive, got {batch_tokens}")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.argsort(lengths, kind="stable")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order.tolist():
+        width = int(lengths[i])  # ascending: the newest row is the longest
+        if current and (width * (len(current) + 1) > batch_tokens or (max_rows and len(current) >= max_rows)):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def block_dims(features: list[str], *, hidden_size: int | None = None, dim: int | None = None,
+               n_checkpoints: int = 0, text_dim: int | None = None, lora_dim: int | None = None) -> dict[str, int]:
+    """Output width of each feature block: gradient/hidden = `dim` or the hidden size; lora-gradient = `dim`
+    or the extractor's default; loss-trajectory = one column per checkpoint; text = its SVD width."""
+    dims = {}
+    for kind in features:
+        if kind in ("gradient", "hidden"):
+            dims[kind] = int(dim or hidden_size)
+        elif kind == "lora-gradient":
+            dims[kind] = int(dim or lora_dim)
+        elif kind == "loss-trajectory":
+            dims[kind] = int(n_checkpoints)
+        else:
+            dims[kind] = int(text_dim or dim or DEFAULT_TEXT_DIM)
+    return dims
+
+
+def combine_blocks(blocks: list[np.ndarray], weights: list[float] | None = None) -> np.ndarray:
+    """One block: as is. Several: row-wise L2-normalised, scaled by the weights, concatenated (float32).
+    An all-zero row of a block stays zero (no division by zero)."""
+    if len(blocks) == 1:
+        return np.ascontiguousarray(blocks[0], dtype=np.float32)
+    weights = weights or [1.0] * len(blocks)
+    out = []
+    for block, w in zip(blocks, weights):
+        b = np.asarray(block, dtype=np.float64)
+        norms = np.linalg.norm(b, axis=1, keepdims=True)
+        out.append((b / np.where(norms > 0, norms, 1.0) * w).astype(np.float32))
+    return np.ascontiguousarray(np.concatenate(out, axis=1))
+
+
+@dataclass
+class ChunkResult:
+    """Rows of one chunk, in the order of the examples given (those embedded)."""
+    ids: np.ndarray  # int64 [n]
+    embedding: np.ndarray  # float32 [n, D]
+    n_tokens: np.ndarray  # int64 [n]
+    n_response_tokens: np.ndarray  # int64 [n]
+    loss: np.ndarray  # float32 [n]; NaN when no model is used
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (id, reason): no response token
+    tokens: int = 0  # real (unpadded) tokens processed
+
+
+@dataclass
+class Embedder:
+    """Computes the feature blocks of examples.
+
+    fm: the FeatureModel (None when only `text` is asked for). trajectory: FeatureModels whose losses make
+    the `loss-trajectory` block (one column each; they must share fm's tokenizer). text: a fitted
+    TextFeaturizer when `text` is asked for. projectors: per model block, what `extract` gets as projector."""
+
+    features: list[str]
+    fm: object = None
+    text: object = None
+    trajectory: list = field(default_factory=list)
+    projectors: dict = field(default_factory=dict)
+    weights: list[float] | None = None
+    pool: str = "all"
+    layers: str | None = None
+    max_length: int | None = DEFAULT_MAX_LENGTH
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
+    dims: dict = field(default_factory=dict)  # block -> output width (block_dims); checked by `embed`
+
+    def __post_init__(self):
+        if any(f in MODEL_FEATURES for f in self.features) and self.fm is None:
+            raise ValueError("model features need a FeatureModel")
+        if "text" in self.features and self.text is None:
+            raise ValueError("the text feature needs a fitted TextFeaturizer")
+        if "loss-trajectory" in self.features and not self.trajectory:
+            raise ValueError("loss-trajectory needs at least one checkpoint model")
+
+    @property
+    def uses_model(self) -> bool:
+        return any(f in MODEL_FEATURES for f in self.features)
+
+    def embed(self, examples: list, on_batch=None) -> ChunkResult:
+        """Feature rows of `examples`. `on_batch(rows, tokens)` is called after each model batch."""
+        import torch
+
+        from cluster_curate.features.extractors import extract
+        from cluster_curate.features.models import collate, encode_examples
+        from cluster_curate.features.text import example_text, word_counts
+
+        skipped: list[tuple[int, str]] = []
+        model_blocks: dict[str, np.ndarray] = {}
+        loss = None
+        tokens = 0
+        if self.uses_model:
+            encoded, skipped = encode_examples(self.fm.tokenizer, examples, self.max_length)
+            kept_ids = {e.id for e in encoded}
+            kept = [ex for ex in examples if ex.id in kept_ids]
+            n = len(encoded)
+            n_tokens = np.array([e.n_tokens for e in encoded], dtype=np.int64)
+            n_resp = np.array([e.n_response_tokens for e in encoded], dtype=np.int64)
+            loss = np.full(n, np.nan, dtype=np.float32)
+            parts: dict[str, list] = {f: [] for f in self.features if f in MODEL_FEATURES}
+            positions: list[np.ndarray] = []
+            for idx in plan_batches(n_tokens, self.batch_tokens):
+                batch = collate([encoded[i] for i in idx], self.fm.pad_id, self.fm.device)
+                for kind in parts:
+                    if kind == "loss-trajectory":
+                        cols = [extract(m, batch, "loss-trajectory")["loss"] for m in self.trajectory]
+                        parts[kind].append(np.stack(cols, axis=1).astype(np.float32))
+                        continue
+                    out = extract(self.fm, batch, kind, pool=self.pool, projector=self.projectors.get(kind),
+                                  layers=self.layers)
+                    parts[kind].append(out["embedding"])
+                    loss[idx] = out["loss"]
+                if all(k == "loss-trajectory" for k in parts):  # the main model's loss is still wanted
+                    loss[idx] = extract(self.fm, batch, "loss-trajectory")["loss"]
+                positions.append(np.asarray(idx, dtype=np.int64))
+                batch_tokens = int(n_tokens[idx].sum())
+                tokens += batch_tokens
+                if on_batch is not None:
+                    on_batch(len(idx), batch_tokens)
+                del batch
+            if n and self.fm.device.type == "cuda":
+                torch.cuda.synchronize(self.fm.device)
+            where = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+            for kind, chunks in parts.items():
+                if not chunks:
+                    model_blocks[kind] = np.zeros((0, self.dims.get(kind, 0)), dtype=np.float32)
+                    continue
+                stacked = np.concatenate(chunks, axis=0)
+                block = np.empty_like(stacked)
+                block[where] = stacked  # back to the order of the examples
+                model_blocks[kind] = block
+        else:
+            kept = list(examples)
+            counts = [word_counts(ex) for ex in kept]
+            n_tokens = np.array([c[0] for c in counts], dtype=np.int64).reshape(-1)
+            n_resp = np.array([c[1] for c in counts], dtype=np.int64).reshape(-1)
+            loss = np.full(len(kept), np.nan, dtype=np.float32)
+            tokens = int(n_tokens.sum())
+            if on_batch is not None and kept:
+                on_batch(len(kept), tokens)
+
+        blocks = []
+        for kind in self.features:
+            if kind == "text":
+                block = (self.text.transform([example_text(ex, self.text.field) for ex in kept]) if kept
+                         else np.zeros((0, self.text.dim), dtype=np.float32))
+            else:
+                block = model_blocks[kind]
+            if kind in self.dims and block.shape[1] != self.dims[kind]:
+                raise RuntimeError(f"{kind}: block of width {block.shape[1]}, expected {self.dims[kind]}")
+            self.dims[kind] = int(block.shape[1])
+            blocks.append(block)
+        embedding = combine_blocks(blocks, self.weights)
+        ids = np.array([ex.id for ex in kept], dtype=np.int64)
+        return ChunkResult(ids=ids, embedding=embedding, n_tokens=n_tokens, n_response_tokens=n_resp,
+                           loss=loss.astype(np.float32), skipped=list(skipped), tokens=tokens)
+
+
+def chunk_table(result: ChunkResult):
+    """The embeddings artifact's rows for a chunk (DESIGN.md "Artifacts"), sorted by id."""
+    import pyarrow as pa
+
+    order = np.argsort(result.ids, kind="stable")
+    emb = np.ascontiguousarray(result.embedding[order], dtype=np.float32)
+    dim = emb.shape[1] if emb.ndim == 2 else 0
+    values = pa.array(emb.reshape(-1), type=pa.float32())
+    return pa.table({
+        "id": pa.array(result.ids[order], type=pa.int64()),
+        "embedding": pa.FixedSizeListArray.from_arrays(values, dim),
+        "n_tokens": pa.array(result.n_tokens[order], type=pa.int64()),
+        "n_response_tokens": pa.array(result.n_response_tokens[order], type=pa.int64()),
+        "loss": pa.array(result.loss[order], type=pa.float32()),
+    })
+
+
+def sample_keys(ids, seed: int) -> np.ndarray:
+    """A seeded pseudo-random uint64 key per id (splitmix64): a row is in a seeded sample when its key is
+    among the smallest. The same row gets the same key in every process, whatever the batching."""
+    x = (np.asarray(ids, dtype=np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15) % (1 << 64)))
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return x
+
+
+class BottomK:
+    """Keeps the k items with the smallest keys seen in a stream (a seeded uniform sample of size k),
+    in memory proportional to k. `items()` returns them in id order."""
+
+    def __init__(self, k: int):
+        import heapq
+        self.k, self._heap, self._push = k, [], heapq
+        self.seen = 0
+
+    def add(self, key: int, item_id: int, item) -> None:
+        self.seen += 1
+        if self.k <= 0:
+            return
+        entry = (-int(key), -int(item_id), item)  # max-heap on (key, id) via negation
+        if len(self._heap) < self.k:
+            self._push.heappush(self._heap, entry)
+        elif entry[:2] > self._heap[0][:2]:
+            self._push.heapreplace(self._heap, entry)
+
+    def smallest(self, n: int) -> list:
+        """The n smallest-key items (n <= k), in id order."""
+        best = sorted(self._heap, key=lambda e: (-e[0], -e[1]))[:n]
+        return [e[2] for e in sorted(best, key=lambda e: -e[1])]

@@ -1,0 +1,305 @@
+"""The built-in `proxy` feature model: a small GPT (features/gpt.py) with a tokenizer trained on the data,
+warmed up briefly on a seeded sample of the dataset itself, so `embed` needs no download.
+
+    tok = train_tokenizer(texts, vocab_size=4096, kind="bpe")
+    proxy = train_proxy(sample_examples, ProxyOptions(), device="cpu")     # -> TrainedProxy
+    save_proxy(proxy, "E.proxy")                                           # reusable: --model E.proxy
+    fm = load_proxy("E.proxy")                    # FeatureModel of the final weights
+    fms = [load_proxy("E.proxy", step) for step in proxy_checkpoint_steps("E.proxy")]  # loss-trajectory
+
+On disk (`<artifact>.proxy/`): config.json (marker `"model_type": "cluster-curate-proxy"`, the GPT config,
+the options and training log), tokenizer files (PreTrainedTokenizerFast.save_pretrained, including the chat
+template), model.safetensors (final weights) and checkpoints/step-NNNNNN.safetensors (the warm-up checkpoints
+that `--features loss-trajectory` uses). Nothing is unpickled when loading.
+
+Defaults (see ProxyOptions): a 3-layer, 128-wide model ("small"), a byte-level BPE tokenizer of 4,096 tokens,
+5% of the rows (at least 128, at most 20,000; LESS warms up on 5%), one epoch over that sample with batches of
+about 2,048 tokens. One epoch of forward+backward on 5% of the rows costs about 3 x 5% = 15% of a forward pass
+over all rows, under the budget of a quarter of the feature pass (benchmarks/bench_embed_memory.py measures it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from cluster_curate.errors import CurateError
+from cluster_curate.features.gpt import GPT, GPTConfig, cosine_lr
+
+PROXY_MARKER = "cluster-curate-proxy"
+EOS = "<|endoftext|>"
+PAD = "<|pad|>"
+UNK = "<|unk|>"
+ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>"]
+# Each turn is <|role|>content<|endoftext|>; the response therefore ends with the end token, which the loss
+# and the features include (as an SFT loss does).
+CHAT_TEMPLATE = ("{% for m in messages %}{{ '<|' + m['role'] + '|>' + m['content'] + '" + EOS + "' }}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}")
+
+SIZES = {  # name -> (n_layer, n_head, d_model)
+    "tiny": (2, 2, 64),
+    "small": (3, 4, 128),
+    "base": (4, 4, 256),
+}
+
+
+@dataclass
+class ProxyOptions:
+    size: str = "small"  # tiny | small | base (SIZES)
+    vocab_size: int = 4096
+    tokenizer: str = "bpe"  # bpe (byte-level, never unknown) | word (whitespace words, digits split)
+    sample: float = 0.05  # fraction of rows to warm up on ...
+    min_rows: int = 128  # ... but at least this many (or all rows when fewer)
+    max_rows: int = 20000  # ... and at most this many
+    epochs: float = 1.0  # passes over the sample (ignored when steps is set)
+    steps: int | None = None  # exact number of optimiser steps
+    batch_tokens: int = 2048  # padded tokens per training step
+    lr: float = 3e-3
+    checkpoints: int = 3  # warm-up checkpoints kept (evenly spaced, the last is the final model)
+    max_length: int = 512  # tokens per example; the prompt is truncated from the left
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.size not in SIZES:
+            raise CurateError(f"--proxy-size: unknown size {self.size!r} (choose from {', '.join(SIZES)})")
+        if self.tokenizer not in ("bpe", "word"):
+            raise CurateError(f"--proxy-tokenizer: must be 'bpe' or 'word', got {self.tokenizer!r}")
+        if not 0 < self.sample <= 1:
+            raise CurateError(f"--proxy-sample: must be in (0, 1], got {self.sample}")
+        if self.steps is not None and self.steps <= 0:
+            raise CurateError(f"--proxy-steps: must be positive, got {self.steps}")
+        if self.epochs <= 0:
+            raise CurateError(f"--proxy-epochs: must be positive, got {self.epochs}")
+        if self.vocab_size < 64:
+            raise CurateError(f"--proxy-vocab: must be at least 64, got {self.vocab_size}")
+        if self.checkpoints < 1:
+            raise CurateError(f"--proxy-checkpoints: must be at least 1, got {self.checkpoints}")
+
+    def sample_size(self, n_rows: int) -> int:
+        """How many rows the warm-up uses out of n_rows."""
+        return min(n_rows, max(self.min_rows, min(self.max_rows, math.ceil(self.sample * n_rows))))
+
+    def gpt_config(self, vocab_size: int) -> GPTConfig:
+        n_layer, n_head, d_model = SIZES[self.size]
+        return GPTConfig(vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, d_model=d_model,
+                         max_len=self.max_length)
+
+
+@dataclass
+class TrainedProxy:
+    gpt: GPT
+    tokenizer: object  # transformers.PreTrainedTokenizerFast
+    options: ProxyOptions
+    checkpoints: dict[int, dict] = field(default_factory=dict)  # step -> state_dict (cpu copies)
+    log: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------- tokenizer
+
+def train_tokenizer(texts, vocab_size: int = 4096, kind: str = "bpe"):
+    """A PreTrainedTokenizerFast trained on `texts` (an iterable of str), with the proxy's chat template.
+
+    `bpe`: byte-level BPE (any text encodes, no unknown token). `word`: whitespace/punctuation words with
+    digits split one by one (numbers cannot blow up the vocabulary), rare words -> <|unk|>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [PAD, EOS, UNK, *ROLE_TOKENS]
+    if kind == "bpe":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    elif kind == "word":
+        tok = Tokenizer(models.WordLevel(unk_token=UNK))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(),
+                                                     pre_tokenizers.Digits(individual_digits=True)])
+        tok.decoder = decoders.WordPiece(prefix="##")  # joins with spaces; decoding is cosmetic here
+        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False)
+    else:
+        raise ValueError(f"unknown tokenizer kind {kind!r}")
+    tok.train_from_iterator(texts, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD,
+                                   unk_token=UNK, additional_special_tokens=ROLE_TOKENS,
+                                   model_max_length=1 << 30)
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def example_texts(examples):
+    for ex in examples:
+        for turn in ex.prompt:
+            yield str(turn.get("content") or "")
+        yield ex.response
+
+
+# --------------------------------------------------------------------------------------------- training
+
+def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: str | torch.device = "cpu",
+                on_step=None) -> TrainedProxy:
+    """Train the tokenizer and the GPT on `examples` (the warm-up sample, already chosen).
+
+    Loss: cross-entropy on response tokens (the end token included), AdamW + cosine schedule, batches of
+    about `batch_tokens` padded tokens from length-sorted buckets in a seeded random order.
+    `on_step(step, total, loss)` is called after each step (progress)."""
+    from cluster_curate.features.embed import plan_batches
+    from cluster_curate.features.models import collate, encode_examples
+
+    opts = options or ProxyOptions()
+    opts.validate()
+    if not examples:
+        raise CurateError("proxy: no example to warm up on")
+    t0 = time.perf_counter()
+    tokenizer = train_tokenizer(example_texts(examples), opts.vocab_size, opts.tokenizer)
+    t_tok = time.perf_counter() - t0
+    encoded, _dropped = encode_examples(tokenizer, examples, opts.max_length)
+    if not encoded:
+        raise CurateError("proxy: no warm-up example keeps a response token after truncation (raise --max-length)")
+
+    torch.manual_seed(opts.seed)
+    gpt = GPT(opts.gpt_config(len(tokenizer))).to(device)
+    gpt.train()
+    decay = [p for n, p in gpt.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in gpt.named_parameters() if p.dim() < 2]
+    optim = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                              lr=opts.lr, betas=(0.9, 0.95))
+    batches = plan_batches([e.n_tokens for e in encoded], opts.batch_tokens)
+    total = opts.steps if opts.steps is not None else max(1, round(opts.epochs * len(batches)))
+    keep = sorted({max(1, round(total * (i + 1) / opts.checkpoints)) for i in range(opts.checkpoints)})
+    rng = random.Random(opts.seed)
+    order: list[int] = []
+    checkpoints: dict[int, dict] = {}
+    losses: list[float] = []
+    n_tokens = 0
+    pad_id = tokenizer.pad_token_id
+    for step in range(1, total + 1):
+        if not order:
+            order = list(range(len(batches)))
+            rng.shuffle(order)
+        rows = [encoded[i] for i in batches[order.pop()]]
+        batch = collate(rows, pad_id, device)
+        for g in optim.param_groups:
+            g["lr"] = cosine_lr(step - 1, total, opts.lr)
+        hidden = gpt.hidden_states(batch["input_ids"], batch["attention_mask"])
+        targets = batch["labels"][:, 1:]
+        rows = targets != -100  # logits only where a response token is predicted: the rest is never used
+        loss = F.cross_entropy(gpt.lm_head(hidden[:, :-1][rows]).float(), targets[rows])
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(gpt.parameters(), 1.0)
+        optim.step()
+        losses.append(loss.item())
+        n_tokens += int(batch["attention_mask"].sum())
+        if step in keep:
+            checkpoints[step] = {k: v.detach().to("cpu", copy=True) for k, v in gpt.state_dict().items()}
+        if on_step is not None:
+            on_step(step, total, losses[-1])
+    gpt.eval()
+    log = {"rows": len(encoded), "steps": total, "tokens": n_tokens, "tokenizer_seconds": round(t_tok, 3),
+           "seconds": round(time.perf_counter() - t0, 3), "loss_first": losses[0], "loss_last": losses[-1],
+           "loss_last10": sum(losses[-10:]) / len(losses[-10:]), "checkpoint_steps": sorted(checkpoints)}
+    return TrainedProxy(gpt, tokenizer, opts, checkpoints, log)
+
+
+# --------------------------------------------------------------------------------------------- disk
+
+def _ckpt_name(step: int) -> str:
+    return f"checkpoints/step-{step:06d}.safetensors"
+
+
+def save_proxy(proxy: TrainedProxy, directory, extra: dict | None = None) -> Path:
+    """Write the proxy to `directory` atomically (a temporary sibling directory, then rename)."""
+    from safetensors.torch import save_file
+
+    final = Path(directory)
+    tmp = final.with_name(f".{final.name}.tmp-{random.getrandbits(32):08x}")
+    (tmp / "checkpoints").mkdir(parents=True)
+    try:
+        proxy.tokenizer.save_pretrained(tmp)
+        # Tied weights: save the embedding once; lm_head.weight is the same tensor.
+        state = {k: v.detach().cpu().contiguous() for k, v in proxy.gpt.state_dict().items() if k != "lm_head.weight"}
+        save_file(state, tmp / "model.safetensors")
+        for step, sd in proxy.checkpoints.items():
+            save_file({k: v.contiguous() for k, v in sd.items() if k != "lm_head.weight"}, tmp / _ckpt_name(step))
+        config = {"model_type": PROXY_MARKER, "gpt": proxy.gpt.cfg.to_dict(), "options": asdict(proxy.options),
+                  "checkpoints": {str(s): _ckpt_name(s) for s in sorted(proxy.checkpoints)},
+                  "train": proxy.log, **(extra or {})}
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def is_proxy_dir(path) -> bool:
+    cfg = Path(path) / "config.json"
+    if not cfg.is_file():
+        return False
+    try:
+        return json.loads(cfg.read_text()).get("model_type") == PROXY_MARKER
+    except (OSError, ValueError):
+        return False
+
+
+def read_proxy_config(path) -> dict:
+    p = Path(path)
+    if not is_proxy_dir(p):
+        raise CurateError(f"{p}: not a saved cluster-curate proxy (no config.json with model_type '{PROXY_MARKER}')")
+    return json.loads((p / "config.json").read_text())
+
+
+def proxy_checkpoint_steps(path) -> list[int]:
+    return sorted(int(s) for s in read_proxy_config(path)["checkpoints"])
+
+
+def load_proxy_gpt(path, step: int | None = None) -> tuple[GPT, object]:
+    """(GPT, tokenizer) of a saved proxy: the final weights, or those of warm-up checkpoint `step`."""
+    from safetensors.torch import load_file
+    from transformers import PreTrainedTokenizerFast
+
+    p = Path(path)
+    config = read_proxy_config(p)
+    gpt = GPT(GPTConfig(**config["gpt"]))
+    if step is None:
+        file = p / "model.safetensors"
+    else:
+        name = config["checkpoints"].get(str(step))
+        if name is None:
+            raise CurateError(f"{p}: no warm-up checkpoint at step {step} "
+                              f"(have {', '.join(config['checkpoints']) or 'none'})")
+        file = p / name
+    try:
+        state = load_file(file)
+    except (OSError, RuntimeError) as e:
+        raise CurateError(f"{file}: cannot read proxy weights ({e})") from None
+    state["lm_head.weight"] = state["embed.weight"]
+    gpt.load_state_dict(state)
+    gpt.lm_head.weight = gpt.embed.weight  # keep them tied after loading
+    gpt.eval()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(p)
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = CHAT_TEMPLATE
+    return gpt, tokenizer
+
+
+def load_proxy(path, step: int | None = None, *, device=None):
+    """FeatureModel of a saved proxy (final weights, or warm-up checkpoint `step`)."""
+    from cluster_curate.features.models import wrap_gpt
+
+    gpt, tokenizer = load_proxy_gpt(path, step)
+    dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    gpt.to(dev)
+    name = "proxy" if step is None else f"proxy@{step}"
+    return wrap_gpt(gpt, tokenizer, device=dev, name=name)
