@@ -203,11 +203,41 @@ class KMeansModel:
     objective_history: list = field(default_factory=list)
 
 
+INIT_ROWS_PER_CENTROID = 8
+INIT_MIN_ROWS = 4096
+
+
 def initial_centroids(sample: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """k distinct rows of the training sample chosen at random (faiss's own init, made explicit so that a
-    benchmark can hand the very same start to another implementation)."""
+    """k-means++ seeding (D² sampling) on a random subset of max(8·k, 4096) rows of the training sample.
+
+    Why not faiss's default (k random rows): with k close to the number of natural groups a random start
+    often puts two centroids in one group and leaves two groups to share one, and 20 Lloyd iterations do not
+    undo it. Full k-means++ costs k passes over the sample; on a subset of 8 rows per centroid it costs
+    about 8·k²·d, under 1% of the training for large k, and gives a spread-out start. Returned explicitly
+    so that a benchmark can hand the very same start to another implementation.
+    """
     rng = np.random.default_rng([seed, 1])
-    return sample[np.sort(rng.choice(len(sample), size=k, replace=False))].copy()
+    m = min(len(sample), max(INIT_ROWS_PER_CENTROID * k, INIT_MIN_ROWS))
+    pool = sample if m == len(sample) else sample[np.sort(rng.choice(len(sample), size=m, replace=False))]
+    pool = np.ascontiguousarray(pool, dtype=np.float32)
+    sq = np.einsum("ij,ij->i", pool, pool, dtype=np.float64)
+    chosen = np.empty(k, dtype=np.int64)
+    chosen[0] = rng.integers(m)
+    c = pool[chosen[0]]
+    dist = np.maximum(sq + float(c @ c) - 2 * (pool @ c), 0)
+    for i in range(1, k):
+        total = dist.sum()
+        if total <= 0:  # fewer distinct rows than k: take unused rows in order
+            unused = np.setdiff1d(np.arange(m), chosen[:i])
+            chosen[i:] = unused[:k - i] if len(unused) >= k - i else rng.choice(m, size=k - i)
+            break
+        j = int(np.searchsorted(np.cumsum(dist), rng.random() * total, side="right"))
+        j = min(j, m - 1)
+        chosen[i] = j
+        c = pool[j]
+        np.minimum(dist, np.maximum(sq + float(c @ c) - 2 * (pool @ c), 0), out=dist)
+        dist[j] = 0
+    return pool[chosen].copy()
 
 
 def training_sample(x: np.ndarray, sample_size: int, seed: int) -> np.ndarray:

@@ -331,10 +331,10 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
 
     t_start = time.perf_counter()
     default_features, default_max_length, default_batch_tokens, default_commit = _embed_defaults()
-    cfg.features = cfg.features or default_features
-    cfg.max_length = cfg.max_length or default_max_length
-    cfg.batch_tokens = cfg.batch_tokens or default_batch_tokens
-    cfg.commit_every = cfg.commit_every or default_commit
+    cfg.features = default_features if cfg.features is None else cfg.features
+    cfg.max_length = default_max_length if cfg.max_length is None else cfg.max_length
+    cfg.batch_tokens = default_batch_tokens if cfg.batch_tokens is None else cfg.batch_tokens
+    cfg.commit_every = default_commit if cfg.commit_every is None else cfg.commit_every
     if cfg.proxy is None:
         cfg.proxy = P.ProxyOptions()
     cfg.proxy.seed, cfg.proxy.max_length = cfg.seed, cfg.max_length
@@ -680,7 +680,9 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         "objective_kind": "mean cosine similarity to the assigned centroid (higher is better)",
         "train_objective": res.train_objective, "device": device, "zero_rows": norm["zero_rows"],
         "sizes": res.sizes.tolist(),
-        "centroids": {"file": centroids_file.name, "shape": list(res.centroids.shape), "dtype": "float32",
+        # the file is sidecar_path(artifact, "centroids.npy"); its name is not recorded so that the same
+        # inputs give the same metadata whatever the output is called
+        "centroids": {"sidecar": "centroids.npy", "shape": list(res.centroids.shape), "dtype": "float32",
                       "blake2b": hashlib.blake2b(centroid_bytes, digest_size=12).hexdigest()},
     }
     meta = make_meta("clusters", params, {"embeddings": emeta.as_input(embeddings)}, emeta.dataset)
@@ -1061,6 +1063,8 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
             emb_path = (sel_meta.inputs or {}).get("embeddings", {}).get("path")
             if not emb_path and cl_path and Path(cl_path).exists():
                 emb_path = (read_meta(cl_path).inputs or {}).get("embeddings", {}).get("path")
+            if emb_path and not Path(emb_path).exists() and (Path(selection).parent / emb_path).exists():
+                emb_path = str(Path(selection).parent / emb_path)
             candidates += [emb_path] if emb_path and Path(emb_path).exists() else []
         for cand in candidates:
             tokens, emb_meta = _embeddings_tokens(cand, ids, force)
@@ -1081,6 +1085,7 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
             console.warn("no token counts in the selection or its embeddings and no --tokenizer: balancing on "
                          "whitespace-separated words (recorded in the manifest as token_source)")
 
+    t_plan = time.monotonic()
     plan = sharding.plan_steps(clusters, tokens, num_shards, micro_batch_size, allocation=allocation,
                                balance=balance, remainder=remainder, length_window=length_window, seed=seed)
     labels, s_c = np.unique(clusters, return_counts=True)
@@ -1109,6 +1114,7 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
         repeats.setdefault(int(ids[cell_row[cell]]), []).append(int(cell))
 
     # ---- stream the raw data once, writing rows into per-shard buckets
+    t_stream = time.monotonic()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
@@ -1165,7 +1171,9 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
         file_meta = {META_KEY: meta.to_json().encode()}
         names = [shard_file_name(r, n) for r in range(n)]
         columns = ["id"] + [c for c in source_columns if c not in ("id",) + SHARD_COLUMNS] + list(SHARD_COLUMNS)
+        t_assemble = time.monotonic()
         writer.finish([work / name for name in names], columns, file_meta)
+        t_done = time.monotonic()
         shutil.rmtree(work / "spill", ignore_errors=True)
 
         leftover_ids = np.sort(ids[plan.leftover]).tolist()
@@ -1220,7 +1228,10 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    manifest["seconds"] = round(time.monotonic() - t0, 3)
+    manifest["seconds"] = round(time.monotonic() - t0, 3)  # not in manifest.json, which is deterministic
+    manifest["seconds_by_phase"] = {"inputs_and_tokens": round(t_plan - t0, 3), "plan": round(t_stream - t_plan, 3),
+                                    "stream_data": round(t_assemble - t_stream, 3),
+                                    "assemble_shards": round(t_done - t_assemble, 3)}
     return manifest
 
 

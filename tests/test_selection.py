@@ -1,0 +1,348 @@
+"""`select`: quotas, within-cluster orders, dedup (selection.py) and the command over artifacts."""
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster_curate import clustering as C
+from cluster_curate import selection as S
+from cluster_curate.cli import main
+from cluster_curate.errors import CurateError
+from cluster_curate.io import artifacts as A
+from embeddings_factory import mixture, write_embeddings
+
+sizes_st = st.lists(st.integers(0, 60), min_size=1, max_size=25)
+
+
+# ------------------------------------------------------------------------------------------ quotas
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=sizes_st, data=st.data(), p=st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0]))
+def test_water_fill_quotas_properties(sizes, data, p):
+    sizes = np.array(sizes)
+    total = int(sizes.sum())
+    budget = data.draw(st.integers(0, total + 10))
+    q = S.water_fill_quotas(sizes, budget, p)
+    assert q.sum() == min(budget, total)                  # the budget is met exactly (or all rows)
+    assert (q >= 0).all() and (q <= sizes).all()          # no cluster gives more than it has
+    unsat = q < sizes
+    if p == 0 and unsat.any():
+        assert q[unsat].max() - q[unsat].min() <= 1       # balanced: open clusters differ by at most one
+        assert (sizes[~unsat] <= q[unsat].max()).all()    # a cluster is only taken whole if it is small
+    if p == 1 and budget < total and unsat.all() and (sizes > 0).all():
+        ideal = sizes * budget / total
+        assert np.abs(q - ideal).max() < 1                # proportional, rounded by largest remainder
+    assert np.array_equal(q, S.water_fill_quotas(sizes, budget, p))
+
+
+def test_water_fill_examples():
+    assert S.water_fill_quotas([1, 5, 10, 100, 3], 30).tolist() == [1, 5, 10, 11, 3]
+    assert S.water_fill_quotas([10, 10, 10], 7).tolist() == [3, 2, 2]          # +1 to the lowest number on ties
+    assert S.water_fill_quotas([10, 20, 10], 7).tolist() == [2, 3, 2]          # ... after the largest
+    assert S.water_fill_quotas([100, 300], 40, 1.0).tolist() == [10, 30]
+    assert S.water_fill_quotas([4, 4], 100).tolist() == [4, 4]
+    with pytest.raises(CurateError, match="balance-power"):
+        S.water_fill_quotas([3], 1, 2.0)
+
+
+def test_ratio_quotas_and_budget_args():
+    assert S.ratio_quotas(np.array([7, 20, 0, 9]), 0.5).tolist() == [3, 3, 0, 3]
+    assert S.ratio_quotas(np.array([100, 200]), 0.29).tolist() == [29, 29]     # no 28.999... rounding loss
+    assert S.fraction_budget(10, 0.31) == 3 and S.fraction_budget(3, 0.1) == 1 and S.fraction_budget(7, 1.0) == 7
+    for kwargs, msg in [({"fraction": 0.0}, r"--fraction must be in \(0, 1\]"),
+                        ({"fraction": 1.5}, r"--fraction must be in \(0, 1\]"),
+                        ({"budget": 0}, "--budget must be a positive"),
+                        ({"budget": -3}, "--budget must be a positive"),
+                        ({"per_cluster_ratio": 0.0}, r"--per-cluster-ratio must be in \(0, 1\]"),
+                        ({"per_cluster_ratio": 1.01}, r"--per-cluster-ratio must be in \(0, 1\]"),
+                        ({}, "exactly one"), ({"fraction": 0.5, "budget": 3}, "exactly one")]:
+        with pytest.raises(CurateError, match=msg):
+            S.check_budget_args(**kwargs)
+
+
+# ------------------------------------------------------------------------------------------ select_rows
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 400), k=st.integers(1, 12), seed=st.integers(0, 2 ** 32), data=st.data(),
+       within=st.sampled_from(["random", "far", "near", "hard"]), p=st.sampled_from([0.0, 0.5, 1.0]))
+def test_select_rows_properties(n, k, seed, data, within, p):
+    rng = np.random.default_rng(seed)
+    clusters = rng.integers(0, k, n)
+    ids = np.sort(rng.choice(10 * n, n, replace=False))
+    sims = rng.random(n).astype(np.float32)
+    loss = rng.random(n).astype(np.float32)
+    budget = data.draw(st.integers(1, n + 5))
+    kw = dict(k=k, ids=ids, similarity=sims, loss=loss, budget=budget, within=within, balance_power=p, seed=seed)
+    sel = S.select_rows(clusters, **kw)
+    assert len(sel.rows) == min(budget, n)
+    assert len(np.unique(ids[sel.rows])) == len(sel.rows)                       # ids unique
+    counts = np.bincount(sel.cluster, minlength=k)
+    assert np.array_equal(counts, sel.quotas) and (counts <= sel.sizes).all()  # quotas honoured, never > size
+    assert np.array_equal(sel.cluster, clusters[sel.rows])
+    for c in range(k):
+        assert sorted(sel.rank_in_cluster[sel.cluster == c].tolist()) == list(range(counts[c]))
+    again = S.select_rows(clusters, **kw)                                      # same seed => same output
+    assert np.array_equal(again.rows, sel.rows) and np.array_equal(again.rank_in_cluster, sel.rank_in_cluster)
+    # the order is what it says: within each cluster, the selected rows are the best by the order's key
+    key = {"random": None, "far": -sims, "near": sims, "hard": loss}[within]
+    if key is not None:
+        for c in range(k):
+            picked = np.zeros(n, bool)
+            picked[sel.rows[sel.cluster == c]] = True
+            members = clusters == c
+            if picked.any() and (members & ~picked).any():
+                assert key[picked].min() >= key[members & ~picked].max()
+
+
+def test_random_order_depends_on_ids_not_positions():
+    rng = np.random.default_rng(0)
+    n = 500
+    ids = np.arange(n) * 3
+    clusters = rng.integers(0, 5, n)
+    a = S.select_rows(clusters, ids=ids, fraction=0.3, seed=11)
+    perm = rng.permutation(n)
+    b = S.select_rows(clusters[perm], ids=ids[perm], fraction=0.3, seed=11)
+    assert set(ids[a.rows]) == set(ids[perm][b.rows])
+    c = S.select_rows(clusters, ids=ids, fraction=0.3, seed=12)
+    assert set(ids[a.rows]) != set(ids[c.rows])
+
+
+def test_hard_puts_nan_loss_last_and_ranks_by_loss():
+    clusters = np.zeros(5, int)
+    loss = np.array([0.5, np.nan, 2.0, 1.0, np.nan], dtype=np.float32)
+    sel = S.select_rows(clusters, loss=loss, budget=4, within="hard")
+    assert dict(zip(sel.rows.tolist(), sel.rank_in_cluster.tolist())) == {2: 0, 3: 1, 0: 2, 1: 3}
+    with pytest.raises(CurateError, match="needs a `loss` column"):
+        S.select_rows(clusters, budget=2, within="hard")
+
+
+def test_per_cluster_ratio_is_the_papers_rule():
+    clusters = np.repeat(np.arange(3), [10, 40, 50])
+    sel = S.select_rows(clusters, per_cluster_ratio=0.5, within="random")
+    assert sel.quotas.tolist() == [5, 5, 5] and len(sel.rows) == 15
+    with pytest.raises(CurateError, match="keeps 0 rows"):
+        S.select_rows(clusters, per_cluster_ratio=0.05)
+
+
+def test_budget_larger_than_data_selects_all_and_says_so():
+    clusters = np.array([0, 0, 1])
+    sel = S.select_rows(clusters, budget=10)
+    assert len(sel.rows) == 3 and "larger than the 3 rows" in sel.notes[0]
+
+
+def test_k_center_greedy():
+    pts = np.array([[1, 0], [0.99, 0.141], [0, 1], [-1, 0], [0.7071, 0.7071]], dtype=np.float32)
+    pts /= np.linalg.norm(pts, axis=1, keepdims=True)
+    picks = S.k_center_greedy(pts, 3, first=0)
+    assert picks.tolist() == [0, 3, 2]          # start, then the opposite point, then the one between
+    assert S.k_center_greedy(pts, 10).tolist()[:5] == [0, 3, 2, 4, 1]
+
+
+def test_diverse_selection_spreads_inside_a_cluster():
+    rng = np.random.default_rng(0)
+    # one cluster: 95 rows in a tight blob and 5 scattered outliers; diverse takes the outliers early
+    blob = np.array([1, 0, 0], np.float32) + 0.01 * rng.standard_normal((95, 3)).astype(np.float32)
+    far = rng.standard_normal((5, 3)).astype(np.float32)
+    x = np.vstack([blob, far]).astype(np.float32)
+    C.normalise_features(x)
+    sims = x @ np.array([1, 0, 0], np.float32)
+    sel = S.select_rows(np.zeros(100, int), similarity=sims, features=x, budget=6, within="diverse")
+    first = sel.rows[np.argsort(sel.rank_in_cluster)]
+    assert first[0] == int(np.argmax(sims))      # starts from the most typical row
+    assert set(first[1:].tolist()) == set(range(95, 100))
+    with pytest.raises(CurateError, match="needs the feature vectors"):
+        S.select_rows(np.zeros(3, int), similarity=np.ones(3), budget=1, within="diverse")
+
+
+def test_dedup_is_greedy_against_kept_rows():
+    # a ~ b and b ~ c above the threshold, a and c below: walking a, b, c keeps a and c
+    a, b, c = (np.array([np.cos(t), np.sin(t)], np.float32) for t in (0.0, 0.3, 0.6))
+    d = np.array([0, 1], np.float32)
+    x = np.vstack([a, b, c, d, a]).astype(np.float32)
+    thr = float(np.cos(0.4))
+    order = np.arange(5)
+    keep = S.dedup_within_cluster(x, order, np.array([5]), thr, block_rows=2)
+    assert keep.tolist() == [True, False, True, True, False]
+    # select: dedup happens before quotas, and the budget is still met from the distinct rows
+    sims = x @ a
+    sel = S.select_rows(np.zeros(5, int), similarity=sims, features=x, budget=3, within="near", dedup=thr)
+    assert sel.dedup_dropped == 2 and sorted(sel.rows.tolist()) == [0, 2, 3]
+    with pytest.raises(CurateError, match="--dedup needs the feature vectors"):
+        S.select_rows(np.zeros(5, int), budget=3, dedup=0.9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10 ** 6), thr=st.sampled_from([0.5, 0.8, 0.95]), block=st.integers(1, 9))
+def test_dedup_matches_a_plain_loop(seed, thr, block):
+    rng = np.random.default_rng(seed)
+    n = 40
+    x = rng.standard_normal((n, 3)).astype(np.float32)
+    C.normalise_features(x)
+    clusters = rng.integers(0, 3, n)
+    order = S.order_within_cluster(clusters, "random", seed=seed, k=3)
+    sizes = np.bincount(clusters, minlength=3)
+    keep = S.dedup_within_cluster(x, order, sizes, thr, block_rows=block)
+    expected = np.ones(n, bool)
+    for c in range(3):
+        kept = []
+        for r in order[clusters[order] == c]:
+            if any(float(x[r] @ x[j]) > np.float32(thr) for j in kept):
+                expected[r] = False
+            else:
+                kept.append(r)
+    assert np.array_equal(keep, expected)
+
+
+def test_summary_rows_are_condensed_for_many_clusters():
+    clusters = np.arange(100) % 50
+    sel = S.select_rows(clusters, budget=50)
+    rows = S.selection_summary_rows(sel, limit=10)
+    assert len(rows) == 11 and rows[5]["cluster"] == "..."
+    assert len(S.selection_summary_rows(sel, limit=None)) == 50
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+@pytest.fixture
+def chain(tmp_path, cli_runner):
+    """embeddings -> clusters, through the real commands."""
+    x, _ = mixture(400, d=8, groups=5, seed=3, noise=0.5, weights=[40, 30, 15, 10, 5])
+    x[10] = x[11]  # an exact duplicate pair
+    emb = tmp_path / "emb.parquet"
+    write_embeddings(emb, x, n_tokens=np.arange(400) + 1000)
+    clusters = tmp_path / "clusters.parquet"
+    r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(clusters), "--k", "6", "-q"])
+    assert r.exit_code == 0, r.output
+    return emb, clusters
+
+
+def invoke(cli_runner, *args):
+    return cli_runner.invoke(main, [str(a) for a in args])
+
+
+def test_select_command_writes_selection_with_lineage(tmp_path, cli_runner, chain):
+    emb, clusters = chain
+    out = tmp_path / "sel.parquet"
+    r = invoke(cli_runner, "select", clusters, "--out", out, "--fraction", 0.31, "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert summary["selected"] == 124 and summary["fraction of the data"] == 0.31
+    assert summary["clusters covered"].startswith("6 / 6") and len(summary["table"]) == 6
+
+    table, meta = A.read_artifact(out, kind="selection")
+    assert table.column_names == ["id", "cluster", "rank_in_cluster", "n_tokens"]
+    assert table.schema.field("cluster").type == pa.int32() and table.schema.field("rank_in_cluster").type == pa.int32()
+    ids = table.column("id").to_numpy()
+    assert len(ids) == 124 and len(np.unique(ids)) == 124 and (np.diff(ids) > 0).all()
+    np.testing.assert_array_equal(table.column("n_tokens").to_numpy(), ids + 1000)
+    ctable, cmeta = A.read_artifact(clusters)
+    labels = ctable.column("cluster").to_numpy()
+    np.testing.assert_array_equal(table.column("cluster").to_numpy(), labels[ids])
+    p = meta.params
+    assert p["mode"] == "fraction" and p["value"] == 0.31 and p["requested"] == 124 and p["within"] == "random"
+    assert p["cluster_sizes"] == np.bincount(labels, minlength=6).tolist()
+    assert sum(p["quotas"]) == 124 and p["dedup_dropped"] == 0 and p["seed"] == 0
+    assert meta.inputs["clusters"]["fingerprint"] == cmeta.fingerprint
+    assert meta.inputs["embeddings"]["fingerprint"] == A.read_meta(emb).fingerprint
+    assert meta.dataset == cmeta.dataset
+
+    again = tmp_path / "again.parquet"
+    assert invoke(cli_runner, "select", clusters, "--out", again, "--fraction", 0.31, "-q").exit_code == 0
+    t2, m2 = A.read_artifact(again)
+    assert t2.equals(table) and m2.fingerprint == meta.fingerprint
+
+
+@pytest.mark.parametrize("args", [["--per-cluster-ratio", 0.5, "--within", "far"],
+                                  ["--budget", 50, "--within", "diverse"],
+                                  ["--budget", 50, "--within", "hard", "--balance-power", 1],
+                                  ["--budget", 399, "--within", "near", "--dedup", 0.9999]])
+def test_select_orders_and_options(tmp_path, cli_runner, chain, args):
+    emb, clusters = chain
+    out = tmp_path / "sel.parquet"
+    r = invoke(cli_runner, "select", clusters, "--out", out, "--embeddings", emb, *args, "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    table, meta = A.read_artifact(out)
+    if args[0] == "--per-cluster-ratio":
+        smallest = min(meta.params["cluster_sizes"])
+        assert set(meta.params["quotas"]) == {int(0.5 * smallest)}
+        assert "below 0.5" in summary["rule"] and summary["fraction of the data"] < 0.5
+    elif "--dedup" in args:
+        dropped = meta.params["dedup_dropped"]
+        assert dropped >= 1 and table.num_rows == min(399, 400 - dropped)
+        assert not {10, 11} <= set(table.column("id").to_pylist())  # the exact duplicates are not both kept
+        assert "near-duplicates dropped" in summary
+    else:
+        assert table.num_rows == 50
+
+
+def test_select_refuses_embeddings_from_another_dataset(tmp_path, cli_runner, chain):
+    _, clusters = chain
+    x, _ = mixture(400, d=8, groups=5, seed=3)
+    other = tmp_path / "other.parquet"
+    write_embeddings(other, x, fingerprint="another-dataset")
+    out = tmp_path / "sel.parquet"
+    r = invoke(cli_runner, "select", clusters, "--out", out, "--budget", 10, "--embeddings", other)
+    assert r.exit_code == 2 and "different dataset" in r.stderr and "--force" in r.stderr
+    r = invoke(cli_runner, "select", clusters, "--out", out, "--budget", 10, "--embeddings", other, "--force", "-q")
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["--fraction", 0], r"--fraction must be in (0, 1], got 0.0"),
+    (["--fraction", 1.2], r"--fraction must be in (0, 1], got 1.2"),
+    (["--budget", 0], "--budget must be a positive number of rows, got 0"),
+    (["--per-cluster-ratio", 1.5], r"--per-cluster-ratio must be in (0, 1], got 1.5"),
+    (["--fraction", 0.2, "--budget", 3], "give exactly one of"),
+    ([], "give exactly one of"),
+    (["--budget", 5, "--balance-power", 2], "--balance-power must be between 0 and 1"),
+    (["--budget", 5, "--dedup", 1.5], "--dedup must be a cosine similarity in (0, 1]"),
+])
+def test_select_bad_arguments(tmp_path, cli_runner, chain, args, expect):
+    _, clusters = chain
+    r = invoke(cli_runner, "select", clusters, "--out", tmp_path / "s.parquet", *args)
+    assert r.exit_code == 2 and expect in r.stderr and "Traceback" not in r.output
+
+
+def test_select_budget_larger_than_data(tmp_path, cli_runner, chain):
+    _, clusters = chain
+    r = invoke(cli_runner, "select", clusters, "--out", tmp_path / "s.parquet", "--budget", 1000, "--json")
+    assert r.exit_code == 0
+    summary = json.loads(r.stdout)
+    assert summary["selected"] == 400 and "selecting all of them" in summary["note"]
+    assert "selecting all of them" in " ".join(r.stderr.split())  # (the console wraps lines)
+
+
+def test_select_needs_reachable_embeddings(tmp_path, cli_runner, chain):
+    emb, clusters = chain
+    out = tmp_path / "s.parquet"
+    emb.unlink()
+    for args, what in [(["--within", "hard"], "--within hard needs the `loss` column"),
+                       (["--dedup", 0.9], "--dedup needs the feature vectors"),
+                       (["--within", "diverse"], "--within diverse needs the feature vectors")]:
+        r = invoke(cli_runner, "select", clusters, "--out", out, "--budget", 10, *args)
+        assert r.exit_code == 2 and what in r.stderr and "pass --embeddings" in r.stderr, r.stderr
+    # without them the plain orders still work, just without n_tokens
+    r = invoke(cli_runner, "select", clusters, "--out", out, "--budget", 10, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["n_tokens column"].startswith("no")
+    assert A.read_artifact(out)[0].column_names == ["id", "cluster", "rank_in_cluster"]
+
+
+def test_select_hard_without_loss_column(tmp_path, cli_runner):
+    x, _ = mixture(50, d=4, groups=2)
+    emb = tmp_path / "e.parquet"
+    write_embeddings(emb, x, with_loss=False)
+    clusters = tmp_path / "c.parquet"
+    assert invoke(cli_runner, "cluster", emb, "--out", clusters, "--k", 2, "-q").exit_code == 0
+    r = invoke(cli_runner, "select", clusters, "--out", tmp_path / "s.parquet", "--budget", 5, "--within", "hard")
+    assert r.exit_code == 2 and "needs a 'loss' column" in r.stderr
+
+
+def test_select_refuses_non_clusters_input(tmp_path, cli_runner, chain):
+    emb, _ = chain
+    r = invoke(cli_runner, "select", emb, "--out", tmp_path / "s.parquet", "--budget", 5)
+    assert r.exit_code == 2 and "is a 'embeddings' artifact, expected 'clusters'" in r.stderr
