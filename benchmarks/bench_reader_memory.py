@@ -6,7 +6,7 @@ For each container and size, a GSM8K-like file is generated (records cycled from
 number mixed in, about 600 bytes a row), then a fresh Python process opens it with `open_dataset`, reads every
 batch (examples, and `batch.raw` as shard does) and reports its peak RSS (VmHWM) and the RSS after the
 imports, before reading. Target: peak RSS of the 10x larger file within 1.25x of the smaller one (+ 32 MiB slack).
-Writes benchmarks/results/reader_memory.md and .json.
+Writes benchmarks/results/reader_memory.md and .json (--name to change).
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[50_000, 500_000])
     ap.add_argument("--containers", nargs="+", default=["jsonl", "json", "csv", "parquet"])
+    ap.add_argument("--name", default="reader_memory", help="results file name (default: reader_memory)")
     args = ap.parse_args()
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_reader_") as tmp:
@@ -106,7 +107,7 @@ def main() -> None:
                 path.unlink()
     lines = ["# Reader memory (peak RSS while reading every batch)", "",
              f"`python benchmarks/bench_reader_memory.py --rows {' '.join(map(str, args.rows))} "
-             f"--containers {' '.join(args.containers)}`", "",
+             f"--containers {' '.join(args.containers)}" + (f" --name {args.name}`" if args.name != "reader_memory" else "`"), "",
              "| container | rows | file MiB | RSS after imports MiB | peak RSS MiB | peak − imports MiB | seconds | rows/s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
@@ -122,8 +123,8 @@ def main() -> None:
                             f"({'PASS' if ok else 'FAIL'}: target <= 1.25x + 32 MiB)")
     lines += ["", "Target: memory does not grow with the file size.", *verdicts, ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "reader_memory.md").write_text("\n".join(lines), encoding="utf-8")
-    (RESULTS / "reader_memory.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    (RESULTS / f"{args.name}.md").write_text("\n".join(lines), encoding="utf-8")
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     print("\n".join(lines))
 
 

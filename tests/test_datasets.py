@@ -377,3 +377,21 @@ def test_real_code_alpaca_has_two_empty_outputs():
     assert ex[-1].response == expected[-1]["output"]
     with pytest.raises(CurateError, match=r"code_alpaca_2k.json:1187: field 'output': empty response \(id 237;"):
         read_all(CODE_ALPACA)
+
+
+def test_json_object_that_is_not_a_mapping_of_records(tmp_path):
+    p = tmp_path / "record.json"
+    p.write_text('{\n "instruction": "a",\n "output": "b"\n}\n')
+    with pytest.raises(CurateError, match=r"record.json: a JSON object whose values are not records \(key "
+                                          r"'instruction' holds a string\)"):
+        open_dataset(p)
+
+
+def test_raw_batches_combine_when_a_column_widens(tmp_path):
+    p = write_jsonl(tmp_path / "w.jsonl", [{"question": "a", "answer": "b", "note": None},
+                                           {"question": "c", "answer": "d", "note": "n", "extra": 1}])
+    _, batches, _ = read_all(p, batch_rows=1)
+    assert batches[0].raw.schema.field("note").type == pa.null()
+    table = pa.concat_tables([pa.Table.from_batches([b.raw]) for b in batches], promote_options="permissive")
+    assert table.to_pylist() == [{"id": 0, "question": "a", "answer": "b", "note": None, "extra": None},
+                                 {"id": 1, "question": "c", "answer": "d", "note": "n", "extra": 1}]

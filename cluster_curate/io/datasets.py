@@ -326,6 +326,12 @@ class _JsonDocument:
                     skip_ws()
                 value = decode_value()
                 index += 1
+                if opener == "{" and index == 1 and not isinstance(value, dict):
+                    # not a mapping of id -> record: one pretty-printed record, or records nested under a key
+                    nested = " (records nested under this key? extract that list first)" if isinstance(value, list) else ""
+                    raise CurateError(f"{path}: a JSON object whose values are not records (key {key!r} holds "
+                                      f"{_json_type(value)}){nested}; expected a list of records, an object mapping "
+                                      "ids to records, or JSON Lines")
                 if isinstance(value, dict):
                     yield _Row(start_line, value, key=key)
                 else:
@@ -427,7 +433,7 @@ class _Parquet:
         with _open_binary(f):
             pass
         try:
-            return self._pq.ParquetFile(f)
+            return self._pq.ParquetFile(f, pre_buffer=False)  # pre-buffering holds more than a row group
         except (pa.ArrowInvalid, OSError) as e:
             raise CurateError(f"{f}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
 
