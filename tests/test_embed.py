@@ -1,0 +1,391 @@
+"""`embed` orchestration: feature parsing, token-budget batching, text features, combinations, the proxy,
+job-array pieces, reported rows and bad input. Fast tests (tiny models built here, the proxy with few steps);
+the multi-process and kill/resume tests are in test_embed_slow.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from cluster_curate.cli import main
+from cluster_curate.errors import CurateError
+from cluster_curate.features import embed as E
+from cluster_curate.features.text import TextFeaturizer, mask_numbers
+from cluster_curate.io.artifacts import read_artifact
+from cluster_curate.io.datasets import Example
+
+from tiny_lm import build_llama
+
+torch.set_num_threads(1)
+GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
+
+MATH = ["Tom has {a} apples and buys {b} more. How many apples does he have?",
+        "A train travels {a} km in {b} hours. What is its average speed?",
+        "Sara saves {a} dollars a week for {b} weeks. How much has she saved?"]
+CODE = ["Write a Python function that reverses a list of {a} items.",
+        "Write a SQL query that selects the {a} most recent orders.",
+        "Write a JavaScript function that debounces a callback by {b} ms."]
+
+
+def _rows(n: int, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        pool = MATH if i % 2 == 0 else CODE
+        q = pool[int(rng.integers(len(pool)))].format(a=int(rng.integers(2, 99)), b=int(rng.integers(2, 99)))
+        rows.append({"instruction": q, "input": "", "output": f"The answer is {int(rng.integers(1, 999))}. Done."})
+    return rows
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _examples(rows: list[dict]) -> list[Example]:
+    return [Example(i, [{"role": "user", "content": r["instruction"]}], r["output"]) for i, r in enumerate(rows)]
+
+
+def _run(cli_runner, args, code=0):
+    res = cli_runner.invoke(main, args, catch_exceptions=False)
+    assert res.exit_code == code, res.output
+    return res
+
+
+def _summary(res) -> dict:
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _same(a: pa.Table, b: pa.Table) -> bool:
+    """Equal tables (NaN losses count as equal)."""
+    if a.column_names != b.column_names or a.num_rows != b.num_rows:
+        return False
+    return all(a.column(c).equals(b.column(c)) for c in a.column_names if c != "loss") and np.array_equal(
+        a.column("loss").to_numpy(), b.column("loss").to_numpy(), equal_nan=True)
+
+
+def _emb(table: pa.Table) -> np.ndarray:
+    col = table.column("embedding").combine_chunks()
+    return col.values.to_numpy(zero_copy_only=False).reshape(len(col), -1)
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory) -> Path:
+    return build_llama(tmp_path_factory.mktemp("llama") / "tiny")
+
+
+# ------------------------------------------------------------------------------------------- parsing
+
+def test_parse_features_and_weights():
+    assert E.parse_features(None) == [E.DEFAULT_FEATURES]
+    assert E.parse_features("text, gradient") == ["text", "gradient"]
+    with pytest.raises(CurateError, match="unknown feature 'gradiant'"):
+        E.parse_features("gradiant")
+    with pytest.raises(CurateError, match="listed twice"):
+        E.parse_features("text,text")
+    assert E.parse_weights(None, 2) == [1.0, 1.0]
+    assert E.parse_weights("2,0.5", 2) == [2.0, 0.5]
+    with pytest.raises(CurateError, match="1 weight"):
+        E.parse_weights("1", 2)
+    with pytest.raises(CurateError, match=">= 0"):
+        E.parse_weights("-1,1", 2)
+
+
+def test_plan_batches_respects_budget_and_covers_every_row():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 300, size=500)
+    batches = E.plan_batches(lengths, 1024)
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(500))
+    for b in batches:
+        assert len(b) == 1 or max(lengths[b]) * len(b) <= 1024
+    # length-sorted buckets: consecutive batches do not interleave lengths
+    maxima = [max(lengths[b]) for b in batches]
+    minima = [min(lengths[b]) for b in batches]
+    assert all(maxima[i] <= minima[i + 1] for i in range(len(batches) - 1))
+    assert E.plan_batches([5000, 3], 100) == [[1], [0]]  # too long for the budget: a batch of its own
+    with pytest.raises(CurateError):
+        E.plan_batches([1], 0)
+
+
+def test_combine_blocks_normalises_and_weights():
+    a = np.array([[3.0, 4.0], [0.0, 0.0]])
+    b = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    single = E.combine_blocks([a])
+    assert np.array_equal(single, a.astype(np.float32))  # one block: as computed
+    out = E.combine_blocks([a, b], [2.0, 1.0])
+    assert out.shape == (2, 5) and out.dtype == np.float32
+    assert np.allclose(np.linalg.norm(out[0, :2]), 2.0) and np.allclose(np.linalg.norm(out[0, 2:]), 1.0)
+    assert np.all(out[1, :2] == 0)  # a zero row stays zero
+
+
+def test_bottom_k_sample_is_seeded_and_streaming_invariant():
+    ids = np.arange(1000)
+    keys = E.sample_keys(ids, seed=3)
+    assert len(set(keys.tolist())) == 1000
+    one = E.BottomK(50)
+    for i, k in zip(ids, keys):
+        one.add(int(k), int(i), int(i))
+    two = E.BottomK(50)  # other arrival order, same sample
+    for i in ids[::-1]:
+        two.add(int(keys[i]), int(i), int(i))
+    assert one.smallest(50) == two.smallest(50) == sorted(one.smallest(50))
+    other = E.BottomK(50)
+    for i, k in zip(ids, E.sample_keys(ids, seed=4)):
+        other.add(int(k), int(i), int(i))
+    assert other.smallest(50) != one.smallest(50)
+
+
+# ------------------------------------------------------------------------------------------- text
+
+def test_text_features_deterministic_batch_invariant_and_sensible():
+    rows = _rows(200)
+    texts = [r["instruction"] for r in rows]
+    f1 = TextFeaturizer(dim=16, seed=0).fit(texts)
+    f2 = TextFeaturizer(dim=16, seed=0).fit(texts)
+    a = f1.transform(texts)
+    assert a.shape == (200, 16) and a.dtype == np.float32
+    assert np.array_equal(a, f2.transform(texts))
+    pieces = np.concatenate([f1.transform(texts[i:i + 7]) for i in range(0, 200, 7)])
+    assert np.allclose(a, pieces, atol=1e-6)
+    # numbers are masked: the same task with other numbers is the same vector
+    assert mask_numbers("3 apples, $1,200.50 and 45%") == " numtok  apples,  numtok  and  numtok "
+    same = f1.transform(["Tom has 3 apples and buys 4 more. How many apples does he have?",
+                         "Tom has 71 apples and buys 12 more. How many apples does he have?"])
+    assert np.allclose(same[0], same[1])
+    # sensible: rows from the same template are closer than rows from another family
+    n = a / np.linalg.norm(a, axis=1, keepdims=True)
+    math_rows = [i for i in range(200) if i % 2 == 0]
+    code_rows = [i for i in range(200) if i % 2 == 1]
+    within = (n[math_rows] @ n[math_rows].T).mean()
+    across = (n[math_rows] @ n[code_rows].T).mean()
+    assert within > across + 0.3
+
+
+def test_text_featurizer_save_load_and_small_sample(tmp_path):
+    texts = [r["instruction"] for r in _rows(30)]
+    f = TextFeaturizer(dim=64, field="prompt", seed=1).fit(texts)  # fewer rows than dim: zero columns
+    out = f.transform(texts)
+    assert out.shape == (30, 64) and np.all(out[:, 40:] == 0)
+    f.save(tmp_path / "t.npz")
+    g = TextFeaturizer.load(tmp_path / "t.npz")
+    assert np.array_equal(g.transform(texts), out) and g.dim == 64 and g.seed == 1
+
+
+def test_cli_text_features(tmp_path, cli_runner):
+    rows = _rows(60)
+    rows[7] = {"instruction": "no output here"}  # a bad row: reported with --on-bad-row skip
+    data = _write_jsonl(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "e.parquet"
+    res = _run(cli_runner, ["embed", str(data), "--out", str(out), "--features", "text", "--dim", "8",
+                            "--on-bad-row", "skip", "--json"])
+    s = _summary(res)
+    assert s["rows"] == 59 and s["bad_rows"] == 1 and s["model"] == "none" and s["dim"] == 8
+    table, meta = read_artifact(out, kind="embeddings")
+    assert table.column_names == ["id", "embedding", "n_tokens", "n_response_tokens", "loss"]
+    assert table.column("id").to_pylist() == [i for i in range(60) if i != 7]
+    assert np.isnan(table.column("loss").to_numpy()).all()  # no model, no loss
+    assert meta.params["features"] == ["text"] and meta.params["dims"] == {"text": 8}
+    assert meta.dataset["rows"] == 60
+    rejects = [json.loads(x) for x in Path(s["rejects"]).read_text().splitlines()]
+    assert [r["id"] for r in rejects] == [7] and rejects[0]["kind"] == "bad row"
+    # same command again, fresh output: identical artifact (seeded)
+    out2 = tmp_path / "e2.parquet"
+    _run(cli_runner, ["embed", str(data), "--out", str(out2), "--features", "text", "--dim", "8",
+                      "--on-bad-row", "skip", "-q"])
+    t2, m2 = read_artifact(out2)
+    assert _same(t2, table) and m2.fingerprint == meta.fingerprint
+    # existing output needs --overwrite
+    res = _run(cli_runner, ["embed", str(data), "--out", str(out), "--features", "text", "-q",
+                            "--on-bad-row", "skip"], code=2)
+    assert "--overwrite" in res.output
+
+
+# ------------------------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("args, message", [
+    (["--features", "gradiant"], "unknown feature 'gradiant'"),
+    (["--dim", "0"], "--dim must be positive"),
+    (["--dim", "-3", "--features", "text"], "--dim must be positive"),
+    (["--model", "./no/such/model"], "no such file or directory"),
+    (["--model", "/no/such/model.gguf"], "no such"),
+    (["--batch-tokens", "0"], "--batch-tokens must be positive"),
+    (["--features", "text,gradient", "--feature-weights", "1"], "1 weight(s) for 2"),
+    (["--num-shards", "2", "--shard-index", "2"], "--shard-index must be in"),
+    (["--proxy-sample", "0"], "--proxy-sample"),
+])
+def test_bad_options_give_clear_errors(tmp_path, cli_runner, args, message):
+    data = _write_jsonl(tmp_path / "d.jsonl", _rows(10))
+    res = _run(cli_runner, ["embed", str(data), "--out", str(tmp_path / "e.parquet"), *args], code=2)
+    assert "ERROR:" in res.output and message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "e.parquet").exists()
+
+
+def test_missing_data_is_a_clear_error(tmp_path, cli_runner):
+    res = _run(cli_runner, ["embed", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "e.parquet")], code=2)
+    assert "nope.jsonl" in res.output
+
+
+# ------------------------------------------------------------------------------------------- model features
+
+def test_features_identical_whatever_the_batch_size(llama_dir):
+    from cluster_curate.features.models import load_model
+    from cluster_curate.features.projection import random_projection_torch
+
+    fm = load_model(str(llama_dir), device="cpu")
+    rows = _rows(24)
+    texts = [r["instruction"] for r in rows]
+    text = TextFeaturizer(dim=8).fit(texts)
+    feats = ["text", "gradient", "hidden"]
+    results = []
+    for budget in (40, 300, 100000):
+        emb = E.Embedder(features=feats, fm=fm, text=text, weights=[1.0, 2.0, 0.5], max_length=128,
+                         projectors={"gradient": random_projection_torch(fm.hidden_size, 16, 0)},
+                         batch_tokens=budget, dims=E.block_dims(feats, hidden_size=fm.hidden_size, text_dim=8))
+        emb.dims["gradient"] = 16
+        results.append(emb.embed(_examples(rows)))
+    base = results[0]
+    assert base.embedding.shape == (24, 8 + 16 + fm.hidden_size)
+    assert list(base.ids) == list(range(24))
+    for r in results[1:]:
+        assert np.array_equal(r.ids, base.ids) and np.array_equal(r.n_tokens, base.n_tokens)
+        assert np.allclose(r.embedding, base.embedding, atol=1e-5)
+        assert np.allclose(r.loss, base.loss, atol=1e-5)
+    # block norms follow the weights
+    assert np.allclose(np.linalg.norm(base.embedding[:, 8:24], axis=1), 2.0, atol=1e-5)
+    # one example alone gives the same row as inside a batch
+    alone = results[0].__class__  # noqa: F841 - (type kept for readability)
+    single = E.Embedder(features=["gradient"], fm=fm, max_length=128, batch_tokens=100000,
+                        dims={"gradient": fm.hidden_size}).embed(_examples(rows)[5:6])
+    batch = E.Embedder(features=["gradient"], fm=fm, max_length=128, batch_tokens=100000,
+                       dims={"gradient": fm.hidden_size}).embed(_examples(rows))
+    assert np.allclose(single.embedding[0], batch.embedding[5], atol=1e-5)
+
+
+def test_cli_model_pieces_equal_single_run_and_report_truncated_rows(tmp_path, cli_runner, llama_dir):
+    rows = _rows(40)
+    rows[3]["instruction"] = "word " * 300  # long prompt: truncated from the left, still embedded
+    data = _write_jsonl(tmp_path / "d.jsonl", rows)
+    common = ["--model", str(llama_dir), "--features", "gradient,hidden", "--max-length", "64",
+              "--commit-every", "7", "--batch-tokens", "500", "--device", "cpu"]
+    single = tmp_path / "single.parquet"
+    s = _summary(_run(cli_runner, ["embed", str(data), "--out", str(single), *common, "--json"]))
+    assert s["rows"] == 40 and s["chunks_computed"] == 6
+    t_single, m_single = read_artifact(single)
+    assert m_single.params["model"] == str(llama_dir)
+    pieces = tmp_path / "pieces"
+    for i in range(3):
+        _run(cli_runner, ["embed", str(data), "--out", str(pieces), *common, "--num-shards", "3",
+                          "--shard-index", str(i), "--batch-tokens", str(200 + 100 * i), "-q"])
+    assert sorted(p.name for p in pieces.glob("*.parquet")) == [f"part-0000{i}-of-00003.parquet" for i in range(3)]
+    assert not (tmp_path / "pieces.partial").exists()
+    t_pieces, m_pieces = read_artifact(pieces, kind="embeddings")
+    assert m_pieces.rows == 40 and m_pieces.fingerprint == m_single.fingerprint
+    assert t_pieces.column("id").to_pylist() == t_single.column("id").to_pylist()
+    assert np.allclose(_emb(t_pieces), _emb(t_single), atol=1e-5)
+    for col in ("n_tokens", "n_response_tokens"):
+        assert t_pieces.column(col).equals(t_single.column(col))
+    # the long prompt was truncated from the left to --max-length, and still embedded
+    n_tokens = dict(zip(t_single.column("id").to_pylist(), t_single.column("n_tokens").to_pylist()))
+    assert n_tokens[3] == 64 and max(n_tokens.values()) == 64
+
+
+def test_chunks_carry_reported_rows_and_resume_skips_committed_chunks(tmp_path):
+    from cluster_curate import distributed as D
+    from cluster_curate.io.artifacts import make_meta
+
+    lay = D.detect()
+    plan = {"params": {"x": 1}, "dataset": "fp"}
+    out = tmp_path / "e.parquet"
+    o = D.ChunkedOutput(out, lay, plan, 10)
+    res = E.ChunkResult(ids=np.array([12, 11]), embedding=np.ones((2, 3), np.float32), n_tokens=np.array([5, 6]),
+                        n_response_tokens=np.array([2, 3]), loss=np.array([0.5, 0.25], np.float32))
+    o.commit(1, E.chunk_table(res), [{"id": 13, "reason": "no response token"}])
+    empty = E.ChunkResult(ids=np.zeros(0, np.int64), embedding=np.zeros((0, 3), np.float32),
+                          n_tokens=np.zeros(0, np.int64), n_response_tokens=np.zeros(0, np.int64),
+                          loss=np.zeros(0, np.float32))
+    o.commit(0, E.chunk_table(empty), [])
+    # a resumed run with the same plan keeps them; another plan is refused
+    again = D.ChunkedOutput(out, lay, plan, 10, resume=True)
+    assert not again.todo(0) and not again.todo(1) and again.todo(2)
+    assert again.skipped_rows() == [{"id": 13, "reason": "no response token"}]
+    with pytest.raises(CurateError, match="other parameters"):
+        D.ChunkedOutput(out, lay, {"params": {"x": 2}, "dataset": "fp"}, 10, resume=True)
+    meta = make_meta("embeddings", {"dim_total": 3}, {}, {"fingerprint": "fp"})
+    result = again.finish(meta, 2)
+    table, m = read_artifact(out, kind="embeddings")
+    assert result["rows"] == 2 and m.rows == 2 and table.column("id").to_pylist() == [11, 12]
+    assert not again.staging.exists()
+
+
+# ------------------------------------------------------------------------------------------- proxy
+
+def test_proxy_trains_saves_and_reloads(tmp_path):
+    from cluster_curate.features import proxy as P
+    from cluster_curate.features.extractors import extract
+    from cluster_curate.features.models import collate, encode_examples
+
+    examples = _examples(_rows(40))
+    opts = P.ProxyOptions(size="tiny", vocab_size=300, steps=4, checkpoints=2, batch_tokens=512, max_length=128)
+    trained = P.train_proxy(examples, opts)
+    assert trained.log["steps"] == 4 and sorted(trained.checkpoints) == [2, 4]
+    assert trained.log["loss_last"] < trained.log["loss_first"]
+    tok = trained.tokenizer
+    enc, _ = encode_examples(tok, examples[:3], 128)
+    # chat template: the response ends with the end token, which is part of the response span
+    assert enc[0].input_ids[-1] == tok.eos_token_id
+    assert tok.decode(enc[0].input_ids[enc[0].response_start:-1]).strip() == examples[0].response
+    d = P.save_proxy(trained, tmp_path / "e.proxy")
+    assert P.is_proxy_dir(d) and P.proxy_checkpoint_steps(d) == [2, 4]
+    fm = P.load_proxy(d, device="cpu")
+    batch = collate(enc, fm.pad_id, fm.device)
+    from cluster_curate.features.models import wrap_gpt
+    live = wrap_gpt(trained.gpt, tok, device="cpu")
+    a = extract(fm, batch, "gradient")["embedding"]
+    b = extract(live, batch, "gradient")["embedding"]
+    assert np.array_equal(a, b)  # the saved proxy is exactly the trained one
+    first = extract(P.load_proxy(d, 2, device="cpu"), batch, "loss-trajectory")["loss"]
+    last = extract(P.load_proxy(d, 4, device="cpu"), batch, "loss-trajectory")["loss"]
+    assert not np.allclose(first, last)
+    with pytest.raises(CurateError, match="no warm-up checkpoint at step 3"):
+        P.load_proxy(d, 3)
+    with pytest.raises(CurateError, match="not a saved cluster-curate proxy"):
+        P.load_proxy(tmp_path)
+
+
+def test_word_tokenizer_option():
+    from cluster_curate.features import proxy as P
+    tok = P.train_tokenizer([r["instruction"] for r in _rows(50)], vocab_size=200, kind="word")
+    ids = tok("Tom has 12345 apples", add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids[:2] and len(ids) >= 7  # digits are split one by one
+
+
+def test_cli_proxy_end_to_end_and_reuse(tmp_path, cli_runner):
+    data = _write_jsonl(tmp_path / "d.jsonl", _rows(50))
+    out = tmp_path / "e.parquet"
+    proxy = ["--proxy-size", "tiny", "--proxy-steps", "3", "--proxy-vocab", "300", "--max-length", "128"]
+    s = _summary(_run(cli_runner, ["embed", str(data), "--out", str(out), *proxy,
+                                   "--features", "gradient,loss-trajectory", "--json"]))
+    assert s["rows"] == 50 and s["model"] == "proxy" and s["dims"] == {"gradient": 64, "loss-trajectory": 3}
+    assert Path(s["proxy"]) == tmp_path / "e.proxy" and (tmp_path / "e.proxy" / "model.safetensors").exists()
+    table, meta = read_artifact(out)
+    assert np.isfinite(table.column("loss").to_numpy()).all()
+    assert meta.params["proxy"]["steps"] == 3 and meta.params["proxy_key"]
+    # reuse the saved proxy by path: the same features
+    out2 = tmp_path / "again.parquet"
+    _run(cli_runner, ["embed", str(data), "--out", str(out2), "--model", str(tmp_path / "e.proxy"),
+                      "--features", "gradient,loss-trajectory", "--max-length", "128", "-q"])
+    t2, m2 = read_artifact(out2)
+    assert np.allclose(_emb(t2), _emb(table), atol=1e-6)
+    assert m2.params["model"].startswith("proxy:")
+    # --overwrite retrains only when the proxy options change; same options reuse the saved proxy
+    s3 = _summary(_run(cli_runner, ["embed", str(data), "--out", str(out), *proxy, "--overwrite",
+                                    "--features", "gradient,loss-trajectory", "--json"]))
+    assert s3["warmup_seconds"] == 0.0
+    t3, _ = read_artifact(out)
+    assert _same(t3, table)
