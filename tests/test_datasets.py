@@ -395,3 +395,21 @@ def test_raw_batches_combine_when_a_column_widens(tmp_path):
     table = pa.concat_tables([pa.Table.from_batches([b.raw]) for b in batches], promote_options="permissive")
     assert table.to_pylist() == [{"id": 0, "question": "a", "answer": "b", "note": None, "extra": None},
                                  {"id": 1, "question": "c", "answer": "d", "note": "n", "extra": 1}]
+
+
+def test_save_to_disk_dataset_dict_and_empty(tmp_path):
+    import datasets
+    rows = {"question": ["a", "b"], "answer": ["1", "2"]}
+    other = {"question": ["c"], "answer": ["3"]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows), "test": datasets.Dataset.from_dict(other)}
+                         ).save_to_disk(str(tmp_path / "dd"))
+    ds, _, ex = read_all(tmp_path / "dd")
+    assert ds.container == "hf-disk" and [e.response for e in ex] == ["1", "2"]
+    assert [e.response for e in read_all(tmp_path / "dd" / "test")[2]] == ["3"]
+    datasets.DatasetDict({"a": datasets.Dataset.from_dict(rows), "b": datasets.Dataset.from_dict(other)}
+                         ).save_to_disk(str(tmp_path / "ab"))
+    with pytest.raises(CurateError, match=r"ab: a DatasetDict with splits \['a', 'b'\] and no 'train'; pass .*ab/SPLIT"):
+        open_dataset(tmp_path / "ab")
+    datasets.Dataset.from_dict({"question": [], "answer": []}).save_to_disk(str(tmp_path / "empty"))
+    with pytest.raises(CurateError, match=r"empty: dataset is empty \(no rows\)"):
+        open_dataset(tmp_path / "empty")

@@ -125,6 +125,7 @@ def _word_tokenizer(tmp_path, chat_template=None):
     return path
 
 
+@pytest.mark.slow
 def test_inspect_token_lengths(cli_runner, tmp_path):
     src = FIXTURES / "chat" / "messages-300.jsonl"
     rows = [json.loads(line)["messages"] for line in src.read_text().splitlines()]

@@ -468,6 +468,11 @@ class _HFDataset:
 def _load_from_disk(path: Path):
     import datasets
     try:
+        if not json.loads((path / "state.json").read_text(encoding="utf-8")).get("_data_files", True):
+            raise CurateError(f"{path}: dataset is empty (no rows)")
+    except (OSError, ValueError, AttributeError):
+        pass  # a DatasetDict, or a state.json we do not understand: let datasets judge
+    try:
         obj = datasets.load_from_disk(str(path))
     except Exception as e:  # noqa: BLE001 - datasets raises many types; one line for the user
         raise CurateError(f"{path}: cannot load the datasets.save_to_disk directory ({str(e).splitlines()[0]})") from None
