@@ -20,7 +20,7 @@ sizes_st = st.lists(st.integers(0, 60), min_size=1, max_size=25)
 
 # ------------------------------------------------------------------------------------------ quotas
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(sizes=sizes_st, data=st.data(), p=st.sampled_from([0.0, 0.0, 0.25, 0.5, 1.0]))
 def test_water_fill_quotas_properties(sizes, data, p):
     sizes = np.array(sizes)
@@ -66,7 +66,7 @@ def test_ratio_quotas_and_budget_args():
 
 # ------------------------------------------------------------------------------------------ select_rows
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(n=st.integers(1, 400), k=st.integers(1, 12), seed=st.integers(0, 2 ** 32), data=st.data(),
        within=st.sampled_from(["random", "far", "near", "hard"]), p=st.sampled_from([0.0, 0.5, 1.0]))
 def test_select_rows_properties(n, k, seed, data, within, p):
@@ -207,17 +207,23 @@ def test_summary_rows_are_condensed_for_many_clusters():
 
 # ------------------------------------------------------------------------------------------ the command
 
-@pytest.fixture
-def chain(tmp_path, cli_runner):
+def make_chain(directory, cli_runner):
     """embeddings -> clusters, through the real commands."""
     x, _ = mixture(400, d=8, groups=5, seed=3, noise=0.5, weights=[40, 30, 15, 10, 5])
     x[10] = x[11]  # an exact duplicate pair
-    emb = tmp_path / "emb.parquet"
+    emb = directory / "emb.parquet"
     write_embeddings(emb, x, n_tokens=np.arange(400) + 1000)
-    clusters = tmp_path / "clusters.parquet"
+    clusters = directory / "clusters.parquet"
     r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(clusters), "--k", "6", "-q"])
     assert r.exit_code == 0, r.output
     return emb, clusters
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    """One embeddings -> clusters chain shared by the read-only command tests."""
+    from click.testing import CliRunner
+    return make_chain(tmp_path_factory.mktemp("chain"), CliRunner())
 
 
 def invoke(cli_runner, *args):
@@ -317,8 +323,8 @@ def test_select_budget_larger_than_data(tmp_path, cli_runner, chain):
     assert "selecting all of them" in " ".join(r.stderr.split())  # (the console wraps lines)
 
 
-def test_select_needs_reachable_embeddings(tmp_path, cli_runner, chain):
-    emb, clusters = chain
+def test_select_needs_reachable_embeddings(tmp_path, cli_runner):
+    emb, clusters = make_chain(tmp_path, cli_runner)
     out = tmp_path / "s.parquet"
     emb.unlink()
     for args, what in [(["--within", "hard"], "--within hard needs the `loss` column"),
