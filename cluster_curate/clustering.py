@@ -251,12 +251,12 @@ def training_sample(x: np.ndarray, sample_size: int, seed: int) -> np.ndarray:
 
 
 def kmeans_faiss(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_size: int | None = None,
-                 gpus: int | None = None, spherical: bool = True) -> KMeansModel:
+                 gpus: int | None = None, spherical: bool = True, init: np.ndarray | None = None) -> KMeansModel:
     """Train k-means with faiss on a sample of x (see training_sample_size for the default size).
 
     spherical=True: centroids are renormalised after every iteration and rows are compared by inner product
     (cosine for unit rows). gpus: number of GPUs (None = all faiss sees, 0 = CPU); the code path is the same,
-    faiss only puts its flat index on the GPU(s).
+    faiss only puts its flat index on the GPU(s). init: starting centroids (default: initial_centroids).
     """
     import faiss
 
@@ -265,7 +265,7 @@ def kmeans_faiss(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_s
         raise CurateError(f"k = {k} is not between 1 and the number of rows ({n})")
     size = training_sample_size(n, k) if sample_size is None else int(min(max(sample_size, k), n))
     sample = np.ascontiguousarray(training_sample(x, size, seed), dtype=np.float32)
-    init = initial_centroids(sample, k, seed)
+    init = initial_centroids(sample, k, seed) if init is None else np.ascontiguousarray(init, dtype=np.float32)
     ngpu = resolve_gpus(gpus)
     cp = faiss.ClusteringParameters()
     cp.niter, cp.seed, cp.spherical, cp.verbose = int(iters), int(seed) & 0x7FFFFFFF, bool(spherical), False
