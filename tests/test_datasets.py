@@ -413,3 +413,20 @@ def test_save_to_disk_dataset_dict_and_empty(tmp_path):
     datasets.Dataset.from_dict({"question": [], "answer": []}).save_to_disk(str(tmp_path / "empty"))
     with pytest.raises(CurateError, match=r"empty: dataset is empty \(no rows\)"):
         open_dataset(tmp_path / "empty")
+
+
+def test_gzip_compressed_text_files(tmp_path):
+    import gzip
+    for rel in ("gsm8k/train-300.jsonl", "gsm8k/train-300.csv", "code_alpaca/code_alpaca-300.json"):
+        src = FIXTURES / rel
+        gz = tmp_path / (src.name + ".gz")
+        gz.write_bytes(gzip.compress(src.read_bytes(), mtime=0))
+        assert read_all(gz)[2] == read_all(src)[2]
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes((tmp_path / "train-300.jsonl.gz").read_bytes()[:3000])
+    with pytest.raises(CurateError, match=r"cut.jsonl.gz: cannot read \(Compressed file ended"):
+        read_all(cut)
+    fake = tmp_path / "fake.jsonl.gz"
+    fake.write_text('{"question": "a", "answer": "b"}\n')
+    with pytest.raises(CurateError, match=r"fake.jsonl.gz: cannot read \(Not a gzipped file"):
+        read_all(fake)

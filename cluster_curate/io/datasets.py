@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -150,7 +151,13 @@ def _utf8_error(path, line: int, exc: UnicodeDecodeError, data: bytes, start: in
 
 
 def _open_binary(path: Path):
+    """The file's bytes; .gz files are decompressed as they are read."""
     try:
+        if path.name.lower().endswith(".gz"):
+            import gzip
+            with open(path, "rb"):
+                pass  # permission / directory errors with our message
+            return gzip.open(path, "rb")
         return open(path, "rb")
     except PermissionError:
         raise CurateError(f"{path}: cannot read the file (permission denied)") from None
@@ -380,11 +387,14 @@ class _Csv:
         with _open_binary(self.path):
             pass  # permission / directory errors with our message
         try:
-            names = pacsv.open_csv(self.path, read_options=read, parse_options=parse).schema.names
+            names = pacsv.open_csv(self._stream(), read_options=read, parse_options=parse).schema.names
             convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
-            return pacsv.open_csv(self.path, read_options=read, parse_options=parse, convert_options=convert)
+            return pacsv.open_csv(self._stream(), read_options=read, parse_options=parse, convert_options=convert)
         except pa.ArrowInvalid as e:
             self._raise(e)
+
+    def _stream(self):
+        return pa.input_stream(str(self.path), compression="gzip" if self.path.name.lower().endswith(".gz") else None)
 
     def _raise(self, e: Exception):
         msg = str(e)
@@ -528,21 +538,33 @@ def _open_source(source: str):
             return path, _load_from_disk(path)
         return path, _Parquet(path)
     name = path.name.lower()
+    name = name[:-3] if name.endswith(".gz") else name
     if name.endswith((".jsonl", ".ndjson")):
         return path, _JsonLines(path)
     if name.endswith(".json"):
         return path, (_JsonLines(path) if _looks_like_json_lines(path) else _JsonDocument(path))
-    if name.endswith(".parquet"):
+    if name.endswith(".parquet") and not path.name.lower().endswith(".gz"):
         return path, _Parquet(path)
     if name.endswith(".csv"):
         return path, _Csv(path)
     if name.endswith(".arrow"):
         raise CurateError(f"{path}: a bare .arrow file; pass the datasets.save_to_disk directory that holds it")
-    raise CurateError(f"{path}: unknown file type; expected .jsonl, .json, .parquet, .csv, a directory of "
+    raise CurateError(f"{path}: unknown file type; expected .jsonl, .json, .parquet, .csv (.jsonl/.json/.csv may be "
+                      ".gz-compressed), a directory of "
                       "Parquet files, a datasets.save_to_disk directory or a Hugging Face dataset id")
 
 
 # ================================================================================================ dataset
+
+@contextmanager
+def _read_errors(source: str):
+    """A failing read (a corrupt or truncated .gz file, a disk error) becomes one line naming the source."""
+    try:
+        yield
+    except (OSError, EOFError) as e:
+        detail = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__
+        raise CurateError(f"{source}: cannot read ({detail})") from None
+
 
 def _rename_id(names: list[str]) -> dict[str, str]:
     """Source column -> raw column name: a source `id` becomes `source_id` (our `id` is the row index)."""
@@ -574,13 +596,15 @@ class Dataset:
         self.source, self.opts = str(source), opts
         if opts.on_bad_row not in ("error", "skip"):
             raise CurateError(f"--on-bad-row must be 'error' or 'skip', not {opts.on_bad_row!r}")
-        self.path, self._src = _open_source(str(source))
+        with _read_errors(self.source):
+            self.path, self._src = _open_source(str(source))
         self.container = self._src.kind
         self.rejects: list[Reject] = []
         self.rows: int | None = getattr(self._src, "rows", None)
         self._fingerprint: str | None = None
         self._key_column = "key"
-        self.field_map: FieldMap = self._detect()
+        with _read_errors(self.source):
+            self.field_map: FieldMap = self._detect()
         self.format = self.field_map.format
         self.fields = self.field_map.as_dict()
 
@@ -636,7 +660,8 @@ class Dataset:
     def num_rows(self) -> int:
         """Rows in the source (bad rows included): known after a pass, else counted now."""
         if self.rows is None:
-            self.rows = self._src.count()
+            with _read_errors(self.source):
+                self.rows = self._src.count()
         return self.rows
 
     def record(self) -> dict:
@@ -673,10 +698,11 @@ class Dataset:
         if batch_rows < 1:
             raise ValueError("batch_rows must be >= 1")
         self.rejects = []
-        if hasattr(self._src, "iter_rows"):
-            yield from self._iter_json(batch_rows)
-        else:
-            yield from self._iter_arrow(batch_rows)
+        with _read_errors(self.source):
+            if hasattr(self._src, "iter_rows"):
+                yield from self._iter_json(batch_rows)
+            else:
+                yield from self._iter_arrow(batch_rows)
 
     def _iter_json(self, batch_rows: int) -> Iterator[Batch]:
         next_id = 0
