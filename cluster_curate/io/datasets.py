@@ -14,9 +14,9 @@ CONTRACT (used by embed, shard, inspect, run; keep it stable):
 With on_bad_row="error" the first bad row raises CurateError naming file, line/row and field.
 
 Details of the contract:
-- Sources: .jsonl (also .json holding JSON Lines), .json (a list of records, or an object mapping id -> record),
-  .parquet (a file, or a directory of .parquet files read in sorted path order), .csv (every column read as
-  text), a directory written by `datasets.save_to_disk` (a DatasetDict: the `train` split, or its only split;
+- Sources (`ds.container` says which): .jsonl (also .json holding JSON Lines), .json (a list of records, or an
+  object mapping id -> record), .parquet (a file, or a directory of .parquet files read in sorted path order),
+  .csv (every column read as text), .jsonl/.json/.csv compressed as .gz, a directory written by `datasets.save_to_disk` (a DatasetDict: the `train` split, or its only split;
   pass DIR/SPLIT for another), and a Hugging Face dataset id `NAME[@CONFIG][:SPLIT]` (or `hf:NAME...`) through
   `datasets.load_dataset` (split `train` by default).
 - Rows: one per JSONL line that is not blank, per array element / mapping entry, per CSV/Parquet row. A bad row
@@ -29,6 +29,7 @@ Details of the contract:
 - `ds.rows` is None until a full pass has run (known at once for Parquet and HF datasets);
   `ds.num_rows()` counts them if needed. `ds.record()` counts rows and hashes the bytes of the source
   (streamed blake2b: same bytes => same fingerprint).
+- Skipped rows go, by convention, to `default_rejects_path(OUT)` beside a command's output: `OUT.rejects.jsonl`.
 - Memory does not grow with the size of the source: every container is read in chunks
   (benchmarks/bench_reader_memory.py).
 """
@@ -53,7 +54,6 @@ from cluster_curate.io.formats import FieldMap, RecordError, resolve_fields, to_
 __all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset", "default_rejects_path",
            "file_fingerprint"]
 
-SKIP_HINT = " (pass --on-bad-row skip to skip bad rows)"
 _PEEK_ROWS = 200          # rows read at open time to detect the format
 _CHUNK_BYTES = 1 << 20     # read size for JSON / CSV
 
@@ -620,13 +620,14 @@ class Dataset:
             if names is None:
                 raise CurateError(f"{self.source}: dataset is empty (no rows)")
         else:
+            # bad rows are reported by iter_batches, in order; here they only matter when nothing else is readable
             seen: dict[str, None] = {}
             n = 0
+            first_bad = None
             for row in self._src.iter_rows():
                 n += 1
                 if row.record is None:
-                    if self.opts.on_bad_row != "skip":
-                        self._raise_row(n - 1, row, None, row.error, hint=True)
+                    first_bad = first_bad or (n - 1, row)
                 else:
                     seen.update(dict.fromkeys(row.record))
                 if n >= _PEEK_ROWS and seen:
@@ -634,7 +635,11 @@ class Dataset:
             if n == 0:
                 raise CurateError(f"{self.source}: dataset is empty (no rows)")
             if not seen:
-                raise CurateError(f"{self.source}: no readable record in the first {n} rows")
+                id_, row = first_bad
+                if n == 1 or self.opts.on_bad_row != "skip":
+                    self._raise_row(id_, row, None, row.error)
+                raise CurateError(f"{self.source}: no readable record in the first {n} rows (the first: "
+                                  f"{self._message(id_, row.line, None, row.error, hint=False)})")
             names = list(seen)
             if "key" in names:
                 self._key_column = "source_key"
@@ -676,9 +681,9 @@ class Dataset:
         notes = ([f"id {id_}"] if line is not None else []) + (["pass --on-bad-row skip to skip bad rows"] if hint else [])
         return f"{self._location(id_, line)}: {what}{reason}" + (f" ({'; '.join(notes)})" if notes else "")
 
-    def _raise_row(self, id_: int, row_or_line, field: str | None, reason: str, hint: bool = True):
+    def _raise_row(self, id_: int, row_or_line, field: str | None, reason: str):
         line = row_or_line.line if isinstance(row_or_line, _Row) else row_or_line
-        raise CurateError(self._message(id_, line, field, reason, hint))
+        raise CurateError(self._message(id_, line, field, reason, hint=self.opts.on_bad_row != "skip"))
 
     def _bad(self, id_: int, line: int | None, field: str | None, reason: str) -> None:
         if self.opts.on_bad_row != "skip":
