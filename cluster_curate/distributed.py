@@ -242,7 +242,7 @@ class ChunkedOutput:
         if missing:
             raise CurateError(f"{self.staging}: chunks {missing[:5]} were not computed; run again with --resume")
         rows = self._merge(mine, meta)
-        result = {"path": str(self.out), "rows": rows, "parts": 1}
+        result = {"path": str(self.out), "rows": rows, "parts": 1, "complete": True, "artifact_rows": rows}
         for c in mine:
             self._chunk_path(c).unlink(missing_ok=True)
         if lay.multi:
@@ -253,7 +253,10 @@ class ChunkedOutput:
                 absent = [n for n in names if not (self.out / n).exists()]
                 if absent:
                     raise CurateError(f"{self.out}: parts {absent} are missing after all ranks finished")
-            result["parts"] = len(list(self.out.glob("part-*.parquet")))
+            parts = sorted(self.out.glob(f"part-*-of-{lay.workers:05d}.parquet"))
+            result["parts"] = len(parts)
+            result["complete"] = len(parts) == lay.workers
+            result["artifact_rows"] = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
             self._cleanup_if_done()
         else:
             shutil.rmtree(self.staging, ignore_errors=True)

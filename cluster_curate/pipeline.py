@@ -343,6 +343,8 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
     uses_model = any(f in MODEL_FEATURES for f in features)
 
     layout = distributed.detect(cfg.num_shards, cfg.shard_index)
+    if layout.torchrun and not layout.leader:  # one progress bar and one summary: rank 0's
+        console.configure(quiet=True, json_mode=False)
     device = distributed.device_for(layout, cfg.device)
     distributed.init(layout, use_cuda=str(device or "").startswith("cuda") or (
         device in (None, "auto") and _cuda_available()))
@@ -465,6 +467,7 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
         seconds = time.perf_counter() - t_start
         summary = {
             "output": result["path"], "process": layout.describe(), "rows": result["rows"],
+            "artifact_rows": result["artifact_rows"], "parts": result["parts"], "complete": result["complete"],
             "rows_in_data": total_rows, "skipped_no_response": len(skipped_rows), "bad_rows": len(bad_rows),
             "rejects": str(rejects_path) if reported else None, "model": model_name or "none",
             "features": ",".join(features), "dims": dims, "dim": int(sum(dims.values())),
@@ -1053,10 +1056,12 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
     check_dataset_matches(sel_meta, selection, dataset, force)
     inputs = {"selection": sel_meta.as_input(selection), "data": dataset}
 
+    # token counts: an explicit --tokenizer or --embeddings first, then the selection's n_tokens, then the
+    # embeddings of its lineage, then whitespace words (said in the manifest)
     tokens, token_source = None, None
-    if "n_tokens" in table.column_names and table.column("n_tokens").null_count == 0:
+    if not tokenizer and not embeddings and "n_tokens" in table.column_names and table.column("n_tokens").null_count == 0:
         tokens, token_source = table.column("n_tokens").to_numpy().astype(np.int64)[order], "selection n_tokens"
-    if tokens is None:
+    if tokens is None and not tokenizer:
         candidates = [embeddings] if embeddings else []
         if not embeddings:  # the embeddings this selection descends from, when still where they were
             cl_path = (sel_meta.inputs or {}).get("clusters", {}).get("path")
@@ -1112,6 +1117,7 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
     repeats: dict[int, list[int]] = {}
     for cell in np.flatnonzero(cell_wrapped):
         repeats.setdefault(int(ids[cell_row[cell]]), []).append(int(cell))
+    repeat_ids = np.array(sorted(repeats), dtype=np.int64)
 
     # ---- stream the raw data once, writing rows into per-shard buckets
     t_stream = time.monotonic()
@@ -1133,9 +1139,9 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
                 take = np.flatnonzero(cells >= 0)
                 extra_take, extra_cells = [], []
                 if repeats:
-                    for i, v in enumerate(bid):
-                        for cell in repeats.get(int(v), ()):
-                            extra_take.append(i)
+                    for i in np.flatnonzero(np.isin(bid, repeat_ids)):
+                        for cell in repeats[int(bid[i])]:
+                            extra_take.append(int(i))
                             extra_cells.append(cell)
                 if take.size == 0 and not extra_take:
                     continue

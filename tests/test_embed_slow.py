@@ -1,0 +1,116 @@
+"""`embed` across processes, for real: 2 torchrun processes (gloo on CPU) give the 1-process artifact, and a
+run killed with SIGKILL after its first committed chunk, restarted with --resume, gives the artifact of an
+uninterrupted run. Slow (several Python processes each importing torch and transformers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster_curate.io.artifacts import read_artifact
+
+pytestmark = pytest.mark.slow
+GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
+PROXY = ["--proxy-size", "tiny", "--proxy-steps", "3", "--proxy-vocab", "512", "--max-length", "256"]
+
+
+def _env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+def _data(tmp_path: Path, n: int) -> Path:
+    if not GSM8K.exists():
+        pytest.skip("GSM8K sample data not available")
+    with open(GSM8K) as f:
+        lines = [next(f) for _ in range(n)]
+    path = tmp_path / "gsm.jsonl"
+    path.write_text("".join(lines))
+    return path
+
+
+def _embed(args, *, torchrun: int = 0, timeout: float = 300) -> dict:
+    if torchrun:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={torchrun}",
+               "-m", "cluster_curate", "embed", *args, "--json"]
+    else:
+        cmd = [sys.executable, "-m", "cluster_curate", "embed", *args, "--json"]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=timeout)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = [line for line in res.stdout.splitlines() if line.startswith("{")]
+    assert lines, res.stdout + res.stderr
+    return json.loads(lines[-1])
+
+
+def _emb(table) -> np.ndarray:
+    col = table.column("embedding").combine_chunks()
+    return col.values.to_numpy(zero_copy_only=False).reshape(len(col), -1)
+
+
+def _assert_same(a_path, b_path):
+    a, ma = read_artifact(a_path, kind="embeddings")
+    b, mb = read_artifact(b_path, kind="embeddings")
+    assert a.column("id").to_pylist() == b.column("id").to_pylist()
+    assert np.allclose(_emb(a), _emb(b), atol=1e-5)
+    assert np.allclose(a.column("loss").to_numpy(), b.column("loss").to_numpy(), atol=1e-5)
+    assert a.column("n_tokens").equals(b.column("n_tokens"))
+    assert a.column("n_response_tokens").equals(b.column("n_response_tokens"))
+    assert ma.fingerprint == mb.fingerprint and ma.rows == mb.rows
+
+
+def test_two_torchrun_processes_equal_one_process(tmp_path):
+    data = _data(tmp_path, 120)
+    common = [str(data), *PROXY, "--features", "gradient,text", "--dim", "16", "--commit-every", "25"]
+    one = _embed([*common, "--out", str(tmp_path / "one.parquet")])
+    two = _embed([*common, "--out", str(tmp_path / "two")], torchrun=2)
+    assert one["rows"] == 120 and one["process"] == "single process"
+    # rank 0 reports, after the barrier, the complete artifact of both ranks
+    assert two["process"] == "rank 0/2" and two["complete"] and two["artifact_rows"] == 120 and two["parts"] == 2
+    parts = sorted(p.name for p in (tmp_path / "two").glob("*.parquet"))
+    assert parts == ["part-00000-of-00002.parquet", "part-00001-of-00002.parquet"]
+    assert not (tmp_path / "two.partial").exists()
+    _assert_same(tmp_path / "one.parquet", tmp_path / "two")
+
+
+def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
+    data = _data(tmp_path, 400)
+    out = tmp_path / "killed.parquet"
+    common = [str(data), *PROXY, "--commit-every", "40", "--batch-tokens", "600"]
+    cmd = [sys.executable, "-m", "cluster_curate", "embed", *common, "--out", str(out), "-q"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    staging = tmp_path / "killed.partial"
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if staging.is_dir() and any(staging.glob("chunk-*.parquet")):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists()
+    committed = sorted(staging.glob("chunk-*.parquet"))
+    assert 1 <= len(committed) < 10
+
+    resumed = _embed([*common, "--out", str(out), "--resume"])
+    assert resumed["chunks_resumed"] >= len(committed) and resumed["chunks_computed"] <= 10 - len(committed)
+    assert resumed["warmup_seconds"] == 0.0  # the saved proxy was reused
+    assert resumed["rows"] == 400 and not staging.exists()
+    fresh = _embed([*common, "--out", str(tmp_path / "fresh.parquet")])
+    assert fresh["chunks_computed"] == 10
+    _assert_same(out, tmp_path / "fresh.parquet")
