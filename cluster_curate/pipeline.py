@@ -505,6 +505,20 @@ def _artifact_schema(path):
     return pq.read_schema(artifact_files(path)[0])
 
 
+def _read_columns(path, columns):
+    """Some columns of every part of an artifact, joined in part order (no sort), read with ParquetFile
+    (pq.read_table would import pyarrow.dataset: 1.5 s of start-up on this machine)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cluster_curate.io.artifacts import artifact_files
+    try:
+        tables = [pq.ParquetFile(f).read(columns=columns) for f in artifact_files(path)]
+    except (pa.ArrowInvalid, OSError, KeyError) as e:
+        raise CurateError(f"{path}: cannot read columns {', '.join(columns)} ({e})") from None
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
 def load_embedding_matrix(path, *, force: bool = False, batch_rows: int = 65536):
     """The `embedding` column of an embeddings artifact as one [n, d] float32 matrix in id order, plus the
     sorted ids and the artifact's meta. Memory: the matrix plus one batch (each batch's vectors are a view of
@@ -522,11 +536,7 @@ def load_embedding_matrix(path, *, force: bool = False, batch_rows: int = 65536)
     for col in ("id", "embedding"):
         if col not in names:
             raise CurateError(f"{path}: no '{col}' column (found {', '.join(names)})")
-    try:
-        id_parts = [pq.read_table(f, columns=["id"]).column("id").to_numpy() for f in files]
-    except (pa.ArrowInvalid, OSError) as e:
-        raise CurateError(f"{path}: cannot read column 'id' ({e})") from None
-    file_ids = np.concatenate(id_parts).astype(np.int64, copy=False) if id_parts else np.zeros(0, np.int64)
+    file_ids = _read_columns(path, ["id"]).column("id").to_numpy().astype(np.int64, copy=False)
     n = len(file_ids)
     if n == 0:
         raise CurateError(f"{path}: empty artifact (no rows)")
@@ -545,8 +555,15 @@ def load_embedding_matrix(path, *, force: bool = False, batch_rows: int = 65536)
     x = None
     start = 0
     first_bad, n_bad = None, 0
+    # Arrow holds about three batches while it decodes: keep a batch near 16 MB whatever the dimension, and
+    # read pages as needed rather than a whole row group at once (pre_buffer=False), so the memory beyond the
+    # matrix does not grow with the file (400k x 256: 1.3 GB peak with the defaults, matrix + ~0.1 GB so)
+    etype = _artifact_schema(path).field("embedding").type
+    dim = etype.list_size if pa.types.is_fixed_size_list(etype) else 0
+    read_rows = max(1024, min(batch_rows, (16 << 20) // (4 * dim))) if dim else batch_rows
     for f in files:
-        for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=["id", "embedding"]):
+        reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 22)
+        for batch in reader.iter_batches(batch_size=read_rows, columns=["id", "embedding"]):
             batch_ids = file_ids[start:start + batch.num_rows]
             block = embedding_matrix(batch.column("embedding"), ids=batch_ids, name=f"{f}: embedding")
             if x is None:
@@ -577,11 +594,10 @@ def read_embedding_columns(path, columns, ids):
     Returns {column: numpy array}; a column the artifact lacks is left out."""
     import numpy as np
 
-    from cluster_curate.io.artifacts import read_artifact
     present = [c for c in columns if c in _artifact_schema(path).names]
     if not present:
         return {}
-    table, _ = read_artifact(path, columns=["id", *present])
+    table = _read_columns(path, ["id", *present])
     e_ids = table.column("id").to_numpy()
     order = None if np.all(e_ids[1:] > e_ids[:-1]) else np.argsort(e_ids, kind="stable")
     if order is not None:
@@ -770,8 +786,7 @@ def select_from_clusters(clusters: str, out: str, *, fraction: float | None = No
     from cluster_curate import console
     from cluster_curate import selection as S
     from cluster_curate.clustering import normalise_features
-    from cluster_curate.io.artifacts import (check_same_dataset, check_writable, make_meta, read_artifact,
-                                             read_meta, write_artifact)
+    from cluster_curate.io.artifacts import check_same_dataset, check_writable, make_meta, read_meta, write_artifact
 
     t0 = time.perf_counter()
     mode = S.check_budget_args(fraction, budget, per_cluster_ratio)
@@ -791,7 +806,7 @@ def select_from_clusters(clusters: str, out: str, *, fraction: float | None = No
     if within in ("far", "near", "diverse") and "similarity" not in names:
         raise CurateError(f"{clusters}: --within {within} needs its 'similarity' column")
     cols = ["id", "cluster"] + (["similarity"] if "similarity" in names else [])
-    table, _ = read_artifact(clusters, None if force else "clusters", columns=cols)
+    table = _read_columns(clusters, cols)
     if table.num_rows == 0:
         raise CurateError(f"{clusters}: empty artifact (no rows)")
     ids = table.column("id").to_numpy()
