@@ -180,3 +180,23 @@ def test_subprocess_exit_codes_and_no_traceback(tmp_path):
     r = _subprocess("--json", "--on-bad-row", "skip", bad)
     assert r.returncode == 0 and "Traceback" not in r.stderr
     assert json.loads(r.stdout)["rejected"] == 1
+
+
+def test_inspect_unreadable_file(cli_runner, tmp_path, monkeypatch):
+    import os
+
+    from cluster_curate.io import datasets as dsmod
+    p = write_jsonl(tmp_path / "secret.jsonl", [{"question": "a", "answer": "b"}])
+    if os.geteuid() != 0:
+        p.chmod(0)
+    else:  # root reads anything: make the open itself fail as it would for another user
+        real_open = open
+
+        def deny(file, *a, **k):
+            if str(file) == str(p):
+                raise PermissionError(13, "Permission denied", str(file))
+            return real_open(file, *a, **k)
+        monkeypatch.setattr(dsmod, "open", deny, raising=False)
+    result = run(cli_runner, p)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"ERROR: {p}: cannot read the file (permission denied)"
