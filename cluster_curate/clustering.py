@@ -194,6 +194,18 @@ def normalise_features(x: np.ndarray, center: bool = False, chunk_rows: int = DE
     return {"normalisation": "center+l2" if center else "l2", "zero_rows": zero_rows}
 
 
+def mean_resultant_length(x: np.ndarray, chunk_rows: int = DEFAULT_BATCH_ROWS) -> float:
+    """Norm of the mean of unit rows, in [0, 1]: near 1 when all features share one dominant direction
+    (gradient features often do), so that cosine similarities are all close to 1 and only `--center`
+    lets k-means see the differences."""
+    if len(x) == 0:
+        return 0.0
+    total = np.zeros(x.shape[1], dtype=np.float64)
+    for s in range(0, len(x), chunk_rows):
+        total += x[s:s + chunk_rows].sum(axis=0, dtype=np.float64)
+    return float(np.linalg.norm(total / len(x)))
+
+
 # ------------------------------------------------------------------------------------------ k-means
 
 @dataclass

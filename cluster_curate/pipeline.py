@@ -648,9 +648,9 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
     """`cluster`: read an embeddings artifact, k-means it, write the clusters artifact (+ centroids beside it).
     Returns the summary dict and the size-band table."""
     import hashlib
+    import math
     import time
 
-    import numpy as np
     import pyarrow as pa
 
     from cluster_curate import clustering as C
@@ -679,6 +679,10 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
     if norm["zero_rows"]:
         console.warn(f"{embeddings}: {norm['zero_rows']} rows have an all-zero embedding (similarity 0 to every "
                      "centroid)")
+    shared_direction = C.mean_resultant_length(x, chunk_rows=batch_rows)
+    if shared_direction > 0.9 and not center:
+        console.warn(f"{embeddings}: the features share one dominant direction (length of the mean unit vector "
+                     f"{shared_direction:.3f}; cosine similarities are all near 1): consider --center")
     size = C.training_sample_size(n, k) if sample_size is None else int(min(max(sample_size, k), n))
     device = f"{ngpu} GPU(s)" if ngpu else "cpu"
     console.info(f"k-means: {n} rows x {d} dims, k = {k}, training on {size} rows, {iters} iterations, {device}")
@@ -698,6 +702,7 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         "objective": res.objective, "objective_before_cap": res.objective_uncapped,
         "objective_kind": "mean cosine similarity to the assigned centroid (higher is better)",
         "train_objective": res.train_objective, "device": device, "zero_rows": norm["zero_rows"],
+        "mean_resultant_length": round(shared_direction, 6),
         "sizes": res.sizes.tolist(),
         # the file is sidecar_path(artifact, "centroids.npy"); its name is not recorded so that the same
         # inputs give the same metadata whatever the output is called
@@ -716,7 +721,8 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         "rows": n,
         "dim": d,
         "k": k,
-        "k rule": k_rule,
+        "k rule": f"auto = ceil(sqrt({n}))" + (f", capped at {k}" if k < math.ceil(math.sqrt(n)) else "")
+                  if k_rule != "given" else "given (--k)",
         "normalisation": norm["normalisation"],
         "trained on": f"{res.sample_size} rows ({'all' if res.sample_size == n else f'{res.sample_size / n:.1%}'})",
         "iterations": iters,

@@ -328,3 +328,15 @@ def test_embeddings_with_duplicate_ids_are_refused(tmp_path):
     with pytest.raises(CurateError, match="id 7 appears more than once"):
         load_embedding_matrix(d)
     assert pq.read_table(d / "part-0.parquet").num_rows == 5
+
+
+def test_shared_direction_is_measured_and_warned(tmp_path, cli_runner):
+    assert C.mean_resultant_length(unit([[1, 0], [-1, 0]])) == pytest.approx(0)
+    assert C.mean_resultant_length(unit([[1, 0], [1, 0.01]])) == pytest.approx(1, abs=1e-4)
+    rng = np.random.default_rng(0)
+    x = (np.array([10.0] + [0.0] * 7) + rng.standard_normal((200, 8))).astype(np.float32)  # one shared direction
+    path = tmp_path / "e.parquet"
+    write_embeddings(path, x)
+    r = cli_runner.invoke(main, ["cluster", str(path), "--out", str(tmp_path / "c.parquet"), "--k", "3", "-q"])
+    assert r.exit_code == 0 and "consider --center" in " ".join(r.stderr.split())
+    assert A.read_meta(tmp_path / "c.parquet").params["mean_resultant_length"] > 0.9
