@@ -815,6 +815,10 @@ def select_from_clusters(clusters: str, out: str, *, fraction: float | None = No
     table = _read_columns(clusters, cols)
     if table.num_rows == 0:
         raise CurateError(f"{clusters}: empty artifact (no rows)")
+    for col in cols:
+        if table.column(col).null_count:
+            first = table.column(col).is_null().to_numpy(zero_copy_only=False).argmax()
+            raise CurateError(f"{clusters}: row {first} has no '{col}'")
     ids = table.column("id").to_numpy()
     labels = table.column("cluster").to_numpy()
     sims = table.column("similarity").to_numpy() if "similarity" in cols else None

@@ -352,3 +352,19 @@ def test_select_refuses_non_clusters_input(tmp_path, cli_runner, chain):
     emb, _ = chain
     r = invoke(cli_runner, "select", emb, "--out", tmp_path / "s.parquet", "--budget", 5)
     assert r.exit_code == 2 and "is a 'embeddings' artifact, expected 'clusters'" in r.stderr
+
+
+@pytest.mark.parametrize("case", ["null_cluster", "empty", "out_of_range"])
+def test_select_bad_clusters_artifact(tmp_path, cli_runner, case):
+    path = tmp_path / "c.parquet"
+    record = {"source": "d", "fingerprint": "f", "rows": 3}
+    k = 2
+    if case == "null_cluster":
+        table, expect = pa.table({"id": [0, 1, 2], "cluster": pa.array([0, None, 1], pa.int32())}), "row 1 has no 'cluster'"
+    elif case == "empty":
+        table, expect = pa.table({"id": pa.array([], pa.int64()), "cluster": pa.array([], pa.int32())}), "empty artifact"
+    else:
+        table, expect = pa.table({"id": [0, 1, 2], "cluster": pa.array([0, 5, 1], pa.int32())}), "cluster 5 of id 1 is not in 0..1"
+    A.write_artifact(table, path, A.make_meta("clusters", {"k": k}, {}, record))
+    r = invoke(cli_runner, "select", path, "--out", tmp_path / "s.parquet", "--budget", 1)
+    assert r.exit_code == 2 and expect in r.stderr, r.stderr
