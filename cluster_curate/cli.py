@@ -349,10 +349,10 @@ def select_cmd(clusters, out, fraction, budget, per_cluster_ratio, balance_power
                    "wrap (top up the last step with repeats from the start, marked in column `wrapped`).")
 @click.option("--weights", type=click.Choice(["cluster", "none"]), default="cluster", show_default=True,
               help="Column `weight`: (n_c/n) ÷ (s_c/s), restoring the data's cluster proportions; none: 1.")
-@click.option("--tokenizer", default=None, help="Local tokenizer directory for token counts when neither the "
-              "selection nor its embeddings have n_tokens (else whitespace words are counted).")
+@click.option("--tokenizer", default=None, help="Local tokenizer directory: count tokens with it (one extra pass "
+              "over the data). Default: the selection's n_tokens, else its embeddings', else whitespace words.")
 @click.option("--embeddings", default=None, help="Embeddings artifact to take n_tokens from (default: the "
-              "selection's own lineage, when reachable).")
+              "selection's own n_tokens, or its lineage's embeddings when reachable).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @dataset_options
 @output_options
@@ -393,7 +393,129 @@ def shard_cmd(selection, data, out, num_shards, micro_batch_size, allocation, ba
 
 # ============================================================================================ run
 
+# `run` takes the options of the four stage commands (defined once, on those commands); these are the
+# ones it sets itself. Its --num-shards is shard's (ranks), not embed's job-array pieces.
+_RUN_OWN = {"data", "out", "embeddings", "clusters", "selection", "overwrite", "force", "quiet", "json_mode",
+            "resume", "num_shards@embed", "shard_index", "commit_every"}
+_RUN_STAGES = ("embed", "cluster", "select", "shard")
+
+
+def _run_stage_params() -> tuple[list[click.Parameter], dict[str, list[str]]]:
+    params, seen, by_stage = [], set(), {}
+    for stage in _RUN_STAGES:
+        by_stage[stage] = []
+        for p in main.commands[stage].params:
+            if p.name in _RUN_OWN or f"{p.name}@{stage}" in _RUN_OWN or not isinstance(p, click.Option):
+                continue
+            by_stage[stage].append(p.name)
+            if p.name not in seen:
+                seen.add(p.name)
+                params.append(p)
+    return params, by_stage
+
+
+def _run_cmd(data, out, overwrite, force, quiet, json_mode, **options):
+    """The whole pipeline in one command: embed, cluster, select, shard, with artifacts kept in OUT.
+
+    \b
+    OUT/embeddings.parquet  OUT/clusters.parquet  OUT/selection.parquet  OUT/shards/
+    Re-running skips every stage whose output is up to date with its inputs and options (recorded in
+    OUT/run-state.json); after an interruption it continues where it stopped (embed resumes its committed
+    chunks). Options are those of the four subcommands; --seed seeds them all.
+
+    \b
+    Example:
+      cluster-curate run train.jsonl --out curated/ --fraction 0.31 --num-shards 8 --micro-batch-size 4
+    """
+    import time
+    from pathlib import Path
+
+    from cluster_curate import pipeline
+    from cluster_curate.io.datasets import ReadOptions, open_dataset
+
+    console.configure(quiet=quiet or json_mode, json_mode=json_mode)
+    _, by_stage = _run_stage_params()
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    state = pipeline.RunState(d)
+    paths = {stage: d / name for stage, name in pipeline.RUN_OUTPUTS.items()}
+    read = ReadOptions(format=None if options.get("fmt") in (None, "auto") else options.get("fmt"),
+                       prompt_field=options.get("prompt_field"), response_field=options.get("response_field"),
+                       on_bad_row=options.get("on_bad_row", "error"))
+    upstream = open_dataset(data, read).fingerprint()
+    inputs = {"embed": {"data": data}, "cluster": {"embeddings": str(paths["embed"])},
+              "select": {"clusters": str(paths["cluster"])},
+              "shard": {"selection": str(paths["select"]), "data": data}}
+    ctx = click.get_current_context()
+    done = []
+    with console.capture() as captured:
+        for stage in _RUN_STAGES:
+            stage_opts = {name: options[name] for name in by_stage[stage]}
+            request = state.request(stage, stage_opts, upstream)
+            output = paths[stage]
+            t0 = time.monotonic()
+            if not overwrite and state.is_current(stage, request, output):
+                done.append({"stage": stage, "status": "up to date", "seconds": 0.0, "output": str(output)})
+            else:
+                extra = {"resume": True} if stage == "embed" else {}
+                ctx.invoke(main.commands[stage], **inputs[stage], out=str(output), overwrite=True, force=force,
+                           quiet=quiet, json_mode=json_mode, **stage_opts, **extra)
+                state.record(stage, request, output)
+                done.append({"stage": stage, "status": "ran", "seconds": round(time.monotonic() - t0, 2),
+                             "output": str(output)})
+            upstream = pipeline.output_fingerprint(stage, output)
+    if json_mode:
+        console.summary("run", {"out": str(d), "stages": done,
+                                "summaries": {title: data for title, data, _ in captured}})
+        return
+    for title, data_, rows in captured:
+        console.summary(title, data_, rows)
+    console.summary("run", {"out": str(d)} | {s["stage"]: f"{s['status']} ({s['seconds']} s)" for s in done})
+
+
+def _make_run_command() -> click.Command:
+    params, _ = _run_stage_params()
+    own = [click.Argument(["data"]),
+           click.Option(["--out", "-o"], required=True, type=click.Path(file_okay=False),
+                        help="Directory for the artifacts of every stage."),
+           click.Option(["--overwrite"], is_flag=True, help="Redo every stage even when up to date."),
+           click.Option(["--force"], is_flag=True, help="Passed to every stage (use mismatched inputs anyway)."),
+           click.Option(["--quiet", "-q"], is_flag=True, help="Print nothing but errors (and the --json summary)."),
+           click.Option(["--json", "json_mode"], is_flag=True, help="Print one JSON object summarising every stage.")]
+    return click.Command("run", callback=_run_cmd, params=own + params, help=_run_cmd.__doc__,
+                         short_help="The whole pipeline in one command, resumable.")
+
+
+main.add_command(_make_run_command())
+
+
 # ============================================================================================ report
+
+@command("report")
+@click.argument("artifacts", nargs=-1, required=True, type=click.Path())
+@click.option("--out", "-o", "out", default=None, type=click.Path(file_okay=False),
+              help="Directory for the PNG plots (cluster sizes, features PCA, per-rank token loads).")
+@click.option("--seed", default=0, show_default=True, help="Seeds the random allocation drawn for comparison.")
+def report_cmd(artifacts, out, seed):
+    """Tables (and with --out, PNG plots) for artifacts or a whole `run` directory.
+
+    \b
+    Examples:
+      cluster-curate report out/                       # every artifact of a pipeline directory
+      cluster-curate report selection.parquet --out report/
+    Upstream artifacts are found through the lineage in the metadata when they are still where they were.
+    """
+    from cluster_curate.report import report
+
+    sections, plots = report(list(artifacts), out, seed)
+    for i, (title, data, rows) in enumerate(sections):
+        if console.JSON_MODE:
+            continue
+        console.summary(title, data, rows)
+    if console.JSON_MODE:
+        console.summary("report", {t: d for t, d, _ in sections} | {"plots": [str(p) for p in plots]})
+    elif plots:
+        console.summary("plots", {p.name: str(p) for p in plots})
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ QUIET = False
 JSON_MODE = False
 
 _err = Console(stderr=True, highlight=False)
+_captured: list | None = None  # summaries collected instead of printed (see capture())
 
 
 def configure(quiet: bool = False, json_mode: bool = False) -> None:
@@ -96,8 +97,23 @@ def progress(description: str, total: float | None = None, unit: str = "rows"):
         yield _Rich(p, p.add_task(description, total=total))
 
 
+@contextmanager
+def capture():
+    """Collect the summaries printed inside the block as (title, data, rows) instead of printing them
+    (`run --json` prints one JSON object for all its stages)."""
+    global _captured
+    previous, _captured = _captured, []
+    try:
+        yield _captured
+    finally:
+        _captured = previous
+
+
 def summary(title: str, data: dict, rows: list[dict] | None = None) -> None:
     """End-of-command summary: key/value pairs (+ an optional table of rows) or one JSON object."""
+    if _captured is not None:
+        _captured.append((title, data, rows))
+        return
     if JSON_MODE:
         out = dict(data)
         if rows is not None:

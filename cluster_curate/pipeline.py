@@ -1276,3 +1276,51 @@ def _json_default(v):
 
 
 # ============================================================================================ run
+
+RUN_OUTPUTS = {"embed": "embeddings.parquet", "cluster": "clusters.parquet", "select": "selection.parquet",
+               "shard": "shards"}
+RUN_STATE = "run-state.json"
+
+
+def output_fingerprint(stage: str, path) -> str | None:
+    """Fingerprint of a stage's finished output, or None when it is missing or incomplete."""
+    from pathlib import Path
+
+    from cluster_curate.io.artifacts import read_meta
+
+    p = Path(path)
+    try:
+        if stage == "shard":
+            from cluster_curate.loader import read_manifest
+            return read_manifest(p).get("fingerprint") if p.is_dir() else None
+        return read_meta(p).fingerprint if p.exists() else None
+    except CurateError:
+        return None
+
+
+class RunState:
+    """What `run` did last time in DIR: per stage, a hash of (options, input fingerprint) and the output's
+    fingerprint. A stage is up to date when both still match, so a re-run (or a run after a crash) only
+    redoes the stages whose inputs, parameters or outputs changed."""
+
+    def __init__(self, directory):
+        import json
+        from pathlib import Path
+
+        self.path = Path(directory) / RUN_STATE
+        self.stages = json.loads(self.path.read_text()) if self.path.is_file() else {}
+
+    def request(self, stage: str, options: dict, input_fingerprint: str) -> str:
+        from cluster_curate.io.artifacts import stable_hash
+        return stable_hash({"stage": stage, "options": options, "input": input_fingerprint})
+
+    def is_current(self, stage: str, request: str, output) -> bool:
+        rec = self.stages.get(stage)
+        return bool(rec and rec["request"] == request and rec["fingerprint"] == output_fingerprint(stage, output))
+
+    def record(self, stage: str, request: str, output) -> None:
+        import json
+
+        from cluster_curate.io.artifacts import atomic_write_bytes
+        self.stages[stage] = {"request": request, "fingerprint": output_fingerprint(stage, output)}
+        atomic_write_bytes(self.path, json.dumps(self.stages, indent=1, sort_keys=True).encode())
