@@ -396,7 +396,7 @@ def shard_cmd(selection, data, out, num_shards, micro_batch_size, allocation, ba
 # `run` takes the options of the four stage commands (defined once, on those commands); these are the
 # ones it sets itself. Its --num-shards is shard's (ranks), not embed's job-array pieces.
 _RUN_OWN = {"data", "out", "embeddings", "clusters", "selection", "overwrite", "force", "quiet", "json_mode",
-            "resume", "num_shards@embed", "shard_index", "commit_every"}
+            "resume", "num_shards@embed", "shard_index"}
 _RUN_STAGES = ("embed", "cluster", "select", "shard")
 
 

@@ -9,6 +9,12 @@ Every rank's shard has the same number of rows and micro-batches, so every rank 
 steps. The rows are already in the order the plan wants: do not shuffle them (a sampler is provided that
 keeps the order, for DataLoader). A shard is plain Parquet: `datasets.load_dataset("parquet",
 data_files=shard.path)` or `pyarrow.parquet.read_table(shard.path)` read it without this module.
+
+For trainers that shard one dataset themselves (HF Trainer / Accelerate: consecutive micro-batches dealt to
+ranks round-robin), load every shard and reorder with `global_order`:
+
+    ds = datasets.load_dataset("parquet", data_files=shard_files(d), split="train").select(global_order(d))
+    # TrainingArguments(per_device_train_batch_size=M, train_sampling_strategy="sequential", ...)
 """
 
 from __future__ import annotations
@@ -126,6 +132,23 @@ class Shard:
         """The shard as a `datasets.Dataset` (rows in planned order; use it unshuffled)."""
         import datasets
         return datasets.Dataset(self.table)
+
+
+def shard_files(directory: str | os.PathLike) -> list[str]:
+    """Paths of all shards, rank 0 first (the manifest's order)."""
+    manifest = read_manifest(directory)
+    return [str(Path(directory) / f["file"]) for f in manifest["files"]]
+
+
+def global_order(directory: str | os.PathLike) -> list[int]:
+    """Row indices into the concatenation of `shard_files(directory)` that list the micro-batches in global
+    order: step 0 of rank 0, step 0 of rank 1, ..., step 1 of rank 0, ... Frameworks that deal consecutive
+    micro-batches to ranks round-robin (Accelerate / HF Trainer with a sequential sampler and
+    per_device_train_batch_size = micro_batch_size) then give rank r exactly shard r, in planned order."""
+    manifest = read_manifest(directory)
+    n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
+    per_shard = int(manifest["rows_per_shard"])
+    return [r * per_shard + t * m + j for t in range(steps) for r in range(n) for j in range(m)]
 
 
 def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size: int | None = None,

@@ -29,7 +29,7 @@ def make_dataset(path: Path, n: int, seed: int = 0, extra: dict | None = None) -
 
 def make_selection(path: Path, data: Path, *, k: int = 4, fraction: float = 0.5, seed: int = 0,
                    n_tokens: bool = False, cluster_sizes: bool = True, equal_quotas: bool = False,
-                   clusters_path: str | None = None) -> dict:
+                   clusters_path: str | None = None, embeddings_path: str | None = None) -> dict:
     """A `selection` artifact over `data`: random clusters, a random subset (equal quotas when asked).
 
     Returns {"ids", "clusters", "sizes" (n_c per cluster 0..k-1), "tokens" (when n_tokens)}."""
@@ -58,5 +58,7 @@ def make_selection(path: Path, data: Path, *, k: int = 4, fraction: float = 0.5,
     if cluster_sizes:
         params["cluster_sizes"] = sizes.tolist()
     inputs = {"clusters": {"path": clusters_path or "gone.parquet", "kind": "clusters", "fingerprint": "c0", "rows": n}}
+    if embeddings_path:
+        inputs["embeddings"] = {"path": embeddings_path, "kind": "embeddings", "fingerprint": "e0", "rows": n}
     write_artifact(table, path, make_meta("selection", params, inputs, rec), overwrite=True)
     return {"ids": ids, "clusters": clusters, "sizes": sizes, "tokens": tokens}

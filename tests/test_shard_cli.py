@@ -199,6 +199,26 @@ def test_cluster_sizes_from_the_clusters_artifact(tmp_path, data, cli_runner):
     assert sel is not None
 
 
+def test_tokens_from_the_embeddings_artifact(tmp_path, data, cli_runner):
+    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.datasets import open_dataset
+    rec = open_dataset(str(data)).record()
+    n_tokens = np.arange(rec["rows"]) % 97 + 5
+    epath = tmp_path / "emb.parquet"
+    write_artifact(pa.table({"id": np.arange(rec["rows"]), "n_tokens": n_tokens}), epath, make_meta("embeddings", {}, {}, rec))
+    sel = make_selection(tmp_path / "sel.parquet", data, k=2, fraction=0.3, embeddings_path=str(epath))
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "s", "-n", "2", "-q")
+    assert r.exit_code == 0, r.output
+    manifest = read_manifest(tmp_path / "s")
+    assert manifest["tokens"]["source"] == f"embeddings n_tokens ({epath})"
+    assert manifest["tokens"]["total"] == int(n_tokens[sel["ids"]].sum())
+    assert manifest["inputs"]["embeddings"]["kind"] == "embeddings"
+    make_selection(tmp_path / "sel2.parquet", data, k=2, fraction=0.3)  # no lineage: --embeddings E
+    r = _run(cli_runner, tmp_path / "sel2.parquet", "--data", data, "--out", tmp_path / "s2", "-n", "2",
+             "--embeddings", epath, "-q")
+    assert r.exit_code == 0 and read_manifest(tmp_path / "s2")["tokens"]["source"].startswith("embeddings")
+
+
 def test_tokenizer_counts(tmp_path, data, cli_runner):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -217,6 +237,13 @@ def test_tokenizer_counts(tmp_path, data, cli_runner):
     t = pa.concat_tables(_shards(tmp_path / "s")[1])
     words = sum(len(source[i]["question"].split()) + len(source[i]["answer"].split()) for i in t.column("id").to_pylist())
     assert manifest["tokens"]["total"] > words * (t.num_rows / (t.num_rows + len(manifest["leftover_ids"]))) * 0.99
+    # an explicit --tokenizer wins over the selection's own n_tokens
+    make_selection(tmp_path / "sel2.parquet", data, k=2, fraction=0.2, n_tokens=True)
+    r = _run(cli_runner, tmp_path / "sel2.parquet", "--data", data, "--out", tmp_path / "s2", "-n", "2", "-q")
+    assert r.exit_code == 0 and read_manifest(tmp_path / "s2")["tokens"]["source"] == "selection n_tokens"
+    r = _run(cli_runner, tmp_path / "sel2.parquet", "--data", data, "--out", tmp_path / "s3", "-n", "2",
+             "--tokenizer", tmp_path / "tok", "-q")
+    assert r.exit_code == 0 and read_manifest(tmp_path / "s3")["tokens"]["source"].startswith("tokenizer")
 
 
 def test_bounded_buffers_spill_and_widening_schema(tmp_path):
@@ -258,6 +285,15 @@ def test_loading_with_datasets_pyarrow_and_the_loader(tmp_path, data, cli_runner
     assert shard[0]["id"] == expected.column("id")[0].as_py() and len(shard) == expected.num_rows
     assert list(shard.batch_sampler())[1] == [4, 5, 6, 7]
     assert shard.to_hf_dataset()["id"] == expected.column("id").to_pylist()
+    # one dataset for trainers that deal micro-batches to ranks round-robin (HF Trainer / Accelerate)
+    from cluster_curate.loader import global_order, shard_files
+    whole = datasets.load_dataset("parquet", data_files={"train": shard_files(out)}, split="train",
+                                  cache_dir=str(tmp_path / "hf-cache")).select(global_order(out))
+    per_rank = {0: [], 1: []}
+    for b in range(len(whole) // 4):
+        per_rank[b % 2] += whole[b * 4:(b + 1) * 4]["id"]
+    assert per_rank[1] == expected.column("id").to_pylist()
+    assert per_rank[0] == pq.read_table(files[0]).column("id").to_pylist()
     with pytest.raises(CurateError, match="written for 2 ranks but this job has world size 4"):
         load_shard(out, rank=0, world_size=4)
     with pytest.raises(CurateError, match="no manifest.json"):

@@ -54,11 +54,12 @@ class ShardWriter:
         key = np.asarray(shard, dtype=np.int64) * self.n_chunks + np.asarray(position) // self.chunk_rows
         order = np.argsort(key, kind="stable")
         sorted_keys = key[order]
-        bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
-        for idx in np.split(order, bounds):
-            part = table.take(pa.array(idx))
-            self._buffers.setdefault(int(key[idx[0]]), []).append(part)
-            self._buffered += part.nbytes
+        table = table.take(pa.array(order))  # one copy, grouped by bucket; the buckets are slices of it
+        bounds = np.concatenate(([0], np.flatnonzero(np.diff(sorted_keys)) + 1, [order.size]))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            part = table.slice(int(lo), int(hi - lo))
+            self._buffers.setdefault(int(sorted_keys[lo]), []).append(part)
+        self._buffered += table.nbytes
         self.rows_added += table.num_rows
         if self._buffered > self.buffer_bytes:
             self._spill()
@@ -82,6 +83,7 @@ class ShardWriter:
         self._buffers.clear()
         self._buffered = 0
         self._spills += 1
+        pa.default_memory_pool().release_unused()  # give the spilled buffers back to the OS
 
     def _chunk_table(self, key: int) -> pa.Table | None:
         tables = [pa.ipc.open_file(str(p)).read_all() for p in self._segments.get(key, [])]
@@ -94,7 +96,7 @@ class ShardWriter:
         return pa.unify_schemas(list(self._schemas), promote_options="permissive")
 
     def finish(self, paths: list[Path], columns: list[str], metadata: dict[bytes, bytes] | None = None,
-               compression: str = "zstd") -> None:
+               compression: str = "snappy") -> None:
         """Assemble the shards at `paths` (one per shard) with `columns` in this order."""
         if self.chunk_rows is None:
             raise CurateError("no selected row was found in the data")
@@ -122,6 +124,8 @@ class ShardWriter:
                     self._buffers.pop(key, None)
                     for p in self._segments.pop(key, []):
                         p.unlink(missing_ok=True)
+                    del table
+                    pa.default_memory_pool().release_unused()
                 if expected != self.rows_per_shard:
                     raise CurateError(f"shard {shard}: {expected} rows written, {self.rows_per_shard} planned")
             finally:

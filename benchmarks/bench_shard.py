@@ -1,0 +1,247 @@
+"""Benchmark of `shard`: balance on GSM8K (ours vs random vs the paper's allocation, same run) and scale.
+
+    python benchmarks/bench_shard.py                      # both parts (scale: 250k and 1M rows)
+    python benchmarks/bench_shard.py --skip-scale         # GSM8K part only (~2 min)
+    python benchmarks/bench_shard.py --scale-rows 100000  # a smaller scale check
+
+Part 1, GSM8K (../shared/data/gsm8k/train.jsonl), 4 ranks, micro-batch 4. Clusters from the tool's own
+pipeline when it is there (`embed --features text` -> `cluster --k 4` -> `select --per-cluster-ratio 0.5`;
+token counts = the embeddings' n_tokens, whitespace words for the text features); otherwise k-means on
+TF-IDF of the questions (scikit-learn) with regex word tokens. The table says which was used. Then one
+selection, sharded three ways in the same run: --allocation stratified (ours, --balance tokens), random,
+paper; plus ours with --balance padded. Targets (mean token imbalance <= 1.03, mean cluster spread >= 0.95,
+per-rank cluster-mix TV distance <= 0.05) are for ours.
+
+Part 2, scale: a synthetic instruction JSONL with Alpaca-like lengths (lognormal words; ~0.7 kB a row) and a
+selection of every row in 64 clusters with n_tokens (as `select` writes it), sharded into 8 shards (M = 4).
+Each size runs in a fresh process that reports its own wall time and peak RSS. Target: 1M rows <= 60 s, and
+peak memory that does not grow with the text (compare 250k and 1M).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
+RESULTS = ROOT / "benchmarks" / "results"
+TARGETS = {"token_imbalance_mean": 1.03, "cluster_spread_mean": 0.95, "rank_mix_tv_max": 0.05, "scale_seconds": 60}
+
+
+# ------------------------------------------------------------------------------------------ GSM8K
+
+def gsm8k_selection(work: Path) -> tuple[Path, str]:
+    """A selection of GSM8K with 4 clusters: via the tool's commands, else TF-IDF k-means. Returns (path, how)."""
+    from cluster_curate import console, pipeline
+    console.configure(quiet=True)
+    try:
+        from cluster_curate.features.embed import EmbedConfig  # noqa: F401  (present once embed exists)
+        cfg = pipeline._embed_defaults() if hasattr(pipeline, "_embed_defaults") else None
+        if cfg is None or not hasattr(pipeline, "select_from_clusters"):
+            raise ImportError("pipeline incomplete")
+        subprocess.run([sys.executable, "-m", "cluster_curate", "embed", str(GSM8K), "--out", str(work / "e.parquet"),
+                        "--features", "text", "-q"], check=True)
+        subprocess.run([sys.executable, "-m", "cluster_curate", "cluster", str(work / "e.parquet"), "--out",
+                        str(work / "c.parquet"), "--k", "4", "-q"], check=True)
+        subprocess.run([sys.executable, "-m", "cluster_curate", "select", str(work / "c.parquet"), "--out",
+                        str(work / "s.parquet"), "--per-cluster-ratio", "0.5", "-q"], check=True)
+        return work / "s.parquet", ("cluster-curate embed --features text | cluster --k 4 | select "
+                                    "--per-cluster-ratio 0.5; tokens: embeddings n_tokens (whitespace words)")
+    except (ImportError, subprocess.CalledProcessError, AttributeError) as e:
+        print(f"(tool pipeline unavailable: {e}; using TF-IDF k-means)", file=sys.stderr)
+    import pyarrow as pa
+    from sklearn.cluster import KMeans
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.datasets import open_dataset
+    rows = [json.loads(line) for line in GSM8K.read_text().splitlines() if line.strip()]
+    x = TfidfVectorizer(max_features=20000, stop_words="english").fit_transform([r["question"] for r in rows])
+    labels = KMeans(4, n_init=3, random_state=0).fit_predict(x)
+    sizes = np.bincount(labels, minlength=4)
+    quota = int(0.5 * sizes.min())
+    rng = np.random.default_rng(0)
+    ids = np.sort(np.concatenate([rng.choice(np.flatnonzero(labels == c), quota, replace=False) for c in range(4)]))
+    tokens = np.array([len(re.findall(r"\w+|[^\w\s]", rows[i]["question"] + " " + rows[i]["answer"])) for i in ids])
+    rec = open_dataset(str(GSM8K)).record()
+    meta = make_meta("selection", {"cluster_sizes": sizes.tolist(), "per-cluster-ratio": 0.5}, {}, rec)
+    write_artifact(pa.table({"id": ids, "cluster": labels[ids], "rank_in_cluster": np.zeros(ids.size, np.int64),
+                             "n_tokens": tokens}), work / "s.parquet", meta, overwrite=True)
+    return work / "s.parquet", "TF-IDF (questions) + scikit-learn KMeans k=4; tokens: regex words+punctuation"
+
+
+def bench_gsm8k() -> dict:
+    from cluster_curate import pipeline
+    work = Path(tempfile.mkdtemp(prefix="bench-shard-gsm8k-"))
+    selection, how = gsm8k_selection(work)
+    runs = [("ours (stratified, tokens)", {"allocation": "stratified", "balance": "tokens"}),
+            ("ours (stratified, padded)", {"allocation": "stratified", "balance": "padded"}),
+            ("random", {"allocation": "random"}),
+            ("paper (rank r = cluster r)", {"allocation": "paper"})]
+    rows = []
+    for name, kw in runs:
+        m = pipeline.shard_selection(str(selection), str(GSM8K), str(work / name.split()[0]), 4, 4, overwrite=True, **kw)
+        b = m["balance"]
+        rows.append({"allocation": name, "rows_per_shard": m["rows_per_shard"], "steps": m["steps"],
+                     "left_over": m["leftover_rows"],
+                     "token_imbalance_mean": b["token_imbalance"]["mean"], "token_imbalance_p95": b["token_imbalance"]["p95"],
+                     "padded_imbalance_mean": b["padded_imbalance"]["mean"], "padding_efficiency": b["padding_efficiency"],
+                     "idle_fraction": b["idle_fraction"],
+                     "cluster_spread_mean": b["cluster_spread"]["mean"], "cluster_spread_min": b["cluster_spread"]["min"],
+                     "rank_mix_tv_max": b["rank_mix_tv"]["max"], "seconds": m["seconds"]})
+    ours = rows[0]
+    met = {"token_imbalance_mean": ours["token_imbalance_mean"] <= TARGETS["token_imbalance_mean"],
+           "cluster_spread_mean": ours["cluster_spread_mean"] >= TARGETS["cluster_spread_mean"],
+           "rank_mix_tv_max": ours["rank_mix_tv_max"] <= TARGETS["rank_mix_tv_max"]}
+    return {"clusters": how, "selected_rows": int(m["selected_rows"]), "ranks": 4, "micro_batch_size": 4,
+            "rows": rows, "targets_met": met}
+
+
+# ------------------------------------------------------------------------------------------ scale
+
+def make_scale_inputs(work: Path, n: int, seed: int = 0) -> tuple[Path, Path]:
+    """Synthetic Alpaca-like JSONL (n rows) and a selection of all of it in 64 clusters, with n_tokens."""
+    import pyarrow as pa
+
+    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.datasets import open_dataset
+    rng = np.random.default_rng(seed)
+    vocab = np.array(["the", "of", "and", "to", "a", "in", "is", "that", "for", "it", "with", "as", "was", "on",
+                      "function", "return", "value", "patient", "dose", "train", "model", "data", "number",
+                      "compute", "explain", "because", "therefore", "example", "result", "answer"])
+    data = work / f"data-{n}.jsonl"
+    k = 64
+    labels = rng.integers(0, k, n)
+    n_instr = np.clip(rng.lognormal(np.log(18), 0.7, n), 3, 400).astype(int)
+    n_out = np.clip(rng.lognormal(np.log(85), 0.9, n), 5, 2000).astype(int)
+    with open(data, "w", encoding="utf-8") as f:
+        for lo in range(0, n, 20_000):  # in chunks: the generator's memory must not inflate the measurement
+            hi = min(n, lo + 20_000)
+            text = vocab[rng.integers(0, len(vocab), int(n_instr[lo:hi].sum() + n_out[lo:hi].sum()))].tolist()
+            pos = 0
+            for i in range(lo, hi):
+                a, b = n_instr[i], n_out[i]
+                instr = " ".join(text[pos:pos + a]); pos += a
+                out = " ".join(text[pos:pos + b]); pos += b
+                f.write(json.dumps({"instruction": instr, "input": "", "output": out}) + "\n")
+    rec = open_dataset(str(data)).record()
+    sizes = np.bincount(labels, minlength=k)
+    meta = make_meta("selection", {"cluster_sizes": sizes.tolist()}, {}, rec)
+    sel = work / f"sel-{n}.parquet"
+    write_artifact(pa.table({"id": np.arange(n), "cluster": labels, "rank_in_cluster": np.zeros(n, np.int64),
+                             "n_tokens": (n_instr + n_out) * 13 // 10}), sel, meta, overwrite=True)
+    return data, sel
+
+
+_CHILD = r"""
+import json, resource, sys, time
+from cluster_curate import console, pipeline
+console.configure(quiet=True)
+t = time.monotonic()
+m = pipeline.shard_selection(sys.argv[1], sys.argv[2], sys.argv[3], 8, 4, overwrite=True)
+ru = resource.getrusage(resource.RUSAGE_SELF)
+# VmHWM, not ru_maxrss: ru_maxrss survives exec and would count the parent's memory at fork time
+hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+print(json.dumps({"seconds": time.monotonic() - t, "cpu_seconds": ru.ru_utime + ru.ru_stime,
+                  "peak_rss_mb": hwm / 1024,
+                  "phases": m["seconds_by_phase"], "token_imbalance_mean": m["balance"]["token_imbalance"]["mean"],
+                  "cluster_spread_mean": m["balance"]["cluster_spread"]["mean"],
+                  "rank_mix_tv_max": m["balance"]["rank_mix_tv"]["max"], "rows_per_shard": m["rows_per_shard"]}))
+"""
+
+
+def bench_scale(sizes: list[int]) -> list[dict]:
+    work = Path(tempfile.mkdtemp(prefix="bench-shard-scale-"))
+    out = []
+    try:
+        for n in sizes:
+            t = time.monotonic()
+            data, sel = make_scale_inputs(work, n)
+            gen = time.monotonic() - t
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            r = subprocess.run([sys.executable, "-c", _CHILD, str(sel), str(data), str(work / f"out-{n}")],
+                               check=True, capture_output=True, text=True, env=env)
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            shard_bytes = sum(p.stat().st_size for p in (work / f"out-{n}").glob("*.parquet"))
+            out.append({"rows": n, "data_mb": data.stat().st_size / 2**20, "shards_mb": shard_bytes / 2**20,
+                        "generate_seconds": gen, **res})
+            for p in list(work.glob(f"*-{n}*")):
+                subprocess.run(["rm", "-rf", str(p)], check=True)
+    finally:
+        subprocess.run(["rm", "-rf", str(work)], check=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ report
+
+def _fmt(v):
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def _table(rows: list[dict], cols: list[str]) -> str:
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip-scale", action="store_true")
+    ap.add_argument("--skip-gsm8k", action="store_true")
+    ap.add_argument("--scale-rows", type=int, nargs="+", default=[250_000, 1_000_000])
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    result: dict = {"targets": TARGETS}
+    md = ["# bench_shard", "", f"Run: `python benchmarks/bench_shard.py {' '.join(sys.argv[1:])}`".rstrip() + ",",
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs (shared machine).", ""]
+    if not args.skip_gsm8k:
+        g = bench_gsm8k()
+        result["gsm8k"] = g
+        cols = ["allocation", "rows_per_shard", "steps", "left_over", "token_imbalance_mean", "token_imbalance_p95",
+                "padded_imbalance_mean", "padding_efficiency", "idle_fraction", "cluster_spread_mean",
+                "cluster_spread_min", "rank_mix_tv_max", "seconds"]
+        text = _table(g["rows"], cols)
+        print(f"\nGSM8K: {g['selected_rows']} selected rows, 4 ranks x micro-batch 4; clusters: {g['clusters']}")
+        print(text)
+        print("targets met by ours:", g["targets_met"])
+        md += ["## Balance on GSM8K (4 ranks, micro-batch 4, same run)", "",
+               f"Selection: {g['selected_rows']} rows. Clusters and tokens: {g['clusters']}.", "",
+               "Targets for ours: mean token imbalance <= 1.03, mean cluster spread >= 0.95, per-rank cluster-mix "
+               "TV distance <= 0.05.", "", text, "", f"Targets met: {g['targets_met']}", ""]
+    if not args.skip_scale:
+        s = bench_scale(args.scale_rows)
+        result["scale"] = s
+        cols = ["rows", "data_mb", "shards_mb", "seconds", "cpu_seconds", "peak_rss_mb", "phases", "token_imbalance_mean",
+                "cluster_spread_mean", "rank_mix_tv_max"]
+        for r in s:
+            r["phases"] = ", ".join(f"{k} {v:.1f}s" for k, v in r["phases"].items())
+            r["data_mb"], r["shards_mb"] = round(r["data_mb"], 1), round(r["shards_mb"], 1)
+            r["seconds"], r["peak_rss_mb"] = round(r["seconds"], 1), round(r["peak_rss_mb"])
+            r["cpu_seconds"] = round(r["cpu_seconds"], 1)
+        text = _table(s, cols)
+        print("\nScale: all rows selected, 64 clusters, 8 shards x micro-batch 4 (fresh process per size)")
+        print(text)
+        md += ["## Scale (8 shards, micro-batch 4, 64 clusters, n_tokens in the selection)", "",
+               "Synthetic Alpaca-like JSONL (lognormal word counts, ~0.7 kB a row); every row selected. Wall time, "
+               "CPU time (user+sys: what the wall time would be on an idle core) and peak RSS of a fresh process "
+               "running `shard`; `phases` splits the wall time. Target: 1M rows <= 60 s; memory bounded by the "
+               "spill buffer (128 MB) + one position chunk (64 MB) + the reader's batch, not by the text.", "",
+               text, ""]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "shard.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    (RESULTS / "shard.md").write_text("\n".join(md) + "\n")
+    print(f"\nwrote {RESULTS / 'shard.md'} and {RESULTS / 'shard.json'}")
+
+
+if __name__ == "__main__":
+    main()
