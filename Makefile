@@ -62,5 +62,11 @@ $(OUT)/shards/manifest.json: $(OUT)/selection.parquet $(DATA)
 demo: $(OUT)/shards/manifest.json
 	$(CC) report $(OUT) --out $(OUT)/report
 
+# Evidence (benchmarks/evidence.py): does the tool's 31% train as well as the full data? Writes
+# benchmarks/results/quality.md + PNGs. BENCH_OPTS=--quick for the <= 5 min smoke version.
+BENCH_OPTS ?=
+bench-quality: $(STAMP)
+	$(BIN)/python benchmarks/evidence.py $(BENCH_OPTS)
+
 clean:
 	rm -rf $(VENV) demo-out

@@ -236,7 +236,7 @@ def train(rows: list[Row], tok: WordTokenizer, cfg: TrainConfig, log=None) -> tu
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
             opt.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             step += 1
         if log:
             log(f"epoch {epoch + 1}/{cfg.epochs} loss {np.mean(losses[-steps_per_epoch:]):.4f}")

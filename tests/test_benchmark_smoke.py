@@ -1,0 +1,57 @@
+"""Smoke test of the evidence harness (benchmarks/evidence.py): it runs end to end on a tiny configuration
+and writes its tables and plots. No accuracy targets here: those live in benchmarks/results/quality.md."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def test_skillmix_generator_is_long_tailed_and_test_is_new(tmp_path):
+    import skillmix
+
+    paths = skillmix.write_benchmark(tmp_path, rows=600, variant="worked", seed=3, test_per_skill=5)
+    train = [json.loads(line) for line in paths["train"].read_text().splitlines()]
+    test = [json.loads(line) for line in paths["test"].read_text().splitlines()]
+    counts = skillmix.skill_counts(600)
+    assert sum(counts) == 600 and counts == sorted(counts, reverse=True)
+    assert {r["skill"] for r in test} == set(skillmix.SKILL_NAMES)
+    assert all(sum(r["skill"] == s for r in test) == 5 for s in skillmix.SKILL_NAMES)
+    assert not {r["instruction"] for r in test} & {r["instruction"] for r in train}
+    assert all(r["output"].split("Answer: ")[-1] for r in train)
+    assert set(train[0]) == {"instruction", "output", "skill"}  # the tool sees no template/topic labels
+
+
+def test_final_answer_scoring():
+    import train_eval
+
+    toks = train_eval.words("7 doubled: 7 + 7 = 14. Answer: 14")
+    assert train_eval.final_answer(toks, train_eval.words("Answer:")) == ["14"]
+    assert train_eval.final_answer(["14"], train_eval.words("Answer:")) == []
+
+
+@pytest.mark.slow
+def test_evidence_quick_runs_and_writes_tables(tmp_path):
+    results = tmp_path / "results"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "evidence.py"), "--quick", "--rows", "360", "--epochs", "1",
+           "--test-per-skill", "4", "--contenders", "full,random,oracle", "--variants", "short,worked",
+           "--work", str(tmp_path / "work"), "--results", str(results)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    md = (results / "quality.md").read_text()
+    for variant in ("short", "worked"):
+        assert f"## Variant `{variant}`" in md
+        assert (results / f"{variant}_per_skill.png").stat().st_size > 0
+        assert (results / f"{variant}_time.png").stat().st_size > 0
+    data = json.loads((results / "quality.json").read_text())
+    for variant in ("short", "worked"):
+        res = data["results"][variant]
+        assert set(res) == {"full", "random", "oracle"}
+        assert res["full"]["rows"] == 360 and res["random"]["rows"] == res["oracle"]["rows"] == round(0.31 * 360)
+        assert len(res["oracle"]["per_skill"]) == 12
+        assert all(0.0 <= v <= 1.0 for v in res["oracle"]["per_skill"].values())
