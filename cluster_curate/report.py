@@ -31,7 +31,7 @@ def find_artifacts(paths: list[str]) -> dict[str, Path]:
             raise CurateError(f"{p}: no such file or directory")
         if p.is_dir() and (p / "manifest.json").is_file():
             found["shards"] = p
-        elif p.is_dir() and not list(p.glob("*.parquet")):
+        elif p.is_dir() and not list(p.glob("part-*.parquet")):  # a pipeline directory (`run --out`)
             inside = {k: p / name for k, name in PIPELINE_NAMES.items() if (p / name).exists()}
             if not inside:
                 raise CurateError(f"{p}: holds no cluster-curate artifacts ({', '.join(PIPELINE_NAMES.values())})")

@@ -1,0 +1,152 @@
+"""`run` (the whole pipeline, resumable) and `report` (tables and plots), driven as a user would:
+click's runner and real subprocesses, including a SIGKILL during `embed`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from cluster_curate.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "fixtures" / "gsm8k" / "train-300.jsonl"
+FAST = ["--features", "text", "--dim", "32", "--k", "8", "--fraction", "0.31", "--num-shards", "2",
+        "--micro-batch-size", "2"]
+
+
+def _run(runner, out, *extra):
+    result = runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, *extra])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def _shard_tables(directory: Path) -> list:
+    return [pq.read_table(f).replace_schema_metadata(None) for f in sorted(directory.glob("shard-*.parquet"))]
+
+
+def test_run_writes_every_stage_then_skips_what_is_up_to_date(cli_runner, tmp_path):
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    for name in ("embeddings.parquet", "clusters.parquet", "selection.parquet", "shards/manifest.json",
+                 "run-state.json"):
+        assert (out / name).exists(), name
+    manifest = json.loads((out / "shards" / "manifest.json").read_text())
+    assert manifest["selected_rows"] == 93  # 31% of 300, exactly
+
+    again = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--json"])
+    assert again.exit_code == 0, again.output
+    summary = json.loads(again.stdout)
+    assert [s["status"] for s in summary["stages"]] == ["up to date"] * 4
+
+    # a changed selection option redoes select and shard only
+    changed = [a if a != "0.31" else "0.5" for a in FAST]
+    third = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *changed, "--json"])
+    status = {s["stage"]: s["status"] for s in json.loads(third.stdout)["stages"]}
+    assert status == {"embed": "up to date", "cluster": "up to date", "select": "ran", "shard": "ran"}
+    assert json.loads((out / "shards" / "manifest.json").read_text())["selected_rows"] == 150
+
+
+def test_run_redoes_a_stage_whose_output_was_removed(cli_runner, tmp_path):
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    (out / "clusters.parquet").unlink()
+    result = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--json"])
+    status = {s["stage"]: s["status"] for s in json.loads(result.stdout)["stages"]}
+    assert status["embed"] == "up to date" and status["cluster"] == "ran"
+
+
+def test_run_bad_input_is_one_line_exit_2(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": "a"}\n{"question": oops}\n')
+    proc = subprocess.run([sys.executable, "-m", "cluster_curate", "run", str(bad), "--out", str(tmp_path / "o"),
+                           *FAST], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert f"{bad}:2: invalid JSON" in proc.stderr
+
+
+def test_internal_error_exits_1_without_traceback(cli_runner, tmp_path, monkeypatch):
+    from cluster_curate import pipeline
+
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(pipeline, "select_from_clusters", boom)
+    result = cli_runner.invoke(main, ["run", str(DATA), "--out", str(tmp_path / "o"), *FAST])
+    assert result.exit_code == 1
+    assert "INTERNAL ERROR: RuntimeError: disk on fire" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_quiet_prints_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "cluster_curate", "run", str(DATA), "--out", str(tmp_path / "o"),
+                           *FAST, "--quiet"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""
+
+
+def test_report_tables_and_plots(cli_runner, tmp_path):
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    result = cli_runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "rep"), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["embeddings"]["rows"] == 300
+    assert data["clusters"]["k"] == 8
+    assert data["selection"]["selected"] == 93
+    assert data["shards"]["shards"] == 2
+    plots = {Path(p).name for p in data["plots"]}
+    assert plots == {"cluster_sizes.png", "features_pca.png", "rank_loads.png"}
+    for p in data["plots"]:
+        assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and Path(p).stat().st_size > 10_000
+
+
+def test_report_follows_lineage_from_the_shards(cli_runner, tmp_path):
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    result = cli_runner.invoke(main, ["report", str(out / "shards"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert set(json.loads(result.stdout)) >= {"embeddings", "clusters", "selection", "shards"}
+
+
+def test_report_rejects_what_is_not_an_artifact(cli_runner, tmp_path):
+    result = cli_runner.invoke(main, ["report", str(DATA)])
+    assert result.exit_code == 2
+    assert "not a" in result.stderr
+
+
+@pytest.mark.slow
+def test_run_killed_during_embed_resumes_to_the_same_shards(tmp_path):
+    """SIGKILL while `embed` is committing chunks, run again: the shards equal an uninterrupted run's."""
+    opts = ["--features", "hidden", "--proxy-size", "tiny", "--proxy-steps", "10", "--commit-every", "20",
+            "--batch-tokens", "512", "--k", "6", "--fraction", "0.31", "--num-shards", "2", "--quiet"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "cluster_curate", "run", str(DATA)]
+    reference = tmp_path / "reference"
+    subprocess.run(cmd + ["--out", str(reference)] + opts, check=True, env=env, timeout=600)
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(cmd + ["--out", str(out)] + opts, env=env)
+    partial = out / "embeddings.partial"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(list(partial.glob("chunk-*.parquet"))) < 2:
+        assert proc.poll() is None, "run finished before it could be killed"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    committed = len(list(partial.glob("chunk-*.parquet")))
+    assert 2 <= committed < 15 and not (out / "embeddings.parquet").exists()
+
+    subprocess.run(cmd + ["--out", str(out)] + opts, check=True, env=env, timeout=600)
+    got, want = _shard_tables(out / "shards"), _shard_tables(reference / "shards")
+    assert len(got) == len(want) == 2
+    for a, b in zip(got, want):
+        assert a.equals(b)
