@@ -39,6 +39,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import logging
 import os
 import re
 from contextlib import contextmanager
@@ -503,6 +504,9 @@ def _load_hub(source: str, m: re.Match):
     import datasets
     name, config, split = m.group("name"), m.group("config"), m.group("split") or "train"
     offline = bool(datasets.config.HF_HUB_OFFLINE) or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # its retry warnings would print before our one-line error
     try:
         hf = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001
@@ -513,6 +517,8 @@ def _load_hub(source: str, m: re.Match):
                               "cache; download it first or pass a local path") from None
         raise CurateError(f"{source}: no such file or directory, and cannot load it as a Hugging Face dataset "
                           f"({first})") from None
+    finally:
+        hub_log.setLevel(level)
     files = [Path(c["filename"]) for c in hf.cache_files]
     return _HFDataset(hf, "hf-hub", files)
 

@@ -15,6 +15,7 @@ Supported formats (detected from the column names, overridable with --format / -
     sharegpt           `conversations` = [{from, value}...] with from in human/gpt/system (same rule as messages)
 
 A bad record raises `RecordError(field, reason)`; the reader turns it into an error or a reject naming file and row.
+Context turns keep their role as written (a `tool` turn stays `tool`); ShareGPT speakers are mapped to roles.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def detect_format(columns) -> str | None:
 
 def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_field: str | None,
                    source: str = "dataset") -> FieldMap:
-    """The field mapping for these columns: detected, or forced by the user's options. Raises ValueError with a
+    """The field mapping for these columns: detected, or forced by the user's options. Raises CurateError with a
     one-line message (columns found + the flags that would fix it) when nothing fits."""
     from cluster_curate.errors import CurateError
 
