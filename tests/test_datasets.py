@@ -155,6 +155,9 @@ def test_a_json_file_holding_json_lines(tmp_path):
     p = write_jsonl(tmp_path / "lines.json", [{"question": "a", "answer": "b"}, {"question": "c", "answer": "d"}])
     ds, _, ex = read_all(p)
     assert ds.container == "jsonl" and len(ex) == 2
+    lead = tmp_path / "lead.json"
+    lead.write_text("\n\n" + p.read_text())
+    assert read_all(lead)[0].container == "jsonl" and read_all(lead)[0].rows == 2
     one = tmp_path / "one.json"
     one.write_text(json.dumps({"question": "a", "answer": "b"}))
     assert read_all(one)[0].rows == 1

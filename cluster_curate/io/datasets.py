@@ -361,6 +361,8 @@ def _looks_like_json_lines(path: Path) -> bool:
     or when that object is one record (not a mapping of id -> record)."""
     with _open_binary(path) as f:
         first = f.readline(1 << 20)
+        while first and not first.strip():  # leading blank lines
+            first = f.readline(1 << 20)
         if not first.endswith(b"\n") and len(first) == 1 << 20:
             return False  # one huge line: a mapping written on one line
         try:
