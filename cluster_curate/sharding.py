@@ -150,6 +150,71 @@ def stratified_order(clusters: np.ndarray, rng: np.random.Generator, length: np.
     return np.lexsort((cluster_priority, key, window))
 
 
+GOLDEN = (5 ** 0.5 - 1) / 2
+
+
+def spread_permutation(t_count: int, rng: np.random.Generator) -> np.ndarray:
+    """The steps 0..T-1 in golden-ratio order (random start): any run of this order is spread evenly over
+    the epoch (three-distance theorem), so a cluster's extra rows dealt along a run are not bunched."""
+    return np.argsort((np.arange(t_count) * GOLDEN + rng.random()) % 1.0, kind="stable")
+
+
+def compose_steps(clusters: np.ndarray, t_count: int, rng: np.random.Generator, length: np.ndarray | None = None,
+                  steps_per_window: int = 0) -> np.ndarray:
+    """Which step each row goes to, so that every step holds floor or ceil of each cluster's share.
+
+    clusters: cluster of each of the T × B rows to place. Cluster c with n_c rows puts n_c // T rows in every
+    step, and its n_c % T (< T) extra rows in distinct steps along a run of `spread_permutation`; dealing
+    the extras of all clusters round-robin over that order gives every step the same number of extras, so
+    each step has exactly B rows. Rows are taken in random order inside a cluster; with `length` and
+    `steps_per_window`, inside each window of steps a cluster's rows are re-dealt in length order (short
+    rows to the window's first steps), so a step holds rows of similar length. Returns step[i] per row."""
+    _, inv, counts = _cluster_index(clusters)
+    n, k = inv.shape[0], counts.shape[0]
+    base, extra = counts // t_count, counts % t_count
+    base_total = base * t_count
+    base_cluster = np.repeat(np.arange(k), base_total)
+    base_start = np.repeat(np.concatenate(([0], np.cumsum(base_total)[:-1])), base_total)
+    base_step = (np.arange(base_cluster.shape[0]) - base_start) % t_count
+    dealing = rng.permutation(k)
+    extra_cluster = np.repeat(dealing, extra[dealing])
+    extra_step = spread_permutation(t_count, rng)[np.arange(extra_cluster.shape[0]) % t_count]
+    slot_cluster = np.concatenate((base_cluster, extra_cluster))
+    slot_step = np.concatenate((base_step, extra_step))
+    slots = np.lexsort((slot_step, slot_cluster))
+    rows = np.lexsort((rng.random(n), inv))
+    step = np.empty(n, dtype=np.int64)
+    step[rows] = slot_step[slots]
+    if length is not None and steps_per_window:
+        window = step // steps_per_window
+        tiebreak = rng.random(n)
+        slots = np.lexsort((step, inv, window))                          # the group's steps, in step order
+        rows = np.lexsort((tiebreak, np.asarray(length), inv, window))   # the group's rows, shortest first
+        regrouped = np.empty(n, dtype=np.int64)
+        regrouped[rows] = step[slots]
+        step = regrouped
+    return step
+
+
+def _separate_repeats(steps: np.ndarray, repeat: np.ndarray, clusters: np.ndarray, rng: np.random.Generator) -> None:
+    """In place: a step must not hold a row and its repeat; swap the repeat with a row of the same cluster
+    from another step (which keeps every step's cluster counts)."""
+    t_count, b = steps.shape
+    for t in range(t_count):
+        values, counts = np.unique(steps[t], return_counts=True)
+        for x in values[counts > 1]:
+            j = int(np.flatnonzero((steps[t] == x) & repeat[t])[0])
+            same = (clusters[steps] == clusters[x]) & ~np.isin(steps, steps[t])
+            same[t] = False
+            same &= ~(steps == x).any(1)[:, None]
+            cand = np.argwhere(same)
+            if cand.size == 0:
+                continue  # cannot happen when a step is smaller than the selection; keep the plan valid anyway
+            t2, j2 = cand[rng.integers(cand.shape[0])]
+            steps[t, j], steps[t2, j2] = steps[t2, j2], steps[t, j]
+            repeat[t, j], repeat[t2, j2] = repeat[t2, j2], repeat[t, j]
+
+
 def assign_steps(order: np.ndarray, step_rows: int, remainder: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cut a stream into global steps of `step_rows`: returns (steps[T, B], wrapped[T, B], leftover)."""
     if remainder not in REMAINDERS:
@@ -279,22 +344,28 @@ def plan_steps(clusters: np.ndarray, lengths: np.ndarray | None, num_shards: int
     if length_window < 0:
         raise CurateError(f"--length-window must be 0 (off) or a number of steps (got {length_window})")
     rng = np.random.default_rng(seed)
+    # which rows: the dropped remainder is the tail of a stratified stream (spread over clusters); the wrap
+    # repeats are its head
     order = stratified_order(clusters, rng)
-    steps, wrapped, leftover = assign_steps(order, b, remainder)
-    if length_window:
-        # group rows of similar length into the same steps, inside windows of `length_window` steps of the
-        # stream: re-merge each window with length-sorted clusters, then shuffle the window's steps
-        kept = order if remainder == "wrap" else steps.reshape(-1)
-        k = np.unique(clusters).shape[0]
-        steps_per_window = max(length_window, -(-16 * k // b))  # ~16 rows of an average cluster per window
-        window = np.arange(kept.shape[0]) // (steps_per_window * b)
-        kept = kept[stratified_order(clusters[kept], rng, length=lengths[kept], window=window)]
-        steps, wrapped, _ = assign_steps(kept, b, remainder)
-        step_window = np.arange(steps.shape[0]) // steps_per_window
-        step_perm = np.lexsort((rng.random(steps.shape[0]), step_window))
+    t_count = s // b if remainder == "drop" else -(-s // b)
+    if remainder == "drop":
+        kept, leftover = order[: t_count * b], order[t_count * b:].copy()
+    else:
+        kept, leftover = np.concatenate((order, order[: t_count * b - s])), order[:0].copy()
+    repeat = np.arange(kept.shape[0]) >= s
+    # where: every step holds each cluster's share, floor or ceil (compose_steps)
+    k = np.unique(clusters).shape[0]
+    steps_per_window = max(length_window, -(-16 * k // b)) if length_window else 0  # ~16 rows a cluster a window
+    step_of = compose_steps(clusters[kept], t_count, rng, lengths[kept] if length_window else None, steps_per_window)
+    by_step = np.argsort(step_of, kind="stable").reshape(t_count, b)
+    steps, wrapped = kept[by_step], repeat[by_step]
+    if length_window:  # shuffle the steps inside each window: no short-to-long curriculum
+        step_perm = np.lexsort((rng.random(t_count), np.arange(t_count) // steps_per_window))
         steps, wrapped = steps[step_perm], wrapped[step_perm]
+    if wrapped.any():
+        _separate_repeats(steps, wrapped, clusters, rng)
     rows = balance_ranks(steps, lengths, clusters, num_shards, balance=balance, rng=rng)
-    # carry the repeat marks along with the rows (a step never holds an index twice: repeats come from step 0)
+    # carry the repeat marks along with the rows (a step never holds an index twice)
     wrapped_rows = np.zeros(rows.shape, dtype=bool)
     for t in np.unique(np.nonzero(wrapped)[0]):
         wrapped_rows[t] = np.isin(rows[t], steps[t][wrapped[t]])

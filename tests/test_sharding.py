@@ -64,7 +64,8 @@ def test_every_row_once_or_leftover(allocation, balance, remainder, n, m):
     else:
         assert plan.steps == -(-s // b) and plan.leftover.size == 0
         assert plan.wrapped.sum() == plan.steps * b - s
-        assert plan.wrapped.any(axis=(1, 2)).sum() <= 1  # the repeats top up one step
+        for t in range(plan.steps):  # a repeat never shares a step with its original
+            assert np.unique(plan.rows[t]).size == b
 
 
 @settings(max_examples=40, deadline=None)
@@ -104,16 +105,18 @@ def test_too_big_a_step_is_refused():
 
 # ------------------------------------------------------------------------------------------ stratification
 
-def test_each_step_holds_each_clusters_share():
-    """k ≤ N×M: every step holds each cluster's share of the step (Webster merge: within two rows)."""
-    clusters, lengths = _data(s=2000, k=4, skew=True)
-    for window in (0, 64):
-        plan = S.plan_steps(clusters, lengths, 4, 4, length_window=window, seed=0)
-        labels, counts = np.unique(clusters, return_counts=True)
-        share = 16 * counts / counts.sum()
-        for t in range(plan.steps):
-            got = np.array([(clusters[plan.rows[t]] == c).sum() for c in labels])
-            assert np.all(np.abs(got - share) < 2.0), (t, got, share)
+@pytest.mark.parametrize("remainder", ["drop", "wrap"])
+@pytest.mark.parametrize("window", [0, 64])
+def test_each_step_holds_each_clusters_share(remainder, window):
+    """Every step holds floor or ceil of each cluster's share of a step (k ≤ N×M or not)."""
+    for k, (n, m) in ((4, (4, 4)), (7, (3, 2)), (40, (2, 2))):
+        clusters, lengths = _data(s=2003, k=k, skew=True)
+        plan = S.plan_steps(clusters, lengths, n, m, length_window=window, remainder=remainder, seed=0)
+        kept = plan.rows.reshape(plan.steps, -1)
+        labels = np.unique(clusters)
+        per_step = np.stack([(clusters[kept] == c).sum(1) for c in labels], 1)  # [T, k]
+        share = per_step.sum(0) / plan.steps
+        assert np.all(per_step >= np.floor(share)) and np.all(per_step <= np.ceil(share)), (k, n, m)
 
 
 def test_equal_quotas_give_exactly_equal_steps():
@@ -139,7 +142,7 @@ def test_no_cluster_bunched_along_the_stream():
     for c in np.unique(clusters):
         per_quarter = np.array([(q == c).sum() for q in quarters])
         ideal = np.array([q.size for q in quarters]) * (clusters == c).mean()
-        assert np.all(np.abs(per_quarter - ideal) < 2.5), (c, per_quarter, ideal)
+        assert np.all(np.abs(per_quarter - ideal) <= 4), (c, per_quarter, ideal)  # of ~200 a quarter
 
 
 def test_ranks_share_the_mix_and_token_load():
