@@ -346,7 +346,8 @@ def select_cmd(clusters, out, fraction, budget, per_cluster_ratio, balance_power
                    "default 64).")
 @click.option("--remainder", type=click.Choice(["drop", "wrap"]), default="drop", show_default=True,
               help="Rows beyond a whole number of steps: drop (listed in the manifest and leftover_ids.txt) or "
-                   "wrap (top up the last step with repeats from the start, marked in column `wrapped`).")
+                   "wrap (fill the last step's worth with repeats of the stream's first rows, marked in column "
+                   "`wrapped`, never in the same step as their original).")
 @click.option("--weights", type=click.Choice(["cluster", "none"]), default="cluster", show_default=True,
               help="Column `weight`: (n_c/n) ÷ (s_c/s), restoring the data's cluster proportions; none: 1.")
 @click.option("--tokenizer", default=None, help="Local tokenizer directory: count tokens with it (one extra pass "

@@ -7,23 +7,25 @@ selection indices; shard r is `rows[:, r, :]` read step by step, which is the or
 
 How the default ("stratified") allocation is built, and why:
 
-1. Stream order (`stratified_order`). Inside each cluster the rows are shuffled; the clusters are then
-   merged by the Webster/Sainte-Laguë divisor sequence: the j-th row of cluster c gets the key
-   (j + ½) / s_c and rows are taken in key order. Any prefix of the stream then holds every cluster in
-   proportion to its size (within one row), so every window of B rows — every step — holds the same share
-   of each cluster (within two rows; exact when the shares are whole numbers) when k ≤ B, and clusters rotate evenly along the epoch when k > B. No cluster is
-   bunched at the start or the end.
-2. Steps (`assign_steps`): consecutive windows of B rows. The remainder (s not a multiple of B) is either
-   dropped (the tail of the stream, which is itself spread over clusters) or wrapped (the last step is
-   topped up with the first rows of the stream, marked as repeats).
+1. Which rows (`stratified_order`): inside each cluster the rows are shuffled, then the clusters are merged
+   by the Webster/Sainte-Laguë divisor sequence (the j-th row of cluster c gets the key (j + ½) / s_c).
+   Any prefix of this stream holds every cluster in proportion (within one row), so the remainder that
+   `--remainder drop` leaves out (the tail) is spread over clusters, and `wrap` repeats its head.
+2. Which step (`compose_steps`): with T steps, cluster c puts s_c // T rows in every step and its s_c % T
+   extra rows in distinct steps, dealt round-robin along a golden-ratio order of the steps (so a
+   cluster's extras are spread over the epoch, not bunched). Every step then holds floor or ceil of each
+   cluster's share — the paper's "one of each cluster per step" generalised to any k, N and M: when
+   k ≤ N × M every step holds every cluster, and when k is larger the clusters rotate evenly along the
+   epoch. A repeat (`wrap`) never shares a step with its original.
 3. Ranks (`balance_ranks`): inside each step, rows are dealt to ranks cluster by cluster (so a step's
    ranks see different clusters and each rank's mix follows the selection), then pairwise swaps between
    the most loaded rank and the others even out the token loads — first swaps inside a cluster (which keep
    every rank's cluster counts), then any swap. Finally rank labels are permuted per step so that no rank
    is systematically the heavy one. Everything is vectorised over steps: O(s log s) overall.
 
-Length grouping (`length_window`, default 64 steps): inside windows of the stream, each cluster is
-re-merged in length order, so a step holds rows of similar length, and the window's steps are shuffled
+Length grouping (`length_window`, default 64 steps): inside each window of steps, a cluster's rows are
+re-dealt to its slots in length order, so a step holds rows of similar length (its cluster counts do not
+change), and the window's steps are then shuffled
 (no short-to-long curriculum; like `group_by_length` mega-batches). Sums of tokens then balance even on
 heavy-tailed lengths, and a trainer that pads a micro-batch to its longest row computes far fewer pad
 tokens. `--balance padded` is for such trainers: a step costs M × (longest row of the step) whatever the
