@@ -10,13 +10,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 # Set once by the CLI from --quiet / --json; stages only call progress() and info().
 QUIET = False
 JSON_MODE = False
 
-_err = Console(stderr=True, highlight=False)
+_err = Console(stderr=True, highlight=False, soft_wrap=True)  # log lines never wrapped mid-path
 _captured: list | None = None  # summaries collected instead of printed (see capture())
 
 
@@ -28,11 +29,11 @@ def configure(quiet: bool = False, json_mode: bool = False) -> None:
 def info(message: str) -> None:
     """A log line on stderr (stdout is kept for the summary / JSON)."""
     if not QUIET:
-        _err.print(message)
+        _err.print(escape(message))
 
 
 def warn(message: str) -> None:
-    _err.print(f"[yellow]WARNING:[/yellow] {message}")
+    _err.print(f"[yellow]WARNING:[/yellow] {escape(message)}")
 
 
 @dataclass
@@ -123,18 +124,18 @@ def summary(title: str, data: dict, rows: list[dict] | None = None) -> None:
     if QUIET:
         return
     console = Console(highlight=False)
-    t = Table(title=title, show_header=False, title_justify="left")
+    t = Table(title=escape(title), show_header=False, title_justify="left")
     t.add_column("key", style="bold")
     t.add_column("value")
     for k, v in data.items():
-        t.add_row(str(k), _fmt(v))
+        t.add_row(escape(str(k)), escape(_fmt(v)))
     console.print(t)
     if rows:
         rt = Table(show_header=True)
         for col in rows[0]:
-            rt.add_column(str(col), justify="right")
+            rt.add_column(escape(str(col)), justify="right")
         for r in rows:
-            rt.add_row(*(_fmt(v) for v in r.values()))
+            rt.add_row(*(escape(_fmt(v)) for v in r.values()))
         console.print(rt)
 
 
