@@ -11,7 +11,7 @@ import torch
 
 from cluster_curate.errors import CurateError
 from cluster_curate.features import models
-from cluster_curate.features.extractors import extract
+from cluster_curate.features.extractors import FEATURES, extract
 from cluster_curate.features.models import (collate, encode_examples, load_model, resolve_device,
                                             resolve_dtype)
 from cluster_curate.io.datasets import Example
@@ -43,9 +43,17 @@ def test_load_local_directory(tiny_dir):
 def test_dtype_override_and_auto_choice(tiny_dir):
     fm = load_model(str(tiny_dir), dtype="bf16", device="cpu")
     assert fm.dtype == torch.bfloat16 and next(fm.module.parameters()).dtype == torch.bfloat16
-    enc, _ = encode_examples(fm.tokenizer, [Example(0, [{"role": "user", "content": "hi"}], "ok")], None)
-    out = extract(fm, collate(enc, fm.pad_id, fm.device), "gradient")
-    assert out["embedding"].dtype == np.float32 and np.isfinite(out["embedding"]).all()
+    enc, _ = encode_examples(fm.tokenizer, [Example(0, [{"role": "user", "content": "hi"}], "ok"),
+                                            Example(1, [{"role": "user", "content": "a longer question"}], "")],
+                             None)
+    fp32 = load_model(str(tiny_dir))
+    for kind in FEATURES:  # the bf16 code path (what a GPU gets) runs and agrees with fp32 to bf16 precision
+        out = extract(fm, collate(enc, fm.pad_id, fm.device), kind)
+        ref = extract(fp32, collate(enc, fp32.pad_id, fp32.device), kind)
+        assert out["embedding"].dtype == np.float32 and np.isfinite(out["embedding"]).all()
+        cos = (out["embedding"] * ref["embedding"]).sum(1) / (
+            np.linalg.norm(out["embedding"], axis=1) * np.linalg.norm(ref["embedding"], axis=1))
+        assert (cos > 0.95).all(), (kind, cos)
     # auto: bf16 on a GPU, fp32 on CPU
     assert resolve_dtype(None, torch.device("cuda")) == torch.bfloat16
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32

@@ -1,4 +1,4 @@
-"""Feature models: loading a causal LM (local directory, Hugging Face id, GGUF file, or the built-in proxy),
+r"""Feature models: loading a causal LM (local directory, Hugging Face id, GGUF file, or the built-in proxy),
 and turning examples into token ids with a known response span.
 
 A `FeatureModel` is everything an extractor needs and nothing more: the module (for hooks), the tokenizer,
@@ -12,8 +12,9 @@ Prompt/response layout (`encode_examples`):
   `{"role": "assistant", "content": response}`. The response tokens are the part of the whole after the
   prompt: the response text and the end-of-turn token (e.g. `<|im_end|>`), as SFT losses count them.
   Whitespace the template puts after the end-of-turn token (a trailing newline) is dropped: it carries no
-  learning signal and SFT collators mask it. The prompt text and the response text are tokenized separately
-  (as prompt/completion SFT trainers do), so the prompt ids are always a prefix of the example's ids.
+  learning signal and SFT collators mask it. The whole text is tokenized once, as the model sees it in
+  training, and split where the prompt text ends (fast tokenizers' offsets); so the prompt ids are always a
+  prefix of the example's ids, and no spurious word-start token appears at the response's first word.
 * Otherwise the documented plain template is used::
 
       [bos]### System:\n{system}\n\n### User:\n{user}\n\n### Assistant:\n{assistant}\n\n ... ### Assistant:\n
@@ -30,6 +31,7 @@ response token is still predicted. An example that keeps no predicted response t
 
 from __future__ import annotations
 
+import bisect
 import importlib.util
 import os
 from dataclasses import dataclass, field
@@ -228,12 +230,6 @@ def _eos_id(tokenizer) -> int | None:
     return None if value is None else int(value)
 
 
-def _ids(tokenizer, text: str) -> list[int]:
-    if not text:
-        return []
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
 def plain_prompt_text(prompt: list[dict]) -> str:
     parts = []
     for turn in prompt:
@@ -247,7 +243,11 @@ def _has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def _split_chat(tokenizer, prompt: list[dict], response: str) -> tuple[list[int], list[int]]:
+def _render(tokenizer, prompt: list[dict], response: str) -> tuple[str, str]:
+    """(prompt text, whole text); the whole text starts with the prompt text."""
+    if not _has_chat_template(tokenizer):
+        prompt_text = plain_prompt_text(prompt)
+        return prompt_text, prompt_text + response
     prompt_text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
     full_text = tokenizer.apply_chat_template(prompt + [{"role": "assistant", "content": response}],
                                               tokenize=False)
@@ -260,25 +260,35 @@ def _split_chat(tokenizer, prompt: list[dict], response: str) -> tuple[list[int]
             n += 1
         prompt_text = full_text[:n]
     rest = full_text[len(prompt_text):]
-    stripped = rest.rstrip()
-    if stripped:  # drop whitespace after the end-of-turn token (keep it when the response itself is blank)
-        rest = stripped
-    return _ids(tokenizer, prompt_text), _ids(tokenizer, rest)
+    if rest.strip():  # drop whitespace after the end-of-turn token (keep it when that is all there is)
+        rest = rest.rstrip()
+    return prompt_text, prompt_text + rest
 
 
-def _split_plain(tokenizer, prompt: list[dict], response: str) -> tuple[list[int], list[int]]:
-    bos = getattr(tokenizer, "bos_token_id", None)
-    prompt_ids = ([int(bos)] if bos is not None else []) + _ids(tokenizer, plain_prompt_text(prompt))
-    eos = _eos_id(tokenizer)
-    return prompt_ids, _ids(tokenizer, response) + ([eos] if eos is not None else [])
+def _split_ids(tokenizer, prompt_texts: list[str], full_texts: list[str]) -> list[tuple[list[int], list[int]]]:
+    """Tokenize each whole text once, as the model sees it in training, and split it where the prompt text
+    ends (a token that starts inside the prompt belongs to the prompt). Tokenizers without offsets
+    (slow tokenizers) tokenize the prompt and the rest separately instead."""
+    out = []
+    if getattr(tokenizer, "is_fast", False):
+        enc = tokenizer(full_texts, add_special_tokens=False, return_offsets_mapping=True)
+        for ids, offsets, prompt_text in zip(enc["input_ids"], enc["offset_mapping"], prompt_texts):
+            boundary = len(prompt_text)
+            start = bisect.bisect_left([a for a, _ in offsets], boundary)
+            out.append((list(ids[:start]), list(ids[start:])))
+        return out
+    for prompt_text, full_text in zip(prompt_texts, full_texts):
+        rest = full_text[len(prompt_text):]
+        p = tokenizer(prompt_text, add_special_tokens=False)["input_ids"] if prompt_text else []
+        r = tokenizer(rest, add_special_tokens=False)["input_ids"] if rest else []
+        out.append((list(p), list(r)))
+    return out
 
 
-def encode_example(tokenizer, example, max_length: int | None) -> Encoded | tuple[int, str]:
-    """One example -> Encoded, or (id, reason) when no response token would be predicted."""
-    split = _split_chat if _has_chat_template(tokenizer) else _split_plain
-    prompt_ids, response_ids = split(tokenizer, list(example.prompt), example.response)
+def _truncate(ex_id: int, prompt_ids: list[int], response_ids: list[int], max_length: int | None
+              ) -> Encoded | tuple[int, str]:
     if not response_ids:
-        return (int(example.id), "the response is empty after tokenization")
+        return (int(ex_id), "the response is empty after tokenization")
     truncated = False
     if max_length is not None and len(prompt_ids) + len(response_ids) > max_length:
         truncated = True
@@ -291,22 +301,39 @@ def encode_example(tokenizer, example, max_length: int | None) -> Encoded | tupl
     if n_resp <= 0:
         why = (f"--max-length {max_length} leaves no response token" if truncated
                else "the response has no token after the prompt")
-        return (int(example.id), why)
-    return Encoded(id=int(example.id), input_ids=ids, response_start=start, n_tokens=len(ids),
+        return (int(ex_id), why)
+    return Encoded(id=int(ex_id), input_ids=ids, response_start=start, n_tokens=len(ids),
                    n_response_tokens=n_resp, truncated=truncated)
 
 
 def encode_examples(tokenizer, examples: list, max_length: int | None
                     ) -> tuple[list[Encoded], list[tuple[int, str]]]:
     """Encode examples (see the module docstring for the layout). Returns (encodings, skipped) where
-    skipped holds (id, reason) for examples that keep no response token."""
+    skipped holds (id, reason) for examples that keep no response token. Tokenization is batched."""
     if max_length is not None and max_length < 2:
         raise CurateError(f"--max-length {max_length}: must be at least 2 (one prompt and one response token)")
+    if not examples:
+        return [], []
+    rendered = [_render(tokenizer, list(ex.prompt), ex.response) for ex in examples]
+    splits = _split_ids(tokenizer, [p for p, _ in rendered], [f for _, f in rendered])
+    plain = not _has_chat_template(tokenizer)
+    bos = getattr(tokenizer, "bos_token_id", None) if plain else None
+    eos = _eos_id(tokenizer) if plain else None
     encoded, skipped = [], []
-    for ex in examples:
-        result = encode_example(tokenizer, ex, max_length)
+    for ex, (prompt_ids, response_ids) in zip(examples, splits):
+        if bos is not None:
+            prompt_ids = [int(bos)] + prompt_ids
+        if eos is not None:
+            response_ids = response_ids + [eos]
+        result = _truncate(ex.id, prompt_ids, response_ids, max_length)
         (encoded if isinstance(result, Encoded) else skipped).append(result)
     return encoded, skipped
+
+
+def encode_example(tokenizer, example, max_length: int | None) -> Encoded | tuple[int, str]:
+    """One example -> Encoded, or (id, reason) when no response token would be predicted."""
+    encoded, skipped = encode_examples(tokenizer, [example], max_length)
+    return encoded[0] if encoded else skipped[0]
 
 
 def collate(encoded: list[Encoded], pad_id: int, device) -> dict:
