@@ -172,7 +172,8 @@ def render(rows, verdict, repeats) -> str:
         f"Growth from {min(r['rows'] for r in rows):,} to {verdict['rows']:,} rows "
         f"({verdict['size_ratio']:.0f}x the rows): "
         + ", ".join(f"{k} {v:.1f}x the time" for k, v in sorted(verdict["time_ratio"].items()))
-        + " (linear would be 10x; the work is one grouping sort plus short per-cluster sorts).",
+        + " (linear would be 10x; less means fixed costs -- start-up, opening files -- weigh more at the "
+          "small size; the work itself is one grouping sort plus short per-cluster sorts, O(n log(n/k))).",
         "",
         "Command: `.venv/bin/python benchmarks/bench_select.py`",
     ]
