@@ -45,10 +45,8 @@ def gsm8k_selection(work: Path) -> tuple[Path, str]:
     from cluster_curate import console, pipeline
     console.configure(quiet=True)
     try:
-        from cluster_curate.features.embed import EmbedConfig  # noqa: F401  (present once embed exists)
-        cfg = pipeline._embed_defaults() if hasattr(pipeline, "_embed_defaults") else None
-        if cfg is None or not hasattr(pipeline, "select_from_clusters"):
-            raise ImportError("pipeline incomplete")
+        if not all(hasattr(pipeline, f) for f in ("embed", "cluster_embeddings", "select_from_clusters")):
+            raise ImportError("embed / cluster / select are not in the pipeline yet")
         subprocess.run([sys.executable, "-m", "cluster_curate", "embed", str(GSM8K), "--out", str(work / "e.parquet"),
                         "--features", "text", "-q"], check=True)
         subprocess.run([sys.executable, "-m", "cluster_curate", "cluster", str(work / "e.parquet"), "--out",
@@ -69,12 +67,12 @@ def gsm8k_selection(work: Path) -> tuple[Path, str]:
     x = TfidfVectorizer(max_features=20000, stop_words="english").fit_transform([r["question"] for r in rows])
     labels = KMeans(4, n_init=3, random_state=0).fit_predict(x)
     sizes = np.bincount(labels, minlength=4)
-    quota = int(0.5 * sizes.min())
-    rng = np.random.default_rng(0)
-    ids = np.sort(np.concatenate([rng.choice(np.flatnonzero(labels == c), quota, replace=False) for c in range(4)]))
+    rng = np.random.default_rng(0)  # 31% of every cluster (TF-IDF clusters are too unequal for equal quotas)
+    ids = np.sort(np.concatenate([rng.choice(np.flatnonzero(labels == c), int(0.31 * sizes[c]), replace=False)
+                                  for c in range(4)]))
     tokens = np.array([len(re.findall(r"\w+|[^\w\s]", rows[i]["question"] + " " + rows[i]["answer"])) for i in ids])
     rec = open_dataset(str(GSM8K)).record()
-    meta = make_meta("selection", {"cluster_sizes": sizes.tolist(), "per-cluster-ratio": 0.5}, {}, rec)
+    meta = make_meta("selection", {"cluster_sizes": sizes.tolist(), "fraction": 0.31}, {}, rec)
     write_artifact(pa.table({"id": ids, "cluster": labels[ids], "rank_in_cluster": np.zeros(ids.size, np.int64),
                              "n_tokens": tokens}), work / "s.parquet", meta, overwrite=True)
     return work / "s.parquet", "TF-IDF (questions) + scikit-learn KMeans k=4; tokens: regex words+punctuation"
@@ -109,8 +107,9 @@ def bench_gsm8k() -> dict:
 
 # ------------------------------------------------------------------------------------------ scale
 
-def make_scale_inputs(work: Path, n: int, seed: int = 0) -> tuple[Path, Path]:
-    """Synthetic Alpaca-like JSONL (n rows) and a selection of all of it in 64 clusters, with n_tokens."""
+def make_scale_inputs(work: Path, n: int, seed: int = 0, text_scale: int = 1) -> tuple[Path, Path]:
+    """Synthetic Alpaca-like JSONL (n rows; responses text_scale × longer) and a selection of all of it in 64
+    clusters, with n_tokens."""
     import pyarrow as pa
 
     from cluster_curate.io.artifacts import make_meta, write_artifact
@@ -119,11 +118,11 @@ def make_scale_inputs(work: Path, n: int, seed: int = 0) -> tuple[Path, Path]:
     vocab = np.array(["the", "of", "and", "to", "a", "in", "is", "that", "for", "it", "with", "as", "was", "on",
                       "function", "return", "value", "patient", "dose", "train", "model", "data", "number",
                       "compute", "explain", "because", "therefore", "example", "result", "answer"])
-    data = work / f"data-{n}.jsonl"
+    data = work / f"data-{n}x{text_scale}.jsonl"
     k = 64
     labels = rng.integers(0, k, n)
     n_instr = np.clip(rng.lognormal(np.log(18), 0.7, n), 3, 400).astype(int)
-    n_out = np.clip(rng.lognormal(np.log(85), 0.9, n), 5, 2000).astype(int)
+    n_out = np.clip(rng.lognormal(np.log(85), 0.9, n), 5, 2000).astype(int) * text_scale
     with open(data, "w", encoding="utf-8") as f:
         for lo in range(0, n, 20_000):  # in chunks: the generator's memory must not inflate the measurement
             hi = min(n, lo + 20_000)
@@ -137,7 +136,7 @@ def make_scale_inputs(work: Path, n: int, seed: int = 0) -> tuple[Path, Path]:
     rec = open_dataset(str(data)).record()
     sizes = np.bincount(labels, minlength=k)
     meta = make_meta("selection", {"cluster_sizes": sizes.tolist()}, {}, rec)
-    sel = work / f"sel-{n}.parquet"
+    sel = work / f"sel-{n}x{text_scale}.parquet"
     write_artifact(pa.table({"id": np.arange(n), "cluster": labels, "rank_in_cluster": np.zeros(n, np.int64),
                              "n_tokens": (n_instr + n_out) * 13 // 10}), sel, meta, overwrite=True)
     return data, sel
@@ -160,22 +159,23 @@ print(json.dumps({"seconds": time.monotonic() - t, "cpu_seconds": ru.ru_utime + 
 """
 
 
-def bench_scale(sizes: list[int]) -> list[dict]:
+def bench_scale(sizes: list[int], long_text_rows: int | None) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="bench-shard-scale-"))
     out = []
+    configs = [(n, 1) for n in sizes] + ([(long_text_rows, 4)] if long_text_rows else [])
     try:
-        for n in sizes:
+        for n, text_scale in configs:
             t = time.monotonic()
-            data, sel = make_scale_inputs(work, n)
+            data, sel = make_scale_inputs(work, n, text_scale=text_scale)
             gen = time.monotonic() - t
             env = dict(os.environ, OMP_NUM_THREADS="1")
-            r = subprocess.run([sys.executable, "-c", _CHILD, str(sel), str(data), str(work / f"out-{n}")],
+            r = subprocess.run([sys.executable, "-c", _CHILD, str(sel), str(data), str(work / f"out-{n}x{text_scale}")],
                                check=True, capture_output=True, text=True, env=env)
             res = json.loads(r.stdout.strip().splitlines()[-1])
-            shard_bytes = sum(p.stat().st_size for p in (work / f"out-{n}").glob("*.parquet"))
-            out.append({"rows": n, "data_mb": data.stat().st_size / 2**20, "shards_mb": shard_bytes / 2**20,
-                        "generate_seconds": gen, **res})
-            for p in list(work.glob(f"*-{n}*")):
+            shard_bytes = sum(p.stat().st_size for p in (work / f"out-{n}x{text_scale}").glob("*.parquet"))
+            out.append({"rows": n, "text": f"x{text_scale}", "data_mb": data.stat().st_size / 2**20,
+                        "shards_mb": shard_bytes / 2**20, "generate_seconds": gen, **res})
+            for p in list(work.glob(f"*-{n}x{text_scale}*")):
                 subprocess.run(["rm", "-rf", str(p)], check=True)
     finally:
         subprocess.run(["rm", "-rf", str(work)], check=True)
@@ -199,6 +199,8 @@ def main():
     ap.add_argument("--skip-scale", action="store_true")
     ap.add_argument("--skip-gsm8k", action="store_true")
     ap.add_argument("--scale-rows", type=int, nargs="+", default=[250_000, 1_000_000])
+    ap.add_argument("--long-text-rows", type=int, default=250_000,
+                    help="also shard this many rows with 4x longer responses (memory must not follow the text); 0: skip")
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     result: dict = {"targets": TARGETS}
@@ -219,9 +221,9 @@ def main():
                "Targets for ours: mean token imbalance <= 1.03, mean cluster spread >= 0.95, per-rank cluster-mix "
                "TV distance <= 0.05.", "", text, "", f"Targets met: {g['targets_met']}", ""]
     if not args.skip_scale:
-        s = bench_scale(args.scale_rows)
+        s = bench_scale(args.scale_rows, args.long_text_rows)
         result["scale"] = s
-        cols = ["rows", "data_mb", "shards_mb", "seconds", "cpu_seconds", "peak_rss_mb", "phases", "token_imbalance_mean",
+        cols = ["rows", "text", "data_mb", "shards_mb", "seconds", "cpu_seconds", "peak_rss_mb", "phases", "token_imbalance_mean",
                 "cluster_spread_mean", "rank_mix_tv_max"]
         for r in s:
             r["phases"] = ", ".join(f"{k} {v:.1f}s" for k, v in r["phases"].items())
@@ -232,7 +234,7 @@ def main():
         print("\nScale: all rows selected, 64 clusters, 8 shards x micro-batch 4 (fresh process per size)")
         print(text)
         md += ["## Scale (8 shards, micro-batch 4, 64 clusters, n_tokens in the selection)", "",
-               "Synthetic Alpaca-like JSONL (lognormal word counts, ~0.7 kB a row); every row selected. Wall time, "
+               "Synthetic Alpaca-like JSONL (lognormal word counts, ~0.85 kB a row; `x4`: responses 4x longer); every row selected. Wall time, "
                "CPU time (user+sys: what the wall time would be on an idle core) and peak RSS of a fresh process "
                "running `shard`; `phases` splits the wall time. Target: 1M rows <= 60 s; memory bounded by the "
                "spill buffer (128 MB) + one position chunk (64 MB) + the reader's batch, not by the text.", "",

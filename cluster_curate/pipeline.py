@@ -976,11 +976,10 @@ def _selection_cluster_sizes(meta, clusters_labels, force: bool):
 def _embeddings_tokens(path, ids, force: bool):
     """n_tokens per selected id from an embeddings artifact (None when it has no such column)."""
     import numpy as np
+    import pyarrow.parquet as pq
 
     from cluster_curate.errors import CurateError
-    from cluster_curate.io.artifacts import read_artifact, read_meta
-    import pyarrow.parquet as pq
-    from cluster_curate.io.artifacts import artifact_files
+    from cluster_curate.io.artifacts import artifact_files, read_artifact, read_meta
     meta = read_meta(path, None if force else "embeddings")
     if "n_tokens" not in pq.read_schema(artifact_files(path)[0]).names:
         return None, meta
@@ -1038,12 +1037,11 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
 
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from cluster_curate import __version__, console, sharding
     from cluster_curate.errors import CurateError
     from cluster_curate.io.artifacts import (META_KEY, atomic_write_bytes, check_dataset_matches, make_meta,
-                                             read_artifact, read_meta, stable_hash)
+                                             read_artifact, read_meta)
     from cluster_curate.io.datasets import ReadOptions, open_dataset
     from cluster_curate.io.shard_writer import ShardWriter
 

@@ -313,8 +313,13 @@ def balance_ranks(steps: np.ndarray, lengths: np.ndarray, clusters: np.ndarray, 
         slot_in_rank = np.argsort(np.argsort(rank_of_slot, kind="stable"), kind="stable") % m
         pos = np.empty((t_count, n, m), dtype=np.int64)
         pos[:, rank_of_slot, slot_in_rank] = order
-        pos = _swap_refine(pos, step_len, step_cl, same_cluster=True, max_rounds=max_rounds)
-        pos = _swap_refine(pos, step_len, step_cl, same_cluster=False, max_rounds=max_rounds)
+        # in chunks of steps: the swap search holds [steps, N, M, M] temporaries, keep them bounded
+        chunk = max(1, (1 << 20) // max(1, n * m * m))
+        for lo in range(0, t_count, chunk):
+            part = slice(lo, lo + chunk)
+            for same_cluster in (True, False):
+                pos[part] = _swap_refine(pos[part], step_len[part], step_cl[part], same_cluster=same_cluster,
+                                         max_rounds=max_rounds)
     # random rank labels per step: no rank is systematically the heavy one or the one with a cluster's extra row
     rank_perm = np.argsort(rng.random((t_count, n)), axis=1)
     pos = np.take_along_axis(pos, rank_perm[:, :, None], 1)
