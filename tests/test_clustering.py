@@ -340,3 +340,12 @@ def test_shared_direction_is_measured_and_warned(tmp_path, cli_runner):
     r = cli_runner.invoke(main, ["cluster", str(path), "--out", str(tmp_path / "c.parquet"), "--k", "3", "-q"])
     assert r.exit_code == 0 and "consider --center" in " ".join(r.stderr.split())
     assert A.read_meta(tmp_path / "c.parquet").params["mean_resultant_length"] > 0.9
+
+
+@pytest.mark.parametrize("n", [2, 50, 51])
+def test_auto_k_runs_on_tiny_inputs(n):
+    x, _ = mixture(n, d=6, groups=3, seed=n)
+    C.normalise_features(x)
+    res = C.cluster_features(x, C.auto_k(n), max_size_factor=1.5)
+    assert res.sizes.sum() == n and res.sizes.max() <= C.size_cap(n, res.k, 1.5)
+    assert len(res.centroids) == C.auto_k(n)
