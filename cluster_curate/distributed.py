@@ -169,11 +169,13 @@ class ChunkedOutput:
         mine = out / lay.part_name()
         if mine.exists() and not overwrite:
             raise CurateError(f"{mine}: already exists (pass --overwrite to replace it)")
-        others = [p.name for p in out.glob("part-*.parquet")] if out.is_dir() else []
-        stale = [n for n in others if not n.endswith(f"-of-{lay.workers:05d}.parquet")]
+        others = [p for p in out.glob("part-*.parquet")] if out.is_dir() else []
+        stale = [p for p in others if not p.name.endswith(f"-of-{lay.workers:05d}.parquet")]
         if stale and not overwrite:
-            raise CurateError(f"{out}: holds parts of a run with another number of processes ({stale[0]}); "
+            raise CurateError(f"{out}: holds parts of a run with another number of processes ({stale[0].name}); "
                               "pass --overwrite or use a fresh output")
+        for p in stale + [q for q in out.glob("rejects-*.jsonl") if not q.name.endswith(f"-of-{lay.workers:05d}.jsonl")]:
+            p.unlink(missing_ok=True)  # --overwrite: files of another layout would mix with ours
 
     def _open_staging(self, overwrite: bool) -> None:
         plan_file = self.staging / "plan.json"
@@ -272,6 +274,8 @@ class ChunkedOutput:
         rows = 0
         meta.rows = sum(pq.ParquetFile(self._chunk_path(c)).metadata.num_rows for c in chunks)
         schema = first.schema.with_metadata({META_KEY: meta.to_json().encode()})
+        if target.is_dir():  # --overwrite of a former multi-process artifact by a single process
+            shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tmp")
         try:

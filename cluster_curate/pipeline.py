@@ -325,11 +325,12 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
     from cluster_curate import console, distributed
     from cluster_curate.features import proxy as P
     from cluster_curate.features.embed import (DEFAULT_TEXT_DIM, MODEL_FEATURES, Embedder, block_dims,
-                                               chunk_table, parse_weights)
+                                               bound_host_memory, chunk_table, parse_weights, release_free_memory)
     from cluster_curate.io.artifacts import atomic_write_bytes, make_meta
     from cluster_curate.io.datasets import open_dataset
 
     t_start = time.perf_counter()
+    bound_host_memory()
     default_features, default_max_length, default_batch_tokens, default_commit = _embed_defaults()
     cfg.features = default_features if cfg.features is None else cfg.features
     cfg.max_length = default_max_length if cfg.max_length is None else cfg.max_length
@@ -429,6 +430,8 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
                 if skipped:
                     bar.advance(len(skipped))
                 output.commit(chunk, chunk_table(result), skipped)
+                del result
+                release_free_memory()
 
             current, buf = None, []
             for batch in ds.iter_batches():

@@ -114,3 +114,18 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     fresh = _embed([*common, "--out", str(tmp_path / "fresh.parquet")])
     assert fresh["chunks_computed"] == 10
     _assert_same(out, tmp_path / "fresh.parquet")
+
+
+SMOLLM2 = Path(__file__).resolve().parents[1] / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.skipif(not SMOLLM2.exists(), reason="run `make smollm2` first (SmolLM2-135M GGUF)")
+def test_real_pretrained_gguf_model(tmp_path):
+    data = _data(tmp_path, 12)
+    s = _embed([str(data), "--out", str(tmp_path / "e.parquet"), "--model", str(SMOLLM2), "--features",
+                "gradient,text", "--dim", "32", "--max-length", "160"])
+    assert s["rows"] == 12 and s["dims"] == {"gradient": 32, "text": 32}
+    table, meta = read_artifact(tmp_path / "e.parquet")
+    loss = table.column("loss").to_numpy()
+    assert np.isfinite(loss).all() and loss.mean() < 4.0  # a real instruction model predicts GSM8K answers well
+    assert meta.params["model"] == str(SMOLLM2)

@@ -255,6 +255,38 @@ def chunk_table(result: ChunkResult):
     })
 
 
+def bound_host_memory(mmap_threshold: int = 1 << 20) -> bool:
+    """Keep the process's memory bounded by the batch on glibc (Linux).
+
+    Batches of varying shapes make glibc raise its mmap threshold dynamically (up to 32 MiB), after which
+    freed tensor buffers stay in the heap and fragment it: the peak RSS of a long run then grows with the
+    number of batches (measured: +79% from 1,000 to 20,000 GSM8K rows). A fixed threshold makes every buffer
+    above it an mmap that is returned to the system when freed. Returns whether the setting was applied."""
+    import ctypes
+    import ctypes.util
+    import sys
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        M_MMAP_THRESHOLD = -3
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, int(mmap_threshold)))
+    except (OSError, AttributeError):
+        return False
+
+
+def release_free_memory() -> None:
+    """Give freed heap pages back to the system (glibc malloc_trim); a no-op elsewhere."""
+    import ctypes
+    import ctypes.util
+    import sys
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+
+
 def sample_keys(ids, seed: int) -> np.ndarray:
     """A seeded pseudo-random uint64 key per id (splitmix64): a row is in a seeded sample when its key is
     among the smallest. The same row gets the same key in every process, whatever the batching."""
