@@ -241,7 +241,7 @@ def print_row(r: dict) -> None:
     print(f"  {'method':<15}{'tokens/s':>10}{'rows/s':>9}")
     for name, v in m.items():
         extra = f"   (on {r['naive_rows']} rows)" if name == "naive" else ""
-        print(f"  {name:<15}{v['tokens_per_s']:>10.0f}{v['rows_per_s']:>9.2f}{extra}")
+        print(f"  {name:<15}{v['tokens_per_s']:>10.1f}{v['rows_per_s']:>9.3f}{extra}")
     for k, v in q.items():
         print(f"  {k:<22}{v:>7.2f}x  target >= {TARGETS[k]}x  {'PASS' if r['pass'][k] else 'FAIL'}")
 
@@ -259,7 +259,7 @@ def write_results(results: list[dict], meta: dict) -> None:
         m, q = r["methods"], r["ratios"]
         lines.append(f"| {r['model']} | {r['rows']} | {r['tokens']} | {m['forward']['tokens_per_s']:.0f} | "
                      f"{m['gradient']['tokens_per_s']:.0f} | {m['train_step']['tokens_per_s']:.0f} | "
-                     f"{m['lora-gradient']['tokens_per_s']:.0f} | {m['naive']['tokens_per_s']:.0f} | "
+                     f"{m['lora-gradient']['tokens_per_s']:.0f} | {m['naive']['tokens_per_s']:.1f} | "
                      f"{q['gradient_vs_forward']:.2f}x | {q['lora_vs_train_step']:.2f}x | {q['lora_vs_naive']:.1f}x |")
     lines += ["", "lora-gradient: LoGra-style hooks, one backward per batch, projected to `lora_dim` "
               "(all linear layers but the LM head; proxy 8192, small Llama 4096, SmolLM2 2048). "

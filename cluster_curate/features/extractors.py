@@ -347,6 +347,8 @@ def extract(fm: FeatureModel, batch: dict, kind: str, *, pool: str = "all", proj
     if pool not in POOLS:
         raise CurateError(f"--pool {pool}: expected one of {', '.join(POOLS)}")
     if kind == "lora-gradient":
+        if torch.is_inference_mode_enabled():
+            raise RuntimeError("lora-gradient needs autograd: do not call extract() under torch.inference_mode()")
         if projector is None:
             key = ("lora_projector", DEFAULT_LORA_DIM, 0, tuple(_split_patterns(layers) or ()))
             if key not in fm.cache:
