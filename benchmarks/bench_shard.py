@@ -146,12 +146,22 @@ _CHILD = r"""
 import json, resource, sys, time
 from cluster_curate import console, pipeline
 console.configure(quiet=True)
+reader_cpu = None
+if len(sys.argv) > 4:  # also time the dataset reader alone (its share of the CPU), before the run
+    from cluster_curate.io.datasets import open_dataset
+    c = time.process_time()
+    ds = open_dataset(sys.argv[2])
+    ds.record()
+    for b in ds.iter_batches(4096):
+        b.raw
+    reader_cpu = time.process_time() - c
 t = time.monotonic()
+c0 = time.process_time()
 m = pipeline.shard_selection(sys.argv[1], sys.argv[2], sys.argv[3], 8, 4, overwrite=True)
 ru = resource.getrusage(resource.RUSAGE_SELF)
 # VmHWM, not ru_maxrss: ru_maxrss survives exec and would count the parent's memory at fork time
 hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
-print(json.dumps({"seconds": time.monotonic() - t, "cpu_seconds": ru.ru_utime + ru.ru_stime,
+print(json.dumps({"seconds": time.monotonic() - t, "cpu_seconds": time.process_time() - c0, "reader_cpu_seconds": reader_cpu,
                   "peak_rss_mb": hwm / 1024,
                   "phases": m["seconds_by_phase"], "token_imbalance_mean": m["balance"]["token_imbalance"]["mean"],
                   "cluster_spread_mean": m["balance"]["cluster_spread"]["mean"],
@@ -169,12 +179,15 @@ def bench_scale(sizes: list[int], long_text_rows: int | None) -> list[dict]:
             data, sel = make_scale_inputs(work, n, text_scale=text_scale)
             gen = time.monotonic() - t
             env = dict(os.environ, OMP_NUM_THREADS="1")
-            r = subprocess.run([sys.executable, "-c", _CHILD, str(sel), str(data), str(work / f"out-{n}x{text_scale}")],
-                               check=True, capture_output=True, text=True, env=env)
+            extra = ["reader"] if (n, text_scale) == configs[0] else []
+            load_before = os.getloadavg()[0]
+            r = subprocess.run([sys.executable, "-c", _CHILD, str(sel), str(data), str(work / f"out-{n}x{text_scale}")]
+                               + extra, check=True, capture_output=True, text=True, env=env)
             res = json.loads(r.stdout.strip().splitlines()[-1])
             shard_bytes = sum(p.stat().st_size for p in (work / f"out-{n}x{text_scale}").glob("*.parquet"))
             out.append({"rows": n, "text": f"x{text_scale}", "data_mb": data.stat().st_size / 2**20,
-                        "shards_mb": shard_bytes / 2**20, "generate_seconds": gen, **res})
+                        "shards_mb": shard_bytes / 2**20, "generate_seconds": gen,
+                        "load_avg": round((load_before + os.getloadavg()[0]) / 2, 1), **res})
             for p in list(work.glob(f"*-{n}x{text_scale}*")):
                 subprocess.run(["rm", "-rf", str(p)], check=True)
     finally:
@@ -223,7 +236,8 @@ def main():
     if not args.skip_scale:
         s = bench_scale(args.scale_rows, args.long_text_rows)
         result["scale"] = s
-        cols = ["rows", "text", "data_mb", "shards_mb", "seconds", "cpu_seconds", "peak_rss_mb", "phases", "token_imbalance_mean",
+        cols = ["rows", "text", "data_mb", "shards_mb", "seconds", "cpu_seconds", "load_avg", "peak_rss_mb", "phases",
+                "token_imbalance_mean",
                 "cluster_spread_mean", "rank_mix_tv_max"]
         for r in s:
             r["phases"] = ", ".join(f"{k} {v:.1f}s" for k, v in r["phases"].items())
@@ -239,6 +253,14 @@ def main():
                "running `shard`; `phases` splits the wall time. Target: 1M rows <= 60 s; memory bounded by the "
                "spill buffer (128 MB) + one position chunk (64 MB) + the reader's batch, not by the text.", "",
                text, ""]
+        first = s[0]
+        if first.get("reader_cpu_seconds"):
+            share = first["reader_cpu_seconds"] / first["cpu_seconds"]
+            md += [f"The dataset reader alone (open, fingerprint, iterate with raw rows) took "
+                   f"{first['reader_cpu_seconds']:.1f} s CPU of the {first['cpu_seconds']:.1f} s CPU of the "
+                   f"{first['rows']:,}-row run (~{share:.0%}; measured in the same process just before it; the "
+                   "rest is the plan, the bucketing and the Parquet writes). `load_avg` is the machine's 1-minute load average around the run (2 cores shared "
+                   "by other jobs): wall time above CPU time is time spent waiting for a core.", ""]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "shard.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     (RESULTS / "shard.md").write_text("\n".join(md) + "\n")
