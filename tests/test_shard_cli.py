@@ -219,6 +219,7 @@ def test_tokens_from_the_embeddings_artifact(tmp_path, data, cli_runner):
     assert r.exit_code == 0 and read_manifest(tmp_path / "s2")["tokens"]["source"].startswith("embeddings")
 
 
+@pytest.mark.slow  # importing transformers takes most of its ~9 s
 def test_tokenizer_counts(tmp_path, data, cli_runner):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
