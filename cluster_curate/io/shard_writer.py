@@ -93,7 +93,11 @@ class ShardWriter:
         return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
 
     def schema(self) -> pa.Schema:
-        return pa.unify_schemas(list(self._schemas), promote_options="permissive")
+        try:
+            return pa.unify_schemas(list(self._schemas), promote_options="permissive")
+        except (pa.ArrowTypeError, pa.ArrowInvalid) as e:
+            raise CurateError(f"the data's columns change type between rows and cannot be combined in one "
+                              f"Parquet shard ({str(e).splitlines()[0]})") from None
 
     def finish(self, paths: list[Path], columns: list[str], metadata: dict[bytes, bytes] | None = None,
                compression: str = "snappy") -> None:
