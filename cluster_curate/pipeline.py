@@ -177,9 +177,10 @@ def _embed_validate(cfg: EmbedConfig) -> list[str]:
         raise CurateError("--checkpoints is only used by --features loss-trajectory")
     if any(f in MODEL_FEATURES for f in features) and cfg.model != "proxy":
         from pathlib import Path
-        from cluster_curate.features.models import _looks_like_path
-        if not Path(cfg.model).expanduser().exists() and _looks_like_path(cfg.model):
-            raise CurateError(f"--model {cfg.model}: no such file or directory")
+        spec = str(cfg.model)
+        looks_local = spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1
+        if looks_local and not Path(spec).expanduser().exists():  # fail before reading the data
+            raise CurateError(f"--model {spec}: no such file or directory")
     if cfg.proxy is not None:
         cfg.proxy.validate()
     return features
@@ -236,7 +237,9 @@ def _embed_proxy(ds, out, cfg: EmbedConfig, layout, parsed: int, record: dict, d
                 lazy.bar("proxy warm-up", total, "steps").advance(1)
             from cluster_curate.features.models import resolve_device
             trained = P.train_proxy(sample, opts, device=resolve_device(device), on_step=on_step)
-        P.save_proxy(trained, directory, extra={"key": key, "dataset": record})
+        # Job-array pieces started together may all train it (deterministically): the first one saved wins.
+        if not (P.is_proxy_dir(directory) and P.read_proxy_config(directory).get("key") == key):
+            P.save_proxy(trained, directory, extra={"key": key, "dataset": record})
         seconds = time.perf_counter() - t0
         console.info(f"proxy: trained on {trained.log['rows']} rows, {trained.log['steps']} steps in "
                      f"{seconds:.1f}s (loss {trained.log['loss_first']:.2f} -> {trained.log['loss_last10']:.2f}); "
@@ -1155,7 +1158,8 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
         source_columns: dict[str, None] = {}
         found = np.zeros(ids.shape[0], dtype=bool)
         with console.progress("shard: write", total=ds.rows) as bar:
-            for batch in ds.iter_batches(batch_rows):
+            # raw rows only: the selected ids were validated when embedded, and the fingerprint ties them to DATA
+            for batch in ds.iter_batches(batch_rows, examples=False):
                 raw = batch.raw
                 bar.advance(raw.num_rows)
                 bid = raw.column("id").to_numpy().astype(np.int64)

@@ -433,3 +433,19 @@ def test_gzip_compressed_text_files(tmp_path):
     fake.write_text('{"question": "a", "answer": "b"}\n')
     with pytest.raises(CurateError, match=r"fake.jsonl.gz: cannot read \(Not a gzipped file"):
         read_all(fake)
+
+
+def test_raw_only_pass_copies_rows_without_checking_them(tmp_path):
+    """shard's pass: raw rows (bad ones included, as nulls/values) and no Example conversion or raising."""
+    p = tmp_path / "d.jsonl"
+    p.write_text('{"question": "q0", "answer": "a0"}\n{"question": "q1", "answer": ""}\n'
+                 '{"question": "q2", "answer": "a2"}\n')
+    ds = open_dataset(str(p), ReadOptions())
+    batches = list(ds.iter_batches(2, examples=False))
+    assert [b.examples for b in batches] == [[], []]
+    raw = pa.Table.from_batches([b.raw for b in batches])
+    assert raw.column("id").to_pylist() == [0, 1, 2]
+    assert raw.column("answer").to_pylist() == ["a0", "", "a2"]
+    assert ds.rejects == [] and ds.rows == 3
+    with pytest.raises(CurateError, match="answer"):
+        list(open_dataset(str(p), ReadOptions()).iter_batches(2))

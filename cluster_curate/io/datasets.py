@@ -706,34 +706,36 @@ class Dataset:
             return
         examples.append(Example(id_, prompt, response))
 
-    def iter_batches(self, batch_rows: int = 2048) -> Iterator[Batch]:
-        """Batches of up to `batch_rows` source rows, in order. Resets `rejects`; sets `rows` at the end."""
+    def iter_batches(self, batch_rows: int = 2048, examples: bool = True) -> Iterator[Batch]:
+        """Batches of up to `batch_rows` source rows, in order. Resets `rejects`; sets `rows` at the end.
+        examples=False: raw rows only (no Example conversion, no row checks), for a pass that only copies rows
+        already validated (shard); a third of the reader's time on columnar sources."""
         if batch_rows < 1:
             raise ValueError("batch_rows must be >= 1")
         self.rejects = []
         with _read_errors(self.source):
             if hasattr(self._src, "iter_rows"):
-                yield from self._iter_json(batch_rows)
+                yield from self._iter_json(batch_rows, examples)
             else:
-                yield from self._iter_arrow(batch_rows)
+                yield from self._iter_arrow(batch_rows, examples)
 
-    def _iter_json(self, batch_rows: int) -> Iterator[Batch]:
+    def _iter_json(self, batch_rows: int, examples: bool = True) -> Iterator[Batch]:
         next_id = 0
         buf: list[_Row] = []
         for row in self._src.iter_rows():
             buf.append(row)
             if len(buf) == batch_rows:
-                yield self._json_batch(buf, next_id)
+                yield self._json_batch(buf, next_id, examples)
                 next_id += len(buf)
                 buf = []
         if buf:
-            yield self._json_batch(buf, next_id)
+            yield self._json_batch(buf, next_id, examples)
             next_id += len(buf)
         self.rows = next_id
 
-    def _json_batch(self, rows: list[_Row], first_id: int) -> Batch:
+    def _json_batch(self, rows: list[_Row], first_id: int, convert: bool = True) -> Batch:
         examples: list[Example] = []
-        for i, row in enumerate(rows):
+        for i, row in enumerate(rows if convert else ()):
             if row.record is None:
                 self._bad(first_id + i, row.line, None, row.error)
             else:
@@ -754,7 +756,7 @@ class Dataset:
             cols[rename[name]] = _column_array([None if r.record is None else r.record.get(name) for r in rows])
         return pa.RecordBatch.from_pydict(cols)
 
-    def _iter_arrow(self, batch_rows: int) -> Iterator[Batch]:
+    def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
         fm = self.field_map
         needed = [c for c in (fm.prompt, fm.response, fm.input, fm.system) if c]
@@ -762,7 +764,7 @@ class Dataset:
             n = b.num_rows
             examples: list[Example] = []
             present = [c for c in needed if c in b.schema.names]
-            records = b.select(present).to_pylist()
+            records = b.select(present).to_pylist() if convert else ()
             for i, rec in enumerate(records):
                 self._convert(next_id + i, None, rec, examples)
             names = b.schema.names
