@@ -70,5 +70,16 @@ BENCH_OPTS ?=
 bench-quality: $(STAMP)
 	$(BIN)/python benchmarks/evidence.py $(BENCH_OPTS)
 
+# Data-parallel training time (2 gloo ranks on CPU, GSM8K) and GSM8K held-out loss: benchmarks/results/
+# dp_time.md and gsm8k_loss.md. DP_OPTS / GSM8K_OPTS pass options (see each script's --help).
+DP_OPTS    ?=
+GSM8K_OPTS ?=
+.PHONY: bench-dp bench-gsm8k
+bench-dp: $(STAMP)
+	$(BIN)/python benchmarks/bench_dp_time.py $(DP_OPTS)
+
+bench-gsm8k: $(STAMP)
+	$(BIN)/python benchmarks/bench_gsm8k_loss.py $(GSM8K_OPTS)
+
 clean:
 	rm -rf $(VENV) demo-out
