@@ -27,7 +27,7 @@ import shlex
 import subprocess
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,6 +141,9 @@ class Contender:
     shard: list[str] | None = None  # args of `shard S --data DATA --out D`; {seed}
     use_weights: bool = False
     needs: tuple = ()  # subcommands that must exist
+    base: str | None = None  # kind two-level: reuse this contender's embeddings artifact
+    coarse_k: int = 24  # kind two-level: groups balanced first
+    fine_k: int = 71  # kind two-level: clusters balanced inside each group
 
 
 def contenders() -> dict[str, Contender]:
@@ -179,6 +182,12 @@ def contenders() -> dict[str, Contender]:
                   "symbols), k=48, random order", features="shape", cluster=["--k", "48", "--seed", "{seed}"],
                   select=["--budget", "{budget}", "--within", "random", "--seed", "{seed}"],
                   needs=("cluster", "select")),
+        Contender("2level-text", "two-level", "PROTOTYPE (harness): prompt TF-IDF; quotas water-filled over 24 "
+                  "coarse k-means groups first, then over the k=71 fine clusters inside each group; random order",
+                  base="text-k48", needs=("embed", "cluster")),
+        Contender("2level-default", "two-level", "PROTOTYPE (harness): the default gradient features; quotas "
+                  "water-filled over 24 coarse groups, then over k=71 fine clusters inside each; random order",
+                  base="default", needs=("embed", "cluster")),
     ]
     return {x.name: x for x in c}
 
@@ -249,6 +258,8 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
     d.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
     secs = 0.0
+    if c.kind == "two-level":
+        return curate_two_level(c, seed, rows, budget, work, d)
     emb = d / "embeddings.parquet"
     if c.kind == "tool":
         if not emb.exists():  # features do not depend on the training seed: embed once per variant
@@ -284,6 +295,50 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
         ids = sorted(r.id for r in train_eval.load_rows(shards))
     return Selection(sorted(int(i) for i in ids), train_path=train_path, clusters=[by_id.get(i, -1) for i in range(n)],
                      curation_seconds=secs, commands=log, use_weights=c.use_weights)
+
+
+def two_level_quotas(coarse: np.ndarray, fine: np.ndarray, budget: int) -> dict[tuple[int, int], int]:
+    """Water-fill the budget over coarse groups, then each group's quota over the fine clusters inside it
+    (a fine cluster split by the coarse grouping counts as one cell per group)."""
+    cells: dict[int, dict[int, int]] = {}
+    for g, f in zip(coarse.tolist(), fine.tolist()):
+        cells.setdefault(g, {}).setdefault(f, 0)
+        cells[g][f] += 1
+    groups = sorted(cells)
+    gq = water_fill([sum(cells[g].values()) for g in groups], budget)
+    quotas = {}
+    for g, q in zip(groups, gq):
+        fs = sorted(cells[g])
+        for f, fq in zip(fs, water_fill([cells[g][f] for f in fs], q)):
+            quotas[(g, f)] = fq
+    return quotas
+
+
+def curate_two_level(c: Contender, seed: int, rows, budget: int, work: Path, d: Path) -> Selection:
+    emb = work / c.base / "embeddings.parquet"
+    if not emb.exists():
+        raise RuntimeError(f"{c.name}: needs the embeddings of {c.base} (curate {c.base} first)")
+    log: list[str] = [json.loads((work / c.base / "embed.json").read_text())["command"]]
+    secs = json.loads((work / c.base / "embed.json").read_text())["seconds"]
+    labels = {}
+    for name, k in (("coarse", c.coarse_k), ("fine", c.fine_k)):
+        out = d / f"{name}-s{seed}.parquet"
+        secs += cli(["cluster", emb, "--out", out, "--overwrite", "--k", k, "--seed", seed + (100 if name == "fine"
+                                                                                                else 0)], log)
+        ids, cl = read_ids(out)
+        labels[name] = np.asarray(cl)[np.argsort(ids)]
+    t0 = time.perf_counter()
+    quotas = two_level_quotas(labels["coarse"], labels["fine"], budget)
+    rng = np.random.default_rng(3000 + seed)
+    chosen = []
+    cell = labels["coarse"].astype(np.int64) * 1_000_003 + labels["fine"]
+    for (g, f), q in quotas.items():
+        members = np.flatnonzero(cell == g * 1_000_003 + f)
+        chosen.extend(rng.choice(members, q, replace=False).tolist())
+    secs += time.perf_counter() - t0
+    log.append(f"(harness) two-level water-filling: {c.coarse_k} coarse groups x {c.fine_k} fine clusters, "
+               "random order")
+    return Selection(sorted(chosen), clusters=labels["fine"].tolist(), curation_seconds=secs, commands=log)
 
 
 # ============================================================================================ training
@@ -439,7 +494,7 @@ def plot(results: dict, out_dir: Path) -> list[Path]:
         names = [n for n, v in res.items() if v["trained"]]
         if not names:
             continue
-        fig, ax = plt.subplots(figsize=(max(10, 1.1 * len(skills) * max(1, len(names)) / 3), 4.5))
+        fig, ax = plt.subplots(figsize=(max(10, 1.1 * len(skills) * max(1, len(names)) / 3), 5.5))
         w = 0.8 / len(names)
         x = np.arange(len(skills) + 2)
         for i, name in enumerate(names):
@@ -450,7 +505,7 @@ def plot(results: dict, out_dir: Path) -> list[Path]:
         ax.set_ylabel("exact-match accuracy")
         ax.set_ylim(0, 1.05)
         ax.set_title(f"Per-skill accuracy by contender ({variant} variant; skills by decreasing frequency)")
-        ax.legend(ncol=min(6, len(names)), fontsize=8, loc="lower left")
+        ax.legend(ncol=min(7, len(names)), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28))
         fig.tight_layout()
         p = out_dir / f"{variant}_per_skill.png"
         fig.savefig(p, dpi=110)
@@ -560,9 +615,10 @@ def main(argv=None):
                   f"({res['train_seconds']:.0f} s)", file=sys.stderr, flush=True)
 
         if a.jobs > 1 and len(todo) > 1:
-            with ProcessPoolExecutor(a.jobs) as pool:
-                for key, res in zip([k for k, _ in todo], pool.map(_train_job, [j for _, j in todo])):
-                    save(key, res)
+            with ProcessPoolExecutor(a.jobs) as pool:  # save each run as soon as it ends
+                futures = {pool.submit(_train_job, j): k for k, j in todo}
+                for fut in as_completed(futures):
+                    save(futures[fut], fut.result())
         else:
             for key, job in todo:
                 save(key, _train_job(job))
