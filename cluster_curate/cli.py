@@ -189,7 +189,7 @@ def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
               help="Job-array pieces: this run is piece --shard-index of K, writing its part into --out.")
 @click.option("--shard-index", type=int, default=0, show_default=True)
 @click.option("--commit-every", type=int, default=None,
-              help="Rows per committed chunk (what --resume keeps after a crash).  [default: 4096]")
+              help="Rows per committed chunk (what --resume keeps after a crash).  [default: 2048]")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run (same command) from its committed chunks.")
 @click.option("--proxy-size", type=click.Choice(["tiny", "small", "base"]), default=None,
               help="Proxy width/depth: tiny 2x64, small 3x128, base 4x256 (layers x width).  [default: small]")
@@ -202,10 +202,13 @@ def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
 @click.option("--proxy-vocab", type=int, default=None, help="Proxy tokenizer vocabulary size.  [default: 4096]")
 @click.option("--proxy-checkpoints", type=int, default=None,
               help="Warm-up checkpoints kept (loss-trajectory uses them).  [default: 3]")
+@click.option("--proxy-budget", type=float, default=None,
+              help="Cap on the warm-up's cost as a share of the feature pass (caps the steps on small data; "
+                   "--proxy-steps is not capped).  [default: 0.2]")
 @dataset_options
 @output_options
 def embed_cmd(data, out, read_options, overwrite, force, proxy_size, proxy_sample, proxy_epochs, proxy_steps,
-              proxy_tokenizer, proxy_vocab, proxy_checkpoints, **opts):
+              proxy_tokenizer, proxy_vocab, proxy_checkpoints, proxy_budget, **opts):
     """One feature vector per example of DATA (the paper's forward-only gradient feature by default).
 
     \b
@@ -221,7 +224,7 @@ def embed_cmd(data, out, read_options, overwrite, force, proxy_size, proxy_sampl
     proxy = ProxyOptions()
     for name, value in (("size", proxy_size), ("sample", proxy_sample), ("epochs", proxy_epochs),
                         ("steps", proxy_steps), ("tokenizer", proxy_tokenizer), ("vocab_size", proxy_vocab),
-                        ("checkpoints", proxy_checkpoints)):
+                        ("checkpoints", proxy_checkpoints), ("budget", proxy_budget)):
         if value is not None:
             setattr(proxy, name, value)
     cfg = pipeline.EmbedConfig(proxy=proxy, **opts)

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import META_KEY, ArtifactMeta, atomic_write_bytes, sidecar_path, write_parquet_atomic
 
-DEFAULT_COMMIT_EVERY = 4096
+DEFAULT_COMMIT_EVERY = 2048  # rows per committed chunk: what a crash can lose, and what a worker holds at once
 _CHUNK_RE = re.compile(r"^chunk-(\d{6,})\.parquet$")
 
 

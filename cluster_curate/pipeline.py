@@ -230,19 +230,28 @@ def _embed_proxy(ds, out, cfg: EmbedConfig, layout, parsed: int, record: dict, d
     seconds = 0.0
     existing = P.is_proxy_dir(directory) and P.read_proxy_config(directory).get("key") == key
     if layout.leader and not existing:
+        import tokenizers  # noqa: F401 - library imports are start-up, not warm-up (any model needs them)
+        import transformers  # noqa: F401
+        from transformers import PreTrainedTokenizerFast  # noqa: F401
         t0 = time.perf_counter()
         sample = _embed_sample(ds, opts.sample_size(parsed), opts.seed, salt=1)
         with _Lazy() as lazy:
             def on_step(step, total, loss):
                 lazy.bar("proxy warm-up", total, "steps").advance(1)
             from cluster_curate.features.models import resolve_device
-            trained = P.train_proxy(sample, opts, device=resolve_device(device), on_step=on_step)
+            trained = P.train_proxy(sample, opts, device=resolve_device(device), on_step=on_step,
+                                    dataset_rows=parsed)
         # Job-array pieces started together may all train it (deterministically): the first one saved wins.
         if not (P.is_proxy_dir(directory) and P.read_proxy_config(directory).get("key") == key):
             P.save_proxy(trained, directory, extra={"key": key, "dataset": record})
         seconds = time.perf_counter() - t0
+        del sample
+        import gc
+        gc.collect()
+        from cluster_curate.features.embed import release_free_memory
+        release_free_memory()  # the sample and the tokenizer trainer's buffers, before the feature pass
         console.info(f"proxy: trained on {trained.log['rows']} rows, {trained.log['steps']} steps in "
-                     f"{seconds:.1f}s (loss {trained.log['loss_first']:.2f} -> {trained.log['loss_last10']:.2f}); "
+                     f"{seconds:.1f}s (tokenizer {trained.log['tokenizer_seconds']:.1f}s, loss {trained.log['loss_first']:.2f} -> {trained.log['loss_last10']:.2f}); "
                      f"saved to {directory}")
     distributed.barrier(layout)
     if not P.is_proxy_dir(directory):  # a job-array piece whose leader did not train (cannot happen) or a race

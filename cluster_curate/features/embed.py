@@ -276,7 +276,9 @@ def bound_host_memory(mmap_threshold: int = 1 << 20) -> bool:
         return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        M_MMAP_THRESHOLD = -3
+        M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8
+        # Few arenas: the tokenizers' worker threads would otherwise each keep an arena of freed memory.
+        libc.mallopt(M_ARENA_MAX, 2)
         return bool(libc.mallopt(M_MMAP_THRESHOLD, int(mmap_threshold)))
     except (OSError, AttributeError):
         return False
