@@ -204,7 +204,7 @@ def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
               help="Warm-up checkpoints kept (loss-trajectory uses them).  [default: 3]")
 @click.option("--proxy-budget", type=float, default=None,
               help="Cap on the warm-up's cost as a share of the feature pass (caps the steps on small data; "
-                   "--proxy-steps is not capped).  [default: 0.2]")
+                   "--proxy-steps is not capped).  [default: 0.15]")
 @dataset_options
 @output_options
 def embed_cmd(data, out, read_options, overwrite, force, proxy_size, proxy_sample, proxy_epochs, proxy_steps,

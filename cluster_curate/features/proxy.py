@@ -16,7 +16,7 @@ Defaults (see ProxyOptions): a 3-layer, 128-wide model ("small"), a byte-level B
 5% of the rows (at least 128, at most 20,000; LESS warms up on 5%), one epoch over that sample with batches of
 about 2,048 tokens. One epoch of forward+backward on 5% of the rows costs about 3 x 5% = 15% of a forward pass
 over all rows; on small datasets, where the 128-row minimum is a large share, the steps are capped so that the
-warm-up stays within `budget` (0.2) of the feature pass (the issue's limit is a quarter;
+warm-up stays within about `budget` (0.15) of the feature pass (the issue's limit is a quarter;
 benchmarks/bench_embed_memory.py measures it: 0.11 on GSM8K train).
 """
 
@@ -68,9 +68,9 @@ class ProxyOptions:
     checkpoints: int = 3  # warm-up checkpoints kept (evenly spaced, the last is the final model)
     # Cost cap: the rows trained on (steps x rows per step) are at most budget / 3 of the dataset's rows, a
     # forward+backward costing about 3 forwards, so the warm-up costs at most `budget` of the feature pass
-    # (0.2 leaves room for the tokenizer and the sample pass under the issue's 0.25). Binding only on small
+    # (0.15 leaves room for the tokenizer and the sample pass under the issue's 0.25). Binding only on small
     # datasets, where the minimum sample is a large share of the rows. An explicit `steps` is not capped.
-    budget: float = 0.2
+    budget: float = 0.15
     max_length: int = 512  # tokens per example; the prompt is truncated from the left
     seed: int = 0
 
