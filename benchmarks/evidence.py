@@ -395,6 +395,8 @@ def summarise(variant: str, names: list[str], runs: dict, sels: dict, labels: di
                 "train_seconds": float(np.median([r["train_seconds"] for r in rs])),
                 "test_loss": float(np.mean([r["test_loss"] for r in rs])),
                 "seed_list": [r["seed"] for r in rs],
+                "final_train_losses": [r["final_train_loss"] for r in rs],
+                "per_seed_macro": macro, "per_seed_worst": worst,
             })
         out[name] = v
     if "oracle" in out:
@@ -461,6 +463,14 @@ def write_report(results: dict, contender_defs: dict, args, out_dir: Path, elaps
                       "| contender | " + " | ".join(skills) + " |", "|---" * (len(skills) + 1) + "|"]
             for name, v in trained.items():
                 lines.append(f"| {name} | " + " | ".join(f"{v['per_skill'][s]:.2f}" for s in skills) + " |")
+        if trained:
+            lines += ["", "Per-seed results (macro / worst skill / final training loss; a run whose training loss "
+                      "stays above ~0.01 did not finish memorising the word skills):", ""]
+            for name, v in trained.items():
+                per_seed = "; ".join(f"seed {s_}: {m:.3f} / {w:.2f} / {tl:.4f}" for s_, m, w, tl in
+                                     zip(v["seed_list"], v["per_seed_macro"], v["per_seed_worst"],
+                                         v["final_train_losses"]))
+                lines.append(f"- {name}: {per_seed}")
         lines += ["", "Rows selected per skill (mean over selections):", "",
                   "| contender | " + " | ".join(skills) + " |", "|---" * (len(skills) + 1) + "|"]
         for name, v in res.items():
@@ -557,7 +567,8 @@ def main(argv=None):
     out_dir.mkdir(parents=True, exist_ok=True)
     defs = contenders()
     available = tool_subcommands()
-    wanted = a.contenders.split(",") if a.contenders else list(defs)
+    quick_set = ["full", "random", "oracle", "text-k48", "default"]
+    wanted = a.contenders.split(",") if a.contenders else (quick_set if a.quick else list(defs))
     names = []
     for n in wanted:
         missing = [s for s in defs[n].needs if s not in available]
