@@ -64,7 +64,7 @@ def main() -> None:
         for kind in ("bpe", "word"):
             out = tmp / f"{kind}.parquet"
             res = subprocess.run([sys.executable, "-m", "cluster_curate", "embed", str(data), "--out", str(out),
-                                  "--proxy-tokenizer", kind, "--json"], capture_output=True, text=True, env=env)
+                                  "--proxy-tokenizer", kind, "--on-bad-row", "skip", "--json"], capture_output=True, text=True, env=env)
             if res.returncode:
                 raise SystemExit(res.stderr[-2000:])
             s = json.loads(res.stdout.strip().splitlines()[-1])
@@ -76,23 +76,26 @@ def main() -> None:
             col = table.column("embedding").combine_chunks()
             x = col.values.to_numpy(zero_copy_only=False).reshape(len(col), -1)
             _, tok = load_proxy_gpt(tmp / f"{kind}.proxy")
-            examples = [ex for b in open_dataset(str(data)).iter_batches() for ex in b.examples][:500]
+            from cluster_curate.io.datasets import ReadOptions
+            examples = [ex for b in open_dataset(str(data), ReadOptions(on_bad_row="skip")).iter_batches()
+                        for ex in b.examples][:500]
             enc, _ = encode_examples(tok, examples, 1024)
             ids = np.concatenate([e.input_ids for e in enc])
             unk = float(np.mean(ids == tok.unk_token_id)) if tok.unk_token_id is not None else 0.0
             results.append({"tokenizer": kind, "tokens_per_row": round(float(table.column("n_tokens").to_numpy().mean()), 1),
                             "unk_share": round(unk, 4), "warmup_s": s["warmup_seconds"],
-                            "feature_s": s["feature_seconds"], "knn10_source_purity": round(knn_purity(x, labels), 4)})
+                            "feature_s": s["feature_seconds"], "knn10_source_purity": round(knn_purity(x, labels[table.column("id").to_numpy()]), 4)})
             print(results[-1], flush=True)
         text = tmp / "text.parquet"
         subprocess.run([sys.executable, "-m", "cluster_curate", "embed", str(data), "--out", str(text), "--features",
-                        "text", "-q"], check=True, env=env)
+                        "text", "--on-bad-row", "skip", "-q"], check=True, env=env)
         from cluster_curate.io.artifacts import read_artifact
         t, _ = read_artifact(text)
         col = t.column("embedding").combine_chunks()
         results.append({"tokenizer": "(text features, reference)", "tokens_per_row": None, "unk_share": None,
                         "warmup_s": None, "feature_s": None,
-                        "knn10_source_purity": round(knn_purity(col.values.to_numpy().reshape(len(col), -1), labels), 4)})
+                        "knn10_source_purity": round(knn_purity(col.values.to_numpy().reshape(len(col), -1),
+                                                                 labels[t.column("id").to_numpy()]), 4)})
     cols = list(results[0])
     table_md = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n" + "".join(
         "| " + " | ".join(str(r[c]) for c in cols) + " |\n" for r in results)
