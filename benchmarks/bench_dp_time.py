@@ -268,6 +268,7 @@ def summarise_run(ranks: list[dict]) -> dict:
         "padded_idle_fraction": float((padded.max(0) - padded).sum() / (WORLD * padded.max(0).sum())),
         "padding_efficiency": float(real.sum() / padded.sum()),
         "final_loss": float(np.mean([r["final_loss"] for r in ranks])),
+        "compute_per_step": np.round(compute, 6).tolist(),  # [rank][step], for the min-over-repeats floor
     }
 
 
@@ -351,6 +352,12 @@ def write_results(a, argv, configs, shards, runs, loads, t0, repeats_done, final
             "curation_breakdown": {k: round(v, 2) for k, v in shards[name]["seconds"].items()},
             "final_loss": med([r["final_loss"] for r in rs]),
         }
+        # Noise floor: every repeat runs the same steps on the same rows, so the minimum over repeats of each
+        # (rank, step) compute time filters out preemption by other jobs; from it, the step time floor
+        # (sum over steps of the slowest rank) and the straggler floor (sum of slowest - own, mean over ranks).
+        floor = np.min(np.stack([np.asarray(r["compute_per_step"]) for r in rs]), axis=0)
+        summary[name]["floor_seconds"] = float(floor.max(0).sum()) * a.epochs
+        summary[name]["straggler_floor_seconds"] = float((floor.max(0) - floor).sum(1).mean()) * a.epochs
     verdict = {}
     if "full" in summary and "tool" in summary:
         full, tool = summary["full"], summary["tool"]
@@ -361,11 +368,14 @@ def write_results(a, argv, configs, shards, runs, loads, t0, repeats_done, final
         denom = (1 - TARGETS["reduction_counting_curation"]) * full["epoch_seconds"] - tool["epoch_seconds"]
         verdict["epochs_to_meet_curation_target"] = (tool["curation_seconds"] / denom) if denom > 0 else None
         verdict["padded_tokens_reduction"] = 1 - tool["padded_tokens_per_rank"] / full["padded_tokens_per_rank"]
+        verdict["floor_time_reduction"] = 1 - tool["floor_seconds"] / full["floor_seconds"]
     if "tool" in summary:
         for other in ("tool-random", "paper"):
             if other in summary:
                 verdict[f"straggler_tool_less_than_{other}"] = summary["tool"]["straggler_seconds"] < summary[other]["straggler_seconds"]
                 verdict[f"padded_gap_tool_less_than_{other}"] = summary["tool"]["padded_gap_tokens"] < summary[other]["padded_gap_tokens"]
+                verdict[f"straggler_floor_tool_less_than_{other}"] = (
+                    summary["tool"]["straggler_floor_seconds"] < summary[other]["straggler_floor_seconds"])
     meta = {"rows": a.n_rows, "micro_batch_size": a.micro_batch_size, "world": WORLD, "epochs": a.epochs,
             "repeats": repeats_done, "embed_args": a.embed_args,
             "model": f"GPT n_layer={a.n_layer} d_model={a.d_model} n_head=4, word tokens, vocab <= {a.max_vocab}",
@@ -393,21 +403,24 @@ def render(meta: dict, summary: dict, verdict: dict, shards: dict, configs: list
            f"are noisy (the padded-token columns are deterministic).", "",
            f"Command: `{meta['command']}`", "",
            "| configuration | rows | steps/rank | epoch s (median) | all runs | compute s/rank | all_reduce s/rank "
-           "| straggler s/rank | straggler % | padded tok/rank | padded gap tok/rank | padded idle % | pad eff | "
-           "curation s | same steps all ranks |",
-           "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "| straggler s/rank | straggler % | floor s | straggler floor s/rank | padded tok/rank | "
+           "padded gap tok/rank | padded idle % | pad eff | curation s | same steps all ranks |",
+           "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name in configs:
         s = summary[name]
         out.append(f"| {name} | {s['rows']} | {s['steps']} | {s['epoch_seconds']:.1f} | "
                    f"{', '.join(f'{x:.1f}' for x in s['epoch_seconds_all'])} | {s['compute_seconds']:.1f} | "
                    f"{s['allreduce_seconds']:.2f} | {s['straggler_seconds']:.2f} | {100 * s['straggler_fraction']:.1f} | "
+                   f"{s['floor_seconds']:.1f} | {s['straggler_floor_seconds']:.2f} | "
                    f"{s['padded_tokens_per_rank']:.0f} | {s['padded_gap_tokens']:.0f} | "
                    f"{100 * s['padded_idle_fraction']:.1f} | {s['padding_efficiency']:.3f} | "
                    f"{s['curation_seconds']:.1f} | {'yes' if s['steps_per_rank_all_equal'] else 'NO'} |")
     out += ["", "Columns: *compute* = forward + backward, summed over the epoch; *all_reduce* = time inside the "
             "gradient all_reduce (waiting for the other rank + the transfer); *straggler* = sum over steps of "
             "(slowest rank's compute - own compute), from an all_gather of per-step compute times, mean over ranks; "
-            "*straggler %* = that over the ranks' total step time; *padded gap* = the same with padded tokens "
+            "*straggler %* = that over the ranks' total step time; *floor* = the same steps with each (rank, step) compute time "
+            "taken as its minimum over the repeats (filters out preemption by other jobs): *floor s* = sum over steps "
+            "of the slowest rank, *straggler floor* = sum of (slowest - own), mean over ranks; *padded gap* = the same with padded tokens "
             "(M x longest row) instead of seconds (deterministic); *pad eff* = real / padded tokens.", ""]
     if verdict:
         out += ["## Targets", ""]
@@ -417,6 +430,7 @@ def render(meta: dict, summary: dict, verdict: dict, shards: dict, configs: list
             out += [f"- Training time, tool's 31% vs full data: **{100 * v['train_time_reduction']:.1f}% less** per "
                     f"epoch (target >= {100 * TARGETS['train_time_reduction']:.1f}%: "
                     f"{'met' if v['train_time_reduction'] >= TARGETS['train_time_reduction'] else 'NOT met'}); "
+                    f"noise floor {100 * v['floor_time_reduction']:.1f}% less; "
                     f"padded tokens per rank {100 * v['padded_tokens_reduction']:.1f}% less.",
                     f"- Counting curation ({meta['epochs']} epoch(s) trained): **{100 * v['reduction_counting_curation']:.1f}% "
                     f"less** (target >= {100 * TARGETS['reduction_counting_curation']:.0f}%: "
@@ -429,6 +443,9 @@ def render(meta: dict, summary: dict, verdict: dict, shards: dict, configs: list
             if k in verdict:
                 out.append(f"- Straggler time, tool vs {other}: {summary['tool']['straggler_seconds']:.2f} vs "
                            f"{summary[other]['straggler_seconds']:.2f} s/rank ({'met' if verdict[k] else 'NOT met'}); "
+                           f"floor {summary['tool']['straggler_floor_seconds']:.2f} vs "
+                           f"{summary[other]['straggler_floor_seconds']:.2f} s/rank "
+                           f"({'less' if verdict[f'straggler_floor_tool_less_than_{other}'] else 'NOT less'}); "
                            f"padded gap {summary['tool']['padded_gap_tokens']:.0f} vs "
                            f"{summary[other]['padded_gap_tokens']:.0f} tokens/rank "
                            f"({'less' if verdict[f'padded_gap_tool_less_than_{other}'] else 'NOT less'}).")
