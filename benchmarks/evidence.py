@@ -504,7 +504,7 @@ def plot(results: dict, out_dir: Path) -> list[Path]:
         names = [n for n, v in res.items() if v["trained"]]
         if not names:
             continue
-        fig, ax = plt.subplots(figsize=(max(10, 1.1 * len(skills) * max(1, len(names)) / 3), 5.5))
+        fig, ax = plt.subplots(figsize=(min(18, max(10, 0.12 * (len(skills) + 2) * len(names))), 5.5))
         w = 0.8 / len(names)
         x = np.arange(len(skills) + 2)
         for i, name in enumerate(names):
@@ -529,7 +529,7 @@ def plot(results: dict, out_dir: Path) -> list[Path]:
         ax.set_xlabel("seconds (1 CPU thread)")
         ax.invert_yaxis()
         ax.legend(fontsize=8)
-        ax.set_title(f"Training + curation time ({variant} variant)")
+        ax.set_title(f"Training + curation wall time ({variant} variant; 1 thread, machine load varies)")
         fig.tight_layout()
         p = out_dir / f"{variant}_time.png"
         fig.savefig(p, dpi=110)
