@@ -160,8 +160,9 @@ def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
               help="proxy (built in: trained briefly on the data, no download), a saved proxy (OUT.proxy), a local "
                    "model directory, a .gguf file, or a Hugging Face id (from the local cache when offline).")
 @click.option("--features", default=None,
-              help="gradient | lora-gradient | hidden | loss-trajectory | text, or a comma list (concatenated "
-                   "L2-normalised blocks).  [default: gradient]")
+              help="text | gradient | lora-gradient | hidden | loss-trajectory, or a comma list (concatenated "
+                   "L2-normalised blocks).  [default: text, chosen by the evidence benchmark; gradient is the "
+                   "paper's]")
 @click.option("--feature-weights", default=None, help="Comma list, one weight per feature block (default: 1 each).")
 @click.option("--dim", type=int, default=None,
               help="Output dimension per block: random projection for gradient/hidden (default: hidden size), "
@@ -209,7 +210,8 @@ def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
 @output_options
 def embed_cmd(data, out, read_options, overwrite, force, proxy_size, proxy_sample, proxy_epochs, proxy_steps,
               proxy_tokenizer, proxy_vocab, proxy_checkpoints, proxy_budget, **opts):
-    """One feature vector per example of DATA (the paper's forward-only gradient feature by default).
+    """One feature vector per example of DATA (prompt TF-IDF by default; the paper's gradient feature and
+    other model features with --features).
 
     \b
     Examples:
@@ -270,9 +272,13 @@ class _KParam(click.ParamType):
               help="GPUs for faiss: all it sees by default, 0 = CPU (choose devices with CUDA_VISIBLE_DEVICES).")
 @click.option("--batch-rows", type=click.IntRange(min=1), default=65536, show_default=True,
               help="Rows per assignment batch (memory: the feature matrix plus one batch).")
+@click.option("--groups", type=click.IntRange(min=1), default=None,
+              help="Also group the k clusters into G coarse groups (k-means on the centroids); `select` then "
+                   "water-fills the budget over groups first, then over the clusters inside each, so the many "
+                   "clusters of one dominant kind share one quota.  [default: no groups]")
 @output_options
 def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample_size, gpus, batch_rows,
-                overwrite, force):
+                groups, overwrite, force):
     """k-means (faiss, spherical: cosine on L2-normalised features) over an embeddings artifact.
 
     \b
@@ -284,7 +290,8 @@ def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample
     from cluster_curate import pipeline
     summary, rows = pipeline.cluster_embeddings(embeddings, out, k=k, iters=iters, seed=seed, center=center,
                                                 max_size_factor=max_size_factor, sample_size=sample_size,
-                                                gpus=gpus, batch_rows=batch_rows, overwrite=overwrite, force=force)
+                                                gpus=gpus, batch_rows=batch_rows, groups=groups,
+                                                overwrite=overwrite, force=force)
     console.summary(f"cluster → {out}", summary, rows)
 
 

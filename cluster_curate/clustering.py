@@ -512,6 +512,19 @@ def cluster_features(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, samp
                             train_objective=model.train_objective, sizes=np.bincount(labels, minlength=k))
 
 
+def group_clusters(centroids: np.ndarray, n_groups: int, seed: int = 0) -> np.ndarray:
+    """Coarse groups of clusters: spherical k-means on the (unit) centroids. Returns the group of each cluster.
+
+    Why: k-means on skewed data splits a dominant kind of example into many clusters and lumps rare kinds
+    together, so equal per-cluster quotas still favour the dominant kind. Quotas water-filled over groups
+    first (select) let the pieces of a big kind share one group quota."""
+    k = len(centroids)
+    if not 1 <= n_groups <= k:
+        raise CurateError(f"--groups {n_groups} must be between 1 and k = {k}")
+    model = kmeans_faiss(centroids, n_groups, iters=20, seed=seed, sample_size=k, gpus=0)
+    return (centroids @ model.centroids.T).argmax(axis=1).astype(np.int64)
+
+
 # ------------------------------------------------------------------------------------------ reporting
 
 SIZE_BINS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, math.inf)]

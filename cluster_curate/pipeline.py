@@ -175,6 +175,9 @@ def _embed_validate(cfg: EmbedConfig) -> list[str]:
         raise CurateError(f"--text-sample must be at least 2, got {cfg.text_sample}")
     if cfg.checkpoints and "loss-trajectory" not in features:
         raise CurateError("--checkpoints is only used by --features loss-trajectory")
+    if cfg.model != "proxy" and not any(f in MODEL_FEATURES for f in features):
+        raise CurateError(f"--model {cfg.model} is not used by --features {','.join(features)} (no model); "
+                          "add a model feature, e.g. --features text,gradient")
     if any(f in MODEL_FEATURES for f in features) and cfg.model != "proxy":
         from pathlib import Path
         spec = str(cfg.model)
@@ -658,14 +661,15 @@ def load_centroids(clusters_path):
 
 def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, seed: int = 0, center: bool = False,
                        max_size_factor: float | None = None, sample_size: int | None = None,
-                       gpus: int | None = None, batch_rows: int = 65536, overwrite: bool = False,
-                       force: bool = False) -> tuple[dict, list[dict]]:
+                       gpus: int | None = None, batch_rows: int = 65536, groups: int | None = None,
+                       overwrite: bool = False, force: bool = False) -> tuple[dict, list[dict]]:
     """`cluster`: read an embeddings artifact, k-means it, write the clusters artifact (+ centroids beside it).
     Returns the summary dict and the size-band table."""
     import hashlib
     import math
     import time
 
+    import numpy as np
     import pyarrow as pa
 
     from cluster_curate import clustering as C
@@ -705,6 +709,7 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
                              max_size_factor=max_size_factor, batch_rows=batch_rows)
     del x
     stats = C.size_stats(res.sizes)
+    group_of = C.group_clusters(res.centroids, groups, seed) if groups is not None else None
 
     centroid_bytes = _npy_bytes(res.centroids)
     centroids_file = sidecar_path(out, "centroids.npy")
@@ -719,6 +724,7 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         "train_objective": res.train_objective, "device": device, "zero_rows": norm["zero_rows"],
         "mean_resultant_length": round(shared_direction, 6),
         "sizes": res.sizes.tolist(),
+        "groups": None if group_of is None else group_of.tolist(),
         # the file is sidecar_path(artifact, "centroids.npy"); its name is not recorded so that the same
         # inputs give the same metadata whatever the output is called
         "centroids": {"sidecar": "centroids.npy", "shape": list(res.centroids.shape), "dtype": "float32",
@@ -748,6 +754,10 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         "max / min size": round(stats["max_over_min"], 2),
         "empty clusters": stats["empty"],
     }
+    if group_of is not None:
+        group_sizes = np.bincount(group_of, weights=res.sizes, minlength=groups).astype(int)
+        summary["groups"] = (f"{groups} groups of clusters (k-means on the centroids), rows per group "
+                             f"min / median / max {group_sizes.min()} / {np.median(group_sizes):g} / {group_sizes.max()}")
     if res.cap is not None:
         summary["size cap"] = f"{res.cap} rows (--max-size-factor {max_size_factor})"
         summary["moved by the cap"] = res.moved
@@ -889,9 +899,11 @@ def select_from_clusters(clusters: str, out: str, *, fraction: float | None = No
             features = features[pos]
         normalise_features(features, center=cmeta.params.get("normalisation") == "center+l2")
 
+    groups = cmeta.params.get("groups")  # `cluster --groups`: quotas over groups of clusters first
     sel = S.select_rows(labels, k=k, ids=ids, similarity=sims, loss=loss, features=features, fraction=fraction,
                         budget=budget, per_cluster_ratio=per_cluster_ratio, balance_power=balance_power,
-                        within=within, dedup=dedup, seed=seed)
+                        within=within, dedup=dedup, seed=seed,
+                        groups=None if groups is None else np.asarray(groups, dtype=np.int64))
     del features
     for note in sel.notes:
         console.warn(note)
@@ -912,6 +924,7 @@ def select_from_clusters(clusters: str, out: str, *, fraction: float | None = No
         "within": within, "seed": seed, "dedup": dedup, "dedup_dropped": sel.dedup_dropped, "k": k,
         "cluster_sizes": sel.sizes.tolist(), "quotas": sel.quotas.tolist(),
         "available_sizes": sel.available.tolist() if dedup is not None else None,
+        "quotas_over_groups": groups is not None and mode != "per-cluster-ratio",
         "clusters_covered": covered, "notes": sel.notes,
     }
     inputs = {"clusters": cmeta.as_input(clusters)}
@@ -939,6 +952,8 @@ def select_from_clusters(clusters: str, out: str, *, fraction: float | None = No
                            "the smallest)")
     else:
         summary["balance power"] = balance_power
+        if groups is not None:
+            summary["quotas"] = f"over {max(groups) + 1} groups of clusters first, then the clusters inside each"
     if dedup is not None:
         summary["near-duplicates dropped"] = f"{sel.dedup_dropped} (cosine > {dedup})"
     summary["n_tokens column"] = "yes" if n_tokens is not None else f"no ({why_not or 'embeddings have no n_tokens'})"

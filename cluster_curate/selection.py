@@ -121,6 +121,23 @@ def water_fill_quotas(sizes: np.ndarray, budget: int, balance_power: float = 0.0
     return quotas
 
 
+def grouped_quotas(sizes: np.ndarray, group_of_cluster: np.ndarray, budget: int,
+                   balance_power: float = 0.0) -> np.ndarray:
+    """Two-level water-filling: the budget over groups of clusters first, then each group's quota over its
+    clusters. Sums to exactly min(budget, Σ sizes); no cluster above its size."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    groups = np.asarray(group_of_cluster, dtype=np.int64)
+    if groups.shape != sizes.shape:
+        raise CurateError(f"{groups.shape[0]} group labels for {sizes.shape[0]} clusters")
+    group_sizes = np.bincount(groups, weights=sizes, minlength=int(groups.max()) + 1).astype(np.int64)
+    group_quotas = water_fill_quotas(group_sizes, budget, balance_power)
+    quotas = np.zeros_like(sizes)
+    for g in np.flatnonzero(group_quotas):
+        members = np.flatnonzero(groups == g)
+        quotas[members] = water_fill_quotas(sizes[members], int(group_quotas[g]), balance_power)
+    return quotas
+
+
 def ratio_quotas(sizes: np.ndarray, ratio: float) -> np.ndarray:
     """The paper's rule: every non-empty cluster keeps floor(ratio × smallest non-empty cluster size)."""
     sizes = np.asarray(sizes, dtype=np.int64)
@@ -292,13 +309,14 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
                 similarity: np.ndarray | None = None, loss: np.ndarray | None = None,
                 features: np.ndarray | None = None, fraction: float | None = None, budget: int | None = None,
                 per_cluster_ratio: float | None = None, balance_power: float = 0.0, within: str = "random",
-                dedup: float | None = None, seed: int = 0) -> Selection:
+                dedup: float | None = None, seed: int = 0, groups: np.ndarray | None = None) -> Selection:
     """Select rows: quotas across clusters, then the first `quota` rows of each cluster in `within` order.
 
     clusters: int cluster per row (0..k-1). ids: row ids (for the random order; default 0..n-1).
     similarity: cosine to the row's centroid (far, near, diverse). loss: per row (hard).
     features: unit rows aligned with `clusters` (diverse, dedup). dedup: cosine threshold; near-duplicates
     are removed before quotas are computed, so the budget is still met when enough distinct rows remain.
+    groups: the group of each cluster (`cluster --groups`): budget quotas are water-filled over groups first.
     """
     mode = check_budget_args(fraction, budget, per_cluster_ratio)
     if within not in WITHIN_ORDERS:
@@ -346,7 +364,10 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
             what = f"the {n_available} rows left after removing {dropped} near-duplicates" if dropped else \
                 f"the {n_available} rows of the data"
             notes.append(f"budget of {requested} rows is larger than {what}: selecting all of them")
-        quotas = water_fill_quotas(available, min(requested, n_available), balance_power)
+        if groups is not None:
+            quotas = grouped_quotas(available, groups, min(requested, n_available), balance_power)
+        else:
+            quotas = water_fill_quotas(available, min(requested, n_available), balance_power)
 
     rank = np.full(n, -1, dtype=np.int64)  # rank in cluster per row position; -1 = not selected
     if within == "diverse":

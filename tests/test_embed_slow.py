@@ -85,7 +85,7 @@ def test_two_torchrun_processes_equal_one_process(tmp_path):
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     data = _data(tmp_path, 400)
     out = tmp_path / "killed.parquet"
-    common = [str(data), *PROXY, "--commit-every", "40", "--batch-tokens", "600"]
+    common = [str(data), "--features", "gradient", *PROXY, "--commit-every", "40", "--batch-tokens", "600"]
     cmd = [sys.executable, "-m", "cluster_curate", "embed", *common, "--out", str(out), "-q"]
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     staging = tmp_path / "killed.partial"

@@ -32,7 +32,7 @@ def test_water_fill_quotas_properties(sizes, data, p):
     unsat = q < sizes
     if p == 0 and unsat.any():
         assert q[unsat].max() - q[unsat].min() <= 1       # balanced: open clusters differ by at most one
-        assert (sizes[~unsat] <= q[unsat].max()).all()    # a cluster is only taken whole if it is small
+        assert (sizes[~unsat] <= q[unsat].max() + 1).all()  # taken whole only if small (level, or level + 1)
     if p == 1 and budget < total and unsat.all() and (sizes > 0).all():
         ideal = sizes * budget / total
         assert np.abs(q - ideal).max() < 1                # proportional, rounded by largest remainder
@@ -368,3 +368,54 @@ def test_select_bad_clusters_artifact(tmp_path, cli_runner, case):
     A.write_artifact(table, path, A.make_meta("clusters", {"k": k}, {}, record))
     r = invoke(cli_runner, "select", path, "--out", tmp_path / "s.parquet", "--budget", 1)
     assert r.exit_code == 2 and expect in r.stderr, r.stderr
+
+
+# ------------------------------------------------------------------------------ quotas over groups
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 60), min_size=1, max_size=30), st.data())
+def test_grouped_quotas_exact_capped_and_balanced_over_groups(sizes, data):
+    from cluster_curate.selection import grouped_quotas
+    sizes = np.array(sizes, dtype=np.int64)
+    groups = np.array(data.draw(st.lists(st.integers(0, 4), min_size=len(sizes), max_size=len(sizes))))
+    budget = data.draw(st.integers(0, int(sizes.sum()) + 5))
+    q = grouped_quotas(sizes, groups, budget)
+    assert q.sum() == min(budget, sizes.sum())
+    assert (q <= sizes).all() and (q >= 0).all()
+    # over groups: the unsaturated groups' totals differ by at most one
+    g_sizes = np.bincount(groups, weights=sizes).astype(int)
+    g_q = np.bincount(groups, weights=q, minlength=len(g_sizes)).astype(int)
+    open_ = g_q < g_sizes
+    if open_.sum() > 1:
+        assert g_q[open_].max() - g_q[open_].min() <= 1
+
+
+def test_groups_shift_quota_from_a_split_dominant_kind_to_the_rare_ones():
+    from cluster_curate.selection import grouped_quotas, water_fill_quotas
+    # one dominant kind split into 6 clusters (group 0), two rare kinds with one cluster each
+    sizes = np.array([100] * 6 + [40, 40])
+    groups = np.array([0] * 6 + [1, 2])
+    flat = water_fill_quotas(sizes, 60)
+    two_level = grouped_quotas(sizes, groups, 60)
+    assert flat[:6].sum() == 46 and flat[6:].tolist() == [7, 7]
+    assert two_level[:6].sum() == 20
+    assert two_level[6:].tolist() == [20, 20]
+
+
+def test_cluster_groups_flow_into_select(tmp_path, cli_runner):
+    from cluster_curate.io.artifacts import read_meta
+    emb = tmp_path / "e.parquet"
+    write_embeddings(emb, mixture(400, d=16, groups=8, seed=3)[0])
+    r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(tmp_path / "c.parquet"), "--k", "12",
+                                 "--groups", "4"])
+    assert r.exit_code == 0, r.output
+    cmeta = read_meta(tmp_path / "c.parquet")
+    assert len(cmeta.params["groups"]) == 12 and set(cmeta.params["groups"]) <= set(range(4))
+    r = cli_runner.invoke(main, ["select", str(tmp_path / "c.parquet"), "--out", str(tmp_path / "s.parquet"),
+                                 "--budget", "100", "--json"])
+    assert r.exit_code == 0, r.output
+    smeta = read_meta(tmp_path / "s.parquet")
+    assert smeta.params["selected"] == 100 and smeta.params["quotas_over_groups"] is True
+    r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(tmp_path / "c2.parquet"), "--k", "12",
+                                 "--groups", "13"])
+    assert r.exit_code == 2 and "--groups 13 must be between 1 and k = 12" in r.stderr
