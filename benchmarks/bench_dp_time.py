@@ -42,7 +42,6 @@ import math
 import os
 import shlex
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -54,6 +53,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from toolcli import cli, default_features  # noqa: E402
 
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 RESULTS = HERE / "results"
@@ -65,30 +65,10 @@ TARGETS = {"train_time_reduction": 0.696, "reduction_counting_curation": 0.60}
 
 # ============================================================================================ curation (the CLI)
 
-def tool_cmd() -> list[str]:
-    exe = Path(sys.executable).parent / "cluster-curate"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "cluster_curate"]
 
 
-def cli(args: list, log: list[str]) -> float:
-    """One `cluster-curate` command (1 thread); returns its wall time; the command is appended to `log`."""
-    args = [str(a) for a in args]
-    log.append("cluster-curate " + " ".join(shlex.quote(a) for a in args))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    t0 = time.perf_counter()
-    proc = subprocess.run(tool_cmd() + args + ["-q"], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"failed ({proc.returncode}): {log[-1]}\n{proc.stderr[-3000:]}")
-    return time.perf_counter() - t0
 
 
-def default_features() -> str:
-    """What `embed --help` says the default --features is."""
-    out = subprocess.run(tool_cmd() + ["embed", "--help"], capture_output=True, text=True).stdout
-    flat = " ".join(out.split())
-    i = flat.find("--features TEXT")
-    j = flat.find("[default:", i)
-    return flat[j + 9:flat.find("]", j)].strip() if i >= 0 and j >= 0 else "?"
 
 
 def curate(data: Path, work: Path, m: int, configs: list[str], embed_args: list[str], seed: int) -> dict:

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import skillmix  # noqa: E402
-from evidence import cli  # noqa: E402
+from toolcli import cli  # noqa: E402
 
 from cluster_curate.selection import water_fill_quotas  # noqa: E402
 

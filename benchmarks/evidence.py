@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import shlex
 import subprocess
 import sys
 import time
@@ -38,6 +36,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import skillmix  # noqa: E402
+from toolcli import tool_cmd, cli  # noqa: E402
 import train_eval  # noqa: E402
 
 FRACTION = 0.31
@@ -45,22 +44,8 @@ FRACTION = 0.31
 
 # ============================================================================================ the tool's CLI
 
-def tool_cmd() -> list[str]:
-    exe = Path(sys.executable).parent / "cluster-curate"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "cluster_curate"]
 
 
-def cli(args: list[str], log: list[str]) -> float:
-    """Run one `cluster-curate` command; returns its wall time. The exact command is appended to `log`."""
-    cmd = tool_cmd() + [str(a) for a in args]
-    log.append("cluster-curate " + " ".join(shlex.quote(str(a)) for a in args))
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", CLUSTER_CURATE_DEBUG="1")
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    dt = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"command failed ({proc.returncode}): {log[-1]}\n{proc.stderr[-3000:]}")
-    return dt
 
 
 def tool_subcommands() -> set[str]:

@@ -6,6 +6,11 @@ this module and cli.py do the I/O. Each stage has its own section (edit only you
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io.artifacts import sidecar_path, stable_hash
+
 # ============================================================================================ inspect
 
 INSPECT_LISTED_REJECTS = 20  # rejected rows listed in the summary (all of them go to --rejects PATH)
@@ -24,7 +29,6 @@ def _length_stats(values) -> dict:
 def _load_tokenizer(path: str):
     from pathlib import Path
 
-    from cluster_curate.errors import CurateError
     if not Path(path).is_dir():
         raise CurateError(f"--tokenizer {path}: not a directory (pass a local Hugging Face tokenizer or model "
                           "directory, as written by save_pretrained)")
@@ -120,11 +124,6 @@ def inspect_dataset(source: str, read_options, tokenizer: str | None = None, rej
 
 # ============================================================================================ embed
 
-from dataclasses import dataclass as _dataclass, field as _field  # noqa: E402
-
-from cluster_curate.errors import CurateError  # noqa: E402
-from cluster_curate.io.artifacts import sidecar_path, stable_hash  # noqa: E402
-
 
 def _embed_defaults():
     from cluster_curate.distributed import DEFAULT_COMMIT_EVERY
@@ -132,7 +131,7 @@ def _embed_defaults():
     return DEFAULT_FEATURES, DEFAULT_MAX_LENGTH, DEFAULT_BATCH_TOKENS, DEFAULT_COMMIT_EVERY
 
 
-@_dataclass
+@dataclass
 class EmbedConfig:
     """Everything `embed` needs besides the data and the output (see `cluster-curate embed --help`)."""
     model: str = "proxy"
@@ -154,7 +153,7 @@ class EmbedConfig:
     shard_index: int = 0
     commit_every: int | None = None  # None: DEFAULT_COMMIT_EVERY
     resume: bool = False
-    proxy: object = _field(default=None)  # features.proxy.ProxyOptions; None: defaults
+    proxy: object = field(default=None)  # features.proxy.ProxyOptions; None: defaults
 
 
 def _embed_validate(cfg: EmbedConfig) -> list[str]:
@@ -335,7 +334,6 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
     import json
     import time
 
-    import numpy as np
 
     from cluster_curate import console, distributed
     from cluster_curate.features import proxy as P
@@ -513,8 +511,6 @@ def _cuda_available() -> bool:
 
 
 # ============================================================================================ cluster
-
-from cluster_curate.errors import CurateError  # noqa: E402,F811
 
 def _artifact_schema(path):
     import pyarrow.parquet as pq
@@ -1008,7 +1004,6 @@ def _embeddings_tokens(path, ids, force: bool):
     import numpy as np
     import pyarrow.parquet as pq
 
-    from cluster_curate.errors import CurateError
     from cluster_curate.io.artifacts import artifact_files, read_artifact, read_meta
     meta = read_meta(path, None if force else "embeddings")
     if "n_tokens" not in pq.read_schema(artifact_files(path)[0]).names:
@@ -1069,7 +1064,6 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
     import pyarrow as pa
 
     from cluster_curate import __version__, console, sharding
-    from cluster_curate.errors import CurateError
     from cluster_curate.io.artifacts import (META_KEY, atomic_write_bytes, check_dataset_matches, make_meta,
                                              read_artifact, read_meta)
     from cluster_curate.io.datasets import ReadOptions, open_dataset

@@ -260,7 +260,6 @@ def test_features_identical_whatever_the_batch_size(llama_dir):
     # block norms follow the weights
     assert np.allclose(np.linalg.norm(base.embedding[:, 8:24], axis=1), 2.0, atol=1e-5)
     # one example alone gives the same row as inside a batch
-    alone = results[0].__class__  # noqa: F841 - (type kept for readability)
     single = E.Embedder(features=["gradient"], fm=fm, max_length=128, batch_tokens=100000,
                         dims={"gradient": fm.hidden_size}).embed(_examples(rows)[5:6])
     batch = E.Embedder(features=["gradient"], fm=fm, max_length=128, batch_tokens=100000,

@@ -74,7 +74,6 @@ class TextFeaturizer:
         When the sample has fewer usable directions than `dim`, the extra output columns are zero
         (they carry nothing), so the output width is always `dim`."""
         from sklearn.decomposition import TruncatedSVD
-        from sklearn.feature_extraction.text import TfidfVectorizer
 
         vec = self._vectorizer_cls()(preprocessor=_preprocess, ngram_range=(1, 2), max_features=self.max_features,
                                      min_df=self.min_df, sublinear_tf=True, dtype=np.float64,
