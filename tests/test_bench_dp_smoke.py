@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_bench_dp_time_tiny(tmp_path):
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_dp_time.py"), "--rows", "48", "--repeats", "1",
+           "--data", str(ROOT / "fixtures" / "gsm8k" / "train-300.jsonl"),
            "--configs", "full,tool", "--embed-args=--features=text", "--name", "dp_smoke",
            "--results-dir", str(tmp_path / "results"), "--work", str(tmp_path / "work")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -22,7 +22,6 @@ from cluster_curate.io.datasets import Example
 from tiny_lm import build_llama
 
 torch.set_num_threads(1)
-GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
 
 MATH = ["Tom has {a} apples and buys {b} more. How many apples does he have?",
         "A train travels {a} km in {b} hours. What is its average speed?",

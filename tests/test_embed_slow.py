@@ -18,7 +18,7 @@ import pytest
 from cluster_curate.io.artifacts import read_artifact
 
 pytestmark = pytest.mark.slow
-GSM8K = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "train.jsonl"
+GSM8K = Path(__file__).resolve().parents[1] / "fixtures" / "gsm8k" / "train-300.jsonl"  # real rows, in the repo
 PROXY = ["--proxy-size", "tiny", "--proxy-steps", "3", "--proxy-vocab", "512", "--max-length", "256"]
 
 
@@ -30,8 +30,6 @@ def _env() -> dict:
 
 
 def _data(tmp_path: Path, n: int) -> Path:
-    if not GSM8K.exists():
-        pytest.skip("GSM8K sample data not available")
     with open(GSM8K) as f:
         lines = [next(f) for _ in range(n)]
     path = tmp_path / "gsm.jsonl"
@@ -83,9 +81,9 @@ def test_two_torchrun_processes_equal_one_process(tmp_path):
 
 
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
-    data = _data(tmp_path, 400)
+    data = _data(tmp_path, 300)
     out = tmp_path / "killed.parquet"
-    common = [str(data), "--features", "gradient", *PROXY, "--commit-every", "40", "--batch-tokens", "600"]
+    common = [str(data), "--features", "gradient", *PROXY, "--commit-every", "30", "--batch-tokens", "600"]
     cmd = [sys.executable, "-m", "cluster_curate", "embed", *common, "--out", str(out), "-q"]
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     staging = tmp_path / "killed.partial"
@@ -110,7 +108,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     resumed = _embed([*common, "--out", str(out), "--resume"])
     assert resumed["chunks_resumed"] >= len(committed) and resumed["chunks_computed"] <= 10 - len(committed)
     assert resumed["warmup_seconds"] == 0.0  # the saved proxy was reused
-    assert resumed["rows"] == 400 and not staging.exists()
+    assert resumed["rows"] == 300 and not staging.exists()
     fresh = _embed([*common, "--out", str(tmp_path / "fresh.parquet")])
     assert fresh["chunks_computed"] == 10
     _assert_same(out, tmp_path / "fresh.parquet")
