@@ -13,6 +13,22 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def make_unreadable(path: Path, monkeypatch) -> None:
+    """Make reading `path` fail with permission denied: chmod 0, or (root reads anything) make the reader's
+    open() of that path fail as it would for another user."""
+    from cluster_curate.io import datasets as dsmod
+    if os.geteuid() != 0:
+        path.chmod(0)
+        return
+    real_open = open
+
+    def deny(file, *a, **k):
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *a, **k)
+    monkeypatch.setattr(dsmod, "open", deny, raising=False)
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from cluster_curate.errors import CurateError
 from cluster_curate.io import datasets as dsmod
 from cluster_curate.io.datasets import ReadOptions, default_rejects_path, open_dataset
 
-from conftest import FIXTURES, SHARED_DATA
+from conftest import FIXTURES, SHARED_DATA, make_unreadable
 
 SKIP = ReadOptions(on_bad_row="skip")
 
@@ -258,16 +257,7 @@ def test_non_utf8_inside_a_json_document_names_the_line(tmp_path):
 
 def test_unreadable_file(tmp_path, monkeypatch):
     p = write_jsonl(tmp_path / "secret.jsonl", [{"question": "a", "answer": "b"}])
-    if os.geteuid() != 0:
-        p.chmod(0)
-    else:  # root reads anything: make the open itself fail as it would for another user
-        real_open = open
-
-        def deny(file, *a, **k):
-            if str(file) == str(p):
-                raise PermissionError(13, "Permission denied", str(file))
-            return real_open(file, *a, **k)
-        monkeypatch.setattr(dsmod, "open", deny, raising=False)
+    make_unreadable(p, monkeypatch)
     with pytest.raises(CurateError, match=r"secret.jsonl: cannot read the file \(permission denied\)"):
         read_all(p)
 

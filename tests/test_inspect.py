@@ -11,7 +11,7 @@ import pytest
 
 from cluster_curate.cli import main
 
-from conftest import FIXTURES, ROOT, SHARED_DATA
+from conftest import FIXTURES, ROOT, make_unreadable
 from test_datasets import BAD_INPUTS, CODE_ALPACA, GOOD_FIXTURES, GSM8K, write_jsonl
 
 
@@ -183,20 +183,8 @@ def test_subprocess_exit_codes_and_no_traceback(tmp_path):
 
 
 def test_inspect_unreadable_file(cli_runner, tmp_path, monkeypatch):
-    import os
-
-    from cluster_curate.io import datasets as dsmod
     p = write_jsonl(tmp_path / "secret.jsonl", [{"question": "a", "answer": "b"}])
-    if os.geteuid() != 0:
-        p.chmod(0)
-    else:  # root reads anything: make the open itself fail as it would for another user
-        real_open = open
-
-        def deny(file, *a, **k):
-            if str(file) == str(p):
-                raise PermissionError(13, "Permission denied", str(file))
-            return real_open(file, *a, **k)
-        monkeypatch.setattr(dsmod, "open", deny, raising=False)
+    make_unreadable(p, monkeypatch)
     result = run(cli_runner, p)
     assert result.exit_code == 2
     assert result.stderr.strip() == f"ERROR: {p}: cannot read the file (permission denied)"

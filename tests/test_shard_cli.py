@@ -128,7 +128,7 @@ def test_weights_formula_and_none(tmp_path, data, cli_runner):
 
 
 def test_paper_allocation_and_its_error(tmp_path, data, cli_runner):
-    sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, equal_quotas=True)
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, equal_quotas=True)
     r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "p", "-n", "3", "-m", "2",
              "--allocation", "paper", "-q")
     assert r.exit_code == 0, r.output
