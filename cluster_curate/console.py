@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from rich.markup import escape
+
+from cluster_curate.io.artifacts import json_default
 from rich.table import Table
 
 # Set once by the CLI from --quiet / --json; stages only call progress() and info().
@@ -119,7 +121,7 @@ def summary(title: str, data: dict, rows: list[dict] | None = None) -> None:
         out = dict(data)
         if rows is not None:
             out["table"] = rows
-        print(json.dumps(out, default=_jsonable, sort_keys=False))
+        print(json.dumps(out, default=json_default, sort_keys=False))
         return
     if QUIET:
         return
@@ -143,17 +145,5 @@ def _fmt(v) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, (dict, list)):
-        return json.dumps(v, default=_jsonable)
-    return str(v)
-
-
-def _jsonable(v):
-    try:
-        import numpy as np
-        if isinstance(v, np.generic):
-            return v.item()
-        if isinstance(v, np.ndarray):
-            return v.tolist()
-    except ImportError:
-        pass
+        return json.dumps(v, default=json_default)
     return str(v)

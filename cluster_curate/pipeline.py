@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.artifacts import sidecar_path, stable_hash
+from cluster_curate.io.artifacts import artifact_schema, json_default, sidecar_path, stable_hash
 
 # ============================================================================================ inspect
 
@@ -512,13 +512,6 @@ def _cuda_available() -> bool:
 
 # ============================================================================================ cluster
 
-def _artifact_schema(path):
-    import pyarrow.parquet as pq
-
-    from cluster_curate.io.artifacts import artifact_files
-    return pq.read_schema(artifact_files(path)[0])
-
-
 def _read_columns(path, columns):
     """Some columns of every part of an artifact, joined in part order (no sort), read with ParquetFile
     (pq.read_table would import pyarrow.dataset: 1.5 s of start-up on this machine)."""
@@ -546,7 +539,7 @@ def load_embedding_matrix(path, *, force: bool = False, batch_rows: int = 65536)
 
     meta = read_meta(path, None if force else "embeddings")
     files = artifact_files(path)
-    names = _artifact_schema(path).names
+    names = artifact_schema(path).names
     for col in ("id", "embedding"):
         if col not in names:
             raise CurateError(f"{path}: no '{col}' column (found {', '.join(names)})")
@@ -572,7 +565,7 @@ def load_embedding_matrix(path, *, force: bool = False, batch_rows: int = 65536)
     # Arrow holds about three batches while it decodes: keep a batch near 16 MB whatever the dimension, and
     # read pages as needed rather than a whole row group at once (pre_buffer=False), so the memory beyond the
     # matrix does not grow with the file (400k x 256: 1.3 GB peak with the defaults, matrix + ~0.1 GB so)
-    etype = _artifact_schema(path).field("embedding").type
+    etype = artifact_schema(path).field("embedding").type
     dim = etype.list_size if pa.types.is_fixed_size_list(etype) else 0
     read_rows = max(1024, min(batch_rows, (16 << 20) // (4 * dim))) if dim else batch_rows
     for f in files:
@@ -608,7 +601,7 @@ def read_embedding_columns(path, columns, ids):
     Returns {column: numpy array}; a column the artifact lacks is left out."""
     import numpy as np
 
-    present = [c for c in columns if c in _artifact_schema(path).names]
+    present = [c for c in columns if c in artifact_schema(path).names]
     if not present:
         return {}
     table = _read_columns(path, ["id", *present])
@@ -826,7 +819,7 @@ def select_from_clusters(clusters: str, out: str, *, fraction: float | None = No
     check_writable(out, overwrite)
 
     cmeta = read_meta(clusters, None if force else "clusters")
-    names = _artifact_schema(clusters).names
+    names = artifact_schema(clusters).names
     for col in ("id", "cluster"):
         if col not in names:
             raise CurateError(f"{clusters}: no '{col}' column (found {', '.join(names)})")
@@ -1000,24 +993,17 @@ def _selection_cluster_sizes(meta, clusters_labels, force: bool):
 
 
 def _embeddings_tokens(path, ids, force: bool):
-    """n_tokens per selected id from an embeddings artifact (None when it has no such column)."""
+    """n_tokens per selected id (ids sorted) from an embeddings artifact (None when it has no such column)."""
     import numpy as np
-    import pyarrow.parquet as pq
 
-    from cluster_curate.io.artifacts import artifact_files, read_artifact, read_meta
+    from cluster_curate.io.artifacts import read_meta
     meta = read_meta(path, None if force else "embeddings")
-    if "n_tokens" not in pq.read_schema(artifact_files(path)[0]).names:
+    tokens = read_embedding_columns(path, ["n_tokens"], ids).get("n_tokens")
+    if tokens is None:
         return None, meta
-    table, _ = read_artifact(path, columns=["id", "n_tokens"])
-    e_ids = table.column("id").to_numpy()
-    e_tok = table.column("n_tokens").to_numpy()
-    order = np.argsort(e_ids)
-    at = np.searchsorted(e_ids[order], ids)
-    at = np.minimum(at, len(order) - 1)
-    found = e_ids[order][at] == ids
-    if not found.all():
-        raise CurateError(f"{path}: no row for selected id {int(ids[~found][0])} (embeddings of another dataset?)")
-    return e_tok[order][at].astype(np.int64), meta
+    if tokens.dtype.kind == "f" and np.isnan(tokens).any():
+        raise CurateError(f"{path}: n_tokens is null for id {int(ids[np.isnan(tokens)][0])}")
+    return tokens.astype(np.int64), meta
 
 
 def _count_tokens_pass(ds, ids, tokenizer_path, batch_rows):
@@ -1265,7 +1251,7 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
             "tokens": {"source": token_source, "total": int(tokens.sum()), "mean": float(tokens.mean())},
             "balance": figures,
         }
-        atomic_write_bytes(work / SHARD_MANIFEST, (json.dumps(manifest, indent=2, default=_json_default) + "\n").encode())
+        atomic_write_bytes(work / SHARD_MANIFEST, (json.dumps(manifest, indent=2, default=json_default) + "\n").encode())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(work, 0o777 & ~umask)  # mkdtemp/mkstemp make private files; shards are for the whole job
@@ -1287,15 +1273,6 @@ def shard_selection(selection: str, data: str, out: str, num_shards: int, micro_
                                     "stream_data": round(t_assemble - t_stream, 3),
                                     "assemble_shards": round(t_done - t_assemble, 3)}
     return manifest
-
-
-def _json_default(v):
-    import numpy as np
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return str(v)
 
 
 # ============================================================================================ run

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.artifacts import ArtifactMeta, read_artifact, read_meta
+from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
 
 PIPELINE_NAMES = {"embeddings": "embeddings.parquet", "clusters": "clusters.parquet",
                   "selection": "selection.parquet", "shards": "shards"}
@@ -83,7 +83,7 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
         path = found["embeddings"]
         meta = read_meta(path)
         table, _ = read_artifact(path, columns=[c for c in ("n_tokens", "n_response_tokens", "loss")
-                                                if c in _columns(path)])
+                                                if c in artifact_schema(path).names])
         data = _meta_rows(path, meta)
         p = meta.params
         data.update({k: p[k] for k in ("model", "features", "dim", "seed", "max_length") if k in p})
@@ -131,12 +131,6 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
                                                          if isinstance(v, (int, float)))
         sections.append(("shards", data, None))
     return sections
-
-
-def _columns(path: Path) -> list[str]:
-    from cluster_curate.io.artifacts import artifact_files
-    import pyarrow.parquet as pq
-    return pq.read_schema(artifact_files(path)[0]).names
 
 
 def _cluster_sizes(path: Path) -> np.ndarray:

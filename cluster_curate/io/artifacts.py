@@ -33,6 +33,16 @@ from cluster_curate.errors import CurateError
 META_KEY = b"cluster_curate"
 
 
+def json_default(v: Any):
+    """`json.dumps(default=...)` for numpy scalars and arrays (anything else becomes its str)."""
+    import numpy as np
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
+
+
 def stable_hash(obj: Any) -> str:
     """Short deterministic hash of a JSON-serialisable object."""
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
@@ -85,6 +95,11 @@ def artifact_files(path: str | os.PathLike) -> list[Path]:
             raise CurateError(f"{p}: directory holds no .parquet files")
         return parts
     raise CurateError(f"{p}: no such file or directory")
+
+
+def artifact_schema(path: str | os.PathLike) -> pa.Schema:
+    """The Arrow schema of an artifact (of its first part), without reading any rows."""
+    return pq.read_schema(artifact_files(path)[0])
 
 
 def sidecar_path(path: str | os.PathLike, suffix: str) -> Path:
