@@ -1012,6 +1012,7 @@ def _count_tokens_pass(ds, ids, tokenizer_path, batch_rows):
     import numpy as np
 
     from cluster_curate import console
+    from cluster_curate.features.text import word_counts
     tok = _load_tokenizer(tokenizer_path) if tokenizer_path else None
     where = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
     where[ids] = np.arange(ids.shape[0])
@@ -1024,7 +1025,7 @@ def _count_tokens_pass(ds, ids, tokenizer_path, batch_rows):
                     p, r = _token_counts(tok, chosen)
                     n = [a + b for a, b in zip(p, r)]
                 else:
-                    n = [sum(len(t["content"].split()) for t in e.prompt) + len(e.response.split()) for e in chosen]
+                    n = [word_counts(e)[0] for e in chosen]  # the same words a text-only embed counts
                 counts[where[[e.id for e in chosen]]] = n
             bar.advance(batch.raw.num_rows)
     return counts
