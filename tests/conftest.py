@@ -29,6 +29,17 @@ def make_unreadable(path: Path, monkeypatch) -> None:
     monkeypatch.setattr(dsmod, "open", deny, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def cpu_unless_marked_gpu(request, monkeypatch):
+    """The suite's tests compare features bit for bit and run the same on every machine: on a GPU machine
+    they still see no GPU (in this process and in the subprocesses they start). The CUDA paths are tested
+    in test_gpu.py, marked `gpu`."""
+    if request.node.get_closest_marker("gpu") is None:
+        import torch
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+
 @pytest.fixture
 def fixtures_dir() -> Path:
     return FIXTURES

@@ -55,3 +55,26 @@ def test_evidence_quick_runs_and_writes_tables(tmp_path):
         assert res["full"]["rows"] == 360 and res["random"]["rows"] == res["oracle"]["rows"] == round(0.31 * 360)
         assert len(res["oracle"]["per_skill"]) == 12
         assert all(0.0 <= v <= 1.0 for v in res["oracle"]["per_skill"].values())
+        v = data["validity"][variant]  # the benchmark's own check is computed and reported
+        assert v["decided"] and v["seeds"] == 1 and not v["seeds_ok"] and not v["valid"]
+    assert md.count("**Validity:** NOT VALID") == 2
+
+
+def test_validity_needs_full_quality_a_clear_oracle_gap_and_three_seeds():
+    import evidence
+
+    def trained(macro, worsts, losses=None):
+        losses = losses or [0.0] * len(worsts)
+        return {"trained": True, "macro": macro, "worst": sum(worsts) / len(worsts), "per_seed_worst": worsts,
+                "seeds": len(worsts), "converged": sum(x <= evidence.CONVERGED_LOSS for x in losses)}
+
+    res = {"full": trained(0.95, [0.8, 0.8, 0.8]), "random": trained(0.7, [0.20, 0.25, 0.22]),
+           "oracle": trained(0.85, [0.55, 0.60, 0.50])}
+    v = evidence.validity(res)
+    assert v["valid"] and v["worst_gap"] > 0.3 and abs(v["seed_spread"] - 0.10) < 1e-9 and not v["unconverged"]
+    res["oracle"] = trained(0.8, [0.75, 0.30, 0.35], losses=[0.0, 0.15, 0.08])  # gap 0.23 < spread 0.45
+    v = evidence.validity(res)
+    assert not v["valid"] and not v["gap_ok"] and v["unconverged"] == {"oracle": 2}
+    res["full"] = trained(0.80, [0.8, 0.8, 0.8])
+    assert not evidence.validity(res)["full_ok"]
+    assert not evidence.validity({"full": res["full"]})["decided"]

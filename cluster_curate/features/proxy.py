@@ -311,10 +311,10 @@ def load_proxy_gpt(path, step: int | None = None) -> tuple[GPT, object]:
 
 def load_proxy(path, step: int | None = None, *, device=None):
     """FeatureModel of a saved proxy (final weights, or warm-up checkpoint `step`)."""
-    from cluster_curate.features.models import wrap_gpt
+    from cluster_curate.features.models import resolve_device, wrap_gpt
 
     gpt, tokenizer = load_proxy_gpt(path, step)
-    dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = resolve_device(device)
     gpt.to(dev)
     name = "proxy" if step is None else f"proxy@{step}"
     return wrap_gpt(gpt, tokenizer, device=dev, name=name)
