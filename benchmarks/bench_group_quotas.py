@@ -6,7 +6,10 @@ seeds, and compare how the selection covers the skills against the oracle's coun
 true skill labels): coverage = Σ_skill min(count, oracle count) / Σ oracle count; min ratio = the worst
 skill's count ÷ the oracle's. Prints a table, writes benchmarks/results/group_quotas.md/.json.
 
-    python benchmarks/bench_group_quotas.py [--seeds 0,1,2,3,4] [--groups 24] [--features text]
+    python benchmarks/bench_group_quotas.py [--seeds 0,1,2,3,4] [--groups 8,16,24,36] [--features text]
+
+The text features read the prompt only, and both variants share their prompts: with text features the two
+variants give the same selections (run one with --variants short).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def coverage(selected_skills: np.ndarray, oracle: np.ndarray) -> tuple[float, fl
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2,3,4")
-    ap.add_argument("--groups", type=int, default=24)
+    ap.add_argument("--groups", default="24", help="comma list of G values to compare with flat quotas")
     ap.add_argument("--features", default="text")
     ap.add_argument("--variants", default="short,worked")
     a = ap.parse_args(argv)
@@ -53,7 +56,8 @@ def main(argv=None):
             oracle = water_fill_quotas(np.bincount(skills), budget)
             emb = Path(tmp) / variant / "emb.parquet"
             cli(["embed", paths["train"], "--out", emb, "--features", a.features, "-q"], log)
-            for mode, extra in (("flat", []), (f"groups {a.groups}", ["--groups", a.groups])):
+            modes = [("flat", [])] + [(f"groups {g}", ["--groups", g]) for g in a.groups.split(",")]
+            for mode, extra in modes:
                 cov, mins = [], []
                 for seed in seeds:
                     c, s = Path(tmp) / variant / "c.parquet", Path(tmp) / variant / "s.parquet"

@@ -617,8 +617,7 @@ def main(argv=None):
             names.append(n)
     budget = round(FRACTION * a.rows)
     t_start = time.perf_counter()
-    def device_tag(device: str) -> str:
-        return "" if device == "cpu" else f"-{device.split(':')[0]}"
+    device_tag = "" if a.train_device == "cpu" else f"-{a.train_device.split(':')[0]}"
     variants, todo, job_keys = {}, [], {}
     for variant in a.variants.split(","):
         vdir = work / variant
@@ -653,8 +652,9 @@ def main(argv=None):
                                                      sorted(vars(train_eval.TrainConfig()).items())],
                                                     default=str).encode(), digest_size=8).hexdigest()
                 run_dir = vdir / "runs" / name
-                run_cache = run_dir / f"seed{seed}-e{a.epochs}{device_tag(a.train_device)}-{digest}.json"
-                cached = [run_cache] if run_cache.exists() else sorted(run_dir.glob(f"seed{seed}-e{a.epochs}*-{digest}.json"))
+                run_cache = run_dir / f"seed{seed}-e{a.epochs}{device_tag}-{digest}.json"
+                cached = [run_cache] if run_cache.exists() else sorted(
+                    run_dir.glob(f"seed{seed}-e{a.epochs}*-{digest}.json"))
                 if cached and not a.fresh:
                     job_keys[variant].append((name, cached[0]))
                 elif not a.cached_only:
@@ -680,7 +680,8 @@ def main(argv=None):
 
     not_run = run_jobs(todo, a.jobs, a.time_limit, save)
     if not_run:
-        print(f"--time-limit: {not_run} training runs not started", file=sys.stderr, flush=True)
+        print(f"{not_run} training runs not run (--time-limit, or failed as printed above)", file=sys.stderr,
+              flush=True)
     results, valid = {}, {}
     for variant, (sels, labels) in variants.items():
         runs = {}

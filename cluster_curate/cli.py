@@ -252,6 +252,24 @@ class _KParam(click.ParamType):
         return k
 
 
+class _GroupsParam(click.ParamType):
+    """--groups: a positive number of groups, 'auto' or 'none'."""
+    name = "G|auto|none"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        if str(value).lower() in ("auto", "none"):
+            return str(value).lower()
+        try:
+            g = int(value)
+        except ValueError:
+            self.fail(f"expected a number of groups, 'auto' or 'none', got {value!r}", param, ctx)
+        if g < 1:
+            self.fail(f"must be >= 1, got {g}", param, ctx)
+        return g
+
+
 @command("cluster")
 @click.argument("embeddings", type=click.Path())
 @click.option("--out", "-o", required=True, type=click.Path(),
@@ -272,10 +290,10 @@ class _KParam(click.ParamType):
               help="GPUs for faiss: all it sees by default, 0 = CPU (choose devices with CUDA_VISIBLE_DEVICES).")
 @click.option("--batch-rows", type=click.IntRange(min=1), default=65536, show_default=True,
               help="Rows per assignment batch (memory: the feature matrix plus one batch).")
-@click.option("--groups", type=click.IntRange(min=1), default=None,
+@click.option("--groups", type=_GroupsParam(), default="none", show_default=True,
               help="Also group the k clusters into G coarse groups (k-means on the centroids); `select` then "
                    "water-fills the budget over groups first, then over the clusters inside each, so the many "
-                   "clusters of one dominant kind share one quota.  [default: no groups]")
+                   "clusters of one dominant kind share one quota. auto: ceil(k/3) (none when k < 6).")
 @output_options
 def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample_size, gpus, batch_rows,
                 groups, overwrite, force):

@@ -650,7 +650,7 @@ def load_centroids(clusters_path):
 
 def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, seed: int = 0, center: bool = False,
                        max_size_factor: float | None = None, sample_size: int | None = None,
-                       gpus: int | None = None, batch_rows: int = 65536, groups: int | None = None,
+                       gpus: int | None = None, batch_rows: int = 65536, groups: int | str | None = None,
                        overwrite: bool = False, force: bool = False) -> tuple[dict, list[dict]]:
     """`cluster`: read an embeddings artifact, k-means it, write the clusters artifact (+ centroids beside it).
     Returns the summary dict and the size-band table."""
@@ -698,6 +698,10 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
                              max_size_factor=max_size_factor, batch_rows=batch_rows)
     del x
     stats = C.size_stats(res.sizes)
+    if groups == "auto":
+        groups, groups_rule = C.auto_groups(k), f"auto: {C.AUTO_GROUPS_RULE}"
+    else:
+        groups, groups_rule = (None if groups in (None, "none") else int(groups)), "given"
     group_of = C.group_clusters(res.centroids, groups, seed) if groups is not None else None
 
     centroid_bytes = _npy_bytes(res.centroids)
@@ -713,7 +717,7 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         "train_objective": res.train_objective, "device": device, "zero_rows": norm["zero_rows"],
         "mean_resultant_length": round(shared_direction, 6),
         "sizes": res.sizes.tolist(),
-        "groups": None if group_of is None else group_of.tolist(),
+        "groups": None if group_of is None else group_of.tolist(), "groups_rule": groups_rule,
         # the file is sidecar_path(artifact, "centroids.npy"); its name is not recorded so that the same
         # inputs give the same metadata whatever the output is called
         "centroids": {"sidecar": "centroids.npy", "shape": list(res.centroids.shape), "dtype": "float32",
@@ -745,8 +749,9 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
     }
     if group_of is not None:
         group_sizes = np.bincount(group_of, weights=res.sizes, minlength=groups).astype(int)
-        summary["groups"] = (f"{groups} groups of clusters (k-means on the centroids), rows per group "
-                             f"min / median / max {group_sizes.min()} / {np.median(group_sizes):g} / {group_sizes.max()}")
+        summary["groups"] = (f"{groups} groups of clusters (k-means on the centroids; {groups_rule}), rows per "
+                             f"group min / median / max {group_sizes.min()} / {np.median(group_sizes):g} / "
+                             f"{group_sizes.max()}")
     if res.cap is not None:
         summary["size cap"] = f"{res.cap} rows (--max-size-factor {max_size_factor})"
         summary["moved by the cap"] = res.moved

@@ -349,3 +349,7 @@ def test_auto_k_runs_on_tiny_inputs(n):
     res = C.cluster_features(x, C.auto_k(n), max_size_factor=1.5)
     assert res.sizes.sum() == n and res.sizes.max() <= C.size_cap(n, res.k, 1.5)
     assert len(res.centroids) == C.auto_k(n)
+
+
+def test_auto_groups_pools_about_three_clusters_and_leaves_few_clusters_alone():
+    assert [C.auto_groups(k) for k in (1, 5, 6, 12, 71, 317)] == [None, None, 2, 4, 24, 106]

@@ -419,3 +419,12 @@ def test_cluster_groups_flow_into_select(tmp_path, cli_runner):
     r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(tmp_path / "c2.parquet"), "--k", "12",
                                  "--groups", "13"])
     assert r.exit_code == 2 and "--groups 13 must be between 1 and k = 12" in r.stderr
+    # auto: ceil(k/3) groups; none: flat quotas
+    for value, expected in (("auto", 4), ("none", None)):
+        out = tmp_path / f"c-{value}.parquet"
+        r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(out), "--k", "12", "--groups", value])
+        assert r.exit_code == 0, r.output
+        groups = read_meta(out).params["groups"]
+        assert (groups is None) if expected is None else (len(set(groups)) <= expected == max(groups) + 1)
+    r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(tmp_path / "c3.parquet"), "--groups", "some"])
+    assert r.exit_code == 2 and "expected a number of groups, 'auto' or 'none'" in r.stderr
