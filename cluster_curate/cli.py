@@ -236,45 +236,35 @@ def embed_cmd(data, out, read_options, overwrite, force, proxy_size, proxy_sampl
 
 # ============================================================================================ cluster
 
-class _KParam(click.ParamType):
-    """--k: a positive number of clusters or 'auto'."""
-    name = "N|auto"
+class _CountOrWord(click.ParamType):
+    """A positive count (of `what`), or one of a few words: --k N|auto, --groups G|auto|none."""
 
-    def convert(self, value, param, ctx):
-        if isinstance(value, int) or str(value).lower() == "auto":
-            return value if isinstance(value, int) else "auto"
-        try:
-            k = int(value)
-        except ValueError:
-            self.fail(f"expected a number of clusters or 'auto', got {value!r}", param, ctx)
-        if k < 1:
-            self.fail(f"must be >= 1, got {k}", param, ctx)
-        return k
-
-
-class _GroupsParam(click.ParamType):
-    """--groups: a positive number of groups, 'auto' or 'none'."""
-    name = "G|auto|none"
+    def __init__(self, what: str, words: tuple[str, ...]):
+        self.what, self.words = what, words
+        self.name = "|".join(("N",) + words)
 
     def convert(self, value, param, ctx):
         if isinstance(value, int):
             return value
-        if str(value).lower() in ("auto", "none"):
+        if str(value).lower() in self.words:
             return str(value).lower()
         try:
-            g = int(value)
+            n = int(value)
         except ValueError:
-            self.fail(f"expected a number of groups, 'auto' or 'none', got {value!r}", param, ctx)
-        if g < 1:
-            self.fail(f"must be >= 1, got {g}", param, ctx)
-        return g
+            quoted = [repr(w) for w in self.words]
+            choices = ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
+            self.fail(f"expected a number of {self.what}{',' if len(quoted) > 1 else ' or'} {choices}, "
+                      f"got {value!r}", param, ctx)
+        if n < 1:
+            self.fail(f"must be >= 1, got {n}", param, ctx)
+        return n
 
 
 @command("cluster")
 @click.argument("embeddings", type=click.Path())
 @click.option("--out", "-o", required=True, type=click.Path(),
               help="Clusters artifact to write (.parquet); the centroids go beside it (OUT.centroids.npy).")
-@click.option("--k", "k", type=_KParam(), default="auto", show_default=True,
+@click.option("--k", "k", type=_CountOrWord("clusters", ("auto",)), default="auto", show_default=True,
               help="Number of clusters, or auto: ceil(sqrt(n)) capped at n/2 (deliberately more clusters than "
                    "natural groups, so rare groups get clusters of their own). The paper uses k = number of GPUs.")
 @click.option("--iters", type=click.IntRange(min=1), default=20, show_default=True, help="k-means iterations.")
@@ -290,7 +280,7 @@ class _GroupsParam(click.ParamType):
               help="GPUs for faiss: all it sees by default, 0 = CPU (choose devices with CUDA_VISIBLE_DEVICES).")
 @click.option("--batch-rows", type=click.IntRange(min=1), default=65536, show_default=True,
               help="Rows per assignment batch (memory: the feature matrix plus one batch).")
-@click.option("--groups", type=_GroupsParam(), default="none", show_default=True,
+@click.option("--groups", type=_CountOrWord("groups", ("auto", "none")), default="none", show_default=True,
               help="Also group the k clusters into G coarse groups (k-means on the centroids); `select` then "
                    "water-fills the budget over groups first, then over the clusters inside each, so the many "
                    "clusters of one dominant kind share one quota. auto: ceil(k/3) (none when k < 6).")
