@@ -181,6 +181,8 @@ def contenders() -> dict[str, Contender]:
                     embed=["--features", "hidden", "--pool", "response"]),
         default_but("text+gradient", "default but --features text,gradient (two L2-normalised blocks)",
                     embed=["--features", "text,gradient"]),
+        default_but("text-both", "default but --text-field both (TF-IDF over the prompt and the response)",
+                    embed=["--text-field", "both"]),
         default_but("gradient-nowarmup", "default but --features gradient from a proxy warmed up for 1 step "
                     "(about its random initial weights)", embed=["--features", "gradient", "--proxy-steps", "1"]),
         default_but("gradient-smollm2", "default but --features gradient from the pretrained SmolLM2-135M (GGUF)",
