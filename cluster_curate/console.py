@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from cluster_curate.io.artifacts import json_default
-from rich.table import Table
 
 # Set once by the CLI from --quiet / --json; stages only call progress() and info().
 QUIET = False

@@ -253,8 +253,8 @@ def _embed_proxy(ds, out, cfg: EmbedConfig, layout, parsed: int, record: dict, d
         from cluster_curate.features.embed import release_free_memory
         release_free_memory()  # the sample and the tokenizer trainer's buffers, before the feature pass
         console.info(f"proxy: trained on {trained.log['rows']} rows, {trained.log['steps']} steps in "
-                     f"{seconds:.1f}s (tokenizer {trained.log['tokenizer_seconds']:.1f}s, loss {trained.log['loss_first']:.2f} -> {trained.log['loss_last10']:.2f}); "
-                     f"saved to {directory}")
+                     f"{seconds:.1f}s (tokenizer {trained.log['tokenizer_seconds']:.1f}s, loss "
+                     f"{trained.log['loss_first']:.2f} -> {trained.log['loss_last10']:.2f}); saved to {directory}")
     distributed.barrier(layout)
     if not P.is_proxy_dir(directory):  # a job-array piece whose leader did not train (cannot happen) or a race
         raise CurateError(f"{directory}: the proxy was not saved")
@@ -333,7 +333,6 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
     `out` (a file; a directory of parts when several processes share the run). Returns the summary."""
     import json
     import time
-
 
     from cluster_curate import console, distributed
     from cluster_curate.features import proxy as P

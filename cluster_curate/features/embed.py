@@ -35,7 +35,6 @@ ALL_FEATURES = (*MODEL_FEATURES, "text")
 DEFAULT_TEXT_DIM = 256
 DEFAULT_BATCH_TOKENS = 16384
 DEFAULT_MAX_LENGTH = 1024
-ENCODE_SLICE = 256  # examples per tokenizer call
 
 
 def parse_features(spec: str | list[str] | None) -> list[str]:
@@ -177,13 +176,7 @@ class Embedder:
         loss = None
         tokens = 0
         if self.uses_model:
-            # Tokenize in slices: a batched tokenizer call holds rich per-text encodings (offsets, masks) for
-            # all its texts at once, ~45 kB per GSM8K row, which would make memory grow with the chunk size.
-            encoded, skipped = [], []
-            for start in range(0, len(examples), ENCODE_SLICE):
-                enc, skip = encode_examples(self.fm.tokenizer, examples[start:start + ENCODE_SLICE], self.max_length)
-                encoded.extend(enc)
-                skipped.extend(skip)
+            encoded, skipped = encode_examples(self.fm.tokenizer, examples, self.max_length)
             kept_ids = {e.id for e in encoded}
             kept = [ex for ex in examples if ex.id in kept_ids]
             n = len(encoded)

@@ -44,6 +44,7 @@ from torch import Tensor
 from cluster_curate.errors import CurateError
 
 PLAIN_ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant"}
+ENCODE_SLICE = 256  # texts per batched tokenizer call (see _split_ids)
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
@@ -271,11 +272,14 @@ def _split_ids(tokenizer, prompt_texts: list[str], full_texts: list[str]) -> lis
     (slow tokenizers) tokenize the prompt and the rest separately instead."""
     out = []
     if getattr(tokenizer, "is_fast", False):
-        enc = tokenizer(full_texts, add_special_tokens=False, return_offsets_mapping=True)
-        for ids, offsets, prompt_text in zip(enc["input_ids"], enc["offset_mapping"], prompt_texts):
-            boundary = len(prompt_text)
-            start = bisect.bisect_left([a for a, _ in offsets], boundary)
-            out.append((list(ids[:start]), list(ids[start:])))
+        # In slices: a batched call holds rich per-text encodings (offsets, masks) for all its texts at once,
+        # ~45 kB per GSM8K row, which would make memory grow with the number of examples encoded together.
+        for s in range(0, len(full_texts), ENCODE_SLICE):
+            enc = tokenizer(full_texts[s:s + ENCODE_SLICE], add_special_tokens=False, return_offsets_mapping=True)
+            for ids, offsets, prompt_text in zip(enc["input_ids"], enc["offset_mapping"], prompt_texts[s:]):
+                boundary = len(prompt_text)
+                start = bisect.bisect_left([a for a, _ in offsets], boundary)
+                out.append((list(ids[:start]), list(ids[start:])))
         return out
     for prompt_text, full_text in zip(prompt_texts, full_texts):
         rest = full_text[len(prompt_text):]

@@ -171,9 +171,7 @@ def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: 
     t0 = time.perf_counter()
     tokenizer = train_tokenizer(example_texts(examples), opts.vocab_size, opts.tokenizer)
     t_tok = time.perf_counter() - t0
-    encoded = []
-    for start in range(0, len(examples), 256):  # slices: a batched tokenizer call's memory grows with its size
-        encoded.extend(encode_examples(tokenizer, examples[start:start + 256], opts.max_length)[0])
+    encoded, _dropped = encode_examples(tokenizer, examples, opts.max_length)
     if not encoded:
         raise CurateError("proxy: no warm-up example keeps a response token after truncation (raise --max-length)")
 
