@@ -34,11 +34,6 @@ from cluster_curate.selection import water_fill_quotas  # noqa: E402
 FRACTION = 0.31
 
 
-def coverage(selected_skills: np.ndarray, oracle: np.ndarray) -> tuple[float, float]:
-    counts = np.bincount(selected_skills, minlength=len(oracle))
-    return float(np.minimum(counts, oracle).sum() / oracle.sum()), float((counts / oracle).min())
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2,3,4")
@@ -64,13 +59,14 @@ def main(argv=None):
                     cli(["cluster", emb, "--out", c, "--seed", seed, "--overwrite", "-q", *extra], log)
                     cli(["select", c, "--out", s, "--budget", budget, "--seed", seed, "--overwrite", "-q"], log)
                     ids = pq.read_table(s, columns=["id"]).column("id").to_numpy()
-                    cv, mn = coverage(skills[ids], oracle)
+                    cv, mn = skillmix.coverage(np.bincount(skills[ids], minlength=len(oracle)), oracle)
                     cov.append(cv)
                     mins.append(mn)
                 results.append({"variant": variant, "features": a.features, "quotas": mode, "seeds": len(seeds),
                                 "coverage_mean": float(np.mean(cov)), "coverage_std": float(np.std(cov)),
                                 "min_ratio_mean": float(np.mean(mins)), "coverage_per_seed": cov})
-            rnd = [coverage(np.random.default_rng(s).choice(skills, budget, replace=False), oracle)[0] for s in seeds]
+            rnd = [skillmix.coverage(np.bincount(np.random.default_rng(s).choice(skills, budget, replace=False),
+                                             minlength=len(oracle)), oracle)[0] for s in seeds]
             results.append({"variant": variant, "features": "-", "quotas": "random 31%", "seeds": len(seeds),
                             "coverage_mean": float(np.mean(rnd)), "coverage_std": float(np.std(rnd)),
                             "min_ratio_mean": float("nan"), "coverage_per_seed": rnd})

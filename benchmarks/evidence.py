@@ -43,6 +43,8 @@ import skillmix  # noqa: E402
 from toolcli import tool_cmd, cli  # noqa: E402
 import train_eval  # noqa: E402
 
+from cluster_curate.selection import water_fill_quotas  # noqa: E402
+
 FRACTION = 0.31
 SMOLLM2 = ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"  # `make smollm2`
 # 80, not the 40 first proposed: at 40 epochs several 31% runs stopped with the training loss still falling
@@ -52,10 +54,6 @@ CONVERGED_LOSS = 0.01  # final training loss above this: the run had not finishe
 
 
 # ============================================================================================ the tool's CLI
-
-
-
-
 
 def tool_subcommands() -> set[str]:
     try:
@@ -85,28 +83,6 @@ class Selection:
     note: str = ""
 
 
-def water_fill(sizes: list[int], budget: int) -> list[int]:
-    """Quotas: small groups whole, the rest of the budget spread evenly (remainder to the largest groups)."""
-    sizes = list(sizes)
-    budget = min(budget, sum(sizes))
-    lo, hi = 0, max(sizes)
-    while lo < hi:  # largest level q with sum(min(size, q)) <= budget
-        q = (lo + hi + 1) // 2
-        if sum(min(s, q) for s in sizes) <= budget:
-            lo = q
-        else:
-            hi = q - 1
-    quotas = [min(s, lo) for s in sizes]
-    rest = budget - sum(quotas)
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        if rest == 0:
-            break
-        if quotas[i] < sizes[i]:
-            quotas[i] += 1
-            rest -= 1
-    return quotas
-
-
 def select_random(n: int, budget: int, seed: int) -> Selection:
     rng = np.random.default_rng(1000 + seed)
     return Selection(sorted(rng.choice(n, budget, replace=False).tolist()), note="uniform sample")
@@ -116,7 +92,7 @@ def select_oracle(skill: np.ndarray, budget: int, seed: int) -> Selection:
     """Water-filling quotas by the true skill labels, random rows inside a skill."""
     rng = np.random.default_rng(2000 + seed)
     groups = [np.flatnonzero(skill == s) for s in range(skill.max() + 1)]
-    quotas = water_fill([len(g) for g in groups], budget)
+    quotas = water_fill_quotas(np.array([len(g) for g in groups]), budget)
     ids = [int(i) for g, q in zip(groups, quotas) for i in rng.choice(g, q, replace=False)]
     return Selection(sorted(ids), clusters=skill.tolist(), note="water-filling by true skill")
 
@@ -363,7 +339,6 @@ def nmi(a, b) -> float:
 def summarise(variant: str, names: list[str], runs: dict, sels: dict, labels: dict) -> dict:
     skills = labels["skills"]
     skill = np.asarray(labels["skill"])
-    oracle_counts = None
     out = {}
     for name in names:
         rs = runs.get(name) or []
@@ -399,11 +374,8 @@ def summarise(variant: str, names: list[str], runs: dict, sels: dict, labels: di
             })
         out[name] = v
     if "oracle" in out:
-        oracle_counts = np.asarray(out["oracle"]["counts"])
         for v in out.values():
-            c = np.asarray(v["counts"])
-            v["coverage"] = float(np.minimum(c, oracle_counts).sum() / oracle_counts.sum())
-            v["min_count_ratio"] = float((c / oracle_counts).min())
+            v["coverage"], v["min_count_ratio"] = skillmix.coverage(v["counts"], out["oracle"]["counts"])
     if out.get("oracle", {}).get("trained") and out.get("random", {}).get("trained"):
         o, r = out["oracle"], out["random"]
         for v in out.values():
@@ -494,7 +466,6 @@ def write_report(results: dict, valid: dict, contender_defs: dict, args, out_dir
                       "| contender | " + " | ".join(skills) + " |", "|---" * (len(skills) + 1) + "|"]
             for name, v in trained.items():
                 lines.append(f"| {name} | " + " | ".join(f"{v['per_skill'][s]:.2f}" for s in skills) + " |")
-        if trained:
             lines += ["", f"Per-seed results (macro / worst skill / final training loss; a run whose training loss "
                       f"stays above {CONVERGED_LOSS} did not finish learning its rows):", ""]
             for name, v in trained.items():
@@ -523,7 +494,7 @@ def write_report(results: dict, valid: dict, contender_defs: dict, args, out_dir
     return path
 
 
-def plot(results: dict, out_dir: Path, device: str = "cpu") -> list[Path]:
+def plot(results: dict, out_dir: Path) -> list[Path]:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -557,7 +528,9 @@ def plot(results: dict, out_dir: Path, device: str = "cpu") -> list[Path]:
         cu = [res[n]["curation_seconds"] for n in names]
         ax.barh(names, tr, label="training (median s)")
         ax.barh(names, cu, left=tr, label="curation (s)")
-        ax.set_xlabel("seconds (training on 1 CPU thread)" if device == "cpu" else f"seconds (training on {device})")
+        devices = {d for n in names for d in res[n]["devices"].split("+")}
+        ax.set_xlabel("seconds (training on 1 CPU thread)" if devices == {"cpu"} else
+                      f"seconds (training on {' or '.join(sorted(devices))}: see quality.md's device column)")
         ax.invert_yaxis()
         ax.legend(fontsize=8)
         ax.set_title(f"Training + curation wall time ({variant} variant)")
@@ -697,7 +670,7 @@ def main(argv=None):
     elapsed = time.perf_counter() - t_start
     (out_dir / "quality.json").write_text(json.dumps({"config": {k: v for k, v in vars(a).items()},
                                                       "validity": valid, "results": results}, indent=1, default=str))
-    plot(results, out_dir, a.train_device)
+    plot(results, out_dir)
     path = write_report(results, valid, defs, a, out_dir, elapsed)
     for variant, res in results.items():
         print(f"\n== {variant} == {validity_line(valid[variant])}")

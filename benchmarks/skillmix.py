@@ -146,6 +146,14 @@ def skill_counts(rows: int, frequencies=None) -> list[int]:
     return counts
 
 
+def coverage(counts, oracle_counts) -> tuple[float, float]:
+    """How a selection covers the skills against the oracle's counts (rows per skill, same order):
+    (Σ min(count, oracle count) / Σ oracle count, the worst skill's count ÷ the oracle's)."""
+    import numpy as np
+    c, o = np.asarray(counts, dtype=float), np.asarray(oracle_counts, dtype=float)
+    return float(np.minimum(c, o).sum() / o.sum()), float((c / o).min())
+
+
 def generate(rows: int = 5000, variant: str = "short", seed: int = 0, test_per_skill: int = 100):
     """(train rows, test rows), each a list of dicts; train rows are shuffled, skills long-tailed."""
     if variant not in ("short", "worked"):

@@ -292,12 +292,13 @@ def greedy_answers(model: GPT, tok: WordTokenizer, rows: list[Row], max_new: int
 def response_loss(model: GPT, tok: WordTokenizer, rows: list[Row], max_len: int, batch_size: int = 64) -> float:
     """Mean next-token loss over response tokens + <eos> of held-out rows."""
     model.eval()
+    dev = next(model.parameters()).device
     encoded = [encode_row(tok, r, max_len) for r in rows]
     total, count = 0.0, 0
     order = sorted(range(len(rows)), key=lambda i: len(encoded[i][0]))
     for s in range(0, len(order), batch_size):
         batch = order[s:s + batch_size]
-        ids, mask, targets = (t.to(next(model.parameters()).device) for t in _loss_targets(encoded, batch))
+        ids, mask, targets = (t.to(dev) for t in _loss_targets(encoded, batch))
         logits = model(ids, mask)
         total += float(F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-100,
                                        reduction="sum"))
