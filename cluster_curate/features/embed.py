@@ -165,17 +165,18 @@ class Embedder:
 
     def embed(self, examples: list, on_batch=None) -> ChunkResult:
         """Feature rows of `examples`. `on_batch(rows, tokens)` is called after each model batch."""
-        import torch
-
-        from cluster_curate.features.extractors import extract
-        from cluster_curate.features.models import collate, encode_examples
         from cluster_curate.features.text import example_text, word_counts
 
         skipped: list[tuple[int, str]] = []
         model_blocks: dict[str, np.ndarray] = {}
         loss = None
         tokens = 0
-        if self.uses_model:
+        if self.uses_model:  # torch and the extractors only here: a text-only run never imports torch
+            import torch
+
+            from cluster_curate.features.extractors import extract
+            from cluster_curate.features.models import collate, encode_examples
+
             encoded, skipped = encode_examples(self.fm.tokenizer, examples, self.max_length)
             kept_ids = {e.id for e in encoded}
             kept = [ex for ex in examples if ex.id in kept_ids]

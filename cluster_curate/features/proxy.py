@@ -29,12 +29,14 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING
 
 from cluster_curate.errors import CurateError
-from cluster_curate.features.gpt import GPT, GPTConfig, cosine_lr
+
+if TYPE_CHECKING:  # torch is imported where a proxy is trained or loaded: `embed --features text` needs none
+    import torch
+
+    from cluster_curate.features.gpt import GPT, GPTConfig
 
 PROXY_MARKER = "cluster-curate-proxy"
 EOS = "<|endoftext|>"
@@ -97,6 +99,7 @@ class ProxyOptions:
         return min(n_rows, max(self.min_rows, min(self.max_rows, math.ceil(self.sample * n_rows))))
 
     def gpt_config(self, vocab_size: int) -> GPTConfig:
+        from cluster_curate.features.gpt import GPTConfig
         n_layer, n_head, d_model = SIZES[self.size]
         return GPTConfig(vocab_size=vocab_size, n_layer=n_layer, n_head=n_head, d_model=d_model,
                          max_len=self.max_length)
@@ -161,7 +164,11 @@ def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: 
     about `batch_tokens` padded tokens from length-sorted buckets in a seeded random order.
     `on_step(step, total, loss)` is called after each step (progress). `dataset_rows` (the rows the
     features will be computed on) caps the steps by `options.budget` unless `options.steps` is given."""
+    import torch
+    import torch.nn.functional as F
+
     from cluster_curate.features.embed import plan_batches
+    from cluster_curate.features.gpt import GPT, cosine_lr
     from cluster_curate.features.models import collate, encode_examples
 
     opts = options or ProxyOptions()
@@ -281,6 +288,8 @@ def load_proxy_gpt(path, step: int | None = None) -> tuple[GPT, object]:
     """(GPT, tokenizer) of a saved proxy: the final weights, or those of warm-up checkpoint `step`."""
     from safetensors.torch import load_file
     from transformers import PreTrainedTokenizerFast
+
+    from cluster_curate.features.gpt import GPT, GPTConfig
 
     p = Path(path)
     config = read_proxy_config(p)
