@@ -11,7 +11,8 @@ the tool's own CLI (timed: that is the curation cost):
   tool-padded     the same 31% selection, shard --balance padded (balances M x longest row, what a padding
                   trainer computes)
   paper           the paper's recipe: embed --features gradient -> cluster --k 2 (= ranks) --max-size-factor 1.5
-                  -> select --per-cluster-ratio r --within far (r chosen to give ~31%) -> shard --allocation paper
+                  --groups none -> select --per-cluster-ratio r --within far (r chosen to give ~31%)
+                  -> shard --allocation paper
 
 Trainer (same for every configuration): GPT from cluster_curate/features/gpt.py (default 2 layers, d = 64,
 4 heads), word-level tokens (benchmarks/train_eval.py's tokenizer, vocabulary from the whole data subset),
@@ -110,7 +111,7 @@ def curate(data: Path, work: Path, m: int, configs: list[str], embed_args: list[
             log.append(base[0])
         cp, sp = work / "clusters-paper.parquet", work / "selection-paper.parquet"
         tc = cli(["cluster", ep, "--out", cp, "--overwrite", "--seed", seed, "--k", WORLD,
-                  "--max-size-factor", "1.5"], log)
+                  "--max-size-factor", "1.5", "--groups", "none"], log)
         sizes = np.bincount(np.asarray(pq.read_table(cp, columns=["cluster"]).column("cluster").to_numpy()))
         n = int(sizes.sum())
         ratio = min(1.0, math.floor(1000 * FRACTION * n / (WORLD * sizes[sizes > 0].min())) / 1000)

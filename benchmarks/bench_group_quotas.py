@@ -1,12 +1,12 @@
 """Selection-level evidence for `cluster --groups` (quotas water-filled over groups of clusters first).
 
 No training, so no training noise: on the skill-mixture benchmark (benchmarks/skillmix.py, both variants),
-select 31% through the tool's own commands with flat quotas and with --groups G, over several clustering
+select 31% through the tool's own commands with flat quotas and with --groups G or auto, over several clustering
 seeds, and compare how the selection covers the skills against the oracle's counts (water-filling by the
 true skill labels): coverage = Σ_skill min(count, oracle count) / Σ oracle count; min ratio = the worst
 skill's count ÷ the oracle's. Prints a table, writes benchmarks/results/group_quotas.md/.json.
 
-    python benchmarks/bench_group_quotas.py [--seeds 0,1,2,3,4] [--groups 8,16,24,36] [--features text]
+    python benchmarks/bench_group_quotas.py [--seeds 0,1,2,3,4] [--groups auto,12,24,48] [--features text]
 
 The text features read the prompt only, and both variants share their prompts: with text features the two
 variants give the same selections (run one with --variants short).
@@ -37,7 +37,8 @@ FRACTION = 0.31
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", default="0,1,2,3,4")
-    ap.add_argument("--groups", default="24", help="comma list of G values to compare with flat quotas")
+    ap.add_argument("--groups", default="auto,12,24,48",
+                    help="comma list of --groups values (G or auto) to compare with flat quotas")
     ap.add_argument("--features", default="text")
     ap.add_argument("--variants", default="short,worked")
     a = ap.parse_args(argv)

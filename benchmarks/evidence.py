@@ -55,6 +55,27 @@ CONVERGED_LOSS = 0.01  # final training loss above this: the run had not finishe
 
 # ============================================================================================ the tool's CLI
 
+def tool_defaults() -> dict:
+    """The default of every option of embed / cluster / select / shard, as the installed tool declares them."""
+    import click
+
+    from cluster_curate.cli import main
+    return {cmd: {p.name: p.default for p in main.commands[cmd].params if isinstance(p, click.Option)}
+            for cmd in ("embed", "cluster", "select", "shard") if cmd in main.commands}
+
+
+def training_digest(sel: Selection) -> str:
+    """A run is decided by the rows in the order the trainer reads them (a shards directory: shard order),
+    their weights when used, and the recipe; not by the contender's name or where its files are."""
+    if sel.train_path:
+        rows = train_eval.load_rows(sel.train_path)
+        order = [[r.id, r.weight] if sel.use_weights else r.id for r in rows]
+    else:
+        order = sel.ids
+    return hashlib.blake2b(json.dumps([order, sel.use_weights, sorted(vars(train_eval.TrainConfig()).items())],
+                                      default=str).encode(), digest_size=8).hexdigest()
+
+
 def tool_subcommands() -> set[str]:
     try:
         out = subprocess.run(tool_cmd() + ["--help"], capture_output=True, text=True, timeout=120).stdout
@@ -112,6 +133,14 @@ class Contender:
     use_weights: bool = False
     needs: tuple = ()  # subcommands that must exist
 
+    def digest(self, defaults: dict) -> str:
+        """Names a cached selection by what makes it: its arguments and the tool's defaults (not the
+        description), so a changed contender, or a changed default, re-curates."""
+        recipe = [self.kind, self.embed, self.features, self.cluster, self.select, self.shard, self.use_weights]
+        if self.kind in ("tool", "features"):
+            recipe.append(defaults)
+        return hashlib.blake2b(json.dumps(recipe, default=str).encode(), digest_size=6).hexdigest()
+
 
 VALIDITY = ("full", "random", "oracle")
 
@@ -127,24 +156,27 @@ def contenders() -> dict[str, Contender]:
         return Contender(name, "tool", desc, embed=list(embed), cluster=[*cluster, *seed],
                          select=[*budget, *select], shard=[*shard2, *shard], use_weights=use_weights, needs=tool)
 
-    def control(name, features, desc):
-        return Contender(name, "features", desc, features=features, cluster=seed, select=budget, needs=tool[1:3])
+    def control(name, features, desc, cluster=()):
+        return Contender(name, "features", desc, features=features, cluster=[*cluster, *seed], select=budget,
+                         needs=tool[1:3])
 
     c = [
         Contender("full", "full", "all rows"),
         Contender("random", "random", "uniform random 31%"),
         Contender("oracle", "oracle", "water-filling quotas by the TRUE skill labels (not label-free)"),
-        default_but("default", "the tool's defaults: embed (text), cluster (k auto), select --budget (random "
-                    "order), shard (token-balanced allocation); trained without the shards' weights"),
+        default_but("default", "the tool's defaults: embed (text), cluster (k auto, --groups auto), select "
+                    "--budget (random order), shard (token-balanced allocation); trained without the shards' "
+                    "weights"),
         Contender("paper", "tool", "the paper's recipe: gradient (proxy), K = 4 ranks, cap 1.5, per-cluster ratio, "
                   "far, allocation paper, weights", embed=["--features", "gradient"],
-                  cluster=["--k", "4", "--max-size-factor", "1.5", *seed],
+                  cluster=["--k", "4", "--max-size-factor", "1.5", "--groups", "none", *seed],
                   select=["--per-cluster-ratio", "{ratio}", "--within", "far", *seed],
                   shard=["--num-shards", "4", "--allocation", "paper", *seed], use_weights=True, needs=tool),
-        Contender("text-k48", "tool", "the first probe: prompt TF-IDF, k = 48, random order",
-                  embed=["--features", "text"], cluster=["--k", "48", *seed], select=budget, needs=tool[:3]),
-        default_but("groups", "default + cluster --groups 24 (budget water-filled over 24 groups of clusters "
-                    "first)", cluster=["--groups", "24"]),
+        Contender("text-k48", "tool", "the first probe: prompt TF-IDF, k = 48, flat quotas, random order",
+                  embed=["--features", "text"], cluster=["--k", "48", "--groups", "none", *seed], select=budget,
+                  needs=tool[:3]),
+        default_but("flat", "default but cluster --groups none: flat quotas over the clusters (the default until "
+                    "2026-11-30; `--groups auto` won over it)", cluster=["--groups", "none"]),
         default_but("gradient", "default but --features gradient (the paper's feature, proxy model)",
                     embed=["--features", "gradient"]),
         default_but("lora-gradient", "default but --features lora-gradient (proxy)",
@@ -172,6 +204,8 @@ def contenders() -> dict[str, Contender]:
                 "order"),
         control("shape", "shape", "control: answer-shape stats (length, digits, letters, upper, spaces, symbols), "
                 "k auto, random order"),
+        control("text+shape", "text+shape", "probe: the default's prompt TF-IDF and the answer-shape stats as two "
+                "L2-normalised blocks, cluster --groups auto", cluster=["--groups", "auto"]),
     ]
     return {x.name: x for x in c}
 
@@ -196,6 +230,11 @@ def harness_features(name: str, rows: list[train_eval.Row]) -> np.ndarray:
                                                                            for ch in s)])
         x = np.asarray(feats, dtype=np.float32)
         return (x - x.mean(0)) / (x.std(0) + 1e-6)
+    if name == "text+shape":
+        from cluster_curate.features.embed import combine_blocks
+        from cluster_curate.features.text import TextFeaturizer
+        prompts = [r.prompt for r in rows]
+        return combine_blocks([TextFeaturizer().fit(prompts).transform(prompts), harness_features("shape", rows)])
     raise ValueError(name)
 
 
@@ -577,6 +616,7 @@ def main(argv=None):
     out_dir = Path(a.results)
     out_dir.mkdir(parents=True, exist_ok=True)
     defs = contenders()
+    defaults = tool_defaults()
     available = tool_subcommands()
     quick_set = ["full", "random", "oracle", "text-k48", "default"]
     if not SMOLLM2.exists() and "gradient-smollm2" in defs and not a.contenders:
@@ -609,7 +649,7 @@ def main(argv=None):
         for name in names:
             sels[name] = []
             for seed in a.seeds:
-                sel_cache = vdir / "sel" / name / f"seed{seed}.json"
+                sel_cache = vdir / "sel" / name / f"seed{seed}-{defs[name].digest(defaults)}.json"
                 if sel_cache.exists() and not a.fresh:
                     sel = Selection(**json.loads(sel_cache.read_text()))
                 elif a.cached_only or a.no_curate:
@@ -621,15 +661,13 @@ def main(argv=None):
                     sel_cache.parent.mkdir(parents=True, exist_ok=True)
                     sel_cache.write_text(json.dumps(sel.__dict__))
                 sels[name].append(sel)
-                # a cached run is keyed by everything that decides it (selection, weights, recipe) and named by
-                # the device it ran on; the recipe is the same on every device, so a run from any device counts
-                digest = hashlib.blake2b(json.dumps([sel.ids, sel.train_path, sel.use_weights,
-                                                     sorted(vars(train_eval.TrainConfig()).items())],
-                                                    default=str).encode(), digest_size=8).hexdigest()
-                run_dir = vdir / "runs" / name
-                run_cache = run_dir / f"seed{seed}-e{a.epochs}{device_tag}-{digest}.json"
+                # a cached run is keyed by everything that decides it (training_digest) and named by the device
+                # it ran on; the recipe is the same on every device, so a run from any device counts, and so does
+                # the same training made under another contender's name
+                digest = training_digest(sel)
+                run_cache = vdir / "runs" / name / f"seed{seed}-e{a.epochs}{device_tag}-{digest}.json"
                 cached = [run_cache] if run_cache.exists() else sorted(
-                    run_dir.glob(f"seed{seed}-e{a.epochs}*-{digest}.json"))
+                    (vdir / "runs").glob(f"*/seed{seed}-e{a.epochs}*-{digest}.json"))
                 if cached and not a.fresh:
                     job_keys[variant].append((name, cached[0]))
                 elif not a.cached_only:

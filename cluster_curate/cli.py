@@ -280,10 +280,12 @@ class _CountOrWord(click.ParamType):
               help="GPUs for faiss: all it sees by default, 0 = CPU (choose devices with CUDA_VISIBLE_DEVICES).")
 @click.option("--batch-rows", type=click.IntRange(min=1), default=65536, show_default=True,
               help="Rows per assignment batch (memory: the feature matrix plus one batch).")
-@click.option("--groups", type=_CountOrWord("groups", ("auto", "none")), default="none", show_default=True,
-              help="Also group the k clusters into G coarse groups (k-means on the centroids); `select` then "
+@click.option("--groups", type=_CountOrWord("groups", ("auto", "none")), default="auto", show_default=True,
+              help="Group the k clusters into coarse groups (average linkage of the centroids); `select` then "
                    "water-fills the budget over groups first, then over the clusters inside each, so the many "
-                   "clusters of one dominant kind share one quota. auto: ceil(k/3) (none when k < 6).")
+                   "clusters of one dominant kind share one quota. auto: clusters whose centroids are as similar "
+                   "as rows are to their own centroid share a group; G: cut into G groups; none: flat quotas "
+                   "over clusters.")
 @output_options
 def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample_size, gpus, batch_rows,
                 groups, overwrite, force):
@@ -293,7 +295,7 @@ def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample
     Writes `id`, `cluster`, `similarity` (cosine to its centroid) and OUT.centroids.npy.
     Examples:
       cluster-curate cluster emb.parquet --out clusters.parquet
-      cluster-curate cluster emb.parquet --out clusters.parquet --k 4 --max-size-factor 1.5   # the paper
+      cluster-curate cluster emb.parquet --out clusters.parquet --k 4 --max-size-factor 1.5 --groups none  # paper
     """
     from cluster_curate import pipeline
     summary, rows = pipeline.cluster_embeddings(embeddings, out, k=k, iters=iters, seed=seed, center=center,

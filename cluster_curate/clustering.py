@@ -27,7 +27,8 @@ from cluster_curate.errors import CurateError
 
 # --k auto: see auto_k().
 AUTO_K_RULE = "ceil(sqrt(n)), at most n // 2 (at least 1)"
-AUTO_GROUPS_RULE = "ceil(k / 3) groups of about 3 clusters each; none when k < 6"
+AUTO_GROUPS_RULE = ("clusters join one group while their centroids are, on average, at least as similar to one "
+                    "another as the rows are to their own centroids (the clustering's mean similarity)")
 
 # Training sample: see training_sample_size().
 SAMPLE_PER_CENTROID = 128
@@ -513,24 +514,34 @@ def cluster_features(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, samp
                             train_objective=model.train_objective, sizes=np.bincount(labels, minlength=k))
 
 
-def auto_groups(k: int) -> int | None:
-    """The `--groups auto` rule (AUTO_GROUPS_RULE). Why about 3 clusters a group: on the skill-mixture benchmark
-    (benchmarks/bench_group_quotas.py, k = 71) coverage of the skills rose from 72% (no groups) through 76%
-    (12 groups) to 84-85% at 24-48 groups, and is back at the flat 72% when every cluster is its own group."""
-    return math.ceil(k / 3) if k >= 6 else None
+def group_clusters(centroids: np.ndarray, n_groups: int | None = None,
+                   min_similarity: float | None = None) -> np.ndarray:
+    """Coarse groups of clusters: average-linkage agglomeration of the (unit) centroids on cosine distance, cut
+    into `n_groups` groups, or where the average similarity between two groups falls below `min_similarity`
+    (`--groups auto` passes the clustering's mean row-to-centroid similarity). Returns each cluster's group,
+    numbered 0.. in order of first appearance.
 
+    Why: k-means on skewed data splits a dominant kind of example into many clusters, so equal per-cluster
+    quotas favour that kind; quotas water-filled over groups first (select) let its pieces share one quota.
+    Why this cut for auto: two clusters whose centroids are as close as a typical row is to its own centroid
+    are pieces of one kind, not two kinds. Deterministic (no seed): the same centroids give the same groups."""
+    from scipy.cluster.hierarchy import fcluster, linkage
 
-def group_clusters(centroids: np.ndarray, n_groups: int, seed: int = 0) -> np.ndarray:
-    """Coarse groups of clusters: spherical k-means on the (unit) centroids. Returns the group of each cluster.
-
-    Why: k-means on skewed data splits a dominant kind of example into many clusters and lumps rare kinds
-    together, so equal per-cluster quotas still favour the dominant kind. Quotas water-filled over groups
-    first (select) let the pieces of a big kind share one group quota."""
     k = len(centroids)
-    if not 1 <= n_groups <= k:
+    if (n_groups is None) == (min_similarity is None):
+        raise ValueError("give exactly one of n_groups and min_similarity")
+    if n_groups is not None and not 1 <= n_groups <= k:
         raise CurateError(f"--groups {n_groups} must be between 1 and k = {k}")
-    model = kmeans_faiss(centroids, n_groups, iters=20, seed=seed, sample_size=k, gpus=0)
-    return (centroids @ model.centroids.T).argmax(axis=1).astype(np.int64)
+    if k < 2:
+        return np.zeros(k, dtype=np.int64)
+    c = np.asarray(centroids, dtype=np.float64)
+    distance = np.clip(1.0 - c @ c.T, 0.0, 2.0)
+    condensed = distance[np.triu_indices(k, 1)]  # scipy's condensed order: row-major upper triangle
+    tree = linkage(condensed, method="average")
+    flat = (fcluster(tree, t=n_groups, criterion="maxclust") if n_groups is not None
+            else fcluster(tree, t=1.0 - min_similarity, criterion="distance"))
+    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse].astype(np.int64)
 
 
 # ------------------------------------------------------------------------------------------ reporting

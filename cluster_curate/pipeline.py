@@ -359,8 +359,8 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
     if layout.torchrun and not layout.leader:  # one progress bar and one summary: rank 0's
         console.configure(quiet=True, json_mode=False)
     device = distributed.device_for(layout, cfg.device)
-    distributed.init(layout, use_cuda=str(device or "").startswith("cuda") or (
-        device in (None, "auto") and _cuda_available()))
+    distributed.init(layout, use_cuda=layout.torchrun and (str(device or "").startswith("cuda") or (
+        device in (None, "auto") and _cuda_available())))  # torch is imported only when needed
     try:
         ds = open_dataset(data, read_options)
         parsed, total_rows, per_chunk = _embed_scan(ds, cfg.commit_every)
@@ -649,7 +649,7 @@ def load_centroids(clusters_path):
 
 def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, seed: int = 0, center: bool = False,
                        max_size_factor: float | None = None, sample_size: int | None = None,
-                       gpus: int | None = None, batch_rows: int = 65536, groups: int | str | None = None,
+                       gpus: int | None = None, batch_rows: int = 65536, groups: int | str | None = "auto",
                        overwrite: bool = False, force: bool = False) -> tuple[dict, list[dict]]:
     """`cluster`: read an embeddings artifact, k-means it, write the clusters artifact (+ centroids beside it).
     Returns the summary dict and the size-band table."""
@@ -698,10 +698,12 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
     del x
     stats = C.size_stats(res.sizes)
     if groups == "auto":
-        groups, groups_rule = C.auto_groups(k), f"auto: {C.AUTO_GROUPS_RULE}"
+        group_of = C.group_clusters(res.centroids, min_similarity=res.objective)
+        groups_rule = f"auto: {C.AUTO_GROUPS_RULE} = {res.objective:.4f}"
+    elif groups in (None, "none"):
+        group_of, groups_rule = None, None
     else:
-        groups, groups_rule = (None if groups in (None, "none") else int(groups)), "given"
-    group_of = C.group_clusters(res.centroids, groups, seed) if groups is not None else None
+        group_of, groups_rule = C.group_clusters(res.centroids, n_groups=int(groups)), "given"
 
     centroid_bytes = _npy_bytes(res.centroids)
     centroids_file = sidecar_path(out, "centroids.npy")
@@ -747,10 +749,10 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         "empty clusters": stats["empty"],
     }
     if group_of is not None:
-        group_sizes = np.bincount(group_of, weights=res.sizes, minlength=groups).astype(int)
-        summary["groups"] = (f"{groups} groups of clusters (k-means on the centroids; {groups_rule}), rows per "
-                             f"group min / median / max {group_sizes.min()} / {np.median(group_sizes):g} / "
-                             f"{group_sizes.max()}")
+        group_sizes = np.bincount(group_of, weights=res.sizes).astype(int)
+        summary["groups"] = (f"{len(group_sizes)} groups of clusters (average linkage of the centroids; "
+                             f"{groups_rule}), rows per group min / median / max {group_sizes.min()} / "
+                             f"{np.median(group_sizes):g} / {group_sizes.max()}")
     if res.cap is not None:
         summary["size cap"] = f"{res.cap} rows (--max-size-factor {max_size_factor})"
         summary["moved by the cap"] = res.moved

@@ -351,5 +351,29 @@ def test_auto_k_runs_on_tiny_inputs(n):
     assert len(res.centroids) == C.auto_k(n)
 
 
-def test_auto_groups_pools_about_three_clusters_and_leaves_few_clusters_alone():
-    assert [C.auto_groups(k) for k in (1, 5, 6, 12, 71, 317)] == [None, None, 2, 4, 24, 106]
+def test_group_clusters_merges_the_pieces_of_one_kind():
+    from cluster_curate.selection import grouped_quotas, water_fill_quotas
+    # one dominant kind (70% of rows) that k = 12 splits into many clusters, three rare kinds
+    x, kind = mixture(2000, d=16, groups=4, seed=5, weights=[0.7, 0.1, 0.1, 0.1])
+    C.normalise_features(x)
+    res = C.cluster_features(x, 12, seed=0)
+    majority = np.array([np.bincount(kind[res.labels == c], minlength=4).argmax() for c in range(12)])
+    assert (majority == majority[np.argmax(res.sizes)]).sum() >= 6
+    auto = C.group_clusters(res.centroids, min_similarity=res.objective)
+    # auto: exactly one group per kind, numbered in order of first appearance
+    assert len(set(zip(auto.tolist(), majority.tolist()))) == 4 == auto.max() + 1
+    assert list(dict.fromkeys(auto.tolist())) == [0, 1, 2, 3]
+    per_kind = lambda q: np.bincount(majority, weights=q, minlength=4)  # noqa: E731
+    assert per_kind(water_fill_quotas(res.sizes, 400)).max() >= 200
+    assert per_kind(grouped_quotas(res.sizes, auto, 400)).tolist() == [100, 100, 100, 100]
+    # a count cuts the same tree; one group for everything, and k = 1, are fine
+    assert C.group_clusters(res.centroids, n_groups=4).tolist() == auto.tolist()
+    assert C.group_clusters(res.centroids, n_groups=1).tolist() == [0] * 12
+    assert C.group_clusters(res.centroids[:1], min_similarity=0.5).tolist() == [0]
+    with pytest.raises(CurateError, match="--groups 13 must be between 1 and k = 12"):
+        C.group_clusters(res.centroids, n_groups=13)
+
+
+def test_group_clusters_tolerates_a_zero_centroid():
+    c = np.array([[1, 0, 0], [0.99, 0.141, 0], [0, 0, 0], [0, 1, 0]], dtype=np.float32)
+    assert C.group_clusters(c, min_similarity=0.9).tolist() == [0, 0, 1, 2]

@@ -419,12 +419,17 @@ def test_cluster_groups_flow_into_select(tmp_path, cli_runner):
     r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(tmp_path / "c2.parquet"), "--k", "12",
                                  "--groups", "13"])
     assert r.exit_code == 2 and "--groups 13 must be between 1 and k = 12" in r.stderr
-    # auto: ceil(k/3) groups; none: flat quotas
-    for value, expected in (("auto", 4), ("none", None)):
+    # auto (the default): the 12 clusters of 8 blobs merge back into about 8 groups; none: flat quotas
+    for value in ("auto", "none", None):
         out = tmp_path / f"c-{value}.parquet"
-        r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(out), "--k", "12", "--groups", value])
+        r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(out), "--k", "12",
+                                     *(["--groups", value] if value else [])])
         assert r.exit_code == 0, r.output
-        groups = read_meta(out).params["groups"]
-        assert (groups is None) if expected is None else (len(set(groups)) <= expected == max(groups) + 1)
+        params = read_meta(out).params
+        if value == "none":
+            assert params["groups"] is None
+        else:
+            assert 6 <= max(params["groups"]) + 1 <= 10 and params["groups_rule"].startswith("auto: ")
+            assert "groups of clusters (average linkage" in " ".join(r.output.split())
     r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(tmp_path / "c3.parquet"), "--groups", "some"])
     assert r.exit_code == 2 and "expected a number of groups, 'auto' or 'none'" in r.stderr
