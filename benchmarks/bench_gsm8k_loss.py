@@ -7,9 +7,8 @@ and the SAME number of epochs (so a 31% subset costs ~31% of the steps):
   full       every row of the training pool
   random     a uniform random 31% (harness, numpy; seeded)
   tool       the tool's default pipeline through its CLI: `embed` (default features; `embed --help` says
-             which: gradient of the built-in proxy at the time of writing) -> `cluster` (k auto) ->
-             `select --budget B`
-  tool-text  the same with `embed --features text` (TF-IDF of the prompt, numbers masked)
+             which) -> `cluster` (k auto, groups auto) -> `select --budget B`
+  tool-flat  the same with `cluster --groups none` (flat quotas over the clusters)
 
 Trainer: benchmarks/train_eval.py (word-level tokens, GPT from cluster_curate/features/gpt.py, AdamW,
 warm-up + cosine, batches of 32 bucketed by length, loss on response + end token), 1 thread per run. The
@@ -46,6 +45,7 @@ import train_eval  # noqa: E402
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k"
 RESULTS = HERE / "results"
 FRACTION = 0.31
+TOOL_CONTENDERS = {"tool": [], "tool-flat": ["--groups", "none"]}  # name -> extra `cluster` arguments
 
 
 
@@ -54,25 +54,26 @@ FRACTION = 0.31
 
 
 
-def curate(data: Path, work: Path, budget: int, embed_args: list[str], seed: int) -> dict:
+def curate(data: Path, work: Path, budget: int, embed_args: list[str], cluster_args: list[str], seed: int) -> dict:
     """The tool's pipeline up to the selection; returns ids, per-command seconds and the commands.
     Cached in work/curation.json (a rerun with more training seeds does not curate again)."""
     work.mkdir(parents=True, exist_ok=True)
     cache = work / "curation.json"
     if cache.exists():
         cached = json.loads(cache.read_text())
-        if cached.get("budget") == budget and cached.get("embed_args") == embed_args:
+        if (cached.get("budget"), cached.get("embed_args"), cached.get("cluster_args")) == (budget, embed_args,
+                                                                                          cluster_args):
             return cached
     log: list[str] = []
     e, c, s = work / "embeddings.parquet", work / "clusters.parquet", work / "selection.parquet"
     secs = {"embed": cli(["embed", data, "--out", e, "--overwrite", "--seed", seed, *embed_args], log),
-            "cluster": cli(["cluster", e, "--out", c, "--overwrite", "--seed", seed], log),
+            "cluster": cli(["cluster", e, "--out", c, "--overwrite", "--seed", seed, *cluster_args], log),
             "select": cli(["select", c, "--out", s, "--overwrite", "--budget", budget, "--seed", seed], log)}
     import pyarrow.parquet as pq
     ids = sorted(pq.read_table(s, columns=["id"]).column("id").to_pylist())
     k = len(set(pq.read_table(c, columns=["cluster"]).column("cluster").to_pylist()))
     out = {"ids": ids, "seconds": secs, "curation_seconds": sum(secs.values()), "commands": log, "k": k,
-           "budget": budget, "embed_args": embed_args}
+           "budget": budget, "embed_args": embed_args, "cluster_args": cluster_args}
     cache.write_text(json.dumps(out))
     return out
 
@@ -148,8 +149,8 @@ def main(argv=None):
             futs.append(ex.submit(train_one, job("random", seed, sorted(rng.choice(n, budget, replace=False).tolist()))))
         # curation (once, --curation-seed) runs while the baselines train
         cs = a.curation_seed
-        for name, embed_args in (("tool", []), ("tool-text", ["--features", "text"])):
-            cur = curate(pool, work / f"{name}-s{cs}", budget, embed_args, cs)
+        for name, cluster_args in TOOL_CONTENDERS.items():
+            cur = curate(pool, work / f"{name}-s{cs}", budget, [], cluster_args, cs)
             curation[name] = {k: v for k, v in cur.items() if k != "ids"}
             print(f"curated {name} (seed {cs}): {len(cur['ids'])} rows, k={cur['k']}, "
                   f"{cur['curation_seconds']:.1f} s", flush=True)
@@ -162,7 +163,7 @@ def main(argv=None):
             results.append(r)
     load1 = os.getloadavg()
 
-    names = ["full", "random", "tool", "tool-text"]
+    names = ["full", "random", *TOOL_CONTENDERS]
     summary = {}
     for name in names:
         rs = [r for r in results if r["name"] == name]
@@ -174,7 +175,7 @@ def main(argv=None):
                          "final_train_loss_mean": float(np.mean([r["final_train_loss"] for r in rs])),
                          "curation_seconds_median": float(np.median(cur))}
     gap = summary["random"]["test_loss_mean"] - summary["full"]["test_loss_mean"]
-    for name in ("tool", "tool-text"):
+    for name in TOOL_CONTENDERS:
         d = summary["random"]["test_loss_mean"] - summary[name]["test_loss_mean"]
         summary[name]["closes_gap_random_to_full"] = float(d / gap) if gap else float("nan")
 
@@ -184,7 +185,7 @@ def main(argv=None):
             "default_features": feats, "load_avg_start_end": [round(load0[0], 1), round(load1[0], 1)],
             "wall_seconds": round(time.perf_counter() - t_all, 1),
             "command": "python benchmarks/bench_gsm8k_loss.py " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))}
-    lines = [f"# GSM8K: held-out response loss after training on full / random 31% / the tool's 31%", "",
+    lines = ["# GSM8K: held-out response loss after training on full / random 31% / the tool's 31%", "",
              f"Pool: first {n} rows of GSM8K train (budget {budget} = 31%), held-out: first {a.test_rows} rows of "
              f"GSM8K test. {meta['model']}; {a.epochs} epochs for every contender (batch 32, AdamW 3e-3, cosine); "
              f"training seeds {seeds} (full: {full_seeds}; random: a new subset per seed; the tool's selections: "
