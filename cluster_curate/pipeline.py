@@ -359,8 +359,8 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
     if layout.torchrun and not layout.leader:  # one progress bar and one summary: rank 0's
         console.configure(quiet=True, json_mode=False)
     device = distributed.device_for(layout, cfg.device)
-    distributed.init(layout, use_cuda=layout.torchrun and (str(device or "").startswith("cuda") or (
-        device in (None, "auto") and _cuda_available())))  # torch is imported only when needed
+    # under torchrun device_for has already turned auto into this rank's GPU when there is one
+    distributed.init(layout, use_cuda=str(device or "").startswith("cuda"))
     try:
         ds = open_dataset(data, read_options)
         parsed, total_rows, per_chunk = _embed_scan(ds, cfg.commit_every)
@@ -502,11 +502,6 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
         return summary
     finally:
         distributed.shutdown(layout)
-
-
-def _cuda_available() -> bool:
-    import torch
-    return torch.cuda.is_available()
 
 
 # ============================================================================================ cluster
