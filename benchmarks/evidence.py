@@ -68,8 +68,7 @@ def training_digest(sel: Selection) -> str:
     """A run is decided by the rows in the order the trainer reads them (a shards directory: shard order),
     their weights when used, and the recipe; not by the contender's name or where its files are."""
     if sel.train_path:
-        rows = train_eval.load_rows(sel.train_path)
-        order = [[r.id, r.weight] if sel.use_weights else r.id for r in rows]
+        order = [[i, w] if sel.use_weights else i for i, w in train_eval.shard_order(sel.train_path)]
     else:
         order = sel.ids
     return hashlib.blake2b(json.dumps([order, sel.use_weights, sorted(vars(train_eval.TrainConfig()).items())],

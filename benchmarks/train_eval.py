@@ -78,7 +78,7 @@ def _parse_record(rec: dict, prompt_field: str | None, response_field: str | Non
     raise ValueError(f"cannot find prompt/response fields among {sorted(rec)}")
 
 
-def _records_pyarrow(path: Path) -> list[dict]:
+def _records_pyarrow(path: Path, columns: list[str] | None = None) -> list[dict]:
     import pyarrow.parquet as pq
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
     if path.suffix == ".jsonl":
@@ -87,8 +87,14 @@ def _records_pyarrow(path: Path) -> list[dict]:
         return json.loads(path.read_text(encoding="utf-8"))
     recs = []
     for f in files:
-        recs.extend(pq.read_table(f).to_pylist())
+        recs.extend(pq.read_table(f, columns=columns).to_pylist())
     return recs
+
+
+def shard_order(path: str | Path) -> list[tuple[int, float]]:
+    """(id, weight) of a shards directory's rows in the order load_rows reads them, without their text."""
+    return [(int(r["id"]), float(r["weight"]) if r.get("weight") is not None else 1.0)
+            for r in _records_pyarrow(Path(path), columns=["id", "weight"])]
 
 
 def load_rows(path: str | Path, skill_field: str | None = None, prompt_field: str | None = None,
