@@ -174,7 +174,10 @@ def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
               help="loss-trajectory: comma list of proxy warm-up steps or model paths/ids "
                    "(default: the proxy's own warm-up checkpoints).")
 @click.option("--text-field", type=click.Choice(["prompt", "response", "both"]), default="prompt", show_default=True,
-              help="text: which text the TF-IDF looks at.")
+              help="text: which text the feature looks at.")
+@click.option("--text-weighting", type=click.Choice(["tf", "tfidf"]), default="tf", show_default=True,
+              help="text: tf weighs words by their (sublinear) count alone, so the words that say what the task is "
+                   "are not outweighed by rare topic words; tfidf weighs rare words (topics, names) most.")
 @click.option("--text-sample", type=int, default=20000, show_default=True,
               help="text: rows (seeded sample) the vocabulary, IDF and SVD are fitted on.")
 @click.option("--max-length", type=int, default=None,
@@ -283,12 +286,15 @@ class _CountOrWord(click.ParamType):
 @click.option("--groups", type=_CountOrWord("groups", ("auto", "none")), default="auto", show_default=True,
               help="Group the k clusters into coarse groups (average linkage of the centroids); `select` then "
                    "water-fills the budget over groups first, then over the clusters inside each, so the many "
-                   "clusters of one dominant kind share one quota. auto: clusters whose centroids are as similar "
-                   "as rows are to their own centroid share a group; G: cut into G groups; none: flat quotas "
-                   "over clusters.")
+                   "clusters of one dominant kind share one quota. auto: cut where --group-cut says; G: cut "
+                   "into G groups; none: flat quotas over clusters.")
+@click.option("--group-cut", type=click.Choice(["row", "pair"]), default="row", show_default=True,
+              help="Where --groups auto cuts: row: clusters whose centroids are as similar as a row is to its own "
+                   "centroid share a group; pair: as similar as two rows of one cluster are (fewer, larger groups; "
+                   "on real data it can join a rare kind into a dominant one).")
 @output_options
 def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample_size, gpus, batch_rows,
-                groups, overwrite, force):
+                groups, group_cut, overwrite, force):
     """k-means (faiss, spherical: cosine on L2-normalised features) over an embeddings artifact.
 
     \b
@@ -301,7 +307,7 @@ def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample
     summary, rows = pipeline.cluster_embeddings(embeddings, out, k=k, iters=iters, seed=seed, center=center,
                                                 max_size_factor=max_size_factor, sample_size=sample_size,
                                                 gpus=gpus, batch_rows=batch_rows, groups=groups,
-                                                overwrite=overwrite, force=force)
+                                                group_cut=group_cut, overwrite=overwrite, force=force)
     console.summary(f"cluster → {out}", summary, rows)
 
 

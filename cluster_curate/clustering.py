@@ -27,8 +27,13 @@ from cluster_curate.errors import CurateError
 
 # --k auto: see auto_k().
 AUTO_K_RULE = "ceil(sqrt(n)), at most n // 2 (at least 1)"
-AUTO_GROUPS_RULE = ("clusters join one group while their centroids are, on average, at least as similar to one "
-                    "another as the rows are to their own centroids (the clustering's mean similarity)")
+# --groups auto: where the average-linkage tree of the centroids is cut (--group-cut); see group_cut_similarity().
+GROUP_CUTS = {
+    "row": "clusters join one group while their centroids are, on average, at least as similar to one another as "
+           "a row is to its own centroid (the clustering's mean similarity)",
+    "pair": "clusters join one group while their centroids are, on average, at least as similar to one another as "
+            "two rows of one cluster are (size-weighted mean of each cluster's squared mean similarity)",
+}
 
 # Training sample: see training_sample_size().
 SAMPLE_PER_CENTROID = 128
@@ -518,13 +523,14 @@ def group_clusters(centroids: np.ndarray, n_groups: int | None = None,
                    min_similarity: float | None = None) -> np.ndarray:
     """Coarse groups of clusters: average-linkage agglomeration of the (unit) centroids on cosine distance, cut
     into `n_groups` groups, or where the average similarity between two groups falls below `min_similarity`
-    (`--groups auto` passes the clustering's mean row-to-centroid similarity). Returns each cluster's group,
-    numbered 0.. in order of first appearance.
+    (`--groups auto` passes group_cut_similarity()). Returns each cluster's group, numbered 0.. in order of first
+    appearance.
 
     Why: k-means on skewed data splits a dominant kind of example into many clusters, so equal per-cluster
     quotas favour that kind; quotas water-filled over groups first (select) let its pieces share one quota.
-    Why this cut for auto: two clusters whose centroids are as close as a typical row is to its own centroid
-    are pieces of one kind, not two kinds. Deterministic (no seed): the same centroids give the same groups."""
+    Why a similarity cut for auto: two clusters whose centroids are as close as a row typically is to its own
+    centroid (GROUP_CUTS) are pieces of one kind, not two kinds. Deterministic (no seed): the same centroids give
+    the same groups."""
     from scipy.cluster.hierarchy import fcluster, linkage
 
     k = len(centroids)
@@ -547,6 +553,21 @@ def group_clusters(centroids: np.ndarray, n_groups: int | None = None,
 # ------------------------------------------------------------------------------------------ reporting
 
 SIZE_BINS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, math.inf)]
+
+
+def group_cut_similarity(res: ClusteringResult, cut: str) -> float:
+    """The similarity at which `--groups auto` cuts the tree of centroids (GROUP_CUTS[cut]).
+
+    `pair` uses that the mean cosine between two unit rows of one cluster is |mean row|², and a cluster's mean
+    similarity to its (unit, mean-direction) centroid is |mean row|: so it is Σ_c n_c·s_c² / n."""
+    if cut == "row":
+        return float(res.objective)
+    if cut == "pair":
+        sizes = np.bincount(res.labels, minlength=res.k).astype(np.float64)
+        sums = np.bincount(res.labels, weights=res.similarity.astype(np.float64), minlength=res.k)
+        mean_sim = np.divide(sums, sizes, out=np.zeros_like(sums), where=sizes > 0)
+        return float((sizes * mean_sim ** 2).sum() / max(sizes.sum(), 1.0))
+    raise CurateError(f"--group-cut must be one of {', '.join(GROUP_CUTS)}, got {cut!r}")
 
 
 def size_stats(sizes: np.ndarray) -> dict:

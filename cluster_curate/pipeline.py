@@ -142,6 +142,7 @@ class EmbedConfig:
     layers: str | None = None
     checkpoints: str | None = None
     text_field: str = "prompt"
+    text_weighting: str = "tf"
     text_sample: int = 20000
     max_length: int | None = None  # None: DEFAULT_MAX_LENGTH
     batch_tokens: int | None = None  # None: DEFAULT_BATCH_TOKENS
@@ -158,7 +159,7 @@ class EmbedConfig:
 
 def _embed_validate(cfg: EmbedConfig) -> list[str]:
     from cluster_curate.features.embed import MODEL_FEATURES, parse_features
-    from cluster_curate.features.text import TEXT_FIELDS
+    from cluster_curate.features.text import TEXT_FIELDS, TEXT_WEIGHTINGS
     features = parse_features(cfg.features)
     if cfg.dim is not None and cfg.dim <= 0:
         raise CurateError(f"--dim must be positive, got {cfg.dim}")
@@ -170,6 +171,9 @@ def _embed_validate(cfg: EmbedConfig) -> list[str]:
         raise CurateError(f"--pool must be 'all' or 'response', got {cfg.pool!r}")
     if cfg.text_field not in TEXT_FIELDS:
         raise CurateError(f"--text-field must be one of {', '.join(TEXT_FIELDS)}, got {cfg.text_field!r}")
+    if cfg.text_weighting not in TEXT_WEIGHTINGS:
+        raise CurateError(f"--text-weighting must be one of {', '.join(TEXT_WEIGHTINGS)}, "
+                          f"got {cfg.text_weighting!r}")
     if cfg.text_sample < 2:
         raise CurateError(f"--text-sample must be at least 2, got {cfg.text_sample}")
     if cfg.checkpoints and "loss-trajectory" not in features:
@@ -286,12 +290,13 @@ def _embed_text(ds, out, cfg: EmbedConfig, layout, parsed: int, record: dict):
     dim = cfg.dim or DEFAULT_TEXT_DIM
     path = sidecar_path(out, "text.npz")
     key = stable_hash({"dataset": record.get("fingerprint"), "dim": dim, "field": cfg.text_field, "seed": cfg.seed,
-                       "sample": cfg.text_sample, "max_features": TextFeaturizer.max_features})
+                       "weighting": cfg.text_weighting, "sample": cfg.text_sample,
+                       "max_features": TextFeaturizer.max_features})
     key_file = sidecar_path(out, "text.key")
     existing = path.exists() and key_file.exists() and key_file.read_text() == key
     if layout.leader and not existing:
         sample = _embed_sample(ds, min(parsed, cfg.text_sample), cfg.seed, salt=2)
-        feat = TextFeaturizer(dim=dim, field=cfg.text_field, seed=cfg.seed)
+        feat = TextFeaturizer(dim=dim, field=cfg.text_field, weighting=cfg.text_weighting, seed=cfg.seed)
         feat.fit([example_text(ex, cfg.text_field) for ex in sample])
         feat.save(path)
         from cluster_curate.io.artifacts import atomic_write_bytes
@@ -410,6 +415,7 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
         params = {"model": model_name, "features": features, "feature_weights": weights if len(features) > 1 else None,
                   "dim": cfg.dim, "dims": dims, "dim_total": int(sum(dims.values())), "pool": cfg.pool,
                   "layers": cfg.layers, "checkpoints": trajectory_names or None, "text_field": cfg.text_field,
+                  "text_weighting": cfg.text_weighting if text else None,
                   "text_sample": cfg.text_sample if text else None, "max_length": cfg.max_length, "seed": cfg.seed,
                   "dtype": str(fm.dtype).replace("torch.", "") if fm else None,
                   "proxy": dict(cfg.proxy.__dict__) if model_name == "proxy" else None,
@@ -645,7 +651,7 @@ def load_centroids(clusters_path):
 def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, seed: int = 0, center: bool = False,
                        max_size_factor: float | None = None, sample_size: int | None = None,
                        gpus: int | None = None, batch_rows: int = 65536, groups: int | str | None = "auto",
-                       overwrite: bool = False, force: bool = False) -> tuple[dict, list[dict]]:
+                       group_cut: str = "row", overwrite: bool = False, force: bool = False) -> tuple[dict, list[dict]]:
     """`cluster`: read an embeddings artifact, k-means it, write the clusters artifact (+ centroids beside it).
     Returns the summary dict and the size-band table."""
     import hashlib
@@ -666,6 +672,8 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         raise CurateError(f"--iters must be >= 1, got {iters}")
     if seed < 0:
         raise CurateError(f"--seed must be >= 0, got {seed}")
+    if group_cut not in C.GROUP_CUTS:
+        raise CurateError(f"--group-cut must be one of {', '.join(C.GROUP_CUTS)}, got {group_cut!r}")
     ngpu = C.resolve_gpus(gpus)
     ids, x, emeta = load_embedding_matrix(embeddings, force=force, batch_rows=batch_rows)
     n, d = x.shape
@@ -693,8 +701,9 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
     del x
     stats = C.size_stats(res.sizes)
     if groups == "auto":
-        group_of = C.group_clusters(res.centroids, min_similarity=res.objective)
-        groups_rule = f"auto: {C.AUTO_GROUPS_RULE} = {res.objective:.4f}"
+        cut = C.group_cut_similarity(res, group_cut)
+        group_of = C.group_clusters(res.centroids, min_similarity=cut)
+        groups_rule = f"auto ({group_cut}): {C.GROUP_CUTS[group_cut]} = {cut:.4f}"
     elif groups in (None, "none"):
         group_of, groups_rule = None, None
     else:

@@ -269,6 +269,20 @@ def test_cluster_center_option(tmp_path, cli_runner, emb):
     assert A.read_meta(out).params["normalisation"] == "center+l2"
 
 
+def test_cluster_group_cut_option(tmp_path, cli_runner, emb):
+    path, _ = emb
+    rules = {}
+    for cut in ("row", "pair"):
+        out = tmp_path / f"{cut}.parquet"
+        assert run_cli(cli_runner, "cluster", path, "--out", out, "--k", 12, "--group-cut", cut, "-q").exit_code == 0
+        p = A.read_meta(out).params
+        rules[cut] = p["groups_rule"]
+        assert p["groups_rule"].startswith(f"auto ({cut}): ") and len(p["groups"]) == 12
+    assert float(rules["pair"].rsplit("= ", 1)[1]) <= float(rules["row"].rsplit("= ", 1)[1])
+    r = run_cli(cli_runner, "cluster", path, "--out", tmp_path / "x.parquet", "--group-cut", "median")
+    assert r.exit_code == 2 and "'median' is not one of 'row', 'pair'" in r.output
+
+
 @pytest.mark.parametrize("case", ["k_too_big", "nan", "inf", "empty", "wrong_kind", "no_column", "exists"])
 def test_cluster_bad_input(tmp_path, cli_runner, case):
     x, _ = mixture(40, d=4, groups=2, seed=0)
@@ -372,6 +386,24 @@ def test_group_clusters_merges_the_pieces_of_one_kind():
     assert C.group_clusters(res.centroids[:1], min_similarity=0.5).tolist() == [0]
     with pytest.raises(CurateError, match="--groups 13 must be between 1 and k = 12"):
         C.group_clusters(res.centroids, n_groups=13)
+
+
+def test_group_cut_similarity_row_and_pair():
+    x, _ = mixture(1500, d=16, groups=4, seed=6, noise=0.6, weights=[0.55, 0.25, 0.15, 0.05])
+    C.normalise_features(x)
+    res = C.cluster_features(x, 16, seed=1)
+    row, pair = C.group_cut_similarity(res, "row"), C.group_cut_similarity(res, "pair")
+    assert row == pytest.approx(res.objective)
+    # pair: the mean cosine of two rows of one cluster, |mean of its unit rows|², size-weighted over clusters
+    direct = sum(np.linalg.norm(x[res.labels == c].mean(axis=0)) ** 2 * (res.labels == c).sum()
+                 for c in range(16)) / len(x)
+    assert pair == pytest.approx(direct, abs=0.02)
+    assert row ** 2 <= pair <= row  # Jensen below, similarities <= 1 above
+    # a lower cut joins more: pair gives no more groups than row
+    n_groups = [C.group_clusters(res.centroids, min_similarity=t).max() + 1 for t in (row, pair)]
+    assert n_groups[1] <= n_groups[0]
+    with pytest.raises(CurateError, match="--group-cut must be one of row, pair"):
+        C.group_cut_similarity(res, "centroid")
 
 
 def test_group_clusters_tolerates_a_zero_centroid():

@@ -176,6 +176,35 @@ def test_text_featurizer_save_load_and_small_sample(tmp_path):
     assert np.array_equal(g.transform(texts), out) and g.dim == 64 and g.seed == 1
 
 
+def test_text_weighting_tf_lets_the_task_words_outweigh_rare_topic_words(tmp_path):
+    # two tasks worded by frequent words; every row also names two rare nouns (its topic)
+    rng = np.random.default_rng(0)
+    nouns = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 6)) for _ in range(20)]
+    tasks = ["put the word in capitals for", "put the word backwards for"]
+    task, a, b = rng.integers(0, 2, 400), rng.choice(nouns, 400), rng.choice(nouns, 400)
+    texts = [f"{tasks[t]} the {x} team: {y}" for t, x, y in zip(task, a, b)]
+    same_task = (task[:, None] == task[None]) & (a[:, None] != a[None]) & (b[:, None] != b[None])
+    same_noun = (task[:, None] != task[None]) & (a[:, None] == a[None])
+    found = {}
+    for weighting in ("tfidf", "tf"):
+        f = TextFeaturizer(dim=32, weighting=weighting, seed=0).fit(texts)
+        assert np.all(f.idf == 1.0) == (weighting == "tf")
+        x = f.transform(texts)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        sim = x @ x.T
+        np.fill_diagonal(sim, -2)
+        found[weighting] = (sim[same_task].mean() - sim[same_noun].mean(),
+                            (task[sim.argmax(axis=1)] == task).mean())  # nearest neighbour does the same task
+        f.save(tmp_path / f"{weighting}.npz")
+        g = TextFeaturizer.load(tmp_path / f"{weighting}.npz")
+        assert g.weighting == weighting and np.array_equal(g.transform(texts[:5]), f.transform(texts[:5]))
+    # tfidf: a row is closer to another task on the same noun than to its own task; tf: the other way round
+    assert found["tfidf"][0] < -0.2 and found["tf"][0] > 0
+    assert found["tfidf"][1] < 0.9 and found["tf"][1] == 1.0
+    with pytest.raises(ValueError, match="text weighting must be one of"):
+        TextFeaturizer(weighting="bm25")
+
+
 def test_cli_text_features(tmp_path, cli_runner):
     rows = _rows(60)
     rows[7] = {"instruction": "no output here"}  # a bad row: reported with --on-bad-row skip
@@ -203,6 +232,15 @@ def test_cli_text_features(tmp_path, cli_runner):
     res = _run(cli_runner, ["embed", str(data), "--out", str(out), "--features", "text", "-q",
                             "--on-bad-row", "skip"], code=2)
     assert "--overwrite" in res.output
+    # --text-weighting tfidf: recorded with the artifact, and other vectors than the default tf
+    out3 = tmp_path / "e3.parquet"
+    _run(cli_runner, ["embed", str(data), "--out", str(out3), "--features", "text", "--dim", "8",
+                      "--text-weighting", "tfidf", "--on-bad-row", "skip", "-q"])
+    t3, m3 = read_artifact(out3)
+    assert m3.params["text_weighting"] == "tfidf" and meta.params["text_weighting"] == "tf"
+    assert not _same(t3, table)
+    res = _run(cli_runner, ["embed", str(data), "--out", str(out3), "--text-weighting", "bm25"], code=2)
+    assert "'bm25' is not one of 'tf', 'tfidf'" in res.output
 
 
 # ------------------------------------------------------------------------------------------- bad input

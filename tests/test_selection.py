@@ -429,7 +429,7 @@ def test_cluster_groups_flow_into_select(tmp_path, cli_runner):
         if value == "none":
             assert params["groups"] is None
         else:
-            assert 6 <= max(params["groups"]) + 1 <= 10 and params["groups_rule"].startswith("auto: ")
+            assert 6 <= max(params["groups"]) + 1 <= 10 and params["groups_rule"].startswith("auto (row): ")
             assert "groups of clusters (average linkage" in " ".join(r.output.split())
     r = cli_runner.invoke(main, ["cluster", str(emb), "--out", str(tmp_path / "c3.parquet"), "--groups", "some"])
     assert r.exit_code == 2 and "expected a number of groups, 'auto' or 'none'" in r.stderr

@@ -1,5 +1,5 @@
-"""`--features text`: a model-free feature. TF-IDF of word unigrams + bigrams (numbers replaced by one
-token), reduced to `dim` by truncated SVD.
+"""`--features text`: a model-free feature. Sublinear TF (or TF-IDF) of word unigrams + bigrams (numbers
+replaced by one token), reduced to `dim` by truncated SVD.
 
 Streaming: the vocabulary, IDF weights and SVD basis are fitted once on a seeded sample of the data
 (`TextFeaturizer.fit`); any number of rows are then transformed batch by batch (`transform`), so memory
@@ -16,6 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 TEXT_FIELDS = ("prompt", "response", "both")
+# tf (the default, by measurement: benchmarks/results/quality.md and source_mix.md): every word by its
+# (sublinear) count alone, so the words that say what the task is ("reverse", "how many", "write a function")
+# are not outweighed by the topic's rare nouns; tfidf: rare words (names, topics) weigh most.
+TEXT_WEIGHTINGS = ("tf", "tfidf")
 
 # Numbers (integers, decimals, thousands separators, a leading sign or currency) become one token, so
 # "2 apples + 3 apples" and "7 apples + 9 apples" look the same: the feature is about the kind of task.
@@ -48,12 +52,14 @@ def word_counts(example) -> tuple[int, int]:
 
 @dataclass
 class TextFeaturizer:
-    """TF-IDF (sublinear tf, l2) of masked word 1-2-grams -> truncated SVD to `dim` -> float32.
+    """Sublinear TF (`weighting` tfidf: times IDF), l2, of masked word 1-2-grams -> truncated SVD to `dim`
+    -> float32.
 
     max_features bounds the vocabulary (and so the SVD basis: dim x max_features floats)."""
 
     dim: int = 256
     field: str = "prompt"
+    weighting: str = "tf"
     seed: int = 0
     max_features: int = 32768
     min_df: int = 1
@@ -64,6 +70,8 @@ class TextFeaturizer:
     def __post_init__(self):
         if self.field not in TEXT_FIELDS:
             raise ValueError(f"text field must be one of {TEXT_FIELDS}, got {self.field!r}")
+        if self.weighting not in TEXT_WEIGHTINGS:
+            raise ValueError(f"text weighting must be one of {TEXT_WEIGHTINGS}, got {self.weighting!r}")
         if self.dim <= 0:
             raise ValueError(f"dim must be positive, got {self.dim}")
 
@@ -76,7 +84,8 @@ class TextFeaturizer:
         from sklearn.decomposition import TruncatedSVD
 
         vec = self._vectorizer_cls()(preprocessor=_preprocess, ngram_range=(1, 2), max_features=self.max_features,
-                                     min_df=self.min_df, sublinear_tf=True, dtype=np.float64,
+                                     min_df=self.min_df, sublinear_tf=True, use_idf=self.weighting == "tfidf",
+                                     dtype=np.float64,
                                      token_pattern=r"(?u)\b\w+\b")
         try:
             x = vec.fit_transform(texts)
@@ -88,7 +97,7 @@ class TextFeaturizer:
             return self
         terms = vec.get_feature_names_out()
         self.vocabulary = np.asarray(terms, dtype=str)
-        self.idf = vec.idf_.astype(np.float64)
+        self.idf = vec.idf_.astype(np.float64) if self.weighting == "tfidf" else np.ones(len(terms))
         k = min(self.dim, x.shape[0] - 1, x.shape[1] - 1)
         comps = np.zeros((self.dim, x.shape[1]), dtype=np.float32)
         if k >= 1:
@@ -134,7 +143,7 @@ class TextFeaturizer:
     def state(self) -> dict[str, np.ndarray]:
         return {"vocabulary": self.vocabulary, "idf": self.idf, "components": self.components,
                 "config": np.array([self.dim, self.seed, self.max_features, self.min_df], dtype=np.int64),
-                "field": np.array([self.field])}
+                "field": np.array([self.field]), "weighting": np.array([self.weighting])}
 
     def save(self, path) -> None:
         """Write the fitted state as an .npz of plain arrays (loaded with allow_pickle=False)."""
@@ -148,7 +157,8 @@ class TextFeaturizer:
     def load(cls, path) -> "TextFeaturizer":
         with np.load(path, allow_pickle=False) as z:
             dim, seed, max_features, min_df = (int(v) for v in z["config"])
-            return cls(dim=dim, field=str(z["field"][0]), seed=seed, max_features=max_features, min_df=min_df,
+            return cls(dim=dim, field=str(z["field"][0]), weighting=str(z["weighting"][0]), seed=seed,
+                       max_features=max_features, min_df=min_df,
                        vocabulary=z["vocabulary"], idf=z["idf"], components=z["components"])
 
 
