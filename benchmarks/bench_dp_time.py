@@ -66,12 +66,6 @@ TARGETS = {"train_time_reduction": 0.696, "reduction_counting_curation": 0.60}
 
 # ============================================================================================ curation (the CLI)
 
-
-
-
-
-
-
 def curate(data: Path, work: Path, m: int, configs: list[str], embed_args: list[str], seed: int) -> dict:
     """Make every configuration's shards with the tool's commands. Returns per configuration: shard dir,
     curation seconds (the commands a user of that configuration runs), the commands."""

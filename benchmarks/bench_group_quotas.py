@@ -1,15 +1,18 @@
-"""Selection-level evidence for `cluster --groups` (quotas water-filled over groups of clusters first).
+"""Selection-level evidence for the text weighting (`embed --text-weighting`) and the quotas over groups of
+clusters (`cluster --groups`, `--group-cut`).
 
-No training, so no training noise: on the skill-mixture benchmark (benchmarks/skillmix.py, both variants),
-select 31% through the tool's own commands with flat quotas and with --groups G or auto, over several clustering
-seeds, and compare how the selection covers the skills against the oracle's counts (water-filling by the
-true skill labels): coverage = Σ_skill min(count, oracle count) / Σ oracle count; min ratio = the worst
-skill's count ÷ the oracle's. Prints a table, writes benchmarks/results/group_quotas.md/.json.
+No training, so no training noise: on the skill-mixture benchmark (benchmarks/skillmix.py), select 31% through
+the tool's own commands for every text weighting x quota mode, over several clustering seeds and benchmark data
+seeds, and compare how the selection covers the skills against the oracle's counts (water-filling by the true
+skill labels): coverage = Σ_skill min(count, oracle count) / Σ oracle count; worst skill = the worst skill's
+count ÷ the oracle's. Prints a table, writes benchmarks/results/group_quotas.md/.json.
 
-    python benchmarks/bench_group_quotas.py [--seeds 0,1,2,3,4] [--groups auto,12,24,48] [--features text]
+    python benchmarks/bench_group_quotas.py [--seeds 0,1,2,3,4] [--data-seeds 0,1,2] [--weightings tf,tfidf]
+        [--quotas none,row,pair,24]
 
-The text features read the prompt only, and both variants share their prompts: with text features the two
-variants give the same selections (run one with --variants short).
+Quota modes: none = flat quotas over the clusters; row / pair = `--groups auto --group-cut row|pair`; a number G
+= `--groups G`. The text features read the prompt only, and the two variants share their prompts, so the short
+variant stands for both.
 """
 
 from __future__ import annotations
@@ -27,64 +30,82 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import skillmix  # noqa: E402
-from toolcli import cli  # noqa: E402
+from toolcli import cli, write_results  # noqa: E402
 
 from cluster_curate.selection import water_fill_quotas  # noqa: E402
 
 FRACTION = 0.31
 
 
+def quota_args(mode: str) -> list[str]:
+    if mode == "none":
+        return ["--groups", "none"]
+    if mode in ("row", "pair"):
+        return ["--groups", "auto", "--group-cut", mode]
+    return ["--groups", mode]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", default="0,1,2,3,4")
-    ap.add_argument("--groups", default="auto,12,24,48",
-                    help="comma list of --groups values (G or auto) to compare with flat quotas")
-    ap.add_argument("--features", default="text")
-    ap.add_argument("--variants", default="short,worked")
+    ap.add_argument("--seeds", default="0,1,2,3,4", help="clustering and selection seeds")
+    ap.add_argument("--data-seeds", default="0,1,2", help="benchmark data seeds (0 is the one evidence.py trains on)")
+    ap.add_argument("--weightings", default="tf,tfidf")
+    ap.add_argument("--quotas", default="none,row,pair")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
+    data_seeds = [int(s) for s in a.data_seeds.split(",")]
     results, log = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for variant in a.variants.split(","):
-            paths = skillmix.write_benchmark(Path(tmp) / variant, variant=variant)
+        per = {}  # (weighting, mode) -> list of (coverage, worst ratio, ratios per skill)
+        rnd = []
+        for ds in data_seeds:
+            d = Path(tmp) / f"data{ds}"
+            paths = skillmix.write_benchmark(d, variant="short", seed=ds)
             skills = np.array(json.loads(Path(paths["labels"]).read_text())["skill"])
             budget = int(len(skills) * FRACTION)
             oracle = water_fill_quotas(np.bincount(skills), budget)
-            emb = Path(tmp) / variant / "emb.parquet"
-            cli(["embed", paths["train"], "--out", emb, "--features", a.features, "-q"], log)
-            modes = [("flat", [])] + [(f"groups {g}", ["--groups", g]) for g in a.groups.split(",")]
-            for mode, extra in modes:
-                cov, mins = [], []
-                for seed in seeds:
-                    c, s = Path(tmp) / variant / "c.parquet", Path(tmp) / variant / "s.parquet"
-                    cli(["cluster", emb, "--out", c, "--seed", seed, "--overwrite", "-q", *extra], log)
-                    cli(["select", c, "--out", s, "--budget", budget, "--seed", seed, "--overwrite", "-q"], log)
-                    ids = pq.read_table(s, columns=["id"]).column("id").to_numpy()
-                    cv, mn = skillmix.coverage(np.bincount(skills[ids], minlength=len(oracle)), oracle)
-                    cov.append(cv)
-                    mins.append(mn)
-                results.append({"variant": variant, "features": a.features, "quotas": mode, "seeds": len(seeds),
-                                "coverage_mean": float(np.mean(cov)), "coverage_std": float(np.std(cov)),
-                                "min_ratio_mean": float(np.mean(mins)), "coverage_per_seed": cov})
-            rnd = [skillmix.coverage(np.bincount(np.random.default_rng(s).choice(skills, budget, replace=False),
-                                             minlength=len(oracle)), oracle)[0] for s in seeds]
-            results.append({"variant": variant, "features": "-", "quotas": "random 31%", "seeds": len(seeds),
-                            "coverage_mean": float(np.mean(rnd)), "coverage_std": float(np.std(rnd)),
-                            "min_ratio_mean": float("nan"), "coverage_per_seed": rnd})
-    lines = ["# Quotas over groups of clusters (`cluster --groups`): skill coverage of the selection", "",
-             f"Skill-mixture benchmark (5,000 rows, 12 long-tailed skills), budget {FRACTION:.0%}, k = auto, "
-             f"seeds {seeds} (clustering and selection). Coverage = Σ min(count, oracle count) / Σ oracle count.",
-             "", "| variant | features | quotas | coverage (mean ± std) | worst skill ÷ oracle |", "|---|---|---|---|---|"]
+            rnd += [skillmix.coverage(np.bincount(np.random.default_rng(s).choice(skills, budget, replace=False),
+                                                  minlength=len(oracle)), oracle) for s in seeds]
+            for weighting in a.weightings.split(","):
+                emb = d / f"emb-{weighting}.parquet"
+                cli(["embed", paths["train"], "--out", emb, "--text-weighting", weighting, "-q"], log)
+                for mode in a.quotas.split(","):
+                    for seed in seeds:
+                        c, s = d / "c.parquet", d / "s.parquet"
+                        cli(["cluster", emb, "--out", c, "--seed", seed, "--overwrite", "-q", *quota_args(mode)], log)
+                        cli(["select", c, "--out", s, "--budget", budget, "--seed", seed, "--overwrite", "-q"], log)
+                        ids = pq.read_table(s, columns=["id"]).column("id").to_numpy()
+                        counts = np.bincount(skills[ids], minlength=len(oracle))
+                        per.setdefault((weighting, mode), []).append(
+                            (*skillmix.coverage(counts, oracle), (counts / oracle).tolist()))
+        for (weighting, mode), runs in per.items():
+            cov = [r[0] for r in runs]
+            ratios = np.mean([r[2] for r in runs], axis=0)
+            results.append({"weighting": weighting, "quotas": mode, "runs": len(runs),
+                            "coverage_mean": float(np.mean(cov)), "coverage_std": float(np.std(cov)),
+                            "worst_ratio_mean": float(np.mean([r[1] for r in runs])),
+                            "ratio_per_skill_mean": dict(zip(skillmix.SKILL_NAMES, ratios.round(3).tolist()))})
+        results.append({"weighting": "-", "quotas": "random 31%", "runs": len(rnd),
+                        "coverage_mean": float(np.mean([r[0] for r in rnd])),
+                        "coverage_std": float(np.std([r[0] for r in rnd])),
+                        "worst_ratio_mean": float(np.mean([r[1] for r in rnd])), "ratio_per_skill_mean": None})
+    names = {"none": "flat (`--groups none`)", "row": "`--groups auto --group-cut row`",
+             "pair": "`--groups auto --group-cut pair`", "random 31%": "random 31%"}
+    rare = skillmix.SKILL_NAMES[-3:]
+    lines = ["# Text weighting and quotas over groups of clusters: skill coverage of the selection", "",
+             f"Skill-mixture benchmark (5,000 rows, 12 long-tailed skills, short variant), budget {FRACTION:.0%}, "
+             f"k = auto; benchmark data seeds {data_seeds} x clustering/selection seeds {seeds}. Coverage = "
+             "Σ min(count, oracle count) / Σ oracle count; worst skill = min over skills of count ÷ oracle count "
+             f"(mean over runs); then the count ÷ oracle of the dominant skill and of the 3 rarest ({', '.join(rare)}).",
+             "", f"| text weighting | quotas | coverage (mean ± std) | worst skill ÷ oracle | "
+             f"{skillmix.SKILL_NAMES[0]} | {' | '.join(rare)} |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
-        lines.append(f"| {r['variant']} | {r['features']} | {r['quotas']} | {r['coverage_mean']:.1%} ± "
-                     f"{r['coverage_std']:.1%} | {r['min_ratio_mean']:.2f} |")
-    lines += ["", "Command: `python benchmarks/bench_group_quotas.py " + " ".join(argv or sys.argv[1:]) + "`"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    (out / "group_quotas.md").write_text(text)
-    (out / "group_quotas.json").write_text(json.dumps({"results": results, "commands": log[:8]}, indent=1))
+        ratio = r["ratio_per_skill_mean"]
+        cells = [f"{ratio[s]:.2f}" for s in [skillmix.SKILL_NAMES[0], *rare]] if ratio else ["–"] * 4
+        lines.append(f"| {r['weighting']} | {names.get(r['quotas'], '`--groups ' + r['quotas'] + '`')} | "
+                     f"{r['coverage_mean']:.1%} ± {r['coverage_std']:.1%} | {r['worst_ratio_mean']:.2f} | "
+                     + " | ".join(cells) + " |")
+    write_results("group_quotas", "bench_group_quotas.py", lines, {"results": results, "commands": log[:8]}, argv)
 
 
 if __name__ == "__main__":

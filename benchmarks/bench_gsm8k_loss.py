@@ -9,6 +9,7 @@ and the SAME number of epochs (so a 31% subset costs ~31% of the steps):
   tool       the tool's default pipeline through its CLI: `embed` (default features; `embed --help` says
              which) -> `cluster` (k auto, groups auto) -> `select --budget B`
   tool-flat  the same with `cluster --groups none` (flat quotas over the clusters)
+  tool-previous  the default until 2026-11-30: `embed --text-weighting tfidf`, `cluster --group-cut row`
 
 Trainer: benchmarks/train_eval.py (word-level tokens, GPT from cluster_curate/features/gpt.py, AdamW,
 warm-up + cosine, batches of 32 bucketed by length, loss on response + end token), 1 thread per run. The
@@ -38,14 +39,16 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from toolcli import cli, default_features  # noqa: E402
+from toolcli import cli, default_features, tool_defaults  # noqa: E402
 
 import train_eval  # noqa: E402
 
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k"
 RESULTS = HERE / "results"
 FRACTION = 0.31
-TOOL_CONTENDERS = {"tool": [], "tool-flat": ["--groups", "none"]}  # name -> extra `cluster` arguments
+# name -> (extra `embed` arguments, extra `cluster` arguments)
+TOOL_CONTENDERS = {"tool": ([], []), "tool-flat": ([], ["--groups", "none"]),
+                   "tool-previous": (["--text-weighting", "tfidf"], ["--group-cut", "row"])}
 
 
 
@@ -59,10 +62,11 @@ def curate(data: Path, work: Path, budget: int, embed_args: list[str], cluster_a
     Cached in work/curation.json (a rerun with more training seeds does not curate again)."""
     work.mkdir(parents=True, exist_ok=True)
     cache = work / "curation.json"
+    defaults = json.loads(json.dumps(tool_defaults(), default=str))  # as the cache file holds them
     if cache.exists():
         cached = json.loads(cache.read_text())
-        if (cached.get("budget"), cached.get("embed_args"), cached.get("cluster_args")) == (budget, embed_args,
-                                                                                          cluster_args):
+        if (cached.get("budget"), cached.get("embed_args"), cached.get("cluster_args"),
+                cached.get("defaults")) == (budget, embed_args, cluster_args, defaults):
             return cached
     log: list[str] = []
     e, c, s = work / "embeddings.parquet", work / "clusters.parquet", work / "selection.parquet"
@@ -73,7 +77,7 @@ def curate(data: Path, work: Path, budget: int, embed_args: list[str], cluster_a
     ids = sorted(pq.read_table(s, columns=["id"]).column("id").to_pylist())
     k = len(set(pq.read_table(c, columns=["cluster"]).column("cluster").to_pylist()))
     out = {"ids": ids, "seconds": secs, "curation_seconds": sum(secs.values()), "commands": log, "k": k,
-           "budget": budget, "embed_args": embed_args, "cluster_args": cluster_args}
+           "budget": budget, "embed_args": embed_args, "cluster_args": cluster_args, "defaults": defaults}
     cache.write_text(json.dumps(out))
     return out
 
@@ -149,8 +153,8 @@ def main(argv=None):
             futs.append(ex.submit(train_one, job("random", seed, sorted(rng.choice(n, budget, replace=False).tolist()))))
         # curation (once, --curation-seed) runs while the baselines train
         cs = a.curation_seed
-        for name, cluster_args in TOOL_CONTENDERS.items():
-            cur = curate(pool, work / f"{name}-s{cs}", budget, [], cluster_args, cs)
+        for name, (embed_args, cluster_args) in TOOL_CONTENDERS.items():
+            cur = curate(pool, work / f"{name}-s{cs}", budget, embed_args, cluster_args, cs)
             curation[name] = {k: v for k, v in cur.items() if k != "ids"}
             print(f"curated {name} (seed {cs}): {len(cur['ids'])} rows, k={cur['k']}, "
                   f"{cur['curation_seconds']:.1f} s", flush=True)

@@ -40,7 +40,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import skillmix  # noqa: E402
-from toolcli import tool_cmd, cli  # noqa: E402
+from toolcli import cli, tool_cmd, tool_defaults  # noqa: E402
 import train_eval  # noqa: E402
 
 from cluster_curate.selection import water_fill_quotas  # noqa: E402
@@ -54,15 +54,6 @@ CONVERGED_LOSS = 0.01  # final training loss above this: the run had not finishe
 
 
 # ============================================================================================ the tool's CLI
-
-def tool_defaults() -> dict:
-    """The default of every option of embed / cluster / select / shard, as the installed tool declares them."""
-    import click
-
-    from cluster_curate.cli import main
-    return {cmd: {p.name: p.default for p in main.commands[cmd].params if isinstance(p, click.Option)}
-            for cmd in ("embed", "cluster", "select", "shard") if cmd in main.commands}
-
 
 def training_digest(sel: Selection) -> str:
     """A run is decided by the rows in the order the trainer reads them (a shards directory: shard order),
@@ -155,6 +146,14 @@ def contenders() -> dict[str, Contender]:
         return Contender(name, "tool", desc, embed=list(embed), cluster=[*cluster, *seed],
                          select=[*budget, *select], shard=[*shard2, *shard], use_weights=use_weights, needs=tool)
 
+    def previous_but(name, desc, embed=(), **changes):
+        """One change from the previous default (until 2026-11-30: --text-weighting tfidf, --groups auto with the
+        row cut), as these contenders were measured; pinned so that their runs stay comparable with one another."""
+        text = "--features" not in embed or "text" in embed[embed.index("--features") + 1]
+        return default_but(name, desc + " [one change from the previous default: tfidf, row cut]",
+                           embed=[*embed, *(["--text-weighting", "tfidf"] if text else [])],
+                           cluster=[*changes.pop("cluster", ()), "--group-cut", "row"], **changes)
+
     def control(name, features, desc, cluster=()):
         return Contender(name, "features", desc, features=features, cluster=[*cluster, *seed], select=budget,
                          needs=tool[1:3])
@@ -163,48 +162,53 @@ def contenders() -> dict[str, Contender]:
         Contender("full", "full", "all rows"),
         Contender("random", "random", "uniform random 31%"),
         Contender("oracle", "oracle", "water-filling quotas by the TRUE skill labels (not label-free)"),
-        default_but("default", "the tool's defaults: embed (text), cluster (k auto, --groups auto), select "
-                    "--budget (random order), shard (token-balanced allocation); trained without the shards' "
-                    "weights"),
+        default_but("default", "the tool's defaults: embed (text, tf weighting), cluster (k auto, --groups auto, "
+                    "--group-cut row), select --budget (random order), shard (token-balanced allocation); trained "
+                    "without the shards' weights"),
         Contender("paper", "tool", "the paper's recipe: gradient (proxy), K = 4 ranks, cap 1.5, per-cluster ratio, "
                   "far, allocation paper, weights", embed=["--features", "gradient"],
                   cluster=["--k", "4", "--max-size-factor", "1.5", "--groups", "none", *seed],
                   select=["--per-cluster-ratio", "{ratio}", "--within", "far", *seed],
                   shard=["--num-shards", "4", "--allocation", "paper", *seed], use_weights=True, needs=tool),
         Contender("text-k48", "tool", "the first probe: prompt TF-IDF, k = 48, flat quotas, random order",
-                  embed=["--features", "text"], cluster=["--k", "48", "--groups", "none", *seed], select=budget,
-                  needs=tool[:3]),
-        default_but("flat", "default but cluster --groups none: flat quotas over the clusters (the default until "
-                    "2026-11-30; `--groups auto` won over it)", cluster=["--groups", "none"]),
-        default_but("gradient", "default but --features gradient (the paper's feature, proxy model)",
-                    embed=["--features", "gradient"]),
-        default_but("lora-gradient", "default but --features lora-gradient (proxy)",
-                    embed=["--features", "lora-gradient"]),
-        default_but("loss-trajectory", "default but --features loss-trajectory (proxy checkpoints)",
-                    embed=["--features", "loss-trajectory"]),
-        default_but("hidden", "default but --features hidden (mean over all tokens, proxy)",
-                    embed=["--features", "hidden"]),
-        default_but("hidden-response", "default but --features hidden --pool response (proxy)",
-                    embed=["--features", "hidden", "--pool", "response"]),
-        default_but("text+gradient", "default but --features text,gradient (two L2-normalised blocks)",
-                    embed=["--features", "text,gradient"]),
-        default_but("text-both", "default but --text-field both (TF-IDF over the prompt and the response)",
-                    embed=["--text-field", "both"]),
-        default_but("gradient-nowarmup", "default but --features gradient from a proxy warmed up for 1 step "
-                    "(about its random initial weights)", embed=["--features", "gradient", "--proxy-steps", "1"]),
-        default_but("gradient-smollm2", "default but --features gradient from the pretrained SmolLM2-135M (GGUF)",
-                    embed=["--features", "gradient", "--model", str(SMOLLM2)]),
-        default_but("k-ranks", "default but k = 2 (the number of ranks, as the paper)", cluster=["--k", "2"]),
-        default_but("far", "default but --within far (the paper's order)", select=["--within", "far"]),
-        default_but("near", "default but --within near", select=["--within", "near"]),
-        default_but("weights", "default, trained with the shards' per-row weights (n_c/n)/(s_c/s)",
-                    use_weights=True),
+                  embed=["--features", "text", "--text-weighting", "tfidf"],
+                  cluster=["--k", "48", "--groups", "none", *seed], select=budget, needs=tool[:3]),
+        default_but("tfidf", "default but embed --text-weighting tfidf: the previous default (until 2026-11-30)",
+                    embed=["--text-weighting", "tfidf"]),
+        default_but("pair", "default but cluster --group-cut pair", cluster=["--group-cut", "pair"]),
+        default_but("flat-tf", "default but cluster --groups none: flat quotas over the clusters",
+                    cluster=["--groups", "none"]),
+        default_but("tfidf+pair", "probe: default but embed --text-weighting tfidf and cluster --group-cut pair",
+                    embed=["--text-weighting", "tfidf"], cluster=["--group-cut", "pair"]),
+        previous_but("flat", "flat quotas, cluster --groups none (the default until 2026-11-29)",
+                     cluster=["--groups", "none"]),
+        previous_but("gradient", "--features gradient (the paper's feature, proxy model)",
+                     embed=["--features", "gradient"]),
+        previous_but("lora-gradient", "--features lora-gradient (proxy)", embed=["--features", "lora-gradient"]),
+        previous_but("loss-trajectory", "--features loss-trajectory (proxy checkpoints)",
+                     embed=["--features", "loss-trajectory"]),
+        previous_but("hidden", "--features hidden (mean over all tokens, proxy)", embed=["--features", "hidden"]),
+        previous_but("hidden-response", "--features hidden --pool response (proxy)",
+                     embed=["--features", "hidden", "--pool", "response"]),
+        previous_but("text+gradient", "--features text,gradient (two L2-normalised blocks)",
+                     embed=["--features", "text,gradient"]),
+        previous_but("text-both", "--text-field both (TF-IDF over the prompt and the response)",
+                     embed=["--text-field", "both"]),
+        previous_but("gradient-nowarmup", "--features gradient from a proxy warmed up for 1 step (about its random "
+                     "initial weights)", embed=["--features", "gradient", "--proxy-steps", "1"]),
+        previous_but("gradient-smollm2", "--features gradient from the pretrained SmolLM2-135M (GGUF)",
+                     embed=["--features", "gradient", "--model", str(SMOLLM2)]),
+        previous_but("k-ranks", "k = 2 (the number of ranks, as the paper)", cluster=["--k", "2"]),
+        previous_but("far", "--within far (the paper's order)", select=["--within", "far"]),
+        previous_but("near", "--within near", select=["--within", "near"]),
+        previous_but("weights", "trained with the shards' per-row weights (n_c/n)/(s_c/s)", use_weights=True),
         control("resp-tfidf", "response-tfidf", "control: TF-IDF of the RESPONSE (numbers masked), k auto, random "
                 "order"),
         control("shape", "shape", "control: answer-shape stats (length, digits, letters, upper, spaces, symbols), "
                 "k auto, random order"),
-        control("text+shape", "text+shape", "probe: the default's prompt TF-IDF and the answer-shape stats as two "
-                "L2-normalised blocks, cluster --groups auto", cluster=["--groups", "auto"]),
+        control("text+shape", "text+shape", "probe: the previous default's prompt TF-IDF and the answer-shape "
+                "stats as two L2-normalised blocks, cluster --groups auto (row cut)",
+                cluster=["--groups", "auto", "--group-cut", "row"]),
     ]
     return {x.name: x for x in c}
 
@@ -233,7 +237,8 @@ def harness_features(name: str, rows: list[train_eval.Row]) -> np.ndarray:
         from cluster_curate.features.embed import combine_blocks
         from cluster_curate.features.text import TextFeaturizer
         prompts = [r.prompt for r in rows]
-        return combine_blocks([TextFeaturizer().fit(prompts).transform(prompts), harness_features("shape", rows)])
+        return combine_blocks([TextFeaturizer(weighting="tfidf").fit(prompts).transform(prompts),
+                               harness_features("shape", rows)])
     raise ValueError(name)
 
 
@@ -266,8 +271,14 @@ def read_ids(path: Path, column: str = "cluster") -> tuple[list[int], list[int]]
     return table.column("id").to_pylist(), table.column(column).to_pylist()
 
 
+def embed_key(args: list[str], defaults: dict) -> str:
+    """Names a cached embed by its arguments and `embed`'s defaults (a changed default re-embeds)."""
+    return hashlib.blake2b(json.dumps([args, defaults.get("embed")], default=str).encode(),
+                           digest_size=6).hexdigest()
+
+
 def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labels: dict, budget: int,
-           work: Path) -> Selection:
+           work: Path, defaults: dict) -> Selection:
     n = len(rows)
     skill = np.asarray(labels["skill"])
     if c.kind == "full":
@@ -283,7 +294,7 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
     emb = d / "embeddings.parquet"
     if c.kind == "tool":
         # features depend neither on the seed nor on the later stages: one embed per distinct set of options
-        e = work / ("embed-" + hashlib.blake2b(json.dumps(c.embed).encode(), digest_size=6).hexdigest())
+        e = work / ("embed-" + embed_key(c.embed, defaults))
         e.mkdir(parents=True, exist_ok=True)
         emb = e / "embeddings.parquet"
         if not (e / "embed.json").exists():  # written last: an embed killed midway is redone
@@ -656,7 +667,7 @@ def main(argv=None):
                     continue
                 else:
                     print(f"[{variant}] curate {name} seed {seed}", file=sys.stderr, flush=True)
-                    sel = curate(defs[name], seed, data, rows, labels, budget, vdir / "artifacts")
+                    sel = curate(defs[name], seed, data, rows, labels, budget, vdir / "artifacts", defaults)
                     sel_cache.parent.mkdir(parents=True, exist_ok=True)
                     sel_cache.write_text(json.dumps(sel.__dict__))
                 sels[name].append(sel)

@@ -28,7 +28,29 @@ def cli(args: list, log: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+def tool_defaults() -> dict:
+    """The default of every option of embed / cluster / select / shard, as the installed tool declares them
+    (part of a cache key, so that a changed default re-curates)."""
+    import click
+
+    from cluster_curate.cli import main
+    return {cmd: {p.name: p.default for p in main.commands[cmd].params if isinstance(p, click.Option)}
+            for cmd in ("embed", "cluster", "select", "shard") if cmd in main.commands}
+
+
 def default_features() -> str:
     """The tool's default --features (so a table names what was run)."""
     from cluster_curate.features.embed import DEFAULT_FEATURES
     return DEFAULT_FEATURES
+
+
+def write_results(stem: str, script: str, lines: list[str], payload: dict, argv: list[str] | None) -> None:
+    """Finish a benchmark: the command line under the table, print it, write results/<stem>.md and .json."""
+    import json
+    lines = [*lines, "", "Command: `" + " ".join([f"python benchmarks/{script}", *(argv or sys.argv[1:])]) + "`"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"{stem}.md").write_text(text)
+    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1))
