@@ -37,12 +37,12 @@ from cluster_curate.selection import water_fill_quotas  # noqa: E402
 FRACTION = 0.31
 
 
-def quota_args(mode: str) -> list[str]:
+def quota_mode(mode: str) -> tuple[str, list[str]]:
+    """(the table's label, the `cluster` arguments) of a quota mode: none, row, pair or a number of groups."""
     if mode == "none":
-        return ["--groups", "none"]
-    if mode in ("row", "pair"):
-        return ["--groups", "auto", "--group-cut", mode]
-    return ["--groups", mode]
+        return "flat (`--groups none`)", ["--groups", "none"]
+    args = ["--groups", "auto", "--group-cut", mode] if mode in ("row", "pair") else ["--groups", mode]
+    return "`" + " ".join(args) + "`", args
 
 
 def main(argv=None):
@@ -70,9 +70,10 @@ def main(argv=None):
                 emb = d / f"emb-{weighting}.parquet"
                 cli(["embed", paths["train"], "--out", emb, "--text-weighting", weighting, "-q"], log)
                 for mode in a.quotas.split(","):
+                    _, cluster_args = quota_mode(mode)
                     for seed in seeds:
                         c, s = d / "c.parquet", d / "s.parquet"
-                        cli(["cluster", emb, "--out", c, "--seed", seed, "--overwrite", "-q", *quota_args(mode)], log)
+                        cli(["cluster", emb, "--out", c, "--seed", seed, "--overwrite", "-q", *cluster_args], log)
                         cli(["select", c, "--out", s, "--budget", budget, "--seed", seed, "--overwrite", "-q"], log)
                         ids = pq.read_table(s, columns=["id"]).column("id").to_numpy()
                         counts = np.bincount(skills[ids], minlength=len(oracle))
@@ -89,8 +90,6 @@ def main(argv=None):
                         "coverage_mean": float(np.mean([r[0] for r in rnd])),
                         "coverage_std": float(np.std([r[0] for r in rnd])),
                         "worst_ratio_mean": float(np.mean([r[1] for r in rnd])), "ratio_per_skill_mean": None})
-    names = {"none": "flat (`--groups none`)", "row": "`--groups auto --group-cut row`",
-             "pair": "`--groups auto --group-cut pair`", "random 31%": "random 31%"}
     rare = skillmix.SKILL_NAMES[-3:]
     lines = ["# Text weighting and quotas over groups of clusters: skill coverage of the selection", "",
              f"Skill-mixture benchmark (5,000 rows, 12 long-tailed skills, short variant), budget {FRACTION:.0%}, "
@@ -102,7 +101,8 @@ def main(argv=None):
     for r in results:
         ratio = r["ratio_per_skill_mean"]
         cells = [f"{ratio[s]:.2f}" for s in [skillmix.SKILL_NAMES[0], *rare]] if ratio else ["–"] * 4
-        lines.append(f"| {r['weighting']} | {names.get(r['quotas'], '`--groups ' + r['quotas'] + '`')} | "
+        label = r["quotas"] if r["weighting"] == "-" else quota_mode(r["quotas"])[0]
+        lines.append(f"| {r['weighting']} | {label} | "
                      f"{r['coverage_mean']:.1%} ± {r['coverage_std']:.1%} | {r['worst_ratio_mean']:.2f} | "
                      + " | ".join(cells) + " |")
     write_results("group_quotas", "bench_group_quotas.py", lines, {"results": results, "commands": log[:8]}, argv)

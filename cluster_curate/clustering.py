@@ -563,7 +563,7 @@ def group_cut_similarity(res: ClusteringResult, cut: str) -> float:
     if cut == "row":
         return float(res.objective)
     if cut == "pair":
-        sizes = np.bincount(res.labels, minlength=res.k).astype(np.float64)
+        sizes = res.sizes.astype(np.float64)
         sums = np.bincount(res.labels, weights=res.similarity.astype(np.float64), minlength=res.k)
         mean_sim = np.divide(sums, sizes, out=np.zeros_like(sums), where=sizes > 0)
         return float((sizes * mean_sim ** 2).sum() / max(sizes.sum(), 1.0))
