@@ -70,9 +70,10 @@ demo: $(OUT)/shards/manifest.json
 	$(CC) report $(OUT) --out $(OUT)/report
 
 # Evidence (benchmarks/evidence.py): does the tool's 31% train as well as the full data? Writes
-# benchmarks/results/quality.md + PNGs. The whole grid is 162 trainings of a small GPT at 80 epochs: about 6 h
-# on 2 CPU cores (2 at a time by default); on one H200, 12 at a time took ~100 s per 31% run, so roughly half an
-# hour with BENCH_OPTS="--train-device cuda --jobs 12". BENCH_OPTS=--quick: the <= 5 min smoke version.
+# benchmarks/results/quality.md + PNGs. The whole grid (3 seeds) is 192 trainings of a small GPT at 80 epochs:
+# about 8 h on 2 CPU cores (2 at a time by default); on one H200, 12 at a time took ~100 s per 31% run, so
+# roughly half an hour with BENCH_OPTS="--train-device cuda --jobs 12". BENCH_OPTS=--quick: the <= 5 min smoke
+# version; BENCH_OPTS="--seeds 0,1,2,3,4 --cached-only" reports the committed runs (5 seeds where they exist).
 # Selections and runs are cached: an interrupted run goes on where it stopped.
 BENCH_OPTS ?= --jobs 2
 bench-quality: $(STAMP)

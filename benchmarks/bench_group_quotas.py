@@ -8,10 +8,10 @@ skill labels): coverage = Σ_skill min(count, oracle count) / Σ oracle count; w
 count ÷ the oracle's. Prints a table, writes benchmarks/results/group_quotas.md/.json.
 
     python benchmarks/bench_group_quotas.py [--seeds 0,1,2,3,4] [--data-seeds 0,1,2] [--weightings tf,tfidf]
-        [--quotas none,row,pair,24]
+        [--quotas none,row,pair,24,row:nosplit]
 
 Quota modes: none = flat quotas over the clusters; row / pair = `--groups auto --group-cut row|pair`; a number G
-= `--groups G`. The text features read the prompt only, and the two variants share their prompts, so the short
+= `--groups G`; a `:nosplit` suffix adds `--no-split-mixed` (k auto splits mixed clusters by default). The text features read the prompt only, and the two variants share their prompts, so the short
 variant stands for both.
 """
 
@@ -38,11 +38,14 @@ FRACTION = 0.31
 
 
 def quota_mode(mode: str) -> tuple[str, list[str]]:
-    """(the table's label, the `cluster` arguments) of a quota mode: none, row, pair or a number of groups."""
+    """(the table's label, the `cluster` arguments) of a quota mode: none, row, pair or a number of groups,
+    optionally with `:nosplit` (`cluster --no-split-mixed`; without it, the default split of mixed clusters)."""
+    mode, _, split = mode.partition(":")
+    extra = ["--no-split-mixed"] if split == "nosplit" else []
     if mode == "none":
-        return "flat (`--groups none`)", ["--groups", "none"]
+        return "flat (`" + " ".join(["--groups", "none", *extra]) + "`)", ["--groups", "none", *extra]
     args = ["--groups", "auto", "--group-cut", mode] if mode in ("row", "pair") else ["--groups", mode]
-    return "`" + " ".join(args) + "`", args
+    return "`" + " ".join([*args, *extra]) + "`", [*args, *extra]
 
 
 def main(argv=None):
@@ -50,7 +53,7 @@ def main(argv=None):
     ap.add_argument("--seeds", default="0,1,2,3,4", help="clustering and selection seeds")
     ap.add_argument("--data-seeds", default="0,1,2", help="benchmark data seeds (0 is the one evidence.py trains on)")
     ap.add_argument("--weightings", default="tf,tfidf")
-    ap.add_argument("--quotas", default="none,row,pair")
+    ap.add_argument("--quotas", default="none,row,pair,none:nosplit,row:nosplit,pair:nosplit")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     data_seeds = [int(s) for s in a.data_seeds.split(",")]

@@ -4,8 +4,9 @@ Mixes the first 3,000 GSM8K train questions (math word problems) with a few Code
 second kind, 2-9% of rows), selects 31% through the tool's own commands, and counts the code rows kept. With a
 budget of 31%, quotas that treat the two kinds as two groups keep (nearly) every code row; flat quotas over
 clusters keep about as many as the code clusters' share of all clusters. Compares the text weightings
-(`embed --text-weighting`) and the quota modes (`cluster --groups none`, `--group-cut row|pair`) over several
-seeds. No training: no training noise, and the label (the source) is known.
+(`embed --text-weighting`) and the quota modes (`cluster --groups none`, `--group-cut row|pair`, the row cut
+without the split of mixed clusters) over several seeds. No training: no training noise, and the label (the
+source) is known.
 
     python benchmarks/bench_source_mix.py [--code 60,150,300] [--seeds 0,1,2,3,4]
 
@@ -34,7 +35,8 @@ from cluster_curate.io.artifacts import read_meta  # noqa: E402
 DATA = HERE.parent.parent / "shared" / "data"
 GSM8K_ROWS = 3000
 FRACTION = 0.31
-QUOTAS = {"flat": ["--groups", "none"], "row": ["--group-cut", "row"], "pair": ["--group-cut", "pair"]}
+QUOTAS = {"flat": ["--groups", "none"], "row": ["--group-cut", "row"], "pair": ["--group-cut", "pair"],
+          "row, no split": ["--group-cut", "row", "--no-split-mixed"]}
 
 
 def write_mix(path: Path, n_code: int, seed: int = 0) -> np.ndarray:
@@ -68,7 +70,7 @@ def main(argv=None):
                 emb = tmp / f"emb{n_code}-{weighting}.parquet"
                 cli(["embed", data, "--out", emb, "--text-weighting", weighting, "-q"], log)
                 for mode, args in QUOTAS.items():
-                    kept, groups = [], []
+                    kept, groups, cuts = [], [], []
                     for seed in seeds:
                         c, s = tmp / "c.parquet", tmp / "s.parquet"
                         cli(["cluster", emb, "--out", c, "--seed", seed, "--overwrite", "-q", *args], log)
@@ -77,20 +79,23 @@ def main(argv=None):
                         kept.append(int(is_code[ids].sum()))
                         p = read_meta(c).params
                         groups.append(max(p["groups"]) + 1 if p["groups"] else p["k"])
+                        cuts.append((p.get("split_mixed") or {}).get("cuts", 0))
                     results.append({"code_rows": n_code, "rows": len(is_code), "budget": budget,
                                     "weighting": weighting, "quotas": mode, "kept_per_seed": kept,
                                     "kept_share_mean": float(np.mean(kept) / n_code),
-                                    "kept_share_min": float(min(kept) / n_code), "groups_per_seed": groups})
+                                    "kept_share_min": float(min(kept) / n_code), "groups_per_seed": groups,
+                                    "cuts_per_seed": cuts})
     lines = ["# Real data: a rare kind mixed into a dominant one (GSM8K + Code Alpaca), share of it selected", "",
              f"First {GSM8K_ROWS} GSM8K train questions + N Code Alpaca instructions; budget {FRACTION:.0%}; seeds "
              f"{seeds}. *kept* = code rows in the selection ÷ N (mean, and worst seed); groups = the groups "
-             "(or clusters, for flat quotas) `select` shares the budget over.", "",
-             "| N code rows | text weighting | quotas | kept (mean) | kept (worst seed) | per seed | groups per seed |",
-             "|---:|---|---|---:|---:|---|---|"]
+             "(or clusters, for flat quotas) `select` shares the budget over; cuts = mixed clusters `cluster` cut in "
+             "two (`--split-mixed`, the default with k auto).", "",
+             "| N code rows | text weighting | quotas | kept (mean) | kept (worst seed) | per seed | groups per seed | "
+             "cuts per seed |", "|---:|---|---|---:|---:|---|---|---|"]
     for r in results:
         lines.append(f"| {r['code_rows']} | {r['weighting']} | {r['quotas']} | {r['kept_share_mean']:.0%} | "
                      f"{r['kept_share_min']:.0%} | {', '.join(map(str, r['kept_per_seed']))} | "
-                     f"{', '.join(map(str, r['groups_per_seed']))} |")
+                     f"{', '.join(map(str, r['groups_per_seed']))} | {', '.join(map(str, r.get('cuts_per_seed', [])))} |")
     write_results("source_mix", "bench_source_mix.py", lines, {"results": results, "commands": log[:6]}, argv)
 
 

@@ -133,6 +133,8 @@ class Contender:
 
 
 VALIDITY = ("full", "random", "oracle")
+# contenders measured before `cluster --split-mixed` was the default keep it off, so their runs stay valid
+NO_SPLIT = ["--no-split-mixed"]
 
 
 def contenders() -> dict[str, Contender]:
@@ -147,24 +149,27 @@ def contenders() -> dict[str, Contender]:
                          select=[*budget, *select], shard=[*shard2, *shard], use_weights=use_weights, needs=tool)
 
     def previous_but(name, desc, embed=(), **changes):
-        """One change from the previous default (until 2026-11-30: --text-weighting tfidf, --groups auto with the
-        row cut), as these contenders were measured; pinned so that their runs stay comparable with one another."""
+        """One change from an earlier default (until 2026-11-30: --text-weighting tfidf, --groups auto with the
+        row cut, no split of mixed clusters), as these contenders were measured; pinned so that their runs stay
+        comparable with one another."""
         text = "--features" not in embed or "text" in embed[embed.index("--features") + 1]
-        return default_but(name, desc + " [one change from the previous default: tfidf, row cut]",
+        note = ("one change from an earlier default: tfidf, row cut, no split" if text else
+                "one change from an earlier default: no split; the text weighting does not apply")
+        return default_but(name, f"{desc} [{note}]",
                            embed=[*embed, *(["--text-weighting", "tfidf"] if text else [])],
-                           cluster=[*changes.pop("cluster", ()), "--group-cut", "row"], **changes)
+                           cluster=[*changes.pop("cluster", ()), "--group-cut", "row", *NO_SPLIT], **changes)
 
     def control(name, features, desc, cluster=()):
-        return Contender(name, "features", desc, features=features, cluster=[*cluster, *seed], select=budget,
-                         needs=tool[1:3])
+        return Contender(name, "features", desc, features=features, cluster=[*cluster, *NO_SPLIT, *seed],
+                         select=budget, needs=tool[1:3])
 
     c = [
         Contender("full", "full", "all rows"),
         Contender("random", "random", "uniform random 31%"),
         Contender("oracle", "oracle", "water-filling quotas by the TRUE skill labels (not label-free)"),
-        default_but("default", "the tool's defaults: embed (text, tf weighting), cluster (k auto, --groups auto, "
-                    "--group-cut row), select --budget (random order), shard (token-balanced allocation); trained "
-                    "without the shards' weights"),
+        default_but("default", "the tool's defaults: embed (text, tf weighting), cluster (k auto, mixed clusters "
+                    "split, --groups auto, --group-cut row), select --budget (random order), shard (token-balanced "
+                    "allocation); trained without the shards' weights"),
         Contender("paper", "tool", "the paper's recipe: gradient (proxy), K = 4 ranks, cap 1.5, per-cluster ratio, "
                   "far, allocation paper, weights", embed=["--features", "gradient"],
                   cluster=["--k", "4", "--max-size-factor", "1.5", "--groups", "none", *seed],
@@ -173,13 +178,23 @@ def contenders() -> dict[str, Contender]:
         Contender("text-k48", "tool", "the first probe: prompt TF-IDF, k = 48, flat quotas, random order",
                   embed=["--features", "text", "--text-weighting", "tfidf"],
                   cluster=["--k", "48", "--groups", "none", *seed], select=budget, needs=tool[:3]),
-        default_but("tfidf", "default but embed --text-weighting tfidf: the previous default (until 2026-11-30)",
-                    embed=["--text-weighting", "tfidf"]),
-        default_but("pair", "default but cluster --group-cut pair", cluster=["--group-cut", "pair"]),
-        default_but("flat-tf", "default but cluster --groups none: flat quotas over the clusters",
-                    cluster=["--groups", "none"]),
-        default_but("tfidf+pair", "probe: default but embed --text-weighting tfidf and cluster --group-cut pair",
-                    embed=["--text-weighting", "tfidf"], cluster=["--group-cut", "pair"]),
+        default_but("no-split", "default but cluster --no-split-mixed: the default until 2026-11-30 (round 5)",
+                    cluster=NO_SPLIT),
+        default_but("tfidf", "no-split but embed --text-weighting tfidf: the default until 2026-11-30 (round 4)",
+                    embed=["--text-weighting", "tfidf"], cluster=NO_SPLIT),
+        default_but("pair", "no-split but cluster --group-cut pair", cluster=["--group-cut", "pair", *NO_SPLIT]),
+        default_but("flat-tf", "no-split but cluster --groups none: flat quotas over the clusters",
+                    cluster=["--groups", "none", *NO_SPLIT]),
+        default_but("tfidf+pair", "probe: no-split but embed --text-weighting tfidf and cluster --group-cut pair",
+                    embed=["--text-weighting", "tfidf"], cluster=["--group-cut", "pair", *NO_SPLIT]),
+        # the knobs of the one-at-a-time grid again, from the current default (their `previous_but` rows below
+        # were measured from the previous one)
+        default_but("far-tf", "default but select --within far (the paper's order)", select=["--within", "far"]),
+        default_but("near-tf", "default but select --within near", select=["--within", "near"]),
+        default_but("weights-tf", "default, trained with the shards' per-row weights (n_c/n)/(s_c/s)",
+                    use_weights=True),
+        default_but("k-ranks-tf", "default but cluster --k 2 (the number of ranks, as the paper)",
+                    cluster=["--k", "2"]),
         previous_but("flat", "flat quotas, cluster --groups none (the default until 2026-11-29)",
                      cluster=["--groups", "none"]),
         previous_but("gradient", "--features gradient (the paper's feature, proxy model)",

@@ -292,9 +292,13 @@ class _CountOrWord(click.ParamType):
               help="Where --groups auto cuts: row: clusters whose centroids are as similar as a row is to its own "
                    "centroid share a group; pair: as similar as two rows of one cluster are (fewer, larger groups; "
                    "on real data it can join a rare kind into a dominant one).")
+@click.option("--split-mixed/--no-split-mixed", default=None,
+              help="After k-means, cut in two every cluster whose 2-means halves are less similar than two rows of "
+                   "one cluster typically are, again inside each half (halves of at least 16 rows): two rare kinds "
+                   "that k-means put in one cluster get a quota each.  [default: with --k auto; a given --k is kept]")
 @output_options
 def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample_size, gpus, batch_rows,
-                groups, group_cut, overwrite, force):
+                groups, group_cut, split_mixed, overwrite, force):
     """k-means (faiss, spherical: cosine on L2-normalised features) over an embeddings artifact.
 
     \b
@@ -307,7 +311,8 @@ def cluster_cmd(embeddings, out, k, iters, seed, center, max_size_factor, sample
     summary, rows = pipeline.cluster_embeddings(embeddings, out, k=k, iters=iters, seed=seed, center=center,
                                                 max_size_factor=max_size_factor, sample_size=sample_size,
                                                 gpus=gpus, batch_rows=batch_rows, groups=groups,
-                                                group_cut=group_cut, overwrite=overwrite, force=force)
+                                                group_cut=group_cut, split_mixed=split_mixed, overwrite=overwrite,
+                                                force=force)
     console.summary(f"cluster → {out}", summary, rows)
 
 

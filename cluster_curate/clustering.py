@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,12 @@ GROUP_CUTS = {
     "pair": "clusters join one group while their centroids are, on average, at least as similar to one another as "
             "two rows of one cluster are (size-weighted mean of each cluster's squared mean similarity)",
 }
+
+# --split-mixed: see split_mixed_clusters().
+SPLIT_MIN_ROWS = 16
+SPLIT_RULE = ("a cluster is cut in two (2-means inside it, then again inside each half) while both halves have at "
+              f"least {SPLIT_MIN_ROWS} rows and their centroids are less similar than two rows of one cluster "
+              "typically are (the pair cut)")
 
 # Training sample: see training_sample_size().
 SAMPLE_PER_CENTROID = 128
@@ -517,6 +523,45 @@ def cluster_features(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, samp
                             sample_size=model.sample_size, iters=iters, seed=seed, gpus=ngpu, cap=cap, moved=moved,
                             objective=float(sims.mean(dtype=np.float64)), objective_uncapped=uncapped,
                             train_objective=model.train_objective, sizes=np.bincount(labels, minlength=k))
+
+
+def split_mixed_clusters(x: np.ndarray, res: ClusteringResult, min_similarity: float,
+                         min_rows: int = SPLIT_MIN_ROWS) -> tuple[ClusteringResult, int]:
+    """Cut every cluster that holds two kinds of rows in two, recursively (SPLIT_RULE). Returns the refined
+    result (k grows by the number of cuts; new clusters are numbered after the old ones) and that number.
+
+    Why: k-means spends its centroids where the rows are dense, so the small kinds share clusters (two rare
+    tasks whose prompts differ by one word land in one cluster, and then share one quota) while a dominant kind
+    gets many. A cluster is cut only when its 2-means halves are less alike than two rows of one cluster
+    typically are (`min_similarity`, the pair cut of group_cut_similarity): halves of one diverse kind stay
+    together, because a centroid averages its rows' differences away. x: the L2-normalised rows that `res`
+    clustered. The 2-means runs on the CPU: a cluster is small."""
+    labels, sims = res.labels.copy(), res.similarity.copy()
+    centroids = list(res.centroids)
+    order = np.argsort(labels, kind="stable")
+    queue = list(zip(range(res.k), np.split(order, np.cumsum(res.sizes)[:-1])))
+    cuts = 0
+    while queue:
+        c, members = queue.pop()
+        if len(members) < 2 * min_rows:
+            continue
+        rows = np.ascontiguousarray(x[members], dtype=np.float32)
+        halves = kmeans_faiss(rows, 2, iters=res.iters, seed=res.seed, gpus=0).centroids
+        half, sim = assign_in_batches(rows, halves)
+        if np.bincount(half, minlength=2).min() < min_rows or float(halves[0] @ halves[1]) >= min_similarity:
+            continue
+        new = len(centroids)
+        centroids[c] = halves[0]
+        centroids.append(halves[1])
+        labels[members[half == 1]] = new
+        sims[members] = sim
+        queue += [(c, members[half == 0]), (new, members[half == 1])]
+        cuts += 1
+    if not cuts:
+        return res, 0
+    k = len(centroids)
+    return replace(res, labels=labels, similarity=sims, centroids=np.stack(centroids).astype(np.float32), k=k,
+                   objective=float(sims.mean(dtype=np.float64)), sizes=np.bincount(labels, minlength=k)), cuts
 
 
 def group_clusters(centroids: np.ndarray, n_groups: int | None = None,

@@ -651,7 +651,8 @@ def load_centroids(clusters_path):
 def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, seed: int = 0, center: bool = False,
                        max_size_factor: float | None = None, sample_size: int | None = None,
                        gpus: int | None = None, batch_rows: int = 65536, groups: int | str | None = "auto",
-                       group_cut: str = "row", overwrite: bool = False, force: bool = False) -> tuple[dict, list[dict]]:
+                       group_cut: str = "row", split_mixed: bool | None = None, overwrite: bool = False,
+                       force: bool = False) -> tuple[dict, list[dict]]:
     """`cluster`: read an embeddings artifact, k-means it, write the clusters artifact (+ centroids beside it).
     Returns the summary dict and the size-band table."""
     import hashlib
@@ -677,6 +678,8 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
     ngpu = C.resolve_gpus(gpus)
     ids, x, emeta = load_embedding_matrix(embeddings, force=force, batch_rows=batch_rows)
     n, d = x.shape
+    if split_mixed is None:  # by default the split belongs to choosing k: a given k is kept
+        split_mixed = k in (None, "auto")
     if k in (None, "auto"):
         k, k_rule = C.auto_k(n), f"auto: {C.AUTO_K_RULE}"
     else:
@@ -698,6 +701,12 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
     console.info(f"k-means: {n} rows x {d} dims, k = {k}, training on {size} rows, {iters} iterations, {device}")
     res = C.cluster_features(x, k, iters=iters, seed=seed, sample_size=size, gpus=ngpu,
                              max_size_factor=max_size_factor, batch_rows=batch_rows)
+    split = None
+    if split_mixed:
+        cut = C.group_cut_similarity(res, "pair")
+        res, cuts = C.split_mixed_clusters(x, res, cut)
+        split = {"rule": f"{C.SPLIT_RULE} = {cut:.4f}", "min_similarity": cut, "min_rows": C.SPLIT_MIN_ROWS,
+                 "k_means": k, "cuts": cuts}
     del x
     stats = C.size_stats(res.sizes)
     if groups == "auto":
@@ -712,8 +721,8 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
     centroid_bytes = _npy_bytes(res.centroids)
     centroids_file = sidecar_path(out, "centroids.npy")
     params = {
-        "k": k, "k_rule": k_rule, "iters": iters, "seed": seed, "normalisation": norm["normalisation"],
-        "spherical": True, "dim": d, "sample_size": res.sample_size,
+        "k": res.k, "k_rule": k_rule, "split_mixed": split, "iters": iters, "seed": seed,
+        "normalisation": norm["normalisation"], "spherical": True, "dim": d, "sample_size": res.sample_size,
         "sample_rule": "given (--sample-size)" if sample_size is not None else C.SAMPLE_RULE,
         "max_size_factor": max_size_factor, "max_cluster_size": res.cap, "moved": res.moved,
         "cap_candidates": C.CAP_CANDIDATES if max_size_factor is not None else None,
@@ -739,9 +748,12 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         "out": out,
         "rows": n,
         "dim": d,
-        "k": k,
+        "k": res.k,
         "k rule": f"auto = ceil(sqrt({n}))" + (f", capped at {k}" if k < math.ceil(math.sqrt(n)) else "")
                   if k_rule != "given" else "given (--k)",
+        "mixed clusters cut": (f"{split['cuts']} (k-means k = {k}; halves less similar than "
+                               f"{split['min_similarity']:.4f})") if split else
+                              "no (--no-split-mixed)" if k_rule != "given" else "no (a given --k is kept)",
         "normalisation": norm["normalisation"],
         "trained on": f"{res.sample_size} rows ({'all' if res.sample_size == n else f'{res.sample_size / n:.1%}'})",
         "iterations": iters,
@@ -763,7 +775,7 @@ def cluster_embeddings(embeddings: str, out: str, *, k="auto", iters: int = 20, 
         summary["objective before the cap"] = round(res.objective_uncapped, 5)
     summary["centroids"] = str(centroids_file)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
-    mean = n / k
+    mean = n / res.k
     rows = []
     for (label, count), (lo, hi) in zip(stats["histogram"].items(), C.SIZE_BINS):
         in_band = (res.sizes >= lo * mean) & (res.sizes < hi * mean)

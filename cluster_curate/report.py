@@ -98,7 +98,9 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
         meta = read_meta(path)
         sizes = np.asarray(meta.params.get("sizes") or _cluster_sizes(path))
         data = _meta_rows(path, meta)
+        split = meta.params.get("split_mixed")
         data.update({"k": meta.params.get("k"), "k rule": meta.params.get("k_rule"),
+                     "mixed clusters cut": (f"{split['cuts']} (k-means k = {split['k_means']})" if split else "no"),
                      "sizes min / median / max": f"{sizes.min()} / {np.median(sizes):g} / {sizes.max()}",
                      "largest ÷ smallest": round(float(sizes.max() / max(sizes.min(), 1)), 2),
                      "objective": meta.params.get("objective"), "moved by the size cap": meta.params.get("moved")})

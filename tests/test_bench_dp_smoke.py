@@ -29,3 +29,5 @@ def test_bench_dp_time_tiny(tmp_path):
             assert run["epoch_seconds"] > 0 and run["compute_seconds"] > 0
         assert result["summary"][name]["steps_per_rank_all_equal"]
     assert result["summary"]["full"]["rows"] > result["summary"]["tool"]["rows"]
+    # `run` made the very shards of the four commands (the benchmark checks it), and its time is reported
+    assert result["summary"]["tool"]["run_seconds"] > 0 and "Counting curation, `run`" in md

@@ -409,3 +409,65 @@ def test_group_cut_similarity_row_and_pair():
 def test_group_clusters_tolerates_a_zero_centroid():
     c = np.array([[1, 0, 0], [0.99, 0.141, 0], [0, 0, 0], [0, 1, 0]], dtype=np.float32)
     assert C.group_clusters(c, min_similarity=0.9).tolist() == [0, 0, 1, 2]
+
+
+def _two_rare_kinds_in_one_cluster(seed=0):
+    """Three dense common kinds and two rare ones, clustered with k = 4: k-means must put two kinds together."""
+    x, kind = mixture(1200, d=16, groups=5, seed=seed, noise=0.3, weights=[0.4, 0.3, 0.2, 0.06, 0.04])
+    C.normalise_features(x)
+    return x, kind, C.cluster_features(x, 4, seed=seed)
+
+
+def test_split_mixed_clusters_cuts_a_cluster_that_holds_two_kinds():
+    x, kind, res = _two_rare_kinds_in_one_cluster()
+    purity = lambda labels: sum(np.bincount(kind[labels == c]).max() for c in np.unique(labels)) / len(kind)
+    assert purity(res.labels) < 0.97  # the premise: some cluster mixes kinds
+    out, cuts = C.split_mixed_clusters(x, res, C.group_cut_similarity(res, "pair"))
+    assert cuts >= 1 and out.k == res.k + cuts == len(out.centroids) == len(out.sizes)
+    assert purity(out.labels) > 0.99
+    # every kind now has a cluster of its own, and the bookkeeping matches the rows
+    assert len({np.bincount(kind[out.labels == c]).argmax() for c in range(out.k)}) == 5
+    np.testing.assert_array_equal(out.sizes, np.bincount(out.labels, minlength=out.k))
+    np.testing.assert_allclose(out.similarity, (x * out.centroids[out.labels]).sum(1), atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(out.centroids, axis=1), 1, atol=1e-5)
+    assert out.objective == pytest.approx(out.similarity.mean(), abs=1e-6) and out.objective > res.objective
+    # deterministic
+    again, _ = C.split_mixed_clusters(x, res, C.group_cut_similarity(res, "pair"))
+    np.testing.assert_array_equal(again.labels, out.labels)
+
+
+def test_split_mixed_clusters_leaves_one_kind_and_small_halves_alone():
+    x, kind, _ = _two_rare_kinds_in_one_cluster()
+    pure = C.cluster_features(x, 5, seed=0)  # one cluster per kind: halves of a kind are alike
+    out, cuts = C.split_mixed_clusters(x, pure, C.group_cut_similarity(pure, "pair"))
+    assert cuts == 0 and out is pure
+    # a kind of 10 rows inside a cluster of another kind: halves of fewer than SPLIT_MIN_ROWS rows are not cut
+    big, rare = np.flatnonzero(kind == 0)[:200], np.flatnonzero(kind == 3)[:10]
+    rows = np.concatenate([big, rare])
+    one = C.cluster_features(x[rows], 1, seed=0)
+    assert C.split_mixed_clusters(x[rows], one, C.group_cut_similarity(one, "pair"))[1] == 0
+    assert C.split_mixed_clusters(x[rows], one, C.group_cut_similarity(one, "pair"), min_rows=8)[1] == 1
+
+
+def test_cluster_split_mixed_option(tmp_path, cli_runner):
+    x, _, _ = _two_rare_kinds_in_one_cluster()
+    path = tmp_path / "e.parquet"
+    write_embeddings(path, x)
+    params = {}
+    for name, args in {"auto": [], "given": ["--k", 4], "given+split": ["--k", 4, "--split-mixed"],
+                       "off": ["--no-split-mixed"]}.items():
+        out = tmp_path / f"{name}.parquet"
+        r = run_cli(cli_runner, "cluster", path, "--out", out, *args)
+        assert r.exit_code == 0, r.output
+        params[name] = p = A.read_meta(out).params
+        assert p["k"] == len(p["sizes"]) == len(p["groups"]) == len(np.load(A.sidecar_path(out, "centroids.npy")))
+        labels = A.read_artifact(out)[0].column("cluster").to_numpy()
+        assert labels.max() < p["k"]
+        r = run_cli(cli_runner, "select", out, "--out", tmp_path / f"{name}-sel.parquet", "--fraction", 0.3, "-q")
+        assert r.exit_code == 0, r.output
+    assert params["given"]["split_mixed"] is None and params["given"]["k"] == 4
+    assert params["off"]["split_mixed"] is None and params["off"]["k"] == C.auto_k(len(x))
+    split = params["given+split"]["split_mixed"]
+    assert split["k_means"] == 4 and split["cuts"] >= 1 and params["given+split"]["k"] == 4 + split["cuts"]
+    assert split["rule"].startswith("a cluster is cut in two") and split["min_rows"] == C.SPLIT_MIN_ROWS
+    assert params["auto"]["split_mixed"]["k_means"] == C.auto_k(len(x))
