@@ -9,7 +9,8 @@ and the SAME number of epochs (so a 31% subset costs ~31% of the steps):
   tool       the tool's default pipeline through its CLI: `embed` (default features; `embed --help` says
              which) -> `cluster` (k auto, groups auto) -> `select --budget B`
   tool-flat  the same with `cluster --groups none` (flat quotas over the clusters)
-  tool-previous  the default until 2026-11-30: `embed --text-weighting tfidf`, `cluster --group-cut row`
+  tool-previous  the default until 2026-11-30: `embed --text-weighting tfidf`, `cluster --group-cut row
+                 --no-split-mixed`
 
 Trainer: benchmarks/train_eval.py (word-level tokens, GPT from cluster_curate/features/gpt.py, AdamW,
 warm-up + cosine, batches of 32 bucketed by length, loss on response + end token), 1 thread per run. The
@@ -48,7 +49,7 @@ RESULTS = HERE / "results"
 FRACTION = 0.31
 # name -> (extra `embed` arguments, extra `cluster` arguments)
 TOOL_CONTENDERS = {"tool": ([], []), "tool-flat": ([], ["--groups", "none"]),
-                   "tool-previous": (["--text-weighting", "tfidf"], ["--group-cut", "row"])}
+                   "tool-previous": (["--text-weighting", "tfidf"], ["--group-cut", "row", "--no-split-mixed"])}
 
 
 

@@ -15,7 +15,9 @@ import traceback
 import click
 
 from cluster_curate import __version__, console
+from cluster_curate.clustering import GROUP_CUTS
 from cluster_curate.errors import CurateError
+from cluster_curate.features.text import TEXT_FIELDS, TEXT_WEIGHTINGS
 from cluster_curate.io.datasets import ReadOptions
 
 
@@ -173,9 +175,9 @@ def inspect_cmd(data, read_options, tokenizer, rejects_path, overwrite):
 @click.option("--checkpoints", default=None,
               help="loss-trajectory: comma list of proxy warm-up steps or model paths/ids "
                    "(default: the proxy's own warm-up checkpoints).")
-@click.option("--text-field", type=click.Choice(["prompt", "response", "both"]), default="prompt", show_default=True,
+@click.option("--text-field", type=click.Choice(TEXT_FIELDS), default="prompt", show_default=True,
               help="text: which text the feature looks at.")
-@click.option("--text-weighting", type=click.Choice(["tf", "tfidf"]), default="tf", show_default=True,
+@click.option("--text-weighting", type=click.Choice(TEXT_WEIGHTINGS), default="tf", show_default=True,
               help="text: tf weighs words by their (sublinear) count alone, so the words that say what the task is "
                    "are not outweighed by rare topic words; tfidf weighs rare words (topics, names) most.")
 @click.option("--text-sample", type=int, default=20000, show_default=True,
@@ -288,7 +290,7 @@ class _CountOrWord(click.ParamType):
                    "water-fills the budget over groups first, then over the clusters inside each, so the many "
                    "clusters of one dominant kind share one quota. auto: cut where --group-cut says; G: cut "
                    "into G groups; none: flat quotas over clusters.")
-@click.option("--group-cut", type=click.Choice(["row", "pair"]), default="row", show_default=True,
+@click.option("--group-cut", type=click.Choice(list(GROUP_CUTS)), default="row", show_default=True,
               help="Where --groups auto cuts: row: clusters whose centroids are as similar as a row is to its own "
                    "centroid share a group; pair: as similar as two rows of one cluster are (fewer, larger groups; "
                    "on real data it can join a rare kind into a dominant one).")
