@@ -31,3 +31,19 @@ def test_bench_dp_time_tiny(tmp_path):
     assert result["summary"]["full"]["rows"] > result["summary"]["tool"]["rows"]
     # `run` made the very shards of the four commands (the benchmark checks it), and its time is reported
     assert result["summary"]["tool"]["run_seconds"] > 0 and "Counting curation, `run`" in md
+
+
+def test_curation_repeats_start_without_the_previous_output(tmp_path):
+    # a repeat that found the text basis (or proxy) fitted by the one before would time less work than a user's run
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_dp_time import clear_output
+    for name in ("embeddings.parquet", "embeddings.text.npz", "embeddings.text.key", "embeddings-gradient.parquet"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "embeddings.proxy").mkdir()
+    (tmp_path / "embeddings.proxy" / "model.safetensors").write_text("x")
+    (tmp_path / "run-out").mkdir()
+    (tmp_path / "run-out" / "run-state.json").write_text("{}")
+    clear_output(tmp_path / "embeddings.parquet")
+    clear_output(tmp_path / "run-out")
+    clear_output(tmp_path / "never-written.parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["embeddings-gradient.parquet"]
