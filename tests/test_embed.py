@@ -203,8 +203,10 @@ def test_text_features_equal_scikit_learns(source, field, weighting, max_feature
     terms, idf, comps, rows = _sklearn_text_features(texts, 64, weighting, max_features, min_df)
     f = TextFeaturizer(dim=64, weighting=weighting, max_features=max_features, min_df=min_df).fit(texts)
     assert np.array_equal(f.vocabulary, terms) and np.array_equal(f.idf, idf)
-    assert np.array_equal(f.components, comps)
-    assert np.array_equal(f.transform(texts), rows)
+    # equal bit for bit with scikit-learn 1.9 (the same steps and random draws); a tolerance, so that a later
+    # scikit-learn that reorders its float operations does not fail this test
+    assert np.allclose(f.components, comps, atol=1e-5)
+    assert np.allclose(f.transform(texts), rows, atol=1e-5)
     assert np.allclose(f.transform(texts[:1] + ["", "zqxjv vvkwp"]),
                        np.concatenate([rows[:1], np.zeros((2, 64), np.float32)]))
 
