@@ -11,8 +11,8 @@ count ÷ the oracle's. Prints a table, writes benchmarks/results/group_quotas.md
         [--quotas none,row,pair,24,row:nosplit]
 
 Quota modes: none = flat quotas over the clusters; row / pair = `--groups auto --group-cut row|pair`; a number G
-= `--groups G`; a `:nosplit` suffix adds `--no-split-mixed` (k auto splits mixed clusters by default). The text features read the prompt only, and the two variants share their prompts, so the short
-variant stands for both.
+= `--groups G`; a `:nosplit` suffix adds `--no-split-mixed` (k auto splits mixed clusters by default). The text
+features read the prompt only, and the two variants share their prompts, so the short variant stands for both.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def main(argv=None):
     for r in results:
         lines.append(f"| {r['code_rows']} | {r['weighting']} | {r['quotas']} | {r['kept_share_mean']:.0%} | "
                      f"{r['kept_share_min']:.0%} | {', '.join(map(str, r['kept_per_seed']))} | "
-                     f"{', '.join(map(str, r['groups_per_seed']))} | {', '.join(map(str, r.get('cuts_per_seed', [])))} |")
+                     f"{', '.join(map(str, r['groups_per_seed']))} | {', '.join(map(str, r['cuts_per_seed']))} |")
     write_results("source_mix", "bench_source_mix.py", lines, {"results": results, "commands": log[:6]}, argv)
 
 
