@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.artifacts import META_KEY, ArtifactMeta, atomic_write_bytes, sidecar_path, write_parquet_atomic
+from cluster_curate.io.artifacts import (META_KEY, ArtifactMeta, atomic_write_bytes, read_parquet, sidecar_path,
+                                         write_parquet_atomic)
 
 DEFAULT_COMMIT_EVERY = 2048  # rows per committed chunk: what a crash can lose, and what a worker holds at once
 _CHUNK_RE = re.compile(r"^chunk-(\d{6,})\.parquet$")
@@ -266,7 +267,7 @@ class ChunkedOutput:
 
     def _merge(self, chunks: list[int], meta: ArtifactMeta) -> int:
         """Stream the chunks into one Parquet file with the artifact's metadata (memory: one chunk)."""
-        tables = (pq.read_table(self._chunk_path(c)).replace_schema_metadata(None) for c in chunks)
+        tables = (read_parquet(self._chunk_path(c)).replace_schema_metadata(None) for c in chunks)
         first = next(tables, None)
         target = self.out / self.layout.part_name() if self.layout.multi else self.out
         if first is None:  # this worker owns no row: still write an empty part so the layout is complete

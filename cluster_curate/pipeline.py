@@ -513,14 +513,12 @@ def embed(data: str, out: str, cfg: EmbedConfig, read_options=None, *, overwrite
 # ============================================================================================ cluster
 
 def _read_columns(path, columns):
-    """Some columns of every part of an artifact, joined in part order (no sort), read with ParquetFile
-    (pq.read_table would import pyarrow.dataset: 1.5 s of start-up on this machine)."""
+    """Some columns of every part of an artifact, joined in part order (no sort)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from cluster_curate.io.artifacts import artifact_files
+    from cluster_curate.io.artifacts import artifact_files, read_parquet
     try:
-        tables = [pq.ParquetFile(f).read(columns=columns) for f in artifact_files(path)]
+        tables = [read_parquet(f, columns) for f in artifact_files(path)]
     except (pa.ArrowInvalid, OSError, KeyError) as e:
         raise CurateError(f"{path}: cannot read columns {', '.join(columns)} ({e})") from None
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]

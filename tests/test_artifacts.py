@@ -20,6 +20,14 @@ def test_roundtrip_and_metadata(tmp_path):
     assert meta.fingerprint == _meta().fingerprint
 
 
+def test_a_missing_column_is_one_line_naming_it(tmp_path):
+    p = tmp_path / "e.parquet"
+    A.write_artifact(pa.table({"id": [0, 1], "x": [1.0, 2.0]}), p, _meta())
+    assert A.read_artifact(p, columns=["x"])[0].column_names == ["x"]
+    with pytest.raises(CurateError, match=r"e.parquet: cannot read artifact \(no column 'cluster' in .*e.parquet\)"):
+        A.read_artifact(p, columns=["id", "cluster"])
+
+
 def test_refuses_overwrite_and_wrong_kind(tmp_path):
     p = tmp_path / "e.parquet"
     A.write_artifact(pa.table({"id": [0]}), p, _meta())

@@ -439,3 +439,16 @@ def test_raw_only_pass_copies_rows_without_checking_them(tmp_path):
     assert ds.rejects == [] and ds.rows == 3
     with pytest.raises(CurateError, match="answer"):
         list(open_dataset(str(p), ReadOptions()).iter_batches(2))
+
+
+def test_reads_through_hf_datasets(tmp_path):
+    import datasets
+
+    from cluster_curate.io.datasets import reads_through_hf_datasets
+
+    jsonl = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": "a"}])
+    (tmp_path / "parquet").mkdir()
+    datasets.Dataset.from_dict({"question": ["q"], "answer": ["a"]}).save_to_disk(str(tmp_path / "saved"))
+    assert not reads_through_hf_datasets(str(jsonl)) and not reads_through_hf_datasets(str(tmp_path / "parquet"))
+    assert reads_through_hf_datasets(str(tmp_path / "saved"))
+    assert reads_through_hf_datasets("openai/gsm8k@main:train") and reads_through_hf_datasets(str(tmp_path / "gone"))

@@ -150,3 +150,53 @@ def test_run_killed_during_embed_resumes_to_the_same_shards(tmp_path):
     assert len(got) == len(want) == 2
     for a, b in zip(got, want):
         assert a.equals(b)
+
+
+_IMPORTS_AFTER_COMMAND = """
+import json, sys
+from cluster_curate.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+imported = "pandas" in sys.modules
+import pandas, pyarrow as pa
+try:
+    converts = pa.table({"a": [1, 2]}).to_pandas().shape == (2, 1)
+except ImportError:
+    converts = False
+print(json.dumps({"imported": imported, "usable": pandas.DataFrame({"a": [1]}).shape == (1, 1),
+                  "pyarrow_converts": converts}))
+"""
+
+
+def _imports_after(*args) -> dict:
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS_AFTER_COMMAND, *map(str, args), "--quiet"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_commands_on_local_files_never_import_pandas(tmp_path):
+    """pyarrow would import pandas (a third of a short command's time) only to ask whether arrays are pandas
+    objects; the commands let it find none, and pandas still imports for whoever needs it afterwards."""
+    out = tmp_path / "o"
+    assert _imports_after("run", DATA, "--out", out, *FAST) == {"imported": False, "usable": True,
+                                                                "pyarrow_converts": True}
+    assert _imports_after("select", out / "clusters.parquet", "--out", tmp_path / "s.parquet",
+                          "--fraction", "0.5")["imported"] is False
+    assert pq.read_table(tmp_path / "s.parquet").num_rows == 150
+    assert _imports_after("shard", tmp_path / "s.parquet", "--data", DATA, "--out", tmp_path / "sh",
+                          "--num-shards", "2")["imported"] is False
+    assert sum(t.num_rows for t in _shard_tables(tmp_path / "sh")) == 150
+
+
+def test_commands_on_hf_datasets_keep_pyarrow_pandas_conversions(tmp_path):
+    """`datasets` hands pyarrow pandas objects (its CSV and JSON builders), so its inputs leave pyarrow as it is."""
+    import datasets
+
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_json(str(DATA)).save_to_disk(str(saved))
+    result = _imports_after("embed", saved, "--out", tmp_path / "e.parquet", "--features", "text", "--dim", "8")
+    assert result == {"imported": True, "usable": True, "pyarrow_converts": True}
+    assert pq.read_table(tmp_path / "e.parquet").num_rows == 300

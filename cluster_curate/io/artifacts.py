@@ -190,13 +190,23 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
     return meta
 
 
+def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
+    """pq.read_table of one file, without importing pyarrow.dataset (0.07 s of every command's start, warm; over
+    1 s cold). Unlike ParquetFile.read alone, a column the file lacks raises, as read_table does."""
+    f = pq.ParquetFile(path)
+    missing = [c for c in columns or () if c not in f.schema_arrow.names]
+    if missing:
+        raise pa.ArrowInvalid(f"no column {', '.join(map(repr, missing))} in {path}")
+    return f.read(columns=columns)
+
+
 def read_artifact(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None,
                   columns: list[str] | None = None) -> tuple[pa.Table, ArtifactMeta]:
     """Read a whole artifact (file or part directory) as one table, sorted by `id` when parts are joined."""
     meta = read_meta(path, kind)
     files = artifact_files(path)
     try:
-        tables = [pq.read_table(f, columns=columns) for f in files]
+        tables = [read_parquet(f, columns) for f in files]
     except (pa.ArrowInvalid, OSError, KeyError) as e:
         raise CurateError(f"{path}: cannot read artifact ({e})") from None
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]

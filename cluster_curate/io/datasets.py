@@ -525,6 +525,20 @@ def _load_hub(source: str, m: re.Match):
     return _HFDataset(hf, "hf-hub", files)
 
 
+def _is_saved_hf_dataset(path: Path) -> bool:
+    return (path / "state.json").exists() or (path / "dataset_dict.json").exists()
+
+
+def reads_through_hf_datasets(source: str) -> bool:
+    """Whether open_dataset(source) reads with Hugging Face `datasets`: a save_to_disk directory or a hub id
+    (a path that does not exist counts: it is a hub id or an error)."""
+    path = Path(source).expanduser()
+    try:
+        return not path.exists() or (path.is_dir() and _is_saved_hf_dataset(path))
+    except OSError:
+        return True
+
+
 def _open_source(source: str):
     path = Path(source).expanduser()
     try:
@@ -542,7 +556,7 @@ def _open_source(source: str):
     if path.is_dir():
         if not os.access(path, os.R_OK | os.X_OK):
             raise CurateError(f"{path}: cannot read the directory (permission denied)")
-        if (path / "state.json").exists() or (path / "dataset_dict.json").exists():
+        if _is_saved_hf_dataset(path):
             return path, _load_from_disk(path)
         return path, _Parquet(path)
     name = path.name.lower()
