@@ -194,7 +194,8 @@ def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> p
     """pq.read_table of one file, without importing pyarrow.dataset (0.07 s of every command's start, warm; over
     1 s cold). Unlike ParquetFile.read alone, a column the file lacks raises, as read_table does."""
     f = pq.ParquetFile(path)
-    missing = [c for c in columns or () if c not in f.schema_arrow.names]
+    names = set(f.schema_arrow.names)  # schema_arrow converts the Parquet schema anew on every access
+    missing = [c for c in columns or () if c not in names]
     if missing:
         raise pa.ArrowInvalid(f"no column {', '.join(map(repr, missing))} in {path}")
     return f.read(columns=columns)
