@@ -773,7 +773,7 @@ class Dataset:
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
         fm = self.field_map
-        needed = [c for c in (fm.prompt, fm.response, fm.input, fm.system) if c]
+        needed = [c for c in (*fm.prompt_columns, fm.response, fm.input, fm.system) if c]
         for b in _rebatch(self._src.batches(batch_rows), batch_rows):
             n = b.num_rows
             examples: list[Example] = []
