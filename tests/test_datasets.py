@@ -506,3 +506,27 @@ def test_reads_through_hf_datasets(tmp_path):
     assert not reads_through_hf_datasets(str(jsonl)) and not reads_through_hf_datasets(str(tmp_path / "parquet"))
     assert reads_through_hf_datasets(str(tmp_path / "saved"))
     assert reads_through_hf_datasets("openai/gsm8k@main:train") and reads_through_hf_datasets(str(tmp_path / "gone"))
+
+
+def test_a_column_mixing_numbers_and_text_is_said_and_reaches_the_shards_as_text(tmp_path, capfd):
+    """Numbers in one JSON batch and text in a later one: the reader warns once, naming the column, and the
+    shard writer stores the column as text instead of failing after the whole pass."""
+    import numpy as np
+
+    from cluster_curate.io.shard_writer import ShardWriter
+    rows = [{"question": f"q{i}", "answer": i if i < 3 else f"a{i}"} for i in range(6)]
+    ds = open_dataset(write_jsonl(tmp_path / "mixed.jsonl", rows))
+    batches = [batch.raw for batch in ds.iter_batches(3)]
+    assert [str(b.schema.field("answer").type) for b in batches] == ["int64", "string"]
+    assert ds.text_columns == ["answer"]
+    assert capfd.readouterr().err.count("column 'answer' holds text in some rows") == 1
+    writer = ShardWriter(tmp_path / "tmp", num_shards=1, rows_per_shard=6)
+    for b in batches:
+        table = pa.Table.from_batches([b])
+        writer.add(table, np.zeros(table.num_rows, dtype=np.int64), table.column("id").to_numpy())
+    writer.finish([tmp_path / "s.parquet"], ["id", "question", "answer"])
+    assert pq.read_table(tmp_path / "s.parquet").column("answer").to_pylist() == ["0", "1", "2", "a3", "a4", "a5"]
+    # a column of numbers only stays numbers: no warning
+    ds = open_dataset(write_jsonl(tmp_path / "n.jsonl", [{"question": "q", "answer": 1}] * 4))
+    assert [str(b.raw.schema.field("answer").type) for b in ds.iter_batches(2)] == ["int64", "int64"]
+    assert ds.text_columns == [] and "holds text" not in capfd.readouterr().err

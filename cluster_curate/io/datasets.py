@@ -602,13 +602,14 @@ def _rename_id(names: list[str]) -> dict[str, str]:
     return out
 
 
-def _column_array(values: list) -> pa.Array:
+def _column_array(values: list) -> tuple[pa.Array, bool]:
+    """The column as Arrow, and whether its values had to become text (mixed types)."""
     try:
-        return pa.array(values)
+        return pa.array(values), False
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         # mixed types in one column (e.g. a number here, a string there): keep it as JSON text
         return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-                         for v in values], type=pa.string())
+                         for v in values], type=pa.string()), True
 
 
 class Dataset:
@@ -625,6 +626,8 @@ class Dataset:
         self.rows: int | None = getattr(self._src, "rows", None)
         self._fingerprint: str | None = None
         self._key_column = "key"
+        self._column_types: dict[str, pa.DataType] = {}  # JSON sources: each column's type in the batches so far
+        self.text_columns: list[str] = []  # JSON columns kept as text because their values mix types
         with _read_errors(self.source):
             self.field_map: FieldMap = self._detect()
         self.format = self.field_map.format
@@ -767,8 +770,23 @@ class Dataset:
         if keyed:
             cols[self._key_column] = pa.array([r.key for r in rows], type=pa.string())
         for name in names:
-            cols[rename[name]] = _column_array([None if r.record is None else r.record.get(name) for r in rows])
+            array, mixed = _column_array([None if r.record is None else r.record.get(name) for r in rows])
+            before = self._column_types.setdefault(name, array.type)
+            if mixed or (before != array.type and pa.types.is_string(array.type) != pa.types.is_string(before)
+                         and not pa.types.is_null(before) and not pa.types.is_null(array.type)):
+                self._mixed_column(name)
+            cols[rename[name]] = array
         return pa.RecordBatch.from_pydict(cols)
+
+    def _mixed_column(self, name: str) -> None:
+        """Say once that a column holds text and other values: Parquet keeps one type per column, so the
+        shards store it as text (a number 17 as '17'); a column that is all numbers stays numbers."""
+        if name in self.text_columns:
+            return
+        self.text_columns.append(name)
+        from cluster_curate import console
+        console.warn(f"{self.source}: column {name!r} holds text in some rows and other values in others; "
+                     "shards keep it as text (numbers and lists as their JSON text)")
 
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
