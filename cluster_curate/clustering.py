@@ -90,7 +90,8 @@ def training_sample_size(n: int, k: int) -> int:
 
 def resolve_gpus(gpus: int | None) -> int:
     """Number of GPUs faiss should use: all it sees when None, never more than it sees."""
-    import faiss
+    from cluster_curate.faiss_build import import_faiss
+    faiss = import_faiss()
 
     available = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
     if gpus is None:
@@ -308,7 +309,8 @@ def kmeans_faiss(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_s
     (cosine for unit rows). gpus: number of GPUs (None = all faiss sees, 0 = CPU); the code path is the same,
     faiss only puts its flat index on the GPU(s). init: starting centroids (default: initial_centroids).
     """
-    import faiss
+    from cluster_curate.faiss_build import import_faiss
+    faiss = import_faiss()
 
     n, d = x.shape
     if not 1 <= k <= n:
@@ -345,7 +347,8 @@ SMALL_WORK = 1 << 26
 @contextmanager
 def _faiss_threads(work: int | None):
     """One faiss thread while the block runs when `work` (multiply-adds per pass) is small; None: leave as is."""
-    import faiss
+    from cluster_curate.faiss_build import import_faiss
+    faiss = import_faiss()
 
     if work is None or work >= SMALL_WORK or not hasattr(faiss, "omp_set_num_threads"):
         yield
@@ -359,7 +362,8 @@ def _faiss_threads(work: int | None):
 
 
 def _ip_index(centroids: np.ndarray, gpus: int):
-    import faiss
+    from cluster_curate.faiss_build import import_faiss
+    faiss = import_faiss()
 
     index = faiss.IndexFlatIP(centroids.shape[1])
     if gpus > 0:

@@ -125,7 +125,7 @@ def _require_gguf_extra(path: Path) -> None:
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
         raise CurateError(f"--model {path}: loading a GGUF file needs the package(s) {', '.join(missing)}: "
-                          f"pip install 'cluster-curate[gguf]'")
+                          "pip install the gguf extra ('.[cpu,gguf]' in the checkout, or the wheel with [cpu,gguf])")
 
 
 def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
