@@ -393,7 +393,7 @@ class _Csv:
             names = pacsv.open_csv(self._stream(), read_options=read, parse_options=parse).schema.names
             convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
             return pacsv.open_csv(self._stream(), read_options=read, parse_options=parse, convert_options=convert)
-        except pa.ArrowInvalid as e:
+        except (pa.ArrowInvalid, UnicodeDecodeError) as e:  # the latter: a header that is not UTF-8
             self._raise(e)
 
     def _stream(self):
@@ -401,7 +401,7 @@ class _Csv:
 
     def _raise(self, e: Exception):
         msg = str(e)
-        if "UTF8" in msg or "UTF-8" in msg:
+        if "UTF8" in msg or "UTF-8" in msg or isinstance(e, UnicodeDecodeError):
             located = _first_non_utf8_line(self.path)
             if located:
                 raise CurateError(located) from None
@@ -659,6 +659,9 @@ class Dataset:
                     break
             if n == 0:
                 raise CurateError(f"{self.source}: dataset is empty (no rows)")
+            if not seen and first_bad is None:
+                raise CurateError(f"{self.source}: the records have no fields (the first {n} rows are empty "
+                                  "JSON objects)")
             if not seen:
                 id_, row = first_bad
                 if n == 1 or self.opts.on_bad_row != "skip":
