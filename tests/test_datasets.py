@@ -530,3 +530,35 @@ def test_a_column_mixing_numbers_and_text_is_said_and_reaches_the_shards_as_text
     ds = open_dataset(write_jsonl(tmp_path / "n.jsonl", [{"question": "q", "answer": 1}] * 4))
     assert [str(b.raw.schema.field("answer").type) for b in ds.iter_batches(2)] == ["int64", "int64"]
     assert ds.text_columns == [] and "holds text" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_hub_id_without_a_network_fails_in_about_a_second(tmp_path):
+    """Issue 20 #17: a hub that does not answer (a socket that listens and never replies) is given one second,
+    then the local cache only: one line, exit 2, instead of datasets' ~25 s of retries (transformers': ~50 s)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections complete in the backlog; nothing is ever sent back
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{silent.getsockname()[1]}", HF_HOME=str(tmp_path / "hf"))
+    try:
+        for args in (["inspect", "nobody/no-such-set"],
+                     ["embed", str(FIXTURES / "gsm8k" / "train-300.jsonl"), "--out", str(tmp_path / "e.parquet"),
+                      "--features", "hidden", "--model", "nobody/no-such-model"]):
+            t0 = time.monotonic()
+            r = subprocess.run([sys.executable, "-m", "cluster_curate", *args], env=env, capture_output=True,
+                               text=True, timeout=120)
+            seconds = time.monotonic() - t0
+            assert r.returncode == 2, r.stderr
+            (line,) = r.stderr.strip().splitlines()
+            assert "did not answer within 1 s" in line and ("not in the local cache" in line
+                                                            or "not found locally or in the Hugging Face cache" in line)
+            assert seconds < 15, seconds  # start-up + the 1 s probe; the retries alone took 25-50 s
+    finally:
+        silent.close()
+    assert not (tmp_path / "e.parquet").exists()
