@@ -186,8 +186,13 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
     if kind is not None:
         kinds = (kind,) if isinstance(kind, str) else tuple(kind)
         if meta.kind not in kinds:
-            raise CurateError(f"{path}: is a '{meta.kind}' artifact, expected {' or '.join(repr(k) for k in kinds)}")
+            raise CurateError(f"{path}: is {_article(meta.kind)} '{meta.kind}' artifact, expected "
+                              f"{' or '.join(repr(k) for k in kinds)}")
     return meta
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in tuple("aeiou") else "a"
 
 
 def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
