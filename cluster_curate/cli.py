@@ -109,6 +109,18 @@ def _take_deprecated(spec: CommandSpec, kw: dict) -> None:
                 kw[o.name] = value
 
 
+def _one_writer(command: str, kw: dict):
+    """The output's lock (io/lock.py) for a command writing one output; `run` takes its own, and the processes
+    of a torchrun or job-array embed write one directory together (each its part)."""
+    from contextlib import nullcontext
+
+    from cluster_curate.io.lock import output_lock
+    shared = "WORLD_SIZE" in os.environ or (kw.get("num_parts") or 1) > 1
+    if command == "run" or not kw.get("out") or shared:
+        return nullcontext()
+    return output_lock(kw["out"], command)
+
+
 def _command(spec: CommandSpec) -> click.Command:
     """A click command built from a command's declaration (commands/*.py): its arguments, its options, and
     --quiet/--json; it calls the command's Python function and prints the result with its render()."""
@@ -119,7 +131,8 @@ def _command(spec: CommandSpec) -> click.Command:
         _let_pyarrow_skip_pandas(*([kw["data"]] if kw.get("data") else []))
         args = [kw.pop(a.name) for a in spec.arguments]
         extra = {k: v() for k, v in spec.extra.items()}
-        result = spec.function(*args, **kw, **extra)
+        with _one_writer(spec.name, kw):
+            result = spec.function(*args, **kw, **extra)
         spec.render(result, kw)
 
     params: list[click.Parameter] = []

@@ -166,7 +166,9 @@ class ChunkedOutput:
 
     # -------------------------------------------------------------------------------- set-up
     def _check_output(self, overwrite: bool) -> None:
+        from cluster_curate.io.artifacts import check_creatable
         out, lay = self.out, self.layout
+        check_creatable(out)
         if not lay.multi:
             if out.exists() and not overwrite:
                 raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")

@@ -207,9 +207,9 @@ def _summary(o, r, group_of, groups_rule, out, centroids_file, t0):
     for (label, count), (lo, hi) in zip(stats["histogram"].items(), C.SIZE_BINS):
         in_band = (res.sizes >= lo * mean) & (res.sizes < hi * mean)
         rows.append({"size band": label, "clusters": count, "rows": int(res.sizes[in_band].sum())})
-    if stats["max_over_min"] > 10:
-        console.warn(f"cluster sizes are very uneven (largest / smallest = {stats['max_over_min']:.0f}): equal quotas "
-                     "will take small clusters whole; consider --max-size-factor or --balance-power")
+    warning = C.uneven_sizes_warning(res.sizes, k_given=r["k_rule"] == "given", grouped=group_of is not None)
+    if warning:
+        console.warn(warning)
     return summary, rows
 
 

@@ -451,6 +451,9 @@ def report(paths: list[str], out: str | None = None, seed: int = 0) -> tuple[lis
     written into `out` (when given)."""
     found = find_artifacts(list(paths))
     sections = describe(found)
+    if out:
+        from cluster_curate.io.artifacts import check_creatable
+        check_creatable(Path(out) / "cluster_sizes.png")
     plots = make_plots(found, Path(out), seed) if out else []
     return sections, plots
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shutil
 import time
@@ -254,6 +255,10 @@ def save_proxy(proxy: TrainedProxy, directory, extra: dict | None = None) -> Pat
                   "checkpoints": {str(s): _ckpt_name(s) for s in sorted(proxy.checkpoints)},
                   "train": proxy.log, **(extra or {})}
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        umask = os.umask(0)
+        os.umask(umask)
+        for f in tmp.rglob("*"):  # safetensors writes 0600; the proxy is shared like every output
+            os.chmod(f, (0o777 if f.is_dir() else 0o666) & ~umask)
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)

@@ -109,9 +109,32 @@ def sidecar_path(path: str | os.PathLike, suffix: str) -> Path:
 
 
 def check_writable(path: str | os.PathLike, overwrite: bool) -> None:
+    """Before any work: `path` is not in the way (or may be replaced) and can be created (check_creatable)."""
     p = Path(path)
     if p.exists() and not overwrite:
         raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
+    check_creatable(p)
+
+
+def check_creatable(path: str | os.PathLike) -> None:
+    """One line (CurateError) unless `path`, and the temporary and sidecar files beside it, can be created:
+    every existing ancestor is a directory, and the nearest one is writable. Probed by creating and removing a
+    hidden file there, because permission bits do not tell (root, read-only mounts, /proc, /sys)."""
+    import tempfile
+
+    p = Path(path)
+    where = Path(os.path.abspath(p)).parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise CurateError(f"{p}: cannot create it: {where} is a file, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".cluster-curate-probe-", dir=where)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        reason = "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
+        raise CurateError(f"{p}: cannot create it: cannot write in {where} ({reason})") from None
 
 
 # ----------------------------------------------------------------------------------------------- read
