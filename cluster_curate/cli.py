@@ -45,6 +45,25 @@ def _let_pyarrow_skip_pandas(*sources: str) -> None:
 class _Group(click.Group):
     """Turns CurateError into `ERROR: ...` + exit 2, and any other exception into exit 1 with one line."""
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """A usage error (unknown option, bad value, missing argument) is one line too, exit 2, instead of
+        click's usage block; --help and --version as usual."""
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx is not None else "cluster-curate"
+            click.echo(f"ERROR: {e.format_message()} (see {where} --help)", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)

@@ -156,6 +156,11 @@ def embed(data: str, out: str, **options) -> dict:
     bound_host_memory()
     features = _settle(opts)
     layout = distributed.detect(opts["num_parts"], opts["part_index"])
+    from cluster_curate.io.artifacts import check_creatable, check_writable
+    if layout.multi:  # the parts' own checks come with the plan; the directory must at least be creatable
+        check_creatable(out)
+    else:  # before the scan and the text basis, which writes a sidecar beside `out`
+        check_writable(out, opts["overwrite"])
     if layout.torchrun and not layout.leader:  # one progress bar and one summary: rank 0's
         console.configure(quiet=True, json_mode=False)
     device = distributed.device_for(layout, opts["device"])
