@@ -159,7 +159,7 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
     centroid_bytes = npy_bytes(res.centroids)
     centroids_file = sidecar_path(out, names.CENTROIDS)
     params = _params(o, r, group_of, groups_rule, centroid_bytes)
-    meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings)}, r["emeta"].dataset)
+    meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings, out)}, r["emeta"].dataset)
     table = pa.table({"id": pa.array(r["ids"], pa.int64()), "cluster": pa.array(res.labels, pa.int32()),
                       "similarity": pa.array(res.similarity, pa.float32())})
     atomic_write_bytes(centroids_file, centroid_bytes)  # the centroids first: an artifact never exists without them

@@ -55,6 +55,41 @@ def find_artifacts(paths: list[str]) -> dict[str, Path]:
     return found
 
 
+# (downstream, the input it records, upstream): the pairs of artifacts that must belong together
+_LINKS = (("shards", "selection", "selection"), ("selection", "clusters", "clusters"),
+          ("clusters", "embeddings", "embeddings"))
+
+
+def check_lineage(found: dict[str, Path], force: bool = False) -> None:
+    """The artifacts of one report must be one pipeline (issue 20 #6): each given downstream artifact records
+    the fingerprint of the upstream one given beside it, and all come from one dataset. --force draws anyway."""
+    if force:
+        return
+    metas = {kind: (_manifest(p) if kind == "shards" else read_meta(p)) for kind, p in found.items()}
+
+    def fingerprint(kind):
+        m = metas[kind]
+        return m.get("fingerprint") if isinstance(m, dict) else m.fingerprint
+
+    for down, name, up in _LINKS:
+        if down in found and up in found:
+            m = metas[down]
+            rec = ((m.get("inputs") if isinstance(m, dict) else m.inputs) or {}).get(name) or {}
+            if rec.get("fingerprint") and rec["fingerprint"] != fingerprint(up):
+                raise CurateError(f"{found[down]}: was made from another {up} artifact than {found[up]} (recorded "
+                                  f"fingerprint {rec['fingerprint']}, given {fingerprint(up)}); pass --force to "
+                                  "report them together anyway")
+    datasets = {kind: (m.get("dataset") if isinstance(m, dict) else m.dataset) or {} for kind, m in metas.items()}
+    prints = {kind: d.get("fingerprint") for kind, d in datasets.items() if d.get("fingerprint")}
+    kinds = list(prints)
+    for b in kinds[1:]:
+        a = kinds[0]
+        if prints[b] != prints[a]:
+            raise CurateError(f"{found[b]}: comes from a different dataset ({datasets[b].get('source')}, fingerprint "
+                              f"{prints[b]}) than {found[a]} ({datasets[a].get('source')}, {prints[a]}); pass --force "
+                              "to report them together anyway")
+
+
 def _manifest(directory: Path) -> dict:
     from cluster_curate.loader import read_manifest
     return read_manifest(directory)
@@ -443,13 +478,16 @@ OPTIONS = (
     Option("out", flags=("--out", "-o"), help="Directory for the PNG plots (cluster sizes, features PCA, per-rank "
            "token loads)."),
     Option("seed", type=int, default=0, show_default=True, help="Seeds the random allocation drawn for comparison."),
+    Option("force", is_flag=True, default=False,
+           help="Report artifacts together even when their lineage says they do not belong together."),
 )
 
 
-def report(paths: list[str], out: str | None = None, seed: int = 0) -> tuple[list, list[Path]]:
+def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool = False) -> tuple[list, list[Path]]:
     """Tables (title, key/values, rows) of the given artifacts and those their lineage reaches, and the plots
-    written into `out` (when given)."""
+    written into `out` (when given). Artifacts that do not belong together are refused unless `force`."""
     found = find_artifacts(list(paths))
+    check_lineage(found, force)
     sections = describe(found)
     if out:
         from cluster_curate.io.artifacts import check_creatable

@@ -132,9 +132,9 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         picked = x["n_tokens"][sel.rows]
         columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
     params = _params(o, mode, sel, c)
-    inputs = {"clusters": c.meta.as_input(clusters)}
+    inputs = {"clusters": c.meta.as_input(clusters, out)}
     if x["emeta"] is not None:
-        inputs["embeddings"] = x["emeta"].as_input(x["emb_path"])
+        inputs["embeddings"] = x["emeta"].as_input(x["emb_path"], out)
     write_artifact(pa.table(columns), out, make_meta(names.SELECTION, params, inputs, c.meta.dataset),
                    overwrite=o["overwrite"])
     summary = _summary(o, mode, sel, c, x, out)

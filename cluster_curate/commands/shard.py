@@ -77,7 +77,7 @@ def shard(selection: str, data: str, out: str, *, chunk_bytes: int = 64 << 20, b
     ds = open_dataset(data, read_options(o))
     dataset = ds.record()
     check_dataset_matches(sel.meta, selection, dataset, o["force"])
-    inputs = {"selection": sel.meta.as_input(selection), "data": dataset}
+    inputs = {"selection": sel.meta.as_input(selection, out), "data": dataset}
     tokens, token_source = parts.token_counts(o, selection, sel, ds, inputs)
     t_plan = time.monotonic()
     plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],

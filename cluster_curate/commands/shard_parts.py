@@ -32,7 +32,7 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
         for cand in candidates:
             tokens, emb_meta = read_embedding_tokens(cand, sel.ids, o["force"])
             if tokens is not None:
-                inputs["embeddings"] = emb_meta.as_input(cand)
+                inputs["embeddings"] = emb_meta.as_input(cand, o["out"])
                 return tokens, f"embeddings n_tokens ({cand})"
             if cand == embeddings:
                 raise CurateError(f"{cand}: no 'n_tokens' column")

@@ -67,14 +67,18 @@ class ArtifactMeta:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 
-    def as_input(self, path: str | os.PathLike) -> dict:
-        """How a downstream artifact records this one among its inputs."""
-        return {"path": str(path), "kind": self.kind, "fingerprint": self.fingerprint, "rows": self.rows}
+    def as_input(self, path: str | os.PathLike, beside: str | os.PathLike) -> dict:
+        """How the downstream artifact at `beside` records this one among its inputs: the path relative to the
+        folder that holds `beside` (docs/architecture.md, "Lineage"), so a pipeline folder copied or moved
+        elsewhere, or used from another working directory, still finds its inputs, and the bytes of an artifact
+        do not depend on where its folder is."""
+        rel = os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(beside)))
+        return {"path": rel, "kind": self.kind, "fingerprint": self.fingerprint, "rows": self.rows}
 
 
 def make_meta(kind: str, params: dict, inputs: dict[str, dict], dataset: dict) -> ArtifactMeta:
     """Metadata of a new artifact. `inputs` maps a name ("data", "embeddings", ...) to an input record:
-    `meta.as_input(path)` for an artifact, the reader's `dataset_record()` for raw data."""
+    `meta.as_input(path, out)` for an artifact, the reader's `dataset_record()` for raw data."""
     meta = ArtifactMeta(kind=kind, params=params, inputs={k: dict(v) for k, v in inputs.items()}, dataset=dict(dataset))
     meta.fingerprint = stable_hash({"kind": kind, "params": params,
                                     "inputs": {k: v.get("fingerprint") for k, v in inputs.items()}})
