@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -59,3 +60,42 @@ def test_keeps_exactly_the_lowest_id_of_each_key(rows):
     assert sorted(ids[keep].tolist()) == sorted(min(v) for v in by_key.values())
     for (i, v), c in zip(rows, copy_of):
         assert c == min(by_key[v])
+
+
+@pytest.mark.slow
+def test_a_dataset_of_rows_each_present_twice(tmp_path):
+    """Issue 20 #8: 200 rows each present twice (the issue's example, where 92 of 124 shard rows were copies):
+    by default no copy reaches the shards; the count and ids are in the summary, the metadata of every artifact
+    and the manifest; --keep-duplicates opts out."""
+    import json
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from cluster_curate.io.artifacts import read_meta
+    from conftest import FIXTURES
+    rows = (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines(keepends=True)[:200]
+    data = tmp_path / "twice.jsonl"
+    data.write_text("".join(rows + rows))
+    fast = ["--features", "text", "--dim", "16", "--fraction", "0.31", "--num-shards", "2", "--micro-batch-size", "2"]
+    r = subprocess.run([sys.executable, "-m", "cluster_curate", "run", str(data), "--out", str(tmp_path / "p"), *fast,
+                        "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)["summaries"]
+    assert summary["embed"]["exact_duplicates_dropped"] == 200
+    assert "200 exact duplicate(s)" in r.stderr and "--keep-duplicates" in r.stderr
+    expected = {"dropped": 200, "ids": list(range(200, 400)), "kept": False}
+    for name in ("embeddings.parquet", "clusters.parquet", "selection.parquet"):
+        assert read_meta(tmp_path / "p" / name).params["exact_duplicates"] == expected, name
+    manifest = json.loads((tmp_path / "p" / "shards" / "manifest.json").read_text())
+    assert manifest["exact_duplicates"] == expected
+    ids = [i for f in sorted((tmp_path / "p" / "shards").glob("shard-*.parquet"))
+           for i in pq.read_table(f).column("id").to_pylist()]
+    assert ids and max(ids) < 200  # only the lowest id of each pair
+    r = subprocess.run([sys.executable, "-m", "cluster_curate", "run", str(data), "--out", str(tmp_path / "k"), *fast,
+                        "--keep-duplicates", "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert read_meta(tmp_path / "k" / "embeddings.parquet").rows == 400
+    assert json.loads((tmp_path / "k" / "shards" / "manifest.json").read_text())["exact_duplicates"] == {
+        "dropped": 0, "kept": True}

@@ -120,6 +120,7 @@ def _params(o: dict, r: dict, group_of, groups_rule, centroid_bytes: bytes) -> d
     from cluster_curate import clustering as C
     res = r["res"]
     return {
+        "exact_duplicates": r["emeta"].params.get("exact_duplicates"),  # left out at embed; carried to the manifest
         "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"], "iters": o["iters"], "seed": o["seed"],
         "normalisation": r["norm"]["normalisation"], "spherical": True, "dim": r["d"], "sample_size": res.sample_size,
         "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else C.SAMPLE_RULE,

@@ -58,6 +58,9 @@ OPTIONS = (
     Option("trust_remote_code", is_flag=True, default=False,
            help="Allow model code from the model's repository (off by default)."),
     Option("seed", type=int, default=0, show_default=True, help="Seeds the proxy, samples and projections."),
+    Option("keep_duplicates", is_flag=True, default=False,
+           help="Keep exact duplicates (same normalised prompt and response). By default only the lowest id of "
+           "each is embedded, so they cannot both be selected; the others are counted and listed."),
     Option("num_parts", type=int, default=1, show_default=True, run=False, deprecated=(("--num-shards",),),
            help="Job-array pieces: this run is piece --part-index of K, writing its part into --out."),
     Option("part_index", type=int, default=0, show_default=True, run=False, deprecated=(("--shard-index",),)),
@@ -101,6 +104,7 @@ class _Run:
     per_chunk: object = None
     record: dict = field(default_factory=dict)
     features: list = field(default_factory=list)
+    copies: object = ()  # ids of the exact duplicates left out (np.ndarray after the scan)
 
 
 def _settle(opts: dict) -> list[str]:

@@ -145,6 +145,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
 def _params(o, mode, sel, c) -> dict:
     n, chosen = len(c.ids), len(sel.rows)
     return {
+        "exact_duplicates": c.meta.params.get("exact_duplicates"),  # left out at embed
         "mode": mode, "value": o[mode.replace("-", "_")], "requested": sel.requested, "selected": chosen, "rows": n,
         "fraction_selected": chosen / n, "balance_power": o["balance_power"] if mode != "per-cluster-ratio" else None,
         "within": o["within"], "seed": o["seed"], "dedup": o["dedup"], "dedup_dropped": sel.dedup_dropped, "k": c.k,
@@ -165,6 +166,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
         "out": out, "rows": n, "clusters": c.k,
         "budget": f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else ""),
         "selected": chosen, "fraction of the data": round(chosen / n, 4),
+        "exact duplicates left out": (c.meta.params.get("exact_duplicates") or {}).get("dropped"),
         "clusters covered": f"{covered} / {nonempty} ({covered / max(nonempty, 1):.1%})",
         "per-cluster quota min / median / max": f"{int(q.min())} / {float(np.median(q)):g} / {int(q.max())}",
         "within": o["within"],

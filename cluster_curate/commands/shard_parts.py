@@ -243,6 +243,7 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
         "params": params, "inputs": inputs, "dataset": meta.dataset, "num_shards": n, "micro_batch_size": m,
         "rows_per_shard": plan.rows_per_shard, "steps": plan.steps, "global_batch_rows": n * m,
         "selected_rows": int(sel.ids.size), "sharded_rows": int(plan.rows.size),
+        "exact_duplicates": sel.meta.params.get("exact_duplicates"),
         "wrapped_rows": int(plan.wrapped.sum()), "leftover_rows": len(leftover_ids), "leftover_ids": leftover_ids,
         "leftover_file": names.LEFTOVER, "renamed_source_columns": renamed, "columns": columns,
         "files": [{"file": name, "rows": plan.rows_per_shard, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}

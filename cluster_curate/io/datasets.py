@@ -637,6 +637,7 @@ class Dataset:
         self._key_column = "key"
         self._column_types: dict[str, pa.DataType] = {}  # JSON sources: each column's type in the batches so far
         self.text_columns: list[str] = []  # JSON columns kept as text because their values mix types
+        self.skip_ids: frozenset[int] = frozenset()  # rows left out of `examples` (embed: exact copies)
         with _read_errors(self.source):
             self.field_map: FieldMap = self._detect()
         self.format = self.field_map.format
@@ -728,6 +729,8 @@ class Dataset:
         self.rejects.append(Reject(id_, self._location(id_, line), field, reason))
 
     def _convert(self, id_: int, line: int | None, rec: dict, examples: list) -> None:
+        if id_ in self.skip_ids:
+            return
         try:
             prompt, response = to_example(rec, self.field_map)
         except RecordError as e:
