@@ -26,6 +26,9 @@ import pyarrow as pa
 from cluster_curate.errors import CurateError
 
 # --k auto: see auto_k().
+# The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
 AUTO_K_RULE = "ceil(sqrt(n)), at most n // 2 (at least 1)"
 # --groups auto: where the average-linkage tree of the centroids is cut (--group-cut); see group_cut_similarity().
 GROUP_CUTS = {

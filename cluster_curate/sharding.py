@@ -45,6 +45,9 @@ import numpy as np
 from cluster_curate.errors import CurateError
 from cluster_curate.registry import Registry
 
+# The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
 BALANCES = ("tokens", "padded")
 REMAINDERS = ("drop", "wrap")
 # Steps per length-grouping window (0 = off). Grouping rows of similar length into the same steps is what

@@ -32,6 +32,9 @@ from cluster_curate.registry import Registry
 # costs seconds instead of a model pass. `--features gradient` reproduces the paper.
 DEFAULT_FEATURES = "text"
 DEFAULT_TEXT_DIM = 256
+# The version of the embed stage's algorithms (every feature kind, the text basis, the proxy): part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
 
 # Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
 # (and backward) pass by features/extractors.extract(kind); otherwise a fitted featurizer that
