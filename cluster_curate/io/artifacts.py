@@ -144,8 +144,8 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
 
 
 def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
-    """pq.read_table of one file, without importing pyarrow.dataset (0.07 s of every command's start, warm; over
-    1 s cold). Unlike ParquetFile.read alone, a column the file lacks raises, as read_table does."""
+    """pq.read_table of one file, without importing pyarrow.dataset (a share of every command's start:
+    benchmarks/results/code_figures.md). Unlike ParquetFile.read alone, a column the file lacks raises, as read_table does."""
     f = pq.ParquetFile(path)
     names = set(f.schema_arrow.names)  # schema_arrow converts the Parquet schema anew on every access
     missing = [c for c in columns or () if c not in names]
