@@ -15,7 +15,7 @@ import click
 from cluster_curate import __version__, console
 from cluster_curate.commands import COMMANDS, spec
 from cluster_curate.errors import CurateError
-from cluster_curate.io.datasets import reads_through_hf_datasets
+from cluster_curate.io.containers import reads_through_hf_datasets
 from cluster_curate.options import CommandSpec, Option
 
 
