@@ -3,7 +3,8 @@
 Each command module declares its options once, as a tuple of `Option`s: name, type, default, choices (taken
 from the stage's own registry or constants), help. From that one declaration come the click options of the
 CLI (cli.py), the options `run` takes and passes to each stage, the defaults and checks of the Python API
-(`resolve`), and the options that decide `run`'s up-to-date check. A command then reads `opts["name"]`.
+(`resolve`), the options that decide `run`'s up-to-date check, and (`record=True`) the params recorded in
+the artifact, hence its fingerprint (`recorded`). A command then reads `opts["name"]`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Option:
     required: bool = False
     metavar: str | None = None
     run: bool = True                # `run` takes it and passes it to this stage
+    record: bool = False            # recorded as given in the artifact's params (so in its fingerprint)
     deprecated: tuple[tuple[str, ...], ...] = ()  # old spellings kept for one release (they warn)
 
     @property
@@ -110,6 +112,12 @@ def _deprecated_names(options: Sequence[Option]) -> dict[str, str]:
         for spelling in o.deprecated:
             out[spelling[0].lstrip("-").replace("-", "_")] = o.name
     return out
+
+
+def recorded(options: Sequence[Option], opts: dict) -> dict:
+    """The artifact params of the options declared `record=True`, in declaration order. A command adds what
+    it derives (the chosen k, the parsed feature list, ...) to these."""
+    return {o.name: opts[o.name] for o in options if o.record}
 
 
 def run_options(spec: CommandSpec) -> list[Option]:

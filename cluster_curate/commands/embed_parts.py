@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.io.artifacts import sidecar_path, stable_hash
+from cluster_curate.options import recorded
 
 
 def scan(run, read_options) -> None:
@@ -244,11 +245,12 @@ def embedder_and_params(run, m: Models):
                         projectors=projectors, weights=weights, pool=o["pool"], layers=o["layers"],
                         max_length=o["max_length"], batch_tokens=o["batch_tokens"], dims=dict(dims))
     fm = m.fm
-    params = {"model": m.model_name, "features": features, "feature_weights": weights if len(features) > 1 else None,
-              "dim": o["dim"], "dims": dims, "dim_total": int(sum(dims.values())), "pool": o["pool"],
-              "layers": o["layers"], "checkpoints": m.trajectory_names or None, "text_field": o["text_field"],
+    from cluster_curate.commands.embed import OPTIONS
+    params = {**recorded(OPTIONS, o),
+              "model": m.model_name, "features": features, "feature_weights": weights if len(features) > 1 else None,
+              "dims": dims, "dim_total": int(sum(dims.values())), "checkpoints": m.trajectory_names or None,
               "text_weighting": o["text_weighting"] if text else None,
-              "text_sample": o["text_sample"] if text else None, "max_length": o["max_length"], "seed": o["seed"],
+              "text_sample": o["text_sample"] if text else None,
               "dtype": str(fm.dtype).replace("torch.", "") if fm else None,
               "proxy": dict(o["proxy"].__dict__) if m.model_name == "proxy" else None,
               "proxy_key": store.read_proxy_config(m.proxy_dir).get("key") if m.proxy_dir else None,
@@ -274,9 +276,9 @@ def feature_pass(run, embedder, params) -> Pass:
     from cluster_curate.io.artifacts import make_meta
     from cluster_curate.features.embed import ALGORITHM_VERSION
     meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, ALGORITHM_VERSION)
-    output = distributed.ChunkedOutput(run.out, run.layout, {"params": params, "dataset": run.record.get("fingerprint")},
-                                       run.opts["commit_every"], resume=run.opts["resume"],
-                                       overwrite=run.opts["overwrite"])
+    plan = {"params": params, "dataset": run.record.get("fingerprint")}  # what --resume must find unchanged
+    output = distributed.ChunkedOutput(run.out, run.layout, plan, run.opts["commit_every"],
+                                       resume=run.opts["resume"], overwrite=run.opts["overwrite"])
     n_chunks = len(run.per_chunk)
     todo = [c for c in range(n_chunks) if output.todo(c)]
     todo_set = set(todo)
