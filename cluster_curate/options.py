@@ -83,14 +83,11 @@ class CommandSpec:
     function: Callable[..., Any]                 # the Python API: function(*arguments, **options)
     arguments: tuple[Argument, ...]
     options: tuple[Option, ...]
-    render: Callable[[Any], None]                # prints the result (console.summary) for the CLI
+    render: Callable[[Any, dict], None]          # render(result, options): the summary, for the CLI
     short_help: str = ""
     help: str = ""
     extra: dict = field(default_factory=dict)    # keyword -> callable: values the CLI passes besides options
     algorithm: Callable[[], int] | None = None   # the stage's ALGORITHM_VERSION (for `run`'s up-to-date check)
-
-    def option(self, name: str) -> Option:
-        return next(o for o in self.options if o.name == name)
 
 
 def resolve(options: Sequence[Option], given: dict, command: str) -> dict:

@@ -43,9 +43,6 @@ class Registry:
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
 
-    def __contains__(self, name) -> bool:
-        return name in self._entries
-
     def __iter__(self) -> Iterator[Entry]:
         return iter(self._entries.values())
 
