@@ -13,18 +13,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+__all__ = ["Option", "Argument", "CommandSpec", "lazy", "resolve", "recorded", "run_options", "read_options",
+           "CountOrWord", "DATASET_OPTIONS", "OUTPUT_OPTIONS"]
+
 from cluster_curate.errors import CurateError
+from cluster_curate.registry import lazy
 
 _UNSET = object()
-
-
-def lazy(module: str, name: str) -> Callable[[], Any]:
-    """A callable returning `module.name` when called: choices and versions read from a stage's module
-    without importing it when the declaration is made (the CLI starts faster)."""
-    def get():
-        import importlib
-        return getattr(importlib.import_module(module), name)
-    return get
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,17 @@ LEFTOVER = "leftover_ids.txt"
 
 # sidecars: files beside an artifact, named by `sidecar_path(artifact, SUFFIX)` (c.parquet -> c.centroids.npy)
 CENTROIDS = "centroids.npy"
-TEXT_BASIS = "text.npz"
-TEXT_BASIS_KEY = "text.key"
 PROXY = "proxy"
 STAGING = "partial"
 REJECTS = "rejects.jsonl"
 
 # inside a part directory (an artifact written by several processes) and its staging directory
 STAGING_PLAN = "plan.json"
+
+
+def feature_state(kind: str) -> tuple[str, str]:
+    """Sidecar suffixes of a feature kind's fitted state and of its key: text -> (text.npz, text.key)."""
+    return f"{kind}.npz", f"{kind}.key"
 
 
 def shard_file_name(index: int, num_shards: int) -> str:
