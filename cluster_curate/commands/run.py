@@ -49,36 +49,53 @@ def output_fingerprint(stage: str, path) -> str | None:
 
 
 class RunState:
-    """What `run` did last time in DIR: per stage, a hash of (options, input fingerprint) and the output's
-    fingerprint. A stage is up to date when both still match, so a re-run (or a run after a crash) only
-    redoes the stages whose inputs, parameters or outputs changed."""
+    """What `run` did last time in DIR: per stage, its algorithm version, a hash of its options, its input's
+    fingerprint and its output's fingerprint. A stage is up to date while all four still match, so a re-run
+    (or a run after a crash, or after an upgrade) redoes only the stages whose algorithm, options, input or
+    output changed, and `stale` says which."""
 
     def __init__(self, directory):
         import json
         self.path = Path(directory) / names.RUN_STATE
         self.stages = json.loads(self.path.read_text()) if self.path.is_file() else {}
 
-    def request(self, stage: str, options: dict, input_fingerprint: str) -> str:
-        from cluster_curate.io.artifacts import stable_hash
-        return stable_hash({"stage": stage, "options": options, "input": input_fingerprint})
-
-    def changed_options(self, stage: str, options: dict) -> dict:
-        """{option: (recorded, now)} where this run's options differ from the recorded run's for `stage`."""
+    @staticmethod
+    def request(stage: str, options: dict, input_fingerprint: str | None, algorithm: int) -> dict:
         import json
-        rec = (self.stages.get(stage) or {}).get("options")
+
+        from cluster_curate.io.artifacts import stable_hash
+        return {"algorithm": algorithm, "options": stable_hash({"stage": stage, "options": options}),
+                "input": input_fingerprint,
+                "option_values": json.loads(json.dumps(options, default=str))}  # to name what changed
+
+    def changed_options(self, stage: str, request: dict) -> dict:
+        """{option: (recorded, now)} where this run's options differ from the recorded run's for `stage`."""
+        rec = (self.stages.get(stage) or {}).get("option_values")
         if rec is None:
             return {}
-        now = json.loads(json.dumps(options, default=str))  # as recorded (tuples as lists)
+        now = request["option_values"]
         return {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now)) if rec.get(k) != now.get(k)}
 
-    def is_current(self, stage: str, request: str, output) -> bool:
+    def stale(self, stage: str, request: dict, output) -> str | None:
+        """Why `stage` must run again (None: it is up to date)."""
         rec = self.stages.get(stage)
-        return bool(rec and rec["request"] == request and rec["fingerprint"] == output_fingerprint(stage, output))
+        if rec is None:
+            return "not run before"
+        if "algorithm" not in rec:
+            return "recorded by an earlier version of cluster-curate"
+        if rec["algorithm"] != request["algorithm"]:
+            return f"its algorithm changed (version {rec['algorithm']} -> {request['algorithm']})"
+        if rec["options"] != request["options"]:
+            return "its options changed"
+        if rec["input"] != request["input"]:
+            return "its input changed"
+        if rec["fingerprint"] != output_fingerprint(stage, output):
+            return "its output is missing or was changed"
+        return None
 
-    def record(self, stage: str, request: str, output, options: dict) -> None:
+    def record(self, stage: str, request: dict, output) -> None:
         from cluster_curate.io.writer import write_json
-        self.stages[stage] = {"request": request, "fingerprint": output_fingerprint(stage, output),
-                              "options": options}
+        self.stages[stage] = dict(request, fingerprint=output_fingerprint(stage, output))
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
 
 
@@ -124,11 +141,11 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
                           f"{most}; use fewer shards, a smaller micro-batch or a larger budget")
 
 
-def _refuse_replacement(state: RunState, d: Path, stage_opts_by_stage: dict) -> None:
+def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
     """Re-running stale stages is run's job; other options for a stage already run in `d` replace its outputs,
     which needs --overwrite (issue 20 #4)."""
-    for stage, stage_opts in stage_opts_by_stage.items():
-        changed = state.changed_options(stage, stage_opts)
+    for stage, request in requests.items():
+        changed = state.changed_options(stage, request)
         if changed:
             what = ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in list(changed.items())[:3])
             raise CurateError(f"{d}: holds a run made with other {stage} options ({what}); pass --overwrite to "
@@ -165,23 +182,26 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
     ds = open_dataset(data, read_options(opts))
     preflight(ds, opts, by_stage)
     state = RunState(d)
-    if not overwrite:
-        _refuse_replacement(state, d, {stage: {name: opts[name] for name in by_stage[stage]}
-                                       for stage in names.STAGES})
+    specs = stage_specs()
+    if not overwrite:  # other options for a stage already run here: a replacement
+        _refuse_replacement(state, d, {stage: state.request(stage, {n: opts[n] for n in by_stage[stage]}, None,
+                                                            specs[stage].algorithm()) for stage in names.STAGES})
     d.mkdir(parents=True, exist_ok=True)
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
-    upstream = ds.fingerprint()
+    upstream = ds.fingerprint()  # the raw data's, then each output's
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
     done, summaries, tables = [], {}, {}
     for stage, spec in stage_specs().items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
-        request = state.request(stage, stage_opts, upstream)
+        request = state.request(stage, stage_opts, upstream, spec.algorithm())
         output = paths[stage]
         t0 = time.monotonic()
-        if state.is_current(stage, request, output):
+        why = state.stale(stage, request, output)
+        if why is None:
             done.append({"stage": stage, "status": "up to date", "seconds": 0.0, "output": str(output)})
         else:
+            console.info(f"run: {stage}: {why}")
             extra = {"resume": True} if stage == "embed" else {}
             result = spec.function(*inputs[stage], out=str(output), overwrite=True, force=force, **stage_opts,
                                    **extra, **_stage_extra(spec))
@@ -189,9 +209,9 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
                 spec.render(result, dict(stage_opts, out=str(output)))
             for title, data_, rows in captured:
                 summaries[title], tables[title] = data_, rows
-            state.record(stage, request, output, stage_opts)
+            state.record(stage, request, output)
             done.append({"stage": stage, "status": "ran", "seconds": round(time.monotonic() - t0, 2),
-                         "output": str(output)})
+                         "output": str(output), "reason": why})
         upstream = output_fingerprint(stage, output)
     return {"out": str(d), "stages": done, "summaries": summaries, "tables": tables}
 
@@ -204,7 +224,8 @@ def render(result: dict, options: dict) -> None:
     for title, data_ in result["summaries"].items():
         console.summary(title, data_, result["tables"][title])
     console.summary("run", {"out": result["out"]}
-                    | {s["stage"]: f"{s['status']} ({s['seconds']} s)" for s in result["stages"]})
+                    | {s["stage"]: f"{s['status']} ({s['seconds']} s)" + (f": {s['reason']}" if "reason" in s else "")
+                       for s in result["stages"]})
 
 
 SPEC = CommandSpec(

@@ -132,18 +132,19 @@ def npy_bytes(array) -> bytes:
 
 
 @contextmanager
-def staged_directory(out: str | os.PathLike, *, public_files: tuple[str, ...] = ()) -> Iterator[Path]:
+def staged_directory(out: str | os.PathLike) -> Iterator[Path]:
     """Build a directory output in a temporary directory beside `out`; on success it replaces `out` (an
-    existing one only goes once the new one is complete), on an error it is removed. `public_files` (and the
-    directory) get the umask's permissions: mkdtemp/mkstemp make private files, and outputs are for the job."""
+    existing one only goes once the new one is complete), on an error it is removed. Everything in it gets the
+    umask's permissions: mkdtemp/mkstemp and some writers (safetensors) make private files, and outputs are for
+    the job."""
     out_dir = Path(out)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         yield work
         os.chmod(work, umask_mode(directory=True))
-        for f in public_files:
-            os.chmod(work / f, umask_mode())
+        for f in work.rglob("*"):
+            os.chmod(f, umask_mode(directory=f.is_dir()))
         if out_dir.exists():
             trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
             os.replace(out_dir, trash / "old")
