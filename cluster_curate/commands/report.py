@@ -113,7 +113,8 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
                                                 if c in artifact_schema(path).names])
         data = _meta_rows(path, meta)
         p = meta.params
-        data.update({k: p[k] for k in ("model", "features", "dim", "seed", "max_length") if k in p})
+        data.update({k: p[k] for k in ("features", "dims", "dim_total", "seed", "max_length") if k in p})
+        data["model"] = p.get("model") or "none (no model feature)"  # the text feature has no model
         for col in table.column_names:
             v = table.column(col).to_numpy(zero_copy_only=False).astype(float)
             v = v[np.isfinite(v)]

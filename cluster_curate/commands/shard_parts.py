@@ -245,6 +245,8 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
         "rows_per_shard": plan.rows_per_shard, "steps": plan.steps, "global_batch_rows": n * m,
         "selected_rows": int(sel.ids.size), "sharded_rows": int(plan.rows.size),
         "exact_duplicates": sel.meta.params.get("exact_duplicates"),
+        "selection": {k: sel.meta.params.get(k) for k in ("mode", "value", "selected", "fraction_selected", "k",
+                                                           "within", "seed")},  # how the rows were chosen
         "wrapped_rows": int(plan.wrapped.sum()), "leftover_rows": len(leftover_ids), "leftover_ids": leftover_ids,
         "leftover_file": names.LEFTOVER, "renamed_source_columns": renamed, "columns": columns,
         "files": [{"file": name, "rows": plan.rows_per_shard, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
