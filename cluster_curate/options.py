@@ -32,7 +32,8 @@ class Option:
     choices: Sequence[str] | Callable[[], Sequence[str]] | None = None  # a callable: a registry's names
     is_flag: bool = False
     negatable: bool = False         # --x/--no-x (default may then be None: "decided by the command")
-    shown_default: Any = _UNSET     # the effective default to show in --help when `default` is None
+    shown_default: Any = _UNSET     # the effective default to show in --help when `default` is None (a callable:
+                                    # read from the stage's constant, e.g. lazy(module, "DEFAULT_MAX_LENGTH"))
     show_default: bool = False
     required: bool = False
     metavar: str | None = None
@@ -53,7 +54,8 @@ class Option:
         text = self.help() if callable(self.help) else self.help  # a callable: text from a registry
         if self.shown_default is _UNSET:
             return text
-        return f"{text}  [default: {self.shown_default}]"
+        shown = self.shown_default() if callable(self.shown_default) else self.shown_default
+        return f"{text}  [default: {shown}]"
 
     def check(self, value):
         """The Python API's check of a value (the CLI's click types already did it)."""

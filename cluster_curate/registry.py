@@ -16,7 +16,10 @@ def lazy(module: str, name: str) -> Callable[[], Any]:
     another module, read without importing it when the entry or the declaration is made."""
     def get():
         import importlib
-        return getattr(importlib.import_module(module), name)
+        value = importlib.import_module(module)
+        for part in name.split("."):  # "ProxyOptions.size": a class attribute
+            value = getattr(value, part)
+        return value
     return get
 
 
