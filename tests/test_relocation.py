@@ -89,3 +89,7 @@ def test_a_copied_pipeline_folder_works_from_another_directory(tmp_path):
     r = _cli("report", tmp_path / "p" / "embeddings.parquet", moved / "clusters.parquet", "--force", "--json",
              cwd=elsewhere)
     assert r.returncode == 0, r.stderr
+    # a recorded input that is gone is said, not silently dropped (the selection then has no n_tokens)
+    (moved / "embeddings.parquet").unlink()
+    r = _ok("select", rel / "clusters.parquet", "--out", "s3.parquet", "--fraction", "0.31", cwd=elsewhere)
+    assert "the recorded embeddings embeddings.parquet is not there; the selection gets no n_tokens" in r.stderr

@@ -69,6 +69,10 @@ def _inputs(o: dict, clusters: str, c, needs: set):
         what = f"--within {o['within']}" if "features" in order_needs or o["dedup"] is None else "--dedup"
         said = "the feature vectors" if "features" in needs else "the `loss` column"
         raise CurateError(f"{what} needs {said} of the embeddings artifact: pass --embeddings E ({why_not})")
+    if emb_path is None and why_not and "records no" not in why_not:  # recorded, but gone or changed: say so
+        from cluster_curate import console
+        console.warn(f"{clusters}: {why_not}; the selection gets no n_tokens (shard then counts words unless given "
+                     "--embeddings or --tokenizer); pass --embeddings E")
     extra = read_embedding_columns(emb_path, ["n_tokens", "loss"], c.ids) if emb_path is not None else {}
     loss = extra.get("loss")
     if "loss" in needs:
