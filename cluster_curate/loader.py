@@ -140,15 +140,32 @@ def shard_files(directory: str | os.PathLike) -> list[str]:
     return [str(Path(directory) / f["file"]) for f in manifest["files"]]
 
 
-def global_order(directory: str | os.PathLike) -> list[int]:
-    """Row indices into the concatenation of `shard_files(directory)` that list the micro-batches in global
-    order: step 0 of rank 0, step 0 of rank 1, ..., step 1 of rank 0, ... Frameworks that deal consecutive
-    micro-batches to ranks round-robin (Accelerate / HF Trainer with a sequential sampler and
-    per_device_train_batch_size = micro_batch_size) then give rank r exactly shard r, in planned order."""
+LAYOUTS = ("batch", "sample")
+
+
+def interleaved_order(num_shards: int, steps: int, micro_batch_size: int, layout: str = "batch") -> list[int]:
+    """Row indices into the concatenation of the shards (rank 0 first, each `steps` × `micro_batch_size` rows) in
+    the order a trainer that shards one dataset itself must read them so that rank r gets exactly shard r:
+
+    - "batch" (batch-interleaved): step 0 of rank 0, step 0 of rank 1, ..., step 1 of rank 0, ... — for
+      frameworks that deal whole micro-batches round-robin (Accelerate, HF Trainer with a sequential sampler and
+      per_device_train_batch_size = micro_batch_size: process p gets batches p, p + N, ...);
+    - "sample" (sample-interleaved): row 0 of rank 0, row 0 of rank 1, ..., row 1 of rank 0, ... — for
+      `torch.utils.data.DistributedSampler(shuffle=False)`, which deals single indices r, r + N, ..."""
+    n, m, per_shard = num_shards, micro_batch_size, steps * micro_batch_size
+    if layout == "batch":
+        return [r * per_shard + t * m + j for t in range(steps) for r in range(n) for j in range(m)]
+    if layout == "sample":
+        return [r * per_shard + i for i in range(per_shard) for r in range(n)]
+    raise CurateError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+
+
+def global_order(directory: str | os.PathLike, layout: str = "batch") -> list[int]:
+    """`interleaved_order` for a shard directory: row indices into the concatenation of `shard_files(directory)`
+    (batch-interleaved by default: step 0 of rank 0, step 0 of rank 1, ..., step 1 of rank 0, ...)."""
     manifest = read_manifest(directory)
-    n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
-    per_shard = int(manifest["rows_per_shard"])
-    return [r * per_shard + t * m + j for t in range(steps) for r in range(n) for j in range(m)]
+    return interleaved_order(int(manifest["num_shards"]), int(manifest["steps"]), int(manifest["micro_batch_size"]),
+                             layout)
 
 
 def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size: int | None = None,
