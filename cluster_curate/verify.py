@@ -1,0 +1,290 @@
+"""`verify`: did the training job consume the plan? Compares what each rank logged it consumed with the shards.
+
+The log is a directory of one JSON-lines file per rank (`rank-00000.jsonl`, ...), one line per micro-batch in the
+order the rank consumed them: `{"step": t, "ids": [...], "weights": [...], "loss": x}` (`weights` and `loss`
+optional). `ConsumedLog` writes it from a plain loop; `cluster_curate.integrations.hf.ConsumedIdsCallback` from
+the HF Trainer / TRL.
+
+`check_plan` is a pure function of the planned grid (step × rank × slot) and the logs. Each consumed id is
+classified against the planned one at the same rank, step and slot: in plan, out of order (planned for this rank
+at another position), on the wrong rank, or out of plan; each rank's multiset of ids gives the missing and the
+duplicated ones. A cause is named from the pattern (shuffling, the wrong layout, double sharding, packing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from cluster_curate.errors import CurateError
+from cluster_curate.loader import distributed_rank_and_world, interleaved_order, read_manifest, shard_files
+
+KINDS = ("out of order", "wrong rank", "out of plan", "duplicated", "missing", "weight", "no ids")
+WEIGHT_TOLERANCE = 1e-6
+
+
+def log_file(log_dir: str | os.PathLike, rank: int) -> Path:
+    return Path(log_dir) / f"rank-{rank:05d}.jsonl"
+
+
+class ConsumedLog:
+    """Appends one line per consumed micro-batch to LOGDIR/rank-RRRRR.jsonl (rank from torch.distributed or
+    torchrun's environment unless given). Use it in a plain training loop:
+
+        log = ConsumedLog("consumed/")
+        for batch in loader:
+            ...
+            log.record(batch["id"], batch["weight"], loss)
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, rank: int | None = None):
+        if rank is None:
+            found = distributed_rank_and_world()
+            rank = found[0] if found is not None else 0
+        self.rank, self.step = rank, 0
+        self.path = log_file(log_dir, rank)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "w", encoding="utf-8")
+
+    def record(self, ids, weights=None, loss=None) -> None:
+        rec = {"step": self.step, "ids": None if ids is None else [int(i) for i in _as_list(ids)]}
+        if weights is not None:
+            rec["weights"] = [float(w) for w in _as_list(weights)]
+        if loss is not None:
+            rec["loss"] = float(loss)
+        self._f.write(json.dumps(rec) + "\n")
+        self._f.flush()
+        self.step += 1
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _as_list(values) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def read_consumed(log_dir: str | os.PathLike, num_ranks: int) -> dict[int, list[dict] | None]:
+    """rank -> its logged micro-batches (None when the rank wrote no log). A bad line is a one-line error."""
+    d = Path(log_dir)
+    if not d.is_dir():
+        raise CurateError(f"{log_dir}: no such log directory")
+    out: dict[int, list[dict] | None] = {}
+    for r in range(num_ranks):
+        path = log_file(d, r)
+        if not path.is_file():
+            out[r] = None
+            continue
+        rows = []
+        for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CurateError(f"{path}:{line_no}: not JSON ({e.msg})") from None
+            if not isinstance(rec, dict) or "ids" not in rec:
+                raise CurateError(f"{path}:{line_no}: field ids: missing")
+            if rec["ids"] is not None and not (isinstance(rec["ids"], list)
+                                               and all(isinstance(i, int) for i in rec["ids"])):
+                raise CurateError(f"{path}:{line_no}: field ids: not a list of integers")
+            rows.append(rec)
+        out[r] = rows
+    extra = sorted(p.name for p in d.glob("rank-*.jsonl") if p.name not in {log_file(d, r).name for r in range(num_ranks)})
+    if extra:
+        raise CurateError(f"{log_dir}: {extra[0]} is from a rank beyond the plan's {num_ranks} ranks "
+                          "(the job ran on more processes than the shards were planned for)")
+    return out
+
+
+def planned_grid(shard_dir: str | os.PathLike) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(manifest, ids[step, rank, slot], weights[step, rank, slot]) of a shard directory."""
+    manifest = read_manifest(shard_dir)
+    n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
+    ids = np.empty((steps, n, m), dtype=np.int64)
+    weights = np.empty((steps, n, m), dtype=np.float64)
+    for r, path in enumerate(shard_files(shard_dir)):
+        try:
+            t = pq.read_table(path, columns=["id", "weight"])
+        except (OSError, KeyError, ValueError) as e:
+            raise CurateError(f"{path}: cannot read shard ({e})") from None
+        ids[:, r, :] = t.column("id").to_numpy().reshape(steps, m)
+        weights[:, r, :] = t.column("weight").to_numpy().reshape(steps, m)
+    return manifest, ids, weights
+
+
+# ------------------------------------------------------------------------------------------------ check
+
+@dataclass
+class RankCheck:
+    rank: int
+    steps_logged: int
+    rows_logged: int
+    counts: Counter = field(default_factory=Counter)   # kind -> number of ids
+    in_plan: int = 0
+
+
+@dataclass
+class PlanCheck:
+    ranks: list[RankCheck]
+    problems: list[tuple[int, int | None, str, str]]    # (rank, step, kind, detail)
+    causes: list[str]
+    steps: int
+    micro_batch_size: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _dealt(file_ids: np.ndarray, n: int, m: int, dealing: str) -> list[np.ndarray]:
+    """What each rank gets from a file of ids when the trainer deals it by `dealing` ("batch" | "sample")."""
+    if dealing == "sample":
+        return [file_ids[r::n] for r in range(n)]
+    batches = file_ids.reshape(-1, m)
+    return [batches[r::n].reshape(-1) for r in range(n)]
+
+
+def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
+               planned_weights: np.ndarray | None = None) -> PlanCheck:
+    """Compare the planned grid ids[step, rank, slot] with what each rank logged (see the module docstring)."""
+    steps, n, m = planned.shape
+    owner: dict[int, set[int]] = {}
+    for r in range(n):
+        for i in np.unique(planned[:, r, :]):
+            owner.setdefault(int(i), set()).add(r)
+    problems: list[tuple[int, int | None, str, str]] = []
+    ranks: list[RankCheck] = []
+    sizes: Counter = Counter()
+    for r in range(n):
+        log = consumed.get(r)
+        if log is None:
+            ranks.append(RankCheck(r, 0, 0))
+            problems.append((r, None, "missing", "no log from this rank"))
+            continue
+        rc = RankCheck(r, len(log), 0)
+        plan_r = planned[:, r, :]
+        own = set(int(i) for i in np.unique(plan_r))
+        seen: Counter = Counter()
+        for t, rec in enumerate(log):
+            ids = rec.get("ids")
+            if ids is None:
+                rc.counts["no ids"] += 1
+                problems.append((r, t, "no ids", "the micro-batch reached the model without its `id` column"))
+                continue
+            sizes[len(ids)] += 1
+            rc.rows_logged += len(ids)
+            want = plan_r[t] if t < steps else np.empty(0, dtype=np.int64)
+            weights = rec.get("weights")
+            for j, i in enumerate(ids):
+                seen[i] += 1
+                if j < want.size and i == want[j]:
+                    rc.in_plan += 1
+                    if weights is not None and planned_weights is not None and j < len(weights) \
+                            and abs(weights[j] - planned_weights[t, r, j]) > WEIGHT_TOLERANCE:
+                        rc.counts["weight"] += 1
+                        problems.append((r, t, "weight", f"id {i} trained with weight {weights[j]:.6g}, "
+                                                         f"planned {planned_weights[t, r, j]:.6g}"))
+                    continue
+                if i in own:
+                    kind, detail = "out of order", f"id {i} planned for this rank at another step"
+                elif i in owner:
+                    kind, detail = "wrong rank", f"id {i} planned for rank {min(owner[i])}"
+                else:
+                    kind, detail = "out of plan", f"id {i} is in no shard"
+                rc.counts[kind] += 1
+                problems.append((r, t, kind, detail))
+        planned_count = Counter(int(i) for i in plan_r.reshape(-1))
+        for i, c in seen.items():
+            if i in planned_count and c > planned_count[i]:
+                rc.counts["duplicated"] += c - planned_count[i]
+                problems.append((r, None, "duplicated", f"id {i} consumed {c} times, planned {planned_count[i]}"))
+        missing = [i for i, c in planned_count.items() if seen[i] < c]
+        if missing:
+            rc.counts["missing"] += sum(planned_count[i] - seen[i] for i in missing)
+            problems.append((r, None, "missing", f"{len(missing)} planned ids never consumed (first: id {missing[0]})"))
+        ranks.append(rc)
+    return PlanCheck(ranks, problems, _causes(planned, consumed, ranks, sizes), steps, m)
+
+
+def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter) -> list[str]:
+    """The likely cause of each pattern of problems, in words the user can act on."""
+    steps, n, m = planned.shape
+    total = lambda kind: sum(rc.counts[kind] for rc in ranks)  # noqa: E731
+    causes = []
+    if any(consumed.get(r) is None for r in range(n)):
+        causes.append("a rank wrote no log: was the job run on the planned number of processes, each logging?")
+    if total("no ids"):
+        causes.append("micro-batches lost their `id` column before the model: packing (TRL keeps only input_ids/"
+                      "labels) or remove_unused_columns dropped it")
+    odd = {s: c for s, c in sizes.items() if s != m}
+    if odd:
+        causes.append(f"micro-batches of {', '.join(str(s) for s in sorted(odd))} rows where the plan has {m}: packing "
+                      "(several examples per row) or a per-device batch size other than --micro-batch-size")
+    logged = {r: [i for rec in (consumed.get(r) or []) for i in (rec.get("ids") or [])] for r in range(n)}
+    wrong_layout = False
+    for layout in ("batch", "sample"):  # a file of one layout dealt the other way
+        file_ids = planned.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, layout)]
+        other = "sample" if layout == "batch" else "batch"
+        dealt = _dealt(file_ids, n, m, other)
+        if total("wrong rank") and all(logged[r] and list(dealt[r][: len(logged[r])]) == logged[r] for r in range(n)):
+            wrong_layout = True
+            causes.append(f"the data is {layout}-interleaved but the trainer dealt {other}s: export it --for the "
+                          f"trainer you run ({'torchrun/torchtune' if other == 'sample' else 'hf/trl/accelerate'})")
+    if total("wrong rank") and not wrong_layout:
+        causes.append("rows went to other ranks than planned: a shuffling sampler (HF Trainer's default "
+                      "train_sampling_strategy='random', DistributedSampler(shuffle=True)), or the wrong export layout")
+    own_only = all(not rc.counts["wrong rank"] and not rc.counts["out of plan"] for rc in ranks)
+    fraction = [rc.rows_logged / max(1, steps * m) for rc in ranks]
+    if own_only and n > 1 and all(0 < f <= 1.0 / n + 1e-9 for f in fraction) and total("missing"):
+        causes.append(f"each rank consumed only 1/{n} of its own shard: the shard was dealt a second time (a rank's "
+                      "own shard handed to accelerator.prepare or a DistributedSampler) — give the framework the "
+                      "global order (export --for accelerate) or iterate the shard yourself")
+    elif own_only and total("out of order"):
+        causes.append("each rank read its own rows in another order: a shuffling or length-grouping sampler, "
+                      "or packing (TRL's best-fit-decreasing packing sorts longest first)")
+    if total("weight"):
+        causes.append("the loss weights differ from the shards' `weight` column")
+    if total("missing") and not causes:
+        short = [rc.rank for rc in ranks if rc.steps_logged < steps]
+        if short:
+            causes.append(f"rank(s) {', '.join(map(str, short))} stopped before the plan's {steps} steps "
+                          "(max_steps, or an interrupted run)")
+    return causes
+
+
+def format_check(check: PlanCheck, max_problems: int = 10) -> str:
+    """A short table per rank, the first problems, and the likely causes."""
+    head = ["rank", "steps", "rows", "in plan"] + [k for k in KINDS]
+    rows = [[str(rc.rank), f"{rc.steps_logged}/{check.steps}", f"{rc.rows_logged}/{check.steps * check.micro_batch_size}",
+             str(rc.in_plan)] + [str(rc.counts[k]) for k in KINDS] for rc in check.ranks]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    if check.ok:
+        lines.append("plan followed: every rank consumed exactly its shard, in order")
+        return "\n".join(lines)
+    for r, t, kind, detail in check.problems[:max_problems]:
+        lines.append(f"rank {r}" + (f" step {t}" if t is not None else "") + f": {kind}: {detail}")
+    if len(check.problems) > max_problems:
+        lines.append(f"... {len(check.problems) - max_problems} more")
+    lines += [f"cause: {c}" for c in check.causes]
+    return "\n".join(lines)
+
+
+def verify(shard_dir: str | os.PathLike, log_dir: str | os.PathLike) -> PlanCheck:
+    """Check the logs in `log_dir` against the shards in `shard_dir`."""
+    manifest, ids, weights = planned_grid(shard_dir)
+    return check_plan(ids, read_consumed(log_dir, int(manifest["num_shards"])), weights)

@@ -1,0 +1,211 @@
+"""`export` layouts and columns, the config snippets against the trainers' documented keys, and `verify`'s
+classification of what ranks consumed (pure functions; the real trainer runs are in test_trainers_plan.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from cluster_curate.errors import CurateError
+from cluster_curate.export import TARGETS, export, read_shards
+from cluster_curate.loader import interleaved_order, shard_files
+from cluster_curate.verify import ConsumedLog, check_plan, format_check, read_consumed, verify
+from shard_helpers import make_selection
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+N, M = 2, 2
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    from cluster_curate import pipeline
+    tmp = tmp_path_factory.mktemp("export")
+    out = {}
+    for name, data in (("qa", FIXTURES / "gsm8k" / "train-300.jsonl"), ("chat", FIXTURES / "chat" / "messages-300.jsonl")):
+        make_selection(tmp / f"{name}.parquet", data, k=3, fraction=0.3, n_tokens=True)
+        pipeline.shard_selection(str(tmp / f"{name}.parquet"), str(data), str(tmp / name), N, M)
+        out[name] = tmp / name
+    return out
+
+
+def _ids(path, rank):
+    return pq.read_table(shard_files(path)[rank], columns=["id"]).column("id").to_pylist()
+
+
+# ------------------------------------------------------------------------------------------ layouts
+
+def test_interleaved_orders_deal_each_rank_its_shard():
+    steps = 3
+    shard = lambda r: [r * steps * M + i for i in range(steps * M)]  # noqa: E731 (row indices of shard r)
+    batch = np.array(interleaved_order(N, steps, M, "batch"))
+    dealt_batches = batch.reshape(-1, M)  # Accelerate: batch p, p + N, ... to process p
+    assert [dealt_batches[r::N].reshape(-1).tolist() for r in range(N)] == [shard(0), shard(1)]
+    sample = np.array(interleaved_order(N, steps, M, "sample"))
+    assert [sample[r::N].tolist() for r in range(N)] == [shard(0), shard(1)]  # DistributedSampler(shuffle=False)
+    with pytest.raises(CurateError, match="unknown layout"):
+        interleaved_order(N, steps, M, "rows")
+
+
+def test_export_batch_and_sample_layouts_keep_plan_columns(shards, tmp_path):
+    manifest, table = read_shards(shards["qa"])
+    for target, dealing in (("hf", "batch"), ("torchrun", "sample")):
+        export(shards["qa"], target, tmp_path / target, world_size=N, micro_batch_size=M)
+        t = pq.read_table(tmp_path / target / "train.parquet")
+        assert {"id", "weight", "step", "question", "answer"} <= set(t.column_names)
+        ids = np.array(t.column("id").to_pylist())
+        got = ([ids.reshape(-1, M)[r::N].reshape(-1).tolist() for r in range(N)] if dealing == "batch"
+               else [ids[r::N].tolist() for r in range(N)])
+        assert got == [_ids(shards["qa"], 0), _ids(shards["qa"], 1)]
+        assert (tmp_path / target / "README.md").read_text().count("Traps")
+
+
+def test_export_trl_writes_conversational_prompt_completion(shards, tmp_path):
+    export(shards["chat"], "trl", tmp_path / "trl")
+    t = pq.read_table(tmp_path / "trl" / "train.parquet")
+    assert t.column_names == ["prompt", "completion", "id", "weight", "step"]
+    row = t.slice(0, 1).to_pylist()[0]
+    assert row["prompt"][-1]["role"] == "user" and [c["role"] for c in row["completion"]] == ["assistant"]
+    source = {r["id"]: r for r in read_shards(shards["chat"])[1].to_pylist()}[row["id"]]
+    assert row["prompt"] + row["completion"] == source["messages"]  # the conversation, split at the last answer
+    args = json.loads((tmp_path / "trl" / "training_args.json").read_text())
+    assert args["packing"] is False and args["train_sampling_strategy"] == "sequential"
+    assert args["per_device_train_batch_size"] == M
+
+
+def test_export_messages_from_question_answer(shards, tmp_path):
+    export(shards["qa"], "torchtune", tmp_path / "tt")
+    t = pq.read_table(tmp_path / "tt" / "train.parquet")
+    row = t.slice(0, 1).to_pylist()[0]
+    assert [m["role"] for m in row["messages"]] == ["user", "assistant"]
+    cfg = (tmp_path / "tt" / "config.yaml").read_text()
+    assert "shuffle: False" in cfg and "packed: False" in cfg and f"batch_size: {M}" in cfg
+
+
+def test_export_selected_rows_in_original_format(shards, tmp_path):
+    export(shards["qa"], "jsonl", tmp_path / "j")
+    rows = [json.loads(line) for line in (tmp_path / "j" / "selected.jsonl").read_text().splitlines()]
+    source = (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines()
+    ids = sorted(_ids(shards["qa"], 0) + _ids(shards["qa"], 1))
+    assert rows == [json.loads(source[i]) for i in ids]  # the original records, in dataset order
+    export(shards["qa"], "parquet", tmp_path / "p")
+    assert pq.read_table(tmp_path / "p" / "selected.parquet").to_pylist() == rows
+
+
+def test_export_refuses_mismatched_job(shards, tmp_path):
+    with pytest.raises(CurateError, match="planned for 2 ranks, not --world-size 4"):
+        export(shards["qa"], "hf", tmp_path / "x", world_size=4)
+    with pytest.raises(CurateError, match="micro-batch size 2, not --micro-batch-size 8"):
+        export(shards["qa"], "hf", tmp_path / "x", micro_batch_size=8)
+    with pytest.raises(CurateError, match="unknown --for 'deepspeed'"):
+        export(shards["qa"], "deepspeed", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    export(shards["qa"], "hf", tmp_path / "y")
+    with pytest.raises(CurateError, match="already exists"):
+        export(shards["qa"], "hf", tmp_path / "y")
+
+
+# LLaMA-Factory's dataset_info.json keys (data/README.md; DatasetAttr.join in llamafactory/data/parser.py, 0.9.5)
+LLAMAFACTORY_KEYS = {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name", "file_name",
+                     "file_sha1", "formatting", "ranking", "subset", "split", "folder", "num_samples", "columns", "tags"}
+LLAMAFACTORY_COLUMNS = {"prompt", "query", "response", "history", "messages", "system", "tools", "images", "videos",
+                        "audios", "chosen", "rejected", "kto_tag"}
+LLAMAFACTORY_TAGS = {"role_tag", "content_tag", "user_tag", "assistant_tag", "observation_tag", "function_tag",
+                     "system_tag"}
+# axolotl's config keys used (AxolotlInputConfig / SFTDataset in axolotl/utils/schemas, 0.19.0)
+AXOLOTL_TOP = {"datasets", "shuffle_merged_datasets", "curriculum_sampling", "sample_packing", "micro_batch_size"}
+AXOLOTL_DATASET = {"path", "ds_type", "type", "field_messages", "message_property_mappings", "roles_to_train",
+                   "split", "data_files"}
+
+
+def test_llamafactory_dataset_info_uses_documented_keys(shards, tmp_path):
+    export(shards["chat"], "llamafactory", tmp_path / "lf")
+    info = json.loads((tmp_path / "lf" / "dataset_info.json").read_text())
+    entry = info["cluster_curate"]
+    assert set(entry) <= LLAMAFACTORY_KEYS and set(entry["columns"]) <= LLAMAFACTORY_COLUMNS
+    assert set(entry["tags"]) <= LLAMAFACTORY_TAGS and entry["formatting"] == "sharegpt"
+    assert (tmp_path / "lf" / entry["file_name"]).is_file()
+    t = pq.read_table(tmp_path / "lf" / entry["file_name"])
+    turns = t.column(entry["columns"]["messages"]).to_pylist()
+    tags = entry["tags"]
+    for conv in turns:  # LLaMA-Factory's sharegpt converter: optional system first, then user/assistant pairs
+        body = conv[1:] if conv[0][tags["role_tag"]] == tags["system_tag"] else conv
+        assert [m[tags["role_tag"]] for m in body] == [tags["user_tag"], tags["assistant_tag"]] * (len(body) // 2)
+    cfg = (tmp_path / "lf" / "config.yaml").read_text()
+    assert "disable_shuffling: true" in cfg and "dataset: cluster_curate" in cfg
+
+
+def test_axolotl_yaml_uses_documented_keys(shards, tmp_path):
+    yaml = pytest.importorskip("yaml")
+    export(shards["chat"], "axolotl", tmp_path / "ax")
+    cfg = yaml.safe_load((tmp_path / "ax" / "config.yaml").read_text())
+    assert set(cfg) <= AXOLOTL_TOP and all(set(d) <= AXOLOTL_DATASET for d in cfg["datasets"])
+    assert cfg["shuffle_merged_datasets"] is False and cfg["curriculum_sampling"] is True
+    assert cfg["sample_packing"] is False and cfg["micro_batch_size"] == M
+    assert Path(cfg["datasets"][0]["path"]).is_file()
+
+
+# --------------------------------------------------------------------------------------------- verify
+
+def _grid(steps=4):
+    return np.arange(steps * N * M).reshape(steps, N, M) + 100
+
+
+def _log(per_rank):
+    return {r: [{"step": t, "ids": list(map(int, b))} for t, b in enumerate(batches)] for r, batches in per_rank.items()}
+
+
+def test_verify_passes_the_plan_and_names_shuffling():
+    g = _grid()
+    good = _log({r: [g[t, r] for t in range(4)] for r in range(N)})
+    assert check_plan(g, good).ok
+    rng = np.random.default_rng(0)
+    flat = rng.permutation(g.reshape(-1))
+    shuffled = _log({r: [flat.reshape(-1, M)[r::N][t] for t in range(4)] for r in range(N)})
+    c = check_plan(g, shuffled)
+    assert not c.ok and "shuffling sampler" in format_check(c)
+
+
+def test_verify_names_double_sharding_and_wrong_layout():
+    g = _grid()
+    twice = _log({r: [g[t, r] for t in range(r, 4, N)] for r in range(N)})
+    text = format_check(check_plan(g, twice))
+    assert "only 1/2 of its own shard" in text
+    # a batch-interleaved file dealt sample by sample (DistributedSampler on an `export --for hf` file)
+    file_ids = g.transpose(1, 0, 2).reshape(-1)[interleaved_order(N, 4, M, "batch")]
+    wrong = _log({r: list(file_ids[r::N].reshape(-1, M)) for r in range(N)})
+    assert "batch-interleaved but the trainer dealt samples" in format_check(check_plan(g, wrong))
+
+
+def test_verify_counts_duplicates_missing_weights_and_lost_ids():
+    g = _grid()
+    w = np.ones(g.shape)
+    log = _log({r: [g[t, r] for t in range(4)] for r in range(N)})
+    log[0][1]["ids"] = list(map(int, g[0, 0]))          # step 0 again instead of step 1
+    log[1][0]["weights"] = [1.0, 2.0]
+    log[1][2]["ids"] = None
+    c = check_plan(g, log, w)
+    kinds = {(r, k) for r, _, k, _ in c.problems}
+    assert {(0, "duplicated"), (0, "missing"), (0, "out of order"), (1, "weight"), (1, "no ids")} <= kinds
+    assert "lost their `id` column" in format_check(c)
+
+
+def test_consumed_log_round_trip_and_bad_lines(shards, tmp_path):
+    from cluster_curate.verify import planned_grid
+    _, g, w = planned_grid(shards["qa"])
+    for r in range(N):
+        with ConsumedLog(tmp_path / "log", rank=r) as log:
+            for t in range(g.shape[0]):
+                log.record(g[t, r], w[t, r], loss=1.0)
+    assert verify(shards["qa"], tmp_path / "log").ok
+    (tmp_path / "log" / "rank-00001.jsonl").write_text('{"step": 0, "ids": [1, 2]}\n{"step": 1, "ids": "x"}\n')
+    with pytest.raises(CurateError, match=r"rank-00001.jsonl:2: field ids: not a list of integers"):
+        read_consumed(tmp_path / "log", N)
+    (tmp_path / "log" / "rank-00001.jsonl").unlink()
+    (tmp_path / "log" / "rank-00002.jsonl").write_text("")
+    with pytest.raises(CurateError, match="beyond the plan's 2 ranks"):
+        read_consumed(tmp_path / "log", N)
+
