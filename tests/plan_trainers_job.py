@@ -117,8 +117,9 @@ def run_trl(model_dir, exports, log_dir, packing=False):
     trainer.train()
 
 
-def run_torchrun(model_dir, exports, log_dir):
-    """A plain DDP loop: DistributedSampler(shuffle=False) over `export --for torchrun`."""
+def run_torchrun(model_dir, exports, log_dir, target="torchrun"):
+    """A plain DDP loop: DistributedSampler(shuffle=False) over `export --for torchrun` (or, the trap, over the
+    batch-interleaved `export --for hf`)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data import DataLoader, DistributedSampler
@@ -127,7 +128,7 @@ def run_torchrun(model_dir, exports, log_dir):
     from cluster_curate.verify import ConsumedLog
 
     model, tok = _load(model_dir)
-    ds = _parquet(exports / "torchrun" / "train.parquet")
+    ds = _parquet(exports / target / "train.parquet")
     sampler = DistributedSampler(ds, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=False)
     loader = DataLoader(ds, batch_size=M, sampler=sampler, collate_fn=qa_collate(tok))
     ddp = DDP(model)
@@ -176,6 +177,7 @@ SCENARIOS = {
     "trl": lambda a: run_trl(a.model, a.exports, a.log),
     "trl-packing": lambda a: run_trl(a.model, a.exports, a.log, packing=True),
     "torchrun": lambda a: run_torchrun(a.model, a.exports, a.log),
+    "torchrun-on-hf-export": lambda a: run_torchrun(a.model, a.exports, a.log, target="hf"),
     "accelerate": lambda a: run_accelerate(a.model, a.exports, a.exports / "shards", a.log),
     "accelerate-rank-local": lambda a: run_accelerate(a.model, a.exports, a.exports / "shards", a.log, rank_local=True),
 }

@@ -2,7 +2,8 @@
 trains a tiny Llama (built here, save_pretrained, loaded by path) through the HF Trainer, TRL's SFTTrainer, a
 plain DistributedSampler loop and an Accelerate loop, on what `export` wrote; `verify` checks each rank's logged
 ids against the shards, and one step's weighted loss is recomputed by hand. The traps (the Trainer's default
-shuffling sampler, TRL packing, a rank-local loader handed to accelerator.prepare) must make `verify` fail,
+shuffling sampler, TRL packing, a rank-local loader handed to accelerator.prepare, a batch-interleaved file under
+DistributedSampler) must make `verify` fail,
 naming the problem. All scenarios share one torchrun job (one start-up of the two processes)."""
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from tiny_lm import build_llama
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 WORLD, M = 2, 2
-SCENARIOS = ["hf", "hf-sequential", "hf-random", "trl", "trl-packing", "torchrun", "accelerate",
-             "accelerate-rank-local"]
+SCENARIOS = ["hf", "hf-sequential", "hf-random", "trl", "trl-packing", "torchrun", "torchrun-on-hf-export",
+             "accelerate", "accelerate-rank-local"]
 
 pytestmark = pytest.mark.slow
 
@@ -171,3 +172,9 @@ def test_rank_local_loader_in_accelerate_fails_verify(job):
         consumed = [i for rec in _consumed(job, "accelerate-rank-local", rank) for i in rec["ids"]]
         own = _shard_ids(job["qa"], rank)
         assert set(consumed) <= set(own) and len(consumed) == len(own) // WORLD  # silent loss of half the shard
+
+
+def test_wrong_layout_under_distributed_sampler_fails_verify(job):
+    check, table = _check(job, "torchrun-on-hf-export", "qa")
+    assert not check.ok
+    assert "batch-interleaved but the trainer dealt samples" in table

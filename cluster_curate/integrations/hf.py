@@ -100,8 +100,6 @@ def weighted_causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weight: 
 class PlanTrainerMixin:
     """Mix in before `transformers.Trainer` or `trl.SFTTrainer` (see the module docstring)."""
 
-    loss_is_scaled_for_ga = False  # a per-micro-batch mean: the Trainer divides it by the accumulation steps
-
     def __init__(self, *args, **kwargs):
         self._ids_by_tokens = None
         super().__init__(*args, **kwargs)
@@ -110,6 +108,12 @@ class PlanTrainerMixin:
             raise ValueError(f"PlanTrainerMixin: train_sampling_strategy={strategy!r} / group_by_length reorders the "
                              "planned rows (the plan already groups lengths); use 'sequential'")
         self.data_collator = _KeepPlanColumns(self.data_collator)
+
+    @property
+    def loss_is_scaled_for_ga(self):
+        """Our weighted loss is a per-micro-batch mean, so the Trainer divides it by the accumulation steps
+        (transformers 5.x reads this); TRL's own loss under packing is already scaled (None: the Trainer decides)."""
+        return None if getattr(self, "_ids_by_tokens", None) is not None else False
 
     # -- order
     def _get_train_sampler(self, *args, **kwargs):
@@ -149,7 +153,9 @@ class PlanTrainerMixin:
         if ids is None and self._ids_by_tokens is not None:
             ids = self._packed_ids(inputs)
         loss = super().training_step(model, inputs, *args, **kwargs)
-        scale = 1.0 if self.loss_is_scaled_for_ga is not False else self.current_gradient_accumulation_steps
+        # the Trainer returns the loss divided by the accumulation steps: log the micro-batch's own loss
+        scale = 1.0 if self.loss_is_scaled_for_ga is not False else getattr(
+            self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
         for cb in self.callback_handler.callbacks:
             if isinstance(cb, ConsumedIdsCallback):
                 cb.record(ids.tolist() if torch.is_tensor(ids) else ids,
