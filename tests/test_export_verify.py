@@ -209,3 +209,16 @@ def test_consumed_log_round_trip_and_bad_lines(shards, tmp_path):
     with pytest.raises(CurateError, match="beyond the plan's 2 ranks"):
         read_consumed(tmp_path / "log", N)
 
+
+
+def test_torchtune_sampler_deals_the_sample_interleaved_export(shards, tmp_path):
+    """torchtune's recipes deal with torchdata's StatefulDistributedSampler (a DistributedSampler): with
+    `shuffle: False` and batch_size M, rank r reads exactly shard r's micro-batches from `export --for torchtune`."""
+    sampler_mod = pytest.importorskip("torchdata.stateful_dataloader.sampler")
+    from torch.utils.data import DataLoader
+    export(shards["qa"], "torchtune", tmp_path / "tt")
+    ids = pq.read_table(tmp_path / "tt" / "train.parquet", columns=["id"]).column("id").to_pylist()
+    for r in range(N):
+        sampler = sampler_mod.StatefulDistributedSampler(ids, num_replicas=N, rank=r, shuffle=False)
+        batches = list(DataLoader(ids, batch_size=M, sampler=sampler, collate_fn=list))
+        assert [i for b in batches for i in b] == _ids(shards["qa"], r) and {len(b) for b in batches} == {M}
