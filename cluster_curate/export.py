@@ -1,6 +1,6 @@
 """`export`: the shards' plan in the layout and columns a given trainer reads, with the settings that keep it.
 
-Trainers that shard one dataset themselves deal it to ranks in one of two ways (docs/architecture.md, "export"):
+Trainers that shard one dataset themselves deal it to ranks in one of two ways:
 
 - whole micro-batches round-robin (HF Trainer, TRL, Accelerate, LLaMA-Factory, axolotl — all go through
   Accelerate's `BatchSamplerShard`, `split_batches=False`): process p gets batches p, p + N, p + 2N, ... of one

@@ -76,8 +76,9 @@ def _args(cls, out, **kw):
 
 
 def run_hf(model_dir, exports, log_dir, strategy=None):
-    """HF Trainer + PlanTrainerMixin on `export --for hf`. With `strategy`, the Trainer's own sampler for that
-    train_sampling_strategy ("sequential": the version's switch; "random": the default, which shuffles)."""
+    """HF Trainer + PlanTrainerMixin on `export --for hf`, accumulating 2 micro-batches per optimizer step. With
+    `strategy`, the Trainer's own sampler for that train_sampling_strategy ("sequential": the version's switch;
+    "random": the default, which shuffles)."""
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
     from cluster_curate.integrations.hf import ConsumedIdsCallback, PlanTrainerMixin
@@ -92,7 +93,8 @@ def run_hf(model_dir, exports, log_dir, strategy=None):
     ds = _parquet(exports / "hf" / "train.parquet")
     ds = ds.map(lambda r: encode_qa(tok, r["question"], r["answer"]))
     cls = PlanTrainer if strategy is None else OwnSamplerTrainer
-    args = _args(TrainingArguments, log_dir / "out", train_sampling_strategy=strategy or "sequential")
+    args = _args(TrainingArguments, log_dir / "out", train_sampling_strategy=strategy or "sequential",
+                 gradient_accumulation_steps=2 if strategy is None else 1)
     trainer = cls(model=model, args=args, train_dataset=ds, processing_class=tok,
                   data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100),
                   callbacks=[ConsumedIdsCallback(log_dir)])

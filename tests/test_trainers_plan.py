@@ -82,7 +82,7 @@ def _shard_ids(shards: Path, rank: int) -> list[int]:
     return pq.read_table(shard_files(shards)[rank], columns=["id"]).column("id").to_pylist()
 
 
-def _hand_loss(model_dir, rows_by_id, ids, encode) -> float:
+def _hand_loss(model_dir, rows_by_id, ids, encode, weighted: bool = True) -> float:
     """Step 0 of a rank, recomputed from the saved model: per example, the mean cross-entropy over its label
     tokens (each example alone, no padding); then the mean of weight × that over the micro-batch."""
     import torch
@@ -96,7 +96,8 @@ def _hand_loss(model_dir, rows_by_id, ids, encode) -> float:
             labels = torch.tensor(enc["labels"][1:])
             keep = labels != -100
             if keep.any():  # an example whose response was cut off entirely contributes 0
-                total += rows_by_id[i]["weight"] * float(torch.nn.functional.cross_entropy(logits[keep], labels[keep]))
+                w = rows_by_id[i]["weight"] if weighted else 1.0
+                total += w * float(torch.nn.functional.cross_entropy(logits[keep], labels[keep]))
     return total / len(ids)
 
 
@@ -116,6 +117,8 @@ def _assert_plan_held(job, scenario, shards_key, encode, data_file):
                                                                             for i in rec["ids"]])
     first = _consumed(job, scenario, 0)[0]
     assert first["loss"] == pytest.approx(_hand_loss(job["model"], rows, first["ids"], encode), rel=1e-4)
+    # the weights matter at this tolerance: the unweighted mean is another number
+    assert first["loss"] != pytest.approx(_hand_loss(job["model"], rows, first["ids"], encode, weighted=False), rel=1e-3)
 
 
 def _qa(tok, row):

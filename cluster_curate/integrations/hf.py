@@ -153,13 +153,15 @@ class PlanTrainerMixin:
         if ids is None and self._ids_by_tokens is not None:
             ids = self._packed_ids(inputs)
         loss = super().training_step(model, inputs, *args, **kwargs)
-        # the Trainer returns the loss divided by the accumulation steps: log the micro-batch's own loss
-        scale = 1.0 if self.loss_is_scaled_for_ga is not False else getattr(
-            self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
-        for cb in self.callback_handler.callbacks:
-            if isinstance(cb, ConsumedIdsCallback):
-                cb.record(ids.tolist() if torch.is_tensor(ids) else ids,
-                          None if weight is None else weight.tolist(), float(loss) * scale)
+        logs = [cb for cb in self.callback_handler.callbacks if isinstance(cb, ConsumedIdsCallback)]
+        if logs:
+            # the Trainer returns the loss divided by the accumulation steps: log the micro-batch's own loss
+            scale = 1.0 if self.loss_is_scaled_for_ga is not False else getattr(
+                self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
+            ids = ids.tolist() if torch.is_tensor(ids) else ids
+            weights = None if weight is None else weight.tolist()
+            for cb in logs:
+                cb.record(ids, weights, float(loss) * scale)
         return loss
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
