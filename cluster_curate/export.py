@@ -122,25 +122,52 @@ def chat_columns(table: pa.Table, manifest: dict, style: str, source: str = "sha
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
 
 
-def source_rows(table: pa.Table, manifest: dict) -> pa.Table:
-    """The selected rows once each (repeats of `--remainder wrap` dropped), in dataset order, with their original
-    column names and nothing `shard` added."""
+def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = None) -> pa.Table:
+    """The selected rows once each (repeats of `--remainder wrap` dropped; the left-over rows of `--remainder
+    drop`, read back from the data, added), in dataset order, with their original column names and nothing
+    `shard` added. `leftovers`: raw rows (`id` + source columns as the reader names them)."""
     if "wrapped" in table.column_names:
         table = table.filter(pa.compute.invert(table.column("wrapped")))
-    table = table.sort_by("id")
     renamed = {new: old for old, new in (manifest.get("renamed_source_columns") or {}).items()}
     keep = _source_names(table, manifest)
-    out = table.select(keep)
-    names = [renamed.get(c, c) for c in keep]
-    if "source_id" in names:  # the source's own `id` column (the shards' `id` is the row index)
-        names[names.index("source_id")] = "id"
-    return out.rename_columns(names)
+    rows = table.select(["id"] + keep).rename_columns(["id"] + [renamed.get(c, c) for c in keep])
+    if leftovers is not None and leftovers.num_rows:
+        rows = pa.concat_tables([rows, leftovers], promote_options="permissive")
+    rows = rows.sort_by("id").drop_columns(["id"])
+    if "source_id" in rows.column_names:  # the source's own `id` column (ours is the row index)
+        rows = rows.rename_columns(["id" if c == "source_id" else c for c in rows.column_names])
+    return rows
 
 
-def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "shards") -> pa.Table:
+def read_leftovers(manifest: dict, data: str | os.PathLike | None, source: str = "shards") -> pa.Table | None:
+    """The raw rows of the manifest's left-over ids (not in any shard), read from `data` (default: the data the
+    shards were made from); None when there are none. The data must be the one the shards were made from."""
+    ids = set(int(i) for i in manifest.get("leftover_ids") or [])
+    if not ids:
+        return None
+    from cluster_curate.io.datasets import open_dataset
+    recorded = (manifest.get("inputs", {}).get("data") or manifest.get("dataset") or {})
+    path = str(data or recorded.get("source", ""))
+    if not path or not Path(path).exists():
+        raise CurateError(f"{source}: {len(ids)} selected rows are left over (not in any shard) and the data they "
+                          f"come from ({path or 'unknown'}) is not readable; pass --data DATA")
+    ds = open_dataset(path)
+    if recorded.get("fingerprint") and ds.fingerprint() != recorded["fingerprint"]:
+        raise CurateError(f"{path}: not the data the shards were made from (fingerprint {ds.fingerprint()}, "
+                          f"the manifest says {recorded['fingerprint']})")
+    parts = []
+    for batch in ds.iter_batches(examples=False):
+        raw = pa.Table.from_batches([batch.raw])
+        mask = pa.compute.is_in(raw.column("id"), value_set=pa.array(sorted(ids), pa.int64()))
+        parts.append(raw.filter(mask))
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "shards",
+                 leftovers: pa.Table | None = None) -> pa.Table:
     """The table `export --for tgt` writes."""
     if tgt.columns == "source":
-        return source_rows(table, manifest)
+        return source_rows(table, manifest, leftovers)
     arranged = arrange(table, manifest, tgt.layout)
     if tgt.columns == "shard":
         return arranged
@@ -282,27 +309,29 @@ def read_shards(shard_dir: str | os.PathLike) -> tuple[dict, pa.Table]:
 
 
 def export(shard_dir: str | os.PathLike, for_: str, out_dir: str | os.PathLike, *, world_size: int | None = None,
-           micro_batch_size: int | None = None, overwrite: bool = False) -> dict:
+           micro_batch_size: int | None = None, data: str | os.PathLike | None = None, overwrite: bool = False) -> dict:
     """Write `out_dir` for trainer `for_`: the data file, the settings that keep the plan, README.md. Returns a
-    summary (target, layout, rows, files)."""
+    summary (target, layout, rows, files). `data`: where `jsonl` / `parquet` read the left-over rows (default:
+    the data recorded in the manifest)."""
     tgt = target(for_)
     manifest = read_manifest(shard_dir)
     check_job(manifest, world_size, micro_batch_size, str(shard_dir))
     out = Path(out_dir)
     if out.exists() and not overwrite:
         raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")
+    leftovers = read_leftovers(manifest, data, str(shard_dir)) if tgt.columns == "source" else None
     manifest, table = read_shards(shard_dir)
-    data = layout_table(table, manifest, tgt, str(shard_dir))
+    rows = layout_table(table, manifest, tgt, str(shard_dir), leftovers)
     name = "selected.jsonl" if tgt.name == "jsonl" else "selected.parquet" if tgt.name == "parquet" else DATA_FILE
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         if tgt.name == "jsonl":
             with open(work / name, "w", encoding="utf-8") as f:
-                for rec in data.to_pylist():
+                for rec in rows.to_pylist():
                     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
         else:
-            pq.write_table(data, work / name)
+            pq.write_table(rows, work / name)
         files = config_files(tgt, manifest, str((out / name).resolve()))
         for fname, text in files.items():
             (work / fname).write_text(text, encoding="utf-8")
@@ -315,5 +344,5 @@ def export(shard_dir: str | os.PathLike, for_: str, out_dir: str | os.PathLike, 
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return {"for": tgt.name, "layout": tgt.layout, "rows": data.num_rows, "columns": data.column_names,
+    return {"for": tgt.name, "layout": tgt.layout, "rows": rows.num_rows, "columns": rows.column_names,
             "weights_applied": tgt.weights_applied, "files": [name, *files]}

@@ -86,13 +86,20 @@ def test_export_messages_from_question_answer(shards, tmp_path):
 
 
 def test_export_selected_rows_in_original_format(shards, tmp_path):
+    from cluster_curate.loader import read_manifest
     export(shards["qa"], "jsonl", tmp_path / "j")
     rows = [json.loads(line) for line in (tmp_path / "j" / "selected.jsonl").read_text().splitlines()]
     source = (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines()
-    ids = sorted(_ids(shards["qa"], 0) + _ids(shards["qa"], 1))
+    leftover = read_manifest(shards["qa"])["leftover_ids"]
+    assert leftover  # the rows `--remainder drop` left out of the shards are selected rows too: read back
+    ids = sorted(_ids(shards["qa"], 0) + _ids(shards["qa"], 1) + leftover)
     assert rows == [json.loads(source[i]) for i in ids]  # the original records, in dataset order
     export(shards["qa"], "parquet", tmp_path / "p")
     assert pq.read_table(tmp_path / "p" / "selected.parquet").to_pylist() == rows
+    with pytest.raises(CurateError, match="2 selected rows are left over .* pass --data DATA"):
+        export(shards["qa"], "jsonl", tmp_path / "x", data=tmp_path / "gone.jsonl")
+    with pytest.raises(CurateError, match="not the data the shards were made from"):
+        export(shards["qa"], "jsonl", tmp_path / "x", data=FIXTURES / "chat" / "messages-300.jsonl")
 
 
 def test_export_refuses_mismatched_job(shards, tmp_path):
