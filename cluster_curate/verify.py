@@ -6,7 +6,8 @@ optional). `ConsumedLog` writes it from a plain loop; `cluster_curate.integratio
 the HF Trainer / TRL.
 
 `check_plan` is a pure function of the planned grid (step × rank × slot) and the logs. Each consumed id is
-classified against the planned one at the same rank, step and slot: in plan, out of order (planned for this rank
+classified against the planned one at the same rank, step and slot (step modulo the plan's steps: every epoch
+repeats the plan): in plan, out of order (planned for this rank
 at another position), on the wrong rank, or out of plan; each rank's multiset of ids gives the missing and the
 duplicated ones. A cause is named from the pattern (shuffling, the wrong layout, double sharding, packing).
 """
@@ -186,7 +187,7 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
                 continue
             sizes[len(ids)] += 1
             rc.rows_logged += len(ids)
-            want = plan_r[t] if t < steps else np.empty(0, dtype=np.int64)
+            want = plan_r[t % steps]  # epoch after epoch, the same planned order
             weights = rec.get("weights")
             for j, i in enumerate(ids):
                 seen[i] += 1
@@ -206,7 +207,8 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
                     kind, detail = "out of plan", f"id {i} is in no shard"
                 rc.counts[kind] += 1
                 problems.append((r, t, kind, detail))
-        planned_count = Counter(int(i) for i in plan_r.reshape(-1))
+        epochs = max(1, -(-len(log) // steps))
+        planned_count = Counter({i: c * epochs for i, c in Counter(int(i) for i in plan_r.reshape(-1)).items()})
         for i, c in seen.items():
             if i in planned_count and c > planned_count[i]:
                 rc.counts["duplicated"] += c - planned_count[i]
@@ -258,9 +260,9 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     if total("weight"):
         causes.append("the loss weights differ from the shards' `weight` column")
     if total("missing") and not causes:
-        short = [rc.rank for rc in ranks if rc.steps_logged < steps]
+        short = [rc.rank for rc in ranks if rc.steps_logged % steps]
         if short:
-            causes.append(f"rank(s) {', '.join(map(str, short))} stopped before the plan's {steps} steps "
+            causes.append(f"rank(s) {', '.join(map(str, short))} stopped inside an epoch of the plan's {steps} steps "
                           "(max_steps, or an interrupted run)")
     return causes
 

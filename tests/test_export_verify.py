@@ -176,6 +176,15 @@ def test_verify_passes_the_plan_and_names_shuffling():
     assert not c.ok and "shuffling sampler" in format_check(c)
 
 
+def test_verify_accepts_whole_epochs_and_names_a_partial_one():
+    g = _grid()
+    two = _log({r: [g[t % 4, r] for t in range(8)] for r in range(N)})
+    assert check_plan(g, two).ok
+    short = _log({r: [g[t % 4, r] for t in range(6)] for r in range(N)})
+    c = check_plan(g, short)
+    assert not c.ok and "stopped inside an epoch" in format_check(c)
+
+
 def test_verify_names_double_sharding_and_wrong_layout():
     g = _grid()
     twice = _log({r: [g[t, r] for t in range(r, 4, N)] for r in range(N)})
