@@ -15,6 +15,9 @@ ranks round-robin), load every shard and reorder with `global_order`:
 
     ds = datasets.load_dataset("parquet", data_files=shard_files(d), split="train").select(global_order(d))
     # TrainingArguments(per_device_train_batch_size=M, train_sampling_strategy="sequential", ...)
+
+(`cluster-curate export` writes that order, and the sample-interleaved one DistributedSampler needs, for each
+trainer.) `ConsumedLog` records what a rank trained on, for `cluster-curate verify`.
 """
 
 from __future__ import annotations
@@ -187,3 +190,52 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
     if not 0 <= rank < n:
         raise CurateError(f"{directory}: rank {rank} out of range (the directory has {n} shards)")
     return Shard(directory, rank, manifest, columns)
+
+
+# ------------------------------------------------------------------- what the job consumed, for `verify`
+
+def log_file(log_dir: str | os.PathLike, rank: int) -> Path:
+    return Path(log_dir) / f"rank-{rank:05d}.jsonl"
+
+
+class ConsumedLog:
+    """Appends one line per consumed micro-batch to LOGDIR/rank-RRRRR.jsonl (rank from torch.distributed or
+    torchrun's environment unless given). Use it in a plain training loop:
+
+        log = ConsumedLog("consumed/")
+        for batch in loader:
+            ...
+            log.record(batch["id"], batch["weight"], loss)    # `cluster-curate verify SHARDS --log consumed/`
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, rank: int | None = None):
+        if rank is None:
+            found = distributed_rank_and_world()
+            rank = found[0] if found is not None else 0
+        self.rank, self.step = rank, 0
+        self.path = log_file(log_dir, rank)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "w", encoding="utf-8")
+
+    def record(self, ids, weights=None, loss=None) -> None:
+        rec = {"step": self.step, "ids": None if ids is None else [int(i) for i in _as_list(ids)]}
+        if weights is not None:
+            rec["weights"] = [float(w) for w in _as_list(weights)]
+        if loss is not None:
+            rec["loss"] = float(loss)
+        self._f.write(json.dumps(rec) + "\n")
+        self._f.flush()
+        self.step += 1
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _as_list(values) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)

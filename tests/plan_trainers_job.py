@@ -127,7 +127,7 @@ def run_torchrun(model_dir, exports, log_dir, target="torchrun"):
     from torch.utils.data import DataLoader, DistributedSampler
 
     from cluster_curate.integrations.hf import weighted_causal_lm_loss
-    from cluster_curate.verify import ConsumedLog
+    from cluster_curate.loader import ConsumedLog
 
     model, tok = _load(model_dir)
     ds = _parquet(exports / target / "train.parquet")
@@ -153,7 +153,7 @@ def run_accelerate(model_dir, exports, shards, log_dir, rank_local=False):
 
     from cluster_curate.integrations.hf import weighted_causal_lm_loss
     from cluster_curate.loader import load_shard
-    from cluster_curate.verify import ConsumedLog
+    from cluster_curate.loader import ConsumedLog
 
     acc = Accelerator(cpu=True)
     model, tok = _load(model_dir)

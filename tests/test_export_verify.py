@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from cluster_curate.errors import CurateError
-from cluster_curate.export import TARGETS, export, read_shards
-from cluster_curate.loader import interleaved_order, shard_files
-from cluster_curate.verify import ConsumedLog, check_plan, format_check, read_consumed, verify
+from cluster_curate.layouts import TARGETS, export, read_shards
+from cluster_curate.loader import ConsumedLog, interleaved_order, shard_files
+from cluster_curate.plan_check import check_plan, format_check, read_consumed, verify
 from shard_helpers import make_selection
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -210,7 +210,7 @@ def test_verify_counts_duplicates_missing_weights_and_lost_ids():
 
 
 def test_consumed_log_round_trip_and_bad_lines(shards, tmp_path):
-    from cluster_curate.verify import planned_grid
+    from cluster_curate.plan_check import planned_grid
     _, g, w = planned_grid(shards["qa"])
     for r in range(N):
         with ConsumedLog(tmp_path / "log", rank=r) as log:

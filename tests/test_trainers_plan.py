@@ -46,7 +46,7 @@ def _shards(tmp: Path, name: str, data: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    from cluster_curate.export import export
+    from cluster_curate.layouts import export
 
     tmp = tmp_path_factory.mktemp("trainers")
     model = build_llama(tmp / "model", layers=1, hidden=32)
@@ -67,13 +67,13 @@ def job(tmp_path_factory):
 
 
 def _check(job, scenario, shards_key):
-    from cluster_curate.verify import format_check, verify
+    from cluster_curate.plan_check import format_check, verify
     check = verify(job[shards_key], job["logs"] / scenario)
     return check, format_check(check)
 
 
 def _consumed(job, scenario, rank):
-    from cluster_curate.verify import read_consumed
+    from cluster_curate.plan_check import read_consumed
     return read_consumed(job["logs"] / scenario, WORLD)[rank]
 
 

@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
-from cluster_curate.verify import ConsumedLog
+from cluster_curate.loader import ConsumedLog
 
 PLAN_KEYS = ("id", "weight")
 

@@ -1,9 +1,9 @@
-"""`verify`: did the training job consume the plan? Compares what each rank logged it consumed with the shards.
+"""What `verify` checks: did the training job consume the plan? Compares what each rank logged it consumed with the shards.
 
 The log is a directory of one JSON-lines file per rank (`rank-00000.jsonl`, ...), one line per micro-batch in the
 order the rank consumed them: `{"step": t, "ids": [...], "weights": [...], "loss": x}` (`weights` and `loss`
-optional). `ConsumedLog` writes it from a plain loop; `cluster_curate.integrations.hf.ConsumedIdsCallback` from
-the HF Trainer / TRL.
+optional). `cluster_curate.loader.ConsumedLog` writes it from a plain loop;
+`cluster_curate.integrations.hf.ConsumedIdsCallback` from the HF Trainer / TRL.
 
 `check_plan` is a pure function of the planned grid (step × rank × slot) and the logs. Each consumed id is
 classified against the planned one at the same rank, step and slot (step modulo the plan's steps: every epoch
@@ -24,57 +24,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from cluster_curate.errors import CurateError
-from cluster_curate.loader import distributed_rank_and_world, interleaved_order, read_manifest, shard_files
+from cluster_curate.loader import interleaved_order, log_file, read_manifest, shard_files
 
 KINDS = ("out of order", "wrong rank", "out of plan", "duplicated", "missing", "weight", "no ids")
 WEIGHT_TOLERANCE = 1e-6
-
-
-def log_file(log_dir: str | os.PathLike, rank: int) -> Path:
-    return Path(log_dir) / f"rank-{rank:05d}.jsonl"
-
-
-class ConsumedLog:
-    """Appends one line per consumed micro-batch to LOGDIR/rank-RRRRR.jsonl (rank from torch.distributed or
-    torchrun's environment unless given). Use it in a plain training loop:
-
-        log = ConsumedLog("consumed/")
-        for batch in loader:
-            ...
-            log.record(batch["id"], batch["weight"], loss)
-    """
-
-    def __init__(self, log_dir: str | os.PathLike, rank: int | None = None):
-        if rank is None:
-            found = distributed_rank_and_world()
-            rank = found[0] if found is not None else 0
-        self.rank, self.step = rank, 0
-        self.path = log_file(log_dir, rank)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "w", encoding="utf-8")
-
-    def record(self, ids, weights=None, loss=None) -> None:
-        rec = {"step": self.step, "ids": None if ids is None else [int(i) for i in _as_list(ids)]}
-        if weights is not None:
-            rec["weights"] = [float(w) for w in _as_list(weights)]
-        if loss is not None:
-            rec["loss"] = float(loss)
-        self._f.write(json.dumps(rec) + "\n")
-        self._f.flush()
-        self.step += 1
-
-    def close(self) -> None:
-        self._f.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-def _as_list(values) -> list:
-    return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
 def read_consumed(log_dir: str | os.PathLike, num_ranks: int) -> dict[int, list[dict] | None]:

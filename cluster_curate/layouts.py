@@ -1,4 +1,4 @@
-"""`export`: the shards' plan in the layout and columns a given trainer reads, with the settings that keep it.
+"""What `export` writes: the shards' plan in the layout and columns a given trainer reads, with the settings that keep it.
 
 Trainers that shard one dataset themselves deal it to ranks in one of two ways:
 
@@ -288,7 +288,7 @@ def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
         lines += [f"Planned for {n} ranks × micro-batch {m} = {n * m} rows per step, {steps} steps. The file is "
                   f"{tgt.layout}-interleaved, for a trainer that deals {how}: run it on exactly {n} processes with "
                   f"a per-device batch size of {m}, without shuffling, and rank r reads exactly shard r in order.",
-                  "", "Check that it did: log each rank's ids (`cluster_curate.verify.ConsumedLog`, or the HF "
+                  "", "Check that it did: log each rank's ids (`cluster_curate.loader.ConsumedLog`, or the HF "
                   "callback) and run `cluster-curate verify SHARDS --log LOGDIR`.", ""]
     lines += ["## Traps", ""] + [f"- {t}" for t in _TRAPS[tgt.name]] + [""]
     return "\n".join(lines)
