@@ -1,4 +1,4 @@
-"""What `export` writes: the shards' plan in the layout and columns a given trainer reads, with the settings that keep it.
+"""What `export` writes: the shards' plan in the layout and columns a trainer reads, and the settings that keep it.
 
 Trainers that shard one dataset themselves deal it to ranks in one of two ways:
 
