@@ -17,28 +17,26 @@ Columns: `hf`, `accelerate` and `torchrun` keep the shards' columns; `trl` write
 OpenAI-style `messages` column. Every layout keeps `id`, `weight` and `step` for checking with `verify`. `jsonl`
 and `parquet` write just the selected rows in their original columns, in dataset order.
 
-Everything here except `export` itself is a pure function of the manifest and the shards' table.
+Pure functions of the manifest and the shards' table; `commands/export.py` reads and writes
+(docs/architecture.md, "Commands").
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError
+from cluster_curate.io import names
 from cluster_curate.io.formats import RecordError, resolve_fields, to_example
-from cluster_curate.loader import interleaved_order, read_manifest, shard_files
+from cluster_curate.loader import interleaved_order
+from cluster_curate.sharding import SHARD_COLUMNS
 
 PLAN_COLUMNS = ("id", "weight", "step")          # kept in every trainer layout, for `verify`
-SHARD_ONLY_COLUMNS = ("cluster", "step", "weight", "wrapped")  # what `shard` adds to each source row
-DATA_FILE = "train.parquet"
 
 
 @dataclass(frozen=True)
@@ -94,7 +92,7 @@ def arrange(table: pa.Table, manifest: dict, layout: str) -> pa.Table:
 
 def _source_names(table: pa.Table, manifest: dict) -> list[str]:
     """The shards' source columns (without the columns `shard` adds)."""
-    return [c for c in table.column_names if c not in ("id",) + SHARD_ONLY_COLUMNS]
+    return [c for c in table.column_names if c not in ("id",) + SHARD_COLUMNS]
 
 
 def chat_columns(table: pa.Table, manifest: dict, style: str, source: str = "shards") -> pa.Table:
@@ -127,7 +125,7 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
     drop`, read back from the data, added), in dataset order, with their original column names and nothing
     `shard` added. `leftovers`: raw rows (`id` + source columns as the reader names them)."""
     if "wrapped" in table.column_names:
-        table = table.filter(pa.compute.invert(table.column("wrapped")))
+        table = table.filter(pc.invert(table.column("wrapped")))
     renamed = {new: old for old, new in (manifest.get("renamed_source_columns") or {}).items()}
     keep = _source_names(table, manifest)
     rows = table.select(["id"] + keep).rename_columns(["id"] + [renamed.get(c, c) for c in keep])
@@ -139,28 +137,9 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
     return rows
 
 
-def read_leftovers(manifest: dict, data: str | os.PathLike | None, source: str = "shards") -> pa.Table | None:
-    """The raw rows of the manifest's left-over ids (not in any shard), read from `data` (default: the data the
-    shards were made from); None when there are none. The data must be the one the shards were made from."""
-    ids = set(int(i) for i in manifest.get("leftover_ids") or [])
-    if not ids:
-        return None
-    from cluster_curate.io.datasets import open_dataset
-    recorded = (manifest.get("inputs", {}).get("data") or manifest.get("dataset") or {})
-    path = str(data or recorded.get("source", ""))
-    if not path or not Path(path).exists():
-        raise CurateError(f"{source}: {len(ids)} selected rows are left over (not in any shard) and the data they "
-                          f"come from ({path or 'unknown'}) is not readable; pass --data DATA")
-    ds = open_dataset(path)
-    if recorded.get("fingerprint") and ds.fingerprint() != recorded["fingerprint"]:
-        raise CurateError(f"{path}: not the data the shards were made from (fingerprint {ds.fingerprint()}, "
-                          f"the manifest says {recorded['fingerprint']})")
-    parts = []
-    for batch in ds.iter_batches(examples=False):
-        raw = pa.Table.from_batches([batch.raw])
-        mask = pa.compute.is_in(raw.column("id"), value_set=pa.array(sorted(ids), pa.int64()))
-        parts.append(raw.filter(mask))
-    return pa.concat_tables(parts, promote_options="permissive")
+def data_file(tgt: Target) -> str:
+    """The name of the data file `export --for tgt` writes."""
+    return names.EXPORT_SELECTED[tgt.name] if tgt.columns == "source" else names.EXPORT_DATA
 
 
 def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "shards",
@@ -185,15 +164,15 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
                 "dataloader_drop_last": False}
         if tgt.name == "trl":
             args.update(packing=False, shuffle_dataset=False, max_length=None, completion_only_loss=True)
-        files["training_args.json"] = json.dumps(args, indent=2) + "\n"
+        files[names.TRAINING_ARGS] = json.dumps(args, indent=2) + "\n"
     elif tgt.name == "accelerate":
-        files["dataloader.json"] = json.dumps({"batch_size": m, "shuffle": False, "drop_last": False,
+        files[names.DATALOADER_ARGS] = json.dumps({"batch_size": m, "shuffle": False, "drop_last": False,
                                                "split_batches": False, "num_processes": n}, indent=2) + "\n"
     elif tgt.name == "torchrun":
-        files["dataloader.json"] = json.dumps({"batch_size": m, "sampler": "DistributedSampler",
+        files[names.DATALOADER_ARGS] = json.dumps({"batch_size": m, "sampler": "DistributedSampler",
                                                "shuffle": False, "drop_last": False, "num_replicas": n}, indent=2) + "\n"
     elif tgt.name == "torchtune":
-        files["config.yaml"] = (
+        files[names.TRAINER_CONFIG] = (
             "# merge into your torchtune recipe config (full_finetune_distributed / lora_finetune_distributed)\n"
             "dataset:\n"
             "  _component_: torchtune.datasets.chat_dataset\n"
@@ -206,9 +185,9 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
             "shuffle: False\n"
             f"batch_size: {m}\n")
     elif tgt.name == "llamafactory":
-        files["dataset_info.json"] = json.dumps({"cluster_curate": llamafactory_entry(Path(data_path).name)},
+        files[names.LLAMAFACTORY_DATASET_INFO] = json.dumps({"cluster_curate": llamafactory_entry(Path(data_path).name)},
                                                 indent=2) + "\n"
-        files["config.yaml"] = (
+        files[names.TRAINER_CONFIG] = (
             "# merge into your LLaMA-Factory training YAML (stage: sft)\n"
             f"dataset_dir: {Path(data_path).parent}\n"
             "dataset: cluster_curate\n"
@@ -218,7 +197,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
             "neat_packing: false\n"
             "group_by_length: false\n")
     elif tgt.name == "axolotl":
-        files["config.yaml"] = (
+        files[names.TRAINER_CONFIG] = (
             "# merge into your axolotl config\n"
             "datasets:\n"
             f"  - path: {data_path}\n"
@@ -233,7 +212,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
             "curriculum_sampling: true\n"
             "sample_packing: false\n"
             f"micro_batch_size: {m}\n")
-    files["README.md"] = _traps(tgt, n, m, steps)
+    files[names.EXPORT_README] = _traps(tgt, n, m, steps)
     return files
 
 
@@ -282,7 +261,8 @@ _TRAPS = {
 
 
 def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
-    lines = [f"# `{DATA_FILE if tgt.columns != 'source' else 'selected rows'}` for {tgt.name}", ""]
+    lines = [f"# `{names.EXPORT_DATA if tgt.columns != 'source' else names.EXPORT_SELECTED[tgt.name]}` for {tgt.name}",
+             ""]
     if tgt.layout:
         how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
         lines += [f"Planned for {n} ranks × micro-batch {m} = {n * m} rows per step, {steps} steps. The file is "
@@ -292,57 +272,3 @@ def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
                   "callback) and run `cluster-curate verify SHARDS --log LOGDIR`.", ""]
     lines += ["## Traps", ""] + [f"- {t}" for t in _TRAPS[tgt.name]] + [""]
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------- command
-
-def read_shards(shard_dir: str | os.PathLike) -> tuple[dict, pa.Table]:
-    """The manifest and all shards concatenated, rank 0 first."""
-    manifest = read_manifest(shard_dir)
-    tables = []
-    for path in shard_files(shard_dir):
-        try:
-            tables.append(pq.read_table(path))
-        except (OSError, pa.ArrowInvalid) as e:
-            raise CurateError(f"{path}: cannot read shard ({e})") from None
-    return manifest, pa.concat_tables(tables, promote_options="permissive")
-
-
-def export(shard_dir: str | os.PathLike, for_: str, out_dir: str | os.PathLike, *, world_size: int | None = None,
-           micro_batch_size: int | None = None, data: str | os.PathLike | None = None, overwrite: bool = False) -> dict:
-    """Write `out_dir` for trainer `for_`: the data file, the settings that keep the plan, README.md. Returns a
-    summary (target, layout, rows, files). `data`: where `jsonl` / `parquet` read the left-over rows (default:
-    the data recorded in the manifest)."""
-    tgt = target(for_)
-    manifest = read_manifest(shard_dir)
-    check_job(manifest, world_size, micro_batch_size, str(shard_dir))
-    out = Path(out_dir)
-    if out.exists() and not overwrite:
-        raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")
-    leftovers = read_leftovers(manifest, data, str(shard_dir)) if tgt.columns == "source" else None
-    manifest, table = read_shards(shard_dir)
-    rows = layout_table(table, manifest, tgt, str(shard_dir), leftovers)
-    name = "selected.jsonl" if tgt.name == "jsonl" else "selected.parquet" if tgt.name == "parquet" else DATA_FILE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        if tgt.name == "jsonl":
-            with open(work / name, "w", encoding="utf-8") as f:
-                for rec in rows.to_pylist():
-                    f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        else:
-            pq.write_table(rows, work / name)
-        files = config_files(tgt, manifest, str((out / name).resolve()))
-        for fname, text in files.items():
-            (work / fname).write_text(text, encoding="utf-8")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(work, 0o777 & ~umask)  # mkdtemp makes a private directory; the export is for the whole job
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return {"for": tgt.name, "layout": tgt.layout, "rows": rows.num_rows, "columns": rows.column_names,
-            "weights_applied": tgt.weights_applied, "files": [name, *files]}

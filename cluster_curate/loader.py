@@ -195,7 +195,8 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
 # ------------------------------------------------------------------- what the job consumed, for `verify`
 
 def log_file(log_dir: str | os.PathLike, rank: int) -> Path:
-    return Path(log_dir) / f"rank-{rank:05d}.jsonl"
+    from cluster_curate.io.names import consumed_log_name
+    return Path(log_dir) / consumed_log_name(rank)
 
 
 class ConsumedLog:

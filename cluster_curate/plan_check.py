@@ -10,73 +10,20 @@ classified against the planned one at the same rank, step and slot (step modulo 
 repeats the plan): in plan, out of order (planned for this rank
 at another position), on the wrong rank, or out of plan; each rank's multiset of ids gives the missing and the
 duplicated ones. A cause is named from the pattern (shuffling, the wrong layout, double sharding, packing).
+Reading the logs and the shards is `commands/verify.py`'s (docs/architecture.md, "Commands").
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from cluster_curate.errors import CurateError
-from cluster_curate.loader import interleaved_order, log_file, read_manifest, shard_files
+from cluster_curate.loader import interleaved_order
 
 KINDS = ("out of order", "wrong rank", "out of plan", "duplicated", "missing", "weight", "no ids")
 WEIGHT_TOLERANCE = 1e-6
-
-
-def read_consumed(log_dir: str | os.PathLike, num_ranks: int) -> dict[int, list[dict] | None]:
-    """rank -> its logged micro-batches (None when the rank wrote no log). A bad line is a one-line error."""
-    d = Path(log_dir)
-    if not d.is_dir():
-        raise CurateError(f"{log_dir}: no such log directory")
-    out: dict[int, list[dict] | None] = {}
-    for r in range(num_ranks):
-        path = log_file(d, r)
-        if not path.is_file():
-            out[r] = None
-            continue
-        rows = []
-        for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CurateError(f"{path}:{line_no}: not JSON ({e.msg})") from None
-            if not isinstance(rec, dict) or "ids" not in rec:
-                raise CurateError(f"{path}:{line_no}: field ids: missing")
-            if rec["ids"] is not None and not (isinstance(rec["ids"], list)
-                                               and all(isinstance(i, int) for i in rec["ids"])):
-                raise CurateError(f"{path}:{line_no}: field ids: not a list of integers")
-            rows.append(rec)
-        out[r] = rows
-    extra = sorted(p.name for p in d.glob("rank-*.jsonl") if p.name not in {log_file(d, r).name for r in range(num_ranks)})
-    if extra:
-        raise CurateError(f"{log_dir}: {extra[0]} is from a rank beyond the plan's {num_ranks} ranks "
-                          "(the job ran on more processes than the shards were planned for)")
-    return out
-
-
-def planned_grid(shard_dir: str | os.PathLike) -> tuple[dict, np.ndarray, np.ndarray]:
-    """(manifest, ids[step, rank, slot], weights[step, rank, slot]) of a shard directory."""
-    manifest = read_manifest(shard_dir)
-    n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
-    ids = np.empty((steps, n, m), dtype=np.int64)
-    weights = np.empty((steps, n, m), dtype=np.float64)
-    for r, path in enumerate(shard_files(shard_dir)):
-        try:
-            t = pq.read_table(path, columns=["id", "weight"])
-        except (OSError, KeyError, ValueError) as e:
-            raise CurateError(f"{path}: cannot read shard ({e})") from None
-        ids[:, r, :] = t.column("id").to_numpy().reshape(steps, m)
-        weights[:, r, :] = t.column("weight").to_numpy().reshape(steps, m)
-    return manifest, ids, weights
 
 
 # ------------------------------------------------------------------------------------------------ check
@@ -237,9 +184,3 @@ def format_check(check: PlanCheck, max_problems: int = 10) -> str:
         lines.append(f"... {len(check.problems) - max_problems} more")
     lines += [f"cause: {c}" for c in check.causes]
     return "\n".join(lines)
-
-
-def verify(shard_dir: str | os.PathLike, log_dir: str | os.PathLike) -> PlanCheck:
-    """Check the logs in `log_dir` against the shards in `shard_dir`."""
-    manifest, ids, weights = planned_grid(shard_dir)
-    return check_plan(ids, read_consumed(log_dir, int(manifest["num_shards"])), weights)

@@ -45,6 +45,8 @@ import numpy as np
 from cluster_curate.errors import CurateError
 from cluster_curate.registry import Registry
 
+SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # what `shard` adds to every source row of a shard
+
 BALANCES = ("tokens", "padded")
 REMAINDERS = ("drop", "wrap")
 # Steps per length-grouping window (0 = off). Grouping rows of similar length into the same steps is what

@@ -10,24 +10,30 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from cluster_curate.commands.export import _read_shards as read_shards
+from cluster_curate.commands.export import export as export_command
+from cluster_curate.commands.verify import read_consumed, verify
 from cluster_curate.errors import CurateError
-from cluster_curate.layouts import TARGETS, export, read_shards
 from cluster_curate.loader import ConsumedLog, interleaved_order, shard_files
-from cluster_curate.plan_check import check_plan, format_check, read_consumed, verify
+from cluster_curate.plan_check import check_plan, format_check
 from shard_helpers import make_selection
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 N, M = 2, 2
 
 
+def export(shards, trainer, out, **options):
+    return export_command(str(shards), trainer=trainer, out=str(out), **options)
+
+
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
-    from cluster_curate import pipeline
+    from cluster_curate.commands.shard import shard
     tmp = tmp_path_factory.mktemp("export")
     out = {}
     for name, data in (("qa", FIXTURES / "gsm8k" / "train-300.jsonl"), ("chat", FIXTURES / "chat" / "messages-300.jsonl")):
         make_selection(tmp / f"{name}.parquet", data, k=3, fraction=0.3, n_tokens=True)
-        pipeline.shard_selection(str(tmp / f"{name}.parquet"), str(data), str(tmp / name), N, M)
+        shard(str(tmp / f"{name}.parquet"), str(data), str(tmp / name), num_shards=N, micro_batch_size=M)
         out[name] = tmp / name
     return out
 
@@ -51,7 +57,6 @@ def test_interleaved_orders_deal_each_rank_its_shard():
 
 
 def test_export_batch_and_sample_layouts_keep_plan_columns(shards, tmp_path):
-    manifest, table = read_shards(shards["qa"])
     for target, dealing in (("hf", "batch"), ("torchrun", "sample")):
         export(shards["qa"], target, tmp_path / target, world_size=N, micro_batch_size=M)
         t = pq.read_table(tmp_path / target / "train.parquet")
@@ -69,7 +74,7 @@ def test_export_trl_writes_conversational_prompt_completion(shards, tmp_path):
     assert t.column_names == ["prompt", "completion", "id", "weight", "step"]
     row = t.slice(0, 1).to_pylist()[0]
     assert row["prompt"][-1]["role"] == "user" and [c["role"] for c in row["completion"]] == ["assistant"]
-    source = {r["id"]: r for r in read_shards(shards["chat"])[1].to_pylist()}[row["id"]]
+    source = {r["id"]: r for r in read_shards(shards["chat"]).to_pylist()}[row["id"]]
     assert row["prompt"] + row["completion"] == source["messages"]  # the conversation, split at the last answer
     args = json.loads((tmp_path / "trl" / "training_args.json").read_text())
     assert args["packing"] is False and args["train_sampling_strategy"] == "sequential"
@@ -107,7 +112,7 @@ def test_export_refuses_mismatched_job(shards, tmp_path):
         export(shards["qa"], "hf", tmp_path / "x", world_size=4)
     with pytest.raises(CurateError, match="micro-batch size 2, not --micro-batch-size 8"):
         export(shards["qa"], "hf", tmp_path / "x", micro_batch_size=8)
-    with pytest.raises(CurateError, match="unknown --for 'deepspeed'"):
+    with pytest.raises(CurateError, match="--for must be one of hf, trl"):
         export(shards["qa"], "deepspeed", tmp_path / "x")
     assert not (tmp_path / "x").exists()
     export(shards["qa"], "hf", tmp_path / "y")
@@ -210,13 +215,13 @@ def test_verify_counts_duplicates_missing_weights_and_lost_ids():
 
 
 def test_consumed_log_round_trip_and_bad_lines(shards, tmp_path):
-    from cluster_curate.plan_check import planned_grid
+    from cluster_curate.commands.verify import planned_grid
     _, g, w = planned_grid(shards["qa"])
     for r in range(N):
         with ConsumedLog(tmp_path / "log", rank=r) as log:
             for t in range(g.shape[0]):
                 log.record(g[t, r], w[t, r], loss=1.0)
-    assert verify(shards["qa"], tmp_path / "log").ok
+    assert verify(str(shards["qa"]), log=str(tmp_path / "log"))["ok"]
     (tmp_path / "log" / "rank-00001.jsonl").write_text('{"step": 0, "ids": [1, 2]}\n{"step": 1, "ids": "x"}\n')
     with pytest.raises(CurateError, match=r"rank-00001.jsonl:2: field ids: not a list of integers"):
         read_consumed(tmp_path / "log", N)
@@ -238,3 +243,64 @@ def test_torchtune_sampler_deals_the_sample_interleaved_export(shards, tmp_path)
         sampler = sampler_mod.StatefulDistributedSampler(ids, num_replicas=N, rank=r, shuffle=False)
         batches = list(DataLoader(ids, batch_size=M, sampler=sampler, collate_fn=list))
         assert [i for b in batches for i in b] == _ids(shards["qa"], r) and {len(b) for b in batches} == {M}
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+def _one_error_line(result, *needles):
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("ERROR: "), result.output
+    assert all(n in lines[0] for n in needles), lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_cli_export_refuses_a_mismatched_job_in_one_line(shards, tmp_path, cli_runner):
+    from cluster_curate.cli import main
+    qa = str(shards["qa"])
+    _one_error_line(cli_runner.invoke(main, ["export", qa, "--for", "hf", "--out", str(tmp_path / "x"),
+                                             "--world-size", "4"]), "planned for 2 ranks, not --world-size 4")
+    _one_error_line(cli_runner.invoke(main, ["export", qa, "--for", "trl", "--out", str(tmp_path / "x"),
+                                             "--micro-batch-size", "3"]), "not --micro-batch-size 3")
+    _one_error_line(cli_runner.invoke(main, ["export", str(tmp_path), "--for", "hf", "--out", str(tmp_path / "x")]),
+                    "no manifest.json")
+    assert not (tmp_path / "x").exists()
+    ok = cli_runner.invoke(main, ["export", qa, "--for", "torchrun", "--out", str(tmp_path / "t"), "--world-size", "2",
+                                  "--micro-batch-size", "2", "--json"])
+    assert ok.exit_code == 0, ok.output
+    summary = json.loads(ok.output)
+    assert summary["layout"] == "sample" and summary["rows"] == pq.read_metadata(tmp_path / "t" / "train.parquet").num_rows
+
+
+def test_cli_verify_exit_codes(shards, tmp_path, cli_runner):
+    from cluster_curate.cli import main
+    from cluster_curate.commands.verify import planned_grid
+    _, g, w = planned_grid(shards["qa"])
+    for r in range(N):
+        with ConsumedLog(tmp_path / "good", rank=r) as log, ConsumedLog(tmp_path / "swapped", rank=r) as bad:
+            for t in range(g.shape[0]):
+                log.record(g[t, r], w[t, r])
+                bad.record(g[t, 1 - r], w[t, 1 - r])  # every rank trained on the other's shard
+    good = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "good")])
+    assert good.exit_code == 0, good.output
+    bad = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped")])
+    assert bad.exit_code == 1 and "wrong rank" in bad.output and "planned for rank 1" in bad.output, bad.output
+    as_json = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped"), "--json"])
+    assert as_json.exit_code == 1 and json.loads(as_json.output)["plan followed"] is False
+    (tmp_path / "good" / "rank-00000.jsonl").write_text('{"step": 0, "ids": [1], "weights": ["a"]}\n')
+    _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "good")]),
+                    "rank-00000.jsonl:1: field weights")
+    _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "none")]),
+                    "no such log directory")
+
+
+def test_verify_runs_as_a_process(shards, tmp_path):
+    """The installed entry point, as a job's last step runs it: exit status 1 on a broken plan."""
+    import subprocess
+    import sys
+    from cluster_curate.commands.verify import planned_grid
+    _, g, _ = planned_grid(shards["qa"])
+    with ConsumedLog(tmp_path / "log", rank=0) as log:
+        log.record(g[0, 0])  # one step, then the job stopped; rank 1 never logged
+    proc = subprocess.run([sys.executable, "-m", "cluster_curate", "verify", str(shards["qa"]), "--log",
+                           str(tmp_path / "log")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no log from this rank" in proc.stdout + proc.stderr
