@@ -90,17 +90,19 @@ def arrange(table: pa.Table, manifest: dict, layout: str) -> pa.Table:
     return table.take(pa.array(order, pa.int64()))
 
 
-def _source_names(table: pa.Table, manifest: dict) -> list[str]:
+def _source_names(table: pa.Table) -> list[str]:
     """The shards' source columns (without the columns `shard` adds)."""
     return [c for c in table.column_names if c not in ("id",) + SHARD_COLUMNS]
 
 
-def chat_columns(table: pa.Table, manifest: dict, style: str, source: str = "shards") -> pa.Table:
+def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None) -> pa.Table:
     """`messages` ([{role, content}], the response as the last assistant turn) or conversational
-    `prompt`/`completion`, from whatever record format the source rows use; plus `id`, `weight`, `step`."""
-    fields = resolve_fields(_source_names(table, manifest), None, None, None, source)
+    `prompt`/`completion`, from whatever record format the source rows use (detected, or `read`'s --format /
+    --prompt-field / --response-field); plus `id`, `weight`, `step`."""
+    fields = resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
+                            getattr(read, "response_field", None), source)
     prompts, responses = [], []
-    for i, rec in enumerate(table.select(_source_names(table, manifest)).to_pylist()):
+    for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
         try:
             prompt, response = to_example(rec, fields)
         except RecordError as e:
@@ -127,7 +129,7 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
     if "wrapped" in table.column_names:
         table = table.filter(pc.invert(table.column("wrapped")))
     renamed = {new: old for old, new in (manifest.get("renamed_source_columns") or {}).items()}
-    keep = _source_names(table, manifest)
+    keep = _source_names(table)
     rows = table.select(["id"] + keep).rename_columns(["id"] + [renamed.get(c, c) for c in keep])
     if leftovers is not None and leftovers.num_rows:
         rows = pa.concat_tables([rows, leftovers], promote_options="permissive")
@@ -143,14 +145,14 @@ def data_file(tgt: Target) -> str:
 
 
 def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "shards",
-                 leftovers: pa.Table | None = None) -> pa.Table:
-    """The table `export --for tgt` writes."""
+                 leftovers: pa.Table | None = None, read=None) -> pa.Table:
+    """The table `export --for tgt` writes (`read`: the ReadOptions naming the record format's fields)."""
     if tgt.columns == "source":
         return source_rows(table, manifest, leftovers)
     arranged = arrange(table, manifest, tgt.layout)
     if tgt.columns == "shard":
         return arranged
-    return chat_columns(arranged, manifest, tgt.columns, source)
+    return chat_columns(arranged, tgt.columns, source, read)
 
 
 # ------------------------------------------------------------------------------------ config snippets
@@ -170,7 +172,8 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
                                                "split_batches": False, "num_processes": n}, indent=2) + "\n"
     elif tgt.name == "torchrun":
         files[names.DATALOADER_ARGS] = json.dumps({"batch_size": m, "sampler": "DistributedSampler",
-                                               "shuffle": False, "drop_last": False, "num_replicas": n}, indent=2) + "\n"
+                                               "shuffle": False, "drop_last": False, "num_replicas": n},
+                                              indent=2) + "\n"
     elif tgt.name == "torchtune":
         files[names.TRAINER_CONFIG] = (
             "# merge into your torchtune recipe config (full_finetune_distributed / lora_finetune_distributed)\n"
@@ -185,8 +188,8 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
             "shuffle: False\n"
             f"batch_size: {m}\n")
     elif tgt.name == "llamafactory":
-        files[names.LLAMAFACTORY_DATASET_INFO] = json.dumps({"cluster_curate": llamafactory_entry(Path(data_path).name)},
-                                                indent=2) + "\n"
+        entry = {"cluster_curate": llamafactory_entry(Path(data_path).name)}
+        files[names.LLAMAFACTORY_DATASET_INFO] = json.dumps(entry, indent=2) + "\n"
         files[names.TRAINER_CONFIG] = (
             "# merge into your LLaMA-Factory training YAML (stage: sft)\n"
             f"dataset_dir: {Path(data_path).parent}\n"
@@ -229,7 +232,8 @@ _TRAPS = {
            "`cluster_curate.integrations.hf.PlanTrainerMixin` does both",
            "`remove_unused_columns=True` (the default) drops `weight` and `id` before the collator: use the mixin, "
            "which keeps them and multiplies each example's loss by its weight",
-           "`group_by_length` / `train_sampling_strategy=\"group_by_length\"` or `\"batch_rebalance\"` reorder the rows"],
+           "`group_by_length` / `train_sampling_strategy=\"group_by_length\"` or `\"batch_rebalance\"` reorder "
+           "the rows"],
     "trl": ["everything for `hf`, plus:",
             "`packing=True` (best-fit-decreasing by default) re-sorts the rows longest first and mixes examples "
             "of different steps into one row; keep `packing=False`",
@@ -242,7 +246,8 @@ _TRAPS = {
                    "rank silently trains on 1/N of its shard",
                    "`split_batches=True` splits each batch across ranks instead of dealing whole batches"],
     "torchrun": ["`DistributedSampler(shuffle=False)`: with the default `shuffle=True` every rank gets other rows",
-                 "batch size M per rank, and `drop_last=False` (the file's length is a multiple of N, nothing is padded)",
+                 "batch size M per rank, and `drop_last=False` (the file's length is a multiple of N: nothing is "
+                 "padded)",
                  "a plain loop can skip this file: `cluster_curate.loader.load_shard(dir).micro_batches()` reads "
                  "the rank's shard directly"],
     "torchtune": ["`shuffle: False` (torchtune's default recipes shuffle)",

@@ -1,4 +1,4 @@
-"""What `verify` checks: did the training job consume the plan? Compares what each rank logged it consumed with the shards.
+"""What `verify` checks: did the training job consume the plan? What each rank logged it consumed vs the shards.
 
 The log is a directory of one JSON-lines file per rank (`rank-00000.jsonl`, ...), one line per micro-batch in the
 order the rank consumed them: `{"step": t, "ids": [...], "weights": [...], "loss": x}` (`weights` and `loss`
@@ -170,7 +170,8 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
 def format_check(check: PlanCheck, max_problems: int = 10) -> str:
     """A short table per rank, the first problems, and the likely causes."""
     head = ["rank", "steps", "rows", "in plan"] + [k for k in KINDS]
-    rows = [[str(rc.rank), f"{rc.steps_logged}/{check.steps}", f"{rc.rows_logged}/{check.steps * check.micro_batch_size}",
+    planned_rows = check.steps * check.micro_batch_size
+    rows = [[str(rc.rank), f"{rc.steps_logged}/{check.steps}", f"{rc.rows_logged}/{planned_rows}",
              str(rc.in_plan)] + [str(rc.counts[k]) for k in KINDS] for rc in check.ranks]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]

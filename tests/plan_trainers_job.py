@@ -66,7 +66,8 @@ def _load(model_dir):
 
 def _parquet(path):
     import datasets
-    return datasets.load_dataset("parquet", data_files=str(path), split="train", cache_dir=str(Path(path).parent / ".hf"))
+    return datasets.load_dataset("parquet", data_files=str(path), split="train",
+                                 cache_dir=str(Path(path).parent / ".hf"))
 
 
 def _args(cls, out, **kw):

@@ -31,7 +31,8 @@ def shards(tmp_path_factory):
     from cluster_curate.commands.shard import shard
     tmp = tmp_path_factory.mktemp("export")
     out = {}
-    for name, data in (("qa", FIXTURES / "gsm8k" / "train-300.jsonl"), ("chat", FIXTURES / "chat" / "messages-300.jsonl")):
+    for name, data in (("qa", FIXTURES / "gsm8k" / "train-300.jsonl"),
+                       ("chat", FIXTURES / "chat" / "messages-300.jsonl")):
         make_selection(tmp / f"{name}.parquet", data, k=3, fraction=0.3, n_tokens=True)
         shard(str(tmp / f"{name}.parquet"), str(data), str(tmp / name), num_shards=N, micro_batch_size=M)
         out[name] = tmp / name
@@ -122,7 +123,8 @@ def test_export_refuses_mismatched_job(shards, tmp_path):
 
 # LLaMA-Factory's dataset_info.json keys (data/README.md; DatasetAttr.join in llamafactory/data/parser.py, 0.9.5)
 LLAMAFACTORY_KEYS = {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name", "file_name",
-                     "file_sha1", "formatting", "ranking", "subset", "split", "folder", "num_samples", "columns", "tags"}
+                     "file_sha1", "formatting", "ranking", "subset", "split", "folder", "num_samples", "columns",
+                     "tags"}
 LLAMAFACTORY_COLUMNS = {"prompt", "query", "response", "history", "messages", "system", "tools", "images", "videos",
                         "audios", "chosen", "rejected", "kto_tag"}
 LLAMAFACTORY_TAGS = {"role_tag", "content_tag", "user_tag", "assistant_tag", "observation_tag", "function_tag",
@@ -167,7 +169,8 @@ def _grid(steps=4):
 
 
 def _log(per_rank):
-    return {r: [{"step": t, "ids": list(map(int, b))} for t, b in enumerate(batches)] for r, batches in per_rank.items()}
+    return {r: [{"step": t, "ids": list(map(int, b))} for t, b in enumerate(batches)]
+            for r, batches in per_rank.items()}
 
 
 def test_verify_passes_the_plan_and_names_shuffling():
@@ -268,7 +271,8 @@ def test_cli_export_refuses_a_mismatched_job_in_one_line(shards, tmp_path, cli_r
                                   "--micro-batch-size", "2", "--json"])
     assert ok.exit_code == 0, ok.output
     summary = json.loads(ok.output)
-    assert summary["layout"] == "sample" and summary["rows"] == pq.read_metadata(tmp_path / "t" / "train.parquet").num_rows
+    assert summary["layout"] == "sample"
+    assert summary["rows"] == pq.read_metadata(tmp_path / "t" / "train.parquet").num_rows
 
 
 def test_cli_verify_exit_codes(shards, tmp_path, cli_runner):

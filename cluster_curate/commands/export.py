@@ -43,7 +43,7 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     if Path(out).exists() and not o["overwrite"]:
         raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")
     leftovers = _read_leftovers(manifest, o, str(shards)) if tgt.columns == "source" else None
-    rows = layouts.layout_table(_read_shards(shards), manifest, tgt, str(shards), leftovers)
+    rows = layouts.layout_table(_read_shards(shards), manifest, tgt, str(shards), leftovers, read_options(o))
     name = layouts.data_file(tgt)
     files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()))
     with staged_directory(out, public_files=(name, *files)) as work:

@@ -24,7 +24,8 @@ def verify(shards: str, *, log: str, **options) -> dict:
     resolve(OPTIONS, dict(options, log=log), "verify")
     manifest, ids, weights = planned_grid(shards)
     check = plan_check.check_plan(ids, read_consumed(log, int(manifest["num_shards"])), weights)
-    rows = [{"rank": rc.rank, "steps": f"{rc.steps_logged}/{check.steps}", "rows": rc.rows_logged, "in plan": rc.in_plan,
+    rows = [{"rank": rc.rank, "steps": f"{rc.steps_logged}/{check.steps}", "rows": rc.rows_logged,
+             "in plan": rc.in_plan,
              **{k: rc.counts[k] for k in plan_check.KINDS}} for rc in check.ranks]
     problems = [f"rank {r}" + (f" step {t}" if t is not None else "") + f": {kind}: {detail}"
                 for r, t, kind, detail in check.problems]
