@@ -7,9 +7,9 @@ optional). `cluster_curate.loader.ConsumedLog` writes it from a plain loop;
 
 `check_plan` is a pure function of the planned grid (step × rank × slot) and the logs. Each consumed id is
 classified against the planned one at the same rank, step and slot (step modulo the plan's steps: every epoch
-repeats the plan): in plan, out of order (planned for this rank
-at another position), on the wrong rank, or out of plan; each rank's multiset of ids gives the missing and the
-duplicated ones. A cause is named from the pattern (shuffling, the wrong layout, double sharding, packing).
+repeats the plan): in plan, out of order (planned for this rank at another position), on the wrong rank, or
+out of plan; each rank's multiset of ids gives the missing and the duplicated ones. A cause is named from the
+pattern (shuffling, the wrong layout, double sharding, packing).
 Reading the logs and the shards is `commands/verify.py`'s (docs/architecture.md, "Commands").
 """
 
@@ -24,6 +24,7 @@ from cluster_curate.loader import interleaved_order
 
 KINDS = ("out of order", "wrong rank", "out of plan", "duplicated", "missing", "weight", "no ids")
 WEIGHT_TOLERANCE = 1e-6
+KEPT_PROBLEMS = 1000  # problems kept with their details (all are counted)
 
 
 # ------------------------------------------------------------------------------------------------ check
@@ -40,14 +41,24 @@ class RankCheck:
 @dataclass
 class PlanCheck:
     ranks: list[RankCheck]
-    problems: list[tuple[int, int | None, str, str]]    # (rank, step, kind, detail)
+    problems: list[tuple[int, int | None, str, str]]    # (rank, step, kind, detail): the first KEPT_PROBLEMS
+    problem_count: int
     causes: list[str]
     steps: int
     micro_batch_size: int
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problem_count
+
+    def problem_lines(self, limit: int | None = None) -> list[str]:
+        """`rank R step T: kind: detail`, the first `limit` ones, then how many more."""
+        shown = self.problems[:limit] if limit is not None else self.problems
+        lines = [f"rank {r}" + (f" step {t}" if t is not None else "") + f": {kind}: {detail}"
+                 for r, t, kind, detail in shown]
+        if self.problem_count > len(shown):
+            lines.append(f"... {self.problem_count - len(shown)} more")
+        return lines
 
 
 def _dealt(file_ids: np.ndarray, n: int, m: int, dealing: str) -> list[np.ndarray]:
@@ -67,13 +78,21 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
         for i in np.unique(planned[:, r, :]):
             owner.setdefault(int(i), set()).add(r)
     problems: list[tuple[int, int | None, str, str]] = []
+    count = 0
+
+    def problem(*p):
+        nonlocal count
+        count += 1
+        if len(problems) < KEPT_PROBLEMS:
+            problems.append(p)
+
     ranks: list[RankCheck] = []
     sizes: Counter = Counter()
     for r in range(n):
         log = consumed.get(r)
         if log is None:
             ranks.append(RankCheck(r, 0, 0))
-            problems.append((r, None, "missing", "no log from this rank"))
+            problem(r, None, "missing", "no log from this rank")
             continue
         rc = RankCheck(r, len(log), 0)
         plan_r = planned[:, r, :]
@@ -83,21 +102,21 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             ids = rec.get("ids")
             if ids is None:
                 rc.counts["no ids"] += 1
-                problems.append((r, t, "no ids", "the micro-batch reached the model without its `id` column"))
+                problem(r, t, "no ids", "the micro-batch reached the model without its `id` column")
                 continue
             sizes[len(ids)] += 1
             rc.rows_logged += len(ids)
             want = plan_r[t % steps]  # epoch after epoch, the same planned order
+            want_w = planned_weights[t % steps, r] if planned_weights is not None else None
             weights = rec.get("weights")
             for j, i in enumerate(ids):
                 seen[i] += 1
                 if j < want.size and i == want[j]:
                     rc.in_plan += 1
-                    if weights is not None and planned_weights is not None and j < len(weights) \
-                            and abs(weights[j] - planned_weights[t, r, j]) > WEIGHT_TOLERANCE:
+                    if weights is not None and want_w is not None and j < len(weights) \
+                            and abs(weights[j] - want_w[j]) > WEIGHT_TOLERANCE:
                         rc.counts["weight"] += 1
-                        problems.append((r, t, "weight", f"id {i} trained with weight {weights[j]:.6g}, "
-                                                         f"planned {planned_weights[t, r, j]:.6g}"))
+                        problem(r, t, "weight", f"id {i} trained with weight {weights[j]:.6g}, planned {want_w[j]:.6g}")
                     continue
                 if i in own:
                     kind, detail = "out of order", f"id {i} planned for this rank at another step"
@@ -106,19 +125,19 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
                 else:
                     kind, detail = "out of plan", f"id {i} is in no shard"
                 rc.counts[kind] += 1
-                problems.append((r, t, kind, detail))
+                problem(r, t, kind, detail)
         epochs = max(1, -(-len(log) // steps))
         planned_count = Counter({i: c * epochs for i, c in Counter(int(i) for i in plan_r.reshape(-1)).items()})
         for i, c in seen.items():
             if i in planned_count and c > planned_count[i]:
                 rc.counts["duplicated"] += c - planned_count[i]
-                problems.append((r, None, "duplicated", f"id {i} consumed {c} times, planned {planned_count[i]}"))
+                problem(r, None, "duplicated", f"id {i} consumed {c} times, planned {planned_count[i]}")
         missing = [i for i, c in planned_count.items() if seen[i] < c]
         if missing:
             rc.counts["missing"] += sum(planned_count[i] - seen[i] for i in missing)
-            problems.append((r, None, "missing", f"{len(missing)} planned ids never consumed (first: id {missing[0]})"))
+            problem(r, None, "missing", f"{len(missing)} planned ids never consumed (first: id {missing[0]})")
         ranks.append(rc)
-    return PlanCheck(ranks, problems, _causes(planned, consumed, ranks, sizes), steps, m)
+    return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes), steps, m)
 
 
 def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter) -> list[str]:
@@ -145,7 +164,7 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
             wrong_layout = True
             causes.append(f"the data is {layout}-interleaved but the trainer dealt {other}s: export it --for the "
                           f"trainer you run ({'torchrun/torchtune' if other == 'sample' else 'hf/trl/accelerate'})")
-    if total("wrong rank") and not wrong_layout:
+    if total("wrong rank") and not wrong_layout and not odd:  # packing moves rows across ranks too
         causes.append("rows went to other ranks than planned: a shuffling sampler (HF Trainer's default "
                       "train_sampling_strategy='random', DistributedSampler(shuffle=True)), or the wrong export layout")
     own_only = all(not rc.counts["wrong rank"] and not rc.counts["out of plan"] for rc in ranks)
@@ -179,9 +198,5 @@ def format_check(check: PlanCheck, max_problems: int = 10) -> str:
     if check.ok:
         lines.append("plan followed: every rank consumed exactly its shard, in order")
         return "\n".join(lines)
-    for r, t, kind, detail in check.problems[:max_problems]:
-        lines.append(f"rank {r}" + (f" step {t}" if t is not None else "") + f": {kind}: {detail}")
-    if len(check.problems) > max_problems:
-        lines.append(f"... {len(check.problems) - max_problems} more")
-    lines += [f"cause: {c}" for c in check.causes]
+    lines += check.problem_lines(max_problems) + [f"cause: {c}" for c in check.causes]
     return "\n".join(lines)

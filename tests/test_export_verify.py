@@ -187,7 +187,11 @@ def test_verify_passes_the_plan_and_names_shuffling():
 def test_verify_accepts_whole_epochs_and_names_a_partial_one():
     g = _grid()
     two = _log({r: [g[t % 4, r] for t in range(8)] for r in range(N)})
-    assert check_plan(g, two).ok
+    w = np.linspace(0.5, 2.0, g.size).reshape(g.shape)
+    for r in range(N):
+        for t, rec in enumerate(two[r]):
+            rec["weights"] = w[t % 4, r].tolist()
+    assert check_plan(g, two, w).ok
     short = _log({r: [g[t % 4, r] for t in range(6)] for r in range(N)})
     c = check_plan(g, short)
     assert not c.ok and "stopped inside an epoch" in format_check(c)

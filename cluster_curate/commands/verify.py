@@ -27,9 +27,8 @@ def verify(shards: str, *, log: str, **options) -> dict:
     rows = [{"rank": rc.rank, "steps": f"{rc.steps_logged}/{check.steps}", "rows": rc.rows_logged,
              "in plan": rc.in_plan,
              **{k: rc.counts[k] for k in plan_check.KINDS}} for rc in check.ranks]
-    problems = [f"rank {r}" + (f" step {t}" if t is not None else "") + f": {kind}: {detail}"
-                for r, t, kind, detail in check.problems]
-    return {"ok": check.ok, "shards": shards, "log": log, "ranks": rows, "problems": problems,
+    return {"ok": check.ok, "shards": shards, "log": log, "ranks": rows, "problem_count": check.problem_count,
+            "problems": check.problem_lines(),
             "causes": check.causes, "report": plan_check.format_check(check, MAX_PROBLEMS)}
 
 
@@ -99,7 +98,7 @@ def render(result: dict, options: dict) -> None:
     data = {"plan followed": result["ok"], "shards": result["shards"], "log": result["log"]}
     if not result["ok"]:
         shown = result["problems"][:MAX_PROBLEMS]
-        more = len(result["problems"]) - len(shown)
+        more = result["problem_count"] - len(shown)
         data["problems"] = "\n".join(shown + ([f"... {more} more"] if more > 0 else []))
         data["cause"] = "\n".join(result["causes"])
     console.summary(f"verify {result['log']} against {result['shards']}", data, result["ranks"])
