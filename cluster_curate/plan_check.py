@@ -69,22 +69,42 @@ def _dealt(file_ids: np.ndarray, n: int, m: int, dealing: str) -> list[np.ndarra
     return [batches[r::n].reshape(-1) for r in range(n)]
 
 
+def _flatten(log: list[dict]):
+    """The logged ids as flat arrays: id, the log line (step) and the slot in that micro-batch of each; the
+    logged weight of each (NaN where none was logged); the lines that had no ids."""
+    lens = np.array([-1 if rec.get("ids") is None else len(rec["ids"]) for rec in log], dtype=np.int64)
+    has = lens >= 0
+    ids = np.fromiter((i for rec in log if rec.get("ids") is not None for i in rec["ids"]), dtype=np.int64,
+                      count=int(lens[has].sum()))
+    line = np.repeat(np.flatnonzero(has), lens[has])
+    starts = np.concatenate(([0], np.cumsum(lens[has])[:-1])) if has.any() else np.zeros(0, dtype=np.int64)
+    slot = np.arange(ids.size) - np.repeat(starts, lens[has])
+    logged = [rec for rec in log if rec.get("ids") is not None]
+    weights = np.fromiter((w for rec in logged for w in (
+        rec["weights"] if rec.get("weights") is not None and len(rec["weights"]) == len(rec["ids"])
+        else [np.nan] * len(rec["ids"]))), dtype=np.float64, count=ids.size)
+    return ids, line, slot, weights, np.flatnonzero(~has), lens[has]
+
+
 def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
                planned_weights: np.ndarray | None = None) -> PlanCheck:
     """Compare the planned grid ids[step, rank, slot] with what each rank logged (see the module docstring)."""
     steps, n, m = planned.shape
-    owner: dict[int, set[int]] = {}
-    for r in range(n):
-        for i in np.unique(planned[:, r, :]):
-            owner.setdefault(int(i), set()).add(r)
-    problems: list[tuple[int, int | None, str, str]] = []
+    flat_ids = planned.transpose(1, 0, 2).reshape(-1)
+    flat_rank = np.repeat(np.arange(n), steps * m)
+    every, first = np.unique(flat_ids, return_index=True)
+    owner = flat_rank[first]  # the first rank each planned id belongs to (ids, in `every` order)
+    problems: list[tuple[int, int | None, str, str]] = []  # the first KEPT_PROBLEMS, in log order
     count = 0
 
-    def problem(*p):
+    def problem(r, t, kind, detail):
         nonlocal count
         count += 1
         if len(problems) < KEPT_PROBLEMS:
-            problems.append(p)
+            problems.append((r, t, kind, detail))
+
+    def room() -> int:
+        return max(0, KEPT_PROBLEMS - len(problems))
 
     ranks: list[RankCheck] = []
     sizes: Counter = Counter()
@@ -94,48 +114,57 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             ranks.append(RankCheck(r, 0, 0))
             problem(r, None, "missing", "no log from this rank")
             continue
-        rc = RankCheck(r, len(log), 0)
         plan_r = planned[:, r, :]
-        own = set(int(i) for i in np.unique(plan_r))
-        seen: Counter = Counter()
-        for t, rec in enumerate(log):
-            ids = rec.get("ids")
-            if ids is None:
-                rc.counts["no ids"] += 1
-                problem(r, t, "no ids", "the micro-batch reached the model without its `id` column")
-                continue
-            sizes[len(ids)] += 1
-            rc.rows_logged += len(ids)
-            want = plan_r[t % steps]  # epoch after epoch, the same planned order
-            want_w = planned_weights[t % steps, r] if planned_weights is not None else None
-            weights = rec.get("weights")
-            for j, i in enumerate(ids):
-                seen[i] += 1
-                if j < want.size and i == want[j]:
-                    rc.in_plan += 1
-                    if weights is not None and want_w is not None and j < len(weights) \
-                            and abs(weights[j] - want_w[j]) > WEIGHT_TOLERANCE:
-                        rc.counts["weight"] += 1
-                        problem(r, t, "weight", f"id {i} trained with weight {weights[j]:.6g}, planned {want_w[j]:.6g}")
-                    continue
-                if i in own:
-                    kind, detail = "out of order", f"id {i} planned for this rank at another step"
-                elif i in owner:
-                    kind, detail = "wrong rank", f"id {i} planned for rank {min(owner[i])}"
-                else:
-                    kind, detail = "out of plan", f"id {i} is in no shard"
-                rc.counts[kind] += 1
-                problem(r, t, kind, detail)
+        ids, line, slot, weights, no_ids, lens = _flatten(log)
+        sizes.update(lens.tolist())
+        rc = RankCheck(r, len(log), int(ids.size))
+        for t in no_ids:
+            rc.counts["no ids"] += 1
+            problem(r, int(t), "no ids", "the micro-batch reached the model without its `id` column")
+        inside = slot < m
+        want = np.full(ids.size, -1, dtype=np.int64)
+        want[inside] = plan_r[line[inside] % steps, slot[inside]]  # epoch after epoch, the same planned order
+        match = inside & (ids == want)
+        rc.in_plan = int(match.sum())
+        own = np.isin(ids, plan_r)
+        pos = np.searchsorted(every, ids).clip(0, max(0, every.size - 1))
+        anywhere = (every[pos] == ids) if every.size else np.zeros(ids.size, dtype=bool)
+        wrong_w = np.zeros(ids.size, dtype=bool)
+        if planned_weights is not None:
+            wrong_w[match] = np.abs(weights[match] - planned_weights[line[match] % steps, r, slot[match]]) \
+                > WEIGHT_TOLERANCE  # NaN (no weight logged) compares False: not a problem
+        kind = np.select([match & wrong_w, match, own, anywhere], [5, 0, 1, 2], default=3)
+        for code, name in ((1, "out of order"), (2, "wrong rank"), (3, "out of plan"), (5, "weight")):
+            rc.counts[name] += int((kind == code).sum())
+        bad = np.flatnonzero(kind != 0)
+        count += bad.size
+        for at in bad[: room()]:  # the details of the first ones, in log order
+            i, t = int(ids[at]), int(line[at])
+            if kind[at] == 5:
+                want_w = planned_weights[t % steps, r, slot[at]]
+                problems.append((r, t, "weight", f"id {i} trained with weight {weights[at]:.6g}, planned {want_w:.6g}"))
+            elif kind[at] == 1:
+                problems.append((r, t, "out of order", f"id {i} planned for this rank at another step"))
+            elif kind[at] == 2:
+                problems.append((r, t, "wrong rank", f"id {i} planned for rank {owner[pos[at]]}"))
+            else:
+                problems.append((r, t, "out of plan", f"id {i} is in no shard"))
         epochs = max(1, -(-len(log) // steps))
-        planned_count = Counter({i: c * epochs for i, c in Counter(int(i) for i in plan_r.reshape(-1)).items()})
-        for i, c in seen.items():
-            if i in planned_count and c > planned_count[i]:
-                rc.counts["duplicated"] += c - planned_count[i]
-                problem(r, None, "duplicated", f"id {i} consumed {c} times, planned {planned_count[i]}")
-        missing = [i for i, c in planned_count.items() if seen[i] < c]
-        if missing:
-            rc.counts["missing"] += sum(planned_count[i] - seen[i] for i in missing)
-            problem(r, None, "missing", f"{len(missing)} planned ids never consumed (first: id {missing[0]})")
+        plan_ids, plan_c = np.unique(plan_r, return_counts=True)
+        plan_c = plan_c * epochs
+        seen_ids, seen_c = np.unique(ids, return_counts=True)
+        seen = np.zeros(plan_ids.size, dtype=np.int64)
+        if seen_ids.size:
+            k = np.searchsorted(seen_ids, plan_ids).clip(0, seen_ids.size - 1)
+            hit = seen_ids[k] == plan_ids
+            seen[hit] = seen_c[k[hit]]
+        for i in np.flatnonzero(seen > plan_c):
+            rc.counts["duplicated"] += int(seen[i] - plan_c[i])
+            problem(r, None, "duplicated", f"id {plan_ids[i]} consumed {seen[i]} times, planned {plan_c[i]}")
+        short = np.flatnonzero(seen < plan_c)
+        if short.size:
+            rc.counts["missing"] += int((plan_c[short] - seen[short]).sum())
+            problem(r, None, "missing", f"{short.size} planned ids never consumed (first: id {plan_ids[short[0]]})")
         ranks.append(rc)
     return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes), steps, m)
 
