@@ -161,19 +161,22 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
     """File name -> text of the settings that keep the plan for `tgt` (and a README of its traps)."""
     n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
     files: dict[str, str] = {}
+
+    def dump(obj) -> str:
+        return json.dumps(obj, indent=2) + "\n"
+
     if tgt.name in ("hf", "trl"):
         args = {"per_device_train_batch_size": m, "train_sampling_strategy": "sequential",
                 "dataloader_drop_last": False}
         if tgt.name == "trl":
             args.update(packing=False, shuffle_dataset=False, max_length=None, completion_only_loss=True)
-        files[names.TRAINING_ARGS] = json.dumps(args, indent=2) + "\n"
+        files[names.TRAINING_ARGS] = dump(args)
     elif tgt.name == "accelerate":
-        files[names.DATALOADER_ARGS] = json.dumps({"batch_size": m, "shuffle": False, "drop_last": False,
-                                               "split_batches": False, "num_processes": n}, indent=2) + "\n"
+        files[names.DATALOADER_ARGS] = dump({"batch_size": m, "shuffle": False, "drop_last": False,
+                                             "split_batches": False, "num_processes": n})
     elif tgt.name == "torchrun":
-        files[names.DATALOADER_ARGS] = json.dumps({"batch_size": m, "sampler": "DistributedSampler",
-                                               "shuffle": False, "drop_last": False, "num_replicas": n},
-                                              indent=2) + "\n"
+        files[names.DATALOADER_ARGS] = dump({"batch_size": m, "sampler": "DistributedSampler", "shuffle": False,
+                                             "drop_last": False, "num_replicas": n})
     elif tgt.name == "torchtune":
         files[names.TRAINER_CONFIG] = (
             "# merge into your torchtune recipe config (full_finetune_distributed / lora_finetune_distributed)\n"
@@ -188,8 +191,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
             "shuffle: False\n"
             f"batch_size: {m}\n")
     elif tgt.name == "llamafactory":
-        entry = {"cluster_curate": llamafactory_entry(Path(data_path).name)}
-        files[names.LLAMAFACTORY_DATASET_INFO] = json.dumps(entry, indent=2) + "\n"
+        files[names.LLAMAFACTORY_DATASET_INFO] = dump({"cluster_curate": llamafactory_entry(Path(data_path).name)})
         files[names.TRAINER_CONFIG] = (
             "# merge into your LLaMA-Factory training YAML (stage: sft)\n"
             f"dataset_dir: {Path(data_path).parent}\n"
@@ -266,8 +268,7 @@ _TRAPS = {
 
 
 def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
-    lines = [f"# `{names.EXPORT_DATA if tgt.columns != 'source' else names.EXPORT_SELECTED[tgt.name]}` for {tgt.name}",
-             ""]
+    lines = [f"# `{data_file(tgt)}` for {tgt.name}", ""]
     if tgt.layout:
         how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
         lines += [f"Planned for {n} ranks × micro-batch {m} = {n * m} rows per step, {steps} steps. The file is "

@@ -82,6 +82,18 @@ def test_export_trl_writes_conversational_prompt_completion(shards, tmp_path):
     assert args["per_device_train_batch_size"] == M
 
 
+@pytest.mark.slow  # importing trl takes seconds
+def test_written_training_args_are_accepted_by_transformers_and_trl(shards, tmp_path):
+    """training_args.json holds keywords of the installed TrainingArguments / SFTConfig, with the order kept."""
+    from transformers import TrainingArguments
+    from trl import SFTConfig
+    for target, cls in (("hf", TrainingArguments), ("trl", SFTConfig)):
+        export(shards["chat"], target, tmp_path / target)
+        kwargs = json.loads((tmp_path / target / "training_args.json").read_text())
+        args = cls(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", **kwargs)
+        assert args.train_sampling_strategy == "sequential" and args.per_device_train_batch_size == M
+
+
 def test_export_messages_from_question_answer(shards, tmp_path):
     export(shards["qa"], "torchtune", tmp_path / "tt")
     t = pq.read_table(tmp_path / "tt" / "train.parquet")
