@@ -108,6 +108,10 @@ class PlanTrainerMixin:
             raise ValueError(f"PlanTrainerMixin: train_sampling_strategy={strategy!r} / group_by_length reorders the "
                              "planned rows (the plan already groups lengths); use 'sequential'")
         self.data_collator = _KeepPlanColumns(self.data_collator)
+        if self._ids_by_tokens is None:
+            # our loss never takes num_items_in_batch: the Trainer then neither counts the batch's label tokens
+            # across ranks nor (transformers 4.x) skips the division by the accumulation steps
+            self.model_accepts_loss_kwargs = False
 
     @property
     def loss_is_scaled_for_ga(self):
