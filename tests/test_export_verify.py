@@ -324,3 +324,23 @@ def test_verify_runs_as_a_process(shards, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cluster_curate", "verify", str(shards["qa"]), "--log",
                            str(tmp_path / "log")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "no log from this rank" in proc.stdout + proc.stderr
+
+
+def test_wrapped_repeats_verify_and_export_once(tmp_path):
+    """--remainder wrap: a repeated id is planned twice (verify expects both), the selected rows export once."""
+    from cluster_curate.commands.shard import shard
+    from cluster_curate.commands.verify import planned_grid
+    data = FIXTURES / "gsm8k" / "train-300.jsonl"
+    sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.3, n_tokens=True)
+    shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "w"), num_shards=N, micro_batch_size=M,
+          remainder="wrap")
+    _, g, w = planned_grid(tmp_path / "w")
+    assert np.unique(g).size < g.size  # some rows are repeats
+    for r in range(N):
+        with ConsumedLog(tmp_path / "log", rank=r) as log:
+            for t in range(g.shape[0]):
+                log.record(g[t, r], w[t, r])
+    assert verify(str(tmp_path / "w"), log=str(tmp_path / "log"))["ok"]
+    export(tmp_path / "w", "parquet", tmp_path / "p")
+    source = [json.loads(line) for line in data.read_text().splitlines()]
+    assert pq.read_table(tmp_path / "p" / "selected.parquet").to_pylist() == [source[i] for i in sel["ids"]]
