@@ -58,6 +58,7 @@ TARGETS = {t.name: t for t in (
     Target("jsonl", None, "source", False),
     Target("parquet", None, "source", False),
 )}
+TARGET_NAMES = tuple(TARGETS)
 
 
 # ---------------------------------------------------------------------------------------------- checks

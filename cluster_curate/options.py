@@ -17,6 +17,15 @@ from cluster_curate.errors import CurateError
 _UNSET = object()
 
 
+def lazy(module: str, name: str) -> Callable[[], Any]:
+    """A callable returning `module.name` when called: choices and versions read from a stage's module
+    without importing it when the declaration is made (the CLI starts faster)."""
+    def get():
+        import importlib
+        return getattr(importlib.import_module(module), name)
+    return get
+
+
 @dataclass(frozen=True)
 class Option:
     name: str                       # the keyword of the Python API (and the click parameter name)
@@ -75,7 +84,8 @@ class CommandSpec:
     render: Callable[[Any], None]                # prints the result (console.summary) for the CLI
     short_help: str = ""
     help: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)    # keyword -> callable: values the CLI passes besides options
+    algorithm: Callable[[], int] | None = None   # the stage's ALGORITHM_VERSION (for `run`'s up-to-date check)
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.name == name)
@@ -136,8 +146,7 @@ class CountOrWord:
 
 
 def _formats():
-    from cluster_curate.io.formats import FORMATS
-    return ["auto", *FORMATS]
+    return ["auto", *lazy("cluster_curate.io.formats", "FORMATS")()]
 
 
 # How to read a raw dataset: shared by inspect, embed, shard and run (folded into one ReadOptions).

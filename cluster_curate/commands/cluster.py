@@ -6,12 +6,7 @@ import time
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option, resolve
-
-
-def _group_cuts():
-    from cluster_curate.clustering import GROUP_CUTS
-    return list(GROUP_CUTS)
+from cluster_curate.options import OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option, lazy, resolve
 
 
 def _int_range(low, cls="IntRange"):
@@ -44,7 +39,7 @@ OPTIONS = (
                 "water-fills the budget over groups first, then over the clusters inside each, so the many "
                 "clusters of one dominant kind share one quota. auto: cut where --group-cut says; G: cut "
                 "into G groups; none: flat quotas over clusters."),
-    Option("group_cut", default="row", choices=_group_cuts, show_default=True,
+    Option("group_cut", default="row", choices=lazy("cluster_curate.clustering", "GROUP_CUTS"), show_default=True,
            help="Where --groups auto cuts: row: clusters whose centroids are as similar as a row is to its own "
                 "centroid share a group; pair: as similar as two rows of one cluster are (fewer, larger groups; "
                 "on real data it can join a rare kind into a dominant one)."),
@@ -159,7 +154,9 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
     centroid_bytes = npy_bytes(res.centroids)
     centroids_file = sidecar_path(out, names.CENTROIDS)
     params = _params(o, r, group_of, groups_rule, centroid_bytes)
-    meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings)}, r["emeta"].dataset)
+    from cluster_curate.clustering import ALGORITHM_VERSION
+    meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings)}, r["emeta"].dataset,
+                     ALGORITHM_VERSION)
     table = pa.table({"id": pa.array(r["ids"], pa.int64()), "cluster": pa.array(res.labels, pa.int32()),
                       "similarity": pa.array(res.similarity, pa.float32())})
     atomic_write_bytes(centroids_file, centroid_bytes)  # the centroids first: an artifact never exists without them
@@ -221,6 +218,7 @@ def render(result, options: dict) -> None:
 
 SPEC = CommandSpec(
     "cluster", cluster, (Argument("embeddings"),), OPTIONS, render,
+    algorithm=lazy("cluster_curate.clustering", "ALGORITHM_VERSION"),
     help="""k-means (faiss, spherical: cosine on L2-normalised features) over an embeddings artifact.
 
     \b

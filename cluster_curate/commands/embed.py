@@ -7,20 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from cluster_curate.errors import CurateError
-from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, read_options,
-                                    resolve)
-
-
-def _feature_names():
-    from cluster_curate.features.embed import ALL_FEATURES
-    return ALL_FEATURES
-
-
-def _text_choice(name):
-    def choices():
-        from cluster_curate.features import text
-        return getattr(text, name)
-    return choices
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
+                                    read_options, resolve)
 
 
 OPTIONS = (
@@ -41,9 +29,9 @@ OPTIONS = (
     Option("layers", help="lora-gradient: comma list of linear-layer name patterns (default: all)."),
     Option("checkpoints", help="loss-trajectory: comma list of proxy warm-up steps or model paths/ids "
            "(default: the proxy's own warm-up checkpoints)."),
-    Option("text_field", default="prompt", choices=_text_choice("TEXT_FIELDS"), show_default=True,
+    Option("text_field", default="prompt", choices=lazy("cluster_curate.features.text", "TEXT_FIELDS"), show_default=True,
            help="text: which text the feature looks at."),
-    Option("text_weighting", default="tf", choices=_text_choice("TEXT_WEIGHTINGS"), show_default=True,
+    Option("text_weighting", default="tf", choices=lazy("cluster_curate.features.text", "TEXT_WEIGHTINGS"), show_default=True,
            help="text: tf weighs words by their (sublinear) count alone, so the words that say what the task is "
                 "are not outweighed by rare topic words; tfidf weighs rare words (topics, names) most."),
     Option("text_sample", type=int, default=20000, show_default=True,
@@ -179,6 +167,7 @@ def render(result: dict, options: dict) -> None:
 
 SPEC = CommandSpec(
     "embed", embed, (Argument("data"),), OPTIONS, render,
+    algorithm=lazy("cluster_curate.features.embed", "ALGORITHM_VERSION"),
     help="""One feature vector per example of DATA (prompt TF-IDF by default; the paper's gradient feature and
     other model features with --features).
 

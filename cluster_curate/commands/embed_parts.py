@@ -117,7 +117,9 @@ def _proxy(run):
     from cluster_curate.features import proxy as P
     opts = run.opts["proxy"]
     directory = sidecar_path(run.out, names.PROXY)
-    key = stable_hash({"dataset": run.record.get("fingerprint"), "options": opts.__dict__})
+    from cluster_curate.features.embed import ALGORITHM_VERSION
+    key = stable_hash({"dataset": run.record.get("fingerprint"), "options": opts.__dict__,
+                       "algorithm": ALGORITHM_VERSION})
     seconds = [0.0]
 
     def ready() -> bool:
@@ -160,7 +162,7 @@ def prepare_text(run):
     """The text feature's basis: fitted by the leader on a seeded sample (unless one with the same key is
     beside the output), loaded by every process."""
     from cluster_curate import distributed
-    from cluster_curate.features.embed import DEFAULT_TEXT_DIM
+    from cluster_curate.features.embed import ALGORITHM_VERSION, DEFAULT_TEXT_DIM
     from cluster_curate.features.text import TextFeaturizer, example_text
     from cluster_curate.io.writer import atomic_write_bytes
     o = run.opts
@@ -168,7 +170,7 @@ def prepare_text(run):
     path = sidecar_path(run.out, names.TEXT_BASIS)
     key = stable_hash({"dataset": run.record.get("fingerprint"), "dim": dim, "field": o["text_field"],
                        "seed": o["seed"], "weighting": o["text_weighting"], "sample": o["text_sample"],
-                       "max_features": TextFeaturizer.max_features})
+                       "max_features": TextFeaturizer.max_features, "algorithm": ALGORITHM_VERSION})
     key_file = sidecar_path(run.out, names.TEXT_BASIS_KEY)
 
     def ready() -> bool:
@@ -269,7 +271,8 @@ def feature_pass(run, embedder, params) -> Pass:
     from cluster_curate import console, distributed
     from cluster_curate.features.embed import chunk_table, release_free_memory
     from cluster_curate.io.artifacts import make_meta
-    meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record)
+    from cluster_curate.features.embed import ALGORITHM_VERSION
+    meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, ALGORITHM_VERSION)
     output = distributed.ChunkedOutput(run.out, run.layout, {"params": params, "dataset": run.record.get("fingerprint")},
                                        run.opts["commit_every"], resume=run.opts["resume"],
                                        overwrite=run.opts["overwrite"])

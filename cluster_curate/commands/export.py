@@ -4,16 +4,11 @@ with the settings that keep the plan and a README of its traps (the layouts: clu
 from __future__ import annotations
 
 from cluster_curate.errors import CurateError
-from cluster_curate.options import DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, read_options, resolve
-
-
-def _targets():
-    from cluster_curate.layouts import TARGETS
-    return list(TARGETS)
-
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy, read_options,
+                                    resolve)
 
 OPTIONS = (
-    Option("trainer", flags=("--for",), required=True, choices=_targets, run=False, metavar="TRAINER",
+    Option("trainer", flags=("--for",), required=True, choices=lazy("cluster_curate.layouts", "TARGET_NAMES"), run=False, metavar="TRAINER",
            help="The trainer to write for: its layout (batch- or sample-interleaved), columns and settings."),
     Option("out", required=True, run=False, help="Output directory."),
     Option("world_size", type=int, run=False,

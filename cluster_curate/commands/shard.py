@@ -8,17 +8,10 @@ import time
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, read_options,
-                                    resolve)
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
+                                    read_options, resolve)
 
 BATCH_ROWS = 4096  # raw rows read at a time
-
-
-def _registry_names(module, name):
-    def choices():
-        import importlib
-        return getattr(importlib.import_module(module), name)
-    return choices
 
 
 def _allocation_help():
@@ -34,14 +27,14 @@ OPTIONS = (
            help="Number of data-parallel ranks (one shard each)."),
     Option("micro_batch_size", flags=("--micro-batch-size", "-m"), type=int, default=1, show_default=True,
            help="Rows per rank per step; a global step is num-shards × micro-batch-size rows."),
-    Option("allocation", default="stratified", choices=_registry_names("cluster_curate.sharding", "ALLOCATIONS"),
+    Option("allocation", default="stratified", choices=lazy("cluster_curate.sharding", "ALLOCATIONS"),
            show_default=True, help=_allocation_help),
-    Option("balance", default="tokens", choices=_registry_names("cluster_curate.sharding", "BALANCES"),
+    Option("balance", default="tokens", choices=lazy("cluster_curate.sharding", "BALANCES"),
            show_default=True,
            help="Rank load to balance: sum of tokens, or micro-batch size × longest row (trainers that pad)."),
     Option("length_window", type=int,
            help="Group rows of similar length into steps inside windows of this many steps (0 = off; default 64)."),
-    Option("remainder", default="drop", choices=_registry_names("cluster_curate.sharding", "REMAINDERS"),
+    Option("remainder", default="drop", choices=lazy("cluster_curate.sharding", "REMAINDERS"),
            show_default=True,
            help="Rows beyond a whole number of steps: drop (listed in the manifest and leftover_ids.txt) or "
                 "wrap (fill the last step's worth with repeats of the stream's first rows, marked in column "
@@ -134,6 +127,7 @@ def render(m: dict, options: dict) -> None:
 
 SPEC = CommandSpec(
     "shard", shard, (Argument("selection"),), OPTIONS, render,
+    algorithm=lazy("cluster_curate.sharding", "ALGORITHM_VERSION"),
     help="""Allocate a selection across N data-parallel ranks: N equal Parquet shards (full source rows plus `id`,
     `cluster`, `step`, `weight`, `wrapped`) in the order each rank consumes them, and manifest.json.
 
