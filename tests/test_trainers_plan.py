@@ -186,3 +186,21 @@ def test_wrong_layout_under_distributed_sampler_fails_verify(job):
     check, table = _check(job, "torchrun-on-hf-export", "qa")
     assert not check["ok"]
     assert "batch-interleaved but the trainer dealt samples" in table
+
+
+def test_mixin_refuses_length_grouping(tmp_path):
+    """The plan already groups lengths; a length-grouping sampler would reorder it, so the mixin says so."""
+    import datasets
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments
+
+    from cluster_curate.integrations.hf import PlanTrainerMixin
+
+    class PlanTrainer(PlanTrainerMixin, Trainer):
+        pass
+
+    model = AutoModelForCausalLM.from_pretrained(build_llama(tmp_path / "m", layers=1, hidden=32))
+    ds = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3]], "labels": [[1, 2, 3]], "id": [0], "weight": [1.0]})
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none",
+                             train_sampling_strategy="group_by_length")
+    with pytest.raises(ValueError, match="reorders the planned rows"):
+        PlanTrainer(model=model, args=args, train_dataset=ds)

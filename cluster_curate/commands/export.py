@@ -8,7 +8,7 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
                                     resolve)
 
 OPTIONS = (
-    Option("trainer", flags=("--for",), required=True, choices=lazy("cluster_curate.layouts", "TARGET_NAMES"), run=False, metavar="TRAINER",
+    Option("trainer", flags=("--for",), required=True, choices=lazy("cluster_curate.layouts", "TARGET_NAMES"), run=False,
            help="The trainer to write for: its layout (batch- or sample-interleaved), columns and settings."),
     Option("out", required=True, run=False, help="Output directory."),
     Option("world_size", type=int, run=False,
