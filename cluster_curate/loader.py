@@ -199,7 +199,8 @@ class ConsumedLog:
 
     def __init__(self, log_dir: str | os.PathLike, rank: int | None = None):
         if rank is None:
-            found = distributed_rank_and_world()
+            from cluster_curate.distributed import trainer_rank_and_world
+            found = trainer_rank_and_world()
             rank = found[0] if found is not None else 0
         self.rank, self.step = rank, 0
         self.path = log_file(log_dir, rank)
