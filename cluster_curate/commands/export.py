@@ -8,8 +8,8 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
                                     resolve)
 
 OPTIONS = (
-    Option("trainer", flags=("--for",), required=True, choices=lazy("cluster_curate.layouts", "TARGET_NAMES"), run=False,
-           help="The trainer to write for: its layout (batch- or sample-interleaved), columns and settings."),
+    Option("trainer", flags=("--for",), required=True, choices=lazy("cluster_curate.layouts", "TARGET_NAMES"),
+           run=False, help="The trainer to write for: its layout (batch- or sample-interleaved), columns, settings."),
     Option("out", required=True, run=False, help="Output directory."),
     Option("world_size", type=int, run=False,
            help="The job's number of processes: refused unless it is the shards' --num-shards."),
@@ -74,7 +74,8 @@ def _read_shards(shards: str):
 
 def _read_leftovers(manifest: dict, o: dict, source: str):
     """The raw rows of the manifest's left-over ids (in no shard), from --data or the data the shards were made
-    from (its fingerprint must match); None when there are none."""
+    from (as recorded, else relative to the shard directory, like io/lineage.py; its fingerprint must match);
+    None when there are none."""
     from pathlib import Path
 
     import pyarrow as pa
@@ -86,6 +87,9 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
         return None
     recorded = manifest.get("inputs", {}).get("data") or manifest.get("dataset") or {}
     path = str(o["data"] or recorded.get("source", ""))
+    if path and not o["data"] and not Path(path).exists() and not Path(path).is_absolute():
+        beside = Path(source).parent / path
+        path = str(beside) if beside.exists() else path
     if not path or not Path(path).exists():
         raise CurateError(f"{source}: {len(ids)} selected rows are left over (not in any shard) and the data they "
                           f"come from ({path or 'unknown'}) is not readable; pass --data DATA")
