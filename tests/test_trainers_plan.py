@@ -46,9 +46,28 @@ def _shards(tmp: Path, name: str, data: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
+    """The one torchrun job, run once per test session: under pytest-xdist the workers share it (a file lock in
+    the session's base temporary directory), so the tests of this module may land on any worker."""
+    from filelock import FileLock
+
+    tmp = tmp_path_factory.getbasetemp().parent / "trainers-job"
+    paths = {"tmp": tmp, "model": tmp / "model", "qa": tmp / "shards", "chat": tmp / "chat-shards",
+             "logs": tmp / "logs"}
+    with FileLock(str(tmp) + ".lock"):
+        done = tmp / "done"
+        if not done.exists():
+            if tmp.exists():  # a job that failed earlier in this session: start over
+                import shutil
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+            _run_job(tmp)
+            done.write_text("ok")
+    return paths
+
+
+def _run_job(tmp: Path) -> None:
     import cluster_curate as cc
 
-    tmp = tmp_path_factory.mktemp("trainers")
     model = build_llama(tmp / "model", layers=1, hidden=32)
     qa = _shards(tmp, "shards", FIXTURES / "gsm8k" / "train-300.jsonl")
     chat = _shards(tmp, "chat-shards", FIXTURES / "chat" / "messages-300.jsonl")
@@ -60,10 +79,10 @@ def job(tmp_path_factory):
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
                            "--master-port", str(_free_port()), str(ROOT / "tests" / "plan_trainers_job.py"),
-                           str(model), str(tmp), str(tmp / "logs"), *SCENARIOS], env=env, capture_output=True, text=True, timeout=300)
+                           str(model), str(tmp), str(tmp / "logs"), *SCENARIOS],
+                          env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     print(f"torchrun job, {len(SCENARIOS)} scenarios: {time.monotonic() - start:.1f} s")
-    return {"tmp": tmp, "model": model, "qa": qa, "chat": chat, "logs": tmp / "logs"}
 
 
 def _check(job, scenario, shards_key):
