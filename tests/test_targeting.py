@@ -1,0 +1,181 @@
+"""Targeted selection (targeting.py): the search, the round-robin order, the budget, the balance, the errors."""
+
+import numpy as np
+import pytest
+
+from cluster_curate import selection as S
+from cluster_curate import targeting as T
+from cluster_curate.errors import CurateError
+from embeddings_factory import mixture
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _blobs(n=3000, groups=8, seed=0, d=16, noise=0.3):
+    x, g = mixture(n, d=d, groups=groups, seed=seed, noise=noise)
+    return x, g
+
+
+def _target_from(x, g, groups, per, seed=1):
+    rng = np.random.default_rng(seed)
+    rows = np.concatenate([rng.choice(np.flatnonzero(g == k), per, replace=False) for k in groups])
+    return x[rows] + rng.standard_normal((len(rows), x.shape[1])).astype(np.float32) * 0.01, rows
+
+
+def test_search_matches_brute_force_and_is_block_invariant():
+    x, g = _blobs(700, d=8)
+    t, _ = _target_from(x, g, [1, 4], 5)
+    sim = _unit(x) @ _unit(t).T
+    small = T.search_target(x, t, depth=7, block_rows=64)
+    big = T.search_target(x, t, depth=7)
+    assert np.array_equal(small.owner, big.owner) and np.array_equal(small.nearest, big.nearest)
+    assert np.array_equal(big.owner, sim.argmax(axis=1))
+    assert np.allclose(big.relevance, sim.max(axis=1), atol=1e-5)
+    for j in range(len(t)):
+        expect = np.lexsort((np.arange(len(x)), -sim[:, j]))[:7]
+        assert np.allclose(sim[big.nearest[j], j], sim[expect, j], atol=1e-5)  # same similarities, most first
+    assert not big.far.any()  # held-in target rows are near the pool
+
+
+def test_round_robin_serves_every_target_row_in_turn():
+    x, g = _blobs(2000)
+    t, _ = _target_from(x, g, [0, 3, 5], 4)
+    search = T.search_target(x, t, depth=50)
+    rank = T.round_robin_rank(search)
+    assert np.array_equal(np.sort(rank), np.arange(len(x)))  # a permutation
+    first_round = np.unique(search.nearest[:, 0])
+    assert set(np.flatnonzero(rank < len(first_round))) == set(first_round.tolist())
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.75, 0.5, 0.1, 0.0])
+def test_exact_budget_and_deterministic(weight):
+    x, g = _blobs(2500, seed=3)
+    t, _ = _target_from(x, g, [2, 6], 10)
+    clusters = g  # clusters = the blobs
+    for budget in (1, 37, 250, 2500, 4000):
+        search = T.search_target(x, t, depth=T.list_depth(budget, weight, len(t), len(x)))
+        a = T.select_targeted(clusters, search, budget=budget, target_weight=weight, seed=5)
+        b = T.select_targeted(clusters, T.search_target(x, t, depth=T.list_depth(budget, weight, len(t), len(x))),
+                              budget=budget, target_weight=weight, seed=5)
+        assert len(a.rows) == min(budget, len(x)) == a.quotas.sum()
+        assert np.array_equal(a.rows, b.rows) and np.array_equal(a.rank_in_cluster, b.rank_in_cluster)
+        assert len(np.unique(a.rows)) == len(a.rows)
+        for c in np.unique(a.cluster):  # ranks in a cluster are 0..q-1
+            assert sorted(a.rank_in_cluster[a.cluster == c]) == list(range(int((a.cluster == c).sum())))
+    with pytest.raises(CurateError, match="exactly one"):
+        T.select_targeted(clusters, search, budget=5, fraction=0.1)
+    with pytest.raises(CurateError, match="--target-weight"):
+        T.select_targeted(clusters, search, budget=5, target_weight=1.5)
+
+
+def test_weight_zero_is_the_untargeted_selection():
+    x, g = _blobs(3000, seed=4)
+    t, _ = _target_from(x, g, [1], 10)
+    ids = np.arange(100, 3100)
+    search = T.search_target(x, t)
+    for budget in (10, 300, 1200):
+        targeted = T.select_targeted(g, search, budget=budget, target_weight=0.0, ids=ids, seed=9)
+        plain = S.select_rows(g, budget=budget, ids=ids, seed=9)
+        assert np.array_equal(targeted.rows, plain.rows)
+        assert np.array_equal(targeted.rank_in_cluster, plain.rank_in_cluster)
+
+
+def _share(sel, g, groups):
+    return np.isin(g[sel.rows], groups).mean()
+
+
+def test_budget_goes_to_the_target_kinds():
+    x, g = _blobs(4000, groups=10, seed=5, noise=0.5)
+    t, _ = _target_from(x, g, [2, 7], 10)
+    search = T.search_target(x, t, depth=T.list_depth(400, T.DEFAULT_TARGET_WEIGHT, len(t), len(x)))
+    sel = T.select_targeted(g, search, budget=400)
+    assert _share(sel, g, [2, 7]) >= 0.95
+    plain = S.select_rows(g, budget=400)
+    assert _share(plain, g, [2, 7]) < 0.3
+    counts = np.bincount(g[sel.rows], minlength=10)
+    assert abs(int(counts[2]) - int(counts[7])) <= 0.2 * 400  # both kinds served
+
+
+def test_a_dominant_target_kind_does_not_swamp_the_other():
+    """40 target rows of kind A and 4 of kind B: the cosine to the target mean gives B (almost) nothing; the
+    targeted default keeps the balance between the two kinds' clusters."""
+    x, g = _blobs(6000, groups=10, seed=6, noise=0.6)
+    ta, _ = _target_from(x, g, [3], 40, seed=2)
+    tb, _ = _target_from(x, g, [8], 4, seed=3)
+    t = np.concatenate([ta, tb])
+    budget = 600
+    search = T.search_target(x, t, depth=T.list_depth(budget, T.DEFAULT_TARGET_WEIGHT, len(t), len(x)))
+    sel = T.select_targeted(g, search, budget=budget)
+    b_share = np.mean(g[sel.rows] == 8)
+    mean_score = _unit(x) @ _unit(t.mean(axis=0, keepdims=True))[0]
+    top = np.argsort(-mean_score)[:budget]
+    assert np.mean(g[top] == 8) < 0.05
+    assert b_share >= 0.35
+    assert np.isin(g[sel.rows], [3, 8]).mean() >= 0.9
+
+
+def test_near_copies_of_one_target_example_do_not_take_the_budget():
+    """The pool holds 800 near-copies of one target example (a cluster of their own): the round-robin gives
+    that example one turn in 18, and the default's balance over the clusters the target pulls from does not
+    hand the copies' cluster a level of its own (one target row's nearest pool row is there, not two)."""
+    x, g = _blobs(4000, groups=8, seed=7, noise=0.6)
+    t, _ = _target_from(x, g, [1, 4, 6], 6, seed=4)
+    rng = np.random.default_rng(0)
+    copies = t[0] + rng.standard_normal((800, x.shape[1])).astype(np.float32) * 0.002
+    pool = np.concatenate([x, copies])
+    clusters = np.concatenate([g, np.full(800, 8)])  # the copies make a cluster of their own
+    budget = 400
+    search = T.search_target(pool, t, depth=T.list_depth(budget, T.DEFAULT_TARGET_WEIGHT, len(t), len(pool)))
+    sel = T.select_targeted(clusters, search, budget=budget)
+    assert np.mean(sel.rows >= 4000) <= 2 / 18
+    assert np.isin(clusters[sel.rows], [1, 4, 6]).mean() >= 0.85
+    nearest_target = search.relevance  # ranking by the cosine to the nearest target row instead: all copies
+    assert np.mean(np.argsort(-nearest_target, kind="stable")[:budget] >= 4000) == 1.0
+
+
+def test_bad_targets_are_one_line_errors():
+    x, g = _blobs(200, d=8)
+    with pytest.raises(CurateError, match="no rows"):
+        T.search_target(x, np.zeros((0, 8), dtype=np.float32))
+    with pytest.raises(CurateError, match=r"width 6 differs from pool's 8.*--like"):
+        T.search_target(x, np.ones((3, 6), dtype=np.float32))
+    bad = np.ones((3, 8), dtype=np.float32)
+    bad[1, 2] = np.nan
+    with pytest.raises(CurateError, match="row 1: field embedding: not finite"):
+        T.search_target(x, bad)
+
+
+def test_target_far_from_the_pool_is_flagged_and_noted():
+    rng = np.random.default_rng(0)
+    x = np.abs(rng.standard_normal((1500, 16))).astype(np.float32)
+    x[:, 8:] = 0  # the pool lives in the first 8 dimensions
+    far_target = np.zeros((5, 16), dtype=np.float32)
+    far_target[:, 8:] = rng.standard_normal((5, 8))
+    search = T.search_target(x, far_target)
+    assert search.far.all()
+    sel = T.select_targeted(np.zeros(1500, dtype=np.int64), search, budget=50)
+    assert len(sel.rows) == 50 and any("may not contain the task" in n for n in sel.notes)
+    mixed = np.concatenate([far_target, x[:3] + 0.01])  # partly far: those rows take their turns last
+    s2 = T.search_target(x, mixed)
+    assert s2.far.tolist() == [True] * 5 + [False] * 3
+    zero = T.search_target(x, np.zeros((2, 16), dtype=np.float32))  # all-zero rows are far, not an error
+    assert zero.far.all()
+
+
+def test_target_service_reports_each_target_row_and_the_pulled_clusters():
+    x, g = _blobs(3000, seed=8)
+    t, _ = _target_from(x, g, [0, 5], 6)
+    search = T.search_target(x, t, depth=T.list_depth(300, 0.5, len(t), len(x)))
+    sel = T.select_targeted(g, search, budget=300)
+    rep = T.target_service(x, t, search, sel, g)
+    assert rep["target_rows"] == 12 and len(rep["per_target"]) == 12
+    assert sum(r["selected_nearest_to_it"] for r in rep["per_target"]) == 300
+    sim = _unit(x[sel.rows]) @ _unit(t).T
+    for j, r in enumerate(rep["per_target"]):
+        assert r["nearest_selected"][0] == sel.rows[int(np.argmax(sim[:, j]))]
+        assert r["nearest_selected_cosine"][0] == pytest.approx(float(sim[:, j].max()), abs=1e-3)
+    top = {c["cluster"] for c in rep["clusters"][:2]}
+    assert top == {0, 5}
+    assert sum(c["selected"] for c in rep["clusters"]) == 300
