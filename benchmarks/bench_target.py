@@ -136,6 +136,15 @@ def random_rows(n, budget, seed):
 
 # ---------------------------------------------------------------------------------------------- skill benchmark
 
+def cached_cli(args: list, out: Path, log: list[str]) -> None:
+    """Run a command unless its output exists (a cached run is still listed under the table)."""
+    if out.exists():
+        import shlex
+        log.append("cluster-curate " + " ".join(shlex.quote(str(a)) for a in args))
+    else:
+        cli(args, log)
+
+
 def prepare_pool(work: Path, variant: str, log: list[str], less: bool) -> dict:
     vdir = work / variant
     if not (vdir / "labels.json").exists():
@@ -144,12 +153,10 @@ def prepare_pool(work: Path, variant: str, log: list[str], less: bool) -> dict:
     out = {"dir": vdir, "data": data}
     for name, args in [("text", []), ("lora", ["--features", "lora-gradient"])] if less else [("text", [])]:
         emb = vdir / f"emb-{name}.parquet"
-        if not emb.exists():
-            cli(["embed", data, "--out", emb, "--overwrite", *args], log)
+        cached_cli(["embed", data, "--out", emb, "--overwrite", *args], emb, log)
         out[name] = emb
     clusters = vdir / "clusters.parquet"
-    if not clusters.exists():
-        cli(["cluster", out["text"], "--out", clusters, "--overwrite"], log)
+    cached_cli(["cluster", out["text"], "--out", clusters, "--overwrite"], clusters, log)
     out["clusters"] = clusters
     return out
 
@@ -188,9 +195,8 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
     sels: dict[str, dict[int, np.ndarray]] = {}
     for seed in seeds:
         sel_path = vdir / f"untargeted-s{seed}.parquet"
-        if not sel_path.exists():
-            cli(["select", pool["clusters"], "--out", sel_path, "--overwrite", "--fraction", str(FRACTION),
-                 "--seed", str(seed)], log)
+        cached_cli(["select", pool["clusters"], "--out", sel_path, "--overwrite", "--fraction", str(FRACTION),
+                    "--seed", str(seed)], sel_path, log)
         sels.setdefault("random", {})[seed] = random_rows(n, budget, seed)
         sels.setdefault("untargeted", {})[seed] = np.sort(read_column(sel_path, "cluster")[0])
         sels.setdefault("topk-mean", {})[seed] = topk_mean(x, t, budget)
@@ -223,31 +229,45 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
             "target_instructions": [r["instruction"] for r in target_rows]}
 
 
-def train_draw(pool: dict, res: dict, names: list[str], seeds: list[int], epochs: int, cache: Path) -> dict:
-    vdir = pool["dir"]
-    rows = train_eval.load_rows(vdir / "train.jsonl", "skill")
-    test = train_eval.load_rows(vdir / "test.jsonl", "skill")
-    used = set(res["target_instructions"])
-    test = [r for r in test if r.prompt.strip() not in used and r.prompt not in used]
+def _train_job(job) -> dict:
+    vdir, ids, held_out, seed, epochs, key = job
+    rows = train_eval.load_rows(Path(vdir) / "train.jsonl", "skill")
+    test = [r for r in train_eval.load_rows(Path(vdir) / "test.jsonl", "skill") if r.prompt not in held_out]
+    keep = set(ids)
+    cfg = train_eval.TrainConfig(epochs=epochs, seed=seed)
+    r = train_eval.run([x for x in rows if x.id in keep], test, rows + test, cfg)
+    r = {k: r[k] for k in ("per_skill", "macro", "train_seconds", "rows") if k in r}
+    Path(key).write_text(json.dumps(r))
+    return r
+
+
+def train_draw(pool: dict, res: dict, names: list[str], seeds: list[int], epochs: int, cache: Path,
+               jobs: int) -> dict:
+    """Train on each selection (the harness's recipe); score the target skills on their test rows that are not
+    in the target, the other skills on all of theirs. Runs cached by draw, contender, seed and rows."""
+    import hashlib
+    from concurrent.futures import ProcessPoolExecutor
     cache.mkdir(parents=True, exist_ok=True)
-    out = {}
+    held_out = set(res["target_instructions"])
+    todo, keys = [], {}
     for name in names:
         for seed in seeds:
-            ids = res["selections"][name][seed]
-            key = cache / f"d{res['draw']}-{name}-s{seed}-e{epochs}-{hash(tuple(ids)) & 0xFFFFFFFF:08x}.json"
-            if key.exists():
-                r = json.loads(key.read_text())
-            else:
-                keep = set(ids)
-                cfg = train_eval.TrainConfig(epochs=epochs, seed=seed)
-                r = train_eval.run([x for x in rows if x.id in keep], test, rows + test, cfg)
-                r = {k: r[k] for k in ("per_skill", "macro", "train_seconds") if k in r}
-                key.write_text(json.dumps(r))
-            acc = r["per_skill"]
-            tgt = float(np.mean([acc[s] for s in res["targets"]]))
-            other = float(np.mean([v for s, v in acc.items() if s not in res["targets"]]))
-            out.setdefault(name, []).append({"seed": seed, "target": tgt, "other": other})
-            print(f"  d{res['draw']} {name} s{seed}: target {tgt:.3f} other {other:.3f}", file=sys.stderr, flush=True)
+            ids = sorted(res["selections"][name][seed])
+            digest = hashlib.blake2b(json.dumps(ids).encode(), digest_size=6).hexdigest()
+            key = cache / f"d{res['draw']}-s{seed}-e{epochs}-{digest}.json"
+            keys[name, seed] = key
+            if not key.exists():
+                todo.append((str(pool["dir"]), ids, held_out, seed, epochs, str(key)))
+    if todo:
+        with ProcessPoolExecutor(jobs) as ex:
+            list(ex.map(_train_job, todo))
+    out = {}
+    for (name, seed), key in keys.items():
+        acc = json.loads(key.read_text())["per_skill"]
+        tgt = float(np.mean([acc[s] for s in res["targets"]]))
+        other = float(np.mean([v for s, v in acc.items() if s not in res["targets"]]))
+        out.setdefault(name, []).append({"seed": seed, "target": tgt, "other": other})
+        print(f"  d{res['draw']} {name} s{seed}: target {tgt:.3f} other {other:.3f}", file=sys.stderr, flush=True)
     return out
 
 
@@ -263,7 +283,7 @@ def skill_main(a):
                          [int(h) for h in a.min_hits.split(",")])
         res["seconds"] = time.perf_counter() - t0
         if a.train:
-            res["trained"] = train_draw(pool, res, a.train.split(","), seeds, a.epochs, work / "runs")
+            res["trained"] = train_draw(pool, res, a.train.split(","), seeds, a.epochs, work / "runs", a.jobs)
         results.append(res)
         print(f"draw {draw} {res['targets']}: " + ", ".join(f"{k} {v['share']:.2f}" for k, v in res["measures"].items()),
               file=sys.stderr, flush=True)
@@ -337,7 +357,8 @@ def real_main(a):
     clusters = np.empty(n, dtype=np.int64)
     clusters[cid] = cl
     t0 = time.perf_counter()
-    search = T.search_target(x, t, depth=T.list_depth(budget, min(WEIGHTS), len(t), n))
+    weights = [float(w) for w in a.weights.split(",")]
+    search = T.search_target(x, t, depth=T.list_depth(budget, min(weights), len(t), n))
     search_s = time.perf_counter() - t0
     sels = {}
     for seed in (0, 1, 2):
@@ -348,20 +369,20 @@ def real_main(a):
         sels.setdefault("untargeted", []).append(np.sort(read_column(sp, "cluster")[0]))
         sels.setdefault("topk-mean", []).append(topk_mean(x, t, budget))
         sels.setdefault("rds", []).append(rds_round_robin(x, t, budget))
-        for w in WEIGHTS:
-            for hits in MIN_HITS:
+        for w in weights:
+            for hits in [int(h) for h in a.min_hits.split(",")]:
                 sels.setdefault(f"tool-w{w:g}-h{hits}", []).append(T.select_targeted(
                     clusters, search, budget=budget, target_weight=w, seed=seed, min_hits=hits).rows)
     lines = [f"# Targeted selection on GSM8K + Code Alpaca ({n:,} rows, code {is_code.mean():.1%} = {is_code.sum()} rows; "
              f"budget {a.real_fraction:.0%} = {budget} rows; target {a.targets} held-out Code Alpaca rows)", "",
              f"Far target rows: {int(search.far.sum())}/{len(t)} (threshold {search.far_threshold:.3f}); "
-             f"search {search_s:.2f} s.", "",
+             f"search {search_s:.2f} s. Warning: {T.far_message(search) or 'none'}.", "",
              "| contender | code share of the selection | code rows selected / all code rows |", "|---|---:|---:|"]
     payload = {"args": {k: v for k, v in vars(a).items() if k != "func"}, "rows": n, "code_rows": int(is_code.sum()),
                "budget": budget, "far": int(search.far.sum()), "share": {}}
     for name, by in sels.items():
         share = float(np.mean([is_code[r].mean() for r in by]))
-        recall = float(np.mean([is_code[r].sum() / is_code.sum() for r in by]))
+        recall = float(np.mean([is_code[r].sum() / max(1, is_code.sum()) for r in by]))
         payload["share"][name] = share
         lines.append(f"| {name} | {share:.3f} | {recall:.3f} |")
     lines += ["", "Commands run:", ""] + [f"    {c}" for c in dict.fromkeys(log)]
@@ -375,10 +396,9 @@ def main(argv=None):
     s.add_argument("--draws", default="0-3")
     s.add_argument("--seeds", default="0,1,2")
     s.add_argument("--no-less", dest="less", action="store_false")
-    s.add_argument("--weights", default=",".join(f"{w:g}" for w in WEIGHTS), help="--target-weight values (tool-wW-hH)")
-    s.add_argument("--min-hits", default=",".join(str(h) for h in MIN_HITS), help="min_hits values")
     s.add_argument("--train", default=None, help="comma list of contenders to train")
-    s.add_argument("--epochs", type=int, default=80)
+    s.add_argument("--epochs", type=int, default=80, help="the evidence harness's EPOCHS")
+    s.add_argument("--jobs", type=int, default=1, help="training runs in parallel (1 thread each)")
     s.set_defaults(func=skill_main)
     r = sub.add_parser("real")
     r.add_argument("--gsm8k", required=True, help="GSM8K train.jsonl")
@@ -388,6 +408,8 @@ def main(argv=None):
     r.add_argument("--targets", type=int, default=50)
     r.set_defaults(func=real_main)
     for p in (s, r):
+        p.add_argument("--weights", default=",".join(f"{w:g}" for w in WEIGHTS), help="--target-weight values (tool-wW-hH)")
+        p.add_argument("--min-hits", default=",".join(str(h) for h in MIN_HITS), help="min_hits values")
         p.add_argument("--work", default=str(ROOT / "out" / "target"))
         p.add_argument("--stem", default=None, help="results file name (default target_skill / target_real_SHARE)")
     a = ap.parse_args(argv)

@@ -160,6 +160,8 @@ def test_target_far_from_the_pool_is_flagged_and_noted():
     mixed = np.concatenate([far_target, x[:3] + 0.01])  # partly far: those rows take their turns last
     s2 = T.search_target(x, mixed)
     assert s2.far.tolist() == [True] * 5 + [False] * 3
+    assert "5 of 8 target rows are far" in T.far_message(s2)  # most of the target: still warned
+    assert T.far_message(T.search_target(x, x[:6] + 0.01)) is None
     zero = T.search_target(x, np.zeros((2, 16), dtype=np.float32))  # all-zero rows are far, not an error
     assert zero.far.all()
 
