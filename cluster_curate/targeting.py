@@ -195,6 +195,11 @@ class TargetedSelection:
     target_weight: float
     relevant_rows: int
     notes: list = field(default_factory=list)
+    dedup_dropped: int = 0       # as selection.Selection (no near-duplicate removal here)
+
+    @property
+    def available(self) -> np.ndarray:
+        return self.sizes
 
 
 def check_target_weight(target_weight: float) -> float:

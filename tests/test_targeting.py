@@ -181,3 +181,129 @@ def test_target_service_reports_each_target_row_and_the_pulled_clusters():
     top = {c["cluster"] for c in rep["clusters"][:2]}
     assert top == {0, 5}
     assert sum(c["selected"] for c in rep["clusters"]) == 300
+
+
+# ------------------------------------------------------------------------------------------ the commands
+
+MATH = "Tom has {a} apples and buys {b} more. How many apples does he have?"
+CODE = "Write a Python function that reverses a list of {a} items."
+CITY = "Name the capital city of country number {a} on the map."
+
+
+def _rows(n, seed=0, templates=(MATH, MATH, MATH, MATH, CITY, CODE)):
+    rng = np.random.default_rng(seed)
+    return [{"instruction": templates[i % len(templates)].format(a=int(rng.integers(2, 999)),
+                                                              b=int(rng.integers(2, 999))),
+             "output": f"The answer is {int(rng.integers(1, 999))}.", "kind": "code" if i % len(templates) == 5
+             else "math" if i % len(templates) < 4 else "city"} for i in range(n)]
+
+
+def _write(path, rows):
+    import json
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _cli(cli_runner, args, code=0):
+    from cluster_curate.cli import main
+    res = cli_runner.invoke(main, [*map(str, args)])
+    assert res.exit_code == code, res.output
+    return res
+
+
+@pytest.fixture
+def pool(tmp_path, cli_runner):
+    rows = _rows(360)
+    data = _write(tmp_path / "pool.jsonl", rows)
+    emb, clusters = tmp_path / "emb.parquet", tmp_path / "clusters.parquet"
+    _cli(cli_runner, ["embed", data, "--out", emb, "--dim", "16", "-q"])
+    _cli(cli_runner, ["cluster", emb, "--out", clusters, "--k", "6", "-q"])
+    return {"rows": rows, "data": data, "emb": emb, "clusters": clusters}
+
+
+def _selected(path):
+    from cluster_curate.io.artifacts import read_artifact
+    table, meta = read_artifact(path)
+    return table, meta
+
+
+def test_select_target_spends_the_budget_on_the_target_task(tmp_path, cli_runner, pool):
+    import json
+    target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])  # 10 rows
+    out = tmp_path / "sel.parquet"
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", out, "--budget", "40", "--target", target, "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    table, meta = _selected(out)
+    kinds = [pool["rows"][i]["kind"] for i in table.column("id").to_pylist()]
+    assert table.num_rows == 40 and kinds.count("code") >= 36  # 60 code rows in the pool, 1 row in 6
+    assert {"nearest_target", "relevance"} <= set(table.column_names)
+    service = meta.params["target_service"]
+    assert service["target_rows"] == 10 and sum(r["selected_nearest_to_it"] for r in service["per_target"]) == 40
+    assert meta.inputs["target"]["rows"] == 10 and "10 rows" in summary["target"]
+    assert (tmp_path / "sel.target.parquet").exists()
+    # the same again: the same rows; through the target's embeddings artifact: the same rows
+    again = tmp_path / "again.parquet"
+    _cli(cli_runner, ["select", pool["clusters"], "--out", again, "--budget", "40", "--target",
+                      tmp_path / "sel.target.parquet", "-q"])
+    assert _selected(again)[0].column("id").equals(table.column("id"))
+    # --target-weight 0: the untargeted selection
+    plain, zero = tmp_path / "plain.parquet", tmp_path / "zero.parquet"
+    _cli(cli_runner, ["select", pool["clusters"], "--out", plain, "--budget", "40", "-q"])
+    _cli(cli_runner, ["select", pool["clusters"], "--out", zero, "--budget", "40", "--target", target,
+                      "--target-weight", "0", "-q"])
+    assert _selected(zero)[0].column("id").equals(_selected(plain)[0].column("id"))
+    # report shows how each target row is served
+    rep = _cli(cli_runner, ["report", out, "--json"])
+    sections = json.loads(rep.stdout.strip().splitlines()[-1])
+    titles = [s["title"] for s in sections] if isinstance(sections, list) else list(sections)
+    assert "target" in titles
+
+
+def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
+    target = _write(tmp_path / "target.jsonl", _rows(6, seed=3))
+    base = ["select", pool["clusters"], "--out", tmp_path / "s.parquet"]
+    for extra, message in [
+        (["--per-cluster-ratio", "0.5", "--target", target], "not --per-cluster-ratio"),
+        (["--fraction", "0.1", "--target", target, "--within", "far"], "--within: not used with --target"),
+        (["--fraction", "0.1", "--target-weight", "0.5"], "--target-weight is only used with --target"),
+        (["--fraction", "0.1", "--target", target, "--target-weight", "2"], "--target-weight must be between"),
+        (["--fraction", "0.1", "--target", tmp_path / "nope.jsonl"], "no such file"),
+    ]:
+        res = _cli(cli_runner, base + extra, code=2)
+        assert message in res.output and "Traceback" not in res.output, res.output
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    res = _cli(cli_runner, base + ["--fraction", "0.1", "--target", empty], code=2)
+    assert "ERROR:" in res.output and "Traceback" not in res.output
+    own = tmp_path / "own.parquet"  # embedded on its own: its own text basis, another feature space
+    _cli(cli_runner, ["embed", target, "--out", own, "--dim", "16", "-q"])
+    res = _cli(cli_runner, base + ["--fraction", "0.1", "--target", own], code=2)
+    assert "not embedded in the pool's feature space" in res.output
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def test_select_target_far_from_the_pool_warns(tmp_path, cli_runner, pool):
+    far = _write(tmp_path / "far.jsonl", [{"instruction": f"zebra quantum violin {w}", "output": "x"}
+                                          for w in ("opera", "glacier", "nebula", "saxophone")])
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", "--budget", "20",
+                            "--target", far])
+    assert "far from the pool" in res.output and "may not contain the task" in res.output
+    assert _selected(tmp_path / "s.parquet")[0].num_rows == 20
+
+
+def test_run_target_end_to_end_and_up_to_date(tmp_path, cli_runner, pool):
+    import json
+    target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
+    out = tmp_path / "curated"
+    args = ["run", pool["data"], "--out", out, "--dim", "16", "--k", "6", "--budget", "30", "--target", target,
+            "--num-shards", "2", "--json"]
+    _cli(cli_runner, args)
+    table, _ = _selected(out / "selection.parquet")
+    kinds = [pool["rows"][i]["kind"] for i in table.column("id").to_pylist()]
+    assert kinds.count("code") >= 27
+    assert (out / "shards" / "manifest.json").exists()
+    again = json.loads(_cli(cli_runner, args).stdout)
+    assert [s["status"] for s in again["stages"]] == ["up to date"] * 4
+    _write(target, [r for r in _rows(60, seed=6) if r["kind"] == "code"])  # another target: select again
+    third = json.loads(_cli(cli_runner, args).stdout)
+    assert {s["stage"]: s["status"] for s in third["stages"]}["select"] == "ran"

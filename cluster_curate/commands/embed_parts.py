@@ -87,7 +87,7 @@ def prepare(run) -> Models:
     for kind in run.features:
         entry = FEATURE_KINDS.get(kind)
         if not entry.uses_model:
-            m.featurizers[kind] = PREPARE[entry.prepare](run)
+            m.featurizers[kind] = (PREPARE_LIKE if run.like else PREPARE)[entry.prepare](run)
     m.prepare_s = time.perf_counter() - t_load
     return m
 
@@ -166,9 +166,7 @@ def prepare_text(run):
     o = run.opts
     dim = o["dim"] or DEFAULT_TEXT_DIM
     path = sidecar_path(run.out, names.TEXT_BASIS)
-    key = stable_hash({"dataset": run.record.get("fingerprint"), "dim": dim, "field": o["text_field"],
-                       "seed": o["seed"], "weighting": o["text_weighting"], "sample": o["text_sample"],
-                       "max_features": TextFeaturizer.max_features})
+    key = text_basis_key(run.record.get("fingerprint"), dim, o)
     key_file = sidecar_path(run.out, names.TEXT_BASIS_KEY)
 
     def ready() -> bool:
@@ -185,8 +183,32 @@ def prepare_text(run):
     return TextFeaturizer.from_bytes(path.read_bytes())
 
 
-# how a feature kind without a model is prepared (features/embed.FEATURE_KINDS' `prepare`)
+def text_basis_key(dataset_fingerprint, dim: int, o: dict) -> str:
+    """Names a fitted text basis by what it was fitted from (written beside it as OUT.text.key)."""
+    from cluster_curate.features.text import TextFeaturizer
+    return stable_hash({"dataset": dataset_fingerprint, "dim": dim, "field": o["text_field"], "seed": o["seed"],
+                        "weighting": o["text_weighting"], "sample": o["text_sample"],
+                        "max_features": TextFeaturizer.max_features})
+
+
+def like_text(run):
+    """`--like POOL`: the pool's own text basis (refused when it is missing or was re-fitted since)."""
+    from cluster_curate.features.text import TextFeaturizer
+    pool, meta = run.like
+    basis, key_file = sidecar_path(pool, names.TEXT_BASIS), sidecar_path(pool, names.TEXT_BASIS_KEY)
+    if not basis.is_file():
+        raise CurateError(f"{pool}: the pool's text basis {basis} is missing: cannot reproduce its feature space")
+    dim = (meta.params.get("dims") or {}).get("text")
+    if not key_file.is_file() or key_file.read_text() != text_basis_key(meta.dataset.get("fingerprint"), dim, run.opts):
+        raise CurateError(f"{basis}: not the text basis {pool} was made with (re-fitted since?): cannot reproduce "
+                          "its feature space")
+    return TextFeaturizer.from_bytes(basis.read_bytes())
+
+
+# how a feature kind without a model is prepared (features/embed.FEATURE_KINDS' `prepare`): fitted on the data,
+# or (`embed --like POOL`) the pool's
 PREPARE = {"text": prepare_text}
+PREPARE_LIKE = {"text": like_text}
 
 
 def _trajectory(opts: dict, proxy_dir, fm):

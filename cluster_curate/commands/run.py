@@ -70,6 +70,21 @@ class RunState:
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
 
 
+def _with_input_fingerprints(stage_opts: dict, read_opts) -> dict:
+    """A stage's options for its up-to-date check: an option naming an input file (select --target) counts by
+    that file's content, not only its name."""
+    target = stage_opts.get("target")
+    if target is None:
+        return stage_opts
+    from cluster_curate.io.artifacts import read_meta
+    from cluster_curate.io.datasets import open_dataset
+    try:
+        fingerprint = read_meta(target, names.EMBEDDINGS).fingerprint
+    except CurateError:
+        fingerprint = open_dataset(target, read_opts).fingerprint()
+    return dict(stage_opts, target=[target, fingerprint])
+
+
 def _stage_extra(spec) -> dict:
     return {k: v() for k, v in spec.extra.items()}
 
@@ -92,7 +107,7 @@ def run(data: str, out: str, *, overwrite: bool = False, force: bool = False, **
     done, summaries, tables = [], {}, {}
     for stage, spec in stage_specs().items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
-        request = state.request(stage, stage_opts, upstream)
+        request = state.request(stage, _with_input_fingerprints(stage_opts, read_options(opts)), upstream)
         output = paths[stage]
         t0 = time.monotonic()
         if not overwrite and state.is_current(stage, request, output):
