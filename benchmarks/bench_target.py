@@ -5,11 +5,12 @@ skill   The skill-mixture benchmark (benchmarks/skillmix.py, 5,000 rows, 12 long
         target skills: one frequent (upper, first_letter, copy_twice), one middle (compare .. length), one rare
         (minus1 .. triple). The target is 20 held-out test rows per target skill; the budget is 10% of the pool.
         The pool goes through the tool's commands (`embed`, `cluster`, `select` for the untargeted default);
-        the target is embedded in the pool's space (features.like.embedder_like: the pool's text basis).
+        the target is embedded in the pool's space with `embed TARGET --like POOL` (the pool's text basis).
         Contenders: random; untargeted (`select --fraction 0.1`); topk-mean (top rows by cosine to the target
         mean); rds (RDS+: round-robin over target rows, each taking its next most similar row not yet taken);
         less (LESS-like: `lora-gradient` features, top rows by mean cosine to the target's gradients); tool-wW
-        (targeting.select_targeted at --target-weight W); oracle (the budget spread evenly over the target
+        (targeting.select_targeted at --target-weight W and min_hits H, in process); tool (the default: `select
+        --fraction 0.1 --target T`, T from `embed TARGET --like POOL`); oracle (the budget spread evenly over the target
         skills by the true labels, water-filled; random rows inside a skill).
         Selection measures: share of the budget on the target skills, and coverage of the oracle's per-skill
         counts (Σ min(count, oracle) / budget, and the worst target skill's count / the oracle's).
@@ -71,20 +72,16 @@ def draw_skills(draw: int) -> list[str]:
 # ---------------------------------------------------------------------------------------------- features
 
 def pool_matrix(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    from cluster_curate.pipeline import load_embedding_matrix
-    ids, x, _ = load_embedding_matrix(path)
+    from cluster_curate.io.readers import read_embeddings
+    ids, x, _ = read_embeddings(path)
     return x, np.asarray(ids)
 
 
-def embed_like(pool_path: Path, data: Path) -> np.ndarray:
-    """The rows of `data` in the pool's feature space, in file order."""
-    from cluster_curate.features.like import embedder_like
-    from cluster_curate.io.datasets import open_dataset
-    embedder, _ = embedder_like(pool_path)
-    examples = [e for b in open_dataset(str(data)).iter_batches() for e in b.examples]
-    res = embedder.embed(examples)
-    order = np.argsort(res.ids, kind="stable")
-    return res.embedding[order]
+def embed_like(pool_path: Path, data: Path, log: list[str]) -> tuple[Path, np.ndarray]:
+    """`embed DATA --like POOL`: the target's embeddings artifact and its rows (in file order)."""
+    out = data.with_name(f"{data.stem}.like-{pool_path.stem}.parquet")
+    cli(["embed", data, "--like", pool_path, "--out", out, "--overwrite"], log)
+    return out, pool_matrix(out)[0]
 
 
 def unit(x):
@@ -186,7 +183,7 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
     tpath.write_text("".join(json.dumps(r) + "\n" for r in target_rows))
     x, ids = pool_matrix(pool["text"])
     assert (ids == np.arange(n)).all()
-    t = embed_like(pool["text"], tpath)
+    t_emb, t = embed_like(pool["text"], tpath, log)
     cid, cl = read_column(pool["clusters"], "cluster")
     clusters = np.empty(n, dtype=np.int64)
     clusters[cid] = cl
@@ -203,8 +200,12 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
         sels.setdefault("rds", {})[seed] = rds_round_robin(x, t, budget)
         if less:
             xl, _ = pool_matrix(pool["lora"])
-            sels.setdefault("less", {})[seed] = less_mean_cosine(xl, embed_like(pool["lora"], tpath), budget)
-        for w in weights:
+            sels.setdefault("less", {})[seed] = less_mean_cosine(xl, embed_like(pool["lora"], tpath, log)[1], budget)
+        tool = vdir / f"targeted-d{draw}-s{seed}.parquet"  # the tool's default, through its command
+        cli(["select", pool["clusters"], "--out", tool, "--overwrite", "--fraction", str(FRACTION), "--seed", str(seed),
+             "--target", t_emb], log)
+        sels.setdefault("tool", {})[seed] = np.sort(read_column(tool, "cluster")[0])
+        for w in weights:  # the grid, in process (min_hits is not an option of the command)
             for hits in min_hits:
                 sel = T.select_targeted(clusters, search, budget=budget, target_weight=w, seed=seed, min_hits=hits)
                 sels.setdefault(f"tool-w{w:g}-h{hits}", {})[seed] = sel.rows
@@ -352,7 +353,7 @@ def real_main(a):
     n = len(pool_rows)
     budget = round(a.real_fraction * n)
     x, _ = pool_matrix(emb)
-    t = embed_like(emb, tpath)
+    t_emb, t = embed_like(emb, tpath, log)
     cid, cl = read_column(clusters_path, "cluster")
     clusters = np.empty(n, dtype=np.int64)
     clusters[cid] = cl
@@ -367,6 +368,10 @@ def real_main(a):
              "--seed", str(seed)], log)
         sels.setdefault("random", []).append(random_rows(n, budget, seed))
         sels.setdefault("untargeted", []).append(np.sort(read_column(sp, "cluster")[0]))
+        tool = work / f"targeted-{a.code_share:g}-s{seed}.parquet"
+        cli(["select", clusters_path, "--out", tool, "--overwrite", "--fraction", str(a.real_fraction),
+             "--seed", str(seed), "--target", t_emb], log)
+        sels.setdefault("tool", []).append(np.sort(read_column(tool, "cluster")[0]))
         sels.setdefault("topk-mean", []).append(topk_mean(x, t, budget))
         sels.setdefault("rds", []).append(rds_round_robin(x, t, budget))
         for w in weights:

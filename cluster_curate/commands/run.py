@@ -71,11 +71,14 @@ class RunState:
 
 
 def _with_input_fingerprints(stage_opts: dict, read_opts) -> dict:
-    """A stage's options for its up-to-date check: an option naming an input file (select --target) counts by
-    that file's content, not only its name."""
-    target = stage_opts.get("target")
-    if target is None:
+    """A stage's options for its up-to-date check. `select --target` counts by the target's content, not only
+    its name; without a target its options are left out, so a directory made before they existed stays up to
+    date."""
+    if "target" not in stage_opts:
         return stage_opts
+    target = stage_opts["target"]
+    if target is None:
+        return {k: v for k, v in stage_opts.items() if k not in ("target", "target_weight")}
     from cluster_curate.io.artifacts import read_meta
     from cluster_curate.io.datasets import open_dataset
     try:
