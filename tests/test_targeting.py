@@ -47,6 +47,8 @@ def test_round_robin_serves_every_target_row_in_turn():
     assert np.array_equal(np.sort(rank), np.arange(len(x)))  # a permutation
     first_round = np.unique(search.nearest[:, 0])
     assert set(np.flatnonzero(rank < len(first_round))) == set(first_round.tolist())
+    pure = T.select_targeted(g, search, budget=150, target_weight=1.0)  # weight 1: the round-robin order itself
+    assert np.array_equal(pure.rows, np.flatnonzero(rank < 150))
 
 
 @pytest.mark.parametrize("weight", [1.0, 0.75, 0.5, 0.1, 0.0])
