@@ -95,11 +95,16 @@ def list_depth(budget: int, target_weight: float, n_target: int, n: int) -> int:
     return int(min(n, max(MIN_DEPTH, math.ceil(DEPTH_FACTOR * relevant / max(1, n_target)))))
 
 
-def _top(sim: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per query (row of sim), the k largest values and their rows, most similar first, ties to the lower row."""
-    if sim.shape[1] > k:
-        part = np.argpartition(-sim, k - 1, axis=1)[:, :k]
-        sim, rows = np.take_along_axis(sim, part, axis=1), np.take_along_axis(rows, part, axis=1)
+def _keep(sim: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per query (row of sim), its k largest values and their rows, in no particular order."""
+    if sim.shape[1] <= k:
+        return sim, rows
+    part = np.argpartition(-sim, k - 1, axis=1)[:, :k]
+    return np.take_along_axis(sim, part, axis=1), np.take_along_axis(rows, part, axis=1)
+
+
+def _sorted(sim: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Most similar first, ties to the lower row."""
     order = np.lexsort((rows, -sim), axis=1)
     return np.take_along_axis(sim, order, axis=1), np.take_along_axis(rows, order, axis=1)
 
@@ -134,11 +139,15 @@ def search_target(pool: np.ndarray, target: np.ndarray, *, depth: int = 16, n_pr
             owner[s:s + len(xb)] = who
             relevance[s:s + len(xb)] = sim[who, np.arange(len(xb))]
         rows = np.broadcast_to(np.arange(s, s + len(xb)), sim.shape)
-        best_sim, best_row = _top(np.concatenate([best_sim, sim[:m]], axis=1),
-                                  np.concatenate([best_row, rows[:m]], axis=1), depth)
+        # the block's best first (a partition, not a sort), then merged with the best so far
+        block_sim, block_row = _keep(sim[:m], rows[:m], depth)
+        best_sim, best_row = _keep(np.concatenate([best_sim, block_sim], axis=1),
+                                   np.concatenate([best_row, block_row], axis=1), depth)
         if len(probes):
-            probe_best, probe_row = _top(np.concatenate([probe_best, sim[m:]], axis=1),
-                                         np.concatenate([probe_row, rows[m:]], axis=1), min(2, n))
+            probe_best, probe_row = _keep(np.concatenate([probe_best, sim[m:]], axis=1),
+                                          np.concatenate([probe_row, rows[m:]], axis=1), min(2, n))
+    best_sim, best_row = _sorted(best_sim, best_row)
+    probe_best, probe_row = _sorted(probe_best, probe_row)
     best_sim[zero_target] = 0.0
     probe_sim = np.zeros(0, dtype=np.float32)
     if len(probes):  # each probe's nearest other row
