@@ -4,6 +4,8 @@ the pool's features. Measured at 1M pool rows x 256 dims, 100 target rows, 4,096
 Steps timed (median of --repeats, on arrays already in memory):
   pass        one pass over the pool's features: every row scaled to unit length, block by block (what any
               reader of the features does at least once; the reference)
+  assign      one assignment of every pool row to its nearest of 4,096 centroids (faiss), as `cluster` does
+              in each pass (timed on 50k rows, scaled)
   untargeted  selection.select_rows (the `select` stage without a target)
   search      targeting.search_target (the one pass: each pool row's nearest target row, each target row's
               nearest pool rows to the depth the default --target-weight needs, the probes' nearest neighbours)
@@ -61,6 +63,20 @@ def one_pass(x):
     return total
 
 
+def assign_pass(x, sample: int = 50_000, seed: int = 0) -> float:
+    """Seconds `cluster`'s assignment of every row to its nearest of K centroids would take (faiss, exact inner
+    product), timed on `sample` rows and scaled to all: the compute-bound pass the pool's features already get."""
+    import faiss
+    rng = np.random.default_rng(seed)
+    centroids = T._unit(rng.standard_normal((K, x.shape[1])).astype(np.float32))
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(centroids)
+    rows = T._unit(x[:sample])
+    t0 = time.perf_counter()
+    index.search(rows, 1)
+    return (time.perf_counter() - t0) * len(x) / len(rows)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -73,6 +89,7 @@ def main(argv=None):
     x, clusters, target = synthetic(args.rows, args.dim, args.targets)
     sec = {}
     sec["pass"], _ = timed(lambda: one_pass(x), args.repeats)
+    sec["assign (scaled from 50k rows)"] = assign_pass(x)
     sec["untargeted"], _ = timed(lambda: S.select_rows(clusters, k=K, fraction=args.fraction), args.repeats)
     depth = T.list_depth(S.fraction_budget(args.rows, args.fraction), T.DEFAULT_TARGET_WEIGHT, args.targets, args.rows)
     sec["search"], search = timed(lambda: T.search_target(x, target, depth=depth), args.repeats)
@@ -89,9 +106,10 @@ def main(argv=None):
     lines += [f"| {k} | {v:.2f} |" for k, v in sec.items()]
     lines += ["", f"Added by the target (search + select + service - untargeted): {added:.2f} s = "
               f"{added / sec['pass']:.1f}x one normalising pass over the pool's features ({sec['pass']:.2f} s, "
-              "memory-bound). The search reads every pool row once and takes "
-              f"{args.targets + T.N_PROBES} inner products per row; `cluster` takes {K} per row (the assignment "
-              "to the centroids) in each of its passes.",
+              "memory-bound); "
+              f"{added / sec['assign (scaled from 50k rows)']:.2f}x one assignment of the pool to {K} centroids "
+              "(what `cluster` does in each of its passes). The search reads every pool row once and takes "
+              f"{args.targets + T.N_PROBES} inner products per row.",
               f"Selected {len(sel.rows):,} rows (budget {sel.requested:,}); relevant part {sel.relevant_rows:,} rows; "
               f"{service['served']}/{args.targets} target rows served."]
     write_results("target_cost", "bench_target_cost.py", lines,
