@@ -334,18 +334,16 @@ def real_main(a):
     code = json.loads(Path(a.code_alpaca).read_text())
     rng = random.Random(0)
     rng.shuffle(code)
-    target, code_pool = code[:a.targets], code[a.targets:]
+    target, code_test, code_pool = code[:a.targets], code[a.targets:a.targets + a.code_test], code[a.targets + a.code_test:]
     n_gsm = len(gsm)
     n_code = min(len(code_pool), round(a.code_share / (1 - a.code_share) * n_gsm))
     pool_rows = [{"instruction": r["question"], "output": r["answer"], "source": "gsm8k"} for r in gsm]
-    pool_rows += [{"instruction": (r["instruction"] + ("\n" + r["input"] if r.get("input") else "")),
-                   "output": r["output"], "source": "code"} for r in code_pool[:n_code]]
+    pool_rows += [{"instruction": _code_prompt(r), "output": r["output"], "source": "code"} for r in code_pool[:n_code]]
     random.Random(1).shuffle(pool_rows)
     data = work / f"pool-{a.code_share:g}.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in pool_rows))
     tpath = work / "target.jsonl"
-    tpath.write_text("".join(json.dumps({"instruction": r["instruction"] + ("\n" + r["input"] if r.get("input") else ""),
-                                         "output": r["output"]}) + "\n" for r in target))
+    tpath.write_text("".join(json.dumps({"instruction": _code_prompt(r), "output": r["output"]}) + "\n" for r in target))
     emb, clusters_path = work / f"emb-{a.code_share:g}.parquet", work / f"clusters-{a.code_share:g}.parquet"
     cli(["embed", data, "--out", emb, "--overwrite"], log)
     cli(["cluster", emb, "--out", clusters_path, "--overwrite"], log)
@@ -390,8 +388,62 @@ def real_main(a):
         recall = float(np.mean([is_code[r].sum() / max(1, is_code.sum()) for r in by]))
         payload["share"][name] = share
         lines.append(f"| {name} | {share:.3f} | {recall:.3f} |")
+    if a.train:
+        test_path = work / "code-test.jsonl"
+        test_path.write_text("".join(json.dumps({"instruction": _code_prompt(r), "output": r["output"]}) + "\n"
+                                     for r in code_test))
+        losses = real_train(data, test_path, {k: sels[k] for k in a.train.split(",")}, a, work / "runs")
+        payload["code_loss"] = losses
+        lines += ["", f"Trained ({a.train_epochs} epochs, the GSM8K loss benchmark's small recipe: {a.n_layer} layers x "
+                  f"{a.d_model}, word vocabulary {a.max_vocab}), held-out response loss on {len(code_test)} other Code "
+                  "Alpaca rows (mean ± std over selection seeds):", "",
+                  "| contender | held-out code loss | runs |", "|---|---:|---:|"]
+        for name, vals in losses.items():
+            lines.append(f"| {name} | {np.mean(vals):.3f} ± {np.std(vals):.3f} | {len(vals)} |")
     lines += ["", "Commands run:", ""] + [f"    {c}" for c in dict.fromkeys(log)]
     write_results(a.stem or f"target_real_{a.code_share:g}", "bench_target.py", lines, payload, a.argv)
+
+
+def _code_prompt(r: dict) -> str:
+    return r["instruction"] + ("\n" + r["input"] if r.get("input") else "")
+
+
+def _loss_job(job) -> float:
+    pool = train_eval.load_rows(job["pool"])
+    test = train_eval.load_rows(job["test"])
+    keep = set(job["ids"])
+    cfg = train_eval.TrainConfig(epochs=job["epochs"], seed=job["seed"], n_layer=job["n_layer"], d_model=job["d_model"],
+                                 n_head=4, max_len=512, threads=1)
+    res = train_eval.run([r for r in pool if r.id in keep], test, pool + test, cfg, max_vocab=job["max_vocab"],
+                         generate=False)
+    Path(job["cache"]).write_text(json.dumps(res))
+    return float(res["test_loss"])
+
+
+def real_train(pool: Path, test: Path, sels: dict, a, cache: Path) -> dict:
+    """Held-out code response loss after training on each selection (seed i of a contender: its seed-i selection,
+    training seed i); runs cached by rows and recipe."""
+    import hashlib
+    from concurrent.futures import ProcessPoolExecutor
+    cache.mkdir(parents=True, exist_ok=True)
+    jobs, keys = [], []
+    for name, by_seed in sels.items():
+        for seed, ids in enumerate(by_seed[:a.train_seeds]):
+            ids = sorted(int(i) for i in ids)
+            digest = hashlib.blake2b(json.dumps([ids, a.train_epochs, a.n_layer, a.d_model, a.max_vocab,
+                                                 str(pool), str(test)]).encode(), digest_size=6).hexdigest()
+            key = cache / f"s{seed}-{digest}.json"
+            keys.append((name, key))
+            if not key.exists():
+                jobs.append({"pool": str(pool), "test": str(test), "ids": ids, "seed": seed, "epochs": a.train_epochs,
+                             "n_layer": a.n_layer, "d_model": a.d_model, "max_vocab": a.max_vocab, "cache": str(key)})
+    if jobs:
+        with ProcessPoolExecutor(a.jobs) as ex:
+            list(ex.map(_loss_job, jobs))
+    out: dict[str, list[float]] = {}
+    for name, key in keys:
+        out.setdefault(name, []).append(float(json.loads(key.read_text())["test_loss"]))
+    return out
 
 
 def main(argv=None):
@@ -411,6 +463,14 @@ def main(argv=None):
     r.add_argument("--code-share", type=float, default=0.07)
     r.add_argument("--real-fraction", type=float, default=0.10)
     r.add_argument("--targets", type=int, default=50)
+    r.add_argument("--code-test", type=int, default=200, help="other Code Alpaca rows: the held-out code loss")
+    r.add_argument("--train", default=None, help="comma list of contenders to train (held-out code loss)")
+    r.add_argument("--train-seeds", type=int, default=3)
+    r.add_argument("--train-epochs", type=int, default=2, help="as benchmarks/bench_gsm8k_loss.py")
+    r.add_argument("--n-layer", type=int, default=2)
+    r.add_argument("--d-model", type=int, default=64)
+    r.add_argument("--max-vocab", type=int, default=2000)
+    r.add_argument("--jobs", type=int, default=2)
     r.set_defaults(func=real_main)
     for p in (s, r):
         p.add_argument("--weights", default=",".join(f"{w:g}" for w in WEIGHTS), help="--target-weight values (tool-wW-hH)")
