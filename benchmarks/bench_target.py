@@ -23,7 +23,7 @@ Dev/test: --draws names the draws reported; the default of --target-weight was c
 test draws 4-7 were run after that choice (see results/target.md).
 
     .venv/bin/python benchmarks/bench_target.py skill [--draws 0-3] [--train --seeds 0,1,2] [--no-less]
-    .venv/bin/python benchmarks/bench_target.py real [--code-share 0.07]
+    .venv/bin/python benchmarks/bench_target.py real [--code-share 0.07] [--real-fraction 0.05] [--train random,tool]
 """
 
 from __future__ import annotations
@@ -52,6 +52,19 @@ TIERS = {"frequent": ["upper", "first_letter", "copy_twice"],
          "middle": ["compare", "last_letter", "max3", "length"],
          "rare": ["minus1", "reverse", "plus1", "double", "triple"]}
 TARGET_PER_SKILL, FRACTION = 20, 0.10
+DATA = ROOT.parent / "shared" / "data"  # GSM8K (MIT) and Code Alpaca (CC BY-NC 4.0) beside the repository
+
+
+def rel(text: str) -> str:
+    """Paths in the results as seen from the repository (its parent as ..)."""
+    return str(text).replace(str(ROOT) + "/", "").replace(str(ROOT.parent), "..")
+
+
+def finish(stem: str, lines: list[str], payload: dict, argv: list[str]) -> None:
+    payload = json.loads(rel(json.dumps(payload)))
+    write_results(stem, "bench_target.py", [rel(line) for line in lines], payload, [rel(a) for a in argv])
+
+
 WEIGHTS = (1.0, 0.9, 0.75, 0.6, 0.5, 0.33, 0.1)
 MIN_HITS = (0, 1, 2, 3)
 
@@ -321,7 +334,7 @@ def skill_main(a):
     payload = {"args": {k: v for k, v in vars(a).items() if k != "func"},
                "results": [{k: v for k, v in r.items() if k not in ("selections", "target_instructions")}
                            for r in results]}
-    write_results(a.stem or "target_skill", "bench_target.py", lines, payload, a.argv)
+    finish(a.stem or "target_skill", lines, payload, a.argv)
 
 
 # ---------------------------------------------------------------------------------------------- real data
@@ -401,7 +414,7 @@ def real_main(a):
         for name, vals in losses.items():
             lines.append(f"| {name} | {np.mean(vals):.3f} ± {np.std(vals):.3f} | {len(vals)} |")
     lines += ["", "Commands run:", ""] + [f"    {c}" for c in dict.fromkeys(log)]
-    write_results(a.stem or f"target_real_{a.code_share:g}", "bench_target.py", lines, payload, a.argv)
+    finish(a.stem or f"target_real_{a.code_share:g}", lines, payload, a.argv)
 
 
 def _code_prompt(r: dict) -> str:
@@ -458,8 +471,9 @@ def main(argv=None):
     s.add_argument("--jobs", type=int, default=1, help="training runs in parallel (1 thread each)")
     s.set_defaults(func=skill_main)
     r = sub.add_parser("real")
-    r.add_argument("--gsm8k", required=True, help="GSM8K train.jsonl")
-    r.add_argument("--code-alpaca", required=True, help="Code Alpaca JSON list")
+    r.add_argument("--gsm8k", default=str(DATA / "gsm8k" / "train.jsonl"), help="GSM8K train.jsonl")
+    r.add_argument("--code-alpaca", default=str(DATA / "code_alpaca" / "code_alpaca_2k.json"),
+                   help="Code Alpaca JSON list")
     r.add_argument("--code-share", type=float, default=0.07)
     r.add_argument("--real-fraction", type=float, default=0.10)
     r.add_argument("--targets", type=int, default=50)
