@@ -60,7 +60,7 @@ def test_text_target_rows_in_the_pool_get_the_pools_features(tmp_path, cli_runne
         assert np.array_equal(got[5 + k], expected[by_text[r["instruction"]]])  # bit for bit
     meta = A.read_meta(out)
     assert meta.params["like"] == like_record(emb, A.read_meta(emb)) and meta.params["dims"] == {"text": 12}
-    assert not A.sidecar_path(out, names.TEXT_BASIS).exists()  # nothing fitted on the target
+    assert not A.sidecar_path(out, names.feature_state('text')[0]).exists()  # nothing fitted on the target
     # a target embedded on its own fits its own basis: another space for the same rows, refused by same_space
     own = tmp_path / "own.parquet"
     _cli(cli_runner, ["embed", target, "--out", own, "--dim", "12"])
@@ -76,12 +76,12 @@ def test_refuses_what_it_cannot_reproduce(tmp_path, cli_runner):
     _cli(cli_runner, ["embed", _write(tmp_path / "pool.jsonl", _rows(40)), "--out", emb, "--dim", "8"])
     res = _cli(cli_runner, ["embed", target, "--like", emb, "--out", tmp_path / "a.parquet", "--dim", "16"], code=2)
     assert "--dim 16: --like" in res.output and "where it is 8" in res.output
-    A.sidecar_path(emb, names.TEXT_BASIS_KEY).write_text("another fit")
+    A.sidecar_path(emb, names.feature_state('text')[1]).write_text("another fit")
     res = _cli(cli_runner, ["embed", target, "--like", emb, "--out", tmp_path / "b.parquet"], code=2)
-    assert "not the text basis" in res.output and "Traceback" not in res.output
-    A.sidecar_path(emb, names.TEXT_BASIS).unlink()
+    assert "not the text state" in res.output and "Traceback" not in res.output
+    A.sidecar_path(emb, names.feature_state('text')[0]).unlink()
     res = _cli(cli_runner, ["embed", target, "--like", emb, "--out", tmp_path / "c.parquet"], code=2)
-    assert "text basis" in res.output and "is missing: cannot reproduce" in res.output
+    assert "text state" in res.output and "is missing: cannot reproduce" in res.output
     record = {"source": "x.jsonl", "fingerprint": "x", "rows": 1}
     traj = tmp_path / "traj.parquet"
     write_artifact(pa.table({"id": pa.array([0], pa.int64())}), traj,

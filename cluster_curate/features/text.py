@@ -4,8 +4,8 @@ replaced by one token), reduced to `dim` by truncated SVD.
 Streaming: the vocabulary, IDF weights and SVD basis are fitted once on a seeded sample of the data
 (`TextFeaturizer.fit`); any number of rows are then transformed batch by batch (`transform`), so memory
 is bounded by the sample and the batch, and a row's vector never depends on which batch it is in.
-The fitted state is plain arrays (`state()` / `from_state()`), saved beside the artifact without pickle
-so that other processes and later runs use exactly the same basis.
+The fitted state is plain arrays (`to_bytes()` / `from_bytes()`), kept beside the artifact without pickle
+(`prepare_text`) so that other processes and later runs use exactly the same basis.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def _fit_counts(texts: list[str], max_features: int, min_df: int):
 
     This is scikit-learn's CountVectorizer.fit_transform, step by step (the same data order within rows
     and the same tie-break among equally frequent terms), so the features equal those it gave; importing
-    scikit-learn alone took 1.3 s of every `embed` and `run`."""
+    scikit-learn alone was most of a short `embed` (benchmarks/results/code_figures.md)."""
     vocabulary: dict[str, int] = {}
     x = _count_matrix(texts, vocabulary, grow=True)
     if not vocabulary:
@@ -232,8 +232,8 @@ def _randomized_svd_basis(x, k: int, seed: int) -> np.ndarray:
 
     Every dense factorisation is on x's short side (its rows, when a sample of up to --text-sample texts
     meets a 32,768-term vocabulary). scikit-learn also LU-factors the [terms, k + 10] product in every
-    power iteration and QR-factors it at the end: 2.5 s of the 4 s the fit took on 2,000 GSM8K questions,
-    for the same subspace."""
+    power iteration and QR-factors it at the end, most of the fit's time for the same subspace
+    (benchmarks/results/code_figures.md)."""
     from scipy import linalg
 
     transposed = x.shape[0] < x.shape[1]
@@ -252,3 +252,22 @@ def _randomized_svd_basis(x, k: int, seed: int) -> np.ndarray:
     r = w[:, kept] / np.sqrt(s2[kept])
     u_hat, _, vt = linalg.svd(((wide @ y) @ r).T, full_matrices=False, lapack_driver="gesdd")
     return (y @ (r @ u_hat[:, :k])).T if transposed else vt[:k]
+
+
+def prepare_text(ctx):
+    """The text feature of an `embed` run (features/embed.FEATURE_KINDS' `prepare`): its basis is fitted on a
+    seeded sample of --text-sample rows, once, and shared with every process (`ctx.shared`)."""
+    from cluster_curate.features.embed import ALGORITHM_VERSION, DEFAULT_TEXT_DIM
+    o = ctx.opts
+    dim = o["dim"] or DEFAULT_TEXT_DIM
+    key = {"dataset": ctx.dataset_fingerprint, "dim": dim, "field": o["text_field"], "seed": o["seed"],
+           "weighting": o["text_weighting"], "sample": o["text_sample"],
+           "max_features": TextFeaturizer.max_features, "algorithm": ALGORITHM_VERSION}
+
+    def fit() -> bytes:
+        chosen = ctx.sample(min(ctx.parsed, o["text_sample"]), salt=2)
+        feat = TextFeaturizer(dim=dim, field=o["text_field"], weighting=o["text_weighting"], seed=o["seed"])
+        feat.fit([example_text(ex, o["text_field"]) for ex in chosen])
+        return feat.to_bytes()
+
+    return TextFeaturizer.from_bytes(ctx.shared(key, fit))
