@@ -30,9 +30,12 @@ def like_record(pool_path, pool_meta) -> dict:
 
 
 def fitted_on_pool(params: dict) -> str | None:
-    """What of the space was fitted on the pool's own data (None when nothing was)."""
-    if "text" in (params.get("features") or []):
-        return "text basis"
+    """What of the space was fitted on the pool's own data (None when nothing was): the state of a feature kind
+    without a model (features/embed.FEATURE_KINDS, e.g. the text basis), or the proxy."""
+    from cluster_curate.features.embed import FEATURE_KINDS
+    for kind in params.get("features") or []:
+        if kind in FEATURE_KINDS.names and not FEATURE_KINDS.get(kind).uses_model:
+            return f"{kind} feature's fitted state"
     if str(params.get("model") or "").startswith("proxy"):
         return "proxy model"
     return None
