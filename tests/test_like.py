@@ -122,3 +122,20 @@ def test_same_space_checks():
     same_space(_meta(model), _meta(model, rows=3))  # nothing fitted on the pool: same options, same space
     with pytest.raises(CurateError, match="field dim: 32 differs from the pool's 16"):
         same_space(_meta(model), _meta(dict(model, dim=32, dims={"hidden": 32}), rows=3))
+
+
+def test_proxy_features_like_the_pool(tmp_path, cli_runner):
+    """--like reuses the proxy trained on the pool (saved beside it), and refuses when it was re-trained since."""
+    pool_rows = _rows(40)
+    emb = tmp_path / "pool.parquet"
+    _cli(cli_runner, ["embed", _write(tmp_path / "pool.jsonl", pool_rows), "--out", emb, "--features", "hidden",
+                      "--dim", "8", "--proxy-size", "tiny", "--proxy-steps", "3", "--proxy-vocab", "300"])
+    out = tmp_path / "t.parquet"
+    _cli(cli_runner, ["embed", _write(tmp_path / "t.jsonl", pool_rows[7:9]), "--like", emb, "--out", out])
+    got, expected = _by_id(out), _by_id(emb)
+    assert np.allclose(got[0], expected[7], atol=1e-5) and np.allclose(got[1], expected[8], atol=1e-5)
+    config = A.sidecar_path(emb, names.PROXY) / "config.json"
+    saved = json.loads(config.read_text())
+    config.write_text(json.dumps(dict(saved, key="another training")))
+    res = _cli(cli_runner, ["embed", tmp_path / "t.jsonl", "--like", emb, "--out", tmp_path / "u.parquet"], code=2)
+    assert "not the proxy" in res.output and "Traceback" not in res.output

@@ -160,8 +160,8 @@ def _validate(o: dict) -> list[str]:
 def _adopt_space(opts: dict):
     """--like POOL: the pool's feature-space options replace the defaults (one given with another value is an
     error), and its model: the proxy saved beside it, or the same model. Returns (path, meta)."""
-    from cluster_curate.features import proxy as P
     from cluster_curate.features.like import LIKE_OPTIONS, check_like
+    from cluster_curate.io import proxy_store as store
     from cluster_curate.io.artifacts import read_meta, sidecar_path
     from cluster_curate.io import names
     pool = opts["like"]
@@ -186,9 +186,9 @@ def _adopt_space(opts: dict):
         return pool, meta
     if model == "proxy" or str(model).startswith("proxy:"):
         directory = sidecar_path(pool, names.PROXY) if model == "proxy" else model[len("proxy:"):]
-        if not P.is_proxy_dir(directory):
+        if not store.is_proxy_dir(directory):
             raise CurateError(f"{pool}: the pool's proxy {directory} is missing: cannot reproduce its feature space")
-        if params.get("proxy_key") and P.read_proxy_config(directory).get("key") != params["proxy_key"]:
+        if params.get("proxy_key") and store.read_proxy_config(directory).get("key") != params["proxy_key"]:
             raise CurateError(f"{directory}: not the proxy {pool} was made with (re-trained since?): cannot "
                               "reproduce its feature space")
         opts["model"] = str(directory)

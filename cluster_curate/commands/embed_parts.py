@@ -221,8 +221,8 @@ class LikeContext(PrepareContext):
             raise CurateError(f"{pool}: the pool's {self.kind} state {path} is missing: cannot reproduce its feature "
                               "space")
         if not key_file.is_file() or key_file.read_text() != stable_hash(key):
-            raise CurateError(f"{path}: not the {self.kind} state {pool} was made with (re-fitted since?): cannot "
-                              "reproduce its feature space")
+            raise CurateError(f"{path}: not the {self.kind} state {pool} was made with (re-fitted since, or by "
+                              "another version?): cannot reproduce its feature space")
         return path.read_bytes()
 
 
