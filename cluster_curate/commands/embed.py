@@ -66,6 +66,10 @@ OPTIONS = (
     Option("keep_duplicates", is_flag=True, default=False,
            help="Keep exact duplicates (same normalised prompt and response). By default only the lowest id of "
            "each is embedded, so they cannot both be selected; the others are counted and listed."),
+    Option("like", metavar="POOL_EMBEDDINGS", run=False,
+           help="Embed DATA in the feature space of this embeddings artifact (its features, model or proxy, "
+                "projection seeds, text basis), e.g. a few examples of the target task for `select --target`; "
+                "refused when that space cannot be reproduced."),
     Option("num_parts", type=int, default=1, show_default=True, run=False, deprecated=(("--num-shards",),),
            help="Job-array pieces: this run is piece --part-index of K, writing its part into --out."),
     Option("part_index", type=int, default=0, show_default=True, run=False, deprecated=(("--shard-index",),)),
@@ -112,6 +116,7 @@ class _Run:
     record: dict = field(default_factory=dict)
     features: list = field(default_factory=list)
     copies: object = ()  # ids of the exact duplicates left out (np.ndarray after the scan)
+    like: tuple | None = None  # --like: (the pool's path, its meta)
 
 
 def _settle(opts: dict) -> list[str]:
@@ -156,6 +161,55 @@ def _validate(o: dict) -> list[str]:
     return features
 
 
+def _adopt_space(opts: dict):
+    """--like POOL: the pool's feature-space options replace the defaults (one given with another value is an
+    error), and its model: the proxy saved beside it, or the same model. Returns (path, meta)."""
+    from cluster_curate.features.like import LIKE_OPTIONS, check_like
+    from cluster_curate.io import proxy_store as store
+    from cluster_curate.io.artifacts import read_meta, sidecar_path
+    from cluster_curate.io import names
+    pool = opts["like"]
+    meta = read_meta(pool, names.EMBEDDINGS)
+    params = meta.params or {}
+    check_like(pool, params)
+    declared = {o.name: o.default for o in OPTIONS}
+    for name in LIKE_OPTIONS:
+        value = params.get(name)
+        if name == "features":
+            value = ",".join(value)
+        elif name == "feature_weights" and value is not None:
+            value = ",".join(f"{w:g}" for w in value)
+        given = opts[name]
+        if given is not None and given != declared[name] and given != value:
+            raise CurateError(f"--{name.replace('_', '-')} {given}: --like {pool} embeds in its feature space, "
+                              f"where it is {value if value is not None else 'unset'}")
+        if value is not None or name in ("dim", "layers", "feature_weights"):
+            opts[name] = value
+    model = params.get("model")
+    if model is None:  # no model feature
+        return pool, meta
+    if model == "proxy" or str(model).startswith("proxy:"):
+        directory = sidecar_path(pool, names.PROXY) if model == "proxy" else model[len("proxy:"):]
+        if not store.is_proxy_dir(directory):
+            raise CurateError(f"{pool}: the pool's proxy {directory} is missing: cannot reproduce its feature space")
+        if params.get("proxy_key") and store.read_proxy_config(directory).get("key") != params["proxy_key"]:
+            raise CurateError(f"{directory}: not the proxy {pool} was made with (re-trained since?): cannot "
+                              "reproduce its feature space")
+        opts["model"] = str(directory)
+    else:
+        opts["model"] = model
+        if opts["dtype"] == declared["dtype"] and params.get("dtype"):
+            opts["dtype"] = params["dtype"]
+    return pool, meta
+
+
+def _check_same_dims(like, params: dict) -> None:
+    pool, meta = like
+    if params["dims"] != meta.params.get("dims"):
+        raise CurateError(f"{pool}: field dims: {meta.params.get('dims')}, rebuilt {params['dims']}: cannot reproduce "
+                          "its feature space")
+
+
 def embed(data: str, out: str, **options) -> dict:
     """One feature row per parsed example of `data` into the embeddings artifact `out`. Returns the summary."""
     from cluster_curate import console, distributed
@@ -165,6 +219,7 @@ def embed(data: str, out: str, **options) -> dict:
     t_start = time.perf_counter()
     opts = resolve(OPTIONS, dict(options, out=out), "embed")
     bound_host_memory()
+    like = _adopt_space(opts) if opts["like"] else None
     features = _settle(opts)
     layout = distributed.detect(opts["num_parts"], opts["part_index"])
     from cluster_curate.io.artifacts import check_creatable, check_writable
@@ -178,10 +233,14 @@ def embed(data: str, out: str, **options) -> dict:
     # under torchrun device_for has already turned auto into this rank's GPU when there is one
     distributed.init(layout, use_cuda=str(device or "").startswith("cuda"))
     try:
-        run = _Run(data, out, opts, layout, device, features=features)
+        run = _Run(data, out, opts, layout, device, features=features, like=like)
         parts.scan(run, read_options(opts))
         models = parts.prepare(run)
         embedder, params = parts.embedder_and_params(run, models)
+        if like:
+            _check_same_dims(like, params)
+            from cluster_curate.features.like import like_record
+            params["like"] = like_record(*like)
         done = parts.feature_pass(run, embedder, params)
         return parts.finish(run, models, done, t_start)
     finally:
@@ -204,5 +263,6 @@ SPEC = CommandSpec(
       cluster-curate embed train.jsonl --out emb.parquet
       cluster-curate embed train.jsonl --out emb.parquet --features text,gradient --feature-weights 1,0.5
       cluster-curate embed train.jsonl --out emb.parquet --model Qwen/Qwen2.5-0.5B-Instruct --dim 1024
+      cluster-curate embed target.jsonl --like emb.parquet --out target-emb.parquet
       torchrun --nproc-per-node 8 -m cluster_curate embed train.jsonl --out emb/
     """)

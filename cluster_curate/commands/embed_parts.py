@@ -93,7 +93,7 @@ def prepare(run) -> Models:
     for kind in run.features:
         entry = FEATURE_KINDS.get(kind)
         if not entry.uses_model:
-            m.featurizers[kind] = entry.prepare()(PrepareContext(run, kind))
+            m.featurizers[kind] = entry.prepare()((LikeContext if run.like else PrepareContext)(run, kind))
     m.prepare_s = time.perf_counter() - t_load
     return m
 
@@ -206,6 +206,28 @@ class PrepareContext:
             atomic_write_bytes(key_file, digest.encode())
 
         distributed.leader_prepares(self.run.layout, ready, make)
+        return path.read_bytes()
+
+
+class LikeContext(PrepareContext):
+    """`embed --like POOL`: the pool's fitted state (beside the pool's artifact), never a new fit. The kind's key,
+    made from the pool's options and dataset, must be the one written with that state: a state re-fitted since
+    is refused, as is a missing one."""
+
+    @property
+    def dataset_fingerprint(self) -> str | None:
+        return self.run.like[1].dataset.get("fingerprint")
+
+    def shared(self, key: dict, build) -> bytes:
+        pool = self.run.like[0]
+        state, state_key = names.feature_state(self.kind)
+        path, key_file = sidecar_path(pool, state), sidecar_path(pool, state_key)
+        if not path.is_file():
+            raise CurateError(f"{pool}: the pool's {self.kind} state {path} is missing: cannot reproduce its feature "
+                              "space")
+        if not key_file.is_file() or key_file.read_text() != stable_hash(key):
+            raise CurateError(f"{path}: not the {self.kind} state {pool} was made with (re-fitted since, or by "
+                              "another version?): cannot reproduce its feature space")
         return path.read_bytes()
 
 

@@ -103,6 +103,20 @@ def _meta_rows(path: Path, meta: ArtifactMeta) -> dict:
             "fingerprint": meta.fingerprint}
 
 
+def _target_section(meta: ArtifactMeta) -> tuple[str, dict, list[dict]]:
+    """How a targeted selection (`select --target`) serves each target row, and the clusters it pulled from."""
+    from cluster_curate.commands.select import target_summary
+    service = meta.params["target_service"]
+    data = target_summary(service, meta.inputs.get("target", {}).get("path"))
+    data["far threshold (cosine)"] = service["far_threshold"]
+    rows = [{"target id": r["target_id"], "selected nearest to it": r["selected_nearest_to_it"],
+             "nearest pool cosine": r["nearest_pool_cosine"], "far": "yes" if r["far"] else "",
+             "cluster": r["cluster"], "nearest selected ids": " ".join(map(str, r["nearest_selected"])),
+             "their cosines": " ".join(f"{v:.3f}" for v in r["nearest_selected_cosine"])}
+            for r in service["per_target"][:60]]
+    return "target", data, rows
+
+
 def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]]:
     """(title, key/values, optional table rows) for each artifact, in pipeline order."""
     sections = []
@@ -148,6 +162,8 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
             rows = [{"cluster": int(c), "size": int(sizes[c]), "selected": int(quotas[c]),
                      "kept": f"{quotas[c] / max(sizes[c], 1):.0%}"} for c in order[:40]]
         sections.append(("selection", data, rows))
+        if p.get("target_service"):
+            sections.append(_target_section(meta))
     if "shards" in found:
         m = _manifest(found["shards"])
         b = m.get("balance", {})

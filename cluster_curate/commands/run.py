@@ -99,6 +99,24 @@ class RunState:
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
 
 
+def _with_input_fingerprints(stage_opts: dict, read_opts) -> dict:
+    """A stage's options for its up-to-date check. `select --target` counts by the target's content, not only
+    its name; without a target its options are left out, so a directory made before they existed stays up to
+    date."""
+    if "target" not in stage_opts:
+        return stage_opts
+    target = stage_opts["target"]
+    if target is None:
+        return {k: v for k, v in stage_opts.items() if k not in ("target", "target_weight")}
+    from cluster_curate.io.artifacts import read_meta
+    from cluster_curate.io.datasets import open_dataset
+    try:
+        fingerprint = read_meta(target, names.EMBEDDINGS).fingerprint
+    except CurateError:
+        fingerprint = open_dataset(target, read_opts).fingerprint()
+    return dict(stage_opts, target=[target, fingerprint])
+
+
 def _stage_extra(spec) -> dict:
     return {k: v() for k, v in spec.extra.items()}
 
@@ -194,7 +212,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
     done, summaries, tables = [], {}, {}
     for stage, spec in stage_specs().items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
-        request = state.request(stage, stage_opts, upstream, spec.algorithm())
+        request = state.request(stage, _with_input_fingerprints(stage_opts, read_options(opts)), upstream,
+                                spec.algorithm())
         output = paths[stage]
         t0 = time.monotonic()
         why = state.stale(stage, request, output)

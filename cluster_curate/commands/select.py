@@ -36,6 +36,15 @@ OPTIONS = (
            help="Drop a row whose cosine similarity to an already kept row of its cluster exceeds COSINE "
                 "(before quotas are filled)."),
     Option("seed", record=True, type=_int_min0(), default=0, show_default=True, help="Seeds the random order."),
+    Option("target", metavar="TARGET",
+           help="A few examples of the task to curate for (tens to thousands of rows): a dataset in any supported "
+                "format, embedded like the clusters' embeddings (written beside --out as OUT.target.parquet), or "
+                "an embeddings artifact made with `embed TARGET --like`. The budget goes to the rows nearest the "
+                "target, round-robin over its rows, balanced over the clusters it pulls from."),
+    Option("target_weight", type=float, shown_default=0.75,
+           help="With --target: 1 = pure relevance (the nearest rows, round-robin over target rows), 0 = the "
+                "untargeted balanced selection; in between, the budget is water-filled over the clusters inside "
+                "the budget / weight most relevant rows."),
     *OUTPUT_OPTIONS,
 )
 
@@ -96,6 +105,16 @@ def _check(o: dict):
         raise CurateError(f"--dedup must be a cosine similarity in (0, 1], got {o['dedup']}")
     if not 0 <= o["balance_power"] <= 1:
         raise CurateError(f"--balance-power must be between 0 and 1, got {o['balance_power']}")
+    if o["target_weight"] is not None and o["target"] is None:
+        raise CurateError("--target-weight is only used with --target")
+    if o["target"] is not None:
+        from cluster_curate.targeting import check_target_weight
+        if mode == "per-cluster-ratio":
+            raise CurateError("--target spends a budget: give --fraction or --budget, not --per-cluster-ratio")
+        for name, default in (("within", "random"), ("dedup", None)):
+            if o[name] != default:
+                raise CurateError(f"--{name}: not used with --target (rows come in order of relevance to the target)")
+        check_target_weight(o["target_weight"] if o["target_weight"] is not None else 0.0)
     return mode
 
 
@@ -117,6 +136,8 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     check_writable(out, o["overwrite"])
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if "similarity" in order.needs else None)
+    if o["target"] is not None:
+        return _select_targeted(o, mode, clusters, c, out, t0, summary_limit)
     needs = set(order.needs) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], features=x["features"],
@@ -141,6 +162,109 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     summary = _summary(o, mode, sel, c, x, out)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, S.selection_summary_rows(sel, limit=summary_limit)
+
+
+def _target_embeddings(o: dict, emb_path, emeta, out: str):
+    """The target's feature rows in the pool's space: its embeddings artifact (checked to be in the pool's
+    space), or its raw data embedded --like the pool beside the output. Returns (path, ids, rows, meta)."""
+    from pathlib import Path
+
+    from cluster_curate.features.like import same_space
+    from cluster_curate.io.artifacts import read_meta, sidecar_path
+    from cluster_curate.io.readers import read_embeddings
+    target = o["target"]
+    try:
+        tmeta = read_meta(target, names.EMBEDDINGS)
+    except CurateError:
+        tmeta = None
+    if tmeta is not None:
+        same_space(emeta, tmeta, target_name=f"--target {target}")
+        path = target
+    else:
+        if not Path(target).exists():
+            raise CurateError(f"--target {target}: no such file or directory")
+        from cluster_curate.commands.embed import embed
+        path = str(sidecar_path(out, names.TARGET_EMBEDDINGS))
+        embed(target, path, like=str(emb_path), overwrite=True)
+    ids, rows, tmeta = read_embeddings(path)
+    return path, ids, rows, tmeta
+
+
+def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, summary_limit):
+    """`select --target`: targeting.py's relevance and balance over the clusters; the artifact also records, per
+    selected row, its nearest target row and the cosine to it, and in its params how each target row is served."""
+    import numpy as np
+    import pyarrow as pa
+
+    from cluster_curate import console
+    from cluster_curate import targeting as T
+    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.readers import read_embeddings_for
+    from cluster_curate.io.writer import write_artifact
+    x = _inputs(o, clusters, c, set())
+    if x["emb_path"] is None:
+        raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
+    weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
+    tpath, tids, target, tmeta = _target_embeddings(o, x["emb_path"], x["emeta"], out)
+    pool = read_embeddings_for(x["emb_path"], c.ids, force=o["force"], what=f" of {clusters}")
+    if c.meta.params.get("normalisation") == "center+l2":  # the space the clusters were made in
+        mean = pool.mean(axis=0, dtype=np.float64).astype(np.float32)
+        pool -= mean
+        target = target - mean
+    T.check_target_space(pool.shape[1], target, target_name=f"--target {tpath}")
+    budget = _target_budget(o, mode, len(c.ids))
+    search = T.search_target(pool, target, depth=T.list_depth(budget, weight, len(target), len(pool)), seed=o["seed"])
+    sel = T.select_targeted(c.labels, search, budget=budget, target_weight=weight, balance_power=o["balance_power"],
+                            ids=c.ids, seed=o["seed"], k=c.k)
+    service = T.target_service(pool, target, search, sel, c.labels)
+    del pool
+    for r in service["per_target"]:  # pool positions -> ids; target rows -> target ids
+        r["target_id"] = int(tids[r.pop("target_row")])
+        r["nearest_selected"] = [int(c.ids[i]) for i in r["nearest_selected"]]
+    for note in sel.notes:
+        console.warn(note)
+    columns = {"id": pa.array(c.ids[sel.rows], pa.int64()), "cluster": pa.array(sel.cluster, pa.int32()),
+               "rank_in_cluster": pa.array(sel.rank_in_cluster, pa.int32()),
+               "nearest_target": pa.array(tids[sel.owner], pa.int64()),
+               "relevance": pa.array(sel.relevance, pa.float32())}
+    if x["n_tokens"] is not None:
+        picked = x["n_tokens"][sel.rows]
+        columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
+    params = _params(o, mode, sel, c)
+    params["quotas_over_groups"] = False  # the targeted balance is over the clusters the target pulls from
+    params.update({"within": "relevance to the target", "target_weight": weight, "min_target_hits": T.MIN_TARGET_HITS,
+                   "relevant_rows": sel.relevant_rows, "target_service": service})
+    inputs = {"clusters": c.meta.as_input(clusters), "embeddings": x["emeta"].as_input(x["emb_path"]),
+              "target": tmeta.as_input(tpath)}
+    write_artifact(pa.table(columns), out, make_meta(names.SELECTION, params, inputs, c.meta.dataset),
+                   overwrite=o["overwrite"])
+    o["within"] = params["within"]
+    summary = _summary(o, mode, sel, c, x, out)
+    summary.pop("quotas", None)
+    summary.update(target_summary(service, tpath))
+    summary["seconds"] = round(time.perf_counter() - t0, 2)
+    return summary, service["clusters"][:summary_limit] if summary_limit else service["clusters"]
+
+
+def _target_budget(o: dict, mode: str, n: int) -> int:
+    from cluster_curate.selection import fraction_budget
+    return fraction_budget(n, o["fraction"]) if mode == "fraction" else int(o["budget"])
+
+
+def target_summary(service: dict, path) -> dict:
+    """The summary lines (and `report`'s) of how a targeted selection serves its target."""
+    import numpy as np
+    per = service["per_target"]
+    counts = np.array([r["selected_nearest_to_it"] for r in per])
+    pulled = [r for r in service["clusters"] if r["target_rows"]]
+    shown = ", ".join(f"{r['cluster']} ({r['target_rows']} target rows, {r['selected']} selected)" for r in pulled[:5])
+    return {
+        "target": f"{path}: {service['target_rows']} rows, {service['served']} served, {service['far']} far from the pool",
+        "target weight": f"{service['target_weight']} (relevant part: {service['relevant_rows']} rows)",
+        "selected rows nearest each target row min / median / max":
+            f"{int(counts.min())} / {float(np.median(counts)):g} / {int(counts.max())}",
+        "clusters the target pulled from": f"{len(pulled)}: {shown}" + (", ..." if len(pulled) > 5 else ""),
+    }
 
 
 def _params(o, mode, sel, c) -> dict:
@@ -215,4 +339,5 @@ SPEC = CommandSpec(
       cluster-curate select clusters.parquet --out sel.parquet --fraction 0.31
       cluster-curate select clusters.parquet --out sel.parquet --per-cluster-ratio 0.5 --within far   # the paper
       cluster-curate select clusters.parquet --out sel.parquet --budget 20000 --dedup 0.95 --embeddings emb.parquet
+      cluster-curate select clusters.parquet --out sel.parquet --fraction 0.1 --target my_task_examples.jsonl
     """)

@@ -37,6 +37,7 @@ CENTROIDS = "centroids.npy"
 PROXY = "proxy"
 STAGING = "partial"
 REJECTS = "rejects.jsonl"
+TARGET_EMBEDDINGS = "target.parquet"  # select --target DATA: the target embedded like the pool, beside the selection
 
 # inside a part directory (an artifact written by several processes) and its staging directory
 STAGING_PLAN = "plan.json"

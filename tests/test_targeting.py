@@ -1,0 +1,311 @@
+"""Targeted selection (targeting.py): the search, the round-robin order, the budget, the balance, the errors."""
+
+import numpy as np
+import pytest
+
+from cluster_curate import selection as S
+from cluster_curate import targeting as T
+from cluster_curate.errors import CurateError
+from embeddings_factory import mixture
+
+
+def _unit(x):
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _blobs(n=3000, groups=8, seed=0, d=16, noise=0.3):
+    x, g = mixture(n, d=d, groups=groups, seed=seed, noise=noise)
+    return x, g
+
+
+def _target_from(x, g, groups, per, seed=1):
+    rng = np.random.default_rng(seed)
+    rows = np.concatenate([rng.choice(np.flatnonzero(g == k), per, replace=False) for k in groups])
+    return x[rows] + rng.standard_normal((len(rows), x.shape[1])).astype(np.float32) * 0.01, rows
+
+
+def test_search_matches_brute_force_and_is_block_invariant():
+    x, g = _blobs(700, d=8)
+    t, _ = _target_from(x, g, [1, 4], 5)
+    sim = _unit(x) @ _unit(t).T
+    small = T.search_target(x, t, depth=7, block_rows=64)
+    big = T.search_target(x, t, depth=7)
+    assert np.array_equal(small.owner, big.owner) and np.array_equal(small.nearest, big.nearest)
+    assert np.array_equal(big.owner, sim.argmax(axis=1))
+    assert np.allclose(big.relevance, sim.max(axis=1), atol=1e-5)
+    for j in range(len(t)):
+        expect = np.lexsort((np.arange(len(x)), -sim[:, j]))[:7]
+        assert np.allclose(sim[big.nearest[j], j], sim[expect, j], atol=1e-5)  # same similarities, most first
+    assert not big.far.any()  # held-in target rows are near the pool
+
+
+def test_round_robin_serves_every_target_row_in_turn():
+    x, g = _blobs(2000)
+    t, _ = _target_from(x, g, [0, 3, 5], 4)
+    search = T.search_target(x, t, depth=50)
+    rank = T.round_robin_rank(search)
+    assert np.array_equal(np.sort(rank), np.arange(len(x)))  # a permutation
+    first_round = np.unique(search.nearest[:, 0])
+    assert set(np.flatnonzero(rank < len(first_round))) == set(first_round.tolist())
+    pure = T.select_targeted(g, search, budget=150, target_weight=1.0)  # weight 1: the round-robin order itself
+    assert np.array_equal(pure.rows, np.flatnonzero(rank < 150))
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.75, 0.5, 0.1, 0.0])
+def test_exact_budget_and_deterministic(weight):
+    x, g = _blobs(2500, seed=3)
+    t, _ = _target_from(x, g, [2, 6], 10)
+    clusters = g  # clusters = the blobs
+    for budget in (1, 37, 250, 2500, 4000):
+        search = T.search_target(x, t, depth=T.list_depth(budget, weight, len(t), len(x)))
+        a = T.select_targeted(clusters, search, budget=budget, target_weight=weight, seed=5)
+        b = T.select_targeted(clusters, T.search_target(x, t, depth=T.list_depth(budget, weight, len(t), len(x))),
+                              budget=budget, target_weight=weight, seed=5)
+        assert len(a.rows) == min(budget, len(x)) == a.quotas.sum()
+        assert np.array_equal(a.rows, b.rows) and np.array_equal(a.rank_in_cluster, b.rank_in_cluster)
+        assert len(np.unique(a.rows)) == len(a.rows)
+        for c in np.unique(a.cluster):  # ranks in a cluster are 0..q-1
+            assert sorted(a.rank_in_cluster[a.cluster == c]) == list(range(int((a.cluster == c).sum())))
+    with pytest.raises(CurateError, match="exactly one"):
+        T.select_targeted(clusters, search, budget=5, fraction=0.1)
+    with pytest.raises(CurateError, match="--target-weight"):
+        T.select_targeted(clusters, search, budget=5, target_weight=1.5)
+
+
+def test_weight_zero_is_the_untargeted_selection():
+    x, g = _blobs(3000, seed=4)
+    t, _ = _target_from(x, g, [1], 10)
+    ids = np.arange(100, 3100)
+    search = T.search_target(x, t)
+    for budget in (10, 300, 1200):
+        targeted = T.select_targeted(g, search, budget=budget, target_weight=0.0, ids=ids, seed=9)
+        plain = S.select_rows(g, budget=budget, ids=ids, seed=9)
+        assert np.array_equal(targeted.rows, plain.rows)
+        assert np.array_equal(targeted.rank_in_cluster, plain.rank_in_cluster)
+
+
+def _share(sel, g, groups):
+    return np.isin(g[sel.rows], groups).mean()
+
+
+def test_budget_goes_to_the_target_kinds():
+    x, g = _blobs(4000, groups=10, seed=5, noise=0.5)
+    t, _ = _target_from(x, g, [2, 7], 10)
+    search = T.search_target(x, t, depth=T.list_depth(400, T.DEFAULT_TARGET_WEIGHT, len(t), len(x)))
+    sel = T.select_targeted(g, search, budget=400)
+    assert _share(sel, g, [2, 7]) >= 0.95
+    plain = S.select_rows(g, budget=400)
+    assert _share(plain, g, [2, 7]) < 0.3
+    counts = np.bincount(g[sel.rows], minlength=10)
+    assert abs(int(counts[2]) - int(counts[7])) <= 0.2 * 400  # both kinds served
+
+
+def test_a_dominant_target_kind_does_not_swamp_the_other():
+    """40 target rows of kind A and 4 of kind B: the cosine to the target mean gives B (almost) nothing; the
+    targeted default keeps the balance between the two kinds' clusters."""
+    x, g = _blobs(6000, groups=10, seed=6, noise=0.6)
+    ta, _ = _target_from(x, g, [3], 40, seed=2)
+    tb, _ = _target_from(x, g, [8], 4, seed=3)
+    t = np.concatenate([ta, tb])
+    budget = 600
+    search = T.search_target(x, t, depth=T.list_depth(budget, T.DEFAULT_TARGET_WEIGHT, len(t), len(x)))
+    sel = T.select_targeted(g, search, budget=budget)
+    b_share = np.mean(g[sel.rows] == 8)
+    mean_score = _unit(x) @ _unit(t.mean(axis=0, keepdims=True))[0]
+    top = np.argsort(-mean_score)[:budget]
+    assert np.mean(g[top] == 8) < 0.05
+    assert b_share >= 0.35
+    assert np.isin(g[sel.rows], [3, 8]).mean() >= 0.9
+
+
+def test_near_copies_of_one_target_example_do_not_take_the_budget():
+    """The pool holds 800 near-copies of one target example (a cluster of their own): the round-robin gives
+    that example one turn in 18, and the default's balance over the clusters the target pulls from does not
+    hand the copies' cluster a level of its own (one target row's nearest pool row is there, not two)."""
+    x, g = _blobs(4000, groups=8, seed=7, noise=0.6)
+    t, _ = _target_from(x, g, [1, 4, 6], 6, seed=4)
+    rng = np.random.default_rng(0)
+    copies = t[0] + rng.standard_normal((800, x.shape[1])).astype(np.float32) * 0.002
+    pool = np.concatenate([x, copies])
+    clusters = np.concatenate([g, np.full(800, 8)])  # the copies make a cluster of their own
+    budget = 400
+    search = T.search_target(pool, t, depth=T.list_depth(budget, T.DEFAULT_TARGET_WEIGHT, len(t), len(pool)))
+    sel = T.select_targeted(clusters, search, budget=budget)
+    assert np.mean(sel.rows >= 4000) <= 2 / 18
+    assert np.isin(clusters[sel.rows], [1, 4, 6]).mean() >= 0.85
+    nearest_target = search.relevance  # ranking by the cosine to the nearest target row instead: all copies
+    assert np.mean(np.argsort(-nearest_target, kind="stable")[:budget] >= 4000) == 1.0
+
+
+def test_bad_targets_are_one_line_errors():
+    x, g = _blobs(200, d=8)
+    with pytest.raises(CurateError, match="no rows"):
+        T.search_target(x, np.zeros((0, 8), dtype=np.float32))
+    with pytest.raises(CurateError, match=r"width 6 differs from pool's 8.*--like"):
+        T.search_target(x, np.ones((3, 6), dtype=np.float32))
+    bad = np.ones((3, 8), dtype=np.float32)
+    bad[1, 2] = np.nan
+    with pytest.raises(CurateError, match="row 1: field embedding: not finite"):
+        T.search_target(x, bad)
+
+
+def test_target_far_from_the_pool_is_flagged_and_noted():
+    rng = np.random.default_rng(0)
+    x = np.abs(rng.standard_normal((1500, 16))).astype(np.float32)
+    x[:, 8:] = 0  # the pool lives in the first 8 dimensions
+    far_target = np.zeros((5, 16), dtype=np.float32)
+    far_target[:, 8:] = rng.standard_normal((5, 8))
+    search = T.search_target(x, far_target)
+    assert search.far.all()
+    sel = T.select_targeted(np.zeros(1500, dtype=np.int64), search, budget=50)
+    assert len(sel.rows) == 50 and any("may not contain the task" in n for n in sel.notes)
+    mixed = np.concatenate([far_target, x[:3] + 0.01])  # partly far: those rows take their turns last
+    s2 = T.search_target(x, mixed)
+    assert s2.far.tolist() == [True] * 5 + [False] * 3
+    assert "5 of 8 target rows are far" in T.far_message(s2)  # most of the target: still warned
+    assert T.far_message(T.search_target(x, x[:6] + 0.01)) is None
+    zero = T.search_target(x, np.zeros((2, 16), dtype=np.float32))  # all-zero rows are far, not an error
+    assert zero.far.all()
+
+
+def test_target_service_reports_each_target_row_and_the_pulled_clusters():
+    x, g = _blobs(3000, seed=8)
+    t, _ = _target_from(x, g, [0, 5], 6)
+    search = T.search_target(x, t, depth=T.list_depth(300, 0.5, len(t), len(x)))
+    sel = T.select_targeted(g, search, budget=300)
+    rep = T.target_service(x, t, search, sel, g)
+    assert rep["target_rows"] == 12 and len(rep["per_target"]) == 12
+    assert sum(r["selected_nearest_to_it"] for r in rep["per_target"]) == 300
+    sim = _unit(x[sel.rows]) @ _unit(t).T
+    for j, r in enumerate(rep["per_target"]):
+        assert r["nearest_selected"][0] == sel.rows[int(np.argmax(sim[:, j]))]
+        assert r["nearest_selected_cosine"][0] == pytest.approx(float(sim[:, j].max()), abs=1e-3)
+    top = {c["cluster"] for c in rep["clusters"][:2]}
+    assert top == {0, 5}
+    assert sum(c["selected"] for c in rep["clusters"]) == 300
+
+
+# ------------------------------------------------------------------------------------------ the commands
+
+MATH = "Tom has {a} apples and buys {b} more. How many apples does he have?"
+CODE = "Write a Python function that reverses a list of {a} items."
+CITY = "Name the capital city of country number {a} on the map."
+
+
+def _rows(n, seed=0, templates=(MATH, MATH, MATH, MATH, CITY, CODE)):
+    rng = np.random.default_rng(seed)
+    return [{"instruction": templates[i % len(templates)].format(a=int(rng.integers(2, 999)),
+                                                              b=int(rng.integers(2, 999))),
+             "output": f"The answer is {int(rng.integers(1, 999))}.", "kind": "code" if i % len(templates) == 5
+             else "math" if i % len(templates) < 4 else "city"} for i in range(n)]
+
+
+def _write(path, rows):
+    import json
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _cli(cli_runner, args, code=0):
+    from cluster_curate.cli import main
+    res = cli_runner.invoke(main, [*map(str, args)])
+    assert res.exit_code == code, res.output
+    return res
+
+
+@pytest.fixture
+def pool(tmp_path, cli_runner):
+    rows = _rows(360)
+    data = _write(tmp_path / "pool.jsonl", rows)
+    emb, clusters = tmp_path / "emb.parquet", tmp_path / "clusters.parquet"
+    _cli(cli_runner, ["embed", data, "--out", emb, "--dim", "16", "-q"])
+    _cli(cli_runner, ["cluster", emb, "--out", clusters, "--k", "6", "-q"])
+    return {"rows": rows, "data": data, "emb": emb, "clusters": clusters}
+
+
+def _selected(path):
+    from cluster_curate.io.artifacts import read_artifact
+    table, meta = read_artifact(path)
+    return table, meta
+
+
+def test_select_target_spends_the_budget_on_the_target_task(tmp_path, cli_runner, pool):
+    import json
+    target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])  # 10 rows
+    out = tmp_path / "sel.parquet"
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", out, "--budget", "40", "--target", target, "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    table, meta = _selected(out)
+    kinds = [pool["rows"][i]["kind"] for i in table.column("id").to_pylist()]
+    assert table.num_rows == 40 and kinds.count("code") >= 36  # 60 code rows in the pool, 1 row in 6
+    assert {"nearest_target", "relevance"} <= set(table.column_names)
+    service = meta.params["target_service"]
+    assert service["target_rows"] == 10 and sum(r["selected_nearest_to_it"] for r in service["per_target"]) == 40
+    assert meta.inputs["target"]["rows"] == 10 and "10 rows" in summary["target"]
+    assert (tmp_path / "sel.target.parquet").exists()
+    # the same again: the same rows; through the target's embeddings artifact: the same rows
+    again = tmp_path / "again.parquet"
+    _cli(cli_runner, ["select", pool["clusters"], "--out", again, "--budget", "40", "--target",
+                      tmp_path / "sel.target.parquet", "-q"])
+    assert _selected(again)[0].column("id").equals(table.column("id"))
+    # --target-weight 0: the untargeted selection
+    plain, zero = tmp_path / "plain.parquet", tmp_path / "zero.parquet"
+    _cli(cli_runner, ["select", pool["clusters"], "--out", plain, "--budget", "40", "-q"])
+    _cli(cli_runner, ["select", pool["clusters"], "--out", zero, "--budget", "40", "--target", target,
+                      "--target-weight", "0", "-q"])
+    assert _selected(zero)[0].column("id").equals(_selected(plain)[0].column("id"))
+    # report shows how each target row is served
+    rep = _cli(cli_runner, ["report", out, "--json"])
+    sections = json.loads(rep.stdout.strip().splitlines()[-1])
+    titles = [s["title"] for s in sections] if isinstance(sections, list) else list(sections)
+    assert "target" in titles
+
+
+def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
+    target = _write(tmp_path / "target.jsonl", _rows(6, seed=3))
+    base = ["select", pool["clusters"], "--out", tmp_path / "s.parquet"]
+    for extra, message in [
+        (["--per-cluster-ratio", "0.5", "--target", target], "not --per-cluster-ratio"),
+        (["--fraction", "0.1", "--target", target, "--within", "far"], "--within: not used with --target"),
+        (["--fraction", "0.1", "--target-weight", "0.5"], "--target-weight is only used with --target"),
+        (["--fraction", "0.1", "--target", target, "--target-weight", "2"], "--target-weight must be between"),
+        (["--fraction", "0.1", "--target", tmp_path / "nope.jsonl"], "no such file"),
+    ]:
+        res = _cli(cli_runner, base + extra, code=2)
+        assert message in res.output and "Traceback" not in res.output, res.output
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    res = _cli(cli_runner, base + ["--fraction", "0.1", "--target", empty], code=2)
+    assert "ERROR:" in res.output and "Traceback" not in res.output
+    own = tmp_path / "own.parquet"  # embedded on its own: its own text basis, another feature space
+    _cli(cli_runner, ["embed", target, "--out", own, "--dim", "16", "-q"])
+    res = _cli(cli_runner, base + ["--fraction", "0.1", "--target", own], code=2)
+    assert "not embedded in the pool's feature space" in res.output
+    assert not (tmp_path / "s.parquet").exists()
+
+
+def test_select_target_far_from_the_pool_warns(tmp_path, cli_runner, pool):
+    far = _write(tmp_path / "far.jsonl", [{"instruction": f"zebra quantum violin {w}", "output": "x"}
+                                          for w in ("opera", "glacier", "nebula", "saxophone")])
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", "--budget", "20",
+                            "--target", far])
+    assert "far from the pool" in res.output and "may not contain the task" in res.output
+    assert _selected(tmp_path / "s.parquet")[0].num_rows == 20
+
+
+def test_run_target_end_to_end_and_up_to_date(tmp_path, cli_runner, pool):
+    import json
+    target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
+    out = tmp_path / "curated"
+    args = ["run", pool["data"], "--out", out, "--dim", "16", "--k", "6", "--budget", "30", "--target", target,
+            "--num-shards", "2", "--json"]
+    _cli(cli_runner, args)
+    table, _ = _selected(out / "selection.parquet")
+    kinds = [pool["rows"][i]["kind"] for i in table.column("id").to_pylist()]
+    assert kinds.count("code") >= 27
+    assert (out / "shards" / "manifest.json").exists()
+    again = json.loads(_cli(cli_runner, args).stdout)
+    assert [s["status"] for s in again["stages"]] == ["up to date"] * 4
+    _write(target, [r for r in _rows(60, seed=6) if r["kind"] == "code"])  # another target: select again
+    third = json.loads(_cli(cli_runner, args).stdout)
+    assert {s["stage"]: s["status"] for s in third["stages"]}["select"] == "ran"
