@@ -6,7 +6,8 @@
   given, plus the examples that keep no response token (reported, never embedded as zeros).
 
 Feature blocks: every entry of `--features` is one block: `gradient`, `lora-gradient`, `hidden` and
-`loss-trajectory` come from a model (features/extractors.py), `text` needs none (features/text.py). With one
+`loss-trajectory` come from a model (features/extractors.py), `semantic` from an encoder
+(features/semantic.py), `text` needs none (features/text.py). With one
 block the embedding is that block as computed. With several, each block is L2-normalised row by row and
 multiplied by its weight (`--feature-weights`, default 1 each) before concatenation, so a block's share of a
 cosine similarity is weight² / Σ weight² whatever its dimension or scale.
@@ -89,9 +90,11 @@ def plan_batches(lengths, batch_tokens: int, max_rows: int | None = None) -> lis
 
 
 def block_dims(features: list[str], *, hidden_size: int | None = None, dim: int | None = None,
-               n_checkpoints: int = 0, text_dim: int | None = None, lora_dim: int | None = None) -> dict[str, int]:
+               n_checkpoints: int = 0, text_dim: int | None = None, lora_dim: int | None = None,
+               semantic_dim: int | None = None) -> dict[str, int]:
     """Output width of each feature block: gradient/hidden = `dim` or the hidden size; lora-gradient = `dim`
-    or the extractor's default; loss-trajectory = one column per checkpoint; text = its SVD width."""
+    or the extractor's default; loss-trajectory = one column per checkpoint; semantic = the encoder's hidden
+    size; text = its SVD width."""
     dims = {}
     for kind in features:
         if kind in ("gradient", "hidden"):
@@ -100,6 +103,8 @@ def block_dims(features: list[str], *, hidden_size: int | None = None, dim: int 
             dims[kind] = int(dim or lora_dim)
         elif kind == "loss-trajectory":
             dims[kind] = int(n_checkpoints)
+        elif kind == "semantic":
+            dims[kind] = int(semantic_dim)
         else:
             dims[kind] = int(text_dim or dim or DEFAULT_TEXT_DIM)
     return dims
@@ -129,6 +134,7 @@ class ChunkResult:
     loss: np.ndarray  # float32 [n]; NaN when no model is used
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (id, reason): no response token
     tokens: int = 0  # real (unpadded) tokens processed
+    truncated: int = 0  # rows whose semantic text was cut to the encoder's max length
 
 
 @dataclass
@@ -137,7 +143,8 @@ class Embedder:
 
     fm: the FeatureModel (None when only `text` is asked for). trajectory: FeatureModels whose losses make
     the `loss-trajectory` block (one column each; they must share fm's tokenizer). text: a fitted
-    TextFeaturizer when `text` is asked for. projectors: per model block, what `extract` gets as projector."""
+    TextFeaturizer when `text` is asked for. semantic: a SemanticEncoder (features/semantic.py) when
+    `semantic` is asked for, over `text_field`. projectors: per model block, what `extract` gets as projector."""
 
     features: list[str]
     fm: object = None
@@ -150,6 +157,8 @@ class Embedder:
     max_length: int | None = DEFAULT_MAX_LENGTH
     batch_tokens: int = DEFAULT_BATCH_TOKENS
     dims: dict = field(default_factory=dict)  # block -> output width (block_dims); checked by `embed`
+    semantic: object = None
+    text_field: str = "prompt"
 
     def __post_init__(self):
         if any(f in MODEL_FEATURES for f in self.features) and self.fm is None:
@@ -158,6 +167,8 @@ class Embedder:
             raise ValueError("the text feature needs a fitted TextFeaturizer")
         if "loss-trajectory" in self.features and not self.trajectory:
             raise ValueError("loss-trajectory needs at least one checkpoint model")
+        if "semantic" in self.features and self.semantic is None:
+            raise ValueError("the semantic feature needs a SemanticEncoder")
 
     @property
     def uses_model(self) -> bool:
@@ -216,6 +227,9 @@ class Embedder:
                 block = np.empty_like(stacked)
                 block[where] = stacked  # back to the order of the examples
                 model_blocks[kind] = block
+        elif "semantic" in self.features:  # the encoder's tokenizer counts the tokens
+            kept = list(examples)
+            loss = np.full(len(kept), np.nan, dtype=np.float32)
         else:
             kept = list(examples)
             counts = [word_counts(ex) for ex in kept]
@@ -225,6 +239,30 @@ class Embedder:
             tokens = int(n_tokens.sum())
             if on_batch is not None and kept:
                 on_batch(len(kept), tokens)
+
+        truncated = 0
+        if "semantic" in self.features:
+            from cluster_curate.features.semantic import semantic_rows
+
+            # with a model feature its batches already advanced the rows; the encoder adds its tokens only
+            report = on_batch if on_batch is None or not self.uses_model else (lambda rows, t: on_batch(0, t))
+            sem = semantic_rows(self.semantic, kept, self.text_field, batch_tokens=self.batch_tokens,
+                                on_batch=report)
+            if not self.uses_model:
+                n_tokens, n_resp, tokens = sem.n_tokens, sem.n_response_tokens, sem.tokens
+            if sem.skipped:  # no text to embed: the row is reported, and left out of every block
+                gone = {i for i, _ in sem.skipped}
+                keep = np.array([ex.id not in gone for ex in kept], dtype=bool)
+                kept = [ex for ex in kept if ex.id not in gone]
+                if self.uses_model:
+                    n_tokens, n_resp, loss = n_tokens[keep], n_resp[keep], loss[keep]
+                    model_blocks = {k: v[keep] for k, v in model_blocks.items()}
+                else:
+                    loss = loss[keep]
+                skipped = sorted([*skipped, *sem.skipped])
+            model_blocks["semantic"] = sem.embedding
+            truncated = int(sem.truncated.sum())
+            tokens += sem.tokens if self.uses_model else 0
 
         blocks = []
         for kind in self.features:
@@ -240,7 +278,7 @@ class Embedder:
         embedding = combine_blocks(blocks, self.weights)
         ids = np.array([ex.id for ex in kept], dtype=np.int64)
         return ChunkResult(ids=ids, embedding=embedding, n_tokens=n_tokens, n_response_tokens=n_resp,
-                           loss=loss.astype(np.float32), skipped=list(skipped), tokens=tokens)
+                           loss=loss.astype(np.float32), skipped=list(skipped), tokens=tokens, truncated=truncated)
 
 
 def chunk_table(result: ChunkResult):
