@@ -1,6 +1,7 @@
 """Balanced, budgeted selection from clusters (DESIGN.md, `select`): pure functions on numpy arrays.
 
     quotas = water_fill_quotas(sizes, budget, balance_power)   # how many rows each cluster gives
+    quotas = token_water_fill(...)                             # the same, for a budget in tokens
     order  = order_within_cluster(...)                         # which rows of a cluster come first
     keep   = dedup_within_cluster(...)                         # optional near-duplicate removal
     sel    = select_rows(...)                                  # all of the above, end to end
@@ -146,6 +147,88 @@ def ratio_quotas(sizes: np.ndarray, ratio: float) -> np.ndarray:
         return np.zeros_like(sizes)
     q = int(math.floor(ratio * int(nonempty.min()) + 1e-9))
     return np.where(sizes > 0, q, 0).astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------ token budgets
+TOKEN_MODES = ("token-budget", "token-fraction")
+
+
+def check_token_budget_args(token_budget: int | None = None, token_fraction: float | None = None) -> str | None:
+    """At most one token budget, in range. Returns 'token-budget' | 'token-fraction' | None (rows)."""
+    if token_budget is not None and token_fraction is not None:
+        raise CurateError("give one of --token-budget T, --token-fraction F (got both)")
+    if token_budget is not None:
+        if int(token_budget) != token_budget or token_budget <= 0:
+            raise CurateError(f"--token-budget must be a positive number of tokens, got {token_budget}")
+        return "token-budget"
+    if token_fraction is not None:
+        if not (0 < token_fraction <= 1 and math.isfinite(token_fraction)):
+            raise CurateError(f"--token-fraction must be in (0, 1], got {token_fraction}")
+        return "token-fraction"
+    return None
+
+
+def token_budget_for(total_tokens: int, token_budget: int | None = None, token_fraction: float | None = None,
+                     counted_by: str = "counted") -> int:
+    """Tokens for `--token-budget T` (T itself) or `--token-fraction F` (floor(F·total)); a budget larger
+    than the data is refused (a row budget is capped instead: here it usually means the wrong tokenizer)."""
+    if token_budget is not None:
+        if token_budget > total_tokens:
+            raise CurateError(f"--token-budget {int(token_budget):,} is larger than the data's {total_tokens:,} "
+                              f"tokens ({counted_by}); lower it or use --token-fraction")
+        return int(token_budget)
+    return max(1 if total_tokens else 0, int(math.floor(token_fraction * total_tokens + 1e-9)))
+
+
+def token_water_fill(order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray, available: np.ndarray,
+                     budget_tokens: int, balance_power: float = 0.0,
+                     group_of_cluster: np.ndarray | None = None) -> np.ndarray:
+    """Rows per cluster (quotas) for a budget in tokens: `water_fill_quotas` with each cluster's quota in
+    tokens. Each cluster gives its rows in `order` (positions grouped by cluster, `available[c]` rows each)
+    while its running token total P stays under a common level λ·W_c^p (W_c: the cluster's tokens; p = 0:
+    one level for all). Equivalently every row gets the key P / W_c^p, and rows are taken in key order
+    (ties: the cluster with more tokens first, then the lower cluster number) until the next row would pass
+    the budget: so the selected tokens S satisfy S ≤ T < S + (tokens of the next row), i.e. T is met to
+    within one row. With unit tokens and p = 0 this is exactly `water_fill_quotas` (and `grouped_quotas`).
+
+    group_of_cluster: the same two levels as `grouped_quotas`: each group's rows are ordered as above
+    inside the group, then the groups are water-filled by their own running token totals."""
+    order = np.asarray(order)
+    c = np.asarray(clusters)[order].astype(np.int64)
+    t = np.asarray(tokens)[order].astype(np.int64)
+    k = len(available)
+    if (t < 0).any():
+        raise CurateError("token counts must be >= 0")
+
+    def levels(unit: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Running token total of each row inside its unit (rows in `seq` order, units contiguous) and
+        each unit's token total."""
+        tt = t[seq]
+        cum = np.cumsum(tt)
+        unit_tokens = np.bincount(unit, weights=tt, minlength=int(unit.max()) + 1 if len(unit) else 0)
+        first = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]]) if len(unit) else np.zeros(0, np.int64)
+        base = np.repeat(cum[first] - tt[first], np.diff(np.r_[first, len(unit)]))
+        return cum - base, unit_tokens.astype(np.float64)
+
+    def keys(prefix: np.ndarray, unit_tokens: np.ndarray, unit: np.ndarray) -> np.ndarray:
+        if balance_power == 0:
+            return prefix.astype(np.float64)
+        w = unit_tokens[unit] ** balance_power
+        return prefix / np.where(w > 0, w, 1.0)
+
+    # clusters: `order` already has them contiguous, each in preference order
+    prefix, w_c = levels(c, np.arange(len(order)))
+    key_c = keys(prefix, w_c, c)
+    if group_of_cluster is None:
+        seq = np.lexsort((c, -w_c[c], key_c))
+    else:
+        g = np.asarray(group_of_cluster, dtype=np.int64)[c]
+        in_group = np.lexsort((c, -w_c[c], key_c, g))  # each group's rows, water-filled over its clusters
+        prefix_g, w_g = levels(g[in_group], in_group)
+        key_g = keys(prefix_g, w_g, g[in_group])
+        seq = in_group[np.lexsort((g[in_group], -w_g[g[in_group]], key_g))]
+    n_take = int(np.searchsorted(np.cumsum(t[seq]), budget_tokens, side="right"))
+    return np.bincount(c[seq[:n_take]], minlength=k).astype(np.int64)
 
 
 # ------------------------------------------------------------------------------------------ orders
@@ -303,13 +386,18 @@ class Selection:
     requested: int | None          # the budget asked for (None for --per-cluster-ratio)
     dedup_dropped: int = 0
     notes: list = field(default_factory=list)
+    tokens_total: int | None = None       # tokens of all rows (when token counts were given)
+    tokens_requested: int | None = None   # the token budget (token modes)
+    tokens_selected: int | None = None    # tokens of the selected rows
 
 
 def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray | None = None,
                 similarity: np.ndarray | None = None, loss: np.ndarray | None = None,
                 features: np.ndarray | None = None, fraction: float | None = None, budget: int | None = None,
                 per_cluster_ratio: float | None = None, balance_power: float = 0.0, within: str = "random",
-                dedup: float | None = None, seed: int = 0, groups: np.ndarray | None = None) -> Selection:
+                dedup: float | None = None, seed: int = 0, groups: np.ndarray | None = None,
+                tokens: np.ndarray | None = None, token_budget: int | None = None,
+                token_fraction: float | None = None, tokens_counted_by: str = "counted") -> Selection:
     """Select rows: quotas across clusters, then the first `quota` rows of each cluster in `within` order.
 
     clusters: int cluster per row (0..k-1). ids: row ids (for the random order; default 0..n-1).
@@ -317,8 +405,22 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     features: unit rows aligned with `clusters` (diverse, dedup). dedup: cosine threshold; near-duplicates
     are removed before quotas are computed, so the budget is still met when enough distinct rows remain.
     groups: the group of each cluster (`cluster --groups`): budget quotas are water-filled over groups first.
+    tokens: per row (int); with token_budget / token_fraction the budget is in tokens (`token_water_fill`),
+    and whatever the budget the selection reports its tokens. tokens_counted_by: says how, in messages.
     """
-    mode = check_budget_args(fraction, budget, per_cluster_ratio)
+    mode = check_token_budget_args(token_budget, token_fraction)
+    if mode is None:
+        mode = check_budget_args(fraction, budget, per_cluster_ratio)
+    else:
+        rows_given = [k for k, v in {"fraction": fraction, "budget": budget,
+                                     "per-cluster-ratio": per_cluster_ratio}.items() if v is not None]
+        if rows_given:
+            raise CurateError(f"give one budget: --{mode} and --{rows_given[0]} were both given")
+        if tokens is None:
+            raise CurateError(f"--{mode} needs a token count per row")
+        if within == "diverse":
+            raise CurateError(f"--within diverse picks rows for a row quota; with --{mode} use random, far, "
+                              f"near or hard")
     if within not in WITHIN_ORDERS:
         raise CurateError(f"--within must be one of {', '.join(WITHIN_ORDERS)}, got {within!r}")
     if within == "diverse" and features is None:
@@ -339,6 +441,8 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         raise CurateError(f"cluster number {int(clusters.max())} is not below k = {k}")
     if features is not None and len(features) != n:
         raise ValueError("features must have one row per cluster row")
+    if tokens is not None and len(tokens) != n:
+        raise ValueError("tokens must have one count per cluster row")
     sizes = np.bincount(clusters, minlength=k).astype(np.int64)
     notes: list[str] = []
 
@@ -352,8 +456,21 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
             available = np.bincount(clusters[order], minlength=k).astype(np.int64)
     n_available = int(available.sum())
 
-    requested = None
-    if mode == "per-cluster-ratio":
+    requested, tokens_requested = None, None
+    if mode in TOKEN_MODES:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        tokens_requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, tokens_counted_by)
+        left = int(tokens[order].sum())
+        if tokens_requested > left:
+            notes.append(f"token budget of {tokens_requested:,} is larger than the {left:,} tokens left after "
+                         f"removing {dropped} near-duplicates: selecting all of them")
+        quotas = token_water_fill(order, clusters, tokens, available, min(tokens_requested, left), balance_power,
+                                  groups)
+        if quotas.sum() == 0:
+            first_rows = tokens[order[np.cumsum(available)[available > 0] - available[available > 0]]]
+            raise CurateError(f"--{mode}: {tokens_requested:,} tokens is less than any cluster's first row "
+                              f"({int(first_rows.min()):,} tokens at least); raise it")
+    elif mode == "per-cluster-ratio":
         quotas = ratio_quotas(available, per_cluster_ratio)
         if quotas.sum() == 0:
             raise CurateError(f"--per-cluster-ratio {per_cluster_ratio} keeps 0 rows: the smallest cluster has "
@@ -385,9 +502,14 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         rank[order[chosen]] = r[chosen]
         del in_cluster, r, chosen
     rows = np.flatnonzero(rank >= 0)
+    token_totals = {}
+    if tokens is not None:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        token_totals = {"tokens_total": int(tokens.sum()), "tokens_selected": int(tokens[rows].sum()),
+                        "tokens_requested": tokens_requested}
     return Selection(rows=rows, cluster=clusters[rows].astype(np.int32), rank_in_cluster=rank[rows].astype(np.int32),
                      sizes=sizes, available=available, quotas=quotas, mode=mode, requested=requested,
-                     dedup_dropped=dropped, notes=notes)
+                     dedup_dropped=dropped, notes=notes, **token_totals)
 
 
 def selection_summary_rows(sel: Selection, limit: int | None = 32) -> list[dict]:
