@@ -5,6 +5,7 @@ Tables come from the artifacts' metadata and small columns; plots are drawn with
     cluster_sizes.png   cluster sizes in the data and in the selection (sorted by size)
     features_pca.png    a 2-D PCA of the features coloured by cluster, selected rows marked
     rank_loads.png      per-step token load of each rank: the shard plan vs a random allocation
+    source_shares.png   a mixture's inputs: their shares of rows and tokens before and after selection
 """
 
 from __future__ import annotations
@@ -160,6 +161,33 @@ def plot_cluster_sizes(sizes: np.ndarray, selected: np.ndarray | None, out: Path
     if len(sizes) <= 40:
         ax.set_xticks(x, [str(c) for c in order], fontsize=7)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_source_shares(accounting: list[dict], out: Path) -> Path:
+    """Each input's share of the rows and tokens, in the data and in the selection (io/mixture.py
+    source_accounting): one bar group per input."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["source"] for r in accounting]
+    series = [("rows, data", "share_rows", "#c6dbef"), ("rows, selected", "selected_share_rows", "#2171b5"),
+              ("tokens, data", "share_tokens", "#fdd0a2"), ("tokens, selected", "selected_share_tokens", "#d94801")]
+    series = [s for s in series if all(s[1] in r for r in accounting)]
+    x = np.arange(len(names))
+    width = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(names) + 2), 4))
+    for i, (label, key, color) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, [r[key] for r in accounting], width, label=label,
+               color=color)
+    ax.set_xticks(x, names)
+    ax.set_ylabel("share")
+    ax.set_title("Source shares before and after selection")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

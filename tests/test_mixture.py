@@ -197,3 +197,19 @@ def test_source_bounds_keep_the_water_filling_and_work_in_tokens():
     with pytest.raises(CurateError, match="the sources' caps allow at most 110 rows, less than the budget of 120"):
         S.select_rows(clusters, budget=120, sources=sources, source_max_share=[0.25, 0.25, np.nan],
                       source_names=["a", "b", "c"])
+
+
+def test_source_accounting_and_its_plot(tmp_path):
+    from cluster_curate.io.mixture import source_accounting
+    from cluster_curate.report import plot_source_shares
+
+    source = np.array([0, 0, 0, 1, 1, 2])
+    tokens = np.array([10, 10, 20, 5, 5, 50])
+    selected = np.array([True, False, True, True, False, True])
+    acc = source_accounting(["math", "code", "chat"], source, tokens, selected)
+    assert acc[0] == {"source": "math", "rows": 3, "share_rows": 0.5, "tokens": 40, "share_tokens": 0.4,
+                      "selected": 2, "kept_rows": 0.6667, "selected_share_rows": 0.5, "selected_tokens": 30,
+                      "kept_tokens": 0.75, "selected_share_tokens": 0.3529}
+    assert [r["selected"] for r in acc] == [2, 1, 1] and acc[2]["selected_share_tokens"] == 0.5882
+    png = plot_source_shares(acc, tmp_path / "source_shares.png")
+    assert png.stat().st_size > 5000
