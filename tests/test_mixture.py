@@ -213,3 +213,14 @@ def test_source_accounting_and_its_plot(tmp_path):
     assert [r["selected"] for r in acc] == [2, 1, 1] and acc[2]["selected_share_tokens"] == 0.5882
     png = plot_source_shares(acc, tmp_path / "source_shares.png")
     assert png.stat().st_size > 5000
+
+
+def test_a_mixture_reopens_from_its_record(tmp_path):
+    from cluster_curate.io.datasets import Dataset
+    from cluster_curate.io.mixture import inputs_from_record, open_inputs
+
+    paths = _three(tmp_path)
+    assert isinstance(open_inputs(paths[:1]), Dataset)  # one input: read as before
+    mix = open_inputs(paths)
+    again = Mixture(inputs_from_record(mix.record()))
+    assert again.fingerprint() == mix.fingerprint() and again.names == mix.names

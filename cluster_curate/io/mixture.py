@@ -397,3 +397,24 @@ def source_accounting(names: list[str], source_index: np.ndarray, tokens: np.nda
                 row.update(selected_tokens=int(s_tok[s]), kept_tokens=round(s_tok[s] / max(tok[s], 1), 4),
                            selected_share_tokens=round(s_tok[s] / max(s_tok.sum(), 1), 4))
     return out
+
+
+def open_inputs(sources: list[str] | str, options: ReadOptions | None = None):
+    """What a command's DATA arguments open: one dataset as before (a Dataset: ids are its rows), or a
+    Mixture when several inputs (or a mixture file) are given."""
+    sources = [sources] if isinstance(sources, str) else list(sources)
+    if len(sources) == 1 and not is_mixture_file(sources[0]):
+        return open_dataset(sources[0], options or ReadOptions())
+    return Mixture(mixture_inputs(sources, options))
+
+
+def inputs_from_record(record: dict) -> list[MixtureInput]:
+    """The inputs a mixture's lineage record names (`Mixture.record()`), to open them again (select
+    --tokenizer, report) as they were read."""
+    out = []
+    for i, item in enumerate(record.get("inputs") or []):
+        opts = ReadOptions(**{"on_bad_row": "error", **(item.get("options") or {})})
+        out.append(MixtureInput(path=item["source"], name=item["name"], options=opts, rename=item.get("rename", {}),
+                                min_share=item.get("min_share"), max_share=item.get("max_share"),
+                                where=f"recorded input {item['name']}"))
+    return out
