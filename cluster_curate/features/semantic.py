@@ -262,7 +262,11 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         path = Path(spec).expanduser()
         directory = path if path.exists() else None
         where, name = (str(path), str(path.resolve())) if directory is not None else (spec, spec)
+    from transformers.utils import logging as hf_logging
+
     kwargs = {"trust_remote_code": bool(trust_remote_code)}
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # the command shows its own progress; a weight-loading bar is noise
     try:
         config = AutoConfig.from_pretrained(where, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
@@ -273,6 +277,9 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
                               f"is offline (HF_HUB_OFFLINE=1): download it first or pass a local path") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CurateError(f"--encoder {spec}: could not be loaded: {first}") from None
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     if directory is None:  # a hub id: the cached snapshot may carry a sentence-transformers configuration
         directory = _cached_snapshot(spec)
     pooling, pooling_source = read_pooling(directory)
