@@ -1,6 +1,6 @@
-"""k-means over learning-effect features (DESIGN.md, `cluster`): pure functions on numpy arrays.
+"""k-means over learning-effect features (docs/architecture.md, "Stages"): pure functions on numpy arrays.
 
-The stage, in the order pipeline.py calls it:
+The stage, in the order commands/cluster.py calls it:
 
     x = embedding_matrix(column)             # Arrow fixed-size list -> [n, d] float32 without a copy
     normalise_features(x, center=False)      # in place: (optionally mean-centred, then) L2-normalised rows

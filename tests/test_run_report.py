@@ -74,12 +74,12 @@ def test_run_bad_input_is_one_line_exit_2(tmp_path):
 
 
 def test_internal_error_exits_1_without_traceback(cli_runner, tmp_path, monkeypatch):
-    from cluster_curate import pipeline
+    from cluster_curate import selection
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(pipeline, "select_from_clusters", boom)
+    monkeypatch.setattr(selection, "select_rows", boom)
     result = cli_runner.invoke(main, ["run", str(DATA), "--out", str(tmp_path / "o"), *FAST])
     assert result.exit_code == 1
     assert "INTERNAL ERROR: RuntimeError: disk on fire" in result.stderr

@@ -159,7 +159,8 @@ def test_semantic_block_combines_with_text_and_counts_encoder_tokens(bert_dir):
     rows = gsm8k_rows(16)
     text = TextFeaturizer(dim=8).fit([r["question"] for r in rows])
     seen = []
-    emb = E.Embedder(features=["text", "semantic"], text=text, semantic=enc, weights=[1.0, 2.0],
+    emb = E.Embedder(features=["text", "semantic"], featurizers={"text": text, "semantic": S.SemanticFeaturizer(enc)},
+                     weights=[1.0, 2.0],
                      dims=E.block_dims(["text", "semantic"], text_dim=8, semantic_dim=enc.hidden_size))
     out = emb.embed(_examples(rows), on_batch=lambda r, t: seen.append((r, t)))
     sem = S.semantic_rows(enc, _examples(rows), "prompt")
@@ -195,5 +196,6 @@ def test_causal_lm_as_encoder_works_and_says_what_it_does(tmp_path):
     assert got.embedding.shape == (4, 64) and np.allclose(np.linalg.norm(got.embedding, axis=1), 1.0, atol=1e-6)
     # in the Embedder the row is reported and left out of every block
     text = TextFeaturizer(dim=4).fit([r["question"] for r in rows])
-    out = E.Embedder(features=["semantic", "text"], text=text, semantic=enc).embed(examples)
+    out = E.Embedder(features=["semantic", "text"],
+                     featurizers={"semantic": S.SemanticFeaturizer(enc), "text": text}).embed(examples)
     assert out.ids.tolist() == [0, 1, 3, 4] and out.skipped == got.skipped and out.embedding.shape == (4, 68)

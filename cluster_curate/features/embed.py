@@ -6,7 +6,7 @@
   given, plus the examples that keep no response token (reported, never embedded as zeros).
 
 Feature blocks: every entry of `--features` is one block: `gradient`, `lora-gradient`, `hidden` and
-`loss-trajectory` come from a model (features/extractors.py), `semantic` from an encoder
+`loss-trajectory` come from a model (features/extractors.py), `semantic` from an encoder of its own
 (features/semantic.py), `text` needs none (features/text.py). With one
 block the embedding is that block as computed. With several, each block is L2-normalised row by row and
 multiplied by its weight (`--feature-weights`, default 1 each) before concatenation, so a block's share of a
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster_curate.errors import CurateError
+from cluster_curate.registry import Registry
 
 # The default of `--features`, chosen by the evidence harness (benchmarks/results/quality.md): on the
 # skill-mixture benchmark, prompt TF-IDF clusters cover the rare skills better than the paper's gradient
@@ -31,9 +32,32 @@ from cluster_curate.errors import CurateError
 # an earlier probe found it recovering 74% of the oracle's advantage against ~0% for model features, and it
 # costs seconds instead of a model pass. `--features gradient` reproduces the paper.
 DEFAULT_FEATURES = "text"
-MODEL_FEATURES = ("gradient", "lora-gradient", "hidden", "loss-trajectory")
-ALL_FEATURES = (*MODEL_FEATURES, "text")
 DEFAULT_TEXT_DIM = 256
+
+# Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
+# (and backward) pass by features/extractors.extract(kind); otherwise a fitted featurizer that
+# `commands/embed.py` prepares through `prepare(context)` (fitted once by the leader, shared through a sidecar
+# file) and whose `transform_examples(examples)` gives the block; with `encoder=True` the featurizer runs a
+# model of its own and its `rows(examples, batch_tokens, on_batch)` gives the block with its own token counts
+# (features/semantic.SemanticRows), used when no causal-LM feature counts them. `dim(d)`: the block's width
+# from d = {"dim", "hidden_size", "n_checkpoints", "text_dim", "lora_dim", "semantic_dim"}. Add one: its code
+# + a line here.
+FEATURE_KINDS = Registry("--features")
+FEATURE_KINDS.register("gradient", "the paper's: loss gradient w.r.t. the last hidden states (random projection "
+                       "to --dim)", uses_model=True, dim=lambda d: d["dim"] or d["hidden_size"])
+FEATURE_KINDS.register("lora-gradient", "gradient of LoRA adapters on the linear layers (--layers)",
+                       uses_model=True, dim=lambda d: d["dim"] or d["lora_dim"])
+FEATURE_KINDS.register("hidden", "mean hidden state (--pool)", uses_model=True,
+                       dim=lambda d: d["dim"] or d["hidden_size"])
+FEATURE_KINDS.register("loss-trajectory", "the loss at each warm-up checkpoint (--checkpoints)", uses_model=True,
+                       dim=lambda d: d["n_checkpoints"])
+FEATURE_KINDS.register("text", "TF-IDF of the text + randomized SVD (no model)", uses_model=False,
+                       dim=lambda d: d["text_dim"] or d["dim"] or DEFAULT_TEXT_DIM, prepare="text")
+FEATURE_KINDS.register("semantic", "sentence embedding of --text-field by an encoder (--encoder; default the "
+                       "bundled all-MiniLM-L6-v2), pooled as its config says, L2-normalised", uses_model=False,
+                       dim=lambda d: d["semantic_dim"], prepare="semantic", encoder=True)
+MODEL_FEATURES = tuple(e.name for e in FEATURE_KINDS if e.uses_model)
+ALL_FEATURES = FEATURE_KINDS.names
 DEFAULT_BATCH_TOKENS = 16384
 DEFAULT_MAX_LENGTH = 1024
 
@@ -93,21 +117,11 @@ def block_dims(features: list[str], *, hidden_size: int | None = None, dim: int 
                n_checkpoints: int = 0, text_dim: int | None = None, lora_dim: int | None = None,
                semantic_dim: int | None = None) -> dict[str, int]:
     """Output width of each feature block: gradient/hidden = `dim` or the hidden size; lora-gradient = `dim`
-    or the extractor's default; loss-trajectory = one column per checkpoint; semantic = the encoder's hidden
-    size; text = its SVD width."""
-    dims = {}
-    for kind in features:
-        if kind in ("gradient", "hidden"):
-            dims[kind] = int(dim or hidden_size)
-        elif kind == "lora-gradient":
-            dims[kind] = int(dim or lora_dim)
-        elif kind == "loss-trajectory":
-            dims[kind] = int(n_checkpoints)
-        elif kind == "semantic":
-            dims[kind] = int(semantic_dim)
-        else:
-            dims[kind] = int(text_dim or dim or DEFAULT_TEXT_DIM)
-    return dims
+    or the extractor's default; loss-trajectory = one column per checkpoint; text = its SVD width; semantic =
+    the encoder's hidden size."""
+    d = {"dim": dim, "hidden_size": hidden_size, "n_checkpoints": n_checkpoints, "text_dim": text_dim,
+         "lora_dim": lora_dim, "semantic_dim": semantic_dim}
+    return {kind: int(FEATURE_KINDS.get(kind).dim(d)) for kind in features}
 
 
 def combine_blocks(blocks: list[np.ndarray], weights: list[float] | None = None) -> np.ndarray:
@@ -134,7 +148,7 @@ class ChunkResult:
     loss: np.ndarray  # float32 [n]; NaN when no model is used
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (id, reason): no response token
     tokens: int = 0  # real (unpadded) tokens processed
-    truncated: int = 0  # rows whose semantic text was cut to the encoder's max length
+    truncated: int = 0  # rows whose text an encoder feature cut to its max length
 
 
 @dataclass
@@ -142,13 +156,13 @@ class Embedder:
     """Computes the feature blocks of examples.
 
     fm: the FeatureModel (None when only `text` is asked for). trajectory: FeatureModels whose losses make
-    the `loss-trajectory` block (one column each; they must share fm's tokenizer). text: a fitted
-    TextFeaturizer when `text` is asked for. semantic: a SemanticEncoder (features/semantic.py) when
-    `semantic` is asked for, over `text_field`. projectors: per model block, what `extract` gets as projector."""
+    the `loss-trajectory` block (one column each; they must share fm's tokenizer). featurizers: per kind that
+    uses no model (`text`), its fitted featurizer (transform_examples; `semantic`: its encoder, rows).
+    projectors: per model block, what `extract` gets as projector."""
 
     features: list[str]
     fm: object = None
-    text: object = None
+    featurizers: dict = field(default_factory=dict)
     trajectory: list = field(default_factory=list)
     projectors: dict = field(default_factory=dict)
     weights: list[float] | None = None
@@ -157,26 +171,27 @@ class Embedder:
     max_length: int | None = DEFAULT_MAX_LENGTH
     batch_tokens: int = DEFAULT_BATCH_TOKENS
     dims: dict = field(default_factory=dict)  # block -> output width (block_dims); checked by `embed`
-    semantic: object = None
-    text_field: str = "prompt"
 
     def __post_init__(self):
         if any(f in MODEL_FEATURES for f in self.features) and self.fm is None:
             raise ValueError("model features need a FeatureModel")
-        if "text" in self.features and self.text is None:
-            raise ValueError("the text feature needs a fitted TextFeaturizer")
+        for kind in self.features:
+            if not FEATURE_KINDS.get(kind).uses_model and kind not in self.featurizers:
+                raise ValueError(f"the {kind} feature needs a fitted featurizer")
         if "loss-trajectory" in self.features and not self.trajectory:
             raise ValueError("loss-trajectory needs at least one checkpoint model")
-        if "semantic" in self.features and self.semantic is None:
-            raise ValueError("the semantic feature needs a SemanticEncoder")
 
     @property
     def uses_model(self) -> bool:
         return any(f in MODEL_FEATURES for f in self.features)
 
+    @property
+    def encoder_kinds(self) -> list[str]:
+        return [f for f in self.features if getattr(FEATURE_KINDS.get(f), "encoder", False)]
+
     def embed(self, examples: list, on_batch=None) -> ChunkResult:
         """Feature rows of `examples`. `on_batch(rows, tokens)` is called after each model batch."""
-        from cluster_curate.features.text import example_text, word_counts
+        from cluster_curate.features.text import word_counts
 
         skipped: list[tuple[int, str]] = []
         model_blocks: dict[str, np.ndarray] = {}
@@ -227,7 +242,7 @@ class Embedder:
                 block = np.empty_like(stacked)
                 block[where] = stacked  # back to the order of the examples
                 model_blocks[kind] = block
-        elif "semantic" in self.features:  # the encoder's tokenizer counts the tokens
+        elif self.encoder_kinds:  # the encoder's tokenizer counts the tokens
             kept = list(examples)
             loss = np.full(len(kept), np.nan, dtype=np.float32)
         else:
@@ -241,36 +256,32 @@ class Embedder:
                 on_batch(len(kept), tokens)
 
         truncated = 0
-        if "semantic" in self.features:
-            from cluster_curate.features.semantic import semantic_rows
-
-            # with a model feature its batches already advanced the rows; the encoder adds its tokens only
+        for kind in self.encoder_kinds:
+            # with a causal-LM feature its batches advanced the rows already; the encoder adds its tokens
             report = on_batch if on_batch is None or not self.uses_model else (lambda rows, t: on_batch(0, t))
-            sem = semantic_rows(self.semantic, kept, self.text_field, batch_tokens=self.batch_tokens,
-                                on_batch=report)
+            rows = self.featurizers[kind].rows(kept, self.batch_tokens, report)
             if not self.uses_model:
-                n_tokens, n_resp, tokens = sem.n_tokens, sem.n_response_tokens, sem.tokens
-            if sem.skipped:  # no text to embed: the row is reported, and left out of every block
-                gone = {i for i, _ in sem.skipped}
+                n_tokens, n_resp, tokens = rows.n_tokens, rows.n_response_tokens, rows.tokens
+            else:
+                tokens += rows.tokens
+            if rows.skipped:  # no text to embed: the row is reported, and left out of every block
+                gone = {i for i, _ in rows.skipped}
                 keep = np.array([ex.id not in gone for ex in kept], dtype=bool)
                 kept = [ex for ex in kept if ex.id not in gone]
+                loss = loss[keep]
                 if self.uses_model:
-                    n_tokens, n_resp, loss = n_tokens[keep], n_resp[keep], loss[keep]
+                    n_tokens, n_resp = n_tokens[keep], n_resp[keep]
                     model_blocks = {k: v[keep] for k, v in model_blocks.items()}
-                else:
-                    loss = loss[keep]
-                skipped = sorted([*skipped, *sem.skipped])
-            model_blocks["semantic"] = sem.embedding
-            truncated = int(sem.truncated.sum())
-            tokens += sem.tokens if self.uses_model else 0
+                skipped = sorted([*skipped, *rows.skipped])
+            model_blocks[kind] = rows.embedding
+            truncated += int(rows.truncated.sum())
 
         blocks = []
         for kind in self.features:
-            if kind == "text":
-                block = (self.text.transform([example_text(ex, self.text.field) for ex in kept]) if kept
-                         else np.zeros((0, self.text.dim), dtype=np.float32))
-            else:
+            if kind in model_blocks:
                 block = model_blocks[kind]
+            else:
+                block = self.featurizers[kind].transform_examples(kept)
             if kind in self.dims and block.shape[1] != self.dims[kind]:
                 raise RuntimeError(f"{kind}: block of width {block.shape[1]}, expected {self.dims[kind]}")
             self.dims[kind] = int(block.shape[1])
@@ -282,7 +293,7 @@ class Embedder:
 
 
 def chunk_table(result: ChunkResult):
-    """The embeddings artifact's rows for a chunk (DESIGN.md "Artifacts"), sorted by id."""
+    """The embeddings artifact's rows for a chunk (docs/architecture.md, "Artifacts"), sorted by id."""
     import pyarrow as pa
 
     order = np.argsort(result.ids, kind="stable")

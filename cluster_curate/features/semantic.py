@@ -411,3 +411,17 @@ def semantic_rows(enc: SemanticEncoder, examples: list, text_field: str = "promp
     return SemanticRows(embedding=embedding, n_tokens=n_tokens, n_response_tokens=n_resp, truncated=cut,
                         tokens=int(sum(len(r) for r in ids)), skipped=skipped)
 
+
+
+@dataclass
+class SemanticFeaturizer:
+    """The `semantic` feature kind as features/embed.py's Embedder uses it: an encoder over one text field."""
+    encoder: SemanticEncoder
+    text_field: str = "prompt"
+
+    @property
+    def dim(self) -> int:
+        return self.encoder.hidden_size
+
+    def rows(self, examples: list, batch_tokens: int, on_batch=None) -> SemanticRows:
+        return semantic_rows(self.encoder, examples, self.text_field, batch_tokens=batch_tokens, on_batch=on_batch)

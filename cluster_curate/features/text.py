@@ -137,21 +137,27 @@ class TextFeaturizer:
                 "config": np.array([self.dim, self.seed, self.max_features, self.min_df], dtype=np.int64),
                 "field": np.array([self.field]), "weighting": np.array([self.weighting])}
 
-    def save(self, path) -> None:
-        """Write the fitted state as an .npz of plain arrays (loaded with allow_pickle=False)."""
+    def to_bytes(self) -> bytes:
+        """The fitted state as an .npz of plain arrays (read back with allow_pickle=False)."""
         import io
-        from cluster_curate.io.artifacts import atomic_write_bytes
         buf = io.BytesIO()
         np.savez(buf, **self.state())
-        atomic_write_bytes(path, buf.getvalue())
+        return buf.getvalue()
 
     @classmethod
-    def load(cls, path) -> "TextFeaturizer":
-        with np.load(path, allow_pickle=False) as z:
+    def from_bytes(cls, data: bytes) -> "TextFeaturizer":
+        import io
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             dim, seed, max_features, min_df = (int(v) for v in z["config"])
             return cls(dim=dim, field=str(z["field"][0]), weighting=str(z["weighting"][0]), seed=seed,
                        max_features=max_features, min_df=min_df,
                        vocabulary=z["vocabulary"], idf=z["idf"], components=z["components"])
+
+    def transform_examples(self, examples: list) -> np.ndarray:
+        """The feature block of examples (the text of each chosen by `field`)."""
+        if not examples:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self.transform([example_text(ex, self.field) for ex in examples])
 
 
 _WORD = re.compile(r"(?u)\b\w+\b")

@@ -1,4 +1,4 @@
-"""Parquet artifacts: the contract between subcommands (DESIGN.md, "Artifacts").
+"""Parquet artifacts: the contract between commands (docs/architecture.md, "Artifacts"): metadata and reading.
 
 An artifact is one Parquet file or a directory of `part-*.parquet` files. Each carries the key-value
 metadata `cluster_curate` (JSON) with:
@@ -11,7 +11,7 @@ metadata `cluster_curate` (JSON) with:
     rows         number of rows in this artifact
     fingerprint  hash of (kind, params, inputs): same inputs + parameters => same fingerprint
 
-Writes are atomic (temporary file in the same directory, then rename) and refuse to overwrite unless asked.
+Writing is cluster_curate/io/writer.py; typed readers are cluster_curate/io/readers.py.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -113,60 +112,6 @@ def check_writable(path: str | os.PathLike, overwrite: bool) -> None:
     p = Path(path)
     if p.exists() and not overwrite:
         raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
-
-
-# ----------------------------------------------------------------------------------------------- write
-
-def _with_meta(table: pa.Table, meta: ArtifactMeta) -> pa.Table:
-    existing = dict(table.schema.metadata or {})
-    existing[META_KEY] = meta.to_json().encode()
-    return table.replace_schema_metadata(existing)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> None:
-    """Write a Parquet file through a temporary file in the same directory, then rename it into place."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, **kwargs)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_artifact(table: pa.Table, path: str | os.PathLike, meta: ArtifactMeta, *, overwrite: bool = False) -> ArtifactMeta:
-    """Write `table` as a single-file artifact carrying `meta`; returns the meta with `rows` filled in."""
-    check_writable(path, overwrite)
-    meta.rows = table.num_rows
-    p = Path(path)
-    if p.is_dir():  # replacing a part-file artifact with a single file
-        import shutil
-        shutil.rmtree(p)
-    write_parquet_atomic(_with_meta(table, meta), p)
-    return meta
-
-
-def write_part(table: pa.Table, directory: str | os.PathLike, name: str, meta: ArtifactMeta) -> Path:
-    """Write one part file of a directory artifact (each part carries the artifact's metadata)."""
-    p = Path(directory) / name
-    write_parquet_atomic(_with_meta(table, meta), p)
-    return p
 
 
 # ----------------------------------------------------------------------------------------------- read

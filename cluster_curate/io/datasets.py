@@ -791,7 +791,7 @@ class Dataset:
 
     def write_rejects(self, path) -> Path:
         """All rejects as JSONL ({id, location, field, reason} per line), written atomically."""
-        from cluster_curate.io.artifacts import atomic_write_bytes
+        from cluster_curate.io.writer import atomic_write_bytes
         data = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in self.rejects)
         atomic_write_bytes(path, data.encode("utf-8"))
         return Path(path)
