@@ -199,3 +199,56 @@ def test_causal_lm_as_encoder_works_and_says_what_it_does(tmp_path):
     out = E.Embedder(features=["semantic", "text"],
                      featurizers={"semantic": S.SemanticFeaturizer(enc), "text": text}).embed(examples)
     assert out.ids.tolist() == [0, 1, 3, 4] and out.skipped == got.skipped and out.embedding.shape == (4, 68)
+
+
+# ------------------------------------------------------------------------------------------- the command
+
+def _cli(cli_runner, args, code=0):
+    from cluster_curate.cli import main
+    res = cli_runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert res.exit_code == code, res.output
+    return res
+
+
+def test_embed_command_with_an_encoder_directory(tmp_path, cli_runner, bert_dir):
+    import json
+
+    from cluster_curate.io.artifacts import read_artifact
+    from conftest import FIXTURES
+    out = tmp_path / "e.parquet"
+    res = _cli(cli_runner, ["embed", FIXTURES / "gsm8k" / "train-300.jsonl", "--out", out, "--features",
+                            "text,semantic", "--encoder", bert_dir, "--text-field", "both", "--dim", "8",
+                            "--commit-every", "100", "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["rows"] == 300 and summary["dims"] == {"text": 8, "semantic": 32}
+    assert summary["encoder"] == str(bert_dir.resolve()) and summary["n_tokens"].startswith("encoder tokens")
+    table, meta = read_artifact(out, kind="embeddings")
+    assert meta.params["semantic"]["pooling"] == "mean" and meta.params["text_field"] == "both"
+    enc = S.load_encoder(str(bert_dir), device="cpu")
+    rows = gsm8k_rows(300)
+    expected = S.semantic_rows(enc, _examples(rows), "both")
+    assert table.column("n_tokens").to_pylist() == expected.n_tokens.tolist()
+    emb = table.column("embedding").combine_chunks().values.to_numpy().reshape(300, -1)
+    assert np.allclose(emb[:, 8:], expected.embedding, atol=1e-6)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--encoder", "x"], "--encoder x is only used by --features semantic"),
+    (["--features", "semantic", "--encoder", "{noweights}"], "has no weights"),
+    (["--features", "semantic", "--encoder", "./missing"], "no such file or directory"),
+])
+def test_embed_command_bad_encoders_are_one_line_before_reading(tmp_path, cli_runner, extra, message):
+    build_bert(tmp_path / "noweights", weights=False)
+    extra = [e.replace("{noweights}", str(tmp_path / "noweights")) for e in extra]
+    data = tmp_path / "bad.jsonl"
+    data.write_text("not json\n")  # never read: the encoder is checked first
+    res = _cli(cli_runner, ["embed", data, "--out", tmp_path / "e.parquet", *extra], code=2)
+    assert message in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_embed_command_with_a_causal_lm_says_what_it_does(tmp_path, cli_runner):
+    from conftest import FIXTURES
+    llama = build_llama(tmp_path / "llama")
+    res = _cli(cli_runner, ["embed", FIXTURES / "gsm8k" / "train-300.jsonl", "--out", tmp_path / "e.parquet",
+                            "--features", "semantic", "--encoder", llama])
+    assert "is a causal LM (LlamaForCausalLM)" in res.output and "no chat template" in res.output

@@ -31,8 +31,11 @@ OPTIONS = (
            help="proxy (built in: trained briefly on the data, no download), a saved proxy (OUT.proxy), a local "
                 "model directory, a .gguf file, or a Hugging Face id (from the local cache when offline)."),
     Option("features", help="A feature kind or a comma list (concatenated L2-normalised blocks); kinds: "
-           + "gradient | lora-gradient | hidden | loss-trajectory | text.",
+           + "gradient | lora-gradient | hidden | loss-trajectory | text | semantic.",
            shown_default="text, chosen by the evidence benchmark; gradient is the paper's"),
+    Option("encoder", shown_default="all-MiniLM-L6-v2 (bundled in the semantic extra, no download)",
+           help="semantic: an encoder directory (transformers or sentence-transformers), a Hugging Face id (from "
+                "the local cache when offline), or all-MiniLM-L6-v2."),
     Option("feature_weights", help="Comma list, one weight per feature block (default: 1 each)."),
     Option("dim", type=int, help="Output dimension per block: random projection for gradient/hidden (default: "
            "hidden size), lora-gradient (default 8192), SVD width for text (default 256)."),
@@ -42,14 +45,15 @@ OPTIONS = (
     Option("checkpoints", help="loss-trajectory: comma list of proxy warm-up steps or model paths/ids "
            "(default: the proxy's own warm-up checkpoints)."),
     Option("text_field", default="prompt", choices=_text_choice("TEXT_FIELDS"), show_default=True,
-           help="text: which text the feature looks at."),
+           help="text, semantic: which text the feature looks at."),
     Option("text_weighting", default="tf", choices=_text_choice("TEXT_WEIGHTINGS"), show_default=True,
            help="text: tf weighs words by their (sublinear) count alone, so the words that say what the task is "
                 "are not outweighed by rare topic words; tfidf weighs rare words (topics, names) most."),
     Option("text_sample", type=int, default=20000, show_default=True,
            help="text: rows (seeded sample) the vocabulary, IDF and SVD are fitted on."),
     Option("max_length", type=int, shown_default=1024,
-           help="Tokens per example; the prompt is truncated from the left first."),
+           help="Tokens per example; the prompt is truncated from the left first. semantic: lowers the "
+                "encoder's own limit (cut on its tokenizer's truncation side)."),
     Option("batch_tokens", type=int, shown_default=16384,
            help="Padded tokens per batch (length-sorted buckets); does not change the features."),
     Option("device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N."),
@@ -132,6 +136,11 @@ def _validate(o: dict) -> list[str]:
             raise CurateError(f"--{name.replace('_', '-')} must be {what}, got {o[name]}")
     if o["checkpoints"] and "loss-trajectory" not in features:
         raise CurateError("--checkpoints is only used by --features loss-trajectory")
+    if o["encoder"] is not None and "semantic" not in features:
+        raise CurateError(f"--encoder {o['encoder']} is only used by --features semantic")
+    if "semantic" in features:  # fail before reading the data: a missing package, directory or weights
+        from cluster_curate.features.semantic import check_encoder_spec
+        check_encoder_spec(o["encoder"])
     uses_model = any(f in MODEL_FEATURES for f in features)
     if o["model"] != "proxy" and not uses_model:
         raise CurateError(f"--model {o['model']} is not used by --features {','.join(features)} (no model); "

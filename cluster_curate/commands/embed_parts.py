@@ -185,8 +185,21 @@ def prepare_text(run):
     return TextFeaturizer.from_bytes(path.read_bytes())
 
 
+def prepare_semantic(run):
+    """The semantic feature's encoder: loaded by every process (nothing is fitted; a bundled encoder's
+    weights are checked against their pinned hash)."""
+    from cluster_curate import console
+    from cluster_curate.features.semantic import SemanticFeaturizer, load_encoder
+    o = run.opts
+    encoder = load_encoder(o["encoder"], device=run.device, dtype=o["dtype"], max_length=o["max_length"],
+                           trust_remote_code=o["trust_remote_code"])
+    if encoder.notice:
+        console.warn(encoder.notice)
+    return SemanticFeaturizer(encoder, o["text_field"])
+
+
 # how a feature kind without a model is prepared (features/embed.FEATURE_KINDS' `prepare`)
-PREPARE = {"text": prepare_text}
+PREPARE = {"text": prepare_text, "semantic": prepare_semantic}
 
 
 def _trajectory(opts: dict, proxy_dir, fm):
@@ -233,10 +246,10 @@ def embedder_and_params(run, m: Models):
         if "lora-gradient" in features:
             lora_dim = o["dim"] or DEFAULT_LORA_DIM
             projectors["lora-gradient"] = lora_projector(m.fm, lora_dim, o["seed"], o["layers"])
-    text = m.featurizers.get("text")
+    text, semantic = m.featurizers.get("text"), m.featurizers.get("semantic")
     dims = block_dims(features, hidden_size=m.fm.hidden_size if m.fm else None, dim=o["dim"],
                       n_checkpoints=len(m.trajectory), text_dim=text.dim if text else DEFAULT_TEXT_DIM,
-                      lora_dim=lora_dim)
+                      lora_dim=lora_dim, semantic_dim=semantic.dim if semantic else None)
     embedder = Embedder(features=features, fm=m.fm, featurizers=m.featurizers, trajectory=m.trajectory,
                         projectors=projectors, weights=weights, pool=o["pool"], layers=o["layers"],
                         max_length=o["max_length"], batch_tokens=o["batch_tokens"], dims=dict(dims))
@@ -249,9 +262,18 @@ def embedder_and_params(run, m: Models):
               "dtype": str(fm.dtype).replace("torch.", "") if fm else None,
               "proxy": dict(o["proxy"].__dict__) if m.model_name == "proxy" else None,
               "proxy_key": P.read_proxy_config(m.proxy_dir).get("key") if m.proxy_dir else None,
-              "loss": "mean response-token cross-entropy" if fm else "NaN: no model (text features only)",
-              "n_tokens": "model tokens" if fm else "whitespace words (no model tokenizer)"}
+              "loss": "mean response-token cross-entropy" if fm else "NaN: no causal LM (semantic has no loss)"
+              if semantic else "NaN: no model (text features only)",
+              "n_tokens": "model tokens" if fm else N_TOKENS_ENCODER if semantic else N_TOKENS_WORDS}
+    if semantic:
+        params["semantic"] = semantic.encoder.describe()
     return embedder, params
+
+
+# what `n_tokens` counts (params["n_tokens"]; select and shard name it in their summaries)
+N_TOKENS_ENCODER = ("encoder tokens (the semantic encoder's tokenizer, not the trainer's: shard --tokenizer "
+                    "balances exact tokens)")
+N_TOKENS_WORDS = "whitespace words (no model tokenizer)"
 
 
 @dataclass
@@ -262,6 +284,7 @@ class Pass:
     done_rows: int = 0
     done_tokens: int = 0
     seconds: float = 0.0
+    truncated: int = 0  # rows an encoder feature cut to its max length (chunks computed by this process)
 
 
 def feature_pass(run, embedder, params) -> Pass:
@@ -289,6 +312,7 @@ def feature_pass(run, embedder, params) -> Pass:
             if chunk not in todo_set:
                 return
             result = embedder.embed(examples, on_batch=on_batch)
+            p.truncated += result.truncated
             skipped = [{"id": int(i), "reason": r} for i, r in result.skipped]
             if skipped:
                 bar.advance(len(skipped))
@@ -343,7 +367,8 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
         "rows_in_data": run.total_rows, "skipped_no_response": len(skipped_rows), "bad_rows": len(bad_rows),
         "rejects": str(rejects_path) if reported else None, "model": m.model_name or "none",
         "features": ",".join(run.features), "dims": dims, "dim": int(sum(dims.values())),
-        "device": str(m.fm.device) if m.fm else "cpu", "chunks_computed": len(p.todo),
+        "device": str(m.fm.device) if m.fm else str(m.featurizers["semantic"].encoder.device)
+        if "semantic" in m.featurizers else "cpu", "chunks_computed": len(p.todo),
         "chunks_resumed": len(mine) - len([c for c in mine if c in todo_set]),
         "seconds": round(time.perf_counter() - t_start, 3), "warmup_seconds": round(m.warmup_s, 3),
         "prepare_seconds": round(m.prepare_s, 3), "feature_seconds": round(p.seconds, 3),
@@ -352,6 +377,13 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     }
     if m.proxy_dir is not None:
         summary["proxy"] = str(m.proxy_dir)
+    sem = p.meta.params.get("semantic")
+    if sem:
+        summary["encoder"] = sem["encoder"]
+        summary["semantic"] = (f"{sem['pooling']} pooling ({sem['pooling_from']}), max length {sem['max_length']} "
+                               f"(model {sem['model_max_length']}), cut on the {sem['truncation_side']}; "
+                               f"{p.truncated} row(s) cut by this process")
+        summary["n_tokens"] = p.meta.params["n_tokens"]
     if skipped_rows:
         shown = ", ".join(str(r["id"]) for r in skipped_rows[:10])
         console.warn(f"{len(skipped_rows)} row(s) kept no response token and were not embedded (ids {shown}"

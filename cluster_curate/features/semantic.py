@@ -94,6 +94,7 @@ class SemanticEncoder:
         return {"encoder": self.name, "pooling": self.pooling, "pooling_from": self.pooling_source,
                 "max_length": self.max_length, "model_max_length": self.model_max_length,
                 "truncation_side": self.truncation_side, "dim": self.hidden_size, "causal_lm": self.causal_lm,
+                "dtype": str(self.dtype).replace("torch.", ""),
                 "weights_sha256": self.sha256, "normalised": "L2"}
 
 
