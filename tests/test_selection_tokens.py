@@ -110,3 +110,53 @@ def test_bad_token_budgets_are_one_line(kwargs, message):
     with pytest.raises(CurateError, match=message) as err:
         S.select_rows(clusters, tokens=np.array([5, 6, 7, 8, 9]), tokens_counted_by="words", **kwargs)
     assert "\n" not in str(err.value)
+
+
+def _cli(cli_runner, args, code=0):
+    from cluster_curate.cli import main
+    res = cli_runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert res.exit_code == code, res.output
+    return res
+
+
+def test_select_command_token_budget_on_gsm8k(tmp_path, cli_runner):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from cluster_curate.commands.common import token_counts
+    from cluster_curate.io.datasets import open_dataset
+    from conftest import FIXTURES
+
+    data = FIXTURES / "gsm8k" / "train-300.jsonl"
+    tok_dir = tmp_path / "tok"
+    build_tokenizer(chat_template=True).save_pretrained(tok_dir)
+    _cli(cli_runner, ["embed", data, "--out", tmp_path / "e.parquet", "-q"])
+    _cli(cli_runner, ["cluster", tmp_path / "e.parquet", "--out", tmp_path / "c.parquet", "-q"])
+    examples = [ex for b in open_dataset(str(data)).iter_batches() for ex in b.examples]
+    from transformers import AutoTokenizer
+    p, r = token_counts(AutoTokenizer.from_pretrained(tok_dir), examples)
+    exact = np.array(p) + np.array(r)
+    budget = int(exact.sum() * 0.3)
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s.parquet", "--token-budget",
+                            budget, "--tokenizer", tok_dir, "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["tokens counted by"] == f"tokenizer {tok_dir} (exact)"
+    sel = pq.read_table(tmp_path / "s.parquet")
+    ids = sel.column("id").to_numpy()
+    assert sel.column("n_tokens").to_pylist() == exact[ids].tolist()  # shard reuses the exact counts
+    assert 0 <= budget - exact[ids].sum() < exact.max()
+    assert summary["tokens selected"].startswith(f"{int(exact[ids].sum()):,} of {int(exact.sum()):,}")
+    # without --tokenizer: the embeddings' counts (words, for the text feature), and the summary says so
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s2.parquet", "--token-fraction",
+                            "0.25", "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["tokens counted by"] == "the embeddings' n_tokens: whitespace words (no model tokenizer)"
+    # a row budget still reports the tokens it keeps
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s3.parquet", "--fraction",
+                            "0.31", "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "tokens selected" in summary and summary["fraction of the data"] == 0.3100
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s4.parquet", "--token-budget",
+                            10 ** 9], code=2)
+    assert "is larger than the data's" in res.output and res.output.count("ERROR") == 1

@@ -36,7 +36,8 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
                 return tokens, f"embeddings n_tokens ({cand})"
             if cand == embeddings:
                 raise CurateError(f"{cand}: no 'n_tokens' column")
-    tokens = _count_tokens_pass(ds, sel.ids, tokenizer)
+    from cluster_curate.commands.common import count_tokens_pass
+    tokens = count_tokens_pass(ds, sel.ids, tokenizer, "shard: count tokens")
     missing = np.flatnonzero(tokens < 0)
     if missing.size:
         raise CurateError(f"{o['data']}: selected id {int(sel.ids[missing[0]])} is not a readable example of this "
@@ -46,30 +47,6 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
     console.warn("no token counts in the selection or its embeddings and no --tokenizer: balancing on "
                  "whitespace-separated words (recorded in the manifest as token_source)")
     return tokens, "whitespace words (no n_tokens, embeddings or --tokenizer)"
-
-
-def _count_tokens_pass(ds, ids, tokenizer_path, batch_rows: int = 4096):
-    """Tokens per selected id by reading the data once: with a tokenizer, prompt (chat template when it has
-    one) + response tokens; without, whitespace-separated words of prompt and response."""
-    from cluster_curate import console
-    from cluster_curate.commands.common import load_tokenizer, token_counts as count
-    from cluster_curate.features.text import word_counts
-    tok = load_tokenizer(tokenizer_path) if tokenizer_path else None
-    where = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
-    where[ids] = np.arange(ids.shape[0])
-    counts = np.full(ids.shape[0], -1, dtype=np.int64)
-    with console.progress("shard: count tokens", total=ds.rows) as bar:
-        for batch in ds.iter_batches(batch_rows):
-            chosen = [e for e in batch.examples if e.id < where.shape[0] and where[e.id] >= 0]
-            if chosen:
-                if tok is not None:
-                    p, r = count(tok, chosen)
-                    n = [a + b for a, b in zip(p, r)]
-                else:
-                    n = [word_counts(e)[0] for e in chosen]  # the same words a text-only embed counts
-                counts[where[[e.id for e in chosen]]] = n
-            bar.advance(batch.raw.num_rows)
-    return counts
 
 
 @dataclass
