@@ -224,3 +224,72 @@ def test_a_mixture_reopens_from_its_record(tmp_path):
     mix = open_inputs(paths)
     again = Mixture(inputs_from_record(mix.record()))
     assert again.fingerprint() == mix.fingerprint() and again.names == mix.names
+
+
+# ------------------------------------------------------------------------------------------- through the commands
+
+def _cli(cli_runner, args, code=0):
+    from cluster_curate.cli import main
+    res = cli_runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert res.exit_code == code, res.output
+    return res
+
+
+def test_three_input_mixture_through_run(tmp_path, cli_runner):
+    import csv
+
+    from cluster_curate.io.artifacts import read_artifact
+
+    paths = _three(tmp_path)
+    out = tmp_path / "curated"
+    args = ["run", *paths, "--out", out, "--fraction", "0.3", "--num-shards", "2", "--micro-batch-size", "2",
+            "--source-min-share", "train-300=0.3", "--json"]
+    res = json.loads(_cli(cli_runner, args).stdout.strip().splitlines()[-1])
+    assert [s["status"] for s in res["stages"]] == ["ran"] * 4
+    # every artifact row carries (source, source_row), consistent with the global id
+    offsets = {"train-300": 0, "code": 300, "messages-300": 600}
+    for name in ("embeddings.parquet", "clusters.parquet", "selection.parquet"):
+        t, meta = read_artifact(out / name)
+        assert [i["name"] for i in meta.dataset["inputs"]] == list(offsets)
+        assert all(i == offsets[s] + r for i, s, r in zip(t.column("id").to_pylist(), t.column("source").to_pylist(),
+                                                           t.column("source_row").to_pylist()))
+    sel, smeta = read_artifact(out / "selection.parquet")
+    per = {r["source"]: r for r in smeta.params["sources"]}
+    assert sum(r["selected"] for r in per.values()) == 270 and per["train-300"]["selected"] == 81  # ceil(0.3 x 270)
+    assert [r["rows"] for r in per.values()] == [300, 300, 300]
+    # shards: one table for any trainer, the originals kept value for value
+    shards = pa.concat_tables([pq.read_table(p) for p in sorted((out / "shards").glob("shard-*.parquet"))])
+    assert shards.column_names[:7] == ["id", "source", "source_row", "prompt", "response", "messages", "system"]
+    gsm = list(csv.DictReader(open(GSM_CSV, newline="")))
+    code = pq.read_table(ALPACA_PARQUET).to_pylist()
+    chat = [json.loads(line) for line in open(CHAT)]
+    for row in shards.to_pylist():
+        s, r = row["source"], row["source_row"]
+        if s == "train-300":
+            assert {"question": row["question"], "answer": row["answer"]} == gsm[r]
+            assert row["prompt"] == gsm[r]["question"] and row["messages"][-1]["content"] == gsm[r]["answer"]
+        elif s == "code":
+            assert {k: row[k] for k in code[r]} == code[r] and row["response"] == code[r]["output"]
+        else:
+            assert row["source_messages"] == chat[r]["messages"] and row["messages"] == chat[r]["messages"]
+    manifest = json.loads((out / "shards" / "manifest.json").read_text())
+    assert {m["source"]: m["selected_rows"] for m in manifest["sources"]} == {k: v["selected"] for k, v in per.items()}
+    # an unchanged run is up to date; changing one input re-makes everything downstream of it
+    again = json.loads(_cli(cli_runner, args).stdout.strip().splitlines()[-1])
+    assert [s["status"] for s in again["stages"]] == ["up to date"] * 4
+    with open(paths[2], "a") as f:
+        f.write(json.dumps({"messages": [{"role": "user", "content": "Name a prime."},
+                                         {"role": "assistant", "content": "7"}]}) + "\n")
+    changed = json.loads(_cli(cli_runner, args).stdout.strip().splitlines()[-1])
+    assert [s["status"] for s in changed["stages"]] == ["ran"] * 4
+    t, meta = read_artifact(out / "embeddings.parquet")
+    assert t.num_rows == 901 and meta.dataset["inputs"][2]["rows"] == 301
+
+
+def test_mixture_inputs_that_disagree_on_a_column_type_are_one_line(tmp_path, cli_runner):
+    (tmp_path / "a.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "2", "level": 1}) + "\n")
+    pq.write_table(pa.table({"question": ["2+2?"], "answer": ["4"], "level": ["easy"]}), tmp_path / "b.parquet")
+    res = _cli(cli_runner, ["run", tmp_path / "a.jsonl", tmp_path / "b.parquet", "--out", tmp_path / "o",
+                            "--fraction", "0.5", "--num-shards", "1"], code=2)
+    assert res.output.count("\n") == 1 and "column 'level' is string, but input a has it as int64" in res.output
+    assert not (tmp_path / "o" / "embeddings.parquet").exists()

@@ -154,8 +154,9 @@ def _validate(o: dict) -> list[str]:
     return features
 
 
-def embed(data: str, out: str, **options) -> dict:
-    """One feature row per parsed example of `data` into the embeddings artifact `out`. Returns the summary."""
+def embed(data, out: str, **options) -> dict:
+    """One feature row per parsed example of `data` (a dataset, or several inputs / a mixture file: a
+    mixture, io/mixture.py) into the embeddings artifact `out`. Returns the summary."""
     from cluster_curate import console, distributed
     from cluster_curate.commands import embed_parts as parts
     from cluster_curate.features.embed import bound_host_memory
@@ -187,7 +188,7 @@ def render(result: dict, options: dict) -> None:
 
 
 SPEC = CommandSpec(
-    "embed", embed, (Argument("data"),), OPTIONS, render,
+    "embed", embed, (Argument("data", nargs=-1),), OPTIONS, render,
     help="""One feature vector per example of DATA (prompt TF-IDF by default; the paper's gradient feature and
     other model features with --features).
 

@@ -15,8 +15,10 @@ def scan(run, read_options) -> None:
     """Pass 1: parse every row (bad input fails here, before any model work); count rows per chunk."""
     import numpy as np
 
-    from cluster_curate.io.datasets import open_dataset
-    run.ds = ds = open_dataset(run.data, read_options)
+    from cluster_curate.io.mixture import Mixture, open_inputs
+    run.ds = ds = open_inputs(run.data, read_options)
+    if isinstance(ds, Mixture):  # inputs that disagree on a column's type fail here, before any model work
+        ds.check_columns()
     commit_every = run.opts["commit_every"]
     counts: dict[int, int] = {}
     parsed = 0
@@ -32,7 +34,7 @@ def scan(run, read_options) -> None:
         per_chunk[c] = n
     run.parsed, run.total_rows, run.per_chunk, run.record = parsed, total, per_chunk, ds.record()
     if parsed == 0:
-        raise CurateError(f"{run.data}: no row parsed; nothing to embed")
+        raise CurateError(f"{ds.source}: no row parsed; nothing to embed")
 
 
 def sample(ds, k: int, seed: int, salt: int) -> list:
@@ -292,6 +294,7 @@ def feature_pass(run, embedder, params) -> Pass:
     from cluster_curate import console, distributed
     from cluster_curate.features.embed import chunk_table, release_free_memory
     from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.mixture import with_source_columns
     meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record)
     output = distributed.ChunkedOutput(run.out, run.layout, {"params": params, "dataset": run.record.get("fingerprint")},
                                        run.opts["commit_every"], resume=run.opts["resume"],
@@ -316,7 +319,7 @@ def feature_pass(run, embedder, params) -> Pass:
             skipped = [{"id": int(i), "reason": r} for i, r in result.skipped]
             if skipped:
                 bar.advance(len(skipped))
-            output.commit(chunk, chunk_table(result), skipped)
+            output.commit(chunk, with_source_columns(chunk_table(result), run.record), skipped)
             del result
             release_free_memory()
 

@@ -112,7 +112,12 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
             order = np.argsort(-sizes, kind="stable")
             rows = [{"cluster": int(c), "size": int(sizes[c]), "selected": int(quotas[c]),
                      "kept": f"{quotas[c] / max(sizes[c], 1):.0%}"} for c in order[:40]]
+        if p.get("tokens"):
+            t = p["tokens"]
+            data["tokens selected"] = f"{t['selected']:,} of {t['total']:,} (counted by {t['counted_by']})"
         sections.append(("selection", data, rows))
+        if p.get("sources"):  # a mixture: rows and tokens of each input, in the data and in the selection
+            sections.append(("sources", {"inputs": len(p["sources"])}, p["sources"]))
     if "shards" in found:
         m = _manifest(found["shards"])
         b = m.get("balance", {})
@@ -124,7 +129,7 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
             if key in b:
                 data[key.replace("_", " ")] = ", ".join(f"{k} {v:.4g}" for k, v in b[key].items()
                                                          if isinstance(v, (int, float)))
-        sections.append(("shards", data, None))
+        sections.append(("shards", data, m.get("sources")))
     return sections
 
 
@@ -262,8 +267,10 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
     written = []
     sel_ids = sel_table = None
     if "selection" in found:
-        sel_table, _ = read_artifact(found["selection"])
+        sel_table, sel_meta = read_artifact(found["selection"])
         sel_ids = sel_table.column("id").to_numpy()
+        if sel_meta.params.get("sources"):  # a mixture: each input's share before and after
+            written.append(plot_source_shares(sel_meta.params["sources"], out_dir / "source_shares.png"))
     if "clusters" in found:
         ctable, cmeta = read_artifact(found["clusters"], columns=["id", "cluster"])
         labels = ctable.column("cluster").to_numpy()

@@ -74,11 +74,11 @@ def _stage_extra(spec) -> dict:
     return {k: v() for k, v in spec.extra.items()}
 
 
-def run(data: str, out: str, *, overwrite: bool = False, force: bool = False, **options) -> dict:
+def run(data, out: str, *, overwrite: bool = False, force: bool = False, **options) -> dict:
     """The whole pipeline: embed, cluster, select, shard into the directory `out`, each stage skipped while its
     output is up to date with its inputs and options. Returns {"out", "stages", "summaries", "tables"}."""
     from cluster_curate import console
-    from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.io.mixture import open_inputs
 
     declared, by_stage = stage_options()
     opts = resolve(declared, options, "run")
@@ -86,7 +86,7 @@ def run(data: str, out: str, *, overwrite: bool = False, force: bool = False, **
     d.mkdir(parents=True, exist_ok=True)
     state = RunState(d)
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
-    upstream = open_dataset(data, read_options(opts)).fingerprint()
+    upstream = open_inputs(data, read_options(opts)).fingerprint()
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
     done, summaries, tables = [], {}, {}
@@ -124,7 +124,7 @@ def render(result: dict, options: dict) -> None:
 
 
 SPEC = CommandSpec(
-    "run", run, (Argument("data"),), OWN_OPTIONS + tuple(stage_options()[0]), render,
+    "run", run, (Argument("data", nargs=-1),), OWN_OPTIONS + tuple(stage_options()[0]), render,
     short_help="The whole pipeline in one command, resumable.",
     help="""The whole pipeline in one command: embed, cluster, select, shard, with artifacts kept in OUT.
 
@@ -137,4 +137,5 @@ SPEC = CommandSpec(
     \b
     Example:
       cluster-curate run train.jsonl --out curated/ --fraction 0.31 --num-shards 8 --micro-batch-size 4
+      cluster-curate run math.jsonl code.parquet chat.json --out curated/ --fraction 0.31 --num-shards 8
     """)

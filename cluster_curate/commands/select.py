@@ -223,10 +223,6 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
     if sources is not None:
         from cluster_curate.io.mixture import source_accounting
-        columns["source"] = pa.DictionaryArray.from_arrays(pa.array(sources[sel.rows], pa.int32()),
-                                                           pa.array(source_names, pa.string()))
-        first = np.array([i["first_id"] for i in c.meta.dataset["inputs"]], dtype=np.int64)
-        columns["source_row"] = pa.array(c.ids[sel.rows] - first[sources[sel.rows]], pa.int64())
         chosen = np.zeros(len(c.ids), dtype=bool)
         chosen[sel.rows] = True
         x["sources"] = source_accounting(source_names, sources, tokens, chosen)
@@ -242,8 +238,9 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     inputs = {"clusters": c.meta.as_input(clusters)}
     if x["emeta"] is not None:
         inputs["embeddings"] = x["emeta"].as_input(x["emb_path"])
-    write_artifact(pa.table(columns), out, make_meta(names.SELECTION, params, inputs, c.meta.dataset),
-                   overwrite=o["overwrite"])
+    from cluster_curate.io.mixture import with_source_columns
+    write_artifact(with_source_columns(pa.table(columns), c.meta.dataset),
+                   out, make_meta(names.SELECTION, params, inputs, c.meta.dataset), overwrite=o["overwrite"])
     summary = _summary(o, mode, sel, c, x, out)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, S.selection_summary_rows(sel, limit=summary_limit)

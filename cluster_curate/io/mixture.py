@@ -418,3 +418,18 @@ def inputs_from_record(record: dict) -> list[MixtureInput]:
                                 min_share=item.get("min_share"), max_share=item.get("max_share"),
                                 where=f"recorded input {item['name']}"))
     return out
+
+
+def with_source_columns(table: pa.Table, record: dict) -> pa.Table:
+    """An artifact's rows with `source` (the input's name) and `source_row` (its row in that input) after
+    `id`, from the inputs' first ids a mixture's lineage record holds; unchanged for a single dataset."""
+    inputs = (record or {}).get("inputs")
+    if not inputs:
+        return table
+    ids = table.column("id").to_numpy()
+    first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
+    index = np.searchsorted(first, ids, side="right") - 1
+    at = table.column_names.index("id") + 1
+    table = table.add_column(at, "source", pa.DictionaryArray.from_arrays(
+        pa.array(index, pa.int32()), pa.array([i["name"] for i in inputs], pa.string())))
+    return table.add_column(at + 1, "source_row", pa.array(ids - first[index], pa.int64()))
