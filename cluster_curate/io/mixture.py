@@ -11,7 +11,7 @@ Identity: `id` is the row's index in the concatenation of the inputs in the orde
 input's name and `source_row` its 0-based row in that input, so (source, source_row) names the row in the
 file it came from whatever else is mixed in. Every input keeps its own format detection and reading options.
 
-Original columns (what the shards keep, docs/architecture.md): typed, one column per name over all inputs
+Original columns (what the shards keep, docs/architecture.md "Artifacts"): typed, one column per name over all inputs
 (null in the rows of an input that lacks it). Typed columns stay as they were written, need no decoding by a
 trainer, and Parquet stores them column by column; the price is that inputs must agree on the type of a column
 they share: `check_columns` refuses a disagreement before any work, naming both inputs, and the mixture file
