@@ -63,6 +63,10 @@ TRUNCATION_SIDES = ("right", "left")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 ENCODE_SLICE = 256  # texts per batched tokenizer call: memory bounded by the slice, not the chunk
+# On CPU an encoder batch holds at most this many padded tokens: small batches stay in cache (measured on 300
+# GSM8K rows, 1 thread: 100 rows per CPU-second for prompts at 1024 tokens against 55 at 16384; 30 against 23
+# for prompt + response); a GPU takes `--batch-tokens` as given.
+CPU_BATCH_TOKENS = 1024
 _UNBOUNDED_LENGTH = 1_000_000  # tokenizers without a known limit report a huge model_max_length
 
 
@@ -425,4 +429,6 @@ class SemanticFeaturizer:
         return self.encoder.hidden_size
 
     def rows(self, examples: list, batch_tokens: int, on_batch=None) -> SemanticRows:
+        if self.encoder.device.type == "cpu":
+            batch_tokens = min(batch_tokens, CPU_BATCH_TOKENS)
         return semantic_rows(self.encoder, examples, self.text_field, batch_tokens=batch_tokens, on_batch=on_batch)
