@@ -15,12 +15,13 @@ import click
 from cluster_curate import __version__, console
 from cluster_curate.commands import COMMANDS, spec
 from cluster_curate.errors import CurateError
-from cluster_curate.io.datasets import reads_through_hf_datasets
+from cluster_curate.io.containers import reads_through_hf_datasets
 from cluster_curate.options import CommandSpec, Option
 
 
 def _let_pyarrow_skip_pandas(*sources: str) -> None:
-    """pyarrow imports pandas (0.3-0.4 s, a third of a short command) the first time it converts any array, only
+    """pyarrow imports pandas (a third of a short command's time; benchmarks/results/code_figures.md) the first
+    time it converts any array, only
     to ask whether that array is a pandas object; the commands never hand it one. So pyarrow's one probe is made to
     find no pandas. pandas still imports, and pyarrow's to_pandas/from_pandas import it when called; only pa.array
     no longer recognises a pandas object in this process. Hence not when a source is read through Hugging Face

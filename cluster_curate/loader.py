@@ -46,19 +46,6 @@ def read_manifest(directory: str | os.PathLike) -> dict:
     return manifest
 
 
-def distributed_rank_and_world() -> tuple[int, int] | None:
-    """(rank, world size) from torch.distributed when initialised, else from torchrun's RANK/WORLD_SIZE, else None."""
-    try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:  # torch is optional for reading shards
-        pass
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return None
-
-
 class Shard:
     """One rank's shard: a map-style dataset (len / index -> row dict) plus the planned micro-batches."""
 
@@ -156,7 +143,8 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
     """Open shard `rank` of a shard directory. Rank and world size default to torch.distributed's (or torchrun's
     environment); without either, rank 0 of a single process. The world size must equal the number of shards."""
     manifest = read_manifest(directory)
-    found = distributed_rank_and_world()
+    from cluster_curate.distributed import trainer_rank_and_world
+    found = trainer_rank_and_world()
     if rank is None:
         rank, found_world = found if found is not None else (0, manifest["num_shards"] if manifest["num_shards"] == 1 else None)
         if world_size is None:

@@ -3,7 +3,8 @@
 Each command module declares its options once, as a tuple of `Option`s: name, type, default, choices (taken
 from the stage's own registry or constants), help. From that one declaration come the click options of the
 CLI (cli.py), the options `run` takes and passes to each stage, the defaults and checks of the Python API
-(`resolve`), and the options that decide `run`'s up-to-date check. A command then reads `opts["name"]`.
+(`resolve`), the options that decide `run`'s up-to-date check, and (`record=True`) the params recorded in
+the artifact, hence its fingerprint (`recorded`). A command then reads `opts["name"]`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,15 @@ from typing import Any, Callable, Sequence
 from cluster_curate.errors import CurateError
 
 _UNSET = object()
+
+
+def lazy(module: str, name: str) -> Callable[[], Any]:
+    """A callable returning `module.name` when called: choices and versions read from a stage's module
+    without importing it when the declaration is made (the CLI starts faster)."""
+    def get():
+        import importlib
+        return getattr(importlib.import_module(module), name)
+    return get
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class Option:
     metavar: str | None = None
     run: bool = True                # `run` takes it and passes it to this stage
     multiple: bool = False          # may be given several times (a tuple of values)
+    record: bool = False            # recorded as given in the artifact's params (so in its fingerprint)
     deprecated: tuple[tuple[str, ...], ...] = ()  # old spellings kept for one release (they warn)
 
     @property
@@ -76,7 +87,8 @@ class CommandSpec:
     render: Callable[[Any], None]                # prints the result (console.summary) for the CLI
     short_help: str = ""
     help: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)    # keyword -> callable: values the CLI passes besides options
+    algorithm: Callable[[], int] | None = None   # the stage's ALGORITHM_VERSION (for `run`'s up-to-date check)
 
     def option(self, name: str) -> Option:
         return next(o for o in self.options if o.name == name)
@@ -101,6 +113,12 @@ def _deprecated_names(options: Sequence[Option]) -> dict[str, str]:
         for spelling in o.deprecated:
             out[spelling[0].lstrip("-").replace("-", "_")] = o.name
     return out
+
+
+def recorded(options: Sequence[Option], opts: dict) -> dict:
+    """The artifact params of the options declared `record=True`, in declaration order. A command adds what
+    it derives (the chosen k, the parsed feature list, ...) to these."""
+    return {o.name: opts[o.name] for o in options if o.record}
 
 
 def run_options(spec: CommandSpec) -> list[Option]:
@@ -137,8 +155,7 @@ class CountOrWord:
 
 
 def _formats():
-    from cluster_curate.io.formats import FORMATS
-    return ["auto", *FORMATS]
+    return ["auto", *lazy("cluster_curate.io.formats", "FORMATS")()]
 
 
 # How to read a raw dataset: shared by inspect, embed, shard and run (folded into one ReadOptions).

@@ -20,6 +20,10 @@ import numpy as np
 from cluster_curate.errors import CurateError
 from cluster_curate.registry import Registry
 
+# The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
+
 # ------------------------------------------------------------------------------------------ budgets
 
 def check_budget_args(fraction: float | None = None, budget: int | None = None,

@@ -45,11 +45,14 @@ import numpy as np
 from cluster_curate.errors import CurateError
 from cluster_curate.registry import Registry
 
+# The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
 BALANCES = ("tokens", "padded")
 REMAINDERS = ("drop", "wrap")
 # Steps per length-grouping window (0 = off). Grouping rows of similar length into the same steps is what
 # lowers a padding trainer's compute, and it also lets sum-of-tokens balance hold on heavy-tailed lengths
-# (measured: 1.075 -> 1.006 mean imbalance on lognormal lengths); the window keeps it local, like HF's
+# (benchmarks/results/code_figures.md); the window keeps it local, like HF's
 # group_by_length mega-batches, so the epoch has no short-to-long curriculum.
 DEFAULT_LENGTH_WINDOW = {"tokens": 64, "padded": 64}
 

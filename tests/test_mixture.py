@@ -291,5 +291,6 @@ def test_mixture_inputs_that_disagree_on_a_column_type_are_one_line(tmp_path, cl
     pq.write_table(pa.table({"question": ["2+2?"], "answer": ["4"], "level": ["easy"]}), tmp_path / "b.parquet")
     res = _cli(cli_runner, ["run", tmp_path / "a.jsonl", tmp_path / "b.parquet", "--out", tmp_path / "o",
                             "--fraction", "0.5", "--num-shards", "1"], code=2)
-    assert res.output.count("\n") == 1 and "column 'level' is string, but input a has it as int64" in res.output
+    errors = [line for line in res.output.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and "column 'level' is string, but input a has it as int64" in errors[0]
     assert not (tmp_path / "o" / "embeddings.parquet").exists()

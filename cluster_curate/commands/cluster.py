@@ -6,12 +6,8 @@ import time
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option, resolve
-
-
-def _group_cuts():
-    from cluster_curate.clustering import GROUP_CUTS
-    return list(GROUP_CUTS)
+from cluster_curate.options import (OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option, lazy, recorded,
+                                    resolve)
 
 
 def _int_range(low, cls="IntRange"):
@@ -25,12 +21,12 @@ OPTIONS = (
     Option("k", flags=("--k",), type=CountOrWord("clusters", ("auto",)), default="auto", show_default=True,
            help="Number of clusters, or auto: ceil(sqrt(n)) capped at n/2 (deliberately more clusters than "
                 "natural groups, so rare groups get clusters of their own). The paper uses k = number of GPUs."),
-    Option("iters", type=_int_range(1), default=20, show_default=True, help="k-means iterations."),
-    Option("seed", type=_int_range(0), default=0, show_default=True,
+    Option("iters", record=True, type=_int_range(1), default=20, show_default=True, help="k-means iterations."),
+    Option("seed", record=True, type=_int_range(0), default=0, show_default=True,
            help="Seeds the training sample and the initial centroids."),
     Option("center", is_flag=True, default=False,
            help="Subtract the mean feature before L2-normalising (default: L2 only)."),
-    Option("max_size_factor", type=_int_range(1.0, "FloatRange"), shown_default="no cap",
+    Option("max_size_factor", record=True, type=_int_range(1.0, "FloatRange"), shown_default="no cap",
            help="Soft cap: no cluster above ceil(A·n/k) rows; rows over it move to the nearest of their 8 "
                 "closest centroids with room (the paper uses 1.5)."),
     Option("sample_size", type=_int_range(1), shown_default="min(n, max(128·k, 2^24/k))",
@@ -44,7 +40,7 @@ OPTIONS = (
                 "water-fills the budget over groups first, then over the clusters inside each, so the many "
                 "clusters of one dominant kind share one quota. auto: cut where --group-cut says; G: cut "
                 "into G groups; none: flat quotas over clusters."),
-    Option("group_cut", default="row", choices=_group_cuts, show_default=True,
+    Option("group_cut", default="row", choices=lazy("cluster_curate.clustering", "GROUP_CUTS"), show_default=True,
            help="Where --groups auto cuts: row: clusters whose centroids are as similar as a row is to its own "
                 "centroid share a group; pair: as similar as two rows of one cluster are (fewer, larger groups; "
                 "on real data it can join a rare kind into a dominant one)."),
@@ -120,10 +116,11 @@ def _params(o: dict, r: dict, group_of, groups_rule, centroid_bytes: bytes) -> d
     from cluster_curate import clustering as C
     res = r["res"]
     return {
-        "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"], "iters": o["iters"], "seed": o["seed"],
+        **recorded(OPTIONS, o),
+        "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"],
         "normalisation": r["norm"]["normalisation"], "spherical": True, "dim": r["d"], "sample_size": res.sample_size,
         "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else C.SAMPLE_RULE,
-        "max_size_factor": o["max_size_factor"], "max_cluster_size": res.cap, "moved": res.moved,
+        "max_cluster_size": res.cap, "moved": res.moved,
         "cap_candidates": C.CAP_CANDIDATES if o["max_size_factor"] is not None else None,
         "objective": res.objective, "objective_before_cap": res.objective_uncapped,
         "objective_kind": "mean cosine similarity to the assigned centroid (higher is better)",
@@ -159,7 +156,9 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
     centroid_bytes = npy_bytes(res.centroids)
     centroids_file = sidecar_path(out, names.CENTROIDS)
     params = _params(o, r, group_of, groups_rule, centroid_bytes)
-    meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings)}, r["emeta"].dataset)
+    from cluster_curate.clustering import ALGORITHM_VERSION
+    meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings)}, r["emeta"].dataset,
+                     ALGORITHM_VERSION)
     table = pa.table({"id": pa.array(r["ids"], pa.int64()), "cluster": pa.array(res.labels, pa.int32()),
                       "similarity": pa.array(res.similarity, pa.float32())})
     atomic_write_bytes(centroids_file, centroid_bytes)  # the centroids first: an artifact never exists without them
@@ -222,6 +221,7 @@ def render(result, options: dict) -> None:
 
 SPEC = CommandSpec(
     "cluster", cluster, (Argument("embeddings"),), OPTIONS, render,
+    algorithm=lazy("cluster_curate.clustering", "ALGORITHM_VERSION"),
     help="""k-means (faiss, spherical: cosine on L2-normalised features) over an embeddings artifact.
 
     \b

@@ -47,26 +47,42 @@ def output_fingerprint(stage: str, path) -> str | None:
 
 
 class RunState:
-    """What `run` did last time in DIR: per stage, a hash of (options, input fingerprint) and the output's
-    fingerprint. A stage is up to date when both still match, so a re-run (or a run after a crash) only
-    redoes the stages whose inputs, parameters or outputs changed."""
+    """What `run` did last time in DIR: per stage, its algorithm version, a hash of its options, its input's
+    fingerprint and its output's fingerprint. A stage is up to date while all four still match, so a re-run
+    (or a run after a crash, or after an upgrade) redoes only the stages whose algorithm, options, input or
+    output changed, and `stale` says which."""
 
     def __init__(self, directory):
         import json
         self.path = Path(directory) / names.RUN_STATE
         self.stages = json.loads(self.path.read_text()) if self.path.is_file() else {}
 
-    def request(self, stage: str, options: dict, input_fingerprint: str) -> str:
+    @staticmethod
+    def request(stage: str, options: dict, input_fingerprint: str | None, algorithm: int) -> dict:
         from cluster_curate.io.artifacts import stable_hash
-        return stable_hash({"stage": stage, "options": options, "input": input_fingerprint})
+        return {"algorithm": algorithm, "options": stable_hash({"stage": stage, "options": options}),
+                "input": input_fingerprint}
 
-    def is_current(self, stage: str, request: str, output) -> bool:
+    def stale(self, stage: str, request: dict, output) -> str | None:
+        """Why `stage` must run again (None: it is up to date)."""
         rec = self.stages.get(stage)
-        return bool(rec and rec["request"] == request and rec["fingerprint"] == output_fingerprint(stage, output))
+        if rec is None:
+            return "not run before"
+        if "algorithm" not in rec:
+            return "recorded by an earlier version of cluster-curate"
+        if rec["algorithm"] != request["algorithm"]:
+            return f"its algorithm changed (version {rec['algorithm']} -> {request['algorithm']})"
+        if rec["options"] != request["options"]:
+            return "its options changed"
+        if rec["input"] != request["input"]:
+            return "its input changed"
+        if rec["fingerprint"] != output_fingerprint(stage, output):
+            return "its output is missing or was changed"
+        return None
 
-    def record(self, stage: str, request: str, output) -> None:
+    def record(self, stage: str, request: dict, output) -> None:
         from cluster_curate.io.writer import write_json
-        self.stages[stage] = {"request": request, "fingerprint": output_fingerprint(stage, output)}
+        self.stages[stage] = dict(request, fingerprint=output_fingerprint(stage, output))
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
 
 
@@ -86,18 +102,20 @@ def run(data, out: str, *, overwrite: bool = False, force: bool = False, **optio
     d.mkdir(parents=True, exist_ok=True)
     state = RunState(d)
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
-    upstream = open_inputs(data, read_options(opts)).fingerprint()
+    upstream = open_inputs(data, read_options(opts)).fingerprint()  # the raw data's, then each output's
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
     done, summaries, tables = [], {}, {}
     for stage, spec in stage_specs().items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
-        request = state.request(stage, stage_opts, upstream)
+        request = state.request(stage, stage_opts, upstream, spec.algorithm())
         output = paths[stage]
         t0 = time.monotonic()
-        if not overwrite and state.is_current(stage, request, output):
+        why = "--overwrite" if overwrite else state.stale(stage, request, output)
+        if why is None:
             done.append({"stage": stage, "status": "up to date", "seconds": 0.0, "output": str(output)})
         else:
+            console.info(f"run: {stage}: {why}")
             extra = {"resume": True} if stage == "embed" else {}
             result = spec.function(*inputs[stage], out=str(output), overwrite=True, force=force, **stage_opts,
                                    **extra, **_stage_extra(spec))
@@ -107,7 +125,7 @@ def run(data, out: str, *, overwrite: bool = False, force: bool = False, **optio
                 summaries[title], tables[title] = data_, rows
             state.record(stage, request, output)
             done.append({"stage": stage, "status": "ran", "seconds": round(time.monotonic() - t0, 2),
-                         "output": str(output)})
+                         "output": str(output), "reason": why})
         upstream = output_fingerprint(stage, output)
     return {"out": str(d), "stages": done, "summaries": summaries, "tables": tables}
 
@@ -120,7 +138,8 @@ def render(result: dict, options: dict) -> None:
     for title, data_ in result["summaries"].items():
         console.summary(title, data_, result["tables"][title])
     console.summary("run", {"out": result["out"]}
-                    | {s["stage"]: f"{s['status']} ({s['seconds']} s)" for s in result["stages"]})
+                    | {s["stage"]: f"{s['status']} ({s['seconds']} s)" + (f": {s['reason']}" if "reason" in s else "")
+                       for s in result["stages"]})
 
 
 SPEC = CommandSpec(

@@ -6,13 +6,8 @@ import time
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, read_options,
-                                    resolve)
-
-
-def _orders():
-    from cluster_curate.selection import WITHIN_ORDERS
-    return WITHIN_ORDERS
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
+                                    read_options, recorded, resolve)
 
 
 def _order_help() -> str:
@@ -47,14 +42,15 @@ OPTIONS = (
            help="A mixture's inputs: each gives at most this share of the budget (as --source-min-share)."),
     Option("balance_power", type=float, default=0.0, show_default=True,
            help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional."),
-    Option("within", default="random", choices=_orders, show_default=True, help=_order_help),
+    Option("within", record=True, default="random", choices=lazy("cluster_curate.selection", "WITHIN_ORDERS"),
+           show_default=True, help=_order_help),
     Option("embeddings", run=False,
            help="Embeddings artifact (features for diverse / --dedup, loss for hard, n_tokens for shard). "
                 "Default: the one the clusters were made from, when it is still there."),
-    Option("dedup", type=float, metavar="COSINE",
+    Option("dedup", record=True, type=float, metavar="COSINE",
            help="Drop a row whose cosine similarity to an already kept row of its cluster exceeds COSINE "
                 "(before quotas are filled)."),
-    Option("seed", type=_int_min0(), default=0, show_default=True, help="Seeds the random order."),
+    Option("seed", record=True, type=_int_min0(), default=0, show_default=True, help="Seeds the random order."),
     *DATASET_OPTIONS,
     *OUTPUT_OPTIONS,
 )
@@ -239,8 +235,9 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     if x["emeta"] is not None:
         inputs["embeddings"] = x["emeta"].as_input(x["emb_path"])
     from cluster_curate.io.mixture import with_source_columns
-    write_artifact(with_source_columns(pa.table(columns), c.meta.dataset),
-                   out, make_meta(names.SELECTION, params, inputs, c.meta.dataset), overwrite=o["overwrite"])
+    write_artifact(with_source_columns(pa.table(columns), c.meta.dataset), out,
+                   make_meta(names.SELECTION, params, inputs, c.meta.dataset, S.ALGORITHM_VERSION),
+                   overwrite=o["overwrite"])
     summary = _summary(o, mode, sel, c, x, out)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, S.selection_summary_rows(sel, limit=summary_limit)
@@ -249,9 +246,10 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
 def _params(o, mode, sel, c) -> dict:
     n, chosen = len(c.ids), len(sel.rows)
     return {
+        **recorded(OPTIONS, o),
         "mode": mode, "value": o[mode.replace("-", "_")], "requested": sel.requested, "selected": chosen, "rows": n,
         "fraction_selected": chosen / n, "balance_power": o["balance_power"] if mode != "per-cluster-ratio" else None,
-        "within": o["within"], "seed": o["seed"], "dedup": o["dedup"], "dedup_dropped": sel.dedup_dropped, "k": c.k,
+        "dedup_dropped": sel.dedup_dropped, "k": c.k,
         "cluster_sizes": sel.sizes.tolist(), "quotas": sel.quotas.tolist(),
         "available_sizes": sel.available.tolist() if o["dedup"] is not None else None,
         "quotas_over_groups": c.groups is not None and mode != "per-cluster-ratio",
@@ -316,6 +314,7 @@ def render(result, options: dict) -> None:
 SPEC = CommandSpec(
     "select", select, (Argument("clusters"),), OPTIONS, render,
     extra={"summary_limit": _summary_limit},
+    algorithm=lazy("cluster_curate.selection", "ALGORITHM_VERSION"),
     help="""A balanced, budgeted subset of every cluster: --fraction F | --budget N | --per-cluster-ratio R.
 
     \b

@@ -8,18 +8,11 @@ import time
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, read_options,
-                                    resolve)
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
+                                    read_options, recorded, resolve)
 
 SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # added to every source row of a shard
 BATCH_ROWS = 4096  # raw rows read at a time
-
-
-def _registry_names(module, name):
-    def choices():
-        import importlib
-        return getattr(importlib.import_module(module), name)
-    return choices
 
 
 def _allocation_help():
@@ -32,29 +25,29 @@ OPTIONS = (
            help="The raw dataset the selection was made from (every source column is kept); a mixture: each "
                 "input (--data a.jsonl --data b.parquet, in the order embedded) or its mixture file."),
     Option("out", required=True, run=False, help="Output directory for the shards and manifest.json."),
-    Option("num_shards", flags=("--num-shards", "-n"), type=int, required=True,
+    Option("num_shards", record=True, flags=("--num-shards", "-n"), type=int, required=True,
            help="Number of data-parallel ranks (one shard each)."),
-    Option("micro_batch_size", flags=("--micro-batch-size", "-m"), type=int, default=1, show_default=True,
+    Option("micro_batch_size", record=True, flags=("--micro-batch-size", "-m"), type=int, default=1, show_default=True,
            help="Rows per rank per step; a global step is num-shards × micro-batch-size rows."),
-    Option("allocation", default="stratified", choices=_registry_names("cluster_curate.sharding", "ALLOCATIONS"),
+    Option("allocation", record=True, default="stratified", choices=lazy("cluster_curate.sharding", "ALLOCATIONS"),
            show_default=True, help=_allocation_help),
-    Option("balance", default="tokens", choices=_registry_names("cluster_curate.sharding", "BALANCES"),
+    Option("balance", record=True, default="tokens", choices=lazy("cluster_curate.sharding", "BALANCES"),
            show_default=True,
            help="Rank load to balance: sum of tokens, or micro-batch size × longest row (trainers that pad)."),
-    Option("length_window", type=int,
+    Option("length_window", record=True, type=int,
            help="Group rows of similar length into steps inside windows of this many steps (0 = off; default 64)."),
-    Option("remainder", default="drop", choices=_registry_names("cluster_curate.sharding", "REMAINDERS"),
+    Option("remainder", record=True, default="drop", choices=lazy("cluster_curate.sharding", "REMAINDERS"),
            show_default=True,
            help="Rows beyond a whole number of steps: drop (listed in the manifest and leftover_ids.txt) or "
                 "wrap (fill the last step's worth with repeats of the stream's first rows, marked in column "
                 "`wrapped`, never in the same step as their original)."),
-    Option("weights", default="cluster", choices=("cluster", "none"), show_default=True,
+    Option("weights", record=True, default="cluster", choices=("cluster", "none"), show_default=True,
            help="Column `weight`: (n_c/n) ÷ (s_c/s), restoring the data's cluster proportions; none: 1."),
     Option("tokenizer", help="Local tokenizer directory: count tokens with it (one extra pass over the data). "
            "Default: the selection's n_tokens, else its embeddings', else whitespace words."),
     Option("embeddings", run=False, help="Embeddings artifact to take n_tokens from (default: the selection's own "
            "n_tokens, or its lineage's embeddings when reachable)."),
-    Option("seed", type=int, default=0, show_default=True),
+    Option("seed", record=True, type=int, default=0, show_default=True),
     *DATASET_OPTIONS,
     *OUTPUT_OPTIONS,
 )
@@ -105,9 +98,10 @@ def _params(o: dict, token_source: str) -> dict:
     from cluster_curate import sharding
     balances = sharding.ALLOCATION.get(o["allocation"]).balances
     window = o["length_window"] if o["length_window"] is not None else sharding.DEFAULT_LENGTH_WINDOW.get(o["balance"])
-    return {"num_shards": o["num_shards"], "micro_batch_size": o["micro_batch_size"], "allocation": o["allocation"],
-            "balance": o["balance"] if balances else None, "length_window": window if balances else None,
-            "remainder": o["remainder"], "weights": o["weights"], "seed": o["seed"], "token_source": token_source}
+    params = recorded(OPTIONS, o)  # declaration order: manifest.json keeps it
+    params.update(balance=o["balance"] if balances else None, length_window=window if balances else None,
+                  token_source=token_source)
+    return params
 
 
 def render(m: dict, options: dict) -> None:
@@ -138,6 +132,7 @@ def render(m: dict, options: dict) -> None:
 
 SPEC = CommandSpec(
     "shard", shard, (Argument("selection"),), OPTIONS, render,
+    algorithm=lazy("cluster_curate.sharding", "ALGORITHM_VERSION"),
     help="""Allocate a selection across N data-parallel ranks: N equal Parquet shards (full source rows plus `id`,
     `cluster`, `step`, `weight`, `wrapped`) in the order each rank consumes them, and manifest.json. A mixture's
     shards also have `source`, `source_row` and the normalised `prompt`, `response`, `messages`, `system`.

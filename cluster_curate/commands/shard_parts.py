@@ -203,7 +203,7 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, *
     with staged_directory(o["out"], public_files=(names.MANIFEST, names.LEFTOVER)) as work:
         writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes)
         renamed, source_columns = _stream(o, sel, ds, plan, weights, writer, batch_rows)
-        meta = make_meta(names.SHARD, params, inputs, sel.meta.dataset or dataset)
+        meta = make_meta(names.SHARD, params, inputs, sel.meta.dataset or dataset, sharding.ALGORITHM_VERSION)
         meta.rows = plan.rows_per_shard
         files = [names.shard_file_name(r, n) for r in range(n)]
         columns = ["id"] + [c for c in source_columns if c not in ("id",) + SHARD_COLUMNS] + list(SHARD_COLUMNS)
@@ -226,7 +226,8 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
     n, m = plan.rows.shape[1], plan.rows.shape[2]
     in_data = w.in_data if w.in_data is not None else [None] * len(w.labels)
     return {
-        "kind": names.SHARD_MANIFEST_KIND, "version": __version__, "fingerprint": meta.fingerprint,
+        "kind": names.SHARD_MANIFEST_KIND, "version": __version__, "algorithm": meta.algorithm,
+        "fingerprint": meta.fingerprint,
         "params": params, "inputs": inputs, "dataset": meta.dataset, "num_shards": n, "micro_batch_size": m,
         "rows_per_shard": plan.rows_per_shard, "steps": plan.steps, "global_batch_rows": n * m,
         "selected_rows": int(sel.ids.size), "sharded_rows": int(plan.rows.size),

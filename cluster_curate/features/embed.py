@@ -27,12 +27,13 @@ from cluster_curate.errors import CurateError
 from cluster_curate.registry import Registry
 
 # The default of `--features`, chosen by the evidence harness (benchmarks/results/quality.md): on the
-# skill-mixture benchmark, prompt TF-IDF clusters cover the rare skills better than the paper's gradient
-# feature (selection coverage 77% vs 74% on one-word answers, 79% vs 64-66% on worked solutions; random 65%),
-# an earlier probe found it recovering 74% of the oracle's advantage against ~0% for model features, and it
-# costs seconds instead of a model pass. `--features gradient` reproduces the paper.
+# skill-mixture benchmark prompt TF-IDF clusters cover the rare skills better than the paper's gradient
+# feature, and it costs seconds instead of a model pass. `--features gradient` reproduces the paper.
 DEFAULT_FEATURES = "text"
 DEFAULT_TEXT_DIM = 256
+# The version of the embed stage's algorithms (every feature kind, the text basis, the proxy): part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
 
 # Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
 # (and backward) pass by features/extractors.extract(kind); otherwise a fitted featurizer that
@@ -314,7 +315,7 @@ def bound_host_memory(mmap_threshold: int = 1 << 20) -> bool:
 
     Batches of varying shapes make glibc raise its mmap threshold dynamically (up to 32 MiB), after which
     freed tensor buffers stay in the heap and fragment it: the peak RSS of a long run then grows with the
-    number of batches (measured: +79% from 1,000 to 20,000 GSM8K rows). A fixed threshold makes every buffer
+    number of batches (benchmarks/results/code_figures.md). A fixed threshold makes every buffer
     above it an mmap that is returned to the system when freed. Returns whether the setting was applied."""
     import ctypes
     import ctypes.util

@@ -203,7 +203,7 @@ def _fit_counts(texts: list[str], max_features: int, min_df: int):
 
     This is scikit-learn's CountVectorizer.fit_transform, step by step (the same data order within rows
     and the same tie-break among equally frequent terms), so the features equal those it gave; importing
-    scikit-learn alone took 1.3 s of every `embed` and `run`."""
+    scikit-learn alone was most of a short `embed` (benchmarks/results/code_figures.md)."""
     vocabulary: dict[str, int] = {}
     x = _count_matrix(texts, vocabulary, grow=True)
     if not vocabulary:
@@ -232,8 +232,8 @@ def _randomized_svd_basis(x, k: int, seed: int) -> np.ndarray:
 
     Every dense factorisation is on x's short side (its rows, when a sample of up to --text-sample texts
     meets a 32,768-term vocabulary). scikit-learn also LU-factors the [terms, k + 10] product in every
-    power iteration and QR-factors it at the end: 2.5 s of the 4 s the fit took on 2,000 GSM8K questions,
-    for the same subspace."""
+    power iteration and QR-factors it at the end, most of the fit's time for the same subspace
+    (benchmarks/results/code_figures.md)."""
     from scipy import linalg
 
     transposed = x.shape[0] < x.shape[1]

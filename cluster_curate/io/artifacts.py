@@ -5,11 +5,13 @@ metadata `cluster_curate` (JSON) with:
 
     kind         "embeddings" | "clusters" | "selection" | ...
     version      tool version that wrote it
+    algorithm    version of the stage's algorithm (ALGORITHM_VERSION of the stage's module)
     params       the parameters of the stage that made it
     inputs       {name: {"path", "kind", "fingerprint", "rows"}} for each input
     dataset      {"source", "fingerprint", "rows"} of the raw dataset at the root of the lineage
     rows         number of rows in this artifact
-    fingerprint  hash of (kind, params, inputs): same inputs + parameters => same fingerprint
+    fingerprint  hash of (kind, algorithm, params, inputs): same algorithm, inputs and parameters => same
+                 fingerprint, and an algorithm that changes its output bumps its version
 
 Writing is cluster_curate/io/writer.py; typed readers are cluster_curate/io/readers.py.
 """
@@ -57,6 +59,7 @@ class ArtifactMeta:
     rows: int = 0
     version: str = __version__
     fingerprint: str = ""
+    algorithm: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True, default=str)
@@ -72,12 +75,17 @@ class ArtifactMeta:
         return {"path": str(path), "kind": self.kind, "fingerprint": self.fingerprint, "rows": self.rows}
 
 
-def make_meta(kind: str, params: dict, inputs: dict[str, dict], dataset: dict) -> ArtifactMeta:
+def make_meta(kind: str, params: dict, inputs: dict[str, dict], dataset: dict,
+              algorithm: int | None = None) -> ArtifactMeta:
     """Metadata of a new artifact. `inputs` maps a name ("data", "embeddings", ...) to an input record:
-    `meta.as_input(path)` for an artifact, the reader's `dataset_record()` for raw data."""
-    meta = ArtifactMeta(kind=kind, params=params, inputs={k: dict(v) for k, v in inputs.items()}, dataset=dict(dataset))
-    meta.fingerprint = stable_hash({"kind": kind, "params": params,
-                                    "inputs": {k: v.get("fingerprint") for k, v in inputs.items()}})
+    `meta.as_input(path)` for an artifact, the reader's `dataset_record()` for raw data. `algorithm`: the
+    stage's ALGORITHM_VERSION (None only for artifacts made outside the stages, e.g. in tests)."""
+    meta = ArtifactMeta(kind=kind, params=params, inputs={k: dict(v) for k, v in inputs.items()}, dataset=dict(dataset),
+                        algorithm=algorithm)
+    key = {"kind": kind, "params": params, "inputs": {k: v.get("fingerprint") for k, v in inputs.items()}}
+    if algorithm is not None:
+        key["algorithm"] = algorithm
+    meta.fingerprint = stable_hash(key)
     return meta
 
 
@@ -136,8 +144,8 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
 
 
 def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
-    """pq.read_table of one file, without importing pyarrow.dataset (0.07 s of every command's start, warm; over
-    1 s cold). Unlike ParquetFile.read alone, a column the file lacks raises, as read_table does."""
+    """pq.read_table of one file, without importing pyarrow.dataset (a share of every command's start:
+    benchmarks/results/code_figures.md). Unlike ParquetFile.read alone, a column the file lacks raises, as read_table does."""
     f = pq.ParquetFile(path)
     names = set(f.schema_arrow.names)  # schema_arrow converts the Parquet schema anew on every access
     missing = [c for c in columns or () if c not in names]
