@@ -5,18 +5,12 @@ bit. Slow (several Python processes, each loading the encoder)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
-
 import numpy as np
 import pytest
 
 from cluster_curate.io.artifacts import read_artifact
 
-from test_embed_slow import _data, _emb, _embed, _env
+from test_embed_slow import _data, _emb, _embed, _kill_after_first_chunk
 
 pytestmark = pytest.mark.slow
 COMMON = ["--features", "text,semantic", "--dim", "16", "--batch-tokens", "2000"]
@@ -49,24 +43,8 @@ def test_semantic_resume_after_sigkill_is_bit_identical(tmp_path):
     data = _data(tmp_path, 240)
     out = tmp_path / "killed.parquet"
     common = [str(data), *COMMON, "--commit-every", "24"]
-    cmd = [sys.executable, "-m", "cluster_curate", "embed", *common, "--out", str(out), "-q"]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    staging = tmp_path / "killed.partial"
-    deadline = time.monotonic() + 240
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if staging.is_dir() and any(staging.glob("chunk-*.parquet")):
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    committed = sorted(staging.glob("chunk-*.parquet"))
-    assert proc.returncode == -signal.SIGKILL and not out.exists() and 1 <= len(committed) < 10
+    committed = _kill_after_first_chunk([*common, "--out", str(out)], tmp_path / "killed.partial")
+    assert not out.exists() and 1 <= len(committed) < 10
     resumed = _embed([*common, "--out", str(out), "--resume"])
     assert resumed["chunks_resumed"] >= len(committed) and resumed["rows"] == 240
     _embed([*common, "--out", str(tmp_path / "fresh.parquet")])
