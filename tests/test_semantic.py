@@ -252,3 +252,19 @@ def test_embed_command_with_a_causal_lm_says_what_it_does(tmp_path, cli_runner):
     res = _cli(cli_runner, ["embed", FIXTURES / "gsm8k" / "train-300.jsonl", "--out", tmp_path / "e.parquet",
                             "--features", "semantic", "--encoder", llama])
     assert "is a causal LM (LlamaForCausalLM)" in res.output and "no chat template" in res.output
+
+
+def test_semantic_beside_a_causal_lm_feature_keeps_the_models_token_counts(tmp_path, bert_dir):
+    from cluster_curate.features.models import load_model
+    fm = load_model(str(build_llama(tmp_path / "llama")), device="cpu")
+    enc = S.load_encoder(str(bert_dir), device="cpu")
+    examples = _examples(gsm8k_rows(12))
+    both = E.Embedder(features=["hidden", "semantic"], fm=fm, featurizers={"semantic": S.SemanticFeaturizer(enc)},
+                      dims=E.block_dims(["hidden", "semantic"], hidden_size=fm.hidden_size, semantic_dim=32))
+    seen = []
+    out = both.embed(examples, on_batch=lambda r, t: seen.append(r))
+    alone = E.Embedder(features=["hidden"], fm=fm, dims={"hidden": fm.hidden_size}).embed(examples)
+    assert np.array_equal(out.n_tokens, alone.n_tokens) and sum(seen) == 12  # rows advanced once
+    block = out.embedding[:, fm.hidden_size:]
+    assert np.allclose(block, S.semantic_rows(enc, examples, "prompt").embedding, atol=1e-6)
+    assert out.tokens > alone.tokens  # the encoder's tokens are counted in the throughput
