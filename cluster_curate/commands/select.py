@@ -32,8 +32,8 @@ OPTIONS = (
     Option("tokenizer", help="Local tokenizer directory (the trainer's): count every row's tokens with it (one "
            "pass over the data), exact. Default: the embeddings' n_tokens (the feature model's or encoder's "
            "tokenizer), else whitespace words; the summary says which."),
-    Option("data", run=False, help="The raw data, for --tokenizer or word counts (default: the dataset the "
-           "clusters' lineage records)."),
+    Option("data", run=False, multiple=True, help="The raw data, for --tokenizer or word counts (default: the "
+           "dataset, or every input of a mixture, that the clusters' lineage records)."),
     Option("source_min_share", metavar="[NAME=]SHARE,...",
            help="A mixture's inputs: each gives at least this share of the budget (rows, or tokens with a token "
                 "budget), met exactly or refused; SHARE for every input or NAME=SHARE (mixture files can set "
@@ -106,7 +106,7 @@ def _open_data(o: dict, c):
     must be unchanged."""
     from cluster_curate.io.mixture import Mixture, inputs_from_record, open_inputs
     record = c.meta.dataset or {}
-    if o["data"] is not None:
+    if o["data"]:
         ds = open_inputs(o["data"], read_options(o))
     elif record.get("inputs"):
         ds = Mixture(inputs_from_record(record))
@@ -284,7 +284,8 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     summary["n_tokens column"] = ("yes" if x["n_tokens"] is not None or x.get("counted_by")
                                   else f"no ({x['why_not'] or 'embeddings have no n_tokens'})")
     if sel.tokens_total is not None:
-        if mode in ("token-budget", "token-fraction"):
+        from cluster_curate.selection import TOKEN_MODES
+        if mode in TOKEN_MODES:
             summary["budget"] = f"--{mode} {value} = {sel.tokens_requested:,} tokens"
         summary["tokens selected"] = (f"{sel.tokens_selected:,} of {sel.tokens_total:,} "
                                       f"({sel.tokens_selected / max(sel.tokens_total, 1):.1%})")
