@@ -128,8 +128,9 @@ def main() -> None:
         lines += [f"| {m['rows']} | {m['peak_rss_mb']} | {m['rows_per_s']} |" for m in memory]
         lines += ["", f"* Peak RSS growth from {memory[0]['rows']:,} to {memory[-1]['rows']:,} rows: "
                       f"**{growth:.1%}** (target < 15%)."]
-    lines += ["", "Tokens: `semantic` counts the encoder's WordPiece tokens of prompt + response, `hidden` the "
-                  "proxy's BPE tokens, `text` whitespace words; compare rows/s.",
+    lines += ["", "tokens/s counts what each feature processes (`semantic`: the encoded `--text-field`, special "
+                  "tokens included; `hidden`: the proxy's BPE tokens of prompt + response; `text`: words): compare "
+                  "rows/s.",
               "", f"Load average at the end: {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; {payload['seconds']} s."]
     write_results("semantic", "bench_semantic.py", lines, payload, sys.argv[1:])
 
