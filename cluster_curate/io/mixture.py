@@ -203,7 +203,7 @@ def reserved_rename(name: str) -> str:
 
 class Mixture:
     """Several inputs as one dataset: same interface as io/datasets.Dataset (`iter_batches`, `rows`,
-    `num_rows`, `record`, `fingerprint`, `rejects`, `write_rejects`), plus `names` and `source_of(ids)`."""
+    `num_rows`, `record`, `fingerprint`, `rejects`, `write_rejects`), plus `names`, `formats` and `offsets()`."""
 
     def __init__(self, inputs: list[MixtureInput]):
         if not inputs:
@@ -231,12 +231,6 @@ class Mixture:
     def offsets(self) -> np.ndarray:
         """The global id of each input's first row (counts the rows when no pass has run)."""
         return np.concatenate([[0], np.cumsum([ds.num_rows() for ds in self.datasets])[:-1]]).astype(np.int64)
-
-    def source_of(self, ids) -> tuple[np.ndarray, np.ndarray]:
-        """(input index, source_row) of global ids."""
-        ids = np.asarray(ids, dtype=np.int64)
-        index = np.searchsorted(self.offsets(), ids, side="right") - 1
-        return index, ids - self.offsets()[index]
 
     # ------------------------------------------------------------------------------------------- lineage
     def fingerprint(self) -> str:
