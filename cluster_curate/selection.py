@@ -326,7 +326,8 @@ def _float_key(values: np.ndarray, descending: bool) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ in-cluster orders
 # An order is a sort key per row (ascending: preferred first) from the row's inputs; `needs` names the inputs
 # it reads (similarity: the clusters artifact's column; loss, features: the embeddings artifact's). An order
-# with `picks` chooses its rows itself from the base order (diverse). Add one: a key function + a line here.
+# with `picks(features, quota) -> positions` chooses a cluster's rows itself from its rows in key order
+# (diverse). Add one: a key function + a line here.
 
 WITHIN = Registry("--within")
 
@@ -344,7 +345,7 @@ WITHIN.register("near", "nearest to the centroid first (most typical)",
                 picks=None)
 WITHIN.register("diverse", "greedy k-center inside the cluster, starting from the most typical row (needs "
                 "embeddings)", lambda *, similarity, **_: _float_key(similarity, descending=True),
-                needs=("similarity", "features"), picks="k_center")
+                needs=("similarity", "features"), picks=lambda x, quota: k_center_greedy(x, quota, first=0))
 WITHIN.register("hard", "highest loss first (the embeddings artifact's `loss`)",
                 lambda *, loss, **_: _float_key(loss, descending=True), needs=("loss",), picks=None)
 WITHIN_ORDERS = WITHIN.names
@@ -501,9 +502,9 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
             raise CurateError(f"give one budget: --{mode} and --{rows_given[0]} were both given")
         if tokens is None:
             raise CurateError(f"--{mode} needs a token count per row")
-        if order_entry.picks:
+        if order_entry.picks is not None:
             raise CurateError(f"--within {within} picks rows for a row quota; with --{mode} use an order "
-                              f"({', '.join(e.name for e in WITHIN if not e.picks)})")
+                              f"({', '.join(e.name for e in WITHIN if e.picks is None)})")
     if "features" in order_entry.needs and features is None:
         raise CurateError(f"--within {within} needs the feature vectors: pass --embeddings E")
     if dedup is not None:
@@ -569,7 +570,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
 
     bounded = sources is not None and (source_min_share is not None or source_max_share is not None)
     if bounded:
-        if mode == "per-cluster-ratio" or order_entry.picks:
+        if mode == "per-cluster-ratio" or order_entry.picks is not None:
             raise CurateError(f"--source-min-share / --source-max-share need a budget taken in water-filling order: "
                               f"not with {'--per-cluster-ratio' if mode == 'per-cluster-ratio' else '--within ' + within}")
         token_mode = mode in TOKEN_MODES
@@ -596,11 +597,11 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         seg_start = np.concatenate([[0], np.cumsum(available)[:-1]])
         before = np.concatenate([[0], run])[seg_start][clusters[order]]
         rank[order[in_order]] = (run - before - 1)[in_order]
-    elif order_entry.picks == "k_center":
+    elif order_entry.picks is not None:
         starts = np.concatenate([[0], np.cumsum(available)])
         for c in np.flatnonzero(quotas).tolist():
             rows = order[starts[c]:starts[c + 1]]  # near order: rows[0] is the most typical
-            picks = k_center_greedy(features[rows], int(quotas[c]), first=0)
+            picks = order_entry.picks(features[rows], int(quotas[c]))
             rank[rows[picks]] = np.arange(len(picks))
     else:
         in_cluster = clusters[order]

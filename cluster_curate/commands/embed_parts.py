@@ -67,6 +67,7 @@ class Models:
 
 def prepare(run) -> Models:
     """The model (the proxy, trained here when needed), the checkpoint models, the fitted featurizers."""
+    from cluster_curate import console
     from cluster_curate.io import proxy_store as store
     from cluster_curate.features.embed import FEATURE_KINDS, MODEL_FEATURES
     m, opts = Models(), run.opts
@@ -90,7 +91,9 @@ def prepare(run) -> Models:
     for kind in run.features:
         entry = FEATURE_KINDS.get(kind)
         if not entry.uses_model:
-            m.featurizers[kind] = PREPARE[entry.prepare](run)
+            m.featurizers[kind] = entry.prepare()(PrepareContext(run, kind))
+            if getattr(m.featurizers[kind], "notice", None):  # e.g. a causal LM used as an encoder
+                console.warn(m.featurizers[kind].notice)
     m.prepare_s = time.perf_counter() - t_load
     return m
 
@@ -162,50 +165,53 @@ def _proxy(run):
     return directory, seconds[0]
 
 
-def prepare_text(run):
-    """The text feature's basis: fitted by the leader on a seeded sample (unless one with the same key is
-    beside the output), loaded by every process."""
-    from cluster_curate import distributed
-    from cluster_curate.features.embed import ALGORITHM_VERSION, DEFAULT_TEXT_DIM
-    from cluster_curate.features.text import TextFeaturizer, example_text
-    from cluster_curate.io.writer import atomic_write_bytes
-    o = run.opts
-    dim = o["dim"] or DEFAULT_TEXT_DIM
-    path = sidecar_path(run.out, names.TEXT_BASIS)
-    key = stable_hash({"dataset": run.record.get("fingerprint"), "dim": dim, "field": o["text_field"],
-                       "seed": o["seed"], "weighting": o["text_weighting"], "sample": o["text_sample"],
-                       "max_features": TextFeaturizer.max_features, "algorithm": ALGORITHM_VERSION})
-    key_file = sidecar_path(run.out, names.TEXT_BASIS_KEY)
+@dataclass
+class PrepareContext:
+    """What a feature kind's `prepare(context)` gets (features/embed.FEATURE_KINDS): the command's options,
+    the parsed row count, the dataset's fingerprint, a seeded sample, and state shared by every process."""
+    run: object
+    kind: str
 
-    def ready() -> bool:
-        return path.exists() and key_file.exists() and key_file.read_text() == key
+    @property
+    def opts(self) -> dict:
+        return self.run.opts
 
-    def fit() -> None:
-        chosen = sample(run.ds, min(run.parsed, o["text_sample"]), o["seed"], salt=2)
-        feat = TextFeaturizer(dim=dim, field=o["text_field"], weighting=o["text_weighting"], seed=o["seed"])
-        feat.fit([example_text(ex, o["text_field"]) for ex in chosen])
-        atomic_write_bytes(path, feat.to_bytes())
-        atomic_write_bytes(key_file, key.encode())
+    @property
+    def parsed(self) -> int:
+        return self.run.parsed
 
-    distributed.leader_prepares(run.layout, ready, fit)
-    return TextFeaturizer.from_bytes(path.read_bytes())
+    @property
+    def dataset_fingerprint(self) -> str | None:
+        return self.run.record.get("fingerprint")
 
+    @property
+    def device(self):
+        """Where the run computes (a featurizer with a model of its own loads it there)."""
+        return self.run.device
 
-def prepare_semantic(run):
-    """The semantic feature's encoder: loaded by every process (nothing is fitted; a bundled encoder's
-    weights are checked against their pinned hash)."""
-    from cluster_curate import console
-    from cluster_curate.features.semantic import SemanticFeaturizer, load_encoder
-    o = run.opts
-    encoder = load_encoder(o["encoder"], device=run.device, dtype=o["dtype"], max_length=o["max_length"],
-                           trust_remote_code=o["trust_remote_code"])
-    if encoder.notice:
-        console.warn(encoder.notice)
-    return SemanticFeaturizer(encoder, o["text_field"])
+    def sample(self, k: int, salt: int) -> list:
+        """A seeded uniform sample of k parsed examples, in id order (`salt` tells apart the kinds' samples)."""
+        return sample(self.run.ds, k, self.opts["seed"], salt)
 
+    def shared(self, key: dict, build) -> bytes:
+        """Bytes made once, by the leader of this piece, unless the ones beside the output have this key:
+        `build()` runs there and its bytes go to the sidecar `<out>.<kind>.npz` (the key to `<kind>.key`);
+        every process then reads them."""
+        from cluster_curate import distributed
+        from cluster_curate.io.writer import atomic_write_bytes
+        state, state_key = names.feature_state(self.kind)
+        path, key_file = sidecar_path(self.run.out, state), sidecar_path(self.run.out, state_key)
+        digest = stable_hash(key)
 
-# how a feature kind without a model is prepared (features/embed.FEATURE_KINDS' `prepare`)
-PREPARE = {"text": prepare_text, "semantic": prepare_semantic}
+        def ready() -> bool:
+            return path.exists() and key_file.exists() and key_file.read_text() == digest
+
+        def make() -> None:
+            atomic_write_bytes(path, build())
+            atomic_write_bytes(key_file, digest.encode())
+
+        distributed.leader_prepares(self.run.layout, ready, make)
+        return path.read_bytes()
 
 
 def _trajectory(opts: dict, proxy_dir, fm):

@@ -428,7 +428,21 @@ class SemanticFeaturizer:
     def dim(self) -> int:
         return self.encoder.hidden_size
 
+    @property
+    def notice(self) -> str | None:
+        return self.encoder.notice
+
     def rows(self, examples: list, batch_tokens: int, on_batch=None) -> SemanticRows:
         if self.encoder.device.type == "cpu":
             batch_tokens = min(batch_tokens, CPU_BATCH_TOKENS)
         return semantic_rows(self.encoder, examples, self.text_field, batch_tokens=batch_tokens, on_batch=on_batch)
+
+
+def prepare_semantic(ctx) -> SemanticFeaturizer:
+    """The semantic feature of an `embed` run (features/embed.FEATURE_KINDS' `prepare`): the encoder, loaded by
+    every process where the run computes (nothing is fitted, so nothing is shared; a bundled encoder's weights
+    are checked against their pinned hash)."""
+    o = ctx.opts
+    encoder = load_encoder(o["encoder"], device=ctx.device, dtype=o["dtype"], max_length=o["max_length"],
+                           trust_remote_code=o["trust_remote_code"])
+    return SemanticFeaturizer(encoder, o["text_field"])

@@ -10,11 +10,10 @@ EMBEDDINGS, CLUSTERS, SELECTION = "embeddings", "clusters", "selection"
 SHARD = "shard"  # the kind in each shard file's metadata
 SHARD_MANIFEST_KIND = "shard-manifest"  # manifest.json's kind
 
-# the stages of `run`, in order; the artifact each one writes into `run --out DIR`, and that artifact's kind
+# the stages of `run`, in order, and the artifact each one writes into `run --out DIR`
 STAGES = ("embed", "cluster", "select", "shard")
 RUN_OUTPUTS = {"embed": "embeddings.parquet", "cluster": "clusters.parquet", "select": "selection.parquet",
                "shard": "shards"}
-STAGE_KINDS = {"embed": EMBEDDINGS, "cluster": CLUSTERS, "select": SELECTION, "shard": SHARD_MANIFEST_KIND}
 # the same outputs by the name `report` gives them (a pipeline directory holds them under these names)
 PIPELINE_NAMES = {"embeddings": RUN_OUTPUTS["embed"], "clusters": RUN_OUTPUTS["cluster"],
                   "selection": RUN_OUTPUTS["select"], "shards": RUN_OUTPUTS["shard"]}
@@ -26,14 +25,17 @@ LEFTOVER = "leftover_ids.txt"
 
 # sidecars: files beside an artifact, named by `sidecar_path(artifact, SUFFIX)` (c.parquet -> c.centroids.npy)
 CENTROIDS = "centroids.npy"
-TEXT_BASIS = "text.npz"
-TEXT_BASIS_KEY = "text.key"
 PROXY = "proxy"
 STAGING = "partial"
 REJECTS = "rejects.jsonl"
 
 # inside a part directory (an artifact written by several processes) and its staging directory
 STAGING_PLAN = "plan.json"
+
+
+def feature_state(kind: str) -> tuple[str, str]:
+    """Sidecar suffixes of a feature kind's fitted state and of its key: text -> (text.npz, text.key)."""
+    return f"{kind}.npz", f"{kind}.key"
 
 
 def shard_file_name(index: int, num_shards: int) -> str:
