@@ -11,7 +11,6 @@ from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
                                     read_options, recorded, resolve)
 
-SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # added to every source row of a shard
 BATCH_ROWS = 4096  # raw rows read at a time
 
 

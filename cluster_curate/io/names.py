@@ -23,6 +23,15 @@ RUN_STATE = "run-state.json"
 MANIFEST = "manifest.json"
 LEFTOVER = "leftover_ids.txt"
 
+# inside an `export --for TRAINER` directory
+EXPORT_DATA = "train.parquet"                                   # the global order, for a trainer
+EXPORT_SELECTED = {"jsonl": "selected.jsonl", "parquet": "selected.parquet"}  # the selected rows, as they were
+EXPORT_README = "README.md"
+TRAINING_ARGS = "training_args.json"     # HF TrainingArguments / TRL SFTConfig keywords
+DATALOADER_ARGS = "dataloader.json"      # DataLoader / sampler keywords of a hand-written loop
+TRAINER_CONFIG = "config.yaml"           # torchtune / LLaMA-Factory / axolotl settings to merge
+LLAMAFACTORY_DATASET_INFO = "dataset_info.json"
+
 # sidecars: files beside an artifact, named by `sidecar_path(artifact, SUFFIX)` (c.parquet -> c.centroids.npy)
 CENTROIDS = "centroids.npy"
 PROXY = "proxy"
@@ -41,6 +50,11 @@ def feature_state(kind: str) -> tuple[str, str]:
 def shard_file_name(index: int, num_shards: int) -> str:
     """DIR/shard-00000-of-00004.parquet (5-digit indices)."""
     return f"shard-{index:05d}-of-{num_shards:05d}.parquet"
+
+
+def consumed_log_name(rank: int) -> str:
+    """LOGDIR/rank-00000.jsonl: what one rank consumed (`verify --log LOGDIR`)."""
+    return f"rank-{rank:05d}.jsonl"
 
 
 def part_file_name(worker: int, workers: int) -> str:
