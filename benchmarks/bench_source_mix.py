@@ -1,10 +1,13 @@
 """Real data, selection level: does a rare kind of example keep its share when it is mixed into a dominant one?
 
 Mixes the first 3,000 GSM8K train questions (math word problems) with a few Code Alpaca instructions (a rare
-second kind, 2-9% of rows), selects 31% through the tool's own commands, and counts the code rows kept. With a
+second kind, 2-9% of rows) as a two-input mixture (`embed gsm8k.jsonl codeN.json`, each input in its own
+format), selects 31% through the tool's own commands, and counts the code rows kept (the selection's `source`
+column). With a
 budget of 31%, quotas that treat the two kinds as two groups keep (nearly) every code row; flat quotas over
 clusters keep about as many as the code clusters' share of all clusters. Compares the text weightings
-(`embed --text-weighting`) and the quota modes (`cluster --groups none`, `--group-cut row|pair`, the row cut
+(`embed --text-weighting`; `--weightings semantic,semantic-both,text+semantic`: the semantic feature over the
+prompt, prompt+response, and beside text) and the quota modes (`cluster --groups none`, `--group-cut row|pair`, the row cut
 without the split of mixed clusters) over several seeds. No training: no training noise, and the label (the
 source) is known.
 
@@ -39,17 +42,21 @@ QUOTAS = {"flat": ["--groups", "none"], "row": ["--group-cut", "row"], "pair": [
           "row, no split": ["--group-cut", "row", "--no-split-mixed"]}
 
 
-def write_mix(path: Path, n_code: int, seed: int = 0) -> np.ndarray:
-    """GSM8K questions + n_code Code Alpaca instructions (non-empty outputs), shuffled; returns is-code per row."""
+def write_mix(tmp: Path, n_code: int, seed: int = 0) -> list[Path]:
+    """The two inputs of a mixture (the tool's multi-input path: ids are GSM8K's rows, then the code rows):
+    GSM8K questions as they are (qa format), and n_code Code Alpaca instructions (non-empty outputs, alpaca)."""
     gsm = [json.loads(line) for line in (DATA / "gsm8k" / "train.jsonl").open()][:GSM8K_ROWS]
     code = [r for r in json.loads((DATA / "code_alpaca" / "code_alpaca_2k.json").read_text()) if r["output"].strip()]
-    rng = random.Random(seed)
-    rows = [{"instruction": r["question"], "output": r["answer"], "code": 0} for r in gsm]
-    rows += [{"instruction": r["instruction"] + ("\n" + r["input"] if r["input"] else ""), "output": r["output"],
-              "code": 1} for r in rng.sample(code, n_code)]
-    rng.shuffle(rows)
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return np.array([r["code"] for r in rows])
+    paths = [tmp / "gsm8k.jsonl", tmp / f"code{n_code}.json"]
+    paths[0].write_text("".join(json.dumps(r) + "\n" for r in gsm))
+    paths[1].write_text(json.dumps(random.Random(seed).sample(code, n_code)))
+    return paths
+
+
+# embed options per compared feature (`--weightings`): the text weightings, and the semantic contenders
+EMBEDS = {"tf": ["--text-weighting", "tf"], "tfidf": ["--text-weighting", "tfidf"],
+          "semantic": ["--features", "semantic"], "semantic-both": ["--features", "semantic", "--text-field", "both"],
+          "text+semantic": ["--features", "text,semantic"]}
 
 
 def main(argv=None):
@@ -63,24 +70,23 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for n_code in [int(x) for x in a.code.split(",")]:
-            data = tmp / f"mix{n_code}.jsonl"
-            is_code = write_mix(data, n_code)
-            budget = int(len(is_code) * FRACTION)
+            inputs = write_mix(tmp, n_code)
+            budget = int((GSM8K_ROWS + n_code) * FRACTION)
             for weighting in a.weightings.split(","):
                 emb = tmp / f"emb{n_code}-{weighting}.parquet"
-                cli(["embed", data, "--out", emb, "--text-weighting", weighting, "-q"], log)
+                cli(["embed", *inputs, "--out", emb, *EMBEDS[weighting], "-q"], log)
                 for mode, args in QUOTAS.items():
                     kept, groups, cuts = [], [], []
                     for seed in seeds:
                         c, s = tmp / "c.parquet", tmp / "s.parquet"
                         cli(["cluster", emb, "--out", c, "--seed", seed, "--overwrite", "-q", *args], log)
                         cli(["select", c, "--out", s, "--budget", budget, "--seed", seed, "--overwrite", "-q"], log)
-                        ids = pq.read_table(s, columns=["id"]).column("id").to_numpy()
-                        kept.append(int(is_code[ids].sum()))
+                        source = pq.read_table(s, columns=["source"]).column("source").to_pylist()
+                        kept.append(source.count(inputs[1].stem))
                         p = read_meta(c).params
                         groups.append(max(p["groups"]) + 1 if p["groups"] else p["k"])
                         cuts.append((p.get("split_mixed") or {}).get("cuts", 0))
-                    results.append({"code_rows": n_code, "rows": len(is_code), "budget": budget,
+                    results.append({"code_rows": n_code, "rows": GSM8K_ROWS + n_code, "budget": budget,
                                     "weighting": weighting, "quotas": mode, "kept_per_seed": kept,
                                     "kept_share_mean": float(np.mean(kept) / n_code),
                                     "kept_share_min": float(min(kept) / n_code), "groups_per_seed": groups,

@@ -104,6 +104,8 @@ def _click_option(o: Option) -> list[click.Option]:
     kw = dict(default=o.default, help=o.full_help(), required=o.required, show_default=o.show_default)
     if o.metavar:
         kw["metavar"] = o.metavar
+    if o.multiple:
+        kw["multiple"] = True
     if o.is_flag:
         kw["is_flag"] = True
     elif o.choices is not None:
@@ -148,7 +150,8 @@ def _command(spec: CommandSpec) -> click.Command:
     def callback(quiet=False, json_mode=False, **kw):
         console.configure(quiet=quiet or json_mode, json_mode=json_mode)
         _take_deprecated(spec, kw)
-        _let_pyarrow_skip_pandas(*([kw["data"]] if kw.get("data") else []))
+        data = kw.get("data")  # one input, or several (a DATA... argument, --data given more than once)
+        _let_pyarrow_skip_pandas(*([data] if isinstance(data, str) else list(data or ())))
         args = [kw.pop(a.name) for a in spec.arguments]
         extra = {k: v() for k, v in spec.extra.items()}
         with _one_writer(spec.name, kw):

@@ -38,6 +38,7 @@ class Option:
     required: bool = False
     metavar: str | None = None
     run: bool = True                # `run` takes it and passes it to this stage
+    multiple: bool = False          # may be given several times (a tuple of values)
     record: bool = False            # recorded as given in the artifact's params (so in its fingerprint)
     deprecated: tuple[tuple[str, ...], ...] = ()  # old spellings kept for one release (they warn)
 

@@ -64,7 +64,7 @@ def test_cli_choices_come_from_the_registries():
     assert choices("select", "within") == WITHIN_ORDERS == choices("run", "within")
     assert choices("shard", "allocation") == ALLOCATIONS
     assert choices("inspect", "fmt") == ("auto", *FORMATS)
-    assert set(FEATURE_KINDS.names) == {"gradient", "lora-gradient", "hidden", "loss-trajectory", "text"}
+    assert set(FEATURE_KINDS.names) == {"gradient", "lora-gradient", "hidden", "loss-trajectory", "text", "semantic"}
     # run takes shard's --num-shards (ranks), not embed's job-array pieces
     run_names = {p.name for p in main.commands["run"].params}
     assert "num_shards" in run_names and "num_parts" not in run_names and "part_index" not in run_names

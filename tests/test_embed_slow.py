@@ -66,6 +66,27 @@ def _assert_same(a_path, b_path):
     assert ma.fingerprint == mb.fingerprint and ma.rows == mb.rows
 
 
+def _kill_after_first_chunk(args, staging) -> list:
+    """Start `embed ARGS`, SIGKILL it as soon as a chunk is committed in `staging`; the committed chunks."""
+    cmd = [sys.executable, "-m", "cluster_curate", "embed", *args, "-q"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if staging.is_dir() and any(staging.glob("chunk-*.parquet")):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return sorted(staging.glob("chunk-*.parquet"))
+
+
 def test_two_torchrun_processes_equal_one_process(tmp_path):
     data = _data(tmp_path, 120)
     common = [str(data), *PROXY, "--features", "gradient,text", "--dim", "16", "--commit-every", "25"]
@@ -84,25 +105,9 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     data = _data(tmp_path, 300)
     out = tmp_path / "killed.parquet"
     common = [str(data), "--features", "gradient", *PROXY, "--commit-every", "30", "--batch-tokens", "600"]
-    cmd = [sys.executable, "-m", "cluster_curate", "embed", *common, "--out", str(out), "-q"]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     staging = tmp_path / "killed.partial"
-    deadline = time.monotonic() + 240
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if staging.is_dir() and any(staging.glob("chunk-*.parquet")):
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    committed = _kill_after_first_chunk([*common, "--out", str(out)], staging)
     assert not out.exists()
-    committed = sorted(staging.glob("chunk-*.parquet"))
     assert 1 <= len(committed) < 10
 
     resumed = _embed([*common, "--out", str(out), "--resume"])

@@ -163,7 +163,8 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
     table = pa.table({"id": pa.array(r["ids"], pa.int64()), "cluster": pa.array(res.labels, pa.int32()),
                       "similarity": pa.array(res.similarity, pa.float32())})
     atomic_write_bytes(centroids_file, centroid_bytes)  # the centroids first: an artifact never exists without them
-    write_artifact(table, out, meta, overwrite=o["overwrite"])
+    from cluster_curate.io.mixture import with_source_columns
+    write_artifact(with_source_columns(table, r["emeta"].dataset), out, meta, overwrite=o["overwrite"])
     return _summary(o, r, group_of, groups_rule, out, centroids_file, t0)
 
 

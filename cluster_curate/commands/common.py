@@ -1,4 +1,4 @@
-"""Helpers shared by several commands: tokenizers (inspect and shard count tokens) and timing."""
+"""Helpers shared by several commands: tokenizers (inspect, select and shard count tokens) and timing."""
 
 from __future__ import annotations
 
@@ -28,3 +28,29 @@ def token_counts(tokenizer, examples) -> tuple[list[int], list[int]]:
     p = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     r = tokenizer([e.response for e in examples], add_special_tokens=False)["input_ids"]
     return [len(x) for x in p], [len(x) for x in r]
+
+
+def count_tokens_pass(ds, ids, tokenizer_path, label: str, batch_rows: int = 4096):
+    """Tokens per selected id by reading the data once: with a tokenizer, prompt (chat template when it has
+    one) + response tokens; without, whitespace-separated words of prompt and response. -1 for an id that
+    is not a readable example of `ds`."""
+    import numpy as np
+
+    from cluster_curate import console
+    from cluster_curate.features.text import word_counts
+    tok = load_tokenizer(tokenizer_path) if tokenizer_path else None
+    where = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    where[ids] = np.arange(ids.shape[0])
+    counts = np.full(ids.shape[0], -1, dtype=np.int64)
+    with console.progress(label, total=ds.rows) as bar:
+        for batch in ds.iter_batches(batch_rows):
+            chosen = [e for e in batch.examples if e.id < where.shape[0] and where[e.id] >= 0]
+            if chosen:
+                if tok is not None:
+                    p, r = token_counts(tok, chosen)
+                    n = [a + b for a, b in zip(p, r)]
+                else:
+                    n = [word_counts(e)[0] for e in chosen]  # the same words a text-only embed counts
+                counts[where[[e.id for e in chosen]]] = n
+            bar.advance(batch.raw.num_rows)
+    return counts

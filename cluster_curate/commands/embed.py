@@ -34,6 +34,9 @@ OPTIONS = (
                 "model directory, a .gguf file, or a Hugging Face id (from the local cache when offline)."),
     Option("features", help=_features_help,
            shown_default="text, chosen by the evidence benchmark; gradient is the paper's"),
+    Option("encoder", shown_default="all-MiniLM-L6-v2 (bundled in the semantic extra, no download)",
+           help="semantic: an encoder directory (transformers or sentence-transformers), a Hugging Face id (from "
+                "the local cache when offline), or all-MiniLM-L6-v2."),
     Option("feature_weights", help="Comma list, one weight per feature block (default: 1 each)."),
     Option("dim", record=True, type=int,
            help="Output dimension per block: random projection for gradient/hidden (default: "
@@ -45,7 +48,7 @@ OPTIONS = (
            "(default: the proxy's own warm-up checkpoints)."),
     Option("text_field", record=True, default="prompt", choices=lazy("cluster_curate.features.text", "TEXT_FIELDS"),
            show_default=True,
-           help="text: which text the feature looks at."),
+           help="text, semantic: which text the feature looks at."),
     Option("text_weighting", default="tf", choices=lazy("cluster_curate.features.text", "TEXT_WEIGHTINGS"),
            show_default=True,
            help="text: tf weighs words by their (sublinear) count alone, so the words that say what the task is "
@@ -53,7 +56,8 @@ OPTIONS = (
     Option("text_sample", type=int, default=20000, show_default=True,
            help="text: rows (seeded sample) the vocabulary, IDF and SVD are fitted on."),
     Option("max_length", record=True, type=int, shown_default=lazy(_FEATURES, "DEFAULT_MAX_LENGTH"),
-           help="Tokens per example; the prompt is truncated from the left first."),
+           help="Tokens per example; the prompt is truncated from the left first. semantic: lowers the "
+                "encoder's own limit (cut on its tokenizer's truncation side)."),
     Option("batch_tokens", type=int, shown_default=lazy(_FEATURES, "DEFAULT_BATCH_TOKENS"),
            help="Padded tokens per batch (length-sorted buckets); does not change the features."),
     Option("device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N."),
@@ -148,6 +152,11 @@ def _validate(o: dict) -> list[str]:
             raise CurateError(f"--{name.replace('_', '-')} must be {what}, got {o[name]}")
     if o["checkpoints"] and "loss-trajectory" not in features:
         raise CurateError("--checkpoints is only used by --features loss-trajectory")
+    if o["encoder"] is not None and "semantic" not in features:
+        raise CurateError(f"--encoder {o['encoder']} is only used by --features semantic")
+    if "semantic" in features:  # fail before reading the data: a missing package, directory or weights
+        from cluster_curate.features.semantic import check_encoder_spec
+        check_encoder_spec(o["encoder"])
     uses_model = any(f in MODEL_FEATURES for f in features)
     if o["model"] != "proxy" and not uses_model:
         raise CurateError(f"--model {o['model']} is not used by --features {','.join(features)} (no model); "
@@ -210,8 +219,9 @@ def _check_same_dims(like, params: dict) -> None:
                           "its feature space")
 
 
-def embed(data: str, out: str, **options) -> dict:
-    """One feature row per parsed example of `data` into the embeddings artifact `out`. Returns the summary."""
+def embed(data, out: str, **options) -> dict:
+    """One feature row per parsed example of `data` (a dataset, or several inputs / a mixture file: a
+    mixture, io/mixture.py) into the embeddings artifact `out`. Returns the summary."""
     from cluster_curate import console, distributed
     from cluster_curate.commands import embed_parts as parts
     from cluster_curate.features.embed import bound_host_memory
@@ -253,7 +263,7 @@ def render(result: dict, options: dict) -> None:
 
 
 SPEC = CommandSpec(
-    "embed", embed, (Argument("data"),), OPTIONS, render,
+    "embed", embed, (Argument("data", nargs=-1),), OPTIONS, render,
     algorithm=lazy(_FEATURES, "ALGORITHM_VERSION"),
     help="""One feature vector per example of DATA (prompt TF-IDF by default; the paper's gradient feature and
     other model features with --features).

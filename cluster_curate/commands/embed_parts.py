@@ -16,9 +16,11 @@ def scan(run, read_options) -> None:
     """Pass 1: parse every row (bad input fails here, before any model work); count rows per chunk."""
     import numpy as np
 
-    from cluster_curate.io.datasets import open_dataset
     from cluster_curate.exact_dedup import example_key, first_of_each
-    run.ds = ds = open_dataset(run.data, read_options)
+    from cluster_curate.io.mixture import Mixture, open_inputs
+    run.ds = ds = open_inputs(run.data, read_options)
+    if isinstance(ds, Mixture):  # inputs that disagree on a column's type fail here, before any model work
+        ds.check_columns()
     commit_every = run.opts["commit_every"]
     ids, keys = [], []
     for batch in ds.iter_batches():
@@ -38,7 +40,7 @@ def scan(run, read_options) -> None:
     run.parsed, run.total_rows, run.per_chunk, run.record = int(ids.size), total, per_chunk, ds.record()
     parsed = run.parsed
     if parsed == 0:
-        raise CurateError(f"{run.data}: no row parsed; nothing to embed")
+        raise CurateError(f"{ds.source}: no row parsed; nothing to embed")
 
 
 def sample(ds, k: int, seed: int, salt: int) -> list:
@@ -70,6 +72,7 @@ class Models:
 
 def prepare(run) -> Models:
     """The model (the proxy, trained here when needed), the checkpoint models, the fitted featurizers."""
+    from cluster_curate import console
     from cluster_curate.io import proxy_store as store
     from cluster_curate.features.embed import FEATURE_KINDS, MODEL_FEATURES
     m, opts = Models(), run.opts
@@ -94,6 +97,8 @@ def prepare(run) -> Models:
         entry = FEATURE_KINDS.get(kind)
         if not entry.uses_model:
             m.featurizers[kind] = entry.prepare()((LikeContext if run.like else PrepareContext)(run, kind))
+            if getattr(m.featurizers[kind], "notice", None):  # e.g. a causal LM used as an encoder
+                console.warn(m.featurizers[kind].notice)
     m.prepare_s = time.perf_counter() - t_load
     return m
 
@@ -183,6 +188,11 @@ class PrepareContext:
     @property
     def dataset_fingerprint(self) -> str | None:
         return self.run.record.get("fingerprint")
+
+    @property
+    def device(self):
+        """Where the run computes (a featurizer with a model of its own loads it there)."""
+        return self.run.device
 
     def sample(self, k: int, salt: int) -> list:
         """A seeded uniform sample of k parsed examples, in id order (`salt` tells apart the kinds' samples)."""
@@ -275,10 +285,10 @@ def embedder_and_params(run, m: Models):
         if "lora-gradient" in features:
             lora_dim = o["dim"] or DEFAULT_LORA_DIM
             projectors["lora-gradient"] = lora_projector(m.fm, lora_dim, o["seed"], o["layers"])
-    text = m.featurizers.get("text")
+    text, semantic = m.featurizers.get("text"), m.featurizers.get("semantic")
     dims = block_dims(features, hidden_size=m.fm.hidden_size if m.fm else None, dim=o["dim"],
                       n_checkpoints=len(m.trajectory), text_dim=text.dim if text else DEFAULT_TEXT_DIM,
-                      lora_dim=lora_dim)
+                      lora_dim=lora_dim, semantic_dim=semantic.dim if semantic else None)
     embedder = Embedder(features=features, fm=m.fm, featurizers=m.featurizers, trajectory=m.trajectory,
                         projectors=projectors, weights=weights, pool=o["pool"], layers=o["layers"],
                         max_length=o["max_length"], batch_tokens=o["batch_tokens"], dims=dict(dims))
@@ -292,9 +302,18 @@ def embedder_and_params(run, m: Models):
               "dtype": str(fm.dtype).replace("torch.", "") if fm else None,
               "proxy": dict(o["proxy"].__dict__) if m.model_name == "proxy" else None,
               "proxy_key": store.read_proxy_config(m.proxy_dir).get("key") if m.proxy_dir else None,
-              "loss": "mean response-token cross-entropy" if fm else "NaN: no model (text features only)",
-              "n_tokens": "model tokens" if fm else "whitespace words (no model tokenizer)"}
+              "loss": "mean response-token cross-entropy" if fm else "NaN: no causal LM (semantic has no loss)"
+              if semantic else "NaN: no model (text features only)",
+              "n_tokens": "model tokens" if fm else N_TOKENS_ENCODER if semantic else N_TOKENS_WORDS}
+    if semantic:
+        params["semantic"] = semantic.encoder.describe()
     return embedder, params
+
+
+# what `n_tokens` counts (params["n_tokens"]; select and shard name it in their summaries)
+N_TOKENS_ENCODER = ("encoder tokens (the semantic encoder's tokenizer, not the trainer's: shard --tokenizer "
+                    "balances exact tokens)")
+N_TOKENS_WORDS = "whitespace words (no model tokenizer)"
 
 
 @dataclass
@@ -305,6 +324,7 @@ class Pass:
     done_rows: int = 0
     done_tokens: int = 0
     seconds: float = 0.0
+    truncated: int = 0  # rows an encoder feature cut to its max length (chunks computed by this process)
 
 
 def feature_pass(run, embedder, params) -> Pass:
@@ -313,6 +333,7 @@ def feature_pass(run, embedder, params) -> Pass:
     from cluster_curate.features.embed import chunk_table, release_free_memory
     from cluster_curate.io.artifacts import make_meta
     from cluster_curate.features.embed import ALGORITHM_VERSION
+    from cluster_curate.io.mixture import with_source_columns
     meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, ALGORITHM_VERSION)
     plan = {"params": params, "dataset": run.record.get("fingerprint")}  # what --resume must find unchanged
     output = distributed.ChunkedOutput(run.out, run.layout, plan, run.opts["commit_every"],
@@ -333,10 +354,11 @@ def feature_pass(run, embedder, params) -> Pass:
             if chunk not in todo_set:
                 return
             result = embedder.embed(examples, on_batch=on_batch)
+            p.truncated += result.truncated
             skipped = [{"id": int(i), "reason": r} for i, r in result.skipped]
             if skipped:
                 bar.advance(len(skipped))
-            output.commit(chunk, chunk_table(result), skipped)
+            output.commit(chunk, with_source_columns(chunk_table(result), run.record), skipped)
             del result
             release_free_memory()
 
@@ -399,7 +421,8 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
         "rows_in_data": run.total_rows, "skipped_no_response": len(skipped_rows), "bad_rows": len(bad_rows),
         "rejects": str(rejects_path) if reported else None, "model": m.model_name or "none",
         "features": ",".join(run.features), "dims": dims, "dim": int(sum(dims.values())),
-        "device": str(m.fm.device) if m.fm else "cpu", "chunks_computed": len(p.todo),
+        "device": str(m.fm.device) if m.fm else str(m.featurizers["semantic"].encoder.device)
+        if "semantic" in m.featurizers else "cpu", "chunks_computed": len(p.todo),
         "chunks_resumed": len(mine) - len([c for c in mine if c in todo_set]),
         "seconds": round(time.perf_counter() - t_start, 3), "warmup_seconds": round(m.warmup_s, 3),
         "prepare_seconds": round(m.prepare_s, 3), "feature_seconds": round(p.seconds, 3),
@@ -415,6 +438,13 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
                      f"(the first {LISTED_COPIES} in the artifact's metadata; --keep-duplicates keeps them)")
     if m.proxy_dir is not None:
         summary["proxy"] = str(m.proxy_dir)
+    sem = p.meta.params.get("semantic")
+    if sem:
+        summary["encoder"] = sem["encoder"]
+        summary["semantic"] = (f"{sem['pooling']} pooling ({sem['pooling_from']}), max length {sem['max_length']} "
+                               f"(model {sem['model_max_length']}), cut on the {sem['truncation_side']}; "
+                               f"{p.truncated} row(s) cut by this process")
+        summary["n_tokens"] = p.meta.params["n_tokens"]
     if skipped_rows:
         shown = ", ".join(str(r["id"]) for r in skipped_rows[:10])
         console.warn(f"{len(skipped_rows)} row(s) kept no response token and were not embedded (ids {shown}"

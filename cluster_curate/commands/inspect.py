@@ -54,7 +54,7 @@ class _Counts:
         self.seen_examples.add(ek)
 
 
-def inspect(data: str, **options) -> dict:
+def inspect(data, **options) -> dict:
     """Describe a whole dataset: container, format and field mapping, rows, rejected rows with reasons,
     prompt/response length distributions (characters; tokens with a tokenizer), exact duplicates.
 
@@ -64,14 +64,17 @@ def inspect(data: str, **options) -> dict:
 
     from cluster_curate import console
     from cluster_curate.io.artifacts import check_writable
-    from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.io.mixture import Mixture, open_inputs
 
     opts = resolve(OPTIONS, options, "inspect")
     rejects_path, tokenizer = opts["rejects_path"], opts["tokenizer"]
     if rejects_path:
         check_writable(rejects_path, opts["overwrite"])
     tok = load_tokenizer(tokenizer) if tokenizer else None
-    ds = open_dataset(data, dataclasses.replace(read_options(opts), on_bad_row="skip"))
+    ds = open_inputs(data, dataclasses.replace(read_options(opts), on_bad_row="skip"))
+    if isinstance(ds, Mixture):  # every input's bad rows listed too, whatever its own on_bad_row
+        for d in ds.datasets:
+            d.opts = dataclasses.replace(d.opts, on_bad_row="skip")
     c = _Counts()
     with console.progress("inspect", total=ds.rows) as bar:
         rejected_so_far = 0
@@ -99,7 +102,18 @@ def inspect(data: str, **options) -> dict:
         "duplicates": c.duplicates, "duplicate_prompts": c.duplicate_prompts,
         "with_system_prompt": c.with_system, "multi_turn": c.multi_turn, "tokenizer": tokenizer,
         "lengths": lengths, "fingerprint": ds.fingerprint(),
+        **({"inputs": _inputs(ds)} if isinstance(ds, Mixture) else {}),
     }
+
+
+def _inputs(mix) -> list[dict]:
+    """A mixture's inputs, one row each (after the reading pass); then the shards' typed columns are checked
+    (inputs that disagree on a column's type are an error here, as in embed and shard)."""
+    rows = [{"input": inp.name, "source": d.source, "format": d.format, "rows": d.rows, "rejected": len(d.rejects),
+             "first id": int(first), "fields": ", ".join(f"{k}={v}" for k, v in d.fields.items())}
+            for inp, d, first in zip(mix.inputs, mix.datasets, mix.offsets())]
+    mix.check_columns()
+    return rows
 
 
 def render(r: dict, options: dict) -> None:
@@ -125,13 +139,15 @@ def render(r: dict, options: dict) -> None:
                           "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
         table = [{"length": name.replace("_", " "), **stats} for name, stats in r["lengths"].items()]
         console.summary(f"inspect {r['source']}", data_rows, table)
+        if r.get("inputs"):
+            console.summary("inputs", {"inputs": len(r["inputs"])}, r["inputs"])
     if r["rejected"] and (options.get("on_bad_row") or "error") == "error":
         more = f"; {r['rejected']} bad rows in all" if r["rejected"] > 1 else ""
         raise CurateError(f"{r['first_reject']} (pass --on-bad-row skip to skip bad rows{more})")
 
 
 SPEC = CommandSpec(
-    "inspect", inspect, (Argument("data"),), OPTIONS, render,
+    "inspect", inspect, (Argument("data", nargs=-1),), OPTIONS, render,
     short_help="Describe a dataset: format, rows, bad rows, lengths, duplicates.",
     help="""Read DATA once and describe it, before a long job.
 

@@ -5,6 +5,7 @@ Tables come from the artifacts' metadata and small columns; plots are drawn with
     cluster_sizes.png   how much of each cluster and group was kept (bars labelled with cluster ids, grouped)
     features_pca.png    where the selection sits in a 2-D PCA of the features; rows coloured by group
     rank_loads.png      how even the ranks are: per-step spread of their token loads, plan vs random
+    source_shares.png   a mixture's inputs: their shares of rows and tokens before and after selection
 """
 
 from __future__ import annotations
@@ -161,9 +162,14 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
             order = np.argsort(-sizes, kind="stable")
             rows = [{"cluster": int(c), "size": int(sizes[c]), "selected": int(quotas[c]),
                      "kept": f"{quotas[c] / max(sizes[c], 1):.0%}"} for c in order[:40]]
+        if p.get("tokens"):
+            t = p["tokens"]
+            data["tokens selected"] = f"{t['selected']:,} of {t['total']:,} (counted by {t['counted_by']})"
         sections.append(("selection", data, rows))
         if p.get("target_service"):
             sections.append(_target_section(meta))
+        if p.get("sources"):  # a mixture: rows and tokens of each input, in the data and in the selection
+            sections.append(("sources", {"inputs": len(p["sources"])}, p["sources"]))
     if "shards" in found:
         m = _manifest(found["shards"])
         b = m.get("balance", {})
@@ -175,7 +181,7 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
             if key in b:
                 data[key.replace("_", " ")] = ", ".join(f"{k} {v:.4g}" for k, v in b[key].items()
                                                          if isinstance(v, (int, float)))
-        sections.append(("shards", data, None))
+        sections.append(("shards", data, m.get("sources")))
     return sections
 
 
@@ -291,6 +297,28 @@ def cluster_sizes_figure(sizes: np.ndarray, selected: np.ndarray | None, groups:
 def plot_cluster_sizes(sizes: np.ndarray, selected: np.ndarray | None, out: Path,
                        groups: np.ndarray | None = None) -> Path:
     return _save(cluster_sizes_figure(sizes, selected, groups), out)
+
+
+def plot_source_shares(accounting: list[dict], out: Path) -> Path:
+    """Each input's share of the rows and tokens, in the data and in the selection (io/mixture.py
+    source_accounting): one bar group per input."""
+    plt = _pyplot()
+    names = [r["source"] for r in accounting]
+    series = [("rows, data", "share_rows", "#c6dbef"), ("rows, selected", "selected_share_rows", "#2171b5"),
+              ("tokens, data", "share_tokens", "#fdd0a2"), ("tokens, selected", "selected_share_tokens", "#d94801")]
+    series = [s for s in series if all(s[1] in r for r in accounting)]
+    x = np.arange(len(names))
+    width = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(names) + 2), 4))
+    for i, (label, key, color) in enumerate(series):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, [r[key] for r in accounting], width, label=label,
+               color=color)
+    ax.set_xticks(x, names)
+    ax.set_ylabel("share")
+    ax.set_title("Source shares before and after selection")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, out)
 
 
 def pca_2d(x: np.ndarray) -> np.ndarray:
@@ -430,8 +458,10 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
     written = []
     sel_ids = sel_table = None
     if "selection" in found:
-        sel_table, _ = read_artifact(found["selection"])
+        sel_table, sel_meta = read_artifact(found["selection"])
         sel_ids = sel_table.column("id").to_numpy()
+        if sel_meta.params.get("sources"):  # a mixture: each input's share before and after
+            written.append(plot_source_shares(sel_meta.params["sources"], out_dir / "source_shares.png"))
     if "clusters" in found:
         ctable, cmeta = read_artifact(found["clusters"], columns=["id", "cluster"])
         labels = ctable.column("cluster").to_numpy()

@@ -170,7 +170,7 @@ def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
                               "replace it, or choose another --out")
 
 
-def run(data: str, out: str, *, overwrite: bool = False, force: bool = False, **options) -> dict:
+def run(data, out: str, *, overwrite: bool = False, force: bool = False, **options) -> dict:
     """The whole pipeline: embed, cluster, select, shard into the directory `out`, each stage skipped while its
     output is up to date with its inputs and options. Returns {"out", "stages", "summaries", "tables"}.
     A failed run into a directory it created leaves no directory behind."""
@@ -193,11 +193,11 @@ def run(data: str, out: str, *, overwrite: bool = False, force: bool = False, **
 
 def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dict:
     from cluster_curate import console
-    from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.io.mixture import open_inputs
 
     declared, by_stage = stage_options()
     opts = resolve(declared, options, "run")
-    ds = open_dataset(data, read_options(opts))
+    ds = open_inputs(data, read_options(opts))
     preflight(ds, opts, by_stage)
     state = RunState(d)
     specs = stage_specs()
@@ -248,7 +248,7 @@ def render(result: dict, options: dict) -> None:
 
 
 SPEC = CommandSpec(
-    "run", run, (Argument("data"),), OWN_OPTIONS + tuple(stage_options()[0]), render,
+    "run", run, (Argument("data", nargs=-1),), OWN_OPTIONS + tuple(stage_options()[0]), render,
     short_help="The whole pipeline in one command, resumable.",
     help="""The whole pipeline in one command: embed, cluster, select, shard, with artifacts kept in OUT.
 
@@ -261,4 +261,5 @@ SPEC = CommandSpec(
     \b
     Example:
       cluster-curate run train.jsonl --out curated/ --fraction 0.31 --num-shards 8 --micro-batch-size 4
+      cluster-curate run math.jsonl code.parquet chat.json --out curated/ --fraction 0.31 --num-shards 8
     """)

@@ -6,7 +6,8 @@ import time
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy, recorded, resolve
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
+                                    read_options, recorded, resolve)
 
 
 def _order_help() -> str:
@@ -25,6 +26,20 @@ OPTIONS = (
     Option("budget", type=int, help="Budget as a number of rows (met exactly)."),
     Option("per_cluster_ratio", type=float,
            help="The paper's rule: every cluster keeps floor(R × smallest cluster size) rows, R in (0, 1]."),
+    Option("token_budget", type=int, metavar="T",
+           help="Budget in tokens: quotas water-filled in tokens, the selected tokens within one row of T."),
+    Option("token_fraction", type=float, metavar="F", help="Budget as a fraction of all tokens, in (0, 1]."),
+    Option("tokenizer", help="Local tokenizer directory (the trainer's): count every row's tokens with it (one "
+           "pass over the data), exact. Default: the embeddings' n_tokens (the feature model's or encoder's "
+           "tokenizer), else whitespace words; the summary says which."),
+    Option("data", run=False, multiple=True, help="The raw data, for --tokenizer or word counts (default: the "
+           "dataset, or every input of a mixture, that the clusters' lineage records)."),
+    Option("source_min_share", metavar="[NAME=]SHARE,...",
+           help="A mixture's inputs: each gives at least this share of the budget (rows, or tokens with a token "
+                "budget), met exactly or refused; SHARE for every input or NAME=SHARE (mixture files can set "
+                "min_share per input)."),
+    Option("source_max_share", metavar="[NAME=]SHARE,...",
+           help="A mixture's inputs: each gives at most this share of the budget (as --source-min-share)."),
     Option("balance_power", type=float, default=0.0, show_default=True,
            help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional."),
     Option("within", record=True, default="random", choices=lazy("cluster_curate.selection", "WITHIN_ORDERS"),
@@ -36,6 +51,7 @@ OPTIONS = (
            help="Drop a row whose cosine similarity to an already kept row of its cluster exceeds COSINE "
                 "(before quotas are filled)."),
     Option("seed", record=True, type=_int_min0(), default=0, show_default=True, help="Seeds the random order."),
+    *DATASET_OPTIONS,
     Option("target", metavar="TARGET",
            help="A few examples of the task to curate for (tens to thousands of rows): a dataset in any supported "
                 "format, embedded like the clusters' embeddings (written beside --out as OUT.target.parquet), or "
@@ -98,9 +114,75 @@ def _inputs(o: dict, clusters: str, c, needs: set):
                 n_tokens=extra.get("n_tokens"))
 
 
+def _open_data(o: dict, c):
+    """The raw data behind the clusters: --data, else the dataset (or mixture) their lineage records, which
+    must be unchanged."""
+    from cluster_curate.io.mixture import Mixture, inputs_from_record, open_inputs
+    record = c.meta.dataset or {}
+    if o["data"]:
+        ds = open_inputs(o["data"], read_options(o))
+    elif record.get("inputs"):
+        ds = Mixture(inputs_from_record(record))
+    elif record.get("source"):
+        ds = open_inputs(record["source"], read_options(o))
+    else:
+        raise CurateError("--tokenizer needs the raw data: pass --data DATA (the clusters record no dataset)")
+    if record.get("fingerprint") and ds.fingerprint() != record["fingerprint"] and not o["force"]:
+        raise CurateError(f"{ds.source}: changed since the clusters were made (fingerprint {ds.fingerprint()}, "
+                          f"recorded {record['fingerprint']}); pass --force to count its tokens anyway")
+    return ds
+
+
+def _tokens(o: dict, c, x: dict, token_mode: bool):
+    """Tokens per row (aligned with the clusters' ids) and what counted them: --tokenizer (exact), else the
+    embeddings' n_tokens, else whitespace words from the data (read only when a token budget needs them)."""
+    import numpy as np
+
+    from cluster_curate.commands.common import count_tokens_pass
+    n_tokens = x["n_tokens"]
+    if o["tokenizer"] is None and n_tokens is not None and not np.isnan(np.asarray(n_tokens, np.float64)).any():
+        what = (x["emeta"].params.get("n_tokens") if x["emeta"] is not None else None) or "embeddings n_tokens"
+        return np.asarray(n_tokens, dtype=np.int64), f"the embeddings' n_tokens: {what}"
+    if o["tokenizer"] is None and not token_mode:
+        return None, None
+    ds = _open_data(o, c)
+    counts = count_tokens_pass(ds, c.ids, o["tokenizer"], "select: count tokens")
+    missing = np.flatnonzero(counts < 0)
+    if missing.size:
+        raise CurateError(f"{ds.source}: id {int(c.ids[missing[0]])} of the clusters is not a readable example of "
+                          f"this data ({missing.size} ids missing)")
+    return counts, (f"tokenizer {o['tokenizer']} (exact)" if o["tokenizer"] else
+                    "whitespace words (no --tokenizer and no n_tokens in the embeddings)")
+
+
+def _sources(o: dict, c):
+    """A mixture's source index per row (from the inputs' first ids its lineage records), its input names,
+    and the floor / cap shares per input (options, else the mixture file's) as arrays (NaN: none)."""
+    import numpy as np
+
+    from cluster_curate.io.mixture import parse_source_shares
+    inputs = (c.meta.dataset or {}).get("inputs") or []
+    names_ = [i["name"] for i in inputs]
+    low = parse_source_shares(o["source_min_share"], names_, "--source-min-share") if inputs else {}
+    high = parse_source_shares(o["source_max_share"], names_, "--source-max-share") if inputs else {}
+    if not inputs:
+        if o["source_min_share"] or o["source_max_share"]:
+            raise CurateError("--source-min-share / --source-max-share: the data is not a mixture (one input)")
+        return None, None, None, None
+    first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
+    source = np.searchsorted(first, c.ids, side="right") - 1
+    lo = [low.get(i["name"], i.get("min_share")) for i in inputs]
+    hi = [high.get(i["name"], i.get("max_share")) for i in inputs]
+    bounded = any(v is not None for v in lo + hi)
+    as_array = (lambda v: np.array([np.nan if s is None else s for s in v], dtype=np.float64))
+    return source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None
+
+
 def _check(o: dict):
     from cluster_curate import selection as S
-    mode = S.check_budget_args(o["fraction"], o["budget"], o["per_cluster_ratio"])
+    mode = S.check_token_budget_args(o["token_budget"], o["token_fraction"])
+    if mode is None:
+        mode = S.check_budget_args(o["fraction"], o["budget"], o["per_cluster_ratio"])
     if o["dedup"] is not None and not 0 < o["dedup"] <= 1:
         raise CurateError(f"--dedup must be a cosine similarity in (0, 1], got {o['dedup']}")
     if not 0 <= o["balance_power"] <= 1:
@@ -121,6 +203,7 @@ def _check(o: dict):
 def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -> tuple[dict, list[dict]]:
     """Read a clusters artifact (and the embeddings when an order, dedup or n_tokens needs them), choose the
     rows, write the selection artifact. Returns the summary dict and the per-cluster table."""
+    import numpy as np
     import pyarrow as pa
 
     from cluster_curate import console
@@ -140,24 +223,45 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         return _select_targeted(o, mode, clusters, c, out, t0, summary_limit)
     needs = set(order.needs) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
+    sources, source_names, share_lo, share_hi = _sources(o, c)
+    tokens, x["counted_by"] = _tokens(o, c, x, mode in S.TOKEN_MODES)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], features=x["features"],
                         fraction=o["fraction"], budget=o["budget"], per_cluster_ratio=o["per_cluster_ratio"],
                         balance_power=o["balance_power"], within=o["within"], dedup=o["dedup"], seed=o["seed"],
-                        groups=c.groups)
+                        groups=c.groups, tokens=tokens, token_budget=o["token_budget"],
+                        token_fraction=o["token_fraction"], tokens_counted_by=x["counted_by"] or "",
+                        sources=sources, source_min_share=share_lo, source_max_share=share_hi,
+                        source_names=source_names)
     x["features"] = None
     for note in sel.notes:
         console.warn(note)
     columns = {"id": pa.array(c.ids[sel.rows], pa.int64()), "cluster": pa.array(sel.cluster, pa.int32()),
                "rank_in_cluster": pa.array(sel.rank_in_cluster, pa.int32())}
-    if x["n_tokens"] is not None:
+    if tokens is not None and (o["tokenizer"] or x["n_tokens"] is None):  # counted here: shard reuses them
+        columns["n_tokens"] = pa.array(tokens[sel.rows], pa.int64())
+    elif x["n_tokens"] is not None:
         picked = x["n_tokens"][sel.rows]
         columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
+    if sources is not None:
+        from cluster_curate.io.mixture import source_accounting
+        chosen = np.zeros(len(c.ids), dtype=bool)
+        chosen[sel.rows] = True
+        x["sources"] = source_accounting(source_names, sources, tokens, chosen)
     params = _params(o, mode, sel, c)
+    if tokens is not None and (mode in S.TOKEN_MODES or o["tokenizer"]):
+        params["tokens"] = {"counted_by": x["counted_by"], "total": sel.tokens_total,
+                            "requested": sel.tokens_requested, "selected": sel.tokens_selected}
+    if sources is not None:
+        params["sources"] = x["sources"]
+        if share_lo is not None:
+            params["source_shares"] = {"min": [None if np.isnan(v) else v for v in share_lo],
+                                       "max": [None if np.isnan(v) else v for v in share_hi]}
     inputs = {"clusters": c.meta.as_input(clusters, out)}
     if x["emeta"] is not None:
         inputs["embeddings"] = x["emeta"].as_input(x["emb_path"], out)
-    write_artifact(pa.table(columns), out, make_meta(names.SELECTION, params, inputs, c.meta.dataset,
-                                                     S.ALGORITHM_VERSION),
+    from cluster_curate.io.mixture import with_source_columns
+    write_artifact(with_source_columns(pa.table(columns), c.meta.dataset), out,
+                   make_meta(names.SELECTION, params, inputs, c.meta.dataset, S.ALGORITHM_VERSION),
                    overwrite=o["overwrite"])
     summary = _summary(o, mode, sel, c, x, out)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
@@ -307,8 +411,20 @@ def _summary(o, mode, sel, c, x, out) -> dict:
             summary["quotas"] = f"over {max(c.groups) + 1} groups of clusters first, then the clusters inside each"
     if o["dedup"] is not None:
         summary["near-duplicates dropped"] = f"{sel.dedup_dropped} (cosine > {o['dedup']})"
-    summary["n_tokens column"] = ("yes" if x["n_tokens"] is not None
+    summary["n_tokens column"] = ("yes" if x["n_tokens"] is not None or x.get("counted_by")
                                   else f"no ({x['why_not'] or 'embeddings have no n_tokens'})")
+    if sel.tokens_total is not None:
+        from cluster_curate.selection import TOKEN_MODES
+        if mode in TOKEN_MODES:
+            summary["budget"] = f"--{mode} {value} = {sel.tokens_requested:,} tokens"
+        summary["tokens selected"] = (f"{sel.tokens_selected:,} of {sel.tokens_total:,} "
+                                      f"({sel.tokens_selected / max(sel.tokens_total, 1):.1%})")
+        summary["tokens counted by"] = x["counted_by"]
+    for row in x.get("sources") or []:
+        tok = (f", {row['selected_tokens']:,} tokens ({row['selected_share_tokens']:.1%})"
+               if "selected_tokens" in row else "")
+        summary[f"source {row['source']}"] = (f"{row['selected']:,} of {row['rows']:,} rows selected "
+                                             f"({row['selected_share_rows']:.1%} of the selection){tok}")
     for i, note in enumerate(sel.notes):
         summary[f"note {i + 1}" if len(sel.notes) > 1 else "note"] = note
     return summary

@@ -20,8 +20,9 @@ def _allocation_help():
 
 
 OPTIONS = (
-    Option("data", required=True, run=False,
-           help="The raw dataset the selection was made from (every source column is kept)."),
+    Option("data", required=True, run=False, multiple=True,
+           help="The raw dataset the selection was made from (every source column is kept); a mixture: each "
+                "input (--data a.jsonl --data b.parquet, in the order embedded) or its mixture file."),
     Option("out", required=True, run=False, help="Output directory for the shards and manifest.json."),
     Option("num_shards", record=True, flags=("--num-shards", "-n"), type=int, required=True,
            help="Number of data-parallel ranks (one shard each)."),
@@ -51,7 +52,7 @@ OPTIONS = (
 )
 
 
-def shard(selection: str, data: str, out: str, *, chunk_bytes: int = 64 << 20, buffer_bytes: int = 128 << 20,
+def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer_bytes: int = 128 << 20,
           batch_rows: int = BATCH_ROWS, **options) -> dict:
     """Write the shards, manifest.json and leftover_ids.txt of `selection` into the directory `out`.
     Returns the manifest (plus timings, which manifest.json leaves out: it is deterministic)."""
@@ -59,14 +60,16 @@ def shard(selection: str, data: str, out: str, *, chunk_bytes: int = 64 << 20, b
     from cluster_curate import sharding
     from cluster_curate.commands import shard_parts as parts
     from cluster_curate.io.artifacts import check_dataset_matches, check_writable
-    from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.io.mixture import Mixture, open_inputs
     from cluster_curate.io.readers import read_selection
 
     t0 = time.monotonic()
     o = resolve(OPTIONS, dict(options, data=data, out=out), "shard")
     check_writable(out, o["overwrite"])
     sel = read_selection(selection, force=o["force"])
-    ds = open_dataset(data, read_options(o))
+    ds = open_inputs(data, read_options(o))
+    if isinstance(ds, Mixture):  # one typed column per name in the shards: refused before any work
+        ds.check_columns()
     dataset = ds.record()
     check_dataset_matches(sel.meta, selection, dataset, o["force"])
     inputs = {"selection": sel.meta.as_input(selection, out), "data": dataset}
@@ -133,7 +136,8 @@ SPEC = CommandSpec(
     "shard", shard, (Argument("selection"),), OPTIONS, render,
     algorithm=lazy("cluster_curate.sharding", "ALGORITHM_VERSION"),
     help="""Allocate a selection across N data-parallel ranks: N equal Parquet shards (full source rows plus `id`,
-    `cluster`, `step`, `weight`, `wrapped`) in the order each rank consumes them, and manifest.json.
+    `cluster`, `step`, `weight`, `wrapped`) in the order each rank consumes them, and manifest.json. A mixture's
+    shards also have `source`, `source_row` and the normalised `prompt`, `response`, `messages`, `system`.
 
     \b
     Load a shard with datasets.load_dataset("parquet", data_files=...) or cluster_curate.loader.load_shard.

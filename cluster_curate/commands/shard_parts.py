@@ -36,40 +36,17 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
                 return tokens, f"embeddings n_tokens ({cand})"
             if cand == embeddings:
                 raise CurateError(f"{cand}: no 'n_tokens' column")
-    tokens = _count_tokens_pass(ds, sel.ids, tokenizer)
+    from cluster_curate.commands.common import count_tokens_pass
+    tokens = count_tokens_pass(ds, sel.ids, tokenizer, "shard: count tokens")
     missing = np.flatnonzero(tokens < 0)
     if missing.size:
-        raise CurateError(f"{o['data']}: selected id {int(sel.ids[missing[0]])} is not a readable example of this "
-                          f"dataset ({missing.size} selected ids missing; was the selection made from {o['data']}?)")
+        raise CurateError(f"{ds.source}: selected id {int(sel.ids[missing[0]])} is not a readable example of this "
+                          f"dataset ({missing.size} selected ids missing; was the selection made from {ds.source}?)")
     if tokenizer:
         return tokens, f"tokenizer {tokenizer}"
     console.warn("no token counts in the selection or its embeddings and no --tokenizer: balancing on "
                  "whitespace-separated words (recorded in the manifest as token_source)")
     return tokens, "whitespace words (no n_tokens, embeddings or --tokenizer)"
-
-
-def _count_tokens_pass(ds, ids, tokenizer_path, batch_rows: int = 4096):
-    """Tokens per selected id by reading the data once: with a tokenizer, prompt (chat template when it has
-    one) + response tokens; without, whitespace-separated words of prompt and response."""
-    from cluster_curate import console
-    from cluster_curate.commands.common import load_tokenizer, token_counts as count
-    from cluster_curate.features.text import word_counts
-    tok = load_tokenizer(tokenizer_path) if tokenizer_path else None
-    where = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
-    where[ids] = np.arange(ids.shape[0])
-    counts = np.full(ids.shape[0], -1, dtype=np.int64)
-    with console.progress("shard: count tokens", total=ds.rows) as bar:
-        for batch in ds.iter_batches(batch_rows):
-            chosen = [e for e in batch.examples if e.id < where.shape[0] and where[e.id] >= 0]
-            if chosen:
-                if tok is not None:
-                    p, r = count(tok, chosen)
-                    n = [a + b for a, b in zip(p, r)]
-                else:
-                    n = [word_counts(e)[0] for e in chosen]  # the same words a text-only embed counts
-                counts[where[[e.id for e in chosen]]] = n
-            bar.advance(batch.raw.num_rows)
-    return counts
 
 
 @dataclass
@@ -141,8 +118,9 @@ def _cells(plan, ids) -> Cells:
     return Cells(shard, pos, row, wrapped, lookup, repeats, np.array(sorted(repeats), dtype=np.int64))
 
 
-def _batch_rows(raw, cells: Cells, sel, weights: Weights, m: int, renamed: dict):
-    """The rows of one raw batch that the plan places, with the shard columns added: (rows, cells) or None."""
+def _batch_rows(raw, cells: Cells, sel, weights: Weights, m: int, renamed: dict, examples=None):
+    """The rows of one raw batch that the plan places, with the shard columns added: (rows, cells) or None.
+    examples (a mixture's batch): the normalised prompt/response/messages/system columns follow `source_row`."""
     import pyarrow as pa
     bid = raw.column("id").to_numpy().astype(np.int64)
     inside = bid < cells.lookup.shape[0]
@@ -160,6 +138,12 @@ def _batch_rows(raw, cells: Cells, sel, weights: Weights, m: int, renamed: dict)
     at = np.concatenate([where[take], np.array(extra_cells, dtype=np.int64)])
     take = np.concatenate([take, np.array(extra_take, dtype=np.int64)])
     rows = pa.Table.from_batches([raw]).take(pa.array(take))
+    if examples is not None:
+        from cluster_curate.io.mixture import normalised_columns
+        by_id = {ex.id: ex for ex in examples}
+        at_col = rows.column_names.index("source_row") + 1
+        for i, (name, column) in enumerate(normalised_columns([by_id[int(j)] for j in bid[take]]).items()):
+            rows = rows.add_column(at_col + i, name, column)
     from cluster_curate.sharding import SHARD_COLUMNS
     for name in rows.column_names:
         if name in SHARD_COLUMNS:
@@ -182,11 +166,14 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
     renamed: dict[str, str] = {}
     source_columns: dict[str, None] = {}
     found = np.zeros(sel.ids.shape[0], dtype=bool)
+    from cluster_curate.io.mixture import Mixture
+    normalise = isinstance(ds, Mixture)  # a mixture's shards get the normalised columns: examples needed
     with console.progress("shard: write", total=ds.rows) as bar:
         # raw rows only: the selected ids were validated when embedded, and the fingerprint ties them to DATA
-        for batch in ds.iter_batches(batch_rows, examples=False):
+        for batch in ds.iter_batches(batch_rows, examples=normalise):
             bar.advance(batch.raw.num_rows)
-            placed = _batch_rows(batch.raw, cells, sel, weights, m, renamed)
+            placed = _batch_rows(batch.raw, cells, sel, weights, m, renamed,
+                                 batch.examples if normalise else None)
             if placed is None:
                 continue
             rows, at = placed
@@ -196,8 +183,8 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
     planned = np.unique(cells.row)
     missing = planned[~found[planned]]
     if missing.size:
-        raise CurateError(f"{o['data']}: selected id {int(sel.ids[missing[0]])} is not in this dataset "
-                          f"({missing.size} selected ids missing; was the selection made from {o['data']}?)")
+        raise CurateError(f"{ds.source}: selected id {int(sel.ids[missing[0]])} is not in this dataset "
+                          f"({missing.size} selected ids missing; was the selection made from {ds.source}?)")
     return renamed, source_columns
 
 
@@ -256,4 +243,22 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
         "cluster_sizes_source": w.sizes_source,
         "tokens": {"source": params["token_source"], "total": int(tokens.sum()), "mean": float(tokens.mean())},
         "balance": figures,
+        **_sources(meta.dataset, sel, plan, tokens),
     }
+
+
+def _sources(dataset: dict, sel, plan, tokens) -> dict:
+    """A mixture's accounting per input: selected rows and tokens, and how many of them the shards hold."""
+    from cluster_curate.io.mixture import source_accounting
+    inputs = (dataset or {}).get("inputs")
+    if not inputs:
+        return {}
+    first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
+    source = np.searchsorted(first, sel.ids, side="right") - 1
+    sharded = np.zeros(sel.ids.shape[0], dtype=bool)
+    sharded[np.unique(plan.rows)] = True
+    rows = source_accounting([i["name"] for i in inputs], source, tokens, sharded)
+    return {"sources": [{"source": r["source"], "selected_rows": r["rows"], "selected_tokens": r["tokens"],
+                         "share_of_selection": r["share_rows"], "sharded_rows": r["selected"],
+                         "sharded_tokens": r["selected_tokens"], "left_over_rows": r["rows"] - r["selected"]}
+                        for r in rows]}

@@ -6,7 +6,8 @@
   given, plus the examples that keep no response token (reported, never embedded as zeros).
 
 Feature blocks: every entry of `--features` is one block: `gradient`, `lora-gradient`, `hidden` and
-`loss-trajectory` come from a model (features/extractors.py), `text` needs none (features/text.py). With one
+`loss-trajectory` come from a model (features/extractors.py), `semantic` from an encoder of its own
+(features/semantic.py), `text` needs none (features/text.py). With one
 block the embedding is that block as computed. With several, each block is L2-normalised row by row and
 multiplied by its weight (`--feature-weights`, default 1 each) before concatenation, so a block's share of a
 cosine similarity is weight² / Σ weight² whatever its dimension or scale.
@@ -37,8 +38,11 @@ ALGORITHM_VERSION = 1
 # Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
 # (and backward) pass by features/extractors.extract(kind); otherwise `prepare()` gives a function
 # (context) -> featurizer (commands/embed_parts.PrepareContext: options, a seeded sample, state shared by every
-# process) whose `transform_examples(examples)` gives the block. `dim(d)`: the block's width from
-# d = {"dim", "hidden_size", "n_checkpoints", "text_dim", "lora_dim"}. Add one: its code + a line here.
+# process) whose `transform_examples(examples)` gives the block; with `encoder=True` the featurizer runs a
+# model of its own and its `rows(examples, batch_tokens, on_batch)` gives the block with its own token counts
+# (features/semantic.SemanticRows), used when no causal-LM feature counts them. `dim(d)`: the block's width
+# from d = {"dim", "hidden_size", "n_checkpoints", "text_dim", "lora_dim", "semantic_dim"}. Add one: its code
+# + a line here.
 FEATURE_KINDS = Registry("--features")
 FEATURE_KINDS.register("gradient", "the paper's: loss gradient w.r.t. the last hidden states (random projection "
                        "to --dim)", uses_model=True, dim=lambda d: d["dim"] or d["hidden_size"])
@@ -51,6 +55,10 @@ FEATURE_KINDS.register("loss-trajectory", "the loss at each warm-up checkpoint (
 FEATURE_KINDS.register("text", "TF-IDF of the text + randomized SVD (no model)", uses_model=False,
                        dim=lambda d: d["text_dim"] or d["dim"] or DEFAULT_TEXT_DIM,
                        prepare=lazy("cluster_curate.features.text", "prepare_text"))
+FEATURE_KINDS.register("semantic", "sentence embedding of --text-field by an encoder (--encoder; default the "
+                       "bundled all-MiniLM-L6-v2), pooled as its config says, L2-normalised", uses_model=False,
+                       dim=lambda d: d["semantic_dim"],
+                       prepare=lazy("cluster_curate.features.semantic", "prepare_semantic"), encoder=True)
 MODEL_FEATURES = tuple(e.name for e in FEATURE_KINDS if e.uses_model)
 ALL_FEATURES = FEATURE_KINDS.names
 DEFAULT_BATCH_TOKENS = 16384
@@ -109,11 +117,13 @@ def plan_batches(lengths, batch_tokens: int, max_rows: int | None = None) -> lis
 
 
 def block_dims(features: list[str], *, hidden_size: int | None = None, dim: int | None = None,
-               n_checkpoints: int = 0, text_dim: int | None = None, lora_dim: int | None = None) -> dict[str, int]:
+               n_checkpoints: int = 0, text_dim: int | None = None, lora_dim: int | None = None,
+               semantic_dim: int | None = None) -> dict[str, int]:
     """Output width of each feature block: gradient/hidden = `dim` or the hidden size; lora-gradient = `dim`
-    or the extractor's default; loss-trajectory = one column per checkpoint; text = its SVD width."""
+    or the extractor's default; loss-trajectory = one column per checkpoint; text = its SVD width; semantic =
+    the encoder's hidden size."""
     d = {"dim": dim, "hidden_size": hidden_size, "n_checkpoints": n_checkpoints, "text_dim": text_dim,
-         "lora_dim": lora_dim}
+         "lora_dim": lora_dim, "semantic_dim": semantic_dim}
     return {kind: int(FEATURE_KINDS.get(kind).dim(d)) for kind in features}
 
 
@@ -141,6 +151,7 @@ class ChunkResult:
     loss: np.ndarray  # float32 [n]; NaN when no model is used
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (id, reason): no response token
     tokens: int = 0  # real (unpadded) tokens processed
+    truncated: int = 0  # rows whose text an encoder feature cut to its max length
 
 
 @dataclass
@@ -149,7 +160,8 @@ class Embedder:
 
     fm: the FeatureModel (None when only `text` is asked for). trajectory: FeatureModels whose losses make
     the `loss-trajectory` block (one column each; they must share fm's tokenizer). featurizers: per kind that
-    uses no model (`text`), its fitted featurizer (transform_examples). projectors: per model block, what `extract` gets as projector."""
+    uses no model (`text`), its fitted featurizer (transform_examples; `semantic`: its encoder, rows).
+    projectors: per model block, what `extract` gets as projector."""
 
     features: list[str]
     fm: object = None
@@ -175,6 +187,10 @@ class Embedder:
     @property
     def uses_model(self) -> bool:
         return any(f in MODEL_FEATURES for f in self.features)
+
+    @property
+    def encoder_kinds(self) -> list[str]:
+        return [f for f in self.features if getattr(FEATURE_KINDS.get(f), "encoder", False)]
 
     def embed(self, examples: list, on_batch=None) -> ChunkResult:
         """Feature rows of `examples`. `on_batch(rows, tokens)` is called after each model batch."""
@@ -229,6 +245,9 @@ class Embedder:
                 block = np.empty_like(stacked)
                 block[where] = stacked  # back to the order of the examples
                 model_blocks[kind] = block
+        elif self.encoder_kinds:  # the encoder's tokenizer counts the tokens
+            kept = list(examples)
+            loss = np.full(len(kept), np.nan, dtype=np.float32)
         else:
             kept = list(examples)
             counts = [word_counts(ex) for ex in kept]
@@ -239,12 +258,33 @@ class Embedder:
             if on_batch is not None and kept:
                 on_batch(len(kept), tokens)
 
+        truncated = 0
+        for kind in self.encoder_kinds:
+            # with a causal-LM feature its batches advanced the rows already; the encoder adds its tokens
+            report = on_batch if on_batch is None or not self.uses_model else (lambda rows, t: on_batch(0, t))
+            rows = self.featurizers[kind].rows(kept, self.batch_tokens, report)
+            if not self.uses_model:
+                n_tokens, n_resp, tokens = rows.n_tokens, rows.n_response_tokens, rows.tokens
+            else:
+                tokens += rows.tokens
+            if rows.skipped:  # no text to embed: the row is reported, and left out of every block
+                gone = {i for i, _ in rows.skipped}
+                keep = np.array([ex.id not in gone for ex in kept], dtype=bool)
+                kept = [ex for ex in kept if ex.id not in gone]
+                loss = loss[keep]
+                if self.uses_model:
+                    n_tokens, n_resp = n_tokens[keep], n_resp[keep]
+                    model_blocks = {k: v[keep] for k, v in model_blocks.items()}
+                skipped = sorted([*skipped, *rows.skipped])
+            model_blocks[kind] = rows.embedding
+            truncated += int(rows.truncated.sum())
+
         blocks = []
         for kind in self.features:
-            if kind in self.featurizers:
-                block = self.featurizers[kind].transform_examples(kept)
-            else:
+            if kind in model_blocks:
                 block = model_blocks[kind]
+            else:
+                block = self.featurizers[kind].transform_examples(kept)
             if kind in self.dims and block.shape[1] != self.dims[kind]:
                 raise RuntimeError(f"{kind}: block of width {block.shape[1]}, expected {self.dims[kind]}")
             self.dims[kind] = int(block.shape[1])
@@ -252,7 +292,7 @@ class Embedder:
         embedding = combine_blocks(blocks, self.weights)
         ids = np.array([ex.id for ex in kept], dtype=np.int64)
         return ChunkResult(ids=ids, embedding=embedding, n_tokens=n_tokens, n_response_tokens=n_resp,
-                           loss=loss.astype(np.float32), skipped=list(skipped), tokens=tokens)
+                           loss=loss.astype(np.float32), skipped=list(skipped), tokens=tokens, truncated=truncated)
 
 
 def chunk_table(result: ChunkResult):

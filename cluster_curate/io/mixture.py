@@ -1,0 +1,442 @@
+"""Data mixtures: several inputs read as one dataset (the `Dataset` contract of io/datasets.py).
+
+    inputs = mixture_inputs(["math.jsonl", "code.parquet"], ReadOptions())   # or a mixture file (YAML/JSON)
+    mix = Mixture(inputs)
+    mix.record()           # lineage: every input's source, fingerprint, rows and reading options
+    for batch in mix.iter_batches():
+        batch.examples     # ids global: input 0's rows first, then input 1's, ... (the order given)
+        batch.raw          # `id`, `source`, `source_row`, then the input's own columns (renamed as asked)
+
+Identity: `id` is the row's index in the concatenation of the inputs in the order given; `source` is the
+input's name and `source_row` its 0-based row in that input, so (source, source_row) names the row in the
+file it came from whatever else is mixed in. Every input keeps its own format detection and reading options.
+
+Original columns (what the shards keep, docs/architecture.md "Artifacts"): typed, one column per name over all inputs
+(null in the rows of an input that lacks it). Typed columns stay as they were written, need no decoding by a
+trainer, and Parquet stores them column by column; the price is that inputs must agree on the type of a column
+they share: `check_columns` refuses a disagreement before any work, naming both inputs, and the mixture file
+can rename a column of one input (`rename: {label: label_text}`). A JSON-string column would have accepted
+anything, but turns every typed value (timestamps, binary, nested lists) into text a trainer must parse.
+
+Mixture file (YAML, or JSON with the same keys)::
+
+    inputs:
+      - path: math.jsonl              # relative to the mixture file
+        name: math                    # default: the file name without its extensions
+        format: alpaca                # per-input reading options: format, prompt_field, response_field,
+        on_bad_row: skip              #   on_bad_row
+        rename: {label: math_label}   # original columns renamed for this input
+        min_share: 0.2                # optional floor / cap on the selection's share of this input
+        max_share: 0.6
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io.datasets import Batch, Example, ReadOptions, Reject, open_dataset
+
+MIXTURE_SUFFIXES = (".yaml", ".yml")
+INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "on_bad_row", "rename", "min_share",
+              "max_share")
+# Columns every mixture row has (artifacts and shards); an input's own column of the same name is renamed
+# `source_<name>` (as a single input's `id` becomes `source_id`).
+IDENTITY_COLUMNS = ("id", "source", "source_row")
+NORMALISED_COLUMNS = ("prompt", "response", "messages", "system")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass
+class MixtureInput:
+    path: str
+    name: str
+    options: ReadOptions = field(default_factory=ReadOptions)
+    rename: dict = field(default_factory=dict)
+    min_share: float | None = None
+    max_share: float | None = None
+    where: str = ""  # where it was declared, for messages ("mix.yaml: inputs[1]" or the argument)
+
+    def describe(self) -> dict:
+        opts = {k: v for k, v in self.options.__dict__.items() if v is not None and not (k == "on_bad_row"
+                                                                                          and v == "error")}
+        return {"name": self.name, "path": self.path, **({"options": opts} if opts else {}),
+                **({"rename": dict(self.rename)} if self.rename else {}),
+                **({"min_share": self.min_share} if self.min_share is not None else {}),
+                **({"max_share": self.max_share} if self.max_share is not None else {})}
+
+
+def is_mixture_file(arg: str) -> bool:
+    """A YAML file, or a JSON document whose top level is an object with `inputs` (a dataset is not)."""
+    p = Path(arg)
+    if p.suffix.lower() in MIXTURE_SUFFIXES:
+        return True
+    if p.suffix.lower() == ".json" and p.is_file() and p.stat().st_size < (1 << 20):
+        try:
+            with open(p, "rb") as f:
+                head = f.read(4096).lstrip()
+            if not head.startswith(b"{"):
+                return False
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError, UnicodeDecodeError):
+            return False
+        return isinstance(doc, dict) and isinstance(doc.get("inputs"), list)
+    return False
+
+
+def default_name(path: str) -> str:
+    """math.jsonl -> math; train.jsonl.gz -> train; a directory -> its name; hf:org/name:split -> name."""
+    base = re.split(r"[/:@]", path.rstrip("/").removeprefix("hf:"))
+    stem, previous = base[-1] or path, None
+    while stem != previous:  # x.jsonl.gz, x.parquet.d
+        previous = stem
+        for suffix in (".gz", ".d", ".jsonl", ".json", ".parquet", ".csv", ".hf"):
+            stem = stem.removesuffix(suffix)
+    return stem or path
+
+
+def _share(value, where: str, key: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise CurateError(f"{where}.{key}: expected a share between 0 and 1, got {value!r}")
+    return float(value)
+
+
+def read_mixture_file(path: str, defaults: ReadOptions | None = None) -> list[MixtureInput]:
+    """The inputs a mixture file lists (see the module docstring). Errors name the file and the field."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CurateError(f"{path}: no such mixture file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CurateError(f"{path}: cannot read ({e})") from None
+    try:
+        doc = yaml.safe_load(text)  # JSON is YAML
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else path
+        raise CurateError(f"{where}: not a valid YAML/JSON mixture file ({getattr(e, 'problem', None) or e})") \
+            from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list) or not doc["inputs"]:
+        raise CurateError(f"{path}: field 'inputs': expected a non-empty list of inputs")
+    unknown = [k for k in doc if k != "inputs"]
+    if unknown:
+        raise CurateError(f"{path}: unknown field '{unknown[0]}' (a mixture file has 'inputs')")
+    defaults = defaults or ReadOptions()
+    out = []
+    for i, item in enumerate(doc["inputs"]):
+        where = f"{path}: inputs[{i}]"
+        if isinstance(item, str):
+            item = {"path": item}
+        if not isinstance(item, dict):
+            raise CurateError(f"{where}: expected a path or a mapping with 'path'")
+        bad = [k for k in item if k not in INPUT_KEYS]
+        if bad:
+            raise CurateError(f"{where}: unknown field '{bad[0]}' (expected {', '.join(INPUT_KEYS)})")
+        if not isinstance(item.get("path"), str) or not item["path"]:
+            raise CurateError(f"{where}.path: required (the input's file, directory or hf: id)")
+        src = item["path"]
+        local = (p.parent / src) if not Path(src).is_absolute() and not src.startswith("hf:") else Path(src)
+        if not src.startswith("hf:") and (local.exists() or not Path(src).exists()):
+            src = str(local)
+        rename = item.get("rename") or {}
+        if not isinstance(rename, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
+                                                   for k, v in rename.items()):
+            raise CurateError(f"{where}.rename: expected a mapping of column names to new names")
+        for key in ("format", "prompt_field", "response_field", "on_bad_row", "name"):
+            if item.get(key) is not None and not isinstance(item[key], str):
+                raise CurateError(f"{where}.{key}: expected a string, got {item[key]!r}")
+        opts = ReadOptions(format=item.get("format", defaults.format),
+                           prompt_field=item.get("prompt_field", defaults.prompt_field),
+                           response_field=item.get("response_field", defaults.response_field),
+                           on_bad_row=item.get("on_bad_row", defaults.on_bad_row))
+        if opts.on_bad_row not in ("error", "skip"):
+            raise CurateError(f"{where}.on_bad_row: must be 'error' or 'skip', not {opts.on_bad_row!r}")
+        out.append(MixtureInput(path=src, name=item.get("name") or default_name(item["path"]), options=opts,
+                                rename=dict(rename), min_share=_share(item.get("min_share"), where, "min_share"),
+                                max_share=_share(item.get("max_share"), where, "max_share"), where=where))
+    return out
+
+
+def mixture_inputs(sources: list[str] | str, options: ReadOptions | None = None) -> list[MixtureInput]:
+    """The inputs of a command's DATA arguments: each a dataset, or a mixture file listing several."""
+    sources = [sources] if isinstance(sources, str) else list(sources)
+    if not sources:
+        raise CurateError("no input given")
+    options = options or ReadOptions()
+    inputs: list[MixtureInput] = []
+    for arg in sources:
+        if is_mixture_file(arg):
+            inputs.extend(read_mixture_file(arg, options))
+        else:
+            inputs.append(MixtureInput(path=arg, name=default_name(arg), options=options, where=arg))
+    seen: dict[str, str] = {}
+    for inp in inputs:
+        if not _NAME.match(inp.name):
+            raise CurateError(f"{inp.where}: input name {inp.name!r}: use letters, digits, '.', '_' or '-'")
+        if inp.name in seen:
+            raise CurateError(f"{inp.where}: input name {inp.name!r} is also the name of {seen[inp.name]}; "
+                              f"name them apart in a mixture file (name: ...)")
+        seen[inp.name] = inp.where
+        if inp.min_share is not None and inp.max_share is not None and inp.min_share > inp.max_share:
+            raise CurateError(f"{inp.where}: min_share {inp.min_share} is above max_share {inp.max_share}")
+    return inputs
+
+
+def reserved_rename(name: str) -> str:
+    """An input's own column that would collide with a mixture column gets the `source_` prefix."""
+    return f"source_{name}" if name in IDENTITY_COLUMNS + NORMALISED_COLUMNS else name
+
+
+class Mixture:
+    """Several inputs as one dataset: same interface as io/datasets.Dataset (`iter_batches`, `rows`,
+    `num_rows`, `record`, `fingerprint`, `rejects`, `write_rejects`), plus `names`, `formats` and `offsets()`."""
+
+    def __init__(self, inputs: list[MixtureInput]):
+        if not inputs:
+            raise CurateError("a mixture needs at least one input")
+        self.inputs = list(inputs)
+        self.datasets = [open_dataset(i.path, i.options) for i in self.inputs]  # each detects its own format
+        self.names = [i.name for i in self.inputs]
+        self.source = "mixture of " + ", ".join(self.names)
+        self.format = "mixture"
+        self.container = "mixture"
+        self.fields = {i.name: ds.fields for i, ds in zip(self.inputs, self.datasets)}
+        self.formats = {i.name: ds.format for i, ds in zip(self.inputs, self.datasets)}
+        self.rejects: list[Reject] = []
+        self._fingerprint: str | None = None
+        self._skip_ids: frozenset[int] = frozenset()
+
+    # ------------------------------------------------------------------------------------------- sizes
+    @property
+    def rows(self) -> int | None:
+        sizes = [ds.rows for ds in self.datasets]
+        return None if any(s is None for s in sizes) else int(sum(sizes))
+
+    def num_rows(self) -> int:
+        return int(sum(ds.num_rows() for ds in self.datasets))
+
+    def offsets(self) -> np.ndarray:
+        """The global id of each input's first row (counts the rows when no pass has run)."""
+        return np.concatenate([[0], np.cumsum([ds.num_rows() for ds in self.datasets])[:-1]]).astype(np.int64)
+
+    # ------------------------------------------------------------------------------------------- lineage
+    def fingerprint(self) -> str:
+        """Over every input's bytes, name, position and reading options: any change re-makes what follows."""
+        if self._fingerprint is None:
+            h = hashlib.blake2b(digest_size=12)
+            for inp, ds in zip(self.inputs, self.datasets):
+                h.update(json.dumps([inp.name, ds.fingerprint(), inp.options.__dict__, inp.rename],
+                                    sort_keys=True).encode() + b"\0")
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+    def record(self) -> dict:
+        offsets = self.offsets()
+        return {"source": self.source, "fingerprint": self.fingerprint(), "rows": self.num_rows(),
+                "inputs": [{**inp.describe(), "source": ds.source, "format": ds.format,
+                            "fingerprint": ds.fingerprint(), "rows": ds.num_rows(), "first_id": int(first)}
+                           for inp, ds, first in zip(self.inputs, self.datasets, offsets)]}
+
+    # ------------------------------------------------------------------------------------------- reading
+    @property
+    def skip_ids(self) -> frozenset[int]:
+        return self._skip_ids
+
+    @skip_ids.setter
+    def skip_ids(self, ids) -> None:
+        """Global ids left out of `examples` (embed: exact copies), handed to each input as its own rows."""
+        self._skip_ids = frozenset(ids)
+        bounds = np.append(self.offsets(), self.num_rows())
+        for ds, lo, hi in zip(self.datasets, bounds[:-1].tolist(), bounds[1:].tolist()):
+            ds.skip_ids = frozenset(i - lo for i in self._skip_ids if lo <= i < hi)
+
+    def iter_batches(self, batch_rows: int = 2048, examples: bool = True) -> Iterator[Batch]:
+        """Each input's batches in turn, ids made global; raw batches get `source` and `source_row`."""
+        self.rejects = []
+        offset = 0
+        for k, (inp, ds) in enumerate(zip(self.inputs, self.datasets)):
+            for b in ds.iter_batches(batch_rows, examples):
+                exs = [Example(ex.id + offset, ex.prompt, ex.response) for ex in b.examples] if offset else \
+                    b.examples
+                yield Batch(examples=exs, raw_fn=(lambda b=b, k=k, offset=offset: self._raw(b.raw, k, offset)))
+            self.rejects.extend(Reject(r.id + offset, r.location, r.field, r.reason) for r in ds.rejects)
+            offset += int(ds.rows)
+
+    def _raw(self, raw: pa.RecordBatch, k: int, offset: int) -> pa.RecordBatch:
+        local = raw.column(0)
+        names = [self._column_name(k, n) for n in raw.schema.names[1:]]
+        return pa.RecordBatch.from_arrays(
+            [pc.add(local, pa.scalar(offset, pa.int64())),
+             pa.DictionaryArray.from_arrays(pa.nulls(raw.num_rows, pa.int32()).fill_null(k),
+                                            pa.array(self.names, pa.string())),
+             local, *raw.columns[1:]],
+            names=list(IDENTITY_COLUMNS) + names)
+
+    def _column_name(self, k: int, name: str) -> str:
+        return reserved_rename(self.inputs[k].rename.get(name, name))
+
+    def write_rejects(self, path) -> Path:
+        from cluster_curate.io.artifacts import atomic_write_bytes
+        data = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in self.rejects)
+        atomic_write_bytes(path, data.encode("utf-8"))
+        return Path(path)
+
+    # ------------------------------------------------------------------------------------------- columns
+    def check_columns(self, batch_rows: int = 8192) -> pa.Schema:
+        """The original columns of every input as one typed schema (after renames), or a one-line error
+        naming the column, both inputs and their types. Columnar inputs give their schema at once; JSON and
+        CSV inputs are read once (raw rows only: a column's type there is what the values make it)."""
+        owner: dict[str, tuple[str, pa.DataType]] = {}
+        for k, (inp, ds) in enumerate(zip(self.inputs, self.datasets)):
+            schema = _input_schema(ds, batch_rows)
+            renamed = [n for n in inp.rename if n not in schema.names]
+            if renamed:
+                raise CurateError(f"{inp.where}.rename: input {inp.name} has no column '{renamed[0]}' "
+                                  f"(its columns: {', '.join(schema.names)})")
+            for f in schema:
+                name = self._column_name(k, f.name)
+                if pa.types.is_null(f.type):
+                    owner.setdefault(name, (inp.name, f.type))
+                    continue
+                prev = owner.get(name)
+                if prev is None or pa.types.is_null(prev[1]):
+                    owner[name] = (inp.name, f.type)
+                elif prev[1] != f.type:
+                    raise CurateError(f"{inp.path}: column '{f.name}' is {f.type}, but input {prev[0]} has it as "
+                                      f"{prev[1]}; the shards keep one typed column per name: rename one of them "
+                                      f"in a mixture file (rename: {{{f.name}: {f.name}_{inp.name}}})")
+        return pa.schema([pa.field(n, t) for n, (_, t) in owner.items()])
+
+
+def _input_schema(ds, batch_rows: int) -> pa.Schema:
+    """One input's own columns (without `id`), unified over its batches as the shard writer does."""
+    schemas = {}
+    for b in ds.iter_batches(batch_rows, examples=False):
+        schemas.setdefault(b.raw.schema, None)
+    try:
+        unified = pa.unify_schemas(list(schemas), promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid) as e:
+        raise CurateError(f"{ds.source}: its columns change type between rows ({str(e).splitlines()[0]})") from None
+    return pa.schema([f for f in unified if f.name != "id"])
+
+
+# ----------------------------------------------------------------------------------------------- shares
+def parse_source_shares(spec: str | None, names: list[str], option: str) -> dict[str, float]:
+    """`--source-min-share 0.1` (every input) or `math=0.2,code=0.1` -> {name: share}."""
+    if spec is None or str(spec).strip() == "":
+        return {}
+    spec = str(spec).strip()
+    out: dict[str, float] = {}
+    for part in spec.split(","):
+        part = part.strip()
+        name, _, value = part.rpartition("=")
+        try:
+            share = float(value)
+        except ValueError:
+            raise CurateError(f"{option} {spec!r}: expected a share (0.1) or name=share pairs (math=0.2)") from None
+        if not 0 <= share <= 1:
+            raise CurateError(f"{option} {spec!r}: shares are between 0 and 1, got {share}")
+        if not name:
+            out.update(dict.fromkeys(names, share))
+        elif name not in names:
+            raise CurateError(f"{option}: no input named {name!r} (inputs: {', '.join(names)})")
+        else:
+            out[name] = share
+    return out
+
+
+def normalised_columns(examples: list[Example]) -> dict[str, pa.Array]:
+    """The trainer-facing columns of examples (in order), the same for every input format: `prompt` (the
+    last user turn), `response`, `system` (null without one) and `messages` (every prompt turn, then the
+    response as the assistant's: one chat-template input for any input format)."""
+    turn = pa.struct([("role", pa.string()), ("content", pa.string())])
+    prompt, system, messages = [], [], []
+    for ex in examples:
+        users = [t for t in ex.prompt if t.get("role") == "user"]
+        prompt.append(str(users[-1].get("content") or "") if users else "")
+        sys_turns = [t for t in ex.prompt if t.get("role") == "system"]
+        system.append(str(sys_turns[0].get("content") or "") if sys_turns else None)
+        messages.append([{"role": str(t["role"]), "content": str(t.get("content") or "")} for t in ex.prompt]
+                        + [{"role": "assistant", "content": ex.response}])
+    return {"prompt": pa.array(prompt, pa.string()),
+            "response": pa.array([ex.response for ex in examples], pa.string()),
+            "messages": pa.array(messages, pa.list_(turn)), "system": pa.array(system, pa.string())}
+
+
+def source_accounting(names: list[str], source_index: np.ndarray, tokens: np.ndarray | None = None,
+                      selected: np.ndarray | None = None) -> list[dict]:
+    """Per input: rows and tokens, and with `selected` (a mask over the same rows) what the selection kept,
+    with each input's share of the whole before and after (the summaries', manifest's and report's table)."""
+    idx = np.asarray(source_index, dtype=np.int64)
+    n_src = len(names)
+    rows = np.bincount(idx, minlength=n_src)
+    tok = None if tokens is None else np.bincount(idx, weights=np.asarray(tokens, dtype=np.float64),
+                                                  minlength=n_src)
+    out = []
+    for s, name in enumerate(names):
+        row = {"source": name, "rows": int(rows[s]), "share_rows": round(rows[s] / max(rows.sum(), 1), 4)}
+        if tok is not None:
+            row.update(tokens=int(tok[s]), share_tokens=round(tok[s] / max(tok.sum(), 1), 4))
+        out.append(row)
+    if selected is not None:
+        sel = np.asarray(selected, dtype=bool)
+        s_rows = np.bincount(idx[sel], minlength=n_src)
+        s_tok = None if tokens is None else np.bincount(idx[sel], weights=np.asarray(tokens, np.float64)[sel],
+                                                         minlength=n_src)
+        for s, row in enumerate(out):
+            row.update(selected=int(s_rows[s]), kept_rows=round(s_rows[s] / max(rows[s], 1), 4),
+                       selected_share_rows=round(s_rows[s] / max(s_rows.sum(), 1), 4))
+            if s_tok is not None:
+                row.update(selected_tokens=int(s_tok[s]), kept_tokens=round(s_tok[s] / max(tok[s], 1), 4),
+                           selected_share_tokens=round(s_tok[s] / max(s_tok.sum(), 1), 4))
+    return out
+
+
+def open_inputs(sources: list[str] | str, options: ReadOptions | None = None):
+    """What a command's DATA arguments open: one dataset as before (a Dataset: ids are its rows), or a
+    Mixture when several inputs (or a mixture file) are given."""
+    sources = [sources] if isinstance(sources, str) else list(sources)
+    if len(sources) == 1 and not is_mixture_file(sources[0]):
+        return open_dataset(sources[0], options or ReadOptions())
+    return Mixture(mixture_inputs(sources, options))
+
+
+def inputs_from_record(record: dict) -> list[MixtureInput]:
+    """The inputs a mixture's lineage record names (`Mixture.record()`), to open them again (select
+    --tokenizer, report) as they were read."""
+    out = []
+    for i, item in enumerate(record.get("inputs") or []):
+        opts = ReadOptions(**{"on_bad_row": "error", **(item.get("options") or {})})
+        out.append(MixtureInput(path=item["source"], name=item["name"], options=opts, rename=item.get("rename", {}),
+                                min_share=item.get("min_share"), max_share=item.get("max_share"),
+                                where=f"recorded input {item['name']}"))
+    return out
+
+
+def with_source_columns(table: pa.Table, record: dict) -> pa.Table:
+    """An artifact's rows with `source` (the input's name) and `source_row` (its row in that input) after
+    `id`, from the inputs' first ids a mixture's lineage record holds; unchanged for a single dataset."""
+    inputs = (record or {}).get("inputs")
+    if not inputs:
+        return table
+    ids = table.column("id").to_numpy()
+    first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
+    index = np.searchsorted(first, ids, side="right") - 1
+    at = table.column_names.index("id") + 1
+    table = table.add_column(at, "source", pa.DictionaryArray.from_arrays(
+        pa.array(index, pa.int32()), pa.array([i["name"] for i in inputs], pa.string())))
+    return table.add_column(at + 1, "source_row", pa.array(ids - first[index], pa.int64()))

@@ -1,0 +1,296 @@
+"""Data mixtures (io/mixture.py): several inputs of different formats as one dataset with global ids and
+(source, source_row); mixture files with per-input reading options; typed original columns that must agree;
+and floors / caps on each source's share of a selection (selection.py `source_bounded_take`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster_curate import selection as S
+from cluster_curate.errors import CurateError
+from cluster_curate.io.mixture import Mixture, mixture_inputs, normalised_columns, parse_source_shares
+
+from conftest import FIXTURES
+
+GSM_CSV = FIXTURES / "gsm8k" / "train-300.csv"
+ALPACA_PARQUET = FIXTURES / "code_alpaca" / "code_alpaca-300.parquet.d"
+CHAT = FIXTURES / "chat" / "messages-300.jsonl"
+
+
+def _three(tmp_path):
+    for src in (GSM_CSV, CHAT):
+        shutil.copy(src, tmp_path / src.name)
+    shutil.copytree(ALPACA_PARQUET, tmp_path / "code.parquet")
+    return [str(tmp_path / GSM_CSV.name), str(tmp_path / "code.parquet"), str(tmp_path / CHAT.name)]
+
+
+def test_three_inputs_of_different_formats_read_as_one_dataset(tmp_path):
+    paths = _three(tmp_path)
+    mix = Mixture(mixture_inputs(paths))
+    assert mix.names == ["train-300", "code", "messages-300"]
+    assert mix.formats == {"train-300": "qa", "code": "alpaca", "messages-300": "messages"}
+    examples, raws = [], []
+    for batch in mix.iter_batches(128):
+        examples.extend(batch.examples)
+        raws.append(batch.raw)
+    assert [ex.id for ex in examples] == list(range(900)) and mix.rows == 900
+    table = pa.concat_tables([pa.Table.from_batches([r]) for r in raws], promote_options="permissive")
+    assert table.column("id").to_pylist() == list(range(900))
+    assert table.column("source").to_pylist() == ["train-300"] * 300 + ["code"] * 300 + ["messages-300"] * 300
+    assert table.column("source_row").to_pylist() == list(range(300)) * 3
+    # each row's original columns, as its input has them (the chat input's `messages` keeps its name apart)
+    gsm_first = next(iter(__import__("csv").DictReader(open(GSM_CSV, newline=""))))
+    assert table.slice(0, 1).select(["question", "answer"]).to_pylist()[0] == gsm_first
+    code = pq.read_table(ALPACA_PARQUET).slice(5, 1).to_pylist()[0]
+    assert {k: table.column(k)[305].as_py() for k in code} == code
+    chat_row = json.loads(open(CHAT).readlines()[7])
+    assert table.column("source_messages")[607].as_py() == chat_row["messages"]
+    assert table.column("question")[305].as_py() is None  # an input without the column: null
+    assert mix.offsets().tolist() == [0, 300, 600]
+    record = mix.record()
+    assert [(i["name"], i["rows"], i["first_id"], i["format"]) for i in record["inputs"]] == [
+        ("train-300", 300, 0, "qa"), ("code", 300, 300, "alpaca"), ("messages-300", 300, 600, "messages")]
+    schema = mix.check_columns()
+    assert schema.names == ["question", "answer", "instruction", "input", "output", "source_messages"]
+    # normalised columns: the same shape whatever the input's format
+    cols = normalised_columns([examples[0], examples[305], examples[607]])
+    assert cols["prompt"][0].as_py() == gsm_first["question"] and cols["response"][0].as_py() == gsm_first["answer"]
+    assert cols["messages"][2].as_py() == [{"role": t["role"], "content": t["content"]} for t in chat_row["messages"]]
+    system = [t["content"] for t in chat_row["messages"] if t["role"] == "system"]
+    assert cols["system"][2].as_py() == (system[0] if system else None) and cols["system"][0].as_py() is None
+
+
+def test_lineage_covers_every_input(tmp_path):
+    paths = _three(tmp_path)
+    before = Mixture(mixture_inputs(paths)).fingerprint()
+    assert Mixture(mixture_inputs(paths)).fingerprint() == before
+    with open(paths[2], "a") as f:  # one more row in the last input
+        f.write(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ho"}]})
+                + "\n")
+    after = Mixture(mixture_inputs(paths))
+    assert after.fingerprint() != before and after.num_rows() == 901
+    # the order of the inputs is part of the identity (ids follow it)
+    assert Mixture(mixture_inputs([paths[1], paths[0], paths[2]])).fingerprint() != after.fingerprint()
+
+
+def test_mixture_file_with_per_input_options(tmp_path):
+    bad = tmp_path / "math.jsonl"
+    rows = [{"q": f"What is {i} + {i}?", "a": str(2 * i), "label": i} for i in range(6)]
+    rows[2]["a"] = ""  # a bad row, skipped for this input only
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pq.write_table(pa.table({"prompt": ["p1", "p2"], "completion": ["c1", "c2"], "label": ["x", "y"]}),
+                   tmp_path / "other.parquet")
+    mix_file = tmp_path / "mix.yaml"
+    mix_file.write_text("inputs:\n"
+                        "  - path: math.jsonl\n    prompt_field: q\n    response_field: a\n    on_bad_row: skip\n"
+                        "    min_share: 0.25\n"
+                        "  - path: other.parquet\n    name: other\n    rename: {label: label_text}\n")
+    inputs = mixture_inputs([str(mix_file)])
+    assert [(i.name, i.options.on_bad_row, i.min_share) for i in inputs] == [("math", "skip", 0.25),
+                                                                             ("other", "error", None)]
+    mix = Mixture(inputs)
+    ids = [ex.id for b in mix.iter_batches() for ex in b.examples]
+    assert ids == [0, 1, 3, 4, 5, 6, 7] and [r.id for r in mix.rejects] == [2]
+    schema = mix.check_columns()
+    assert schema.field("label").type == pa.int64() and schema.field("label_text").type == pa.string()
+    assert schema.field("source_prompt").type == pa.string()  # an own `prompt` column is kept apart
+    # without the rename the two `label` columns disagree: refused before any work, naming both inputs
+    mix_file.write_text(mix_file.read_text().replace("    rename: {label: label_text}\n", ""))
+    with pytest.raises(CurateError) as err:
+        Mixture(mixture_inputs([str(mix_file)])).check_columns()
+    assert "other.parquet: column 'label' is string, but input math has it as int64" in str(err.value)
+    assert "rename: {label: label_other}" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("inputs: []\n", "field 'inputs': expected a non-empty list"),
+    ("inputs:\n  - path: a.jsonl\n    formt: qa\n", r"inputs\[0\]: unknown field 'formt'"),
+    ("inputs:\n  - name: a\n", r"inputs\[0\].path: required"),
+    ("inputs:\n  - path: a.jsonl\n    max_share: 1.5\n", r"inputs\[0\].max_share: expected a share"),
+    ("inputs:\n  - path: a.jsonl\n  - path: sub/a.jsonl\n", "input name 'a' is also the name of"),
+    ("inputs:\n  - path: a.jsonl\n    on_bad_row: ignore\n", r"inputs\[0\].on_bad_row: must be"),
+    ("inputs: [\n", r"mix.yaml:\d+: not a valid YAML/JSON mixture file"),
+])
+def test_bad_mixture_files_are_one_line(tmp_path, text, message):
+    (tmp_path / "mix.yaml").write_text(text)
+    with pytest.raises(CurateError, match=message) as err:
+        mixture_inputs([str(tmp_path / "mix.yaml")])
+    assert "\n" not in str(err.value)
+
+
+def test_source_share_options():
+    names = ["math", "code", "chat"]
+    assert parse_source_shares("0.1", names, "--source-min-share") == {"math": 0.1, "code": 0.1, "chat": 0.1}
+    assert parse_source_shares("0.1,code=0.3", names, "--source-min-share") == {"math": 0.1, "code": 0.3,
+                                                                                 "chat": 0.1}
+    with pytest.raises(CurateError, match="no input named 'poetry'"):
+        parse_source_shares("poetry=0.2", names, "--source-max-share")
+    with pytest.raises(CurateError, match="between 0 and 1"):
+        parse_source_shares("math=2", names, "--source-max-share")
+
+
+# ------------------------------------------------------------------------------------------- source shares
+
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_source_bounds_are_met_exactly_or_refused(data):
+    n = data.draw(st.integers(4, 150))
+    k = data.draw(st.integers(1, 6))
+    n_src = data.draw(st.integers(1, 3))
+    clusters = np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n)))
+    sources = np.array(data.draw(st.lists(st.integers(0, n_src - 1), min_size=n, max_size=n)))
+    budget = data.draw(st.integers(1, n))
+    lo = [data.draw(st.sampled_from([np.nan, 0.1, 0.3, 0.5])) for _ in range(n_src)]
+    hi = [data.draw(st.sampled_from([np.nan, 0.2, 0.5, 0.9])) for _ in range(n_src)]
+    names = ["a", "b", "c"][:n_src]
+    try:
+        sel = S.select_rows(clusters, budget=budget, sources=sources, source_min_share=lo, source_max_share=hi,
+                            source_names=names, seed=3)
+    except CurateError as e:
+        assert any(w in str(e) for w in ("floor", "caps")), e
+        return
+    per = np.bincount(sources[sel.rows], minlength=n_src)
+    assert per.sum() == budget  # the budget exactly
+    for s in range(n_src):
+        if not np.isnan(lo[s]):
+            assert per[s] >= np.ceil(lo[s] * budget - 1e-9)
+        if not np.isnan(hi[s]):
+            assert per[s] <= np.floor(hi[s] * budget + 1e-9)
+    # ranks are each cluster's selected rows in its order
+    for c in np.unique(sel.cluster):
+        assert sorted(sel.rank_in_cluster[sel.cluster == c].tolist()) == list(range(int((sel.cluster == c).sum())))
+
+
+def test_source_bounds_keep_the_water_filling_and_work_in_tokens():
+    rng = np.random.default_rng(0)
+    n = 600
+    sources = np.repeat([0, 1, 2], [400, 150, 50])  # a dominant input
+    clusters = rng.integers(0, 8, n)
+    free = S.select_rows(clusters, budget=120, seed=1)
+    # unbounded, the water-filling over clusters gives the sources about their sizes' shares
+    share = np.bincount(sources[free.rows], minlength=3) / 120
+    assert share[0] > 0.5
+    bounded = S.select_rows(clusters, budget=120, seed=1, sources=sources, source_max_share=[0.4, np.nan, np.nan],
+                            source_min_share=[np.nan, np.nan, 0.25], source_names=["a", "b", "c"])
+    per = np.bincount(sources[bounded.rows], minlength=3)
+    assert per.sum() == 120 and per[0] == 48 and per[2] >= 30
+    # without bounds the same code path gives the same rows as the plain water-filling (p = 0)
+    same = S.select_rows(clusters, budget=120, seed=1, sources=sources, source_min_share=[np.nan] * 3,
+                         source_names=["a", "b", "c"])
+    assert np.array_equal(same.rows, free.rows) and np.array_equal(same.quotas, free.quotas)
+    tokens = rng.integers(20, 400, n)
+    t = S.select_rows(clusters, token_budget=30_000, tokens=tokens, seed=1, sources=sources,
+                      source_min_share=[np.nan, np.nan, 0.2], source_names=["a", "b", "c"])
+    per_tokens = np.bincount(sources[t.rows], weights=tokens[t.rows], minlength=3)
+    assert 0 <= 30_000 - per_tokens.sum() < tokens.max() and per_tokens[2] >= 0.2 * 30_000
+    with pytest.raises(CurateError, match="source c: its floor is 60 rows and it has only 50 rows"):
+        S.select_rows(clusters, budget=120, sources=sources, source_min_share=[np.nan, np.nan, 0.5],
+                      source_names=["a", "b", "c"])
+    with pytest.raises(CurateError, match="the sources' caps allow at most 110 rows, less than the budget of 120"):
+        S.select_rows(clusters, budget=120, sources=sources, source_max_share=[0.25, 0.25, np.nan],
+                      source_names=["a", "b", "c"])
+
+
+def test_source_accounting_and_its_plot(tmp_path):
+    from cluster_curate.io.mixture import source_accounting
+    from cluster_curate.commands.report import plot_source_shares
+
+    source = np.array([0, 0, 0, 1, 1, 2])
+    tokens = np.array([10, 10, 20, 5, 5, 50])
+    selected = np.array([True, False, True, True, False, True])
+    acc = source_accounting(["math", "code", "chat"], source, tokens, selected)
+    assert acc[0] == {"source": "math", "rows": 3, "share_rows": 0.5, "tokens": 40, "share_tokens": 0.4,
+                      "selected": 2, "kept_rows": 0.6667, "selected_share_rows": 0.5, "selected_tokens": 30,
+                      "kept_tokens": 0.75, "selected_share_tokens": 0.3529}
+    assert [r["selected"] for r in acc] == [2, 1, 1] and acc[2]["selected_share_tokens"] == 0.5882
+    png = plot_source_shares(acc, tmp_path / "source_shares.png")
+    assert png.stat().st_size > 5000
+
+
+def test_a_mixture_reopens_from_its_record(tmp_path):
+    from cluster_curate.io.datasets import Dataset
+    from cluster_curate.io.mixture import inputs_from_record, open_inputs
+
+    paths = _three(tmp_path)
+    assert isinstance(open_inputs(paths[:1]), Dataset)  # one input: read as before
+    mix = open_inputs(paths)
+    again = Mixture(inputs_from_record(mix.record()))
+    assert again.fingerprint() == mix.fingerprint() and again.names == mix.names
+
+
+# ------------------------------------------------------------------------------------------- through the commands
+
+def _cli(cli_runner, args, code=0):
+    from cluster_curate.cli import main
+    res = cli_runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert res.exit_code == code, res.output
+    return res
+
+
+def test_three_input_mixture_through_run(tmp_path, cli_runner):
+    import csv
+
+    from cluster_curate.io.artifacts import read_artifact
+
+    paths = _three(tmp_path)
+    out = tmp_path / "curated"
+    args = ["run", *paths, "--out", out, "--fraction", "0.3", "--num-shards", "2", "--micro-batch-size", "2",
+            "--source-min-share", "train-300=0.3", "--json"]
+    res = json.loads(_cli(cli_runner, args).stdout.strip().splitlines()[-1])
+    assert [s["status"] for s in res["stages"]] == ["ran"] * 4
+    # every artifact row carries (source, source_row), consistent with the global id
+    offsets = {"train-300": 0, "code": 300, "messages-300": 600}
+    for name in ("embeddings.parquet", "clusters.parquet", "selection.parquet"):
+        t, meta = read_artifact(out / name)
+        assert [i["name"] for i in meta.dataset["inputs"]] == list(offsets)
+        assert all(i == offsets[s] + r for i, s, r in zip(t.column("id").to_pylist(), t.column("source").to_pylist(),
+                                                           t.column("source_row").to_pylist()))
+    sel, smeta = read_artifact(out / "selection.parquet")
+    per = {r["source"]: r for r in smeta.params["sources"]}
+    assert sum(r["selected"] for r in per.values()) == 270 and per["train-300"]["selected"] == 81  # ceil(0.3 x 270)
+    assert [r["rows"] for r in per.values()] == [300, 300, 300]
+    # shards: one table for any trainer, the originals kept value for value
+    shards = pa.concat_tables([pq.read_table(p) for p in sorted((out / "shards").glob("shard-*.parquet"))])
+    assert shards.column_names[:7] == ["id", "source", "source_row", "prompt", "response", "messages", "system"]
+    gsm = list(csv.DictReader(open(GSM_CSV, newline="")))
+    code = pq.read_table(ALPACA_PARQUET).to_pylist()
+    chat = [json.loads(line) for line in open(CHAT)]
+    for row in shards.to_pylist():
+        s, r = row["source"], row["source_row"]
+        if s == "train-300":
+            assert {"question": row["question"], "answer": row["answer"]} == gsm[r]
+            assert row["prompt"] == gsm[r]["question"] and row["messages"][-1]["content"] == gsm[r]["answer"]
+        elif s == "code":
+            assert {k: row[k] for k in code[r]} == code[r] and row["response"] == code[r]["output"]
+        else:
+            assert row["source_messages"] == chat[r]["messages"] and row["messages"] == chat[r]["messages"]
+    manifest = json.loads((out / "shards" / "manifest.json").read_text())
+    assert {m["source"]: m["selected_rows"] for m in manifest["sources"]} == {k: v["selected"] for k, v in per.items()}
+    # an unchanged run is up to date; changing one input re-makes everything downstream of it
+    again = json.loads(_cli(cli_runner, args).stdout.strip().splitlines()[-1])
+    assert [s["status"] for s in again["stages"]] == ["up to date"] * 4
+    with open(paths[2], "a") as f:
+        f.write(json.dumps({"messages": [{"role": "user", "content": "Name a prime."},
+                                         {"role": "assistant", "content": "7"}]}) + "\n")
+    changed = json.loads(_cli(cli_runner, args).stdout.strip().splitlines()[-1])
+    assert [s["status"] for s in changed["stages"]] == ["ran"] * 4
+    t, meta = read_artifact(out / "embeddings.parquet")
+    assert t.num_rows == 901 and meta.dataset["inputs"][2]["rows"] == 301
+
+
+def test_mixture_inputs_that_disagree_on_a_column_type_are_one_line(tmp_path, cli_runner):
+    (tmp_path / "a.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "2", "level": 1}) + "\n")
+    pq.write_table(pa.table({"question": ["2+2?"], "answer": ["4"], "level": ["easy"]}), tmp_path / "b.parquet")
+    res = _cli(cli_runner, ["run", tmp_path / "a.jsonl", tmp_path / "b.parquet", "--out", tmp_path / "o",
+                            "--fraction", "0.5", "--num-shards", "1"], code=2)
+    errors = [line for line in res.output.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and "column 'level' is string, but input a has it as int64" in errors[0]
+    assert not (tmp_path / "o" / "embeddings.parquet").exists()

@@ -1,0 +1,162 @@
+"""Budgets in tokens (selection.py `token_water_fill`, `select_rows(token_budget=..., token_fraction=...)`): the
+selected tokens meet T to within one row, with the row budget's water-filling over groups and clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster_curate import selection as S
+from cluster_curate.errors import CurateError
+
+from tiny_encoder import gsm8k_rows
+from tiny_lm import build_tokenizer
+
+
+def _problem(data, max_tokens: int = 400):
+    k = data.draw(st.integers(1, 8))
+    n = data.draw(st.integers(1, 120))
+    clusters = np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n)), dtype=np.int64)
+    tokens = np.array(data.draw(st.lists(st.integers(0, max_tokens), min_size=n, max_size=n)), dtype=np.int64)
+    groups = np.array(data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k)), dtype=np.int64)
+    groups = np.unique(groups, return_inverse=True)[1]  # groups numbered 0.. without gaps
+    order = S.order_within_cluster(clusters, "random", seed=data.draw(st.integers(0, 3)), k=k)
+    return clusters, tokens, groups, order, np.bincount(clusters, minlength=k).astype(np.int64)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_unit_tokens_give_the_row_water_filling(data):
+    clusters, _, groups, order, sizes = _problem(data)
+    ones = np.ones(len(clusters), dtype=np.int64)
+    budget = data.draw(st.integers(0, len(clusters)))
+    assert np.array_equal(S.token_water_fill(order, clusters, ones, sizes, budget),
+                          S.water_fill_quotas(sizes, budget))
+    assert np.array_equal(S.token_water_fill(order, clusters, ones, sizes, budget, group_of_cluster=groups),
+                          S.grouped_quotas(sizes, groups, budget))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_token_budget_met_to_within_one_row_with_level_balance(data):
+    clusters, tokens, groups, order, sizes = _problem(data)
+    total = int(tokens.sum())
+    budget = data.draw(st.integers(0, total))
+    power = data.draw(st.sampled_from([0.0, 0.5, 1.0]))
+    use_groups = data.draw(st.booleans())
+    quotas = S.token_water_fill(order, clusters, tokens, sizes, budget, power, groups if use_groups else None)
+    assert (quotas <= sizes).all()
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    taken = [order[starts[c]:starts[c] + quotas[c]] for c in range(len(sizes))]
+    nxt = [order[starts[c] + quotas[c]] for c in range(len(sizes)) if quotas[c] < sizes[c]]
+    selected = int(sum(tokens[t].sum() for t in taken))
+    assert selected <= budget
+    if nxt:  # one more row would pass the budget: T is met to within one row
+        assert selected + int(tokens[nxt].max()) > budget
+        assert budget - selected < max(int(tokens.max()), 1)
+    if power == 0 and not use_groups:  # no open cluster's next row is below another cluster's taken level
+        level = [int(tokens[t].sum()) for t in taken]
+        for c in range(len(sizes)):
+            if quotas[c] < sizes[c]:
+                reach = level[c] + int(tokens[order[starts[c] + quotas[c]]])
+                assert all(level[a] <= reach for a in range(len(sizes)))
+
+
+def test_gsm8k_token_budget_is_met_and_balanced():
+    rows = gsm8k_rows(300)
+    tok = build_tokenizer(chat_template=False)
+    tokens = np.array([len(tok(r["question"] + "\n" + r["answer"])["input_ids"]) for r in rows], dtype=np.int64)
+    assert tokens.max() > 3 * tokens.min()  # lengths vary: a row budget is not a token budget
+    rng = np.random.default_rng(0)
+    # real skew: a cluster per answer length band (short answers are cheap rows), in shuffled id order
+    clusters = np.digitize(tokens, np.quantile(tokens, [0.2, 0.5, 0.8]))
+    ids = rng.permutation(len(rows))
+    total = int(tokens.sum())
+    for budget in (1_000, total // 4, total // 2, total - 7):
+        sel = S.select_rows(clusters, ids=ids, tokens=tokens, token_budget=budget, seed=1)
+        assert sel.tokens_selected <= budget and sel.tokens_requested == budget and sel.tokens_total == total
+        assert budget - sel.tokens_selected < tokens.max()  # within one row
+        assert sel.tokens_selected == tokens[sel.rows].sum() and sel.mode == "token-budget"
+        # balanced in tokens: every cluster not taken whole got about the same tokens (the level)
+        per = np.bincount(clusters[sel.rows], weights=tokens[sel.rows], minlength=4)
+        cluster_tokens = np.bincount(clusters, weights=tokens, minlength=4)
+        open_ = per < cluster_tokens
+        assert per[open_].max() - per[open_].min() <= tokens.max()
+        assert (per[~open_] <= per[open_].min() + tokens.max()).all()
+    sel = S.select_rows(clusters, ids=ids, tokens=tokens, token_fraction=0.25, seed=1)
+    assert sel.tokens_requested == int(np.floor(0.25 * total)) and 0 <= sel.tokens_requested - sel.tokens_selected \
+        < tokens.max()
+    rows_sel = S.select_rows(clusters, ids=ids, tokens=tokens, fraction=0.25, seed=1)  # rows still report tokens
+    assert rows_sel.mode == "fraction" and rows_sel.tokens_selected == tokens[rows_sel.rows].sum()
+    # a budget over groups of clusters: met as well
+    grouped = S.select_rows(clusters, ids=ids, tokens=tokens, token_budget=total // 3, seed=1,
+                            groups=np.array([0, 0, 1, 1]))
+    assert 0 <= total // 3 - grouped.tokens_selected < tokens.max()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"token_budget": 10 ** 9}, r"--token-budget 1,000,000,000 is larger than the data's \d[\d,]* tokens \(words\)"),
+    ({"token_budget": 100, "fraction": 0.5}, "give one budget: --token-budget and --fraction"),
+    ({"token_budget": 100, "token_fraction": 0.5}, "got both"),
+    ({"token_fraction": 1.5}, r"--token-fraction must be in \(0, 1\]"),
+    ({"token_budget": -3}, "positive number of tokens"),
+    ({"token_budget": 100, "within": "diverse"}, "--within diverse picks rows for a row quota"),
+    ({"token_budget": 1}, "less than any cluster's first row"),
+])
+def test_bad_token_budgets_are_one_line(kwargs, message):
+    clusters = np.array([0, 0, 1, 1, 1])
+    with pytest.raises(CurateError, match=message) as err:
+        S.select_rows(clusters, tokens=np.array([5, 6, 7, 8, 9]), tokens_counted_by="words", **kwargs)
+    assert "\n" not in str(err.value)
+
+
+def _cli(cli_runner, args, code=0):
+    from cluster_curate.cli import main
+    res = cli_runner.invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert res.exit_code == code, res.output
+    return res
+
+
+def test_select_command_token_budget_on_gsm8k(tmp_path, cli_runner):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from cluster_curate.commands.common import token_counts
+    from cluster_curate.io.datasets import open_dataset
+    from conftest import FIXTURES
+
+    data = FIXTURES / "gsm8k" / "train-300.jsonl"
+    tok_dir = tmp_path / "tok"
+    build_tokenizer(chat_template=True).save_pretrained(tok_dir)
+    _cli(cli_runner, ["embed", data, "--out", tmp_path / "e.parquet", "-q"])
+    _cli(cli_runner, ["cluster", tmp_path / "e.parquet", "--out", tmp_path / "c.parquet", "-q"])
+    examples = [ex for b in open_dataset(str(data)).iter_batches() for ex in b.examples]
+    from transformers import AutoTokenizer
+    p, r = token_counts(AutoTokenizer.from_pretrained(tok_dir), examples)
+    exact = np.array(p) + np.array(r)
+    budget = int(exact.sum() * 0.3)
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s.parquet", "--token-budget",
+                            budget, "--tokenizer", tok_dir, "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["tokens counted by"] == f"tokenizer {tok_dir} (exact)"
+    sel = pq.read_table(tmp_path / "s.parquet")
+    ids = sel.column("id").to_numpy()
+    assert sel.column("n_tokens").to_pylist() == exact[ids].tolist()  # shard reuses the exact counts
+    assert 0 <= budget - exact[ids].sum() < exact.max()
+    assert summary["tokens selected"].startswith(f"{int(exact[ids].sum()):,} of {int(exact.sum()):,}")
+    # without --tokenizer: the embeddings' counts (words, for the text feature), and the summary says so
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s2.parquet", "--token-fraction",
+                            "0.25", "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["tokens counted by"] == "the embeddings' n_tokens: whitespace words (no model tokenizer)"
+    # a row budget still reports the tokens it keeps
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s3.parquet", "--fraction",
+                            "0.31", "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "tokens selected" in summary and summary["fraction of the data"] == 0.3100
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s4.parquet", "--token-budget",
+                            10 ** 9], code=2)
+    assert "is larger than the data's" in res.output and res.output.count("ERROR") == 1
