@@ -42,6 +42,7 @@ from cluster_curate.selection import check_budget_args, fraction_budget, random_
 
 # Chosen on the skill benchmark's dev draws 0-3 (benchmarks/results/target_skill_dev.md): of weights 1 .. 0.1 and
 # 0-3 hits, 0.75 with 2 hits covered the oracle's per-skill counts best (94%, worst target skill 84%; RDS+ 86% / 79%).
+ALGORITHM_VERSION = 1  # bump when a targeted selection changes for the same inputs (docs/architecture.md)
 DEFAULT_TARGET_WEIGHT = 0.75
 MIN_TARGET_HITS = 2  # a cluster holding the nearest pool row of a single target row is as likely a stray as a kind
 BLOCK_ROWS = 32768
@@ -205,6 +206,9 @@ class TargetedSelection:
     relevant_rows: int
     notes: list = field(default_factory=list)
     dedup_dropped: int = 0       # as selection.Selection (no near-duplicate removal here)
+    tokens_total: int | None = None     # as selection.Selection (the budget is in rows: no token figures)
+    tokens_requested: int | None = None
+    tokens_selected: int | None = None
 
     @property
     def available(self) -> np.ndarray:

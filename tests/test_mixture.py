@@ -235,6 +235,20 @@ def _cli(cli_runner, args, code=0):
     return res
 
 
+def test_exact_copies_across_inputs_keep_the_lowest_id(tmp_path, cli_runner):
+    """The chat fixture re-renders GSM8K and Code Alpaca rows: by default embed keeps the first input's copy."""
+    from cluster_curate.io.artifacts import read_artifact
+
+    paths = _three(tmp_path)
+    _cli(cli_runner, ["embed", *paths, "--out", tmp_path / "e.parquet", "-q"])
+    t, meta = read_artifact(tmp_path / "e.parquet")
+    dropped = meta.params["exact_duplicates"]["dropped"]
+    assert dropped > 0 and t.num_rows == 900 - dropped
+    kept = set(t.column("id").to_pylist())
+    copies = set(meta.params["exact_duplicates"]["ids"])
+    assert not kept & copies and kept | copies == set(range(900)) and min(copies) >= 600
+
+
 def test_three_input_mixture_through_run(tmp_path, cli_runner):
     import csv
 
@@ -243,7 +257,7 @@ def test_three_input_mixture_through_run(tmp_path, cli_runner):
     paths = _three(tmp_path)
     out = tmp_path / "curated"
     args = ["run", *paths, "--out", out, "--fraction", "0.3", "--num-shards", "2", "--micro-batch-size", "2",
-            "--source-min-share", "train-300=0.3", "--json"]
+            "--source-min-share", "train-300=0.3", "--keep-duplicates", "--json"]
     res = json.loads(_cli(cli_runner, args).stdout.strip().splitlines()[-1])
     assert [s["status"] for s in res["stages"]] == ["ran"] * 4
     # every artifact row carries (source, source_row), consistent with the global id

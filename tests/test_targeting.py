@@ -270,6 +270,7 @@ def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
         (["--fraction", "0.1", "--target-weight", "0.5"], "--target-weight is only used with --target"),
         (["--fraction", "0.1", "--target", target, "--target-weight", "2"], "--target-weight must be between"),
         (["--fraction", "0.1", "--target", tmp_path / "nope.jsonl"], "no such file"),
+        (["--token-fraction", "0.1", "--target", target], "a targeted selection's budget is in rows"),
     ]:
         res = _cli(cli_runner, base + extra, code=2)
         assert message in res.output and "Traceback" not in res.output, res.output

@@ -99,22 +99,21 @@ class RunState:
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
 
 
-def _with_input_fingerprints(stage_opts: dict, read_opts) -> dict:
-    """A stage's options for its up-to-date check. `select --target` counts by the target's content, not only
-    its name; without a target its options are left out, so a directory made before they existed stays up to
-    date."""
+def _check_options(stage_opts: dict, read_opts) -> tuple[dict, str | None]:
+    """A stage's options for its up-to-date check, and the fingerprint of an input that an option names
+    (`select --target`: the target counts as an input, by its content). Without a target its options are left
+    out, so a directory made before they existed stays up to date."""
     if "target" not in stage_opts:
-        return stage_opts
+        return stage_opts, None
     target = stage_opts["target"]
     if target is None:
-        return {k: v for k, v in stage_opts.items() if k not in ("target", "target_weight")}
+        return {k: v for k, v in stage_opts.items() if k not in ("target", "target_weight")}, None
     from cluster_curate.io.artifacts import read_meta
     from cluster_curate.io.datasets import open_dataset
     try:
-        fingerprint = read_meta(target, names.EMBEDDINGS).fingerprint
+        return stage_opts, read_meta(target, names.EMBEDDINGS).fingerprint
     except CurateError:
-        fingerprint = open_dataset(target, read_opts).fingerprint()
-    return dict(stage_opts, target=[target, fingerprint])
+        return stage_opts, open_dataset(target, read_opts).fingerprint()
 
 
 def _stage_extra(spec) -> dict:
@@ -193,6 +192,7 @@ def run(data, out: str, *, overwrite: bool = False, force: bool = False, **optio
 
 def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dict:
     from cluster_curate import console
+    from cluster_curate.io.artifacts import stable_hash
     from cluster_curate.io.mixture import open_inputs
 
     declared, by_stage = stage_options()
@@ -212,8 +212,9 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
     done, summaries, tables = [], {}, {}
     for stage, spec in stage_specs().items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
-        request = state.request(stage, _with_input_fingerprints(stage_opts, read_options(opts)), upstream,
-                                spec.algorithm())
+        checked, named_input = _check_options(stage_opts, read_options(opts))
+        request = state.request(stage, checked, upstream if named_input is None else
+                                stable_hash({"upstream": upstream, "target": named_input}), spec.algorithm())
         output = paths[stage]
         t0 = time.monotonic()
         why = state.stale(stage, request, output)

@@ -338,9 +338,11 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     params["quotas_over_groups"] = False  # the targeted balance is over the clusters the target pulls from
     params.update({"within": "relevance to the target", "target_weight": weight, "min_target_hits": T.MIN_TARGET_HITS,
                    "relevant_rows": sel.relevant_rows, "target_service": service})
-    inputs = {"clusters": c.meta.as_input(clusters), "embeddings": x["emeta"].as_input(x["emb_path"]),
-              "target": tmeta.as_input(tpath)}
-    write_artifact(pa.table(columns), out, make_meta(names.SELECTION, params, inputs, c.meta.dataset),
+    inputs = {"clusters": c.meta.as_input(clusters, out), "embeddings": x["emeta"].as_input(x["emb_path"], out),
+              "target": tmeta.as_input(tpath, out)}
+    from cluster_curate.io.mixture import with_source_columns
+    write_artifact(with_source_columns(pa.table(columns), c.meta.dataset), out,
+                   make_meta(names.SELECTION, params, inputs, c.meta.dataset, T.ALGORITHM_VERSION),
                    overwrite=o["overwrite"])
     o["within"] = params["within"]
     summary = _summary(o, mode, sel, c, x, out)
@@ -351,7 +353,9 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
 
 
 def _target_budget(o: dict, mode: str, n: int) -> int:
-    from cluster_curate.selection import fraction_budget
+    from cluster_curate.selection import TOKEN_MODES, fraction_budget
+    if mode in TOKEN_MODES:
+        raise CurateError(f"--{mode} with --target: a targeted selection's budget is in rows (--fraction or --budget)")
     return fraction_budget(n, o["fraction"]) if mode == "fraction" else int(o["budget"])
 
 
