@@ -57,7 +57,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from toolcli import cli as run_cli, default_features  # noqa: E402
+from common import cli as run_cli, default_features  # noqa: E402
 
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 RESULTS = HERE / "results"

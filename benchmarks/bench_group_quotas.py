@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import skillmix  # noqa: E402
-from toolcli import cli, write_results  # noqa: E402
+from common import cli, write_results  # noqa: E402
 
 from cluster_curate.selection import water_fill_quotas  # noqa: E402
 
@@ -108,7 +108,7 @@ def main(argv=None):
         lines.append(f"| {r['weighting']} | {label} | "
                      f"{r['coverage_mean']:.1%} ± {r['coverage_std']:.1%} | {r['worst_ratio_mean']:.2f} | "
                      + " | ".join(cells) + " |")
-    write_results("group_quotas", "bench_group_quotas.py", lines, {"results": results, "commands": log[:8]}, argv)
+    write_results("group_quotas", lines, {"results": results, "commands": log[:8]}, argv)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from toolcli import cli, default_features, tool_defaults  # noqa: E402
+from common import cli, default_features, tool_defaults  # noqa: E402
 
 import train_eval  # noqa: E402
 

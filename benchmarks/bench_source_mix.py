@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from toolcli import cli, write_results  # noqa: E402
+from common import cli, write_results  # noqa: E402
 
 from cluster_curate.io.artifacts import read_meta  # noqa: E402
 
@@ -96,7 +96,7 @@ def main(argv=None):
         lines.append(f"| {r['code_rows']} | {r['weighting']} | {r['quotas']} | {r['kept_share_mean']:.0%} | "
                      f"{r['kept_share_min']:.0%} | {', '.join(map(str, r['kept_per_seed']))} | "
                      f"{', '.join(map(str, r['groups_per_seed']))} | {', '.join(map(str, r['cuts_per_seed']))} |")
-    write_results("source_mix", "bench_source_mix.py", lines, {"results": results, "commands": log[:6]}, argv)
+    write_results("source_mix", lines, {"results": results, "commands": log[:6]}, argv)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import skillmix  # noqa: E402
-from toolcli import cli, tool_cmd, tool_defaults  # noqa: E402
+from common import cli, tool_cmd, tool_defaults  # noqa: E402
 import train_eval  # noqa: E402
 
 from cluster_curate.selection import water_fill_quotas  # noqa: E402

@@ -1,14 +1,30 @@
-"""Running the tool's own commands from a benchmark, as a user would (one shared place for all scripts)."""
+"""What every benchmark script shares: the paths, the tool's CLI (run as a user would), the results writer
+(Markdown + JSON under benchmarks/results/) and the argparse base.
+
+Scripts run as `python benchmarks/NAME.py`, so this directory is on their import path; tests import the
+scripts the same way (tests/conftest.py puts benchmarks/ on the path once)."""
 
 from __future__ import annotations
 
+import argparse
 import functools
+import json
 import os
 import shlex
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+HERE = Path(__file__).resolve().parent  # benchmarks/
+ROOT = HERE.parent  # the repository
+RESULTS = HERE / "results"
+DATA = ROOT.parent / "shared" / "data"  # real datasets (GSM8K, Code Alpaca), read in place, never copied
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """The argparse base of every script: its docstring as the help, kept as written."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def tool_cmd() -> list[str]:
@@ -56,13 +72,22 @@ def default_features() -> str:
     return DEFAULT_FEATURES
 
 
-def write_results(stem: str, script: str, lines: list[str], payload: dict, argv: list[str] | None) -> None:
-    """Finish a benchmark: the command line under the table, print it, write results/<stem>.md and .json."""
-    import json
-    lines = [*lines, "", "Command: `" + " ".join([f"python benchmarks/{script}", *(argv or sys.argv[1:])]) + "`"]
+def command_line(argv: list[str] | None = None) -> str:
+    """How the running script was called, as a reader would retype it."""
+    script = Path(sys.argv[0]).name if sys.argv and sys.argv[0].endswith(".py") else "SCRIPT.py"
+    return " ".join([f"python benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def write_results(stem: str, lines: list[str], payload: dict, argv: list[str] | None = None,
+                  results: Path | str | None = None, quiet: bool = False) -> Path:
+    """Finish a benchmark: the command line under the table, print it, write <results>/<stem>.md and .json
+    (default benchmarks/results/); returns the Markdown path."""
+    lines = [*lines, "", f"Command: `{command_line(argv)}`"]
     text = "\n".join(lines) + "\n"
-    print(text)
-    out = Path(__file__).resolve().parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / f"{stem}.md").write_text(text)
-    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1))
+    if not quiet:
+        print(text)
+    out = Path(results) if results is not None else RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.md").write_text(text, encoding="utf-8")
+    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+    return out / f"{stem}.md"
