@@ -29,19 +29,29 @@ import pyarrow.parquet as pq
 import common
 import skillfamily
 from cluster_curate import clustering as C
-from cluster_curate.selection import select_rows, water_fill_quotas
+from cluster_curate.selection import order_within_cluster, select_rows, water_fill_quotas
 
 FRACTION = 0.31
 
 
 # ============================================================================================ mechanisms
 
+_KMEANS: dict = {}
+
+
 def kmeans_split(x, seed, split=True):
-    k = C.auto_k(len(x))
-    res = C.cluster_features(x, k, seed=seed, sample_size=C.training_sample_size(len(x), k), gpus=0)
-    if split:
-        res, _ = C.split_mixed_clusters(x, res, C.group_cut_similarity(res, "pair"))
-    return res
+    """`cluster`'s k-means with its defaults (k auto, mixed clusters split); the mechanisms that group the same
+    clusters differently share one run per feature matrix and seed."""
+    key = (id(x), x.shape, seed, split)
+    if key not in _KMEANS:
+        if len(_KMEANS) > 16:
+            _KMEANS.clear()
+        k = C.auto_k(len(x))
+        res = C.cluster_features(x, k, seed=seed, sample_size=C.training_sample_size(len(x), k), gpus=0)
+        if split:
+            res, _ = C.split_mixed_clusters(x, res, C.group_cut_similarity(res, "pair"))
+        _KMEANS[key] = (x, res)  # x is kept so that its id is not reused while cached
+    return _KMEANS[key][1]
 
 
 def mech_default(x, seed, inst, cut="row", split=True):
@@ -61,14 +71,135 @@ def mech_nosplit(x, seed, inst):
     return mech_default(x, seed, inst, split=False)
 
 
-def mech_hkm(x, seed, inst, ratio=1.0):
-    """Hierarchical k-means (ssl-data-curation's recipe, two levels): the level-1 clusters (default k and split),
-    then k-means of their centroids into ceil(ratio * sqrt(k)) groups; quotas balanced at each level."""
-    res = kmeans_split(x, seed)
+def hkm_groups(res, seed, ratio):
     g = max(1, min(res.k, int(np.ceil(ratio * np.sqrt(res.k)))))
     top = C.cluster_features(np.ascontiguousarray(res.centroids), g, seed=seed, gpus=0)
     _, first, inv = np.unique(top.labels, return_index=True, return_inverse=True)
-    return res.labels, np.argsort(np.argsort(first))[inv]
+    return np.argsort(np.argsort(first))[inv]
+
+
+def mech_hkm(x, seed, inst, ratio=1.0, nested=False):
+    """Hierarchical k-means (ssl-data-curation's recipe, two levels): the level-1 clusters (default k and split),
+    then k-means of their centroids into ceil(ratio * sqrt(k)) groups; quotas balanced at each level (nested:
+    the row cut's groups as a level between the two)."""
+    res = kmeans_split(x, seed)
+    top = hkm_groups(res, seed, ratio)
+    if not nested:
+        return res.labels, top
+    row = C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, "row"))
+    return res.labels, np.stack([top, row])
+
+
+# ============================================================================================ feature prototypes
+
+def context_weighted(prompts: list[str], keep_numbers: bool = False, dim: int = 256, power: float = 1.0,
+                     first_pass: np.ndarray | None = None):
+    """Prototype of a text feature that weighs the words that say which kind a prompt is above the slot
+    fillers (topic nouns, frame words, operands): a term's weight is 1 - cos(its context, the global context),
+    where its context is the sum of the (unit) term vectors of the rows that hold it. A noun that goes with
+    every kind of request has the global context (weight ~0); "ten" in "add ten" goes with one request.
+    Terms: word unigrams + bigrams of the lower-cased prompt; numbers masked unless keep_numbers (then a number
+    is a term of its own as well as numtok)."""
+    import re
+
+    from scipy import sparse
+    from sklearn.decomposition import TruncatedSVD
+
+    from cluster_curate.features.text import mask_numbers
+    word = re.compile(r"(?u)\b\w+\b")
+    vocab: dict[str, int] = {}
+    indptr, indices = [0], []
+    for p in prompts:
+        p = p.lower()
+        words = word.findall(mask_numbers(p))
+        terms = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+        if keep_numbers:
+            nums = re.findall(r"\d+", p)
+            terms += [f"#{n}" for n in nums]
+        for t in set(terms):
+            indices.append(vocab.setdefault(t, len(vocab)))
+        indptr.append(len(indices))
+    x = sparse.csr_matrix((np.ones(len(indices)), indices, indptr), shape=(len(prompts), len(vocab)))
+    if first_pass is not None:
+        # how evenly a term spreads over the clusters of a first pass, each cluster by its own rate of the
+        # term (so a dominant kind's many clusters do not make its words look common): a slot filler has the
+        # same rate everywhere (weight ~0), a word of one kind of request is in few clusters
+        k = int(first_pass.max()) + 1
+        onehot = sparse.csr_matrix((np.ones(len(first_pass)), (first_pass, np.arange(len(first_pass)))),
+                                   shape=(k, len(first_pass)))
+        sizes = np.asarray(onehot.sum(1)).ravel()
+        rate = (sparse.diags(1 / np.maximum(sizes, 1)) @ (onehot @ x)).toarray()  # [k, V]
+        r = rate / np.maximum(rate.sum(0, keepdims=True), 1e-12)
+        ent = -(np.where(r > 0, r * np.log(np.maximum(r, 1e-300)), 0.0)).sum(0)
+        w = np.clip(1.0 - ent / np.log(max(k, 2)), 0.0, 1.0) ** power
+    else:
+        norms = np.sqrt(np.asarray(x.sum(1)).ravel())
+        xn = sparse.diags(1 / np.maximum(norms, 1e-12)) @ x
+        ctx = (x.T @ xn).toarray()  # [V, V]: context of each term
+        np.fill_diagonal(ctx, 0.0)
+        g = np.asarray(xn.sum(0)).ravel()
+        cos = ctx @ g / (np.linalg.norm(ctx, axis=1) * np.linalg.norm(g) + 1e-12)
+        w = np.clip(1.0 - cos, 0.0, 1.0) ** power
+    xw = x @ sparse.diags(w)
+    rn = np.sqrt(np.asarray(xw.multiply(xw).sum(1)).ravel())
+    xw = sparse.diags(1 / np.maximum(rn, 1e-12)) @ xw
+    d = min(dim, min(xw.shape) - 1)
+    z = TruncatedSVD(d, random_state=0).fit_transform(xw).astype(np.float32)
+    z = np.ascontiguousarray(z)
+    C.normalise_features(z)
+    return z
+
+
+def tool_feature(inst_dir: Path, args: list[str]) -> np.ndarray:
+    """The tool's own `embed` with other options (cached beside the instance)."""
+    emb = inst_dir / ("emb" + "".join(args).replace("-", "_") + ".parquet")
+    if not emb.exists():
+        common.cli(["embed", inst_dir / "train.jsonl", "--out", emb, "--overwrite", *args], [])
+    t = pq.read_table(emb)
+    x = np.ascontiguousarray(C.embedding_matrix(t.column("embedding")), dtype=np.float32).copy()
+    C.normalise_features(x)
+    return x
+
+
+FEATURES = {  # name -> fn(prompts, the tool's text feature rows, instance directory)
+    "tfidf": lambda prompts, x, d: tool_feature(d, ["--text-weighting", "tfidf"]),
+    "ctx": lambda prompts, x, d: context_weighted(prompts),
+    "ctxnum": lambda prompts, x, d: context_weighted(prompts, keep_numbers=True),
+    "spread": lambda prompts, x, d: context_weighted(prompts, first_pass=kmeans_split(x, 0).labels),
+    "spreadnum": lambda prompts, x, d: context_weighted(prompts, keep_numbers=True,
+                                                     first_pass=kmeans_split(x, 0).labels),
+    "spreadnum2": lambda prompts, x, d: context_weighted(prompts, keep_numbers=True, power=2.0,
+                                                      first_pass=kmeans_split(x, 0).labels),
+}
+
+def relative_groups(centroids: np.ndarray, tightness: np.ndarray) -> np.ndarray:
+    """Prototype (lost on dev and on real data; kept here, not in the package): average linkage of the centroids
+    on their similarity relative to the two clusters' own spread, S_ab / sqrt(t_a * t_b), cut where that ratio
+    falls below 1 on average. t_c: cluster c's mean row-to-centroid similarity to some power (2: the mean
+    similarity of two of its rows)."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    k = len(centroids)
+    if k < 2:
+        return np.zeros(k, dtype=np.int64)
+    c = np.asarray(centroids, dtype=np.float64)
+    t = np.sqrt(np.maximum(np.asarray(tightness, dtype=np.float64), 1e-12))
+    distance = 2.0 - np.clip((c @ c.T) / np.outer(t, t), -2.0, 2.0)  # ratio 1 is distance 1
+    flat = fcluster(linkage(distance[np.triu_indices(k, 1)], method="average"), t=1.0, criterion="distance")
+    return np.unique(flat, return_inverse=True)[1]
+
+
+def mech_local(x, seed, inst, power=2.0):
+    res = kmeans_split(x, seed)
+    sums = np.bincount(res.labels, weights=res.similarity.astype(np.float64), minlength=res.k)
+    mean_sim = sums / np.maximum(res.sizes, 1)
+    return res.labels, relative_groups(res.centroids, mean_sim ** power)
+
+
+def mech_nested(x, seed, inst, cuts=("pair", "row")):
+    """Quotas down two cuts of the same tree of centroids: the pair cut's groups, then the row cut's inside."""
+    res = kmeans_split(x, seed)
+    return res.labels, np.stack([C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, c))
+                                 for c in cuts])
 
 
 MECHANISMS = {
@@ -78,6 +209,13 @@ MECHANISMS = {
     "nosplit": mech_nosplit,
     "hkm": mech_hkm,
     "hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0),
+    "local": mech_local,  # cut relative to each pair's own pair similarity (--group-cut local)
+    "local-row": lambda x, s, i: mech_local(x, s, i, power=1.0),  # ... relative to its row similarity
+    "nested": mech_nested,
+    "nested-hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0, nested=True),
+    "nested-hkm": lambda x, s, i: mech_hkm(x, s, i, ratio=1.0, nested=True),  # pair-cut groups, then row-cut groups inside them, then clusters
+    "local3": lambda x, s, i: mech_local(x, s, i, power=3.0),
+    "local4": lambda x, s, i: mech_local(x, s, i, power=4.0),
 }
 
 
@@ -105,10 +243,41 @@ def prepare(seed: int, work: Path, log: list) -> tuple:
     return ids, x, np.asarray(labels["skill"])[ids], labels
 
 
-def run_mechanism(name, ids, x, skills, labels, seed, budget):
-    clusters, groups = MECHANISMS[name](x, seed, labels)
-    sel = select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups)
-    return ids[sel.rows]
+def run_mechanism(name, ids, x, skills, labels, seed, budget, feats):
+    """name: CLUSTERING (on the tool's text feature) or FEATURE/CLUSTERING (a harness feature prototype)."""
+    feature, _, clustering = name.rpartition("/")
+    if feature:
+        x = feats(feature)
+    clusters, groups = MECHANISMS[clustering](x, seed, labels)
+    return ids[select(clusters, ids, budget, seed, groups)]
+
+
+def nested_quotas(sizes: np.ndarray, levels: list, budget: int) -> np.ndarray:
+    """Prototype: water-filling down a hierarchy, the coarsest groups first (levels: the group of every cluster
+    at each level, coarsest first), then each group's quota over the next level inside it, then the clusters."""
+    if not levels:
+        return water_fill_quotas(sizes, budget)
+    top = np.asarray(levels[0])
+    group_quota = water_fill_quotas(np.bincount(top, weights=sizes).astype(np.int64), budget)
+    quotas = np.zeros_like(sizes)
+    for g in np.flatnonzero(group_quota):
+        m = np.flatnonzero(top == g)
+        quotas[m] = nested_quotas(sizes[m], [np.unique(lv[m], return_inverse=True)[1] for lv in levels[1:]],
+                                  int(group_quota[g]))
+    return quotas
+
+
+def select(clusters, ids, budget, seed, groups):
+    """Row positions selected: the tool's select_rows (random order in a cluster), or for several levels of
+    groups the same random order under nested_quotas."""
+    if groups is None or np.ndim(groups) == 1:
+        return select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups).rows
+    k = int(clusters.max()) + 1
+    sizes = np.bincount(clusters, minlength=k).astype(np.int64)
+    quotas = nested_quotas(sizes, list(groups), budget)
+    order = order_within_cluster(clusters, "random", ids=ids, seed=seed, k=k)
+    rank = np.arange(len(order)) - np.concatenate([[0], np.cumsum(sizes)[:-1]])[clusters[order]]
+    return np.sort(order[rank < quotas[clusters[order]]])
 
 
 def cli_default_ids(seed: int, work: Path, budget: int, log: list) -> np.ndarray:
@@ -126,6 +295,7 @@ def main(argv=None):
     ap.add_argument("--seeds", default="0", help="clustering/selection seeds")
     ap.add_argument("--check-cli", type=int, default=2, help="instances whose default is checked against the CLI")
     ap.add_argument("--work", default=str(common.ROOT / "out" / "family"))
+    ap.add_argument("--results", default=None, help="where the tables go (default benchmarks/results)")
     a = ap.parse_args(argv)
     work = Path(a.work)
     mechs = a.mechanisms.split(",")
@@ -134,6 +304,14 @@ def main(argv=None):
     per_instance, t0 = [], time.perf_counter()
     for i, inst_seed in enumerate(skillfamily.SPLITS[a.split][: a.instances]):
         ids, x, skills, labels = prepare(inst_seed, work, log)
+        cache: dict = {}
+
+        def feats(name, seed=inst_seed):
+            if name not in cache:
+                prompts = [json.loads(line)["instruction"] for line in
+                           (work / f"i{seed}" / "train.jsonl").read_text().splitlines()]
+                cache[name] = FEATURES[name]([prompts[i] for i in ids], x, work / f"i{seed}")
+            return cache[name]
         budget = int(round(FRACTION * len(ids)))
         n_skills = len(labels["skills"])
         oracle = water_fill_quotas(np.bincount(skills, minlength=n_skills), budget)
@@ -147,7 +325,7 @@ def main(argv=None):
         for m in mechs:
             runs = []
             for s in seeds:
-                sel = run_mechanism(m, ids, x, skills, labels, s, budget)
+                sel = run_mechanism(m, ids, x, skills, labels, s, budget, feats)
                 runs.append(cheap_metrics(np.bincount(skills[np.searchsorted(ids, sel)], minlength=n_skills),
                                           oracle, twins))
                 if m == "default" and s == 0 and i < a.check_cli:
@@ -191,7 +369,7 @@ def main(argv=None):
             f" / {r['metrics'][m]['twin']:.2f}" for m in names) + " |")
     lines += ["", f"Wall time {time.perf_counter() - t0:.0f} s."]
     common.write_results(f"family_{a.split}", lines, {"summary": summary, "instances": per_instance,
-                                                      "commands": log[:4]}, argv)
+                                                      "commands": log[:4]}, argv, a.results)
 
 
 if __name__ == "__main__":

@@ -16,23 +16,17 @@ see its DATA_LICENSE), read in place, not copied.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from common import cli, write_results  # noqa: E402
+from cluster_curate.io.artifacts import read_meta
+from common import DATA, cli, parser, write_results
 
-from cluster_curate.io.artifacts import read_meta  # noqa: E402
-
-DATA = HERE.parent.parent / "shared" / "data"
 GSM8K_ROWS = 3000
 FRACTION = 0.31
 QUOTAS = {"flat": ["--groups", "none"], "row": ["--group-cut", "row"], "pair": ["--group-cut", "pair"],
@@ -53,7 +47,7 @@ def write_mix(path: Path, n_code: int, seed: int = 0) -> np.ndarray:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--code", default="60,150,300", help="Code Alpaca rows mixed in (comma list)")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="clustering and selection seeds")
     ap.add_argument("--weightings", default="tf,tfidf")

@@ -2,7 +2,7 @@
 (Markdown + JSON under benchmarks/results/) and the argparse base.
 
 Scripts run as `python benchmarks/NAME.py`, so this directory is on their import path; tests import the
-scripts the same way (tests/conftest.py puts benchmarks/ on the path once)."""
+scripts the same way (pyproject.toml's pytest `pythonpath`)."""
 
 from __future__ import annotations
 
@@ -78,16 +78,19 @@ def command_line(argv: list[str] | None = None) -> str:
     return " ".join([f"python benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
 
 
-def write_results(stem: str, lines: list[str], payload: dict, argv: list[str] | None = None,
-                  results: Path | str | None = None, quiet: bool = False) -> Path:
-    """Finish a benchmark: the command line under the table, print it, write <results>/<stem>.md and .json
-    (default benchmarks/results/); returns the Markdown path."""
-    lines = [*lines, "", f"Command: `{command_line(argv)}`"]
-    text = "\n".join(lines) + "\n"
+def write_results(stem: str, lines: list[str] | str, payload: dict, argv: list[str] | None = None,
+                  results: Path | str | None = None, quiet: bool = False, command: bool = True) -> Path:
+    """Finish a benchmark: the table (lines, or Markdown text), the command line under it (unless `command` is
+    False: a renderer that writes its own), printed and written to <results>/<stem>.md with the payload as
+    <stem>.json (default benchmarks/results/). Returns the Markdown path."""
+    text = lines if isinstance(lines, str) else "\n".join(lines)
+    if command:
+        text += f"\n\nCommand: `{command_line(argv)}`"
+    text = text.rstrip("\n") + "\n"
     if not quiet:
         print(text)
     out = Path(results) if results is not None else RESULTS
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.md").write_text(text, encoding="utf-8")
-    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+    (out / f"{stem}.json").write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
     return out / f"{stem}.md"
