@@ -185,7 +185,8 @@ def relative_groups(centroids: np.ndarray, tightness: np.ndarray) -> np.ndarray:
     t = np.sqrt(np.maximum(np.asarray(tightness, dtype=np.float64), 1e-12))
     distance = 2.0 - np.clip((c @ c.T) / np.outer(t, t), -2.0, 2.0)  # ratio 1 is distance 1
     flat = fcluster(linkage(distance[np.triu_indices(k, 1)], method="average"), t=1.0, criterion="distance")
-    return np.unique(flat, return_inverse=True)[1]
+    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse]  # numbered in order of first appearance, as group_clusters
 
 
 def mech_local(x, seed, inst, power=2.0):
