@@ -6,7 +6,7 @@ machine, and linear growth (1M vs 10M).
 Each measurement runs in its own subprocess so that its peak RSS (ru_maxrss) is its own:
   function   selection.select_rows on numpy arrays (ids, cluster, similarity already in memory; the
              peak includes those inputs), default order `random`; also `far` at 10M
-  command    pipeline.select_from_clusters: read the clusters artifact (Parquet), select, write the
+  command    commands.select.select: read the clusters artifact (Parquet), select, write the
              selection artifact -- what `cluster-curate select C --out S --fraction 0.31` does, minus the
              CLI start-up
 The clusters artifact is synthetic (written through the artifact layer beforehand, not timed): cluster
@@ -55,11 +55,12 @@ def child_write(n: int, path: str) -> dict:
     import pyarrow as pa
 
     from cluster_curate.io import artifacts as A
+from cluster_curate.io import writer as W
     ids, clusters, sim = synthetic(n)
     record = {"source": "synthetic", "fingerprint": f"synthetic-{n}", "rows": n}
     meta = A.make_meta("clusters", {"k": K}, {"embeddings": {"path": "none", "fingerprint": "none", "rows": n}},
                        record)
-    A.write_artifact(pa.table({"id": ids, "cluster": clusters, "similarity": sim}), path, meta, overwrite=True)
+    W.write_artifact(pa.table({"id": ids, "cluster": clusters, "similarity": sim}), path, meta, overwrite=True)
     return {"written": path}
 
 
@@ -76,11 +77,12 @@ def child_function(n: int, within: str) -> dict:
 
 
 def child_command(n: int, path: str, out: str) -> dict:
-    from cluster_curate import console, pipeline
+    from cluster_curate import console
+    from cluster_curate.commands.select import select
     console.configure(quiet=True)
     base = rss_mb()
     t = time.perf_counter()
-    summary, _ = pipeline.select_from_clusters(path, out, fraction=FRACTION, overwrite=True)
+    summary, _ = select(path, out, fraction=FRACTION, overwrite=True)
     secs = time.perf_counter() - t
     return {"seconds": secs, "selected": summary["selected"], "rss_after_imports_mb": base,
             "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

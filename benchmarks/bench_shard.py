@@ -41,11 +41,9 @@ TARGETS = {"token_imbalance_mean": 1.03, "cluster_spread_mean": 0.95, "rank_mix_
 
 def gsm8k_selection(work: Path) -> tuple[Path, str]:
     """A selection of GSM8K with 4 clusters: via the tool's commands, else TF-IDF k-means. Returns (path, how)."""
-    from cluster_curate import console, pipeline
+    from cluster_curate import console
     console.configure(quiet=True)
     try:
-        if not all(hasattr(pipeline, f) for f in ("embed", "cluster_embeddings", "select_from_clusters")):
-            raise ImportError("embed / cluster / select are not in the pipeline yet")
         subprocess.run([sys.executable, "-m", "cluster_curate", "embed", str(GSM8K), "--out", str(work / "e.parquet"),
                         "--features", "text", "-q"], check=True)
         subprocess.run([sys.executable, "-m", "cluster_curate", "cluster", str(work / "e.parquet"), "--out",
@@ -54,13 +52,14 @@ def gsm8k_selection(work: Path) -> tuple[Path, str]:
                         str(work / "s.parquet"), "--per-cluster-ratio", "0.5", "-q"], check=True)
         return work / "s.parquet", ("cluster-curate embed --features text | cluster --k 4 | select "
                                     "--per-cluster-ratio 0.5; tokens: embeddings n_tokens (whitespace words)")
-    except (ImportError, subprocess.CalledProcessError, AttributeError) as e:
+    except subprocess.CalledProcessError as e:
         print(f"(tool pipeline unavailable: {e}; using TF-IDF k-means)", file=sys.stderr)
     import pyarrow as pa
     from sklearn.cluster import KMeans
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.writer import write_artifact
     from cluster_curate.io.datasets import open_dataset
     rows = [json.loads(line) for line in GSM8K.read_text().splitlines() if line.strip()]
     x = TfidfVectorizer(max_features=20000, stop_words="english").fit_transform([r["question"] for r in rows])
@@ -78,7 +77,7 @@ def gsm8k_selection(work: Path) -> tuple[Path, str]:
 
 
 def bench_gsm8k() -> dict:
-    from cluster_curate import pipeline
+    from cluster_curate.commands.shard import shard
     work = Path(tempfile.mkdtemp(prefix="bench-shard-gsm8k-"))
     selection, how = gsm8k_selection(work)
     runs = [("ours (stratified, tokens)", {"allocation": "stratified", "balance": "tokens"}),
@@ -87,7 +86,8 @@ def bench_gsm8k() -> dict:
             ("paper (rank r = cluster r)", {"allocation": "paper"})]
     rows = []
     for name, kw in runs:
-        m = pipeline.shard_selection(str(selection), str(GSM8K), str(work / name.split()[0]), 4, 4, overwrite=True, **kw)
+        m = shard(str(selection), str(GSM8K), str(work / name.split()[0]), num_shards=4, micro_batch_size=4,
+                  overwrite=True, **kw)
         b = m["balance"]
         rows.append({"allocation": name, "rows_per_shard": m["rows_per_shard"], "steps": m["steps"],
                      "left_over": m["leftover_rows"],
@@ -111,7 +111,8 @@ def make_scale_inputs(work: Path, n: int, seed: int = 0, text_scale: int = 1) ->
     clusters, with n_tokens."""
     import pyarrow as pa
 
-    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.writer import write_artifact
     from cluster_curate.io.datasets import open_dataset
     rng = np.random.default_rng(seed)
     vocab = np.array(["the", "of", "and", "to", "a", "in", "is", "that", "for", "it", "with", "as", "was", "on",
@@ -143,7 +144,8 @@ def make_scale_inputs(work: Path, n: int, seed: int = 0, text_scale: int = 1) ->
 
 _CHILD = r"""
 import json, resource, sys, time
-from cluster_curate import console, pipeline
+from cluster_curate import console
+from cluster_curate.commands.shard import shard
 console.configure(quiet=True)
 reader_cpu = None
 if len(sys.argv) > 4:  # also time the dataset reader alone (its share of the CPU), before the run
@@ -156,7 +158,7 @@ if len(sys.argv) > 4:  # also time the dataset reader alone (its share of the CP
     reader_cpu = time.process_time() - c
 t = time.monotonic()
 c0 = time.process_time()
-m = pipeline.shard_selection(sys.argv[1], sys.argv[2], sys.argv[3], 8, 4, overwrite=True)
+m = shard(sys.argv[1], sys.argv[2], sys.argv[3], num_shards=8, micro_batch_size=4, overwrite=True)
 ru = resource.getrusage(resource.RUSAGE_SELF)
 # VmHWM, not ru_maxrss: ru_maxrss survives exec and would count the parent's memory at fork time
 hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]

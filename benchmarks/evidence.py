@@ -255,7 +255,8 @@ def write_embeddings(x: np.ndarray, rows: list[train_eval.Row], data: Path, out:
     """An embeddings artifact made by the harness (same contract as `embed`'s), so `cluster` can take it."""
     import pyarrow as pa
 
-    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.writer import write_artifact
     from cluster_curate.io.datasets import ReadOptions, open_dataset
     ds = open_dataset(str(data), ReadOptions())
     for _ in ds.iter_batches():

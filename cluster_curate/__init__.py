@@ -1,3 +1,27 @@
-"""cluster-curate: learning-effect clustering, balanced selection and data-parallel allocation."""
+"""cluster-curate: learning-effect clustering, balanced selection and data-parallel allocation.
+
+The Python API (the CLI is a thin layer over it; options are the CLI's, spelled as keywords):
+
+    import cluster_curate as cc
+    cc.run("train.jsonl", "curated/", fraction=0.31, num_shards=8, micro_batch_size=4)
+    cc.embed("train.jsonl", "emb.parquet")                 # -> summary dict
+    cc.cluster("emb.parquet", "clusters.parquet", k=64)    # -> (summary, size table)
+    cc.select("clusters.parquet", "sel.parquet", fraction=0.31)
+    cc.shard("sel.parquet", "train.jsonl", "shards/", num_shards=8)   # -> manifest
+    cc.inspect("train.jsonl"); cc.report(["curated/"])
+
+Importing the package stays light (a trainer imports cluster_curate.loader): the functions load on first use.
+"""
 
 __version__ = "0.1.0"
+
+_API = {"inspect": "inspect", "embed": "embed", "cluster": "cluster", "select": "select", "shard": "shard",
+        "run": "run", "report": "report"}
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name):
+    if name in _API:
+        import importlib
+        return getattr(importlib.import_module(f"cluster_curate.commands.{name}"), _API[name])
+    raise AttributeError(f"module 'cluster_curate' has no attribute {name!r}")

@@ -1,6 +1,6 @@
-"""k-means over learning-effect features (DESIGN.md, `cluster`): pure functions on numpy arrays.
+"""k-means over learning-effect features (docs/architecture.md, "Stages"): pure functions on numpy arrays.
 
-The stage, in the order pipeline.py calls it:
+The stage, in the order commands/cluster.py calls it:
 
     x = embedding_matrix(column)             # Arrow fixed-size list -> [n, d] float32 without a copy
     normalise_features(x, center=False)      # in place: (optionally mean-centred, then) L2-normalised rows
@@ -26,6 +26,9 @@ import pyarrow as pa
 from cluster_curate.errors import CurateError
 
 # --k auto: see auto_k().
+# The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
 AUTO_K_RULE = "ceil(sqrt(n)), at most n // 2 (at least 1)"
 # --groups auto: where the average-linkage tree of the centroids is cut (--group-cut); see group_cut_similarity().
 GROUP_CUTS = {
@@ -78,10 +81,8 @@ def training_sample_size(n: int, k: int) -> int:
     Why: faiss by default trains on at most 256 rows per centroid, which for the paper's small k (k = number
     of GPUs, say 4) means 1,024 rows of a million -- a rare group may not be in the sample at all. A cost
     floor fixes that: the work of one iteration is sample × k × d, so we spend at least 2^24 row-centroid
-    pairs (< 0.5 s per iteration on one core at d = 256): k = 4 trains on 4.2M rows, k = 64 on 262k.
-    For large k the sample is 128 rows per centroid: on a 100k-row, 256-cluster mixture the full-data
-    objective (1 - mean cosine) came within 0.5% of training on every row, against 1.8% at 64 and 2.9% at 32
-    per centroid. Every row is then assigned to its nearest centroid, in batches.
+    pairs: k = 4 trains on 4.2M rows, k = 64 on 262k. For large k the sample is 128 rows per centroid, close
+    to training on every row where 64 or 32 were not (benchmarks/results/code_figures.md). Every row is then assigned to its nearest centroid, in batches.
     """
     if n <= 0 or k <= 0:
         return 0
@@ -252,7 +253,7 @@ def initial_centroids(sample: np.ndarray, k: int, seed: int) -> np.ndarray:
 
     Why not faiss's default (k random rows): with k close to the number of natural groups a random start
     often puts two centroids in one group and leaves two groups to share one, and 20 Lloyd iterations do not
-    undo it; the greedy trials lowered the final objective by a further ~1.3% in a 100k x 128, k = 256 probe.
+    undo it; the greedy trials lower the final objective further (benchmarks/results/code_figures.md).
     The cost, ~8·k²·d·(2 + ln k) multiply-adds in GEMMs, stays a small share of the training. Returned
     explicitly so that a benchmark can hand the very same start to another implementation.
     """
@@ -338,7 +339,7 @@ def kmeans_faiss(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_s
 
 # Below this many multiply-adds per k-means iteration (~30 ms on one core) faiss runs on one thread: OpenMP's
 # per-iteration barriers cost more than they save on small inputs, and far more on a busy machine
-# (3,000 rows x 12 clusters: 2.2 s with 2 threads on a loaded 2-core box, 0.02 s with 1).
+# (benchmarks/results/code_figures.md).
 SMALL_WORK = 1 << 26
 
 

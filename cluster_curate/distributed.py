@@ -4,10 +4,10 @@ Two ways to split an `embed` run, which combine:
 
 * `torchrun` (any number of nodes and processes): RANK / WORLD_SIZE / LOCAL_RANK come from the environment;
   a process group is initialised (nccl on GPU, gloo on CPU) for barriers only.
-* job-array pieces (`--num-shards K --shard-index i`): independent processes, no communication, all writing
+* job-array pieces (`embed --num-parts K --part-index i`): independent processes, no communication, all writing
   into the same output directory.
 
-Worker w of W = num_shards × world_size (w = shard_index × world_size + rank) owns the chunks c with
+Worker w of W = num_parts × world_size (w = part_index × world_size + rank) owns the chunks c with
 c mod W = w, where chunk c is the ids [c·E, (c+1)·E) for E = `--commit-every`. Chunks are the unit of work
 and of commitment: a finished chunk is written atomically to the staging directory `<out>.partial/` as
 `chunk-CCCCCC.parquet`, so a killed run restarted with `--resume` skips the chunks already there and the
@@ -32,8 +32,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.artifacts import (META_KEY, ArtifactMeta, atomic_write_bytes, read_parquet, sidecar_path,
-                                         write_parquet_atomic)
+from cluster_curate.io import names
+from cluster_curate.io.artifacts import ArtifactMeta, read_parquet, sidecar_path
+from cluster_curate.io.writer import atomic_write_bytes, file_metadata, parquet_stream, write_parquet_atomic
 
 DEFAULT_COMMIT_EVERY = 2048  # rows per committed chunk: what a crash can lose, and what a worker holds at once
 _CHUNK_RE = re.compile(r"^chunk-(\d{6,})\.parquet$")
@@ -69,7 +70,7 @@ class Layout:
         return chunk % self.workers == self.worker
 
     def part_name(self) -> str:
-        return f"part-{self.worker:05d}-of-{self.workers:05d}.parquet"
+        return names.part_file_name(self.worker, self.workers)
 
     def describe(self) -> str:
         bits = []
@@ -83,9 +84,9 @@ class Layout:
 def detect(num_shards: int = 1, shard_index: int = 0) -> Layout:
     """The layout of this process from torchrun's environment and the job-array options."""
     if num_shards < 1:
-        raise CurateError(f"--num-shards must be at least 1, got {num_shards}")
+        raise CurateError(f"--num-parts must be at least 1, got {num_shards}")
     if not 0 <= shard_index < num_shards:
-        raise CurateError(f"--shard-index must be in [0, {num_shards - 1}], got {shard_index}")
+        raise CurateError(f"--part-index must be in [0, {num_shards - 1}], got {shard_index}")
     env = os.environ
     torchrun = "RANK" in env and "WORLD_SIZE" in env
     try:
@@ -128,6 +129,15 @@ def barrier(layout: Layout) -> None:
             dist.barrier()
 
 
+def leader_prepares(layout: Layout, is_ready, prepare) -> None:
+    """State every process shares (the proxy, a fitted featurizer), made once: the leader of this piece runs
+    `prepare()` (which writes it beside the output) unless `is_ready()`, then every rank waits at a barrier
+    so that all of them load the same files afterwards."""
+    if layout.leader and not is_ready():
+        prepare()
+    barrier(layout)
+
+
 def shutdown(layout: Layout) -> None:
     if layout.torchrun:
         import torch.distributed as dist
@@ -149,7 +159,7 @@ class ChunkedOutput:
             raise CurateError(f"--commit-every must be at least 1, got {commit_every}")
         self.out, self.layout, self.commit_every = Path(out), layout, commit_every
         self.plan = dict(plan, commit_every=commit_every)
-        self.staging = sidecar_path(self.out, "partial")
+        self.staging = sidecar_path(self.out, names.STAGING)
         self.resume = resume
         self._check_output(overwrite)
         self._open_staging(overwrite)
@@ -179,7 +189,7 @@ class ChunkedOutput:
             p.unlink(missing_ok=True)  # --overwrite: files of another layout would mix with ours
 
     def _open_staging(self, overwrite: bool) -> None:
-        plan_file = self.staging / "plan.json"
+        plan_file = self.staging / names.STAGING_PLAN
         lay = self.layout
         if plan_file.exists():
             try:
@@ -207,7 +217,7 @@ class ChunkedOutput:
         return int(row_id) // self.commit_every
 
     def _chunk_path(self, chunk: int) -> Path:
-        return self.staging / f"chunk-{chunk:06d}.parquet"
+        return self.staging / names.chunk_file_name(chunk)
 
     def committed(self) -> list[int]:
         if not self.staging.is_dir():
@@ -251,9 +261,9 @@ class ChunkedOutput:
         if lay.multi:
             barrier(lay)
             if lay.leader and lay.torchrun:
-                names = [f"part-{lay.shard_index * lay.world_size + r:05d}-of-{lay.workers:05d}.parquet"
-                         for r in range(lay.world_size)]
-                absent = [n for n in names if not (self.out / n).exists()]
+                expected = [names.part_file_name(lay.shard_index * lay.world_size + r, lay.workers)
+                            for r in range(lay.world_size)]
+                absent = [n for n in expected if not (self.out / n).exists()]
                 if absent:
                     raise CurateError(f"{self.out}: parts {absent} are missing after all ranks finished")
             parts = sorted(self.out.glob(f"part-*-of-{lay.workers:05d}.parquet"))
@@ -274,20 +284,11 @@ class ChunkedOutput:
             first = _empty_table(meta)
         rows = 0
         meta.rows = sum(pq.ParquetFile(self._chunk_path(c)).metadata.num_rows for c in chunks)
-        schema = first.schema.with_metadata({META_KEY: meta.to_json().encode()})
-        if target.is_dir():  # --overwrite of a former multi-process artifact by a single process
-            shutil.rmtree(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        try:
-            with pq.ParquetWriter(tmp, schema) as writer:
-                for t in (first, *tables):
-                    writer.write_table(t.cast(schema))
-                    rows += t.num_rows
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        schema = first.schema.with_metadata(file_metadata(meta))
+        with parquet_stream(target, schema) as writer:
+            for t in (first, *tables):
+                writer.write_table(t.cast(schema))
+                rows += t.num_rows
         return rows
 
     def _cleanup_if_done(self) -> None:
@@ -299,8 +300,8 @@ class ChunkedOutput:
     def rejects_path(self) -> Path:
         """Where this worker lists the rows it reports instead of embedding (JSONL)."""
         if self.layout.multi:
-            return self.out / f"rejects-{self.layout.worker:05d}-of-{self.layout.workers:05d}.jsonl"
-        return sidecar_path(self.out, "rejects.jsonl")
+            return self.out / names.part_rejects_name(self.layout.worker, self.layout.workers)
+        return sidecar_path(self.out, names.REJECTS)
 
 
 def _empty_table(meta: ArtifactMeta) -> pa.Table:

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from cluster_curate.errors import CurateError
 
-MANIFEST = "manifest.json"
+from cluster_curate.io.names import MANIFEST  # noqa: E402 - light (no imports)
 
 
 def read_manifest(directory: str | os.PathLike) -> dict:

@@ -1,4 +1,4 @@
-"""Balanced, budgeted selection from clusters (DESIGN.md, `select`): pure functions on numpy arrays.
+"""Balanced, budgeted selection from clusters (docs/architecture.md, "Stages"): pure functions on numpy arrays.
 
     quotas = water_fill_quotas(sizes, budget, balance_power)   # how many rows each cluster gives
     order  = order_within_cluster(...)                         # which rows of a cluster come first
@@ -17,16 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster_curate.errors import CurateError
+from cluster_curate.registry import Registry
 
-WITHIN_ORDERS = ("random", "far", "near", "diverse", "hard")
-WITHIN_HELP = {
-    "random": "a seeded random order (the default)",
-    "far": "farthest from the centroid first (the paper's choice)",
-    "near": "nearest to the centroid first (most typical)",
-    "diverse": "greedy k-center inside the cluster, starting from the most typical row",
-    "hard": "highest loss first (the embeddings artifact's `loss`)",
-}
-
+# The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
 
 # ------------------------------------------------------------------------------------------ budgets
 
@@ -184,6 +179,35 @@ def _float_key(values: np.ndarray, descending: bool) -> np.ndarray:
     return np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(0x80000000))
 
 
+# ------------------------------------------------------------------------------------------ in-cluster orders
+# An order is a sort key per row (ascending: preferred first) from the row's inputs; `needs` names the inputs
+# it reads (similarity: the clusters artifact's column; loss, features: the embeddings artifact's). An order
+# with `picks` chooses its rows itself from the base order (diverse). Add one: a key function + a line here.
+
+WITHIN = Registry("--within")
+
+
+def _random_key(*, ids, seed, **_):
+    return (random_keys(ids, seed) >> np.uint64(32)).astype(np.uint32)
+
+
+WITHIN.register("random", "a seeded random order (the default)", _random_key, needs=(), picks=None)
+WITHIN.register("far", "farthest from the centroid first (the paper's choice)",
+                lambda *, similarity, **_: _float_key(similarity, descending=False), needs=("similarity",),
+                picks=None)
+WITHIN.register("near", "nearest to the centroid first (most typical)",
+                lambda *, similarity, **_: _float_key(similarity, descending=True), needs=("similarity",),
+                picks=None)
+WITHIN.register("diverse", "greedy k-center inside the cluster, starting from the most typical row (needs "
+                "embeddings)", lambda *, similarity, **_: _float_key(similarity, descending=True),
+                needs=("similarity", "features"), picks="k_center")
+WITHIN.register("hard", "highest loss first (the embeddings artifact's `loss`)",
+                lambda *, loss, **_: _float_key(loss, descending=True), needs=("loss",), picks=None)
+WITHIN_ORDERS = WITHIN.names
+_NEEDS_MESSAGE = {"similarity": "--within {} needs the similarity column of the clusters artifact",
+                  "loss": "--within {} needs a `loss` column (from the embeddings artifact)"}
+
+
 def group_by_cluster(clusters: np.ndarray, k: int | None = None) -> np.ndarray:
     """Row positions grouped by cluster, ascending, rows of a cluster in position order (a stable sort;
     a radix sort when the cluster numbers fit in 16 bits)."""
@@ -203,20 +227,12 @@ def order_within_cluster(clusters: np.ndarray, within: str, *, ids: np.ndarray |
     quota, see k_center_greedy; its base order here is `near`.)
     """
     n = len(clusters)
-    if within == "random":
-        if ids is None:
-            ids = np.arange(n)
-        key = (random_keys(ids, seed) >> np.uint64(32)).astype(np.uint32)
-    elif within in ("far", "near", "diverse"):
-        if similarity is None:
-            raise CurateError(f"--within {within} needs the similarity column of the clusters artifact")
-        key = _float_key(similarity, descending=within != "far")
-    elif within == "hard":
-        if loss is None:
-            raise CurateError("--within hard needs a `loss` column (from the embeddings artifact)")
-        key = _float_key(loss, descending=True)
-    else:
-        raise CurateError(f"--within must be one of {', '.join(WITHIN_ORDERS)}, got {within!r}")
+    entry = WITHIN.get(within)
+    inputs = {"ids": np.arange(n) if ids is None else ids, "similarity": similarity, "loss": loss}
+    for need in entry.needs:
+        if need in _NEEDS_MESSAGE and inputs[need] is None:
+            raise CurateError(_NEEDS_MESSAGE[need].format(within))
+    key = entry.value(seed=seed, **inputs)
     clusters = np.asarray(clusters)
     order = group_by_cluster(clusters, k)
     # then each cluster's segment by key: sorting k short segments costs less than one sort of n rows
@@ -319,10 +335,9 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     groups: the group of each cluster (`cluster --groups`): budget quotas are water-filled over groups first.
     """
     mode = check_budget_args(fraction, budget, per_cluster_ratio)
-    if within not in WITHIN_ORDERS:
-        raise CurateError(f"--within must be one of {', '.join(WITHIN_ORDERS)}, got {within!r}")
-    if within == "diverse" and features is None:
-        raise CurateError("--within diverse needs the feature vectors: pass --embeddings E")
+    order_entry = WITHIN.get(within)
+    if "features" in order_entry.needs and features is None:
+        raise CurateError(f"--within {within} needs the feature vectors: pass --embeddings E")
     if dedup is not None:
         if not (0 < dedup <= 1):
             raise CurateError(f"--dedup must be a cosine similarity in (0, 1], got {dedup}")
@@ -370,7 +385,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
             quotas = water_fill_quotas(available, min(requested, n_available), balance_power)
 
     rank = np.full(n, -1, dtype=np.int64)  # rank in cluster per row position; -1 = not selected
-    if within == "diverse":
+    if order_entry.picks == "k_center":
         starts = np.concatenate([[0], np.cumsum(available)])
         for c in np.flatnonzero(quotas).tolist():
             rows = order[starts[c]:starts[c + 1]]  # near order: rows[0] is the most typical

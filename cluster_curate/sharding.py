@@ -43,13 +43,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster_curate.errors import CurateError
+from cluster_curate.registry import Registry
 
-ALLOCATIONS = ("stratified", "paper", "random")
+# The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
 BALANCES = ("tokens", "padded")
 REMAINDERS = ("drop", "wrap")
 # Steps per length-grouping window (0 = off). Grouping rows of similar length into the same steps is what
 # lowers a padding trainer's compute, and it also lets sum-of-tokens balance hold on heavy-tailed lengths
-# (measured: 1.075 -> 1.006 mean imbalance on lognormal lengths); the window keeps it local, like HF's
+# (benchmarks/results/code_figures.md); the window keeps it local, like HF's
 # group_by_length mega-batches, so the epoch has no short-to-long curriculum.
 DEFAULT_LENGTH_WINDOW = {"tokens": 64, "padded": 64}
 
@@ -341,10 +344,15 @@ def plan_steps(clusters: np.ndarray, lengths: np.ndarray | None, num_shards: int
     lengths = np.ones(s) if lengths is None else np.asarray(lengths, dtype=np.float64)
     if lengths.shape[0] != s:
         raise CurateError(f"token counts: {lengths.shape[0]} values for {s} selected rows")
-    if allocation == "paper":
-        return paper_allocation(clusters, num_shards, micro_batch_size, remainder=remainder, seed=seed)
-    if allocation == "random":
-        return random_allocation(clusters, num_shards, micro_batch_size, remainder=remainder, seed=seed)
+    return ALLOCATION.get(allocation).value(clusters, lengths, num_shards, micro_batch_size, balance=balance,
+                                            remainder=remainder, length_window=length_window, seed=seed)
+
+
+def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards: int, micro_batch_size: int, *,
+                          balance: str, remainder: str, length_window: int | None, seed: int) -> ShardPlan:
+    """Every step holds each cluster's share (floor or ceil), steps grouped by length inside windows, ranks
+    token-balanced inside each step."""
+    s = clusters.shape[0]
     b = _check_sizes(s, num_shards, micro_batch_size)
     if length_window is None:
         length_window = DEFAULT_LENGTH_WINDOW[balance]
@@ -376,7 +384,7 @@ def plan_steps(clusters: np.ndarray, lengths: np.ndarray | None, num_shards: int
     wrapped_rows = np.zeros(rows.shape, dtype=bool)
     for t in np.unique(np.nonzero(wrapped)[0]):
         wrapped_rows[t] = np.isin(rows[t], steps[t][wrapped[t]])
-    return ShardPlan(rows, wrapped_rows, leftover, allocation, balance, remainder)
+    return ShardPlan(rows, wrapped_rows, leftover, "stratified", balance, remainder)
 
 
 def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: int = 1, *, remainder: str = "drop",
@@ -431,10 +439,25 @@ def random_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: i
     return ShardPlan(steps.reshape(shape), wrapped.reshape(shape), leftover, "random", "none", remainder)
 
 
+# An allocation: (clusters, lengths, num_shards, micro_batch_size, *, balance, remainder, length_window, seed)
+# -> ShardPlan. `balances`: it uses --balance / --length-window (recorded as None otherwise). Add one: a
+# function + a line here.
+ALLOCATION = Registry("--allocation")
+ALLOCATION.register("stratified", "every step holds every cluster's share, token-balanced across ranks",
+                    stratified_allocation, balances=True)
+ALLOCATION.register("paper", "rank r gets only cluster r (needs k = num-shards)",
+                    lambda c, _lengths, n, m, *, remainder, seed, **_: paper_allocation(c, n, m, remainder=remainder,
+                                                                                          seed=seed), balances=False)
+ALLOCATION.register("random", "a plain shuffle (baseline)",
+                    lambda c, _lengths, n, m, *, remainder, seed, **_: random_allocation(c, n, m, remainder=remainder,
+                                                                                           seed=seed), balances=False)
+ALLOCATIONS = ALLOCATION.names
+
+
 # ------------------------------------------------------------------------------------------ figures
 
 def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.ndarray) -> dict:
-    """How well a plan balances, per DESIGN.md / the shard issue:
+    """How well a plan balances (docs/architecture.md, "Stages"):
 
     token_imbalance     per step, max over ranks of the rank's tokens ÷ mean over ranks (mean, p95, max)
     padded_imbalance    the same with a rank's load = M × its longest row (for padding trainers)

@@ -16,7 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def make_unreadable(path: Path, monkeypatch) -> None:
     """Make reading `path` fail with permission denied: chmod 0, or (root reads anything) make the reader's
     open() of that path fail as it would for another user."""
-    from cluster_curate.io import datasets as dsmod
+    from cluster_curate.io import containers
     if os.geteuid() != 0:
         path.chmod(0)
         return
@@ -26,7 +26,7 @@ def make_unreadable(path: Path, monkeypatch) -> None:
         if str(file) == str(path):
             raise PermissionError(13, "Permission denied", str(file))
         return real_open(file, *a, **k)
-    monkeypatch.setattr(dsmod, "open", deny, raising=False)
+    monkeypatch.setattr(containers, "open", deny, raising=False)
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from cluster_curate.io import artifacts as A
+from cluster_curate.io import writer as W
 
 
 def mixture(n: int, d: int = 16, groups: int = 5, seed: int = 0, noise: float = 0.3,
@@ -46,9 +47,9 @@ def write_embeddings(path, x: np.ndarray, *, fingerprint: str = "synthetic", kin
     record = dataset_record(fingerprint, len(x))
     meta = A.make_meta(kind, {"features": "synthetic"}, {"data": record}, record)
     if parts == 1:
-        return A.write_artifact(table, path, meta)
+        return W.write_artifact(table, path, meta)
     bounds = np.linspace(0, len(x), parts + 1).astype(int)
     for i in range(parts):
-        A.write_part(table.slice(bounds[i], bounds[i + 1] - bounds[i]), path, f"part-{i:05d}.parquet", meta)
+        W.write_part(table.slice(bounds[i], bounds[i + 1] - bounds[i]), path, f"part-{i:05d}.parquet", meta)
     meta.rows = len(x)
     return meta

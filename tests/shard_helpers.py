@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from cluster_curate.io.artifacts import make_meta, write_artifact
+from cluster_curate.io.artifacts import make_meta, read_meta
+from cluster_curate.io.writer import write_artifact
 from cluster_curate.io.datasets import open_dataset
 
 
@@ -57,8 +58,11 @@ def make_selection(path: Path, data: Path, *, k: int = 4, fraction: float = 0.5,
     params = {"fraction": fraction, "seed": seed}
     if cluster_sizes:
         params["cluster_sizes"] = sizes.tolist()
-    inputs = {"clusters": {"path": clusters_path or "gone.parquet", "kind": "clusters", "fingerprint": "c0", "rows": n}}
+    def recorded(p, kind, fallback):  # an input as the tool records it: with the fingerprint it has now
+        return {"path": p, "kind": kind, "fingerprint": read_meta(p).fingerprint if p else fallback, "rows": n}
+    inputs = {"clusters": recorded(clusters_path, "clusters", "c0")}
+    inputs["clusters"]["path"] = clusters_path or "gone.parquet"
     if embeddings_path:
-        inputs["embeddings"] = {"path": embeddings_path, "kind": "embeddings", "fingerprint": "e0", "rows": n}
+        inputs["embeddings"] = recorded(embeddings_path, "embeddings", "e0")
     write_artifact(table, path, make_meta("selection", params, inputs, rec), overwrite=True)
     return {"ids": ids, "clusters": clusters, "sizes": sizes, "tokens": tokens}

@@ -3,6 +3,7 @@ import pytest
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import artifacts as A
+from cluster_curate.io import writer as W
 
 
 def _meta(kind="embeddings", fp="abc"):
@@ -13,7 +14,7 @@ def _meta(kind="embeddings", fp="abc"):
 def test_roundtrip_and_metadata(tmp_path):
     t = pa.table({"id": [0, 1, 2], "x": [1.0, 2.0, 3.0]})
     p = tmp_path / "e.parquet"
-    A.write_artifact(t, p, _meta())
+    W.write_artifact(t, p, _meta())
     table, meta = A.read_artifact(p, kind="embeddings")
     assert table.equals(t)
     assert meta.kind == "embeddings" and meta.rows == 3 and meta.params == {"seed": 0}
@@ -22,7 +23,7 @@ def test_roundtrip_and_metadata(tmp_path):
 
 def test_a_missing_column_is_one_line_naming_it(tmp_path):
     p = tmp_path / "e.parquet"
-    A.write_artifact(pa.table({"id": [0, 1], "x": [1.0, 2.0]}), p, _meta())
+    W.write_artifact(pa.table({"id": [0, 1], "x": [1.0, 2.0]}), p, _meta())
     assert A.read_artifact(p, columns=["x"])[0].column_names == ["x"]
     with pytest.raises(CurateError, match=r"e.parquet: cannot read artifact \(no column 'cluster' in .*e.parquet\)"):
         A.read_artifact(p, columns=["id", "cluster"])
@@ -30,10 +31,10 @@ def test_a_missing_column_is_one_line_naming_it(tmp_path):
 
 def test_refuses_overwrite_and_wrong_kind(tmp_path):
     p = tmp_path / "e.parquet"
-    A.write_artifact(pa.table({"id": [0]}), p, _meta())
+    W.write_artifact(pa.table({"id": [0]}), p, _meta())
     with pytest.raises(CurateError, match="--overwrite"):
-        A.write_artifact(pa.table({"id": [0]}), p, _meta())
-    A.write_artifact(pa.table({"id": [1]}), p, _meta(), overwrite=True)
+        W.write_artifact(pa.table({"id": [0]}), p, _meta())
+    W.write_artifact(pa.table({"id": [1]}), p, _meta(), overwrite=True)
     with pytest.raises(CurateError, match="'embeddings' artifact, expected 'clusters'"):
         A.read_meta(p, kind="clusters")
     assert not [q for q in tmp_path.iterdir() if q.name.endswith(".tmp")]
@@ -42,8 +43,8 @@ def test_refuses_overwrite_and_wrong_kind(tmp_path):
 def test_parts_directory_reads_as_one(tmp_path):
     d = tmp_path / "parts"
     m = _meta()
-    A.write_part(pa.table({"id": [2, 3]}), d, "part-00001.parquet", m)
-    A.write_part(pa.table({"id": [0, 1]}), d, "part-00000.parquet", m)
+    W.write_part(pa.table({"id": [2, 3]}), d, "part-00001.parquet", m)
+    W.write_part(pa.table({"id": [0, 1]}), d, "part-00000.parquet", m)
     table, meta = A.read_artifact(d, kind="embeddings")
     assert table.column("id").to_pylist() == [0, 1, 2, 3]
     assert meta.rows == 4

@@ -1,4 +1,4 @@
-"""`cluster`: the pure k-means stage (clustering.py) and the command over artifacts (pipeline / CLI)."""
+"""`cluster`: the pure k-means stage (clustering.py) and the command over artifacts (commands/cluster.py / CLI)."""
 
 import json
 import math
@@ -14,6 +14,7 @@ from cluster_curate import clustering as C
 from cluster_curate.cli import main
 from cluster_curate.errors import CurateError
 from cluster_curate.io import artifacts as A
+from cluster_curate.io import writer as W
 from embeddings_factory import embeddings_table, mixture, write_embeddings
 
 
@@ -305,7 +306,7 @@ def test_cluster_bad_input(tmp_path, cli_runner, case):
         expect = "is a 'clusters' artifact, expected 'embeddings'"
     elif case == "no_column":
         meta = A.make_meta("embeddings", {}, {}, {"fingerprint": "f"})
-        A.write_artifact(pa.table({"id": [0, 1]}), path, meta)
+        W.write_artifact(pa.table({"id": [0, 1]}), path, meta)
         expect = "no 'embedding' column"
     else:
         write_embeddings(path, x)
@@ -333,14 +334,14 @@ def test_gpus_option_is_checked():
 
 
 def test_embeddings_with_duplicate_ids_are_refused(tmp_path):
-    from cluster_curate.pipeline import load_embedding_matrix
+    from cluster_curate.io.readers import read_embeddings
     x, _ = mixture(10, d=4, groups=2)
     d = tmp_path / "parts"
     meta = A.make_meta("embeddings", {}, {}, {"fingerprint": "f"})
-    A.write_part(embeddings_table(x[:5], ids=[5, 6, 7, 8, 9]), d, "part-1.parquet", meta)
-    A.write_part(embeddings_table(x[5:], ids=[0, 1, 2, 3, 7]), d, "part-0.parquet", meta)
+    W.write_part(embeddings_table(x[:5], ids=[5, 6, 7, 8, 9]), d, "part-1.parquet", meta)
+    W.write_part(embeddings_table(x[5:], ids=[0, 1, 2, 3, 7]), d, "part-0.parquet", meta)
     with pytest.raises(CurateError, match="id 7 appears more than once"):
-        load_embedding_matrix(d)
+        read_embeddings(d)
     assert pq.read_table(d / "part-0.parquet").num_rows == 5
 
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io import datasets as dsmod
+from cluster_curate.io import containers
 from cluster_curate.io.datasets import ReadOptions, default_rejects_path, open_dataset
 
 from conftest import FIXTURES, SHARED_DATA, make_unreadable
@@ -299,12 +299,12 @@ def test_streamed_json_document_matches_json_load(tmp_path_factory, recs, chunk,
     p = d / "doc.json"
     obj = {f"k{i}": r for i, r in enumerate(recs)} if mapping else recs
     p.write_text(json.dumps(obj, indent=indent, ensure_ascii=False), encoding="utf-8")
-    old = dsmod._CHUNK_BYTES
-    dsmod._CHUNK_BYTES = chunk  # tiny chunks: records, strings and numbers straddle chunk boundaries
+    old = containers._CHUNK_BYTES
+    containers._CHUNK_BYTES = chunk  # tiny chunks: records, strings and numbers straddle chunk boundaries
     try:
-        rows = list(dsmod._JsonDocument(p).iter_rows())
+        rows = list(containers._JsonDocument(p).iter_rows())
     finally:
-        dsmod._CHUNK_BYTES = old
+        containers._CHUNK_BYTES = old
     assert [r.record for r in rows] == recs
     if mapping:
         assert [r.key for r in rows] == list(obj)
@@ -318,7 +318,7 @@ def test_streamed_json_document_matches_json_load(tmp_path_factory, recs, chunk,
 def test_json_document_reports_the_line_of_each_record(tmp_path):
     p = FIXTURES / "code_alpaca" / "code_alpaca-300.json"
     lines = p.read_text(encoding="utf-8").splitlines()
-    rows = list(dsmod._JsonDocument(p).iter_rows())
+    rows = list(containers._JsonDocument(p).iter_rows())
     for r in rows[:20] + rows[-5:]:
         assert lines[r.line - 1].strip() == "{"
 
@@ -444,7 +444,7 @@ def test_raw_only_pass_copies_rows_without_checking_them(tmp_path):
 def test_reads_through_hf_datasets(tmp_path):
     import datasets
 
-    from cluster_curate.io.datasets import reads_through_hf_datasets
+    from cluster_curate.io.containers import reads_through_hf_datasets
 
     jsonl = write_jsonl(tmp_path / "d.jsonl", [{"question": "q", "answer": "a"}])
     (tmp_path / "parquet").mkdir()

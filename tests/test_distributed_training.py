@@ -82,12 +82,12 @@ def _worker(rank: int, port: int, shard_dir: str, result_dir: str):
 def test_two_rank_gloo_training_sees_every_example_once(tmp_path):
     import torch.multiprocessing as mp
 
-    from cluster_curate import pipeline
+    from cluster_curate.commands.shard import shard
     from cluster_curate.loader import read_manifest
 
     data = make_dataset(tmp_path / "data.jsonl", 240)
     sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, n_tokens=True)
-    pipeline.shard_selection(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), WORLD, 4)
+    shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=WORLD, micro_batch_size=4)
     manifest = read_manifest(tmp_path / "shards")
 
     start = time.monotonic()

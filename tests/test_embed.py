@@ -231,13 +231,12 @@ def test_text_featurizer_without_words():
     assert f.transform(["one two"]).shape == (1, 8) and not f.transform(["one two"]).any()
 
 
-def test_text_featurizer_save_load_and_small_sample(tmp_path):
+def test_text_featurizer_round_trip_and_small_sample():
     texts = [r["instruction"] for r in _rows(30)]
     f = TextFeaturizer(dim=64, field="prompt", seed=1).fit(texts)  # fewer rows than dim: zero columns
     out = f.transform(texts)
     assert out.shape == (30, 64) and np.all(out[:, 40:] == 0)
-    f.save(tmp_path / "t.npz")
-    g = TextFeaturizer.load(tmp_path / "t.npz")
+    g = TextFeaturizer.from_bytes(f.to_bytes())
     assert np.array_equal(g.transform(texts), out) and g.dim == 64 and g.seed == 1
 
 
@@ -260,8 +259,7 @@ def test_text_weighting_tf_lets_the_task_words_outweigh_rare_topic_words(tmp_pat
         np.fill_diagonal(sim, -2)
         found[weighting] = (sim[same_task].mean() - sim[same_noun].mean(),
                             (task[sim.argmax(axis=1)] == task).mean())  # nearest neighbour does the same task
-        f.save(tmp_path / f"{weighting}.npz")
-        g = TextFeaturizer.load(tmp_path / f"{weighting}.npz")
+        g = TextFeaturizer.from_bytes(f.to_bytes())
         assert g.weighting == weighting and np.array_equal(g.transform(texts[:5]), f.transform(texts[:5]))
     # tfidf: a row is closer to another task on the same noun than to its own task; tf: the other way round
     assert found["tfidf"][0] < -0.2 and found["tf"][0] > 0
@@ -319,7 +317,7 @@ def test_cli_text_features(tmp_path, cli_runner):
     (["--model", "/no/such/model.gguf"], "is not used by --features text"),
     (["--batch-tokens", "0"], "--batch-tokens must be positive"),
     (["--features", "text,gradient", "--feature-weights", "1"], "1 weight(s) for 2"),
-    (["--num-shards", "2", "--shard-index", "2"], "--shard-index must be in"),
+    (["--num-parts", "2", "--part-index", "2"], "--part-index must be in"),
     (["--proxy-sample", "0"], "--proxy-sample"),
 ])
 def test_bad_options_give_clear_errors(tmp_path, cli_runner, args, message):
@@ -347,7 +345,7 @@ def test_features_identical_whatever_the_batch_size(llama_dir):
     feats = ["text", "gradient", "hidden"]
     results = []
     for budget in (40, 300, 100000):
-        emb = E.Embedder(features=feats, fm=fm, text=text, weights=[1.0, 2.0, 0.5], max_length=128,
+        emb = E.Embedder(features=feats, fm=fm, featurizers={"text": text}, weights=[1.0, 2.0, 0.5], max_length=128,
                          projectors={"gradient": random_projection_torch(fm.hidden_size, 16, 0)},
                          batch_tokens=budget, dims=E.block_dims(feats, hidden_size=fm.hidden_size, text_dim=8))
         emb.dims["gradient"] = 16

@@ -74,12 +74,12 @@ def test_run_bad_input_is_one_line_exit_2(tmp_path):
 
 
 def test_internal_error_exits_1_without_traceback(cli_runner, tmp_path, monkeypatch):
-    from cluster_curate import pipeline
+    from cluster_curate import selection
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(pipeline, "select_from_clusters", boom)
+    monkeypatch.setattr(selection, "select_rows", boom)
     result = cli_runner.invoke(main, ["run", str(DATA), "--out", str(tmp_path / "o"), *FAST])
     assert result.exit_code == 1
     assert "INTERNAL ERROR: RuntimeError: disk on fire" in result.stderr
@@ -200,3 +200,23 @@ def test_commands_on_hf_datasets_keep_pyarrow_pandas_conversions(tmp_path):
     result = _imports_after("embed", saved, "--out", tmp_path / "e.parquet", "--features", "text", "--dim", "8")
     assert result == {"imported": True, "usable": True, "pyarrow_converts": True}
     assert pq.read_table(tmp_path / "e.parquet").num_rows == 300
+
+
+def test_run_after_an_upgrade_reruns_the_changed_stage_and_says_why(cli_runner, tmp_path, monkeypatch):
+    from cluster_curate import selection
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    before = json.loads((out / "selection.parquet").parent.joinpath("run-state.json").read_text())
+    monkeypatch.setattr(selection, "ALGORITHM_VERSION", selection.ALGORITHM_VERSION + 1)
+    again = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--json"])
+    assert again.exit_code == 0, again.output
+    stages = {s["stage"]: s for s in json.loads(again.stdout)["stages"]}
+    assert [stages[s]["status"] for s in ("embed", "cluster", "select", "shard")] == ["up to date"] * 2 + ["ran"] * 2
+    v = selection.ALGORITHM_VERSION
+    assert stages["select"]["reason"] == f"its algorithm changed (version {v - 1} -> {v})"
+    assert stages["shard"]["reason"] == "its input changed"  # the selection's fingerprint holds the version
+    meta = pq.read_schema(out / "selection.parquet").metadata[b"cluster_curate"]
+    assert json.loads(meta)["algorithm"] == v
+    after = json.loads((out / "run-state.json").read_text())
+    assert after["select"]["fingerprint"] != before["select"]["fingerprint"]
+    assert after["cluster"] == before["cluster"]

@@ -13,6 +13,7 @@ from cluster_curate import selection as S
 from cluster_curate.cli import main
 from cluster_curate.errors import CurateError
 from cluster_curate.io import artifacts as A
+from cluster_curate.io import writer as W
 from embeddings_factory import mixture, write_embeddings
 
 sizes_st = st.lists(st.integers(0, 60), min_size=1, max_size=25)
@@ -365,7 +366,7 @@ def test_select_bad_clusters_artifact(tmp_path, cli_runner, case):
         table, expect = pa.table({"id": pa.array([], pa.int64()), "cluster": pa.array([], pa.int32())}), "empty artifact"
     else:
         table, expect = pa.table({"id": [0, 1, 2], "cluster": pa.array([0, 5, 1], pa.int32())}), "cluster 5 of id 1 is not in 0..1"
-    A.write_artifact(table, path, A.make_meta("clusters", {"k": k}, {}, record))
+    W.write_artifact(table, path, A.make_meta("clusters", {"k": k}, {}, record))
     r = invoke(cli_runner, "select", path, "--out", tmp_path / "s.parquet", "--budget", 1)
     assert r.exit_code == 2 and expect in r.stderr, r.stderr
 

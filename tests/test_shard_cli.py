@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cluster_curate import pipeline, sharding
+from cluster_curate import sharding
+from cluster_curate.commands.shard import shard
 from cluster_curate.cli import main
 from cluster_curate.errors import CurateError
 from cluster_curate.loader import load_shard, read_manifest
@@ -182,7 +183,8 @@ def test_errors_are_one_line(tmp_path, data, cli_runner):
 
 
 def test_cluster_sizes_from_the_clusters_artifact(tmp_path, data, cli_runner):
-    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.writer import write_artifact
     from cluster_curate.io.datasets import open_dataset
     rec = open_dataset(str(data)).record()
     clusters = np.random.default_rng(0).integers(0, 3, rec["rows"])
@@ -200,7 +202,8 @@ def test_cluster_sizes_from_the_clusters_artifact(tmp_path, data, cli_runner):
 
 
 def test_tokens_from_the_embeddings_artifact(tmp_path, data, cli_runner):
-    from cluster_curate.io.artifacts import make_meta, write_artifact
+    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.writer import write_artifact
     from cluster_curate.io.datasets import open_dataset
     rec = open_dataset(str(data)).record()
     n_tokens = np.arange(rec["rows"]) % 97 + 5
@@ -252,9 +255,9 @@ def test_bounded_buffers_spill_and_widening_schema(tmp_path):
     data = make_dataset(tmp_path / "d.jsonl", 400, extra={"note": lambda i: None if i < 150 else f"n{i}",
                                                           "weight": lambda i: i * 0.5})
     sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.6)
-    small = pipeline.shard_selection(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "small"), 2, 3,
-                                     batch_rows=64, chunk_bytes=2_000, buffer_bytes=5_000)
-    big = pipeline.shard_selection(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "big"), 2, 3)
+    small = shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "small"), num_shards=2, micro_batch_size=3,
+                  batch_rows=64, chunk_bytes=2_000, buffer_bytes=5_000)
+    big = shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "big"), num_shards=2, micro_batch_size=3)
     assert small["renamed_source_columns"] == {"weight": "source_weight"}
     for f_small, f_big in zip(small["files"], big["files"]):
         a, b = pq.read_table(tmp_path / "small" / f_small["file"]), pq.read_table(tmp_path / "big" / f_big["file"])

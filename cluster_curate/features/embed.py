@@ -23,16 +23,35 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster_curate.errors import CurateError
+from cluster_curate.registry import Registry
 
 # The default of `--features`, chosen by the evidence harness (benchmarks/results/quality.md): on the
-# skill-mixture benchmark, prompt TF-IDF clusters cover the rare skills better than the paper's gradient
-# feature (selection coverage 77% vs 74% on one-word answers, 79% vs 64-66% on worked solutions; random 65%),
-# an earlier probe found it recovering 74% of the oracle's advantage against ~0% for model features, and it
-# costs seconds instead of a model pass. `--features gradient` reproduces the paper.
+# skill-mixture benchmark prompt TF-IDF clusters cover the rare skills better than the paper's gradient
+# feature, and it costs seconds instead of a model pass. `--features gradient` reproduces the paper.
 DEFAULT_FEATURES = "text"
-MODEL_FEATURES = ("gradient", "lora-gradient", "hidden", "loss-trajectory")
-ALL_FEATURES = (*MODEL_FEATURES, "text")
 DEFAULT_TEXT_DIM = 256
+# The version of the embed stage's algorithms (every feature kind, the text basis, the proxy): part of every artifact's fingerprint and of `run`'s up-to-date check.
+# Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
+ALGORITHM_VERSION = 1
+
+# Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
+# (and backward) pass by features/extractors.extract(kind); otherwise a fitted featurizer that
+# `commands/embed.py` prepares through `prepare(context)` (fitted once by the leader, shared through a sidecar
+# file) and whose `transform_examples(examples)` gives the block. `dim(d)`: the block's width from
+# d = {"dim", "hidden_size", "n_checkpoints", "text_dim", "lora_dim"}. Add one: its code + a line here.
+FEATURE_KINDS = Registry("--features")
+FEATURE_KINDS.register("gradient", "the paper's: loss gradient w.r.t. the last hidden states (random projection "
+                       "to --dim)", uses_model=True, dim=lambda d: d["dim"] or d["hidden_size"])
+FEATURE_KINDS.register("lora-gradient", "gradient of LoRA adapters on the linear layers (--layers)",
+                       uses_model=True, dim=lambda d: d["dim"] or d["lora_dim"])
+FEATURE_KINDS.register("hidden", "mean hidden state (--pool)", uses_model=True,
+                       dim=lambda d: d["dim"] or d["hidden_size"])
+FEATURE_KINDS.register("loss-trajectory", "the loss at each warm-up checkpoint (--checkpoints)", uses_model=True,
+                       dim=lambda d: d["n_checkpoints"])
+FEATURE_KINDS.register("text", "TF-IDF of the text + randomized SVD (no model)", uses_model=False,
+                       dim=lambda d: d["text_dim"] or d["dim"] or DEFAULT_TEXT_DIM, prepare="text")
+MODEL_FEATURES = tuple(e.name for e in FEATURE_KINDS if e.uses_model)
+ALL_FEATURES = FEATURE_KINDS.names
 DEFAULT_BATCH_TOKENS = 16384
 DEFAULT_MAX_LENGTH = 1024
 
@@ -92,17 +111,9 @@ def block_dims(features: list[str], *, hidden_size: int | None = None, dim: int 
                n_checkpoints: int = 0, text_dim: int | None = None, lora_dim: int | None = None) -> dict[str, int]:
     """Output width of each feature block: gradient/hidden = `dim` or the hidden size; lora-gradient = `dim`
     or the extractor's default; loss-trajectory = one column per checkpoint; text = its SVD width."""
-    dims = {}
-    for kind in features:
-        if kind in ("gradient", "hidden"):
-            dims[kind] = int(dim or hidden_size)
-        elif kind == "lora-gradient":
-            dims[kind] = int(dim or lora_dim)
-        elif kind == "loss-trajectory":
-            dims[kind] = int(n_checkpoints)
-        else:
-            dims[kind] = int(text_dim or dim or DEFAULT_TEXT_DIM)
-    return dims
+    d = {"dim": dim, "hidden_size": hidden_size, "n_checkpoints": n_checkpoints, "text_dim": text_dim,
+         "lora_dim": lora_dim}
+    return {kind: int(FEATURE_KINDS.get(kind).dim(d)) for kind in features}
 
 
 def combine_blocks(blocks: list[np.ndarray], weights: list[float] | None = None) -> np.ndarray:
@@ -136,12 +147,12 @@ class Embedder:
     """Computes the feature blocks of examples.
 
     fm: the FeatureModel (None when only `text` is asked for). trajectory: FeatureModels whose losses make
-    the `loss-trajectory` block (one column each; they must share fm's tokenizer). text: a fitted
-    TextFeaturizer when `text` is asked for. projectors: per model block, what `extract` gets as projector."""
+    the `loss-trajectory` block (one column each; they must share fm's tokenizer). featurizers: per kind that
+    uses no model (`text`), its fitted featurizer (transform_examples). projectors: per model block, what `extract` gets as projector."""
 
     features: list[str]
     fm: object = None
-    text: object = None
+    featurizers: dict = field(default_factory=dict)
     trajectory: list = field(default_factory=list)
     projectors: dict = field(default_factory=dict)
     weights: list[float] | None = None
@@ -154,8 +165,9 @@ class Embedder:
     def __post_init__(self):
         if any(f in MODEL_FEATURES for f in self.features) and self.fm is None:
             raise ValueError("model features need a FeatureModel")
-        if "text" in self.features and self.text is None:
-            raise ValueError("the text feature needs a fitted TextFeaturizer")
+        for kind in self.features:
+            if not FEATURE_KINDS.get(kind).uses_model and kind not in self.featurizers:
+                raise ValueError(f"the {kind} feature needs a fitted featurizer")
         if "loss-trajectory" in self.features and not self.trajectory:
             raise ValueError("loss-trajectory needs at least one checkpoint model")
 
@@ -165,7 +177,7 @@ class Embedder:
 
     def embed(self, examples: list, on_batch=None) -> ChunkResult:
         """Feature rows of `examples`. `on_batch(rows, tokens)` is called after each model batch."""
-        from cluster_curate.features.text import example_text, word_counts
+        from cluster_curate.features.text import word_counts
 
         skipped: list[tuple[int, str]] = []
         model_blocks: dict[str, np.ndarray] = {}
@@ -228,9 +240,8 @@ class Embedder:
 
         blocks = []
         for kind in self.features:
-            if kind == "text":
-                block = (self.text.transform([example_text(ex, self.text.field) for ex in kept]) if kept
-                         else np.zeros((0, self.text.dim), dtype=np.float32))
+            if kind in self.featurizers:
+                block = self.featurizers[kind].transform_examples(kept)
             else:
                 block = model_blocks[kind]
             if kind in self.dims and block.shape[1] != self.dims[kind]:
@@ -244,7 +255,7 @@ class Embedder:
 
 
 def chunk_table(result: ChunkResult):
-    """The embeddings artifact's rows for a chunk (DESIGN.md "Artifacts"), sorted by id."""
+    """The embeddings artifact's rows for a chunk (docs/architecture.md, "Artifacts"), sorted by id."""
     import pyarrow as pa
 
     order = np.argsort(result.ids, kind="stable")
@@ -265,7 +276,7 @@ def bound_host_memory(mmap_threshold: int = 1 << 20) -> bool:
 
     Batches of varying shapes make glibc raise its mmap threshold dynamically (up to 32 MiB), after which
     freed tensor buffers stay in the heap and fragment it: the peak RSS of a long run then grows with the
-    number of batches (measured: +79% from 1,000 to 20,000 GSM8K rows). A fixed threshold makes every buffer
+    number of batches (benchmarks/results/code_figures.md). A fixed threshold makes every buffer
     above it an mmap that is returned to the system when freed. Returns whether the setting was applied."""
     import ctypes
     import ctypes.util

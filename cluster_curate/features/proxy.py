@@ -16,8 +16,8 @@ Defaults (see ProxyOptions): a 3-layer, 128-wide model ("small"), a byte-level B
 5% of the rows (at least 128, at most 20,000; LESS warms up on 5%), one epoch over that sample with batches of
 about 2,048 tokens. One epoch of forward+backward on 5% of the rows costs about 3 x 5% = 15% of a forward pass
 over all rows; on small datasets, where the 128-row minimum is a large share, the steps are capped so that the
-warm-up stays within about `budget` (0.15) of the feature pass (the issue's limit is a quarter;
-benchmarks/bench_embed_memory.py measures it: 0.11 on GSM8K train).
+warm-up stays within about `budget` (0.15) of the feature pass (the limit is a quarter;
+benchmarks/bench_embed_memory.py measures it).
 """
 
 from __future__ import annotations

@@ -137,21 +137,27 @@ class TextFeaturizer:
                 "config": np.array([self.dim, self.seed, self.max_features, self.min_df], dtype=np.int64),
                 "field": np.array([self.field]), "weighting": np.array([self.weighting])}
 
-    def save(self, path) -> None:
-        """Write the fitted state as an .npz of plain arrays (loaded with allow_pickle=False)."""
+    def to_bytes(self) -> bytes:
+        """The fitted state as an .npz of plain arrays (read back with allow_pickle=False)."""
         import io
-        from cluster_curate.io.artifacts import atomic_write_bytes
         buf = io.BytesIO()
         np.savez(buf, **self.state())
-        atomic_write_bytes(path, buf.getvalue())
+        return buf.getvalue()
 
     @classmethod
-    def load(cls, path) -> "TextFeaturizer":
-        with np.load(path, allow_pickle=False) as z:
+    def from_bytes(cls, data: bytes) -> "TextFeaturizer":
+        import io
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
             dim, seed, max_features, min_df = (int(v) for v in z["config"])
             return cls(dim=dim, field=str(z["field"][0]), weighting=str(z["weighting"][0]), seed=seed,
                        max_features=max_features, min_df=min_df,
                        vocabulary=z["vocabulary"], idf=z["idf"], components=z["components"])
+
+    def transform_examples(self, examples: list) -> np.ndarray:
+        """The feature block of examples (the text of each chosen by `field`)."""
+        if not examples:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self.transform([example_text(ex, self.field) for ex in examples])
 
 
 _WORD = re.compile(r"(?u)\b\w+\b")
@@ -197,7 +203,7 @@ def _fit_counts(texts: list[str], max_features: int, min_df: int):
 
     This is scikit-learn's CountVectorizer.fit_transform, step by step (the same data order within rows
     and the same tie-break among equally frequent terms), so the features equal those it gave; importing
-    scikit-learn alone took 1.3 s of every `embed` and `run`."""
+    scikit-learn alone was most of a short `embed` (benchmarks/results/code_figures.md)."""
     vocabulary: dict[str, int] = {}
     x = _count_matrix(texts, vocabulary, grow=True)
     if not vocabulary:
@@ -226,8 +232,8 @@ def _randomized_svd_basis(x, k: int, seed: int) -> np.ndarray:
 
     Every dense factorisation is on x's short side (its rows, when a sample of up to --text-sample texts
     meets a 32,768-term vocabulary). scikit-learn also LU-factors the [terms, k + 10] product in every
-    power iteration and QR-factors it at the end: 2.5 s of the 4 s the fit took on 2,000 GSM8K questions,
-    for the same subspace."""
+    power iteration and QR-factors it at the end, most of the fit's time for the same subspace
+    (benchmarks/results/code_figures.md)."""
     from scipy import linalg
 
     transposed = x.shape[0] < x.shape[1]

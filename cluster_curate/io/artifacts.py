@@ -1,17 +1,19 @@
-"""Parquet artifacts: the contract between subcommands (DESIGN.md, "Artifacts").
+"""Parquet artifacts: the contract between commands (docs/architecture.md, "Artifacts"): metadata and reading.
 
 An artifact is one Parquet file or a directory of `part-*.parquet` files. Each carries the key-value
 metadata `cluster_curate` (JSON) with:
 
     kind         "embeddings" | "clusters" | "selection" | ...
     version      tool version that wrote it
+    algorithm    version of the stage's algorithm (ALGORITHM_VERSION of the stage's module)
     params       the parameters of the stage that made it
     inputs       {name: {"path", "kind", "fingerprint", "rows"}} for each input
     dataset      {"source", "fingerprint", "rows"} of the raw dataset at the root of the lineage
     rows         number of rows in this artifact
-    fingerprint  hash of (kind, params, inputs): same inputs + parameters => same fingerprint
+    fingerprint  hash of (kind, algorithm, params, inputs): same algorithm, inputs and parameters => same
+                 fingerprint, and an algorithm that changes its output bumps its version
 
-Writes are atomic (temporary file in the same directory, then rename) and refuse to overwrite unless asked.
+Writing is cluster_curate/io/writer.py; typed readers are cluster_curate/io/readers.py.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -58,6 +59,7 @@ class ArtifactMeta:
     rows: int = 0
     version: str = __version__
     fingerprint: str = ""
+    algorithm: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True, default=str)
@@ -73,12 +75,17 @@ class ArtifactMeta:
         return {"path": str(path), "kind": self.kind, "fingerprint": self.fingerprint, "rows": self.rows}
 
 
-def make_meta(kind: str, params: dict, inputs: dict[str, dict], dataset: dict) -> ArtifactMeta:
+def make_meta(kind: str, params: dict, inputs: dict[str, dict], dataset: dict,
+              algorithm: int | None = None) -> ArtifactMeta:
     """Metadata of a new artifact. `inputs` maps a name ("data", "embeddings", ...) to an input record:
-    `meta.as_input(path)` for an artifact, the reader's `dataset_record()` for raw data."""
-    meta = ArtifactMeta(kind=kind, params=params, inputs={k: dict(v) for k, v in inputs.items()}, dataset=dict(dataset))
-    meta.fingerprint = stable_hash({"kind": kind, "params": params,
-                                    "inputs": {k: v.get("fingerprint") for k, v in inputs.items()}})
+    `meta.as_input(path)` for an artifact, the reader's `dataset_record()` for raw data. `algorithm`: the
+    stage's ALGORITHM_VERSION (None only for artifacts made outside the stages, e.g. in tests)."""
+    meta = ArtifactMeta(kind=kind, params=params, inputs={k: dict(v) for k, v in inputs.items()}, dataset=dict(dataset),
+                        algorithm=algorithm)
+    key = {"kind": kind, "params": params, "inputs": {k: v.get("fingerprint") for k, v in inputs.items()}}
+    if algorithm is not None:
+        key["algorithm"] = algorithm
+    meta.fingerprint = stable_hash(key)
     return meta
 
 
@@ -115,60 +122,6 @@ def check_writable(path: str | os.PathLike, overwrite: bool) -> None:
         raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
 
 
-# ----------------------------------------------------------------------------------------------- write
-
-def _with_meta(table: pa.Table, meta: ArtifactMeta) -> pa.Table:
-    existing = dict(table.schema.metadata or {})
-    existing[META_KEY] = meta.to_json().encode()
-    return table.replace_schema_metadata(existing)
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> None:
-    """Write a Parquet file through a temporary file in the same directory, then rename it into place."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, **kwargs)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_artifact(table: pa.Table, path: str | os.PathLike, meta: ArtifactMeta, *, overwrite: bool = False) -> ArtifactMeta:
-    """Write `table` as a single-file artifact carrying `meta`; returns the meta with `rows` filled in."""
-    check_writable(path, overwrite)
-    meta.rows = table.num_rows
-    p = Path(path)
-    if p.is_dir():  # replacing a part-file artifact with a single file
-        import shutil
-        shutil.rmtree(p)
-    write_parquet_atomic(_with_meta(table, meta), p)
-    return meta
-
-
-def write_part(table: pa.Table, directory: str | os.PathLike, name: str, meta: ArtifactMeta) -> Path:
-    """Write one part file of a directory artifact (each part carries the artifact's metadata)."""
-    p = Path(directory) / name
-    write_parquet_atomic(_with_meta(table, meta), p)
-    return p
-
-
 # ----------------------------------------------------------------------------------------------- read
 
 def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None) -> ArtifactMeta:
@@ -191,8 +144,8 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
 
 
 def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
-    """pq.read_table of one file, without importing pyarrow.dataset (0.07 s of every command's start, warm; over
-    1 s cold). Unlike ParquetFile.read alone, a column the file lacks raises, as read_table does."""
+    """pq.read_table of one file, without importing pyarrow.dataset (a share of every command's start:
+    benchmarks/results/code_figures.md). Unlike ParquetFile.read alone, a column the file lacks raises, as read_table does."""
     f = pq.ParquetFile(path)
     names = set(f.schema_arrow.names)  # schema_arrow converts the Parquet schema anew on every access
     missing = [c for c in columns or () if c not in names]

@@ -23,7 +23,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-FORMATS = ("alpaca", "prompt-completion", "qa", "messages", "sharegpt")
+from cluster_curate.registry import Registry
+
+# A format: its prompt column, its response columns in order of preference (None: a conversation column that
+# holds both), and where it comes in detection (the first whose columns are present wins). Add one: a line
+# here (a conversation format with new speaker names also maps them in _turns).
+FORMAT = Registry("--format")
+FORMAT.register("alpaca", "instruction (+ input, + optional system) -> output (or response)", "instruction",
+                response=("output", "response"), detect_order=2)
+FORMAT.register("prompt-completion", "prompt -> completion (or response)", "prompt",
+                response=("completion", "response"), detect_order=3)
+FORMAT.register("qa", "question -> answer (GSM8K and friends)", "question", response=("answer", "response"),
+                detect_order=4)
+FORMAT.register("messages", "OpenAI chat `messages`; the last assistant turn is the response", "messages",
+                response=None, detect_order=0)
+FORMAT.register("sharegpt", "`conversations` of {from, value}; the last gpt turn is the response", "conversations",
+                response=None, detect_order=1)
+FORMATS = FORMAT.names
 
 
 class RecordError(ValueError):
@@ -52,29 +68,16 @@ class FieldMap:
         return d
 
 
-# Defaults per format: (prompt field, response field candidates in order of preference, input field).
-_PROMPT = {"alpaca": "instruction", "prompt-completion": "prompt", "qa": "question",
-           "messages": "messages", "sharegpt": "conversations"}
-_RESPONSE = {"alpaca": ("output", "response"), "prompt-completion": ("completion", "response"),
-             "qa": ("answer", "response")}
-
-FIX_HINT = ("pass --format {alpaca,prompt-completion,qa,messages,sharegpt} if the columns have other names, "
+FIX_HINT = (f"pass --format {{{','.join(FORMATS)}}} if the columns have other names, "
             "or --prompt-field COLUMN --response-field COLUMN")
 
 
 def detect_format(columns) -> str | None:
     """The format whose columns are present, or None."""
     cols = set(columns)
-    if "messages" in cols:
-        return "messages"
-    if "conversations" in cols:
-        return "sharegpt"
-    if "instruction" in cols and ({"output", "response"} & cols):
-        return "alpaca"
-    if "prompt" in cols and ({"completion", "response"} & cols):
-        return "prompt-completion"
-    if "question" in cols and ({"answer", "response"} & cols):
-        return "qa"
+    for entry in sorted(FORMAT, key=lambda e: e.detect_order):
+        if entry.value in cols and (entry.response is None or set(entry.response) & cols):
+            return entry.name
     return None
 
 
@@ -97,18 +100,19 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     if fmt not in FORMATS:
         raise CurateError(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
-    if fmt in ("messages", "sharegpt"):
-        conv = prompt_field or response_field or _PROMPT[fmt]
+    entry = FORMAT.get(fmt)
+    if entry.response is None:
+        conv = prompt_field or response_field or entry.value
         if conv not in colset:
             raise CurateError(f"{source}: format {fmt} needs a conversation column {conv!r}; columns found: "
                               f"[{shown}]. Pass --prompt-field COLUMN naming the column that holds the turns")
         return FieldMap(fmt, conv)
 
-    prompt = prompt_field or _PROMPT[fmt]
+    prompt = prompt_field or entry.value
     if response_field:
         response = response_field
     else:
-        response = next((c for c in _RESPONSE[fmt] if c in colset), _RESPONSE[fmt][0])
+        response = next((c for c in entry.response if c in colset), entry.response[0])
     missing = [c for c in (prompt, response) if c not in colset]
     if missing:
         which = " and ".join(repr(c) for c in missing)
@@ -208,7 +212,7 @@ def _conversation(rec: dict, fields: FieldMap):
 
 def to_example(rec: dict, fields: FieldMap):
     """(prompt turns, response) for one record, or RecordError."""
-    if fields.format in ("messages", "sharegpt"):
+    if FORMAT.get(fields.format).response is None:
         return _conversation(rec, fields)
     response = _text(rec.get(fields.response), fields.response, "response")
     prompt = _text(rec.get(fields.prompt), fields.prompt, "prompt", required=fields.input is None)

@@ -16,9 +16,8 @@ import numpy as np
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
-
-PIPELINE_NAMES = {"embeddings": "embeddings.parquet", "clusters": "clusters.parquet",
-                  "selection": "selection.parquet", "shards": "shards"}
+from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES
+from cluster_curate.options import Argument, CommandSpec, Option
 MAX_PCA_POINTS = 20000
 
 
@@ -29,7 +28,7 @@ def find_artifacts(paths: list[str]) -> dict[str, Path]:
         p = Path(raw)
         if not p.exists():
             raise CurateError(f"{p}: no such file or directory")
-        if p.is_dir() and (p / "manifest.json").is_file():
+        if p.is_dir() and (p / MANIFEST).is_file():
             found["shards"] = p
         elif p.is_dir() and not list(p.glob("part-*.parquet")):  # a pipeline directory (`run --out`)
             inside = {k: p / name for k, name in PIPELINE_NAMES.items() if (p / name).exists()}
@@ -43,24 +42,17 @@ def find_artifacts(paths: list[str]) -> dict[str, Path]:
                 raise CurateError(f"{p}: two '{meta.kind}' artifacts given ({found[meta.kind]} and {p})")
             found[meta.kind] = p
     # follow the lineage recorded in metadata for what was not given
+    from cluster_curate.io.lineage import upstream
     if "shards" in found and "selection" not in found:
-        rec = _manifest(found["shards"]).get("inputs", {}).get("selection", {})
-        _adopt(found, "selection", rec.get("path"), found["shards"])
-    for kind, upstream in (("selection", "clusters"), ("clusters", "embeddings")):
-        if kind in found and upstream not in found:
-            rec = read_meta(found[kind]).inputs.get(upstream, {})
-            _adopt(found, upstream, rec.get("path"), found[kind])
+        path, _ = upstream(found["shards"], _manifest(found["shards"]), "selection")
+        if path is not None:
+            found["selection"] = Path(path)
+    for kind, name in (("selection", "clusters"), ("clusters", "embeddings")):
+        if kind in found and name not in found:
+            path, _ = upstream(found[kind], read_meta(found[kind]), name)
+            if path is not None:
+                found[name] = Path(path)
     return found
-
-
-def _adopt(found: dict, kind: str, recorded: str | None, referrer: Path) -> None:
-    """Use an upstream artifact recorded by path: as written, or relative to the artifact that names it."""
-    if not recorded:
-        return
-    for candidate in (Path(recorded), referrer.parent / recorded):
-        if candidate.exists():
-            found[kind] = candidate
-            return
 
 
 def _manifest(directory: Path) -> dict:
@@ -254,8 +246,8 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
             selected = np.bincount(sel_table.column("cluster").to_numpy(), minlength=k)
         written.append(plot_cluster_sizes(sizes, selected, out_dir / "cluster_sizes.png"))
         if "embeddings" in found:
-            from cluster_curate.pipeline import load_embedding_matrix
-            e_ids, x, _ = load_embedding_matrix(found["embeddings"])
+            from cluster_curate.io.readers import read_embeddings
+            e_ids, x, _ = read_embeddings(found["embeddings"])
             ids = ctable.column("id").to_numpy()
             pos = np.searchsorted(e_ids, ids)
             rng = np.random.default_rng(seed)
@@ -301,8 +293,17 @@ def _token_lookup(found: dict[str, Path], sel_table):
     return lookup
 
 
+OPTIONS = (
+    Option("out", flags=("--out", "-o"), help="Directory for the PNG plots (cluster sizes, features PCA, per-rank "
+           "token loads)."),
+    Option("seed", type=int, default=0, show_default=True, help="Seeds the random allocation drawn for comparison."),
+)
+
+
 def report(paths: list[str], out: str | None = None, seed: int = 0) -> tuple[list, list[Path]]:
-    found = find_artifacts(paths)
+    """Tables (title, key/values, rows) of the given artifacts and those their lineage reaches, and the plots
+    written into `out` (when given)."""
+    found = find_artifacts(list(paths))
     sections = describe(found)
     plots = make_plots(found, Path(out), seed) if out else []
     return sections, plots
@@ -310,3 +311,27 @@ def report(paths: list[str], out: str | None = None, seed: int = 0) -> tuple[lis
 
 def sections_as_json(sections) -> str:
     return json.dumps({title: {"summary": data, "table": rows} for title, data, rows in sections}, default=str)
+
+
+def render(result, options: dict) -> None:
+    from cluster_curate import console
+    sections, plots = result
+    if console.JSON_MODE:
+        console.summary("report", {t: d for t, d, _ in sections} | {"plots": [str(p) for p in plots]})
+        return
+    for title, data, rows in sections:
+        console.summary(title, data, rows)
+    if plots:
+        console.summary("plots", {p.name: str(p) for p in plots})
+
+
+SPEC = CommandSpec(
+    "report", report, (Argument("artifacts", nargs=-1),), OPTIONS, render,
+    help="""Tables (and with --out, PNG plots) for artifacts or a whole `run` directory.
+
+    \b
+    Examples:
+      cluster-curate report out/                       # every artifact of a pipeline directory
+      cluster-curate report selection.parquet --out report/
+    Upstream artifacts are found through the lineage in the metadata when they are still where they were.
+    """)

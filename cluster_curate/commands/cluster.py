@@ -1,0 +1,229 @@
+"""`cluster E --out C`: spherical k-means (faiss) over an embeddings artifact; the centroids beside it."""
+
+from __future__ import annotations
+
+import time
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io import names
+from cluster_curate.options import OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option, lazy, resolve
+
+
+def _int_range(low, cls="IntRange"):
+    import click
+    return getattr(click, cls)(min=low)
+
+
+OPTIONS = (
+    Option("out", flags=("--out", "-o"), required=True, run=False,
+           help="Clusters artifact to write (.parquet); the centroids go beside it (OUT.centroids.npy)."),
+    Option("k", flags=("--k",), type=CountOrWord("clusters", ("auto",)), default="auto", show_default=True,
+           help="Number of clusters, or auto: ceil(sqrt(n)) capped at n/2 (deliberately more clusters than "
+                "natural groups, so rare groups get clusters of their own). The paper uses k = number of GPUs."),
+    Option("iters", type=_int_range(1), default=20, show_default=True, help="k-means iterations."),
+    Option("seed", type=_int_range(0), default=0, show_default=True,
+           help="Seeds the training sample and the initial centroids."),
+    Option("center", is_flag=True, default=False,
+           help="Subtract the mean feature before L2-normalising (default: L2 only)."),
+    Option("max_size_factor", type=_int_range(1.0, "FloatRange"), shown_default="no cap",
+           help="Soft cap: no cluster above ceil(A·n/k) rows; rows over it move to the nearest of their 8 "
+                "closest centroids with room (the paper uses 1.5)."),
+    Option("sample_size", type=_int_range(1), shown_default="min(n, max(128·k, 2^24/k))",
+           help="Rows k-means trains on before every row is assigned."),
+    Option("gpus", type=_int_range(0),
+           help="GPUs for faiss: all it sees by default, 0 = CPU (choose devices with CUDA_VISIBLE_DEVICES)."),
+    Option("batch_rows", type=_int_range(1), default=65536, show_default=True,
+           help="Rows per assignment batch (memory: the feature matrix plus one batch)."),
+    Option("groups", type=CountOrWord("groups", ("auto", "none")), default="auto", show_default=True,
+           help="Group the k clusters into coarse groups (average linkage of the centroids); `select` then "
+                "water-fills the budget over groups first, then over the clusters inside each, so the many "
+                "clusters of one dominant kind share one quota. auto: cut where --group-cut says; G: cut "
+                "into G groups; none: flat quotas over clusters."),
+    Option("group_cut", default="row", choices=lazy("cluster_curate.clustering", "GROUP_CUTS"), show_default=True,
+           help="Where --groups auto cuts: row: clusters whose centroids are as similar as a row is to its own "
+                "centroid share a group; pair: as similar as two rows of one cluster are (fewer, larger groups; "
+                "on real data it can join a rare kind into a dominant one)."),
+    Option("split_mixed", negatable=True, shown_default="with --k auto; a given --k is kept",
+           help="After k-means, cut in two every cluster whose 2-means halves are less similar than two rows of "
+                "one cluster typically are, again inside each half (halves of at least 16 rows): two rare kinds "
+                "that k-means put in one cluster get a quota each."),
+    *OUTPUT_OPTIONS,
+)
+
+
+def _choose_k(o: dict, n: int, embeddings: str):
+    from cluster_curate import clustering as C
+    k = o["k"]
+    if k in (None, "auto"):
+        return C.auto_k(n), f"auto: {C.AUTO_K_RULE}"
+    k = int(k)
+    if k < 1:
+        raise CurateError(f"--k must be >= 1 or 'auto', got {k}")
+    if k > n:
+        raise CurateError(f"{embeddings}: --k {k} is larger than the number of rows ({n})")
+    return k, "given"
+
+
+def _groups(o: dict, res):
+    from cluster_curate import clustering as C
+    groups = o["groups"]
+    if groups == "auto":
+        cut = C.group_cut_similarity(res, o["group_cut"])
+        return C.group_clusters(res.centroids, min_similarity=cut), \
+            f"auto ({o['group_cut']}): {C.GROUP_CUTS[o['group_cut']]} = {cut:.4f}"
+    if groups in (None, "none"):
+        return None, None
+    return C.group_clusters(res.centroids, n_groups=int(groups)), "given"
+
+
+def _kmeans(o: dict, embeddings: str):
+    """Read the features, run k-means (+ the split of mixed clusters); returns what the artifact needs."""
+    from cluster_curate import clustering as C
+    from cluster_curate import console
+    from cluster_curate.io.readers import read_embeddings
+    ngpu = C.resolve_gpus(o["gpus"])
+    ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"])
+    n, d = x.shape
+    split_mixed = o["k"] in (None, "auto") if o["split_mixed"] is None else o["split_mixed"]
+    k, k_rule = _choose_k(o, n, embeddings)
+    norm = C.normalise_features(x, center=o["center"], chunk_rows=o["batch_rows"])
+    if norm["zero_rows"]:
+        console.warn(f"{embeddings}: {norm['zero_rows']} rows have an all-zero embedding (similarity 0 to every "
+                     "centroid)")
+    shared = C.mean_resultant_length(x, chunk_rows=o["batch_rows"])
+    if shared > 0.9 and not o["center"]:
+        console.warn(f"{embeddings}: the features share one dominant direction (length of the mean unit vector "
+                     f"{shared:.3f}; cosine similarities are all near 1): consider --center")
+    size = C.training_sample_size(n, k) if o["sample_size"] is None else int(min(max(o["sample_size"], k), n))
+    device = f"{ngpu} GPU(s)" if ngpu else "cpu"
+    console.info(f"k-means: {n} rows x {d} dims, k = {k}, training on {size} rows, {o['iters']} iterations, {device}")
+    res = C.cluster_features(x, k, iters=o["iters"], seed=o["seed"], sample_size=size, gpus=ngpu,
+                             max_size_factor=o["max_size_factor"], batch_rows=o["batch_rows"])
+    split = None
+    if split_mixed:
+        cut = C.group_cut_similarity(res, "pair")
+        res, cuts = C.split_mixed_clusters(x, res, cut)
+        split = {"rule": f"{C.SPLIT_RULE} = {cut:.4f}", "min_similarity": cut, "min_rows": C.SPLIT_MIN_ROWS,
+                 "k_means": k, "cuts": cuts}
+    return dict(ids=ids, emeta=emeta, n=n, d=d, k=k, k_rule=k_rule, norm=norm, shared=shared, device=device,
+                res=res, split=split)
+
+
+def _params(o: dict, r: dict, group_of, groups_rule, centroid_bytes: bytes) -> dict:
+    import hashlib
+
+    from cluster_curate import clustering as C
+    res = r["res"]
+    return {
+        "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"], "iters": o["iters"], "seed": o["seed"],
+        "normalisation": r["norm"]["normalisation"], "spherical": True, "dim": r["d"], "sample_size": res.sample_size,
+        "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else C.SAMPLE_RULE,
+        "max_size_factor": o["max_size_factor"], "max_cluster_size": res.cap, "moved": res.moved,
+        "cap_candidates": C.CAP_CANDIDATES if o["max_size_factor"] is not None else None,
+        "objective": res.objective, "objective_before_cap": res.objective_uncapped,
+        "objective_kind": "mean cosine similarity to the assigned centroid (higher is better)",
+        "train_objective": res.train_objective, "device": r["device"], "zero_rows": r["norm"]["zero_rows"],
+        "mean_resultant_length": round(r["shared"], 6),
+        "sizes": res.sizes.tolist(),
+        "groups": None if group_of is None else group_of.tolist(), "groups_rule": groups_rule,
+        # the file is sidecar_path(artifact, CENTROIDS); its name is not recorded so that the same inputs give
+        # the same metadata whatever the output is called
+        "centroids": {"sidecar": names.CENTROIDS, "shape": list(res.centroids.shape), "dtype": "float32",
+                      "blake2b": hashlib.blake2b(centroid_bytes, digest_size=12).hexdigest()},
+    }
+
+
+def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
+    """Read an embeddings artifact, k-means it, write the clusters artifact (+ centroids beside it).
+    Returns the summary dict and the size-band table."""
+    import pyarrow as pa
+
+    from cluster_curate.io.artifacts import check_writable, make_meta, sidecar_path
+    from cluster_curate.io.writer import atomic_write_bytes, npy_bytes, write_artifact
+
+    t0 = time.perf_counter()
+    o = resolve(OPTIONS, dict(options, out=out), "cluster")
+    check_writable(out, o["overwrite"])
+    if o["iters"] < 1:
+        raise CurateError(f"--iters must be >= 1, got {o['iters']}")
+    if o["seed"] < 0:
+        raise CurateError(f"--seed must be >= 0, got {o['seed']}")
+    r = _kmeans(o, embeddings)
+    res = r["res"]
+    group_of, groups_rule = _groups(o, res)
+    centroid_bytes = npy_bytes(res.centroids)
+    centroids_file = sidecar_path(out, names.CENTROIDS)
+    params = _params(o, r, group_of, groups_rule, centroid_bytes)
+    from cluster_curate.clustering import ALGORITHM_VERSION
+    meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings)}, r["emeta"].dataset,
+                     ALGORITHM_VERSION)
+    table = pa.table({"id": pa.array(r["ids"], pa.int64()), "cluster": pa.array(res.labels, pa.int32()),
+                      "similarity": pa.array(res.similarity, pa.float32())})
+    atomic_write_bytes(centroids_file, centroid_bytes)  # the centroids first: an artifact never exists without them
+    write_artifact(table, out, meta, overwrite=o["overwrite"])
+    return _summary(o, r, group_of, groups_rule, out, centroids_file, t0)
+
+
+def _summary(o, r, group_of, groups_rule, out, centroids_file, t0):
+    import math
+
+    import numpy as np
+
+    from cluster_curate import clustering as C
+    from cluster_curate import console
+    res, n, k, split = r["res"], r["n"], r["k"], r["split"]
+    stats = C.size_stats(res.sizes)
+    summary = {
+        "out": out, "rows": n, "dim": r["d"], "k": res.k,
+        "k rule": f"auto = ceil(sqrt({n}))" + (f", capped at {k}" if k < math.ceil(math.sqrt(n)) else "")
+                  if r["k_rule"] != "given" else "given (--k)",
+        "mixed clusters cut": (f"{split['cuts']} (k-means k = {k}; halves less similar than "
+                               f"{split['min_similarity']:.4f})") if split else
+                              "no (--no-split-mixed)" if r["k_rule"] != "given" else "no (a given --k is kept)",
+        "normalisation": r["norm"]["normalisation"],
+        "trained on": f"{res.sample_size} rows ({'all' if res.sample_size == n else f'{res.sample_size / n:.1%}'})",
+        "iterations": o["iters"], "seed": o["seed"], "device": r["device"],
+        "objective (mean cosine)": round(res.objective, 5),
+        "cluster size min / median / max": f"{stats['min']} / {stats['median']:g} / {stats['max']}",
+        "max / min size": round(stats["max_over_min"], 2),
+        "empty clusters": stats["empty"],
+    }
+    if group_of is not None:
+        group_sizes = np.bincount(group_of, weights=res.sizes).astype(int)
+        summary["groups"] = (f"{len(group_sizes)} groups of clusters (average linkage of the centroids; "
+                             f"{groups_rule}), rows per group min / median / max {group_sizes.min()} / "
+                             f"{np.median(group_sizes):g} / {group_sizes.max()}")
+    if res.cap is not None:
+        summary["size cap"] = f"{res.cap} rows (--max-size-factor {o['max_size_factor']})"
+        summary["moved by the cap"] = res.moved
+        summary["objective before the cap"] = round(res.objective_uncapped, 5)
+    summary["centroids"] = str(centroids_file)
+    summary["seconds"] = round(time.perf_counter() - t0, 2)
+    mean = n / res.k
+    rows = []
+    for (label, count), (lo, hi) in zip(stats["histogram"].items(), C.SIZE_BINS):
+        in_band = (res.sizes >= lo * mean) & (res.sizes < hi * mean)
+        rows.append({"size band": label, "clusters": count, "rows": int(res.sizes[in_band].sum())})
+    if stats["max_over_min"] > 10:
+        console.warn(f"cluster sizes are very uneven (largest / smallest = {stats['max_over_min']:.0f}): equal quotas "
+                     "will take small clusters whole; consider --max-size-factor or --balance-power")
+    return summary, rows
+
+
+def render(result, options: dict) -> None:
+    from cluster_curate import console
+    summary, rows = result
+    console.summary(f"cluster → {summary['out']}", summary, rows)
+
+
+SPEC = CommandSpec(
+    "cluster", cluster, (Argument("embeddings"),), OPTIONS, render,
+    algorithm=lazy("cluster_curate.clustering", "ALGORITHM_VERSION"),
+    help="""k-means (faiss, spherical: cosine on L2-normalised features) over an embeddings artifact.
+
+    \b
+    Writes `id`, `cluster`, `similarity` (cosine to its centroid) and OUT.centroids.npy.
+    Examples:
+      cluster-curate cluster emb.parquet --out clusters.parquet
+      cluster-curate cluster emb.parquet --out clusters.parquet --k 4 --max-size-factor 1.5 --groups none  # paper
+    """)

@@ -1,0 +1,180 @@
+"""`embed DATA --out E`: one feature row per parsed example into the embeddings artifact (a file; a directory
+of parts when several processes share the run: cluster_curate/distributed.py)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from cluster_curate.errors import CurateError
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
+                                    read_options, resolve)
+
+
+OPTIONS = (
+    Option("out", flags=("--out", "-o"), required=True, run=False,
+           help="Embeddings artifact to write (a .parquet file; a directory of parts when run under torchrun or "
+                "with --num-parts)."),
+    Option("model", default="proxy", show_default=True,
+           help="proxy (built in: trained briefly on the data, no download), a saved proxy (OUT.proxy), a local "
+                "model directory, a .gguf file, or a Hugging Face id (from the local cache when offline)."),
+    Option("features", help="A feature kind or a comma list (concatenated L2-normalised blocks); kinds: "
+           + "gradient | lora-gradient | hidden | loss-trajectory | text.",
+           shown_default="text, chosen by the evidence benchmark; gradient is the paper's"),
+    Option("feature_weights", help="Comma list, one weight per feature block (default: 1 each)."),
+    Option("dim", type=int, help="Output dimension per block: random projection for gradient/hidden (default: "
+           "hidden size), lora-gradient (default 8192), SVD width for text (default 256)."),
+    Option("pool", default="all", choices=("all", "response"), show_default=True,
+           help="hidden: mean over all tokens, or over the positions that predict response tokens."),
+    Option("layers", help="lora-gradient: comma list of linear-layer name patterns (default: all)."),
+    Option("checkpoints", help="loss-trajectory: comma list of proxy warm-up steps or model paths/ids "
+           "(default: the proxy's own warm-up checkpoints)."),
+    Option("text_field", default="prompt", choices=lazy("cluster_curate.features.text", "TEXT_FIELDS"), show_default=True,
+           help="text: which text the feature looks at."),
+    Option("text_weighting", default="tf", choices=lazy("cluster_curate.features.text", "TEXT_WEIGHTINGS"), show_default=True,
+           help="text: tf weighs words by their (sublinear) count alone, so the words that say what the task is "
+                "are not outweighed by rare topic words; tfidf weighs rare words (topics, names) most."),
+    Option("text_sample", type=int, default=20000, show_default=True,
+           help="text: rows (seeded sample) the vocabulary, IDF and SVD are fitted on."),
+    Option("max_length", type=int, shown_default=1024,
+           help="Tokens per example; the prompt is truncated from the left first."),
+    Option("batch_tokens", type=int, shown_default=16384,
+           help="Padded tokens per batch (length-sorted buckets); does not change the features."),
+    Option("device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N."),
+    Option("dtype", default="auto", show_default=True,
+           help="auto (bfloat16 on GPU, float32 on CPU) | float32 | bfloat16 | float16."),
+    Option("trust_remote_code", is_flag=True, default=False,
+           help="Allow model code from the model's repository (off by default)."),
+    Option("seed", type=int, default=0, show_default=True, help="Seeds the proxy, samples and projections."),
+    Option("num_parts", type=int, default=1, show_default=True, run=False, deprecated=(("--num-shards",),),
+           help="Job-array pieces: this run is piece --part-index of K, writing its part into --out."),
+    Option("part_index", type=int, default=0, show_default=True, run=False, deprecated=(("--shard-index",),)),
+    Option("commit_every", type=int, shown_default=2048,
+           help="Rows per committed chunk (what --resume keeps after a crash)."),
+    Option("resume", is_flag=True, default=False, run=False,
+           help="Continue an interrupted run (same command) from its committed chunks."),
+    Option("proxy_size", choices=("tiny", "small", "base"), shown_default="small",
+           help="Proxy width/depth: tiny 2x64, small 3x128, base 4x256 (layers x width)."),
+    Option("proxy_sample", type=float, shown_default=0.05,
+           help="Fraction of rows the proxy warms up on (at least 128, at most 20000 rows)."),
+    Option("proxy_epochs", type=float, shown_default=1, help="Passes over the warm-up sample."),
+    Option("proxy_steps", type=int, help="Exact warm-up steps (overrides --proxy-epochs)."),
+    Option("proxy_tokenizer", choices=("bpe", "word"), shown_default="bpe",
+           help="Tokenizer trained on the sample: byte-level BPE or words."),
+    Option("proxy_vocab", type=int, shown_default=4096, help="Proxy tokenizer vocabulary size."),
+    Option("proxy_checkpoints", type=int, shown_default=3, help="Warm-up checkpoints kept (loss-trajectory uses them)."),
+    Option("proxy_budget", type=float, shown_default=0.15,
+           help="Cap on the warm-up's cost as a share of the feature pass (caps the steps on small data; "
+                "--proxy-steps is not capped)."),
+    *DATASET_OPTIONS,
+    *OUTPUT_OPTIONS,
+)
+# --proxy-* option -> features.proxy.ProxyOptions field
+_PROXY_FIELDS = {"proxy_size": "size", "proxy_sample": "sample", "proxy_epochs": "epochs", "proxy_steps": "steps",
+                 "proxy_tokenizer": "tokenizer", "proxy_vocab": "vocab_size", "proxy_checkpoints": "checkpoints",
+                 "proxy_budget": "budget"}
+
+
+@dataclass
+class _Run:
+    """What the phases of one embed run share."""
+    data: str
+    out: str
+    opts: dict
+    layout: object
+    device: object
+    ds: object = None
+    parsed: int = 0
+    total_rows: int = 0
+    per_chunk: object = None
+    record: dict = field(default_factory=dict)
+    features: list = field(default_factory=list)
+
+
+def _settle(opts: dict) -> list[str]:
+    """Fill the defaults that live in the stages, build the proxy options, validate; returns the features."""
+    from cluster_curate.distributed import DEFAULT_COMMIT_EVERY
+    from cluster_curate.features import proxy as P
+    from cluster_curate.features.embed import DEFAULT_BATCH_TOKENS, DEFAULT_FEATURES, DEFAULT_MAX_LENGTH
+    for name, default in (("features", DEFAULT_FEATURES), ("max_length", DEFAULT_MAX_LENGTH),
+                          ("batch_tokens", DEFAULT_BATCH_TOKENS), ("commit_every", DEFAULT_COMMIT_EVERY)):
+        if opts[name] is None:
+            opts[name] = default
+    proxy = P.ProxyOptions()
+    for name, attr in _PROXY_FIELDS.items():
+        if opts[name] is not None:
+            setattr(proxy, attr, opts[name])
+    proxy.seed, proxy.max_length = opts["seed"], opts["max_length"]
+    opts["proxy"] = proxy
+    return _validate(opts)
+
+
+def _validate(o: dict) -> list[str]:
+    from pathlib import Path
+
+    from cluster_curate.features.embed import MODEL_FEATURES, parse_features
+    features = parse_features(o["features"])
+    for name, low, what in (("dim", 1, "positive"), ("max_length", 2, "at least 2"),
+                            ("batch_tokens", 1, "positive"), ("text_sample", 2, "at least 2")):
+        if o[name] is not None and o[name] < low:
+            raise CurateError(f"--{name.replace('_', '-')} must be {what}, got {o[name]}")
+    if o["checkpoints"] and "loss-trajectory" not in features:
+        raise CurateError("--checkpoints is only used by --features loss-trajectory")
+    uses_model = any(f in MODEL_FEATURES for f in features)
+    if o["model"] != "proxy" and not uses_model:
+        raise CurateError(f"--model {o['model']} is not used by --features {','.join(features)} (no model); "
+                          "add a model feature, e.g. --features text,gradient")
+    if uses_model and o["model"] != "proxy":
+        spec = str(o["model"])
+        looks_local = spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1
+        if looks_local and not Path(spec).expanduser().exists():  # fail before reading the data
+            raise CurateError(f"--model {spec}: no such file or directory")
+    o["proxy"].validate()
+    return features
+
+
+def embed(data: str, out: str, **options) -> dict:
+    """One feature row per parsed example of `data` into the embeddings artifact `out`. Returns the summary."""
+    from cluster_curate import console, distributed
+    from cluster_curate.commands import embed_parts as parts
+    from cluster_curate.features.embed import bound_host_memory
+
+    t_start = time.perf_counter()
+    opts = resolve(OPTIONS, dict(options, out=out), "embed")
+    bound_host_memory()
+    features = _settle(opts)
+    layout = distributed.detect(opts["num_parts"], opts["part_index"])
+    if layout.torchrun and not layout.leader:  # one progress bar and one summary: rank 0's
+        console.configure(quiet=True, json_mode=False)
+    device = distributed.device_for(layout, opts["device"])
+    # under torchrun device_for has already turned auto into this rank's GPU when there is one
+    distributed.init(layout, use_cuda=str(device or "").startswith("cuda"))
+    try:
+        run = _Run(data, out, opts, layout, device, features=features)
+        parts.scan(run, read_options(opts))
+        models = parts.prepare(run)
+        embedder, params = parts.embedder_and_params(run, models)
+        done = parts.feature_pass(run, embedder, params)
+        return parts.finish(run, models, done, t_start)
+    finally:
+        distributed.shutdown(layout)
+
+
+def render(result: dict, options: dict) -> None:
+    from cluster_curate import console
+    console.summary("embed", result)
+
+
+SPEC = CommandSpec(
+    "embed", embed, (Argument("data"),), OPTIONS, render,
+    algorithm=lazy("cluster_curate.features.embed", "ALGORITHM_VERSION"),
+    help="""One feature vector per example of DATA (prompt TF-IDF by default; the paper's gradient feature and
+    other model features with --features).
+
+    \b
+    Examples:
+      cluster-curate embed train.jsonl --out emb.parquet
+      cluster-curate embed train.jsonl --out emb.parquet --features text,gradient --feature-weights 1,0.5
+      cluster-curate embed train.jsonl --out emb.parquet --model Qwen/Qwen2.5-0.5B-Instruct --dim 1024
+      torchrun --nproc-per-node 8 -m cluster_curate embed train.jsonl --out emb/
+    """)

@@ -1,0 +1,362 @@
+"""The phases of `embed` (commands/embed.py): scan the data, prepare the models and fitted featurizers
+(shared by every process through files beside the output), compute the features chunk by chunk, finish."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io import names
+from cluster_curate.io.artifacts import sidecar_path, stable_hash
+
+
+def scan(run, read_options) -> None:
+    """Pass 1: parse every row (bad input fails here, before any model work); count rows per chunk."""
+    import numpy as np
+
+    from cluster_curate.io.datasets import open_dataset
+    run.ds = ds = open_dataset(run.data, read_options)
+    commit_every = run.opts["commit_every"]
+    counts: dict[int, int] = {}
+    parsed = 0
+    for batch in ds.iter_batches():
+        for ex in batch.examples:
+            c = ex.id // commit_every
+            counts[c] = counts.get(c, 0) + 1
+        parsed += len(batch.examples)
+    total = int(ds.rows or 0)
+    n_chunks = -(-total // commit_every) if total else 0
+    per_chunk = np.zeros(n_chunks, dtype=np.int64)
+    for c, n in counts.items():
+        per_chunk[c] = n
+    run.parsed, run.total_rows, run.per_chunk, run.record = parsed, total, per_chunk, ds.record()
+    if parsed == 0:
+        raise CurateError(f"{run.data}: no row parsed; nothing to embed")
+
+
+def sample(ds, k: int, seed: int, salt: int) -> list:
+    """Pass 2: a seeded uniform sample of k parsed examples (the k smallest keys), in id order."""
+    import numpy as np
+
+    from cluster_curate.features.embed import BottomK, sample_keys
+    keep = BottomK(k)
+    for batch in ds.iter_batches():
+        if not batch.examples:
+            continue
+        keys = sample_keys(np.array([ex.id for ex in batch.examples]), seed * 1000003 + salt)
+        for ex, key in zip(batch.examples, keys.tolist()):
+            keep.add(key, ex.id, ex)
+    return keep.smallest(k)
+
+
+@dataclass
+class Models:
+    fm: object = None
+    proxy_dir: object = None
+    warmup_s: float = 0.0
+    model_name: str | None = None
+    trajectory: list = field(default_factory=list)
+    trajectory_names: list = field(default_factory=list)
+    featurizers: dict = field(default_factory=dict)
+    prepare_s: float = 0.0
+
+
+def prepare(run) -> Models:
+    """The model (the proxy, trained here when needed), the checkpoint models, the fitted featurizers."""
+    from cluster_curate.features import proxy as P
+    from cluster_curate.features.embed import FEATURE_KINDS, MODEL_FEATURES
+    m, opts = Models(), run.opts
+    t_load = time.perf_counter()
+    if any(f in MODEL_FEATURES for f in run.features):
+        from cluster_curate.features.models import load_model, resolve_device
+        if opts["model"] == "proxy":
+            m.proxy_dir, m.warmup_s = _proxy(run)
+            m.fm = P.load_proxy(m.proxy_dir, device=resolve_device(run.device))
+            m.model_name = "proxy"
+        elif P.is_proxy_dir(opts["model"]):
+            m.proxy_dir = opts["model"]
+            m.fm = P.load_proxy(m.proxy_dir, device=resolve_device(run.device))
+            m.model_name = f"proxy:{opts['model']}"
+        else:
+            m.fm = load_model(opts["model"], device=run.device, dtype=opts["dtype"],
+                              trust_remote_code=opts["trust_remote_code"])
+            m.model_name = opts["model"]
+        if "loss-trajectory" in run.features:
+            m.trajectory, m.trajectory_names = _trajectory(opts, m.proxy_dir, m.fm)
+    for kind in run.features:
+        entry = FEATURE_KINDS.get(kind)
+        if not entry.uses_model:
+            m.featurizers[kind] = PREPARE[entry.prepare](run)
+    m.prepare_s = time.perf_counter() - t_load
+    return m
+
+
+class _Lazy:
+    """A progress bar opened on first use (its total is only known then)."""
+
+    def __enter__(self):
+        from contextlib import ExitStack
+        self._stack, self._bar = ExitStack(), None
+        return self
+
+    def bar(self, description, total, unit):
+        from cluster_curate import console
+        if self._bar is None:
+            self._bar = self._stack.enter_context(console.progress(description, total=total, unit=unit))
+        return self._bar
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+
+def _proxy(run):
+    """Train the proxy on a seeded sample (the leader of each piece, when no matching one is saved beside the
+    output), then every process loads it from disk so all use the same weights. Returns (dir, seconds)."""
+    from cluster_curate import distributed
+    from cluster_curate.features import proxy as P
+    opts = run.opts["proxy"]
+    directory = sidecar_path(run.out, names.PROXY)
+    from cluster_curate.features.embed import ALGORITHM_VERSION
+    key = stable_hash({"dataset": run.record.get("fingerprint"), "options": opts.__dict__,
+                       "algorithm": ALGORITHM_VERSION})
+    seconds = [0.0]
+
+    def ready() -> bool:
+        return P.is_proxy_dir(directory) and P.read_proxy_config(directory).get("key") == key
+
+    def train() -> None:
+        import tokenizers  # noqa: F401 - library imports are start-up, not warm-up (any model needs them)
+        import transformers  # noqa: F401
+        from transformers import PreTrainedTokenizerFast  # noqa: F401
+
+        from cluster_curate import console
+        from cluster_curate.features.embed import release_free_memory
+        from cluster_curate.features.models import resolve_device
+        t0 = time.perf_counter()
+        chosen = sample(run.ds, opts.sample_size(run.parsed), opts.seed, salt=1)
+        with _Lazy() as lazy:
+            def on_step(step, total, loss):
+                lazy.bar("proxy warm-up", total, "steps").advance(1)
+            trained = P.train_proxy(chosen, opts, device=resolve_device(run.device), on_step=on_step,
+                                    dataset_rows=run.parsed)
+        # Job-array pieces started together may all train it (deterministically): the first one saved wins.
+        if not ready():
+            P.save_proxy(trained, directory, extra={"key": key, "dataset": run.record})
+        seconds[0] = time.perf_counter() - t0
+        del chosen
+        import gc
+        gc.collect()
+        release_free_memory()  # the sample and the tokenizer trainer's buffers, before the feature pass
+        console.info(f"proxy: trained on {trained.log['rows']} rows, {trained.log['steps']} steps in "
+                     f"{seconds[0]:.1f}s (tokenizer {trained.log['tokenizer_seconds']:.1f}s, loss "
+                     f"{trained.log['loss_first']:.2f} -> {trained.log['loss_last10']:.2f}); saved to {directory}")
+
+    distributed.leader_prepares(run.layout, ready, train)
+    if not P.is_proxy_dir(directory):  # a job-array piece whose leader did not train (cannot happen) or a race
+        raise CurateError(f"{directory}: the proxy was not saved")
+    return directory, seconds[0]
+
+
+def prepare_text(run):
+    """The text feature's basis: fitted by the leader on a seeded sample (unless one with the same key is
+    beside the output), loaded by every process."""
+    from cluster_curate import distributed
+    from cluster_curate.features.embed import ALGORITHM_VERSION, DEFAULT_TEXT_DIM
+    from cluster_curate.features.text import TextFeaturizer, example_text
+    from cluster_curate.io.writer import atomic_write_bytes
+    o = run.opts
+    dim = o["dim"] or DEFAULT_TEXT_DIM
+    path = sidecar_path(run.out, names.TEXT_BASIS)
+    key = stable_hash({"dataset": run.record.get("fingerprint"), "dim": dim, "field": o["text_field"],
+                       "seed": o["seed"], "weighting": o["text_weighting"], "sample": o["text_sample"],
+                       "max_features": TextFeaturizer.max_features, "algorithm": ALGORITHM_VERSION})
+    key_file = sidecar_path(run.out, names.TEXT_BASIS_KEY)
+
+    def ready() -> bool:
+        return path.exists() and key_file.exists() and key_file.read_text() == key
+
+    def fit() -> None:
+        chosen = sample(run.ds, min(run.parsed, o["text_sample"]), o["seed"], salt=2)
+        feat = TextFeaturizer(dim=dim, field=o["text_field"], weighting=o["text_weighting"], seed=o["seed"])
+        feat.fit([example_text(ex, o["text_field"]) for ex in chosen])
+        atomic_write_bytes(path, feat.to_bytes())
+        atomic_write_bytes(key_file, key.encode())
+
+    distributed.leader_prepares(run.layout, ready, fit)
+    return TextFeaturizer.from_bytes(path.read_bytes())
+
+
+# how a feature kind without a model is prepared (features/embed.FEATURE_KINDS' `prepare`)
+PREPARE = {"text": prepare_text}
+
+
+def _trajectory(opts: dict, proxy_dir, fm):
+    """The checkpoint models of `loss-trajectory`: --checkpoints (proxy warm-up steps or model specs),
+    else the proxy's own warm-up checkpoints."""
+    from cluster_curate.features import proxy as P
+    from cluster_curate.features.models import load_model
+    items = [s.strip() for s in (opts["checkpoints"] or "").split(",") if s.strip()]
+    if not items:
+        if proxy_dir is None:
+            raise CurateError("--features loss-trajectory with a model other than the proxy needs --checkpoints "
+                              "A,B,C (model paths or ids)")
+        steps = P.proxy_checkpoint_steps(proxy_dir)
+        return [P.load_proxy(proxy_dir, s, device=fm.device) for s in steps], [f"step {s}" for s in steps]
+    models, labels = [], []
+    for item in items:
+        if item.isdigit():
+            if proxy_dir is None:
+                raise CurateError(f"--checkpoints {item}: a step number only names a warm-up checkpoint of the proxy")
+            models.append(P.load_proxy(proxy_dir, int(item), device=fm.device))
+        elif P.is_proxy_dir(item):
+            models.append(P.load_proxy(item, device=fm.device))
+        else:
+            models.append(load_model(item, device=str(fm.device), dtype=opts["dtype"],
+                                     trust_remote_code=opts["trust_remote_code"]))
+        labels.append(item)
+    return models, labels
+
+
+def embedder_and_params(run, m: Models):
+    """The Embedder of the chosen blocks, and the artifact's recorded params."""
+    from cluster_curate.features import proxy as P
+    from cluster_curate.features.embed import DEFAULT_TEXT_DIM, Embedder, block_dims, parse_weights
+    o, features = run.opts, run.features
+    weights = parse_weights(o["feature_weights"], len(features))
+    projectors, lora_dim = {}, None
+    if m.fm is not None:
+        from cluster_curate.features.extractors import DEFAULT_LORA_DIM, lora_projector
+        from cluster_curate.features.projection import derive_seed, random_projection_torch
+        for kind in ("gradient", "hidden"):
+            if kind in features and o["dim"]:
+                projectors[kind] = random_projection_torch(m.fm.hidden_size, o["dim"],
+                                                           derive_seed(o["seed"], kind)).to(m.fm.device)
+        if "lora-gradient" in features:
+            lora_dim = o["dim"] or DEFAULT_LORA_DIM
+            projectors["lora-gradient"] = lora_projector(m.fm, lora_dim, o["seed"], o["layers"])
+    text = m.featurizers.get("text")
+    dims = block_dims(features, hidden_size=m.fm.hidden_size if m.fm else None, dim=o["dim"],
+                      n_checkpoints=len(m.trajectory), text_dim=text.dim if text else DEFAULT_TEXT_DIM,
+                      lora_dim=lora_dim)
+    embedder = Embedder(features=features, fm=m.fm, featurizers=m.featurizers, trajectory=m.trajectory,
+                        projectors=projectors, weights=weights, pool=o["pool"], layers=o["layers"],
+                        max_length=o["max_length"], batch_tokens=o["batch_tokens"], dims=dict(dims))
+    fm = m.fm
+    params = {"model": m.model_name, "features": features, "feature_weights": weights if len(features) > 1 else None,
+              "dim": o["dim"], "dims": dims, "dim_total": int(sum(dims.values())), "pool": o["pool"],
+              "layers": o["layers"], "checkpoints": m.trajectory_names or None, "text_field": o["text_field"],
+              "text_weighting": o["text_weighting"] if text else None,
+              "text_sample": o["text_sample"] if text else None, "max_length": o["max_length"], "seed": o["seed"],
+              "dtype": str(fm.dtype).replace("torch.", "") if fm else None,
+              "proxy": dict(o["proxy"].__dict__) if m.model_name == "proxy" else None,
+              "proxy_key": P.read_proxy_config(m.proxy_dir).get("key") if m.proxy_dir else None,
+              "loss": "mean response-token cross-entropy" if fm else "NaN: no model (text features only)",
+              "n_tokens": "model tokens" if fm else "whitespace words (no model tokenizer)"}
+    return embedder, params
+
+
+@dataclass
+class Pass:
+    output: object
+    meta: object
+    todo: list
+    done_rows: int = 0
+    done_tokens: int = 0
+    seconds: float = 0.0
+
+
+def feature_pass(run, embedder, params) -> Pass:
+    """Pass 3: the features, chunk by chunk, each chunk committed as soon as it is done."""
+    from cluster_curate import console, distributed
+    from cluster_curate.features.embed import chunk_table, release_free_memory
+    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.features.embed import ALGORITHM_VERSION
+    meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, ALGORITHM_VERSION)
+    output = distributed.ChunkedOutput(run.out, run.layout, {"params": params, "dataset": run.record.get("fingerprint")},
+                                       run.opts["commit_every"], resume=run.opts["resume"],
+                                       overwrite=run.opts["overwrite"])
+    n_chunks = len(run.per_chunk)
+    todo = [c for c in range(n_chunks) if output.todo(c)]
+    todo_set = set(todo)
+    p = Pass(output, meta, todo)
+    t_feat = time.perf_counter()
+    with console.progress("embed", total=int(run.per_chunk[todo].sum()) if todo else 0, unit="rows") as bar:
+        def on_batch(rows, tokens):
+            p.done_rows += rows
+            p.done_tokens += tokens
+            rate = p.done_tokens / max(time.perf_counter() - t_feat, 1e-9)
+            bar.advance(rows, description=f"embed ({rate:,.0f} tokens/s)")
+
+        def flush(chunk, examples):
+            if chunk not in todo_set:
+                return
+            result = embedder.embed(examples, on_batch=on_batch)
+            skipped = [{"id": int(i), "reason": r} for i, r in result.skipped]
+            if skipped:
+                bar.advance(len(skipped))
+            output.commit(chunk, chunk_table(result), skipped)
+            del result
+            release_free_memory()
+
+        current, buf = -1, []
+        for batch in run.ds.iter_batches():
+            for ex in batch.examples:
+                c = output.chunk_of(ex.id)
+                if c != current:
+                    if current >= 0:
+                        flush(current, buf)
+                    for gap in range(current + 1, c):  # chunks with no parsed row still get (empty) parts
+                        flush(gap, [])
+                    current, buf = c, []
+                if c in todo_set:
+                    buf.append(ex)
+        if current >= 0:
+            flush(current, buf)
+        for gap in range(current + 1, n_chunks):
+            flush(gap, [])
+    p.seconds = time.perf_counter() - t_feat
+    return p
+
+
+def finish(run, m: Models, p: Pass, t_start: float) -> dict:
+    """Reported rows, then the artifact; returns the summary."""
+    import json
+
+    from cluster_curate import console
+    from cluster_curate.io.writer import atomic_write_bytes
+    layout, output = run.layout, p.output
+    mine = [c for c in range(len(run.per_chunk)) if layout.owns(c)]
+    skipped_rows = output.skipped_rows(mine)
+    bad_rows = [r.to_dict() for r in run.ds.rejects if layout.owns(output.chunk_of(r.id))]
+    result = output.finish(p.meta, len(run.per_chunk))
+    rejects_path = output.rejects_path()
+    reported = [dict(r, kind="bad row") for r in bad_rows] + [dict(r, kind="no response token")
+                                                             for r in skipped_rows]
+    if reported:
+        reported.sort(key=lambda r: r["id"])
+        atomic_write_bytes(rejects_path, "".join(json.dumps(r) + "\n" for r in reported).encode())
+    elif rejects_path.exists():
+        rejects_path.unlink()
+    dims = p.meta.params["dims"]
+    todo_set = set(p.todo)
+    summary = {
+        "output": result["path"], "process": layout.describe(), "rows": result["rows"],
+        "artifact_rows": result["artifact_rows"], "parts": result["parts"], "complete": result["complete"],
+        "rows_in_data": run.total_rows, "skipped_no_response": len(skipped_rows), "bad_rows": len(bad_rows),
+        "rejects": str(rejects_path) if reported else None, "model": m.model_name or "none",
+        "features": ",".join(run.features), "dims": dims, "dim": int(sum(dims.values())),
+        "device": str(m.fm.device) if m.fm else "cpu", "chunks_computed": len(p.todo),
+        "chunks_resumed": len(mine) - len([c for c in mine if c in todo_set]),
+        "seconds": round(time.perf_counter() - t_start, 3), "warmup_seconds": round(m.warmup_s, 3),
+        "prepare_seconds": round(m.prepare_s, 3), "feature_seconds": round(p.seconds, 3),
+        "rows_per_s": round(p.done_rows / max(p.seconds, 1e-9), 1),
+        "tokens_per_s": round(p.done_tokens / max(p.seconds, 1e-9), 1),
+    }
+    if m.proxy_dir is not None:
+        summary["proxy"] = str(m.proxy_dir)
+    if skipped_rows:
+        shown = ", ".join(str(r["id"]) for r in skipped_rows[:10])
+        console.warn(f"{len(skipped_rows)} row(s) kept no response token and were not embedded (ids {shown}"
+                     f"{', ...' if len(skipped_rows) > 10 else ''}); listed in {rejects_path}")
+    return summary

@@ -1,0 +1,147 @@
+"""`inspect DATA`: read a dataset once and describe it, before a long job."""
+
+from __future__ import annotations
+
+from cluster_curate.commands.common import load_tokenizer, token_counts
+from cluster_curate.errors import CurateError
+from cluster_curate.options import DATASET_OPTIONS, Argument, CommandSpec, Option, read_options, resolve
+
+INSPECT_LISTED_REJECTS = 20  # rejected rows listed in the summary (all of them go to --rejects PATH)
+
+OPTIONS = (
+    *DATASET_OPTIONS,
+    Option("tokenizer", metavar="PATH",
+           help="A local Hugging Face tokenizer (or model) directory: also report lengths in tokens."),
+    Option("rejects_path", flags=("--rejects",), metavar="PATH",
+           help="Write every rejected row with its reason to this JSONL file."),
+    Option("overwrite", is_flag=True, default=False, help="Replace the --rejects file if it exists."),
+)
+BATCH_ROWS = 2048
+
+
+def _length_stats(values) -> dict:
+    import numpy as np
+    a = np.asarray(values, dtype=np.int64)
+    if a.size == 0:
+        return {"min": 0, "p50": 0, "p90": 0, "p99": 0, "max": 0, "mean": 0.0, "total": 0}
+    p50, p90, p99 = (int(round(float(np.percentile(a, q)))) for q in (50, 90, 99))
+    return {"min": int(a.min()), "p50": p50, "p90": p90, "p99": p99, "max": int(a.max()),
+            "mean": round(float(a.mean()), 1), "total": int(a.sum())}
+
+
+class _Counts:
+    """Lengths, duplicates and turn shapes, accumulated example by example."""
+
+    def __init__(self):
+        self.prompt_chars, self.response_chars, self.prompt_tokens, self.response_tokens = [], [], [], []
+        self.seen_examples: set[bytes] = set()
+        self.seen_prompts: set[bytes] = set()
+        self.duplicates = self.duplicate_prompts = self.multi_turn = self.with_system = 0
+
+    def add(self, ex) -> None:
+        import hashlib
+        import json
+        self.prompt_chars.append(sum(len(t["content"]) for t in ex.prompt))
+        self.response_chars.append(len(ex.response))
+        self.with_system += any(t["role"] == "system" for t in ex.prompt)
+        self.multi_turn += sum(t["role"] != "system" for t in ex.prompt) > 1
+        prompt_key = json.dumps(ex.prompt, ensure_ascii=False, sort_keys=True).encode()
+        pk = hashlib.blake2b(prompt_key, digest_size=16).digest()
+        ek = hashlib.blake2b(prompt_key + b"\0" + ex.response.encode(), digest_size=16).digest()
+        self.duplicate_prompts += pk in self.seen_prompts
+        self.duplicates += ek in self.seen_examples
+        self.seen_prompts.add(pk)
+        self.seen_examples.add(ek)
+
+
+def inspect(data: str, **options) -> dict:
+    """Describe a whole dataset: container, format and field mapping, rows, rejected rows with reasons,
+    prompt/response length distributions (characters; tokens with a tokenizer), exact duplicates.
+
+    Bad rows are always collected (never raised) so the report lists all of them; the caller decides what a bad
+    row means for its exit status (`result["first_reject"]`, `on_bad_row`)."""
+    import dataclasses
+
+    from cluster_curate import console
+    from cluster_curate.io.artifacts import check_writable
+    from cluster_curate.io.datasets import open_dataset
+
+    opts = resolve(OPTIONS, options, "inspect")
+    rejects_path, tokenizer = opts["rejects_path"], opts["tokenizer"]
+    if rejects_path:
+        check_writable(rejects_path, opts["overwrite"])
+    tok = load_tokenizer(tokenizer) if tokenizer else None
+    ds = open_dataset(data, dataclasses.replace(read_options(opts), on_bad_row="skip"))
+    c = _Counts()
+    with console.progress("inspect", total=ds.rows) as bar:
+        rejected_so_far = 0
+        for batch in ds.iter_batches(BATCH_ROWS):
+            for ex in batch.examples:
+                c.add(ex)
+            if tok is not None and batch.examples:
+                p, r = token_counts(tok, batch.examples)
+                c.prompt_tokens += p
+                c.response_tokens += r
+            bar.advance(len(batch.examples) + len(ds.rejects) - rejected_so_far)  # rows, without building raw
+            rejected_so_far = len(ds.rejects)
+    if rejects_path:
+        ds.write_rejects(rejects_path)
+    lengths = {"prompt_chars": _length_stats(c.prompt_chars), "response_chars": _length_stats(c.response_chars)}
+    if tok is not None:
+        lengths["prompt_tokens"] = _length_stats(c.prompt_tokens)
+        lengths["response_tokens"] = _length_stats(c.response_tokens)
+    return {
+        "source": ds.source, "container": ds.container, "format": ds.format, "fields": ds.fields,
+        "rows": ds.rows, "examples": len(c.response_chars), "rejected": len(ds.rejects),
+        "rejects": [r.to_dict() for r in ds.rejects[:INSPECT_LISTED_REJECTS]],
+        "rejects_file": str(rejects_path) if rejects_path else None,
+        "first_reject": str(ds.rejects[0]) if ds.rejects else None,
+        "duplicates": c.duplicates, "duplicate_prompts": c.duplicate_prompts,
+        "with_system_prompt": c.with_system, "multi_turn": c.multi_turn, "tokenizer": tokenizer,
+        "lengths": lengths, "fingerprint": ds.fingerprint(),
+    }
+
+
+def render(r: dict, options: dict) -> None:
+    import click
+
+    from cluster_curate import console
+    if console.JSON_MODE:
+        console.summary("inspect", {k: v for k, v in r.items() if k != "first_reject"})
+    else:
+        for rej in r["rejects"] if not console.QUIET else []:  # click.echo: one unwrapped line per row
+            field = f"field '{rej['field']}': " if rej["field"] else ""
+            click.echo(f"rejected id {rej['id']}: {rej['location']}: {field}{rej['reason']}", err=True)
+        if r["rejected"] > len(r["rejects"]) and not console.QUIET:
+            click.echo(f"... and {r['rejected'] - len(r['rejects'])} more rejected rows"
+                       + ("" if r["rejects_file"] else " (pass --rejects PATH to write them all)"), err=True)
+        fields = ", ".join(f"{k}={v}" for k, v in r["fields"].items())
+        data_rows = {"source": r["source"], "container": r["container"], "format": r["format"],
+                     "fields": fields, "rows": r["rows"], "examples": r["examples"], "rejected": r["rejected"]}
+        if r["rejects_file"]:
+            data_rows["rejects file"] = r["rejects_file"]
+        data_rows.update({"exact duplicate examples": r["duplicates"], "duplicate prompts": r["duplicate_prompts"],
+                          "with a system prompt": r["with_system_prompt"],
+                          "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
+        table = [{"length": name.replace("_", " "), **stats} for name, stats in r["lengths"].items()]
+        console.summary(f"inspect {r['source']}", data_rows, table)
+    if r["rejected"] and (options.get("on_bad_row") or "error") == "error":
+        more = f"; {r['rejected']} bad rows in all" if r["rejected"] > 1 else ""
+        raise CurateError(f"{r['first_reject']} (pass --on-bad-row skip to skip bad rows{more})")
+
+
+SPEC = CommandSpec(
+    "inspect", inspect, (Argument("data"),), OPTIONS, render,
+    short_help="Describe a dataset: format, rows, bad rows, lengths, duplicates.",
+    help="""Read DATA once and describe it, before a long job.
+
+    \b
+    DATA is a .jsonl, .json (a list of records or a mapping id -> record), .parquet (file or directory),
+    .csv, a datasets.save_to_disk directory, or a Hugging Face dataset id NAME[@CONFIG][:SPLIT].
+    Reports the detected format and field mapping, rows, rejected rows with reasons, prompt/response
+    length distributions (characters; tokens with --tokenizer), and exact duplicate examples.
+
+    \b
+    Bad rows are all listed. With the default --on-bad-row error the command then exits with status 2
+    (like embed/shard/run, which would stop at the first one); with --on-bad-row skip it exits 0.
+    """)

@@ -1,0 +1,137 @@
+"""`shard S --data DATA --out D`: plan the allocation on ids and small columns, then stream the raw data once
+and write N Parquet shards in planned order (bounded memory: io/shard_writer.py), manifest.json and
+leftover_ids.txt, swapped into place as one directory."""
+
+from __future__ import annotations
+
+import time
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io import names
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
+                                    read_options, resolve)
+
+SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # added to every source row of a shard
+BATCH_ROWS = 4096  # raw rows read at a time
+
+
+def _allocation_help():
+    from cluster_curate.sharding import ALLOCATION
+    return ALLOCATION.help_text() + "."
+
+
+OPTIONS = (
+    Option("data", required=True, run=False,
+           help="The raw dataset the selection was made from (every source column is kept)."),
+    Option("out", required=True, run=False, help="Output directory for the shards and manifest.json."),
+    Option("num_shards", flags=("--num-shards", "-n"), type=int, required=True,
+           help="Number of data-parallel ranks (one shard each)."),
+    Option("micro_batch_size", flags=("--micro-batch-size", "-m"), type=int, default=1, show_default=True,
+           help="Rows per rank per step; a global step is num-shards × micro-batch-size rows."),
+    Option("allocation", default="stratified", choices=lazy("cluster_curate.sharding", "ALLOCATIONS"),
+           show_default=True, help=_allocation_help),
+    Option("balance", default="tokens", choices=lazy("cluster_curate.sharding", "BALANCES"),
+           show_default=True,
+           help="Rank load to balance: sum of tokens, or micro-batch size × longest row (trainers that pad)."),
+    Option("length_window", type=int,
+           help="Group rows of similar length into steps inside windows of this many steps (0 = off; default 64)."),
+    Option("remainder", default="drop", choices=lazy("cluster_curate.sharding", "REMAINDERS"),
+           show_default=True,
+           help="Rows beyond a whole number of steps: drop (listed in the manifest and leftover_ids.txt) or "
+                "wrap (fill the last step's worth with repeats of the stream's first rows, marked in column "
+                "`wrapped`, never in the same step as their original)."),
+    Option("weights", default="cluster", choices=("cluster", "none"), show_default=True,
+           help="Column `weight`: (n_c/n) ÷ (s_c/s), restoring the data's cluster proportions; none: 1."),
+    Option("tokenizer", help="Local tokenizer directory: count tokens with it (one extra pass over the data). "
+           "Default: the selection's n_tokens, else its embeddings', else whitespace words."),
+    Option("embeddings", run=False, help="Embeddings artifact to take n_tokens from (default: the selection's own "
+           "n_tokens, or its lineage's embeddings when reachable)."),
+    Option("seed", type=int, default=0, show_default=True),
+    *DATASET_OPTIONS,
+    *OUTPUT_OPTIONS,
+)
+
+
+def shard(selection: str, data: str, out: str, *, chunk_bytes: int = 64 << 20, buffer_bytes: int = 128 << 20,
+          batch_rows: int = BATCH_ROWS, **options) -> dict:
+    """Write the shards, manifest.json and leftover_ids.txt of `selection` into the directory `out`.
+    Returns the manifest (plus timings, which manifest.json leaves out: it is deterministic)."""
+    from pathlib import Path
+
+    from cluster_curate import sharding
+    from cluster_curate.commands import shard_parts as parts
+    from cluster_curate.io.artifacts import check_dataset_matches
+    from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.io.readers import read_selection
+
+    t0 = time.monotonic()
+    o = resolve(OPTIONS, dict(options, data=data, out=out), "shard")
+    if Path(out).exists() and not o["overwrite"]:
+        raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")
+    sel = read_selection(selection, force=o["force"])
+    ds = open_dataset(data, read_options(o))
+    dataset = ds.record()
+    check_dataset_matches(sel.meta, selection, dataset, o["force"])
+    inputs = {"selection": sel.meta.as_input(selection), "data": dataset}
+    tokens, token_source = parts.token_counts(o, selection, sel, ds, inputs)
+    t_plan = time.monotonic()
+    plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],
+                               allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],
+                               length_window=o["length_window"], seed=o["seed"])
+    weights = parts.cluster_weights(o, selection, sel)
+    t_stream = time.monotonic()
+    params = _params(o, token_source)
+    manifest, t_assemble, t_done = parts.write(o, sel, ds, plan, weights, params, inputs, dataset, tokens,
+                                               chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes,
+                                               batch_rows=batch_rows)
+    manifest["seconds"] = round(time.monotonic() - t0, 3)  # not in manifest.json, which is deterministic
+    manifest["seconds_by_phase"] = {"inputs_and_tokens": round(t_plan - t0, 3), "plan": round(t_stream - t_plan, 3),
+                                    "stream_data": round(t_assemble - t_stream, 3),
+                                    "assemble_shards": round(t_done - t_assemble, 3)}
+    return manifest
+
+
+def _params(o: dict, token_source: str) -> dict:
+    from cluster_curate import sharding
+    balances = sharding.ALLOCATION.get(o["allocation"]).balances
+    window = o["length_window"] if o["length_window"] is not None else sharding.DEFAULT_LENGTH_WINDOW.get(o["balance"])
+    return {"num_shards": o["num_shards"], "micro_batch_size": o["micro_batch_size"], "allocation": o["allocation"],
+            "balance": o["balance"] if balances else None, "length_window": window if balances else None,
+            "remainder": o["remainder"], "weights": o["weights"], "seed": o["seed"], "token_source": token_source}
+
+
+def render(m: dict, options: dict) -> None:
+    import os
+
+    from cluster_curate import console
+    b, out = m["balance"], options["out"]
+    console.summary(f"shard → {out}", {
+        "out": out,
+        "shards": m["num_shards"],
+        "rows per shard": m["rows_per_shard"],
+        "steps": m["steps"],
+        "micro-batch size": m["micro_batch_size"],
+        "selected rows": m["selected_rows"],
+        "left over (dropped)": m["leftover_rows"],
+        "wrapped (repeats)": m["wrapped_rows"],
+        "allocation": m["params"]["allocation"],
+        "token source": m["tokens"]["source"],
+        "token imbalance mean / p95": f"{b['token_imbalance']['mean']:.4f} / {b['token_imbalance']['p95']:.4f}",
+        "padded imbalance mean": round(b["padded_imbalance"]["mean"], 4),
+        "padding efficiency": round(b["padding_efficiency"], 4),
+        "cluster spread mean / min": f"{b['cluster_spread']['mean']:.4f} / {b['cluster_spread']['min']:.4f}",
+        "rank mix TV max": round(b["rank_mix_tv"]["max"], 4),
+        "seconds": m["seconds"],
+        "manifest": str(os.path.join(out, names.MANIFEST)),
+    })
+
+
+SPEC = CommandSpec(
+    "shard", shard, (Argument("selection"),), OPTIONS, render,
+    algorithm=lazy("cluster_curate.sharding", "ALGORITHM_VERSION"),
+    help="""Allocate a selection across N data-parallel ranks: N equal Parquet shards (full source rows plus `id`,
+    `cluster`, `step`, `weight`, `wrapped`) in the order each rank consumes them, and manifest.json.
+
+    \b
+    Load a shard with datasets.load_dataset("parquet", data_files=...) or cluster_curate.loader.load_shard.
+    """)

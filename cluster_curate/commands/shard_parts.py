@@ -1,0 +1,256 @@
+"""The phases of `shard` (commands/shard.py): token counts, loss weights, and the streamed write."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io import names
+
+
+def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
+    """Tokens per selected id: an explicit --tokenizer or --embeddings first, then the selection's n_tokens,
+    then the embeddings of its lineage, then whitespace words (said in the manifest)."""
+    from cluster_curate import console
+    from cluster_curate.io.lineage import upstream
+    from cluster_curate.io.readers import read_embedding_tokens
+    tokenizer, embeddings = o["tokenizer"], o["embeddings"]
+    if not tokenizer and not embeddings and sel.n_tokens is not None:
+        return sel.n_tokens, "selection n_tokens"
+    if not tokenizer:
+        candidates = [embeddings] if embeddings else []
+        if not embeddings:  # the embeddings this selection descends from, when still there and unchanged
+            path, _ = upstream(selection, sel.meta, "embeddings")
+            if path is None:
+                cl_path, cmeta = upstream(selection, sel.meta, "clusters")
+                if cl_path is not None:
+                    path, _ = upstream(cl_path, cmeta, "embeddings")
+            candidates += [path] if path else []
+        for cand in candidates:
+            tokens, emb_meta = read_embedding_tokens(cand, sel.ids, o["force"])
+            if tokens is not None:
+                inputs["embeddings"] = emb_meta.as_input(cand)
+                return tokens, f"embeddings n_tokens ({cand})"
+            if cand == embeddings:
+                raise CurateError(f"{cand}: no 'n_tokens' column")
+    tokens = _count_tokens_pass(ds, sel.ids, tokenizer)
+    missing = np.flatnonzero(tokens < 0)
+    if missing.size:
+        raise CurateError(f"{o['data']}: selected id {int(sel.ids[missing[0]])} is not a readable example of this "
+                          f"dataset ({missing.size} selected ids missing; was the selection made from {o['data']}?)")
+    if tokenizer:
+        return tokens, f"tokenizer {tokenizer}"
+    console.warn("no token counts in the selection or its embeddings and no --tokenizer: balancing on "
+                 "whitespace-separated words (recorded in the manifest as token_source)")
+    return tokens, "whitespace words (no n_tokens, embeddings or --tokenizer)"
+
+
+def _count_tokens_pass(ds, ids, tokenizer_path, batch_rows: int = 4096):
+    """Tokens per selected id by reading the data once: with a tokenizer, prompt (chat template when it has
+    one) + response tokens; without, whitespace-separated words of prompt and response."""
+    from cluster_curate import console
+    from cluster_curate.commands.common import load_tokenizer, token_counts as count
+    from cluster_curate.features.text import word_counts
+    tok = load_tokenizer(tokenizer_path) if tokenizer_path else None
+    where = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    where[ids] = np.arange(ids.shape[0])
+    counts = np.full(ids.shape[0], -1, dtype=np.int64)
+    with console.progress("shard: count tokens", total=ds.rows) as bar:
+        for batch in ds.iter_batches(batch_rows):
+            chosen = [e for e in batch.examples if e.id < where.shape[0] and where[e.id] >= 0]
+            if chosen:
+                if tok is not None:
+                    p, r = count(tok, chosen)
+                    n = [a + b for a, b in zip(p, r)]
+                else:
+                    n = [word_counts(e)[0] for e in chosen]  # the same words a text-only embed counts
+                counts[where[[e.id for e in chosen]]] = n
+            bar.advance(batch.raw.num_rows)
+    return counts
+
+
+@dataclass
+class Weights:
+    labels: np.ndarray      # the selected cluster labels
+    selected: np.ndarray    # s_c
+    in_data: np.ndarray | None  # n_c
+    per_cluster: np.ndarray  # w_c
+    sizes_source: str | None
+    per_row: np.ndarray     # weight of each selected row
+
+
+def _cluster_sizes(selection: str, meta, labels, force: bool):
+    """n_c per selected cluster label in the full data: the selection's `cluster_sizes` parameter, else counted
+    from the clusters artifact it was made from (when unchanged). (None, None) when neither is available."""
+    from cluster_curate.io.lineage import upstream
+    from cluster_curate.io.readers import read_cluster_sizes
+    sizes = meta.params.get("cluster_sizes")
+    if sizes is not None:
+        lookup = ({int(k): int(v) for k, v in sizes.items()} if isinstance(sizes, dict)
+                  else {i: int(v) for i, v in enumerate(sizes)})
+        missing = [int(c) for c in labels if int(c) not in lookup]
+        if missing:
+            raise CurateError(f"selection: params.cluster_sizes has no size for cluster {missing[0]}")
+        return np.array([lookup[int(c)] for c in labels], dtype=np.int64), "selection params"
+    src, _ = upstream(selection, meta, "clusters")
+    if src:
+        return read_cluster_sizes(src, labels, force), f"clusters artifact {meta.inputs['clusters']['path']}"
+    return None, None
+
+
+def cluster_weights(o: dict, selection: str, sel) -> Weights:
+    from cluster_curate import sharding
+    labels, s_c = np.unique(sel.clusters, return_counts=True)
+    n_c, source = _cluster_sizes(selection, sel.meta, labels, o["force"])
+    if o["weights"] == "none":
+        w_c = np.ones(labels.shape[0])
+    else:
+        if n_c is None:
+            raise CurateError(f"{selection}: cannot compute loss weights: no params.cluster_sizes and its clusters "
+                              "artifact is not reachable (pass --weights none to train unweighted)")
+        w_c = sharding.loss_weights(n_c, s_c)
+    return Weights(labels, s_c, n_c, w_c, source, w_c[np.searchsorted(labels, sel.clusters)])
+
+
+@dataclass
+class Cells:
+    """Where each selected id goes: (shard, position) per plan cell; repeats (--remainder wrap) listed apart."""
+    shard: np.ndarray
+    pos: np.ndarray
+    row: np.ndarray
+    wrapped: np.ndarray
+    lookup: np.ndarray   # id -> its (first) cell, -1 when not planned
+    repeats: dict
+    repeat_ids: np.ndarray
+
+
+def _cells(plan, ids) -> Cells:
+    t_count, n, m = plan.rows.shape
+    shard = np.broadcast_to(np.arange(n)[None, :, None], plan.rows.shape).reshape(-1)
+    pos = (np.arange(t_count)[:, None, None] * m + np.arange(m)[None, None, :]).repeat(n, 1).reshape(-1)
+    row = plan.rows.reshape(-1)
+    wrapped = plan.wrapped.reshape(-1)
+    lookup = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    lookup[ids[row[~wrapped]]] = np.flatnonzero(~wrapped)
+    repeats: dict[int, list[int]] = {}
+    for cell in np.flatnonzero(wrapped):
+        repeats.setdefault(int(ids[row[cell]]), []).append(int(cell))
+    return Cells(shard, pos, row, wrapped, lookup, repeats, np.array(sorted(repeats), dtype=np.int64))
+
+
+def _batch_rows(raw, cells: Cells, sel, weights: Weights, m: int, renamed: dict):
+    """The rows of one raw batch that the plan places, with the shard columns added: (rows, cells) or None."""
+    import pyarrow as pa
+    bid = raw.column("id").to_numpy().astype(np.int64)
+    inside = bid < cells.lookup.shape[0]
+    where = np.full(bid.shape[0], -1, dtype=np.int64)
+    where[inside] = cells.lookup[bid[inside]]
+    take = np.flatnonzero(where >= 0)
+    extra_take, extra_cells = [], []
+    if cells.repeats:
+        for i in np.flatnonzero(np.isin(bid, cells.repeat_ids)):
+            for cell in cells.repeats[int(bid[i])]:
+                extra_take.append(int(i))
+                extra_cells.append(cell)
+    if take.size == 0 and not extra_take:
+        return None
+    at = np.concatenate([where[take], np.array(extra_cells, dtype=np.int64)])
+    take = np.concatenate([take, np.array(extra_take, dtype=np.int64)])
+    rows = pa.Table.from_batches([raw]).take(pa.array(take))
+    from cluster_curate.commands.shard import SHARD_COLUMNS
+    for name in rows.column_names:
+        if name in SHARD_COLUMNS:
+            renamed[name] = f"source_{name}"
+    if renamed:
+        rows = rows.rename_columns([renamed.get(c, c) for c in rows.column_names])
+    sel_row = cells.row[at]
+    rows = rows.append_column("cluster", pa.array(sel.clusters[sel_row], pa.int64()))
+    rows = rows.append_column("step", pa.array(cells.pos[at] // m, pa.int64()))
+    rows = rows.append_column("weight", pa.array(weights.per_row[sel_row], pa.float64()))
+    rows = rows.append_column("wrapped", pa.array(cells.wrapped[at], pa.bool_()))
+    return rows, at
+
+
+def _stream(o, sel, ds, plan, weights, writer, batch_rows):
+    """Stream the raw data once, writing the placed rows into per-shard buckets."""
+    from cluster_curate import console
+    cells = _cells(plan, sel.ids)
+    m = plan.rows.shape[2]
+    renamed: dict[str, str] = {}
+    source_columns: dict[str, None] = {}
+    found = np.zeros(sel.ids.shape[0], dtype=bool)
+    with console.progress("shard: write", total=ds.rows) as bar:
+        # raw rows only: the selected ids were validated when embedded, and the fingerprint ties them to DATA
+        for batch in ds.iter_batches(batch_rows, examples=False):
+            bar.advance(batch.raw.num_rows)
+            placed = _batch_rows(batch.raw, cells, sel, weights, m, renamed)
+            if placed is None:
+                continue
+            rows, at = placed
+            source_columns.update(dict.fromkeys(c for c in rows.column_names))
+            writer.add(rows, cells.shard[at], cells.pos[at])
+            found[cells.row[at]] = True
+    planned = np.unique(cells.row)
+    missing = planned[~found[planned]]
+    if missing.size:
+        raise CurateError(f"{o['data']}: selected id {int(sel.ids[missing[0]])} is not in this dataset "
+                          f"({missing.size} selected ids missing; was the selection made from {o['data']}?)")
+    return renamed, source_columns
+
+
+def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, *, chunk_bytes, buffer_bytes,
+          batch_rows):
+    """Everything of the shard directory, built beside it and swapped into place whole."""
+    import shutil
+
+    from cluster_curate import sharding
+    from cluster_curate.commands.shard import SHARD_COLUMNS
+    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.shard_writer import ShardWriter
+    from cluster_curate.io.writer import file_metadata, staged_directory, write_json, write_lines
+    n = plan.rows.shape[1]
+    figures = sharding.balance_figures(plan, tokens, sel.clusters)
+    with staged_directory(o["out"], public_files=(names.MANIFEST, names.LEFTOVER)) as work:
+        writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes)
+        renamed, source_columns = _stream(o, sel, ds, plan, weights, writer, batch_rows)
+        meta = make_meta(names.SHARD, params, inputs, sel.meta.dataset or dataset, sharding.ALGORITHM_VERSION)
+        meta.rows = plan.rows_per_shard
+        files = [names.shard_file_name(r, n) for r in range(n)]
+        columns = ["id"] + [c for c in source_columns if c not in ("id",) + SHARD_COLUMNS] + list(SHARD_COLUMNS)
+        t_assemble = time.monotonic()
+        writer.finish([work / f for f in files], columns, file_metadata(meta))
+        t_done = time.monotonic()
+        shutil.rmtree(work / "spill", ignore_errors=True)
+        leftover_ids = np.sort(sel.ids[plan.leftover]).tolist()
+        write_lines(work / names.LEFTOVER, leftover_ids)
+        manifest = _manifest(meta, params, inputs, sel, plan, weights, tokens, figures, renamed, columns,
+                             [(f, work / f) for f in files], leftover_ids)
+        write_json(work / names.MANIFEST, manifest)
+    return manifest, t_assemble, t_done
+
+
+def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, renamed, columns, files, leftover_ids):
+    import hashlib
+
+    from cluster_curate import __version__
+    n, m = plan.rows.shape[1], plan.rows.shape[2]
+    in_data = w.in_data if w.in_data is not None else [None] * len(w.labels)
+    return {
+        "kind": names.SHARD_MANIFEST_KIND, "version": __version__, "algorithm": meta.algorithm,
+        "fingerprint": meta.fingerprint,
+        "params": params, "inputs": inputs, "dataset": meta.dataset, "num_shards": n, "micro_batch_size": m,
+        "rows_per_shard": plan.rows_per_shard, "steps": plan.steps, "global_batch_rows": n * m,
+        "selected_rows": int(sel.ids.size), "sharded_rows": int(plan.rows.size),
+        "wrapped_rows": int(plan.wrapped.sum()), "leftover_rows": len(leftover_ids), "leftover_ids": leftover_ids,
+        "leftover_file": names.LEFTOVER, "renamed_source_columns": renamed, "columns": columns,
+        "files": [{"file": name, "rows": plan.rows_per_shard, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+                  for name, p in files],
+        "clusters": [{"cluster": int(c), "selected": int(s), "in_data": None if nc is None else int(nc),
+                      "weight": float(wc)} for c, s, nc, wc in zip(w.labels, w.selected, in_data, w.per_cluster)],
+        "cluster_sizes_source": w.sizes_source,
+        "tokens": {"source": params["token_source"], "total": int(tokens.sum()), "mean": float(tokens.mean())},
+        "balance": figures,
+    }

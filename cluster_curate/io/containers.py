@@ -1,0 +1,503 @@
+"""Containers: the file types a dataset comes in, each read as a stream of rows (docs/architecture.md,
+"Extension points"). io/datasets.py turns those rows into examples.
+
+A JSON-like container (`_JsonLines`, `_JsonDocument`) yields `_Row`s (python dicts with their line); a
+columnar one (`_Csv`, `_Parquet`, `_HFDataset`) yields Arrow batches. `open_source(source)` picks the
+container from the path (or the Hugging Face id). A new container: a class with `kind`, `iter_rows()` or
+`batches(batch_rows)`, and `count()`, plus its case in `open_source`.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+
+from cluster_curate.errors import CurateError
+
+_CHUNK_BYTES = 1 << 20     # read size for JSON / CSV
+
+
+def file_fingerprint(path: Path) -> str:
+    """blake2b of the bytes of a file, or of every file of a directory (with their relative paths), streamed."""
+    h = hashlib.blake2b(digest_size=12)
+    if path.is_file():
+        files = [path]
+    else:
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    for f in files:
+        if path.is_dir():
+            h.update(str(f.relative_to(path)).encode() + b"\0")
+        try:
+            with open(f, "rb") as fh:
+                while chunk := fh.read(1 << 22):
+                    h.update(chunk)
+        except OSError as e:
+            raise CurateError(f"{f}: cannot read ({e.strerror or e})") from None
+    return h.hexdigest()
+
+
+# ================================================================================================ sources
+# A source yields chunks of rows. JSON-like sources yield `_Rows` (python dicts), columnar ones Arrow batches.
+
+@dataclass
+class _Row:
+    line: int | None        # 1-based line where the record starts, when known
+    record: dict | None     # None when the row could not be parsed
+    error: str | None = None  # why it could not be parsed
+    key: str | None = None  # the key of a JSON mapping entry
+
+
+def _utf8_error(path, line: int, exc: UnicodeDecodeError, data: bytes, start: int) -> str:
+    bad = data[exc.start:exc.start + 1].hex()
+    col = exc.start - start + 1
+    return f"{path}:{line}: not valid UTF-8 text (byte 0x{bad} at column {col}); re-encode the file as UTF-8"
+
+
+def _open_binary(path: Path):
+    """The file's bytes; .gz files are decompressed as they are read."""
+    try:
+        if path.name.lower().endswith(".gz"):
+            import gzip
+            with open(path, "rb"):
+                pass  # permission / directory errors with our message
+            return gzip.open(path, "rb")
+        return open(path, "rb")
+    except PermissionError:
+        raise CurateError(f"{path}: cannot read the file (permission denied)") from None
+    except IsADirectoryError:
+        raise CurateError(f"{path}: is a directory, expected a file") from None
+    except OSError as e:
+        raise CurateError(f"{path}: cannot read the file ({e.strerror or e})") from None
+
+
+def _first_non_utf8_line(path: Path) -> str | None:
+    """Locate the first line that is not UTF-8 (only called to explain an error)."""
+    with _open_binary(path) as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return _utf8_error(path, lineno, e, line, 0)
+    return None
+
+
+class _JsonLines:
+    kind = "jsonl"
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def iter_rows(self) -> Iterator[_Row]:
+        with _open_binary(self.path) as f:
+            for lineno, data in enumerate(f, 1):
+                if lineno == 1 and data.startswith(codecs.BOM_UTF8):
+                    data = data[len(codecs.BOM_UTF8):]
+                if not data.strip():
+                    continue
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    yield _Row(lineno, None, _utf8_error(self.path, lineno, e, data, 0).split(": ", 1)[1])
+                    continue
+                try:
+                    rec = json.loads(text.rstrip("\r\n"))
+                except json.JSONDecodeError as e:
+                    yield _Row(lineno, None, f"invalid JSON ({e.msg}: column {e.colno})")
+                    continue
+                if not isinstance(rec, dict):
+                    yield _Row(lineno, None, f"expected a JSON object, found {_json_type(rec)}")
+                    continue
+                yield _Row(lineno, rec)
+
+    def count(self) -> int:
+        n = 0
+        with _open_binary(self.path) as f:
+            for data in f:
+                if data.strip():
+                    n += 1
+        return n
+
+
+def _json_type(v) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(v), "a number")
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+class _JsonScanner:
+    """A sliding text buffer over a JSON file, decoded chunk by chunk, that knows the line of any position."""
+
+    def __init__(self, path: Path, f):
+        self.path, self.f = path, f
+        self.decoder = json.JSONDecoder()
+        self.utf8 = codecs.getincrementaldecoder("utf-8")()
+        self.buf, self.pos, self.eof = "", 0, False
+        self.line, self.line_pos = 1, 0           # line number at buf[line_pos]
+        self.first = True
+
+    def line_at(self, p: int) -> int:
+        if p > self.line_pos:
+            self.line += self.buf.count("\n", self.line_pos, p)
+            self.line_pos = p
+        return self.line
+
+    def refill(self) -> bool:
+        """Append the next chunk (dropping what is consumed); False at end of file."""
+        if self.eof:
+            return False
+        self.line_at(self.pos)
+        data = self.f.read(max(_CHUNK_BYTES, len(self.buf) - self.pos))  # grows for records larger than a chunk
+        if self.first and data.startswith(codecs.BOM_UTF8):
+            data = data[len(codecs.BOM_UTF8):]
+        self.first = False
+        try:
+            text = self.utf8.decode(data, final=not data)
+        except UnicodeDecodeError as e:
+            ln = self.line_at(len(self.buf)) + data.count(b"\n", 0, e.start)
+            start = data.rfind(b"\n", 0, e.start) + 1
+            raise CurateError(_utf8_error(self.path, ln, e, data, start)) from None
+        self.buf = self.buf[self.pos:] + text
+        self.line_pos -= self.pos
+        self.pos = 0
+        if not data:
+            self.eof = True
+            return False
+        return True
+
+    def skip_ws(self) -> None:
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self.refill():
+                return
+
+    def at_end(self) -> bool:
+        return self.pos >= len(self.buf)
+
+    def peek(self) -> str:
+        return self.buf[self.pos]
+
+    def expect(self, char: str, message: str) -> None:
+        """Consume `char` (after the whitespace already skipped) or fail with `message`."""
+        if self.at_end() or self.buf[self.pos] != char:
+            self.invalid(self.pos, message)
+        self.pos += 1
+
+    def invalid(self, p: int, msg: str):
+        raise CurateError(f"{self.path}:{self.line_at(p)}: invalid JSON ({msg})")
+
+    def decode_value(self):
+        while True:
+            try:
+                value, end = self.decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as e:
+                genuine = e.pos < len(self.buf) - 64 and not e.msg.startswith("Unterminated string")
+                if genuine or not self.refill():
+                    self.invalid(e.pos, f"{e.msg}")
+                continue
+            if end >= len(self.buf) and self.refill():  # a number may continue in the next chunk
+                continue
+            self.pos = end
+            return value
+
+
+class _JsonDocument:
+    """A top-level JSON array of records, or an object mapping id -> record, decoded one value at a time
+    (json.JSONDecoder.raw_decode over a sliding text buffer), so memory holds one chunk plus one record."""
+
+    kind = "json"
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def iter_rows(self) -> Iterator[_Row]:
+        f = _open_binary(self.path)
+        try:
+            sc = _JsonScanner(self.path, f)
+            sc.skip_ws()
+            if sc.at_end():
+                return  # empty file
+            opener = sc.peek()
+            if opener not in "[{":
+                sc.invalid(sc.pos, f"expected a JSON array of records or an object mapping ids to records, "
+                                   f"found {opener!r}")
+            closer = "]" if opener == "[" else "}"
+            sc.pos += 1
+            index = 0
+            while True:
+                sc.skip_ws()
+                if sc.at_end():
+                    sc.invalid(sc.pos, f"unexpected end of file, expected {closer!r}")
+                if sc.peek() == closer:
+                    sc.pos += 1
+                    break
+                if index:
+                    sc.expect(",", f"expected ',' or {closer!r} between records")
+                    sc.skip_ws()
+                start_line = sc.line_at(sc.pos)
+                key, value = self._entry(sc, opener)
+                index += 1
+                yield self._row(start_line, key, value, first=index == 1 and opener == "{")
+            sc.skip_ws()
+            if not sc.at_end():
+                sc.invalid(sc.pos, "extra data after the end of the top-level value")
+        finally:
+            f.close()
+
+    @staticmethod
+    def _entry(sc: _JsonScanner, opener: str):
+        """(key, value) of the next array element or mapping entry."""
+        key = None
+        if opener == "{":
+            if sc.at_end() or sc.peek() != '"':
+                sc.invalid(sc.pos, "expected a string key")
+            key = sc.decode_value()
+            sc.skip_ws()
+            sc.expect(":", "expected ':' after a key")
+            sc.skip_ws()
+        return key, sc.decode_value()
+
+    def _row(self, start_line: int, key, value, first: bool) -> _Row:
+        if first and not isinstance(value, dict):
+            # not a mapping of id -> record: one pretty-printed record, or records nested under a key
+            nested = " (records nested under this key? extract that list first)" if isinstance(value, list) else ""
+            raise CurateError(f"{self.path}: a JSON object whose values are not records (key {key!r} holds "
+                              f"{_json_type(value)}){nested}; expected a list of records, an object mapping "
+                              "ids to records, or JSON Lines")
+        if isinstance(value, dict):
+            return _Row(start_line, value, key=key)
+        what = f"the value of key {key!r}" if key is not None else "the array element"
+        return _Row(start_line, None, f"{what} is {_json_type(value)}, expected a record (a JSON object)", key=key)
+
+    def count(self) -> int:
+        return sum(1 for _ in self.iter_rows())
+
+
+def _looks_like_json_lines(path: Path) -> bool:
+    """A .json file starting with '{' is JSON Lines when its first line is a whole object and more follows,
+    or when that object is one record (not a mapping of id -> record)."""
+    with _open_binary(path) as f:
+        first = f.readline(1 << 20)
+        while first and not first.strip():  # leading blank lines
+            first = f.readline(1 << 20)
+        if not first.endswith(b"\n") and len(first) == 1 << 20:
+            return False  # one huge line: a mapping written on one line
+        try:
+            obj = json.loads(first.decode("utf-8-sig"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return False
+        if not isinstance(obj, dict):
+            return False
+        rest = f.read(4096)
+        if rest.strip():
+            return True
+        return not (obj and all(isinstance(v, dict) for v in obj.values()))
+
+
+class _Csv:
+    kind = "csv"
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def _reader(self):
+        import pyarrow.csv as pacsv
+        parse = pacsv.ParseOptions(newlines_in_values=True)
+        read = pacsv.ReadOptions(block_size=_CHUNK_BYTES)
+        with _open_binary(self.path):
+            pass  # permission / directory errors with our message
+        try:
+            names = pacsv.open_csv(self._stream(), read_options=read, parse_options=parse).schema.names
+            convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
+            return pacsv.open_csv(self._stream(), read_options=read, parse_options=parse, convert_options=convert)
+        except pa.ArrowInvalid as e:
+            self._raise(e)
+
+    def _stream(self):
+        return pa.input_stream(str(self.path), compression="gzip" if self.path.name.lower().endswith(".gz") else None)
+
+    def _raise(self, e: Exception):
+        msg = str(e)
+        if "UTF8" in msg or "UTF-8" in msg:
+            located = _first_non_utf8_line(self.path)
+            if located:
+                raise CurateError(located) from None
+        if "Empty CSV file" in msg:
+            raise CurateError(f"{self.path}: dataset is empty (no rows)") from None
+        raise CurateError(f"{self.path}: cannot parse CSV ({msg.splitlines()[0]})") from None
+
+    def batches(self, batch_rows: int = 0) -> Iterator[pa.RecordBatch]:
+        reader = self._reader()
+        while True:
+            try:
+                b = reader.read_next_batch()
+            except StopIteration:
+                return
+            except pa.ArrowInvalid as e:
+                self._raise(e)
+            if b.num_rows:
+                yield b
+
+    def count(self) -> int:
+        return sum(b.num_rows for b in self.batches())
+
+
+class _Parquet:
+    kind = "parquet"
+
+    def __init__(self, path: Path):
+        import pyarrow.parquet as pq
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*.parquet")
+                           if not any(part.startswith((".", "_")) for part in p.relative_to(path).parts))
+            if not files:
+                raise CurateError(f"{path}: directory holds no .parquet files (and is not a datasets.save_to_disk "
+                                  "directory)")
+        else:
+            files = [path]
+        self.path, self.files = path, files
+        self._pq = pq
+        self.rows = sum(self._file(f).metadata.num_rows for f in files)
+
+    def _file(self, f: Path):
+        with _open_binary(f):
+            pass
+        try:
+            return self._pq.ParquetFile(f, pre_buffer=False)  # pre-buffering holds more than a row group
+        except (pa.ArrowInvalid, OSError) as e:
+            raise CurateError(f"{f}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+
+    def batches(self, batch_rows: int = 2048) -> Iterator[pa.RecordBatch]:
+        for f in self.files:
+            try:
+                for b in self._file(f).iter_batches(batch_size=batch_rows):
+                    if b.num_rows:
+                        yield b
+            except (pa.ArrowInvalid, OSError) as e:
+                raise CurateError(f"{f}: cannot read Parquet data ({str(e).splitlines()[0]})") from None
+
+    def count(self) -> int:
+        return self.rows
+
+
+class _HFDataset:
+    """A `datasets.Dataset` (from save_to_disk or load_dataset), read as Arrow batches without loading it."""
+
+    def __init__(self, hf, kind: str, files: list[Path]):
+        self.hf, self.kind, self.files = hf, kind, files
+        self.rows = len(hf)
+
+    def batches(self, batch_rows: int = 2048) -> Iterator[pa.RecordBatch]:
+        for table in self.hf.with_format("arrow").iter(batch_size=batch_rows):
+            yield from table.to_batches()
+
+    def count(self) -> int:
+        return self.rows
+
+
+def _load_from_disk(path: Path):
+    import datasets
+    try:
+        if not json.loads((path / "state.json").read_text(encoding="utf-8")).get("_data_files", True):
+            raise CurateError(f"{path}: dataset is empty (no rows)")
+    except (OSError, ValueError, AttributeError):
+        pass  # a DatasetDict, or a state.json we do not understand: let datasets judge
+    try:
+        obj = datasets.load_from_disk(str(path))
+    except Exception as e:  # noqa: BLE001 - datasets raises many types; one line for the user
+        raise CurateError(f"{path}: cannot load the datasets.save_to_disk directory ({str(e).splitlines()[0]})") from None
+    if isinstance(obj, datasets.DatasetDict):
+        splits = list(obj)
+        split = "train" if "train" in obj else (splits[0] if len(splits) == 1 else None)
+        if split is None:
+            raise CurateError(f"{path}: a DatasetDict with splits {splits} and no 'train'; pass {path}/SPLIT")
+        obj = obj[split]
+    return _HFDataset(obj, "hf-disk", [path])
+
+
+_HF_ID = re.compile(r"^(hf:)?(?P<name>[A-Za-z0-9][\w.-]*(/[\w.-]+)?)(@(?P<config>[\w.-]+))?(:(?P<split>[\w.\[\]:%-]+))?$")
+_FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".tsv", ".gz", ".arrow", ".ndjson")
+
+
+def _load_hub(source: str, m: re.Match):
+    import datasets
+    name, config, split = m.group("name"), m.group("config"), m.group("split") or "train"
+    offline = bool(datasets.config.HF_HUB_OFFLINE) or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)  # its retry warnings would print before our one-line error
+    try:
+        hf = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # noqa: BLE001
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        if offline:
+            raise CurateError(f"{source}: no such file or directory, and not a cached Hugging Face dataset: the hub "
+                              f"is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE) and {name!r} is not in the local "
+                              "cache; download it first or pass a local path") from None
+        raise CurateError(f"{source}: no such file or directory, and cannot load it as a Hugging Face dataset "
+                          f"({first})") from None
+    finally:
+        hub_log.setLevel(level)
+    files = [Path(c["filename"]) for c in hf.cache_files]
+    return _HFDataset(hf, "hf-hub", files)
+
+
+def _is_saved_hf_dataset(path: Path) -> bool:
+    return (path / "state.json").exists() or (path / "dataset_dict.json").exists()
+
+
+def reads_through_hf_datasets(source: str) -> bool:
+    """Whether open_dataset(source) reads with Hugging Face `datasets`: a save_to_disk directory or a hub id
+    (a path that does not exist counts: it is a hub id or an error)."""
+    path = Path(source).expanduser()
+    try:
+        return not path.exists() or (path.is_dir() and _is_saved_hf_dataset(path))
+    except OSError:
+        return True
+
+
+def _open_source(source: str):
+    path = Path(source).expanduser()
+    try:
+        exists = path.exists()
+    except PermissionError:
+        raise CurateError(f"{source}: cannot access the path (permission denied)") from None
+    except OSError as e:
+        raise CurateError(f"{source}: cannot access the path ({e.strerror or e})") from None
+    if not exists:
+        m = _HF_ID.match(source)
+        if m and (source.startswith("hf:") or not (source.lower().endswith(_FILE_SUFFIXES)
+                                                    or source.startswith((".", "/", "~")))):
+            return path, _load_hub(source, m)
+        raise CurateError(f"{source}: no such file or directory")
+    if path.is_dir():
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise CurateError(f"{path}: cannot read the directory (permission denied)")
+        if _is_saved_hf_dataset(path):
+            return path, _load_from_disk(path)
+        return path, _Parquet(path)
+    name = path.name.lower()
+    name = name[:-3] if name.endswith(".gz") else name
+    if name.endswith((".jsonl", ".ndjson")):
+        return path, _JsonLines(path)
+    if name.endswith(".json"):
+        return path, (_JsonLines(path) if _looks_like_json_lines(path) else _JsonDocument(path))
+    if name.endswith(".parquet") and not path.name.lower().endswith(".gz"):
+        return path, _Parquet(path)
+    if name.endswith(".csv"):
+        return path, _Csv(path)
+    if name.endswith(".arrow"):
+        raise CurateError(f"{path}: a bare .arrow file; pass the datasets.save_to_disk directory that holds it")
+    raise CurateError(f"{path}: unknown file type; expected .jsonl, .json, .parquet, .csv (.jsonl/.json/.csv may be "
+                      ".gz-compressed), a directory of "
+                      "Parquet files, a datasets.save_to_disk directory or a Hugging Face dataset id")

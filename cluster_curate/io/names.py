@@ -1,0 +1,53 @@
+"""Every artifact and file name the tool writes or looks for, in one table (docs/architecture.md, "Artifacts").
+
+Light on purpose (no imports): the shard loader in a trainer imports it.
+"""
+
+from __future__ import annotations
+
+# artifact kinds, as recorded in the metadata's `kind`
+EMBEDDINGS, CLUSTERS, SELECTION = "embeddings", "clusters", "selection"
+SHARD = "shard"  # the kind in each shard file's metadata
+SHARD_MANIFEST_KIND = "shard-manifest"  # manifest.json's kind
+
+# the stages of `run`, in order; the artifact each one writes into `run --out DIR`, and that artifact's kind
+STAGES = ("embed", "cluster", "select", "shard")
+RUN_OUTPUTS = {"embed": "embeddings.parquet", "cluster": "clusters.parquet", "select": "selection.parquet",
+               "shard": "shards"}
+STAGE_KINDS = {"embed": EMBEDDINGS, "cluster": CLUSTERS, "select": SELECTION, "shard": SHARD_MANIFEST_KIND}
+# the same outputs by the name `report` gives them (a pipeline directory holds them under these names)
+PIPELINE_NAMES = {"embeddings": RUN_OUTPUTS["embed"], "clusters": RUN_OUTPUTS["cluster"],
+                  "selection": RUN_OUTPUTS["select"], "shards": RUN_OUTPUTS["shard"]}
+RUN_STATE = "run-state.json"
+
+# inside a shard directory
+MANIFEST = "manifest.json"
+LEFTOVER = "leftover_ids.txt"
+
+# sidecars: files beside an artifact, named by `sidecar_path(artifact, SUFFIX)` (c.parquet -> c.centroids.npy)
+CENTROIDS = "centroids.npy"
+TEXT_BASIS = "text.npz"
+TEXT_BASIS_KEY = "text.key"
+PROXY = "proxy"
+STAGING = "partial"
+REJECTS = "rejects.jsonl"
+
+# inside a part directory (an artifact written by several processes) and its staging directory
+STAGING_PLAN = "plan.json"
+
+
+def shard_file_name(index: int, num_shards: int) -> str:
+    """DIR/shard-00000-of-00004.parquet (5-digit indices)."""
+    return f"shard-{index:05d}-of-{num_shards:05d}.parquet"
+
+
+def part_file_name(worker: int, workers: int) -> str:
+    return f"part-{worker:05d}-of-{workers:05d}.parquet"
+
+
+def part_rejects_name(worker: int, workers: int) -> str:
+    return f"rejects-{worker:05d}-of-{workers:05d}.jsonl"
+
+
+def chunk_file_name(chunk: int) -> str:
+    return f"chunk-{chunk:06d}.parquet"

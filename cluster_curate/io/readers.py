@@ -1,0 +1,261 @@
+"""Typed readers of the artifacts (docs/architecture.md, "Artifacts"): each returns numpy arrays in id order
+with the checks done here once -- required columns present, no nulls, no repeated id, the kind expected --
+so that commands and stages receive aligned data and never look at files.
+
+    read_embeddings(path)            ids, [n, d] float32 matrix, meta
+    read_embedding_columns(path, ..) small per-row columns aligned with given ids
+    read_clusters(path)              ids, labels, similarity, k, groups, meta
+    read_selection(path)             ids, clusters, n_tokens, meta
+    read_centroids(path)             the [k, d] centroids beside a clusters artifact
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io import names
+from cluster_curate.io.artifacts import ArtifactMeta, artifact_files, artifact_schema, read_meta, read_parquet, \
+    sidecar_path
+
+
+def read_columns(path, columns) -> pa.Table:
+    """Some columns of every part of an artifact, joined in part order (no sort)."""
+    try:
+        tables = [read_parquet(f, columns) for f in artifact_files(path)]
+    except (pa.ArrowInvalid, OSError, KeyError) as e:
+        raise CurateError(f"{path}: cannot read columns {', '.join(columns)} ({e})") from None
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+
+
+def require_columns(path, wanted, found) -> None:
+    for col in wanted:
+        if col not in found:
+            raise CurateError(f"{path}: no '{col}' column (found {', '.join(found)})")
+
+
+def id_order(path, ids: np.ndarray) -> np.ndarray | None:
+    """The permutation that sorts `ids` (None when already strictly increasing); a repeated id is an error."""
+    if np.all(ids[1:] > ids[:-1]):
+        return None
+    order = np.argsort(ids, kind="stable")
+    s = ids[order]
+    dup = np.flatnonzero(s[1:] == s[:-1])
+    if len(dup):
+        raise CurateError(f"{path}: id {s[dup[0]]} appears more than once")
+    return order
+
+
+def align(sorted_ids: np.ndarray, wanted: np.ndarray, missing_message) -> np.ndarray | None:
+    """Positions in `sorted_ids` of every id of `wanted` (None when the two are equal). A wanted id that is
+    absent raises CurateError(missing_message(id))."""
+    if len(sorted_ids) == len(wanted) and np.array_equal(sorted_ids, wanted):
+        return None
+    pos = np.minimum(np.searchsorted(sorted_ids, wanted), len(sorted_ids) - 1)
+    missing = np.flatnonzero(sorted_ids[pos] != wanted)
+    if len(missing):
+        raise CurateError(missing_message(wanted[missing[0]]))
+    return pos
+
+
+# ----------------------------------------------------------------------------------------------- embeddings
+
+def read_embeddings(path, *, force: bool = False, batch_rows: int = 65536):
+    """The `embedding` column of an embeddings artifact as one [n, d] float32 matrix in id order, plus the
+    sorted ids and the artifact's meta. Memory: the matrix plus one batch (each batch's vectors are a view of
+    Arrow's buffer, copied once into place). Errors name the file and the first bad id."""
+    import pyarrow.parquet as pq
+
+    from cluster_curate.clustering import embedding_matrix
+
+    meta = read_meta(path, None if force else names.EMBEDDINGS)
+    files = artifact_files(path)
+    require_columns(path, ("id", "embedding"), artifact_schema(path).names)
+    file_ids = read_columns(path, ["id"]).column("id").to_numpy().astype(np.int64, copy=False)
+    n = len(file_ids)
+    if n == 0:
+        raise CurateError(f"{path}: empty artifact (no rows)")
+    order = id_order(path, file_ids)
+    if order is None:
+        ids, position = file_ids, None
+    else:
+        ids = file_ids[order]
+        position = np.empty(n, dtype=np.int64)
+        position[order] = np.arange(n)
+        del order
+    x = None
+    start = 0
+    first_bad, n_bad = None, 0
+    # Arrow holds about three batches while it decodes: keep a batch near 16 MB whatever the dimension, and
+    # read pages as needed rather than a whole row group at once (pre_buffer=False), so the memory beyond the
+    # matrix does not grow with the file
+    etype = artifact_schema(path).field("embedding").type
+    dim = etype.list_size if pa.types.is_fixed_size_list(etype) else 0
+    read_rows = max(1024, min(batch_rows, (16 << 20) // (4 * dim))) if dim else batch_rows
+    for f in files:
+        reader = pq.ParquetFile(f, pre_buffer=False, buffer_size=1 << 22)
+        for batch in reader.iter_batches(batch_size=read_rows, columns=["id", "embedding"]):
+            batch_ids = file_ids[start:start + batch.num_rows]
+            block = embedding_matrix(batch.column("embedding"), ids=batch_ids, name=f"{f}: embedding")
+            if x is None:
+                if block.shape[1] == 0:
+                    raise CurateError(f"{f}: embedding vectors are empty")
+                x = np.empty((n, block.shape[1]), dtype=np.float32)
+            elif block.shape[1] != x.shape[1]:
+                raise CurateError(f"{f}: embedding of id {batch_ids[0]} has {block.shape[1]} values, "
+                                  f"earlier rows have {x.shape[1]}")
+            bad = ~np.isfinite(block).all(axis=1)
+            if bad.any():
+                n_bad += int(bad.sum())
+                b = int(batch_ids[bad].min())
+                first_bad = b if first_bad is None else min(first_bad, b)
+            if position is None:
+                x[start:start + batch.num_rows] = block
+            else:
+                x[position[start:start + batch.num_rows]] = block
+            start += batch.num_rows
+    if first_bad is not None:
+        raise CurateError(f"{path}: embedding of id {first_bad} holds NaN or Inf"
+                          + (f" ({n_bad} such rows in all)" if n_bad > 1 else ""))
+    return ids, x, meta
+
+
+def read_embeddings_for(path, ids: np.ndarray, *, force: bool = False, what: str = ""):
+    """The feature rows of exactly `ids` (sorted), in that order."""
+    e_ids, x, _ = read_embeddings(path, force=force)
+    pos = align(e_ids, ids, lambda i: f"{path}: has no embedding for id {i}{what}")
+    return x if pos is None else x[pos]
+
+
+def read_embedding_columns(path, columns, ids):
+    """Small per-row columns (n_tokens, loss, ...) of an embeddings artifact, aligned with the sorted `ids`.
+    Returns {column: numpy array}; a column the artifact lacks is left out."""
+    present = [c for c in columns if c in artifact_schema(path).names]
+    if not present:
+        return {}
+    table = read_columns(path, ["id", *present])
+    e_ids = table.column("id").to_numpy()
+    order = None if np.all(e_ids[1:] > e_ids[:-1]) else np.argsort(e_ids, kind="stable")
+    if order is not None:
+        e_ids = e_ids[order]
+    pos = align(e_ids, ids, lambda i: f"{path}: has no row for id {i}")
+    take = order if pos is None else (pos if order is None else order[pos])
+    out = {}
+    for c in present:
+        values = table.column(c).to_numpy(zero_copy_only=False)  # nulls become NaN
+        out[c] = values if take is None else values[take]
+    return out
+
+
+def read_embedding_tokens(path, ids, force: bool = False):
+    """n_tokens per selected id (ids sorted) from an embeddings artifact: (tokens or None, meta)."""
+    meta = read_meta(path, None if force else names.EMBEDDINGS)
+    tokens = read_embedding_columns(path, ["n_tokens"], ids).get("n_tokens")
+    if tokens is None:
+        return None, meta
+    if tokens.dtype.kind == "f" and np.isnan(tokens).any():
+        raise CurateError(f"{path}: n_tokens is null for id {int(ids[np.isnan(tokens)][0])}")
+    return tokens.astype(np.int64), meta
+
+
+# ----------------------------------------------------------------------------------------------- clusters
+
+@dataclass
+class Clusters:
+    ids: np.ndarray          # int64, sorted
+    labels: np.ndarray       # cluster of each id, 0..k-1
+    similarity: np.ndarray | None  # cosine to its centroid
+    k: int
+    groups: np.ndarray | None  # group of each cluster (`cluster --groups`), or None
+    meta: ArtifactMeta
+
+
+def read_clusters(path, *, force: bool = False, need_similarity: str | None = None) -> Clusters:
+    """A clusters artifact in id order. need_similarity: the option that needs the similarity column (its
+    absence is then an error naming it)."""
+    meta = read_meta(path, None if force else names.CLUSTERS)
+    found = artifact_schema(path).names
+    require_columns(path, ("id", "cluster"), found)
+    if need_similarity and "similarity" not in found:
+        raise CurateError(f"{path}: {need_similarity} needs its 'similarity' column")
+    cols = ["id", "cluster"] + (["similarity"] if "similarity" in found else [])
+    table = read_columns(path, cols)
+    if table.num_rows == 0:
+        raise CurateError(f"{path}: empty artifact (no rows)")
+    for col in cols:
+        if table.column(col).null_count:
+            first = table.column(col).is_null().to_numpy(zero_copy_only=False).argmax()
+            raise CurateError(f"{path}: row {first} has no '{col}'")
+    ids = table.column("id").to_numpy()
+    labels = table.column("cluster").to_numpy()
+    sims = table.column("similarity").to_numpy() if "similarity" in cols else None
+    del table
+    order = id_order(path, ids)
+    if order is not None:
+        ids, labels = ids[order], labels[order]
+        sims = None if sims is None else sims[order]
+    k = int(meta.params.get("k") or (int(labels.max()) + 1))
+    if labels.min() < 0 or labels.max() >= k:
+        bad = int(np.flatnonzero((labels < 0) | (labels >= k))[0])
+        raise CurateError(f"{path}: cluster {labels[bad]} of id {ids[bad]} is not in 0..{k - 1}")
+    groups = meta.params.get("groups")
+    return Clusters(ids, labels, sims, k, None if groups is None else np.asarray(groups, dtype=np.int64), meta)
+
+
+def read_cluster_sizes(path, labels, force: bool = False) -> np.ndarray:
+    """Rows of each of `labels` in a clusters artifact (0 for a label it lacks)."""
+    from cluster_curate.io.artifacts import read_artifact
+    table, _ = read_artifact(path, kind=None if force else names.CLUSTERS, columns=["cluster"])
+    found, counts = np.unique(table.column("cluster").to_numpy(), return_counts=True)
+    lookup = dict(zip(found.tolist(), counts.tolist()))
+    return np.array([lookup.get(int(c), 0) for c in labels], dtype=np.int64)
+
+
+def read_centroids(clusters_path):
+    """The centroids saved beside a clusters artifact ([k, d] float32), read without pickle."""
+    p = sidecar_path(clusters_path, names.CENTROIDS)
+    if not p.exists():
+        raise CurateError(f"{clusters_path}: its centroids file {p} is missing")
+    try:
+        return np.load(p, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise CurateError(f"{p}: not a readable .npy array ({e})") from None
+
+
+# ----------------------------------------------------------------------------------------------- selection
+
+@dataclass
+class Selection:
+    ids: np.ndarray          # int64, sorted (a canonical order: the plan does not depend on the file's)
+    clusters: np.ndarray     # int64 cluster of each id
+    n_tokens: np.ndarray | None  # int64, when the selection has a complete n_tokens column
+    meta: ArtifactMeta
+
+
+def read_selection(path, *, force: bool = False) -> Selection:
+    from cluster_curate.io.artifacts import read_artifact
+    meta = read_meta(path, None if force else names.SELECTION)
+    table, _ = read_artifact(path)
+    for col in ("id", "cluster"):
+        if col not in table.column_names:
+            raise CurateError(f"{path}: no '{col}' column (is it a selection artifact?)")
+        if table.column(col).null_count:
+            raise CurateError(f"{path}: column '{col}' has null values")
+    ids = table.column("id").to_numpy().astype(np.int64)
+    clusters = table.column("cluster").to_numpy().astype(np.int64)
+    if ids.size == 0:
+        raise CurateError(f"{path}: the selection is empty")
+    if ids.min() < 0:
+        raise CurateError(f"{path}: negative id {int(ids.min())}")
+    uniq, first = np.unique(ids, return_index=True)
+    if uniq.size != ids.size:
+        dup = np.setdiff1d(np.arange(ids.size), first)[0]
+        raise CurateError(f"{path}: id {int(ids[dup])} is selected twice (row {int(dup)})")
+    order = np.argsort(ids)
+    tokens = None
+    if "n_tokens" in table.column_names and table.column("n_tokens").null_count == 0:
+        tokens = table.column("n_tokens").to_numpy().astype(np.int64)[order]
+    return Selection(ids[order], clusters[order], tokens, meta)

@@ -1,0 +1,143 @@
+"""The one place files are written (docs/architecture.md, "Writing"): every artifact, sidecar, manifest and
+part goes through these functions, so every write is atomic (a temporary file in the same directory, then a
+rename), an existing output is replaced only when asked, and the metadata is attached in one way.
+
+A directory output (the shards) is built in a hidden temporary directory beside it and swapped into place
+whole (`staged_directory`): a reader sees the old directory or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cluster_curate.io.artifacts import META_KEY, ArtifactMeta, check_writable, json_default
+
+
+def with_meta(table: pa.Table, meta: ArtifactMeta) -> pa.Table:
+    """`table` carrying the artifact metadata (key META_KEY), other schema metadata kept."""
+    existing = dict(table.schema.metadata or {})
+    existing[META_KEY] = meta.to_json().encode()
+    return table.replace_schema_metadata(existing)
+
+
+def file_metadata(meta: ArtifactMeta) -> dict[bytes, bytes]:
+    return {META_KEY: meta.to_json().encode()}
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj, *, indent: int | None = 2, sort_keys: bool = False,
+               newline: bool = True) -> None:
+    """Atomically write `obj` as JSON (numpy values converted)."""
+    text = json.dumps(obj, indent=indent, sort_keys=sort_keys, default=json_default)
+    atomic_write_bytes(path, (text + ("\n" if newline else "")).encode())
+
+
+def write_lines(path: str | os.PathLike, lines) -> None:
+    atomic_write_bytes(path, "".join(f"{line}\n" for line in lines).encode())
+
+
+def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> None:
+    """Write a Parquet file through a temporary file in the same directory, then rename it into place."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, **kwargs)
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def parquet_stream(path: str | os.PathLike, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
+    """A ParquetWriter on a temporary file that becomes `path` when the block ends without an error (tables
+    written in pieces, memory one piece). A directory at `path` (a former part artifact) is replaced."""
+    target = Path(path)
+    if target.is_dir():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            yield writer
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_artifact(table: pa.Table, path: str | os.PathLike, meta: ArtifactMeta, *, overwrite: bool = False) -> ArtifactMeta:
+    """Write `table` as a single-file artifact carrying `meta`; returns the meta with `rows` filled in."""
+    check_writable(path, overwrite)
+    meta.rows = table.num_rows
+    p = Path(path)
+    if p.is_dir():  # replacing a part-file artifact with a single file
+        shutil.rmtree(p)
+    write_parquet_atomic(with_meta(table, meta), p)
+    return meta
+
+
+def write_part(table: pa.Table, directory: str | os.PathLike, name: str, meta: ArtifactMeta) -> Path:
+    """Write one part file of a directory artifact (each part carries the artifact's metadata)."""
+    p = Path(directory) / name
+    write_parquet_atomic(with_meta(table, meta), p)
+    return p
+
+
+def npy_bytes(array) -> bytes:
+    import io
+
+    import numpy as np
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+@contextmanager
+def staged_directory(out: str | os.PathLike, *, public_files: tuple[str, ...] = ()) -> Iterator[Path]:
+    """Build a directory output in a temporary directory beside `out`; on success it replaces `out` (an
+    existing one only goes once the new one is complete), on an error it is removed. `public_files` (and the
+    directory) get the umask's permissions: mkdtemp/mkstemp make private files, and outputs are for the job."""
+    out_dir = Path(out)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    try:
+        yield work
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(work, 0o777 & ~umask)
+        for f in public_files:
+            os.chmod(work / f, 0o666 & ~umask)
+        if out_dir.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+            os.replace(out_dir, trash / "old")
+            os.replace(work, out_dir)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(work, out_dir)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise

@@ -1,0 +1,174 @@
+"""One declaration per option (docs/architecture.md, "Options").
+
+Each command module declares its options once, as a tuple of `Option`s: name, type, default, choices (taken
+from the stage's own registry or constants), help. From that one declaration come the click options of the
+CLI (cli.py), the options `run` takes and passes to each stage, the defaults and checks of the Python API
+(`resolve`), and the options that decide `run`'s up-to-date check. A command then reads `opts["name"]`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from cluster_curate.errors import CurateError
+
+_UNSET = object()
+
+
+def lazy(module: str, name: str) -> Callable[[], Any]:
+    """A callable returning `module.name` when called: choices and versions read from a stage's module
+    without importing it when the declaration is made (the CLI starts faster)."""
+    def get():
+        import importlib
+        return getattr(importlib.import_module(module), name)
+    return get
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str                       # the keyword of the Python API (and the click parameter name)
+    type: Any = None                # a Python type or a click ParamType; None: str
+    default: Any = None
+    help: str | Callable[[], str] = ""
+    flags: tuple[str, ...] = ()     # CLI spellings; default ("--name-with-dashes",)
+    choices: Sequence[str] | Callable[[], Sequence[str]] | None = None  # a callable: a registry's names
+    is_flag: bool = False
+    negatable: bool = False         # --x/--no-x (default may then be None: "decided by the command")
+    shown_default: Any = _UNSET     # the effective default to show in --help when `default` is None
+    show_default: bool = False
+    required: bool = False
+    metavar: str | None = None
+    run: bool = True                # `run` takes it and passes it to this stage
+    deprecated: tuple[tuple[str, ...], ...] = ()  # old spellings kept for one release (they warn)
+
+    @property
+    def cli_flags(self) -> tuple[str, ...]:
+        return self.flags or ("--" + self.name.replace("_", "-"),)
+
+    def choice_list(self) -> list[str] | None:
+        if self.choices is None:
+            return None
+        return list(self.choices() if callable(self.choices) else self.choices)
+
+    def full_help(self) -> str:
+        text = self.help() if callable(self.help) else self.help  # a callable: text from a registry
+        if self.shown_default is _UNSET:
+            return text
+        return f"{text}  [default: {self.shown_default}]"
+
+    def check(self, value):
+        """The Python API's check of a value (the CLI's click types already did it)."""
+        choices = self.choice_list()
+        if choices is not None and value is not None and value not in choices:
+            flag = self.cli_flags[0]
+            raise CurateError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Argument:
+    name: str
+    help: str = ""
+    nargs: int = 1
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A command: its Python function, its declared inputs and options, and how its result is printed."""
+    name: str
+    function: Callable[..., Any]                 # the Python API: function(*arguments, **options)
+    arguments: tuple[Argument, ...]
+    options: tuple[Option, ...]
+    render: Callable[[Any], None]                # prints the result (console.summary) for the CLI
+    short_help: str = ""
+    help: str = ""
+    extra: dict = field(default_factory=dict)    # keyword -> callable: values the CLI passes besides options
+    algorithm: Callable[[], int] | None = None   # the stage's ALGORITHM_VERSION (for `run`'s up-to-date check)
+
+    def option(self, name: str) -> Option:
+        return next(o for o in self.options if o.name == name)
+
+
+def resolve(options: Sequence[Option], given: dict, command: str) -> dict:
+    """`given` completed with the declared defaults; an unknown name is an error naming the known ones."""
+    known = {o.name: o for o in options}
+    for old, new in _deprecated_names(options).items():
+        if old in given:
+            warnings.warn(f"{command}: {old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+            given = {(new if k == old else k): v for k, v in given.items()}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise CurateError(f"{command}: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return {name: o.check(given.get(name, o.default)) for name, o in known.items()}
+
+
+def _deprecated_names(options: Sequence[Option]) -> dict[str, str]:
+    out = {}
+    for o in options:
+        for spelling in o.deprecated:
+            out[spelling[0].lstrip("-").replace("-", "_")] = o.name
+    return out
+
+
+def run_options(spec: CommandSpec) -> list[Option]:
+    """The options of `spec` that `run` takes for it."""
+    return [o for o in spec.options if o.run]
+
+
+class CountOrWord:
+    """A positive count (of `what`), or one of a few words: --k N|auto, --groups G|auto|none (a click type)."""
+
+    def __new__(cls, what: str, words: tuple[str, ...]):
+        import click
+
+        class _CountOrWord(click.ParamType):
+            name = "|".join(("N",) + words)
+
+            def convert(self, value, param, ctx):
+                if isinstance(value, int):
+                    return value
+                if str(value).lower() in words:
+                    return str(value).lower()
+                try:
+                    n = int(value)
+                except ValueError:
+                    quoted = [repr(w) for w in words]
+                    choices = ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
+                    self.fail(f"expected a number of {what}{',' if len(quoted) > 1 else ' or'} {choices}, "
+                              f"got {value!r}", param, ctx)
+                if n < 1:
+                    self.fail(f"must be >= 1, got {n}", param, ctx)
+                return n
+
+        return _CountOrWord()
+
+
+def _formats():
+    return ["auto", *lazy("cluster_curate.io.formats", "FORMATS")()]
+
+
+# How to read a raw dataset: shared by inspect, embed, shard and run (folded into one ReadOptions).
+DATASET_OPTIONS = (
+    Option("fmt", flags=("--format",), choices=_formats, help="Record format (default: detected from the fields)."),
+    Option("prompt_field", help="Field holding the prompt (overrides the format's)."),
+    Option("response_field", help="Field holding the response (overrides the format's)."),
+    Option("on_bad_row", default="error", choices=("error", "skip"), show_default=True,
+           help="Stop at the first bad row, or skip bad rows (counted, and written to a rejects JSONL)."),
+)
+
+# Every command that writes an artifact. `run` has its own (it passes --force on and decides --overwrite).
+OUTPUT_OPTIONS = (
+    Option("overwrite", is_flag=True, default=False, run=False, help="Replace the output if it exists."),
+    Option("force", is_flag=True, default=False, run=False,
+           help="Use inputs even if they come from different datasets or are of an unexpected kind."),
+)
+
+
+def read_options(opts: dict):
+    """The ReadOptions of DATASET_OPTIONS' values."""
+    from cluster_curate.io.datasets import ReadOptions
+    fmt = opts.get("fmt")
+    return ReadOptions(format=None if fmt in (None, "auto") else fmt, prompt_field=opts.get("prompt_field"),
+                       response_field=opts.get("response_field"), on_bad_row=opts.get("on_bad_row") or "error")

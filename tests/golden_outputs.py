@@ -1,0 +1,207 @@
+"""Golden outputs of the pipeline: the artifacts and `--json` summaries of the demo pipeline and of `run` on
+every fixture format, reduced to a canonical form and compared with tests/golden/outputs.json.
+
+The canonical form drops what may change without a change of behaviour: the tool version recorded in
+metadata, timings (`*seconds*`, rates), the shard files' byte hashes in the manifest (they cover the version
+in each file's footer; the shards themselves are compared by content). Everything else -- every value of
+every column, every metadata field, fingerprints included -- must stay identical. Each scenario runs in a
+fresh interpreter with one BLAS/OpenMP thread (ENV): k-means' float sums depend on the thread count, and on
+the CPU's BLAS kernels, so a machine of another kind may need its own regeneration before a refactor.
+
+When a default or an algorithm changes on purpose, regenerate and review the diff of the JSON file:
+
+    .venv/bin/python tests/golden_outputs.py --regenerate
+    git diff tests/golden/outputs.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden" / "outputs.json"
+SHARD = ["--num-shards", "4", "--micro-batch-size", "2"]
+
+# (name, data relative to the repository, extra `run` options). Each fixture format once; the options vary
+# so that most stage options are exercised by some scenario.
+RUNS = [
+    ("gsm8k-jsonl", "fixtures/gsm8k/train-300.jsonl", ["--fraction", "0.31", *SHARD]),
+    ("gsm8k-csv", "fixtures/gsm8k/train-300.csv",
+     ["--budget", "50", "--within", "far", "--remainder", "wrap", "--k", "8", *SHARD]),
+    ("gsm8k-parquet", "fixtures/gsm8k/train-300.parquet",
+     ["--per-cluster-ratio", "0.5", "--k", "4", "--groups", "none", "--max-size-factor", "1.5",
+      "--allocation", "paper", "--num-shards", "4", "--micro-batch-size", "2"]),
+    ("alpaca-json", "fixtures/code_alpaca/code_alpaca-300.json",
+     ["--fraction", "0.31", "--within", "diverse", "--dedup", "0.9", "--balance", "padded", *SHARD]),
+    ("alpaca-by-id", "fixtures/code_alpaca/code_alpaca-300-by-id.json",
+     ["--fraction", "0.4", "--balance-power", "0.5", "--weights", "none", "--text-weighting", "tfidf",
+      "--dim", "64", *SHARD]),
+    ("alpaca-response-jsonl", "fixtures/code_alpaca/code_alpaca-300-response.jsonl",
+     ["--fraction", "0.31", "--within", "near", "--center", "--text-field", "both", "--allocation", "random",
+      *SHARD]),
+    ("alpaca-hf", "fixtures/code_alpaca/code_alpaca-300.hf",
+     ["--fraction", "0.31", "--groups", "3", "--split-mixed", "--length-window", "0", *SHARD]),
+    ("alpaca-parquet-dir", "fixtures/code_alpaca/code_alpaca-300.parquet.d",
+     ["--fraction", "0.31", "--group-cut", "pair", "--seed", "3", *SHARD]),
+    ("prompt-completion", "fixtures/code_alpaca/prompt-completion-300.jsonl", ["--fraction", "0.31", *SHARD]),
+    ("messages", "fixtures/chat/messages-300.jsonl", ["--fraction", "0.31", "--iters", "5", *SHARD]),
+    ("sharegpt", "fixtures/chat/sharegpt-300.json", ["--fraction", "0.31", "--text-sample", "100", *SHARD]),
+]
+
+DEMO_DATA = "fixtures/gsm8k/train-300.jsonl"
+
+
+def demo_commands(out: str = "demo") -> list[list[str]]:
+    """The Makefile's demo pipeline, stage by stage (its default options)."""
+    return [
+        ["embed", DEMO_DATA, "--out", f"{out}/embeddings.parquet"],
+        ["cluster", f"{out}/embeddings.parquet", "--out", f"{out}/clusters.parquet"],
+        ["select", f"{out}/clusters.parquet", "--out", f"{out}/selection.parquet", "--fraction", "0.31"],
+        ["shard", f"{out}/selection.parquet", "--data", DEMO_DATA, "--out", f"{out}/shards", *SHARD],
+    ]
+
+
+def parts_commands(out: str = "parts") -> list[list[str]]:
+    """`embed` as a job array of two pieces writing one part directory, then the rest on that directory."""
+    data = "fixtures/gsm8k/train-300.jsonl"
+    pieces = [["embed", data, "--out", f"{out}/emb", "--commit-every", "128", "--num-shards", "2",
+               "--shard-index", str(i)] for i in (0, 1)]
+    return pieces + [
+        ["cluster", f"{out}/emb", "--out", f"{out}/clusters.parquet", "--k", "6"],
+        ["select", f"{out}/clusters.parquet", "--out", f"{out}/selection.parquet", "--fraction", "0.2"],
+        ["shard", f"{out}/selection.parquet", "--data", data, "--out", f"{out}/shards", "--num-shards", "3"],
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- canonical form
+
+_DROP_KEYS = ("seconds", "rows_per_s", "tokens_per_s")
+
+
+def normalise(obj, *, drop_version: bool = True):
+    """JSON data without timings and the tool version (see the module docstring)."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if any(d in k for d in _DROP_KEYS) or (drop_version and k == "version") or k == "sha256":
+                continue
+            out[k] = normalise(v, drop_version=drop_version)
+        return out
+    if isinstance(obj, list):
+        return [normalise(v, drop_version=drop_version) for v in obj]
+    return obj
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:24]
+
+
+def _parquet_form(path: Path) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    table = f.read()
+    meta = dict(table.schema.metadata or {})
+    ours = meta.pop(b"cluster_curate", None)
+    sink = io.BytesIO()
+    plain = table.replace_schema_metadata(None)
+    with pa.ipc.new_stream(sink, plain.schema) as w:
+        w.write_table(plain)
+    return {"rows": table.num_rows, "row_groups": f.num_row_groups, "schema": str(plain.schema),
+            "other_metadata": sorted(k.decode() for k in meta),
+            "meta": normalise(json.loads(ours)) if ours else None, "data": _digest(sink.getvalue())}
+
+
+def file_form(path: Path):
+    if path.suffix == ".parquet":
+        return _parquet_form(path)
+    if path.suffix == ".json":
+        return normalise(json.loads(path.read_text()))
+    if path.suffix == ".npz":  # a zip: its entries carry write times
+        import numpy as np
+        with np.load(path, allow_pickle=False) as z:
+            return {k: _digest(z[k].tobytes()) + f" {z[k].dtype} {z[k].shape}" for k in sorted(z.files)}
+    return _digest(path.read_bytes())
+
+
+def tree_form(directory: Path) -> dict:
+    return {str(p.relative_to(directory)): file_form(p) for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+def _invoke(args: list[str]) -> dict:
+    from click.testing import CliRunner
+
+    from cluster_curate.cli import main
+    result = CliRunner().invoke(main, [*args, "--json"])
+    if result.exit_code != 0:
+        raise AssertionError(f"cluster-curate {' '.join(args)} failed ({result.exit_code}): {result.output}"
+                             f"{result.exception!r}")
+    return normalise(json.loads(result.stdout))
+
+
+def scenario(name: str, workdir: Path) -> dict:
+    """Run one scenario in `workdir` (which gets a link to the fixtures, so every recorded path is relative)."""
+    cwd = os.getcwd()
+    workdir.mkdir(parents=True, exist_ok=True)
+    if not (workdir / "fixtures").exists():
+        (workdir / "fixtures").symlink_to(ROOT / "fixtures", target_is_directory=True)
+    os.chdir(workdir)
+    try:
+        if name == "demo":
+            summaries = [_invoke(c) for c in demo_commands()]
+            return {"summaries": summaries, "files": tree_form(workdir / "demo")}
+        if name == "parts":
+            summaries = [_invoke(c) for c in parts_commands()]
+            return {"summaries": summaries, "files": tree_form(workdir / "parts")}
+        _, data, extra = next(r for r in RUNS if r[0] == name)
+        first = _invoke(["run", data, "--out", name, *extra])
+        again = _invoke(["run", data, "--out", name, *extra])
+        return {"summaries": [first, again["stages"]], "files": tree_form(workdir / name)}
+    finally:
+        os.chdir(cwd)
+
+
+SCENARIOS = ["demo", "parts", *(r[0] for r in RUNS)]
+# one BLAS / OpenMP thread, whatever the caller's environment: k-means' float sums depend on the thread count
+ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+       "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def scenario_in_subprocess(name: str, workdir: Path) -> dict:
+    """`scenario` in a fresh interpreter with the thread settings of ENV."""
+    import subprocess
+    env = dict(os.environ, **ENV, PYTHONHASHSEED="0")
+    proc = subprocess.run([sys.executable, str(Path(__file__)), "--scenario", name, str(workdir)], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"golden scenario {name} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout)
+
+
+def regenerate() -> None:
+    import tempfile
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in SCENARIOS:
+            results[name] = scenario_in_subprocess(name, Path(tmp) / name)
+            print(f"recorded {name}", file=sys.stderr)
+    GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+    GOLDEN.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--scenario"]:
+        sys.path.insert(0, str(ROOT))
+        print(json.dumps(scenario(sys.argv[2], Path(sys.argv[3])), sort_keys=True))
+    elif sys.argv[1:] == ["--regenerate"]:
+        regenerate()
+    else:
+        sys.exit("usage: python tests/golden_outputs.py --regenerate")

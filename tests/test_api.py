@@ -1,0 +1,70 @@
+"""The Python API and the option declarations: `cluster_curate.run` is the CLI's `run` without click, each
+option has one declaration (CLI, run, Python API), deprecated spellings still work and warn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import cluster_curate as cc
+from cluster_curate.cli import main
+from cluster_curate.errors import CurateError
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "fixtures" / "gsm8k" / "train-300.jsonl"
+OPTS = {"dim": 32, "k": 8, "fraction": 0.31, "num_shards": 2, "micro_batch_size": 2}
+
+
+def test_python_run_equals_the_cli_run(cli_runner, tmp_path):
+    from cluster_curate import console
+    console.configure(quiet=True)
+    result = cc.run(str(DATA), str(tmp_path / "api"), **OPTS)
+    assert [s["status"] for s in result["stages"]] == ["ran"] * 4
+    args = [a for k, v in OPTS.items() for a in (f"--{k.replace('_', '-')}", str(v))]
+    cli = cli_runner.invoke(main, ["run", str(DATA), "--out", str(tmp_path / "cli"), *args, "--json"])
+    assert cli.exit_code == 0, cli.output
+    # the same options, defaults included, so the same up-to-date requests and output fingerprints
+    api_state = json.loads((tmp_path / "api" / "run-state.json").read_text())
+    assert api_state == json.loads((tmp_path / "cli" / "run-state.json").read_text())
+    again = cc.run(str(DATA), str(tmp_path / "api"), **OPTS)
+    assert [s["status"] for s in again["stages"]] == ["up to date"] * 4
+
+
+def test_python_api_rejects_an_unknown_option(tmp_path):
+    with pytest.raises(CurateError, match="unknown option.*fractoin"):
+        cc.select(str(tmp_path / "c.parquet"), str(tmp_path / "s.parquet"), fractoin=0.3)
+    with pytest.raises(CurateError, match="--within must be one of random, far"):
+        cc.select(str(tmp_path / "c.parquet"), str(tmp_path / "s.parquet"), fraction=0.3, within="sideways")
+
+
+def test_deprecated_embed_spelling_warns_and_means_num_parts(cli_runner, tmp_path):
+    new = cli_runner.invoke(main, ["embed", str(DATA), "--out", str(tmp_path / "new"), "--dim", "16",
+                                   "--num-parts", "2", "--part-index", "1", "--json"])
+    old = cli_runner.invoke(main, ["embed", str(DATA), "--out", str(tmp_path / "old"), "--dim", "16",
+                                   "--num-shards", "2", "--shard-index", "1", "--json"])
+    assert new.exit_code == 0 and old.exit_code == 0, old.output
+    assert "--num-shards is deprecated" in old.stderr and "--shard-index is deprecated" in old.stderr
+    assert "deprecated" not in new.stderr
+    assert json.loads(old.stdout)["process"] == json.loads(new.stdout)["process"] == "piece 1/2"
+    assert sorted(p.name for p in (tmp_path / "old").iterdir()) == sorted(p.name for p in (tmp_path / "new").iterdir())
+
+
+def test_cli_choices_come_from_the_registries():
+    from cluster_curate.features.embed import FEATURE_KINDS
+    from cluster_curate.io.formats import FORMATS
+    from cluster_curate.selection import WITHIN_ORDERS
+    from cluster_curate.sharding import ALLOCATIONS
+
+    def choices(command, name):
+        param = next(p for p in main.commands[command].params if p.name == name)
+        return tuple(param.type.choices)
+
+    assert choices("select", "within") == WITHIN_ORDERS == choices("run", "within")
+    assert choices("shard", "allocation") == ALLOCATIONS
+    assert choices("inspect", "fmt") == ("auto", *FORMATS)
+    assert set(FEATURE_KINDS.names) == {"gradient", "lora-gradient", "hidden", "loss-trajectory", "text"}
+    # run takes shard's --num-shards (ranks), not embed's job-array pieces
+    run_names = {p.name for p in main.commands["run"].params}
+    assert "num_shards" in run_names and "num_parts" not in run_names and "part_index" not in run_names
