@@ -101,8 +101,12 @@ def main(argv=None):
                     path = vdir / "runs" / f"{name}-s{seed}-e{a.epochs}-{digest}.json"
                     plan.append((inst_seed, variant, name, seed, path, cheap))
                     if not path.exists():
-                        jobs.append((path, (str(vdir), sel, seed, a.epochs, "final" if variant == "worked"
-                                            else "exact")))
+                        order = (seed, name == "full", inst_seed, variant, names.index(name))
+                        jobs.append((order, path, (str(vdir), sel, seed, a.epochs, "final" if variant == "worked"
+                                                   else "exact")))
+    # seed by seed, the full-data runs (the longest) after the 31% runs: a run stopped by --time-limit leaves
+    # whole comparisons on as many instances as it reached
+    jobs = [j[1:] for j in sorted(jobs, key=lambda j: j[0])]
     print(f"{len(jobs)} training runs to do, {len(plan) - len(jobs)} cached", flush=True)
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=a.jobs) as ex:
