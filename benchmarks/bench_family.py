@@ -92,14 +92,14 @@ def mech_hkm(x, seed, inst, ratio=1.0, nested=False):
 
 # ============================================================================================ feature prototypes
 
-def context_weighted(prompts: list[str], keep_numbers: bool = False, dim: int = 256, power: float = 1.0,
-                     first_pass: np.ndarray | None = None):
+def context_weighted(prompts: list[str], dim: int = 256, first_pass: np.ndarray | None = None):
     """Prototype of a text feature that weighs the words that say which kind a prompt is above the slot
     fillers (topic nouns, frame words, operands): a term's weight is 1 - cos(its context, the global context),
     where its context is the sum of the (unit) term vectors of the rows that hold it. A noun that goes with
     every kind of request has the global context (weight ~0); "ten" in "add ten" goes with one request.
-    Terms: word unigrams + bigrams of the lower-cased prompt; numbers masked unless keep_numbers (then a number
-    is a term of its own as well as numtok)."""
+    With first_pass (cluster labels), a term's weight is instead 1 - its normalised entropy over those clusters
+    (each cluster by its own rate of the term). Terms: word unigrams + bigrams of the lower-cased prompt,
+    numbers masked as the tool's text feature masks them."""
     import re
 
     from scipy import sparse
@@ -113,9 +113,6 @@ def context_weighted(prompts: list[str], keep_numbers: bool = False, dim: int = 
         p = p.lower()
         words = word.findall(mask_numbers(p))
         terms = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
-        if keep_numbers:
-            nums = re.findall(r"\d+", p)
-            terms += [f"#{n}" for n in nums]
         for t in set(terms):
             indices.append(vocab.setdefault(t, len(vocab)))
         indptr.append(len(indices))
@@ -131,7 +128,7 @@ def context_weighted(prompts: list[str], keep_numbers: bool = False, dim: int = 
         rate = (sparse.diags(1 / np.maximum(sizes, 1)) @ (onehot @ x)).toarray()  # [k, V]
         r = rate / np.maximum(rate.sum(0, keepdims=True), 1e-12)
         ent = -(np.where(r > 0, r * np.log(np.maximum(r, 1e-300)), 0.0)).sum(0)
-        w = np.clip(1.0 - ent / np.log(max(k, 2)), 0.0, 1.0) ** power
+        w = np.clip(1.0 - ent / np.log(max(k, 2)), 0.0, 1.0)
     else:
         norms = np.sqrt(np.asarray(x.sum(1)).ravel())
         xn = sparse.diags(1 / np.maximum(norms, 1e-12)) @ x
@@ -139,7 +136,7 @@ def context_weighted(prompts: list[str], keep_numbers: bool = False, dim: int = 
         np.fill_diagonal(ctx, 0.0)
         g = np.asarray(xn.sum(0)).ravel()
         cos = ctx @ g / (np.linalg.norm(ctx, axis=1) * np.linalg.norm(g) + 1e-12)
-        w = np.clip(1.0 - cos, 0.0, 1.0) ** power
+        w = np.clip(1.0 - cos, 0.0, 1.0)
     xw = x @ sparse.diags(w)
     rn = np.sqrt(np.asarray(xw.multiply(xw).sum(1)).ravel())
     xw = sparse.diags(1 / np.maximum(rn, 1e-12)) @ xw
@@ -164,12 +161,7 @@ def tool_feature(inst_dir: Path, args: list[str]) -> np.ndarray:
 FEATURES = {  # name -> fn(prompts, the tool's text feature rows, instance directory)
     "tfidf": lambda prompts, x, d: tool_feature(d, ["--text-weighting", "tfidf"]),
     "ctx": lambda prompts, x, d: context_weighted(prompts),
-    "ctxnum": lambda prompts, x, d: context_weighted(prompts, keep_numbers=True),
     "spread": lambda prompts, x, d: context_weighted(prompts, first_pass=kmeans_split(x, 0).labels),
-    "spreadnum": lambda prompts, x, d: context_weighted(prompts, keep_numbers=True,
-                                                     first_pass=kmeans_split(x, 0).labels),
-    "spreadnum2": lambda prompts, x, d: context_weighted(prompts, keep_numbers=True, power=2.0,
-                                                      first_pass=kmeans_split(x, 0).labels),
 }
 
 def relative_groups(centroids: np.ndarray, tightness: np.ndarray) -> np.ndarray:
@@ -234,13 +226,11 @@ MECHANISMS = {
     "nosplit": mech_nosplit,
     "hkm": mech_hkm,
     "hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0),
-    "local": mech_local,  # cut relative to each pair's own pair similarity (--group-cut local)
+    "local": mech_local,  # cut relative to each pair of clusters' own pair similarity
     "local-row": lambda x, s, i: mech_local(x, s, i, power=1.0),  # ... relative to its row similarity
     "nested": mech_nested,
     "nested-hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0, nested=True),
-    "nested-hkm": lambda x, s, i: mech_hkm(x, s, i, ratio=1.0, nested=True),  # pair-cut groups, then row-cut groups inside them, then clusters
     "local3": lambda x, s, i: mech_local(x, s, i, power=3.0),
-    "local4": lambda x, s, i: mech_local(x, s, i, power=4.0),
 }
 
 
@@ -358,6 +348,7 @@ def main(argv=None):
     ap.add_argument("--check-cli", type=int, default=2, help="instances whose default is checked against the CLI")
     ap.add_argument("--work", default=str(common.ROOT / "out" / "family"))
     ap.add_argument("--results", default=None, help="where the tables go (default benchmarks/results)")
+    ap.add_argument("--name", default=None, help="results file stem (default family_<split>)")
     ap.add_argument("--real", action="store_true", help="the real-data check of the mechanisms instead "
                     "(GSM8K + Code Alpaca: share of the rare source kept; writes family_real.md)")
     a = ap.parse_args(argv)
@@ -434,7 +425,7 @@ def main(argv=None):
             f"{r['metrics'][m]['coverage']:.3f} / {r['metrics'][m]['worst']:.2f} / {r['metrics'][m]['dominant']:.2f}"
             f" / {r['metrics'][m]['twin']:.2f}" for m in names) + " |")
     lines += ["", f"Wall time {time.perf_counter() - t0:.0f} s."]
-    common.write_results(f"family_{a.split}", lines, {"summary": summary, "instances": per_instance,
+    common.write_results(a.name or f"family_{a.split}", lines, {"summary": summary, "instances": per_instance,
                                                       "commands": log[:4]}, argv, a.results)
 
 
