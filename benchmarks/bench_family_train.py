@@ -49,13 +49,14 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int) -> list
     return sorted(ids[BF.select(clusters, ids, budget, seed, groups)].tolist())
 
 
-def train_one(inst_dir: str, ids: list[int], seed: int, epochs: int, score: str) -> dict:
+def train_one(inst_dir: str, ids: list[int], seed: int, epochs: int, score: str, device: str = "cpu") -> dict:
     rows = train_eval.load_rows(Path(inst_dir) / "train.jsonl", "skill")
     test = train_eval.load_rows(Path(inst_dir) / "test.jsonl", "skill")
     keep = set(ids)
     train = [r for r in rows if r.id in keep]
-    res = train_eval.run(train, test, rows + test, train_eval.TrainConfig(epochs=epochs, seed=seed), score=score)
-    return {k: res[k] for k in ("macro", "worst", "per_skill", "final_train_loss", "train_seconds", "rows")}
+    res = train_eval.run(train, test, rows + test, train_eval.TrainConfig(epochs=epochs, seed=seed, device=device),
+                         score=score)
+    return {k: res[k] for k in ("macro", "worst", "per_skill", "final_train_loss", "train_seconds", "rows", "device")}
 
 
 def main(argv=None):
@@ -67,7 +68,8 @@ def main(argv=None):
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--epochs", type=int, default=80)
     ap.add_argument("--test-per-skill", type=int, default=50)
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="training runs in parallel (1 thread each on a CPU)")
+    ap.add_argument("--train-device", default="cpu", help="cpu, or cuda (the same float32 recipe)")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds after which no new run starts")
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 instance, short, 2 epochs, 5 test rows/skill")
     ap.add_argument("--work", default=str(common.ROOT / "out" / "family-train"))
@@ -103,7 +105,7 @@ def main(argv=None):
                     if not path.exists():
                         order = (seed, name == "full", inst_seed, variant, names.index(name))
                         jobs.append((order, path, (str(vdir), sel, seed, a.epochs, "final" if variant == "worked"
-                                                   else "exact")))
+                                                   else "exact", a.train_device)))
     # seed by seed, the full-data runs (the longest) after the 31% runs: a run stopped by --time-limit leaves
     # whole comparisons on as many instances as it reached
     jobs = [j[1:] for j in sorted(jobs, key=lambda j: j[0])]
