@@ -56,7 +56,8 @@ def train_one(inst_dir: str, ids: list[int], seed: int, epochs: int, score: str,
     train = [r for r in rows if r.id in keep]
     res = train_eval.run(train, test, rows + test, train_eval.TrainConfig(epochs=epochs, seed=seed, device=device),
                          score=score)
-    return {k: res[k] for k in ("macro", "worst", "per_skill", "final_train_loss", "train_seconds", "rows", "device")}
+    keep = ("macro", "worst", "per_skill", "final_train_loss", "train_seconds", "rows", "device")
+    return {k: res[k] for k in keep}
 
 
 def main(argv=None):
