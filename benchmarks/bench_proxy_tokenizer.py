@@ -68,7 +68,7 @@ def main() -> None:
                 raise SystemExit(res.stderr[-2000:])
             s = json.loads(res.stdout.strip().splitlines()[-1])
             from cluster_curate.features.models import encode_examples
-            from cluster_curate.features.proxy import load_proxy_gpt
+            from cluster_curate.io.proxy_store import load_proxy_gpt
             from cluster_curate.io.artifacts import read_artifact
             from cluster_curate.io.datasets import open_dataset
             table, _ = read_artifact(out)

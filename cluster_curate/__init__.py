@@ -9,6 +9,8 @@ The Python API (the CLI is a thin layer over it; options are the CLI's, spelled 
     cc.select("clusters.parquet", "sel.parquet", fraction=0.31)
     cc.shard("sel.parquet", "train.jsonl", "shards/", num_shards=8)   # -> manifest
     cc.inspect("train.jsonl"); cc.report(["curated/"])
+    cc.export("shards/", trainer="hf", out="export-hf/")        # the plan in the layout a trainer deals
+    cc.verify("shards/", log="consumed/")                       # -> {"ok": ..., "problems": [...], ...}
 
 Importing the package stays light (a trainer imports cluster_curate.loader): the functions load on first use.
 """
@@ -16,7 +18,7 @@ Importing the package stays light (a trainer imports cluster_curate.loader): the
 __version__ = "0.1.0"
 
 _API = {"inspect": "inspect", "embed": "embed", "cluster": "cluster", "select": "select", "shard": "shard",
-        "run": "run", "report": "report"}
+        "run": "run", "report": "report", "export": "export", "verify": "verify"}
 __all__ = ["__version__", *_API]
 
 

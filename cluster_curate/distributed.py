@@ -99,6 +99,19 @@ def detect(num_shards: int = 1, shard_index: int = 0) -> Layout:
                   torchrun=torchrun and world > 1)
 
 
+def trainer_rank_and_world() -> tuple[int, int] | None:
+    """A training process's (rank, world size), for the shard loader: from torch.distributed when initialised, else from torchrun's RANK/WORLD_SIZE, else None."""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:  # torch is optional for reading shards
+        pass
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return None
+
+
 def init(layout: Layout, use_cuda: bool = False) -> None:
     """Initialise the process group under torchrun (nccl when each rank drives a GPU, gloo otherwise)."""
     if not layout.torchrun:

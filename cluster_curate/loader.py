@@ -15,6 +15,9 @@ ranks round-robin), load every shard and reorder with `global_order`:
 
     ds = datasets.load_dataset("parquet", data_files=shard_files(d), split="train").select(global_order(d))
     # TrainingArguments(per_device_train_batch_size=M, train_sampling_strategy="sequential", ...)
+
+(`cluster-curate export` writes that order, and the sample-interleaved one DistributedSampler needs, for each
+trainer.) `ConsumedLog` records what a rank trained on, for `cluster-curate verify`.
 """
 
 from __future__ import annotations
@@ -44,19 +47,6 @@ def read_manifest(directory: str | os.PathLike) -> dict:
     if manifest.get("kind") != "shard-manifest":
         raise CurateError(f"{path}: not a shard manifest (kind {manifest.get('kind')!r})")
     return manifest
-
-
-def distributed_rank_and_world() -> tuple[int, int] | None:
-    """(rank, world size) from torch.distributed when initialised, else from torchrun's RANK/WORLD_SIZE, else None."""
-    try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:  # torch is optional for reading shards
-        pass
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    return None
 
 
 class Shard:
@@ -140,15 +130,32 @@ def shard_files(directory: str | os.PathLike) -> list[str]:
     return [str(Path(directory) / f["file"]) for f in manifest["files"]]
 
 
-def global_order(directory: str | os.PathLike) -> list[int]:
-    """Row indices into the concatenation of `shard_files(directory)` that list the micro-batches in global
-    order: step 0 of rank 0, step 0 of rank 1, ..., step 1 of rank 0, ... Frameworks that deal consecutive
-    micro-batches to ranks round-robin (Accelerate / HF Trainer with a sequential sampler and
-    per_device_train_batch_size = micro_batch_size) then give rank r exactly shard r, in planned order."""
+LAYOUTS = ("batch", "sample")
+
+
+def interleaved_order(num_shards: int, steps: int, micro_batch_size: int, layout: str = "batch") -> list[int]:
+    """Row indices into the concatenation of the shards (rank 0 first, each `steps` × `micro_batch_size` rows) in
+    the order a trainer that shards one dataset itself must read them so that rank r gets exactly shard r:
+
+    - "batch" (batch-interleaved): step 0 of rank 0, step 0 of rank 1, ..., step 1 of rank 0, ... — for
+      frameworks that deal whole micro-batches round-robin (Accelerate, HF Trainer with a sequential sampler and
+      per_device_train_batch_size = micro_batch_size: process p gets batches p, p + N, ...);
+    - "sample" (sample-interleaved): row 0 of rank 0, row 0 of rank 1, ..., row 1 of rank 0, ... — for
+      `torch.utils.data.DistributedSampler(shuffle=False)`, which deals single indices r, r + N, ..."""
+    n, m, per_shard = num_shards, micro_batch_size, steps * micro_batch_size
+    if layout == "batch":
+        return [r * per_shard + t * m + j for t in range(steps) for r in range(n) for j in range(m)]
+    if layout == "sample":
+        return [r * per_shard + i for i in range(per_shard) for r in range(n)]
+    raise CurateError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+
+
+def global_order(directory: str | os.PathLike, layout: str = "batch") -> list[int]:
+    """`interleaved_order` for a shard directory: row indices into the concatenation of `shard_files(directory)`
+    (batch-interleaved by default: step 0 of rank 0, step 0 of rank 1, ..., step 1 of rank 0, ...)."""
     manifest = read_manifest(directory)
-    n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
-    per_shard = int(manifest["rows_per_shard"])
-    return [r * per_shard + t * m + j for t in range(steps) for r in range(n) for j in range(m)]
+    return interleaved_order(int(manifest["num_shards"]), int(manifest["steps"]), int(manifest["micro_batch_size"]),
+                             layout)
 
 
 def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size: int | None = None,
@@ -156,7 +163,8 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
     """Open shard `rank` of a shard directory. Rank and world size default to torch.distributed's (or torchrun's
     environment); without either, rank 0 of a single process. The world size must equal the number of shards."""
     manifest = read_manifest(directory)
-    found = distributed_rank_and_world()
+    from cluster_curate.distributed import trainer_rank_and_world
+    found = trainer_rank_and_world()
     if rank is None:
         rank, found_world = found if found is not None else (0, manifest["num_shards"] if manifest["num_shards"] == 1 else None)
         if world_size is None:
@@ -170,3 +178,54 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
     if not 0 <= rank < n:
         raise CurateError(f"{directory}: rank {rank} out of range (the directory has {n} shards)")
     return Shard(directory, rank, manifest, columns)
+
+
+# ------------------------------------------------------------------- what the job consumed, for `verify`
+
+def log_file(log_dir: str | os.PathLike, rank: int) -> Path:
+    from cluster_curate.io.names import consumed_log_name
+    return Path(log_dir) / consumed_log_name(rank)
+
+
+class ConsumedLog:
+    """Appends one line per consumed micro-batch to LOGDIR/rank-RRRRR.jsonl (rank from torch.distributed or
+    torchrun's environment unless given). Use it in a plain training loop:
+
+        log = ConsumedLog("consumed/")
+        for batch in loader:
+            ...
+            log.record(batch["id"], batch["weight"], loss)    # `cluster-curate verify SHARDS --log consumed/`
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, rank: int | None = None):
+        if rank is None:
+            from cluster_curate.distributed import trainer_rank_and_world
+            found = trainer_rank_and_world()
+            rank = found[0] if found is not None else 0
+        self.rank, self.step = rank, 0
+        self.path = log_file(log_dir, rank)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "w", encoding="utf-8")
+
+    def record(self, ids, weights=None, loss=None) -> None:
+        rec = {"step": self.step, "ids": None if ids is None else [int(i) for i in _as_list(ids)]}
+        if weights is not None:
+            rec["weights"] = [float(w) for w in _as_list(weights)]
+        if loss is not None:
+            rec["loss"] = float(loss)
+        self._f.write(json.dumps(rec) + "\n")
+        self._f.flush()
+        self.step += 1
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _as_list(values) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)

@@ -3,7 +3,8 @@
 Each command module declares its options once, as a tuple of `Option`s: name, type, default, choices (taken
 from the stage's own registry or constants), help. From that one declaration come the click options of the
 CLI (cli.py), the options `run` takes and passes to each stage, the defaults and checks of the Python API
-(`resolve`), and the options that decide `run`'s up-to-date check. A command then reads `opts["name"]`.
+(`resolve`), the options that decide `run`'s up-to-date check, and (`record=True`) the params recorded in
+the artifact, hence its fingerprint (`recorded`). A command then reads `opts["name"]`.
 """
 
 from __future__ import annotations
@@ -12,18 +13,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+__all__ = ["Option", "Argument", "CommandSpec", "lazy", "resolve", "recorded", "run_options", "read_options",
+           "CountOrWord", "DATASET_OPTIONS", "OUTPUT_OPTIONS"]
+
 from cluster_curate.errors import CurateError
+from cluster_curate.registry import lazy
 
 _UNSET = object()
-
-
-def lazy(module: str, name: str) -> Callable[[], Any]:
-    """A callable returning `module.name` when called: choices and versions read from a stage's module
-    without importing it when the declaration is made (the CLI starts faster)."""
-    def get():
-        import importlib
-        return getattr(importlib.import_module(module), name)
-    return get
 
 
 @dataclass(frozen=True)
@@ -36,11 +32,13 @@ class Option:
     choices: Sequence[str] | Callable[[], Sequence[str]] | None = None  # a callable: a registry's names
     is_flag: bool = False
     negatable: bool = False         # --x/--no-x (default may then be None: "decided by the command")
-    shown_default: Any = _UNSET     # the effective default to show in --help when `default` is None
+    shown_default: Any = _UNSET     # the effective default to show in --help when `default` is None (a callable:
+                                    # read from the stage's constant, e.g. lazy(module, "DEFAULT_MAX_LENGTH"))
     show_default: bool = False
     required: bool = False
     metavar: str | None = None
     run: bool = True                # `run` takes it and passes it to this stage
+    record: bool = False            # recorded as given in the artifact's params (so in its fingerprint)
     deprecated: tuple[tuple[str, ...], ...] = ()  # old spellings kept for one release (they warn)
 
     @property
@@ -56,7 +54,8 @@ class Option:
         text = self.help() if callable(self.help) else self.help  # a callable: text from a registry
         if self.shown_default is _UNSET:
             return text
-        return f"{text}  [default: {self.shown_default}]"
+        shown = self.shown_default() if callable(self.shown_default) else self.shown_default
+        return f"{text}  [default: {shown}]"
 
     def check(self, value):
         """The Python API's check of a value (the CLI's click types already did it)."""
@@ -81,14 +80,11 @@ class CommandSpec:
     function: Callable[..., Any]                 # the Python API: function(*arguments, **options)
     arguments: tuple[Argument, ...]
     options: tuple[Option, ...]
-    render: Callable[[Any], None]                # prints the result (console.summary) for the CLI
+    render: Callable[[Any, dict], None]          # render(result, options): the summary, for the CLI
     short_help: str = ""
     help: str = ""
     extra: dict = field(default_factory=dict)    # keyword -> callable: values the CLI passes besides options
     algorithm: Callable[[], int] | None = None   # the stage's ALGORITHM_VERSION (for `run`'s up-to-date check)
-
-    def option(self, name: str) -> Option:
-        return next(o for o in self.options if o.name == name)
 
 
 def resolve(options: Sequence[Option], given: dict, command: str) -> dict:
@@ -110,6 +106,12 @@ def _deprecated_names(options: Sequence[Option]) -> dict[str, str]:
         for spelling in o.deprecated:
             out[spelling[0].lstrip("-").replace("-", "_")] = o.name
     return out
+
+
+def recorded(options: Sequence[Option], opts: dict) -> dict:
+    """The artifact params of the options declared `record=True`, in declaration order. A command adds what
+    it derives (the chosen k, the parsed feature list, ...) to these."""
+    return {o.name: opts[o.name] for o in options if o.record}
 
 
 def run_options(spec: CommandSpec) -> list[Option]:

@@ -6,9 +6,21 @@ its CLI choice and help text follow from the registry.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from cluster_curate.errors import CurateError
+
+
+def lazy(module: str, name: str) -> Callable[[], Any]:
+    """A callable returning `module.name` when called: a registry entry or an option's choices that live in
+    another module, read without importing it when the entry or the declaration is made."""
+    def get():
+        import importlib
+        value = importlib.import_module(module)
+        for part in name.split("."):  # "ProxyOptions.size": a class attribute
+            value = getattr(value, part)
+        return value
+    return get
 
 
 @dataclass
@@ -42,9 +54,6 @@ class Registry:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)
-
-    def __contains__(self, name) -> bool:
-        return name in self._entries
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(self._entries.values())

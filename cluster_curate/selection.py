@@ -182,7 +182,8 @@ def _float_key(values: np.ndarray, descending: bool) -> np.ndarray:
 # ------------------------------------------------------------------------------------------ in-cluster orders
 # An order is a sort key per row (ascending: preferred first) from the row's inputs; `needs` names the inputs
 # it reads (similarity: the clusters artifact's column; loss, features: the embeddings artifact's). An order
-# with `picks` chooses its rows itself from the base order (diverse). Add one: a key function + a line here.
+# with `picks(features, quota) -> positions` chooses a cluster's rows itself from its rows in key order
+# (diverse). Add one: a key function + a line here.
 
 WITHIN = Registry("--within")
 
@@ -200,7 +201,7 @@ WITHIN.register("near", "nearest to the centroid first (most typical)",
                 picks=None)
 WITHIN.register("diverse", "greedy k-center inside the cluster, starting from the most typical row (needs "
                 "embeddings)", lambda *, similarity, **_: _float_key(similarity, descending=True),
-                needs=("similarity", "features"), picks="k_center")
+                needs=("similarity", "features"), picks=lambda x, quota: k_center_greedy(x, quota, first=0))
 WITHIN.register("hard", "highest loss first (the embeddings artifact's `loss`)",
                 lambda *, loss, **_: _float_key(loss, descending=True), needs=("loss",), picks=None)
 WITHIN_ORDERS = WITHIN.names
@@ -385,11 +386,11 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
             quotas = water_fill_quotas(available, min(requested, n_available), balance_power)
 
     rank = np.full(n, -1, dtype=np.int64)  # rank in cluster per row position; -1 = not selected
-    if order_entry.picks == "k_center":
+    if order_entry.picks is not None:
         starts = np.concatenate([[0], np.cumsum(available)])
         for c in np.flatnonzero(quotas).tolist():
             rows = order[starts[c]:starts[c + 1]]  # near order: rows[0] is the most typical
-            picks = k_center_greedy(features[rows], int(quotas[c]), first=0)
+            picks = order_entry.picks(features[rows], int(quotas[c]))
             rank[rows[picks]] = np.arange(len(picks))
     else:
         in_cluster = clusters[order]

@@ -48,6 +48,8 @@ from cluster_curate.registry import Registry
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
 ALGORITHM_VERSION = 1
+SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # what `shard` adds to every source row of a shard
+
 BALANCES = ("tokens", "padded")
 REMAINDERS = ("drop", "wrap")
 # Steps per length-grouping window (0 = off). Grouping rows of similar length into the same steps is what

@@ -130,8 +130,19 @@ def file_form(path: Path):
     return _digest(path.read_bytes())
 
 
-def tree_form(directory: Path) -> dict:
-    return {str(p.relative_to(directory)): file_form(p) for p in sorted(directory.rglob("*")) if p.is_file()}
+def tree_form(directory: Path) -> tuple[dict, dict]:
+    """{file: canonical form} and {digest: metadata}: a Parquet file's metadata is stored once per scenario
+    (every shard of a run carries the same) and the file refers to it by digest."""
+    files, metas = {}, {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file():
+            form = file_form(p)
+            if isinstance(form, dict) and form.get("meta") is not None:
+                digest = _digest(json.dumps(form["meta"], sort_keys=True).encode())
+                metas[digest] = form["meta"]
+                form = dict(form, meta=digest)
+            files[str(p.relative_to(directory))] = form
+    return files, metas
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -155,16 +166,14 @@ def scenario(name: str, workdir: Path) -> dict:
         (workdir / "fixtures").symlink_to(ROOT / "fixtures", target_is_directory=True)
     os.chdir(workdir)
     try:
-        if name == "demo":
-            summaries = [_invoke(c) for c in demo_commands()]
-            return {"summaries": summaries, "files": tree_form(workdir / "demo")}
-        if name == "parts":
-            summaries = [_invoke(c) for c in parts_commands()]
-            return {"summaries": summaries, "files": tree_form(workdir / "parts")}
-        _, data, extra = next(r for r in RUNS if r[0] == name)
-        first = _invoke(["run", data, "--out", name, *extra])
-        again = _invoke(["run", data, "--out", name, *extra])
-        return {"summaries": [first, again["stages"]], "files": tree_form(workdir / name)}
+        if name in ("demo", "parts"):
+            summaries = [_invoke(c) for c in (demo_commands() if name == "demo" else parts_commands())]
+        else:
+            _, data, extra = next(r for r in RUNS if r[0] == name)
+            first = _invoke(["run", data, "--out", name, *extra])
+            summaries = [first, _invoke(["run", data, "--out", name, *extra])["stages"]]
+        files, metas = tree_form(workdir / name)
+        return {"summaries": summaries, "files": files, "metas": metas}
     finally:
         os.chdir(cwd)
 

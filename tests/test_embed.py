@@ -427,6 +427,7 @@ def test_chunks_carry_reported_rows_and_resume_skips_committed_chunks(tmp_path):
 
 def test_proxy_trains_saves_and_reloads(tmp_path):
     from cluster_curate.features import proxy as P
+    from cluster_curate.io import proxy_store as store
     from cluster_curate.features.extractors import extract
     from cluster_curate.features.models import collate, encode_examples
 
@@ -440,22 +441,22 @@ def test_proxy_trains_saves_and_reloads(tmp_path):
     # chat template: the response ends with the end token, which is part of the response span
     assert enc[0].input_ids[-1] == tok.eos_token_id
     assert tok.decode(enc[0].input_ids[enc[0].response_start:-1]).strip() == examples[0].response
-    d = P.save_proxy(trained, tmp_path / "e.proxy")
-    assert P.is_proxy_dir(d) and P.proxy_checkpoint_steps(d) == [2, 4]
-    fm = P.load_proxy(d, device="cpu")
+    d = store.save_proxy(trained, tmp_path / "e.proxy")
+    assert store.is_proxy_dir(d) and store.proxy_checkpoint_steps(d) == [2, 4]
+    fm = store.load_proxy(d, device="cpu")
     batch = collate(enc, fm.pad_id, fm.device)
     from cluster_curate.features.models import wrap_gpt
     live = wrap_gpt(trained.gpt, tok, device="cpu")
     a = extract(fm, batch, "gradient")["embedding"]
     b = extract(live, batch, "gradient")["embedding"]
     assert np.array_equal(a, b)  # the saved proxy is exactly the trained one
-    first = extract(P.load_proxy(d, 2, device="cpu"), batch, "loss-trajectory")["loss"]
-    last = extract(P.load_proxy(d, 4, device="cpu"), batch, "loss-trajectory")["loss"]
+    first = extract(store.load_proxy(d, 2, device="cpu"), batch, "loss-trajectory")["loss"]
+    last = extract(store.load_proxy(d, 4, device="cpu"), batch, "loss-trajectory")["loss"]
     assert not np.allclose(first, last)
     with pytest.raises(CurateError, match="no warm-up checkpoint at step 3"):
-        P.load_proxy(d, 3)
+        store.load_proxy(d, 3)
     with pytest.raises(CurateError, match="not a saved cluster-curate proxy"):
-        P.load_proxy(tmp_path)
+        store.load_proxy(tmp_path)
 
 
 def test_word_tokenizer_option():

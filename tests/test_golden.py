@@ -15,6 +15,7 @@ def test_outputs_match_the_golden_record(name, tmp_path):
     expected = json.loads(GOLDEN.read_text())[name]
     got = scenario_in_subprocess(name, tmp_path)
     assert got["summaries"] == expected["summaries"]
+    assert got["metas"] == expected["metas"]
     assert sorted(got["files"]) == sorted(expected["files"])
     for path, form in expected["files"].items():
         assert got["files"][path] == form, path

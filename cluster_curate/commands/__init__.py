@@ -2,7 +2,7 @@
 Python function that reads its inputs through cluster_curate/io, calls the pure stage and writes through
 cluster_curate/io/writer.py, and a `SPEC` from which cli.py builds the click command."""
 
-COMMANDS = ("inspect", "embed", "cluster", "select", "shard", "run", "report")
+COMMANDS = ("inspect", "embed", "cluster", "select", "shard", "run", "report", "export", "verify")
 
 
 def spec(name: str):

@@ -6,7 +6,8 @@ import time
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option, lazy, resolve
+from cluster_curate.options import (OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option, lazy, recorded,
+                                    resolve)
 
 
 def _int_range(low, cls="IntRange"):
@@ -20,12 +21,12 @@ OPTIONS = (
     Option("k", flags=("--k",), type=CountOrWord("clusters", ("auto",)), default="auto", show_default=True,
            help="Number of clusters, or auto: ceil(sqrt(n)) capped at n/2 (deliberately more clusters than "
                 "natural groups, so rare groups get clusters of their own). The paper uses k = number of GPUs."),
-    Option("iters", type=_int_range(1), default=20, show_default=True, help="k-means iterations."),
-    Option("seed", type=_int_range(0), default=0, show_default=True,
+    Option("iters", record=True, type=_int_range(1), default=20, show_default=True, help="k-means iterations."),
+    Option("seed", record=True, type=_int_range(0), default=0, show_default=True,
            help="Seeds the training sample and the initial centroids."),
     Option("center", is_flag=True, default=False,
            help="Subtract the mean feature before L2-normalising (default: L2 only)."),
-    Option("max_size_factor", type=_int_range(1.0, "FloatRange"), shown_default="no cap",
+    Option("max_size_factor", record=True, type=_int_range(1.0, "FloatRange"), shown_default="no cap",
            help="Soft cap: no cluster above ceil(A·n/k) rows; rows over it move to the nearest of their 8 "
                 "closest centroids with room (the paper uses 1.5)."),
     Option("sample_size", type=_int_range(1), shown_default="min(n, max(128·k, 2^24/k))",
@@ -115,10 +116,11 @@ def _params(o: dict, r: dict, group_of, groups_rule, centroid_bytes: bytes) -> d
     from cluster_curate import clustering as C
     res = r["res"]
     return {
-        "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"], "iters": o["iters"], "seed": o["seed"],
+        **recorded(OPTIONS, o),
+        "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"],
         "normalisation": r["norm"]["normalisation"], "spherical": True, "dim": r["d"], "sample_size": res.sample_size,
         "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else C.SAMPLE_RULE,
-        "max_size_factor": o["max_size_factor"], "max_cluster_size": res.cap, "moved": res.moved,
+        "max_cluster_size": res.cap, "moved": res.moved,
         "cap_candidates": C.CAP_CANDIDATES if o["max_size_factor"] is not None else None,
         "objective": res.objective, "objective_before_cap": res.objective_uncapped,
         "objective_kind": "mean cosine similarity to the assigned centroid (higher is better)",

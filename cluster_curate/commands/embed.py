@@ -11,6 +11,20 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
                                     read_options, resolve)
 
 
+_FEATURES = "cluster_curate.features.embed"
+
+
+def _proxy_default(name: str):
+    """The default of a --proxy-* option: features.proxy.ProxyOptions' field."""
+    return lazy("cluster_curate.features.proxy", f"ProxyOptions.{name}")
+
+
+def _features_help() -> str:
+    from cluster_curate.features.embed import FEATURE_KINDS
+    return ("A feature kind, or a comma list of them (concatenated L2-normalised blocks): "
+            + FEATURE_KINDS.help_text() + ".")
+
+
 OPTIONS = (
     Option("out", flags=("--out", "-o"), required=True, run=False,
            help="Embeddings artifact to write (a .parquet file; a directory of parts when run under torchrun or "
@@ -18,52 +32,57 @@ OPTIONS = (
     Option("model", default="proxy", show_default=True,
            help="proxy (built in: trained briefly on the data, no download), a saved proxy (OUT.proxy), a local "
                 "model directory, a .gguf file, or a Hugging Face id (from the local cache when offline)."),
-    Option("features", help="A feature kind or a comma list (concatenated L2-normalised blocks); kinds: "
-           + "gradient | lora-gradient | hidden | loss-trajectory | text.",
+    Option("features", help=_features_help,
            shown_default="text, chosen by the evidence benchmark; gradient is the paper's"),
     Option("feature_weights", help="Comma list, one weight per feature block (default: 1 each)."),
-    Option("dim", type=int, help="Output dimension per block: random projection for gradient/hidden (default: "
+    Option("dim", record=True, type=int,
+           help="Output dimension per block: random projection for gradient/hidden (default: "
            "hidden size), lora-gradient (default 8192), SVD width for text (default 256)."),
-    Option("pool", default="all", choices=("all", "response"), show_default=True,
+    Option("pool", record=True, default="all", choices=("all", "response"), show_default=True,
            help="hidden: mean over all tokens, or over the positions that predict response tokens."),
-    Option("layers", help="lora-gradient: comma list of linear-layer name patterns (default: all)."),
+    Option("layers", record=True, help="lora-gradient: comma list of linear-layer name patterns (default: all)."),
     Option("checkpoints", help="loss-trajectory: comma list of proxy warm-up steps or model paths/ids "
            "(default: the proxy's own warm-up checkpoints)."),
-    Option("text_field", default="prompt", choices=lazy("cluster_curate.features.text", "TEXT_FIELDS"), show_default=True,
+    Option("text_field", record=True, default="prompt", choices=lazy("cluster_curate.features.text", "TEXT_FIELDS"),
+           show_default=True,
            help="text: which text the feature looks at."),
-    Option("text_weighting", default="tf", choices=lazy("cluster_curate.features.text", "TEXT_WEIGHTINGS"), show_default=True,
+    Option("text_weighting", default="tf", choices=lazy("cluster_curate.features.text", "TEXT_WEIGHTINGS"),
+           show_default=True,
            help="text: tf weighs words by their (sublinear) count alone, so the words that say what the task is "
                 "are not outweighed by rare topic words; tfidf weighs rare words (topics, names) most."),
     Option("text_sample", type=int, default=20000, show_default=True,
            help="text: rows (seeded sample) the vocabulary, IDF and SVD are fitted on."),
-    Option("max_length", type=int, shown_default=1024,
+    Option("max_length", record=True, type=int, shown_default=lazy(_FEATURES, "DEFAULT_MAX_LENGTH"),
            help="Tokens per example; the prompt is truncated from the left first."),
-    Option("batch_tokens", type=int, shown_default=16384,
+    Option("batch_tokens", type=int, shown_default=lazy(_FEATURES, "DEFAULT_BATCH_TOKENS"),
            help="Padded tokens per batch (length-sorted buckets); does not change the features."),
     Option("device", default="auto", show_default=True, help="auto | cpu | cuda | cuda:N."),
     Option("dtype", default="auto", show_default=True,
            help="auto (bfloat16 on GPU, float32 on CPU) | float32 | bfloat16 | float16."),
     Option("trust_remote_code", is_flag=True, default=False,
            help="Allow model code from the model's repository (off by default)."),
-    Option("seed", type=int, default=0, show_default=True, help="Seeds the proxy, samples and projections."),
+    Option("seed", record=True, type=int, default=0, show_default=True,
+           help="Seeds the proxy, samples and projections."),
     Option("num_parts", type=int, default=1, show_default=True, run=False, deprecated=(("--num-shards",),),
            help="Job-array pieces: this run is piece --part-index of K, writing its part into --out."),
     Option("part_index", type=int, default=0, show_default=True, run=False, deprecated=(("--shard-index",),)),
-    Option("commit_every", type=int, shown_default=2048,
+    Option("commit_every", type=int, shown_default=lazy("cluster_curate.distributed", "DEFAULT_COMMIT_EVERY"),
            help="Rows per committed chunk (what --resume keeps after a crash)."),
     Option("resume", is_flag=True, default=False, run=False,
            help="Continue an interrupted run (same command) from its committed chunks."),
-    Option("proxy_size", choices=("tiny", "small", "base"), shown_default="small",
+    Option("proxy_size", choices=lazy("cluster_curate.features.proxy", "SIZES"),
+           shown_default=_proxy_default("size"),
            help="Proxy width/depth: tiny 2x64, small 3x128, base 4x256 (layers x width)."),
-    Option("proxy_sample", type=float, shown_default=0.05,
+    Option("proxy_sample", type=float, shown_default=_proxy_default("sample"),
            help="Fraction of rows the proxy warms up on (at least 128, at most 20000 rows)."),
-    Option("proxy_epochs", type=float, shown_default=1, help="Passes over the warm-up sample."),
+    Option("proxy_epochs", type=float, shown_default=_proxy_default("epochs"), help="Passes over the warm-up sample."),
     Option("proxy_steps", type=int, help="Exact warm-up steps (overrides --proxy-epochs)."),
-    Option("proxy_tokenizer", choices=("bpe", "word"), shown_default="bpe",
+    Option("proxy_tokenizer", choices=("bpe", "word"), shown_default=_proxy_default("tokenizer"),
            help="Tokenizer trained on the sample: byte-level BPE or words."),
-    Option("proxy_vocab", type=int, shown_default=4096, help="Proxy tokenizer vocabulary size."),
-    Option("proxy_checkpoints", type=int, shown_default=3, help="Warm-up checkpoints kept (loss-trajectory uses them)."),
-    Option("proxy_budget", type=float, shown_default=0.15,
+    Option("proxy_vocab", type=int, shown_default=_proxy_default("vocab_size"), help="Proxy tokenizer vocabulary size."),
+    Option("proxy_checkpoints", type=int, shown_default=_proxy_default("checkpoints"),
+           help="Warm-up checkpoints kept (loss-trajectory uses them)."),
+    Option("proxy_budget", type=float, shown_default=_proxy_default("budget"),
            help="Cap on the warm-up's cost as a share of the feature pass (caps the steps on small data; "
                 "--proxy-steps is not capped)."),
     *DATASET_OPTIONS,
@@ -167,7 +186,7 @@ def render(result: dict, options: dict) -> None:
 
 SPEC = CommandSpec(
     "embed", embed, (Argument("data"),), OPTIONS, render,
-    algorithm=lazy("cluster_curate.features.embed", "ALGORITHM_VERSION"),
+    algorithm=lazy(_FEATURES, "ALGORITHM_VERSION"),
     help="""One feature vector per example of DATA (prompt TF-IDF by default; the paper's gradient feature and
     other model features with --features).
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.io.artifacts import sidecar_path, stable_hash
+from cluster_curate.options import recorded
 
 
 def scan(run, read_options) -> None:
@@ -64,7 +65,7 @@ class Models:
 
 def prepare(run) -> Models:
     """The model (the proxy, trained here when needed), the checkpoint models, the fitted featurizers."""
-    from cluster_curate.features import proxy as P
+    from cluster_curate.io import proxy_store as store
     from cluster_curate.features.embed import FEATURE_KINDS, MODEL_FEATURES
     m, opts = Models(), run.opts
     t_load = time.perf_counter()
@@ -72,11 +73,11 @@ def prepare(run) -> Models:
         from cluster_curate.features.models import load_model, resolve_device
         if opts["model"] == "proxy":
             m.proxy_dir, m.warmup_s = _proxy(run)
-            m.fm = P.load_proxy(m.proxy_dir, device=resolve_device(run.device))
+            m.fm = store.load_proxy(m.proxy_dir, device=resolve_device(run.device))
             m.model_name = "proxy"
-        elif P.is_proxy_dir(opts["model"]):
+        elif store.is_proxy_dir(opts["model"]):
             m.proxy_dir = opts["model"]
-            m.fm = P.load_proxy(m.proxy_dir, device=resolve_device(run.device))
+            m.fm = store.load_proxy(m.proxy_dir, device=resolve_device(run.device))
             m.model_name = f"proxy:{opts['model']}"
         else:
             m.fm = load_model(opts["model"], device=run.device, dtype=opts["dtype"],
@@ -87,7 +88,7 @@ def prepare(run) -> Models:
     for kind in run.features:
         entry = FEATURE_KINDS.get(kind)
         if not entry.uses_model:
-            m.featurizers[kind] = PREPARE[entry.prepare](run)
+            m.featurizers[kind] = entry.prepare()(PrepareContext(run, kind))
     m.prepare_s = time.perf_counter() - t_load
     return m
 
@@ -115,6 +116,7 @@ def _proxy(run):
     output), then every process loads it from disk so all use the same weights. Returns (dir, seconds)."""
     from cluster_curate import distributed
     from cluster_curate.features import proxy as P
+    from cluster_curate.io import proxy_store as store
     opts = run.opts["proxy"]
     directory = sidecar_path(run.out, names.PROXY)
     from cluster_curate.features.embed import ALGORITHM_VERSION
@@ -123,7 +125,7 @@ def _proxy(run):
     seconds = [0.0]
 
     def ready() -> bool:
-        return P.is_proxy_dir(directory) and P.read_proxy_config(directory).get("key") == key
+        return store.is_proxy_dir(directory) and store.read_proxy_config(directory).get("key") == key
 
     def train() -> None:
         import tokenizers  # noqa: F401 - library imports are start-up, not warm-up (any model needs them)
@@ -142,7 +144,7 @@ def _proxy(run):
                                     dataset_rows=run.parsed)
         # Job-array pieces started together may all train it (deterministically): the first one saved wins.
         if not ready():
-            P.save_proxy(trained, directory, extra={"key": key, "dataset": run.record})
+            store.save_proxy(trained, directory, extra={"key": key, "dataset": run.record})
         seconds[0] = time.perf_counter() - t0
         del chosen
         import gc
@@ -153,64 +155,75 @@ def _proxy(run):
                      f"{trained.log['loss_first']:.2f} -> {trained.log['loss_last10']:.2f}); saved to {directory}")
 
     distributed.leader_prepares(run.layout, ready, train)
-    if not P.is_proxy_dir(directory):  # a job-array piece whose leader did not train (cannot happen) or a race
+    if not store.is_proxy_dir(directory):  # a job-array piece whose leader did not train (cannot happen) or a race
         raise CurateError(f"{directory}: the proxy was not saved")
     return directory, seconds[0]
 
 
-def prepare_text(run):
-    """The text feature's basis: fitted by the leader on a seeded sample (unless one with the same key is
-    beside the output), loaded by every process."""
-    from cluster_curate import distributed
-    from cluster_curate.features.embed import ALGORITHM_VERSION, DEFAULT_TEXT_DIM
-    from cluster_curate.features.text import TextFeaturizer, example_text
-    from cluster_curate.io.writer import atomic_write_bytes
-    o = run.opts
-    dim = o["dim"] or DEFAULT_TEXT_DIM
-    path = sidecar_path(run.out, names.TEXT_BASIS)
-    key = stable_hash({"dataset": run.record.get("fingerprint"), "dim": dim, "field": o["text_field"],
-                       "seed": o["seed"], "weighting": o["text_weighting"], "sample": o["text_sample"],
-                       "max_features": TextFeaturizer.max_features, "algorithm": ALGORITHM_VERSION})
-    key_file = sidecar_path(run.out, names.TEXT_BASIS_KEY)
+@dataclass
+class PrepareContext:
+    """What a feature kind's `prepare(context)` gets (features/embed.FEATURE_KINDS): the command's options,
+    the parsed row count, the dataset's fingerprint, a seeded sample, and state shared by every process."""
+    run: object
+    kind: str
 
-    def ready() -> bool:
-        return path.exists() and key_file.exists() and key_file.read_text() == key
+    @property
+    def opts(self) -> dict:
+        return self.run.opts
 
-    def fit() -> None:
-        chosen = sample(run.ds, min(run.parsed, o["text_sample"]), o["seed"], salt=2)
-        feat = TextFeaturizer(dim=dim, field=o["text_field"], weighting=o["text_weighting"], seed=o["seed"])
-        feat.fit([example_text(ex, o["text_field"]) for ex in chosen])
-        atomic_write_bytes(path, feat.to_bytes())
-        atomic_write_bytes(key_file, key.encode())
+    @property
+    def parsed(self) -> int:
+        return self.run.parsed
 
-    distributed.leader_prepares(run.layout, ready, fit)
-    return TextFeaturizer.from_bytes(path.read_bytes())
+    @property
+    def dataset_fingerprint(self) -> str | None:
+        return self.run.record.get("fingerprint")
 
+    def sample(self, k: int, salt: int) -> list:
+        """A seeded uniform sample of k parsed examples, in id order (`salt` tells apart the kinds' samples)."""
+        return sample(self.run.ds, k, self.opts["seed"], salt)
 
-# how a feature kind without a model is prepared (features/embed.FEATURE_KINDS' `prepare`)
-PREPARE = {"text": prepare_text}
+    def shared(self, key: dict, build) -> bytes:
+        """Bytes made once, by the leader of this piece, unless the ones beside the output have this key:
+        `build()` runs there and its bytes go to the sidecar `<out>.<kind>.npz` (the key to `<kind>.key`);
+        every process then reads them."""
+        from cluster_curate import distributed
+        from cluster_curate.io.writer import atomic_write_bytes
+        state, state_key = names.feature_state(self.kind)
+        path, key_file = sidecar_path(self.run.out, state), sidecar_path(self.run.out, state_key)
+        digest = stable_hash(key)
+
+        def ready() -> bool:
+            return path.exists() and key_file.exists() and key_file.read_text() == digest
+
+        def make() -> None:
+            atomic_write_bytes(path, build())
+            atomic_write_bytes(key_file, digest.encode())
+
+        distributed.leader_prepares(self.run.layout, ready, make)
+        return path.read_bytes()
 
 
 def _trajectory(opts: dict, proxy_dir, fm):
     """The checkpoint models of `loss-trajectory`: --checkpoints (proxy warm-up steps or model specs),
     else the proxy's own warm-up checkpoints."""
-    from cluster_curate.features import proxy as P
+    from cluster_curate.io import proxy_store as store
     from cluster_curate.features.models import load_model
     items = [s.strip() for s in (opts["checkpoints"] or "").split(",") if s.strip()]
     if not items:
         if proxy_dir is None:
             raise CurateError("--features loss-trajectory with a model other than the proxy needs --checkpoints "
                               "A,B,C (model paths or ids)")
-        steps = P.proxy_checkpoint_steps(proxy_dir)
-        return [P.load_proxy(proxy_dir, s, device=fm.device) for s in steps], [f"step {s}" for s in steps]
+        steps = store.proxy_checkpoint_steps(proxy_dir)
+        return [store.load_proxy(proxy_dir, s, device=fm.device) for s in steps], [f"step {s}" for s in steps]
     models, labels = [], []
     for item in items:
         if item.isdigit():
             if proxy_dir is None:
                 raise CurateError(f"--checkpoints {item}: a step number only names a warm-up checkpoint of the proxy")
-            models.append(P.load_proxy(proxy_dir, int(item), device=fm.device))
-        elif P.is_proxy_dir(item):
-            models.append(P.load_proxy(item, device=fm.device))
+            models.append(store.load_proxy(proxy_dir, int(item), device=fm.device))
+        elif store.is_proxy_dir(item):
+            models.append(store.load_proxy(item, device=fm.device))
         else:
             models.append(load_model(item, device=str(fm.device), dtype=opts["dtype"],
                                      trust_remote_code=opts["trust_remote_code"]))
@@ -220,7 +233,7 @@ def _trajectory(opts: dict, proxy_dir, fm):
 
 def embedder_and_params(run, m: Models):
     """The Embedder of the chosen blocks, and the artifact's recorded params."""
-    from cluster_curate.features import proxy as P
+    from cluster_curate.io import proxy_store as store
     from cluster_curate.features.embed import DEFAULT_TEXT_DIM, Embedder, block_dims, parse_weights
     o, features = run.opts, run.features
     weights = parse_weights(o["feature_weights"], len(features))
@@ -243,14 +256,15 @@ def embedder_and_params(run, m: Models):
                         projectors=projectors, weights=weights, pool=o["pool"], layers=o["layers"],
                         max_length=o["max_length"], batch_tokens=o["batch_tokens"], dims=dict(dims))
     fm = m.fm
-    params = {"model": m.model_name, "features": features, "feature_weights": weights if len(features) > 1 else None,
-              "dim": o["dim"], "dims": dims, "dim_total": int(sum(dims.values())), "pool": o["pool"],
-              "layers": o["layers"], "checkpoints": m.trajectory_names or None, "text_field": o["text_field"],
+    from cluster_curate.commands.embed import OPTIONS
+    params = {**recorded(OPTIONS, o),
+              "model": m.model_name, "features": features, "feature_weights": weights if len(features) > 1 else None,
+              "dims": dims, "dim_total": int(sum(dims.values())), "checkpoints": m.trajectory_names or None,
               "text_weighting": o["text_weighting"] if text else None,
-              "text_sample": o["text_sample"] if text else None, "max_length": o["max_length"], "seed": o["seed"],
+              "text_sample": o["text_sample"] if text else None,
               "dtype": str(fm.dtype).replace("torch.", "") if fm else None,
               "proxy": dict(o["proxy"].__dict__) if m.model_name == "proxy" else None,
-              "proxy_key": P.read_proxy_config(m.proxy_dir).get("key") if m.proxy_dir else None,
+              "proxy_key": store.read_proxy_config(m.proxy_dir).get("key") if m.proxy_dir else None,
               "loss": "mean response-token cross-entropy" if fm else "NaN: no model (text features only)",
               "n_tokens": "model tokens" if fm else "whitespace words (no model tokenizer)"}
     return embedder, params
@@ -273,9 +287,9 @@ def feature_pass(run, embedder, params) -> Pass:
     from cluster_curate.io.artifacts import make_meta
     from cluster_curate.features.embed import ALGORITHM_VERSION
     meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, ALGORITHM_VERSION)
-    output = distributed.ChunkedOutput(run.out, run.layout, {"params": params, "dataset": run.record.get("fingerprint")},
-                                       run.opts["commit_every"], resume=run.opts["resume"],
-                                       overwrite=run.opts["overwrite"])
+    plan = {"params": params, "dataset": run.record.get("fingerprint")}  # what --resume must find unchanged
+    output = distributed.ChunkedOutput(run.out, run.layout, plan, run.opts["commit_every"],
+                                       resume=run.opts["resume"], overwrite=run.opts["overwrite"])
     n_chunks = len(run.per_chunk)
     todo = [c for c in range(n_chunks) if output.todo(c)]
     todo_set = set(todo)

@@ -6,7 +6,7 @@ import time
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy, resolve
+from cluster_curate.options import OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy, recorded, resolve
 
 
 def _order_help() -> str:
@@ -27,14 +27,15 @@ OPTIONS = (
            help="The paper's rule: every cluster keeps floor(R × smallest cluster size) rows, R in (0, 1]."),
     Option("balance_power", type=float, default=0.0, show_default=True,
            help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional."),
-    Option("within", default="random", choices=lazy("cluster_curate.selection", "WITHIN_ORDERS"), show_default=True, help=_order_help),
+    Option("within", record=True, default="random", choices=lazy("cluster_curate.selection", "WITHIN_ORDERS"),
+           show_default=True, help=_order_help),
     Option("embeddings", run=False,
            help="Embeddings artifact (features for diverse / --dedup, loss for hard, n_tokens for shard). "
                 "Default: the one the clusters were made from, when it is still there."),
-    Option("dedup", type=float, metavar="COSINE",
+    Option("dedup", record=True, type=float, metavar="COSINE",
            help="Drop a row whose cosine similarity to an already kept row of its cluster exceeds COSINE "
                 "(before quotas are filled)."),
-    Option("seed", type=_int_min0(), default=0, show_default=True, help="Seeds the random order."),
+    Option("seed", record=True, type=_int_min0(), default=0, show_default=True, help="Seeds the random order."),
     *OUTPUT_OPTIONS,
 )
 
@@ -141,9 +142,10 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
 def _params(o, mode, sel, c) -> dict:
     n, chosen = len(c.ids), len(sel.rows)
     return {
+        **recorded(OPTIONS, o),
         "mode": mode, "value": o[mode.replace("-", "_")], "requested": sel.requested, "selected": chosen, "rows": n,
         "fraction_selected": chosen / n, "balance_power": o["balance_power"] if mode != "per-cluster-ratio" else None,
-        "within": o["within"], "seed": o["seed"], "dedup": o["dedup"], "dedup_dropped": sel.dedup_dropped, "k": c.k,
+        "dedup_dropped": sel.dedup_dropped, "k": c.k,
         "cluster_sizes": sel.sizes.tolist(), "quotas": sel.quotas.tolist(),
         "available_sizes": sel.available.tolist() if o["dedup"] is not None else None,
         "quotas_over_groups": c.groups is not None and mode != "per-cluster-ratio",

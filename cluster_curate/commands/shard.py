@@ -9,9 +9,8 @@ import time
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
-                                    read_options, resolve)
+                                    read_options, recorded, resolve)
 
-SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # added to every source row of a shard
 BATCH_ROWS = 4096  # raw rows read at a time
 
 
@@ -24,29 +23,29 @@ OPTIONS = (
     Option("data", required=True, run=False,
            help="The raw dataset the selection was made from (every source column is kept)."),
     Option("out", required=True, run=False, help="Output directory for the shards and manifest.json."),
-    Option("num_shards", flags=("--num-shards", "-n"), type=int, required=True,
+    Option("num_shards", record=True, flags=("--num-shards", "-n"), type=int, required=True,
            help="Number of data-parallel ranks (one shard each)."),
-    Option("micro_batch_size", flags=("--micro-batch-size", "-m"), type=int, default=1, show_default=True,
+    Option("micro_batch_size", record=True, flags=("--micro-batch-size", "-m"), type=int, default=1, show_default=True,
            help="Rows per rank per step; a global step is num-shards × micro-batch-size rows."),
-    Option("allocation", default="stratified", choices=lazy("cluster_curate.sharding", "ALLOCATIONS"),
+    Option("allocation", record=True, default="stratified", choices=lazy("cluster_curate.sharding", "ALLOCATIONS"),
            show_default=True, help=_allocation_help),
-    Option("balance", default="tokens", choices=lazy("cluster_curate.sharding", "BALANCES"),
+    Option("balance", record=True, default="tokens", choices=lazy("cluster_curate.sharding", "BALANCES"),
            show_default=True,
            help="Rank load to balance: sum of tokens, or micro-batch size × longest row (trainers that pad)."),
-    Option("length_window", type=int,
+    Option("length_window", record=True, type=int,
            help="Group rows of similar length into steps inside windows of this many steps (0 = off; default 64)."),
-    Option("remainder", default="drop", choices=lazy("cluster_curate.sharding", "REMAINDERS"),
+    Option("remainder", record=True, default="drop", choices=lazy("cluster_curate.sharding", "REMAINDERS"),
            show_default=True,
            help="Rows beyond a whole number of steps: drop (listed in the manifest and leftover_ids.txt) or "
                 "wrap (fill the last step's worth with repeats of the stream's first rows, marked in column "
                 "`wrapped`, never in the same step as their original)."),
-    Option("weights", default="cluster", choices=("cluster", "none"), show_default=True,
+    Option("weights", record=True, default="cluster", choices=("cluster", "none"), show_default=True,
            help="Column `weight`: (n_c/n) ÷ (s_c/s), restoring the data's cluster proportions; none: 1."),
     Option("tokenizer", help="Local tokenizer directory: count tokens with it (one extra pass over the data). "
            "Default: the selection's n_tokens, else its embeddings', else whitespace words."),
     Option("embeddings", run=False, help="Embeddings artifact to take n_tokens from (default: the selection's own "
            "n_tokens, or its lineage's embeddings when reachable)."),
-    Option("seed", type=int, default=0, show_default=True),
+    Option("seed", record=True, type=int, default=0, show_default=True),
     *DATASET_OPTIONS,
     *OUTPUT_OPTIONS,
 )
@@ -95,9 +94,10 @@ def _params(o: dict, token_source: str) -> dict:
     from cluster_curate import sharding
     balances = sharding.ALLOCATION.get(o["allocation"]).balances
     window = o["length_window"] if o["length_window"] is not None else sharding.DEFAULT_LENGTH_WINDOW.get(o["balance"])
-    return {"num_shards": o["num_shards"], "micro_batch_size": o["micro_batch_size"], "allocation": o["allocation"],
-            "balance": o["balance"] if balances else None, "length_window": window if balances else None,
-            "remainder": o["remainder"], "weights": o["weights"], "seed": o["seed"], "token_source": token_source}
+    params = recorded(OPTIONS, o)  # declaration order: manifest.json keeps it
+    params.update(balance=o["balance"] if balances else None, length_window=window if balances else None,
+                  token_source=token_source)
+    return params
 
 
 def render(m: dict, options: dict) -> None:

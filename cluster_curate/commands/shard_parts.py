@@ -160,7 +160,7 @@ def _batch_rows(raw, cells: Cells, sel, weights: Weights, m: int, renamed: dict)
     at = np.concatenate([where[take], np.array(extra_cells, dtype=np.int64)])
     take = np.concatenate([take, np.array(extra_take, dtype=np.int64)])
     rows = pa.Table.from_batches([raw]).take(pa.array(take))
-    from cluster_curate.commands.shard import SHARD_COLUMNS
+    from cluster_curate.sharding import SHARD_COLUMNS
     for name in rows.column_names:
         if name in SHARD_COLUMNS:
             renamed[name] = f"source_{name}"
@@ -207,10 +207,10 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, *
     import shutil
 
     from cluster_curate import sharding
-    from cluster_curate.commands.shard import SHARD_COLUMNS
     from cluster_curate.io.artifacts import make_meta
     from cluster_curate.io.shard_writer import ShardWriter
     from cluster_curate.io.writer import file_metadata, staged_directory, write_json, write_lines
+    from cluster_curate.sharding import SHARD_COLUMNS
     n = plan.rows.shape[1]
     figures = sharding.balance_figures(plan, tokens, sel.clusters)
     with staged_directory(o["out"], public_files=(names.MANIFEST, names.LEFTOVER)) as work:

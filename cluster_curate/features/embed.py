@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster_curate.errors import CurateError
-from cluster_curate.registry import Registry
+from cluster_curate.registry import Registry, lazy
 
 # The default of `--features`, chosen by the evidence harness (benchmarks/results/quality.md): on the
 # skill-mixture benchmark prompt TF-IDF clusters cover the rare skills better than the paper's gradient
@@ -35,9 +35,9 @@ DEFAULT_TEXT_DIM = 256
 ALGORITHM_VERSION = 1
 
 # Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
-# (and backward) pass by features/extractors.extract(kind); otherwise a fitted featurizer that
-# `commands/embed.py` prepares through `prepare(context)` (fitted once by the leader, shared through a sidecar
-# file) and whose `transform_examples(examples)` gives the block. `dim(d)`: the block's width from
+# (and backward) pass by features/extractors.extract(kind); otherwise `prepare()` gives a function
+# (context) -> featurizer (commands/embed_parts.PrepareContext: options, a seeded sample, state shared by every
+# process) whose `transform_examples(examples)` gives the block. `dim(d)`: the block's width from
 # d = {"dim", "hidden_size", "n_checkpoints", "text_dim", "lora_dim"}. Add one: its code + a line here.
 FEATURE_KINDS = Registry("--features")
 FEATURE_KINDS.register("gradient", "the paper's: loss gradient w.r.t. the last hidden states (random projection "
@@ -49,7 +49,8 @@ FEATURE_KINDS.register("hidden", "mean hidden state (--pool)", uses_model=True,
 FEATURE_KINDS.register("loss-trajectory", "the loss at each warm-up checkpoint (--checkpoints)", uses_model=True,
                        dim=lambda d: d["n_checkpoints"])
 FEATURE_KINDS.register("text", "TF-IDF of the text + randomized SVD (no model)", uses_model=False,
-                       dim=lambda d: d["text_dim"] or d["dim"] or DEFAULT_TEXT_DIM, prepare="text")
+                       dim=lambda d: d["text_dim"] or d["dim"] or DEFAULT_TEXT_DIM,
+                       prepare=lazy("cluster_curate.features.text", "prepare_text"))
 MODEL_FEATURES = tuple(e.name for e in FEATURE_KINDS if e.uses_model)
 ALL_FEATURES = FEATURE_KINDS.names
 DEFAULT_BATCH_TOKENS = 16384

@@ -7,7 +7,7 @@ warmed up briefly on a seeded sample of the dataset itself, so `embed` needs no 
     fm = load_proxy("E.proxy")                    # FeatureModel of the final weights
     fms = [load_proxy("E.proxy", step) for step in proxy_checkpoint_steps("E.proxy")]  # loss-trajectory
 
-On disk (`<artifact>.proxy/`): config.json (marker `"model_type": "cluster-curate-proxy"`, the GPT config,
+On disk (`<artifact>.proxy/`, written and read by io/proxy_store.py): config.json (marker `"model_type": "cluster-curate-proxy"`, the GPT config,
 the options and training log), tokenizer files (PreTrainedTokenizerFast.save_pretrained, including the chat
 template), model.safetensors (final weights) and checkpoints/step-NNNNNN.safetensors (the warm-up checkpoints
 that `--features loss-trajectory` uses). Nothing is unpickled when loading.
@@ -22,13 +22,10 @@ benchmarks/bench_embed_memory.py measures it).
 
 from __future__ import annotations
 
-import json
 import math
 import random
-import shutil
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cluster_curate.errors import CurateError
@@ -228,100 +225,3 @@ def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: 
            "seconds": round(time.perf_counter() - t0, 3), "loss_first": losses[0], "loss_last": losses[-1],
            "loss_last10": sum(losses[-10:]) / len(losses[-10:]), "checkpoint_steps": sorted(checkpoints)}
     return TrainedProxy(gpt, tokenizer, opts, checkpoints, log)
-
-
-# --------------------------------------------------------------------------------------------- disk
-
-def _ckpt_name(step: int) -> str:
-    return f"checkpoints/step-{step:06d}.safetensors"
-
-
-def save_proxy(proxy: TrainedProxy, directory, extra: dict | None = None) -> Path:
-    """Write the proxy to `directory` atomically (a temporary sibling directory, then rename)."""
-    from safetensors.torch import save_file
-
-    final = Path(directory)
-    tmp = final.with_name(f".{final.name}.tmp-{random.getrandbits(32):08x}")
-    (tmp / "checkpoints").mkdir(parents=True)
-    try:
-        proxy.tokenizer.save_pretrained(tmp)
-        # Tied weights: save the embedding once; lm_head.weight is the same tensor.
-        state = {k: v.detach().cpu().contiguous() for k, v in proxy.gpt.state_dict().items() if k != "lm_head.weight"}
-        save_file(state, tmp / "model.safetensors")
-        for step, sd in proxy.checkpoints.items():
-            save_file({k: v.contiguous() for k, v in sd.items() if k != "lm_head.weight"}, tmp / _ckpt_name(step))
-        config = {"model_type": PROXY_MARKER, "gpt": proxy.gpt.cfg.to_dict(), "options": asdict(proxy.options),
-                  "checkpoints": {str(s): _ckpt_name(s) for s in sorted(proxy.checkpoints)},
-                  "train": proxy.log, **(extra or {})}
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
-
-
-def is_proxy_dir(path) -> bool:
-    cfg = Path(path) / "config.json"
-    if not cfg.is_file():
-        return False
-    try:
-        return json.loads(cfg.read_text()).get("model_type") == PROXY_MARKER
-    except (OSError, ValueError):
-        return False
-
-
-def read_proxy_config(path) -> dict:
-    p = Path(path)
-    if not is_proxy_dir(p):
-        raise CurateError(f"{p}: not a saved cluster-curate proxy (no config.json with model_type '{PROXY_MARKER}')")
-    return json.loads((p / "config.json").read_text())
-
-
-def proxy_checkpoint_steps(path) -> list[int]:
-    return sorted(int(s) for s in read_proxy_config(path)["checkpoints"])
-
-
-def load_proxy_gpt(path, step: int | None = None) -> tuple[GPT, object]:
-    """(GPT, tokenizer) of a saved proxy: the final weights, or those of warm-up checkpoint `step`."""
-    from safetensors.torch import load_file
-    from transformers import PreTrainedTokenizerFast
-
-    from cluster_curate.features.gpt import GPT, GPTConfig
-
-    p = Path(path)
-    config = read_proxy_config(p)
-    gpt = GPT(GPTConfig(**config["gpt"]))
-    if step is None:
-        file = p / "model.safetensors"
-    else:
-        name = config["checkpoints"].get(str(step))
-        if name is None:
-            raise CurateError(f"{p}: no warm-up checkpoint at step {step} "
-                              f"(have {', '.join(config['checkpoints']) or 'none'})")
-        file = p / name
-    try:
-        state = load_file(file)
-    except (OSError, RuntimeError) as e:
-        raise CurateError(f"{file}: cannot read proxy weights ({e})") from None
-    state["lm_head.weight"] = state["embed.weight"]
-    gpt.load_state_dict(state)
-    gpt.lm_head.weight = gpt.embed.weight  # keep them tied after loading
-    gpt.eval()
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(p)
-    if not tokenizer.chat_template:
-        tokenizer.chat_template = CHAT_TEMPLATE
-    return gpt, tokenizer
-
-
-def load_proxy(path, step: int | None = None, *, device=None):
-    """FeatureModel of a saved proxy (final weights, or warm-up checkpoint `step`)."""
-    from cluster_curate.features.models import resolve_device, wrap_gpt
-
-    gpt, tokenizer = load_proxy_gpt(path, step)
-    dev = resolve_device(device)
-    gpt.to(dev)
-    name = "proxy" if step is None else f"proxy@{step}"
-    return wrap_gpt(gpt, tokenizer, device=dev, name=name)

@@ -4,8 +4,8 @@ replaced by one token), reduced to `dim` by truncated SVD.
 Streaming: the vocabulary, IDF weights and SVD basis are fitted once on a seeded sample of the data
 (`TextFeaturizer.fit`); any number of rows are then transformed batch by batch (`transform`), so memory
 is bounded by the sample and the batch, and a row's vector never depends on which batch it is in.
-The fitted state is plain arrays (`state()` / `from_state()`), saved beside the artifact without pickle
-so that other processes and later runs use exactly the same basis.
+The fitted state is plain arrays (`to_bytes()` / `from_bytes()`), kept beside the artifact without pickle
+(`prepare_text`) so that other processes and later runs use exactly the same basis.
 """
 
 from __future__ import annotations
@@ -252,3 +252,22 @@ def _randomized_svd_basis(x, k: int, seed: int) -> np.ndarray:
     r = w[:, kept] / np.sqrt(s2[kept])
     u_hat, _, vt = linalg.svd(((wide @ y) @ r).T, full_matrices=False, lapack_driver="gesdd")
     return (y @ (r @ u_hat[:, :k])).T if transposed else vt[:k]
+
+
+def prepare_text(ctx):
+    """The text feature of an `embed` run (features/embed.FEATURE_KINDS' `prepare`): its basis is fitted on a
+    seeded sample of --text-sample rows, once, and shared with every process (`ctx.shared`)."""
+    from cluster_curate.features.embed import ALGORITHM_VERSION, DEFAULT_TEXT_DIM
+    o = ctx.opts
+    dim = o["dim"] or DEFAULT_TEXT_DIM
+    key = {"dataset": ctx.dataset_fingerprint, "dim": dim, "field": o["text_field"], "seed": o["seed"],
+           "weighting": o["text_weighting"], "sample": o["text_sample"],
+           "max_features": TextFeaturizer.max_features, "algorithm": ALGORITHM_VERSION}
+
+    def fit() -> bytes:
+        chosen = ctx.sample(min(ctx.parsed, o["text_sample"]), salt=2)
+        feat = TextFeaturizer(dim=dim, field=o["text_field"], weighting=o["text_weighting"], seed=o["seed"])
+        feat.fit([example_text(ex, o["text_field"]) for ex in chosen])
+        return feat.to_bytes()
+
+    return TextFeaturizer.from_bytes(ctx.shared(key, fit))

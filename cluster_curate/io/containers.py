@@ -2,9 +2,9 @@
 "Extension points"). io/datasets.py turns those rows into examples.
 
 A JSON-like container (`_JsonLines`, `_JsonDocument`) yields `_Row`s (python dicts with their line); a
-columnar one (`_Csv`, `_Parquet`, `_HFDataset`) yields Arrow batches. `open_source(source)` picks the
+columnar one (`_Csv`, `_Parquet`, `_HFDataset`) yields Arrow batches. `_open_source(source)` picks the
 container from the path (or the Hugging Face id). A new container: a class with `kind`, `iter_rows()` or
-`batches(batch_rows)`, and `count()`, plus its case in `open_source`.
+`batches(batch_rows)`, and `count()`, plus its case in `_open_source`.
 """
 
 from __future__ import annotations

@@ -10,11 +10,10 @@ EMBEDDINGS, CLUSTERS, SELECTION = "embeddings", "clusters", "selection"
 SHARD = "shard"  # the kind in each shard file's metadata
 SHARD_MANIFEST_KIND = "shard-manifest"  # manifest.json's kind
 
-# the stages of `run`, in order; the artifact each one writes into `run --out DIR`, and that artifact's kind
+# the stages of `run`, in order, and the artifact each one writes into `run --out DIR`
 STAGES = ("embed", "cluster", "select", "shard")
 RUN_OUTPUTS = {"embed": "embeddings.parquet", "cluster": "clusters.parquet", "select": "selection.parquet",
                "shard": "shards"}
-STAGE_KINDS = {"embed": EMBEDDINGS, "cluster": CLUSTERS, "select": SELECTION, "shard": SHARD_MANIFEST_KIND}
 # the same outputs by the name `report` gives them (a pipeline directory holds them under these names)
 PIPELINE_NAMES = {"embeddings": RUN_OUTPUTS["embed"], "clusters": RUN_OUTPUTS["cluster"],
                   "selection": RUN_OUTPUTS["select"], "shards": RUN_OUTPUTS["shard"]}
@@ -24,10 +23,17 @@ RUN_STATE = "run-state.json"
 MANIFEST = "manifest.json"
 LEFTOVER = "leftover_ids.txt"
 
+# inside an `export --for TRAINER` directory
+EXPORT_DATA = "train.parquet"                                   # the global order, for a trainer
+EXPORT_SELECTED = {"jsonl": "selected.jsonl", "parquet": "selected.parquet"}  # the selected rows, as they were
+EXPORT_README = "README.md"
+TRAINING_ARGS = "training_args.json"     # HF TrainingArguments / TRL SFTConfig keywords
+DATALOADER_ARGS = "dataloader.json"      # DataLoader / sampler keywords of a hand-written loop
+TRAINER_CONFIG = "config.yaml"           # torchtune / LLaMA-Factory / axolotl settings to merge
+LLAMAFACTORY_DATASET_INFO = "dataset_info.json"
+
 # sidecars: files beside an artifact, named by `sidecar_path(artifact, SUFFIX)` (c.parquet -> c.centroids.npy)
 CENTROIDS = "centroids.npy"
-TEXT_BASIS = "text.npz"
-TEXT_BASIS_KEY = "text.key"
 PROXY = "proxy"
 STAGING = "partial"
 REJECTS = "rejects.jsonl"
@@ -36,9 +42,19 @@ REJECTS = "rejects.jsonl"
 STAGING_PLAN = "plan.json"
 
 
+def feature_state(kind: str) -> tuple[str, str]:
+    """Sidecar suffixes of a feature kind's fitted state and of its key: text -> (text.npz, text.key)."""
+    return f"{kind}.npz", f"{kind}.key"
+
+
 def shard_file_name(index: int, num_shards: int) -> str:
     """DIR/shard-00000-of-00004.parquet (5-digit indices)."""
     return f"shard-{index:05d}-of-{num_shards:05d}.parquet"
+
+
+def consumed_log_name(rank: int) -> str:
+    """LOGDIR/rank-00000.jsonl: what one rank consumed (`verify --log LOGDIR`)."""
+    return f"rank-{rank:05d}.jsonl"
 
 
 def part_file_name(worker: int, workers: int) -> str:

@@ -6,7 +6,6 @@ so that commands and stages receive aligned data and never look at files.
     read_embedding_columns(path, ..) small per-row columns aligned with given ids
     read_clusters(path)              ids, labels, similarity, k, groups, meta
     read_selection(path)             ids, clusters, n_tokens, meta
-    read_centroids(path)             the [k, d] centroids beside a clusters artifact
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ import pyarrow as pa
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.io.artifacts import ArtifactMeta, artifact_files, artifact_schema, read_meta, read_parquet, \
-    sidecar_path
+from cluster_curate.io.artifacts import ArtifactMeta, artifact_files, artifact_schema, read_meta, read_parquet
 
 
 def read_columns(path, columns) -> pa.Table:
@@ -212,17 +210,6 @@ def read_cluster_sizes(path, labels, force: bool = False) -> np.ndarray:
     found, counts = np.unique(table.column("cluster").to_numpy(), return_counts=True)
     lookup = dict(zip(found.tolist(), counts.tolist()))
     return np.array([lookup.get(int(c), 0) for c in labels], dtype=np.int64)
-
-
-def read_centroids(clusters_path):
-    """The centroids saved beside a clusters artifact ([k, d] float32), read without pickle."""
-    p = sidecar_path(clusters_path, names.CENTROIDS)
-    if not p.exists():
-        raise CurateError(f"{clusters_path}: its centroids file {p} is missing")
-    try:
-        return np.load(p, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise CurateError(f"{p}: not a readable .npy array ({e})") from None
 
 
 # ----------------------------------------------------------------------------------------------- selection

@@ -1,0 +1,123 @@
+"""`export SHARDS --for TRAINER --out DIR`: the shards' global order in the layout and columns that trainer reads,
+with the settings that keep the plan and a README of its traps (the layouts: cluster_curate/layouts.py)."""
+
+from __future__ import annotations
+
+from cluster_curate.errors import CurateError
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy, read_options,
+                                    resolve)
+
+OPTIONS = (
+    Option("trainer", flags=("--for",), required=True, choices=lazy("cluster_curate.layouts", "TARGET_NAMES"),
+           run=False, help="The trainer to write for: its layout (batch- or sample-interleaved), columns, settings."),
+    Option("out", required=True, run=False, help="Output directory."),
+    Option("world_size", type=int, run=False,
+           help="The job's number of processes: refused unless it is the shards' --num-shards."),
+    Option("micro_batch_size", type=int, run=False,
+           help="The job's per-device batch size: refused unless it is the shards' --micro-batch-size."),
+    Option("data", run=False, help="--for jsonl|parquet: the data to read the left-over rows from (default: the "
+           "data recorded in the manifest)."),
+    *(o for o in DATASET_OPTIONS if o.name != "on_bad_row"),
+    *(o for o in OUTPUT_OPTIONS if o.name == "overwrite"),
+)
+
+
+def export(shards: str, *, trainer: str, out: str, **options) -> dict:
+    """Write `out` for `trainer`: the data file, the settings that keep the plan, README.md. Returns a summary."""
+    from pathlib import Path
+
+    from cluster_curate import layouts
+    from cluster_curate.io import names
+    from cluster_curate.io.writer import atomic_write_bytes, staged_directory, write_parquet_atomic
+    from cluster_curate.loader import read_manifest
+
+    o = resolve(OPTIONS, dict(options, trainer=trainer, out=out), "export")
+    tgt = layouts.target(trainer)
+    manifest = read_manifest(shards)
+    layouts.check_job(manifest, o["world_size"], o["micro_batch_size"], str(shards))
+    if Path(out).exists() and not o["overwrite"]:
+        raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")
+    leftovers = _read_leftovers(manifest, o, str(shards)) if tgt.columns == "source" else None
+    rows = layouts.layout_table(_read_shards(shards), manifest, tgt, str(shards), leftovers, read_options(o))
+    name = layouts.data_file(tgt)
+    files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()))
+    with staged_directory(out, public_files=(name, *files)) as work:
+        if tgt.name == "jsonl":
+            import json
+            atomic_write_bytes(work / name, "".join(json.dumps(r, ensure_ascii=False) + "\n"
+                                                    for r in rows.to_pylist()).encode())
+        else:
+            write_parquet_atomic(rows, work / name)
+        for fname, text in files.items():
+            atomic_write_bytes(work / fname, text.encode())
+    return {"for": tgt.name, "out": out, "layout": tgt.layout or "dataset order", "rows": rows.num_rows,
+            "columns": rows.column_names, "ranks": manifest["num_shards"],
+            "micro-batch size": manifest["micro_batch_size"], "steps": manifest["steps"],
+            "loss weights": "applied by the recipe" if tgt.weights_applied else "not applied by this trainer",
+            "files": [name, *files], "readme": str(Path(out) / names.EXPORT_README)}
+
+
+def _read_shards(shards: str):
+    """All shards concatenated, rank 0 first."""
+    import pyarrow as pa
+
+    from cluster_curate.io.artifacts import read_parquet
+    from cluster_curate.loader import shard_files
+    tables = []
+    for path in shard_files(shards):
+        try:
+            tables.append(read_parquet(path))
+        except (OSError, pa.ArrowInvalid) as e:
+            raise CurateError(f"{path}: cannot read shard ({e})") from None
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _read_leftovers(manifest: dict, o: dict, source: str):
+    """The raw rows of the manifest's left-over ids (in no shard), from --data or the data the shards were made
+    from (as recorded, else relative to the shard directory, like io/lineage.py; its fingerprint must match);
+    None when there are none."""
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from cluster_curate.io.datasets import open_dataset
+    ids = sorted(int(i) for i in manifest.get("leftover_ids") or [])
+    if not ids:
+        return None
+    recorded = manifest.get("inputs", {}).get("data") or manifest.get("dataset") or {}
+    path = str(o["data"] or recorded.get("source", ""))
+    if path and not o["data"] and not Path(path).exists() and not Path(path).is_absolute():
+        beside = Path(source).parent / path
+        path = str(beside) if beside.exists() else path
+    if not path or not Path(path).exists():
+        raise CurateError(f"{source}: {len(ids)} selected rows are left over (not in any shard) and the data they "
+                          f"come from ({path or 'unknown'}) is not readable; pass --data DATA")
+    ds = open_dataset(path, read_options(o))
+    if recorded.get("fingerprint") and ds.fingerprint() != recorded["fingerprint"]:
+        raise CurateError(f"{path}: not the data the shards were made from (fingerprint {ds.fingerprint()}, "
+                          f"the manifest says {recorded['fingerprint']})")
+    wanted = pa.array(ids, pa.int64())
+    parts = [t.filter(pc.is_in(t.column("id"), value_set=wanted))
+             for t in (pa.Table.from_batches([b.raw]) for b in ds.iter_batches(examples=False))]
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def render(result: dict, options: dict) -> None:
+    from cluster_curate import console
+    console.summary(f"export --for {result['for']} → {result['out']}",
+                    {k: (", ".join(v) if isinstance(v, list) else v) for k, v in result.items() if k != "out"})
+
+
+SPEC = CommandSpec(
+    "export", export, (Argument("shards"),), OPTIONS, render,
+    short_help="Write the shards' plan for a trainer (HF, TRL, Accelerate, torchrun, torchtune, ...).",
+    help="""Write the shards' global order for TRAINER: batch-interleaved for trainers that deal whole micro-batches
+    to ranks (hf, trl, accelerate, llamafactory, axolotl), sample-interleaved for DistributedSampler (torchrun,
+    torchtune), in the columns the trainer reads, with `id`, `weight`, `step` kept; next to it the settings that
+    keep the order and README.md with the trainer's traps. jsonl / parquet: just the selected rows, as they were.
+
+    \b
+    Run the job on exactly --num-shards processes with per-device batch --micro-batch-size; check it with
+    `cluster-curate verify SHARDS --log LOGDIR`.
+    """)

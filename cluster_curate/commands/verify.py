@@ -1,0 +1,121 @@
+"""`verify SHARDS --log LOGDIR`: did every rank consume exactly its shard, in order? Reads what each rank logged
+(cluster_curate.loader.ConsumedLog or the HF callback) and the planned grid, and checks one against the other
+(cluster_curate/plan_check.py); the CLI exits 1 with a short table when the plan was not followed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from cluster_curate.errors import CurateError
+from cluster_curate.options import Argument, CommandSpec, Option, resolve
+
+OPTIONS = (
+    Option("log", required=True, run=False, metavar="LOGDIR",
+           help="Directory of rank-RRRRR.jsonl files, one line per micro-batch a rank trained on."),
+)
+MAX_PROBLEMS = 10  # problem lines shown
+
+
+def verify(shards: str, *, log: str, **options) -> dict:
+    """Check the logs in `log` against the shards. Returns {ok, ranks (rows), problems, causes, report}."""
+    from cluster_curate import plan_check
+    resolve(OPTIONS, dict(options, log=log), "verify")
+    manifest, ids, weights = planned_grid(shards)
+    check = plan_check.check_plan(ids, read_consumed(log, int(manifest["num_shards"])), weights)
+    rows = [{"rank": rc.rank, "steps": f"{rc.steps_logged}/{check.steps}", "rows": rc.rows_logged,
+             "in plan": rc.in_plan,
+             **{k: rc.counts[k] for k in plan_check.KINDS}} for rc in check.ranks]
+    return {"ok": check.ok, "shards": shards, "log": log, "ranks": rows, "problem_count": check.problem_count,
+            "problems": check.problem_lines(),
+            "causes": check.causes, "report": plan_check.format_check(check, MAX_PROBLEMS)}
+
+
+def planned_grid(shard_dir: str | os.PathLike):
+    """(manifest, ids[step, rank, slot], weights[step, rank, slot]) of a shard directory."""
+    import numpy as np
+    import pyarrow as pa
+
+    from cluster_curate.io.artifacts import read_parquet
+    from cluster_curate.loader import read_manifest, shard_files
+    manifest = read_manifest(shard_dir)
+    n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
+    ids = np.empty((steps, n, m), dtype=np.int64)
+    weights = np.empty((steps, n, m), dtype=np.float64)
+    for r, path in enumerate(shard_files(shard_dir)):
+        try:
+            t = read_parquet(path, columns=["id", "weight"])
+        except (OSError, KeyError, pa.ArrowInvalid) as e:
+            raise CurateError(f"{path}: cannot read shard ({e})") from None
+        if t.num_rows != steps * m:
+            raise CurateError(f"{path}: {t.num_rows} rows, the manifest plans {steps * m}")
+        ids[:, r, :] = t.column("id").to_numpy().reshape(steps, m)
+        weights[:, r, :] = t.column("weight").to_numpy().reshape(steps, m)
+    return manifest, ids, weights
+
+
+def read_consumed(log_dir: str | os.PathLike, num_ranks: int) -> dict[int, list[dict] | None]:
+    """rank -> its logged micro-batches (None when the rank wrote no log). A bad line is a one-line error."""
+    from cluster_curate.io.names import consumed_log_name
+    d = Path(log_dir)
+    if not d.is_dir():
+        raise CurateError(f"{log_dir}: no such log directory")
+    out: dict[int, list[dict] | None] = {}
+    for r in range(num_ranks):
+        path = d / consumed_log_name(r)
+        if not path.is_file():
+            out[r] = None
+            continue
+        out[r] = [_record(path, line_no, line)
+                  for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+    known = {consumed_log_name(r) for r in range(num_ranks)}
+    extra = sorted(p.name for p in d.glob(consumed_log_name(0).replace("00000", "*")) if p.name not in known)
+    if extra:
+        raise CurateError(f"{log_dir}: {extra[0]} is from a rank beyond the plan's {num_ranks} ranks "
+                          "(the job ran on more processes than the shards were planned for)")
+    return out
+
+
+def _record(path: Path, line_no: int, line: str) -> dict:
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise CurateError(f"{path}:{line_no}: not JSON ({e.msg})") from None
+    if not isinstance(rec, dict) or "ids" not in rec:
+        raise CurateError(f"{path}:{line_no}: field ids: missing")
+    ids = rec["ids"]
+    if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)):
+        raise CurateError(f"{path}:{line_no}: field ids: not a list of integers")
+    weights = rec.get("weights")
+    if weights is not None and not (isinstance(weights, list) and all(isinstance(w, (int, float)) for w in weights)):
+        raise CurateError(f"{path}:{line_no}: field weights: not a list of numbers")
+    return rec
+
+
+def render(result: dict, options: dict) -> None:
+    from cluster_curate import console
+    data = {"plan followed": result["ok"], "shards": result["shards"], "log": result["log"]}
+    if not result["ok"]:
+        shown = result["problems"][:MAX_PROBLEMS]
+        more = result["problem_count"] - len(shown)
+        data["problems"] = "\n".join(shown + ([f"... {more} more"] if more > 0 else []))
+        data["cause"] = "\n".join(result["causes"])
+    console.summary(f"verify {result['log']} against {result['shards']}", data, result["ranks"])
+    if not result["ok"]:
+        raise SystemExit(1)
+
+
+SPEC = CommandSpec(
+    "verify", verify, (Argument("shards"),), OPTIONS, render,
+    short_help="Check that every rank consumed exactly its shard, in order (exit 1 if not).",
+    help="""Check what each rank of a training job consumed (LOGDIR/rank-RRRRR.jsonl, one line per micro-batch:
+    {"step": t, "ids": [...], "weights": [...]}) against the shards: per rank and step, any id out of order, on
+    the wrong rank, out of plan, duplicated or missing, a weight other than planned, and the likely cause
+    (shuffling, the wrong export layout, double sharding, packing). Exit 1 with a short table if the plan was not
+    followed.
+
+    \b
+    Write the logs with cluster_curate.loader.ConsumedLog (a plain loop) or
+    cluster_curate.integrations.hf.ConsumedIdsCallback (HF Trainer / TRL with PlanTrainerMixin).
+    """)

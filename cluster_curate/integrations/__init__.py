@@ -1,0 +1,1 @@
+"""Glue between the shards' plan and training frameworks (docs/architecture.md)."""

@@ -1,0 +1,180 @@
+"""Keep the plan in the Hugging Face `Trainer` and TRL's `SFTTrainer`, and weight each example's loss.
+
+    from cluster_curate.integrations.hf import PlanTrainerMixin, ConsumedIdsCallback
+
+    class PlanTrainer(PlanTrainerMixin, Trainer): ...          # or (PlanTrainerMixin, trl.SFTTrainer)
+    ds = datasets.load_dataset("parquet", data_files="export/train.parquet", split="train")  # export --for hf|trl
+    trainer = PlanTrainer(model=model, args=TrainingArguments(per_device_train_batch_size=M, ...),
+                          train_dataset=ds, callbacks=[ConsumedIdsCallback("consumed/")])
+
+What the mixin changes, and nothing else:
+
+- the train sampler is `PlannedOrderSampler` (sequential), whatever `train_sampling_strategy` says and on every
+  transformers version (4.x has no "sequential" strategy); Accelerate then deals micro-batch p, p + N, ... to
+  process p, which on a batch-interleaved export is exactly shard p in order;
+- `id` and `weight` survive `remove_unused_columns` and the collator (they are set aside before the collator
+  and put back as tensors);
+- the loss: per example, the mean cross-entropy over its label tokens (labels != -100: the response tokens when
+  the prompt is masked); per micro-batch, the mean over its examples of weight × that loss. That is the
+  loader's convention (`(per_example * weight).mean()`); DDP then averages over ranks, so a global step is the
+  weighted mean over all N × M examples divided by N × M (not by the sum of the weights). The loss is a
+  per-micro-batch mean, so the Trainer divides it by the gradient-accumulation steps as usual;
+- each micro-batch's ids, weights and loss go to every `ConsumedIdsCallback` (for `cluster-curate verify`).
+
+With TRL `packing=True` the `id` column does not survive (TRL packs input_ids and labels only): the mixin then
+recovers each packed segment's id from its tokens, so `verify` shows what packing did to the plan, and falls back
+to TRL's own unweighted loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import Sampler
+from transformers import TrainerCallback
+
+from cluster_curate.loader import ConsumedLog
+
+PLAN_KEYS = ("id", "weight")
+
+
+class PlannedOrderSampler(Sampler):
+    """0, 1, ..., len - 1: the exported file is already in the order the ranks must be dealt."""
+
+    def __init__(self, data_source):
+        self.n = len(data_source)
+
+    def __iter__(self):
+        return iter(range(self.n))
+
+    def __len__(self):
+        return self.n
+
+
+class ConsumedIdsCallback(TrainerCallback):
+    """Writes LOGDIR/rank-RRRRR.jsonl: one line per micro-batch this process trained on (fed by the mixin)."""
+
+    def __init__(self, log_dir):
+        self.log_dir, self.log = log_dir, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.log = ConsumedLog(self.log_dir, rank=args.process_index)
+
+    def record(self, ids, weights=None, loss=None):
+        if self.log is not None:
+            self.log.record(ids, weights, loss)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.log is not None:
+            self.log.close()
+
+
+class _KeepPlanColumns:
+    """Wraps a collator: sets `id` / `weight` aside, collates the rest, puts them back as tensors."""
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def __call__(self, features):
+        kept = {k: [f.pop(k) for f in features] for k in PLAN_KEYS if features and k in features[0]}
+        batch = self.collator(features)
+        if "id" in kept:
+            batch["id"] = torch.tensor(kept["id"], dtype=torch.long)
+        if "weight" in kept:
+            batch["weight"] = torch.tensor(kept["weight"], dtype=torch.float32)
+        return batch
+
+
+def weighted_causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """mean_i weight_i × (mean cross-entropy over example i's label tokens), next-token shifted; an example with
+    no label token contributes 0."""
+    shift_logits = logits[:, :-1, :].float()
+    shift_labels = labels[:, 1:]
+    per_token = torch.nn.functional.cross_entropy(shift_logits.reshape(-1, shift_logits.size(-1)),
+                                                  shift_labels.reshape(-1), reduction="none", ignore_index=-100)
+    per_token = per_token.view(shift_labels.shape)
+    mask = (shift_labels != -100).float()
+    per_example = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)
+    return (per_example * weight.to(per_example.dtype)).mean()
+
+
+class PlanTrainerMixin:
+    """Mix in before `transformers.Trainer` or `trl.SFTTrainer` (see the module docstring)."""
+
+    def __init__(self, *args, **kwargs):
+        self._ids_by_tokens = None
+        super().__init__(*args, **kwargs)
+        strategy = getattr(self.args, "train_sampling_strategy", None)
+        if getattr(self.args, "group_by_length", False) or strategy in ("group_by_length", "batch_rebalance"):
+            raise ValueError(f"PlanTrainerMixin: train_sampling_strategy={strategy!r} / group_by_length reorders the "
+                             "planned rows (the plan already groups lengths); use 'sequential'")
+        self.data_collator = _KeepPlanColumns(self.data_collator)
+        if self._ids_by_tokens is None:
+            # our loss never takes num_items_in_batch: the Trainer then neither counts the batch's label tokens
+            # across ranks nor (transformers 4.x) skips the division by the accumulation steps
+            self.model_accepts_loss_kwargs = False
+
+    @property
+    def loss_is_scaled_for_ga(self):
+        """Our weighted loss is a per-micro-batch mean, so the Trainer divides it by the accumulation steps
+        (transformers 5.x reads this); TRL's own loss under packing is already scaled (None: the Trainer decides)."""
+        return None if getattr(self, "_ids_by_tokens", None) is not None else False
+
+    # -- order
+    def _get_train_sampler(self, *args, **kwargs):
+        dataset = args[0] if args else kwargs.get("train_dataset", self.train_dataset)
+        return PlannedOrderSampler(dataset if dataset is not None else self.train_dataset)
+
+    # -- columns
+    def _set_signature_columns_if_needed(self):
+        super()._set_signature_columns_if_needed()
+        self._signature_columns = list(self._signature_columns) + [k for k in PLAN_KEYS
+                                                                   if k not in self._signature_columns]
+
+    # -- TRL packing: remember which tokens are which example, since packing drops the id column
+    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
+        prepare = super()._prepare_dataset
+        if packing and dataset_name == "train" and "id" in dataset.column_names:
+            unpacked = prepare(dataset, processing_class, args, False, formatting_func, dataset_name)
+            self._ids_by_tokens = {tuple(r["input_ids"]): r["id"] for r in unpacked.select_columns(["input_ids", "id"])}
+        return prepare(dataset, processing_class, args, packing, formatting_func, dataset_name)
+
+    def _packed_ids(self, inputs) -> list[int]:
+        """The ids of the examples packed into this micro-batch (-1 for a segment matching none), from the
+        segment boundaries (position_ids restart at 0) and each segment's tokens."""
+        ids = []
+        input_ids, positions = inputs["input_ids"], inputs.get("position_ids")
+        for row in range(input_ids.size(0)):
+            tokens = input_ids[row].tolist()
+            starts = ([i for i, p in enumerate(positions[row].tolist()) if p == 0] if positions is not None else [0])
+            for a, b in zip(starts, starts[1:] + [len(tokens)]):
+                ids.append(int(self._ids_by_tokens.get(tuple(tokens[a:b]), -1)))
+        return ids
+
+    # -- loss and logging
+    def training_step(self, model, inputs, *args, **kwargs):
+        ids = inputs.pop("id", None)
+        weight = inputs.get("weight")
+        if ids is None and self._ids_by_tokens is not None:
+            ids = self._packed_ids(inputs)
+        loss = super().training_step(model, inputs, *args, **kwargs)
+        logs = [cb for cb in self.callback_handler.callbacks if isinstance(cb, ConsumedIdsCallback)]
+        if logs:
+            # the Trainer returns the loss divided by the accumulation steps: log the micro-batch's own loss
+            scale = 1.0 if self.loss_is_scaled_for_ga is not False else getattr(
+                self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
+            ids = ids.tolist() if torch.is_tensor(ids) else ids
+            weights = None if weight is None else weight.tolist()
+            for cb in logs:
+                cb.record(ids, weights, float(loss) * scale)
+        return loss
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        weight = inputs.pop("weight", None)
+        inputs.pop("id", None)
+        if weight is None or "labels" not in inputs:  # e.g. TRL packing dropped the plan columns
+            return super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        labels = inputs.pop("labels")
+        outputs = model(**inputs)
+        loss = weighted_causal_lm_loss(outputs.logits, labels, weight)
+        return (loss, outputs) if return_outputs else loss

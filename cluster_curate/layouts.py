@@ -1,0 +1,281 @@
+"""What `export` writes: the shards' plan in the layout and columns a trainer reads, and the settings that keep it.
+
+Trainers that shard one dataset themselves deal it to ranks in one of two ways:
+
+- whole micro-batches round-robin (HF Trainer, TRL, Accelerate, LLaMA-Factory, axolotl — all go through
+  Accelerate's `BatchSamplerShard`, `split_batches=False`): process p gets batches p, p + N, p + 2N, ... of one
+  sequential batch sampler, so the file is *batch-interleaved*;
+- single samples round-robin (`torch.utils.data.DistributedSampler(shuffle=False)`: plain torchrun loops,
+  torchtune's `StatefulDistributedSampler`): rank r gets indices r, r + N, ..., so the file is
+  *sample-interleaved*.
+
+Either way rank r then reads exactly shard r, micro-batch after micro-batch, if the trainer keeps the order
+(no shuffling, no packing, no length grouping) and its batch size is the shards' `--micro-batch-size`.
+
+Columns: `hf`, `accelerate` and `torchrun` keep the shards' columns; `trl` writes conversational
+`prompt`/`completion` (TRL then trains on the completion only); `torchtune`, `llamafactory` and `axolotl` write an
+OpenAI-style `messages` column. Every layout keeps `id`, `weight` and `step` for checking with `verify`. `jsonl`
+and `parquet` write just the selected rows in their original columns, in dataset order.
+
+Pure functions of the manifest and the shards' table; `commands/export.py` reads and writes
+(docs/architecture.md, "Commands").
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io import names
+from cluster_curate.io.formats import RecordError, resolve_fields, to_example
+from cluster_curate.loader import interleaved_order
+from cluster_curate.sharding import SHARD_COLUMNS
+
+PLAN_COLUMNS = ("id", "weight", "step")          # kept in every trainer layout, for `verify`
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    layout: str | None          # "batch" | "sample" | None (source rows in dataset order)
+    columns: str                # "shard" | "prompt-completion" | "messages" | "source"
+    weights_applied: bool       # whether the recipe multiplies the loss by `weight`
+
+
+TARGETS = {t.name: t for t in (
+    Target("hf", "batch", "shard", True),
+    Target("trl", "batch", "prompt-completion", True),
+    Target("accelerate", "batch", "shard", True),
+    Target("torchrun", "sample", "shard", True),
+    Target("torchtune", "sample", "messages", False),
+    Target("llamafactory", "batch", "messages", False),
+    Target("axolotl", "batch", "messages", False),
+    Target("jsonl", None, "source", False),
+    Target("parquet", None, "source", False),
+)}
+TARGET_NAMES = tuple(TARGETS)
+
+
+# ---------------------------------------------------------------------------------------------- checks
+
+def check_job(manifest: dict, world_size: int | None, micro_batch_size: int | None, source: str = "shards") -> None:
+    """The job's world size and micro-batch size must be the ones the shards were planned for."""
+    n, m = int(manifest["num_shards"]), int(manifest["micro_batch_size"])
+    if world_size is not None and world_size != n:
+        raise CurateError(f"{source}: planned for {n} ranks, not --world-size {world_size} "
+                          f"(re-run `cluster-curate shard --num-shards {world_size}`)")
+    if micro_batch_size is not None and micro_batch_size != m:
+        raise CurateError(f"{source}: planned with micro-batch size {m}, not --micro-batch-size {micro_batch_size} "
+                          f"(re-run `cluster-curate shard --micro-batch-size {micro_batch_size}`)")
+
+
+def target(name: str) -> Target:
+    if name not in TARGETS:
+        raise CurateError(f"unknown --for {name!r}; choose one of {', '.join(TARGETS)}")
+    return TARGETS[name]
+
+
+# ------------------------------------------------------------------------------------------- layouts
+
+def arrange(table: pa.Table, manifest: dict, layout: str) -> pa.Table:
+    """The concatenated shards (rank 0 first) in the global order of `layout` ("batch" | "sample")."""
+    order = interleaved_order(int(manifest["num_shards"]), int(manifest["steps"]), int(manifest["micro_batch_size"]),
+                              layout)
+    if table.num_rows != len(order):
+        raise CurateError(f"the shards hold {table.num_rows} rows, the manifest plans {len(order)}")
+    return table.take(pa.array(order, pa.int64()))
+
+
+def _source_names(table: pa.Table) -> list[str]:
+    """The shards' source columns (without the columns `shard` adds)."""
+    return [c for c in table.column_names if c not in ("id",) + SHARD_COLUMNS]
+
+
+def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None) -> pa.Table:
+    """`messages` ([{role, content}], the response as the last assistant turn) or conversational
+    `prompt`/`completion`, from whatever record format the source rows use (detected, or `read`'s --format /
+    --prompt-field / --response-field); plus `id`, `weight`, `step`."""
+    fields = resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
+                            getattr(read, "response_field", None), source)
+    prompts, responses = [], []
+    for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
+        try:
+            prompt, response = to_example(rec, fields)
+        except RecordError as e:
+            raise CurateError(f"{source}: row {i} (id {table.column('id')[i].as_py()}): field {e.field}: "
+                              f"{e.reason}") from None
+        prompts.append(prompt)
+        responses.append(response)
+    turn = pa.struct([("role", pa.string()), ("content", pa.string())])
+    if style == "messages":
+        chat = {"messages": pa.array([p + [{"role": "assistant", "content": r}] for p, r in zip(prompts, responses)],
+                                     pa.list_(turn))}
+    elif style == "prompt-completion":
+        chat = {"prompt": pa.array(prompts, pa.list_(turn)),
+                "completion": pa.array([[{"role": "assistant", "content": r}] for r in responses], pa.list_(turn))}
+    else:
+        raise CurateError(f"unknown chat style {style!r}")
+    return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
+
+
+def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = None) -> pa.Table:
+    """The selected rows once each (repeats of `--remainder wrap` dropped; the left-over rows of `--remainder
+    drop`, read back from the data, added), in dataset order, with their original column names and nothing
+    `shard` added. `leftovers`: raw rows (`id` + source columns as the reader names them)."""
+    if "wrapped" in table.column_names:
+        table = table.filter(pc.invert(table.column("wrapped")))
+    renamed = {new: old for old, new in (manifest.get("renamed_source_columns") or {}).items()}
+    keep = _source_names(table)
+    rows = table.select(["id"] + keep).rename_columns(["id"] + [renamed.get(c, c) for c in keep])
+    if leftovers is not None and leftovers.num_rows:
+        rows = pa.concat_tables([rows, leftovers], promote_options="permissive")
+    rows = rows.sort_by("id").drop_columns(["id"])
+    if "source_id" in rows.column_names:  # the source's own `id` column (ours is the row index)
+        rows = rows.rename_columns(["id" if c == "source_id" else c for c in rows.column_names])
+    return rows
+
+
+def data_file(tgt: Target) -> str:
+    """The name of the data file `export --for tgt` writes."""
+    return names.EXPORT_SELECTED[tgt.name] if tgt.columns == "source" else names.EXPORT_DATA
+
+
+def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "shards",
+                 leftovers: pa.Table | None = None, read=None) -> pa.Table:
+    """The table `export --for tgt` writes (`read`: the ReadOptions naming the record format's fields)."""
+    if tgt.columns == "source":
+        return source_rows(table, manifest, leftovers)
+    arranged = arrange(table, manifest, tgt.layout)
+    if tgt.columns == "shard":
+        return arranged
+    return chat_columns(arranged, tgt.columns, source, read)
+
+
+# ------------------------------------------------------------------------------------ config snippets
+
+def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
+    """File name -> text of the settings that keep the plan for `tgt` (and a README of its traps)."""
+    n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
+    files: dict[str, str] = {}
+
+    def dump(obj) -> str:
+        return json.dumps(obj, indent=2) + "\n"
+
+    if tgt.name in ("hf", "trl"):
+        args = {"per_device_train_batch_size": m, "train_sampling_strategy": "sequential",
+                "dataloader_drop_last": False}
+        if tgt.name == "trl":
+            args.update(packing=False, shuffle_dataset=False, max_length=None, completion_only_loss=True)
+        files[names.TRAINING_ARGS] = dump(args)
+    elif tgt.name == "accelerate":
+        files[names.DATALOADER_ARGS] = dump({"batch_size": m, "shuffle": False, "drop_last": False,
+                                             "split_batches": False, "num_processes": n})
+    elif tgt.name == "torchrun":
+        files[names.DATALOADER_ARGS] = dump({"batch_size": m, "sampler": "DistributedSampler", "shuffle": False,
+                                             "drop_last": False, "num_replicas": n})
+    elif tgt.name == "torchtune":
+        files[names.TRAINER_CONFIG] = (
+            "# merge into your torchtune recipe config (full_finetune_distributed / lora_finetune_distributed)\n"
+            "dataset:\n"
+            "  _component_: torchtune.datasets.chat_dataset\n"
+            "  source: parquet\n"
+            f"  data_files: {data_path}\n"
+            "  split: train\n"
+            "  conversation_column: messages\n"
+            "  conversation_style: openai\n"
+            "  packed: False\n"
+            "shuffle: False\n"
+            f"batch_size: {m}\n")
+    elif tgt.name == "llamafactory":
+        files[names.LLAMAFACTORY_DATASET_INFO] = dump({"cluster_curate": llamafactory_entry(Path(data_path).name)})
+        files[names.TRAINER_CONFIG] = (
+            "# merge into your LLaMA-Factory training YAML (stage: sft)\n"
+            f"dataset_dir: {Path(data_path).parent}\n"
+            "dataset: cluster_curate\n"
+            "disable_shuffling: true\n"
+            f"per_device_train_batch_size: {m}\n"
+            "packing: false\n"
+            "neat_packing: false\n"
+            "group_by_length: false\n")
+    elif tgt.name == "axolotl":
+        files[names.TRAINER_CONFIG] = (
+            "# merge into your axolotl config\n"
+            "datasets:\n"
+            f"  - path: {data_path}\n"
+            "    ds_type: parquet\n"
+            "    type: chat_template\n"
+            "    field_messages: messages\n"
+            "    message_property_mappings:\n"
+            "      role: role\n"
+            "      content: content\n"
+            "    roles_to_train: [assistant]\n"
+            "shuffle_merged_datasets: false\n"
+            "curriculum_sampling: true\n"
+            "sample_packing: false\n"
+            f"micro_batch_size: {m}\n")
+    files[names.EXPORT_README] = _traps(tgt, n, m, steps)
+    return files
+
+
+def llamafactory_entry(file_name: str) -> dict:
+    """The dataset_info.json entry for the exported `messages` column (sharegpt formatting, OpenAI tags)."""
+    return {"file_name": file_name, "formatting": "sharegpt", "columns": {"messages": "messages"},
+            "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                     "assistant_tag": "assistant", "system_tag": "system"}}
+
+
+_TRAPS = {
+    "hf": ["`train_sampling_strategy` must be `\"sequential\"` (transformers 5.x; the default `\"random\"` shuffles "
+           "the global order, so ranks get rows of other shards); on 4.x override `_get_train_sampler` — "
+           "`cluster_curate.integrations.hf.PlanTrainerMixin` does both",
+           "`remove_unused_columns=True` (the default) drops `weight` and `id` before the collator: use the mixin, "
+           "which keeps them and multiplies each example's loss by its weight",
+           "`group_by_length` / `train_sampling_strategy=\"group_by_length\"` or `\"batch_rebalance\"` reorder "
+           "the rows"],
+    "trl": ["everything for `hf`, plus:",
+            "`packing=True` (best-fit-decreasing by default) re-sorts the rows longest first and mixes examples "
+            "of different steps into one row; keep `packing=False`",
+            "`shuffle_dataset=True` shuffles the dataset before training",
+            "a `max_length` that truncates a prompt to nothing drops that row (TRL filters fully masked rows): "
+            "leave `max_length=None` or make it longer than the longest row"],
+    "accelerate": ["give `accelerator.prepare` one DataLoader over this file (batch size M, no shuffling): it deals "
+                   "the batches to the ranks itself",
+                   "never hand it a rank's own shard (`load_shard(...)` data): it shards it a second time and each "
+                   "rank silently trains on 1/N of its shard",
+                   "`split_batches=True` splits each batch across ranks instead of dealing whole batches"],
+    "torchrun": ["`DistributedSampler(shuffle=False)`: with the default `shuffle=True` every rank gets other rows",
+                 "batch size M per rank, and `drop_last=False` (the file's length is a multiple of N: nothing is "
+                 "padded)",
+                 "a plain loop can skip this file: `cluster_curate.loader.load_shard(dir).micro_batches()` reads "
+                 "the rank's shard directly"],
+    "torchtune": ["`shuffle: False` (torchtune's default recipes shuffle)",
+                  "`packed: True` packs rows into fixed-length sequences, in another order",
+                  "torchtune has no per-example loss weight: `weight` is not applied"],
+    "llamafactory": ["`disable_shuffling: true` (else the HF Trainer's random sampler shuffles)",
+                     "`packing` / `neat_packing` reorder and merge rows",
+                     "LLaMA-Factory has no per-example loss weight: `weight` is not applied"],
+    "axolotl": ["`shuffle_merged_datasets: false` and `curriculum_sampling: true` (sequential sampler)",
+                "`sample_packing: true` reorders rows (multipack)",
+                "rows longer than `sequence_len` are dropped by default: make it longer than the longest row",
+                "axolotl has no per-example loss weight: `weight` is not applied"],
+    "jsonl": ["the selected rows in their original columns, in dataset order: no plan, no weights"],
+    "parquet": ["the selected rows in their original columns, in dataset order: no plan, no weights"],
+}
+
+
+def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
+    lines = [f"# `{data_file(tgt)}` for {tgt.name}", ""]
+    if tgt.layout:
+        how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
+        lines += [f"Planned for {n} ranks × micro-batch {m} = {n * m} rows per step, {steps} steps. The file is "
+                  f"{tgt.layout}-interleaved, for a trainer that deals {how}: run it on exactly {n} processes with "
+                  f"a per-device batch size of {m}, without shuffling, and rank r reads exactly shard r in order.",
+                  "", "Check that it did: log each rank's ids (`cluster_curate.loader.ConsumedLog`, or the HF "
+                  "callback) and run `cluster-curate verify SHARDS --log LOGDIR`.", ""]
+    lines += ["## Traps", ""] + [f"- {t}" for t in _TRAPS[tgt.name]] + [""]
+    return "\n".join(lines)

@@ -1,0 +1,231 @@
+"""What `verify` checks: did the training job consume the plan? What each rank logged it consumed vs the shards.
+
+The log is a directory of one JSON-lines file per rank (`rank-00000.jsonl`, ...), one line per micro-batch in the
+order the rank consumed them: `{"step": t, "ids": [...], "weights": [...], "loss": x}` (`weights` and `loss`
+optional). `cluster_curate.loader.ConsumedLog` writes it from a plain loop;
+`cluster_curate.integrations.hf.ConsumedIdsCallback` from the HF Trainer / TRL.
+
+`check_plan` is a pure function of the planned grid (step × rank × slot) and the logs. Each consumed id is
+classified against the planned one at the same rank, step and slot (step modulo the plan's steps: every epoch
+repeats the plan): in plan, out of order (planned for this rank at another position), on the wrong rank, or
+out of plan; each rank's multiset of ids gives the missing and the duplicated ones. A cause is named from the
+pattern (shuffling, the wrong layout, double sharding, packing).
+Reading the logs and the shards is `commands/verify.py`'s (docs/architecture.md, "Commands").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cluster_curate.loader import interleaved_order
+
+KINDS = ("out of order", "wrong rank", "out of plan", "duplicated", "missing", "weight", "no ids")
+WEIGHT_TOLERANCE = 1e-6
+KEPT_PROBLEMS = 1000  # problems kept with their details (all are counted)
+
+
+# ------------------------------------------------------------------------------------------------ check
+
+@dataclass
+class RankCheck:
+    rank: int
+    steps_logged: int
+    rows_logged: int
+    counts: Counter = field(default_factory=Counter)   # kind -> number of ids
+    in_plan: int = 0
+
+
+@dataclass
+class PlanCheck:
+    ranks: list[RankCheck]
+    problems: list[tuple[int, int | None, str, str]]    # (rank, step, kind, detail): the first KEPT_PROBLEMS
+    problem_count: int
+    causes: list[str]
+    steps: int
+    micro_batch_size: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem_count
+
+    def problem_lines(self, limit: int | None = None) -> list[str]:
+        """`rank R step T: kind: detail`, the first `limit` ones, then how many more."""
+        shown = self.problems[:limit] if limit is not None else self.problems
+        lines = [f"rank {r}" + (f" step {t}" if t is not None else "") + f": {kind}: {detail}"
+                 for r, t, kind, detail in shown]
+        if self.problem_count > len(shown):
+            lines.append(f"... {self.problem_count - len(shown)} more")
+        return lines
+
+
+def _dealt(file_ids: np.ndarray, n: int, m: int, dealing: str) -> list[np.ndarray]:
+    """What each rank gets from a file of ids when the trainer deals it by `dealing` ("batch" | "sample")."""
+    if dealing == "sample":
+        return [file_ids[r::n] for r in range(n)]
+    batches = file_ids.reshape(-1, m)
+    return [batches[r::n].reshape(-1) for r in range(n)]
+
+
+def _flatten(log: list[dict]):
+    """The logged ids as flat arrays: id, the log line (step) and the slot in that micro-batch of each; the
+    logged weight of each (NaN where none was logged); the lines that had no ids."""
+    lens = np.array([-1 if rec.get("ids") is None else len(rec["ids"]) for rec in log], dtype=np.int64)
+    has = lens >= 0
+    ids = np.fromiter((i for rec in log if rec.get("ids") is not None for i in rec["ids"]), dtype=np.int64,
+                      count=int(lens[has].sum()))
+    line = np.repeat(np.flatnonzero(has), lens[has])
+    starts = np.concatenate(([0], np.cumsum(lens[has])[:-1])) if has.any() else np.zeros(0, dtype=np.int64)
+    slot = np.arange(ids.size) - np.repeat(starts, lens[has])
+    logged = [rec for rec in log if rec.get("ids") is not None]
+    weights = np.fromiter((w for rec in logged for w in (
+        rec["weights"] if rec.get("weights") is not None and len(rec["weights"]) == len(rec["ids"])
+        else [np.nan] * len(rec["ids"]))), dtype=np.float64, count=ids.size)
+    return ids, line, slot, weights, np.flatnonzero(~has), lens[has]
+
+
+def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
+               planned_weights: np.ndarray | None = None) -> PlanCheck:
+    """Compare the planned grid ids[step, rank, slot] with what each rank logged (see the module docstring)."""
+    steps, n, m = planned.shape
+    flat_ids = planned.transpose(1, 0, 2).reshape(-1)
+    flat_rank = np.repeat(np.arange(n), steps * m)
+    every, first = np.unique(flat_ids, return_index=True)
+    owner = flat_rank[first]  # the first rank each planned id belongs to (ids, in `every` order)
+    problems: list[tuple[int, int | None, str, str]] = []  # the first KEPT_PROBLEMS, in log order
+    count = 0
+
+    def problem(r, t, kind, detail):
+        nonlocal count
+        count += 1
+        if len(problems) < KEPT_PROBLEMS:
+            problems.append((r, t, kind, detail))
+
+    def room() -> int:
+        return max(0, KEPT_PROBLEMS - len(problems))
+
+    ranks: list[RankCheck] = []
+    sizes: Counter = Counter()
+    for r in range(n):
+        log = consumed.get(r)
+        if log is None:
+            ranks.append(RankCheck(r, 0, 0))
+            problem(r, None, "missing", "no log from this rank")
+            continue
+        plan_r = planned[:, r, :]
+        ids, line, slot, weights, no_ids, lens = _flatten(log)
+        sizes.update(lens.tolist())
+        rc = RankCheck(r, len(log), int(ids.size))
+        for t in no_ids:
+            rc.counts["no ids"] += 1
+            problem(r, int(t), "no ids", "the micro-batch reached the model without its `id` column")
+        inside = slot < m
+        want = np.full(ids.size, -1, dtype=np.int64)
+        want[inside] = plan_r[line[inside] % steps, slot[inside]]  # epoch after epoch, the same planned order
+        match = inside & (ids == want)
+        rc.in_plan = int(match.sum())
+        own = np.isin(ids, plan_r)
+        pos = np.searchsorted(every, ids).clip(0, max(0, every.size - 1))
+        anywhere = (every[pos] == ids) if every.size else np.zeros(ids.size, dtype=bool)
+        wrong_w = np.zeros(ids.size, dtype=bool)
+        if planned_weights is not None:
+            wrong_w[match] = np.abs(weights[match] - planned_weights[line[match] % steps, r, slot[match]]) \
+                > WEIGHT_TOLERANCE  # NaN (no weight logged) compares False: not a problem
+        kind = np.select([match & wrong_w, match, own, anywhere], [5, 0, 1, 2], default=3)
+        for code, name in ((1, "out of order"), (2, "wrong rank"), (3, "out of plan"), (5, "weight")):
+            rc.counts[name] += int((kind == code).sum())
+        bad = np.flatnonzero(kind != 0)
+        count += bad.size
+        for at in bad[: room()]:  # the details of the first ones, in log order
+            i, t = int(ids[at]), int(line[at])
+            if kind[at] == 5:
+                want_w = planned_weights[t % steps, r, slot[at]]
+                problems.append((r, t, "weight", f"id {i} trained with weight {weights[at]:.6g}, planned {want_w:.6g}"))
+            elif kind[at] == 1:
+                problems.append((r, t, "out of order", f"id {i} planned for this rank at another step"))
+            elif kind[at] == 2:
+                problems.append((r, t, "wrong rank", f"id {i} planned for rank {owner[pos[at]]}"))
+            else:
+                problems.append((r, t, "out of plan", f"id {i} is in no shard"))
+        epochs = max(1, -(-len(log) // steps))
+        plan_ids, plan_c = np.unique(plan_r, return_counts=True)
+        plan_c = plan_c * epochs
+        seen_ids, seen_c = np.unique(ids, return_counts=True)
+        seen = np.zeros(plan_ids.size, dtype=np.int64)
+        if seen_ids.size:
+            k = np.searchsorted(seen_ids, plan_ids).clip(0, seen_ids.size - 1)
+            hit = seen_ids[k] == plan_ids
+            seen[hit] = seen_c[k[hit]]
+        for i in np.flatnonzero(seen > plan_c):
+            rc.counts["duplicated"] += int(seen[i] - plan_c[i])
+            problem(r, None, "duplicated", f"id {plan_ids[i]} consumed {seen[i]} times, planned {plan_c[i]}")
+        short = np.flatnonzero(seen < plan_c)
+        if short.size:
+            rc.counts["missing"] += int((plan_c[short] - seen[short]).sum())
+            problem(r, None, "missing", f"{short.size} planned ids never consumed (first: id {plan_ids[short[0]]})")
+        ranks.append(rc)
+    return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes), steps, m)
+
+
+def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter) -> list[str]:
+    """The likely cause of each pattern of problems, in words the user can act on."""
+    steps, n, m = planned.shape
+    total = lambda kind: sum(rc.counts[kind] for rc in ranks)  # noqa: E731
+    causes = []
+    if any(consumed.get(r) is None for r in range(n)):
+        causes.append("a rank wrote no log: was the job run on the planned number of processes, each logging?")
+    if total("no ids"):
+        causes.append("micro-batches lost their `id` column before the model: packing (TRL keeps only input_ids/"
+                      "labels) or remove_unused_columns dropped it")
+    odd = {s: c for s, c in sizes.items() if s != m}
+    if odd:
+        causes.append(f"micro-batches of {', '.join(str(s) for s in sorted(odd))} rows where the plan has {m}: packing "
+                      "(several examples per row) or a per-device batch size other than --micro-batch-size")
+    logged = {r: [i for rec in (consumed.get(r) or []) for i in (rec.get("ids") or [])] for r in range(n)}
+    wrong_layout = False
+    for layout in ("batch", "sample"):  # a file of one layout dealt the other way
+        file_ids = planned.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, layout)]
+        other = "sample" if layout == "batch" else "batch"
+        dealt = _dealt(file_ids, n, m, other)
+        if total("wrong rank") and all(logged[r] and list(dealt[r][: len(logged[r])]) == logged[r] for r in range(n)):
+            wrong_layout = True
+            causes.append(f"the data is {layout}-interleaved but the trainer dealt {other}s: export it --for the "
+                          f"trainer you run ({'torchrun/torchtune' if other == 'sample' else 'hf/trl/accelerate'})")
+    if total("wrong rank") and not wrong_layout and not odd:  # packing moves rows across ranks too
+        causes.append("rows went to other ranks than planned: a shuffling sampler (HF Trainer's default "
+                      "train_sampling_strategy='random', DistributedSampler(shuffle=True)), or the wrong export layout")
+    own_only = all(not rc.counts["wrong rank"] and not rc.counts["out of plan"] for rc in ranks)
+    fraction = [rc.rows_logged / max(1, steps * m) for rc in ranks]
+    if own_only and n > 1 and all(0 < f <= 1.0 / n + 1e-9 for f in fraction) and total("missing"):
+        causes.append(f"each rank consumed only 1/{n} of its own shard: the shard was dealt a second time (a rank's "
+                      "own shard handed to accelerator.prepare or a DistributedSampler) — give the framework the "
+                      "global order (export --for accelerate) or iterate the shard yourself")
+    elif own_only and total("out of order"):
+        causes.append("each rank read its own rows in another order: a shuffling or length-grouping sampler, "
+                      "or packing (TRL's best-fit-decreasing packing sorts longest first)")
+    if total("weight"):
+        causes.append("the loss weights differ from the shards' `weight` column")
+    if total("missing") and not causes:
+        short = [rc.rank for rc in ranks if rc.steps_logged % steps]
+        if short:
+            causes.append(f"rank(s) {', '.join(map(str, short))} stopped inside an epoch of the plan's {steps} steps "
+                          "(max_steps, or an interrupted run)")
+    return causes
+
+
+def format_check(check: PlanCheck, max_problems: int = 10) -> str:
+    """A short table per rank, the first problems, and the likely causes."""
+    head = ["rank", "steps", "rows", "in plan"] + [k for k in KINDS]
+    planned_rows = check.steps * check.micro_batch_size
+    rows = [[str(rc.rank), f"{rc.steps_logged}/{check.steps}", f"{rc.rows_logged}/{planned_rows}",
+             str(rc.in_plan)] + [str(rc.counts[k]) for k in KINDS] for rc in check.ranks]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    if check.ok:
+        lines.append("plan followed: every rank consumed exactly its shard, in order")
+        return "\n".join(lines)
+    lines += check.problem_lines(max_problems) + [f"cause: {c}" for c in check.causes]
+    return "\n".join(lines)

@@ -1,0 +1,346 @@
+"""`export` layouts and columns, the config snippets against the trainers' documented keys, and `verify`'s
+classification of what ranks consumed (pure functions; the real trainer runs are in test_trainers_plan.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from cluster_curate.commands.export import _read_shards as read_shards
+from cluster_curate.commands.export import export as export_command
+from cluster_curate.commands.verify import read_consumed, verify
+from cluster_curate.errors import CurateError
+from cluster_curate.loader import ConsumedLog, interleaved_order, shard_files
+from cluster_curate.plan_check import check_plan, format_check
+from shard_helpers import make_selection
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+N, M = 2, 2
+
+
+def export(shards, trainer, out, **options):
+    return export_command(str(shards), trainer=trainer, out=str(out), **options)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    from cluster_curate.commands.shard import shard
+    tmp = tmp_path_factory.mktemp("export")
+    out = {}
+    for name, data in (("qa", FIXTURES / "gsm8k" / "train-300.jsonl"),
+                       ("chat", FIXTURES / "chat" / "messages-300.jsonl")):
+        make_selection(tmp / f"{name}.parquet", data, k=3, fraction=0.3, n_tokens=True)
+        shard(str(tmp / f"{name}.parquet"), str(data), str(tmp / name), num_shards=N, micro_batch_size=M)
+        out[name] = tmp / name
+    return out
+
+
+def _ids(path, rank):
+    return pq.read_table(shard_files(path)[rank], columns=["id"]).column("id").to_pylist()
+
+
+# ------------------------------------------------------------------------------------------ layouts
+
+def test_interleaved_orders_deal_each_rank_its_shard():
+    steps = 3
+    shard = lambda r: [r * steps * M + i for i in range(steps * M)]  # noqa: E731 (row indices of shard r)
+    batch = np.array(interleaved_order(N, steps, M, "batch"))
+    dealt_batches = batch.reshape(-1, M)  # Accelerate: batch p, p + N, ... to process p
+    assert [dealt_batches[r::N].reshape(-1).tolist() for r in range(N)] == [shard(0), shard(1)]
+    sample = np.array(interleaved_order(N, steps, M, "sample"))
+    assert [sample[r::N].tolist() for r in range(N)] == [shard(0), shard(1)]  # DistributedSampler(shuffle=False)
+    with pytest.raises(CurateError, match="unknown layout"):
+        interleaved_order(N, steps, M, "rows")
+
+
+def test_export_batch_and_sample_layouts_keep_plan_columns(shards, tmp_path):
+    for target, dealing in (("hf", "batch"), ("torchrun", "sample")):
+        export(shards["qa"], target, tmp_path / target, world_size=N, micro_batch_size=M)
+        t = pq.read_table(tmp_path / target / "train.parquet")
+        assert {"id", "weight", "step", "question", "answer"} <= set(t.column_names)
+        ids = np.array(t.column("id").to_pylist())
+        got = ([ids.reshape(-1, M)[r::N].reshape(-1).tolist() for r in range(N)] if dealing == "batch"
+               else [ids[r::N].tolist() for r in range(N)])
+        assert got == [_ids(shards["qa"], 0), _ids(shards["qa"], 1)]
+        assert (tmp_path / target / "README.md").read_text().count("Traps")
+
+
+def test_export_trl_writes_conversational_prompt_completion(shards, tmp_path):
+    export(shards["chat"], "trl", tmp_path / "trl")
+    t = pq.read_table(tmp_path / "trl" / "train.parquet")
+    assert t.column_names == ["prompt", "completion", "id", "weight", "step"]
+    row = t.slice(0, 1).to_pylist()[0]
+    assert row["prompt"][-1]["role"] == "user" and [c["role"] for c in row["completion"]] == ["assistant"]
+    source = {r["id"]: r for r in read_shards(shards["chat"]).to_pylist()}[row["id"]]
+    assert row["prompt"] + row["completion"] == source["messages"]  # the conversation, split at the last answer
+    args = json.loads((tmp_path / "trl" / "training_args.json").read_text())
+    assert args["packing"] is False and args["train_sampling_strategy"] == "sequential"
+    assert args["per_device_train_batch_size"] == M
+
+
+@pytest.mark.slow  # importing trl takes seconds
+def test_written_training_args_are_accepted_by_transformers_and_trl(shards, tmp_path):
+    """training_args.json holds keywords of the installed TrainingArguments / SFTConfig, with the order kept."""
+    from transformers import TrainingArguments
+    from trl import SFTConfig
+    for target, cls in (("hf", TrainingArguments), ("trl", SFTConfig)):
+        export(shards["chat"], target, tmp_path / target)
+        kwargs = json.loads((tmp_path / target / "training_args.json").read_text())
+        args = cls(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", **kwargs)
+        assert args.train_sampling_strategy == "sequential" and args.per_device_train_batch_size == M
+
+
+def test_export_messages_from_question_answer(shards, tmp_path):
+    export(shards["qa"], "torchtune", tmp_path / "tt")
+    t = pq.read_table(tmp_path / "tt" / "train.parquet")
+    row = t.slice(0, 1).to_pylist()[0]
+    assert [m["role"] for m in row["messages"]] == ["user", "assistant"]
+    cfg = (tmp_path / "tt" / "config.yaml").read_text()
+    assert "shuffle: False" in cfg and "packed: False" in cfg and f"batch_size: {M}" in cfg
+
+
+def test_export_selected_rows_in_original_format(shards, tmp_path):
+    from cluster_curate.loader import read_manifest
+    export(shards["qa"], "jsonl", tmp_path / "j")
+    rows = [json.loads(line) for line in (tmp_path / "j" / "selected.jsonl").read_text().splitlines()]
+    source = (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines()
+    leftover = read_manifest(shards["qa"])["leftover_ids"]
+    assert leftover  # the rows `--remainder drop` left out of the shards are selected rows too: read back
+    ids = sorted(_ids(shards["qa"], 0) + _ids(shards["qa"], 1) + leftover)
+    assert rows == [json.loads(source[i]) for i in ids]  # the original records, in dataset order
+    export(shards["qa"], "parquet", tmp_path / "p")
+    assert pq.read_table(tmp_path / "p" / "selected.parquet").to_pylist() == rows
+    with pytest.raises(CurateError, match="2 selected rows are left over .* pass --data DATA"):
+        export(shards["qa"], "jsonl", tmp_path / "x", data=tmp_path / "gone.jsonl")
+    with pytest.raises(CurateError, match="not the data the shards were made from"):
+        export(shards["qa"], "jsonl", tmp_path / "x", data=FIXTURES / "chat" / "messages-300.jsonl")
+
+
+def test_export_refuses_mismatched_job(shards, tmp_path):
+    with pytest.raises(CurateError, match="planned for 2 ranks, not --world-size 4"):
+        export(shards["qa"], "hf", tmp_path / "x", world_size=4)
+    with pytest.raises(CurateError, match="micro-batch size 2, not --micro-batch-size 8"):
+        export(shards["qa"], "hf", tmp_path / "x", micro_batch_size=8)
+    with pytest.raises(CurateError, match="--for must be one of hf, trl"):
+        export(shards["qa"], "deepspeed", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    export(shards["qa"], "hf", tmp_path / "y")
+    with pytest.raises(CurateError, match="already exists"):
+        export(shards["qa"], "hf", tmp_path / "y")
+
+
+# LLaMA-Factory's dataset_info.json keys (data/README.md; DatasetAttr.join in llamafactory/data/parser.py, 0.9.5)
+LLAMAFACTORY_KEYS = {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name", "file_name",
+                     "file_sha1", "formatting", "ranking", "subset", "split", "folder", "num_samples", "columns",
+                     "tags"}
+LLAMAFACTORY_COLUMNS = {"prompt", "query", "response", "history", "messages", "system", "tools", "images", "videos",
+                        "audios", "chosen", "rejected", "kto_tag"}
+LLAMAFACTORY_TAGS = {"role_tag", "content_tag", "user_tag", "assistant_tag", "observation_tag", "function_tag",
+                     "system_tag"}
+# axolotl's config keys used (AxolotlInputConfig / SFTDataset in axolotl/utils/schemas, 0.19.0)
+AXOLOTL_TOP = {"datasets", "shuffle_merged_datasets", "curriculum_sampling", "sample_packing", "micro_batch_size"}
+AXOLOTL_DATASET = {"path", "ds_type", "type", "field_messages", "message_property_mappings", "roles_to_train",
+                   "split", "data_files"}
+
+
+def test_llamafactory_dataset_info_uses_documented_keys(shards, tmp_path):
+    export(shards["chat"], "llamafactory", tmp_path / "lf")
+    info = json.loads((tmp_path / "lf" / "dataset_info.json").read_text())
+    entry = info["cluster_curate"]
+    assert set(entry) <= LLAMAFACTORY_KEYS and set(entry["columns"]) <= LLAMAFACTORY_COLUMNS
+    assert set(entry["tags"]) <= LLAMAFACTORY_TAGS and entry["formatting"] == "sharegpt"
+    assert (tmp_path / "lf" / entry["file_name"]).is_file()
+    t = pq.read_table(tmp_path / "lf" / entry["file_name"])
+    turns = t.column(entry["columns"]["messages"]).to_pylist()
+    tags = entry["tags"]
+    for conv in turns:  # LLaMA-Factory's sharegpt converter: optional system first, then user/assistant pairs
+        body = conv[1:] if conv[0][tags["role_tag"]] == tags["system_tag"] else conv
+        assert [m[tags["role_tag"]] for m in body] == [tags["user_tag"], tags["assistant_tag"]] * (len(body) // 2)
+    cfg = (tmp_path / "lf" / "config.yaml").read_text()
+    assert "disable_shuffling: true" in cfg and "dataset: cluster_curate" in cfg
+
+
+def test_axolotl_yaml_uses_documented_keys(shards, tmp_path):
+    yaml = pytest.importorskip("yaml")
+    export(shards["chat"], "axolotl", tmp_path / "ax")
+    cfg = yaml.safe_load((tmp_path / "ax" / "config.yaml").read_text())
+    assert set(cfg) <= AXOLOTL_TOP and all(set(d) <= AXOLOTL_DATASET for d in cfg["datasets"])
+    assert cfg["shuffle_merged_datasets"] is False and cfg["curriculum_sampling"] is True
+    assert cfg["sample_packing"] is False and cfg["micro_batch_size"] == M
+    assert Path(cfg["datasets"][0]["path"]).is_file()
+
+
+# --------------------------------------------------------------------------------------------- verify
+
+def _grid(steps=4):
+    return np.arange(steps * N * M).reshape(steps, N, M) + 100
+
+
+def _log(per_rank):
+    return {r: [{"step": t, "ids": list(map(int, b))} for t, b in enumerate(batches)]
+            for r, batches in per_rank.items()}
+
+
+def test_verify_passes_the_plan_and_names_shuffling():
+    g = _grid()
+    good = _log({r: [g[t, r] for t in range(4)] for r in range(N)})
+    assert check_plan(g, good).ok
+    rng = np.random.default_rng(0)
+    flat = rng.permutation(g.reshape(-1))
+    shuffled = _log({r: [flat.reshape(-1, M)[r::N][t] for t in range(4)] for r in range(N)})
+    c = check_plan(g, shuffled)
+    assert not c.ok and "shuffling sampler" in format_check(c)
+
+
+def test_verify_accepts_whole_epochs_and_names_a_partial_one():
+    g = _grid()
+    two = _log({r: [g[t % 4, r] for t in range(8)] for r in range(N)})
+    w = np.linspace(0.5, 2.0, g.size).reshape(g.shape)
+    for r in range(N):
+        for t, rec in enumerate(two[r]):
+            rec["weights"] = w[t % 4, r].tolist()
+    assert check_plan(g, two, w).ok
+    short = _log({r: [g[t % 4, r] for t in range(6)] for r in range(N)})
+    c = check_plan(g, short)
+    assert not c.ok and "stopped inside an epoch" in format_check(c)
+
+
+def test_verify_names_double_sharding_and_wrong_layout():
+    g = _grid()
+    twice = _log({r: [g[t, r] for t in range(r, 4, N)] for r in range(N)})
+    text = format_check(check_plan(g, twice))
+    assert "only 1/2 of its own shard" in text
+    # a batch-interleaved file dealt sample by sample (DistributedSampler on an `export --for hf` file)
+    file_ids = g.transpose(1, 0, 2).reshape(-1)[interleaved_order(N, 4, M, "batch")]
+    wrong = _log({r: list(file_ids[r::N].reshape(-1, M)) for r in range(N)})
+    assert "batch-interleaved but the trainer dealt samples" in format_check(check_plan(g, wrong))
+
+
+def test_verify_counts_duplicates_missing_weights_and_lost_ids():
+    g = _grid()
+    w = np.ones(g.shape)
+    log = _log({r: [g[t, r] for t in range(4)] for r in range(N)})
+    log[0][1]["ids"] = list(map(int, g[0, 0]))          # step 0 again instead of step 1
+    log[1][0]["weights"] = [1.0, 2.0]
+    log[1][2]["ids"] = None
+    c = check_plan(g, log, w)
+    kinds = {(r, k) for r, _, k, _ in c.problems}
+    assert {(0, "duplicated"), (0, "missing"), (0, "out of order"), (1, "weight"), (1, "no ids")} <= kinds
+    assert "lost their `id` column" in format_check(c)
+
+
+def test_consumed_log_round_trip_and_bad_lines(shards, tmp_path):
+    from cluster_curate.commands.verify import planned_grid
+    _, g, w = planned_grid(shards["qa"])
+    for r in range(N):
+        with ConsumedLog(tmp_path / "log", rank=r) as log:
+            for t in range(g.shape[0]):
+                log.record(g[t, r], w[t, r], loss=1.0)
+    assert verify(str(shards["qa"]), log=str(tmp_path / "log"))["ok"]
+    (tmp_path / "log" / "rank-00001.jsonl").write_text('{"step": 0, "ids": [1, 2]}\n{"step": 1, "ids": "x"}\n')
+    with pytest.raises(CurateError, match=r"rank-00001.jsonl:2: field ids: not a list of integers"):
+        read_consumed(tmp_path / "log", N)
+    (tmp_path / "log" / "rank-00001.jsonl").unlink()
+    (tmp_path / "log" / "rank-00002.jsonl").write_text("")
+    with pytest.raises(CurateError, match="beyond the plan's 2 ranks"):
+        read_consumed(tmp_path / "log", N)
+
+
+
+def test_torchtune_sampler_deals_the_sample_interleaved_export(shards, tmp_path):
+    """torchtune's recipes deal with torchdata's StatefulDistributedSampler (a DistributedSampler): with
+    `shuffle: False` and batch_size M, rank r reads exactly shard r's micro-batches from `export --for torchtune`."""
+    sampler_mod = pytest.importorskip("torchdata.stateful_dataloader.sampler")
+    from torch.utils.data import DataLoader
+    export(shards["qa"], "torchtune", tmp_path / "tt")
+    ids = pq.read_table(tmp_path / "tt" / "train.parquet", columns=["id"]).column("id").to_pylist()
+    for r in range(N):
+        sampler = sampler_mod.StatefulDistributedSampler(ids, num_replicas=N, rank=r, shuffle=False)
+        batches = list(DataLoader(ids, batch_size=M, sampler=sampler, collate_fn=list))
+        assert [i for b in batches for i in b] == _ids(shards["qa"], r) and {len(b) for b in batches} == {M}
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+def _one_error_line(result, *needles):
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("ERROR: "), result.output
+    assert all(n in lines[0] for n in needles), lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_cli_export_refuses_a_mismatched_job_in_one_line(shards, tmp_path, cli_runner):
+    from cluster_curate.cli import main
+    qa = str(shards["qa"])
+    _one_error_line(cli_runner.invoke(main, ["export", qa, "--for", "hf", "--out", str(tmp_path / "x"),
+                                             "--world-size", "4"]), "planned for 2 ranks, not --world-size 4")
+    _one_error_line(cli_runner.invoke(main, ["export", qa, "--for", "trl", "--out", str(tmp_path / "x"),
+                                             "--micro-batch-size", "3"]), "not --micro-batch-size 3")
+    _one_error_line(cli_runner.invoke(main, ["export", str(tmp_path), "--for", "hf", "--out", str(tmp_path / "x")]),
+                    "no manifest.json")
+    assert not (tmp_path / "x").exists()
+    ok = cli_runner.invoke(main, ["export", qa, "--for", "torchrun", "--out", str(tmp_path / "t"), "--world-size", "2",
+                                  "--micro-batch-size", "2", "--json"])
+    assert ok.exit_code == 0, ok.output
+    summary = json.loads(ok.output)
+    assert summary["layout"] == "sample"
+    assert summary["rows"] == pq.read_metadata(tmp_path / "t" / "train.parquet").num_rows
+
+
+def test_cli_verify_exit_codes(shards, tmp_path, cli_runner):
+    from cluster_curate.cli import main
+    from cluster_curate.commands.verify import planned_grid
+    _, g, w = planned_grid(shards["qa"])
+    for r in range(N):
+        with ConsumedLog(tmp_path / "good", rank=r) as log, ConsumedLog(tmp_path / "swapped", rank=r) as bad:
+            for t in range(g.shape[0]):
+                log.record(g[t, r], w[t, r])
+                bad.record(g[t, 1 - r], w[t, 1 - r])  # every rank trained on the other's shard
+    good = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "good")])
+    assert good.exit_code == 0, good.output
+    bad = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped")])
+    assert bad.exit_code == 1 and "wrong rank" in bad.output and "planned for rank 1" in bad.output, bad.output
+    as_json = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped"), "--json"])
+    assert as_json.exit_code == 1 and json.loads(as_json.output)["plan followed"] is False
+    (tmp_path / "good" / "rank-00000.jsonl").write_text('{"step": 0, "ids": [1], "weights": ["a"]}\n')
+    _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "good")]),
+                    "rank-00000.jsonl:1: field weights")
+    _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "none")]),
+                    "no such log directory")
+
+
+def test_verify_runs_as_a_process(shards, tmp_path):
+    """The installed entry point, as a job's last step runs it: exit status 1 on a broken plan."""
+    import subprocess
+    import sys
+    from cluster_curate.commands.verify import planned_grid
+    _, g, _ = planned_grid(shards["qa"])
+    with ConsumedLog(tmp_path / "log", rank=0) as log:
+        log.record(g[0, 0])  # one step, then the job stopped; rank 1 never logged
+    proc = subprocess.run([sys.executable, "-m", "cluster_curate", "verify", str(shards["qa"]), "--log",
+                           str(tmp_path / "log")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no log from this rank" in proc.stdout + proc.stderr
+
+
+def test_wrapped_repeats_verify_and_export_once(tmp_path):
+    """--remainder wrap: a repeated id is planned twice (verify expects both), the selected rows export once."""
+    from cluster_curate.commands.shard import shard
+    from cluster_curate.commands.verify import planned_grid
+    data = FIXTURES / "gsm8k" / "train-300.jsonl"
+    sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.3, n_tokens=True)
+    shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "w"), num_shards=N, micro_batch_size=M,
+          remainder="wrap")
+    _, g, w = planned_grid(tmp_path / "w")
+    assert np.unique(g).size < g.size  # some rows are repeats
+    for r in range(N):
+        with ConsumedLog(tmp_path / "log", rank=r) as log:
+            for t in range(g.shape[0]):
+                log.record(g[t, r], w[t, r])
+    assert verify(str(tmp_path / "w"), log=str(tmp_path / "log"))["ok"]
+    export(tmp_path / "w", "parquet", tmp_path / "p")
+    source = [json.loads(line) for line in data.read_text().splitlines()]
+    assert pq.read_table(tmp_path / "p" / "selected.parquet").to_pylist() == [source[i] for i in sel["ids"]]
