@@ -67,7 +67,8 @@ def load_model(device: str):
     if not SMOLLM2.exists():
         raise SystemExit(f"{SMOLLM2} is missing: run `make smollm2`")
     tok = AutoTokenizer.from_pretrained(SMOLLM2.parent, gguf_file=SMOLLM2.name)
-    model = AutoModelForCausalLM.from_pretrained(SMOLLM2.parent, gguf_file=SMOLLM2.name).float().to(device)
+    import torch
+    model = AutoModelForCausalLM.from_pretrained(SMOLLM2.parent, gguf_file=SMOLLM2.name, dtype=torch.float32).to(device)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok, model
@@ -129,7 +130,7 @@ def train_and_score(rows, held, a, seed: int) -> dict:
             opt.step()
             sched.step()
             step += 1
-            last = float(loss)
+            last = float(loss.detach())
             if step >= steps:
                 break
     train_s = time.perf_counter() - t0
