@@ -46,6 +46,25 @@ def _let_pyarrow_skip_pandas(*sources: str) -> None:
 class _Group(click.Group):
     """Turns CurateError into `ERROR: ...` + exit 2, and any other exception into exit 1 with one line."""
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """A usage error (unknown option, bad value, missing argument) is one line too, exit 2, instead of
+        click's usage block; --help and --version as usual."""
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx is not None else "cluster-curate"
+            click.echo(f"ERROR: {e.format_message()} (see {where} --help)", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -110,6 +129,18 @@ def _take_deprecated(spec: CommandSpec, kw: dict) -> None:
                 kw[o.name] = value
 
 
+def _one_writer(command: str, kw: dict):
+    """The output's lock (io/lock.py) for a command writing one output; `run` takes its own, and the processes
+    of a torchrun or job-array embed write one directory together (each its part)."""
+    from contextlib import nullcontext
+
+    from cluster_curate.io.lock import output_lock
+    shared = "WORLD_SIZE" in os.environ or (kw.get("num_parts") or 1) > 1
+    if command == "run" or not kw.get("out") or shared:
+        return nullcontext()
+    return output_lock(kw["out"], command)
+
+
 def _command(spec: CommandSpec) -> click.Command:
     """A click command built from a command's declaration (commands/*.py): its arguments, its options, and
     --quiet/--json; it calls the command's Python function and prints the result with its render()."""
@@ -120,7 +151,8 @@ def _command(spec: CommandSpec) -> click.Command:
         _let_pyarrow_skip_pandas(*([kw["data"]] if kw.get("data") else []))
         args = [kw.pop(a.name) for a in spec.arguments]
         extra = {k: v() for k, v in spec.extra.items()}
-        result = spec.function(*args, **kw, **extra)
+        with _one_writer(spec.name, kw):
+            result = spec.function(*args, **kw, **extra)
         spec.render(result, kw)
 
     params: list[click.Parameter] = []

@@ -179,7 +179,9 @@ class ChunkedOutput:
 
     # -------------------------------------------------------------------------------- set-up
     def _check_output(self, overwrite: bool) -> None:
+        from cluster_curate.io.artifacts import check_creatable
         out, lay = self.out, self.layout
+        check_creatable(out)
         if not lay.multi:
             if out.exists() and not overwrite:
                 raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")
@@ -209,6 +211,12 @@ class ChunkedOutput:
                 old = json.loads(plan_file.read_text())
             except (OSError, ValueError):
                 old = None
+            mine = [c for c in self.committed() if lay.owns(c)]
+            if mine and not overwrite and not self.resume:  # committed work is discarded only when asked
+                same = "of this command" if old == self.plan else "with other parameters or data"
+                raise CurateError(f"{self.staging}: holds {len(mine)} committed chunk(s) of an interrupted run {same}; "
+                                  + ("pass --resume to continue it or " if old == self.plan else "")
+                                  + "--overwrite to start over")
             if old != self.plan:
                 if self.resume and not overwrite:
                     raise CurateError(f"{self.staging}: holds an interrupted run with other parameters or data; "

@@ -499,3 +499,53 @@ def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.nd
         tv.append(0.5 * float(np.abs(mix - whole).sum()))
     out["rank_mix_tv"] = {"max": max(tv), "mean": float(np.mean(tv)), "per_rank": [round(x, 6) for x in tv]}
     return out
+
+
+# ------------------------------------------------------------------------------------------- balance warning
+# `shard` warns when the plan's mean imbalance is more than this above what the micro-batch allows: 0.05 =
+# every step waits 5% longer for its slowest rank than it has to.
+BALANCE_SLACK = 0.05
+
+
+def length_packed_imbalance(lengths: np.ndarray, num_shards: int, micro_batch_size: int,
+                            balance: str = "tokens") -> float:
+    """What the micro-batch allows: the mean per-step imbalance when the same rows are packed by length alone
+    (sorted, N × M consecutive rows per step, dealt to ranks in snake order), ignoring clusters. A plan cannot
+    do much better with M rows per rank; M = 1 leaves the ranks of a step nothing to trade."""
+    n, m = num_shards, micro_batch_size
+    b = n * m
+    lengths = np.sort(np.asarray(lengths, dtype=np.float64))[::-1]
+    t_count = lengths.shape[0] // b
+    if t_count == 0:
+        return 1.0
+    grid = lengths[: t_count * b].reshape(t_count, m, n)       # slot j = (row j // n, column j % n)
+    grid[:, 1::2, :] = grid[:, 1::2, ::-1]                      # snake: every other round dealt backwards
+    loads = _rank_loads(grid.transpose(0, 2, 1), balance)      # [T, N]
+    mean = loads.mean(1)
+    return float(np.mean(np.where(mean > 0, loads.max(1) / np.where(mean > 0, mean, 1), 1.0)))
+
+
+def balance_warning(figures: dict, lengths: np.ndarray | None, balance: str = "tokens",
+                    slack: float = BALANCE_SLACK) -> str | None:
+    """The `shard` warning when the plan balances far worse than its micro-batch allows (issue 20 #10), naming
+    the option that helps; None when the balance is as good as M allows (within `slack`) or lengths are unknown.
+    figures: balance_figures() of the plan.
+
+    Only for `--balance tokens`: with `padded` a step costs M × its longest row, so keeping every cluster in
+    every step (the point of the plan) costs 1.2-1.4 against length-only packing at any M; no option fixes it."""
+    if lengths is None or balance != "tokens" or not figures.get("steps"):
+        return None
+    got = figures["token_imbalance"]["mean"]
+    n, m = figures["num_shards"], figures["micro_batch_size"]
+    allowed = length_packed_imbalance(lengths, n, m, balance)
+    if got <= allowed + slack:
+        return None
+    if m < 8:
+        fix = (f"a larger --micro-batch-size (e.g. {m * 4 if m == 1 else m * 2}: more rows per rank in a step give "
+               "the ranks rows to trade)")
+    else:
+        fix = "a longer --length-window (steps of similar-length rows balance more easily)"
+    return (f"token imbalance mean {got:.3f} (max {figures['token_imbalance']['max']:.2f}) with {n} shards and "
+            f"micro-batch {m}, "
+            f"while packing these rows by length alone reaches {allowed:.3f}: each step waits for its slowest rank; "
+            f"try {fix}")

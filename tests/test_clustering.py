@@ -472,3 +472,25 @@ def test_cluster_split_mixed_option(tmp_path, cli_runner):
     assert split["k_means"] == 4 and split["cuts"] >= 1 and params["given+split"]["k"] == 4 + split["cuts"]
     assert split["rule"].startswith("a cluster is cut in two") and split["min_rows"] == C.SPLIT_MIN_ROWS
     assert params["auto"]["split_mixed"]["k_means"] == C.auto_k(len(x))
+
+
+def test_uneven_sizes_warning_fires_only_when_there_is_something_to_do():
+    """Issue 20 #9: over-clustering with --k auto gives uneven sizes on normal data (demo: ratio 61; real
+    data 10-13) and says nothing; one dominant cluster, or a given small k without groups, warns."""
+    from cluster_curate.clustering import uneven_sizes_warning
+    # the demo's clusters (`make demo`, GSM8K fixture, k auto = 18): largest ÷ smallest 61
+    demo = np.array([14, 27, 25, 6, 15, 1, 14, 15, 10, 15, 61, 22, 13, 8, 22, 12, 10, 10])
+    assert uneven_sizes_warning(demo, k_given=False, grouped=True) is None
+    assert uneven_sizes_warning(demo, k_given=False, grouped=False) is None
+    real = np.r_[np.full(30, 40), np.full(7, 4)]  # ratio 10
+    assert uneven_sizes_warning(real, k_given=False, grouped=True) is None
+    dominant = np.r_[900, np.full(20, 10)]
+    w = uneven_sizes_warning(dominant, k_given=False, grouped=True)
+    assert w.startswith("one cluster holds 82% of the rows (900 of 1100, k = 21)") and "--center" in w
+    paper = np.array([400, 300, 250, 20])  # k = 4 ranks, given
+    w = uneven_sizes_warning(paper, k_given=True, grouped=False)
+    assert "given --k 4 (largest ÷ smallest = 20)" in w and "--balance-power" in w
+    assert uneven_sizes_warning(paper, k_given=True, grouped=True) is None  # groups take the quotas first
+    assert uneven_sizes_warning(np.array([5, 5, 5, 5]), k_given=True, grouped=False) is None
+    assert uneven_sizes_warning(np.array([7]), k_given=True, grouped=False) is None
+    assert uneven_sizes_warning(np.array([10, 0, 1, 9]), k_given=True, grouped=False) is None  # empty ignored

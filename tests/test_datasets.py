@@ -146,8 +146,62 @@ def test_format_and_field_overrides(tmp_path):
     p2 = write_jsonl(tmp_path / "y.jsonl", [{"text": "t", "label": "l"}])
     ds, _, ex = read_all(p2, ReadOptions(prompt_field="text", response_field="label"))
     assert ds.format == "prompt-completion" and ex[0].response == "l"
-    with pytest.raises(CurateError, match=r"needs column 'nope'.*columns found: \[text, label\]"):
+    with pytest.raises(CurateError, match=r"--prompt-field 'nope': no such column; columns found: \[text, label\]$"):
         open_dataset(p2, ReadOptions(prompt_field="nope", response_field="label"))
+
+
+def test_field_options_name_the_option_at_fault(tmp_path):
+    """Issue 20 #17: --prompt-field alone, --response-field NOPE, and a hint that works for upper-case columns."""
+    rows = [{"QUESTION": "q?", "CONTEXTS": ["c1", "c2"], "LONG_ANSWER": "long", "final_decision": "yes"}]
+    p = write_jsonl(tmp_path / "pubmedqa.jsonl", rows)
+    # the hint names the columns that would work, not --format qa (which needs 'question')
+    with pytest.raises(CurateError, match=r"unrecognised record format; columns found: \[QUESTION, CONTEXTS, "
+                                          r"LONG_ANSWER, final_decision\]\. pass --prompt-field QUESTION "
+                                          r"--response-field LONG_ANSWER"):
+        open_dataset(p)
+    ds, _, ex = read_all(p, ReadOptions(prompt_field="QUESTION", response_field="LONG_ANSWER"))
+    assert (ex[0].prompt[-1]["content"], ex[0].response) == ("q?", "long")
+    # --prompt-field alone: the one column that looks like a response is taken, and said in ds.fields
+    ds, _, ex = read_all(p, ReadOptions(prompt_field="QUESTION"))
+    assert ds.fields == {"prompt": "QUESTION", "response": "LONG_ANSWER"} and ex[0].response == "long"
+    q = write_jsonl(tmp_path / "plain.jsonl", [{"text": "t", "label": "l"}])
+    with pytest.raises(CurateError, match=r"--prompt-field text needs --response-field COLUMN too \(no column looks "
+                                          r"like one\); columns found: \[text, label\]$"):
+        open_dataset(q, ReadOptions(prompt_field="text"))
+    with pytest.raises(CurateError, match=r"pubmedqa.jsonl: --response-field 'NOPE': no such column; columns found"):
+        open_dataset(p, ReadOptions(prompt_field="QUESTION", response_field="NOPE"))
+    with pytest.raises(CurateError, match=r"--response-field 'NOPE': no such column"):
+        open_dataset(p, ReadOptions(format="qa", response_field="NOPE"))
+
+
+def test_list_of_texts_as_part_of_the_prompt(tmp_path):
+    """PubMedQA: CONTEXTS (a list of paragraphs) then QUESTION make the prompt; JSONL and Parquet alike."""
+    rows = [{"QUESTION": "q?", "CONTEXTS": ["c1", "c2"], "LONG_ANSWER": "long"},
+            {"QUESTION": "q2?", "CONTEXTS": [], "LONG_ANSWER": "l2"},
+            {"QUESTION": "q3?", "CONTEXTS": ["c", 3], "LONG_ANSWER": "l3"}]
+    p = write_jsonl(tmp_path / "p.jsonl", rows)
+    pq.write_table(pa.Table.from_pylist(rows[:2]), tmp_path / "p.parquet")
+    opts = ReadOptions(prompt_field="CONTEXTS,QUESTION", response_field="LONG_ANSWER", on_bad_row="skip")
+    for path in (p, tmp_path / "p.parquet"):
+        ds, _, ex = read_all(path, opts)
+        assert ds.fields["prompt"] == "CONTEXTS,QUESTION"
+        assert [e.prompt[-1]["content"] for e in ex] == ["c1\n\nc2\n\nq?", "q2?"]
+    assert [(r.id, r.field) for r in ds.rejects] == [] and len(ex) == 2
+    ds, _, ex = read_all(p, opts)
+    assert [(r.id, r.field, r.reason) for r in ds.rejects] == [
+        (2, "CONTEXTS", "prompt is a list holding a number, expected text or a list of texts")]
+    with pytest.raises(CurateError, match=r"--prompt-field 'CONTEXT': no such column"):
+        open_dataset(p, ReadOptions(prompt_field="CONTEXT,QUESTION", response_field="LONG_ANSWER"))
+
+
+def test_a_numeric_response_stays_a_number_in_the_raw_columns(tmp_path):
+    """Issue 20 #17: `"answer": 17` is text for the features, and 17 (a number) in the rows that shards copy."""
+    p = write_jsonl(tmp_path / "n.jsonl", [{"question": "a", "answer": 17}, {"question": "b", "answer": 2.5}])
+    ds = open_dataset(p)
+    (batch,) = list(ds.iter_batches())
+    assert [e.response for e in batch.examples] == ["17", "2.5"]
+    assert batch.raw.column("answer").to_pylist() == [17.0, 2.5]
+    assert pa.types.is_floating(batch.raw.schema.field("answer").type)
 
 
 def test_a_json_file_holding_json_lines(tmp_path):
@@ -223,8 +277,8 @@ BAD_INPUTS = [
     ("empty_response.jsonl", {}, r"^{p}:3: field 'answer': empty response \(id 2;"),
     ("messages_bad.jsonl", {}, r"^{p}:2: field 'messages\[1\]': empty response"),
     ("not_object.jsonl", {}, r"^{p}:2: expected a JSON object, found an array"),
-    ("unknown_format.jsonl", {}, r"^{p}: unrecognised record format; columns found: \[text, label\]\. pass --format "
-                                 r"\{{alpaca,prompt-completion,qa,messages,sharegpt\}}.*--prompt-field COLUMN --response-field COLUMN"),
+    ("unknown_format.jsonl", {}, r"^{p}: unrecognised record format; columns found: \[text, label\]\. pass "
+                                 r"--prompt-field COLUMN --response-field COLUMN"),
     ("empty.jsonl", {}, r"^{p}: dataset is empty \(no rows\)$"),
     ("blank_lines.jsonl", {}, r"^{p}: dataset is empty"),
     ("empty_list.json", {}, r"^{p}: dataset is empty"),
@@ -452,3 +506,59 @@ def test_reads_through_hf_datasets(tmp_path):
     assert not reads_through_hf_datasets(str(jsonl)) and not reads_through_hf_datasets(str(tmp_path / "parquet"))
     assert reads_through_hf_datasets(str(tmp_path / "saved"))
     assert reads_through_hf_datasets("openai/gsm8k@main:train") and reads_through_hf_datasets(str(tmp_path / "gone"))
+
+
+def test_a_column_mixing_numbers_and_text_is_said_and_reaches_the_shards_as_text(tmp_path, capfd):
+    """Numbers in one JSON batch and text in a later one: the reader warns once, naming the column, and the
+    shard writer stores the column as text instead of failing after the whole pass."""
+    import numpy as np
+
+    from cluster_curate.io.shard_writer import ShardWriter
+    rows = [{"question": f"q{i}", "answer": i if i < 3 else f"a{i}"} for i in range(6)]
+    ds = open_dataset(write_jsonl(tmp_path / "mixed.jsonl", rows))
+    batches = [batch.raw for batch in ds.iter_batches(3)]
+    assert [str(b.schema.field("answer").type) for b in batches] == ["int64", "string"]
+    assert ds.text_columns == ["answer"]
+    assert capfd.readouterr().err.count("column 'answer' holds text in some rows") == 1
+    writer = ShardWriter(tmp_path / "tmp", num_shards=1, rows_per_shard=6)
+    for b in batches:
+        table = pa.Table.from_batches([b])
+        writer.add(table, np.zeros(table.num_rows, dtype=np.int64), table.column("id").to_numpy())
+    writer.finish([tmp_path / "s.parquet"], ["id", "question", "answer"])
+    assert pq.read_table(tmp_path / "s.parquet").column("answer").to_pylist() == ["0", "1", "2", "a3", "a4", "a5"]
+    # a column of numbers only stays numbers: no warning
+    ds = open_dataset(write_jsonl(tmp_path / "n.jsonl", [{"question": "q", "answer": 1}] * 4))
+    assert [str(b.raw.schema.field("answer").type) for b in ds.iter_batches(2)] == ["int64", "int64"]
+    assert ds.text_columns == [] and "holds text" not in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_hub_id_without_a_network_fails_in_about_a_second(tmp_path):
+    """Issue 20 #17: a hub that does not answer (a socket that listens and never replies) is given one second,
+    then the local cache only: one line, exit 2, instead of datasets' ~25 s of retries (transformers': ~50 s)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections complete in the backlog; nothing is ever sent back
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{silent.getsockname()[1]}", HF_HOME=str(tmp_path / "hf"))
+    try:
+        for args in (["inspect", "nobody/no-such-set"],
+                     ["embed", str(FIXTURES / "gsm8k" / "train-300.jsonl"), "--out", str(tmp_path / "e.parquet"),
+                      "--features", "hidden", "--model", "nobody/no-such-model"]):
+            t0 = time.monotonic()
+            r = subprocess.run([sys.executable, "-m", "cluster_curate", *args], env=env, capture_output=True,
+                               text=True, timeout=120)
+            seconds = time.monotonic() - t0
+            assert r.returncode == 2, r.stderr
+            (line,) = r.stderr.strip().splitlines()
+            assert "did not answer within 1 s" in line and ("not in the local cache" in line
+                                                            or "not found locally or in the Hugging Face cache" in line)
+            assert seconds < 15, seconds  # start-up + the 1 s probe; the retries alone took 25-50 s
+    finally:
+        silent.close()
+    assert not (tmp_path / "e.parquet").exists()

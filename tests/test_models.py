@@ -86,7 +86,7 @@ def test_gguf_without_the_extra_names_it(tmp_path, monkeypatch):
     fake.write_bytes(b"GGUF")
     real = importlib.util.find_spec
     monkeypatch.setattr(models.importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
-    with pytest.raises(CurateError, match=r"pip install 'cluster-curate\[gguf\]'"):
+    with pytest.raises(CurateError, match=r"pip install the gguf extra \('\.\[cpu,gguf\]' in the checkout"):
         load_model(str(fake))
 
 

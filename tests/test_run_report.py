@@ -46,9 +46,15 @@ def test_run_writes_every_stage_then_skips_what_is_up_to_date(cli_runner, tmp_pa
     summary = json.loads(again.stdout)
     assert [s["status"] for s in summary["stages"]] == ["up to date"] * 4
 
-    # a changed selection option redoes select and shard only
+    # a changed selection option replaces a run: refused without --overwrite (issue 20 #4), nothing touched
     changed = [a if a != "0.31" else "0.5" for a in FAST]
-    third = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *changed, "--json"])
+    before = {p.name: p.stat().st_mtime_ns for p in out.rglob("*")}
+    refused = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *changed, "--json"])
+    assert refused.exit_code == 2 and "holds a run made with other select options (--fraction 0.31 -> 0.5); pass " \
+        "--overwrite" in refused.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+    # with --overwrite it redoes select and shard only
+    third = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *changed, "--overwrite", "--json"])
     status = {s["stage"]: s["status"] for s in json.loads(third.stdout)["stages"]}
     assert status == {"embed": "up to date", "cluster": "up to date", "select": "ran", "shard": "ran"}
     assert json.loads((out / "shards" / "manifest.json").read_text())["selected_rows"] == 150

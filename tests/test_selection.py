@@ -352,7 +352,7 @@ def test_select_hard_without_loss_column(tmp_path, cli_runner):
 def test_select_refuses_non_clusters_input(tmp_path, cli_runner, chain):
     emb, _ = chain
     r = invoke(cli_runner, "select", emb, "--out", tmp_path / "s.parquet", "--budget", 5)
-    assert r.exit_code == 2 and "is a 'embeddings' artifact, expected 'clusters'" in r.stderr
+    assert r.exit_code == 2 and "is an 'embeddings' artifact, expected 'clusters'" in r.stderr
 
 
 @pytest.mark.parametrize("case", ["null_cluster", "empty", "out_of_range"])

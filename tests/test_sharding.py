@@ -213,3 +213,33 @@ def test_bad_options():
             S.plan_steps(clusters, lengths, 2, 2, **kw)
     with pytest.raises(CurateError, match="token counts"):
         S.plan_steps(clusters, lengths[:5], 2, 2)
+
+
+def test_length_packed_imbalance_is_what_the_micro_batch_allows():
+    from cluster_curate.sharding import length_packed_imbalance
+    assert length_packed_imbalance(np.full(64, 100.0), 8, 2) == pytest.approx(1.0)
+    # 4 rows, 2 ranks, M = 2: sorted 4, 3, 2, 1 dealt in snake order -> ranks (4 + 1, 3 + 2): 5 vs 5
+    assert length_packed_imbalance(np.array([1.0, 4.0, 2.0, 3.0]), 2, 2) == pytest.approx(1.0)
+    # M = 1: the two rows of a step are the two ranks: 4 vs 3 and 2 vs 1
+    assert length_packed_imbalance(np.array([1.0, 4.0, 2.0, 3.0]), 2, 1) == pytest.approx((4 / 3.5 + 2 / 1.5) / 2)
+    assert length_packed_imbalance(np.array([5.0]), 2, 1) == 1.0  # not one whole step
+
+
+def test_balance_warning_names_the_micro_batch_when_the_plan_is_far_from_what_it_allows():
+    """Issue 20 #10: 8 shards at micro-batch 1 on heavy-tailed lengths (the README's old Makefile example) warn,
+    naming --micro-batch-size; micro-batch 4 balances to within 5% of length-only packing and says nothing."""
+    from cluster_curate.sharding import balance_figures, balance_warning, plan_steps
+    rng = np.random.default_rng(0)
+    clusters = rng.integers(0, 30, 900)
+    lengths = np.round(rng.lognormal(5, 0.6, 900) * (1 + clusters % 3))
+    plan = plan_steps(clusters, lengths, 8, 1)
+    w = balance_warning(balance_figures(plan, lengths, clusters), lengths)
+    assert w is not None and w.startswith("token imbalance mean 1.") and "with 8 shards and micro-batch 1" in w
+    assert "--micro-batch-size (e.g. 4" in w
+    plan = plan_steps(clusters, lengths, 8, 4)
+    figures = balance_figures(plan, lengths, clusters)
+    assert figures["token_imbalance"]["mean"] < 1.05
+    assert balance_warning(figures, lengths) is None
+    assert balance_warning(figures, None) is None
+    padded = plan_steps(clusters, lengths, 8, 4, balance="padded")
+    assert balance_warning(balance_figures(padded, lengths, clusters), lengths, balance="padded") is None

@@ -117,6 +117,7 @@ def _params(o: dict, r: dict, group_of, groups_rule, centroid_bytes: bytes) -> d
     res = r["res"]
     return {
         **recorded(OPTIONS, o),
+        "exact_duplicates": r["emeta"].params.get("exact_duplicates"),  # left out at embed; carried to the manifest
         "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"],
         "normalisation": r["norm"]["normalisation"], "spherical": True, "dim": r["d"], "sample_size": res.sample_size,
         "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else C.SAMPLE_RULE,
@@ -157,7 +158,7 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
     centroids_file = sidecar_path(out, names.CENTROIDS)
     params = _params(o, r, group_of, groups_rule, centroid_bytes)
     from cluster_curate.clustering import ALGORITHM_VERSION
-    meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings)}, r["emeta"].dataset,
+    meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings, out)}, r["emeta"].dataset,
                      ALGORITHM_VERSION)
     table = pa.table({"id": pa.array(r["ids"], pa.int64()), "cluster": pa.array(res.labels, pa.int32()),
                       "similarity": pa.array(res.similarity, pa.float32())})
@@ -206,9 +207,9 @@ def _summary(o, r, group_of, groups_rule, out, centroids_file, t0):
     for (label, count), (lo, hi) in zip(stats["histogram"].items(), C.SIZE_BINS):
         in_band = (res.sizes >= lo * mean) & (res.sizes < hi * mean)
         rows.append({"size band": label, "clusters": count, "rows": int(res.sizes[in_band].sum())})
-    if stats["max_over_min"] > 10:
-        console.warn(f"cluster sizes are very uneven (largest / smallest = {stats['max_over_min']:.0f}): equal quotas "
-                     "will take small clusters whole; consider --max-size-factor or --balance-power")
+    warning = C.uneven_sizes_warning(res.sizes, k_given=r["k_rule"] == "given", grouped=group_of is not None)
+    if warning:
+        console.warn(warning)
     return summary, rows
 
 

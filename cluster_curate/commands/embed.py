@@ -63,6 +63,9 @@ OPTIONS = (
            help="Allow model code from the model's repository (off by default)."),
     Option("seed", record=True, type=int, default=0, show_default=True,
            help="Seeds the proxy, samples and projections."),
+    Option("keep_duplicates", is_flag=True, default=False,
+           help="Keep exact duplicates (same normalised prompt and response). By default only the lowest id of "
+           "each is embedded, so they cannot both be selected; the others are counted and listed."),
     Option("num_parts", type=int, default=1, show_default=True, run=False, deprecated=(("--num-shards",),),
            help="Job-array pieces: this run is piece --part-index of K, writing its part into --out."),
     Option("part_index", type=int, default=0, show_default=True, run=False, deprecated=(("--shard-index",),)),
@@ -108,6 +111,7 @@ class _Run:
     per_chunk: object = None
     record: dict = field(default_factory=dict)
     features: list = field(default_factory=list)
+    copies: object = ()  # ids of the exact duplicates left out (np.ndarray after the scan)
 
 
 def _settle(opts: dict) -> list[str]:
@@ -163,6 +167,11 @@ def embed(data: str, out: str, **options) -> dict:
     bound_host_memory()
     features = _settle(opts)
     layout = distributed.detect(opts["num_parts"], opts["part_index"])
+    from cluster_curate.io.artifacts import check_creatable, check_writable
+    if layout.multi:  # the parts' own checks come with the plan; the directory must at least be creatable
+        check_creatable(out)
+    else:  # before the scan and the text basis, which writes a sidecar beside `out`
+        check_writable(out, opts["overwrite"])
     if layout.torchrun and not layout.leader:  # one progress bar and one summary: rank 0's
         console.configure(quiet=True, json_mode=False)
     device = distributed.device_for(layout, opts["device"])

@@ -17,21 +17,26 @@ def scan(run, read_options) -> None:
     import numpy as np
 
     from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.exact_dedup import example_key, first_of_each
     run.ds = ds = open_dataset(run.data, read_options)
     commit_every = run.opts["commit_every"]
-    counts: dict[int, int] = {}
-    parsed = 0
+    ids, keys = [], []
     for batch in ds.iter_batches():
-        for ex in batch.examples:
-            c = ex.id // commit_every
-            counts[c] = counts.get(c, 0) + 1
-        parsed += len(batch.examples)
+        ids += [ex.id for ex in batch.examples]
+        if not run.opts["keep_duplicates"]:
+            keys += [example_key(ex.prompt, ex.response) for ex in batch.examples]
+    ids = np.asarray(ids, dtype=np.int64)
+    if keys:  # exact copies: only the lowest id of each is embedded (and so can be selected)
+        keep, _ = first_of_each(ids, keys)
+        run.copies = np.sort(ids[~keep])
+        ids = ids[keep]
+        ds.skip_ids = frozenset(run.copies.tolist())
     total = int(ds.rows or 0)
     n_chunks = -(-total // commit_every) if total else 0
-    per_chunk = np.zeros(n_chunks, dtype=np.int64)
-    for c, n in counts.items():
-        per_chunk[c] = n
-    run.parsed, run.total_rows, run.per_chunk, run.record = parsed, total, per_chunk, ds.record()
+    per_chunk = np.bincount(ids // commit_every, minlength=n_chunks).astype(np.int64) if ids.size else \
+        np.zeros(n_chunks, dtype=np.int64)
+    run.parsed, run.total_rows, run.per_chunk, run.record = int(ids.size), total, per_chunk, ds.record()
+    parsed = run.parsed
     if parsed == 0:
         raise CurateError(f"{run.data}: no row parsed; nothing to embed")
 
@@ -257,7 +262,7 @@ def embedder_and_params(run, m: Models):
                         max_length=o["max_length"], batch_tokens=o["batch_tokens"], dims=dict(dims))
     fm = m.fm
     from cluster_curate.commands.embed import OPTIONS
-    params = {**recorded(OPTIONS, o),
+    params = {**recorded(OPTIONS, o), "exact_duplicates": _copies_record(run),
               "model": m.model_name, "features": features, "feature_weights": weights if len(features) > 1 else None,
               "dims": dims, "dim_total": int(sum(dims.values())), "checkpoints": m.trajectory_names or None,
               "text_weighting": o["text_weighting"] if text else None,
@@ -333,6 +338,18 @@ def feature_pass(run, embedder, params) -> Pass:
     return p
 
 
+LISTED_COPIES = 10000  # ids of dropped exact duplicates recorded in the metadata (the count is always exact)
+
+
+def _copies_record(run) -> dict:
+    """What the metadata says about exact duplicates (copied downstream into every artifact and the manifest)."""
+    import numpy as np
+    if run.opts["keep_duplicates"]:
+        return {"dropped": 0, "kept": True}
+    copies = np.asarray(run.copies, dtype=np.int64)
+    return {"dropped": int(copies.size), "ids": copies[:LISTED_COPIES].tolist(), "kept": False}
+
+
 def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     """Reported rows, then the artifact; returns the summary."""
     import json
@@ -367,6 +384,13 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
         "rows_per_s": round(p.done_rows / max(p.seconds, 1e-9), 1),
         "tokens_per_s": round(p.done_tokens / max(p.seconds, 1e-9), 1),
     }
+    copies = _copies_record(run)
+    summary["exact_duplicates_dropped"] = copies["dropped"]
+    if copies["dropped"]:
+        shown = ", ".join(str(i) for i in copies["ids"][:10])
+        console.warn(f"{copies['dropped']} exact duplicate(s) (same normalised prompt and response as a lower id) "
+                     f"not embedded, so never selected: ids {shown}{', ...' if copies['dropped'] > 10 else ''} "
+                     f"(the first {LISTED_COPIES} in the artifact's metadata; --keep-duplicates keeps them)")
     if m.proxy_dir is not None:
         summary["proxy"] = str(m.proxy_dir)
     if skipped_rows:

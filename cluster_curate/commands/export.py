@@ -35,13 +35,13 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     tgt = layouts.target(trainer)
     manifest = read_manifest(shards)
     layouts.check_job(manifest, o["world_size"], o["micro_batch_size"], str(shards))
-    if Path(out).exists() and not o["overwrite"]:
-        raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")
+    from cluster_curate.io.artifacts import check_writable
+    check_writable(out, o["overwrite"])
     leftovers = _read_leftovers(manifest, o, str(shards)) if tgt.columns == "source" else None
     rows = layouts.layout_table(_read_shards(shards), manifest, tgt, str(shards), leftovers, read_options(o))
     name = layouts.data_file(tgt)
     files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()))
-    with staged_directory(out, public_files=(name, *files)) as work:
+    with staged_directory(out) as work:
         if tgt.name == "jsonl":
             import json
             atomic_write_bytes(work / name, "".join(json.dumps(r, ensure_ascii=False) + "\n"

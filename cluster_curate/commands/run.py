@@ -11,7 +11,9 @@ from cluster_curate.options import Argument, CommandSpec, Option, read_options, 
 
 OWN_OPTIONS = (
     Option("out", flags=("--out", "-o"), required=True, help="Directory for the artifacts of every stage."),
-    Option("overwrite", is_flag=True, default=False, help="Redo every stage even when up to date."),
+    Option("overwrite", is_flag=True, default=False,
+           help="Replace the outputs of a run made in OUT with other options (the stages whose options changed, "
+           "and those after them); without it such a run is refused. Up-to-date stages are still skipped."),
     Option("force", is_flag=True, default=False, help="Passed to every stage (use mismatched inputs anyway)."),
 )
 
@@ -59,9 +61,20 @@ class RunState:
 
     @staticmethod
     def request(stage: str, options: dict, input_fingerprint: str | None, algorithm: int) -> dict:
+        import json
+
         from cluster_curate.io.artifacts import stable_hash
         return {"algorithm": algorithm, "options": stable_hash({"stage": stage, "options": options}),
-                "input": input_fingerprint}
+                "input": input_fingerprint,
+                "option_values": json.loads(json.dumps(options, default=str))}  # to name what changed
+
+    def changed_options(self, stage: str, request: dict) -> dict:
+        """{option: (recorded, now)} where this run's options differ from the recorded run's for `stage`."""
+        rec = (self.stages.get(stage) or {}).get("option_values")
+        if rec is None:
+            return {}
+        now = request["option_values"]
+        return {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now)) if rec.get(k) != now.get(k)}
 
     def stale(self, stage: str, request: dict, output) -> str | None:
         """Why `stage` must run again (None: it is up to date)."""
@@ -90,19 +103,92 @@ def _stage_extra(spec) -> dict:
     return {k: v() for k, v in spec.extra.items()}
 
 
+def preflight(ds, opts: dict, by_stage: dict) -> None:
+    """Every stage's options checked before the first expensive stage (issue 20 #2): each stage's own checks,
+    then one parse of the data (a bad row is reported first, as embed would), then what needs the number of
+    examples (--k, and one global step of N × M rows within the selection's size)."""
+    import math
+
+    from cluster_curate import selection as S
+    from cluster_curate.commands import embed as embed_cmd
+    from cluster_curate.commands import select as select_cmd
+    specs = stage_specs()
+    resolved = {stage: resolve(specs[stage].options, {n: opts[n] for n in by_stage[stage]}, stage)
+                for stage in names.STAGES}
+    embed_cmd._settle(dict(resolved["embed"]))
+    mode = select_cmd._check(resolved["select"])
+    data_rows = sum(len(batch.examples) for batch in ds.iter_batches())
+    c = resolved["cluster"]
+    for name, low in (("iters", 1), ("seed", 0)):
+        if c.get(name) is not None and c[name] < low:
+            raise CurateError(f"--{name} must be >= {low}, got {c[name]}")
+    if c.get("k") not in (None, "auto") and int(c["k"]) > data_rows:
+        raise CurateError(f"--k {c['k']} is larger than the number of examples ({data_rows})")
+    s = resolved["select"]
+    most = {"fraction": lambda: S.fraction_budget(data_rows, s["fraction"]),
+            "budget": lambda: min(data_rows, int(s["budget"])),
+            "per-cluster-ratio": lambda: math.ceil(s["per_cluster_ratio"] * data_rows)}[mode]()
+    h = resolved["shard"]
+    for name in ("num_shards", "micro_batch_size"):
+        if h[name] < 1:
+            raise CurateError(f"--{name.replace('_', '-')} must be at least 1 (got {h[name]})")
+    step = h["num_shards"] * h["micro_batch_size"]
+    if step > most and h.get("remainder") != "wrap":
+        budget = {"fraction": f"--fraction {s['fraction']}", "budget": f"--budget {s['budget']}",
+                  "per-cluster-ratio": f"--per-cluster-ratio {s['per_cluster_ratio']}"}[mode]
+        raise CurateError(f"one global step needs --num-shards × --micro-batch-size = {h['num_shards']} × "
+                          f"{h['micro_batch_size']} = {step} rows, but {budget} of {data_rows} rows selects at most "
+                          f"{most}; use fewer shards, a smaller micro-batch or a larger budget")
+
+
+def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
+    """Re-running stale stages is run's job; other options for a stage already run in `d` replace its outputs,
+    which needs --overwrite (issue 20 #4)."""
+    for stage, request in requests.items():
+        changed = state.changed_options(stage, request)
+        if changed:
+            what = ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in list(changed.items())[:3])
+            raise CurateError(f"{d}: holds a run made with other {stage} options ({what}); pass --overwrite to "
+                              "replace it, or choose another --out")
+
+
 def run(data: str, out: str, *, overwrite: bool = False, force: bool = False, **options) -> dict:
     """The whole pipeline: embed, cluster, select, shard into the directory `out`, each stage skipped while its
-    output is up to date with its inputs and options. Returns {"out", "stages", "summaries", "tables"}."""
+    output is up to date with its inputs and options. Returns {"out", "stages", "summaries", "tables"}.
+    A failed run into a directory it created leaves no directory behind."""
+    import shutil
+
+    from cluster_curate.io.artifacts import check_creatable
+    from cluster_curate.io.lock import output_lock
+
+    d = Path(out)
+    check_creatable(d / names.RUN_STATE)
+    created = not d.exists()
+    try:
+        with output_lock(d, "run"):
+            return _run(data, d, overwrite, force, options)
+    except BaseException:
+        if created and d.is_dir() and not any(d.iterdir()):
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+
+
+def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dict:
     from cluster_curate import console
     from cluster_curate.io.datasets import open_dataset
 
     declared, by_stage = stage_options()
     opts = resolve(declared, options, "run")
-    d = Path(out)
-    d.mkdir(parents=True, exist_ok=True)
+    ds = open_dataset(data, read_options(opts))
+    preflight(ds, opts, by_stage)
     state = RunState(d)
+    specs = stage_specs()
+    if not overwrite:  # other options for a stage already run here: a replacement
+        _refuse_replacement(state, d, {stage: state.request(stage, {n: opts[n] for n in by_stage[stage]}, None,
+                                                            specs[stage].algorithm()) for stage in names.STAGES})
+    d.mkdir(parents=True, exist_ok=True)
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
-    upstream = open_dataset(data, read_options(opts)).fingerprint()  # the raw data's, then each output's
+    upstream = ds.fingerprint()  # the raw data's, then each output's
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
     done, summaries, tables = [], {}, {}
@@ -111,7 +197,7 @@ def run(data: str, out: str, *, overwrite: bool = False, force: bool = False, **
         request = state.request(stage, stage_opts, upstream, spec.algorithm())
         output = paths[stage]
         t0 = time.monotonic()
-        why = "--overwrite" if overwrite else state.stale(stage, request, output)
+        why = state.stale(stage, request, output)
         if why is None:
             done.append({"stage": stage, "status": "up to date", "seconds": 0.0, "output": str(output)})
         else:

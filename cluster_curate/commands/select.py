@@ -69,6 +69,10 @@ def _inputs(o: dict, clusters: str, c, needs: set):
         what = f"--within {o['within']}" if "features" in order_needs or o["dedup"] is None else "--dedup"
         said = "the feature vectors" if "features" in needs else "the `loss` column"
         raise CurateError(f"{what} needs {said} of the embeddings artifact: pass --embeddings E ({why_not})")
+    if emb_path is None and why_not and "records no" not in why_not:  # recorded, but gone or changed: say so
+        from cluster_curate import console
+        console.warn(f"{clusters}: {why_not}; the selection gets no n_tokens (shard then counts words unless given "
+                     "--embeddings or --tokenizer); pass --embeddings E")
     extra = read_embedding_columns(emb_path, ["n_tokens", "loss"], c.ids) if emb_path is not None else {}
     loss = extra.get("loss")
     if "loss" in needs:
@@ -128,9 +132,9 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         picked = x["n_tokens"][sel.rows]
         columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
     params = _params(o, mode, sel, c)
-    inputs = {"clusters": c.meta.as_input(clusters)}
+    inputs = {"clusters": c.meta.as_input(clusters, out)}
     if x["emeta"] is not None:
-        inputs["embeddings"] = x["emeta"].as_input(x["emb_path"])
+        inputs["embeddings"] = x["emeta"].as_input(x["emb_path"], out)
     write_artifact(pa.table(columns), out, make_meta(names.SELECTION, params, inputs, c.meta.dataset,
                                                      S.ALGORITHM_VERSION),
                    overwrite=o["overwrite"])
@@ -142,6 +146,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
 def _params(o, mode, sel, c) -> dict:
     n, chosen = len(c.ids), len(sel.rows)
     return {
+        "exact_duplicates": c.meta.params.get("exact_duplicates"),  # left out at embed
         **recorded(OPTIONS, o),
         "mode": mode, "value": o[mode.replace("-", "_")], "requested": sel.requested, "selected": chosen, "rows": n,
         "fraction_selected": chosen / n, "balance_power": o["balance_power"] if mode != "per-cluster-ratio" else None,
@@ -163,6 +168,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
         "out": out, "rows": n, "clusters": c.k,
         "budget": f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else ""),
         "selected": chosen, "fraction of the data": round(chosen / n, 4),
+        "exact duplicates left out": (c.meta.params.get("exact_duplicates") or {}).get("dropped"),
         "clusters covered": f"{covered} / {nonempty} ({covered / max(nonempty, 1):.1%})",
         "per-cluster quota min / median / max": f"{int(q.min())} / {float(np.median(q)):g} / {int(q.max())}",
         "within": o["within"],

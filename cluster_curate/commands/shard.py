@@ -55,28 +55,31 @@ def shard(selection: str, data: str, out: str, *, chunk_bytes: int = 64 << 20, b
           batch_rows: int = BATCH_ROWS, **options) -> dict:
     """Write the shards, manifest.json and leftover_ids.txt of `selection` into the directory `out`.
     Returns the manifest (plus timings, which manifest.json leaves out: it is deterministic)."""
-    from pathlib import Path
 
     from cluster_curate import sharding
     from cluster_curate.commands import shard_parts as parts
-    from cluster_curate.io.artifacts import check_dataset_matches
+    from cluster_curate.io.artifacts import check_dataset_matches, check_writable
     from cluster_curate.io.datasets import open_dataset
     from cluster_curate.io.readers import read_selection
 
     t0 = time.monotonic()
     o = resolve(OPTIONS, dict(options, data=data, out=out), "shard")
-    if Path(out).exists() and not o["overwrite"]:
-        raise CurateError(f"{out}: already exists (pass --overwrite to replace it)")
+    check_writable(out, o["overwrite"])
     sel = read_selection(selection, force=o["force"])
     ds = open_dataset(data, read_options(o))
     dataset = ds.record()
     check_dataset_matches(sel.meta, selection, dataset, o["force"])
-    inputs = {"selection": sel.meta.as_input(selection), "data": dataset}
+    inputs = {"selection": sel.meta.as_input(selection, out), "data": dataset}
     tokens, token_source = parts.token_counts(o, selection, sel, ds, inputs)
     t_plan = time.monotonic()
     plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],
                                allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],
                                length_window=o["length_window"], seed=o["seed"])
+    if o["allocation"] == "stratified":  # the others are baselines: their balance is what they are for
+        warning = sharding.balance_warning(sharding.balance_figures(plan, tokens, sel.clusters), tokens, o["balance"])
+        if warning:
+            from cluster_curate import console
+            console.warn(warning)
     weights = parts.cluster_weights(o, selection, sel)
     t_stream = time.monotonic()
     params = _params(o, token_source)

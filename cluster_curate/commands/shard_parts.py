@@ -32,7 +32,7 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
         for cand in candidates:
             tokens, emb_meta = read_embedding_tokens(cand, sel.ids, o["force"])
             if tokens is not None:
-                inputs["embeddings"] = emb_meta.as_input(cand)
+                inputs["embeddings"] = emb_meta.as_input(cand, o["out"])
                 return tokens, f"embeddings n_tokens ({cand})"
             if cand == embeddings:
                 raise CurateError(f"{cand}: no 'n_tokens' column")
@@ -213,7 +213,7 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, *
     from cluster_curate.sharding import SHARD_COLUMNS
     n = plan.rows.shape[1]
     figures = sharding.balance_figures(plan, tokens, sel.clusters)
-    with staged_directory(o["out"], public_files=(names.MANIFEST, names.LEFTOVER)) as work:
+    with staged_directory(o["out"]) as work:
         writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes)
         renamed, source_columns = _stream(o, sel, ds, plan, weights, writer, batch_rows)
         meta = make_meta(names.SHARD, params, inputs, sel.meta.dataset or dataset, sharding.ALGORITHM_VERSION)
@@ -244,6 +244,9 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
         "params": params, "inputs": inputs, "dataset": meta.dataset, "num_shards": n, "micro_batch_size": m,
         "rows_per_shard": plan.rows_per_shard, "steps": plan.steps, "global_batch_rows": n * m,
         "selected_rows": int(sel.ids.size), "sharded_rows": int(plan.rows.size),
+        "exact_duplicates": sel.meta.params.get("exact_duplicates"),
+        "selection": {k: sel.meta.params.get(k) for k in ("mode", "value", "selected", "fraction_selected", "k",
+                                                           "within", "seed")},  # how the rows were chosen
         "wrapped_rows": int(plan.wrapped.sum()), "leftover_rows": len(leftover_ids), "leftover_ids": leftover_ids,
         "leftover_file": names.LEFTOVER, "renamed_source_columns": renamed, "columns": columns,
         "files": [{"file": name, "rows": plan.rows_per_shard, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}

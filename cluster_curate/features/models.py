@@ -125,7 +125,15 @@ def _require_gguf_extra(path: Path) -> None:
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
         raise CurateError(f"--model {path}: loading a GGUF file needs the package(s) {', '.join(missing)}: "
-                          f"pip install 'cluster-curate[gguf]'")
+                          "pip install the gguf extra ('.[cpu,gguf]' in the checkout, or the wheel with [cpu,gguf])")
+
+
+def _not_cached(spec: str, unreachable: bool) -> str:
+    from cluster_curate.io.hub import HUB_PROBE_SECONDS, hub_endpoint
+    why = (f"the hub ({hub_endpoint()}) did not answer within {HUB_PROBE_SECONDS:g} s" if unreachable
+           else "the hub is offline (HF_HUB_OFFLINE=1)")
+    return (f"--model {spec}: not found locally or in the Hugging Face cache, and {why}: download it first or pass "
+            "a local path")
 
 
 def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
@@ -136,8 +144,6 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     offline), or a `.gguf` file (dequantized by transformers; needs the `gguf` extra). The module is put in
     eval mode with its parameters frozen; feature extraction never trains it.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     spec = str(spec)
@@ -158,13 +164,24 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     else:
         where = spec  # a hub id
 
+    unreachable = False
+    if where == spec and not path.exists() and not _hub_offline():
+        from cluster_curate.io.hub import hub_reachable
+        # without a network transformers retries for ~50 s: probe for a second, then the local cache only
+        unreachable = not hub_reachable()
+        if unreachable:
+            kwargs["local_files_only"] = True
+            from huggingface_hub import try_to_load_from_cache
+            if not isinstance(try_to_load_from_cache(spec, "config.json"), str):  # before importing transformers
+                raise CurateError(_not_cached(spec, True))
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
-        if where == spec and not path.exists() and _hub_offline():
-            raise CurateError(f"--model {spec}: not found locally or in the Hugging Face cache, and the hub is "
-                              f"offline (HF_HUB_OFFLINE=1): download it first or pass a local path") from None
+        if where == spec and not path.exists() and (unreachable or _hub_offline()):
+            raise CurateError(_not_cached(spec, unreachable)) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if trust_remote_code is False and "trust_remote_code" in str(e):
             first += " (pass --trust-remote-code if you trust this model's code)"

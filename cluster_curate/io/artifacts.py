@@ -70,15 +70,19 @@ class ArtifactMeta:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**known)
 
-    def as_input(self, path: str | os.PathLike) -> dict:
-        """How a downstream artifact records this one among its inputs."""
-        return {"path": str(path), "kind": self.kind, "fingerprint": self.fingerprint, "rows": self.rows}
+    def as_input(self, path: str | os.PathLike, beside: str | os.PathLike) -> dict:
+        """How the downstream artifact at `beside` records this one among its inputs: the path relative to the
+        folder that holds `beside` (docs/architecture.md, "Lineage"), so a pipeline folder copied or moved
+        elsewhere, or used from another working directory, still finds its inputs, and the bytes of an artifact
+        do not depend on where its folder is."""
+        rel = os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(beside)))
+        return {"path": rel, "kind": self.kind, "fingerprint": self.fingerprint, "rows": self.rows}
 
 
 def make_meta(kind: str, params: dict, inputs: dict[str, dict], dataset: dict,
               algorithm: int | None = None) -> ArtifactMeta:
     """Metadata of a new artifact. `inputs` maps a name ("data", "embeddings", ...) to an input record:
-    `meta.as_input(path)` for an artifact, the reader's `dataset_record()` for raw data. `algorithm`: the
+    `meta.as_input(path, out)` for an artifact, the reader's `dataset_record()` for raw data. `algorithm`: the
     stage's ALGORITHM_VERSION (None only for artifacts made outside the stages, e.g. in tests)."""
     meta = ArtifactMeta(kind=kind, params=params, inputs={k: dict(v) for k, v in inputs.items()}, dataset=dict(dataset),
                         algorithm=algorithm)
@@ -117,9 +121,32 @@ def sidecar_path(path: str | os.PathLike, suffix: str) -> Path:
 
 
 def check_writable(path: str | os.PathLike, overwrite: bool) -> None:
+    """Before any work: `path` is not in the way (or may be replaced) and can be created (check_creatable)."""
     p = Path(path)
     if p.exists() and not overwrite:
         raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
+    check_creatable(p)
+
+
+def check_creatable(path: str | os.PathLike) -> None:
+    """One line (CurateError) unless `path`, and the temporary and sidecar files beside it, can be created:
+    every existing ancestor is a directory, and the nearest one is writable. Probed by creating and removing a
+    hidden file there, because permission bits do not tell (root, read-only mounts, /proc, /sys)."""
+    import tempfile
+
+    p = Path(path)
+    where = Path(os.path.abspath(p)).parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        raise CurateError(f"{p}: cannot create it: {where} is a file, not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".cluster-curate-probe-", dir=where)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        reason = "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
+        raise CurateError(f"{p}: cannot create it: cannot write in {where} ({reason})") from None
 
 
 # ----------------------------------------------------------------------------------------------- read
@@ -139,8 +166,13 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
     if kind is not None:
         kinds = (kind,) if isinstance(kind, str) else tuple(kind)
         if meta.kind not in kinds:
-            raise CurateError(f"{path}: is a '{meta.kind}' artifact, expected {' or '.join(repr(k) for k in kinds)}")
+            raise CurateError(f"{path}: is {_article(meta.kind)} '{meta.kind}' artifact, expected "
+                              f"{' or '.join(repr(k) for k in kinds)}")
     return meta
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in tuple("aeiou") else "a"
 
 
 def read_parquet(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:

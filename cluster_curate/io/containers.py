@@ -320,7 +320,7 @@ class _Csv:
             names = pacsv.open_csv(self._stream(), read_options=read, parse_options=parse).schema.names
             convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
             return pacsv.open_csv(self._stream(), read_options=read, parse_options=parse, convert_options=convert)
-        except pa.ArrowInvalid as e:
+        except (pa.ArrowInvalid, UnicodeDecodeError) as e:  # the latter: a header that is not UTF-8
             self._raise(e)
 
     def _stream(self):
@@ -328,7 +328,7 @@ class _Csv:
 
     def _raise(self, e: Exception):
         msg = str(e)
-        if "UTF8" in msg or "UTF-8" in msg:
+        if "UTF8" in msg or "UTF-8" in msg or isinstance(e, UnicodeDecodeError):
             located = _first_non_utf8_line(self.path)
             if located:
                 raise CurateError(located) from None
@@ -431,19 +431,28 @@ _FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".tsv", ".gz", 
 
 def _load_hub(source: str, m: re.Match):
     import datasets
+    from huggingface_hub import constants
+
+    from cluster_curate.io.hub import HUB_PROBE_SECONDS, hub_offline, hub_reachable
     name, config, split = m.group("name"), m.group("config"), m.group("split") or "train"
     offline = bool(datasets.config.HF_HUB_OFFLINE) or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+    # Without a network datasets retries for ~25 s before failing; a one-second probe first, and the cache
+    # only when the hub does not answer.
+    unreachable = not offline and not hub_reachable(constants.ENDPOINT)
     hub_log = logging.getLogger("huggingface_hub")
     level = hub_log.level
     hub_log.setLevel(logging.ERROR)  # its retry warnings would print before our one-line error
     try:
-        hf = datasets.load_dataset(name, config, split=split)
+        with hub_offline(unreachable):
+            hf = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001
         first = (str(e).splitlines() or [type(e).__name__])[0]
-        if offline:
-            raise CurateError(f"{source}: no such file or directory, and not a cached Hugging Face dataset: the hub "
-                              f"is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE) and {name!r} is not in the local "
-                              "cache; download it first or pass a local path") from None
+        if offline or unreachable:
+            why = (f"the hub ({constants.ENDPOINT}) did not answer within {HUB_PROBE_SECONDS:g} s" if unreachable
+                   else "the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)")
+            raise CurateError(f"{source}: no such file or directory, and not a cached Hugging Face dataset: {why} "
+                              f"and {name!r} is not in the local cache; download it first or pass a local path") \
+                from None
         raise CurateError(f"{source}: no such file or directory, and cannot load it as a Hugging Face dataset "
                           f"({first})") from None
     finally:

@@ -138,13 +138,14 @@ def _rename_id(names: list[str]) -> dict[str, str]:
     return out
 
 
-def _column_array(values: list) -> pa.Array:
+def _column_array(values: list) -> tuple[pa.Array, bool]:
+    """The column as Arrow, and whether its values had to become text (mixed types)."""
     try:
-        return pa.array(values)
+        return pa.array(values), False
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         # mixed types in one column (e.g. a number here, a string there): keep it as JSON text
         return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-                         for v in values], type=pa.string())
+                         for v in values], type=pa.string()), True
 
 
 class Dataset:
@@ -161,6 +162,9 @@ class Dataset:
         self.rows: int | None = getattr(self._src, "rows", None)
         self._fingerprint: str | None = None
         self._key_column = "key"
+        self._column_types: dict[str, pa.DataType] = {}  # JSON sources: each column's type in the batches so far
+        self.text_columns: list[str] = []  # JSON columns kept as text because their values mix types
+        self.skip_ids: frozenset[int] = frozenset()  # rows left out of `examples` (embed: exact copies)
         with _read_errors(self.source):
             self.field_map: FieldMap = self._detect()
         self.format = self.field_map.format
@@ -192,6 +196,9 @@ class Dataset:
                     break
             if n == 0:
                 raise CurateError(f"{self.source}: dataset is empty (no rows)")
+            if not seen and first_bad is None:
+                raise CurateError(f"{self.source}: the records have no fields (the first {n} rows are empty "
+                                  "JSON objects)")
             if not seen:
                 id_, row = first_bad
                 if n == 1 or self.opts.on_bad_row != "skip":
@@ -249,6 +256,8 @@ class Dataset:
         self.rejects.append(Reject(id_, self._location(id_, line), field, reason))
 
     def _convert(self, id_: int, line: int | None, rec: dict, examples: list) -> None:
+        if id_ in self.skip_ids:
+            return
         try:
             prompt, response = to_example(rec, self.field_map)
         except RecordError as e:
@@ -303,13 +312,28 @@ class Dataset:
         if keyed:
             cols[self._key_column] = pa.array([r.key for r in rows], type=pa.string())
         for name in names:
-            cols[rename[name]] = _column_array([None if r.record is None else r.record.get(name) for r in rows])
+            array, mixed = _column_array([None if r.record is None else r.record.get(name) for r in rows])
+            before = self._column_types.setdefault(name, array.type)
+            if mixed or (before != array.type and pa.types.is_string(array.type) != pa.types.is_string(before)
+                         and not pa.types.is_null(before) and not pa.types.is_null(array.type)):
+                self._mixed_column(name)
+            cols[rename[name]] = array
         return pa.RecordBatch.from_pydict(cols)
+
+    def _mixed_column(self, name: str) -> None:
+        """Say once that a column holds text and other values: Parquet keeps one type per column, so the
+        shards store it as text (a number 17 as '17'); a column that is all numbers stays numbers."""
+        if name in self.text_columns:
+            return
+        self.text_columns.append(name)
+        from cluster_curate import console
+        console.warn(f"{self.source}: column {name!r} holds text in some rows and other values in others; "
+                     "shards keep it as text (numbers and lists as their JSON text)")
 
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
         fm = self.field_map
-        needed = [c for c in (fm.prompt, fm.response, fm.input, fm.system) if c]
+        needed = [c for c in (*fm.prompt_columns, fm.response, fm.input, fm.system) if c]
         for b in _rebatch(self._src.batches(batch_rows), batch_rows):
             n = b.num_rows
             examples: list[Example] = []

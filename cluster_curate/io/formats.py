@@ -5,7 +5,8 @@ A format maps one source record (a dict of columns) to `(prompt, response)`:
     prompt    list of chat turns [{"role": "system"|"user"|"assistant"|..., "content": str}], ending with a user turn
     response  str, non-empty
 
-Supported formats (detected from the column names, overridable with --format / --prompt-field / --response-field):
+Supported formats (detected from the column names, overridable with --format / --prompt-field / --response-field;
+`--prompt-field A,B` makes the prompt of several columns, joined by a blank line, e.g. PubMedQA's CONTEXTS,QUESTION):
 
     alpaca             instruction (+ input, + optional system) -> output (or `response`)
     prompt-completion  prompt -> completion (or `response`)
@@ -58,9 +59,15 @@ class FieldMap:
     response: str | None = None     # None for conversation formats (the response is inside the conversation)
     input: str | None = None        # alpaca's optional second prompt field
     system: str | None = None       # optional system-prompt column (alpaca, prompt-completion, qa)
+    prompt_extra: tuple[str, ...] = ()  # more prompt columns after `prompt` (--prompt-field A,B)
+
+    @property
+    def prompt_columns(self) -> tuple[str, ...]:
+        return (self.prompt, *self.prompt_extra)
 
     def as_dict(self) -> dict:
-        d = {"prompt": self.prompt, "response": self.response or f"{self.prompt} (last assistant turn)"}
+        d = {"prompt": ",".join(self.prompt_columns),
+             "response": self.response or f"{self.prompt} (last assistant turn)"}
         if self.input:
             d["input"] = self.input
         if self.system:
@@ -68,8 +75,30 @@ class FieldMap:
         return d
 
 
-FIX_HINT = (f"pass --format {{{','.join(FORMATS)}}} if the columns have other names, "
-            "or --prompt-field COLUMN --response-field COLUMN")
+FIX_HINT = ("pass --prompt-field COLUMN --response-field COLUMN (several prompt columns: --prompt-field A,B; a column "
+            "of chat turns: --format messages --prompt-field COLUMN)")
+
+# Column names, compared ignoring case, that a hint may suggest (the detection itself only takes the exact ones).
+_PROMPT_NAMES = ("instruction", "prompt", "question", "query", "problem", "input", "text")
+_RESPONSE_NAMES = ("output", "response", "completion", "answer", "long_answer", "solution", "target")
+
+
+def _by_lower_name(columns, names, exclude=()) -> list[str]:
+    """The columns whose lower-cased name is one of `names` (in the order of `names`)."""
+    lower: dict[str, str] = {}
+    for c in columns:
+        if c not in exclude:
+            lower.setdefault(c.lower(), c)
+    return [lower[n] for n in names if n in lower]
+
+
+def _fix_hint(columns) -> str:
+    """The flags that would read these columns when their names look like a prompt and a response, else FIX_HINT."""
+    prompts = _by_lower_name(columns, _PROMPT_NAMES)
+    responses = _by_lower_name(columns, _RESPONSE_NAMES, exclude=prompts[:1])
+    if prompts and responses:
+        return f"pass --prompt-field {prompts[0]} --response-field {responses[0]} (or other columns)"
+    return FIX_HINT
 
 
 def detect_format(columns) -> str | None:
@@ -81,34 +110,60 @@ def detect_format(columns) -> str | None:
     return None
 
 
+def _prompt_columns(prompt_field: str | None) -> list[str]:
+    """--prompt-field A or A,B -> [A] or [A, B]."""
+    if prompt_field is None:
+        return []
+    from cluster_curate.errors import CurateError
+    names = [c.strip() for c in prompt_field.split(",")]
+    if not all(names):
+        raise CurateError(f"--prompt-field {prompt_field!r}: an empty column name; pass COLUMN or COLUMN,COLUMN")
+    return names
+
+
 def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_field: str | None,
                    source: str = "dataset") -> FieldMap:
     """The field mapping for these columns: detected, or forced by the user's options. Raises CurateError with a
-    one-line message (columns found + the flags that would fix it) when nothing fits."""
+    one-line message (the option or column at fault, the columns found, the flags that would fix it)."""
     from cluster_curate.errors import CurateError
 
     cols = list(columns)
     colset = set(cols)
     shown = ", ".join(cols) if len(cols) <= 30 else ", ".join(cols[:30]) + f", ... ({len(cols)} columns)"
+    prompts = _prompt_columns(prompt_field)
+    if fmt is not None and fmt not in FORMATS:
+        raise CurateError(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    # a column the user named must exist, whatever the format
+    for option, names in (("--prompt-field", prompts), ("--response-field", [response_field] if response_field else [])):
+        for name in names:
+            if name not in colset:
+                raise CurateError(f"{source}: {option} {name!r}: no such column; columns found: [{shown}]")
     if fmt is None:
         fmt = detect_format(colset)
+        if fmt is None and prompts:
+            if response_field is None:
+                found = _by_lower_name(cols, _RESPONSE_NAMES, exclude=prompts)
+                if len(found) != 1:
+                    which = ("no column looks like one" if not found
+                             else "several could be: " + ", ".join(found))
+                    raise CurateError(f"{source}: --prompt-field {prompt_field} needs --response-field COLUMN too "
+                                      f"({which}); columns found: [{shown}]")
+                response_field = found[0]
+            fmt = "prompt-completion"  # a custom pair of columns behaves like prompt/completion
         if fmt is None:
-            if prompt_field and response_field:
-                fmt = "prompt-completion"  # a custom pair of columns behaves like prompt/completion
-            else:
-                raise CurateError(f"{source}: unrecognised record format; columns found: [{shown}]. {FIX_HINT}")
-    if fmt not in FORMATS:
-        raise CurateError(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+            raise CurateError(f"{source}: unrecognised record format; columns found: [{shown}]. {_fix_hint(cols)}")
 
     entry = FORMAT.get(fmt)
     if entry.response is None:
-        conv = prompt_field or response_field or entry.value
+        if len(prompts) > 1:
+            raise CurateError(f"--prompt-field {prompt_field}: format {fmt} reads its turns from one column")
+        conv = (prompts[0] if prompts else None) or response_field or entry.value
         if conv not in colset:
             raise CurateError(f"{source}: format {fmt} needs a conversation column {conv!r}; columns found: "
                               f"[{shown}]. Pass --prompt-field COLUMN naming the column that holds the turns")
         return FieldMap(fmt, conv)
 
-    prompt = prompt_field or entry.value
+    prompt, *extra = prompts or [entry.value]
     if response_field:
         response = response_field
     else:
@@ -117,16 +172,18 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     if missing:
         which = " and ".join(repr(c) for c in missing)
         raise CurateError(f"{source}: format {fmt} needs column {which}, not found; columns found: [{shown}]. "
-                          "Pass --prompt-field COLUMN --response-field COLUMN")
-    input_field = "input" if fmt == "alpaca" and "input" in colset and prompt != "input" else None
-    system = "system" if "system" in colset and "system" not in (prompt, response) else None
-    return FieldMap(fmt, prompt, response, input_field, system)
+                          f"{_fix_hint(cols)}")
+    used = {prompt, *extra}
+    input_field = "input" if fmt == "alpaca" and "input" in colset and "input" not in used else None
+    system = "system" if "system" in colset and "system" not in (*used, response) else None
+    return FieldMap(fmt, prompt, response, input_field, system, tuple(extra))
 
 
 # ----------------------------------------------------------------------------------------------- records
 
-def _text(value, field: str, what: str, required: bool = True) -> str:
-    """A text field: str kept, numbers turned into text, anything else an error."""
+def _text(value, field: str, what: str, required: bool = True, parts: bool = False) -> str:
+    """A text field: str kept, numbers turned into text (the source column keeps the number), anything else an
+    error. parts=True (prompt columns): a list of texts, such as PubMedQA's CONTEXTS, is joined by blank lines."""
     if value is None:
         if required:
             raise RecordError(field, f"missing {what}")
@@ -135,11 +192,29 @@ def _text(value, field: str, what: str, required: bool = True) -> str:
         raise RecordError(field, f"{what} is a boolean, expected text")
     if isinstance(value, (int, float)):
         value = str(value)
+    if parts and isinstance(value, (list, tuple)):
+        odd = next((v for v in value if not isinstance(v, str)), None)
+        if odd is not None:
+            raise RecordError(field, f"{what} is a list holding {_kind(odd)}, expected text or a list of texts")
+        value = "\n\n".join(v for v in value if v.strip())
     if not isinstance(value, str):
-        raise RecordError(field, f"{what} is a {type(value).__name__}, expected text")
+        raise RecordError(field, f"{what} is {_kind(value)}, expected text")
     if required and not value.strip():
         raise RecordError(field, f"empty {what}")
     return value
+
+
+def _kind(value) -> str:
+    """'an object', 'a list', 'a number', ... for messages."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "a " + type(value).__name__
 
 
 def _content(value, field: str) -> str | None:
@@ -215,7 +290,13 @@ def to_example(rec: dict, fields: FieldMap):
     if FORMAT.get(fields.format).response is None:
         return _conversation(rec, fields)
     response = _text(rec.get(fields.response), fields.response, "response")
-    prompt = _text(rec.get(fields.prompt), fields.prompt, "prompt", required=fields.input is None)
+    if fields.prompt_extra:
+        texts = [_text(rec.get(c), c, "prompt", required=False, parts=True) for c in fields.prompt_columns]
+        prompt = "\n\n".join(t for t in texts if t.strip())
+        if not prompt and fields.input is None:
+            raise RecordError(fields.prompt, "empty prompt (every prompt column is empty)")
+    else:
+        prompt = _text(rec.get(fields.prompt), fields.prompt, "prompt", required=fields.input is None, parts=True)
     if fields.input:
         extra = _text(rec.get(fields.input), fields.input, "input", required=False)
         if extra.strip():

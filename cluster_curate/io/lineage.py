@@ -22,9 +22,8 @@ def upstream(referrer, meta: ArtifactMeta | dict, name: str):
     what = "shard manifest" if isinstance(meta, dict) else f"{meta.kind} artifact"
     if not path:
         return None, f"the {what} records no {name} input"
-    candidates = [Path(path)]
-    if not Path(path).is_absolute():
-        candidates.append(Path(referrer).parent / path)
+    # relative to the folder holding the referrer (what as_input records), then as written (older artifacts)
+    candidates = [Path(path)] if Path(path).is_absolute() else [Path(referrer).parent / path, Path(path)]
     for cand in candidates:
         if cand.exists():
             try:

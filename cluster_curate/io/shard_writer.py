@@ -90,14 +90,39 @@ class ShardWriter:
         tables += self._buffers.get(key, [])
         if not tables:
             return None
-        return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+        if len(tables) == 1:
+            return tables[0]
+        try:
+            return pa.concat_tables(tables, promote_options="permissive")
+        except (pa.ArrowTypeError, pa.ArrowInvalid):  # a column that is a number in one batch, text in another
+            target = self.schema()
+            return pa.concat_tables([_conform(t, target) for t in tables])
 
     def schema(self) -> pa.Schema:
+        """The union of the schemas seen; a column whose type differs between batches in a way Arrow cannot
+        promote (numbers in one JSON batch, text in a later one) becomes text, as within one batch (the reader
+        has warned about it)."""
+        schemas = list(self._schemas)
         try:
-            return pa.unify_schemas(list(self._schemas), promote_options="permissive")
-        except (pa.ArrowTypeError, pa.ArrowInvalid) as e:
-            raise CurateError(f"the data's columns change type between rows and cannot be combined in one "
-                              f"Parquet shard ({str(e).splitlines()[0]})") from None
+            return pa.unify_schemas(schemas, promote_options="permissive")
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            pass
+        fields: dict[str, list[pa.Field]] = {}
+        for schema in schemas:
+            for f in schema:
+                fields.setdefault(f.name, []).append(f)
+        unified = []
+        for name, same_name in fields.items():
+            try:
+                unified.append(pa.unify_schemas([pa.schema([f]) for f in same_name],
+                                                promote_options="permissive").field(name))
+            except (pa.ArrowTypeError, pa.ArrowInvalid):
+                if not all(_castable_to_text(f.type) for f in same_name):
+                    raise CurateError(f"the data's column {name!r} changes type between rows "
+                                      f"({', '.join(sorted({str(f.type) for f in same_name}))}) and cannot be "
+                                      "combined in one Parquet shard") from None
+                unified.append(pa.field(name, pa.string()))
+        return pa.schema(unified)
 
     def finish(self, paths: list[Path], columns: list[str], metadata: dict[bytes, bytes] | None = None,
                compression: str = "snappy") -> None:
@@ -134,6 +159,11 @@ class ShardWriter:
                     raise CurateError(f"shard {shard}: {expected} rows written, {self.rows_per_shard} planned")
             finally:
                 writer.close()
+
+
+def _castable_to_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) \
+        or pa.types.is_null(t)
 
 
 def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:

@@ -33,12 +33,28 @@ def file_metadata(meta: ArtifactMeta) -> dict[bytes, bytes]:
     return {META_KEY: meta.to_json().encode()}
 
 
+def umask_mode(directory: bool = False) -> int:
+    """The mode a plain open() / mkdir() would give under the process umask (0644 / 0755 under 022)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
+def _public_temp(prefix: str, directory: Path) -> str:
+    """A temporary file in `directory` with the umask's mode: mkstemp makes it 0600, and a file renamed into
+    place keeps its mode, so a teammate's `report` or `shard` would get Permission denied."""
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=directory)
+    os.fchmod(fd, umask_mode())
+    os.close(fd)
+    return tmp
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    tmp = _public_temp(f".{p.name}.", p.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, p)
     except BaseException:
@@ -61,8 +77,7 @@ def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> 
     """Write a Parquet file through a temporary file in the same directory, then rename it into place."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    os.close(fd)
+    tmp = _public_temp(f".{p.name}.", p.parent)
     try:
         pq.write_table(table, tmp, **kwargs)
         os.replace(tmp, p)
@@ -117,20 +132,19 @@ def npy_bytes(array) -> bytes:
 
 
 @contextmanager
-def staged_directory(out: str | os.PathLike, *, public_files: tuple[str, ...] = ()) -> Iterator[Path]:
+def staged_directory(out: str | os.PathLike) -> Iterator[Path]:
     """Build a directory output in a temporary directory beside `out`; on success it replaces `out` (an
-    existing one only goes once the new one is complete), on an error it is removed. `public_files` (and the
-    directory) get the umask's permissions: mkdtemp/mkstemp make private files, and outputs are for the job."""
+    existing one only goes once the new one is complete), on an error it is removed. Everything in it gets the
+    umask's permissions: mkdtemp/mkstemp and some writers (safetensors) make private files, and outputs are for
+    the job."""
     out_dir = Path(out)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:
         yield work
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(work, 0o777 & ~umask)
-        for f in public_files:
-            os.chmod(work / f, 0o666 & ~umask)
+        os.chmod(work, umask_mode(directory=True))
+        for f in work.rglob("*"):
+            os.chmod(f, umask_mode(directory=f.is_dir()))
         if out_dir.exists():
             trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
             os.replace(out_dir, trash / "old")

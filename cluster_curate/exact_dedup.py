@@ -1,0 +1,66 @@
+"""Exact duplicates: examples with the same normalised prompt and response (issue 20 #8).
+
+Near-copies are the clusters' business (equal quotas, `--dedup COS`); exact copies are not a kind of lesson
+but the same lesson twice, so by default only one of them may be selected: the lowest id, the others listed.
+
+    keys = [example_key(ex.prompt, ex.response) for ex in examples]   # 16 bytes per example
+    keep, copy_of = first_of_each(ids, keys)                           # pure, on arrays
+
+Normalisation: Unicode NFC, runs of whitespace as one space, leading/trailing whitespace dropped, per turn
+(role kept). Case and punctuation are kept: in code and maths they change the meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+import numpy as np
+
+KEY_BYTES = 16
+_SPACE = re.compile(r"\s+")
+
+
+def normalise_text(text: str) -> str:
+    return _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
+
+
+def example_key(prompt: list[dict], response: str) -> bytes:
+    """A 16-byte digest of the normalised prompt turns (role and content) and response."""
+    h = hashlib.blake2b(digest_size=KEY_BYTES)
+    for turn in prompt:
+        h.update(turn["role"].encode() + b"\x1f" + normalise_text(turn["content"]).encode() + b"\x1e")
+    h.update(b"\x1d" + normalise_text(response).encode())
+    return h.digest()
+
+
+def first_of_each(ids: np.ndarray, keys) -> tuple[np.ndarray, np.ndarray]:
+    """keep[i]: row i is the lowest id among the rows with its key; copy_of[i]: that lowest id (= ids[i] when
+    kept). `keys`: a sequence of bytes, or an [n, KEY_BYTES] uint8 array. Order of the rows does not matter."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if isinstance(keys, np.ndarray):
+        k = np.ascontiguousarray(keys, dtype=np.uint8).reshape(len(ids), -1)
+    else:
+        k = np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(len(ids), -1) if len(ids) else \
+            np.zeros((0, KEY_BYTES), np.uint8)
+    if len(ids) == 0:
+        return np.zeros(0, bool), ids.copy()
+    if len(np.unique(ids)) != len(ids):
+        raise ValueError("ids must be unique")
+    packed = k.view(np.dtype((np.void, k.shape[1]))).ravel()
+    order = np.lexsort((ids, packed))  # by key, then id: the first row of each run is the one kept
+    first = np.r_[True, packed[order][1:] != packed[order][:-1]]
+    run = np.cumsum(first) - 1
+    keeper = ids[order][first][run]
+    copy_of = np.empty_like(ids)
+    copy_of[order] = keeper
+    return copy_of == ids, copy_of
+
+
+def duplicate_summary(ids: np.ndarray, keep: np.ndarray, copy_of: np.ndarray, listed: int = 20) -> dict:
+    """What the summary, the artifact metadata and the manifest say about the dropped copies."""
+    dropped = np.sort(np.asarray(ids)[~keep])
+    return {"exact_duplicates_dropped": int(dropped.size),
+            "exact_duplicate_ids": dropped[:listed].tolist(),
+            "exact_duplicate_groups": int(np.unique(copy_of[~keep]).size)}

@@ -1,0 +1,202 @@
+"""The bad-input and misuse matrix (issue 20): each case is a real `cluster-curate` subprocess that must exit 2
+with one line `ERROR: ...` naming the file/row/field or the option at fault, print no traceback, leave nothing
+behind (no output, partial, temporary, lock or folder), change no input, and fail before any expensive stage
+(nothing of a stage's output is ever started, and it fails within seconds of the interpreter's start-up).
+
+The working directory holds a finished pipeline folder (`run`) and small real datasets; every case runs
+against a snapshot of it (names, sizes, modification times and bytes of every file) taken before and after."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+pytestmark = pytest.mark.slow  # ~50 interpreter start-ups
+
+GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
+FAST = ["--features", "text", "--dim", "16", "--k", "6"]
+SHARD = ["--num-shards", "2", "--micro-batch-size", "2"]
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    w = tmp_path_factory.mktemp("misuse")
+    lines = GSM.read_text().splitlines(keepends=True)
+    (w / "data.jsonl").write_text("".join(lines[:120]))
+    (w / "small.jsonl").write_text("".join(lines[:20]))
+    shutil.copy(FIXTURES / "code_alpaca" / "code_alpaca-300.json", w / "other.json")
+    (w / "plain.jsonl").write_text(json.dumps({"text": "t", "label": "l"}) + "\n")
+    (w / "pubmed.jsonl").write_text(json.dumps({"QUESTION": "q?", "CONTEXTS": ["c"], "LONG_ANSWER": "a"}) + "\n")
+    for name in ("invalid_json.jsonl", "empty_response.jsonl", "latin1.jsonl", "latin1.csv", "unknown_format.jsonl",
+                 "empty.jsonl", "not_object.jsonl", "unknown.txt", "truncated.json", "messages_bad.jsonl"):
+        shutil.copy(FIXTURES / "bad" / name, w / name)
+    (w / "binary.parquet").write_bytes(b"PAR1 not really")
+    run = [sys.executable, "-m", "cluster_curate", "run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31",
+           *SHARD, "-q"]
+    subprocess.run(run, cwd=w, check=True, env=_env())
+    (w / "p" / "report").mkdir()  # an existing output for the --overwrite cases
+    return w
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
+    return env
+
+
+def _snapshot(root: Path) -> dict:
+    """Every path under root; for files their size, modification time and bytes (a directory's own mtime moves
+    when a probe or lock file comes and goes, which leaves nothing behind)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            st = p.lstat()
+            out[str(p.relative_to(root))] = (st.st_size, st.st_mtime_ns,
+                                             hashlib.blake2b(p.read_bytes(), digest_size=8).hexdigest())
+        else:
+            out[str(p.relative_to(root))] = "dir"
+    return out
+
+
+# (case id, argv after `cluster-curate`, what the one line must contain). Paths are relative to the work dir.
+CASES = [
+    # ---- embed: outputs that cannot be created, found before any work
+    ("embed-out-proc", ["embed", "data.jsonl", "--out", "/proc/e.parquet"], "/proc/e.parquet: cannot create it"),
+    ("embed-out-sys", ["embed", "data.jsonl", "--out", "/sys/e.parquet"], "/sys/e.parquet: cannot create it"),
+    ("embed-out-file-as-folder", ["embed", "data.jsonl", "--out", "data.jsonl/e.parquet"],
+     "data.jsonl is a file, not a directory"),
+    ("embed-out-exists", ["embed", "data.jsonl", "--out", "p/embeddings.parquet"],
+     "p/embeddings.parquet: already exists (pass --overwrite"),
+    # ---- embed: bad data, named by file, line and field
+    ("embed-missing-file", ["embed", "missing.jsonl", "--out", "e.parquet"], "missing.jsonl: no such file or directory"),
+    ("embed-invalid-json", ["embed", "invalid_json.jsonl", "--out", "e.parquet"], "invalid_json.jsonl:4: invalid JSON"),
+    ("embed-empty-response", ["embed", "empty_response.jsonl", "--out", "e.parquet"],
+     "empty_response.jsonl:3: field 'answer': empty response"),
+    ("embed-latin1", ["embed", "latin1.jsonl", "--out", "e.parquet"], "latin1.jsonl:2: not valid UTF-8 text"),
+    ("embed-latin1-csv", ["embed", "latin1.csv", "--out", "e.parquet"], "latin1.csv:3: not valid UTF-8 text"),
+    ("embed-not-object", ["embed", "not_object.jsonl", "--out", "e.parquet"],
+     "not_object.jsonl:2: expected a JSON object, found an array"),
+    ("embed-truncated-json", ["embed", "truncated.json", "--out", "e.parquet"], "truncated.json:5: invalid JSON"),
+    ("embed-messages-bad", ["embed", "messages_bad.jsonl", "--out", "e.parquet"], "field 'messages[1]': empty response"),
+    ("embed-empty", ["embed", "empty.jsonl", "--out", "e.parquet"], "empty.jsonl: dataset is empty"),
+    ("embed-unknown-type", ["embed", "unknown.txt", "--out", "e.parquet"], "unknown.txt: unknown file type"),
+    ("embed-not-parquet", ["embed", "binary.parquet", "--out", "e.parquet"], "binary.parquet: not a readable Parquet"),
+    ("embed-unknown-format", ["embed", "unknown_format.jsonl", "--out", "e.parquet"],
+     "unrecognised record format; columns found: [text, label]. pass --prompt-field COLUMN --response-field COLUMN"),
+    ("embed-hint-upper-case", ["embed", "pubmed.jsonl", "--out", "e.parquet"],
+     "pass --prompt-field QUESTION --response-field LONG_ANSWER"),
+    # ---- embed: options
+    ("embed-prompt-field-missing", ["embed", "data.jsonl", "--out", "e.parquet", "--prompt-field", "NOPE"],
+     "--prompt-field 'NOPE': no such column"),
+    ("embed-response-field-missing", ["embed", "data.jsonl", "--out", "e.parquet", "--response-field", "NOPE"],
+     "--response-field 'NOPE': no such column"),
+    ("embed-prompt-field-alone", ["embed", "plain.jsonl", "--out", "e.parquet", "--prompt-field", "text"],
+     "--prompt-field text needs --response-field COLUMN too"),
+    ("embed-format-qa-wrong-columns", ["embed", "plain.jsonl", "--out", "e.parquet", "--format", "qa"],
+     "format qa needs column 'question' and 'answer'"),
+    ("embed-format-unknown", ["embed", "data.jsonl", "--out", "e.parquet", "--format", "nosuch"],
+     "Invalid value for '--format'"),
+    ("embed-dim-zero", ["embed", "data.jsonl", "--out", "e.parquet", "--dim", "0"], "--dim must be positive"),
+    ("embed-dim-word", ["embed", "data.jsonl", "--out", "e.parquet", "--dim", "abc"], "Invalid value for '--dim'"),
+    ("embed-feature-unknown", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "nosuch"],
+     "unknown feature 'nosuch'"),
+    ("embed-model-missing", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "gradient", "--model",
+                             "./no-model"], "--model ./no-model: no such file or directory"),
+    ("embed-model-hub-offline", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "hidden", "--model",
+                                 "nobody/no-such-model"], "--model nobody/no-such-model: not found locally"),
+    ("embed-unknown-option", ["embed", "data.jsonl", "--out", "e.parquet", "--fraktion", "0.3"],
+     "No such option '--fraktion'"),
+    # ---- cluster
+    ("cluster-not-artifact", ["cluster", "data.jsonl", "--out", "c.parquet"], "data.jsonl: not"),
+    ("cluster-wrong-kind", ["cluster", "p/clusters.parquet", "--out", "c.parquet"],
+     "is a 'clusters' artifact, expected 'embeddings'"),
+    ("cluster-k-too-large", ["cluster", "p/embeddings.parquet", "--out", "c.parquet", "--k", "5000"],
+     "--k 5000 is larger than the number of rows (120)"),
+    ("cluster-iters-zero", ["cluster", "p/embeddings.parquet", "--out", "c.parquet", "--iters", "0"],
+     "Invalid value for '--iters': 0 is not in the range x>=1"),
+    ("cluster-out-proc", ["cluster", "p/embeddings.parquet", "--out", "/proc/c.parquet"], "cannot create it"),
+    ("cluster-out-exists", ["cluster", "p/embeddings.parquet", "--out", "p/clusters.parquet"], "already exists"),
+    # ---- select
+    ("select-no-budget", ["select", "p/clusters.parquet", "--out", "s.parquet"],
+     "give exactly one of --fraction F, --budget N, --per-cluster-ratio R"),
+    ("select-fraction-zero", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0"],
+     "--fraction must be in (0, 1]"),
+    ("select-two-budgets", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3", "--budget", "5"],
+     "(got --fraction, --budget)"),
+    ("select-wrong-kind", ["select", "p/embeddings.parquet", "--out", "s.parquet", "--fraction", "0.3"],
+     "is an 'embeddings' artifact, expected 'clusters'"),
+    ("select-dedup-range", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3", "--dedup", "2"],
+     "--dedup must be a cosine similarity in (0, 1]"),
+    ("select-out-file-as-folder", ["select", "p/clusters.parquet", "--out", "data.jsonl/s.parquet", "--fraction",
+                                   "0.3"], "is a file, not a directory"),
+    ("select-missing-argument", ["select"], "Missing argument 'CLUSTERS'"),
+    # ---- shard
+    ("shard-other-dataset", ["shard", "p/selection.parquet", "--data", "other.json", "--out", "sh", *SHARD],
+     "other.json"),
+    ("shard-step-too-big", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "sh", "--num-shards",
+                            "64", "--micro-batch-size", "4"], "one global step needs"),
+    ("shard-zero-shards", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "sh", "--num-shards", "0"],
+     "--num-shards"),
+    ("shard-out-sys", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "/sys/shards", *SHARD],
+     "/sys/shards: cannot create it"),
+    ("shard-wrong-kind", ["shard", "p/clusters.parquet", "--data", "data.jsonl", "--out", "sh", *SHARD],
+     "is a 'clusters' artifact, expected 'selection'"),
+    ("shard-out-exists", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "p/shards", *SHARD],
+     "p/shards: already exists"),
+    # ---- run: every stage's options before the first stage
+    ("run-no-budget", ["run", "data.jsonl", "--out", "r", *FAST, *SHARD],
+     "give exactly one of --fraction F, --budget N, --per-cluster-ratio R"),
+    ("run-fraction-zero", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0", *SHARD],
+     "--fraction must be in (0, 1]"),
+    ("run-step-too-big", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.31", "--num-shards", "16",
+                          "--micro-batch-size", "16"],
+     "16 × 16 = 256 rows, but --fraction 0.31 of 120 rows selects at most 37"),
+    ("run-k-too-large", ["run", "small.jsonl", "--out", "r", "--k", "50", "--fraction", "0.5", *SHARD],
+     "--k 50 is larger than the number of examples (20)"),
+    ("run-bad-row-first", ["run", "invalid_json.jsonl", "--out", "r", "--fraction", "0.5", *SHARD],
+     "invalid_json.jsonl:4: invalid JSON"),
+    ("run-other-options", ["run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.5", *SHARD],
+     "p: holds a run made with other select options (--fraction 0.31 -> 0.5); pass --overwrite"),
+    ("run-out-file-as-folder", ["run", "data.jsonl", "--out", "data.jsonl/r", *FAST, "--fraction", "0.3", *SHARD],
+     "is a file, not a directory"),
+    ("run-dim-zero", ["run", "data.jsonl", "--out", "r", "--dim", "0", "--fraction", "0.3", *SHARD],
+     "--dim must be positive"),
+    # ---- report and inspect
+    ("report-not-artifact", ["report", "data.jsonl"], "data.jsonl: not"),
+    ("report-missing", ["report", "nowhere"], "nowhere: no such file or directory"),
+    ("report-out-proc", ["report", "p", "--out", "/proc/rep"], "/proc/rep: cannot create it"),
+    ("inspect-missing", ["inspect", "missing.jsonl"], "missing.jsonl: no such file or directory"),
+    ("inspect-unknown-format", ["inspect", "unknown_format.jsonl"], "unrecognised record format"),
+    ("no-such-command", ["embedd", "data.jsonl"], "No such command 'embedd'"),
+]
+
+
+@pytest.mark.parametrize("argv,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_misuse_is_one_line_exit_2_and_leaves_nothing(work, argv, expected):
+    before = _snapshot(work)
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "cluster_curate", *argv], cwd=work, capture_output=True, text=True,
+                       env=_env(), timeout=120)
+    seconds = time.monotonic() - t0
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "INTERNAL ERROR" not in r.stderr
+    assert len(lines) == 1 and lines[0].startswith("ERROR: "), r.stderr
+    assert expected in lines[0], lines[0]
+    assert r.stdout == ""
+    assert _snapshot(work) == before, "a file was created, changed or removed"
+    assert seconds < 30, seconds  # start-up plus the checks; the expensive stages take longer than this here
+
+
+def test_the_matrix_is_large_enough():
+    assert len(CASES) >= 40 and len({c[0] for c in CASES}) == len(CASES)

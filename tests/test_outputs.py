@@ -1,0 +1,178 @@
+"""Outputs (issue 20 #1, #3, #4, #5, #17): creatable before any work, umask modes, one writer at a time,
+committed chunks never discarded silently, and no folder left by a failed `run`."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster_curate.errors import CurateError
+from cluster_curate.io.artifacts import check_creatable
+from cluster_curate.io.lock import lock_path, output_lock
+from conftest import FIXTURES
+
+GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
+FAST = ["--features", "text", "--dim", "16", "--k", "6", "--fraction", "0.31", "--num-shards", "2",
+        "--micro-batch-size", "2"]
+
+
+def _cli(*argv, cwd=None, umask=None):
+    def pre():
+        if umask is not None:
+            os.umask(umask)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    return subprocess.run([sys.executable, "-m", "cluster_curate", *argv], cwd=cwd, capture_output=True, text=True,
+                          preexec_fn=pre, env=env, timeout=300)
+
+
+def test_check_creatable(tmp_path):
+    check_creatable(tmp_path / "new" / "deeper" / "x.parquet")  # folders to be made: fine
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "f.jsonl").write_text("{}")
+    with pytest.raises(CurateError, match=r"f.jsonl/x.parquet: cannot create it: .*f.jsonl is a file, not a directory"):
+        check_creatable(tmp_path / "f.jsonl" / "x.parquet")
+    with pytest.raises(CurateError, match=r"f.jsonl/a/b: cannot create it: .*f.jsonl is a file"):
+        check_creatable(tmp_path / "f.jsonl" / "a" / "b")
+    with pytest.raises(CurateError, match=r"^/proc/x.parquet: cannot create it: cannot write in /proc"):
+        check_creatable("/proc/x.parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.jsonl"]  # the probe is gone
+
+
+SETPRIV = "/usr/bin/setpriv"
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not os.path.exists(SETPRIV), reason="root without setpriv writes anywhere")
+def test_an_unwritable_directory_fails_before_any_work(tmp_path):
+    """`--out ro_dir/e.parquet` with ro_dir mode 0555, as a user the mode applies to (root runs the command
+    without its override capabilities): one line, exit 2, at once (it was an INTERNAL ERROR after the whole
+    embedding)."""
+    ro = tmp_path / "ro_dir"
+    ro.mkdir()
+    os.chmod(ro, 0o555)
+    prefix = [SETPRIV, "--bounding-set=-dac_override,-dac_read_search",
+              "--inh-caps=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    for argv in (["embed", str(GSM), "--out", str(ro / "e.parquet")],
+                 ["run", str(GSM), "--out", str(ro / "r"), *FAST]):
+        t0 = time.monotonic()
+        r = subprocess.run([*prefix, sys.executable, "-m", "cluster_curate", *argv], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 2, r.stderr
+        (line,) = r.stderr.strip().splitlines()
+        assert line.startswith(f"ERROR: {ro}/") and f": cannot create it: cannot write in {ro} (permission " \
+            "denied)" in line, line
+        assert time.monotonic() - t0 < 30 and list(ro.iterdir()) == []
+    os.chmod(ro, 0o755)
+
+
+@pytest.mark.slow
+def test_every_output_honours_the_umask(tmp_path):
+    """Under umask 022 every file of a pipeline folder is 0644 and every folder 0755 (temporary files renamed
+    into place were 0600: clusters, selection, centroids, run-state, rejects, the proxy's weights)."""
+    data = tmp_path / "data.jsonl"
+    lines = GSM.read_text().splitlines(keepends=True)[:80]
+    data.write_text("".join(lines) + "{bad json\n")
+    r = _cli("run", str(data), "--out", str(tmp_path / "p"), *FAST, "--on-bad-row", "skip", "-q", umask=0o022)
+    assert r.returncode == 0, r.stderr
+    r = _cli("embed", str(data), "--out", str(tmp_path / "g.parquet"), "--features", "gradient", "--proxy-size",
+             "tiny", "--proxy-steps", "2", "--proxy-vocab", "300", "--max-length", "64", "--on-bad-row", "skip",
+             "-q", umask=0o022)
+    assert r.returncode == 0, r.stderr
+    modes = {str(p.relative_to(tmp_path)): stat.S_IMODE(p.stat().st_mode) for p in tmp_path.rglob("*")}
+    expected_files = ["p/clusters.parquet", "p/selection.parquet", "p/clusters.centroids.npy", "p/run-state.json",
+                      "p/embeddings.rejects.jsonl", "p/embeddings.parquet", "p/shards/manifest.json",
+                      "g.proxy/model.safetensors"]
+    for name in expected_files:
+        assert name in modes, sorted(modes)
+    wrong = {n: oct(m) for n, m in modes.items() if n != "data.jsonl" and
+             m != (0o755 if (tmp_path / n).is_dir() else 0o644)}
+    assert not wrong, wrong
+
+
+def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path):
+    out = tmp_path / "e.parquet"
+    with output_lock(out, "embed"):
+        assert lock_path(out).exists()
+        holder = json.loads(lock_path(out).read_text())
+        assert holder["pid"] == os.getpid() and holder["command"] == "embed"
+        r = _cli("embed", str(GSM), "--out", str(out), "--features", "text", "--dim", "8")
+        assert r.returncode == 2
+        assert f"{out}: in use by another cluster-curate (`embed`, pid {os.getpid()}" in r.stderr
+        assert not out.exists()
+    assert not lock_path(out).exists()  # released and removed
+    with output_lock(out, "embed"):  # free again
+        pass
+    with output_lock(tmp_path / "new" / "dir" / "x", "run"):
+        assert (tmp_path / "new" / "dir").is_dir()
+    assert not (tmp_path / "new").exists()  # made for the lock, removed with it
+
+
+@pytest.mark.slow
+def test_two_concurrent_runs_into_one_folder(tmp_path):
+    out = tmp_path / "r"
+    first = subprocess.Popen([sys.executable, "-m", "cluster_curate", "run", str(GSM), "--out", str(out), *FAST, "-q"],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not lock_path(out).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = _cli("run", str(GSM), "--out", str(out), *FAST, "-q")
+        assert second.returncode == 2 and "in use by another cluster-curate (`run`" in second.stderr, second.stderr
+    finally:
+        assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert (out / "shards" / "manifest.json").is_file() and not lock_path(out).exists()
+
+
+@pytest.mark.slow
+def test_run_replacement_rules(tmp_path):
+    """Same options: up to date; changed data: stale stages re-run (run's job); other options: refused without
+    --overwrite, replaced with it; a failed run into a new folder leaves no folder."""
+    data = tmp_path / "data.jsonl"
+    lines = GSM.read_text().splitlines(keepends=True)
+    data.write_text("".join(lines[:120]))
+    out = tmp_path / "p"
+
+    def run(*extra):
+        r = _cli("run", str(data), "--out", str(out), *FAST, *extra, "--json")
+        return r, (json.loads(r.stdout) if r.returncode == 0 else None)
+
+    r, first = run()
+    assert r.returncode == 0, r.stderr
+    r, again = run()
+    assert [s["status"] for s in again["stages"]] == ["up to date"] * 4
+    data.write_text("".join(lines[:130]))  # the data changed: every stage is stale, and run redoes them
+    r, stale = run()
+    assert r.returncode == 0 and [s["status"] for s in stale["stages"]] == ["ran"] * 4, r.stderr
+    r, _ = run("--fraction", "0.5")
+    assert r.returncode == 2 and "other select options (--fraction 0.31 -> 0.5); pass --overwrite" in r.stderr
+    r, replaced = run("--fraction", "0.5", "--overwrite")
+    assert {s["stage"]: s["status"] for s in replaced["stages"]} == {
+        "embed": "up to date", "cluster": "up to date", "select": "ran", "shard": "ran"}
+    failed = _cli("run", str(FIXTURES / "bad" / "invalid_json.jsonl"), "--out", str(tmp_path / "new"), *FAST)
+    assert failed.returncode == 2 and not (tmp_path / "new").exists()
+
+
+def test_committed_chunks_are_not_discarded_without_being_told(tmp_path):
+    """Issue 20 #3: a killed embed's committed chunks, then the same command without --resume: refused, saying
+    --resume continues and --overwrite starts over; the chunks are still there."""
+    from cluster_curate.distributed import ChunkedOutput, Layout
+    out = tmp_path / "e.parquet"
+    staging = tmp_path / "e.partial"
+    plan = {"rows": 60}
+    ChunkedOutput(out, Layout(), plan, 20)  # a run starts: its staging folder and plan
+    (staging / "chunk-000000.parquet").write_bytes(b"committed")  # ... commits a chunk, and is killed
+    with pytest.raises(CurateError, match=r"e.partial: holds 1 committed chunk\(s\) of an interrupted run of this "
+                                          r"command; pass --resume to continue it or --overwrite to start over"):
+        ChunkedOutput(out, Layout(), plan, 20)
+    assert (staging / "chunk-000000.parquet").read_bytes() == b"committed"
+    with pytest.raises(CurateError, match="with other parameters or data; --overwrite to start over"):
+        ChunkedOutput(out, Layout(), {"rows": 61}, 20)
+    ChunkedOutput(out, Layout(), plan, 20, resume=True)  # continuing is fine
+    ChunkedOutput(out, Layout(), plan, 20, overwrite=True)  # and so is starting over, when asked
+    assert not (staging / "chunk-000000.parquet").exists()
