@@ -12,9 +12,15 @@ mechanism and compare the selection's rows per skill with the oracle's (water-fi
 A mechanism is a clustering + grouping of the embeddings followed by the tool's own quota and in-cluster
 selection (`selection.select_rows`); `default` repeats what `cluster` + `select --budget` do with their
 defaults, and `--check-cli N` re-runs the first N instances' default through the tool's commands and checks
-that the ids are the same. Writes benchmarks/results/family_<split>.md/.json.
+that the ids are the same. Writes benchmarks/results/family_<split>.md/.json. The mechanisms (MECHANISMS) are
+the tool's options (flat, pair, nosplit) and prototypes tried for issue 18 that lost (hierarchical k-means,
+local and nested cuts; see family_notes.md); FEATURE/MECHANISM runs a mechanism on a feature prototype
+(FEATURES) instead of the tool's text feature. `--real` runs the mechanisms on bench_source_mix's real mix
+instead (family_real.md).
 
     python benchmarks/bench_family.py --split dev --instances 50 [--mechanisms default,flat,...] [--seeds 0]
+    python benchmarks/bench_family.py --split test --mechanisms default    # once per round, defaults frozen
+    python benchmarks/bench_family.py --real --mechanisms default,pair --seeds 0,1,2
 """
 
 from __future__ import annotations
