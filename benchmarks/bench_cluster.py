@@ -25,22 +25,18 @@ mean cosine similarity (sklearn's centroids normalised).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from common import RESULTS, parser, write_results
 TARGET_SPEEDUP, TARGET_GAP = 10.0, 0.01
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--d", type=int, default=256)
     ap.add_argument("--k", type=int, default=512)
@@ -53,8 +49,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.render_only:
         saved = json.loads((RESULTS / "cluster.json").read_text())
-        (RESULTS / "cluster.md").write_text(render(saved["rows"], saved["verdict"], saved["env"]))
-        print((RESULTS / "cluster.md").read_text())
+        write_results("cluster", render(saved["rows"], saved["verdict"], saved["env"]), saved, command=False)
         return
     if args.quick:
         args.n, args.d, args.k = 20_000, 64, 64
@@ -66,7 +61,6 @@ def main() -> None:
     from sklearn.cluster import KMeans
     from threadpoolctl import threadpool_limits
 
-    sys.path.insert(0, str(ROOT))
     from cluster_curate import clustering as C
 
     faiss.omp_set_num_threads(args.threads)
@@ -166,11 +160,10 @@ def main() -> None:
            platform.machine(), "cores": os.cpu_count(), "load_avg_at_end": os.getloadavg()[0],
            "gpus_seen_by_faiss": faiss.get_num_gpus()}
     md = render(rows, verdict, env)
-    print(md)
-    if not args.no_write and not args.quick:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "cluster.md").write_text(md)
-        (RESULTS / "cluster.json").write_text(json.dumps({"env": env, "rows": rows, "verdict": verdict}, indent=2))
+    if args.no_write or args.quick:
+        print(md)
+    else:
+        write_results("cluster", md, {"env": env, "rows": rows, "verdict": verdict}, command=False)
 
 
 def mixture(n, d, groups, seed):

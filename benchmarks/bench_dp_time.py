@@ -39,7 +39,6 @@ Writes benchmarks/results/<name>.md and .json (default name dp_time).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -54,13 +53,9 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-from toolcli import cli as run_cli, default_features  # noqa: E402
+from common import DATA, RESULTS, cli as run_cli, default_features, parser, write_results
 
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
-RESULTS = HERE / "results"
+GSM8K = DATA / "gsm8k" / "train.jsonl"
 FRACTION = 0.31
 WORLD = 2
 CONFIGS = ["full", "tool", "tool-random", "tool-padded", "paper"]
@@ -299,7 +294,7 @@ def summarise_run(ranks: list[dict]) -> dict:
 # ============================================================================================ main
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--rows", type=int, default=2000, help="first N rows of GSM8K train")
     ap.add_argument("--data", default=str(GSM8K), help="a JSONL dataset with question/answer rows")
     ap.add_argument("--micro-batch-size", "-m", type=int, default=4)
@@ -354,10 +349,10 @@ def main(argv=None):
                   f"{s['compute_seconds']:.1f}  allreduce {s['allreduce_seconds']:.2f}  straggler "
                   f"{s['straggler_seconds']:.2f} s  load {s['load_avg']}", flush=True)
         # results so far after every repeat (a long run that is stopped still leaves its tables)
-        write_results(a, argv, configs, shards, runs, loads, t0, rep + 1, final=rep + 1 == a.repeats)
+        write_report(a, argv, configs, shards, runs, loads, t0, rep + 1, final=rep + 1 == a.repeats)
 
 
-def write_results(a, argv, configs, shards, runs, loads, t0, repeats_done, final):
+def write_report(a, argv, configs, shards, runs, loads, t0, repeats_done, final):
     med = lambda xs: float(np.median(xs))  # noqa: E731
     summary = {}
     for name in configs:
@@ -429,14 +424,11 @@ def write_results(a, argv, configs, shards, runs, loads, t0, repeats_done, final
     md = render(meta, summary, verdict, shards, configs)
     if final:
         print("\n" + md)
-    results = Path(a.results_dir)
-    results.mkdir(parents=True, exist_ok=True)
-    (results / f"{a.name}.md").write_text(md)
-    (results / f"{a.name}.json").write_text(json.dumps(
-        {"meta": meta, "summary": summary, "verdict": verdict, "runs": runs, "targets": TARGETS,
-         "commands": {k: v["commands"] for k, v in shards.items()},
-         "shards": {k: {x: y for x, y in v.items() if x != "commands"} for k, v in shards.items()}},
-        indent=1, default=str))
+    write_results(a.name, md, {"meta": meta, "summary": summary, "verdict": verdict, "runs": runs, "targets": TARGETS,
+                               "commands": {k: v["commands"] for k, v in shards.items()},
+                               "shards": {k: {x: y for x, y in v.items() if x != "commands"}
+                                          for k, v in shards.items()}},
+                  results=a.results_dir, quiet=True, command=False)
 
 
 def rerender(a, argv):
@@ -465,7 +457,7 @@ def rerender(a, argv):
     a.max_vocab = int(model.split("vocab <= ")[1].split()[0])
     t0 = time.perf_counter() - meta["wall_seconds"]
     cmd = meta["command"].split("bench_dp_time.py", 1)[1].split()
-    write_results(a, cmd, configs, shards, old["runs"], meta["load_avg_min_max"], t0, a.repeats, final=True)
+    write_report(a, cmd, configs, shards, old["runs"], meta["load_avg_min_max"], t0, a.repeats, final=True)
 
 
 def render(meta: dict, summary: dict, verdict: dict, shards: dict, configs: list[str]) -> str:

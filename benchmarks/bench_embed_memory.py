@@ -19,7 +19,6 @@ Single-threaded (OMP_NUM_THREADS=1): the machine is shared, compare ratios measu
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -31,9 +30,9 @@ import time
 from itertools import cycle, islice
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "gsm8k"
-RESULTS = ROOT / "benchmarks" / "results"
+import common
+
+DATA = common.DATA / "gsm8k"
 
 
 def gsm8k_rows(n: int, tmp: Path) -> Path:
@@ -65,17 +64,16 @@ def run_embed(data: Path, out: Path, extra: list[str]) -> dict:
 
 def one_child(data: Path, out: Path, extra: list[str]) -> dict:
     """Run in a dedicated grandchild so RUSAGE_CHILDREN's running maximum covers this run only."""
-    code = ("import json,sys;sys.path.insert(0,%r);from bench_embed_memory import run_embed;from pathlib import Path;"
-            "print(json.dumps(run_embed(Path(%r),Path(%r),%r)))" % (str(Path(__file__).parent), str(data), str(out),
-                                                                     extra))
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    code = ("import json;from bench_embed_memory import run_embed;from pathlib import Path;"
+            "print(json.dumps(run_embed(Path(%r),Path(%r),%r)))" % (str(data), str(out), extra))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=common.HERE)
     if res.returncode != 0:
         raise SystemExit(res.stderr[-3000:])
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = common.parser(__doc__)
     ap.add_argument("--sizes", default="1000,20000")
     ap.add_argument("--proxy-size", default="tiny", help="proxy of the memory runs (speed only; memory is bounded "
                                                          "by the batch either way)")
@@ -125,11 +123,8 @@ def main() -> None:
     print()
     print(table)
     print(json.dumps(verdict))
-    RESULTS.mkdir(parents=True, exist_ok=True)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs (shared), torch single-threaded"
-    (RESULTS / "embed_memory.json").write_text(json.dumps({"rows": rows, "verdict": verdict, "machine": machine,
-                                                           "command": " ".join(sys.argv)}, indent=2))
-    (RESULTS / "embed_memory.md").write_text(
+    common.write_results("embed_memory", (
         "# embed: peak memory vs rows, and the proxy warm-up's cost\n\n"
         f"`{' '.join(['python', *sys.argv])}` on {machine}.\n\n"
         "Each row is one `cluster-curate embed` process (built-in proxy, `gradient`, defaults otherwise); peak "
@@ -137,7 +132,9 @@ def main() -> None:
         + table + "\n"
         f"* Peak RSS growth from the smallest to the largest run: **{growth:.1%}** (target < 15%).\n"
         + (f"* Proxy warm-up / feature pass on {warm[0]['rows']} GSM8K rows ({warm[0]['proxy']} proxy): "
-           f"**{warm[0]['warmup_over_features']:.2f}** (target <= 0.25).\n" if warm else ""))
+           f"**{warm[0]['warmup_over_features']:.2f}** (target <= 0.25).\n" if warm else "")),
+        {"rows": rows, "verdict": verdict, "machine": machine, "command": " ".join(sys.argv)}, quiet=True,
+        command=False)
 
 
 if __name__ == "__main__":

@@ -26,29 +26,25 @@ Timing: torch.set_num_threads(1); methods are interleaved round by round and the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import common
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from cluster_curate.features.extractors import extract, lora_projector, select_linear_layers  # noqa: E402
 from cluster_curate.features.models import collate, encode_examples, load_model, wrap_gpt  # noqa: E402
 from cluster_curate.io.datasets import Example  # noqa: E402
 
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
-SMOLLM2 = ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-RESULTS = ROOT / "benchmarks" / "results"
+GSM8K = common.DATA / "gsm8k" / "train.jsonl"
+SMOLLM2 = common.ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 CHUNK = 4096
 TARGETS = {"gradient_vs_forward": 0.9, "lora_vs_train_step": 0.75, "lora_vs_naive": 5.0}
 
@@ -182,7 +178,7 @@ def bench_model(label: str, fm, examples, *, batch_size: int, lora_dim: int, lay
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = common.parser(__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer rows and rounds (a smoke run)")
     ap.add_argument("--no-smollm2", action="store_true")
     ap.add_argument("--rounds", type=int, default=None)
@@ -231,7 +227,7 @@ def main() -> None:
     meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or
             platform.machine(), "loadavg_end": os.getloadavg(), "wall_s": time.perf_counter() - started,
             "quick": args.quick, "targets": TARGETS}
-    write_results(results, meta)
+    write_table(results, meta)
 
 
 def print_row(r: dict) -> None:
@@ -246,9 +242,7 @@ def print_row(r: dict) -> None:
         print(f"  {k:<22}{v:>7.2f}x  target >= {TARGETS[k]}x  {'PASS' if r['pass'][k] else 'FAIL'}")
 
 
-def write_results(results: list[dict], meta: dict) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "embed_throughput.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+def write_table(results: list[dict], meta: dict) -> None:
     lines = ["# embed feature throughput", "",
              "`benchmarks/bench_embed_throughput.py` (CPU, torch.set_num_threads(1), shared machine: ratios are "
              "measured side by side in one run, median of interleaved rounds).", "",
@@ -267,8 +261,8 @@ def write_results(results: list[dict], meta: dict) -> None:
               "a lower bound, see the script's docstring).", "",
               f"Run: torch {meta['torch']}, {meta['wall_s']:.0f} s wall, load average at the end "
               f"{', '.join(f'{x:.1f}' for x in meta['loadavg_end'])}."]
-    (RESULTS / "embed_throughput.md").write_text("\n".join(lines) + "\n")
-    print(f"\nwrote {RESULTS / 'embed_throughput.md'} and .json ({meta['wall_s']:.0f} s)")
+    common.write_results("embed_throughput", lines, {"meta": meta, "results": results}, quiet=True)
+    print(f"\nwrote {common.RESULTS / 'embed_throughput.md'} and .json ({meta['wall_s']:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -17,22 +17,16 @@ features read the prompt only, and the two variants share their prompts, so the 
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import skillmix  # noqa: E402
-from toolcli import cli, write_results  # noqa: E402
-
-from cluster_curate.selection import water_fill_quotas  # noqa: E402
+import skillmix
+from cluster_curate.selection import water_fill_quotas
+from common import cli, parser, write_results
 
 FRACTION = 0.31
 
@@ -49,7 +43,7 @@ def quota_mode(mode: str) -> tuple[str, list[str]]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--seeds", default="0,1,2,3,4", help="clustering and selection seeds")
     ap.add_argument("--data-seeds", default="0,1,2", help="benchmark data seeds (0 is the one evidence.py trains on)")
     ap.add_argument("--weightings", default="tf,tfidf")
@@ -108,7 +102,7 @@ def main(argv=None):
         lines.append(f"| {r['weighting']} | {label} | "
                      f"{r['coverage_mean']:.1%} ± {r['coverage_std']:.1%} | {r['worst_ratio_mean']:.2f} | "
                      + " | ".join(cells) + " |")
-    write_results("group_quotas", "bench_group_quotas.py", lines, {"results": results, "commands": log[:8]}, argv)
+    write_results("group_quotas", lines, {"results": results, "commands": log[:8]}, argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ Writes benchmarks/results/gsm8k_loss.md and .json (the exact commands are in bot
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -37,15 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-from toolcli import cli, default_features, tool_defaults  # noqa: E402
+import train_eval
+from common import DATA, cli, default_features, parser, tool_defaults, write_results
 
-import train_eval  # noqa: E402
-
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k"
-RESULTS = HERE / "results"
+GSM8K = DATA / "gsm8k"
 FRACTION = 0.31
 # name -> (extra `embed` arguments, extra `cluster` arguments)
 TOOL_CONTENDERS = {"tool": ([], []), "tool-flat": ([], ["--groups", "none"]),
@@ -102,7 +96,7 @@ def train_one(job: dict) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--rows", type=int, default=3000, help="training pool: first N rows of train.jsonl (0 = all)")
     ap.add_argument("--test-rows", type=int, default=300)
     ap.add_argument("--epochs", type=int, default=2)
@@ -211,12 +205,8 @@ def main(argv=None):
     for key, cur in curation.items():
         lines += [f"- {key} (k = {cur['k']}; " + ", ".join(f"{c} {t:.1f} s" for c, t in cur["seconds"].items()) + "):"]
         lines += [f"  - `{c}`" for c in cur["commands"]]
-    md = "\n".join(lines) + "\n"
-    print("\n" + md)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{a.name}.md").write_text(md)
-    (RESULTS / f"{a.name}.json").write_text(json.dumps({"meta": meta, "summary": summary, "runs": results,
-                                                       "curation": curation}, indent=1))
+    write_results(a.name, lines, {"meta": meta, "summary": summary, "runs": results, "curation": curation},
+                  command=False)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ JSONL with the source as a hidden label. For each tokenizer, `cluster-curate emb
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -23,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
-RESULTS = ROOT / "benchmarks" / "results"
+import common
+
+DATA = common.DATA
 
 
 def mixture(n: int, path: Path) -> np.ndarray:
@@ -52,7 +51,7 @@ def knn_purity(x: np.ndarray, labels: np.ndarray, k: int = 10) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = common.parser(__doc__)
     ap.add_argument("--rows", type=int, default=1000, help="rows of each source")
     args = ap.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
@@ -99,13 +98,9 @@ def main() -> None:
     cols = list(results[0])
     table_md = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n" + "".join(
         "| " + " | ".join(str(r[c]) for c in cols) + " |\n" for r in results)
-    print(table_md)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "proxy_tokenizer.json").write_text(json.dumps({"rows_per_source": args.rows, "results": results},
-                                                             indent=2))
-    (RESULTS / "proxy_tokenizer.md").write_text(
-        f"# Proxy tokenizer: byte-level BPE vs words\n\n`python {' '.join(sys.argv)}`: GSM8K + Code Alpaca, "
-        f"{args.rows} rows each, default proxy, `gradient` features.\n\n" + table_md)
+    common.write_results("proxy_tokenizer", f"# Proxy tokenizer: byte-level BPE vs words\n\nGSM8K + Code Alpaca, "
+                         f"{args.rows} rows each, default proxy, `gradient` features.\n\n" + table_md,
+                         {"rows_per_source": args.rows, "results": results})
 
 
 if __name__ == "__main__":

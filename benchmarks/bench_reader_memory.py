@@ -11,7 +11,6 @@ Writes benchmarks/results/reader_memory.md and .json (--name to change).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -19,8 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from common import ROOT, parser, write_results
 
 CHILD = r"""
 import json, sys, time
@@ -86,7 +84,7 @@ def measure(path: Path) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, nargs="+", default=[50_000, 500_000])
     ap.add_argument("--containers", nargs="+", default=["jsonl", "json", "csv", "parquet"])
     ap.add_argument("--name", default="reader_memory", help="results file name (default: reader_memory)")
@@ -122,10 +120,7 @@ def main() -> None:
             verdicts.append(f"- {c}: {big['n'] // small['n']}x the rows -> peak RSS x{big['peak_mib'] / small['peak_mib']:.2f} "
                             f"({'PASS' if ok else 'FAIL'}: target <= 1.25x + 32 MiB)")
     lines += ["", "Target: memory does not grow with the file size.", *verdicts, ""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.md").write_text("\n".join(lines), encoding="utf-8")
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    print("\n".join(lines))
+    write_results(args.name, lines, results)
 
 
 if __name__ == "__main__":

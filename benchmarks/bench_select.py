@@ -26,10 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
+from common import RESULTS, ROOT, parser, write_results
 K, FRACTION = 4096, 0.31
 TARGET_SECONDS, TARGET_MB = 20.0, 2048.0
 
@@ -100,7 +98,7 @@ def run_child(*args) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,10000000")
     ap.add_argument("--repeats", type=int, default=1, help="runs per size and kind (the median is reported)")
     ap.add_argument("--quick", action="store_true", help="100k and 1M rows, not written to results/")
@@ -109,8 +107,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.render_only:
         saved = json.loads((RESULTS / "select.json").read_text())
-        (RESULTS / "select.md").write_text(render(saved["rows"], saved["verdict"], saved.get("repeats", 3), saved.get("load_avg_at_end")))
-        print((RESULTS / "select.md").read_text())
+        write_results("select", render(saved["rows"], saved["verdict"], saved.get("repeats", 3),
+                                       saved.get("load_avg_at_end")), saved, command=False)
         return
     if args.child:
         kind, n, *rest = args.child
@@ -149,12 +147,11 @@ def main() -> None:
     }
     verdict["met"] = verdict["command_seconds"] <= TARGET_SECONDS and verdict["command_peak_mb"] <= TARGET_MB
     md = render(rows, verdict, args.repeats)
-    print(md)
-    if not args.quick:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "select.md").write_text(md)
-        (RESULTS / "select.json").write_text(json.dumps({"rows": rows, "verdict": verdict, "repeats": args.repeats,
-                                                         "load_avg_at_end": os.getloadavg()[0]}, indent=2))
+    if args.quick:
+        print(md)
+    else:
+        write_results("select", md, {"rows": rows, "verdict": verdict, "repeats": args.repeats,
+                                     "load_avg_at_end": os.getloadavg()[0]}, command=False)
 
 
 def render(rows, verdict, repeats, load=None) -> str:

@@ -20,7 +20,6 @@ peak memory that does not grow with the text (compare 250k and 1M).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -32,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
-RESULTS = ROOT / "benchmarks" / "results"
+from common import DATA, RESULTS, parser, write_results
+
+GSM8K = DATA / "gsm8k" / "train.jsonl"
 TARGETS = {"token_imbalance_mean": 1.03, "cluster_spread_mean": 0.95, "rank_mix_tv_max": 0.05, "scale_seconds": 60}
 
 
@@ -210,7 +209,7 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = parser(__doc__)
     ap.add_argument("--skip-scale", action="store_true")
     ap.add_argument("--skip-gsm8k", action="store_true")
     ap.add_argument("--scale-rows", type=int, nargs="+", default=[250_000, 1_000_000])
@@ -263,9 +262,7 @@ def main():
                    f"{first['rows']:,}-row run (~{share:.0%}; measured in the same process just before it; the "
                    "rest is the plan, the bucketing and the Parquet writes). `load_avg` is the machine's 1-minute load average around the run (2 cores shared "
                    "by other jobs): wall time above CPU time is time spent waiting for a core.", ""]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "shard.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
-    (RESULTS / "shard.md").write_text("\n".join(md) + "\n")
+    write_results("shard", md, result, quiet=True, command=False)
     print(f"\nwrote {RESULTS / 'shard.md'} and {RESULTS / 'shard.json'}")
 
 

@@ -19,23 +19,17 @@ see its DATA_LICENSE), read in place, not copied.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from toolcli import cli, write_results  # noqa: E402
+from cluster_curate.io.artifacts import read_meta
+from common import DATA, cli, parser, write_results
 
-from cluster_curate.io.artifacts import read_meta  # noqa: E402
-
-DATA = HERE.parent.parent / "shared" / "data"
 GSM8K_ROWS = 3000
 FRACTION = 0.31
 QUOTAS = {"flat": ["--groups", "none"], "row": ["--group-cut", "row"], "pair": ["--group-cut", "pair"],
@@ -60,7 +54,7 @@ EMBEDS = {"tf": ["--text-weighting", "tf"], "tfidf": ["--text-weighting", "tfidf
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--code", default="60,150,300", help="Code Alpaca rows mixed in (comma list)")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="clustering and selection seeds")
     ap.add_argument("--weightings", default="tf,tfidf")
@@ -102,7 +96,7 @@ def main(argv=None):
         lines.append(f"| {r['code_rows']} | {r['weighting']} | {r['quotas']} | {r['kept_share_mean']:.0%} | "
                      f"{r['kept_share_min']:.0%} | {', '.join(map(str, r['kept_per_seed']))} | "
                      f"{', '.join(map(str, r['groups_per_seed']))} | {', '.join(map(str, r['cuts_per_seed']))} |")
-    write_results("source_mix", "bench_source_mix.py", lines, {"results": results, "commands": log[:6]}, argv)
+    write_results("source_mix", lines, {"results": results, "commands": log[:6]}, argv)
 
 
 if __name__ == "__main__":

@@ -11,17 +11,13 @@ in the same process, and how far the two bases and the transformed rows are apar
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
-DATA = ROOT.parent / "shared" / "data"
+from common import DATA, parser, write_results
 
 
 def prompts() -> list[str]:
@@ -67,7 +63,7 @@ def measure(texts: list[str], repeats: int, dim: int = 256) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sizes", default="2000,7473,0", help="first N prompts; 0 = all")
     a = ap.parse_args(argv)
@@ -89,10 +85,7 @@ def main(argv=None):
     md += [f"| {r['rows']} | {r['terms']} | {r['ours_seconds']:.2f} | {r['sklearn_seconds']:.2f} | "
            f"{r['speedup']:.1f}x | {r['count_seconds']:.2f} | {r['basis_max_abs_diff']:.1e} | "
            f"{r['rows_max_abs_diff']:.1e} | {100 * r['rows_equal_fraction']:.2f}% |" for r in results]
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "text_fit.md").write_text("\n".join(md) + "\n")
-    (RESULTS / "text_fit.json").write_text(json.dumps({"argv": argv or [], "results": results}, indent=1) + "\n")
-    print(f"wrote {RESULTS / 'text_fit.md'}")
+    write_results("text_fit", md, {"argv": argv or [], "results": results}, argv, command=False)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,11 @@ every training row, for diagnostics such as NMI).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from pathlib import Path
+
+import common
 
 TOPICS = {
     "fruit": ["apple", "pear", "plum", "mango"],
@@ -199,7 +200,7 @@ def write_benchmark(out: str | Path, rows: int = 5000, variant: str = "short", s
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = common.parser(__doc__)
     ap.add_argument("--out", required=True)
     ap.add_argument("--rows", type=int, default=5000)
     ap.add_argument("--variant", choices=["short", "worked"], default="short")

@@ -17,7 +17,6 @@ messages); `--skill-field` names a category column to score per category. A dire
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import common
 from cluster_curate.features.gpt import GPT, GPTConfig, cosine_lr
 
 TOKEN_RE = re.compile(r"\d+|[^\W\d_]+|[^\w\s]|_")
@@ -351,7 +351,7 @@ def run(train_rows: list[Row], test_rows: list[Row], vocab_rows: list[Row], cfg:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = common.parser(__doc__)
     ap.add_argument("--train", required=True, help="dataset file, or a directory of the tool's shards")
     ap.add_argument("--test", required=True, help="held-out dataset (same format)")
     ap.add_argument("--vocab-from", default=None,

@@ -35,7 +35,6 @@ def test_bench_dp_time_tiny(tmp_path):
 
 def test_curation_repeats_start_without_the_previous_output(tmp_path):
     # a repeat that found the text basis (or proxy) fitted by the one before would time less work than a user's run
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_dp_time import clear_output
     for name in ("embeddings.parquet", "embeddings.text.npz", "embeddings.text.key", "embeddings-gradient.parquet"):
         (tmp_path / name).write_text("x")

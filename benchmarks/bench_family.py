@@ -1,0 +1,439 @@
+"""Selection-only quality on the benchmark family (benchmarks/skillfamily.py): many instances, no training.
+
+For each instance of a split (dev or test; instances in seed order from the start of its range), embed the
+prompts once through the tool (`cluster-curate embed`, the defaults), then select 31% with every candidate
+mechanism and compare the selection's rows per skill with the oracle's (water-filling by the true skill labels):
+
+- coverage      Σ_skill min(count, oracle count) / Σ oracle count
+- worst ratio   min over skills of count / oracle count
+- dominant      the most frequent skill's count / its oracle count (> 1: it took more than its share)
+- twin recall   the rare member of each near-twin pair: count / oracle count (mean over the pairs)
+
+A mechanism is a clustering + grouping of the embeddings followed by the tool's own quota and in-cluster
+selection (`selection.select_rows`); `default` repeats what `cluster` + `select --budget` do with their
+defaults, and `--check-cli N` re-runs the first N instances' default through the tool's commands and checks
+that the ids are the same. Writes benchmarks/results/family_<split>.md/.json. The mechanisms (MECHANISMS) are
+the tool's options (flat, pair, nosplit) and prototypes tried for issue 18 that lost (hierarchical k-means,
+local and nested cuts; see family_notes.md); FEATURE/MECHANISM runs a mechanism on a feature prototype
+(FEATURES) instead of the tool's text feature. `--real` runs the mechanisms on bench_source_mix's real mix
+instead (family_real.md).
+
+    python benchmarks/bench_family.py --split dev --instances 50 [--mechanisms default,flat,...] [--seeds 0]
+    python benchmarks/bench_family.py --split test --mechanisms default    # once per round, defaults frozen
+    python benchmarks/bench_family.py --real --mechanisms default,pair --seeds 0,1,2
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+import common
+import skillfamily
+from cluster_curate import clustering as C
+from cluster_curate.selection import order_within_cluster, select_rows, water_fill_quotas
+
+FRACTION = 0.31
+
+
+# ============================================================================================ mechanisms
+
+_KMEANS: dict = {}
+
+
+def kmeans_split(x, seed, split=True):
+    """`cluster`'s k-means with its defaults (k auto, mixed clusters split); the mechanisms that group the same
+    clusters differently share one run per feature matrix and seed."""
+    key = (id(x), x.shape, seed, split)
+    if key not in _KMEANS:
+        if len(_KMEANS) > 16:
+            _KMEANS.clear()
+        k = C.auto_k(len(x))
+        res = C.cluster_features(x, k, seed=seed, sample_size=C.training_sample_size(len(x), k), gpus=0)
+        if split:
+            res, _ = C.split_mixed_clusters(x, res, C.group_cut_similarity(res, "pair"))
+        _KMEANS[key] = (x, res)  # x is kept so that its id is not reused while cached
+    return _KMEANS[key][1]
+
+
+def mech_default(x, seed, inst, cut="row", split=True):
+    res = kmeans_split(x, seed, split)
+    return res.labels, C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, cut))
+
+
+def mech_flat(x, seed, inst):
+    return kmeans_split(x, seed).labels, None
+
+
+def mech_pair(x, seed, inst):
+    return mech_default(x, seed, inst, cut="pair")
+
+
+def mech_nosplit(x, seed, inst):
+    return mech_default(x, seed, inst, split=False)
+
+
+def hkm_groups(res, seed, ratio):
+    g = max(1, min(res.k, int(np.ceil(ratio * np.sqrt(res.k)))))
+    top = C.cluster_features(np.ascontiguousarray(res.centroids), g, seed=seed, gpus=0)
+    _, first, inv = np.unique(top.labels, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inv]
+
+
+def mech_hkm(x, seed, inst, ratio=1.0, nested=False):
+    """Hierarchical k-means (ssl-data-curation's recipe, two levels): the level-1 clusters (default k and split),
+    then k-means of their centroids into ceil(ratio * sqrt(k)) groups; quotas balanced at each level (nested:
+    the row cut's groups as a level between the two)."""
+    res = kmeans_split(x, seed)
+    top = hkm_groups(res, seed, ratio)
+    if not nested:
+        return res.labels, top
+    row = C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, "row"))
+    return res.labels, np.stack([top, row])
+
+
+# ============================================================================================ feature prototypes
+
+def context_weighted(prompts: list[str], dim: int = 256, first_pass: np.ndarray | None = None):
+    """Prototype of a text feature that weighs the words that say which kind a prompt is above the slot
+    fillers (topic nouns, frame words, operands): a term's weight is 1 - cos(its context, the global context),
+    where its context is the sum of the (unit) term vectors of the rows that hold it. A noun that goes with
+    every kind of request has the global context (weight ~0); "ten" in "add ten" goes with one request.
+    With first_pass (cluster labels), a term's weight is instead 1 - its normalised entropy over those clusters
+    (each cluster by its own rate of the term). Terms: word unigrams + bigrams of the lower-cased prompt,
+    numbers masked as the tool's text feature masks them."""
+    import re
+
+    from scipy import sparse
+    from sklearn.decomposition import TruncatedSVD
+
+    from cluster_curate.features.text import mask_numbers
+    word = re.compile(r"(?u)\b\w+\b")
+    vocab: dict[str, int] = {}
+    indptr, indices = [0], []
+    for p in prompts:
+        p = p.lower()
+        words = word.findall(mask_numbers(p))
+        terms = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+        for t in set(terms):
+            indices.append(vocab.setdefault(t, len(vocab)))
+        indptr.append(len(indices))
+    x = sparse.csr_matrix((np.ones(len(indices)), indices, indptr), shape=(len(prompts), len(vocab)))
+    if first_pass is not None:
+        # how evenly a term spreads over the clusters of a first pass, each cluster by its own rate of the
+        # term (so a dominant kind's many clusters do not make its words look common): a slot filler has the
+        # same rate everywhere (weight ~0), a word of one kind of request is in few clusters
+        k = int(first_pass.max()) + 1
+        onehot = sparse.csr_matrix((np.ones(len(first_pass)), (first_pass, np.arange(len(first_pass)))),
+                                   shape=(k, len(first_pass)))
+        sizes = np.asarray(onehot.sum(1)).ravel()
+        rate = (sparse.diags(1 / np.maximum(sizes, 1)) @ (onehot @ x)).toarray()  # [k, V]
+        r = rate / np.maximum(rate.sum(0, keepdims=True), 1e-12)
+        ent = -(np.where(r > 0, r * np.log(np.maximum(r, 1e-300)), 0.0)).sum(0)
+        w = np.clip(1.0 - ent / np.log(max(k, 2)), 0.0, 1.0)
+    else:
+        norms = np.sqrt(np.asarray(x.sum(1)).ravel())
+        xn = sparse.diags(1 / np.maximum(norms, 1e-12)) @ x
+        ctx = (x.T @ xn).toarray()  # [V, V]: context of each term
+        np.fill_diagonal(ctx, 0.0)
+        g = np.asarray(xn.sum(0)).ravel()
+        cos = ctx @ g / (np.linalg.norm(ctx, axis=1) * np.linalg.norm(g) + 1e-12)
+        w = np.clip(1.0 - cos, 0.0, 1.0)
+    xw = x @ sparse.diags(w)
+    rn = np.sqrt(np.asarray(xw.multiply(xw).sum(1)).ravel())
+    xw = sparse.diags(1 / np.maximum(rn, 1e-12)) @ xw
+    d = min(dim, min(xw.shape) - 1)
+    z = TruncatedSVD(d, random_state=0).fit_transform(xw).astype(np.float32)
+    z = np.ascontiguousarray(z)
+    C.normalise_features(z)
+    return z
+
+
+def tool_feature(inst_dir: Path, args: list[str]) -> np.ndarray:
+    """The tool's own `embed` with other options (cached beside the instance)."""
+    emb = inst_dir / ("emb" + "".join(args).replace("-", "_") + ".parquet")
+    if not emb.exists():
+        common.cli(["embed", inst_dir / "train.jsonl", "--out", emb, "--overwrite", *args], [])
+    t = pq.read_table(emb)
+    x = np.ascontiguousarray(C.embedding_matrix(t.column("embedding")), dtype=np.float32).copy()
+    C.normalise_features(x)
+    return x
+
+
+FEATURES = {  # name -> fn(prompts, the tool's text feature rows, instance directory)
+    "tfidf": lambda prompts, x, d: tool_feature(d, ["--text-weighting", "tfidf"]),
+    "ctx": lambda prompts, x, d: context_weighted(prompts),
+    "spread": lambda prompts, x, d: context_weighted(prompts, first_pass=kmeans_split(x, 0).labels),
+}
+
+def relative_groups(centroids: np.ndarray, tightness: np.ndarray) -> np.ndarray:
+    """Prototype (lost on dev and on real data; kept here, not in the package): average linkage of the centroids
+    on their similarity relative to the two clusters' own spread, S_ab / sqrt(t_a * t_b), cut where that ratio
+    falls below 1 on average. t_c: cluster c's mean row-to-centroid similarity to some power (2: the mean
+    similarity of two of its rows)."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    k = len(centroids)
+    if k < 2:
+        return np.zeros(k, dtype=np.int64)
+    c = np.asarray(centroids, dtype=np.float64)
+    t = np.sqrt(np.maximum(np.asarray(tightness, dtype=np.float64), 1e-12))
+    distance = 2.0 - np.clip((c @ c.T) / np.outer(t, t), -2.0, 2.0)  # ratio 1 is distance 1
+    flat = fcluster(linkage(distance[np.triu_indices(k, 1)], method="average"), t=1.0, criterion="distance")
+    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse]  # numbered in order of first appearance, as group_clusters
+
+
+def mech_local(x, seed, inst, power=2.0):
+    res = kmeans_split(x, seed)
+    sums = np.bincount(res.labels, weights=res.similarity.astype(np.float64), minlength=res.k)
+    mean_sim = sums / np.maximum(res.sizes, 1)
+    return res.labels, relative_groups(res.centroids, mean_sim ** power)
+
+
+def mech_nested(x, seed, inst, cuts=("pair", "row")):
+    """Quotas down two cuts of the same tree of centroids: the pair cut's groups, then the row cut's inside."""
+    res = kmeans_split(x, seed)
+    return res.labels, np.stack([C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, c))
+                                 for c in cuts])
+
+
+def mech_split_by(x, seed, inst, z, cut="row"):
+    """k-means on the tool's feature x (no split), then the split of mixed clusters judged on another feature z
+    of the same rows (one that does not see the slot fillers), centroids recomputed in x, groups cut in x."""
+    from dataclasses import replace
+    k = C.auto_k(len(x))
+    res = C.cluster_features(x, k, seed=seed, sample_size=C.training_sample_size(len(x), k), gpus=0)
+    zcent = _unit(np.stack([z[res.labels == c].mean(0) if res.sizes[c] else z[0] * 0 for c in range(k)]))
+    zsim = np.einsum("ij,ij->i", z, zcent[res.labels]).astype(np.float32)
+    zres = replace(res, centroids=zcent.astype(np.float32), similarity=zsim, objective=float(zsim.mean()))
+    zres, _ = C.split_mixed_clusters(z, zres, C.group_cut_similarity(zres, "pair"))
+    labels = zres.labels
+    k = int(labels.max()) + 1
+    cent = _unit(np.stack([x[labels == c].mean(0) for c in range(k)]))
+    sims = np.einsum("ij,ij->i", x, cent[labels]).astype(np.float32)
+    res = replace(res, labels=labels, similarity=sims, centroids=cent.astype(np.float32), k=k,
+                  objective=float(sims.mean(dtype=np.float64)), sizes=np.bincount(labels, minlength=k))
+    return labels, C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, cut))
+
+
+def _unit(m):
+    return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+
+
+MECHANISMS = {
+    "splitby": mech_split_by,  # FEATURE/splitby: the split judged on FEATURE
+    "default": mech_default,
+    "flat": mech_flat,
+    "pair": mech_pair,
+    "nosplit": mech_nosplit,
+    "hkm": mech_hkm,
+    "hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0),
+    "local": mech_local,  # cut relative to each pair of clusters' own pair similarity
+    "local-row": lambda x, s, i: mech_local(x, s, i, power=1.0),  # ... relative to its row similarity
+    "nested": mech_nested,
+    "nested-hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0, nested=True),
+    "local3": lambda x, s, i: mech_local(x, s, i, power=3.0),
+}
+
+
+# ============================================================================================ metrics
+
+def cheap_metrics(counts: np.ndarray, oracle: np.ndarray, twins: list) -> dict:
+    ratio = counts / oracle
+    return {"coverage": float(np.minimum(counts, oracle).sum() / oracle.sum()), "worst": float(ratio.min()),
+            "dominant": float(ratio[0]),  # an instance lists its skills most frequent first
+            "twin": float(np.mean([ratio[r] for _, r in twins])) if twins else float("nan")}
+
+
+def prepare(seed: int, work: Path, log: list) -> tuple:
+    """(ids, unit feature rows, skill of each row, instance description) of one instance (embedded once)."""
+    d = work / f"i{seed}"
+    emb = d / "emb.parquet"
+    if not emb.exists():
+        skillfamily.write_instance(d, seed, "short", test_per_skill=1)
+        common.cli(["embed", d / "train.jsonl", "--out", emb, "--overwrite"], log)
+    labels = json.loads((d / "labels.json").read_text())
+    t = pq.read_table(emb)
+    ids = t.column("id").to_numpy()
+    x = np.ascontiguousarray(C.embedding_matrix(t.column("embedding"), ids), dtype=np.float32).copy()
+    C.normalise_features(x)
+    return ids, x, np.asarray(labels["skill"])[ids], labels
+
+
+def run_mechanism(name, ids, x, skills, labels, seed, budget, feats):
+    """name: CLUSTERING (on the tool's text feature) or FEATURE/CLUSTERING (a harness feature prototype)."""
+    feature, _, clustering = name.rpartition("/")
+    if clustering.startswith("splitby"):  # k-means and groups on the tool's feature, the split on another
+        clusters, groups = MECHANISMS[clustering](x, seed, labels, feats(feature))
+    else:
+        if feature:
+            x = feats(feature)
+        clusters, groups = MECHANISMS[clustering](x, seed, labels)
+    return ids[select(clusters, ids, budget, seed, groups)]
+
+
+def nested_quotas(sizes: np.ndarray, levels: list, budget: int) -> np.ndarray:
+    """Prototype: water-filling down a hierarchy, the coarsest groups first (levels: the group of every cluster
+    at each level, coarsest first), then each group's quota over the next level inside it, then the clusters."""
+    if not levels:
+        return water_fill_quotas(sizes, budget)
+    top = np.asarray(levels[0])
+    group_quota = water_fill_quotas(np.bincount(top, weights=sizes).astype(np.int64), budget)
+    quotas = np.zeros_like(sizes)
+    for g in np.flatnonzero(group_quota):
+        m = np.flatnonzero(top == g)
+        quotas[m] = nested_quotas(sizes[m], [np.unique(lv[m], return_inverse=True)[1] for lv in levels[1:]],
+                                  int(group_quota[g]))
+    return quotas
+
+
+def select(clusters, ids, budget, seed, groups):
+    """Row positions selected: the tool's select_rows (random order in a cluster), or for several levels of
+    groups the same random order under nested_quotas."""
+    if groups is None or np.ndim(groups) == 1:
+        return select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups).rows
+    k = int(clusters.max()) + 1
+    sizes = np.bincount(clusters, minlength=k).astype(np.int64)
+    quotas = nested_quotas(sizes, list(groups), budget)
+    order = order_within_cluster(clusters, "random", ids=ids, seed=seed, k=k)
+    rank = np.arange(len(order)) - np.concatenate([[0], np.cumsum(sizes)[:-1]])[clusters[order]]
+    return np.sort(order[rank < quotas[clusters[order]]])
+
+
+def cli_default_ids(seed: int, work: Path, budget: int, log: list) -> np.ndarray:
+    d = work / f"i{seed}"
+    common.cli(["cluster", d / "emb.parquet", "--out", d / "c.parquet", "--overwrite"], log)
+    common.cli(["select", d / "c.parquet", "--out", d / "s.parquet", "--budget", budget, "--overwrite"], log)
+    return np.sort(pq.read_table(d / "s.parquet", columns=["id"]).column("id").to_numpy())
+
+
+def real_data_check(mechs: list[str], seeds: list[int], work: Path, argv, results) -> None:
+    """The real-data check of a mechanism (bench_source_mix's mix: 3,000 GSM8K questions + 60/150/300 Code Alpaca
+    instructions): the share of the code rows that a 31% selection keeps, per seed."""
+    import bench_source_mix
+    log, rows = [], []
+    work.mkdir(parents=True, exist_ok=True)
+    for n_code in (60, 150, 300):
+        data = work / f"mix{n_code}.jsonl"
+        is_code = bench_source_mix.write_mix(data, n_code)
+        budget = int(len(is_code) * FRACTION)
+        emb = work / f"mix{n_code}.parquet"
+        common.cli(["embed", data, "--out", emb, "--overwrite"], log)
+        t = pq.read_table(emb)
+        ids = t.column("id").to_numpy()
+        assert (ids == np.arange(len(is_code))).all()
+        x = np.ascontiguousarray(C.embedding_matrix(t.column("embedding"), ids), dtype=np.float32).copy()
+        C.normalise_features(x)
+        for m in mechs:
+            kept = []
+            for s in seeds:
+                clusters, groups = MECHANISMS[m](x, s, None)
+                kept.append(int(is_code[select(clusters, ids, budget, s, groups)].sum()))  # ids are 0..n-1
+            rows.append({"code_rows": n_code, "mechanism": m, "kept": kept})
+            print(f"[real {n_code}] {m}: {kept}", flush=True)
+    lines = ["# Real-data check of the family's mechanisms: GSM8K + Code Alpaca, share of the code rows kept", "",
+             f"bench_source_mix's mix (3,000 GSM8K questions + N Code Alpaca instructions), budget {FRACTION:.0%}, "
+             f"seeds {seeds}; the mechanisms of bench_family on the tool's default feature.", "",
+             "| N code rows | mechanism | kept (mean) | kept (worst seed) | per seed |", "|---:|---|---:|---:|---|"]
+    for r in rows:
+        lines.append(f"| {r['code_rows']} | {r['mechanism']} | {np.mean(r['kept']) / r['code_rows']:.0%} | "
+                     f"{min(r['kept']) / r['code_rows']:.0%} | {', '.join(map(str, r['kept']))} |")
+    common.write_results("family_real", lines, {"results": rows, "commands": log[:3]}, argv, results)
+
+
+def main(argv=None):
+    ap = common.parser(__doc__)
+    ap.add_argument("--split", choices=sorted(skillfamily.SPLITS), default="dev")
+    ap.add_argument("--instances", type=int, default=50)
+    ap.add_argument("--mechanisms", default=",".join(MECHANISMS))
+    ap.add_argument("--seeds", default="0", help="clustering/selection seeds")
+    ap.add_argument("--check-cli", type=int, default=2, help="instances whose default is checked against the CLI")
+    ap.add_argument("--work", default=str(common.ROOT / "out" / "family"))
+    ap.add_argument("--results", default=None, help="where the tables go (default benchmarks/results)")
+    ap.add_argument("--name", default=None, help="results file stem (default family_<split>)")
+    ap.add_argument("--real", action="store_true", help="the real-data check of the mechanisms instead "
+                    "(GSM8K + Code Alpaca: share of the rare source kept; writes family_real.md)")
+    a = ap.parse_args(argv)
+    work = Path(a.work)
+    mechs = a.mechanisms.split(",")
+    seeds = [int(s) for s in a.seeds.split(",")]
+    if a.real:
+        return real_data_check(mechs, seeds, work / "real", argv, a.results)
+    log: list[str] = []
+    per_instance, t0 = [], time.perf_counter()
+    for i, inst_seed in enumerate(skillfamily.SPLITS[a.split][: a.instances]):
+        ids, x, skills, labels = prepare(inst_seed, work, log)
+        cache: dict = {}
+
+        def feats(name, seed=inst_seed):
+            if name not in cache:
+                prompts = [json.loads(line)["instruction"] for line in
+                           (work / f"i{seed}" / "train.jsonl").read_text().splitlines()]
+                cache[name] = FEATURES[name]([prompts[i] for i in ids], x, work / f"i{seed}")
+            return cache[name]
+        budget = int(round(FRACTION * len(ids)))
+        n_skills = len(labels["skills"])
+        oracle = water_fill_quotas(np.bincount(skills, minlength=n_skills), budget)
+        twins = labels["twins"]
+        row = {"seed": inst_seed, "rows": len(ids), "skills": n_skills, "zipf": labels["zipf"], "twins": twins,
+               "metrics": {}}
+        rng = np.random.default_rng(inst_seed)
+        rnd = [cheap_metrics(np.bincount(skills[rng.choice(len(ids), budget, replace=False)],
+                                         minlength=n_skills), oracle, twins) for _ in seeds]
+        row["metrics"]["random"] = {k: float(np.mean([r[k] for r in rnd])) for k in rnd[0]}
+        for m in mechs:
+            runs = []
+            for s in seeds:
+                sel = run_mechanism(m, ids, x, skills, labels, s, budget, feats)
+                runs.append(cheap_metrics(np.bincount(skills[np.searchsorted(ids, sel)], minlength=n_skills),
+                                          oracle, twins))
+                if m == "default" and s == 0 and i < a.check_cli:
+                    cli_ids = cli_default_ids(inst_seed, work, budget, log)
+                    if not np.array_equal(cli_ids, np.sort(sel)):
+                        raise SystemExit(f"instance {inst_seed}: the default mechanism differs from the CLI's")
+            row["metrics"][m] = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+        per_instance.append(row)
+        print(f"[{a.split} {inst_seed}] " + "  ".join(f"{m} {v['coverage']:.3f}/{v['worst']:.2f}/{v['dominant']:.2f}"
+                                                   f"/{v['twin']:.2f}" for m, v in row["metrics"].items()),
+              flush=True)
+    names = ["random", *mechs]
+    summary = {}
+    for m in names:
+        vals = {k: np.array([r["metrics"][m][k] for r in per_instance]) for k in ("coverage", "worst", "dominant",
+                                                                                  "twin")}
+        summary[m] = {**{f"{k}_mean": float(np.nanmean(v)) for k, v in vals.items()},
+                      **{f"{k}_median": float(np.nanmedian(v)) for k, v in vals.items()},
+                      "coverage_min": float(vals["coverage"].min()), "worst_min": float(vals["worst"].min()),
+                      "wins_coverage_vs_default": int(sum(r["metrics"][m]["coverage"] > r["metrics"]["default"]
+                                                          ["coverage"] for r in per_instance))
+                      if "default" in mechs else None}
+    lines = [f"# Benchmark family, {a.split} split: selection-only skill coverage ({len(per_instance)} instances)", "",
+             f"Instances: seeds {per_instance[0]['seed']}–{per_instance[-1]['seed']} of the {a.split} range "
+             f"({skillfamily.SPLITS[a.split].start}–{skillfamily.SPLITS[a.split].stop - 1}), taken in order; "
+             f"budget {FRACTION:.0%}; clustering/selection seeds {seeds}. Against the oracle's per-skill counts "
+             "(water-filling by the true skill): coverage = Σ min(count, oracle) / Σ oracle; worst = min count ÷ "
+             "oracle; dominant = the most frequent skill's count ÷ oracle; twin = the rare near twin's count ÷ "
+             "oracle (mean over pairs).", "",
+             "| mechanism | coverage mean | coverage median | coverage min | worst mean | worst min | dominant mean "
+             "| twin mean | instances above default (coverage) |", "|---|---|---|---|---|---|---|---|---|"]
+    for m, s in summary.items():
+        lines.append(f"| {m} | {s['coverage_mean']:.1%} | {s['coverage_median']:.1%} | {s['coverage_min']:.1%} | "
+                     f"{s['worst_mean']:.2f} | {s['worst_min']:.2f} | {s['dominant_mean']:.2f} | "
+                     f"{s['twin_mean']:.2f} | {s['wins_coverage_vs_default'] if m != 'default' else '–'} |")
+    lines += ["", "Per instance (coverage / worst / dominant / twin):", "",
+              "| seed | rows | skills | zipf | " + " | ".join(names) + " |", "|---" * (4 + len(names)) + "|"]
+    for r in per_instance:
+        lines.append(f"| {r['seed']} | {r['rows']} | {r['skills']} | {r['zipf']:.2f} | " + " | ".join(
+            f"{r['metrics'][m]['coverage']:.3f} / {r['metrics'][m]['worst']:.2f} / {r['metrics'][m]['dominant']:.2f}"
+            f" / {r['metrics'][m]['twin']:.2f}" for m in names) + " |")
+    lines += ["", f"Wall time {time.perf_counter() - t0:.0f} s."]
+    common.write_results(a.name or f"family_{a.split}", lines, {"summary": summary, "instances": per_instance,
+                                                      "commands": log[:4]}, argv, a.results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The benchmark family (benchmarks/skillfamily.py) and its selection-only and trained harnesses: instances
+have the properties the family promises, and the harnesses run end to end. No quality targets here: those
+live in benchmarks/results/family_*.md."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import skillfamily as F
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_pool_and_splits():
+    assert len(F.POOL) >= 40 and len({p.name for p in F.POOL}) == len(F.POOL)
+    dev, test = F.SPLITS["dev"], F.SPLITS["test"]
+    assert not set(dev) & set(test)
+
+
+@pytest.mark.parametrize("seed", [1000, 1001, 2000, 2007])
+def test_instance_has_what_the_family_promises(seed):
+    inst = F.draw_instance(seed)
+    again = F.draw_instance(seed)
+    assert inst.describe() == again.describe()  # seeded
+    assert 8 <= len(inst.skills) <= 20 and 0.8 <= inst.zipf <= 1.5
+    rows = [s.rows for s in inst.skills]
+    assert sum(rows) == inst.rows and min(rows) >= 40 and rows == sorted(rows, reverse=True)
+    assert all(2 <= len(s.templates) <= 8 for s in inst.skills)
+    assert any(s.role == "diverse" and len(s.templates) == 8 for s in inst.skills)
+    twins = inst.twin_pairs()
+    assert twins
+    for frequent, rare in twins:
+        a, b = inst.skills[frequent], inst.skills[rare]
+        assert a.rows > b.rows and a.primitive.family == b.primitive.family and a.primitive.param != b.primitive.param
+        assert a.templates == b.templates  # the same frames and phrases: the prompts differ by the parameter only
+
+
+def test_rows_are_alpaca_both_styles_share_prompts_and_test_prompts_are_new(tmp_path):
+    short = F.write_instance(tmp_path / "short", 1003, "short", test_per_skill=3)
+    worked = F.write_instance(tmp_path / "worked", 1003, "worked", test_per_skill=3)
+    read = lambda p: [json.loads(line) for line in Path(p).read_text().splitlines()]  # noqa: E731
+    s_train, w_train = read(short["train"]), read(worked["train"])
+    assert set(s_train[0]) == {"instruction", "output", "skill"}
+    assert [r["instruction"] for r in s_train] == [r["instruction"] for r in w_train]
+    assert all(w["output"].endswith("Answer: " + s["output"]) for s, w in zip(s_train, w_train))
+    test = read(short["test"])
+    assert not {r["instruction"] for r in test} & {r["instruction"] for r in s_train}
+    labels = json.loads(Path(short["labels"]).read_text())
+    assert len(labels["skill"]) == len(s_train) and labels["twins"]
+    # a rare twin's prompts differ from its frequent twin's by one word or number
+    # (nouns and numbers masked: nouns and operands vary inside every skill; a parameter given as a digit is
+    # masked with them, so its templates look the same as the twin's, as the tool's text feature sees them)
+    names, nouns = labels["skills"], set(F.draw_instance(1003).nouns)
+
+    def shape(text):
+        words = text.lower().replace(",", " ").replace(":", " ").replace("(", " ").replace(")", " ").split()
+        return tuple("N" if w in nouns else "D" if w.isdigit() else w for w in words)
+    for frequent, rare in labels["twins"]:
+        fw = {shape(r["instruction"]) for r in s_train if r["skill"] == names[frequent]}
+        rw = {shape(r["instruction"]) for r in s_train if r["skill"] == names[rare]}
+        assert all(any(len(a) == len(b) and sum(x != y for x, y in zip(a, b)) <= 1 for a in fw) for b in rw)
+
+
+@pytest.mark.slow
+def test_bench_family_and_trained_quick_run(tmp_path):
+    res = tmp_path / "res"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family.py"), "--instances", "1",
+                           "--mechanisms", "default,pair", "--check-cli", "1", "--work", str(tmp_path / "w"),
+                           "--results", str(res)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads((res / "family_dev.json").read_text())
+    m = data["instances"][0]["metrics"]
+    assert set(m) == {"random", "default", "pair"} and 0 < m["default"]["coverage"] <= 1
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family_train.py"), "--quick",
+                           "--work", str(tmp_path / "t"), "--results", str(res)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    md = (res / "family_train_dev_quick.md").read_text()
+    assert "| 1000 | short |" in md and "Spearman" in md
