@@ -33,7 +33,6 @@ from itertools import cycle, islice
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 GSM8K = ROOT.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 FEATURE_ARGS = {"semantic": ["--features", "semantic"], "text": ["--features", "text"],
                 "hidden": ["--features", "hidden"]}  # hidden: the default --model proxy
@@ -56,7 +55,7 @@ def gsm8k_file(n: int, tmp: Path) -> Path:
 
 
 def run_embed(data: Path, out: Path, feature: str, threads: int, extra: list[str]) -> dict:
-    from toolcli import _compile_package
+    from common import _compile_package
     _compile_package()
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
                OPENBLAS_NUM_THREADS=str(threads), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -81,7 +80,7 @@ def run_embed(data: Path, out: Path, feature: str, threads: int, extra: list[str
 
 
 def main() -> None:
-    from toolcli import write_results
+    from common import write_results
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2000)
@@ -132,7 +131,7 @@ def main() -> None:
                   "tokens included; `hidden`: the proxy's BPE tokens of prompt + response; `text`: words): compare "
                   "rows/s.",
               "", f"Load average at the end: {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; {payload['seconds']} s."]
-    write_results("semantic", "bench_semantic.py", lines, payload, sys.argv[1:])
+    write_results("semantic", lines, payload, sys.argv[1:])
 
 
 if __name__ == "__main__":

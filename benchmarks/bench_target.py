@@ -37,22 +37,17 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+import skillmix
+import train_eval
+from common import DATA, ROOT, cli, write_results
 
-import skillmix  # noqa: E402
-import train_eval  # noqa: E402
-from toolcli import cli, write_results  # noqa: E402
-
-from cluster_curate import targeting as T  # noqa: E402
-from cluster_curate.selection import water_fill_quotas  # noqa: E402
+from cluster_curate import targeting as T
+from cluster_curate.selection import water_fill_quotas
 
 TIERS = {"frequent": ["upper", "first_letter", "copy_twice"],
          "middle": ["compare", "last_letter", "max3", "length"],
          "rare": ["minus1", "reverse", "plus1", "double", "triple"]}
 TARGET_PER_SKILL, FRACTION = 20, 0.10
-DATA = ROOT.parent / "shared" / "data"  # GSM8K (MIT) and Code Alpaca (CC BY-NC 4.0) beside the repository
 
 
 def rel(text: str) -> str:
@@ -62,7 +57,7 @@ def rel(text: str) -> str:
 
 def finish(stem: str, lines: list[str], payload: dict, argv: list[str]) -> None:
     payload = json.loads(rel(json.dumps(payload)))
-    write_results(stem, "bench_target.py", [rel(line) for line in lines], payload, [rel(a) for a in argv])
+    write_results(stem, [rel(line) for line in lines], payload, [rel(a) for a in argv])
 
 
 WEIGHTS = (1.0, 0.9, 0.75, 0.6, 0.5, 0.33, 0.1)

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from toolcli import write_results  # noqa: E402
+from common import write_results
 
-from cluster_curate import selection as S  # noqa: E402
-from cluster_curate import targeting as T  # noqa: E402
+from cluster_curate import selection as S
+from cluster_curate import targeting as T
 
 K = 4096
 
@@ -112,7 +109,7 @@ def main(argv=None):
               f"{args.targets + T.N_PROBES} inner products per row.",
               f"Selected {len(sel.rows):,} rows (budget {sel.requested:,}); relevant part {sel.relevant_rows:,} rows; "
               f"{service['served']}/{args.targets} target rows served."]
-    write_results("target_cost", "bench_target_cost.py", lines,
+    write_results("target_cost", lines,
                   {"args": vars(args), "seconds": sec, "added_seconds": added,
                    "selected": int(len(sel.rows)), "served": service["served"]}, argv)
 
