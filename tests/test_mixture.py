@@ -308,3 +308,21 @@ def test_mixture_inputs_that_disagree_on_a_column_type_are_one_line(tmp_path, cl
     errors = [line for line in res.output.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1 and "column 'level' is string, but input a has it as int64" in errors[0]
     assert not (tmp_path / "o" / "embeddings.parquet").exists()
+
+
+def test_mixture_shards_export_for_a_trainer_and_as_the_selected_rows(tmp_path, cli_runner):
+    """A mixture's shards go through `export` like one dataset's: TRL's columns in the planned order, and the
+    selected rows with their source and original fields."""
+    paths = _three(tmp_path)[:2]
+    out = tmp_path / "curated"
+    _cli(cli_runner, ["run", *paths, "--out", out, "--fraction", "0.3", "--num-shards", "2",
+                      "--micro-batch-size", "2", "-q"])
+    shards = pa.concat_tables([pq.read_table(p) for p in sorted((out / "shards").glob("shard-*.parquet"))])
+    _cli(cli_runner, ["export", out / "shards", "--for", "trl", "--out", tmp_path / "trl", "-q"])
+    trl = pq.read_table(tmp_path / "trl" / "train.parquet")
+    assert {"prompt", "completion", "id", "weight"} <= set(trl.column_names)
+    assert sorted(trl.column("id").to_pylist()) == sorted(shards.column("id").to_pylist())
+    _cli(cli_runner, ["export", out / "shards", "--for", "jsonl", "--out", tmp_path / "rows", "-q"])
+    rows = [json.loads(line) for line in (tmp_path / "rows" / "selected.jsonl").read_text().splitlines()]
+    assert len(rows) == len(set(shards.column("id").to_pylist()))
+    assert {r["source"] for r in rows} == {"train-300", "code"}
