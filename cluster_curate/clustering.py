@@ -1,8 +1,8 @@
 """k-means over learning-effect features (docs/architecture.md, "Stages"): pure functions on numpy arrays.
 
-The stage, in the order commands/cluster.py calls it:
+The stage, in the order commands/cluster.py calls it (the matrix comes from io/readers.read_embeddings; the
+groups of clusters and the split of mixed ones are in cluster_groups.py):
 
-    x = embedding_matrix(column)             # Arrow fixed-size list -> [n, d] float32 without a copy
     normalise_features(x, center=False)      # in place: (optionally mean-centred, then) L2-normalised rows
     result = cluster_features(x, k, ...)     # spherical k-means trained on a sample, every row assigned in
                                              # batches, optional soft cap on cluster sizes
@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 
 from cluster_curate.errors import CurateError
 
@@ -30,19 +29,6 @@ from cluster_curate.errors import CurateError
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
 ALGORITHM_VERSION = 1
 AUTO_K_RULE = "ceil(sqrt(n)), at most n // 2 (at least 1)"
-# --groups auto: where the average-linkage tree of the centroids is cut (--group-cut); see group_cut_similarity().
-GROUP_CUTS = {
-    "row": "clusters join one group while their centroids are, on average, at least as similar to one another as "
-           "a row is to its own centroid (the clustering's mean similarity)",
-    "pair": "clusters join one group while their centroids are, on average, at least as similar to one another as "
-            "two rows of one cluster are (size-weighted mean of each cluster's squared mean similarity)",
-}
-
-# --split-mixed: see split_mixed_clusters().
-SPLIT_MIN_ROWS = 16
-SPLIT_RULE = ("a cluster is cut in two (2-means inside it, then again inside each half) while both halves have at "
-              f"least {SPLIT_MIN_ROWS} rows and their centroids are less similar than two rows of one cluster "
-              "typically are (the pair cut)")
 
 # Training sample: see training_sample_size().
 SAMPLE_PER_CENTROID = 128
@@ -106,73 +92,6 @@ def resolve_gpus(gpus: int | None) -> int:
 
 
 # ------------------------------------------------------------------------------------------ features
-
-def embedding_matrix(column: pa.Array | pa.ChunkedArray, ids: np.ndarray | None = None,
-                     name: str = "embedding") -> np.ndarray:
-    """An Arrow list column of vectors as a numpy [n, d] float32 array.
-
-    A single-chunk fixed-size list of float32 without nulls becomes a view of Arrow's values buffer (no copy);
-    several chunks are copied once into one matrix; other float types are converted. `ids` (same length) only
-    serve to name the row in errors.
-    """
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    chunks = [c for c in chunks if len(c)]
-    n = sum(len(c) for c in chunks)
-    if n == 0:
-        return np.zeros((0, _list_size(column.type, name)), dtype=np.float32)
-    if len(chunks) == 1:
-        return _chunk_matrix(chunks[0], ids, name)
-    d = _list_size(column.type, name) or _chunk_matrix(chunks[0], None, name).shape[1]
-    out = np.empty((n, d), dtype=np.float32)
-    start = 0
-    for c in chunks:
-        part_ids = None if ids is None else ids[start:start + len(c)]
-        m = _chunk_matrix(c, part_ids, name)
-        if m.shape[1] != d:
-            raise CurateError(f"{name}: vectors of different lengths ({m.shape[1]} and {d})")
-        out[start:start + len(c)] = m
-        start += len(c)
-    return out
-
-
-def _list_size(t: pa.DataType, name: str) -> int:
-    if pa.types.is_fixed_size_list(t):
-        return t.list_size
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return 0  # variable-size list: the length is checked per row
-    raise CurateError(f"{name}: expected a list of floats per row, found {t}")
-
-
-def _chunk_matrix(arr: pa.Array, ids: np.ndarray | None, name: str) -> np.ndarray:
-    def where(i: int) -> str:
-        return f"id {ids[i]}" if ids is not None else f"row {i}"
-
-    if arr.null_count:
-        first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
-        raise CurateError(f"{name}: missing vector at {where(first)}")
-    t = arr.type
-    if pa.types.is_fixed_size_list(t):
-        d = t.list_size
-    elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        lengths = np.diff(arr.offsets.to_numpy())
-        d = int(lengths[0]) if len(lengths) else 0
-        bad = np.flatnonzero(lengths != d)
-        if len(bad):
-            raise CurateError(f"{name}: vector at {where(int(bad[0]))} has {lengths[bad[0]]} values, "
-                              f"the first has {d}")
-    else:
-        raise CurateError(f"{name}: expected a list of floats per row, found {t}")
-    values = arr.flatten()  # honours the array's offset; zero-copy for a fixed-size list without nulls
-    if not pa.types.is_floating(values.type):
-        raise CurateError(f"{name}: expected float values, found {values.type}")
-    if values.null_count:
-        first = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) // max(d, 1)
-        raise CurateError(f"{name}: null value inside the vector at {where(first)}")
-    flat = values.to_numpy(zero_copy_only=False)
-    if flat.dtype != np.float32:
-        flat = flat.astype(np.float32)
-    return flat.reshape(len(arr), d)
-
 
 def first_non_finite_row(x: np.ndarray, chunk_rows: int = DEFAULT_BATCH_ROWS) -> int | None:
     """Index of the first row holding NaN or ±Inf, or None (checked in chunks: no full-size mask)."""
@@ -530,94 +449,11 @@ def cluster_features(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, samp
                             train_objective=model.train_objective, sizes=np.bincount(labels, minlength=k))
 
 
-def split_mixed_clusters(x: np.ndarray, res: ClusteringResult, min_similarity: float,
-                         min_rows: int = SPLIT_MIN_ROWS) -> tuple[ClusteringResult, int]:
-    """Cut every cluster that holds two kinds of rows in two, recursively (SPLIT_RULE). Returns the refined
-    result (k grows by the number of cuts; new clusters are numbered after the old ones) and that number.
-
-    Why: k-means spends its centroids where the rows are dense, so the small kinds share clusters (two rare
-    tasks whose prompts differ by one word land in one cluster, and then share one quota) while a dominant kind
-    gets many. A cluster is cut only when its 2-means halves are less alike than two rows of one cluster
-    typically are (`min_similarity`, the pair cut of group_cut_similarity): halves of one diverse kind stay
-    together, because a centroid averages its rows' differences away. x: the L2-normalised rows that `res`
-    clustered. The 2-means runs on the CPU: a cluster is small."""
-    labels, sims = res.labels.copy(), res.similarity.copy()
-    centroids = list(res.centroids)
-    order = np.argsort(labels, kind="stable")
-    queue = list(zip(range(res.k), np.split(order, np.cumsum(res.sizes)[:-1])))
-    cuts = 0
-    while queue:
-        c, members = queue.pop()
-        if len(members) < 2 * min_rows:
-            continue
-        rows = np.ascontiguousarray(x[members], dtype=np.float32)
-        halves = kmeans_faiss(rows, 2, iters=res.iters, seed=res.seed, gpus=0).centroids
-        half, sim = assign_in_batches(rows, halves)
-        if np.bincount(half, minlength=2).min() < min_rows or float(halves[0] @ halves[1]) >= min_similarity:
-            continue
-        new = len(centroids)
-        centroids[c] = halves[0]
-        centroids.append(halves[1])
-        labels[members[half == 1]] = new
-        sims[members] = sim
-        queue += [(c, members[half == 0]), (new, members[half == 1])]
-        cuts += 1
-    if not cuts:
-        return res, 0
-    k = len(centroids)
-    return replace(res, labels=labels, similarity=sims, centroids=np.stack(centroids).astype(np.float32), k=k,
-                   objective=float(sims.mean(dtype=np.float64)), sizes=np.bincount(labels, minlength=k)), cuts
-
-
-def group_clusters(centroids: np.ndarray, n_groups: int | None = None,
-                   min_similarity: float | None = None) -> np.ndarray:
-    """Coarse groups of clusters: average-linkage agglomeration of the (unit) centroids on cosine distance, cut
-    into `n_groups` groups, or where the average similarity between two groups falls below `min_similarity`
-    (`--groups auto` passes group_cut_similarity()). Returns each cluster's group, numbered 0.. in order of first
-    appearance.
-
-    Why: k-means on skewed data splits a dominant kind of example into many clusters, so equal per-cluster
-    quotas favour that kind; quotas water-filled over groups first (select) let its pieces share one quota.
-    Why a similarity cut for auto: two clusters whose centroids are as close as a row typically is to its own
-    centroid (GROUP_CUTS) are pieces of one kind, not two kinds. Deterministic (no seed): the same centroids give
-    the same groups."""
-    from scipy.cluster.hierarchy import fcluster, linkage
-
-    k = len(centroids)
-    if (n_groups is None) == (min_similarity is None):
-        raise ValueError("give exactly one of n_groups and min_similarity")
-    if n_groups is not None and not 1 <= n_groups <= k:
-        raise CurateError(f"--groups {n_groups} must be between 1 and k = {k}")
-    if k < 2:
-        return np.zeros(k, dtype=np.int64)
-    c = np.asarray(centroids, dtype=np.float64)
-    distance = np.clip(1.0 - c @ c.T, 0.0, 2.0)
-    condensed = distance[np.triu_indices(k, 1)]  # scipy's condensed order: row-major upper triangle
-    tree = linkage(condensed, method="average")
-    flat = (fcluster(tree, t=n_groups, criterion="maxclust") if n_groups is not None
-            else fcluster(tree, t=1.0 - min_similarity, criterion="distance"))
-    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
-    return np.argsort(np.argsort(first))[inverse].astype(np.int64)
-
-
 # ------------------------------------------------------------------------------------------ reporting
 
 SIZE_BINS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, math.inf)]
 
 
-def group_cut_similarity(res: ClusteringResult, cut: str) -> float:
-    """The similarity at which `--groups auto` cuts the tree of centroids (GROUP_CUTS[cut]).
-
-    `pair` uses that the mean cosine between two unit rows of one cluster is |mean row|², and a cluster's mean
-    similarity to its (unit, mean-direction) centroid is |mean row|: so it is Σ_c n_c·s_c² / n."""
-    if cut == "row":
-        return float(res.objective)
-    if cut == "pair":
-        sizes = res.sizes.astype(np.float64)
-        sums = np.bincount(res.labels, weights=res.similarity.astype(np.float64), minlength=res.k)
-        mean_sim = np.divide(sums, sizes, out=np.zeros_like(sums), where=sizes > 0)
-        return float((sizes * mean_sim ** 2).sum() / max(sizes.sum(), 1.0))
-    raise CurateError(f"--group-cut must be one of {', '.join(GROUP_CUTS)}, got {cut!r}")
 
 
 def size_stats(sizes: np.ndarray) -> dict:

@@ -40,7 +40,7 @@ OPTIONS = (
                 "water-fills the budget over groups first, then over the clusters inside each, so the many "
                 "clusters of one dominant kind share one quota. auto: cut where --group-cut says; G: cut "
                 "into G groups; none: flat quotas over clusters."),
-    Option("group_cut", default="row", choices=lazy("cluster_curate.clustering", "GROUP_CUTS"), show_default=True,
+    Option("group_cut", default="row", choices=lazy("cluster_curate.cluster_groups", "GROUP_CUTS"), show_default=True,
            help="Where --groups auto cuts: row: clusters whose centroids are as similar as a row is to its own "
                 "centroid share a group; pair: as similar as two rows of one cluster are (fewer, larger groups; "
                 "on real data it can join a rare kind into a dominant one)."),
@@ -66,19 +66,20 @@ def _choose_k(o: dict, n: int, embeddings: str):
 
 
 def _groups(o: dict, res):
-    from cluster_curate import clustering as C
+    from cluster_curate import cluster_groups as G
     groups = o["groups"]
     if groups == "auto":
-        cut = C.group_cut_similarity(res, o["group_cut"])
-        return C.group_clusters(res.centroids, min_similarity=cut), \
-            f"auto ({o['group_cut']}): {C.GROUP_CUTS[o['group_cut']]} = {cut:.4f}"
+        cut = G.group_cut_similarity(res, o["group_cut"])
+        return G.group_clusters(res.centroids, min_similarity=cut), \
+            f"auto ({o['group_cut']}): {G.GROUP_CUTS[o['group_cut']]} = {cut:.4f}"
     if groups in (None, "none"):
         return None, None
-    return C.group_clusters(res.centroids, n_groups=int(groups)), "given"
+    return G.group_clusters(res.centroids, n_groups=int(groups)), "given"
 
 
 def _kmeans(o: dict, embeddings: str):
     """Read the features, run k-means (+ the split of mixed clusters); returns what the artifact needs."""
+    from cluster_curate import cluster_groups as G
     from cluster_curate import clustering as C
     from cluster_curate import console
     from cluster_curate.io.readers import read_embeddings
@@ -102,9 +103,9 @@ def _kmeans(o: dict, embeddings: str):
                              max_size_factor=o["max_size_factor"], batch_rows=o["batch_rows"])
     split = None
     if split_mixed:
-        cut = C.group_cut_similarity(res, "pair")
-        res, cuts = C.split_mixed_clusters(x, res, cut)
-        split = {"rule": f"{C.SPLIT_RULE} = {cut:.4f}", "min_similarity": cut, "min_rows": C.SPLIT_MIN_ROWS,
+        cut = G.group_cut_similarity(res, "pair")
+        res, cuts = G.split_mixed_clusters(x, res, cut)
+        split = {"rule": f"{G.SPLIT_RULE} = {cut:.4f}", "min_similarity": cut, "min_rows": G.SPLIT_MIN_ROWS,
                  "k_means": k, "cuts": cuts}
     return dict(ids=ids, emeta=emeta, n=n, d=d, k=k, k_rule=k_rule, norm=norm, shared=shared, device=device,
                 res=res, split=split)
