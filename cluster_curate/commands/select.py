@@ -180,7 +180,8 @@ def _sources(o: dict, c):
 
 def _check(o: dict):
     from cluster_curate import selection as S
-    mode = S.check_token_budget_args(o["token_budget"], o["token_fraction"])
+    from cluster_curate.budget_sequence import check_token_budget_args
+    mode = check_token_budget_args(o["token_budget"], o["token_fraction"])
     if mode is None:
         mode = S.check_budget_args(o["fraction"], o["budget"], o["per_cluster_ratio"])
     if o["dedup"] is not None and not 0 < o["dedup"] <= 1:
@@ -208,6 +209,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
 
     from cluster_curate import console
     from cluster_curate import selection as S
+    from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.artifacts import check_writable, make_meta
     from cluster_curate.io.readers import read_clusters
     from cluster_curate.io.writer import write_artifact
@@ -224,7 +226,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     needs = set(order.needs) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
     sources, source_names, share_lo, share_hi = _sources(o, c)
-    tokens, x["counted_by"] = _tokens(o, c, x, mode in S.TOKEN_MODES)
+    tokens, x["counted_by"] = _tokens(o, c, x, mode in TOKEN_MODES)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], features=x["features"],
                         fraction=o["fraction"], budget=o["budget"], per_cluster_ratio=o["per_cluster_ratio"],
                         balance_power=o["balance_power"], within=o["within"], dedup=o["dedup"], seed=o["seed"],
@@ -248,7 +250,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         chosen[sel.rows] = True
         x["sources"] = source_accounting(source_names, sources, tokens, chosen)
     params = _params(o, mode, sel, c)
-    if tokens is not None and (mode in S.TOKEN_MODES or o["tokenizer"]):
+    if tokens is not None and (mode in TOKEN_MODES or o["tokenizer"]):
         params["tokens"] = {"counted_by": x["counted_by"], "total": sel.tokens_total,
                             "requested": sel.tokens_requested, "selected": sel.tokens_selected}
     if sources is not None:
@@ -353,7 +355,8 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
 
 
 def _target_budget(o: dict, mode: str, n: int) -> int:
-    from cluster_curate.selection import TOKEN_MODES, fraction_budget
+    from cluster_curate.budget_sequence import TOKEN_MODES
+    from cluster_curate.selection import fraction_budget
     if mode in TOKEN_MODES:
         raise CurateError(f"--{mode} with --target: a targeted selection's budget is in rows (--fraction or --budget)")
     return fraction_budget(n, o["fraction"]) if mode == "fraction" else int(o["budget"])
@@ -418,7 +421,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     summary["n_tokens column"] = ("yes" if x["n_tokens"] is not None or x.get("counted_by")
                                   else f"no ({x['why_not'] or 'embeddings have no n_tokens'})")
     if sel.tokens_total is not None:
-        from cluster_curate.selection import TOKEN_MODES
+        from cluster_curate.budget_sequence import TOKEN_MODES
         if mode in TOKEN_MODES:
             summary["budget"] = f"--{mode} {value} = {sel.tokens_requested:,} tokens"
         summary["tokens selected"] = (f"{sel.tokens_selected:,} of {sel.tokens_total:,} "
