@@ -37,7 +37,8 @@ import skillfamily
 from cluster_curate import cluster_groups as G
 from cluster_curate import clustering as C
 from cluster_curate.io.readers import embedding_matrix
-from cluster_curate.selection import order_within_cluster, select_rows, water_fill_quotas
+from cluster_curate.selection import select_rows, water_fill_quotas
+from cluster_curate.within_orders import order_within_cluster
 
 FRACTION = 0.31
 

@@ -1,4 +1,4 @@
-"""Budgets taken along the water-filling's sequence of rows (docs/architecture.md, "Extension points"): a
+"""Budgets taken along the water-filling's sequence of rows (docs/architecture.md, "Layers"): a
 budget in tokens, and per-source bounds on a budget in rows or tokens. Pure functions on numpy arrays.
 
     seq    = take_sequence(order, clusters, weights, available)   # the rows in the order water-filling takes them
@@ -6,7 +6,8 @@ budget in tokens, and per-source bounds on a budget in rows or tokens. Pure func
     rows   = source_bounded_rows(...)                              # the rows, each source within its share
 
 With unit weights and p = 0 the sequence is exactly selection.water_fill_quotas (grouped_quotas with groups),
-so these generalise the row quotas of selection.py, which calls them from `select_rows`.
+so these generalise the row quotas of selection.py, which calls them from `select_rows`; a change here that
+changes what is selected bumps selection.ALGORITHM_VERSION.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Groups of clusters and the split of mixed clusters (docs/architecture.md, "Extension points"): pure functions
+"""Groups of clusters and the split of mixed clusters (docs/architecture.md, "Layers"): pure functions
 on a clustering's result, after k-means (clustering.py).
 
     groups = group_clusters(res.centroids, min_similarity=group_cut_similarity(res, "row"))   # cluster --groups
@@ -6,7 +6,8 @@ on a clustering's result, after k-means (clustering.py).
 
 Both correct what k-means does on skewed data (it spends its centroids where the rows are dense): a dominant
 kind split into many clusters is joined back into one group for the quotas; two rare kinds sharing one cluster
-are cut apart.
+are cut apart. Part of the `cluster` stage: a change here that changes its output bumps
+clustering.ALGORITHM_VERSION.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from cluster_curate import selection as S
 from cluster_curate.budget_sequence import token_water_fill
+from cluster_curate.within_orders import order_within_cluster
 from cluster_curate.errors import CurateError
 
 from tiny_encoder import gsm8k_rows
@@ -23,7 +24,7 @@ def _problem(data, max_tokens: int = 400):
     tokens = np.array(data.draw(st.lists(st.integers(0, max_tokens), min_size=n, max_size=n)), dtype=np.int64)
     groups = np.array(data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k)), dtype=np.int64)
     groups = np.unique(groups, return_inverse=True)[1]  # groups numbered 0.. without gaps
-    order = S.order_within_cluster(clusters, "random", seed=data.draw(st.integers(0, 3)), k=k)
+    order = order_within_cluster(clusters, "random", seed=data.draw(st.integers(0, 3)), k=k)
     return clusters, tokens, groups, order, np.bincount(clusters, minlength=k).astype(np.int64)
 
 

@@ -11,7 +11,7 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
 
 
 def _order_help() -> str:
-    from cluster_curate.selection import WITHIN
+    from cluster_curate.within_orders import WITHIN
     return "Order inside a cluster: " + WITHIN.help_text() + "."
 
 
@@ -42,7 +42,7 @@ OPTIONS = (
            help="A mixture's inputs: each gives at most this share of the budget (as --source-min-share)."),
     Option("balance_power", type=float, default=0.0, show_default=True,
            help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional."),
-    Option("within", record=True, default="random", choices=lazy("cluster_curate.selection", "WITHIN_ORDERS"),
+    Option("within", record=True, default="random", choices=lazy("cluster_curate.within_orders", "WITHIN_ORDERS"),
            show_default=True, help=_order_help),
     Option("embeddings", run=False,
            help="Embeddings artifact (features for diverse / --dedup, loss for hard, n_tokens for shard). "
@@ -89,7 +89,7 @@ def _inputs(o: dict, clusters: str, c, needs: set):
     from cluster_curate.io.readers import read_embedding_columns, read_embeddings_for
     emb_path, emeta, why_not = _embeddings(o, clusters, c.meta)
     if emb_path is None and needs & {"features", "loss"}:
-        from cluster_curate.selection import WITHIN
+        from cluster_curate.within_orders import WITHIN
         order_needs = WITHIN.get(o["within"]).needs
         what = f"--within {o['within']}" if "features" in order_needs or o["dedup"] is None else "--dedup"
         said = "the feature vectors" if "features" in needs else "the `loss` column"
@@ -213,11 +213,12 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     from cluster_curate.io.artifacts import check_writable, make_meta
     from cluster_curate.io.readers import read_clusters
     from cluster_curate.io.writer import write_artifact
+    from cluster_curate.within_orders import WITHIN
 
     t0 = time.perf_counter()
     o = resolve(OPTIONS, dict(options, out=out), "select")
     mode = _check(o)
-    order = S.WITHIN.get(o["within"])
+    order = WITHIN.get(o["within"])
     check_writable(out, o["overwrite"])
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if "similarity" in order.needs else None)
