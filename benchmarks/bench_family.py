@@ -36,6 +36,7 @@ import common
 import skillfamily
 from cluster_curate import cluster_groups as G
 from cluster_curate import clustering as C
+from cluster_curate import kmeans as K
 from cluster_curate.io.readers import embedding_matrix
 from cluster_curate.selection import select_rows, water_fill_quotas
 from cluster_curate.within_orders import order_within_cluster
@@ -56,7 +57,7 @@ def kmeans_split(x, seed, split=True):
         if len(_KMEANS) > 16:
             _KMEANS.clear()
         k = C.auto_k(len(x))
-        res = C.cluster_features(x, k, seed=seed, sample_size=C.training_sample_size(len(x), k), gpus=0)
+        res = C.cluster_features(x, k, seed=seed, sample_size=K.training_sample_size(len(x), k), gpus=0)
         if split:
             res, _ = G.split_mixed_clusters(x, res, G.group_cut_similarity(res, "pair"))
         _KMEANS[key] = (x, res)  # x is kept so that its id is not reused while cached
@@ -209,7 +210,7 @@ def mech_split_by(x, seed, inst, z, cut="row"):
     of the same rows (one that does not see the slot fillers), centroids recomputed in x, groups cut in x."""
     from dataclasses import replace
     k = C.auto_k(len(x))
-    res = C.cluster_features(x, k, seed=seed, sample_size=C.training_sample_size(len(x), k), gpus=0)
+    res = C.cluster_features(x, k, seed=seed, sample_size=K.training_sample_size(len(x), k), gpus=0)
     zcent = _unit(np.stack([z[res.labels == c].mean(0) if res.sizes[c] else z[0] * 0 for c in range(k)]))
     zsim = np.einsum("ij,ij->i", z, zcent[res.labels]).astype(np.float32)
     zres = replace(res, centroids=zcent.astype(np.float32), similarity=zsim, objective=float(zsim.mean()))

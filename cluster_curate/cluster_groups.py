@@ -16,8 +16,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from cluster_curate.clustering import ClusteringResult, assign_in_batches, kmeans_faiss
+from cluster_curate.clustering import ClusteringResult
 from cluster_curate.errors import CurateError
+from cluster_curate.kmeans import assign_in_batches, kmeans_faiss
 
 # --groups auto: where the average-linkage tree of the centroids is cut (--group-cut); see group_cut_similarity().
 GROUP_CUTS = {

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from cluster_curate import cluster_groups as G
 from cluster_curate import clustering as C
+from cluster_curate import kmeans as K
 from cluster_curate.cli import main
 from cluster_curate.errors import CurateError
 from cluster_curate.io import artifacts as A
@@ -93,13 +94,13 @@ def test_auto_k_rule():
 
 def test_training_sample_size_rule():
     # small k: far more than faiss's 256 per centroid (k = 4 of a million: all of it up to the floor)
-    assert C.training_sample_size(1_000_000, 4) == 1_000_000
-    assert C.training_sample_size(10_000_000, 4) == math.ceil(2 ** 24 / 4)
-    assert C.training_sample_size(1_000_000, 64) == 2 ** 18
+    assert K.training_sample_size(1_000_000, 4) == 1_000_000
+    assert K.training_sample_size(10_000_000, 4) == math.ceil(2 ** 24 / 4)
+    assert K.training_sample_size(1_000_000, 64) == 2 ** 18
     # large k: 128 rows per centroid
-    assert C.training_sample_size(10_000_000, 4096) == 128 * 4096
-    assert C.training_sample_size(200_000, 512) == 65_536
-    assert C.training_sample_size(50, 8) == 50
+    assert K.training_sample_size(10_000_000, 4096) == 128 * 4096
+    assert K.training_sample_size(200_000, 512) == 65_536
+    assert K.training_sample_size(50, 8) == 50
 
 
 # ------------------------------------------------------------------------------------------ k-means
@@ -132,12 +133,12 @@ def test_assign_in_batches_matches_brute_force():
     rng = np.random.default_rng(0)
     x = unit(rng.standard_normal((777, 6)))
     cents = unit(rng.standard_normal((9, 6)))
-    labels, sims = C.assign_in_batches(x, cents, batch_rows=100)
+    labels, sims = K.assign_in_batches(x, cents, batch_rows=100)
     full = x @ cents.T
     np.testing.assert_array_equal(labels, full.argmax(axis=1))
     np.testing.assert_allclose(sims, full.max(axis=1), atol=1e-5)
     rows = np.array([5, 700, 3])
-    top, top_sims = C.assign_in_batches(x, cents, batch_rows=2, rows=rows, topk=3)
+    top, top_sims = K.assign_in_batches(x, cents, batch_rows=2, rows=rows, topk=3)
     np.testing.assert_array_equal(top, np.argsort(-full[rows], axis=1)[:, :3])
 
 
@@ -178,7 +179,7 @@ def test_cap_property(n, k, factor, seed, candidates):
     rng = np.random.default_rng(seed)
     x = unit(rng.standard_normal((n, 4)) + np.array([3, 0, 0, 0]) * (rng.random((n, 1)) < 0.7))
     cents = unit(rng.standard_normal((k, 4)))
-    labels, sims = C.assign_in_batches(x, cents)
+    labels, sims = K.assign_in_batches(x, cents)
     cap = C.size_cap(n, k, factor)
     new, new_sims, moved = C.cap_cluster_sizes(x, cents, labels, sims, cap, candidates=candidates, batch_rows=7)
     sizes = np.bincount(new, minlength=k)
@@ -331,8 +332,8 @@ def test_cluster_force_accepts_other_kind_with_embeddings(tmp_path, cli_runner):
 
 def test_gpus_option_is_checked():
     with pytest.raises(CurateError, match="faiss sees only"):
-        C.resolve_gpus(C.resolve_gpus(None) + 1)
-    assert C.resolve_gpus(0) == 0
+        K.resolve_gpus(K.resolve_gpus(None) + 1)
+    assert K.resolve_gpus(0) == 0
 
 
 def test_embeddings_with_duplicate_ids_are_refused(tmp_path):

@@ -82,8 +82,9 @@ def _kmeans(o: dict, embeddings: str):
     from cluster_curate import cluster_groups as G
     from cluster_curate import clustering as C
     from cluster_curate import console
+    from cluster_curate import kmeans as K
     from cluster_curate.io.readers import read_embeddings
-    ngpu = C.resolve_gpus(o["gpus"])
+    ngpu = K.resolve_gpus(o["gpus"])
     ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"])
     n, d = x.shape
     split_mixed = o["k"] in (None, "auto") if o["split_mixed"] is None else o["split_mixed"]
@@ -96,7 +97,7 @@ def _kmeans(o: dict, embeddings: str):
     if shared > 0.9 and not o["center"]:
         console.warn(f"{embeddings}: the features share one dominant direction (length of the mean unit vector "
                      f"{shared:.3f}; cosine similarities are all near 1): consider --center")
-    size = C.training_sample_size(n, k) if o["sample_size"] is None else int(min(max(o["sample_size"], k), n))
+    size = K.training_sample_size(n, k) if o["sample_size"] is None else int(min(max(o["sample_size"], k), n))
     device = f"{ngpu} GPU(s)" if ngpu else "cpu"
     console.info(f"k-means: {n} rows x {d} dims, k = {k}, training on {size} rows, {o['iters']} iterations, {device}")
     res = C.cluster_features(x, k, iters=o["iters"], seed=o["seed"], sample_size=size, gpus=ngpu,
@@ -115,13 +116,14 @@ def _params(o: dict, r: dict, group_of, groups_rule, centroid_bytes: bytes) -> d
     import hashlib
 
     from cluster_curate import clustering as C
+    from cluster_curate import kmeans as K
     res = r["res"]
     return {
         **recorded(OPTIONS, o),
         "exact_duplicates": r["emeta"].params.get("exact_duplicates"),  # left out at embed; carried to the manifest
         "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"],
         "normalisation": r["norm"]["normalisation"], "spherical": True, "dim": r["d"], "sample_size": res.sample_size,
-        "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else C.SAMPLE_RULE,
+        "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else K.SAMPLE_RULE,
         "max_cluster_size": res.cap, "moved": res.moved,
         "cap_candidates": C.CAP_CANDIDATES if o["max_size_factor"] is not None else None,
         "objective": res.objective, "objective_before_cap": res.objective_uncapped,
