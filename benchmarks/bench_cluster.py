@@ -8,7 +8,7 @@ Data: a 1,000-group Gaussian mixture with Zipf group sizes and per-group spread 
 
 Rows of the table (all timed here, one thread each: OMP/OpenBLAS/faiss limited to --threads):
   sklearn, same init       KMeans(lloyd, n_init=1, max_iter=20, tol=0) on all rows, started from the very
-                           centroids the faiss path starts from (k-means++ seeds, clustering.initial_centroids)
+                           centroids the faiss path starts from (k-means++ seeds, kmeans.initial_centroids)
   sklearn, k-means++       the same with scikit-learn's own default init (its greedy k-means++ is timed too)
   faiss, all rows          Euclidean Lloyd in faiss on every row, same init
   faiss, default sample    Euclidean Lloyd on the `cluster` training sample (128 rows per centroid), then
@@ -62,6 +62,7 @@ def main() -> None:
     from threadpoolctl import threadpool_limits
 
     from cluster_curate import clustering as C
+    from cluster_curate import kmeans as K
 
     faiss.omp_set_num_threads(args.threads)
     x = mixture(args.n, args.d, groups=1000, seed=0)
@@ -76,12 +77,12 @@ def main() -> None:
     def mean_cos(centroids):
         c = np.ascontiguousarray(centroids, dtype=np.float32).copy()
         C.normalise_features(c)
-        _, sims = C.assign_in_batches(x, c)
+        _, sims = K.assign_in_batches(x, c)
         return float(sims.mean(dtype=np.float64))
 
-    default_sample = C.training_sample_size(n, k)
-    sample = C.training_sample(x, default_sample, seed=0)
-    init = C.initial_centroids(sample, k, seed=0)
+    default_sample = K.training_sample_size(n, k)
+    sample = K.training_sample(x, default_sample, seed=0)
+    init = K.initial_centroids(sample, k, seed=0)
 
     def timed(fn):
         times, out = [], None
@@ -92,7 +93,7 @@ def main() -> None:
         return statistics.median(times), times, out
 
     def faiss_euclidean(sample_size):
-        model = C.kmeans_faiss(x, k, iters=iters, seed=0, sample_size=sample_size, gpus=0, spherical=False,
+        model = K.kmeans_faiss(x, k, iters=iters, seed=0, sample_size=sample_size, gpus=0, spherical=False,
                                init=init)
         index = faiss.IndexFlatL2(d)
         index.add(model.centroids)

@@ -34,8 +34,12 @@ import pyarrow.parquet as pq
 
 import common
 import skillfamily
+from cluster_curate import cluster_groups as G
 from cluster_curate import clustering as C
-from cluster_curate.selection import order_within_cluster, select_rows, water_fill_quotas
+from cluster_curate import kmeans as K
+from cluster_curate.io.readers import embedding_matrix
+from cluster_curate.selection import select_rows, water_fill_quotas
+from cluster_curate.within_orders import order_within_cluster
 
 FRACTION = 0.31
 
@@ -53,16 +57,16 @@ def kmeans_split(x, seed, split=True):
         if len(_KMEANS) > 16:
             _KMEANS.clear()
         k = C.auto_k(len(x))
-        res = C.cluster_features(x, k, seed=seed, sample_size=C.training_sample_size(len(x), k), gpus=0)
+        res = C.cluster_features(x, k, seed=seed, sample_size=K.training_sample_size(len(x), k), gpus=0)
         if split:
-            res, _ = C.split_mixed_clusters(x, res, C.group_cut_similarity(res, "pair"))
+            res, _ = G.split_mixed_clusters(x, res, G.group_cut_similarity(res, "pair"))
         _KMEANS[key] = (x, res)  # x is kept so that its id is not reused while cached
     return _KMEANS[key][1]
 
 
 def mech_default(x, seed, inst, cut="row", split=True):
     res = kmeans_split(x, seed, split)
-    return res.labels, C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, cut))
+    return res.labels, G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, cut))
 
 
 def mech_flat(x, seed, inst):
@@ -92,7 +96,7 @@ def mech_hkm(x, seed, inst, ratio=1.0, nested=False):
     top = hkm_groups(res, seed, ratio)
     if not nested:
         return res.labels, top
-    row = C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, "row"))
+    row = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
     return res.labels, np.stack([top, row])
 
 
@@ -159,7 +163,7 @@ def tool_feature(inst_dir: Path, args: list[str]) -> np.ndarray:
     if not emb.exists():
         common.cli(["embed", inst_dir / "train.jsonl", "--out", emb, "--overwrite", *args], [])
     t = pq.read_table(emb)
-    x = np.ascontiguousarray(C.embedding_matrix(t.column("embedding")), dtype=np.float32).copy()
+    x = np.ascontiguousarray(embedding_matrix(t.column("embedding")), dtype=np.float32).copy()
     C.normalise_features(x)
     return x
 
@@ -197,7 +201,7 @@ def mech_local(x, seed, inst, power=2.0):
 def mech_nested(x, seed, inst, cuts=("pair", "row")):
     """Quotas down two cuts of the same tree of centroids: the pair cut's groups, then the row cut's inside."""
     res = kmeans_split(x, seed)
-    return res.labels, np.stack([C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, c))
+    return res.labels, np.stack([G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, c))
                                  for c in cuts])
 
 
@@ -206,18 +210,18 @@ def mech_split_by(x, seed, inst, z, cut="row"):
     of the same rows (one that does not see the slot fillers), centroids recomputed in x, groups cut in x."""
     from dataclasses import replace
     k = C.auto_k(len(x))
-    res = C.cluster_features(x, k, seed=seed, sample_size=C.training_sample_size(len(x), k), gpus=0)
+    res = C.cluster_features(x, k, seed=seed, sample_size=K.training_sample_size(len(x), k), gpus=0)
     zcent = _unit(np.stack([z[res.labels == c].mean(0) if res.sizes[c] else z[0] * 0 for c in range(k)]))
     zsim = np.einsum("ij,ij->i", z, zcent[res.labels]).astype(np.float32)
     zres = replace(res, centroids=zcent.astype(np.float32), similarity=zsim, objective=float(zsim.mean()))
-    zres, _ = C.split_mixed_clusters(z, zres, C.group_cut_similarity(zres, "pair"))
+    zres, _ = G.split_mixed_clusters(z, zres, G.group_cut_similarity(zres, "pair"))
     labels = zres.labels
     k = int(labels.max()) + 1
     cent = _unit(np.stack([x[labels == c].mean(0) for c in range(k)]))
     sims = np.einsum("ij,ij->i", x, cent[labels]).astype(np.float32)
     res = replace(res, labels=labels, similarity=sims, centroids=cent.astype(np.float32), k=k,
                   objective=float(sims.mean(dtype=np.float64)), sizes=np.bincount(labels, minlength=k))
-    return labels, C.group_clusters(res.centroids, min_similarity=C.group_cut_similarity(res, cut))
+    return labels, G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, cut))
 
 
 def _unit(m):
@@ -259,7 +263,7 @@ def prepare(seed: int, work: Path, log: list) -> tuple:
     labels = json.loads((d / "labels.json").read_text())
     t = pq.read_table(emb)
     ids = t.column("id").to_numpy()
-    x = np.ascontiguousarray(C.embedding_matrix(t.column("embedding"), ids), dtype=np.float32).copy()
+    x = np.ascontiguousarray(embedding_matrix(t.column("embedding"), ids), dtype=np.float32).copy()
     C.normalise_features(x)
     return ids, x, np.asarray(labels["skill"])[ids], labels
 
@@ -326,7 +330,7 @@ def real_data_check(mechs: list[str], seeds: list[int], work: Path, argv, result
         t = pq.read_table(emb)
         ids = t.column("id").to_numpy()
         assert (ids == np.arange(len(is_code))).all()
-        x = np.ascontiguousarray(C.embedding_matrix(t.column("embedding"), ids), dtype=np.float32).copy()
+        x = np.ascontiguousarray(embedding_matrix(t.column("embedding"), ids), dtype=np.float32).copy()
         C.normalise_features(x)
         for m in mechs:
             kept = []

@@ -1,8 +1,8 @@
 """k-means over learning-effect features (docs/architecture.md, "Stages"): pure functions on numpy arrays.
 
-The stage, in the order commands/cluster.py calls it:
+The stage, in the order commands/cluster.py calls it (the matrix comes from io/readers.read_embeddings; the
+k-means itself is in kmeans.py; the groups of clusters and the split of mixed ones in cluster_groups.py):
 
-    x = embedding_matrix(column)             # Arrow fixed-size list -> [n, d] float32 without a copy
     normalise_features(x, center=False)      # in place: (optionally mean-centred, then) L2-normalised rows
     result = cluster_features(x, k, ...)     # spherical k-means trained on a sample, every row assigned in
                                              # batches, optional soft cap on cluster sizes
@@ -11,49 +11,27 @@ Spherical k-means (unit-norm centroids, cosine similarity) on L2-normalised rows
 features: the paper mean-centres on one GPU and L2-normalises on several, so the same data got two different
 clusterings; here the normalisation is one explicit choice (`center`) recorded in the artifact.
 
-faiss does the heavy lifting (BLAS GEMMs on CPU, CUDA on GPU). Nothing here knows about files or the CLI.
+Nothing here knows about files or the CLI.
 """
 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 
 from cluster_curate.errors import CurateError
+from cluster_curate.kmeans import DEFAULT_BATCH_ROWS, assign_in_batches, kmeans_faiss, resolve_gpus
 
 # --k auto: see auto_k().
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
 ALGORITHM_VERSION = 1
 AUTO_K_RULE = "ceil(sqrt(n)), at most n // 2 (at least 1)"
-# --groups auto: where the average-linkage tree of the centroids is cut (--group-cut); see group_cut_similarity().
-GROUP_CUTS = {
-    "row": "clusters join one group while their centroids are, on average, at least as similar to one another as "
-           "a row is to its own centroid (the clustering's mean similarity)",
-    "pair": "clusters join one group while their centroids are, on average, at least as similar to one another as "
-            "two rows of one cluster are (size-weighted mean of each cluster's squared mean similarity)",
-}
-
-# --split-mixed: see split_mixed_clusters().
-SPLIT_MIN_ROWS = 16
-SPLIT_RULE = ("a cluster is cut in two (2-means inside it, then again inside each half) while both halves have at "
-              f"least {SPLIT_MIN_ROWS} rows and their centroids are less similar than two rows of one cluster "
-              "typically are (the pair cut)")
-
-# Training sample: see training_sample_size().
-SAMPLE_PER_CENTROID = 128
-SAMPLE_MIN_PAIRS = 1 << 24
-SAMPLE_RULE = (f"min(n, max({SAMPLE_PER_CENTROID} * k, ceil({SAMPLE_MIN_PAIRS} / k))): at least "
-               f"{SAMPLE_PER_CENTROID} rows per centroid, and small k train on many more rows")
 
 # Soft cap: a row that does not fit moves to the nearest of this many closest other centroids with room.
 CAP_CANDIDATES = 8
-
-DEFAULT_BATCH_ROWS = 65536
 
 
 # ------------------------------------------------------------------------------------------ choices
@@ -75,104 +53,7 @@ def auto_k(n: int) -> int:
     return max(1, min(n // 2, math.ceil(math.sqrt(n))))
 
 
-def training_sample_size(n: int, k: int) -> int:
-    """Rows k-means trains on: min(n, max(128·k, ceil(2^24 / k))).
-
-    Why: faiss by default trains on at most 256 rows per centroid, which for the paper's small k (k = number
-    of GPUs, say 4) means 1,024 rows of a million -- a rare group may not be in the sample at all. A cost
-    floor fixes that: the work of one iteration is sample × k × d, so we spend at least 2^24 row-centroid
-    pairs: k = 4 trains on 4.2M rows, k = 64 on 262k. For large k the sample is 128 rows per centroid, close
-    to training on every row where 64 or 32 were not (benchmarks/results/code_figures.md). Every row is then assigned to its nearest centroid, in batches.
-    """
-    if n <= 0 or k <= 0:
-        return 0
-    return int(min(n, max(SAMPLE_PER_CENTROID * k, math.ceil(SAMPLE_MIN_PAIRS / k))))
-
-
-def resolve_gpus(gpus: int | None) -> int:
-    """Number of GPUs faiss should use: all it sees when None, never more than it sees."""
-    from cluster_curate.faiss_build import import_faiss
-    faiss = import_faiss()
-
-    available = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
-    if gpus is None:
-        return available
-    if gpus < 0:
-        raise CurateError(f"--gpus must be >= 0, got {gpus}")
-    if gpus > available:
-        raise CurateError(f"--gpus {gpus}: faiss sees only {available} GPU(s)"
-                          + (" (is faiss-gpu installed?)" if available == 0 else ""))
-    return gpus
-
-
 # ------------------------------------------------------------------------------------------ features
-
-def embedding_matrix(column: pa.Array | pa.ChunkedArray, ids: np.ndarray | None = None,
-                     name: str = "embedding") -> np.ndarray:
-    """An Arrow list column of vectors as a numpy [n, d] float32 array.
-
-    A single-chunk fixed-size list of float32 without nulls becomes a view of Arrow's values buffer (no copy);
-    several chunks are copied once into one matrix; other float types are converted. `ids` (same length) only
-    serve to name the row in errors.
-    """
-    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    chunks = [c for c in chunks if len(c)]
-    n = sum(len(c) for c in chunks)
-    if n == 0:
-        return np.zeros((0, _list_size(column.type, name)), dtype=np.float32)
-    if len(chunks) == 1:
-        return _chunk_matrix(chunks[0], ids, name)
-    d = _list_size(column.type, name) or _chunk_matrix(chunks[0], None, name).shape[1]
-    out = np.empty((n, d), dtype=np.float32)
-    start = 0
-    for c in chunks:
-        part_ids = None if ids is None else ids[start:start + len(c)]
-        m = _chunk_matrix(c, part_ids, name)
-        if m.shape[1] != d:
-            raise CurateError(f"{name}: vectors of different lengths ({m.shape[1]} and {d})")
-        out[start:start + len(c)] = m
-        start += len(c)
-    return out
-
-
-def _list_size(t: pa.DataType, name: str) -> int:
-    if pa.types.is_fixed_size_list(t):
-        return t.list_size
-    if pa.types.is_list(t) or pa.types.is_large_list(t):
-        return 0  # variable-size list: the length is checked per row
-    raise CurateError(f"{name}: expected a list of floats per row, found {t}")
-
-
-def _chunk_matrix(arr: pa.Array, ids: np.ndarray | None, name: str) -> np.ndarray:
-    def where(i: int) -> str:
-        return f"id {ids[i]}" if ids is not None else f"row {i}"
-
-    if arr.null_count:
-        first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
-        raise CurateError(f"{name}: missing vector at {where(first)}")
-    t = arr.type
-    if pa.types.is_fixed_size_list(t):
-        d = t.list_size
-    elif pa.types.is_list(t) or pa.types.is_large_list(t):
-        lengths = np.diff(arr.offsets.to_numpy())
-        d = int(lengths[0]) if len(lengths) else 0
-        bad = np.flatnonzero(lengths != d)
-        if len(bad):
-            raise CurateError(f"{name}: vector at {where(int(bad[0]))} has {lengths[bad[0]]} values, "
-                              f"the first has {d}")
-    else:
-        raise CurateError(f"{name}: expected a list of floats per row, found {t}")
-    values = arr.flatten()  # honours the array's offset; zero-copy for a fixed-size list without nulls
-    if not pa.types.is_floating(values.type):
-        raise CurateError(f"{name}: expected float values, found {values.type}")
-    if values.null_count:
-        first = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) // max(d, 1)
-        raise CurateError(f"{name}: null value inside the vector at {where(first)}")
-    flat = values.to_numpy(zero_copy_only=False)
-    if flat.dtype != np.float32:
-        flat = flat.astype(np.float32)
-    return flat.reshape(len(arr), d)
-
 
 def first_non_finite_row(x: np.ndarray, chunk_rows: int = DEFAULT_BATCH_ROWS) -> int | None:
     """Index of the first row holding NaN or ±Inf, or None (checked in chunks: no full-size mask)."""
@@ -219,182 +100,6 @@ def mean_resultant_length(x: np.ndarray, chunk_rows: int = DEFAULT_BATCH_ROWS) -
     for s in range(0, len(x), chunk_rows):
         total += x[s:s + chunk_rows].sum(axis=0, dtype=np.float64)
     return float(np.linalg.norm(total / len(x)))
-
-
-# ------------------------------------------------------------------------------------------ k-means
-
-@dataclass
-class KMeansModel:
-    centroids: np.ndarray          # [k, d] float32, unit norm when spherical
-    sample_size: int               # rows trained on
-    train_objective: float         # mean similarity (spherical) or squared distance on the training sample
-    objective_history: list = field(default_factory=list)
-
-
-INIT_ROWS_PER_CENTROID = 8
-INIT_MIN_ROWS = 4096
-INIT_ROUNDS = 64
-
-
-def _sq_distances(pool: np.ndarray, pool_sq: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances [len(pool), len(c)] (float32, clipped at 0), through one GEMM."""
-    d2 = pool @ c.T
-    d2 *= -2
-    d2 += np.einsum("ij,ij->i", c, c)[None, :]
-    d2 += pool_sq[:, None]
-    return np.maximum(d2, 0, out=d2)
-
-
-def initial_centroids(sample: np.ndarray, k: int, seed: int) -> np.ndarray:
-    """Greedy k-means++ seeding on a random subset of max(8·k, 4096) rows of the training sample.
-
-    Each new centre is the best of 2 + ln(k) candidates drawn ∝ D² (the one that lowers the total squared
-    distance most: scikit-learn's greedy k-means++), in at most 64 rounds: exact for k <= 64; larger k pick
-    ceil(k/64) centres per round and update the distances with one matrix product, like k-means||.
-
-    Why not faiss's default (k random rows): with k close to the number of natural groups a random start
-    often puts two centroids in one group and leaves two groups to share one, and 20 Lloyd iterations do not
-    undo it; the greedy trials lower the final objective further (benchmarks/results/code_figures.md).
-    The cost, ~8·k²·d·(2 + ln k) multiply-adds in GEMMs, stays a small share of the training. Returned
-    explicitly so that a benchmark can hand the very same start to another implementation.
-    """
-    rng = np.random.default_rng([seed, 1])
-    m = min(len(sample), max(INIT_ROWS_PER_CENTROID * k, INIT_MIN_ROWS))
-    pool = sample if m == len(sample) else sample[np.sort(rng.choice(len(sample), size=m, replace=False))]
-    pool = np.ascontiguousarray(pool, dtype=np.float32)
-    pool_sq = np.einsum("ij,ij->i", pool, pool)
-    per_round = -(-k // INIT_ROUNDS)
-    trials = 2 + int(math.log(k))
-    chosen = [int(rng.integers(m))]
-    taken = np.zeros(m, dtype=bool)
-    taken[chosen] = True
-    dist = np.full(m, np.inf, dtype=np.float32)
-    new = np.array(chosen)
-    while True:
-        np.minimum(dist, _sq_distances(pool, pool_sq, pool[new]).min(axis=1), out=dist)
-        dist[new] = 0
-        want = min(per_round, k - len(chosen))
-        if want == 0:
-            break
-        total = float(dist.sum(dtype=np.float64))
-        if total <= 0:  # fewer distinct rows than centres: take unused rows (or repeat rows)
-            unused = np.flatnonzero(~taken)
-            new = unused[:want] if len(unused) >= want else rng.choice(m, size=want)
-        else:
-            cand = rng.choice(m, size=want * trials, p=dist.astype(np.float64) / total)
-            potential = np.empty(len(cand))
-            for s in range(0, len(cand), 256):  # what each candidate would leave of the total
-                potential[s:s + 256] = np.minimum(_sq_distances(pool, pool_sq, pool[cand[s:s + 256]]),
-                                                  dist[:, None]).sum(axis=0, dtype=np.float64)
-            best = cand.reshape(want, trials)[np.arange(want), potential.reshape(want, trials).argmin(axis=1)]
-            new = np.unique(best[~taken[best]])  # two picks of one row count once; later rounds fill up
-        taken[new] = True
-        chosen.extend(int(j) for j in new)
-    return pool[np.asarray(chosen[:k])].copy()
-
-
-def training_sample(x: np.ndarray, sample_size: int, seed: int) -> np.ndarray:
-    """The rows k-means trains on: all of x (no copy) or a seeded random subset in row order (a copy)."""
-    n = len(x)
-    if sample_size >= n:
-        return x
-    rng = np.random.default_rng([seed, 0])
-    return x[np.sort(rng.choice(n, size=sample_size, replace=False))]
-
-
-def kmeans_faiss(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_size: int | None = None,
-                 gpus: int | None = None, spherical: bool = True, init: np.ndarray | None = None) -> KMeansModel:
-    """Train k-means with faiss on a sample of x (see training_sample_size for the default size).
-
-    spherical=True: centroids are renormalised after every iteration and rows are compared by inner product
-    (cosine for unit rows). gpus: number of GPUs (None = all faiss sees, 0 = CPU); the code path is the same,
-    faiss only puts its flat index on the GPU(s). init: starting centroids (default: initial_centroids).
-    """
-    from cluster_curate.faiss_build import import_faiss
-    faiss = import_faiss()
-
-    n, d = x.shape
-    if not 1 <= k <= n:
-        raise CurateError(f"k = {k} is not between 1 and the number of rows ({n})")
-    size = training_sample_size(n, k) if sample_size is None else int(min(max(sample_size, k), n))
-    sample = np.ascontiguousarray(training_sample(x, size, seed), dtype=np.float32)
-    init = initial_centroids(sample, k, seed) if init is None else np.ascontiguousarray(init, dtype=np.float32)
-    ngpu = resolve_gpus(gpus)
-    cp = faiss.ClusteringParameters()
-    cp.niter, cp.seed, cp.spherical, cp.verbose = int(iters), int(seed) & 0x7FFFFFFF, bool(spherical), False
-    # we chose the sample: stop faiss from subsampling it again or warning about its size
-    cp.max_points_per_centroid, cp.min_points_per_centroid = size // k + 1, 1
-    clus = faiss.Clustering(d, k, cp)
-    faiss.copy_array_to_vector(init.ravel(), clus.centroids)
-    # the only GPU-specific line: the same flat index, on the GPU(s) (faiss.Kmeans(gpu=1) would take all)
-    index = faiss.IndexFlatIP(d) if spherical else faiss.IndexFlatL2(d)
-    if ngpu > 0:
-        index = faiss.index_cpu_to_all_gpus(index, ngpu=ngpu)
-    with _faiss_threads(None if ngpu else size * k * d):
-        clus.train(sample, index)
-    centroids = faiss.vector_float_to_array(clus.centroids).reshape(k, d)
-    stats = clus.iteration_stats
-    history = [float(stats.at(i).obj) / size for i in range(stats.size())]
-    return KMeansModel(centroids=np.ascontiguousarray(centroids, dtype=np.float32), sample_size=size,
-                       train_objective=history[-1] if history else float("nan"), objective_history=history)
-
-
-# Below this many multiply-adds per k-means iteration (~30 ms on one core) faiss runs on one thread: OpenMP's
-# per-iteration barriers cost more than they save on small inputs, and far more on a busy machine
-# (benchmarks/results/code_figures.md).
-SMALL_WORK = 1 << 26
-
-
-@contextmanager
-def _faiss_threads(work: int | None):
-    """One faiss thread while the block runs when `work` (multiply-adds per pass) is small; None: leave as is."""
-    from cluster_curate.faiss_build import import_faiss
-    faiss = import_faiss()
-
-    if work is None or work >= SMALL_WORK or not hasattr(faiss, "omp_set_num_threads"):
-        yield
-        return
-    before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(before)
-
-
-def _ip_index(centroids: np.ndarray, gpus: int):
-    from cluster_curate.faiss_build import import_faiss
-    faiss = import_faiss()
-
-    index = faiss.IndexFlatIP(centroids.shape[1])
-    if gpus > 0:
-        index = faiss.index_cpu_to_all_gpus(index, ngpu=gpus)
-    index.add(np.ascontiguousarray(centroids, dtype=np.float32))
-    return index
-
-
-def assign_in_batches(x: np.ndarray, centroids: np.ndarray, batch_rows: int = DEFAULT_BATCH_ROWS,
-                      gpus: int = 0, rows: np.ndarray | None = None, topk: int = 1):
-    """Nearest centroid(s) by inner product for every row of x (or only `rows`), `batch_rows` at a time.
-
-    Returns (labels, similarities): int32 / float32 of shape [m] for topk = 1, [m, topk] otherwise, best
-    first. Memory beyond x: the outputs and one batch.
-    """
-    index = _ip_index(centroids, gpus)
-    m = len(x) if rows is None else len(rows)
-    topk = min(topk, len(centroids))
-    labels = np.empty((m, topk), dtype=np.int32)
-    sims = np.empty((m, topk), dtype=np.float32)
-    with _faiss_threads(None if gpus else min(m, batch_rows) * len(centroids) * x.shape[1]):
-        for s in range(0, m, batch_rows):
-            e = min(s + batch_rows, m)
-            block = x[s:e] if rows is None else x[rows[s:e]]
-            dist, idx = index.search(np.ascontiguousarray(block, dtype=np.float32), topk)
-            labels[s:e] = idx
-            sims[s:e] = dist
-    if topk == 1:
-        return labels[:, 0].copy(), sims[:, 0].copy()
-    return labels, sims
 
 
 # ------------------------------------------------------------------------------------------ soft cap
@@ -530,94 +235,11 @@ def cluster_features(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, samp
                             train_objective=model.train_objective, sizes=np.bincount(labels, minlength=k))
 
 
-def split_mixed_clusters(x: np.ndarray, res: ClusteringResult, min_similarity: float,
-                         min_rows: int = SPLIT_MIN_ROWS) -> tuple[ClusteringResult, int]:
-    """Cut every cluster that holds two kinds of rows in two, recursively (SPLIT_RULE). Returns the refined
-    result (k grows by the number of cuts; new clusters are numbered after the old ones) and that number.
-
-    Why: k-means spends its centroids where the rows are dense, so the small kinds share clusters (two rare
-    tasks whose prompts differ by one word land in one cluster, and then share one quota) while a dominant kind
-    gets many. A cluster is cut only when its 2-means halves are less alike than two rows of one cluster
-    typically are (`min_similarity`, the pair cut of group_cut_similarity): halves of one diverse kind stay
-    together, because a centroid averages its rows' differences away. x: the L2-normalised rows that `res`
-    clustered. The 2-means runs on the CPU: a cluster is small."""
-    labels, sims = res.labels.copy(), res.similarity.copy()
-    centroids = list(res.centroids)
-    order = np.argsort(labels, kind="stable")
-    queue = list(zip(range(res.k), np.split(order, np.cumsum(res.sizes)[:-1])))
-    cuts = 0
-    while queue:
-        c, members = queue.pop()
-        if len(members) < 2 * min_rows:
-            continue
-        rows = np.ascontiguousarray(x[members], dtype=np.float32)
-        halves = kmeans_faiss(rows, 2, iters=res.iters, seed=res.seed, gpus=0).centroids
-        half, sim = assign_in_batches(rows, halves)
-        if np.bincount(half, minlength=2).min() < min_rows or float(halves[0] @ halves[1]) >= min_similarity:
-            continue
-        new = len(centroids)
-        centroids[c] = halves[0]
-        centroids.append(halves[1])
-        labels[members[half == 1]] = new
-        sims[members] = sim
-        queue += [(c, members[half == 0]), (new, members[half == 1])]
-        cuts += 1
-    if not cuts:
-        return res, 0
-    k = len(centroids)
-    return replace(res, labels=labels, similarity=sims, centroids=np.stack(centroids).astype(np.float32), k=k,
-                   objective=float(sims.mean(dtype=np.float64)), sizes=np.bincount(labels, minlength=k)), cuts
-
-
-def group_clusters(centroids: np.ndarray, n_groups: int | None = None,
-                   min_similarity: float | None = None) -> np.ndarray:
-    """Coarse groups of clusters: average-linkage agglomeration of the (unit) centroids on cosine distance, cut
-    into `n_groups` groups, or where the average similarity between two groups falls below `min_similarity`
-    (`--groups auto` passes group_cut_similarity()). Returns each cluster's group, numbered 0.. in order of first
-    appearance.
-
-    Why: k-means on skewed data splits a dominant kind of example into many clusters, so equal per-cluster
-    quotas favour that kind; quotas water-filled over groups first (select) let its pieces share one quota.
-    Why a similarity cut for auto: two clusters whose centroids are as close as a row typically is to its own
-    centroid (GROUP_CUTS) are pieces of one kind, not two kinds. Deterministic (no seed): the same centroids give
-    the same groups."""
-    from scipy.cluster.hierarchy import fcluster, linkage
-
-    k = len(centroids)
-    if (n_groups is None) == (min_similarity is None):
-        raise ValueError("give exactly one of n_groups and min_similarity")
-    if n_groups is not None and not 1 <= n_groups <= k:
-        raise CurateError(f"--groups {n_groups} must be between 1 and k = {k}")
-    if k < 2:
-        return np.zeros(k, dtype=np.int64)
-    c = np.asarray(centroids, dtype=np.float64)
-    distance = np.clip(1.0 - c @ c.T, 0.0, 2.0)
-    condensed = distance[np.triu_indices(k, 1)]  # scipy's condensed order: row-major upper triangle
-    tree = linkage(condensed, method="average")
-    flat = (fcluster(tree, t=n_groups, criterion="maxclust") if n_groups is not None
-            else fcluster(tree, t=1.0 - min_similarity, criterion="distance"))
-    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
-    return np.argsort(np.argsort(first))[inverse].astype(np.int64)
-
-
 # ------------------------------------------------------------------------------------------ reporting
 
 SIZE_BINS = [(0.0, 0.25), (0.25, 0.5), (0.5, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, math.inf)]
 
 
-def group_cut_similarity(res: ClusteringResult, cut: str) -> float:
-    """The similarity at which `--groups auto` cuts the tree of centroids (GROUP_CUTS[cut]).
-
-    `pair` uses that the mean cosine between two unit rows of one cluster is |mean row|², and a cluster's mean
-    similarity to its (unit, mean-direction) centroid is |mean row|: so it is Σ_c n_c·s_c² / n."""
-    if cut == "row":
-        return float(res.objective)
-    if cut == "pair":
-        sizes = res.sizes.astype(np.float64)
-        sums = np.bincount(res.labels, weights=res.similarity.astype(np.float64), minlength=res.k)
-        mean_sim = np.divide(sums, sizes, out=np.zeros_like(sums), where=sizes > 0)
-        return float((sizes * mean_sim ** 2).sum() / max(sizes.sum(), 1.0))
-    raise CurateError(f"--group-cut must be one of {', '.join(GROUP_CUTS)}, got {cut!r}")
 
 
 def size_stats(sizes: np.ndarray) -> dict:

@@ -149,15 +149,7 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
                 problems.append((r, t, "wrong rank", f"id {i} planned for rank {owner[pos[at]]}"))
             else:
                 problems.append((r, t, "out of plan", f"id {i} is in no shard"))
-        epochs = max(1, -(-len(log) // steps))
-        plan_ids, plan_c = np.unique(plan_r, return_counts=True)
-        plan_c = plan_c * epochs
-        seen_ids, seen_c = np.unique(ids, return_counts=True)
-        seen = np.zeros(plan_ids.size, dtype=np.int64)
-        if seen_ids.size:
-            k = np.searchsorted(seen_ids, plan_ids).clip(0, seen_ids.size - 1)
-            hit = seen_ids[k] == plan_ids
-            seen[hit] = seen_c[k[hit]]
+        plan_ids, plan_c, seen = _multiplicity(plan_r, ids, len(log), steps)
         for i in np.flatnonzero(seen > plan_c):
             rc.counts["duplicated"] += int(seen[i] - plan_c[i])
             problem(r, None, "duplicated", f"id {plan_ids[i]} consumed {seen[i]} times, planned {plan_c[i]}")
@@ -167,6 +159,20 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             problem(r, None, "missing", f"{short.size} planned ids never consumed (first: id {plan_ids[short[0]]})")
         ranks.append(rc)
     return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes), steps, m)
+
+
+def _multiplicity(plan_r: np.ndarray, ids: np.ndarray, n_lines: int, steps: int):
+    """(a rank's planned ids, times each is planned over the epochs its log spans, times it was consumed)."""
+    epochs = max(1, -(-n_lines // steps))
+    plan_ids, plan_c = np.unique(plan_r, return_counts=True)
+    plan_c = plan_c * epochs
+    seen_ids, seen_c = np.unique(ids, return_counts=True)
+    seen = np.zeros(plan_ids.size, dtype=np.int64)
+    if seen_ids.size:
+        k = np.searchsorted(seen_ids, plan_ids).clip(0, seen_ids.size - 1)
+        hit = seen_ids[k] == plan_ids
+        seen[hit] = seen_c[k[hit]]
+    return plan_ids, plan_c, seen
 
 
 def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter) -> list[str]:

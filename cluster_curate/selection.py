@@ -1,9 +1,9 @@
 """Balanced, budgeted selection from clusters (docs/architecture.md, "Stages"): pure functions on numpy arrays.
 
     quotas = water_fill_quotas(sizes, budget, balance_power)   # how many rows each cluster gives
-    quotas = token_water_fill(...)                             # the same, for a budget in tokens
-    order  = order_within_cluster(...)                         # which rows of a cluster come first
-    keep   = dedup_within_cluster(...)                         # optional near-duplicate removal
+    quotas = token_water_fill(...)                             # the same, for a budget in tokens (budget_sequence.py)
+    order  = order_within_cluster(...)                         # which rows of a cluster come first (within_orders.py)
+    keep   = dedup_within_cluster(...)                         # optional near-duplicate removal (within_orders.py)
     sel    = select_rows(...)                                  # all of the above, end to end
 
 Everything is vectorised over rows (one sort of a 64-bit key per row), so ten million rows take seconds;
@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cluster_curate.budget_sequence import TOKEN_MODES, check_token_budget_args, source_bounded_rows, \
+    token_budget_for, token_water_fill
 from cluster_curate.errors import CurateError
-from cluster_curate.registry import Registry
+from cluster_curate.within_orders import WITHIN, dedup_within_cluster, order_within_cluster
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
@@ -144,312 +146,6 @@ def ratio_quotas(sizes: np.ndarray, ratio: float) -> np.ndarray:
     return np.where(sizes > 0, q, 0).astype(np.int64)
 
 
-# ------------------------------------------------------------------------------------------ token budgets
-TOKEN_MODES = ("token-budget", "token-fraction")
-
-
-def check_token_budget_args(token_budget: int | None = None, token_fraction: float | None = None) -> str | None:
-    """At most one token budget, in range. Returns 'token-budget' | 'token-fraction' | None (rows)."""
-    if token_budget is not None and token_fraction is not None:
-        raise CurateError("give one of --token-budget T, --token-fraction F (got both)")
-    if token_budget is not None:
-        if int(token_budget) != token_budget or token_budget <= 0:
-            raise CurateError(f"--token-budget must be a positive number of tokens, got {token_budget}")
-        return "token-budget"
-    if token_fraction is not None:
-        if not (0 < token_fraction <= 1 and math.isfinite(token_fraction)):
-            raise CurateError(f"--token-fraction must be in (0, 1], got {token_fraction}")
-        return "token-fraction"
-    return None
-
-
-def token_budget_for(total_tokens: int, token_budget: int | None = None, token_fraction: float | None = None,
-                     counted_by: str = "counted") -> int:
-    """Tokens for `--token-budget T` (T itself) or `--token-fraction F` (floor(F·total)); a budget larger
-    than the data is refused (a row budget is capped instead: here it usually means the wrong tokenizer)."""
-    if token_budget is not None:
-        if token_budget > total_tokens:
-            raise CurateError(f"--token-budget {int(token_budget):,} is larger than the data's {total_tokens:,} "
-                              f"tokens ({counted_by}); lower it or use --token-fraction")
-        return int(token_budget)
-    return max(1 if total_tokens else 0, int(math.floor(token_fraction * total_tokens + 1e-9)))
-
-
-def token_water_fill(order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray, available: np.ndarray,
-                     budget_tokens: int, balance_power: float = 0.0,
-                     group_of_cluster: np.ndarray | None = None) -> np.ndarray:
-    """Rows per cluster (quotas) for a budget in tokens: `water_fill_quotas` with each cluster's quota in
-    tokens. Each cluster gives its rows in `order` (positions grouped by cluster, `available[c]` rows each)
-    while its running token total P stays under a common level λ·W_c^p (W_c: the cluster's tokens; p = 0:
-    one level for all): rows are taken in `take_sequence` order until the next row would pass the budget, so
-    the selected tokens S satisfy S ≤ T < S + (tokens of the next row), i.e. T is met to within one row.
-    With unit tokens and p = 0 this is exactly `water_fill_quotas` (and `grouped_quotas` with groups)."""
-    seq = take_sequence(order, clusters, tokens, available, balance_power, group_of_cluster)
-    n_take = int(np.searchsorted(np.cumsum(np.asarray(tokens, dtype=np.int64)[seq]), budget_tokens, side="right"))
-    return np.bincount(np.asarray(clusters)[seq[:n_take]], minlength=len(available)).astype(np.int64)
-
-
-def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, available: np.ndarray,
-                  balance_power: float = 0.0, group_of_cluster: np.ndarray | None = None) -> np.ndarray:
-    """The row positions of `order` in the order the water-filling takes them: every row gets the key
-    P / W_c^p (P: the running weight of its cluster up to and including it, in `order`; W_c: the cluster's
-    weight), rows are sorted by key, ties to the cluster with more weight, then the lower cluster number.
-    Any prefix of the sequence takes a prefix of each cluster's order. With groups: each group's rows are
-    sequenced so over its clusters, then the groups are water-filled by their own running weights."""
-    order = np.asarray(order)
-    c = np.asarray(clusters)[order].astype(np.int64)
-    t = np.asarray(weights)[order].astype(np.int64)
-    if (t < 0).any():
-        raise CurateError("token counts must be >= 0")
-    if not len(order):
-        return order.astype(np.int64)
-
-    def levels(unit: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Running weight of each row inside its unit (rows in `seq` order, units contiguous) and each
-        unit's total."""
-        tt = t[seq]
-        cum = np.cumsum(tt)
-        totals = np.bincount(unit, weights=tt, minlength=int(unit.max()) + 1)
-        first = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]])
-        base = np.repeat(cum[first] - tt[first], np.diff(np.r_[first, len(unit)]))
-        return cum - base, totals.astype(np.float64)
-
-    def keys(prefix: np.ndarray, totals: np.ndarray, unit: np.ndarray) -> np.ndarray:
-        if balance_power == 0:
-            return prefix.astype(np.float64)
-        w = totals[unit] ** balance_power
-        return prefix / np.where(w > 0, w, 1.0)
-
-    # clusters: `order` already has them contiguous, each in preference order
-    prefix, w_c = levels(c, np.arange(len(order)))
-    key_c = keys(prefix, w_c, c)
-    if group_of_cluster is None:
-        seq = np.lexsort((c, -w_c[c], key_c))
-    else:
-        g = np.asarray(group_of_cluster, dtype=np.int64)[c]
-        in_group = np.lexsort((c, -w_c[c], key_c, g))  # each group's rows, water-filled over its clusters
-        prefix_g, w_g = levels(g[in_group], in_group)
-        key_g = keys(prefix_g, w_g, g[in_group])
-        seq = in_group[np.lexsort((g[in_group], -w_g[g[in_group]], key_g))]
-    return order[seq]
-
-
-def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarray, budget: int,
-                        low: np.ndarray, high: np.ndarray, names: list[str] | None = None,
-                        unit: str = "rows") -> np.ndarray:
-    """The rows to select when each source s must give at least low[s] and at most high[s] (in weight units:
-    rows, or tokens) of a budget: every source takes its rows in `seq` order (the water-filling's), and the
-    unbounded sources share what the bounds leave by the same order. Formally, with m_s(τ) the weight of
-    source s among seq[:τ], each source takes its shortest prefix reaching min(max(m_s(τ), low), high) (at
-    least low, at most high), and τ is the largest cut whose total is within the budget: with unit weights
-    the total is the budget exactly, with tokens within one row. Returns the selected row positions (in
-    `seq` order); a budget the bounds cannot meet is refused with the reason."""
-    names = names or [str(i) for i in range(len(low))]
-    seq = np.asarray(seq)
-    s = np.asarray(sources)[seq].astype(np.int64)
-    w = np.asarray(weights)[seq].astype(np.int64)
-    n_src = len(low)
-    pos = [np.flatnonzero(s == k) for k in range(n_src)]            # each source's rows, in seq order
-    cum = [np.cumsum(w[p]) for p in pos]                             # their running weight
-    avail = np.array([int(c[-1]) if len(c) else 0 for c in cum], dtype=np.int64)
-    floor_rows = np.array([int(np.searchsorted(c, lo, side="left")) + 1 if lo > 0 else 0
-                           for c, lo in zip(cum, low)], dtype=np.int64)  # shortest prefix with weight >= low
-    cap_rows = np.array([int(np.searchsorted(c, hi, side="right")) for c, hi in zip(cum, high)], dtype=np.int64)
-    for k in range(n_src):
-        if low[k] > avail[k]:
-            raise CurateError(f"source {names[k]}: its floor is {int(low[k]):,} {unit} and it has only "
-                              f"{int(avail[k]):,} {unit} to select from")
-        if floor_rows[k] > cap_rows[k]:
-            raise CurateError(f"source {names[k]}: its floor ({int(low[k]):,} {unit}) is above its cap "
-                              f"({int(high[k]):,} {unit})")
-
-    def taken(tau: int) -> np.ndarray:
-        m = np.array([int(np.searchsorted(p, tau, side="left")) for p in pos], dtype=np.int64)  # rows < tau
-        return np.minimum(np.maximum(m, floor_rows), cap_rows)
-
-    def total(rows: np.ndarray) -> int:
-        return int(sum(int(c[r - 1]) for c, r in zip(cum, rows) if r > 0))
-
-    floors = total(taken(0))
-    if floors > budget:
-        raise CurateError(f"the sources' floors need {floors:,} {unit}, more than the budget of {budget:,}")
-    most = total(taken(len(seq)))
-    if budget - most >= (1 if unit == "rows" else max(int(w.max()), 1)):  # tokens: within one row is met
-        raise CurateError(f"the sources' caps allow at most {most:,} {unit}, less than the budget of {budget:,}")
-    lo, hi = 0, len(seq)
-    while lo < hi:  # the largest cut within the budget
-        mid = (lo + hi + 1) // 2
-        if total(taken(mid)) <= budget:
-            lo = mid
-        else:
-            hi = mid - 1
-    rows = taken(lo)
-    return seq[np.sort(np.concatenate([p[:r] for p, r in zip(pos, rows)]))]
-
-
-# ------------------------------------------------------------------------------------------ orders
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix64(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, in place on a uint64 array (wrapping arithmetic)."""
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return z
-
-
-def random_keys(ids: np.ndarray, seed: int) -> np.ndarray:
-    """A pseudo-random uint64 per id that depends only on (id, seed): the random order of a row does not
-    depend on where it sits in the file or on the other rows."""
-    salt = _mix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0]
-    z = np.asarray(ids).astype(np.uint64)
-    z *= _GOLDEN
-    z += salt
-    return _mix64(z)
-
-
-def _float_key(values: np.ndarray, descending: bool) -> np.ndarray:
-    """uint32 whose unsigned order is the float order of `values` (NaN always last)."""
-    v = np.asarray(values, dtype=np.float32).copy()
-    nan = np.isnan(v)
-    if descending:
-        np.negative(v, out=v)
-    v[nan] = np.inf
-    bits = v.view(np.uint32)
-    return np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(0x80000000))
-
-
-# ------------------------------------------------------------------------------------------ in-cluster orders
-# An order is a sort key per row (ascending: preferred first) from the row's inputs; `needs` names the inputs
-# it reads (similarity: the clusters artifact's column; loss, features: the embeddings artifact's). An order
-# with `picks(features, quota) -> positions` chooses a cluster's rows itself from its rows in key order
-# (diverse). Add one: a key function + a line here.
-
-WITHIN = Registry("--within")
-
-
-def _random_key(*, ids, seed, **_):
-    return (random_keys(ids, seed) >> np.uint64(32)).astype(np.uint32)
-
-
-WITHIN.register("random", "a seeded random order (the default)", _random_key, needs=(), picks=None)
-WITHIN.register("far", "farthest from the centroid first (the paper's choice)",
-                lambda *, similarity, **_: _float_key(similarity, descending=False), needs=("similarity",),
-                picks=None)
-WITHIN.register("near", "nearest to the centroid first (most typical)",
-                lambda *, similarity, **_: _float_key(similarity, descending=True), needs=("similarity",),
-                picks=None)
-WITHIN.register("diverse", "greedy k-center inside the cluster, starting from the most typical row (needs "
-                "embeddings)", lambda *, similarity, **_: _float_key(similarity, descending=True),
-                needs=("similarity", "features"), picks=lambda x, quota: k_center_greedy(x, quota, first=0))
-WITHIN.register("hard", "highest loss first (the embeddings artifact's `loss`)",
-                lambda *, loss, **_: _float_key(loss, descending=True), needs=("loss",), picks=None)
-WITHIN_ORDERS = WITHIN.names
-_NEEDS_MESSAGE = {"similarity": "--within {} needs the similarity column of the clusters artifact",
-                  "loss": "--within {} needs a `loss` column (from the embeddings artifact)"}
-
-
-def group_by_cluster(clusters: np.ndarray, k: int | None = None) -> np.ndarray:
-    """Row positions grouped by cluster, ascending, rows of a cluster in position order (a stable sort;
-    a radix sort when the cluster numbers fit in 16 bits)."""
-    clusters = np.asarray(clusters)
-    k = int(clusters.max()) + 1 if k is None and len(clusters) else (k or 0)
-    small = clusters.astype(np.uint16) if k <= 1 << 16 else clusters
-    return np.argsort(small, kind="stable")
-
-
-def order_within_cluster(clusters: np.ndarray, within: str, *, ids: np.ndarray | None = None,
-                         similarity: np.ndarray | None = None, loss: np.ndarray | None = None,
-                         seed: int = 0, k: int | None = None) -> np.ndarray:
-    """Row positions grouped by cluster (ascending), each cluster's rows in preference order.
-
-    random: by random_keys(id, seed); far: lowest similarity to the centroid first; near: highest first;
-    hard: highest loss first (NaN last). Ties go to the lower row position. (`diverse` depends on the
-    quota, see k_center_greedy; its base order here is `near`.)
-    """
-    n = len(clusters)
-    entry = WITHIN.get(within)
-    inputs = {"ids": np.arange(n) if ids is None else ids, "similarity": similarity, "loss": loss}
-    for need in entry.needs:
-        if need in _NEEDS_MESSAGE and inputs[need] is None:
-            raise CurateError(_NEEDS_MESSAGE[need].format(within))
-    key = entry.value(seed=seed, **inputs)
-    clusters = np.asarray(clusters)
-    order = group_by_cluster(clusters, k)
-    # then each cluster's segment by key: sorting k short segments costs less than one sort of n rows
-    grouped_key = key[order]
-    del key
-    sizes = np.bincount(clusters, minlength=k or 0)
-    bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    for s, e in zip(bounds[:-1], bounds[1:]):
-        if e - s > 1:
-            seg = order[s:e]
-            seg[:] = seg[np.argsort(grouped_key[s:e], kind="stable")]
-    return order
-
-
-def k_center_greedy(x: np.ndarray, n_pick: int, first: int = 0) -> np.ndarray:
-    """Greedy k-center (farthest-first traversal) on unit rows: start at `first`, then repeatedly take the
-    row least similar to everything taken so far. Returns positions into x, in pick order. O(n_pick·m·d)."""
-    m = len(x)
-    n_pick = min(n_pick, m)
-    picks = np.empty(n_pick, dtype=np.int64)
-    if n_pick == 0:
-        return picks
-    picks[0] = first
-    nearest = x @ x[first]  # similarity of every row to its most similar picked row
-    nearest[first] = np.inf
-    for i in range(1, n_pick):
-        j = int(np.argmin(nearest))
-        picks[i] = j
-        np.maximum(nearest, x @ x[j], out=nearest)
-        nearest[j] = np.inf
-    return picks
-
-
-def dedup_within_cluster(features: np.ndarray, order: np.ndarray, sizes: np.ndarray, threshold: float,
-                         block_rows: int = 512) -> np.ndarray:
-    """Near-duplicate removal: walking each cluster's rows in `order`, a row is dropped when its cosine
-    similarity to a row already kept in its cluster exceeds `threshold` (features are unit rows).
-
-    Returns a bool mask over rows (True = kept). Exact greedy, computed block by block with matrix
-    products: O(Σ_c size_c · kept_c · d).
-    """
-    n, d = features.shape
-    keep = np.ones(n, dtype=bool)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    thr = np.float32(threshold)
-    for c in range(len(sizes)):
-        rows = order[starts[c]:starts[c + 1]]
-        if len(rows) < 2:
-            continue
-        kept = np.empty((min(len(rows), 4 * block_rows), d), dtype=np.float32)
-        n_kept = 0
-        for b in range(0, len(rows), block_rows):
-            block_rows_idx = rows[b:b + block_rows]
-            xb = features[block_rows_idx]
-            drop = np.zeros(len(xb), dtype=bool)
-            for k0 in range(0, n_kept, 8192):
-                drop |= (xb @ kept[k0:min(n_kept, k0 + 8192)].T).max(axis=1) > thr
-            close = np.triu(xb @ xb.T > thr, 1)
-            for i in np.flatnonzero(close.any(axis=1)).tolist():
-                if not drop[i]:
-                    drop |= close[i]
-            new = xb[~drop]
-            if n_kept + len(new) > len(kept):
-                grown = np.empty((min(len(rows), max(2 * len(kept), n_kept + len(new))), d), dtype=np.float32)
-                grown[:n_kept] = kept[:n_kept]
-                kept = grown
-            kept[n_kept:n_kept + len(new)] = new
-            n_kept += len(new)
-            keep[block_rows_idx[drop]] = False
-    return keep
-
-
 # ------------------------------------------------------------------------------------------ the stage
 
 @dataclass
@@ -489,8 +185,60 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     and whatever the budget the selection reports its tokens. tokens_counted_by: says how, in messages.
     sources: the input (0..S-1) of each row; source_min_share / source_max_share: per input, a share of the
     budget (rows, or tokens with a token budget) it must at least / at most give (NaN: no bound); the rows
-    are then taken by `source_bounded_take` along the water-filling's sequence (`take_sequence`).
+    are then taken by `source_bounded_take` along the water-filling's sequence (`take_sequence`), all three
+    in budget_sequence.py.
     """
+    mode, order_entry = _budget_mode(within, fraction, budget, per_cluster_ratio, tokens, token_budget,
+                                     token_fraction, features, dedup)
+    clusters, k = _checked_clusters(clusters, k, features, tokens)
+    n = len(clusters)
+    sizes = np.bincount(clusters, minlength=k).astype(np.int64)
+    order = order_within_cluster(clusters, within, ids=ids, similarity=similarity, loss=loss, seed=seed, k=k)
+    order, available, dropped = _drop_near_duplicates(order, clusters, features, sizes, dedup, k)
+    n_available = int(available.sum())
+
+    requested, tokens_requested = None, None
+    if mode in TOKEN_MODES:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        tokens_requested, quotas, notes = _token_quotas(mode, order, clusters, tokens, available, dropped,
+                                                        token_budget, token_fraction, tokens_counted_by,
+                                                        balance_power, groups)
+    elif mode == "per-cluster-ratio":
+        quotas, notes = ratio_quotas(available, per_cluster_ratio), []
+        if quotas.sum() == 0:
+            raise CurateError(f"--per-cluster-ratio {per_cluster_ratio} keeps 0 rows: the smallest cluster has "
+                              f"{int(available[available > 0].min())} rows; raise the ratio or use --fraction")
+    else:
+        requested, quotas, notes = _row_quotas(mode, n, available, dropped, fraction, budget, balance_power, groups)
+
+    picked = None
+    if sources is not None and (source_min_share is not None or source_max_share is not None):
+        if mode == "per-cluster-ratio" or order_entry.picks is not None:
+            raise CurateError(f"--source-min-share / --source-max-share need a budget taken in water-filling order: "
+                              f"not with {'--per-cluster-ratio' if mode == 'per-cluster-ratio' else '--within ' + within}")
+        token_mode = mode in TOKEN_MODES
+        weights = tokens if token_mode else np.ones(n, dtype=np.int64)
+        target = min(tokens_requested, int(tokens[order].sum())) if token_mode else min(requested, n_available)
+        picked = source_bounded_rows(order, clusters, sources, weights, available, target, source_min_share,
+                                     source_max_share, source_names, "tokens" if token_mode else "rows",
+                                     balance_power, groups)
+        quotas = np.bincount(clusters[picked], minlength=k).astype(np.int64)
+
+    rank = _rank_in_cluster(order, clusters, available, quotas, picked, order_entry.picks, features)
+    rows = np.flatnonzero(rank >= 0)
+    token_totals = {}
+    if tokens is not None:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        token_totals = {"tokens_total": int(tokens.sum()), "tokens_selected": int(tokens[rows].sum()),
+                        "tokens_requested": tokens_requested}
+    return Selection(rows=rows, cluster=clusters[rows].astype(np.int32), rank_in_cluster=rank[rows].astype(np.int32),
+                     sizes=sizes, available=available, quotas=quotas, mode=mode, requested=requested,
+                     dedup_dropped=dropped, notes=notes, **token_totals)
+
+
+def _budget_mode(within: str, fraction, budget, per_cluster_ratio, tokens, token_budget, token_fraction,
+                 features, dedup):
+    """The budget's mode and the `--within` entry, with every option checked before any work."""
     mode = check_token_budget_args(token_budget, token_fraction)
     order_entry = WITHIN.get(within)
     if mode is None:
@@ -512,6 +260,11 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
             raise CurateError(f"--dedup must be a cosine similarity in (0, 1], got {dedup}")
         if features is None:
             raise CurateError("--dedup needs the feature vectors: pass --embeddings E")
+    return mode, order_entry
+
+
+def _checked_clusters(clusters, k: int | None, features, tokens) -> tuple[np.ndarray, int]:
+    """The cluster labels as an array and k, checked against each other and the per-row inputs."""
     clusters = np.asarray(clusters)
     n = len(clusters)
     if n == 0:
@@ -525,71 +278,64 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         raise ValueError("features must have one row per cluster row")
     if tokens is not None and len(tokens) != n:
         raise ValueError("tokens must have one count per cluster row")
-    sizes = np.bincount(clusters, minlength=k).astype(np.int64)
-    notes: list[str] = []
+    return clusters, k
 
-    order = order_within_cluster(clusters, within, ids=ids, similarity=similarity, loss=loss, seed=seed, k=k)
-    available, dropped = sizes, 0
-    if dedup is not None:
-        keep = dedup_within_cluster(features, order, sizes, dedup)
-        dropped = int(n - keep.sum())
-        if dropped:
-            order = order[keep[order]]
-            available = np.bincount(clusters[order], minlength=k).astype(np.int64)
+
+def _drop_near_duplicates(order: np.ndarray, clusters: np.ndarray, features, sizes: np.ndarray,
+                          dedup: float | None, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(order without the near-duplicates, rows left per cluster, rows dropped); unchanged without `dedup`."""
+    if dedup is None:
+        return order, sizes, 0
+    keep = dedup_within_cluster(features, order, sizes, dedup)
+    dropped = int(len(clusters) - keep.sum())
+    if not dropped:
+        return order, sizes, 0
+    order = order[keep[order]]
+    return order, np.bincount(clusters[order], minlength=k).astype(np.int64), dropped
+
+
+def _token_quotas(mode: str, order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray, available: np.ndarray,
+                  dropped: int, token_budget, token_fraction, counted_by: str, balance_power: float,
+                  groups) -> tuple[int, np.ndarray, list[str]]:
+    """(the token budget, quotas per cluster, notes) for `--token-budget` / `--token-fraction`."""
+    notes = []
+    requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, counted_by)
+    left = int(tokens[order].sum())
+    if requested > left:
+        notes.append(f"token budget of {requested:,} is larger than the {left:,} tokens left after "
+                     f"removing {dropped} near-duplicates: selecting all of them")
+    quotas = token_water_fill(order, clusters, tokens, available, min(requested, left), balance_power, groups)
+    if quotas.sum() == 0:
+        first_rows = tokens[order[np.cumsum(available)[available > 0] - available[available > 0]]]
+        raise CurateError(f"--{mode}: {requested:,} tokens is less than any cluster's first row "
+                          f"({int(first_rows.min()):,} tokens at least); raise it")
+    return requested, quotas, notes
+
+
+def _row_quotas(mode: str, n: int, available: np.ndarray, dropped: int, fraction, budget, balance_power: float,
+                groups) -> tuple[int, np.ndarray, list[str]]:
+    """(the row budget, quotas per cluster, notes) for `--fraction` / `--budget`."""
+    notes = []
     n_available = int(available.sum())
-
-    requested, tokens_requested = None, None
-    if mode in TOKEN_MODES:
-        tokens = np.asarray(tokens, dtype=np.int64)
-        tokens_requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, tokens_counted_by)
-        left = int(tokens[order].sum())
-        if tokens_requested > left:
-            notes.append(f"token budget of {tokens_requested:,} is larger than the {left:,} tokens left after "
-                         f"removing {dropped} near-duplicates: selecting all of them")
-        quotas = token_water_fill(order, clusters, tokens, available, min(tokens_requested, left), balance_power,
-                                  groups)
-        if quotas.sum() == 0:
-            first_rows = tokens[order[np.cumsum(available)[available > 0] - available[available > 0]]]
-            raise CurateError(f"--{mode}: {tokens_requested:,} tokens is less than any cluster's first row "
-                              f"({int(first_rows.min()):,} tokens at least); raise it")
-    elif mode == "per-cluster-ratio":
-        quotas = ratio_quotas(available, per_cluster_ratio)
-        if quotas.sum() == 0:
-            raise CurateError(f"--per-cluster-ratio {per_cluster_ratio} keeps 0 rows: the smallest cluster has "
-                              f"{int(available[available > 0].min())} rows; raise the ratio or use --fraction")
+    requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
+    if requested > n_available:
+        what = f"the {n_available} rows left after removing {dropped} near-duplicates" if dropped else \
+            f"the {n_available} rows of the data"
+        notes.append(f"budget of {requested} rows is larger than {what}: selecting all of them")
+    if groups is not None:
+        quotas = grouped_quotas(available, groups, min(requested, n_available), balance_power)
     else:
-        requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
-        if requested > n_available:
-            what = f"the {n_available} rows left after removing {dropped} near-duplicates" if dropped else \
-                f"the {n_available} rows of the data"
-            notes.append(f"budget of {requested} rows is larger than {what}: selecting all of them")
-        if groups is not None:
-            quotas = grouped_quotas(available, groups, min(requested, n_available), balance_power)
-        else:
-            quotas = water_fill_quotas(available, min(requested, n_available), balance_power)
+        quotas = water_fill_quotas(available, min(requested, n_available), balance_power)
+    return requested, quotas, notes
 
-    bounded = sources is not None and (source_min_share is not None or source_max_share is not None)
-    if bounded:
-        if mode == "per-cluster-ratio" or order_entry.picks is not None:
-            raise CurateError(f"--source-min-share / --source-max-share need a budget taken in water-filling order: "
-                              f"not with {'--per-cluster-ratio' if mode == 'per-cluster-ratio' else '--within ' + within}")
-        token_mode = mode in TOKEN_MODES
-        weights = tokens if token_mode else np.ones(n, dtype=np.int64)
-        target = min(tokens_requested, int(tokens[order].sum())) if token_mode else min(requested, n_available)
-        n_src = int(np.max(sources)) + 1 if source_names is None else len(source_names)
-        share_lo = np.nan_to_num(np.asarray(source_min_share if source_min_share is not None else [np.nan] * n_src,
-                                            dtype=np.float64), nan=0.0)
-        share_hi = np.nan_to_num(np.asarray(source_max_share if source_max_share is not None else [np.nan] * n_src,
-                                            dtype=np.float64), nan=1.0)
-        low = np.ceil(share_lo * target - 1e-9).astype(np.int64)
-        high = np.floor(share_hi * target + 1e-9).astype(np.int64)
-        seq = take_sequence(order, clusters, weights, available, balance_power, groups)
-        picked = source_bounded_take(seq, sources, weights, target, low, high, source_names,
-                                     "tokens" if token_mode else "rows")
-        quotas = np.bincount(clusters[picked], minlength=k).astype(np.int64)
 
-    rank = np.full(n, -1, dtype=np.int64)  # rank in cluster per row position; -1 = not selected
-    if bounded:  # a cluster's selected rows, in its preference order (not always a prefix of it)
+def _rank_in_cluster(order: np.ndarray, clusters: np.ndarray, available: np.ndarray, quotas: np.ndarray,
+                     picked: np.ndarray | None, picks, features) -> np.ndarray:
+    """Rank in its cluster per row position (0 = first pick, -1 = not selected): the `picked` rows (source
+    bounds), else the rows an order's `picks` chooses, else the first `quota` rows of each cluster in `order`."""
+    n = len(clusters)
+    rank = np.full(n, -1, dtype=np.int64)
+    if picked is not None:  # a cluster's selected rows, in its preference order (not always a prefix of it)
         is_picked = np.zeros(n, dtype=bool)
         is_picked[picked] = True
         in_order = is_picked[order]
@@ -597,12 +343,12 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         seg_start = np.concatenate([[0], np.cumsum(available)[:-1]])
         before = np.concatenate([[0], run])[seg_start][clusters[order]]
         rank[order[in_order]] = (run - before - 1)[in_order]
-    elif order_entry.picks is not None:
+    elif picks is not None:
         starts = np.concatenate([[0], np.cumsum(available)])
         for c in np.flatnonzero(quotas).tolist():
             rows = order[starts[c]:starts[c + 1]]  # near order: rows[0] is the most typical
-            picks = order_entry.picks(features[rows], int(quotas[c]))
-            rank[rows[picks]] = np.arange(len(picks))
+            chosen = picks(features[rows], int(quotas[c]))
+            rank[rows[chosen]] = np.arange(len(chosen))
     else:
         in_cluster = clusters[order]
         starts = np.concatenate([[0], np.cumsum(available)[:-1]])
@@ -611,15 +357,8 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         chosen = r < quotas[in_cluster]
         rank[order[chosen]] = r[chosen]
         del in_cluster, r, chosen
-    rows = np.flatnonzero(rank >= 0)
-    token_totals = {}
-    if tokens is not None:
-        tokens = np.asarray(tokens, dtype=np.int64)
-        token_totals = {"tokens_total": int(tokens.sum()), "tokens_selected": int(tokens[rows].sum()),
-                        "tokens_requested": tokens_requested}
-    return Selection(rows=rows, cluster=clusters[rows].astype(np.int32), rank_in_cluster=rank[rows].astype(np.int32),
-                     sizes=sizes, available=available, quotas=quotas, mode=mode, requested=requested,
-                     dedup_dropped=dropped, notes=notes, **token_totals)
+    return rank
+
 
 
 def selection_summary_rows(sel: Selection, limit: int | None = 32) -> list[dict]:

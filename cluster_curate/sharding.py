@@ -33,7 +33,8 @@ split, so the lever is the step's composition (the grouping above), and inside a
 are dealt one per rank. The window grows to hold ~16 rows of an average cluster when k is large.
 
 `paper_allocation` reproduces the paper (rank r trains only on cluster r; needs k = N) and
-`random_allocation` is the naive baseline; both produce the same grid so `balance_figures` compares all.
+`random_allocation` is the naive baseline; both produce the same grid so `balance_figures` (shard_balance.py)
+compares all.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def _check_sizes(s: int, num_shards: int, micro_batch_size: int) -> int:
     return b
 
 
-def _cluster_index(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def cluster_index(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the cluster labels present, each row's index into them, rows per label)."""
     labels, inverse, counts = np.unique(np.asarray(clusters), return_inverse=True, return_counts=True)
     return labels, inverse.reshape(-1), counts
 
@@ -140,7 +142,7 @@ def stratified_order(clusters: np.ndarray, rng: np.random.Generator, length: np.
 
     Inside a cluster the order is random, or by `length` ascending (random among equal lengths).
     With `window` (a non-decreasing window number per row), the merge is done inside each window."""
-    _, inv, _ = _cluster_index(clusters)
+    _, inv, _ = cluster_index(clusters)
     n = inv.shape[0]
     k = int(inv.max()) + 1 if n else 0
     group = inv if window is None else np.asarray(window, dtype=np.int64) * k + inv
@@ -176,7 +178,7 @@ def compose_steps(clusters: np.ndarray, t_count: int, rng: np.random.Generator, 
     each step has exactly B rows. Rows are taken in random order inside a cluster; with `length` and
     `steps_per_window`, inside each window of steps a cluster's rows are re-dealt in length order (short
     rows to the window's first steps), so a step holds rows of similar length. Returns step[i] per row."""
-    _, inv, counts = _cluster_index(clusters)
+    _, inv, counts = cluster_index(clusters)
     n, k = inv.shape[0], counts.shape[0]
     base, extra = counts // t_count, counts % t_count
     base_total = base * t_count
@@ -239,13 +241,6 @@ def assign_steps(order: np.ndarray, step_rows: int, remainder: str) -> tuple[np.
     return topped.reshape(t, step_rows), wrapped.reshape(t, step_rows), order[:0].copy()
 
 
-def _rank_loads(lengths: np.ndarray, balance: str) -> np.ndarray:
-    """lengths[..., N, M] -> load per rank: sum of tokens, or M × longest (padded micro-batch)."""
-    if balance == "padded":
-        return lengths.max(-1) * lengths.shape[-1]
-    return lengths.sum(-1)
-
-
 def _swap_refine(pos: np.ndarray, lengths: np.ndarray, clusters: np.ndarray, same_cluster: bool,
                  max_rounds: int) -> np.ndarray:
     """Improve a per-step split by swaps between the most loaded rank and any other (sum of tokens).
@@ -301,7 +296,7 @@ def balance_ranks(steps: np.ndarray, lengths: np.ndarray, clusters: np.ndarray, 
     n = num_shards
     m = b // n
     step_len = np.asarray(lengths, dtype=np.float64)[steps]
-    _, cl_inv, _ = _cluster_index(clusters)
+    _, cl_inv, _ = cluster_index(clusters)
     step_cl = cl_inv[steps]
     if balance == "padded":
         # longest rows one per rank, then the next N, ...: every rank's padded length is near the step's max
@@ -397,7 +392,7 @@ def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: in
     micro-batch) sets it and the rest of each cluster is left over; with "wrap" every cluster is topped up
     to the largest (rounded up) with repeats of its own first rows."""
     clusters = np.asarray(clusters)
-    labels, inv, counts = _cluster_index(clusters)
+    labels, inv, counts = cluster_index(clusters)
     if labels.shape[0] != num_shards:
         raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters as "
                           f"shards: the selection has {labels.shape[0]} clusters and --num-shards is {num_shards}")
@@ -454,98 +449,3 @@ ALLOCATION.register("random", "a plain shuffle (baseline)",
                     lambda c, _lengths, n, m, *, remainder, seed, **_: random_allocation(c, n, m, remainder=remainder,
                                                                                            seed=seed), balances=False)
 ALLOCATIONS = ALLOCATION.names
-
-
-# ------------------------------------------------------------------------------------------ figures
-
-def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.ndarray) -> dict:
-    """How well a plan balances (docs/architecture.md, "Stages"):
-
-    token_imbalance     per step, max over ranks of the rank's tokens ÷ mean over ranks (mean, p95, max)
-    padded_imbalance    the same with a rank's load = M × its longest row (for padding trainers)
-    padding_efficiency  real tokens ÷ tokens computed when every rank pads to the step's longest row
-    cluster_spread      per step, distinct clusters ÷ min(N × M, clusters in the selection) (mean, min)
-    rank_mix_tv         per rank, total-variation distance between its cluster mix and the selection's
-    """
-    clusters = np.asarray(clusters)
-    s = clusters.shape[0]
-    lengths = np.ones(s) if lengths is None else np.asarray(lengths, dtype=np.float64)
-    rows = plan.rows
-    t_count, n, m = rows.shape
-    out: dict = {"steps": t_count, "num_shards": n, "micro_batch_size": m}
-    if t_count == 0:
-        return out
-    L = lengths[rows]
-    for name, mode in (("token_imbalance", "tokens"), ("padded_imbalance", "padded")):
-        loads = _rank_loads(L, mode)
-        mean = loads.mean(1)
-        ratio = np.where(mean > 0, loads.max(1) / np.where(mean > 0, mean, 1), 1.0)
-        out[name] = {"mean": float(ratio.mean()), "p95": float(np.percentile(ratio, 95)), "max": float(ratio.max())}
-    out["padding_efficiency"] = float(L.sum() / (L.reshape(t_count, -1).max(1).sum() * n * m))
-    out["idle_fraction"] = float(1 - L.sum(-1).mean(1).sum() / L.sum(-1).max(1).sum())
-
-    labels, inv, counts = _cluster_index(clusters)
-    k = labels.shape[0]
-    cl = inv[rows]                                              # [T, N, M] cluster index
-    flat = np.sort(cl.reshape(t_count, -1), axis=1)
-    distinct = 1 + (np.diff(flat, axis=1) != 0).sum(1)
-    spread = distinct / min(n * m, k)
-    out["cluster_spread"] = {"mean": float(spread.mean()), "min": float(spread.min()), "clusters": int(k)}
-
-    whole = counts / counts.sum()
-    tv = []
-    for r in range(n):
-        mix = np.bincount(cl[:, r, :].reshape(-1), minlength=k) / (t_count * m)
-        tv.append(0.5 * float(np.abs(mix - whole).sum()))
-    out["rank_mix_tv"] = {"max": max(tv), "mean": float(np.mean(tv)), "per_rank": [round(x, 6) for x in tv]}
-    return out
-
-
-# ------------------------------------------------------------------------------------------- balance warning
-# `shard` warns when the plan's mean imbalance is more than this above what the micro-batch allows: 0.05 =
-# every step waits 5% longer for its slowest rank than it has to.
-BALANCE_SLACK = 0.05
-
-
-def length_packed_imbalance(lengths: np.ndarray, num_shards: int, micro_batch_size: int,
-                            balance: str = "tokens") -> float:
-    """What the micro-batch allows: the mean per-step imbalance when the same rows are packed by length alone
-    (sorted, N × M consecutive rows per step, dealt to ranks in snake order), ignoring clusters. A plan cannot
-    do much better with M rows per rank; M = 1 leaves the ranks of a step nothing to trade."""
-    n, m = num_shards, micro_batch_size
-    b = n * m
-    lengths = np.sort(np.asarray(lengths, dtype=np.float64))[::-1]
-    t_count = lengths.shape[0] // b
-    if t_count == 0:
-        return 1.0
-    grid = lengths[: t_count * b].reshape(t_count, m, n)       # slot j = (row j // n, column j % n)
-    grid[:, 1::2, :] = grid[:, 1::2, ::-1]                      # snake: every other round dealt backwards
-    loads = _rank_loads(grid.transpose(0, 2, 1), balance)      # [T, N]
-    mean = loads.mean(1)
-    return float(np.mean(np.where(mean > 0, loads.max(1) / np.where(mean > 0, mean, 1), 1.0)))
-
-
-def balance_warning(figures: dict, lengths: np.ndarray | None, balance: str = "tokens",
-                    slack: float = BALANCE_SLACK) -> str | None:
-    """The `shard` warning when the plan balances far worse than its micro-batch allows (issue 20 #10), naming
-    the option that helps; None when the balance is as good as M allows (within `slack`) or lengths are unknown.
-    figures: balance_figures() of the plan.
-
-    Only for `--balance tokens`: with `padded` a step costs M × its longest row, so keeping every cluster in
-    every step (the point of the plan) costs 1.2-1.4 against length-only packing at any M; no option fixes it."""
-    if lengths is None or balance != "tokens" or not figures.get("steps"):
-        return None
-    got = figures["token_imbalance"]["mean"]
-    n, m = figures["num_shards"], figures["micro_batch_size"]
-    allowed = length_packed_imbalance(lengths, n, m, balance)
-    if got <= allowed + slack:
-        return None
-    if m < 8:
-        fix = (f"a larger --micro-batch-size (e.g. {m * 4 if m == 1 else m * 2}: more rows per rank in a step give "
-               "the ranks rows to trade)")
-    else:
-        fix = "a longer --length-window (steps of similar-length rows balance more easily)"
-    return (f"token imbalance mean {got:.3f} (max {figures['token_imbalance']['max']:.2f}) with {n} shards and "
-            f"micro-batch {m}, "
-            f"while packing these rows by length alone reaches {allowed:.3f}: each step waits for its slowest rank; "
-            f"try {fix}")

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster_curate.errors import CurateError
-from cluster_curate.selection import check_budget_args, fraction_budget, random_keys, water_fill_quotas
+from cluster_curate.selection import check_budget_args, fraction_budget, water_fill_quotas
+from cluster_curate.within_orders import random_keys
 
 # Chosen on the skill benchmark's dev draws 0-3 (benchmarks/results/target_skill_dev.md): of weights 1 .. 0.1 and
 # 0-3 hits, 0.75 with 2 hits covered the oracle's per-skill counts best (94%, worst target skill 84%; RDS+ 86% / 79%).
@@ -243,7 +244,7 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
     take = min(requested, n)
     if requested > n:
         notes.append(f"budget of {requested} rows is larger than the {n} rows of the data: selecting all of them")
-    if w == 0:  # selection.order_within_cluster's random key: the untargeted order, not relevance
+    if w == 0:  # within_orders.order_within_cluster's random key: the untargeted order, not relevance
         key = (random_keys(np.arange(n) if ids is None else np.asarray(ids), seed) >> np.uint64(32)).astype(np.uint32)
         rank = np.empty(n, dtype=np.int64)
         rank[np.argsort(key, kind="stable")] = np.arange(n)

@@ -54,7 +54,7 @@ def test_deprecated_embed_spelling_warns_and_means_num_parts(cli_runner, tmp_pat
 def test_cli_choices_come_from_the_registries():
     from cluster_curate.features.embed import FEATURE_KINDS
     from cluster_curate.io.formats import FORMATS
-    from cluster_curate.selection import WITHIN_ORDERS
+    from cluster_curate.within_orders import WITHIN_ORDERS
     from cluster_curate.sharding import ALLOCATIONS
 
     def choices(command, name):

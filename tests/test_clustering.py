@@ -10,11 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cluster_curate import cluster_groups as G
 from cluster_curate import clustering as C
+from cluster_curate import kmeans as K
 from cluster_curate.cli import main
 from cluster_curate.errors import CurateError
 from cluster_curate.io import artifacts as A
 from cluster_curate.io import writer as W
+from cluster_curate.io.readers import embedding_matrix
 from embeddings_factory import embeddings_table, mixture, write_embeddings
 
 
@@ -29,28 +32,28 @@ def unit(x):
 def test_embedding_matrix_is_a_view_of_the_arrow_buffer():
     x = np.arange(24, dtype=np.float32).reshape(6, 4)
     arr = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 4)
-    m = C.embedding_matrix(arr)
+    m = embedding_matrix(arr)
     assert m.shape == (6, 4) and m.dtype == np.float32
     np.testing.assert_array_equal(m, x)
     assert m.__array_interface__["data"][0] == arr.values.buffers()[1].address  # no copy
     # a slice (non-zero offset) still lines up
-    np.testing.assert_array_equal(C.embedding_matrix(arr.slice(2, 3)), x[2:5])
+    np.testing.assert_array_equal(embedding_matrix(arr.slice(2, 3)), x[2:5])
     # several chunks are joined; float64 and variable-size lists of equal length are accepted
     chunked = pa.chunked_array([arr.slice(0, 2), arr.slice(2, 4)])
-    np.testing.assert_array_equal(C.embedding_matrix(chunked), x)
+    np.testing.assert_array_equal(embedding_matrix(chunked), x)
     as_list = pa.array([list(map(float, r)) for r in x], pa.list_(pa.float64()))
-    np.testing.assert_array_equal(C.embedding_matrix(as_list), x)
+    np.testing.assert_array_equal(embedding_matrix(as_list), x)
 
 
 def test_embedding_matrix_errors_name_the_row():
     ragged = pa.array([[1.0, 2.0], [1.0], [3.0, 4.0]], pa.list_(pa.float32()))
     with pytest.raises(CurateError, match="id 11 has 1 values"):
-        C.embedding_matrix(ragged, ids=np.array([10, 11, 12]))
+        embedding_matrix(ragged, ids=np.array([10, 11, 12]))
     missing = pa.array([[1.0, 2.0], None], pa.list_(pa.float32(), 2))
     with pytest.raises(CurateError, match="missing vector at id 8"):
-        C.embedding_matrix(missing, ids=np.array([7, 8]))
+        embedding_matrix(missing, ids=np.array([7, 8]))
     with pytest.raises(CurateError, match="list of floats"):
-        C.embedding_matrix(pa.array([1.0, 2.0]))
+        embedding_matrix(pa.array([1.0, 2.0]))
 
 
 def test_normalise_in_place_and_center():
@@ -91,13 +94,13 @@ def test_auto_k_rule():
 
 def test_training_sample_size_rule():
     # small k: far more than faiss's 256 per centroid (k = 4 of a million: all of it up to the floor)
-    assert C.training_sample_size(1_000_000, 4) == 1_000_000
-    assert C.training_sample_size(10_000_000, 4) == math.ceil(2 ** 24 / 4)
-    assert C.training_sample_size(1_000_000, 64) == 2 ** 18
+    assert K.training_sample_size(1_000_000, 4) == 1_000_000
+    assert K.training_sample_size(10_000_000, 4) == math.ceil(2 ** 24 / 4)
+    assert K.training_sample_size(1_000_000, 64) == 2 ** 18
     # large k: 128 rows per centroid
-    assert C.training_sample_size(10_000_000, 4096) == 128 * 4096
-    assert C.training_sample_size(200_000, 512) == 65_536
-    assert C.training_sample_size(50, 8) == 50
+    assert K.training_sample_size(10_000_000, 4096) == 128 * 4096
+    assert K.training_sample_size(200_000, 512) == 65_536
+    assert K.training_sample_size(50, 8) == 50
 
 
 # ------------------------------------------------------------------------------------------ k-means
@@ -130,12 +133,12 @@ def test_assign_in_batches_matches_brute_force():
     rng = np.random.default_rng(0)
     x = unit(rng.standard_normal((777, 6)))
     cents = unit(rng.standard_normal((9, 6)))
-    labels, sims = C.assign_in_batches(x, cents, batch_rows=100)
+    labels, sims = K.assign_in_batches(x, cents, batch_rows=100)
     full = x @ cents.T
     np.testing.assert_array_equal(labels, full.argmax(axis=1))
     np.testing.assert_allclose(sims, full.max(axis=1), atol=1e-5)
     rows = np.array([5, 700, 3])
-    top, top_sims = C.assign_in_batches(x, cents, batch_rows=2, rows=rows, topk=3)
+    top, top_sims = K.assign_in_batches(x, cents, batch_rows=2, rows=rows, topk=3)
     np.testing.assert_array_equal(top, np.argsort(-full[rows], axis=1)[:, :3])
 
 
@@ -176,7 +179,7 @@ def test_cap_property(n, k, factor, seed, candidates):
     rng = np.random.default_rng(seed)
     x = unit(rng.standard_normal((n, 4)) + np.array([3, 0, 0, 0]) * (rng.random((n, 1)) < 0.7))
     cents = unit(rng.standard_normal((k, 4)))
-    labels, sims = C.assign_in_batches(x, cents)
+    labels, sims = K.assign_in_batches(x, cents)
     cap = C.size_cap(n, k, factor)
     new, new_sims, moved = C.cap_cluster_sizes(x, cents, labels, sims, cap, candidates=candidates, batch_rows=7)
     sizes = np.bincount(new, minlength=k)
@@ -329,8 +332,8 @@ def test_cluster_force_accepts_other_kind_with_embeddings(tmp_path, cli_runner):
 
 def test_gpus_option_is_checked():
     with pytest.raises(CurateError, match="faiss sees only"):
-        C.resolve_gpus(C.resolve_gpus(None) + 1)
-    assert C.resolve_gpus(0) == 0
+        K.resolve_gpus(K.resolve_gpus(None) + 1)
+    assert K.resolve_gpus(0) == 0
 
 
 def test_embeddings_with_duplicate_ids_are_refused(tmp_path):
@@ -374,7 +377,7 @@ def test_group_clusters_merges_the_pieces_of_one_kind():
     res = C.cluster_features(x, 12, seed=0)
     majority = np.array([np.bincount(kind[res.labels == c], minlength=4).argmax() for c in range(12)])
     assert (majority == majority[np.argmax(res.sizes)]).sum() >= 6
-    auto = C.group_clusters(res.centroids, min_similarity=res.objective)
+    auto = G.group_clusters(res.centroids, min_similarity=res.objective)
     # auto: exactly one group per kind, numbered in order of first appearance
     assert len(set(zip(auto.tolist(), majority.tolist()))) == 4 == auto.max() + 1
     assert list(dict.fromkeys(auto.tolist())) == [0, 1, 2, 3]
@@ -382,18 +385,18 @@ def test_group_clusters_merges_the_pieces_of_one_kind():
     assert per_kind(water_fill_quotas(res.sizes, 400)).max() >= 200
     assert per_kind(grouped_quotas(res.sizes, auto, 400)).tolist() == [100, 100, 100, 100]
     # a count cuts the same tree; one group for everything, and k = 1, are fine
-    assert C.group_clusters(res.centroids, n_groups=4).tolist() == auto.tolist()
-    assert C.group_clusters(res.centroids, n_groups=1).tolist() == [0] * 12
-    assert C.group_clusters(res.centroids[:1], min_similarity=0.5).tolist() == [0]
+    assert G.group_clusters(res.centroids, n_groups=4).tolist() == auto.tolist()
+    assert G.group_clusters(res.centroids, n_groups=1).tolist() == [0] * 12
+    assert G.group_clusters(res.centroids[:1], min_similarity=0.5).tolist() == [0]
     with pytest.raises(CurateError, match="--groups 13 must be between 1 and k = 12"):
-        C.group_clusters(res.centroids, n_groups=13)
+        G.group_clusters(res.centroids, n_groups=13)
 
 
 def test_group_cut_similarity_row_and_pair():
     x, _ = mixture(1500, d=16, groups=4, seed=6, noise=0.6, weights=[0.55, 0.25, 0.15, 0.05])
     C.normalise_features(x)
     res = C.cluster_features(x, 16, seed=1)
-    row, pair = C.group_cut_similarity(res, "row"), C.group_cut_similarity(res, "pair")
+    row, pair = G.group_cut_similarity(res, "row"), G.group_cut_similarity(res, "pair")
     assert row == pytest.approx(res.objective)
     # pair: the mean cosine of two rows of one cluster, |mean of its unit rows|², size-weighted over clusters
     direct = sum(np.linalg.norm(x[res.labels == c].mean(axis=0)) ** 2 * (res.labels == c).sum()
@@ -401,15 +404,15 @@ def test_group_cut_similarity_row_and_pair():
     assert pair == pytest.approx(direct, abs=0.02)
     assert row ** 2 <= pair <= row  # Jensen below, similarities <= 1 above
     # a lower cut joins more: pair gives no more groups than row
-    n_groups = [C.group_clusters(res.centroids, min_similarity=t).max() + 1 for t in (row, pair)]
+    n_groups = [G.group_clusters(res.centroids, min_similarity=t).max() + 1 for t in (row, pair)]
     assert n_groups[1] <= n_groups[0]
     with pytest.raises(CurateError, match="--group-cut must be one of row, pair"):
-        C.group_cut_similarity(res, "centroid")
+        G.group_cut_similarity(res, "centroid")
 
 
 def test_group_clusters_tolerates_a_zero_centroid():
     c = np.array([[1, 0, 0], [0.99, 0.141, 0], [0, 0, 0], [0, 1, 0]], dtype=np.float32)
-    assert C.group_clusters(c, min_similarity=0.9).tolist() == [0, 0, 1, 2]
+    assert G.group_clusters(c, min_similarity=0.9).tolist() == [0, 0, 1, 2]
 
 
 def _two_rare_kinds_in_one_cluster(seed=0):
@@ -423,7 +426,7 @@ def test_split_mixed_clusters_cuts_a_cluster_that_holds_two_kinds():
     x, kind, res = _two_rare_kinds_in_one_cluster()
     purity = lambda labels: sum(np.bincount(kind[labels == c]).max() for c in np.unique(labels)) / len(kind)
     assert purity(res.labels) < 0.97  # the premise: some cluster mixes kinds
-    out, cuts = C.split_mixed_clusters(x, res, C.group_cut_similarity(res, "pair"))
+    out, cuts = G.split_mixed_clusters(x, res, G.group_cut_similarity(res, "pair"))
     assert cuts >= 1 and out.k == res.k + cuts == len(out.centroids) == len(out.sizes)
     assert purity(out.labels) > 0.99
     # every kind now has a cluster of its own, and the bookkeeping matches the rows
@@ -433,21 +436,21 @@ def test_split_mixed_clusters_cuts_a_cluster_that_holds_two_kinds():
     np.testing.assert_allclose(np.linalg.norm(out.centroids, axis=1), 1, atol=1e-5)
     assert out.objective == pytest.approx(out.similarity.mean(), abs=1e-6) and out.objective > res.objective
     # deterministic
-    again, _ = C.split_mixed_clusters(x, res, C.group_cut_similarity(res, "pair"))
+    again, _ = G.split_mixed_clusters(x, res, G.group_cut_similarity(res, "pair"))
     np.testing.assert_array_equal(again.labels, out.labels)
 
 
 def test_split_mixed_clusters_leaves_one_kind_and_small_halves_alone():
     x, kind, _ = _two_rare_kinds_in_one_cluster()
     pure = C.cluster_features(x, 5, seed=0)  # one cluster per kind: halves of a kind are alike
-    out, cuts = C.split_mixed_clusters(x, pure, C.group_cut_similarity(pure, "pair"))
+    out, cuts = G.split_mixed_clusters(x, pure, G.group_cut_similarity(pure, "pair"))
     assert cuts == 0 and out is pure
     # a kind of 10 rows inside a cluster of another kind: halves of fewer than SPLIT_MIN_ROWS rows are not cut
     big, rare = np.flatnonzero(kind == 0)[:200], np.flatnonzero(kind == 3)[:10]
     rows = np.concatenate([big, rare])
     one = C.cluster_features(x[rows], 1, seed=0)
-    assert C.split_mixed_clusters(x[rows], one, C.group_cut_similarity(one, "pair"))[1] == 0
-    assert C.split_mixed_clusters(x[rows], one, C.group_cut_similarity(one, "pair"), min_rows=8)[1] == 1
+    assert G.split_mixed_clusters(x[rows], one, G.group_cut_similarity(one, "pair"))[1] == 0
+    assert G.split_mixed_clusters(x[rows], one, G.group_cut_similarity(one, "pair"), min_rows=8)[1] == 1
 
 
 def test_cluster_split_mixed_option(tmp_path, cli_runner):
@@ -470,7 +473,7 @@ def test_cluster_split_mixed_option(tmp_path, cli_runner):
     assert params["off"]["split_mixed"] is None and params["off"]["k"] == C.auto_k(len(x))
     split = params["given+split"]["split_mixed"]
     assert split["k_means"] == 4 and split["cuts"] >= 1 and params["given+split"]["k"] == 4 + split["cuts"]
-    assert split["rule"].startswith("a cluster is cut in two") and split["min_rows"] == C.SPLIT_MIN_ROWS
+    assert split["rule"].startswith("a cluster is cut in two") and split["min_rows"] == G.SPLIT_MIN_ROWS
     assert params["auto"]["split_mixed"]["k_means"] == C.auto_k(len(x))
 
 

@@ -122,7 +122,7 @@ def test_faiss_gpu_kmeans_matches_cpu_objective():
     import faiss
     if not (hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus() > 0):
         pytest.skip("faiss does not see a GPU (faiss-cpu build)")
-    from cluster_curate.clustering import kmeans_faiss
+    from cluster_curate.kmeans import kmeans_faiss
 
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(16, 32)).astype(np.float32)

@@ -1,6 +1,6 @@
 """Data mixtures (io/mixture.py): several inputs of different formats as one dataset with global ids and
 (source, source_row); mixture files with per-input reading options; typed original columns that must agree;
-and floors / caps on each source's share of a selection (selection.py `source_bounded_take`)."""
+and floors / caps on each source's share of a selection (budget_sequence.py `source_bounded_take`)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from cluster_curate import clustering as C
 from cluster_curate import selection as S
+from cluster_curate import within_orders as O
 from cluster_curate.cli import main
 from cluster_curate.errors import CurateError
 from cluster_curate.io import artifacts as A
@@ -138,9 +139,9 @@ def test_budget_larger_than_data_selects_all_and_says_so():
 def test_k_center_greedy():
     pts = np.array([[1, 0], [0.99, 0.141], [0, 1], [-1, 0], [0.7071, 0.7071]], dtype=np.float32)
     pts /= np.linalg.norm(pts, axis=1, keepdims=True)
-    picks = S.k_center_greedy(pts, 3, first=0)
+    picks = O.k_center_greedy(pts, 3, first=0)
     assert picks.tolist() == [0, 3, 2]          # start, then the opposite point, then the one between
-    assert S.k_center_greedy(pts, 10).tolist()[:5] == [0, 3, 2, 4, 1]
+    assert O.k_center_greedy(pts, 10).tolist()[:5] == [0, 3, 2, 4, 1]
 
 
 def test_diverse_selection_spreads_inside_a_cluster():
@@ -166,7 +167,7 @@ def test_dedup_is_greedy_against_kept_rows():
     x = np.vstack([a, b, c, d, a]).astype(np.float32)
     thr = float(np.cos(0.4))
     order = np.arange(5)
-    keep = S.dedup_within_cluster(x, order, np.array([5]), thr, block_rows=2)
+    keep = O.dedup_within_cluster(x, order, np.array([5]), thr, block_rows=2)
     assert keep.tolist() == [True, False, True, True, False]
     # select: dedup happens before quotas, and the budget is still met from the distinct rows
     sims = x @ a
@@ -184,9 +185,9 @@ def test_dedup_matches_a_plain_loop(seed, thr, block):
     x = rng.standard_normal((n, 3)).astype(np.float32)
     C.normalise_features(x)
     clusters = rng.integers(0, 3, n)
-    order = S.order_within_cluster(clusters, "random", seed=seed, k=3)
+    order = O.order_within_cluster(clusters, "random", seed=seed, k=3)
     sizes = np.bincount(clusters, minlength=3)
-    keep = S.dedup_within_cluster(x, order, sizes, thr, block_rows=block)
+    keep = O.dedup_within_cluster(x, order, sizes, thr, block_rows=block)
     expected = np.ones(n, bool)
     for c in range(3):
         kept = []

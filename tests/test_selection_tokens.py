@@ -1,4 +1,4 @@
-"""Budgets in tokens (selection.py `token_water_fill`, `select_rows(token_budget=..., token_fraction=...)`): the
+"""Budgets in tokens (budget_sequence.py `token_water_fill`, `select_rows(token_budget=..., token_fraction=...)`): the
 selected tokens meet T to within one row, with the row budget's water-filling over groups and clusters."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster_curate import selection as S
+from cluster_curate.budget_sequence import token_water_fill
+from cluster_curate.within_orders import order_within_cluster
 from cluster_curate.errors import CurateError
 
 from tiny_encoder import gsm8k_rows
@@ -22,7 +24,7 @@ def _problem(data, max_tokens: int = 400):
     tokens = np.array(data.draw(st.lists(st.integers(0, max_tokens), min_size=n, max_size=n)), dtype=np.int64)
     groups = np.array(data.draw(st.lists(st.integers(0, 2), min_size=k, max_size=k)), dtype=np.int64)
     groups = np.unique(groups, return_inverse=True)[1]  # groups numbered 0.. without gaps
-    order = S.order_within_cluster(clusters, "random", seed=data.draw(st.integers(0, 3)), k=k)
+    order = order_within_cluster(clusters, "random", seed=data.draw(st.integers(0, 3)), k=k)
     return clusters, tokens, groups, order, np.bincount(clusters, minlength=k).astype(np.int64)
 
 
@@ -32,9 +34,9 @@ def test_unit_tokens_give_the_row_water_filling(data):
     clusters, _, groups, order, sizes = _problem(data)
     ones = np.ones(len(clusters), dtype=np.int64)
     budget = data.draw(st.integers(0, len(clusters)))
-    assert np.array_equal(S.token_water_fill(order, clusters, ones, sizes, budget),
+    assert np.array_equal(token_water_fill(order, clusters, ones, sizes, budget),
                           S.water_fill_quotas(sizes, budget))
-    assert np.array_equal(S.token_water_fill(order, clusters, ones, sizes, budget, group_of_cluster=groups),
+    assert np.array_equal(token_water_fill(order, clusters, ones, sizes, budget, group_of_cluster=groups),
                           S.grouped_quotas(sizes, groups, budget))
 
 
@@ -46,7 +48,7 @@ def test_token_budget_met_to_within_one_row_with_level_balance(data):
     budget = data.draw(st.integers(0, total))
     power = data.draw(st.sampled_from([0.0, 0.5, 1.0]))
     use_groups = data.draw(st.booleans())
-    quotas = S.token_water_fill(order, clusters, tokens, sizes, budget, power, groups if use_groups else None)
+    quotas = token_water_fill(order, clusters, tokens, sizes, budget, power, groups if use_groups else None)
     assert (quotas <= sizes).all()
     starts = np.concatenate([[0], np.cumsum(sizes)])
     taken = [order[starts[c]:starts[c] + quotas[c]] for c in range(len(sizes))]

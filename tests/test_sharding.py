@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster_curate import sharding as S
+from cluster_curate.shard_balance import balance_figures
 from cluster_curate.errors import CurateError
 
 
@@ -130,7 +131,7 @@ def test_clusters_rotate_when_more_clusters_than_step_rows():
     """k > N×M and clusters no bigger than the number of steps: every step holds N×M distinct clusters."""
     clusters = np.repeat(np.arange(40), 25)  # 1000 rows, 40 clusters, B = 8 -> 125 steps
     plan = S.plan_steps(clusters, None, 4, 2, seed=0)
-    figures = S.balance_figures(plan, None, clusters)
+    figures = balance_figures(plan, None, clusters)
     assert figures["cluster_spread"]["min"] == 1.0
 
 
@@ -148,8 +149,8 @@ def test_no_cluster_bunched_along_the_stream():
 def test_ranks_share_the_mix_and_token_load():
     clusters, lengths = _data(s=4000, k=8)
     plan = S.plan_steps(clusters, lengths, 4, 4, seed=0)
-    ours = S.balance_figures(plan, lengths, clusters)
-    rand = S.balance_figures(S.random_allocation(clusters, 4, 4, seed=0), lengths, clusters)
+    ours = balance_figures(plan, lengths, clusters)
+    rand = balance_figures(S.random_allocation(clusters, 4, 4, seed=0), lengths, clusters)
     assert ours["token_imbalance"]["mean"] <= 1.03 < rand["token_imbalance"]["mean"]
     assert ours["cluster_spread"]["mean"] >= 0.99
     assert ours["rank_mix_tv"]["max"] <= 0.05
@@ -164,8 +165,8 @@ def test_ranks_share_the_mix_and_token_load():
 
 def test_padded_groups_lengths():
     clusters, lengths = _data(s=4000, k=4)
-    padded = S.balance_figures(S.plan_steps(clusters, lengths, 4, 4, balance="padded", seed=0), lengths, clusters)
-    plain = S.balance_figures(S.plan_steps(clusters, lengths, 4, 4, length_window=0, seed=0), lengths, clusters)
+    padded = balance_figures(S.plan_steps(clusters, lengths, 4, 4, balance="padded", seed=0), lengths, clusters)
+    plain = balance_figures(S.plan_steps(clusters, lengths, 4, 4, length_window=0, seed=0), lengths, clusters)
     assert padded["padding_efficiency"] > plain["padding_efficiency"] + 0.1
     assert padded["padded_imbalance"]["mean"] < plain["padded_imbalance"]["mean"]
     assert padded["cluster_spread"]["mean"] >= 0.99
@@ -176,10 +177,10 @@ def test_one_shard_and_more_shards_than_clusters():
     one = S.plan_steps(clusters, lengths, 1, 4, seed=0)
     assert one.rows.shape == (125, 1, 4)
     _check_coverage(one, 500)
-    assert S.balance_figures(one, lengths, clusters)["token_imbalance"]["max"] == 1.0
+    assert balance_figures(one, lengths, clusters)["token_imbalance"]["max"] == 1.0
     many = S.plan_steps(clusters, lengths, 10, 2, seed=0)  # N = 10 > k = 3
     _check_coverage(many, 500)
-    assert S.balance_figures(many, lengths, clusters)["cluster_spread"]["mean"] == 1.0
+    assert balance_figures(many, lengths, clusters)["cluster_spread"]["mean"] == 1.0
 
 
 # ------------------------------------------------------------------------------------------ paper
@@ -216,7 +217,7 @@ def test_bad_options():
 
 
 def test_length_packed_imbalance_is_what_the_micro_batch_allows():
-    from cluster_curate.sharding import length_packed_imbalance
+    from cluster_curate.shard_balance import length_packed_imbalance
     assert length_packed_imbalance(np.full(64, 100.0), 8, 2) == pytest.approx(1.0)
     # 4 rows, 2 ranks, M = 2: sorted 4, 3, 2, 1 dealt in snake order -> ranks (4 + 1, 3 + 2): 5 vs 5
     assert length_packed_imbalance(np.array([1.0, 4.0, 2.0, 3.0]), 2, 2) == pytest.approx(1.0)
@@ -228,7 +229,8 @@ def test_length_packed_imbalance_is_what_the_micro_batch_allows():
 def test_balance_warning_names_the_micro_batch_when_the_plan_is_far_from_what_it_allows():
     """Issue 20 #10: 8 shards at micro-batch 1 on heavy-tailed lengths (the README's old Makefile example) warn,
     naming --micro-batch-size; micro-batch 4 balances to within 5% of length-only packing and says nothing."""
-    from cluster_curate.sharding import balance_figures, balance_warning, plan_steps
+    from cluster_curate.shard_balance import balance_warning
+    from cluster_curate.sharding import plan_steps
     rng = np.random.default_rng(0)
     clusters = rng.integers(0, 30, 900)
     lengths = np.round(rng.lognormal(5, 0.6, 900) * (1 + clusters % 3))

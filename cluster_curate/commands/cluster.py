@@ -40,7 +40,7 @@ OPTIONS = (
                 "water-fills the budget over groups first, then over the clusters inside each, so the many "
                 "clusters of one dominant kind share one quota. auto: cut where --group-cut says; G: cut "
                 "into G groups; none: flat quotas over clusters."),
-    Option("group_cut", default="row", choices=lazy("cluster_curate.clustering", "GROUP_CUTS"), show_default=True,
+    Option("group_cut", default="row", choices=lazy("cluster_curate.cluster_groups", "GROUP_CUTS"), show_default=True,
            help="Where --groups auto cuts: row: clusters whose centroids are as similar as a row is to its own "
                 "centroid share a group; pair: as similar as two rows of one cluster are (fewer, larger groups; "
                 "on real data it can join a rare kind into a dominant one)."),
@@ -66,23 +66,25 @@ def _choose_k(o: dict, n: int, embeddings: str):
 
 
 def _groups(o: dict, res):
-    from cluster_curate import clustering as C
+    from cluster_curate import cluster_groups as G
     groups = o["groups"]
     if groups == "auto":
-        cut = C.group_cut_similarity(res, o["group_cut"])
-        return C.group_clusters(res.centroids, min_similarity=cut), \
-            f"auto ({o['group_cut']}): {C.GROUP_CUTS[o['group_cut']]} = {cut:.4f}"
+        cut = G.group_cut_similarity(res, o["group_cut"])
+        return G.group_clusters(res.centroids, min_similarity=cut), \
+            f"auto ({o['group_cut']}): {G.GROUP_CUTS[o['group_cut']]} = {cut:.4f}"
     if groups in (None, "none"):
         return None, None
-    return C.group_clusters(res.centroids, n_groups=int(groups)), "given"
+    return G.group_clusters(res.centroids, n_groups=int(groups)), "given"
 
 
 def _kmeans(o: dict, embeddings: str):
     """Read the features, run k-means (+ the split of mixed clusters); returns what the artifact needs."""
+    from cluster_curate import cluster_groups as G
     from cluster_curate import clustering as C
     from cluster_curate import console
+    from cluster_curate import kmeans as K
     from cluster_curate.io.readers import read_embeddings
-    ngpu = C.resolve_gpus(o["gpus"])
+    ngpu = K.resolve_gpus(o["gpus"])
     ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"])
     n, d = x.shape
     split_mixed = o["k"] in (None, "auto") if o["split_mixed"] is None else o["split_mixed"]
@@ -95,16 +97,16 @@ def _kmeans(o: dict, embeddings: str):
     if shared > 0.9 and not o["center"]:
         console.warn(f"{embeddings}: the features share one dominant direction (length of the mean unit vector "
                      f"{shared:.3f}; cosine similarities are all near 1): consider --center")
-    size = C.training_sample_size(n, k) if o["sample_size"] is None else int(min(max(o["sample_size"], k), n))
+    size = K.training_sample_size(n, k) if o["sample_size"] is None else int(min(max(o["sample_size"], k), n))
     device = f"{ngpu} GPU(s)" if ngpu else "cpu"
     console.info(f"k-means: {n} rows x {d} dims, k = {k}, training on {size} rows, {o['iters']} iterations, {device}")
     res = C.cluster_features(x, k, iters=o["iters"], seed=o["seed"], sample_size=size, gpus=ngpu,
                              max_size_factor=o["max_size_factor"], batch_rows=o["batch_rows"])
     split = None
     if split_mixed:
-        cut = C.group_cut_similarity(res, "pair")
-        res, cuts = C.split_mixed_clusters(x, res, cut)
-        split = {"rule": f"{C.SPLIT_RULE} = {cut:.4f}", "min_similarity": cut, "min_rows": C.SPLIT_MIN_ROWS,
+        cut = G.group_cut_similarity(res, "pair")
+        res, cuts = G.split_mixed_clusters(x, res, cut)
+        split = {"rule": f"{G.SPLIT_RULE} = {cut:.4f}", "min_similarity": cut, "min_rows": G.SPLIT_MIN_ROWS,
                  "k_means": k, "cuts": cuts}
     return dict(ids=ids, emeta=emeta, n=n, d=d, k=k, k_rule=k_rule, norm=norm, shared=shared, device=device,
                 res=res, split=split)
@@ -114,13 +116,14 @@ def _params(o: dict, r: dict, group_of, groups_rule, centroid_bytes: bytes) -> d
     import hashlib
 
     from cluster_curate import clustering as C
+    from cluster_curate import kmeans as K
     res = r["res"]
     return {
         **recorded(OPTIONS, o),
         "exact_duplicates": r["emeta"].params.get("exact_duplicates"),  # left out at embed; carried to the manifest
         "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"],
         "normalisation": r["norm"]["normalisation"], "spherical": True, "dim": r["d"], "sample_size": res.sample_size,
-        "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else C.SAMPLE_RULE,
+        "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else K.SAMPLE_RULE,
         "max_cluster_size": res.cap, "moved": res.moved,
         "cap_candidates": C.CAP_CANDIDATES if o["max_size_factor"] is not None else None,
         "objective": res.objective, "objective_before_cap": res.objective_uncapped,

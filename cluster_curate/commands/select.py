@@ -11,7 +11,7 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
 
 
 def _order_help() -> str:
-    from cluster_curate.selection import WITHIN
+    from cluster_curate.within_orders import WITHIN
     return "Order inside a cluster: " + WITHIN.help_text() + "."
 
 
@@ -42,7 +42,7 @@ OPTIONS = (
            help="A mixture's inputs: each gives at most this share of the budget (as --source-min-share)."),
     Option("balance_power", type=float, default=0.0, show_default=True,
            help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional."),
-    Option("within", record=True, default="random", choices=lazy("cluster_curate.selection", "WITHIN_ORDERS"),
+    Option("within", record=True, default="random", choices=lazy("cluster_curate.within_orders", "WITHIN_ORDERS"),
            show_default=True, help=_order_help),
     Option("embeddings", run=False,
            help="Embeddings artifact (features for diverse / --dedup, loss for hard, n_tokens for shard). "
@@ -89,7 +89,7 @@ def _inputs(o: dict, clusters: str, c, needs: set):
     from cluster_curate.io.readers import read_embedding_columns, read_embeddings_for
     emb_path, emeta, why_not = _embeddings(o, clusters, c.meta)
     if emb_path is None and needs & {"features", "loss"}:
-        from cluster_curate.selection import WITHIN
+        from cluster_curate.within_orders import WITHIN
         order_needs = WITHIN.get(o["within"]).needs
         what = f"--within {o['within']}" if "features" in order_needs or o["dedup"] is None else "--dedup"
         said = "the feature vectors" if "features" in needs else "the `loss` column"
@@ -180,7 +180,8 @@ def _sources(o: dict, c):
 
 def _check(o: dict):
     from cluster_curate import selection as S
-    mode = S.check_token_budget_args(o["token_budget"], o["token_fraction"])
+    from cluster_curate.budget_sequence import check_token_budget_args
+    mode = check_token_budget_args(o["token_budget"], o["token_fraction"])
     if mode is None:
         mode = S.check_budget_args(o["fraction"], o["budget"], o["per_cluster_ratio"])
     if o["dedup"] is not None and not 0 < o["dedup"] <= 1:
@@ -208,14 +209,16 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
 
     from cluster_curate import console
     from cluster_curate import selection as S
+    from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.artifacts import check_writable, make_meta
     from cluster_curate.io.readers import read_clusters
     from cluster_curate.io.writer import write_artifact
+    from cluster_curate.within_orders import WITHIN
 
     t0 = time.perf_counter()
     o = resolve(OPTIONS, dict(options, out=out), "select")
     mode = _check(o)
-    order = S.WITHIN.get(o["within"])
+    order = WITHIN.get(o["within"])
     check_writable(out, o["overwrite"])
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if "similarity" in order.needs else None)
@@ -224,7 +227,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     needs = set(order.needs) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
     sources, source_names, share_lo, share_hi = _sources(o, c)
-    tokens, x["counted_by"] = _tokens(o, c, x, mode in S.TOKEN_MODES)
+    tokens, x["counted_by"] = _tokens(o, c, x, mode in TOKEN_MODES)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], features=x["features"],
                         fraction=o["fraction"], budget=o["budget"], per_cluster_ratio=o["per_cluster_ratio"],
                         balance_power=o["balance_power"], within=o["within"], dedup=o["dedup"], seed=o["seed"],
@@ -248,7 +251,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         chosen[sel.rows] = True
         x["sources"] = source_accounting(source_names, sources, tokens, chosen)
     params = _params(o, mode, sel, c)
-    if tokens is not None and (mode in S.TOKEN_MODES or o["tokenizer"]):
+    if tokens is not None and (mode in TOKEN_MODES or o["tokenizer"]):
         params["tokens"] = {"counted_by": x["counted_by"], "total": sel.tokens_total,
                             "requested": sel.tokens_requested, "selected": sel.tokens_selected}
     if sources is not None:
@@ -353,7 +356,8 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
 
 
 def _target_budget(o: dict, mode: str, n: int) -> int:
-    from cluster_curate.selection import TOKEN_MODES, fraction_budget
+    from cluster_curate.budget_sequence import TOKEN_MODES
+    from cluster_curate.selection import fraction_budget
     if mode in TOKEN_MODES:
         raise CurateError(f"--{mode} with --target: a targeted selection's budget is in rows (--fraction or --budget)")
     return fraction_budget(n, o["fraction"]) if mode == "fraction" else int(o["budget"])
@@ -418,7 +422,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     summary["n_tokens column"] = ("yes" if x["n_tokens"] is not None or x.get("counted_by")
                                   else f"no ({x['why_not'] or 'embeddings have no n_tokens'})")
     if sel.tokens_total is not None:
-        from cluster_curate.selection import TOKEN_MODES
+        from cluster_curate.budget_sequence import TOKEN_MODES
         if mode in TOKEN_MODES:
             summary["budget"] = f"--{mode} {value} = {sel.tokens_requested:,} tokens"
         summary["tokens selected"] = (f"{sel.tokens_selected:,} of {sel.tokens_total:,} "

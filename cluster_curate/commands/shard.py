@@ -62,6 +62,7 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     from cluster_curate.io.artifacts import check_dataset_matches, check_writable
     from cluster_curate.io.mixture import Mixture, open_inputs
     from cluster_curate.io.readers import read_selection
+    from cluster_curate.shard_balance import balance_figures, balance_warning
 
     t0 = time.monotonic()
     o = resolve(OPTIONS, dict(options, data=data, out=out), "shard")
@@ -79,7 +80,7 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
                                allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],
                                length_window=o["length_window"], seed=o["seed"])
     if o["allocation"] == "stratified":  # the others are baselines: their balance is what they are for
-        warning = sharding.balance_warning(sharding.balance_figures(plan, tokens, sel.clusters), tokens, o["balance"])
+        warning = balance_warning(balance_figures(plan, tokens, sel.clusters), tokens, o["balance"])
         if warning:
             from cluster_curate import console
             console.warn(warning)

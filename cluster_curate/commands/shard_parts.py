@@ -197,9 +197,10 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, *
     from cluster_curate.io.artifacts import make_meta
     from cluster_curate.io.shard_writer import ShardWriter
     from cluster_curate.io.writer import file_metadata, staged_directory, write_json, write_lines
+    from cluster_curate.shard_balance import balance_figures
     from cluster_curate.sharding import SHARD_COLUMNS
     n = plan.rows.shape[1]
-    figures = sharding.balance_figures(plan, tokens, sel.clusters)
+    figures = balance_figures(plan, tokens, sel.clusters)
     with staged_directory(o["out"]) as work:
         writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes)
         renamed, source_columns = _stream(o, sel, ds, plan, weights, writer, batch_rows)

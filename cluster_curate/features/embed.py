@@ -194,105 +194,143 @@ class Embedder:
 
     def embed(self, examples: list, on_batch=None) -> ChunkResult:
         """Feature rows of `examples`. `on_batch(rows, tokens)` is called after each model batch."""
-        from cluster_curate.features.text import word_counts
-
-        skipped: list[tuple[int, str]] = []
-        model_blocks: dict[str, np.ndarray] = {}
-        loss = None
-        tokens = 0
-        if self.uses_model:  # torch and the extractors only here: a text-only run never imports torch
-            import torch
-
-            from cluster_curate.features.extractors import extract
-            from cluster_curate.features.models import collate, encode_examples
-
-            encoded, skipped = encode_examples(self.fm.tokenizer, examples, self.max_length)
-            kept_ids = {e.id for e in encoded}
-            kept = [ex for ex in examples if ex.id in kept_ids]
-            n = len(encoded)
-            n_tokens = np.array([e.n_tokens for e in encoded], dtype=np.int64)
-            n_resp = np.array([e.n_response_tokens for e in encoded], dtype=np.int64)
-            loss = np.full(n, np.nan, dtype=np.float32)
-            parts: dict[str, list] = {f: [] for f in self.features if f in MODEL_FEATURES}
-            positions: list[np.ndarray] = []
-            for idx in plan_batches(n_tokens, self.batch_tokens):
-                batch = collate([encoded[i] for i in idx], self.fm.pad_id, self.fm.device)
-                for kind in parts:
-                    if kind == "loss-trajectory":
-                        cols = [extract(m, batch, "loss-trajectory")["loss"] for m in self.trajectory]
-                        parts[kind].append(np.stack(cols, axis=1).astype(np.float32))
-                        continue
-                    out = extract(self.fm, batch, kind, pool=self.pool, projector=self.projectors.get(kind),
-                                  layers=self.layers)
-                    parts[kind].append(out["embedding"])
-                    loss[idx] = out["loss"]
-                if all(k == "loss-trajectory" for k in parts):  # the main model's loss is still wanted
-                    loss[idx] = extract(self.fm, batch, "loss-trajectory")["loss"]
-                positions.append(np.asarray(idx, dtype=np.int64))
-                batch_tokens = int(n_tokens[idx].sum())
-                tokens += batch_tokens
-                if on_batch is not None:
-                    on_batch(len(idx), batch_tokens)
-                del batch
-            if n and self.fm.device.type == "cuda":
-                torch.cuda.synchronize(self.fm.device)
-            where = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
-            for kind, chunks in parts.items():
-                if not chunks:
-                    model_blocks[kind] = np.zeros((0, self.dims.get(kind, 0)), dtype=np.float32)
-                    continue
-                stacked = np.concatenate(chunks, axis=0)
-                block = np.empty_like(stacked)
-                block[where] = stacked  # back to the order of the examples
-                model_blocks[kind] = block
+        if self.uses_model:  # torch and the extractors only there: a text-only run never imports torch
+            rows = self._model_pass(examples, on_batch)
         elif self.encoder_kinds:  # the encoder's tokenizer counts the tokens
             kept = list(examples)
-            loss = np.full(len(kept), np.nan, dtype=np.float32)
+            rows = _Rows(kept=kept, loss=np.full(len(kept), np.nan, dtype=np.float32))
         else:
-            kept = list(examples)
-            counts = [word_counts(ex) for ex in kept]
-            n_tokens = np.array([c[0] for c in counts], dtype=np.int64).reshape(-1)
-            n_resp = np.array([c[1] for c in counts], dtype=np.int64).reshape(-1)
-            loss = np.full(len(kept), np.nan, dtype=np.float32)
-            tokens = int(n_tokens.sum())
-            if on_batch is not None and kept:
-                on_batch(len(kept), tokens)
-
-        truncated = 0
+            rows = _word_counted(examples, on_batch)
         for kind in self.encoder_kinds:
-            # with a causal-LM feature its batches advanced the rows already; the encoder adds its tokens
-            report = on_batch if on_batch is None or not self.uses_model else (lambda rows, t: on_batch(0, t))
-            rows = self.featurizers[kind].rows(kept, self.batch_tokens, report)
-            if not self.uses_model:
-                n_tokens, n_resp, tokens = rows.n_tokens, rows.n_response_tokens, rows.tokens
-            else:
-                tokens += rows.tokens
-            if rows.skipped:  # no text to embed: the row is reported, and left out of every block
-                gone = {i for i, _ in rows.skipped}
-                keep = np.array([ex.id not in gone for ex in kept], dtype=bool)
-                kept = [ex for ex in kept if ex.id not in gone]
-                loss = loss[keep]
-                if self.uses_model:
-                    n_tokens, n_resp = n_tokens[keep], n_resp[keep]
-                    model_blocks = {k: v[keep] for k, v in model_blocks.items()}
-                skipped = sorted([*skipped, *rows.skipped])
-            model_blocks[kind] = rows.embedding
-            truncated += int(rows.truncated.sum())
+            self._add_encoder_block(rows, kind, on_batch)
+        embedding = combine_blocks(self._blocks(rows), self.weights)
+        ids = np.array([ex.id for ex in rows.kept], dtype=np.int64)
+        return ChunkResult(ids=ids, embedding=embedding, n_tokens=rows.n_tokens, n_response_tokens=rows.n_resp,
+                           loss=rows.loss.astype(np.float32), skipped=list(rows.skipped), tokens=rows.tokens,
+                           truncated=rows.truncated)
 
+    def _model_pass(self, examples: list, on_batch) -> _Rows:
+        """The causal-LM blocks and the loss of `examples`, in batches of about `batch_tokens` tokens."""
+        import torch
+
+        from cluster_curate.features.models import collate, encode_examples
+
+        encoded, skipped = encode_examples(self.fm.tokenizer, examples, self.max_length)
+        kept_ids = {e.id for e in encoded}
+        n = len(encoded)
+        n_tokens = np.array([e.n_tokens for e in encoded], dtype=np.int64)
+        rows = _Rows(kept=[ex for ex in examples if ex.id in kept_ids], loss=np.full(n, np.nan, dtype=np.float32),
+                     n_tokens=n_tokens, n_resp=np.array([e.n_response_tokens for e in encoded], dtype=np.int64),
+                     skipped=skipped)
+        parts: dict[str, list] = {f: [] for f in self.features if f in MODEL_FEATURES}
+        positions: list[np.ndarray] = []
+        for idx in plan_batches(n_tokens, self.batch_tokens):
+            batch = collate([encoded[i] for i in idx], self.fm.pad_id, self.fm.device)
+            self._extract_batch(batch, idx, parts, rows.loss)
+            positions.append(np.asarray(idx, dtype=np.int64))
+            batch_tokens = int(n_tokens[idx].sum())
+            rows.tokens += batch_tokens
+            if on_batch is not None:
+                on_batch(len(idx), batch_tokens)
+            del batch
+        if n and self.fm.device.type == "cuda":
+            torch.cuda.synchronize(self.fm.device)
+        where = np.concatenate(positions) if positions else np.zeros(0, dtype=np.int64)
+        for kind, chunks in parts.items():
+            rows.blocks[kind] = _in_example_order(chunks, where, self.dims.get(kind, 0))
+        return rows
+
+    def _extract_batch(self, batch, idx: list[int], parts: dict[str, list], loss: np.ndarray) -> None:
+        """One batch: its rows of every model block appended to `parts`, its loss written into `loss[idx]`."""
+        from cluster_curate.features.extractors import extract
+
+        for kind in parts:
+            if kind == "loss-trajectory":
+                cols = [extract(m, batch, "loss-trajectory")["loss"] for m in self.trajectory]
+                parts[kind].append(np.stack(cols, axis=1).astype(np.float32))
+                continue
+            out = extract(self.fm, batch, kind, pool=self.pool, projector=self.projectors.get(kind),
+                          layers=self.layers)
+            parts[kind].append(out["embedding"])
+            loss[idx] = out["loss"]
+        if all(k == "loss-trajectory" for k in parts):  # the main model's loss is still wanted
+            loss[idx] = extract(self.fm, batch, "loss-trajectory")["loss"]
+
+    def _add_encoder_block(self, rows: _Rows, kind: str, on_batch) -> None:
+        """The block of an encoder feature (`semantic`) into `rows`; a row it finds no text in is reported and
+        left out of every block."""
+        # with a causal-LM feature its batches advanced the rows already; the encoder adds its tokens
+        report = on_batch if on_batch is None or not self.uses_model else (lambda n, t: on_batch(0, t))
+        encoded = self.featurizers[kind].rows(rows.kept, self.batch_tokens, report)
+        if not self.uses_model:
+            rows.n_tokens, rows.n_resp, rows.tokens = encoded.n_tokens, encoded.n_response_tokens, encoded.tokens
+        else:
+            rows.tokens += encoded.tokens
+        if encoded.skipped:
+            gone = {i for i, _ in encoded.skipped}
+            keep = np.array([ex.id not in gone for ex in rows.kept], dtype=bool)
+            rows.kept = [ex for ex in rows.kept if ex.id not in gone]
+            rows.loss = rows.loss[keep]
+            if self.uses_model:
+                rows.n_tokens, rows.n_resp = rows.n_tokens[keep], rows.n_resp[keep]
+                rows.blocks = {k: v[keep] for k, v in rows.blocks.items()}
+            rows.skipped = sorted([*rows.skipped, *encoded.skipped])
+        rows.blocks[kind] = encoded.embedding
+        rows.truncated += int(encoded.truncated.sum())
+
+    def _blocks(self, rows: _Rows) -> list[np.ndarray]:
+        """Every feature's block in `features` order (a kind without a model: its featurizer, now), each as
+        wide as the first chunk's."""
         blocks = []
         for kind in self.features:
-            if kind in model_blocks:
-                block = model_blocks[kind]
+            if kind in rows.blocks:
+                block = rows.blocks[kind]
             else:
-                block = self.featurizers[kind].transform_examples(kept)
+                block = self.featurizers[kind].transform_examples(rows.kept)
             if kind in self.dims and block.shape[1] != self.dims[kind]:
                 raise RuntimeError(f"{kind}: block of width {block.shape[1]}, expected {self.dims[kind]}")
             self.dims[kind] = int(block.shape[1])
             blocks.append(block)
-        embedding = combine_blocks(blocks, self.weights)
-        ids = np.array([ex.id for ex in kept], dtype=np.int64)
-        return ChunkResult(ids=ids, embedding=embedding, n_tokens=n_tokens, n_response_tokens=n_resp,
-                           loss=loss.astype(np.float32), skipped=list(skipped), tokens=tokens, truncated=truncated)
+        return blocks
+
+
+@dataclass
+class _Rows:
+    """A chunk's rows while `Embedder.embed` builds them: the examples kept, their counts and loss, the blocks
+    computed so far (by kind), the skipped (id, reason), the tokens processed and the rows truncated."""
+    kept: list
+    loss: np.ndarray
+    n_tokens: np.ndarray | None = None
+    n_resp: np.ndarray | None = None
+    blocks: dict = field(default_factory=dict)
+    skipped: list = field(default_factory=list)
+    tokens: int = 0
+    truncated: int = 0
+
+
+def _word_counted(examples: list, on_batch) -> _Rows:
+    """Rows with no model and no encoder: their tokens are whitespace words."""
+    from cluster_curate.features.text import word_counts
+
+    kept = list(examples)
+    counts = [word_counts(ex) for ex in kept]
+    n_tokens = np.array([c[0] for c in counts], dtype=np.int64).reshape(-1)
+    rows = _Rows(kept=kept, loss=np.full(len(kept), np.nan, dtype=np.float32), n_tokens=n_tokens,
+                 n_resp=np.array([c[1] for c in counts], dtype=np.int64).reshape(-1), tokens=int(n_tokens.sum()))
+    if on_batch is not None and kept:
+        on_batch(len(kept), rows.tokens)
+    return rows
+
+
+def _in_example_order(chunks: list[np.ndarray], where: np.ndarray, width: int) -> np.ndarray:
+    """A model block's batches, stacked back into the order of the examples (`where`: their positions)."""
+    if not chunks:
+        return np.zeros((0, width), dtype=np.float32)
+    stacked = np.concatenate(chunks, axis=0)
+    block = np.empty_like(stacked)
+    block[where] = stacked
+    return block
+
 
 
 def chunk_table(result: ChunkResult):

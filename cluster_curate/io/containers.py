@@ -2,8 +2,8 @@
 "Extension points"). io/datasets.py turns those rows into examples.
 
 A JSON-like container (`_JsonLines`, `_JsonDocument`) yields `_Row`s (python dicts with their line); a
-columnar one (`_Csv`, `_Parquet`, `_HFDataset`) yields Arrow batches. `_open_source(source)` picks the
-container from the path (or the Hugging Face id). A new container: a class with `kind`, `iter_rows()` or
+columnar one (`_Csv`, `_Parquet`, `HFDataset` in io/hf_datasets.py) yields Arrow batches. `_open_source(source)`
+picks the container from the path (or the Hugging Face id). A new container: a class with `kind`, `iter_rows()` or
 `batches(batch_rows)`, and `count()`, plus its case in `_open_source`.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
-import logging
 import os
 import re
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from cluster_curate.errors import CurateError
+from cluster_curate.io.hf_datasets import load_from_disk, load_hub
 
 _CHUNK_BYTES = 1 << 20     # read size for JSON / CSV
 
@@ -390,75 +390,9 @@ class _Parquet:
         return self.rows
 
 
-class _HFDataset:
-    """A `datasets.Dataset` (from save_to_disk or load_dataset), read as Arrow batches without loading it."""
-
-    def __init__(self, hf, kind: str, files: list[Path]):
-        self.hf, self.kind, self.files = hf, kind, files
-        self.rows = len(hf)
-
-    def batches(self, batch_rows: int = 2048) -> Iterator[pa.RecordBatch]:
-        for table in self.hf.with_format("arrow").iter(batch_size=batch_rows):
-            yield from table.to_batches()
-
-    def count(self) -> int:
-        return self.rows
-
-
-def _load_from_disk(path: Path):
-    import datasets
-    try:
-        if not json.loads((path / "state.json").read_text(encoding="utf-8")).get("_data_files", True):
-            raise CurateError(f"{path}: dataset is empty (no rows)")
-    except (OSError, ValueError, AttributeError):
-        pass  # a DatasetDict, or a state.json we do not understand: let datasets judge
-    try:
-        obj = datasets.load_from_disk(str(path))
-    except Exception as e:  # noqa: BLE001 - datasets raises many types; one line for the user
-        raise CurateError(f"{path}: cannot load the datasets.save_to_disk directory ({str(e).splitlines()[0]})") from None
-    if isinstance(obj, datasets.DatasetDict):
-        splits = list(obj)
-        split = "train" if "train" in obj else (splits[0] if len(splits) == 1 else None)
-        if split is None:
-            raise CurateError(f"{path}: a DatasetDict with splits {splits} and no 'train'; pass {path}/SPLIT")
-        obj = obj[split]
-    return _HFDataset(obj, "hf-disk", [path])
-
-
 _HF_ID = re.compile(r"^(hf:)?(?P<name>[A-Za-z0-9][\w.-]*(/[\w.-]+)?)(@(?P<config>[\w.-]+))?(:(?P<split>[\w.\[\]:%-]+))?$")
 _FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".tsv", ".gz", ".arrow", ".ndjson")
 
-
-def _load_hub(source: str, m: re.Match):
-    import datasets
-    from huggingface_hub import constants
-
-    from cluster_curate.io.hub import HUB_PROBE_SECONDS, hub_offline, hub_reachable
-    name, config, split = m.group("name"), m.group("config"), m.group("split") or "train"
-    offline = bool(datasets.config.HF_HUB_OFFLINE) or os.environ.get("HF_DATASETS_OFFLINE") == "1"
-    # Without a network datasets retries for ~25 s before failing; a one-second probe first, and the cache
-    # only when the hub does not answer.
-    unreachable = not offline and not hub_reachable(constants.ENDPOINT)
-    hub_log = logging.getLogger("huggingface_hub")
-    level = hub_log.level
-    hub_log.setLevel(logging.ERROR)  # its retry warnings would print before our one-line error
-    try:
-        with hub_offline(unreachable):
-            hf = datasets.load_dataset(name, config, split=split)
-    except Exception as e:  # noqa: BLE001
-        first = (str(e).splitlines() or [type(e).__name__])[0]
-        if offline or unreachable:
-            why = (f"the hub ({constants.ENDPOINT}) did not answer within {HUB_PROBE_SECONDS:g} s" if unreachable
-                   else "the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE)")
-            raise CurateError(f"{source}: no such file or directory, and not a cached Hugging Face dataset: {why} "
-                              f"and {name!r} is not in the local cache; download it first or pass a local path") \
-                from None
-        raise CurateError(f"{source}: no such file or directory, and cannot load it as a Hugging Face dataset "
-                          f"({first})") from None
-    finally:
-        hub_log.setLevel(level)
-    files = [Path(c["filename"]) for c in hf.cache_files]
-    return _HFDataset(hf, "hf-hub", files)
 
 
 def _is_saved_hf_dataset(path: Path) -> bool:
@@ -487,13 +421,13 @@ def _open_source(source: str):
         m = _HF_ID.match(source)
         if m and (source.startswith("hf:") or not (source.lower().endswith(_FILE_SUFFIXES)
                                                     or source.startswith((".", "/", "~")))):
-            return path, _load_hub(source, m)
+            return path, load_hub(source, m.group("name"), m.group("config"), m.group("split") or "train")
         raise CurateError(f"{source}: no such file or directory")
     if path.is_dir():
         if not os.access(path, os.R_OK | os.X_OK):
             raise CurateError(f"{path}: cannot read the directory (permission denied)")
         if _is_saved_hf_dataset(path):
-            return path, _load_from_disk(path)
+            return path, load_from_disk(path)
         return path, _Parquet(path)
     name = path.name.lower()
     name = name[:-3] if name.endswith(".gz") else name

@@ -47,7 +47,8 @@ from typing import Iterator
 import pyarrow as pa
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.containers import _HFDataset, _open_source, _Row, file_fingerprint
+from cluster_curate.io.containers import _open_source, _Row, file_fingerprint
+from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.formats import FieldMap, RecordError, resolve_fields, to_example
 
 __all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset", "default_rejects_path",
@@ -214,7 +215,7 @@ class Dataset:
     # ------------------------------------------------------------------------------------------- lineage
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            if isinstance(self._src, _HFDataset) and self._src.kind == "hf-hub":
+            if isinstance(self._src, HFDataset) and self._src.kind == "hf-hub":
                 files = [f for f in self._src.files if f.exists()]
                 if files:
                     h = hashlib.blake2b(digest_size=12)

@@ -2,6 +2,7 @@
 with the checks done here once -- required columns present, no nulls, no repeated id, the kind expected --
 so that commands and stages receive aligned data and never look at files.
 
+    embedding_matrix(column)         an Arrow list column of vectors as [n, d] float32 (a view when it can be)
     read_embeddings(path)            ids, [n, d] float32 matrix, meta
     read_embedding_columns(path, ..) small per-row columns aligned with given ids
     read_clusters(path)              ids, labels, similarity, k, groups, meta
@@ -61,13 +62,78 @@ def align(sorted_ids: np.ndarray, wanted: np.ndarray, missing_message) -> np.nda
 
 # ----------------------------------------------------------------------------------------------- embeddings
 
+def embedding_matrix(column: pa.Array | pa.ChunkedArray, ids: np.ndarray | None = None,
+                     name: str = "embedding") -> np.ndarray:
+    """An Arrow list column of vectors as a numpy [n, d] float32 array.
+
+    A single-chunk fixed-size list of float32 without nulls becomes a view of Arrow's values buffer (no copy);
+    several chunks are copied once into one matrix; other float types are converted. `ids` (same length) only
+    serve to name the row in errors.
+    """
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    chunks = [c for c in chunks if len(c)]
+    n = sum(len(c) for c in chunks)
+    if n == 0:
+        return np.zeros((0, _list_size(column.type, name)), dtype=np.float32)
+    if len(chunks) == 1:
+        return _chunk_matrix(chunks[0], ids, name)
+    d = _list_size(column.type, name) or _chunk_matrix(chunks[0], None, name).shape[1]
+    out = np.empty((n, d), dtype=np.float32)
+    start = 0
+    for c in chunks:
+        part_ids = None if ids is None else ids[start:start + len(c)]
+        m = _chunk_matrix(c, part_ids, name)
+        if m.shape[1] != d:
+            raise CurateError(f"{name}: vectors of different lengths ({m.shape[1]} and {d})")
+        out[start:start + len(c)] = m
+        start += len(c)
+    return out
+
+
+def _list_size(t: pa.DataType, name: str) -> int:
+    if pa.types.is_fixed_size_list(t):
+        return t.list_size
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return 0  # variable-size list: the length is checked per row
+    raise CurateError(f"{name}: expected a list of floats per row, found {t}")
+
+
+def _chunk_matrix(arr: pa.Array, ids: np.ndarray | None, name: str) -> np.ndarray:
+    def where(i: int) -> str:
+        return f"id {ids[i]}" if ids is not None else f"row {i}"
+
+    if arr.null_count:
+        first = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        raise CurateError(f"{name}: missing vector at {where(first)}")
+    t = arr.type
+    if pa.types.is_fixed_size_list(t):
+        d = t.list_size
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        lengths = np.diff(arr.offsets.to_numpy())
+        d = int(lengths[0]) if len(lengths) else 0
+        bad = np.flatnonzero(lengths != d)
+        if len(bad):
+            raise CurateError(f"{name}: vector at {where(int(bad[0]))} has {lengths[bad[0]]} values, "
+                              f"the first has {d}")
+    else:
+        raise CurateError(f"{name}: expected a list of floats per row, found {t}")
+    values = arr.flatten()  # honours the array's offset; zero-copy for a fixed-size list without nulls
+    if not pa.types.is_floating(values.type):
+        raise CurateError(f"{name}: expected float values, found {values.type}")
+    if values.null_count:
+        first = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0]) // max(d, 1)
+        raise CurateError(f"{name}: null value inside the vector at {where(first)}")
+    flat = values.to_numpy(zero_copy_only=False)
+    if flat.dtype != np.float32:
+        flat = flat.astype(np.float32)
+    return flat.reshape(len(arr), d)
+
+
 def read_embeddings(path, *, force: bool = False, batch_rows: int = 65536):
     """The `embedding` column of an embeddings artifact as one [n, d] float32 matrix in id order, plus the
     sorted ids and the artifact's meta. Memory: the matrix plus one batch (each batch's vectors are a view of
     Arrow's buffer, copied once into place). Errors name the file and the first bad id."""
     import pyarrow.parquet as pq
-
-    from cluster_curate.clustering import embedding_matrix
 
     meta = read_meta(path, None if force else names.EMBEDDINGS)
     files = artifact_files(path)

@@ -1,0 +1,180 @@
+"""Budgets taken along the water-filling's sequence of rows (docs/architecture.md, "Layers"): a
+budget in tokens, and per-source bounds on a budget in rows or tokens. Pure functions on numpy arrays.
+
+    seq    = take_sequence(order, clusters, weights, available)   # the rows in the order water-filling takes them
+    quotas = token_water_fill(...)                                 # rows per cluster for a budget in tokens
+    rows   = source_bounded_rows(...)                              # the rows, each source within its share
+
+With unit weights and p = 0 the sequence is exactly selection.water_fill_quotas (grouped_quotas with groups),
+so these generalise the row quotas of selection.py, which calls them from `select_rows`; a change here that
+changes what is selected bumps selection.ALGORITHM_VERSION.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cluster_curate.errors import CurateError
+
+
+TOKEN_MODES = ("token-budget", "token-fraction")
+
+
+def check_token_budget_args(token_budget: int | None = None, token_fraction: float | None = None) -> str | None:
+    """At most one token budget, in range. Returns 'token-budget' | 'token-fraction' | None (rows)."""
+    if token_budget is not None and token_fraction is not None:
+        raise CurateError("give one of --token-budget T, --token-fraction F (got both)")
+    if token_budget is not None:
+        if int(token_budget) != token_budget or token_budget <= 0:
+            raise CurateError(f"--token-budget must be a positive number of tokens, got {token_budget}")
+        return "token-budget"
+    if token_fraction is not None:
+        if not (0 < token_fraction <= 1 and math.isfinite(token_fraction)):
+            raise CurateError(f"--token-fraction must be in (0, 1], got {token_fraction}")
+        return "token-fraction"
+    return None
+
+
+def token_budget_for(total_tokens: int, token_budget: int | None = None, token_fraction: float | None = None,
+                     counted_by: str = "counted") -> int:
+    """Tokens for `--token-budget T` (T itself) or `--token-fraction F` (floor(F·total)); a budget larger
+    than the data is refused (a row budget is capped instead: here it usually means the wrong tokenizer)."""
+    if token_budget is not None:
+        if token_budget > total_tokens:
+            raise CurateError(f"--token-budget {int(token_budget):,} is larger than the data's {total_tokens:,} "
+                              f"tokens ({counted_by}); lower it or use --token-fraction")
+        return int(token_budget)
+    return max(1 if total_tokens else 0, int(math.floor(token_fraction * total_tokens + 1e-9)))
+
+
+def token_water_fill(order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray, available: np.ndarray,
+                     budget_tokens: int, balance_power: float = 0.0,
+                     group_of_cluster: np.ndarray | None = None) -> np.ndarray:
+    """Rows per cluster (quotas) for a budget in tokens: `water_fill_quotas` with each cluster's quota in
+    tokens. Each cluster gives its rows in `order` (positions grouped by cluster, `available[c]` rows each)
+    while its running token total P stays under a common level λ·W_c^p (W_c: the cluster's tokens; p = 0:
+    one level for all): rows are taken in `take_sequence` order until the next row would pass the budget, so
+    the selected tokens S satisfy S ≤ T < S + (tokens of the next row), i.e. T is met to within one row.
+    With unit tokens and p = 0 this is exactly `water_fill_quotas` (and `grouped_quotas` with groups)."""
+    seq = take_sequence(order, clusters, tokens, available, balance_power, group_of_cluster)
+    n_take = int(np.searchsorted(np.cumsum(np.asarray(tokens, dtype=np.int64)[seq]), budget_tokens, side="right"))
+    return np.bincount(np.asarray(clusters)[seq[:n_take]], minlength=len(available)).astype(np.int64)
+
+
+def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, available: np.ndarray,
+                  balance_power: float = 0.0, group_of_cluster: np.ndarray | None = None) -> np.ndarray:
+    """The row positions of `order` in the order the water-filling takes them: every row gets the key
+    P / W_c^p (P: the running weight of its cluster up to and including it, in `order`; W_c: the cluster's
+    weight), rows are sorted by key, ties to the cluster with more weight, then the lower cluster number.
+    Any prefix of the sequence takes a prefix of each cluster's order. With groups: each group's rows are
+    sequenced so over its clusters, then the groups are water-filled by their own running weights."""
+    order = np.asarray(order)
+    c = np.asarray(clusters)[order].astype(np.int64)
+    t = np.asarray(weights)[order].astype(np.int64)
+    if (t < 0).any():
+        raise CurateError("token counts must be >= 0")
+    if not len(order):
+        return order.astype(np.int64)
+
+    def levels(unit: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Running weight of each row inside its unit (rows in `seq` order, units contiguous) and each
+        unit's total."""
+        tt = t[seq]
+        cum = np.cumsum(tt)
+        totals = np.bincount(unit, weights=tt, minlength=int(unit.max()) + 1)
+        first = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]])
+        base = np.repeat(cum[first] - tt[first], np.diff(np.r_[first, len(unit)]))
+        return cum - base, totals.astype(np.float64)
+
+    def keys(prefix: np.ndarray, totals: np.ndarray, unit: np.ndarray) -> np.ndarray:
+        if balance_power == 0:
+            return prefix.astype(np.float64)
+        w = totals[unit] ** balance_power
+        return prefix / np.where(w > 0, w, 1.0)
+
+    # clusters: `order` already has them contiguous, each in preference order
+    prefix, w_c = levels(c, np.arange(len(order)))
+    key_c = keys(prefix, w_c, c)
+    if group_of_cluster is None:
+        seq = np.lexsort((c, -w_c[c], key_c))
+    else:
+        g = np.asarray(group_of_cluster, dtype=np.int64)[c]
+        in_group = np.lexsort((c, -w_c[c], key_c, g))  # each group's rows, water-filled over its clusters
+        prefix_g, w_g = levels(g[in_group], in_group)
+        key_g = keys(prefix_g, w_g, g[in_group])
+        seq = in_group[np.lexsort((g[in_group], -w_g[g[in_group]], key_g))]
+    return order[seq]
+
+
+def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarray, budget: int,
+                        low: np.ndarray, high: np.ndarray, names: list[str] | None = None,
+                        unit: str = "rows") -> np.ndarray:
+    """The rows to select when each source s must give at least low[s] and at most high[s] (in weight units:
+    rows, or tokens) of a budget: every source takes its rows in `seq` order (the water-filling's), and the
+    unbounded sources share what the bounds leave by the same order. Formally, with m_s(τ) the weight of
+    source s among seq[:τ], each source takes its shortest prefix reaching min(max(m_s(τ), low), high) (at
+    least low, at most high), and τ is the largest cut whose total is within the budget: with unit weights
+    the total is the budget exactly, with tokens within one row. Returns the selected row positions (in
+    `seq` order); a budget the bounds cannot meet is refused with the reason."""
+    names = names or [str(i) for i in range(len(low))]
+    seq = np.asarray(seq)
+    s = np.asarray(sources)[seq].astype(np.int64)
+    w = np.asarray(weights)[seq].astype(np.int64)
+    n_src = len(low)
+    pos = [np.flatnonzero(s == k) for k in range(n_src)]            # each source's rows, in seq order
+    cum = [np.cumsum(w[p]) for p in pos]                             # their running weight
+    avail = np.array([int(c[-1]) if len(c) else 0 for c in cum], dtype=np.int64)
+    floor_rows = np.array([int(np.searchsorted(c, lo, side="left")) + 1 if lo > 0 else 0
+                           for c, lo in zip(cum, low)], dtype=np.int64)  # shortest prefix with weight >= low
+    cap_rows = np.array([int(np.searchsorted(c, hi, side="right")) for c, hi in zip(cum, high)], dtype=np.int64)
+    for k in range(n_src):
+        if low[k] > avail[k]:
+            raise CurateError(f"source {names[k]}: its floor is {int(low[k]):,} {unit} and it has only "
+                              f"{int(avail[k]):,} {unit} to select from")
+        if floor_rows[k] > cap_rows[k]:
+            raise CurateError(f"source {names[k]}: its floor ({int(low[k]):,} {unit}) is above its cap "
+                              f"({int(high[k]):,} {unit})")
+
+    def taken(tau: int) -> np.ndarray:
+        m = np.array([int(np.searchsorted(p, tau, side="left")) for p in pos], dtype=np.int64)  # rows < tau
+        return np.minimum(np.maximum(m, floor_rows), cap_rows)
+
+    def total(rows: np.ndarray) -> int:
+        return int(sum(int(c[r - 1]) for c, r in zip(cum, rows) if r > 0))
+
+    floors = total(taken(0))
+    if floors > budget:
+        raise CurateError(f"the sources' floors need {floors:,} {unit}, more than the budget of {budget:,}")
+    most = total(taken(len(seq)))
+    if budget - most >= (1 if unit == "rows" else max(int(w.max()), 1)):  # tokens: within one row is met
+        raise CurateError(f"the sources' caps allow at most {most:,} {unit}, less than the budget of {budget:,}")
+    lo, hi = 0, len(seq)
+    while lo < hi:  # the largest cut within the budget
+        mid = (lo + hi + 1) // 2
+        if total(taken(mid)) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    rows = taken(lo)
+    return seq[np.sort(np.concatenate([p[:r] for p, r in zip(pos, rows)]))]
+
+
+
+def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.ndarray, weights: np.ndarray,
+                        available: np.ndarray, target: int, min_share, max_share, names: list[str] | None,
+                        unit: str, balance_power: float = 0.0,
+                        group_of_cluster: np.ndarray | None = None) -> np.ndarray:
+    """The selected row positions when each source gives at least `min_share` and at most `max_share` of the
+    `target` (per source, NaN: no bound; None: no bound for any source): `source_bounded_take` along the
+    water-filling's `take_sequence`."""
+    n_src = int(np.max(sources)) + 1 if names is None else len(names)
+    share_lo = np.nan_to_num(np.asarray(min_share if min_share is not None else [np.nan] * n_src,
+                                        dtype=np.float64), nan=0.0)
+    share_hi = np.nan_to_num(np.asarray(max_share if max_share is not None else [np.nan] * n_src,
+                                        dtype=np.float64), nan=1.0)
+    low = np.ceil(share_lo * target - 1e-9).astype(np.int64)
+    high = np.floor(share_hi * target + 1e-9).astype(np.int64)
+    seq = take_sequence(order, clusters, weights, available, balance_power, group_of_cluster)
+    return source_bounded_take(seq, sources, weights, target, low, high, names, unit)

@@ -1,0 +1,179 @@
+"""Orders inside a cluster (docs/architecture.md, "Extension points"): which rows of a cluster `select` takes
+first, as pure functions on numpy arrays.
+
+    order = order_within_cluster(clusters, within, ...)   # rows grouped by cluster, each in `--within` order
+    keep  = dedup_within_cluster(features, order, ...)    # optional near-duplicate removal, along that order
+    picks = k_center_greedy(x, quota)                     # `diverse`: a cluster's rows chosen by their features
+
+An order is one sort of a key per row (vectorised); only `diverse` and `dedup` loop over clusters, and they
+need the feature vectors. selection.py takes each cluster's quota of rows in this order; a change here that
+changes what is selected bumps selection.ALGORITHM_VERSION.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cluster_curate.errors import CurateError
+from cluster_curate.registry import Registry
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place on a uint64 array (wrapping arithmetic)."""
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def random_keys(ids: np.ndarray, seed: int) -> np.ndarray:
+    """A pseudo-random uint64 per id that depends only on (id, seed): the random order of a row does not
+    depend on where it sits in the file or on the other rows."""
+    salt = _mix64(np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64))[0]
+    z = np.asarray(ids).astype(np.uint64)
+    z *= _GOLDEN
+    z += salt
+    return _mix64(z)
+
+
+def _float_key(values: np.ndarray, descending: bool) -> np.ndarray:
+    """uint32 whose unsigned order is the float order of `values` (NaN always last)."""
+    v = np.asarray(values, dtype=np.float32).copy()
+    nan = np.isnan(v)
+    if descending:
+        np.negative(v, out=v)
+    v[nan] = np.inf
+    bits = v.view(np.uint32)
+    return np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(0x80000000))
+
+
+# ------------------------------------------------------------------------------------------ in-cluster orders
+# An order is a sort key per row (ascending: preferred first) from the row's inputs; `needs` names the inputs
+# it reads (similarity: the clusters artifact's column; loss, features: the embeddings artifact's). An order
+# with `picks(features, quota) -> positions` chooses a cluster's rows itself from its rows in key order
+# (diverse). Add one: a key function + a line here.
+
+WITHIN = Registry("--within")
+
+
+def _random_key(*, ids, seed, **_):
+    return (random_keys(ids, seed) >> np.uint64(32)).astype(np.uint32)
+
+
+WITHIN.register("random", "a seeded random order (the default)", _random_key, needs=(), picks=None)
+WITHIN.register("far", "farthest from the centroid first (the paper's choice)",
+                lambda *, similarity, **_: _float_key(similarity, descending=False), needs=("similarity",),
+                picks=None)
+WITHIN.register("near", "nearest to the centroid first (most typical)",
+                lambda *, similarity, **_: _float_key(similarity, descending=True), needs=("similarity",),
+                picks=None)
+WITHIN.register("diverse", "greedy k-center inside the cluster, starting from the most typical row (needs "
+                "embeddings)", lambda *, similarity, **_: _float_key(similarity, descending=True),
+                needs=("similarity", "features"), picks=lambda x, quota: k_center_greedy(x, quota, first=0))
+WITHIN.register("hard", "highest loss first (the embeddings artifact's `loss`)",
+                lambda *, loss, **_: _float_key(loss, descending=True), needs=("loss",), picks=None)
+WITHIN_ORDERS = WITHIN.names
+_NEEDS_MESSAGE = {"similarity": "--within {} needs the similarity column of the clusters artifact",
+                  "loss": "--within {} needs a `loss` column (from the embeddings artifact)"}
+
+
+def group_by_cluster(clusters: np.ndarray, k: int | None = None) -> np.ndarray:
+    """Row positions grouped by cluster, ascending, rows of a cluster in position order (a stable sort;
+    a radix sort when the cluster numbers fit in 16 bits)."""
+    clusters = np.asarray(clusters)
+    k = int(clusters.max()) + 1 if k is None and len(clusters) else (k or 0)
+    small = clusters.astype(np.uint16) if k <= 1 << 16 else clusters
+    return np.argsort(small, kind="stable")
+
+
+def order_within_cluster(clusters: np.ndarray, within: str, *, ids: np.ndarray | None = None,
+                         similarity: np.ndarray | None = None, loss: np.ndarray | None = None,
+                         seed: int = 0, k: int | None = None) -> np.ndarray:
+    """Row positions grouped by cluster (ascending), each cluster's rows in preference order.
+
+    random: by random_keys(id, seed); far: lowest similarity to the centroid first; near: highest first;
+    hard: highest loss first (NaN last). Ties go to the lower row position. (`diverse` depends on the
+    quota, see k_center_greedy; its base order here is `near`.)
+    """
+    n = len(clusters)
+    entry = WITHIN.get(within)
+    inputs = {"ids": np.arange(n) if ids is None else ids, "similarity": similarity, "loss": loss}
+    for need in entry.needs:
+        if need in _NEEDS_MESSAGE and inputs[need] is None:
+            raise CurateError(_NEEDS_MESSAGE[need].format(within))
+    key = entry.value(seed=seed, **inputs)
+    clusters = np.asarray(clusters)
+    order = group_by_cluster(clusters, k)
+    # then each cluster's segment by key: sorting k short segments costs less than one sort of n rows
+    grouped_key = key[order]
+    del key
+    sizes = np.bincount(clusters, minlength=k or 0)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    for s, e in zip(bounds[:-1], bounds[1:]):
+        if e - s > 1:
+            seg = order[s:e]
+            seg[:] = seg[np.argsort(grouped_key[s:e], kind="stable")]
+    return order
+
+
+def k_center_greedy(x: np.ndarray, n_pick: int, first: int = 0) -> np.ndarray:
+    """Greedy k-center (farthest-first traversal) on unit rows: start at `first`, then repeatedly take the
+    row least similar to everything taken so far. Returns positions into x, in pick order. O(n_pick·m·d)."""
+    m = len(x)
+    n_pick = min(n_pick, m)
+    picks = np.empty(n_pick, dtype=np.int64)
+    if n_pick == 0:
+        return picks
+    picks[0] = first
+    nearest = x @ x[first]  # similarity of every row to its most similar picked row
+    nearest[first] = np.inf
+    for i in range(1, n_pick):
+        j = int(np.argmin(nearest))
+        picks[i] = j
+        np.maximum(nearest, x @ x[j], out=nearest)
+        nearest[j] = np.inf
+    return picks
+
+
+def dedup_within_cluster(features: np.ndarray, order: np.ndarray, sizes: np.ndarray, threshold: float,
+                         block_rows: int = 512) -> np.ndarray:
+    """Near-duplicate removal: walking each cluster's rows in `order`, a row is dropped when its cosine
+    similarity to a row already kept in its cluster exceeds `threshold` (features are unit rows).
+
+    Returns a bool mask over rows (True = kept). Exact greedy, computed block by block with matrix
+    products: O(Σ_c size_c · kept_c · d).
+    """
+    n, d = features.shape
+    keep = np.ones(n, dtype=bool)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    thr = np.float32(threshold)
+    for c in range(len(sizes)):
+        rows = order[starts[c]:starts[c + 1]]
+        if len(rows) < 2:
+            continue
+        kept = np.empty((min(len(rows), 4 * block_rows), d), dtype=np.float32)
+        n_kept = 0
+        for b in range(0, len(rows), block_rows):
+            block_rows_idx = rows[b:b + block_rows]
+            xb = features[block_rows_idx]
+            drop = np.zeros(len(xb), dtype=bool)
+            for k0 in range(0, n_kept, 8192):
+                drop |= (xb @ kept[k0:min(n_kept, k0 + 8192)].T).max(axis=1) > thr
+            close = np.triu(xb @ xb.T > thr, 1)
+            for i in np.flatnonzero(close.any(axis=1)).tolist():
+                if not drop[i]:
+                    drop |= close[i]
+            new = xb[~drop]
+            if n_kept + len(new) > len(kept):
+                grown = np.empty((min(len(rows), max(2 * len(kept), n_kept + len(new))), d), dtype=np.float32)
+                grown[:n_kept] = kept[:n_kept]
+                kept = grown
+            kept[n_kept:n_kept + len(new)] = new
+            n_kept += len(new)
+            keep[block_rows_idx[drop]] = False
+    return keep
