@@ -55,7 +55,7 @@ def child_write(n: int, path: str) -> dict:
     import pyarrow as pa
 
     from cluster_curate.io import artifacts as A
-from cluster_curate.io import writer as W
+    from cluster_curate.io import writer as W
     ids, clusters, sim = synthetic(n)
     record = {"source": "synthetic", "fingerprint": f"synthetic-{n}", "rows": n}
     meta = A.make_meta("clusters", {"k": K}, {"embeddings": {"path": "none", "fingerprint": "none", "rows": n}},
