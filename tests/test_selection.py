@@ -237,8 +237,8 @@ def test_select_command_writes_selection_with_lineage(tmp_path, cli_runner, chai
     r = invoke(cli_runner, "select", clusters, "--out", out, "--fraction", 0.31, "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
-    assert summary["selected"] == 124 and summary["fraction of the data"] == 0.31
-    assert summary["clusters covered"].startswith("6 / 6") and len(summary["table"]) == 6
+    assert summary["selected"] == 124 and summary["kept"] == 0.31
+    assert summary["clusters_covered"] == {"covered": 6, "nonempty": 6} and len(summary["per_cluster"]) == 6
 
     table, meta = A.read_artifact(out, kind="selection")
     assert table.column_names == ["id", "cluster", "rank_in_cluster", "n_tokens"]
@@ -277,7 +277,7 @@ def test_select_orders_and_options(tmp_path, cli_runner, chain, args):
     if args[0] == "--per-cluster-ratio":
         smallest = min(meta.params["cluster_sizes"])
         assert set(meta.params["quotas"]) == {int(0.5 * smallest)}
-        assert "below 0.5" in summary["rule"] and summary["fraction of the data"] < 0.5
+        assert "below 0.5" in summary["rule"] and summary["kept"] < 0.5
     elif "--dedup" in args:
         dropped = meta.params["dedup_dropped"]
         assert dropped >= 1 and table.num_rows == min(399, 400 - dropped)
