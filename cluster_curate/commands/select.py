@@ -402,7 +402,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     value = o[mode.replace("-", "_")]
     nonempty, covered = int((sel.sizes > 0).sum()), int((sel.quotas > 0).sum())
     q = sel.quotas[sel.sizes > 0]
-    budget = {"mode": mode, "value": value, "rows": int(sel.requested)}
+    budget = {"mode": mode, "value": value, "rows": None if sel.requested is None else int(sel.requested)}
     summary = {
         "out": out, "rows": n, "clusters": c.k,
         "budget": Shown(budget, f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else "")),
@@ -430,6 +430,8 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     has_tokens = bool(x["n_tokens"] is not None or x.get("counted_by"))
     summary["n_tokens_column"] = Shown(has_tokens, "yes" if has_tokens else
                                        f"no ({x['why_not'] or 'embeddings have no n_tokens'})", "n_tokens column")
+    if not has_tokens:
+        summary["n_tokens_why_not"] = Shown(x["why_not"] or "embeddings have no n_tokens", hidden=True)
     if sel.tokens_total is not None:
         from cluster_curate.selection import TOKEN_MODES
         if mode in TOKEN_MODES:
