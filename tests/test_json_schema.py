@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -46,7 +47,8 @@ def objects(tmp_path_factory):
     for rank in range(grid.shape[1]):
         with ConsumedLog(d / "log", rank=rank) as log:
             for step in range(grid.shape[0]):
-                log.record(grid[step, (rank + 1) % grid.shape[1]], weights[step, (rank + 1) % grid.shape[1]])  # the next rank's
+                other = (rank + 1) % grid.shape[1]  # each rank trained on the next one's shard
+                log.record(grid[step, other], weights[step, other])
     got["verify"] = _json(cli, "verify", p["shards"], "--log", d / "log", code=1)
     return got
 
@@ -80,3 +82,34 @@ def test_checker_finds_what_breaks_a_schema():
     problems = check({"a": True, "b": {"c": ["x", 2]}, "Bad Key": 0}, schema)
     assert problems == ["$: key 'Bad Key' is not snake_case", "$: missing key 'd'", "$.a: True is not int",
                         "$.b.c[1]: 2 is not str", "$: key 'Bad Key' is not in the schema"]
+
+
+def _text(*args) -> str:
+    """A command's human summary, piped (not a terminal: 80 columns)."""
+    from click.testing import CliRunner
+
+    from cluster_curate.cli import main
+    r = CliRunner().invoke(main, [str(a) for a in args])
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def test_human_summaries_speak_one_vocabulary_and_never_cut_a_path(objects, tmp_path):
+    from pathlib import Path
+    embeddings = objects["embed"]["output"]
+    pipeline = Path(embeddings).parent
+    embed = _text("embed", DATA, "--out", tmp_path / "e.parquet", *FAST)
+    for raw in ("artifact_rows", "rows_in_data", "None", "{", "rows_per_s"):  # no raw keys or values
+        assert raw not in embed, embed
+    assert "text (16 dims)" in embed and "feature pass rate" in embed
+    # the selected share is "kept" in select and report alike
+    select = _text("select", pipeline / "clusters.parquet", "--out", tmp_path / "s.parquet", "--fraction", 0.31)
+    report = _text("report", pipeline / "selection.parquet")
+    for text in (select, report):
+        assert re.search(r"kept \(fraction of the data\) +│ 0.31", text) and "kept ┃" in text, text
+        assert "share" not in text
+    # a long path wraps onto the next lines instead of being cut with "…"
+    deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 6) / "clusters.parquet"
+    cluster = _text("cluster", embeddings, "--out", deep)
+    assert "…" not in cluster
+    assert "".join(line.strip("│ ") for line in cluster.splitlines()[:12] if "│" in line).find(deep.name) >= 0
