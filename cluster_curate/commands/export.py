@@ -109,8 +109,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
 def render(result: dict, options: dict) -> None:
     from cluster_curate import console
     console.summary(f"export --for {result['for']} → {result['out']}",
-                    {k: (", ".join(v) if isinstance(v, list) else v) for k, v in result.items()
-                     if k not in ("out", "seconds")})
+                    {k: (", ".join(v) if isinstance(v, list) else v) for k, v in result.items() if k != "out"})
 
 
 SPEC = CommandSpec(
