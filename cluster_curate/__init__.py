@@ -12,6 +12,9 @@ The Python API (the CLI is a thin layer over it; options are the CLI's, spelled 
     cc.export("shards/", trainer="hf", out="export-hf/")        # the plan in the layout a trainer deals
     cc.verify("shards/", log="consumed/")                       # -> {"ok": ..., "problems": [...], ...}
 
+A summary's composite figures are `console.Shown(value, text, label)` (the table's form beside the value);
+`cluster_curate.console.machine(summary)` gives the plain values, as `--json` prints them (README, "JSON output").
+
 Importing the package stays light (a trainer imports cluster_curate.loader): the functions load on first use.
 """
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 
 import click
@@ -149,6 +150,8 @@ def _command(spec: CommandSpec) -> click.Command:
 
     def callback(quiet=False, json_mode=False, **kw):
         console.configure(quiet=quiet or json_mode, json_mode=json_mode)
+        console.WARNINGS.clear()
+        t0 = time.perf_counter()
         _take_deprecated(spec, kw)
         data = kw.get("data")  # one input, or several (a DATA... argument, --data given more than once)
         _let_pyarrow_skip_pandas(*([data] if isinstance(data, str) else list(data or ())))
@@ -156,7 +159,12 @@ def _command(spec: CommandSpec) -> click.Command:
         extra = {k: v() for k, v in spec.extra.items()}
         with _one_writer(spec.name, kw):
             result = spec.function(*args, **kw, **extra)
-        spec.render(result, kw)
+        if console.JSON_MODE:  # every command's object from one place (README, "JSON output"); rank 0's only
+            console.print_json(console.json_object(spec.name, spec.summary(result), time.perf_counter() - t0))
+        else:
+            spec.render(result, kw)
+        if spec.check is not None:
+            spec.check(result, kw)
 
     params: list[click.Parameter] = []
     for a in spec.arguments:

@@ -20,7 +20,7 @@ QUIET = False
 JSON_MODE = False
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True)  # log lines never wrapped mid-path
-_captured: list | None = None  # summaries collected instead of printed (see capture())
+WARNINGS: list[str] = []  # the warnings printed since the command began (the `warnings` of its --json object)
 
 
 def configure(quiet: bool = False, json_mode: bool = False) -> None:
@@ -35,7 +35,37 @@ def info(message: str) -> None:
 
 
 def warn(message: str) -> None:
+    WARNINGS.append(message)
     _err.print(f"[yellow]WARNING:[/yellow] {escape(message)}")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A summary value with a display form: `value` is what --json and the Python API's reader want (numbers,
+    a dict of numbers), `text` what the table shows (default: the value formatted), `label` the table's key
+    (default: the snake_case key with spaces). E.g. Shown({"min": 1, "median": 14, "max": 61}, "1 / 14 / 61",
+    "cluster size min / median / max")."""
+    value: object
+    text: str | None = None
+    label: str | None = None
+    hidden: bool = False  # JSON only (the table says it in another line)
+    in_json: bool = True  # False: a line for the table only (its value is in another key)
+
+
+def line(text: str) -> Shown:
+    """A table line whose figures --json gives under another key."""
+    return Shown(None, text, in_json=False)
+
+
+def machine(obj):
+    """`obj` with every Shown replaced by its value (the --json form)."""
+    if isinstance(obj, Shown):
+        return machine(obj.value)
+    if isinstance(obj, dict):
+        return {k: machine(v) for k, v in obj.items() if not (isinstance(v, Shown) and not v.in_json)}
+    if isinstance(obj, (list, tuple)):
+        return [machine(v) for v in obj]
+    return obj
 
 
 @dataclass
@@ -56,7 +86,8 @@ class _Plain:
             rate = self.done / max(now - self.start, 1e-9)
             eta = f", ETA {((self.total - self.done) / rate):.0f}s" if self.total and rate > 0 else ""
             total = f"/{self.total:g}" if self.total else ""
-            print(f"{self.description}: {self.done:g}{total} {self.unit} ({rate:.1f} {self.unit}/s{eta})",
+            # "so far": the rate of this step's work up to now, not a command summary's end-to-end rate
+            print(f"{self.description}: {self.done:g}{total} {self.unit} ({rate:,.0f} {self.unit}/s so far{eta})",
                   file=sys.stderr, flush=True)
 
 
@@ -100,45 +131,54 @@ def progress(description: str, total: float | None = None, unit: str = "rows"):
         yield _Rich(p, p.add_task(description, total=total))
 
 
-@contextmanager
-def capture():
-    """Collect the summaries printed inside the block as (title, data, rows) instead of printing them
-    (`run --json` prints one JSON object for all its stages)."""
-    global _captured
-    previous, _captured = _captured, []
-    try:
-        yield _captured
-    finally:
-        _captured = previous
-
-
 def summary(title: str, data: dict, rows: list[dict] | None = None) -> None:
-    """End-of-command summary: key/value pairs (+ an optional table of rows) or one JSON object."""
-    if _captured is not None:
-        _captured.append((title, data, rows))
-        return
-    if JSON_MODE:
-        out = dict(data)
-        if rows is not None:
-            out["table"] = rows
-        print(json.dumps(out, default=json_default, sort_keys=False))
-        return
-    if QUIET:
+    """End-of-command summary for a reader: key/value pairs (+ an optional table of rows). A Shown value
+    gives its own label and text; a snake_case key is shown with spaces, as a row's keys are its columns' headers. (--json
+    prints json_object() instead, cli.py.)"""
+    if QUIET or JSON_MODE:
         return
     console = Console(highlight=False)
+    # overflow="fold": a long path wraps onto the next line instead of being cut with "…" (piped output is 80
+    # columns wide)
     t = Table(title=escape(title), show_header=False, title_justify="left")
-    t.add_column("key", style="bold")
-    t.add_column("value")
+    t.add_column("key", style="bold", overflow="fold")
+    t.add_column("value", overflow="fold")
     for k, v in data.items():
-        t.add_row(escape(str(k)), escape(_fmt(v)))
+        if isinstance(v, Shown) and v.hidden:
+            continue
+        label, text = _shown(k, v)
+        t.add_row(escape(label), escape(text))
     console.print(t)
     if rows:
         rt = Table(show_header=True)
         for col in rows[0]:
-            rt.add_column(escape(str(col)), justify="right")
+            rt.add_column(escape(str(col).replace("_", " ")), justify="right", overflow="fold")
         for r in rows:
-            rt.add_row(*(escape(_fmt(v)) for v in r.values()))
+            rt.add_row(*(escape(_shown("", v)[1]) for v in r.values()))
         console.print(rt)
+
+
+def json_object(command: str, data: dict, seconds: float, warnings: list[str] | None = None) -> dict:
+    """The --json object of a command (the schema in README, "JSON output"): the common keys `command`,
+    `version`, `output` (the artifact written, else null), `seconds`, `warnings` (the warnings printed), then
+    the command's summary with every Shown value replaced by its value."""
+    from cluster_curate import __version__
+    body = machine(data)
+    output = body.pop("out", None) if "output" not in body else body.pop("output")
+    took = body.pop("seconds", None)
+    return {"command": command, "version": __version__, "output": None if output is None else str(output),
+            "seconds": round(seconds if took is None else took, 3),
+            "warnings": list(WARNINGS if warnings is None else warnings), **body}
+
+
+def print_json(obj: dict) -> None:
+    print(json.dumps(obj, default=json_default, sort_keys=False))
+
+
+def _shown(key, v) -> tuple[str, str]:
+    if isinstance(v, Shown):
+        return (v.label or str(key).replace("_", " ")), (v.text if v.text is not None else _fmt(v.value))
+    return str(key).replace("_", " "), _fmt(v)
 
 
 def _fmt(v) -> str:

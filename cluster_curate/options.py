@@ -86,6 +86,18 @@ class CommandSpec:
     help: str = ""
     extra: dict = field(default_factory=dict)    # keyword -> callable: values the CLI passes besides options
     algorithm: Callable[[], int] | None = None   # the stage's ALGORITHM_VERSION (for `run`'s up-to-date check)
+    table: str = "table"                         # --json: the key of the rows of a (summary, rows) result
+    as_json: Callable[[Any], dict] | None = None  # --json: the summary of a result of another shape
+    check: Callable[[Any, dict], None] | None = None  # after the summary (either form): raise for a failure
+
+    def summary(self, result) -> dict:
+        """The summary of a result for --json (console.json_object adds the common keys)."""
+        if self.as_json is not None:
+            return self.as_json(result)
+        if isinstance(result, tuple):
+            data, rows = result
+            return {**data, self.table: rows}
+        return result
 
 
 def resolve(options: Sequence[Option], given: dict, command: str) -> dict:

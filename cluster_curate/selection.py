@@ -374,15 +374,15 @@ def selection_summary_rows(sel: Selection, limit: int | None = 32) -> list[dict]
     out = []
     for c in shown:
         if c is None:
-            out.append({"cluster": "...", "size": "", "after dedup": "", "selected": "", "share": ""})
+            out.append({"cluster": "...", "size": "", "after_dedup": "", "selected": "", "kept": ""})
             continue
         row = {"cluster": int(c), "size": int(sel.sizes[c])}
         if sel.dedup_dropped:
-            row["after dedup"] = int(sel.available[c])
+            row["after_dedup"] = int(sel.available[c])
         row["selected"] = int(sel.quotas[c])
-        row["share"] = f"{sel.quotas[c] / sel.sizes[c]:.1%}" if sel.sizes[c] else "-"
+        row["kept"] = round(float(sel.quotas[c] / sel.sizes[c]), 4) if sel.sizes[c] else None
         out.append(row)
     if not sel.dedup_dropped:
         for r in out:
-            r.pop("after dedup", None)
+            r.pop("after_dedup", None)
     return out

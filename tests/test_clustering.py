@@ -222,8 +222,8 @@ def test_cluster_command_writes_artifact_centroids_and_lineage(tmp_path, cli_run
     r = run_cli(cli_runner, "cluster", path, "--out", out, "--k", 8, "--max-size-factor", 1.5, "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
-    assert summary["k"] == 8 and summary["rows"] == 600 and "moved by the cap" in summary
-    assert {row["size band"] for row in summary["table"]} >= {"1-2x mean"}
+    assert summary["k"] == 8 and summary["rows"] == 600 and "moved_by_the_cap" in summary
+    assert {row["size_band"] for row in summary["size_bands"]} >= {"1-2x mean"}
 
     table, meta = A.read_artifact(out, kind="clusters")
     assert table.schema.field("id").type == pa.int64()
@@ -236,7 +236,7 @@ def test_cluster_command_writes_artifact_centroids_and_lineage(tmp_path, cli_run
     p = meta.params
     assert (p["k"], p["k_rule"], p["iters"], p["seed"], p["normalisation"]) == (8, "given", 20, 0, "l2")
     assert p["sample_size"] == 600 and p["max_size_factor"] == 1.5 and p["max_cluster_size"] == 113
-    assert p["moved"] == summary["moved by the cap"] and max(p["sizes"]) <= 113
+    assert p["moved"] == summary["moved_by_the_cap"] and max(p["sizes"]) <= 113
 
     centroids = np.load(A.sidecar_path(out, "centroids.npy"), allow_pickle=False)
     assert centroids.shape == (8, 12) and p["centroids"]["sidecar"] == "centroids.npy"

@@ -305,7 +305,7 @@ def test_cli_verify_exit_codes(shards, tmp_path, cli_runner):
     bad = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped")])
     assert bad.exit_code == 1 and "wrong rank" in bad.output and "planned for rank 1" in bad.output, bad.output
     as_json = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped"), "--json"])
-    assert as_json.exit_code == 1 and json.loads(as_json.output)["plan followed"] is False
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout)["ok"] is False
     (tmp_path / "good" / "rank-00000.jsonl").write_text('{"step": 0, "ids": [1], "weights": ["a"]}\n')
     _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "good")]),
                     "rank-00000.jsonl:1: field weights")

@@ -76,7 +76,7 @@ def test_inspect_skip_writes_rejects_and_exits_0(cli_runner, tmp_path):
     out = tmp_path / "rejects.jsonl"
     src = FIXTURES / "bad" / "empty_response.jsonl"
     r = run_json(cli_runner, "--on-bad-row", "skip", "--rejects", out, src)
-    assert (r["rows"], r["examples"], r["rejected"], r["rejects_file"]) == (8, 6, 2, str(out))
+    assert (r["rows"], r["examples"], r["rejected"], r["output"]) == (8, 6, 2, str(out))
     written = [json.loads(line) for line in out.read_text().splitlines()]
     assert written == r["rejects"] == [
         {"id": 2, "location": f"{src}:3", "field": "answer", "reason": "empty response"},

@@ -106,7 +106,7 @@ def test_report_tables_and_plots(cli_runner, tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["embeddings"]["rows"] == 300
-    assert data["clusters"]["k"] == 8 and data["clusters"]["mixed clusters cut"] == "no"  # a given k is kept
+    assert data["clusters"]["k"] == 8 and data["clusters"]["mixed_clusters_cut"] == 0  # a given k is kept
     assert data["selection"]["selected"] == 93
     assert data["shards"]["shards"] == 2
     plots = {Path(p).name for p in data["plots"]}

@@ -143,22 +143,22 @@ def test_select_command_token_budget_on_gsm8k(tmp_path, cli_runner):
     res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s.parquet", "--token-budget",
                             budget, "--tokenizer", tok_dir, "--json"])
     summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["tokens counted by"] == f"tokenizer {tok_dir} (exact)"
+    assert summary["tokens_counted_by"] == f"tokenizer {tok_dir} (exact)"
     sel = pq.read_table(tmp_path / "s.parquet")
     ids = sel.column("id").to_numpy()
     assert sel.column("n_tokens").to_pylist() == exact[ids].tolist()  # shard reuses the exact counts
     assert 0 <= budget - exact[ids].sum() < exact.max()
-    assert summary["tokens selected"].startswith(f"{int(exact[ids].sum()):,} of {int(exact.sum()):,}")
+    assert summary["tokens_selected"] == {"selected": int(exact[ids].sum()), "total": int(exact.sum())}
     # without --tokenizer: the embeddings' counts (words, for the text feature), and the summary says so
     res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s2.parquet", "--token-fraction",
                             "0.25", "--json"])
     summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["tokens counted by"] == "the embeddings' n_tokens: whitespace words (no model tokenizer)"
+    assert summary["tokens_counted_by"] == "the embeddings' n_tokens: whitespace words (no model tokenizer)"
     # a row budget still reports the tokens it keeps
     res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s3.parquet", "--fraction",
                             "0.31", "--json"])
     summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert "tokens selected" in summary and summary["fraction of the data"] == 0.3100
+    assert "tokens_selected" in summary and summary["kept"] == 0.3100
     res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s4.parquet", "--token-budget",
                             10 ** 9], code=2)
     assert "is larger than the data's" in res.output and res.output.count("ERROR") == 1

@@ -241,7 +241,9 @@ def test_select_target_spends_the_budget_on_the_target_task(tmp_path, cli_runner
     assert {"nearest_target", "relevance"} <= set(table.column_names)
     service = meta.params["target_service"]
     assert service["target_rows"] == 10 and sum(r["selected_nearest_to_it"] for r in service["per_target"]) == 40
-    assert meta.inputs["target"]["rows"] == 10 and "10 rows" in summary["target"]
+    assert meta.inputs["target"]["rows"] == 10 and summary["target"]["rows"] == 10
+    from cluster_curate.summary_schema import check, schema_of
+    assert check(summary, schema_of("select")) == []  # the --json schema with --target's keys
     assert (tmp_path / "sel.target.parquet").exists()
     # the same again: the same rows; through the target's embeddings artifact: the same rows
     again = tmp_path / "again.parquet"
@@ -257,6 +259,7 @@ def test_select_target_spends_the_budget_on_the_target_task(tmp_path, cli_runner
     # report shows how each target row is served
     rep = _cli(cli_runner, ["report", out, "--json"])
     sections = json.loads(rep.stdout.strip().splitlines()[-1])
+    assert check(sections, schema_of("report")) == []
     titles = [s["title"] for s in sections] if isinstance(sections, list) else list(sections)
     assert "target" in titles
 

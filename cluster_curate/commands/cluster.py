@@ -180,37 +180,45 @@ def _summary(o, r, group_of, groups_rule, out, centroids_file, t0):
     from cluster_curate import console
     res, n, k, split = r["res"], r["n"], r["k"], r["split"]
     stats = C.size_stats(res.sizes)
+    Shown = console.Shown
     summary = {
         "out": out, "rows": n, "dim": r["d"], "k": res.k,
-        "k rule": f"auto = ceil(sqrt({n}))" + (f", capped at {k}" if k < math.ceil(math.sqrt(n)) else "")
+        "k_rule": f"auto = ceil(sqrt({n}))" + (f", capped at {k}" if k < math.ceil(math.sqrt(n)) else "")
                   if r["k_rule"] != "given" else "given (--k)",
-        "mixed clusters cut": (f"{split['cuts']} (k-means k = {k}; halves less similar than "
-                               f"{split['min_similarity']:.4f})") if split else
-                              "no (--no-split-mixed)" if r["k_rule"] != "given" else "no (a given --k is kept)",
+        "mixed_clusters_cut": Shown(split["cuts"] if split else 0,
+                                    (f"{split['cuts']} (k-means k = {k}; halves less similar than "
+                                     f"{split['min_similarity']:.4f})") if split else
+                                    "no (--no-split-mixed)" if r["k_rule"] != "given" else "no (a given --k is kept)"),
         "normalisation": r["norm"]["normalisation"],
-        "trained on": f"{res.sample_size} rows ({'all' if res.sample_size == n else f'{res.sample_size / n:.1%}'})",
+        "trained_on_rows": Shown(int(res.sample_size), f"{res.sample_size} rows "
+                                 f"({'all' if res.sample_size == n else f'{res.sample_size / n:.1%}'})", "trained on"),
         "iterations": o["iters"], "seed": o["seed"], "device": r["device"],
-        "objective (mean cosine)": round(res.objective, 5),
-        "cluster size min / median / max": f"{stats['min']} / {stats['median']:g} / {stats['max']}",
-        "max / min size": round(stats["max_over_min"], 2),
-        "empty clusters": stats["empty"],
+        "objective": Shown(round(res.objective, 5), label="objective (mean cosine)"),
+        "cluster_size": Shown({"min": int(stats["min"]), "median": float(stats["median"]), "max": int(stats["max"])},
+                              f"{stats['min']} / {stats['median']:g} / {stats['max']}",
+                              "cluster size min / median / max"),
+        "max_over_min_size": Shown(round(stats["max_over_min"], 2), label="max / min size"),
+        "empty_clusters": stats["empty"],
     }
     if group_of is not None:
         group_sizes = np.bincount(group_of, weights=res.sizes).astype(int)
-        summary["groups"] = (f"{len(group_sizes)} groups of clusters (average linkage of the centroids; "
-                             f"{groups_rule}), rows per group min / median / max {group_sizes.min()} / "
-                             f"{np.median(group_sizes):g} / {group_sizes.max()}")
+        summary["groups"] = Shown(len(group_sizes), f"{len(group_sizes)} groups of clusters (average linkage of the "
+                                  f"centroids; {groups_rule}), rows per group min / median / max "
+                                  f"{group_sizes.min()} / {np.median(group_sizes):g} / {group_sizes.max()}")
+        summary["groups_rule"] = Shown(groups_rule, hidden=True)  # in the groups line above
+        summary["rows_per_group"] = Shown({"min": int(group_sizes.min()), "median": float(np.median(group_sizes)),
+                                           "max": int(group_sizes.max())}, hidden=True)
     if res.cap is not None:
-        summary["size cap"] = f"{res.cap} rows (--max-size-factor {o['max_size_factor']})"
-        summary["moved by the cap"] = res.moved
-        summary["objective before the cap"] = round(res.objective_uncapped, 5)
+        summary["size_cap"] = Shown(int(res.cap), f"{res.cap} rows (--max-size-factor {o['max_size_factor']})")
+        summary["moved_by_the_cap"] = res.moved
+        summary["objective_before_the_cap"] = round(res.objective_uncapped, 5)
     summary["centroids"] = str(centroids_file)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     mean = n / res.k
     rows = []
     for (label, count), (lo, hi) in zip(stats["histogram"].items(), C.SIZE_BINS):
         in_band = (res.sizes >= lo * mean) & (res.sizes < hi * mean)
-        rows.append({"size band": label, "clusters": count, "rows": int(res.sizes[in_band].sum())})
+        rows.append({"size_band": label, "clusters": count, "rows": int(res.sizes[in_band].sum())})
     warning = C.uneven_sizes_warning(res.sizes, k_given=r["k_rule"] == "given", grouped=group_of is not None)
     if warning:
         console.warn(warning)
@@ -224,7 +232,7 @@ def render(result, options: dict) -> None:
 
 
 SPEC = CommandSpec(
-    "cluster", cluster, (Argument("embeddings"),), OPTIONS, render,
+    "cluster", cluster, (Argument("embeddings"),), OPTIONS, render, table="size_bands",
     algorithm=lazy("cluster_curate.clustering", "ALGORITHM_VERSION"),
     help="""k-means (faiss, spherical: cosine on L2-normalised features) over an embeddings artifact.
 

@@ -258,8 +258,34 @@ def embed(data, out: str, **options) -> dict:
 
 
 def render(result: dict, options: dict) -> None:
+    """The summary for a reader: the figures of the result (--json gives them as they are), in words."""
     from cluster_curate import console
-    console.summary("embed", result)
+    r = result
+    rows = f"{r['rows']:,} of {r['rows_in_data']:,} rows in the data"
+    if r["parts"] > 1 or not r["complete"]:
+        rows += (f"; the artifact: {r['artifact_rows']:,} rows in {r['parts']} parts"
+                 + ("" if r["complete"] else ", not complete yet (other parts still running)"))
+    data = {"output": r["output"], "process": r["process"], "rows embedded": rows}
+    for key, label in (("bad_rows", "bad rows"), ("skipped_no_response", "skipped (no response token)")):
+        if r[key]:
+            data[label] = r[key]
+    if r["rejects"]:
+        data["rejects file"] = r["rejects"]
+    data["exact duplicates left out"] = r["exact_duplicates_dropped"]
+    data["features"] = ", ".join(f"{name} ({d} dims)" for name, d in r["dims"].items()) + (
+        f"; {r['dim']} dims in all" if len(r["dims"]) > 1 else "")
+    data["model"] = r["model"]
+    for key in ("proxy", "encoder", "semantic", "n_tokens"):
+        if key in r:
+            data[key.replace("_", " ")] = r[key]
+    data["device"] = r["device"]
+    data["chunks"] = f"{r['chunks_computed']} computed, {r['chunks_resumed']} resumed"
+    data["seconds"] = (f"{r['seconds']:g} in all: proxy warm-up {r['warmup_seconds']:g}, preparation "
+                       f"{r['prepare_seconds']:g}, feature pass {r['feature_seconds']:g}")
+    # not the progress line's rate, which counts the rows computed so far over the computing time
+    data["feature pass rate"] = (f"{r['rows_per_s']:,.0f} rows/s, {r['tokens_per_s']:,.0f} tokens/s (reading, "
+                                 "computing and writing)")
+    console.summary("embed", data)
 
 
 SPEC = CommandSpec(

@@ -420,7 +420,7 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
         "artifact_rows": result["artifact_rows"], "parts": result["parts"], "complete": result["complete"],
         "rows_in_data": run.total_rows, "skipped_no_response": len(skipped_rows), "bad_rows": len(bad_rows),
         "rejects": str(rejects_path) if reported else None, "model": m.model_name or "none",
-        "features": ",".join(run.features), "dims": dims, "dim": int(sum(dims.values())),
+        "features": list(run.features), "dims": dims, "dim": int(sum(dims.values())),
         "device": str(m.fm.device) if m.fm else str(m.featurizers["semantic"].encoder.device)
         if "semantic" in m.featurizers else "cpu", "chunks_computed": len(p.todo),
         "chunks_resumed": len(mine) - len([c for c in mine if c in todo_set]),

@@ -50,10 +50,13 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
             write_parquet_atomic(rows, work / name)
         for fname, text in files.items():
             atomic_write_bytes(work / fname, text.encode())
+    from cluster_curate.console import Shown
     return {"for": tgt.name, "out": out, "layout": tgt.layout or "dataset order", "rows": rows.num_rows,
             "columns": rows.column_names, "ranks": manifest["num_shards"],
-            "micro-batch size": manifest["micro_batch_size"], "steps": manifest["steps"],
-            "loss weights": "applied by the recipe" if tgt.weights_applied else "not applied by this trainer",
+            "micro_batch_size": Shown(manifest["micro_batch_size"], label="micro-batch size"),
+            "steps": manifest["steps"],
+            "loss_weights_applied": Shown(bool(tgt.weights_applied), "applied by the recipe" if tgt.weights_applied
+                                          else "not applied by this trainer", "loss weights"),
             "files": [name, *files], "readme": str(Path(out) / names.EXPORT_README)}
 
 

@@ -110,7 +110,7 @@ def _inputs(mix) -> list[dict]:
     """A mixture's inputs, one row each (after the reading pass); then the shards' typed columns are checked
     (inputs that disagree on a column's type are an error here, as in embed and shard)."""
     rows = [{"input": inp.name, "source": d.source, "format": d.format, "rows": d.rows, "rejected": len(d.rejects),
-             "first id": int(first), "fields": ", ".join(f"{k}={v}" for k, v in d.fields.items())}
+             "first_id": int(first), "fields": ", ".join(f"{k}={v}" for k, v in d.fields.items())}
             for inp, d, first in zip(mix.inputs, mix.datasets, mix.offsets())]
     mix.check_columns()
     return rows
@@ -120,34 +120,40 @@ def render(r: dict, options: dict) -> None:
     import click
 
     from cluster_curate import console
-    if console.JSON_MODE:
-        console.summary("inspect", {k: v for k, v in r.items() if k != "first_reject"})
-    else:
-        for rej in r["rejects"] if not console.QUIET else []:  # click.echo: one unwrapped line per row
-            field = f"field '{rej['field']}': " if rej["field"] else ""
-            click.echo(f"rejected id {rej['id']}: {rej['location']}: {field}{rej['reason']}", err=True)
-        if r["rejected"] > len(r["rejects"]) and not console.QUIET:
-            click.echo(f"... and {r['rejected'] - len(r['rejects'])} more rejected rows"
-                       + ("" if r["rejects_file"] else " (pass --rejects PATH to write them all)"), err=True)
-        fields = ", ".join(f"{k}={v}" for k, v in r["fields"].items())
-        data_rows = {"source": r["source"], "container": r["container"], "format": r["format"],
-                     "fields": fields, "rows": r["rows"], "examples": r["examples"], "rejected": r["rejected"]}
-        if r["rejects_file"]:
-            data_rows["rejects file"] = r["rejects_file"]
-        data_rows.update({"exact duplicate examples": r["duplicates"], "duplicate prompts": r["duplicate_prompts"],
-                          "with a system prompt": r["with_system_prompt"],
-                          "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
-        table = [{"length": name.replace("_", " "), **stats} for name, stats in r["lengths"].items()]
-        console.summary(f"inspect {r['source']}", data_rows, table)
-        if r.get("inputs"):
-            console.summary("inputs", {"inputs": len(r["inputs"])}, r["inputs"])
+    for rej in r["rejects"] if not console.QUIET else []:  # click.echo: one unwrapped line per row
+        field = f"field '{rej['field']}': " if rej["field"] else ""
+        click.echo(f"rejected id {rej['id']}: {rej['location']}: {field}{rej['reason']}", err=True)
+    if r["rejected"] > len(r["rejects"]) and not console.QUIET:
+        click.echo(f"... and {r['rejected'] - len(r['rejects'])} more rejected rows"
+                   + ("" if r["rejects_file"] else " (pass --rejects PATH to write them all)"), err=True)
+    fields = ", ".join(f"{k}={v}" for k, v in r["fields"].items())
+    data_rows = {"source": r["source"], "container": r["container"], "format": r["format"],
+                 "fields": fields, "rows": r["rows"], "examples": r["examples"], "rejected": r["rejected"]}
+    if r["rejects_file"]:
+        data_rows["rejects file"] = r["rejects_file"]
+    data_rows.update({"exact duplicate examples": r["duplicates"], "duplicate prompts": r["duplicate_prompts"],
+                      "with a system prompt": r["with_system_prompt"],
+                      "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
+    table = [{"length": name.replace("_", " "), **stats} for name, stats in r["lengths"].items()]
+    console.summary(f"inspect {r['source']}", data_rows, table)
+    if r.get("inputs"):
+        console.summary("inputs", {"inputs": len(r["inputs"])}, r["inputs"])
+
+
+def as_json(r: dict) -> dict:
+    """--json: the result as it is (the rejects file is the output), without the first reject's message."""
+    return {"output": r["rejects_file"], **{k: v for k, v in r.items() if k not in ("first_reject", "rejects_file")}}
+
+
+def exit_status(r: dict, options: dict) -> None:
+    """A bad row is an error (exit 2) after the report, unless --on-bad-row skip."""
     if r["rejected"] and (options.get("on_bad_row") or "error") == "error":
         more = f"; {r['rejected']} bad rows in all" if r["rejected"] > 1 else ""
         raise CurateError(f"{r['first_reject']} (pass --on-bad-row skip to skip bad rows{more})")
 
 
 SPEC = CommandSpec(
-    "inspect", inspect, (Argument("data", nargs=-1),), OPTIONS, render,
+    "inspect", inspect, (Argument("data", nargs=-1),), OPTIONS, render, as_json=as_json, check=exit_status,
     short_help="Describe a dataset: format, rows, bad rows, lengths, duplicates.",
     help="""Read DATA once and describe it, before a long job.
 

@@ -10,11 +10,11 @@ Tables come from the artifacts' metadata and small columns; plots are drawn with
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from cluster_curate.console import Shown
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
 from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES
@@ -100,7 +100,8 @@ def _manifest(directory: Path) -> dict:
 
 def _meta_rows(path: Path, meta: ArtifactMeta) -> dict:
     return {"path": str(path), "kind": meta.kind, "rows": meta.rows, "version": meta.version,
-            "dataset": f"{meta.dataset.get('source')} ({meta.dataset.get('fingerprint')})",
+            "dataset": Shown({"source": meta.dataset.get("source"), "fingerprint": meta.dataset.get("fingerprint")},
+                             f"{meta.dataset.get('source')} ({meta.dataset.get('fingerprint')})"),
             "fingerprint": meta.fingerprint}
 
 
@@ -109,17 +110,20 @@ def _target_section(meta: ArtifactMeta) -> tuple[str, dict, list[dict]]:
     from cluster_curate.commands.select import target_summary
     service = meta.params["target_service"]
     data = target_summary(service, meta.inputs.get("target", {}).get("path"))
-    data["far threshold (cosine)"] = service["far_threshold"]
-    rows = [{"target id": r["target_id"], "selected nearest to it": r["selected_nearest_to_it"],
-             "nearest pool cosine": r["nearest_pool_cosine"], "far": "yes" if r["far"] else "",
-             "cluster": r["cluster"], "nearest selected ids": " ".join(map(str, r["nearest_selected"])),
-             "their cosines": " ".join(f"{v:.3f}" for v in r["nearest_selected_cosine"])}
+    data["far_threshold"] = Shown(service["far_threshold"], label="far threshold (cosine)")
+    rows = [{"target_id": r["target_id"], "selected_nearest_to_it": r["selected_nearest_to_it"],
+             "nearest_pool_cosine": r["nearest_pool_cosine"], "far": Shown(bool(r["far"]), "yes" if r["far"] else ""),
+             "cluster": r["cluster"], "nearest_selected_ids": Shown(list(r["nearest_selected"]),
+                                                                    " ".join(map(str, r["nearest_selected"]))),
+             "their_cosines": Shown(list(r["nearest_selected_cosine"]),
+                                    " ".join(f"{v:.3f}" for v in r["nearest_selected_cosine"]))}
             for r in service["per_target"][:60]]
     return "target", data, rows
 
 
 def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]]:
-    """(title, key/values, optional table rows) for each artifact, in pipeline order."""
+    """(title, key/values, optional table rows) for each artifact, in pipeline order; the keys are snake_case
+    (the --json keys), a Shown value says how the table shows it."""
     sections = []
     if "embeddings" in found:
         path = found["embeddings"]
@@ -129,12 +133,15 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
         data = _meta_rows(path, meta)
         p = meta.params
         data.update({k: p[k] for k in ("features", "dims", "dim_total", "seed", "max_length") if k in p})
-        data["model"] = p.get("model") or "none (no model feature)"  # the text feature has no model
+        model = p.get("model")
+        data["model"] = Shown(model, model or "none (no model feature)")  # the text feature has no model
         for col in table.column_names:
             v = table.column(col).to_numpy(zero_copy_only=False).astype(float)
             v = v[np.isfinite(v)]
             if v.size:
-                data[col] = f"mean {v.mean():.1f}, p50 {np.median(v):.1f}, p95 {np.percentile(v, 95):.1f}, max {v.max():.1f}"
+                stats = {"mean": v.mean(), "p50": np.median(v), "p95": np.percentile(v, 95), "max": v.max()}
+                data[col] = Shown({k: round(float(x), 4) for k, x in stats.items()},
+                                  ", ".join(f"{k} {x:.1f}" for k, x in stats.items()), col)
         sections.append(("embeddings", data, None))
     if "clusters" in found:
         path = found["clusters"]
@@ -142,29 +149,44 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
         sizes = np.asarray(meta.params.get("sizes") or _cluster_sizes(path))
         data = _meta_rows(path, meta)
         split = meta.params.get("split_mixed")
-        data.update({"k": meta.params.get("k"), "k rule": meta.params.get("k_rule"),
-                     "mixed clusters cut": (f"{split['cuts']} (k-means k = {split['k_means']})" if split else "no"),
-                     "sizes min / median / max": f"{sizes.min()} / {np.median(sizes):g} / {sizes.max()}",
-                     "largest ÷ smallest": round(float(sizes.max() / max(sizes.min(), 1)), 2),
-                     "objective": meta.params.get("objective"), "moved by the size cap": meta.params.get("moved")})
+        data.update({"k": meta.params.get("k"), "k_rule": meta.params.get("k_rule"),
+                     "mixed_clusters_cut": Shown(split["cuts"] if split else 0,
+                                                 f"{split['cuts']} (k-means k = {split['k_means']})" if split
+                                                 else "no"),
+                     "cluster_size": Shown({"min": int(sizes.min()), "median": float(np.median(sizes)),
+                                            "max": int(sizes.max())},
+                                           f"{sizes.min()} / {np.median(sizes):g} / {sizes.max()}",
+                                           "sizes min / median / max"),
+                     "max_over_min_size": Shown(round(float(sizes.max() / max(sizes.min(), 1)), 2),
+                                                label="largest ÷ smallest"),
+                     "objective": meta.params.get("objective"),
+                     "moved_by_the_cap": Shown(meta.params.get("moved"), label="moved by the size cap")})
         sections.append(("clusters", data, None))
     if "selection" in found:
         path = found["selection"]
         meta = read_meta(path)
         p = meta.params
         data = _meta_rows(path, meta)
-        data.update({"budget": f"--{p.get('mode')} {p.get('value')}", "selected": p.get("selected"),
-                     "fraction of the data": p.get("fraction_selected"), "within": p.get("within"),
-                     "clusters covered": f"{p.get('clusters_covered')} / {len(p.get('cluster_sizes') or [])}"})
+        data.update({"budget": Shown({"mode": p.get("mode"), "value": p.get("value"), "rows": p.get("requested")},
+                                     f"--{p.get('mode')} {p.get('value')}"),
+                     "selected": p.get("selected"),
+                     "kept": Shown(p.get("fraction_selected"), label="kept (fraction of the data)"),
+                     "within": p.get("within"),
+                     "clusters_covered": Shown({"covered": p.get("clusters_covered"),
+                                                "clusters": len(p.get("cluster_sizes") or [])},
+                                               f"{p.get('clusters_covered')} / {len(p.get('cluster_sizes') or [])}")})
         rows = None
         if p.get("cluster_sizes") and p.get("quotas"):
             sizes, quotas = np.asarray(p["cluster_sizes"]), np.asarray(p["quotas"])
             order = np.argsort(-sizes, kind="stable")
             rows = [{"cluster": int(c), "size": int(sizes[c]), "selected": int(quotas[c]),
-                     "kept": f"{quotas[c] / max(sizes[c], 1):.0%}"} for c in order[:40]]
+                     "kept": Shown(round(float(quotas[c] / max(sizes[c], 1)), 4),
+                                   f"{quotas[c] / max(sizes[c], 1):.1%}")} for c in order[:40]]
         if p.get("tokens"):
             t = p["tokens"]
-            data["tokens selected"] = f"{t['selected']:,} of {t['total']:,} (counted by {t['counted_by']})"
+            data["tokens_selected"] = Shown({"selected": t["selected"], "total": t["total"],
+                                             "counted_by": t["counted_by"]},
+                                            f"{t['selected']:,} of {t['total']:,} (counted by {t['counted_by']})")
         sections.append(("selection", data, rows))
         if p.get("target_service"):
             sections.append(_target_section(meta))
@@ -173,14 +195,15 @@ def describe(found: dict[str, Path]) -> list[tuple[str, dict, list[dict] | None]
     if "shards" in found:
         m = _manifest(found["shards"])
         b = m.get("balance", {})
-        data = {"path": str(found["shards"]), "shards": m.get("num_shards"), "micro batch": m.get("micro_batch_size"),
-                "rows per shard": m.get("rows_per_shard"), "steps": m.get("steps"),
-                "allocation": m.get("params", {}).get("allocation"), "leftover rows": m.get("leftover_rows"),
-                "wrapped rows": m.get("wrapped_rows"), "token source": m.get("tokens", {}).get("source")}
+        data = {"path": str(found["shards"]), "shards": m.get("num_shards"),
+                "micro_batch_size": Shown(m.get("micro_batch_size"), label="micro batch"),
+                "rows_per_shard": m.get("rows_per_shard"), "steps": m.get("steps"),
+                "allocation": m.get("params", {}).get("allocation"), "leftover_rows": m.get("leftover_rows"),
+                "wrapped_rows": m.get("wrapped_rows"), "token_source": m.get("tokens", {}).get("source")}
         for key in ("token_imbalance", "padded_imbalance", "cluster_spread", "rank_mix_tv"):
             if key in b:
-                data[key.replace("_", " ")] = ", ".join(f"{k} {v:.4g}" for k, v in b[key].items()
-                                                         if isinstance(v, (int, float)))
+                stats = {k: v for k, v in b[key].items() if isinstance(v, (int, float))}
+                data[key] = Shown(stats, ", ".join(f"{k} {v:.4g}" for k, v in stats.items()))
         sections.append(("shards", data, m.get("sources")))
     return sections
 
@@ -543,16 +566,18 @@ def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool 
     return sections, plots
 
 
-def sections_as_json(sections) -> str:
-    return json.dumps({title: {"summary": data, "table": rows} for title, data, rows in sections}, default=str)
+def as_json(result) -> dict:
+    """--json: one key per section (its key/values, and its table as `table`), `plots`, `output` the plot folder."""
+    sections, plots = result
+    out = {"output": str(plots[0].parent) if plots else None}
+    for title, data, rows in sections:
+        out[title] = dict(data, **({"table": rows} if rows is not None else {}))
+    return out | {"plots": [str(p) for p in plots]}
 
 
 def render(result, options: dict) -> None:
     from cluster_curate import console
     sections, plots = result
-    if console.JSON_MODE:
-        console.summary("report", {t: d for t, d, _ in sections} | {"plots": [str(p) for p in plots]})
-        return
     for title, data, rows in sections:
         console.summary(title, data, rows)
     if plots:
@@ -560,7 +585,7 @@ def render(result, options: dict) -> None:
 
 
 SPEC = CommandSpec(
-    "report", report, (Argument("artifacts", nargs=-1),), OPTIONS, render,
+    "report", report, (Argument("artifacts", nargs=-1),), OPTIONS, render, as_json=as_json,
     help="""Tables (and with --out, PNG plots) for artifacts or a whole `run` directory.
 
     \b

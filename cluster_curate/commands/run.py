@@ -171,7 +171,8 @@ def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
 
 def run(data, out: str, *, overwrite: bool = False, force: bool = False, **options) -> dict:
     """The whole pipeline: embed, cluster, select, shard into the directory `out`, each stage skipped while its
-    output is up to date with its inputs and options. Returns {"out", "stages", "summaries", "tables"}.
+    output is up to date with its inputs and options. Returns {"out", "stages",
+    "summaries" (per stage run: its --json object), "results" (per stage run: its result and options)}.
     A failed run into a directory it created leaves no directory behind."""
     import shutil
 
@@ -209,14 +210,14 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
     upstream = ds.fingerprint()  # the raw data's, then each output's
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
-    done, summaries, tables = [], {}, {}
+    done, summaries, shown = [], {}, {}  # shown: each stage's (result, options) for its render()
     for stage, spec in stage_specs().items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
         checked, named_input = _check_options(stage_opts, read_options(opts))
         request = state.request(stage, checked, upstream if named_input is None else
                                 stable_hash({"upstream": upstream, "target": named_input}), spec.algorithm())
         output = paths[stage]
-        t0 = time.monotonic()
+        t0, warned = time.monotonic(), len(console.WARNINGS)
         why = state.stale(stage, request, output)
         if why is None:
             done.append({"stage": stage, "status": "up to date", "seconds": 0.0, "output": str(output)})
@@ -225,31 +226,33 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
             extra = {"resume": True} if stage == "embed" else {}
             result = spec.function(*inputs[stage], out=str(output), overwrite=True, force=force, **stage_opts,
                                    **extra, **_stage_extra(spec))
-            with console.capture() as captured:
-                spec.render(result, dict(stage_opts, out=str(output)))
-            for title, data_, rows in captured:
-                summaries[title], tables[title] = data_, rows
             state.record(stage, request, output)
-            done.append({"stage": stage, "status": "ran", "seconds": round(time.monotonic() - t0, 2),
-                         "output": str(output), "reason": why})
+            seconds = round(time.monotonic() - t0, 2)
+            # each stage's object is the one its own command prints with --json
+            summaries[stage] = console.json_object(stage, spec.summary(result), seconds,
+                                                   console.WARNINGS[warned:])
+            shown[stage] = (result, dict(stage_opts, out=str(output)))
+            done.append({"stage": stage, "status": "ran", "seconds": seconds, "output": str(output), "reason": why})
         upstream = output_fingerprint(stage, output)
-    return {"out": str(d), "stages": done, "summaries": summaries, "tables": tables}
+    return {"out": str(d), "stages": done, "summaries": summaries, "results": shown}
+
+
+def as_json(result: dict) -> dict:
+    return {k: result[k] for k in ("out", "stages", "summaries")}
 
 
 def render(result: dict, options: dict) -> None:
     from cluster_curate import console
-    if console.JSON_MODE:
-        console.summary("run", {k: result[k] for k in ("out", "stages", "summaries")})
-        return
-    for title, data_ in result["summaries"].items():
-        console.summary(title, data_, result["tables"][title])
+    specs = stage_specs()
+    for stage, (stage_result, stage_opts) in result["results"].items():
+        specs[stage].render(stage_result, stage_opts)
     console.summary("run", {"out": result["out"]}
                     | {s["stage"]: f"{s['status']} ({s['seconds']} s)" + (f": {s['reason']}" if "reason" in s else "")
                        for s in result["stages"]})
 
 
 SPEC = CommandSpec(
-    "run", run, (Argument("data", nargs=-1),), OWN_OPTIONS + tuple(stage_options()[0]), render,
+    "run", run, (Argument("data", nargs=-1),), OWN_OPTIONS + tuple(stage_options()[0]), render, as_json=as_json,
     short_help="The whole pipeline in one command, resumable.",
     help="""The whole pipeline in one command: embed, cluster, select, shard, with artifacts kept in OUT.
 

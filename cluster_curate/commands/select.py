@@ -370,12 +370,20 @@ def target_summary(service: dict, path) -> dict:
     counts = np.array([r["selected_nearest_to_it"] for r in per])
     pulled = [r for r in service["clusters"] if r["target_rows"]]
     shown = ", ".join(f"{r['cluster']} ({r['target_rows']} target rows, {r['selected']} selected)" for r in pulled[:5])
+    from cluster_curate.console import Shown
     return {
-        "target": f"{path}: {service['target_rows']} rows, {service['served']} served, {service['far']} far from the pool",
-        "target weight": f"{service['target_weight']} (relevant part: {service['relevant_rows']} rows)",
-        "selected rows nearest each target row min / median / max":
+        "target": Shown({"path": None if path is None else str(path), "rows": service["target_rows"],
+                         "served": service["served"], "far": service["far"]},
+                        f"{path}: {service['target_rows']} rows, {service['served']} served, {service['far']} far "
+                        "from the pool"),
+        "target_weight": Shown({"weight": service["target_weight"], "relevant_rows": service["relevant_rows"]},
+                               f"{service['target_weight']} (relevant part: {service['relevant_rows']} rows)"),
+        "selected_nearest_each_target_row": Shown(
+            {"min": int(counts.min()), "median": float(np.median(counts)), "max": int(counts.max())},
             f"{int(counts.min())} / {float(np.median(counts)):g} / {int(counts.max())}",
-        "clusters the target pulled from": f"{len(pulled)}: {shown}" + (", ..." if len(pulled) > 5 else ""),
+            "selected rows nearest each target row min / median / max"),
+        "clusters_the_target_pulled_from": Shown(
+            [r["cluster"] for r in pulled], f"{len(pulled)}: {shown}" + (", ..." if len(pulled) > 5 else "")),
     }
 
 
@@ -396,17 +404,24 @@ def _params(o, mode, sel, c) -> dict:
 
 def _summary(o, mode, sel, c, x, out) -> dict:
     import numpy as np
+
+    from cluster_curate.console import Shown, line
     n, chosen = len(c.ids), len(sel.rows)
     value = o[mode.replace("-", "_")]
     nonempty, covered = int((sel.sizes > 0).sum()), int((sel.quotas > 0).sum())
     q = sel.quotas[sel.sizes > 0]
+    budget = {"mode": mode, "value": value, "rows": None if sel.requested is None else int(sel.requested)}
     summary = {
         "out": out, "rows": n, "clusters": c.k,
-        "budget": f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else ""),
-        "selected": chosen, "fraction of the data": round(chosen / n, 4),
-        "exact duplicates left out": (c.meta.params.get("exact_duplicates") or {}).get("dropped"),
-        "clusters covered": f"{covered} / {nonempty} ({covered / max(nonempty, 1):.1%})",
-        "per-cluster quota min / median / max": f"{int(q.min())} / {float(np.median(q)):g} / {int(q.max())}",
+        "budget": Shown(budget, f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else "")),
+        "selected": chosen, "kept": Shown(round(chosen / n, 4), label="kept (fraction of the data)"),
+        "exact_duplicates_left_out": Shown((c.meta.params.get("exact_duplicates") or {}).get("dropped"),
+                                           label="exact duplicates left out"),
+        "clusters_covered": Shown({"covered": covered, "nonempty": nonempty},
+                                  f"{covered} / {nonempty} ({covered / max(nonempty, 1):.1%})"),
+        "per_cluster_quota": Shown({"min": int(q.min()), "median": float(np.median(q)), "max": int(q.max())},
+                                   f"{int(q.min())} / {float(np.median(q)):g} / {int(q.max())}",
+                                   "per-cluster quota min / median / max"),
         "within": o["within"],
     }
     if mode == "per-cluster-ratio":
@@ -414,27 +429,38 @@ def _summary(o, mode, sel, c, x, out) -> dict:
         summary["rule"] = (f"floor({r} x smallest cluster {m}) = {int(q.max())} rows per cluster: "
                            f"{chosen / n:.1%} of the data (below {r:g}: clusters are larger than the smallest)")
     else:
-        summary["balance power"] = o["balance_power"]
+        summary["balance_power"] = o["balance_power"]
         if c.groups is not None:
             summary["quotas"] = f"over {max(c.groups) + 1} groups of clusters first, then the clusters inside each"
     if o["dedup"] is not None:
-        summary["near-duplicates dropped"] = f"{sel.dedup_dropped} (cosine > {o['dedup']})"
-    summary["n_tokens column"] = ("yes" if x["n_tokens"] is not None or x.get("counted_by")
-                                  else f"no ({x['why_not'] or 'embeddings have no n_tokens'})")
+        summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped), f"{sel.dedup_dropped} (cosine > {o['dedup']})",
+                                                   "near-duplicates dropped")
+    has_tokens = bool(x["n_tokens"] is not None or x.get("counted_by"))
+    summary["n_tokens_column"] = Shown(has_tokens, "yes" if has_tokens else
+                                       f"no ({x['why_not'] or 'embeddings have no n_tokens'})", "n_tokens column")
+    if not has_tokens:
+        summary["n_tokens_why_not"] = Shown(x["why_not"] or "embeddings have no n_tokens", hidden=True)
     if sel.tokens_total is not None:
         from cluster_curate.budget_sequence import TOKEN_MODES
         if mode in TOKEN_MODES:
-            summary["budget"] = f"--{mode} {value} = {sel.tokens_requested:,} tokens"
-        summary["tokens selected"] = (f"{sel.tokens_selected:,} of {sel.tokens_total:,} "
-                                      f"({sel.tokens_selected / max(sel.tokens_total, 1):.1%})")
-        summary["tokens counted by"] = x["counted_by"]
-    for row in x.get("sources") or []:
+            budget["tokens"] = int(sel.tokens_requested)
+            summary["budget"] = Shown(budget, f"--{mode} {value} = {sel.tokens_requested:,} tokens")
+        summary["tokens_selected"] = Shown({"selected": int(sel.tokens_selected), "total": int(sel.tokens_total)},
+                                           f"{sel.tokens_selected:,} of {sel.tokens_total:,} "
+                                           f"({sel.tokens_selected / max(sel.tokens_total, 1):.1%})")
+        summary["tokens_counted_by"] = x["counted_by"]
+    sources = x.get("sources") or []
+    if sources:
+        summary["sources"] = Shown(sources, hidden=True)  # one line per input below
+    for row in sources:
         tok = (f", {row['selected_tokens']:,} tokens ({row['selected_share_tokens']:.1%})"
                if "selected_tokens" in row else "")
-        summary[f"source {row['source']}"] = (f"{row['selected']:,} of {row['rows']:,} rows selected "
-                                             f"({row['selected_share_rows']:.1%} of the selection){tok}")
+        summary[f"source {row['source']}"] = line(f"{row['selected']:,} of {row['rows']:,} rows selected "
+                                                   f"({row['selected_share_rows']:.1%} of the selection){tok}")
+    if sel.notes:
+        summary["notes"] = Shown(list(sel.notes), hidden=True)
     for i, note in enumerate(sel.notes):
-        summary[f"note {i + 1}" if len(sel.notes) > 1 else "note"] = note
+        summary[f"note {i + 1}" if len(sel.notes) > 1 else "note"] = line(note)
     return summary
 
 
@@ -447,11 +473,13 @@ def _summary_limit():
 def render(result, options: dict) -> None:
     from cluster_curate import console
     summary, rows = result
-    console.summary(f"select → {summary['out']}", summary, rows)
+    shown = [dict(r, kept=f"{r['kept']:.1%}" if isinstance(r["kept"], float) else "-" if r["kept"] is None
+                  else r["kept"]) if "kept" in r else r for r in rows]
+    console.summary(f"select → {summary['out']}", summary, shown)
 
 
 SPEC = CommandSpec(
-    "select", select, (Argument("clusters"),), OPTIONS, render,
+    "select", select, (Argument("clusters"),), OPTIONS, render, table="per_cluster",
     extra={"summary_limit": _summary_limit},
     algorithm=lazy("cluster_curate.selection", "ALGORITHM_VERSION"),
     help="""A balanced, budgeted subset of every cluster: --fraction F | --budget N | --per-cluster-ratio R.

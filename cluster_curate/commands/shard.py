@@ -90,7 +90,8 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     manifest, t_assemble, t_done = parts.write(o, sel, ds, plan, weights, params, inputs, dataset, tokens,
                                                chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes,
                                                batch_rows=batch_rows)
-    manifest["seconds"] = round(time.monotonic() - t0, 3)  # not in manifest.json, which is deterministic
+    manifest["out"] = out  # this and the timings are not in manifest.json, which is deterministic
+    manifest["seconds"] = round(time.monotonic() - t0, 3)
     manifest["seconds_by_phase"] = {"inputs_and_tokens": round(t_plan - t0, 3), "plan": round(t_stream - t_plan, 3),
                                     "stream_data": round(t_assemble - t_stream, 3),
                                     "assemble_shards": round(t_done - t_assemble, 3)}
@@ -107,34 +108,45 @@ def _params(o: dict, token_source: str) -> dict:
     return params
 
 
-def render(m: dict, options: dict) -> None:
+def summary(m: dict) -> dict:
+    """The summary of a manifest (the table, and --json): every figure once, defined in README."""
     import os
 
-    from cluster_curate import console
-    b, out = m["balance"], options["out"]
-    console.summary(f"shard → {out}", {
+    from cluster_curate.console import Shown
+    b, out = m["balance"], m["out"]
+
+    def pick(key, *stats):
+        return {s: round(float(b[key][s]), 4) for s in stats}
+
+    token, spread = pick("token_imbalance", "mean", "p95"), pick("cluster_spread", "mean", "min")
+    return {
         "out": out,
         "shards": m["num_shards"],
-        "rows per shard": m["rows_per_shard"],
+        "rows_per_shard": Shown(m["rows_per_shard"], label="rows per shard"),
         "steps": m["steps"],
-        "micro-batch size": m["micro_batch_size"],
-        "selected rows": m["selected_rows"],
-        "left over (dropped)": m["leftover_rows"],
-        "wrapped (repeats)": m["wrapped_rows"],
+        "micro_batch_size": Shown(m["micro_batch_size"], label="micro-batch size"),
+        "selected_rows": Shown(m["selected_rows"], label="selected rows"),
+        "leftover_rows": Shown(m["leftover_rows"], label="left over (dropped)"),
+        "wrapped_rows": Shown(m["wrapped_rows"], label="wrapped (repeats)"),
         "allocation": m["params"]["allocation"],
-        "token source": m["tokens"]["source"],
-        "token imbalance mean / p95": f"{b['token_imbalance']['mean']:.4f} / {b['token_imbalance']['p95']:.4f}",
-        "padded imbalance mean": round(b["padded_imbalance"]["mean"], 4),
-        "padding efficiency": round(b["padding_efficiency"], 4),
-        "cluster spread mean / min": f"{b['cluster_spread']['mean']:.4f} / {b['cluster_spread']['min']:.4f}",
-        "rank mix TV max": round(b["rank_mix_tv"]["max"], 4),
+        "token_source": Shown(m["tokens"]["source"], label="token source"),
+        "token_imbalance": Shown(token, f"{token['mean']:.4f} / {token['p95']:.4f}", "token imbalance mean / p95"),
+        "padded_imbalance_mean": Shown(round(b["padded_imbalance"]["mean"], 4), label="padded imbalance mean"),
+        "padding_efficiency": Shown(round(b["padding_efficiency"], 4), label="padding efficiency"),
+        "cluster_spread": Shown(spread, f"{spread['mean']:.4f} / {spread['min']:.4f}", "cluster spread mean / min"),
+        "rank_mix_tv_max": Shown(round(b["rank_mix_tv"]["max"], 4), label="rank mix TV max"),
         "seconds": m["seconds"],
         "manifest": str(os.path.join(out, names.MANIFEST)),
-    })
+    }
+
+
+def render(m: dict, options: dict) -> None:
+    from cluster_curate import console
+    console.summary(f"shard → {m['out']}", summary(m))
 
 
 SPEC = CommandSpec(
-    "shard", shard, (Argument("selection"),), OPTIONS, render,
+    "shard", shard, (Argument("selection"),), OPTIONS, render, as_json=summary,
     algorithm=lazy("cluster_curate.sharding", "ALGORITHM_VERSION"),
     help="""Allocate a selection across N data-parallel ranks: N equal Parquet shards (full source rows plus `id`,
     `cluster`, `step`, `weight`, `wrapped`) in the order each rank consumes them, and manifest.json. A mixture's

@@ -24,10 +24,11 @@ def verify(shards: str, *, log: str, **options) -> dict:
     resolve(OPTIONS, dict(options, log=log), "verify")
     manifest, ids, weights = planned_grid(shards)
     check = plan_check.check_plan(ids, read_consumed(log, int(manifest["num_shards"])), weights)
-    rows = [{"rank": rc.rank, "steps": f"{rc.steps_logged}/{check.steps}", "rows": rc.rows_logged,
-             "in plan": rc.in_plan,
-             **{k: rc.counts[k] for k in plan_check.KINDS}} for rc in check.ranks]
-    return {"ok": check.ok, "shards": shards, "log": log, "ranks": rows, "problem_count": check.problem_count,
+    from cluster_curate.console import Shown
+    rows = [{"rank": rc.rank, "steps": Shown(rc.steps_logged, f"{rc.steps_logged}/{check.steps}"),
+             "rows": rc.rows_logged, "in_plan": rc.in_plan,
+             **{k.replace(" ", "_"): rc.counts[k] for k in plan_check.KINDS}} for rc in check.ranks]
+    return {"ok": check.ok, "shards": shards, "log": log, "steps": check.steps, "ranks": rows, "problem_count": check.problem_count,
             "problems": check.problem_lines(),
             "causes": check.causes, "report": plan_check.format_check(check, MAX_PROBLEMS)}
 
@@ -102,12 +103,16 @@ def render(result: dict, options: dict) -> None:
         data["problems"] = "\n".join(shown + ([f"... {more} more"] if more > 0 else []))
         data["cause"] = "\n".join(result["causes"])
     console.summary(f"verify {result['log']} against {result['shards']}", data, result["ranks"])
+
+
+def exit_status(result: dict, options: dict) -> None:
     if not result["ok"]:
         raise SystemExit(1)
 
 
 SPEC = CommandSpec(
     "verify", verify, (Argument("shards"),), OPTIONS, render,
+    check=exit_status,
     short_help="Check that every rank consumed exactly its shard, in order (exit 1 if not).",
     help="""Check what each rank of a training job consumed (LOGDIR/rank-RRRRR.jsonl, one line per micro-batch:
     {"step": t, "ids": [...], "weights": [...]}) against the shards: per rank and step, any id out of order, on
