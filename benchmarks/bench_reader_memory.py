@@ -15,7 +15,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from common import ROOT, parser, write_results

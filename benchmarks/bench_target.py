@@ -182,7 +182,7 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
     targets = draw_skills(draw)
     test = [json.loads(line) for line in (vdir / "test.jsonl").read_text().splitlines()]
     rng = random.Random(draw)
-    target_rows, held = [], []
+    target_rows = []
     for s in targets:
         rows = [r for r in test if r["skill"] == s]
         rng.shuffle(rows)

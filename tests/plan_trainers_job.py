@@ -9,7 +9,6 @@ chat-shards/ beside them). The scenarios run one after the other in the same two
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 

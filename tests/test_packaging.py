@@ -11,7 +11,6 @@ import zipfile
 from importlib.metadata import files as dist_files
 from pathlib import Path
 
-import pytest
 
 from cluster_curate.faiss_build import faiss_build_problem, import_faiss, installed_faiss_wheels
 from conftest import ROOT

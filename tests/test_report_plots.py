@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cluster_curate.commands import report as R
+from cluster_curate.commands import report_plots as R
 
 
 def _clusters(k: int, seed: int = 0):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
                                     read_options, recorded, resolve)
