@@ -79,7 +79,7 @@ def cluster_sizes_figure(sizes: np.ndarray, selected: np.ndarray | None, groups:
         ax.set_xlabel(f"{k} clusters" + (", by group, then size" if groups is not None else ", by size")
                       + " (too many to label; see the report's table)")
     kept = "" if selected is None else f", {int(np.sum(selected))} selected ({np.sum(selected) / sizes.sum():.0%})"
-    ax.set_title(f"How much of each cluster was kept: {k} clusters, {int(sizes.sum())} rows{kept}",
+    ax.set_title(f"How much of each cluster was kept\n{k} clusters, {int(sizes.sum())} rows{kept}",
                  pad=18 if groups is not None else 6)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     if groups is not None:
