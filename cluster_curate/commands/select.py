@@ -210,9 +210,8 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     from cluster_curate import console
     from cluster_curate import selection as S
     from cluster_curate.budget_sequence import TOKEN_MODES
-    from cluster_curate.io.artifacts import check_writable, make_meta
+    from cluster_curate.io.artifacts import check_writable
     from cluster_curate.io.readers import read_clusters
-    from cluster_curate.io.writer import write_artifact
     from cluster_curate.within_orders import WITHIN
 
     t0 = time.perf_counter()
@@ -259,16 +258,27 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         if share_lo is not None:
             params["source_shares"] = {"min": [None if np.isnan(v) else v for v in share_lo],
                                        "max": [None if np.isnan(v) else v for v in share_hi]}
-    inputs = {"clusters": c.meta.as_input(clusters, out)}
-    if x["emeta"] is not None:
-        inputs["embeddings"] = x["emeta"].as_input(x["emb_path"], out)
-    from cluster_curate.io.mixture import with_source_columns
-    write_artifact(with_source_columns(pa.table(columns), c.meta.dataset), out,
-                   make_meta(names.SELECTION, params, inputs, c.meta.dataset, S.ALGORITHM_VERSION),
-                   overwrite=o["overwrite"])
+    _write_selection(o, c, x, clusters, out, columns, params, S.ALGORITHM_VERSION)
     summary = _summary(o, mode, sel, c, x, out)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, S.selection_summary_rows(sel, limit=summary_limit)
+
+
+def _write_selection(o: dict, c, x: dict, clusters: str, out: str, columns: dict, params: dict, algorithm: int,
+                     extra_inputs: dict | None = None) -> None:
+    """The selection artifact: its columns (plus a mixture's source columns), its inputs recorded relative to
+    `out`, and its metadata."""
+    import pyarrow as pa
+
+    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.mixture import with_source_columns
+    from cluster_curate.io.writer import write_artifact
+    inputs = {"clusters": c.meta.as_input(clusters, out)}
+    if x["emeta"] is not None:
+        inputs["embeddings"] = x["emeta"].as_input(x["emb_path"], out)
+    inputs.update(extra_inputs or {})
+    write_artifact(with_source_columns(pa.table(columns), c.meta.dataset), out,
+                   make_meta(names.SELECTION, params, inputs, c.meta.dataset, algorithm), overwrite=o["overwrite"])
 
 
 def _target_embeddings(o: dict, emb_path, emeta, out: str):
@@ -305,9 +315,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
 
     from cluster_curate import console
     from cluster_curate import targeting as T
-    from cluster_curate.io.artifacts import make_meta
     from cluster_curate.io.readers import read_embeddings_for
-    from cluster_curate.io.writer import write_artifact
     x = _inputs(o, clusters, c, set())
     if x["emb_path"] is None:
         raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
@@ -341,12 +349,8 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     params["quotas_over_groups"] = False  # the targeted balance is over the clusters the target pulls from
     params.update({"within": "relevance to the target", "target_weight": weight, "min_target_hits": T.MIN_TARGET_HITS,
                    "relevant_rows": sel.relevant_rows, "target_service": service})
-    inputs = {"clusters": c.meta.as_input(clusters, out), "embeddings": x["emeta"].as_input(x["emb_path"], out),
-              "target": tmeta.as_input(tpath, out)}
-    from cluster_curate.io.mixture import with_source_columns
-    write_artifact(with_source_columns(pa.table(columns), c.meta.dataset), out,
-                   make_meta(names.SELECTION, params, inputs, c.meta.dataset, T.ALGORITHM_VERSION),
-                   overwrite=o["overwrite"])
+    _write_selection(o, c, x, clusters, out, columns, params, T.ALGORITHM_VERSION,
+                     {"target": tmeta.as_input(tpath, out)})
     o["within"] = params["within"]
     summary = _summary(o, mode, sel, c, x, out)
     summary.pop("quotas", None)

@@ -78,15 +78,16 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],
                                allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],
                                length_window=o["length_window"], seed=o["seed"])
+    figures = balance_figures(plan, tokens, sel.clusters)  # warned about here, recorded in the manifest
     if o["allocation"] == "stratified":  # the others are baselines: their balance is what they are for
-        warning = balance_warning(balance_figures(plan, tokens, sel.clusters), tokens, o["balance"])
+        warning = balance_warning(figures, tokens, o["balance"])
         if warning:
             from cluster_curate import console
             console.warn(warning)
     weights = parts.cluster_weights(o, selection, sel)
     t_stream = time.monotonic()
     params = _params(o, token_source)
-    manifest, t_assemble, t_done = parts.write(o, sel, ds, plan, weights, params, inputs, dataset, tokens,
+    manifest, t_assemble, t_done = parts.write(o, sel, ds, plan, weights, params, inputs, dataset, tokens, figures,
                                                chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes,
                                                batch_rows=batch_rows)
     manifest["out"] = out  # this and the timings are not in manifest.json, which is deterministic

@@ -188,19 +188,18 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
     return renamed, source_columns
 
 
-def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, *, chunk_bytes, buffer_bytes,
-          batch_rows):
-    """Everything of the shard directory, built beside it and swapped into place whole."""
+def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, figures: dict, *, chunk_bytes,
+          buffer_bytes, batch_rows):
+    """Everything of the shard directory, built beside it and swapped into place whole; `figures` are the plan's
+    shard_balance.balance_figures, recorded in the manifest."""
     import shutil
 
     from cluster_curate import sharding
     from cluster_curate.io.artifacts import make_meta
     from cluster_curate.io.shard_writer import ShardWriter
     from cluster_curate.io.writer import file_metadata, staged_directory, write_json, write_lines
-    from cluster_curate.shard_balance import balance_figures
     from cluster_curate.sharding import SHARD_COLUMNS
     n = plan.rows.shape[1]
-    figures = balance_figures(plan, tokens, sel.clusters)
     with staged_directory(o["out"]) as work:
         writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes)
         renamed, source_columns = _stream(o, sel, ds, plan, weights, writer, batch_rows)
