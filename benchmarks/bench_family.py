@@ -37,6 +37,8 @@ import skillfamily
 from cluster_curate import cluster_groups as G
 from cluster_curate import clustering as C
 from cluster_curate import kmeans as K
+from cluster_curate.features.text import DEFAULT_TEXT_WEIGHTING
+from cluster_curate.io.artifacts import read_meta
 from cluster_curate.io.readers import embedding_matrix
 from cluster_curate.selection import select_rows, water_fill_quotas
 from cluster_curate.within_orders import order_within_cluster
@@ -157,21 +159,121 @@ def context_weighted(prompts: list[str], dim: int = 256, first_pass: np.ndarray 
     return z
 
 
-def tool_feature(inst_dir: Path, args: list[str]) -> np.ndarray:
-    """The tool's own `embed` with other options (cached beside the instance)."""
-    emb = inst_dir / ("emb" + "".join(args).replace("-", "_") + ".parquet")
-    if not emb.exists():
-        common.cli(["embed", inst_dir / "train.jsonl", "--out", emb, "--overwrite", *args], [])
+def slot_weighted(prompts: list[str], dim: int = 256, alpha: float = 0.5, min_context: int = 5,
+                  floor: float = 1.0, numbers: bool = False):
+    """Prototype: a word weighs by how few words can stand where it stands. Each occurrence has a left
+    context (the two words before it) and a right one (the two after); over the corpus, a context seen at least
+    `min_context` times has an effective number of fillers (exp of the entropy of the words found there). An
+    occurrence's weight is (the smaller of its two contexts' numbers) ** -alpha: a template word (one filler)
+    and a twin's "ten" / "two" (two fillers) keep ~1, a topic noun in "the ___ clerk" (every noun) ~1/5; a
+    context seen fewer times says nothing (weight 1), so varied real text is the tf feature. Bigrams take the
+    smaller weight of their words. Sublinear tf, l2, truncated SVD to dim."""
+    import re
+    from collections import Counter, defaultdict
+
+    from scipy import sparse
+    from sklearn.decomposition import TruncatedSVD
+
+    from cluster_curate.features.text import mask_numbers
+    from cluster_curate.features.text import _NUMBER
+
+    def effective(counter):
+        n = sum(counter.values())
+        if n < min_context:
+            return 1.0
+        q = np.array(list(counter.values()), dtype=float) / n
+        return float(np.exp(-(q * np.log(q)).sum()))
+
+    def effective_ok(counter):
+        return len(counter) > 0
+
+    word = re.compile(r"(?u)\b\w+\b")
+    docs, lits = [], []
+    for p in prompts:
+        found = []
+        masked = _NUMBER.sub(lambda m: found.append(m.group(0)) or " numtok ", p.lower())
+        docs.append(["<s>", "<s>"] + word.findall(masked) + ["</s>", "</s>"])
+        lits.append(found if docs[-1].count("numtok") == len(found) else None)
+    left, right = defaultdict(Counter), defaultdict(Counter)
+    num_left, num_right = defaultdict(Counter), defaultdict(Counter)
+    for w, found in zip(docs, lits):
+        k = 0
+        for i in range(2, len(w) - 2):
+            left[w[i - 2], w[i - 1]][w[i]] += 1
+            right[w[i + 1], w[i + 2]][w[i]] += 1
+            if w[i] == "numtok" and found is not None:
+                num_left[w[i - 2], w[i - 1]][found[k]] += 1
+                num_right[w[i + 1], w[i + 2]][found[k]] += 1
+                k += 1
+    shown = list(docs)  # the words the terms are made of (contexts are looked up in the masked docs)
+    if numbers:  # a number where at most `floor` values stand is part of the wording ("take 10 from"): kept
+        keep_left = {c for c, v in num_left.items() if sum(v.values()) >= min_context and
+                     effective(v) <= max(floor, 1.0) + 1e-9 and effective_ok(v)}
+        keep_right = {c for c, v in num_right.items() if sum(v.values()) >= min_context and
+                      effective(v) <= max(floor, 1.0) + 1e-9 and effective_ok(v)}
+        for j, (w, found) in enumerate(zip(docs, lits)):
+            if found is None:
+                continue
+            k, out = 0, list(w)
+            for i in range(2, len(w) - 2):
+                if w[i] == "numtok":
+                    if (w[i - 2], w[i - 1]) in keep_left or (w[i + 1], w[i + 2]) in keep_right:
+                        out[i] = found[k]
+                    k += 1
+            shown[j] = out
+
+    eff_left = {k: effective(c) for k, c in left.items()}
+    eff_right = {k: effective(c) for k, c in right.items()}
+    vocab: dict[str, int] = {}
+    indptr, indices, data = [0], [], []
+    for w, sw in zip(docs, shown):
+        words = sw[2:-2]
+        wt = [(max(min(eff_left[w[i - 2], w[i - 1]], eff_right[w[i + 1], w[i + 2]]), floor) / floor) ** -alpha
+              for i in range(2, len(w) - 2)]
+        row: dict[int, list] = {}
+        for t, v in list(zip(words, wt)) + [(f"{a} {b}", min(u, v)) for (a, u), (b, v) in
+                                               zip(zip(words, wt), zip(words[1:], wt[1:]))]:
+            j = vocab.setdefault(t, len(vocab))
+            row.setdefault(j, []).append(v)
+        for j, vs in row.items():
+            indices.append(j)
+            data.append(max(vs) * (1.0 + np.log(len(vs))))
+        indptr.append(len(indices))
+    x = sparse.csr_matrix((np.asarray(data), indices, indptr), shape=(len(prompts), len(vocab)))
+    rn = np.sqrt(np.asarray(x.multiply(x).sum(1)).ravel())
+    x = sparse.diags(1 / np.maximum(rn, 1e-12)) @ x
+    d = min(dim, min(x.shape) - 1)
+    z = np.ascontiguousarray(TruncatedSVD(d, random_state=0).fit_transform(x).astype(np.float32))
+    C.normalise_features(z)
+    return z
+
+
+def tool_feature(inst_dir: Path, args: list[str], inputs: list | None = None) -> np.ndarray:
+    """The tool's own `embed` with other options (cached beside the instance; inputs: the data, default the
+    instance's train.jsonl)."""
+    emb = inst_dir / ("emb" + "".join(args).replace("-", "_") + (f"-{len(inputs)}in" if inputs else "") + ".parquet")
+    if not emb.exists() or inputs:
+        common.cli(["embed", *(inputs or [inst_dir / "train.jsonl"]), "--out", emb, "--overwrite", *args], [])
     t = pq.read_table(emb)
     x = np.ascontiguousarray(embedding_matrix(t.column("embedding")), dtype=np.float32).copy()
     C.normalise_features(x)
     return x
 
 
-FEATURES = {  # name -> fn(prompts, the tool's text feature rows, instance directory)
-    "tfidf": lambda prompts, x, d: tool_feature(d, ["--text-weighting", "tfidf"]),
+TOOL_FEATURES = {"tfidf": ["--text-weighting", "tfidf"], "tool-slot": ["--text-weighting", "slot"],  # embed options
+                 "tool-tf": ["--text-weighting", "tf"]}
+FEATURES = {  # name -> fn(prompts, the tool's text feature rows, instance directory[, inputs])
+    **{name: (lambda args: lambda prompts, x, d, inputs=None: tool_feature(d, args, inputs))(args)
+       for name, args in TOOL_FEATURES.items()},
     "ctx": lambda prompts, x, d: context_weighted(prompts),
     "spread": lambda prompts, x, d: context_weighted(prompts, first_pass=kmeans_split(x, 0).labels),
+    "slot": lambda prompts, x, d: slot_weighted(prompts),
+    "slot1": lambda prompts, x, d: slot_weighted(prompts, alpha=1.0),
+    "slot0": lambda prompts, x, d: slot_weighted(prompts, alpha=0.0),  # control: the same path, tf weights
+    "slot1f4": lambda prompts, x, d: slot_weighted(prompts, alpha=1.0, floor=4.0),
+    "slot1f8": lambda prompts, x, d: slot_weighted(prompts, alpha=1.0, floor=8.0),
+    "slotf4": lambda prompts, x, d: slot_weighted(prompts, alpha=0.5, floor=4.0),
+    "slot1f4n": lambda prompts, x, d: slot_weighted(prompts, alpha=1.0, floor=4.0, numbers=True),
 }
 
 def relative_groups(centroids: np.ndarray, tightness: np.ndarray) -> np.ndarray:
@@ -257,7 +359,7 @@ def prepare(seed: int, work: Path, log: list) -> tuple:
     """(ids, unit feature rows, skill of each row, instance description) of one instance (embedded once)."""
     d = work / f"i{seed}"
     emb = d / "emb.parquet"
-    if not emb.exists():
+    if not emb.exists() or read_meta(emb).params.get("text_weighting") != DEFAULT_TEXT_WEIGHTING:  # the defaults
         skillfamily.write_instance(d, seed, "short", test_per_skill=1)
         common.cli(["embed", d / "train.jsonl", "--out", emb, "--overwrite"], log)
     labels = json.loads((d / "labels.json").read_text())
@@ -315,27 +417,34 @@ def cli_default_ids(seed: int, work: Path, budget: int, log: list) -> np.ndarray
     return np.sort(pq.read_table(d / "s.parquet", columns=["id"]).column("id").to_numpy())
 
 
-def real_data_check(mechs: list[str], seeds: list[int], work: Path, argv, results) -> None:
+def real_data_check(mechs: list[str], seeds: list[int], work: Path, argv, results, name: str = "family_real") -> None:
     """The real-data check of a mechanism (bench_source_mix's mix: 3,000 GSM8K questions + 60/150/300 Code Alpaca
     instructions): the share of the code rows that a 31% selection keeps, per seed."""
     import bench_source_mix
+    from cluster_curate.features.text import example_text
+    from cluster_curate.io.mixture import open_inputs
     log, rows = [], []
     work.mkdir(parents=True, exist_ok=True)
     for n_code in (60, 150, 300):
-        data = work / f"mix{n_code}.jsonl"
-        is_code = bench_source_mix.write_mix(data, n_code)
-        budget = int(len(is_code) * FRACTION)
+        inputs = bench_source_mix.write_mix(work, n_code)  # GSM8K's rows first, then the code rows
         emb = work / f"mix{n_code}.parquet"
-        common.cli(["embed", data, "--out", emb, "--overwrite"], log)
+        common.cli(["embed", *inputs, "--out", emb, "--overwrite"], log)
         t = pq.read_table(emb)
         ids = t.column("id").to_numpy()
-        assert (ids == np.arange(len(is_code))).all()
+        is_code = ids >= bench_source_mix.GSM8K_ROWS
+        assert (ids == np.arange(len(ids))).all() and is_code.sum() == n_code  # no exact copies left out
+        budget = int(len(ids) * FRACTION)
         x = np.ascontiguousarray(embedding_matrix(t.column("embedding"), ids), dtype=np.float32).copy()
         C.normalise_features(x)
+        prompts = [example_text(ex, "prompt") for b in open_inputs([str(i) for i in inputs]).iter_batches()
+                   for ex in b.examples]
         for m in mechs:
+            feature, _, clustering = m.rpartition("/")
+            z = (FEATURES[feature](prompts, x, work, inputs) if feature in TOOL_FEATURES else
+                 FEATURES[feature](prompts, x, work) if feature else x)
             kept = []
             for s in seeds:
-                clusters, groups = MECHANISMS[m](x, s, None)
+                clusters, groups = MECHANISMS[clustering](z, s, None)
                 kept.append(int(is_code[select(clusters, ids, budget, s, groups)].sum()))  # ids are 0..n-1
             rows.append({"code_rows": n_code, "mechanism": m, "kept": kept})
             print(f"[real {n_code}] {m}: {kept}", flush=True)
@@ -346,7 +455,7 @@ def real_data_check(mechs: list[str], seeds: list[int], work: Path, argv, result
     for r in rows:
         lines.append(f"| {r['code_rows']} | {r['mechanism']} | {np.mean(r['kept']) / r['code_rows']:.0%} | "
                      f"{min(r['kept']) / r['code_rows']:.0%} | {', '.join(map(str, r['kept']))} |")
-    common.write_results("family_real", lines, {"results": rows, "commands": log[:3]}, argv, results)
+    common.write_results(name, lines, {"results": rows, "commands": log[:3]}, argv, results)
 
 
 def main(argv=None):
@@ -366,7 +475,7 @@ def main(argv=None):
     mechs = a.mechanisms.split(",")
     seeds = [int(s) for s in a.seeds.split(",")]
     if a.real:
-        return real_data_check(mechs, seeds, work / "real", argv, a.results)
+        return real_data_check(mechs, seeds, work / "real", argv, a.results, a.name or "family_real")
     log: list[str] = []
     per_instance, t0 = [], time.perf_counter()
     for i, inst_seed in enumerate(skillfamily.SPLITS[a.split][: a.instances]):

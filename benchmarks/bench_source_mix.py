@@ -48,7 +48,7 @@ def write_mix(tmp: Path, n_code: int, seed: int = 0) -> list[Path]:
 
 
 # embed options per compared feature (`--weightings`): the text weightings, and the semantic contenders
-EMBEDS = {"tf": ["--text-weighting", "tf"], "tfidf": ["--text-weighting", "tfidf"],
+EMBEDS = {"tf": ["--text-weighting", "tf"], "tfidf": ["--text-weighting", "tfidf"], "slot": ["--text-weighting", "slot"],
           "semantic": ["--features", "semantic"], "semantic-both": ["--features", "semantic", "--text-field", "both"],
           "text+semantic": ["--features", "text,semantic"]}
 
@@ -57,7 +57,8 @@ def main(argv=None):
     ap = parser(__doc__)
     ap.add_argument("--code", default="60,150,300", help="Code Alpaca rows mixed in (comma list)")
     ap.add_argument("--seeds", default="0,1,2,3,4", help="clustering and selection seeds")
-    ap.add_argument("--weightings", default="tf,tfidf")
+    ap.add_argument("--weightings", default="slot,tf,tfidf", help="embed options compared (EMBEDS; slot: the default)")
+    ap.add_argument("--stem", default="source_mix", help="results file name")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     results, log = [], []
@@ -96,7 +97,7 @@ def main(argv=None):
         lines.append(f"| {r['code_rows']} | {r['weighting']} | {r['quotas']} | {r['kept_share_mean']:.0%} | "
                      f"{r['kept_share_min']:.0%} | {', '.join(map(str, r['kept_per_seed']))} | "
                      f"{', '.join(map(str, r['groups_per_seed']))} | {', '.join(map(str, r['cuts_per_seed']))} |")
-    write_results("source_mix", lines, {"results": results, "commands": log[:6]}, argv)
+    write_results(a.stem, lines, {"results": results, "commands": log[:6]}, argv)
 
 
 if __name__ == "__main__":

@@ -172,12 +172,15 @@ def read_column(path: Path, column: str):
     return np.asarray(table.column("id").to_pylist()), np.asarray(table.column(column).to_pylist())
 
 
-def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[str], weights, min_hits) -> dict:
+def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[str], weights, min_hits,
+               quota_by=("cluster",)) -> dict:
     vdir = pool["dir"]
     labels = json.loads((vdir / "labels.json").read_text())
     names = labels["skills"]
-    skill = np.asarray(labels["skill"])
-    n = len(skill)
+    # the pool is the rows `embed` kept (exact copies left out, the lowest id kept); contenders work on positions
+    x, ids = pool_matrix(pool["text"])
+    skill = np.asarray(labels["skill"])[ids]
+    n = len(ids)
     budget = round(FRACTION * n)
     targets = draw_skills(draw)
     test = [json.loads(line) for line in (vdir / "test.jsonl").read_text().splitlines()]
@@ -189,12 +192,10 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
         target_rows += rows[:TARGET_PER_SKILL]
     tpath = vdir / f"target-d{draw}.jsonl"
     tpath.write_text("".join(json.dumps(r) + "\n" for r in target_rows))
-    x, ids = pool_matrix(pool["text"])
-    assert (ids == np.arange(n)).all()
     t_emb, t = embed_like(pool["text"], tpath, log)
     cid, cl = read_column(pool["clusters"], "cluster")
     clusters = np.empty(n, dtype=np.int64)
-    clusters[cid] = cl
+    clusters[np.searchsorted(ids, cid)] = cl
     budget_depth = T.list_depth(budget, min(weights), len(t), n)
     search = T.search_target(x, t, depth=budget_depth)
     sels: dict[str, dict[int, np.ndarray]] = {}
@@ -203,20 +204,23 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
         cached_cli(["select", pool["clusters"], "--out", sel_path, "--overwrite", "--fraction", str(FRACTION),
                     "--seed", str(seed)], sel_path, log)
         sels.setdefault("random", {})[seed] = random_rows(n, budget, seed)
-        sels.setdefault("untargeted", {})[seed] = np.sort(read_column(sel_path, "cluster")[0])
+        sels.setdefault("untargeted", {})[seed] = np.searchsorted(ids, np.sort(read_column(sel_path, "cluster")[0]))
         sels.setdefault("topk-mean", {})[seed] = topk_mean(x, t, budget)
         sels.setdefault("rds", {})[seed] = rds_round_robin(x, t, budget)
         if less:
-            xl, _ = pool_matrix(pool["lora"])
+            xl, lora_ids = pool_matrix(pool["lora"])
+            assert (lora_ids == ids).all()
             sels.setdefault("less", {})[seed] = less_mean_cosine(xl, embed_like(pool["lora"], tpath, log)[1], budget)
         tool = vdir / f"targeted-d{draw}-s{seed}.parquet"  # the tool's default, through its command
         cli(["select", pool["clusters"], "--out", tool, "--overwrite", "--fraction", str(FRACTION), "--seed", str(seed),
              "--target", t_emb], log)
-        sels.setdefault("tool", {})[seed] = np.sort(read_column(tool, "cluster")[0])
+        sels.setdefault("tool", {})[seed] = np.searchsorted(ids, np.sort(read_column(tool, "cluster")[0]))
         for w in weights:  # the grid, in process (min_hits is not an option of the command)
             for hits in min_hits:
-                sel = T.select_targeted(clusters, search, budget=budget, target_weight=w, seed=seed, min_hits=hits)
-                sels.setdefault(f"tool-w{w:g}-h{hits}", {})[seed] = sel.rows
+                for by in quota_by:
+                    sel = T.select_targeted(clusters, search, budget=budget, target_weight=w, seed=seed,
+                                            min_hits=hits, quota_by=by)
+                    sels.setdefault(f"tool-w{w:g}-h{hits}" + ("" if by == T.QUOTA_BY[0] else f"-{by}"), {})[seed] = sel.rows
         sels.setdefault("oracle", {})[seed] = oracle(skill, [names.index(s) for s in targets], budget, seed)
     tidx = [names.index(s) for s in targets]
     ocounts = np.array([np.sum(skill[sels["oracle"][seeds[0]]] == s) for s in tidx], dtype=float)
@@ -233,7 +237,7 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
                           "counts": [int(np.sum(skill[by_seed[seeds[0]]] == s)) for s in tidx]}
     return {"draw": draw, "targets": targets, "budget": budget, "oracle_counts": ocounts.tolist(),
             "far": int(search.far.sum()), "measures": measures,
-            "selections": {k: {s: v.tolist() for s, v in by.items()} for k, by in sels.items()},
+            "selections": {k: {s: ids[v].tolist() for s, v in by.items()} for k, by in sels.items()},
             "target_ids": [int(r["id"]) if "id" in r else None for r in target_rows],
             "target_instructions": [r["instruction"] for r in target_rows]}
 
@@ -289,7 +293,7 @@ def skill_main(a):
     for draw in parse_range(a.draws):
         t0 = time.perf_counter()
         res = skill_draw(pool, draw, seeds, a.less, log, [float(w) for w in a.weights.split(",")],
-                         [int(h) for h in a.min_hits.split(",")])
+                         [int(h) for h in a.min_hits.split(",")], a.quota_by.split(","))
         res["seconds"] = time.perf_counter() - t0
         if a.train:
             res["trained"] = train_draw(pool, res, a.train.split(","), seeds, a.epochs, work / "runs", a.jobs)
@@ -482,6 +486,7 @@ def main(argv=None):
     r.add_argument("--jobs", type=int, default=2)
     r.set_defaults(func=real_main)
     for p in (s, r):
+        p.add_argument("--quota-by", default=T.QUOTA_BY[0], help="targeting quota_by values (hits: the default; cluster: tool-wW-hH-cluster)")
         p.add_argument("--weights", default=",".join(f"{w:g}" for w in WEIGHTS), help="--target-weight values (tool-wW-hH)")
         p.add_argument("--min-hits", default=",".join(str(h) for h in MIN_HITS), help="min_hits values")
         p.add_argument("--work", default=str(ROOT / "out" / "target"))

@@ -161,7 +161,7 @@ def contenders() -> dict[str, Contender]:
         Contender("full", "full", "all rows"),
         Contender("random", "random", "uniform random 31%"),
         Contender("oracle", "oracle", "water-filling quotas by the TRUE skill labels (not label-free)"),
-        default_but("default", "the tool's defaults: embed (text, tf weighting), cluster (k auto, mixed clusters "
+        default_but("default", "the tool's defaults: embed (text, slot weighting), cluster (k auto, mixed clusters "
                     "split, --groups auto, --group-cut row), select --budget (random order), shard (token-balanced "
                     "allocation); trained without the shards' weights"),
         Contender("paper", "tool", "the paper's recipe: gradient (proxy), K = 4 ranks, cap 1.5, per-cluster ratio, "
@@ -193,6 +193,8 @@ def contenders() -> dict[str, Contender]:
                     embed=["--features", "semantic", "--text-field", "both"]),
         default_but("text+semantic", "default but embed --features text,semantic (two L2-normalised blocks)",
                     embed=["--features", "text,semantic"]),
+        default_but("tf", "default but embed --text-weighting tf: the default until round 10 (2026-12-02)",
+                    embed=["--text-weighting", "tf"]),
         default_but("k-ranks-tf", "default but cluster --k 2 (the number of ranks, as the paper)",
                     cluster=["--k", "2"]),
         previous_but("flat", "flat quotas, cluster --groups none (the default until 2026-11-29)",
@@ -438,6 +440,11 @@ def summarise(variant: str, names: list[str], runs: dict, sels: dict, labels: di
                 "converged": sum(r["final_train_loss"] <= CONVERGED_LOSS for r in rs),
             })
         out[name] = v
+    return relate(out)
+
+
+def relate(out: dict) -> dict:
+    """Coverage against the oracle's counts and the share of the oracle's advantage over random recovered."""
     if "oracle" in out:
         for v in out.values():
             v["coverage"], v["min_count_ratio"] = skillmix.coverage(v["counts"], out["oracle"]["counts"])
@@ -450,6 +457,23 @@ def summarise(variant: str, names: list[str], runs: dict, sels: dict, labels: di
                 gap = o[m] - r[m]
                 v[f"recovered_{m}"] = float((v[m] - r[m]) / gap) if abs(gap) > 1e-9 else None
     return out
+
+
+def add_baselines(results: dict, path: Path, a) -> None:
+    """Full, random and oracle taken from an earlier results file of the same recipe (rows, epochs, test set,
+    training code), when this run did not train them: their selections do not depend on the tool, so a
+    contender-only run can still be related to them. Marked `stored` in the report."""
+    prev = json.loads(path.read_text())
+    same = {k: prev["config"].get(k) for k in ("rows", "epochs", "test_per_skill")}
+    if same != {"rows": a.rows, "epochs": a.epochs, "test_per_skill": a.test_per_skill}:
+        sys.exit(f"--baselines {path}: recipe {same} differs from this run's "
+                 f"(rows {a.rows}, epochs {a.epochs}, test_per_skill {a.test_per_skill})")
+    for variant, res in results.items():
+        stored = prev["results"].get(variant, {})
+        for name in reversed(VALIDITY):
+            if not res.get(name, {}).get("trained") and stored.get(name, {}).get("trained"):
+                results[variant] = res = {name: {**stored[name], "stored": str(path)}, **res}
+        relate(res)
 
 
 def validity(res: dict) -> dict:
@@ -525,7 +549,7 @@ def write_report(results: dict, valid: dict, contender_defs: dict, args, out_dir
             acc = (f"{fmt_pm(v['macro'], v['macro_std'])} | {fmt_pm(v['worst'], v['worst_std'])} | "
                    f"{pct(v.get('recovered_macro'))} | {pct(v.get('recovered_worst'))}") if v["trained"] \
                 else "not trained | – | – | –"
-            lines.append(f"| {name} | {v['rows']:.0f} | {v['seeds']} | {acc} | {pct(v.get('coverage'))} | "
+            lines.append(f"| {name}{' (stored)' if v.get('stored') else ''} | {v['rows']:.0f} | {v['seeds']} | {acc} | {pct(v.get('coverage'))} | "
                          f"{v.get('min_count_ratio', float('nan')):.2f} | {nm} | {nt} | {v['curation_seconds']:.1f} | "
                          f"{v['train_seconds'] if v['trained'] else float('nan'):.0f} | {v.get('devices', '–')} |")
         if trained:
@@ -627,6 +651,9 @@ def main(argv=None):
     ap.add_argument("--work", default=None, help="cache of datasets, artifacts and runs (default out/evidence[-quick])")
     ap.add_argument("--results", default=str(RESULTS), help="where quality.md/json and PNGs go")
     ap.add_argument("--fresh", action="store_true", help="ignore cached runs")
+    ap.add_argument("--baselines", default=None,
+                    help="an earlier quality.json of the same recipe: its full/random/oracle stand in for those "
+                         "this run does not train (they do not depend on the tool)")
     ap.add_argument("--curate-only", action="store_true", help="make (and cache) the selections, train nothing")
     ap.add_argument("--no-curate", action="store_true",
                     help="train on the cached selections only (those missing are skipped), e.g. on a GPU machine")
@@ -730,6 +757,9 @@ def main(argv=None):
                 run.setdefault("device", "cuda" if "-cuda-" in path.name else "cpu")
                 runs.setdefault(name, []).append(run)
         results[variant] = summarise(variant, names, runs, sels, labels)
+    if a.baselines:
+        add_baselines(results, Path(a.baselines), a)
+    for variant in results:
         valid[variant] = validity(results[variant])
     elapsed = time.perf_counter() - t_start
     plot(results, out_dir)

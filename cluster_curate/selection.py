@@ -94,7 +94,19 @@ def water_fill_quotas(sizes: np.ndarray, budget: int, balance_power: float = 0.0
         quotas[open_[:rest]] += 1
         return quotas
 
-    weights = sizes.astype(np.float64) ** balance_power
+    return weighted_quotas(sizes, sizes.astype(np.float64) ** balance_power, budget)
+
+
+def weighted_quotas(sizes: np.ndarray, weights: np.ndarray, budget: int) -> np.ndarray:
+    """Quotas ∝ weights under the caps `sizes` (water-filling: a capped cluster's excess goes to the others),
+    rounded by largest remainder (ties: larger cluster, then lower number). Clusters of weight 0 get nothing, so
+    the quotas sum to exactly min(budget, Σ sizes of the clusters with weight > 0)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.float64)
+    sizes = np.where(weights > 0, sizes, 0)
+    if budget >= int(sizes.sum()):
+        return sizes.copy()
+    idx = np.arange(len(sizes))
     lo, hi = 0.0, float((sizes / np.where(weights > 0, weights, 1)).max()) + 1.0
     for _ in range(200):  # bisection on t in Σ min(size, t·w) = budget
         mid = (lo + hi) / 2

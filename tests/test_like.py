@@ -46,10 +46,12 @@ def _by_id(path) -> dict[int, np.ndarray]:
     return dict(zip(ids.tolist(), x))
 
 
-def test_text_target_rows_in_the_pool_get_the_pools_features(tmp_path, cli_runner):
+@pytest.mark.parametrize("weighting", ["tf", "slot"])
+def test_text_target_rows_in_the_pool_get_the_pools_features(tmp_path, cli_runner, weighting):
     pool_rows = _rows(80)
     emb = tmp_path / "pool.parquet"
-    _cli(cli_runner, ["embed", _write(tmp_path / "pool.jsonl", pool_rows), "--out", emb, "--dim", "12"])
+    _cli(cli_runner, ["embed", _write(tmp_path / "pool.jsonl", pool_rows), "--out", emb, "--dim", "12",
+                      "--text-weighting", weighting])
     shared = [pool_rows[i] for i in (3, 9, 14, 40, 41, 55, 60, 70, 71, 79)]
     target = _write(tmp_path / "target.jsonl", _rows(5, seed=1) + shared[::-1])  # new rows, then pool rows
     out = tmp_path / "target.parquet"
@@ -63,7 +65,7 @@ def test_text_target_rows_in_the_pool_get_the_pools_features(tmp_path, cli_runne
     assert not A.sidecar_path(out, names.feature_state('text')[0]).exists()  # nothing fitted on the target
     # a target embedded on its own fits its own basis: another space for the same rows, refused by same_space
     own = tmp_path / "own.parquet"
-    _cli(cli_runner, ["embed", target, "--out", own, "--dim", "12"])
+    _cli(cli_runner, ["embed", target, "--out", own, "--dim", "12", "--text-weighting", weighting])
     assert not np.allclose(_by_id(own)[5], got[5])
     with pytest.raises(CurateError, match="embed TARGET --like POOL_EMBEDDINGS"):
         same_space(A.read_meta(emb), A.read_meta(own))

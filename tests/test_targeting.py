@@ -102,7 +102,8 @@ def test_budget_goes_to_the_target_kinds():
 
 def test_a_dominant_target_kind_does_not_swamp_the_other():
     """40 target rows of kind A and 4 of kind B: the cosine to the target mean gives B (almost) nothing; the
-    targeted default keeps the balance between the two kinds' clusters."""
+    targeted default gives every target row the same share (B about 4/44 of the budget), version 1's rule
+    (quota_by="cluster") the same share to each kind's cluster."""
     x, g = _blobs(6000, groups=10, seed=6, noise=0.6)
     ta, _ = _target_from(x, g, [3], 40, seed=2)
     tb, _ = _target_from(x, g, [8], 4, seed=3)
@@ -113,9 +114,13 @@ def test_a_dominant_target_kind_does_not_swamp_the_other():
     b_share = np.mean(g[sel.rows] == 8)
     mean_score = _unit(x) @ _unit(t.mean(axis=0, keepdims=True))[0]
     top = np.argsort(-mean_score)[:budget]
-    assert np.mean(g[top] == 8) < 0.05
-    assert b_share >= 0.35
+    assert np.mean(g[top] == 8) < 0.01
+    assert abs(b_share - 4 / 44) <= 0.02
     assert np.isin(g[sel.rows], [3, 8]).mean() >= 0.9
+    by_cluster = T.select_targeted(g, search, budget=budget, quota_by="cluster")
+    assert np.mean(g[by_cluster.rows] == 8) >= 0.35
+    with pytest.raises(ValueError, match="quota_by"):
+        T.select_targeted(g, search, budget=budget, quota_by="rows")
 
 
 def test_near_copies_of_one_target_example_do_not_take_the_budget():

@@ -49,10 +49,13 @@ OPTIONS = (
     Option("text_field", record=True, default="prompt", choices=lazy("cluster_curate.features.text", "TEXT_FIELDS"),
            show_default=True,
            help="text, semantic: which text the feature looks at."),
-    Option("text_weighting", default="tf", choices=lazy("cluster_curate.features.text", "TEXT_WEIGHTINGS"),
-           show_default=True,
-           help="text: tf weighs words by their (sublinear) count alone, so the words that say what the task is "
-                "are not outweighed by rare topic words; tfidf weighs rare words (topics, names) most."),
+    Option("text_weighting", default="slot", choices=lazy("cluster_curate.features.text", "TEXT_WEIGHTINGS"),
+           show_default=True,  # = features.text.DEFAULT_TEXT_WEIGHTING
+           help="text: slot weighs a word by its (sublinear) count and by how few words stand in its place "
+                "across the data, so a template's slot fillers (topic nouns, names) weigh less than the words "
+                "that tell two requests apart, and keeps the numbers a request is worded with ('take 10') while "
+                "masking operands; tf weighs words by their count alone; tfidf weighs rare words (topics, "
+                "names) most."),
     Option("text_sample", type=int, default=20000, show_default=True,
            help="text: rows (seeded sample) the vocabulary, IDF and SVD are fitted on."),
     Option("max_length", record=True, type=int, shown_default=lazy(_FEATURES, "DEFAULT_MAX_LENGTH"),

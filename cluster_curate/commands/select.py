@@ -56,11 +56,11 @@ OPTIONS = (
            help="A few examples of the task to curate for (tens to thousands of rows): a dataset in any supported "
                 "format, embedded like the clusters' embeddings (written beside --out as OUT.target.parquet), or "
                 "an embeddings artifact made with `embed TARGET --like`. The budget goes to the rows nearest the "
-                "target, round-robin over its rows, balanced over the clusters it pulls from."),
-    Option("target_weight", type=float, shown_default=0.75,
+                "target, round-robin over its rows, spread over the clusters it pulls from."),
+    Option("target_weight", type=float, shown_default=lazy("cluster_curate.targeting", "DEFAULT_TARGET_WEIGHT"),
            help="With --target: 1 = pure relevance (the nearest rows, round-robin over target rows), 0 = the "
-                "untargeted balanced selection; in between, the budget is water-filled over the clusters inside "
-                "the budget / weight most relevant rows."),
+                "untargeted balanced selection; in between, the budget is spread over the clusters the target "
+                "pulls from, by how many target rows each holds, inside the budget / weight most relevant rows."),
     *OUTPUT_OPTIONS,
 )
 
@@ -348,6 +348,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     params = _params(o, mode, sel, c)
     params["quotas_over_groups"] = False  # the targeted balance is over the clusters the target pulls from
     params.update({"within": "relevance to the target", "target_weight": weight, "min_target_hits": T.MIN_TARGET_HITS,
+                   "target_quotas": "in proportion to the target rows each pulled cluster holds",
                    "relevant_rows": sel.relevant_rows, "target_service": service})
     _write_selection(o, c, x, clusters, out, columns, params, T.ALGORITHM_VERSION,
                      {"target": tmeta.as_input(tpath, out)})

@@ -1,5 +1,6 @@
-"""`--features text`: a model-free feature. Sublinear TF (or TF-IDF) of word unigrams + bigrams (numbers
-replaced by one token), reduced to `dim` by truncated SVD.
+"""`--features text`: a model-free feature. Word unigrams + bigrams (numbers replaced by one token, except
+where the slot weighting finds them part of the wording), weighted by sublinear TF (`slot`: times how few words
+stand in each word's place; `tfidf`: times IDF), reduced to `dim` by truncated SVD.
 
 Streaming: the vocabulary, IDF weights and SVD basis are fitted once on a seeded sample of the data
 (`TextFeaturizer.fit`); any number of rows are then transformed batch by batch (`transform`), so memory
@@ -16,15 +17,26 @@ from dataclasses import dataclass
 import numpy as np
 
 TEXT_FIELDS = ("prompt", "response", "both")
-# tf (the default, by measurement: benchmarks/results/quality.md and source_mix.md): every word by its
-# (sublinear) count alone, so the words that say what the task is ("reverse", "how many", "write a function")
-# are not outweighed by the topic's rare nouns; tfidf: rare words (names, topics) weigh most.
-TEXT_WEIGHTINGS = ("tf", "tfidf")
+# tf: every word by its (sublinear) count alone, so the words that say what the task is ("reverse", "how
+# many", "write a function") are not outweighed by the topic's rare nouns; tfidf: rare words (names, topics)
+# weigh most; slot: a word by how few words can stand where it stands (`slot_weights`), so a template's slot
+# fillers (the topic noun in "the ___ clerk") weigh less than the words that say which request it is ("ten" in
+# "reduced by ten").
+TEXT_WEIGHTINGS = ("tf", "tfidf", "slot")
+# slot, by measurement on the benchmark family's dev split and the real-data check (benchmarks/results/
+# family_notes.md); tf until round 10. `embed --text-weighting` declares the same default (test_embed checks it).
+DEFAULT_TEXT_WEIGHTING = "slot"
+# slot: a context (two words on one side) says how many words can fill it once it was seen this often in the
+# fit sample; an occurrence weighs (fillers of its more telling context / SLOT_FLOOR) ** -SLOT_ALPHA, at most 1
+SLOT_MIN_CONTEXT = 5
+SLOT_ALPHA = 1.0
+SLOT_FLOOR = 4.0
 
 # Numbers (integers, decimals, thousands separators, a leading sign or currency) become one token, so
 # "2 apples + 3 apples" and "7 apples + 9 apples" look the same: the feature is about the kind of task.
 _NUMBER = re.compile(r"[-+$]?\d+(?:[.,:/]\d+)*%?")
 NUMBER_TOKEN = " numtok "
+_NUM = NUMBER_TOKEN.strip()
 
 
 def mask_numbers(text: str) -> str:
@@ -59,13 +71,15 @@ class TextFeaturizer:
 
     dim: int = 256
     field: str = "prompt"
-    weighting: str = "tf"
+    weighting: str = DEFAULT_TEXT_WEIGHTING
     seed: int = 0
     max_features: int = 32768
     min_df: int = 1
     vocabulary: np.ndarray | None = None  # str terms, column order
     idf: np.ndarray | None = None  # float64 [V]
     components: np.ndarray | None = None  # float32 [dim, V]
+    contexts: np.ndarray | None = None  # slot: str context keys ("<a b": the two words before, ">a b": after)
+    context_weights: np.ndarray | None = None  # slot: float64, the weight of a word in each (others weigh 1)
 
     def __post_init__(self):
         if self.field not in TEXT_FIELDS:
@@ -81,7 +95,9 @@ class TextFeaturizer:
 
         When the sample has fewer usable directions than `dim`, the extra output columns are zero
         (they carry nothing), so the output width is always `dim`."""
-        counts, terms = _fit_counts(texts, self.max_features, self.min_df)
+        if self.weighting == "slot":
+            self.contexts, self.context_weights = slot_contexts(texts)
+        counts, slot, terms = _fit_counts(texts, self.max_features, self.min_df, self._slot_table())
         if counts is None:  # empty vocabulary: nothing but stop-characters in the sample
             self.vocabulary, self.idf = np.array(["numtok"]), np.ones(1)
             self.components = np.zeros((self.dim, 1), dtype=np.float32)
@@ -92,7 +108,7 @@ class TextFeaturizer:
             self.idf = np.log(np.full_like(df, counts.shape[0] + 1) / df) + 1.0
         else:
             self.idf = np.ones(len(terms))
-        x = self._weigh(counts)
+        x = self._weigh(counts, slot)
         k = min(self.dim, x.shape[0] - 1, x.shape[1] - 1)
         comps = np.zeros((self.dim, x.shape[1]), dtype=np.float32)
         if k >= 1:
@@ -117,13 +133,24 @@ class TextFeaturizer:
         return np.asarray(x @ self.components.T.astype(np.float64), dtype=np.float32)
 
     def _tfidf(self, texts: list[str]):
-        return self._weigh(_count_matrix(texts, {t: i for i, t in enumerate(self.vocabulary.tolist())}))
+        return self._weigh(*_count_matrix(texts, {t: i for i, t in enumerate(self.vocabulary.tolist())},
+                                          slots=self._slot_table()))
 
-    def _weigh(self, counts):
-        """Counts -> sublinear TF (x IDF), each row scaled to unit l2 norm (all-zero rows stay zero)."""
+    def _slot_table(self) -> dict | None:
+        if self.weighting != "slot":
+            return None
+        if not hasattr(self, "_slots"):
+            self._slots = dict(zip(self.contexts.tolist(), self.context_weights.tolist()))
+        return self._slots
+
+    def _weigh(self, counts, slot=None):
+        """Counts -> sublinear TF (x IDF; slot weighting: x `slot`, the term's largest occurrence weight in the
+        row, a matrix of the same entries), each row scaled to unit l2 norm (all-zero rows stay zero)."""
         x = counts.astype(np.float64)
         x.data = np.log(x.data) + 1.0
         x.data *= self.idf[x.indices]
+        if slot is not None:
+            x.data *= slot.data
         row_len = np.diff(x.indptr)
         # sequential sums of squares per row (bincount adds in data order), as sklearn's normalize does
         norm = np.sqrt(np.bincount(np.repeat(np.arange(x.shape[0]), row_len), weights=x.data * x.data,
@@ -133,9 +160,10 @@ class TextFeaturizer:
 
     # ------------------------------------------------------------------------------ persistence
     def state(self) -> dict[str, np.ndarray]:
+        slots = {"contexts": self.contexts, "context_weights": self.context_weights} if self.weighting == "slot" else {}
         return {"vocabulary": self.vocabulary, "idf": self.idf, "components": self.components,
                 "config": np.array([self.dim, self.seed, self.max_features, self.min_df], dtype=np.int64),
-                "field": np.array([self.field]), "weighting": np.array([self.weighting])}
+                "field": np.array([self.field]), "weighting": np.array([self.weighting]), **slots}
 
     def to_bytes(self) -> bytes:
         """The fitted state as an .npz of plain arrays (read back with allow_pickle=False)."""
@@ -149,9 +177,10 @@ class TextFeaturizer:
         import io
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             dim, seed, max_features, min_df = (int(v) for v in z["config"])
+            slots = {k: z[k] for k in ("contexts", "context_weights") if k in z.files}
             return cls(dim=dim, field=str(z["field"][0]), weighting=str(z["weighting"][0]), seed=seed,
                        max_features=max_features, min_df=min_df,
-                       vocabulary=z["vocabulary"], idf=z["idf"], components=z["components"])
+                       vocabulary=z["vocabulary"], idf=z["idf"], components=z["components"], **slots)
 
     def transform_examples(self, examples: list) -> np.ndarray:
         """The feature block of examples (the text of each chosen by `field`)."""
@@ -173,45 +202,139 @@ def _terms(text: str) -> list[str]:
     return words + [f"{a} {b}" for a, b in zip(words, words[1:])]
 
 
-def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False):
+_PAD = ("<s>", "<s>")  # never a word (\w+ has no "<"), so a context at the text's edge is its own
+
+
+def _contexts(words: list[str]):
+    """Per word: its left and right context keys (the two words before it, the two after; padded)."""
+    w = [*_PAD, *words, "</s>", "</s>"]
+    return [(f"<{w[i - 2]} {w[i - 1]}", f">{w[i + 1]} {w[i + 2]}") for i in range(2, len(w) - 2)]
+
+
+def _masked_words(text: str) -> tuple[list[str], list[str] | None]:
+    """The masked words of a text (as `_terms` sees them) and the number each `numtok` stands for, in order
+    (None when the text itself holds the word "numtok", so the two cannot be paired)."""
+    found: list[str] = []
+    words = _WORD.findall(_NUMBER.sub(lambda m: found.append(m.group(0)) or NUMBER_TOKEN, text.lower()))
+    return words, (found if words.count(_NUM) == len(found) else None)
+
+
+def _effective_number(counts) -> float:
+    """exp of the entropy of a distribution given by counts: how many values stand there, evenly counted."""
+    c = np.fromiter(counts, dtype=np.float64)
+    q = c / c.sum()
+    return float(np.exp(-(q * np.log(q)).sum()))
+
+
+def slot_contexts(texts: list[str], min_context: int = SLOT_MIN_CONTEXT, alpha: float = SLOT_ALPHA,
+                  floor: float = SLOT_FLOOR) -> tuple[np.ndarray, np.ndarray]:
+    """The fitted state of the slot weighting, from contexts seen at least min_context times in the sample:
+    * where more than `floor` words stand (the effective number), the weight (number / floor) ** -alpha of a
+      word there. A template's fixed word has one filler, a twin request's "ten" / "two" about one (neither is
+      stored: weight 1), a topic noun in "the ___ clerk" as many as there are nouns; a context seen fewer times
+      says nothing (varied real text: mostly weight 1, the tf feature);
+    * where a number stands and at most `floor` numbers do ("take 10 from", "take 2 from"), key "#" + context,
+      weight 1: the number there is part of the request and is kept as it is written, where an operand's
+      place (any number) stays masked."""
+    from collections import Counter, defaultdict
+
+    fillers: dict[str, Counter] = defaultdict(Counter)
+    numbers: dict[str, Counter] = defaultdict(Counter)
+    for text in texts:
+        words, found = _masked_words(text)
+        k = 0
+        for word, around in zip(words, _contexts(words)):
+            for key in around:
+                fillers[key][word] += 1
+            if word == _NUM and found is not None:
+                for key in around:
+                    numbers[key][found[k]] += 1
+                k += 1
+    keys, weights = [], []
+    for key in sorted(fillers):
+        c = fillers[key]
+        if c.total() >= min_context and len(c) > 1 and (number := _effective_number(c.values())) > floor:
+            keys.append(key)
+            weights.append((number / floor) ** -alpha)
+    for key in sorted(numbers):
+        c = numbers[key]
+        if c.total() >= min_context and _effective_number(c.values()) <= floor:
+            keys.append("#" + key)
+            weights.append(1.0)
+    return np.asarray(keys, dtype=str), np.asarray(weights, dtype=np.float64)
+
+
+def _weighted_terms(text: str, slots: dict) -> list[tuple[str, float]]:
+    """_terms with each occurrence's slot weight: a word by the more telling of its two contexts (the larger
+    weight; an unknown context weighs 1), a bigram by the smaller of its words'; a number written as it is
+    where either of its contexts keeps numbers (else masked)."""
+    words, found = _masked_words(text)
+    around = _contexts(words)
+    w = [max(slots.get(left, 1.0), slots.get(right, 1.0)) for left, right in around]
+    if found is not None:
+        literal, shown = iter(found), []
+        for word, (left, right) in zip(words, around):
+            if word == _NUM:
+                value = next(literal)
+                if "#" + left in slots or "#" + right in slots:
+                    word = value
+            shown.append(word)
+        words = shown
+    return list(zip(words, w)) + [(f"{a} {b}", min(u, v)) for a, b, u, v in zip(words, words[1:], w, w[1:])]
+
+
+def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False, slots: dict | None = None):
     """CSR float64 [len(texts), len(vocabulary)] of term counts, column indices sorted within each row.
-    With grow, unseen terms are added to `vocabulary` (index = order of first appearance)."""
+    With grow, unseen terms are added to `vocabulary` (index = order of first appearance). With slots
+    (the slot weighting), also each entry's largest occurrence weight, as a matrix of the same entries (else
+    None)."""
     from scipy import sparse
 
-    indices, counts, indptr = [], [], [0]
+    indices, counts, best, indptr = [], [], [], [0]
     for text in texts:
         row: dict[int, int] = {}
-        for term in _terms(text):
+        top: dict[int, float] = {}
+        for term, weight in (_weighted_terms(text, slots) if slots is not None else
+                             ((t, 1.0) for t in _terms(text))):
             j = vocabulary.get(term)
             if j is None:
                 if not grow:
                     continue
                 j = vocabulary[term] = len(vocabulary)
             row[j] = row.get(j, 0) + 1
+            top[j] = max(top.get(j, 0.0), weight)
         indices.extend(row)
         counts.extend(row.values())
+        best.extend(top.values())
         indptr.append(len(indices))
-    x = sparse.csr_matrix((np.asarray(counts, dtype=np.float64), np.asarray(indices, dtype=np.int32),
-                           np.asarray(indptr, dtype=np.int64)), shape=(len(texts), len(vocabulary)))
-    x.sort_indices()
-    return x
+    indices = np.asarray(indices, dtype=np.int32)
+    indptr = np.asarray(indptr, dtype=np.int64)
+    x = sparse.csr_matrix((np.asarray(counts, dtype=np.float64), indices, indptr), shape=(len(texts), len(vocabulary)))
+    w = None if slots is None else \
+        sparse.csr_matrix((np.asarray(best, dtype=np.float64), indices.copy(), indptr.copy()), shape=x.shape)
+    for m in (x, w):  # the same entries in the same order in both (sorted in place: x shares `indices`)
+        if m is not None:
+            m.sort_indices()
+    return x, w
 
 
-def _fit_counts(texts: list[str], max_features: int, min_df: int):
-    """(counts over the kept terms, the kept terms in alphabetical order), or (None, None) when no term is
-    kept. Terms in fewer than min_df texts are dropped, then the max_features most frequent are kept.
+def _fit_counts(texts: list[str], max_features: int, min_df: int, slots: dict | None = None):
+    """(counts over the kept terms, their slot weights (None unless slots), the kept terms in alphabetical
+    order), or (None, None, None) when no term is kept. Terms in fewer than min_df texts are dropped, then the max_features most frequent are kept.
 
     This is scikit-learn's CountVectorizer.fit_transform, step by step (the same data order within rows
     and the same tie-break among equally frequent terms), so the features equal those it gave; importing
     scikit-learn alone was most of a short `embed` (benchmarks/results/code_figures.md)."""
     vocabulary: dict[str, int] = {}
-    x = _count_matrix(texts, vocabulary, grow=True)
+    x, w = _count_matrix(texts, vocabulary, grow=True, slots=slots)
     if not vocabulary:
-        return None, None
+        return None, None, None
     terms = sorted(vocabulary)
     alphabetical = np.empty(len(terms), dtype=x.indices.dtype)
     alphabetical[[vocabulary[t] for t in terms]] = np.arange(len(terms))
     x.indices = alphabetical[x.indices]
+    if w is not None:
+        w.indices = x.indices.copy()
     keep = np.bincount(x.indices, minlength=len(terms)) >= min_df
     if keep.sum() > max_features:
         frequency = np.bincount(x.indices, weights=x.data, minlength=len(terms))
@@ -219,9 +342,9 @@ def _fit_counts(texts: list[str], max_features: int, min_df: int):
         top[np.flatnonzero(keep)[(-frequency[keep]).argsort()[:max_features]]] = True
         keep = top
     if not keep.any():
-        return None, None
+        return None, None, None
     kept = np.flatnonzero(keep)
-    return x[:, kept], [terms[j] for j in kept]
+    return x[:, kept], (None if w is None else w[:, kept]), [terms[j] for j in kept]
 
 
 def _randomized_svd_basis(x, k: int, seed: int) -> np.ndarray:
