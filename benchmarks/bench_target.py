@@ -50,16 +50,6 @@ TIERS = {"frequent": ["upper", "first_letter", "copy_twice"],
 TARGET_PER_SKILL, FRACTION = 20, 0.10
 
 
-def rel(text: str) -> str:
-    """Paths in the results as seen from the repository (its parent as ..)."""
-    return str(text).replace(str(ROOT) + "/", "").replace(str(ROOT.parent), "..")
-
-
-def finish(stem: str, lines: list[str], payload: dict, argv: list[str]) -> None:
-    payload = json.loads(rel(json.dumps(payload)))
-    write_results(stem, [rel(line) for line in lines], payload, [rel(a) for a in argv])
-
-
 WEIGHTS = (1.0, 0.9, 0.75, 0.6, 0.5, 0.33, 0.1)
 MIN_HITS = (0, 1, 2, 3)
 
@@ -333,7 +323,7 @@ def skill_main(a):
     payload = {"args": {k: v for k, v in vars(a).items() if k != "func"},
                "results": [{k: v for k, v in r.items() if k not in ("selections", "target_instructions")}
                            for r in results]}
-    finish(a.stem or "target_skill", lines, payload, a.argv)
+    write_results(a.stem or "target_skill", lines, payload, a.argv)
 
 
 # ---------------------------------------------------------------------------------------------- real data
@@ -413,7 +403,7 @@ def real_main(a):
         for name, vals in losses.items():
             lines.append(f"| {name} | {np.mean(vals):.3f} ± {np.std(vals):.3f} | {len(vals)} |")
     lines += ["", "Commands run:", ""] + [f"    {c}" for c in dict.fromkeys(log)]
-    finish(a.stem or f"target_real_{a.code_share:g}", lines, payload, a.argv)
+    write_results(a.stem or f"target_real_{a.code_share:g}", lines, payload, a.argv)
 
 
 def _code_prompt(r: dict) -> str:

@@ -78,6 +78,15 @@ def command_line(argv: list[str] | None = None) -> str:
     return " ".join([f"python benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
 
 
+def relative(text: str) -> str:
+    """Absolute paths as seen from the repository (its parent as ..), so results name no machine's directories;
+    only where a path starts (not inside another path or word)."""
+    import re
+    for prefix, to in ((ROOT, ""), (ROOT.parent, "../")):
+        text = re.sub(r"(?<![\w./-])" + re.escape(str(prefix)) + "/", to, text)
+    return text
+
+
 def write_results(stem: str, lines: list[str] | str, payload: dict, argv: list[str] | None = None,
                   results: Path | str | None = None, quiet: bool = False, command: bool = True) -> Path:
     """Finish a benchmark: the table (lines, or Markdown text), the command line under it (unless `command` is
@@ -86,7 +95,8 @@ def write_results(stem: str, lines: list[str] | str, payload: dict, argv: list[s
     text = lines if isinstance(lines, str) else "\n".join(lines)
     if command:
         text += f"\n\nCommand: `{command_line(argv)}`"
-    text = text.rstrip("\n") + "\n"
+    text = relative(text.rstrip("\n") + "\n")
+    payload = json.loads(relative(json.dumps(payload, default=str)))
     if not quiet:
         print(text)
     out = Path(results) if results is not None else RESULTS

@@ -116,3 +116,10 @@ def test_validity_needs_full_quality_a_clear_oracle_gap_and_three_seeds():
     res["full"] = trained(0.80, [0.8, 0.8, 0.8])
     assert not evidence.validity(res)["full_ok"]
     assert not evidence.validity({"full": res["full"]})["decided"]
+
+
+def test_results_name_paths_from_the_repository():
+    from common import ROOT, relative
+
+    text = f"embed {ROOT}/out/evidence/worked/train.jsonl --data {ROOT.parent}/shared/data/g.jsonl out/evidence/worked"
+    assert relative(text) == "embed out/evidence/worked/train.jsonl --data ../shared/data/g.jsonl out/evidence/worked"
