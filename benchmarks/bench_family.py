@@ -161,20 +161,18 @@ def context_weighted(prompts: list[str], dim: int = 256, first_pass: np.ndarray 
 
 def slot_weighted(prompts: list[str], dim: int = 256, alpha: float = 0.5, min_context: int = 5,
                   floor: float = 1.0, numbers: bool = False):
-    """Prototype: a word weighs by how few words can stand where it stands. Each occurrence has a left
-    context (the two words before it) and a right one (the two after); over the corpus, a context seen at least
-    `min_context` times has an effective number of fillers (exp of the entropy of the words found there). An
-    occurrence's weight is (the smaller of its two contexts' numbers) ** -alpha: a template word (one filler)
-    and a twin's "ten" / "two" (two fillers) keep ~1, a topic noun in "the ___ clerk" (every noun) ~1/5; a
-    context seen fewer times says nothing (weight 1), so varied real text is the tf feature. Bigrams take the
-    smaller weight of their words. Sublinear tf, l2, truncated SVD to dim."""
+    """Prototype of the slot weighting (the package's is features/text.py; this one, with scikit-learn's SVD
+    and no sample, is how the variants in family_notes.md were compared): a context (two words on one side)
+    seen at least `min_context` times has an effective number of fillers; an occurrence weighs
+    (max(fillers of its less crowded context, floor) / floor) ** -alpha, a bigram the smaller weight of its
+    words. With `numbers`, a number where at most `floor` values stand is kept as written. Sublinear tf, l2,
+    truncated SVD to dim."""
     import re
     from collections import Counter, defaultdict
 
     from scipy import sparse
     from sklearn.decomposition import TruncatedSVD
 
-    from cluster_curate.features.text import mask_numbers
     from cluster_curate.features.text import _NUMBER
 
     def effective(counter):
@@ -183,9 +181,6 @@ def slot_weighted(prompts: list[str], dim: int = 256, alpha: float = 0.5, min_co
             return 1.0
         q = np.array(list(counter.values()), dtype=float) / n
         return float(np.exp(-(q * np.log(q)).sum()))
-
-    def effective_ok(counter):
-        return len(counter) > 0
 
     word = re.compile(r"(?u)\b\w+\b")
     docs, lits = [], []
@@ -208,9 +203,9 @@ def slot_weighted(prompts: list[str], dim: int = 256, alpha: float = 0.5, min_co
     shown = list(docs)  # the words the terms are made of (contexts are looked up in the masked docs)
     if numbers:  # a number where at most `floor` values stand is part of the wording ("take 10 from"): kept
         keep_left = {c for c, v in num_left.items() if sum(v.values()) >= min_context and
-                     effective(v) <= max(floor, 1.0) + 1e-9 and effective_ok(v)}
+                     effective(v) <= max(floor, 1.0) + 1e-9}
         keep_right = {c for c, v in num_right.items() if sum(v.values()) >= min_context and
-                      effective(v) <= max(floor, 1.0) + 1e-9 and effective_ok(v)}
+                      effective(v) <= max(floor, 1.0) + 1e-9}
         for j, (w, found) in enumerate(zip(docs, lits)):
             if found is None:
                 continue
@@ -248,10 +243,14 @@ def slot_weighted(prompts: list[str], dim: int = 256, alpha: float = 0.5, min_co
     return z
 
 
+def tool_feature_path(inst_dir: Path, args: list[str], inputs: list | None = None) -> Path:
+    return inst_dir / ("emb" + "".join(args).replace("-", "_") + (f"-{len(inputs)}in" if inputs else "") + ".parquet")
+
+
 def tool_feature(inst_dir: Path, args: list[str], inputs: list | None = None) -> np.ndarray:
     """The tool's own `embed` with other options (cached beside the instance; inputs: the data, default the
     instance's train.jsonl)."""
-    emb = inst_dir / ("emb" + "".join(args).replace("-", "_") + (f"-{len(inputs)}in" if inputs else "") + ".parquet")
+    emb = tool_feature_path(inst_dir, args, inputs)
     if not emb.exists() or inputs:
         common.cli(["embed", *(inputs or [inst_dir / "train.jsonl"]), "--out", emb, "--overwrite", *args], [])
     t = pq.read_table(emb)
@@ -261,7 +260,8 @@ def tool_feature(inst_dir: Path, args: list[str], inputs: list | None = None) ->
 
 
 TOOL_FEATURES = {"tfidf": ["--text-weighting", "tfidf"], "tool-slot": ["--text-weighting", "slot"],  # embed options
-                 "tool-tf": ["--text-weighting", "tf"]}
+                 "tool-tf": ["--text-weighting", "tf"],
+                 "gradient": ["--features", "gradient"], "hidden": ["--features", "hidden"]}  # the proxy model
 FEATURES = {  # name -> fn(prompts, the tool's text feature rows, instance directory[, inputs])
     **{name: (lambda args: lambda prompts, x, d, inputs=None: tool_feature(d, args, inputs))(args)
        for name, args in TOOL_FEATURES.items()},
@@ -410,6 +410,21 @@ def select(clusters, ids, budget, seed, groups):
     return np.sort(order[rank < quotas[clusters[order]]])
 
 
+def paper_recipe_ids(emb: Path, seed: int, budget: int, log: list) -> np.ndarray:
+    """The paper's recipe through the tool's commands, as the evidence harness runs it (its `paper` contender):
+    k = 4 (the ranks), clusters capped at 1.5x the mean, flat quotas, the per-cluster ratio r that keeps ~31%
+    (the budget is not exact), the far order."""
+    c, s = emb.with_name(emb.stem + f"-paper-c{seed}.parquet"), emb.with_name(emb.stem + f"-paper-s{seed}.parquet")
+    common.cli(["cluster", emb, "--out", c, "--overwrite", "--k", "4", "--max-size-factor", "1.5", "--groups", "none",
+                "--seed", seed], log)
+    sizes = np.bincount(pq.read_table(c, columns=["cluster"]).column("cluster").to_numpy())
+    sizes = sizes[sizes > 0]
+    ratio = min(1.0, (budget / len(sizes) + 0.999) / sizes.min())
+    common.cli(["select", c, "--out", s, "--overwrite", "--per-cluster-ratio", f"{ratio:.6f}", "--within", "far",
+                "--seed", seed], log)
+    return np.sort(pq.read_table(s, columns=["id"]).column("id").to_numpy())
+
+
 def cli_default_ids(seed: int, work: Path, budget: int, log: list) -> np.ndarray:
     d = work / f"i{seed}"
     common.cli(["cluster", d / "emb.parquet", "--out", d / "c.parquet", "--overwrite"], log)
@@ -501,7 +516,13 @@ def main(argv=None):
         for m in mechs:
             runs = []
             for s in seeds:
-                sel = run_mechanism(m, ids, x, skills, labels, s, budget, feats)
+                if m.endswith("/paper"):  # FEATURE/paper: the paper's recipe on a tool feature, through the CLI
+                    feature = m.rpartition("/")[0]
+                    feats(feature)
+                    sel = paper_recipe_ids(tool_feature_path(work / f"i{inst_seed}", TOOL_FEATURES[feature]), s,
+                                           budget, log)
+                else:
+                    sel = run_mechanism(m, ids, x, skills, labels, s, budget, feats)
                 runs.append(cheap_metrics(np.bincount(skills[np.searchsorted(ids, sel)], minlength=n_skills),
                                           oracle, twins))
                 if m == "default" and s == 0 and i < a.check_cli:

@@ -19,7 +19,7 @@ import numpy as np
 TEXT_FIELDS = ("prompt", "response", "both")
 # tf: every word by its (sublinear) count alone, so the words that say what the task is ("reverse", "how
 # many", "write a function") are not outweighed by the topic's rare nouns; tfidf: rare words (names, topics)
-# weigh most; slot: a word by how few words can stand where it stands (`slot_weights`), so a template's slot
+# weigh most; slot: a word by how few words can stand where it stands (`slot_contexts`), so a template's slot
 # fillers (the topic noun in "the ___ clerk") weigh less than the words that say which request it is ("ten" in
 # "reduced by ten").
 TEXT_WEIGHTINGS = ("tf", "tfidf", "slot")
@@ -137,11 +137,13 @@ class TextFeaturizer:
                                           slots=self._slot_table()))
 
     def _slot_table(self) -> dict | None:
+        """The slot state as a lookup (built once per fitted state)."""
         if self.weighting != "slot":
             return None
-        if not hasattr(self, "_slots"):
-            self._slots = dict(zip(self.contexts.tolist(), self.context_weights.tolist()))
-        return self._slots
+        cached = getattr(self, "_slots", None)
+        if cached is None or cached[0] is not self.contexts:
+            self._slots = (self.contexts, dict(zip(self.contexts.tolist(), self.context_weights.tolist())))
+        return self._slots[1]
 
     def _weigh(self, counts, slot=None):
         """Counts -> sublinear TF (x IDF; slot weighting: x `slot`, the term's largest occurrence weight in the
