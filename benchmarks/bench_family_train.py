@@ -35,7 +35,9 @@ from cluster_curate.selection import water_fill_quotas
 LABEL_FREE = ("default", "pair", "hkm2")
 
 
-def selection(name: str, ids, x, skills, labels, seed: int, budget: int) -> list[int]:
+def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_dir: Path | None = None) -> list[int]:
+    """The rows a contender selects: full, random, oracle, a mechanism of bench_family on the tool's default
+    feature, or FEATURE/MECHANISM with FEATURE one of bench_family.TOOL_FEATURES (e.g. tool-tf/default)."""
     if name == "full":
         return ids.tolist()
     if name == "random":
@@ -45,7 +47,10 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int) -> list
         groups = [ids[skills == s] for s in range(len(labels["skills"]))]
         quotas = water_fill_quotas(np.array([len(g) for g in groups]), budget)
         return sorted(int(i) for g, q in zip(groups, quotas) for i in rng.choice(g, q, replace=False))
-    clusters, groups = BF.MECHANISMS[name](x, seed, labels)
+    feature, _, mechanism = name.rpartition("/")
+    if feature:
+        x = BF.tool_feature(inst_dir, BF.TOOL_FEATURES[feature])
+    clusters, groups = BF.MECHANISMS[mechanism](x, seed, labels)
     return sorted(ids[BF.select(clusters, ids, budget, seed, groups)].tolist())
 
 
@@ -97,11 +102,11 @@ def main(argv=None):
                 (vdir / "key.json").write_text(json.dumps(key))
             for name in names:
                 for seed in ([0] if name == "full" else seeds):
-                    sel = selection(name, ids, x, skills, labels, seed, budget)
+                    sel = selection(name, ids, x, skills, labels, seed, budget, emb_dir)
                     counts = np.bincount(skills[np.searchsorted(ids, sel)], minlength=len(oracle))
                     cheap = BF.cheap_metrics(counts, oracle, labels["twins"])
                     digest = hashlib.blake2b(json.dumps([sel, a.epochs, seed]).encode(), digest_size=8).hexdigest()
-                    path = vdir / "runs" / f"{name}-s{seed}-e{a.epochs}-{digest}.json"
+                    path = vdir / "runs" / f"{name.replace('/', '+')}-s{seed}-e{a.epochs}-{digest}.json"
                     plan.append((inst_seed, variant, name, seed, path, cheap))
                     if not path.exists():
                         order = (seed, name == "full", inst_seed, variant, names.index(name))
