@@ -160,7 +160,7 @@ def context_weighted(prompts: list[str], dim: int = 256, first_pass: np.ndarray 
 
 
 def slot_weighted(prompts: list[str], dim: int = 256, alpha: float = 0.5, min_context: int = 5,
-                  floor: float = 1.0, numbers: bool = False):
+                  floor: float = 1.0, numbers: bool = False, bounded: float | None = None):
     """Prototype of the slot weighting (the package's is features/text.py; this one, with scikit-learn's SVD
     and no sample, is how the variants in family_notes.md were compared): a context (two words on one side)
     seen at least `min_context` times has an effective number of fillers; an occurrence weighs
@@ -219,11 +219,29 @@ def slot_weighted(prompts: list[str], dim: int = 256, alpha: float = 0.5, min_co
 
     eff_left = {k: effective(c) for k, c in left.items()}
     eff_right = {k: effective(c) for k, c in right.items()}
+    same: dict = {}
+
+    def bounded_slot(lk, rk):
+        """bounded: a slot only where both sides see the same fillers (cosine of their counts >= bounded): a
+        template's blank between fixed words, not a free continuation ("write a function to ___ ...")."""
+        if bounded is None:
+            return True
+        if (lk, rk) not in same:
+            a, b = left[lk], right[rk]
+            if sum(a.values()) < min_context or sum(b.values()) < min_context:
+                same[lk, rk] = False
+            else:
+                dot = sum(v * b.get(t, 0) for t, v in a.items())
+                na = np.sqrt(sum(v * v for v in a.values()))
+                nb = np.sqrt(sum(v * v for v in b.values()))
+                same[lk, rk] = dot / (na * nb) >= bounded
+        return same[lk, rk]
     vocab: dict[str, int] = {}
     indptr, indices, data = [0], [], []
     for w, sw in zip(docs, shown):
         words = sw[2:-2]
         wt = [(max(min(eff_left[w[i - 2], w[i - 1]], eff_right[w[i + 1], w[i + 2]]), floor) / floor) ** -alpha
+              if bounded_slot((w[i - 2], w[i - 1]), (w[i + 1], w[i + 2])) else 1.0
               for i in range(2, len(w) - 2)]
         row: dict[int, list] = {}
         for t, v in list(zip(words, wt)) + [(f"{a} {b}", min(u, v)) for (a, u), (b, v) in
@@ -274,6 +292,7 @@ FEATURES = {  # name -> fn(prompts, the tool's text feature rows, instance direc
     "slot1f8": lambda prompts, x, d: slot_weighted(prompts, alpha=1.0, floor=8.0),
     "slotf4": lambda prompts, x, d: slot_weighted(prompts, alpha=0.5, floor=4.0),
     "slot1f4n": lambda prompts, x, d: slot_weighted(prompts, alpha=1.0, floor=4.0, numbers=True),
+    "slot1f4nb": lambda prompts, x, d: slot_weighted(prompts, alpha=1.0, floor=4.0, numbers=True, bounded=0.5),
 }
 
 def relative_groups(centroids: np.ndarray, tightness: np.ndarray) -> np.ndarray:
