@@ -162,8 +162,13 @@ def read_column(path: Path, column: str):
     return np.asarray(table.column("id").to_pylist()), np.asarray(table.column(column).to_pylist())
 
 
+def grid_name(weight: float, hits: int, quota_by: str) -> str:
+    """The in-process grid's contender names: tool-wW-hH (quotas by hits, the default) or tool-wW-hH-cluster."""
+    return f"tool-w{weight:g}-h{hits}" + ("" if quota_by == T.QUOTA_BY[0] else f"-{quota_by}")
+
+
 def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[str], weights, min_hits,
-               quota_by=("cluster",)) -> dict:
+               quota_by=T.QUOTA_BY[:1]) -> dict:
     vdir = pool["dir"]
     labels = json.loads((vdir / "labels.json").read_text())
     names = labels["skills"]
@@ -210,7 +215,7 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
                 for by in quota_by:
                     sel = T.select_targeted(clusters, search, budget=budget, target_weight=w, seed=seed,
                                             min_hits=hits, quota_by=by)
-                    sels.setdefault(f"tool-w{w:g}-h{hits}" + ("" if by == T.QUOTA_BY[0] else f"-{by}"), {})[seed] = sel.rows
+                    sels.setdefault(grid_name(w, hits, by), {})[seed] = sel.rows
         sels.setdefault("oracle", {})[seed] = oracle(skill, [names.index(s) for s in targets], budget, seed)
     tidx = [names.index(s) for s in targets]
     ocounts = np.array([np.sum(skill[sels["oracle"][seeds[0]]] == s) for s in tidx], dtype=float)
@@ -376,8 +381,9 @@ def real_main(a):
         sels.setdefault("rds", []).append(rds_round_robin(x, t, budget))
         for w in weights:
             for hits in [int(h) for h in a.min_hits.split(",")]:
-                sels.setdefault(f"tool-w{w:g}-h{hits}", []).append(T.select_targeted(
-                    clusters, search, budget=budget, target_weight=w, seed=seed, min_hits=hits).rows)
+                for by in a.quota_by.split(","):
+                    sels.setdefault(grid_name(w, hits, by), []).append(T.select_targeted(
+                        clusters, search, budget=budget, target_weight=w, seed=seed, min_hits=hits, quota_by=by).rows)
     lines = [f"# Targeted selection on GSM8K + Code Alpaca ({n:,} rows, code {is_code.mean():.1%} = {is_code.sum()} rows; "
              f"budget {a.real_fraction:.0%} = {budget} rows; target {a.targets} held-out Code Alpaca rows)", "",
              f"Far target rows: {int(search.far.sum())}/{len(t)} (threshold {search.far_threshold:.3f}); "
@@ -476,7 +482,8 @@ def main(argv=None):
     r.add_argument("--jobs", type=int, default=2)
     r.set_defaults(func=real_main)
     for p in (s, r):
-        p.add_argument("--quota-by", default=T.QUOTA_BY[0], help="targeting quota_by values (hits: the default; cluster: tool-wW-hH-cluster)")
+        p.add_argument("--quota-by", default=T.QUOTA_BY[0],
+                       help="targeting quota_by values (hits: the default; cluster: tool-wW-hH-cluster)")
         p.add_argument("--weights", default=",".join(f"{w:g}" for w in WEIGHTS), help="--target-weight values (tool-wW-hH)")
         p.add_argument("--min-hits", default=",".join(str(h) for h in MIN_HITS), help="min_hits values")
         p.add_argument("--work", default=str(ROOT / "out" / "target"))

@@ -549,7 +549,8 @@ def write_report(results: dict, valid: dict, contender_defs: dict, args, out_dir
             acc = (f"{fmt_pm(v['macro'], v['macro_std'])} | {fmt_pm(v['worst'], v['worst_std'])} | "
                    f"{pct(v.get('recovered_macro'))} | {pct(v.get('recovered_worst'))}") if v["trained"] \
                 else "not trained | – | – | –"
-            lines.append(f"| {name}{' (stored)' if v.get('stored') else ''} | {v['rows']:.0f} | {v['seeds']} | {acc} | {pct(v.get('coverage'))} | "
+            stored = " (stored)" if v.get("stored") else ""
+            lines.append(f"| {name}{stored} | {v['rows']:.0f} | {v['seeds']} | {acc} | {pct(v.get('coverage'))} | "
                          f"{v.get('min_count_ratio', float('nan')):.2f} | {nm} | {nt} | {v['curation_seconds']:.1f} | "
                          f"{v['train_seconds'] if v['trained'] else float('nan'):.0f} | {v.get('devices', '–')} |")
         if trained:

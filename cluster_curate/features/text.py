@@ -322,7 +322,8 @@ def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False, slots:
 
 def _fit_counts(texts: list[str], max_features: int, min_df: int, slots: dict | None = None):
     """(counts over the kept terms, their slot weights (None unless slots), the kept terms in alphabetical
-    order), or (None, None, None) when no term is kept. Terms in fewer than min_df texts are dropped, then the max_features most frequent are kept.
+    order), or (None, None, None) when no term is kept. Terms in fewer than min_df texts are dropped, then the
+    max_features most frequent are kept.
 
     This is scikit-learn's CountVectorizer.fit_transform, step by step (the same data order within rows
     and the same tie-break among equally frequent terms), so the features equal those it gave; importing
