@@ -295,19 +295,23 @@ def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False, slots:
     indices, counts, best, indptr = [], [], [], [0]
     for text in texts:
         row: dict[int, int] = {}
-        top: dict[int, float] = {}
-        for term, weight in (_weighted_terms(text, slots) if slots is not None else
-                             ((t, 1.0) for t in _terms(text))):
+        pairs = None if slots is None else _weighted_terms(text, slots)
+        for term in (_terms(text) if pairs is None else [t for t, _ in pairs]):
             j = vocabulary.get(term)
             if j is None:
                 if not grow:
                     continue
                 j = vocabulary[term] = len(vocabulary)
             row[j] = row.get(j, 0) + 1
-            top[j] = max(top.get(j, 0.0), weight)
         indices.extend(row)
         counts.extend(row.values())
-        best.extend(top.values())
+        if pairs is not None:  # the weights only where they are used: tf and tfidf count alone
+            top = dict.fromkeys(row, 0.0)  # row's entries, in row's order
+            for term, weight in pairs:
+                j = vocabulary.get(term)
+                if j in top:
+                    top[j] = max(top[j], weight)
+            best.extend(top.values())
         indptr.append(len(indices))
     indices = np.asarray(indices, dtype=np.int32)
     indptr = np.asarray(indptr, dtype=np.int64)
