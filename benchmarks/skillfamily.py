@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SPLITS = {"dev": range(1000, 2000), "test": range(2000, 3000)}
+TEST_OPERANDS = ("seen", "new")
 
 TOPIC_POOL = {
     "fruit": ["apple", "pear", "plum", "mango"], "clinic": ["nurse", "doctor", "patient", "ward"],
@@ -317,17 +318,24 @@ def make_row(inst: Instance, s: int, rng: random.Random, variant: str) -> dict:
     prompt = prompt[0].upper() + prompt[1:]
     a = p.answer(x)
     out = a if variant == "short" else f"{p.worked(x, a)} Answer: {a}"
-    return {"instruction": prompt, "output": out, "skill": skill.name, "_template": t}
+    return {"instruction": prompt, "output": out, "skill": skill.name, "_template": t,
+            "_operand": _operand_text(p.operand, x)}
 
 
-def generate(inst: Instance, variant: str = "short", test_per_skill: int = 100):
-    """(train rows, test rows): train shuffled, test has `test_per_skill` new prompts per skill."""
+def generate(inst: Instance, variant: str = "short", test_per_skill: int = 100, test_operands: str = "seen"):
+    """(train rows, test rows): train shuffled, test has `test_per_skill` new prompts per skill. With
+    test_operands "seen" a test prompt's operand is one its skill has in the training rows (new wording of a
+    lesson the full data holds: the small word-level GPT cannot spell or pluralise a word it never saw done);
+    "new" draws operands freely."""
     if variant not in ("short", "worked"):
         raise ValueError(f"unknown variant {variant!r}")
+    if test_operands not in TEST_OPERANDS:
+        raise ValueError(f"unknown test_operands {test_operands!r}")
     rng = random.Random(inst.seed)  # the same prompts for both variants
     train = [make_row(inst, s, rng, variant) for s, sk in enumerate(inst.skills) for _ in range(sk.rows)]
     rng.shuffle(train)
     seen = {r["instruction"] for r in train}
+    operands = {(r["skill"], r["_operand"]) for r in train}
     test_rng = random.Random(inst.seed + 10_007)
     test = []
     for s in range(len(inst.skills)):
@@ -335,7 +343,8 @@ def generate(inst: Instance, variant: str = "short", test_per_skill: int = 100):
         while got < test_per_skill:
             r = make_row(inst, s, test_rng, variant)
             tries += 1
-            if r["instruction"] in seen and tries < 20_000:
+            if tries < 20_000 and (r["instruction"] in seen or (
+                    test_operands == "seen" and (r["skill"], r["_operand"]) not in operands)):
                 continue
             seen.add(r["instruction"])
             test.append(r)
@@ -343,13 +352,14 @@ def generate(inst: Instance, variant: str = "short", test_per_skill: int = 100):
     return train, test
 
 
-def write_instance(out: str | Path, seed: int, variant: str = "short", test_per_skill: int = 100) -> dict:
+def write_instance(out: str | Path, seed: int, variant: str = "short", test_per_skill: int = 100,
+                   test_operands: str = "seen") -> dict:
     """OUT/train.jsonl, OUT/test.jsonl, OUT/labels.json (skill and template of every training row, the
     instance's description); returns the paths."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     inst = draw_instance(seed)
-    train, test = generate(inst, variant, test_per_skill)
+    train, test = generate(inst, variant, test_per_skill, test_operands)
     for name, rows in (("train", train), ("test", test)):
         with open(out / f"{name}.jsonl", "w", encoding="utf-8") as f:
             for r in rows:
@@ -368,12 +378,13 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     ap.add_argument("--variant", choices=["short", "worked"], default="short")
     ap.add_argument("--test-per-skill", type=int, default=100)
+    ap.add_argument("--test-operands", choices=TEST_OPERANDS, default="seen")
     ap.add_argument("--describe", action="store_true", help="print the instance, write nothing")
     a = ap.parse_args(argv)
     inst = draw_instance(a.seed)
     print(json.dumps(inst.describe(), indent=1))
     if a.out and not a.describe:
-        paths = write_instance(a.out, a.seed, a.variant, a.test_per_skill)
+        paths = write_instance(a.out, a.seed, a.variant, a.test_per_skill, a.test_operands)
         print(f"wrote {paths['train']} {paths['test']} {paths['labels']}")
 
 

@@ -64,6 +64,32 @@ def test_rows_are_alpaca_both_styles_share_prompts_and_test_prompts_are_new(tmp_
         assert all(any(len(a) == len(b) and sum(x != y for x, y in zip(a, b)) <= 1 for a in fw) for b in rw)
 
 
+def test_test_prompts_ask_for_operands_their_skill_was_trained_on():
+    inst = F.draw_instance(1001)
+    seen_train, seen_test = F.generate(inst, "short", 20, "seen")
+    free_train, free_test = F.generate(inst, "short", 20, "new")
+    assert seen_train == free_train  # the test design never changes the training rows (nor the cheap measures)
+    trained = {(r["skill"], r["_operand"]) for r in seen_train}
+    assert all((r["skill"], r["_operand"]) in trained for r in seen_test)
+    assert sum((r["skill"], r["_operand"]) not in trained for r in free_test) > 0.1 * len(free_test)
+    assert not {r["instruction"] for r in seen_test} & {r["instruction"] for r in seen_train}
+    with pytest.raises(ValueError, match="test_operands"):
+        F.generate(inst, "short", 1, "unseen")
+
+
+def test_an_instance_is_valid_only_on_its_reference_runs():
+    from bench_family_train import validity
+    runs = lambda *xs: [{"macro": m, "worst": w} for m, w in xs]  # noqa: E731
+    ref = {"random": runs((0.5, 0.1), (0.5, 0.12)), "oracle": runs((0.8, 0.5), (0.8, 0.46)), "full": runs((0.9, 0.6))}
+    assert validity(ref) == "yes"
+    assert validity({**ref, "full": runs((0.84, 0.6))}) == "no"  # the full data must be learnt
+    exactly = {**ref, "random": runs((0.5, 0.1), (0.5, 0.1)), "oracle": runs((0.8, 0.3), (0.8, 0.3))}
+    assert validity(exactly) == "yes"  # 20 points is enough (0.3 - 0.1 is 0.19999... in floating point)
+    assert validity({**ref, "oracle": runs((0.8, 0.25), (0.8, 0.27))}) == "no"  # under 20 points of worst skill
+    assert validity({**ref, "oracle": runs((0.8, 0.9), (0.8, 0.0))}) == "no"  # not above the seed spread
+    assert validity({**ref, "oracle": runs((0.8, 0.5))}) == "?" and validity({"random": ref["random"]}) == "?"
+
+
 @pytest.mark.slow
 def test_bench_family_and_trained_quick_run(tmp_path):
     res = tmp_path / "res"
@@ -79,4 +105,11 @@ def test_bench_family_and_trained_quick_run(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     md = (res / "family_train_dev_quick.md").read_text()
-    assert "| 1000 | short |" in md and "Spearman" in md
+    assert "| 1000 | short |" in md and "Spearman" in md and "| default |" in md
+    # --only-valid: one oracle seed decides no validity, so the label-free contender is not trained again
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family_train.py"), "--quick",
+                           "--only-valid", "--work", str(tmp_path / "t"), "--results", str(res)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "0 training runs to do" in proc.stdout and "validity ?, only the reference runs" in proc.stdout
+    assert "| default |" not in (res / "family_train_dev_quick.md").read_text()
