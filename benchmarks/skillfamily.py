@@ -13,7 +13,9 @@ benchmarks/skillmix.py is one fixed instance (12 skills, 4 templates each). An i
 - at least one skill with **very diverse surface forms** (8 templates, distinct frames and phrasings).
 Both response styles on every instance (`short`: the answer alone; `worked`: a short worked solution ending in
 "Answer: <answer>"; the prompts are the same). Alpaca JSONL ({"instruction", "output", "skill"}); `skill` is for
-evaluation only.
+evaluation only. A test prompt is a new wording of an operand its skill has in the training rows
+(`test_operands="seen"`; "new" draws any operand, which the small word-level GPT cannot answer even on the full
+data: it never saw that word spelled or those two numbers added).
 
 Seed ranges (fixed, disjoint; see SPLITS): dev = 1000-1999 (tune and choose defaults here), test = 2000-2999
 (evaluate once per round after the defaults are frozen). Instances are taken in seed order from the start of a
