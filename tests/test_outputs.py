@@ -115,16 +115,22 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path):
 @pytest.mark.slow
 def test_two_concurrent_runs_into_one_folder(tmp_path):
     out = tmp_path / "r"
-    first = subprocess.Popen([sys.executable, "-m", "cluster_curate", "run", str(GSM), "--out", str(out), *FAST, "-q"],
-                             stderr=subprocess.PIPE, text=True)
+    # another process holds the folder as a `run` does, until told to stop (a real `run` as the holder raced:
+    # on a busy machine it could finish before the second had started)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom cluster_curate.io.lock import output_lock\n"
+                               f"with output_lock({str(out)!r}, 'run'):\n    print('held', flush=True)\n"
+                               "    sys.stdin.readline()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not lock_path(out).exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert holder.stdout.readline().strip() == "held"
         second = _cli("run", str(GSM), "--out", str(out), *FAST, "-q")
-        assert second.returncode == 2 and "in use by another cluster-curate (`run`" in second.stderr, second.stderr
+        assert second.returncode == 2, second.stderr
+        assert f"in use by another cluster-curate (`run`, pid {holder.pid}" in second.stderr, second.stderr
+        assert not (out / "shards").exists()  # nothing written by the one that was turned away
     finally:
-        assert first.wait(timeout=300) == 0, first.stderr.read()
+        holder.communicate("\n", timeout=60)
+    assert holder.returncode == 0
+    again = _cli("run", str(GSM), "--out", str(out), *FAST, "-q")
+    assert again.returncode == 0, again.stderr
     assert (out / "shards" / "manifest.json").is_file() and not lock_path(out).exists()
 
 
