@@ -261,16 +261,18 @@ def slot_weighted(prompts: list[str], dim: int = 256, alpha: float = 0.5, min_co
     return z
 
 
-def tool_feature_path(inst_dir: Path, args: list[str], inputs: list | None = None) -> Path:
-    return inst_dir / ("emb" + "".join(args).replace("-", "_") + (f"-{len(inputs)}in" if inputs else "") + ".parquet")
+def tool_feature_file(inst_dir: Path, args: list[str], inputs: list | None = None) -> Path:
+    """The tool's own `embed` with other options: its output file, cached beside the instance (made when missing,
+    and always for inputs: the data, default the instance's train.jsonl)."""
+    emb = inst_dir / ("emb" + "".join(args).replace("-", "_") + (f"-{len(inputs)}in" if inputs else "") + ".parquet")
+    if not emb.exists() or inputs:
+        common.cli(["embed", *(inputs or [inst_dir / "train.jsonl"]), "--out", emb, "--overwrite", *args], [])
+    return emb
 
 
 def tool_feature(inst_dir: Path, args: list[str], inputs: list | None = None) -> np.ndarray:
-    """The tool's own `embed` with other options (cached beside the instance; inputs: the data, default the
-    instance's train.jsonl)."""
-    emb = tool_feature_path(inst_dir, args, inputs)
-    if not emb.exists() or inputs:
-        common.cli(["embed", *(inputs or [inst_dir / "train.jsonl"]), "--out", emb, "--overwrite", *args], [])
+    """The rows of tool_feature_file, unit length."""
+    emb = tool_feature_file(inst_dir, args, inputs)
     t = pq.read_table(emb)
     x = np.ascontiguousarray(embedding_matrix(t.column("embedding")), dtype=np.float32).copy()
     C.normalise_features(x)
@@ -536,10 +538,8 @@ def main(argv=None):
             runs = []
             for s in seeds:
                 if m.endswith("/paper"):  # FEATURE/paper: the paper's recipe on a tool feature, through the CLI
-                    feature = m.rpartition("/")[0]
-                    feats(feature)
-                    sel = paper_recipe_ids(tool_feature_path(work / f"i{inst_seed}", TOOL_FEATURES[feature]), s,
-                                           budget, log)
+                    sel = paper_recipe_ids(tool_feature_file(work / f"i{inst_seed}",
+                                                             TOOL_FEATURES[m.rpartition("/")[0]]), s, budget, log)
                 else:
                     sel = run_mechanism(m, ids, x, skills, labels, s, budget, feats)
                 runs.append(cheap_metrics(np.bincount(skills[np.searchsorted(ids, sel)], minlength=n_skills),

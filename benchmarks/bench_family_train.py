@@ -55,11 +55,11 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_di
         quotas = water_fill_quotas(np.array([len(g) for g in groups]), budget)
         return sorted(int(i) for g, q in zip(groups, quotas) for i in rng.choice(g, q, replace=False))
     feature, _, mechanism = name.rpartition("/")
+    if mechanism == "paper":  # FEATURE/paper: the paper's recipe on that feature, through the tool's commands
+        return BF.paper_recipe_ids(BF.tool_feature_file(inst_dir, BF.TOOL_FEATURES[feature]), seed, budget,
+                                   []).tolist()
     if feature:
         x = BF.tool_feature(inst_dir, BF.TOOL_FEATURES[feature])
-    if mechanism == "paper":  # FEATURE/paper: the paper's recipe on that feature, through the tool's commands
-        return BF.paper_recipe_ids(BF.tool_feature_path(inst_dir, BF.TOOL_FEATURES[feature]), seed, budget,
-                                   []).tolist()
     clusters, groups = BF.MECHANISMS[mechanism](x, seed, labels)
     return sorted(ids[BF.select(clusters, ids, budget, seed, groups)].tolist())
 
