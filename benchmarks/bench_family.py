@@ -9,14 +9,22 @@ mechanism and compare the selection's rows per skill with the oracle's (water-fi
 - dominant      the most frequent skill's count / its oracle count (> 1: it took more than its share)
 - twin recall   the rare member of each near-twin pair: count / oracle count (mean over the pairs)
 
+Beside random, a second reference, `wording`: one perfect cluster per (skill, template) and quotas over them
+without groups, the ceiling of a mechanism whose clusters follow the wording and whose groups never join two
+wordings of one skill.
+
 A mechanism is a clustering + grouping of the embeddings followed by the tool's own quota and in-cluster
 selection (`selection.select_rows`); `default` repeats what `cluster` + `select --budget` do with their
 defaults, and `--check-cli N` re-runs the first N instances' default through the tool's commands and checks
 that the ids are the same. Writes benchmarks/results/family_<split>.md/.json. The mechanisms (MECHANISMS) are
-the tool's options (flat, pair, nosplit) and prototypes tried for issue 18 that lost (hierarchical k-means,
-local and nested cuts; see family_notes.md); FEATURE/MECHANISM runs a mechanism on a feature prototype
-(FEATURES) instead of the tool's text feature. `--real` runs the mechanisms on bench_source_mix's real mix
-instead (family_real.md).
+the tool's options (flat, pair, nosplit) and prototypes tried for issue 18 (see family_notes.md): hierarchical
+k-means, local and nested cuts (lost); `answers`, which joins the wordings of one request by what their rows
+answer (ahead on dev and test at the selection level, behind or level when trained; not in the package:
+family_notes.md, round 12).
+FEATURE/MECHANISM runs a mechanism on a feature prototype or another tool feature (FEATURES; `semantic`, the
+bundled sentence encoder) instead of the tool's text feature; FEATURE/groupby keeps the tool's clusters and
+groups them on FEATURE. `--responses worked` shows the response-reading mechanisms the worked solutions (the
+prompts are the same). `--real` runs the mechanisms on bench_source_mix's real mix instead (family_real.md).
 
     python benchmarks/bench_family.py --split dev --instances 50 [--mechanisms default,flat,...] [--seeds 0]
     python benchmarks/bench_family.py --split test --mechanisms default    # once per round, defaults frozen
@@ -26,10 +34,15 @@ instead (family_real.md).
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
-import numpy as np
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"  # as common.cli runs the commands: k-means' float sums depend on the thread count
+import numpy as np  # noqa: E402 (after the thread count is fixed)
 import pyarrow.parquet as pq
 
 import common
@@ -281,7 +294,9 @@ def tool_feature(inst_dir: Path, args: list[str], inputs: list | None = None) ->
 
 TOOL_FEATURES = {"tfidf": ["--text-weighting", "tfidf"], "tool-slot": ["--text-weighting", "slot"],  # embed options
                  "tool-tf": ["--text-weighting", "tf"],
-                 "gradient": ["--features", "gradient"], "hidden": ["--features", "hidden"]}  # the proxy model
+                 "gradient": ["--features", "gradient"], "hidden": ["--features", "hidden"],  # the proxy model
+                 "semantic": ["--features", "semantic"],  # the bundled sentence encoder
+                 "text-semantic": ["--features", "text,semantic"]}
 FEATURES = {  # name -> fn(prompts, the tool's text feature rows, instance directory[, inputs])
     **{name: (lambda args: lambda prompts, x, d, inputs=None: tool_feature(d, args, inputs))(args)
        for name, args in TOOL_FEATURES.items()},
@@ -351,8 +366,23 @@ def _unit(m):
     return m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
 
 
+def mech_group_by(x, seed, inst, z, cut="row"):
+    """The tool's clusters (k-means and the split on x), grouped on another feature z of the same rows: each
+    cluster's centroid in z (the mean of its z rows) and the cut computed in z, as group_cut_similarity does in
+    x. Why: the clusters follow the wording (one per template), and a feature that knows two wordings ask for the
+    same thing (a sentence encoder) can join them where x cannot."""
+    from dataclasses import replace
+    res = kmeans_split(x, seed)
+    zcent = _unit(np.stack([z[res.labels == c].mean(0) for c in range(res.k)]))
+    zsim = np.einsum("ij,ij->i", z, zcent[res.labels]).astype(np.float32)
+    zres = replace(res, centroids=zcent.astype(np.float32), similarity=zsim, objective=float(zsim.mean()))
+    return res.labels, G.group_clusters(zres.centroids, min_similarity=G.group_cut_similarity(zres, cut))
+
+
 MECHANISMS = {
     "splitby": mech_split_by,  # FEATURE/splitby: the split judged on FEATURE
+    "groupby": mech_group_by,  # FEATURE/groupby: the tool's clusters, grouped on FEATURE
+    "groupby-pair": lambda x, s, i, z: mech_group_by(x, s, i, z, cut="pair"),
     "default": mech_default,
     "flat": mech_flat,
     "pair": mech_pair,
@@ -364,7 +394,93 @@ MECHANISMS = {
     "nested": mech_nested,
     "nested-hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0, nested=True),
     "local3": lambda x, s, i: mech_local(x, s, i, power=3.0),
+    "answers": lambda x, s, i, t: mech_answers(x, s, i, t),
 }
+TWO_FEATURES = ("splitby", "groupby", "groupby-pair")  # FEATURE/these: mechanism(x, seed, inst, FEATURE's rows)
+TEXT_MECHANISMS = ("answers",)  # these: mechanism(x, seed, inst, (prompts, responses))
+TEXTS = "(texts)"  # feats(TEXTS): the rows' (prompts, responses)
+
+
+# ------------------------------------------------------- answers: wordings of one kind joined by what they answer
+
+_WORD = re.compile(r"[a-z]+|\d+")
+
+
+def answer_agreement(prompts: list[str], responses: list[str], labels: np.ndarray, k: int, min_pairs: int = 20,
+                     min_overlap: float = 0.5, template_share: float = 0.5) -> np.ndarray:
+    """k x k: how much more often two clusters' rows give the same answer when they share an input word than two
+    of their rows drawn at random do (0 where fewer than `min_pairs` such row pairs exist, or where the two
+    clusters' answer distributions overlap less than `min_overlap`, Bhattacharyya coefficient). A row's input
+    words are its prompt's words that are not its cluster's template words (those in at least `template_share`
+    of the cluster's rows). Why: two wordings of one request give the same answer to the same input; two
+    requests that happen to share a wording do not. Rows with unique answers (most real data) share none, and
+    the matrix is 0."""
+    words = [set(_WORD.findall(p.lower())) for p in prompts]
+    answers = [r.strip().lower() for r in responses]
+    by_word = [defaultdict(Counter) for _ in range(k)]  # cluster -> input word -> answer counts
+    dist = [Counter() for _ in range(k)]
+    members = [np.flatnonzero(labels == c) for c in range(k)]
+    for c, m in enumerate(members):
+        common = Counter(w for i in m for w in words[i])
+        template = {w for w, n in common.items() if n >= template_share * len(m)}
+        for i in m:
+            dist[c][answers[i]] += 1
+            for w in words[i] - template:
+                by_word[c][w][answers[i]] += 1
+    agree = np.zeros((k, k))
+    for a in range(k):
+        for b in range(a + 1, k):
+            na, nb = len(members[a]), len(members[b])
+            overlap = sum(np.sqrt(v / na * dist[b].get(r, 0) / nb) for r, v in dist[a].items())
+            if overlap < min_overlap:
+                continue
+            chance = sum(v * dist[b].get(r, 0) for r, v in dist[a].items()) / (na * nb)
+            same = pairs = 0
+            for w in by_word[a].keys() & by_word[b].keys():
+                ca, cb = by_word[a][w], by_word[b][w]
+                same += sum(v * cb.get(r, 0) for r, v in ca.items())
+                pairs += sum(ca.values()) * sum(cb.values())
+            if pairs >= min_pairs:
+                agree[a, b] = agree[b, a] = same / pairs - chance
+    return agree
+
+
+def weighted_water_fill(sizes: np.ndarray, weights: np.ndarray, budget: int) -> np.ndarray:
+    """Quotas min(size, level * weight) summing to min(budget, Σ sizes), rounded by largest remainder."""
+    sizes, weights = np.asarray(sizes, dtype=np.float64), np.asarray(weights, dtype=np.float64)
+    budget = int(min(budget, sizes.sum()))
+    lo, hi = 0.0, float(sizes.max() / weights.min()) + 1.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.minimum(sizes, mid * weights).sum() < budget else (lo, mid)
+    q = np.minimum(sizes, hi * weights)
+    quotas = np.floor(q).astype(np.int64)
+    room = np.flatnonzero(quotas < sizes)
+    extra = room[np.argsort(-(q - quotas)[room], kind="stable")][: budget - int(quotas.sum())]
+    quotas[extra] += 1
+    return quotas
+
+
+def mech_answers(x, seed, inst, texts, join=0.05, power=0.5):
+    """The tool's clusters and row-cut groups; groups whose clusters agree on answers (answer_agreement, average
+    linkage cut at `join`) form one kind. A kind of m groups gets m ** power of a group's share (power 0: one
+    share, as the oracle gives a skill; 1: no join): the joins are incomplete (a kind whose wordings are all
+    found would lose to a kind whose wordings are not), so a kind is not cut to one share."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    res = kmeans_split(x, seed)
+    groups = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
+    agree = answer_agreement(*texts, res.labels, res.k)
+    distance = np.clip(1.0 - agree, 0.0, 2.0)
+    joined = fcluster(linkage(distance[np.triu_indices(res.k, 1)], method="average"), t=1.0 - join,
+                      criterion="distance")
+    n = res.k + len(joined) + int(groups.max()) + 2  # clusters, then their groups, then their joins
+    edges = coo_matrix((np.ones(2 * res.k), (np.tile(np.arange(res.k), 2),
+                                             np.concatenate([res.k + groups, res.k + groups.max() + 1 + joined]))),
+                       shape=(n, n))
+    kinds = np.unique(connected_components(edges, directed=False)[1][: res.k], return_inverse=True)[1]
+    return res.labels, (kinds, groups, power)  # select() reads a tuple as weighted_quotas' arguments
 
 
 # ============================================================================================ metrics
@@ -374,6 +490,21 @@ def cheap_metrics(counts: np.ndarray, oracle: np.ndarray, twins: list) -> dict:
     return {"coverage": float(np.minimum(counts, oracle).sum() / oracle.sum()), "worst": float(ratio.min()),
             "dominant": float(ratio[0]),  # an instance lists its skills most frequent first
             "twin": float(np.mean([ratio[r] for _, r in twins])) if twins else float("nan")}
+
+
+def wording_reference(ids, skills, labels, budget, seeds, twins, oracle) -> dict:
+    """The ceiling of clusters that follow the wording: one perfect cluster per (skill, template), quotas
+    water-filled over them with no groups. A label-free mechanism whose clusters are pure templates (what the
+    tool's are) reaches this unless its groups join the templates of one skill."""
+    cells = np.unique(skills * 1000 + np.asarray(labels["template"])[ids], return_inverse=True)[1]
+    runs = [cheap_metrics(np.bincount(skills[select_rows(cells, ids=ids, budget=budget, seed=s).rows],
+                                      minlength=len(oracle)), oracle, twins) for s in seeds]
+    return {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+
+
+def instance_texts(rows: list[dict], ids) -> tuple[list[str], list[str]]:
+    """(prompts, responses) of an instance's rows at ids: what the response-reading mechanisms see."""
+    return [rows[i]["instruction"] for i in ids], [rows[i]["output"] for i in ids]
 
 
 def prepare(seed: int, work: Path, log: list) -> tuple:
@@ -394,12 +525,13 @@ def prepare(seed: int, work: Path, log: list) -> tuple:
 def run_mechanism(name, ids, x, skills, labels, seed, budget, feats):
     """name: CLUSTERING (on the tool's text feature) or FEATURE/CLUSTERING (a harness feature prototype)."""
     feature, _, clustering = name.rpartition("/")
-    if clustering.startswith("splitby"):  # k-means and groups on the tool's feature, the split on another
+    if clustering in TWO_FEATURES:  # one step on the tool's feature x, another on FEATURE
         clusters, groups = MECHANISMS[clustering](x, seed, labels, feats(feature))
     else:
         if feature:
             x = feats(feature)
-        clusters, groups = MECHANISMS[clustering](x, seed, labels)
+        clusters, groups = (MECHANISMS[clustering](x, seed, labels, feats(TEXTS)) if clustering in TEXT_MECHANISMS
+                            else MECHANISMS[clustering](x, seed, labels))
     return ids[select(clusters, ids, budget, seed, groups)]
 
 
@@ -418,14 +550,27 @@ def nested_quotas(sizes: np.ndarray, levels: list, budget: int) -> np.ndarray:
     return quotas
 
 
+def weighted_quotas(sizes: np.ndarray, kinds: np.ndarray, groups: np.ndarray, power: float, budget: int):
+    """mech_answers' quotas: kinds weighted by (groups in them) ** power, then water-filling over the groups of
+    each kind, then over the clusters of each group."""
+    n_groups = np.bincount(np.unique(np.stack([kinds, groups], 1), axis=0)[:, 0])
+    kind_quota = weighted_water_fill(np.bincount(kinds, weights=sizes), n_groups.astype(float) ** power, budget)
+    quotas = np.zeros_like(sizes)
+    for kind in np.flatnonzero(kind_quota):
+        m = np.flatnonzero(kinds == kind)
+        quotas[m] = nested_quotas(sizes[m], [np.unique(groups[m], return_inverse=True)[1]], int(kind_quota[kind]))
+    return quotas
+
+
 def select(clusters, ids, budget, seed, groups):
     """Row positions selected: the tool's select_rows (random order in a cluster), or for several levels of
-    groups the same random order under nested_quotas."""
-    if groups is None or np.ndim(groups) == 1:
+    groups (or mech_answers' weighted kinds) the same random order under nested_quotas (weighted_quotas)."""
+    if groups is None or (not isinstance(groups, tuple) and np.ndim(groups) == 1):
         return select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups).rows
     k = int(clusters.max()) + 1
     sizes = np.bincount(clusters, minlength=k).astype(np.int64)
-    quotas = nested_quotas(sizes, list(groups), budget)
+    quotas = (weighted_quotas(sizes, *groups, budget) if isinstance(groups, tuple) else
+              nested_quotas(sizes, list(groups), budget))
     order = order_within_cluster(clusters, "random", ids=ids, seed=seed, k=k)
     rank = np.arange(len(order)) - np.concatenate([[0], np.cumsum(sizes)[:-1]])[clusters[order]]
     return np.sort(order[rank < quotas[clusters[order]]])
@@ -472,15 +617,18 @@ def real_data_check(mechs: list[str], seeds: list[int], work: Path, argv, result
         budget = int(len(ids) * FRACTION)
         x = np.ascontiguousarray(embedding_matrix(t.column("embedding"), ids), dtype=np.float32).copy()
         C.normalise_features(x)
-        prompts = [example_text(ex, "prompt") for b in open_inputs([str(i) for i in inputs]).iter_batches()
-                   for ex in b.examples]
+        examples = [ex for b in open_inputs([str(i) for i in inputs]).iter_batches() for ex in b.examples]
+        prompts = [example_text(ex, "prompt") for ex in examples]
+        texts = (prompts, [example_text(ex, "response") for ex in examples])
         for m in mechs:
             feature, _, clustering = m.rpartition("/")
             z = (FEATURES[feature](prompts, x, work, inputs) if feature in TOOL_FEATURES else
                  FEATURES[feature](prompts, x, work) if feature else x)
             kept = []
             for s in seeds:
-                clusters, groups = MECHANISMS[clustering](z, s, None)
+                clusters, groups = (MECHANISMS[clustering](x, s, None, z) if clustering in TWO_FEATURES else
+                                    MECHANISMS[clustering](z, s, None, texts) if clustering in TEXT_MECHANISMS
+                                    else MECHANISMS[clustering](z, s, None))
                 kept.append(int(is_code[select(clusters, ids, budget, s, groups)].sum()))  # ids are 0..n-1
             rows.append({"code_rows": n_code, "mechanism": m, "kept": kept})
             print(f"[real {n_code}] {m}: {kept}", flush=True)
@@ -504,6 +652,8 @@ def main(argv=None):
     ap.add_argument("--work", default=str(common.ROOT / "out" / "family"))
     ap.add_argument("--results", default=None, help="where the tables go (default benchmarks/results)")
     ap.add_argument("--name", default=None, help="results file stem (default family_<split>)")
+    ap.add_argument("--responses", choices=skillfamily.VARIANTS, default="short",
+                    help="the response style that mechanisms reading the responses (answers) see")
     ap.add_argument("--real", action="store_true", help="the real-data check of the mechanisms instead "
                     "(GSM8K + Code Alpaca: share of the rare source kept; writes family_real.md)")
     a = ap.parse_args(argv)
@@ -520,9 +670,11 @@ def main(argv=None):
 
         def feats(name, seed=inst_seed):
             if name not in cache:
-                prompts = [json.loads(line)["instruction"] for line in
-                           (work / f"i{seed}" / "train.jsonl").read_text().splitlines()]
-                cache[name] = FEATURES[name]([prompts[i] for i in ids], x, work / f"i{seed}")
+                rows = [json.loads(line) for line in (work / f"i{seed}" / "train.jsonl").read_text().splitlines()]
+                if name == TEXTS and a.responses == "worked":  # the same prompts, in the same order
+                    rows = skillfamily.generate(skillfamily.draw_instance(seed), "worked", test_per_skill=1)[0]
+                texts = instance_texts(rows, ids)
+                cache[name] = texts if name == TEXTS else FEATURES[name](texts[0], x, work / f"i{seed}")
             return cache[name]
         budget = int(round(FRACTION * len(ids)))
         n_skills = len(labels["skills"])
@@ -534,6 +686,7 @@ def main(argv=None):
         rnd = [cheap_metrics(np.bincount(skills[rng.choice(len(ids), budget, replace=False)],
                                          minlength=n_skills), oracle, twins) for _ in seeds]
         row["metrics"]["random"] = {k: float(np.mean([r[k] for r in rnd])) for k in rnd[0]}
+        row["metrics"]["wording"] = wording_reference(ids, skills, labels, budget, seeds, twins, oracle)
         for m in mechs:
             runs = []
             for s in seeds:
@@ -553,7 +706,7 @@ def main(argv=None):
         print(f"[{a.split} {inst_seed}] " + "  ".join(f"{m} {v['coverage']:.3f}/{v['worst']:.2f}/{v['dominant']:.2f}"
                                                    f"/{v['twin']:.2f}" for m, v in row["metrics"].items()),
               flush=True)
-    names = ["random", *mechs]
+    names = ["random", "wording", *mechs]
     summary = {}
     for m in names:
         vals = {k: np.array([r["metrics"][m][k] for r in per_instance]) for k in ("coverage", "worst", "dominant",
@@ -570,7 +723,8 @@ def main(argv=None):
              f"budget {FRACTION:.0%}; clustering/selection seeds {seeds}. Against the oracle's per-skill counts "
              "(water-filling by the true skill): coverage = Σ min(count, oracle) / Σ oracle; worst = min count ÷ "
              "oracle; dominant = the most frequent skill's count ÷ oracle; twin = the rare near twin's count ÷ "
-             "oracle (mean over pairs).", "",
+             "oracle (mean over pairs). `wording`: a reference, not a mechanism: perfect clusters, one per (skill, "
+             "template), quotas water-filled over them without groups.", "",
              "| mechanism | coverage mean | coverage median | coverage min | worst mean | worst min | dominant mean "
              "| twin mean | instances above default (coverage) |", "|---|---|---|---|---|---|---|---|---|"]
     for m, s in summary.items():

@@ -19,6 +19,7 @@ stops starting new runs. Writes benchmarks/results/family_train_<split>.md/.json
     python benchmarks/bench_family_train.py --split test --instances 8 --contenders random,oracle,full --jobs 2
     python benchmarks/bench_family_train.py --split test --instances 8 --only-valid --jobs 2 \
         --contenders random,oracle,full,default,gradient/paper,hidden/default
+    python benchmarks/bench_family_train.py --split test --skip 8 --instances 3 ...   # instances 2008-2010
     python benchmarks/bench_family_train.py --quick     # CI smoke: 1 instance, 2 epochs, tiny test set
 """
 
@@ -41,10 +42,12 @@ from cluster_curate.selection import water_fill_quotas
 LABEL_FREE = ("default", "pair", "hkm2")
 
 
-def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_dir: Path | None = None) -> list[int]:
+def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_dir: Path | None = None,
+              data_dir: Path | None = None) -> list[int]:
     """The rows a contender selects: full, random, oracle, a mechanism of bench_family on the tool's default
     feature, or FEATURE/MECHANISM with FEATURE one of bench_family.TOOL_FEATURES (e.g. tool-tf/default; MECHANISM
-    `paper`: the paper's recipe, e.g. gradient/paper)."""
+    `paper`: the paper's recipe, e.g. gradient/paper). A mechanism that reads the responses (`answers`) reads
+    those of data_dir's train.jsonl: the style trained on."""
     if name == "full":
         return ids.tolist()
     if name == "random":
@@ -60,7 +63,11 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_di
                                    []).tolist()
     if feature:
         x = BF.tool_feature(inst_dir, BF.TOOL_FEATURES[feature])
-    clusters, groups = BF.MECHANISMS[mechanism](x, seed, labels)
+    if mechanism in BF.TEXT_MECHANISMS:  # the rows' prompts and responses too: those of the style trained on
+        rows = [json.loads(line) for line in ((data_dir or inst_dir) / "train.jsonl").read_text().splitlines()]
+        clusters, groups = BF.MECHANISMS[mechanism](x, seed, labels, BF.instance_texts(rows, ids))
+    else:
+        clusters, groups = BF.MECHANISMS[mechanism](x, seed, labels)
     return sorted(ids[BF.select(clusters, ids, budget, seed, groups)].tolist())
 
 
@@ -95,6 +102,7 @@ def main(argv=None):
     ap = common.parser(__doc__)
     ap.add_argument("--split", choices=sorted(skillfamily.SPLITS), default="dev")
     ap.add_argument("--instances", type=int, default=8)
+    ap.add_argument("--skip", type=int, default=0, help="instances at the start of the range left out (run before)")
     ap.add_argument("--variants", default="short,worked")
     ap.add_argument("--contenders", default="random,oracle,full," + ",".join(LABEL_FREE))
     ap.add_argument("--seeds", default="0,1,2")
@@ -111,6 +119,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="CI smoke: 1 instance, short, 2 epochs, 5 test rows/skill")
     ap.add_argument("--work", default=str(common.ROOT / "out" / "family-train"))
     ap.add_argument("--results", default=None, help="where the tables go (default benchmarks/results)")
+    ap.add_argument("--name", default=None, help="results file stem (default family_train_<split>)")
     a = ap.parse_args(argv)
     if a.quick:
         a.instances, a.variants, a.seeds, a.epochs, a.test_per_skill = 1, "short", "0", 2, 5
@@ -120,7 +129,7 @@ def main(argv=None):
     names = a.contenders.split(",")
     log: list[str] = []
     jobs, plan = [], []  # plan: (instance seed, variant, contender, seed, cache path, cheap metrics)
-    for inst_seed in skillfamily.SPLITS[a.split][: a.instances]:
+    for inst_seed in skillfamily.SPLITS[a.split][a.skip: a.skip + a.instances]:
         emb_dir = work / f"i{inst_seed}"
         ids, x, skills, labels = BF.prepare(inst_seed, emb_dir.parent, log)  # prompts: same in both styles
         budget = int(round(BF.FRACTION * len(ids)))
@@ -147,7 +156,7 @@ def main(argv=None):
                     if skipped:
                         continue
                 for seed in ([0] if name == "full" else seeds):
-                    sel = selection(name, ids, x, skills, labels, seed, budget, emb_dir)
+                    sel = selection(name, ids, x, skills, labels, seed, budget, emb_dir, vdir)
                     counts = np.bincount(skills[np.searchsorted(ids, sel)], minlength=len(oracle))
                     cheap = BF.cheap_metrics(counts, oracle, labels["twins"])
                     digest = hashlib.blake2b(json.dumps([sel, a.epochs, seed]).encode(), digest_size=8).hexdigest()
@@ -251,7 +260,7 @@ def report(a, plan, argv):
         lines += ["", f"Spearman rank correlation over {len(use)} (instance, style, contender) selections"
                   f"{' of valid instances' if scope == 'valid' else ''}: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in corr[scope].items() if k != "pairs") + "."]
-    common.write_results(f"family_train_{a.split}{'_quick' if a.quick else ''}", lines,
+    common.write_results(a.name or f"family_train_{a.split}{'_quick' if a.quick else ''}", lines,
                          {"recovered": table, "summary": summary, "spearman": corr,
                           "validity": {f"{i}-{v}": ok for (i, v), ok in validities.items()},
                           "runs": {f"{k[0]}-{k[1]}-{k[2]}": v for k, v in runs.items()}}, argv, a.results)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 SPLITS = {"dev": range(1000, 2000), "test": range(2000, 3000)}
 TEST_OPERANDS = ("seen", "new")
+VARIANTS = ("short", "worked")  # response styles: one-word answers, worked solutions
 
 TOPIC_POOL = {
     "fruit": ["apple", "pear", "plum", "mango"], "clinic": ["nurse", "doctor", "patient", "ward"],
@@ -329,7 +330,7 @@ def generate(inst: Instance, variant: str = "short", test_per_skill: int = 100, 
     test_operands "seen" a test prompt's operand is one its skill has in the training rows (new wording of a
     lesson the full data holds: the small word-level GPT cannot spell or pluralise a word it never saw done);
     "new" draws operands freely."""
-    if variant not in ("short", "worked"):
+    if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}")
     if test_operands not in TEST_OPERANDS:
         raise ValueError(f"unknown test_operands {test_operands!r}")
@@ -378,7 +379,7 @@ def main(argv=None):
     ap = common.parser(__doc__)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--variant", choices=["short", "worked"], default="short")
+    ap.add_argument("--variant", choices=VARIANTS, default="short")
     ap.add_argument("--test-per-skill", type=int, default=100)
     ap.add_argument("--test-operands", choices=TEST_OPERANDS, default="seen")
     ap.add_argument("--describe", action="store_true", help="print the instance, write nothing")

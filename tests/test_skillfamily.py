@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import skillfamily as F
 
@@ -90,16 +93,65 @@ def test_an_instance_is_valid_only_on_its_reference_runs():
     assert validity({**ref, "oracle": runs((0.8, 0.5))}) == "?" and validity({"random": ref["random"]}) == "?"
 
 
+def test_the_wording_reference_is_the_oracle_when_each_skill_has_one_wording():
+    from bench_family import wording_reference
+    from cluster_curate.selection import water_fill_quotas
+    skills = np.repeat([0, 1, 2], [300, 60, 40])
+    ids, budget = np.arange(len(skills)), 120
+    oracle = water_fill_quotas(np.bincount(skills), budget)
+    one = wording_reference(ids, skills, {"template": np.zeros(len(skills), int)}, budget, [0], [], oracle)
+    assert one["coverage"] == 1.0 and one["worst"] == 1.0
+    # the frequent skill asked in 3 wordings takes 3 of the 5 quotas (72 rows against its share of 40)
+    template = np.where(skills == 0, np.arange(len(skills)) % 3, 0)
+    three = wording_reference(ids, skills, {"template": template}, budget, [0], [], oracle)
+    assert three["dominant"] == 72 / 40 and three["worst"] == 24 / 40
+
+
+def test_answer_agreement_joins_two_wordings_of_one_request_not_a_near_twin():
+    from bench_family import answer_agreement
+    words = ["pine", "moss", "rose", "tulip", "comet", "orbit", "ship", "dock"]
+    prompts, responses, labels = [], [], []
+    for c, (wording, answer) in enumerate([("the first letter of", lambda w: w[0]),  # cluster 0 and 1: one request
+                                           ("which letter starts", lambda w: w[0]),
+                                           ("the last letter of", lambda w: w[-1])]):  # 2: one word apart from 0
+        for i in range(40):
+            w, noun = words[i % 8], words[(3 * i + c) % 8]
+            prompts.append(f"for the {noun} file, {wording}: {w}")
+            responses.append(answer(w))
+            labels.append(c)
+    agree = answer_agreement(prompts, responses, np.array(labels), 3)
+    assert agree[0, 1] > 0.05 > agree[0, 2] and agree[0, 1] == agree[1, 0]
+    # unique answers (most real data) are never alike: nothing is joined
+    assert not answer_agreement(prompts, [f"{r} {i}" for i, r in enumerate(responses)], np.array(labels), 3).any()
+
+
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=8), st.data())
+def test_weighted_water_fill_spends_the_budget_within_the_sizes(sizes, data):
+    from bench_family import weighted_water_fill
+    sizes = np.array(sizes)
+    weights = np.array(data.draw(st.lists(st.floats(0.5, 4.0), min_size=len(sizes), max_size=len(sizes))))
+    budget = data.draw(st.integers(0, int(sizes.sum())))
+    q = weighted_water_fill(sizes, weights, budget)
+    assert q.sum() == budget and (0 <= q).all() and (q <= sizes).all()
+    # no row is left out where a heavier-weighted, unfilled part got less per unit of weight
+    unfilled = q < sizes
+    if unfilled.sum() > 1:
+        per = q[unfilled] / weights[unfilled]
+        assert per.max() - per.min() <= 1 / weights[unfilled].min() + 1e-9
+
+
 @pytest.mark.slow
 def test_bench_family_and_trained_quick_run(tmp_path):
     res = tmp_path / "res"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family.py"), "--instances", "1",
-                           "--mechanisms", "default,pair", "--check-cli", "1", "--work", str(tmp_path / "w"),
-                           "--results", str(res)], capture_output=True, text=True, timeout=300)
+                           "--mechanisms", "default,pair,tool-tf/groupby,answers", "--check-cli", "1",
+                           "--work", str(tmp_path / "w"), "--results", str(res)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((res / "family_dev.json").read_text())
     m = data["instances"][0]["metrics"]
-    assert set(m) == {"random", "default", "pair"} and 0 < m["default"]["coverage"] <= 1
+    assert set(m) == {"random", "wording", "default", "pair", "tool-tf/groupby", "answers"}
+    assert 0 < m["default"]["coverage"] <= 1 and m["random"]["coverage"] < m["wording"]["coverage"] <= 1
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family_train.py"), "--quick",
                            "--work", str(tmp_path / "t"), "--results", str(res)],
                           capture_output=True, text=True, timeout=300)
