@@ -522,16 +522,23 @@ def prepare(seed: int, work: Path, log: list) -> tuple:
     return ids, x, np.asarray(labels["skill"])[ids], labels
 
 
+def call_mechanism(clustering, x, seed, inst, z=None, texts=None):
+    """(clusters, groups) of MECHANISMS[clustering], given what it reads: the tool's feature rows x, FEATURE's
+    rows z (None: no FEATURE/ prefix) and the rows' (prompts, responses). A TWO_FEATURES mechanism gets both x
+    and z; any other runs on z where there is one; a TEXT_MECHANISMS one also gets the texts."""
+    if clustering in TWO_FEATURES:  # one step on the tool's feature x, another on FEATURE
+        return MECHANISMS[clustering](x, seed, inst, z)
+    rows = x if z is None else z
+    if clustering in TEXT_MECHANISMS:
+        return MECHANISMS[clustering](rows, seed, inst, texts)
+    return MECHANISMS[clustering](rows, seed, inst)
+
+
 def run_mechanism(name, ids, x, skills, labels, seed, budget, feats):
     """name: CLUSTERING (on the tool's text feature) or FEATURE/CLUSTERING (a harness feature prototype)."""
     feature, _, clustering = name.rpartition("/")
-    if clustering in TWO_FEATURES:  # one step on the tool's feature x, another on FEATURE
-        clusters, groups = MECHANISMS[clustering](x, seed, labels, feats(feature))
-    else:
-        if feature:
-            x = feats(feature)
-        clusters, groups = (MECHANISMS[clustering](x, seed, labels, feats(TEXTS)) if clustering in TEXT_MECHANISMS
-                            else MECHANISMS[clustering](x, seed, labels))
+    clusters, groups = call_mechanism(clustering, x, seed, labels, feats(feature) if feature else None,
+                                      feats(TEXTS) if clustering in TEXT_MECHANISMS else None)
     return ids[select(clusters, ids, budget, seed, groups)]
 
 
@@ -623,12 +630,10 @@ def real_data_check(mechs: list[str], seeds: list[int], work: Path, argv, result
         for m in mechs:
             feature, _, clustering = m.rpartition("/")
             z = (FEATURES[feature](prompts, x, work, inputs) if feature in TOOL_FEATURES else
-                 FEATURES[feature](prompts, x, work) if feature else x)
+                 FEATURES[feature](prompts, x, work) if feature else None)
             kept = []
             for s in seeds:
-                clusters, groups = (MECHANISMS[clustering](x, s, None, z) if clustering in TWO_FEATURES else
-                                    MECHANISMS[clustering](z, s, None, texts) if clustering in TEXT_MECHANISMS
-                                    else MECHANISMS[clustering](z, s, None))
+                clusters, groups = call_mechanism(clustering, x, s, None, z, texts)
                 kept.append(int(is_code[select(clusters, ids, budget, s, groups)].sum()))  # ids are 0..n-1
             rows.append({"code_rows": n_code, "mechanism": m, "kept": kept})
             print(f"[real {n_code}] {m}: {kept}", flush=True)

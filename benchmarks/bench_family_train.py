@@ -61,13 +61,12 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_di
     if mechanism == "paper":  # FEATURE/paper: the paper's recipe on that feature, through the tool's commands
         return BF.paper_recipe_ids(BF.tool_feature_file(inst_dir, BF.TOOL_FEATURES[feature]), seed, budget,
                                    []).tolist()
-    if feature:
-        x = BF.tool_feature(inst_dir, BF.TOOL_FEATURES[feature])
+    z = BF.tool_feature(inst_dir, BF.TOOL_FEATURES[feature]) if feature else None
+    texts = None
     if mechanism in BF.TEXT_MECHANISMS:  # the rows' prompts and responses too: those of the style trained on
         rows = [json.loads(line) for line in ((data_dir or inst_dir) / "train.jsonl").read_text().splitlines()]
-        clusters, groups = BF.MECHANISMS[mechanism](x, seed, labels, BF.instance_texts(rows, ids))
-    else:
-        clusters, groups = BF.MECHANISMS[mechanism](x, seed, labels)
+        texts = BF.instance_texts(rows, ids)
+    clusters, groups = BF.call_mechanism(mechanism, x, seed, labels, z, texts)
     return sorted(ids[BF.select(clusters, ids, budget, seed, groups)].tolist())
 
 
