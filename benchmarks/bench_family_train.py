@@ -15,12 +15,14 @@ valid.
 Per instance: macro and worst-skill accuracy, recovered share of the oracle's advantage over random, and
 the cheap measures of the same selections; over all (instance, contender) pairs the Spearman rank correlation
 of cheap against trained measures. Runs are cached (one JSON per run under --work) and resumable; --time-limit
-stops starting new runs. Writes benchmarks/results/family_train_<split>.md/.json.
+stops starting new runs. Writes benchmarks/results/family_train_<split>.md/.json, which also stores every run's
+results: --merge joins several such files (chunks of a range run apart, or a lost cache) into one table.
 
     python benchmarks/bench_family_train.py --split test --instances 8 --contenders random,oracle,full --jobs 2
     python benchmarks/bench_family_train.py --split test --instances 8 --only-valid --jobs 2 \
         --contenders random,oracle,full,default,gradient/paper,hidden/default
     python benchmarks/bench_family_train.py --split test --skip 8 --instances 3 ...   # instances 2008-2010
+    python benchmarks/bench_family_train.py --split test --merge A.json,B.json --name family_train_test
     python benchmarks/bench_family_train.py --quick     # CI smoke: 1 instance, 2 epochs, tiny test set
 """
 
@@ -136,10 +138,14 @@ def main(argv=None):
     ap.add_argument("--work", default=str(common.ROOT / "out" / "family-train"))
     ap.add_argument("--results", default=None, help="where the tables go (default benchmarks/results)")
     ap.add_argument("--name", default=None, help="results file stem (default family_train_<split>)")
+    ap.add_argument("--merge", default=None, metavar="A.json,B.json",
+                    help="train nothing: one table from the runs stored in these results files")
     a = ap.parse_args(argv)
     if a.quick:
         a.instances, a.variants, a.seeds, a.epochs, a.test_per_skill = 1, "short", "0", 2, 5
         a.contenders = "random,oracle,default"
+    if a.merge:
+        return report(a, merged_runs(a.merge.split(","), recipe_of(a)), argv)
     work = Path(a.work)
     seeds = [int(s) for s in a.seeds.split(",")]
     names = a.contenders.split(",")
@@ -193,7 +199,38 @@ def main(argv=None):
         jobs = [j[1:] for j in sorted(jobs, key=lambda j: j[0])]
         print(f"{len(jobs)} training runs to do, {sum(p[4].exists() for p in plan)} cached", flush=True)
         run_jobs(jobs, a.jobs, None if a.time_limit is None else a.time_limit - (time.perf_counter() - t0))
-    report(a, plan, argv)
+    runs: dict = {}  # (instance seed, variant, contender) -> its done runs, with the cheap metrics
+    for inst, variant, name, seed, path, cheap in plan:
+        runs.setdefault((inst, variant, name), [])
+        if path.exists():
+            runs[(inst, variant, name)].append({**json.loads(path.read_text()),
+                                                **{f"cheap_{k}": v for k, v in cheap.items()}})
+    report(a, runs, argv)
+
+
+def recipe_of(a) -> dict:
+    """What makes runs comparable across results files: the training recipe and the test set."""
+    return {"epochs": a.epochs, "lr": a.lr, "test_per_skill": a.test_per_skill, "test_operands": a.test_operands,
+            "seeds": a.seeds}
+
+
+def merged_runs(paths: list[str], recipe: dict) -> dict:
+    """The runs stored in several results files, as one runs dict. A file from before the recipe was stored is
+    taken at its word; one with another recipe, or two files with different runs for one key, is an error."""
+    runs: dict = {}
+    for path in paths:
+        if not Path(path).is_file():
+            raise SystemExit(f"{path}: no such results file")
+        data = json.loads(Path(path).read_text())
+        if data.get("recipe", recipe) != recipe:
+            raise SystemExit(f"{path}: recipe {data['recipe']} is not this run's {recipe}")
+        for key, got in data["runs"].items():
+            inst, variant, name = key.split("-", 2)
+            k = (int(inst), variant, name)
+            if runs.get(k, got) != got:
+                raise SystemExit(f"{path}: runs of {key} differ from an earlier file's")
+            runs[k] = got
+    return runs
 
 
 def cached_runs(plan, inst_seed, variant) -> dict:
@@ -226,13 +263,10 @@ def run_jobs(jobs, n_jobs: int, time_limit: float | None):
             print(f"{path.parent.parent.name} {path.stem}: macro {done.result()['macro']:.3f}", flush=True)
 
 
-def report(a, plan, argv):
+def report(a, runs: dict, argv):
+    """The tables from runs: (instance seed, variant, contender) -> the done runs' results (contenders in the
+    order of the first instance's keys)."""
     from scipy.stats import spearmanr
-    runs: dict = {}
-    for inst, variant, name, seed, path, cheap in plan:
-        if path.exists():
-            runs.setdefault((inst, variant, name), []).append({**json.loads(path.read_text()), **{
-                f"cheap_{k}": v for k, v in cheap.items()}})
     lines = [f"# Benchmark family, {a.split} split: trained accuracy ({a.epochs} epochs, peak lr {a.lr:g})", "",
              "Per instance and response style: macro / worst-skill exact match (mean over seeds), recovered share "
              "of the oracle's advantage over random (macro / worst), validity (full ≥ 0.85 macro; oracle − random "
@@ -241,8 +275,8 @@ def report(a, plan, argv):
              "| instance | style | valid | contender | seeds | macro | worst | recovered macro / worst | coverage "
              "(cheap) | worst ratio (cheap) |", "|---|---|---|---|---|---|---|---|---|---|"]
     table, pairs, validities = [], [], {}
-    for inst, variant in sorted({(p[0], p[1]) for p in plan}):
-        got = {n: runs.get((inst, variant, n), []) for n in dict.fromkeys(p[2] for p in plan)}
+    for inst, variant in sorted({k[:2] for k in runs}):
+        got = {n: runs.get((inst, variant, n), []) for n in dict.fromkeys(k[2] for k in runs)}
         mean = {n: (np.mean([r["macro"] for r in v]), np.mean([r["worst"] for r in v])) for n, v in got.items() if v}
         valid = validity(got)
         validities[(inst, variant)] = valid
@@ -297,9 +331,9 @@ def report(a, plan, argv):
                   f"{' of valid instances' if scope == 'valid' else ''}: "
                   + ", ".join(f"{k} {v:.2f}" for k, v in corr[scope].items() if k != "pairs") + "."]
     common.write_results(a.name or f"family_train_{a.split}{'_quick' if a.quick else ''}", lines,
-                         {"recovered": table, "summary": summary, "spearman": corr,
+                         {"recipe": recipe_of(a), "recovered": table, "summary": summary, "spearman": corr,
                           "validity": {f"{i}-{v}": ok for (i, v), ok in validities.items()},
-                          "runs": {f"{k[0]}-{k[1]}-{k[2]}": v for k, v in runs.items()}}, argv, a.results)
+                          "runs": {f"{k[0]}-{k[1]}-{k[2]}": v for k, v in runs.items() if v}}, argv, a.results)
 
 
 if __name__ == "__main__":

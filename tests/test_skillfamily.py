@@ -3,6 +3,7 @@ have the properties the family promises, and the harnesses run end to end. No qu
 live in benchmarks/results/family_*.md."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,15 @@ def test_bench_family_and_trained_quick_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "0 training runs to do" in proc.stdout and "validity ?, not trained on default" in proc.stdout
     assert "| default |" not in (res / "family_train_dev_quick.md").read_text()
+    # --merge: the same tables again from the runs the results file stores, with the cache gone
+    shutil.rmtree(tmp_path / "t" / "i1000-short-seen" / "runs")
+    merge = [sys.executable, str(ROOT / "benchmarks" / "bench_family_train.py"), "--quick", "--results", str(res),
+             "--merge", str(res / "family_train_dev_quick.json")]
+    md = (res / "family_train_dev_quick.md").read_text()
+    proc = subprocess.run(merge + ["--name", "merged"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    table = lambda text: [line for line in text.splitlines() if line.startswith("| 1000 ")]  # noqa: E731
+    assert table((res / "merged.md").read_text()) == table(md) != []
+    # runs of another recipe are not joined to these
+    proc = subprocess.run(merge + ["--lr", "3e-3", "--name", "other"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "is not this run's" in proc.stderr and "Traceback" not in proc.stderr
