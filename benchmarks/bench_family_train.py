@@ -265,7 +265,7 @@ def run_jobs(jobs, n_jobs: int, time_limit: float | None):
 
 def report(a, runs: dict, argv):
     """The tables from runs: (instance seed, variant, contender) -> the done runs' results (contenders in the
-    order of the first instance's keys)."""
+    order they first appear in)."""
     from scipy.stats import spearmanr
     lines = [f"# Benchmark family, {a.split} split: trained accuracy ({a.epochs} epochs, peak lr {a.lr:g})", "",
              "Per instance and response style: macro / worst-skill exact match (mean over seeds), recovered share "
