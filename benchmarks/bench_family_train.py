@@ -199,13 +199,7 @@ def main(argv=None):
         jobs = [j[1:] for j in sorted(jobs, key=lambda j: j[0])]
         print(f"{len(jobs)} training runs to do, {sum(p[4].exists() for p in plan)} cached", flush=True)
         run_jobs(jobs, a.jobs, None if a.time_limit is None else a.time_limit - (time.perf_counter() - t0))
-    runs: dict = {}  # (instance seed, variant, contender) -> its done runs, with the cheap metrics
-    for inst, variant, name, seed, path, cheap in plan:
-        runs.setdefault((inst, variant, name), [])
-        if path.exists():
-            runs[(inst, variant, name)].append({**json.loads(path.read_text()),
-                                                **{f"cheap_{k}": v for k, v in cheap.items()}})
-    report(a, runs, argv)
+    report(a, done_runs(plan), argv)
 
 
 def recipe_of(a) -> dict:
@@ -233,13 +227,21 @@ def merged_runs(paths: list[str], recipe: dict) -> dict:
     return runs
 
 
+def done_runs(plan) -> dict:
+    """(instance seed, variant, contender) -> the results of its runs in plan that are done, with the cheap
+    metrics of their selections (every contender of plan is a key, with no runs done an empty list)."""
+    runs: dict = {}
+    for inst, variant, name, seed, path, cheap in plan:
+        runs.setdefault((inst, variant, name), [])
+        if path.exists():
+            runs[(inst, variant, name)].append({**json.loads(path.read_text()),
+                                                **{f"cheap_{k}": v for k, v in cheap.items()}})
+    return runs
+
+
 def cached_runs(plan, inst_seed, variant) -> dict:
     """contender -> the results of its runs in plan that are done, for one (instance, variant)."""
-    got: dict = {}
-    for p in plan:
-        if p[:2] == (inst_seed, variant) and p[4].exists():
-            got.setdefault(p[2], []).append(json.loads(p[4].read_text()))
-    return got
+    return {k[2]: v for k, v in done_runs([p for p in plan if p[:2] == (inst_seed, variant)]).items() if v}
 
 
 def run_jobs(jobs, n_jobs: int, time_limit: float | None):
