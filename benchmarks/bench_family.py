@@ -19,8 +19,9 @@ defaults, and `--check-cli N` re-runs the first N instances' default through the
 that the ids are the same. Writes benchmarks/results/family_<split>.md/.json. The mechanisms (MECHANISMS) are
 the tool's options (flat, pair, nosplit) and prototypes tried for issue 18 (see family_notes.md): hierarchical
 k-means, local and nested cuts (lost); `answers`, which joins the wordings of one request by what their rows
-answer (ahead on dev and test at the selection level, behind or level when trained; not in the package:
-family_notes.md, round 12).
+answer (a prototype here in rounds 12-16, ahead on dev and test at the selection level; in the package since
+round 17 as `cluster --kinds answers`, off by default: family_notes.md). `--check-cli N` checks `answers`
+against the commands too (with --responses short).
 FEATURE/MECHANISM runs a mechanism on a feature prototype or another tool feature (FEATURES; `semantic`, the
 bundled sentence encoder) instead of the tool's text feature; FEATURE/groupby keeps the tool's clusters and
 groups them on FEATURE. `--responses worked` shows the response-reading mechanisms the worked solutions (the
@@ -35,9 +36,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
-from collections import Counter, defaultdict
 from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
@@ -47,9 +46,11 @@ import pyarrow.parquet as pq
 
 import common
 import skillfamily
+from cluster_curate import answer_kinds as AK
 from cluster_curate import cluster_groups as G
 from cluster_curate import clustering as C
 from cluster_curate import kmeans as K
+from cluster_curate.budget_sequence import Kinds
 from cluster_curate.features.text import DEFAULT_TEXT_WEIGHTING
 from cluster_curate.io.artifacts import read_meta
 from cluster_curate.io.readers import embedding_matrix
@@ -379,6 +380,19 @@ def mech_group_by(x, seed, inst, z, cut="row"):
     return res.labels, G.group_clusters(zres.centroids, min_similarity=G.group_cut_similarity(zres, cut))
 
 
+# ------------------------------------------------------- answers: wordings of one kind joined by what they answer
+
+def mech_answers(x, seed, inst, texts):
+    """`cluster --kinds answers` (answer_kinds.py): the tool's clusters and row-cut groups; groups whose clusters
+    give the same answers to the same inputs form one kind, weighted by its groups ** KIND_POWER in `select`. Until
+    round 16 this was a prototype here; the package's selections differ from it by 0-3 rows of ~920 (rounding
+    ties of the weighted water-filling) on dev instances 1002-1003."""
+    res = kmeans_split(x, seed)
+    groups = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
+    kind_of_group = AK.answer_kinds(groups, AK.answer_agreement(*texts, res.labels, res.k))
+    return res.labels, (groups, Kinds(kind_of_group, AK.kind_weights(kind_of_group)))
+
+
 MECHANISMS = {
     "splitby": mech_split_by,  # FEATURE/splitby: the split judged on FEATURE
     "groupby": mech_group_by,  # FEATURE/groupby: the tool's clusters, grouped on FEATURE
@@ -394,93 +408,11 @@ MECHANISMS = {
     "nested": mech_nested,
     "nested-hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0, nested=True),
     "local3": lambda x, s, i: mech_local(x, s, i, power=3.0),
-    "answers": lambda x, s, i, t: mech_answers(x, s, i, t),
+    "answers": mech_answers,
 }
 TWO_FEATURES = ("splitby", "groupby", "groupby-pair")  # FEATURE/these: mechanism(x, seed, inst, FEATURE's rows)
 TEXT_MECHANISMS = ("answers",)  # these: mechanism(x, seed, inst, (prompts, responses))
 TEXTS = "(texts)"  # feats(TEXTS): the rows' (prompts, responses)
-
-
-# ------------------------------------------------------- answers: wordings of one kind joined by what they answer
-
-_WORD = re.compile(r"[a-z]+|\d+")
-
-
-def answer_agreement(prompts: list[str], responses: list[str], labels: np.ndarray, k: int, min_pairs: int = 20,
-                     min_overlap: float = 0.5, template_share: float = 0.5) -> np.ndarray:
-    """k x k: how much more often two clusters' rows give the same answer when they share an input word than two
-    of their rows drawn at random do (0 where fewer than `min_pairs` such row pairs exist, or where the two
-    clusters' answer distributions overlap less than `min_overlap`, Bhattacharyya coefficient). A row's input
-    words are its prompt's words that are not its cluster's template words (those in at least `template_share`
-    of the cluster's rows). Why: two wordings of one request give the same answer to the same input; two
-    requests that happen to share a wording do not. Rows with unique answers (most real data) share none, and
-    the matrix is 0."""
-    words = [set(_WORD.findall(p.lower())) for p in prompts]
-    answers = [r.strip().lower() for r in responses]
-    by_word = [defaultdict(Counter) for _ in range(k)]  # cluster -> input word -> answer counts
-    dist = [Counter() for _ in range(k)]
-    members = [np.flatnonzero(labels == c) for c in range(k)]
-    for c, m in enumerate(members):
-        common = Counter(w for i in m for w in words[i])
-        template = {w for w, n in common.items() if n >= template_share * len(m)}
-        for i in m:
-            dist[c][answers[i]] += 1
-            for w in words[i] - template:
-                by_word[c][w][answers[i]] += 1
-    agree = np.zeros((k, k))
-    for a in range(k):
-        for b in range(a + 1, k):
-            na, nb = len(members[a]), len(members[b])
-            overlap = sum(np.sqrt(v / na * dist[b].get(r, 0) / nb) for r, v in dist[a].items())
-            if overlap < min_overlap:
-                continue
-            chance = sum(v * dist[b].get(r, 0) for r, v in dist[a].items()) / (na * nb)
-            same = pairs = 0
-            for w in by_word[a].keys() & by_word[b].keys():
-                ca, cb = by_word[a][w], by_word[b][w]
-                same += sum(v * cb.get(r, 0) for r, v in ca.items())
-                pairs += sum(ca.values()) * sum(cb.values())
-            if pairs >= min_pairs:
-                agree[a, b] = agree[b, a] = same / pairs - chance
-    return agree
-
-
-def weighted_water_fill(sizes: np.ndarray, weights: np.ndarray, budget: int) -> np.ndarray:
-    """Quotas min(size, level * weight) summing to min(budget, Σ sizes), rounded by largest remainder."""
-    sizes, weights = np.asarray(sizes, dtype=np.float64), np.asarray(weights, dtype=np.float64)
-    budget = int(min(budget, sizes.sum()))
-    lo, hi = 0.0, float(sizes.max() / weights.min()) + 1.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if np.minimum(sizes, mid * weights).sum() < budget else (lo, mid)
-    q = np.minimum(sizes, hi * weights)
-    quotas = np.floor(q).astype(np.int64)
-    room = np.flatnonzero(quotas < sizes)
-    extra = room[np.argsort(-(q - quotas)[room], kind="stable")][: budget - int(quotas.sum())]
-    quotas[extra] += 1
-    return quotas
-
-
-def mech_answers(x, seed, inst, texts, join=0.05, power=0.5):
-    """The tool's clusters and row-cut groups; groups whose clusters agree on answers (answer_agreement, average
-    linkage cut at `join`) form one kind. A kind of m groups gets m ** power of a group's share (power 0: one
-    share, as the oracle gives a skill; 1: no join): the joins are incomplete (a kind whose wordings are all
-    found would lose to a kind whose wordings are not), so a kind is not cut to one share."""
-    from scipy.cluster.hierarchy import fcluster, linkage
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-    res = kmeans_split(x, seed)
-    groups = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
-    agree = answer_agreement(*texts, res.labels, res.k)
-    distance = np.clip(1.0 - agree, 0.0, 2.0)
-    joined = fcluster(linkage(distance[np.triu_indices(res.k, 1)], method="average"), t=1.0 - join,
-                      criterion="distance")
-    n = res.k + len(joined) + int(groups.max()) + 2  # clusters, then their groups, then their joins
-    edges = coo_matrix((np.ones(2 * res.k), (np.tile(np.arange(res.k), 2),
-                                             np.concatenate([res.k + groups, res.k + groups.max() + 1 + joined]))),
-                       shape=(n, n))
-    kinds = np.unique(connected_components(edges, directed=False)[1][: res.k], return_inverse=True)[1]
-    return res.labels, (kinds, groups, power)  # select() reads a tuple as weighted_quotas' arguments
 
 
 # ============================================================================================ metrics
@@ -557,27 +489,16 @@ def nested_quotas(sizes: np.ndarray, levels: list, budget: int) -> np.ndarray:
     return quotas
 
 
-def weighted_quotas(sizes: np.ndarray, kinds: np.ndarray, groups: np.ndarray, power: float, budget: int):
-    """mech_answers' quotas: kinds weighted by (groups in them) ** power, then water-filling over the groups of
-    each kind, then over the clusters of each group."""
-    n_groups = np.bincount(np.unique(np.stack([kinds, groups], 1), axis=0)[:, 0])
-    kind_quota = weighted_water_fill(np.bincount(kinds, weights=sizes), n_groups.astype(float) ** power, budget)
-    quotas = np.zeros_like(sizes)
-    for kind in np.flatnonzero(kind_quota):
-        m = np.flatnonzero(kinds == kind)
-        quotas[m] = nested_quotas(sizes[m], [np.unique(groups[m], return_inverse=True)[1]], int(kind_quota[kind]))
-    return quotas
-
-
 def select(clusters, ids, budget, seed, groups):
-    """Row positions selected: the tool's select_rows (random order in a cluster), or for several levels of
-    groups (or mech_answers' weighted kinds) the same random order under nested_quotas (weighted_quotas)."""
-    if groups is None or (not isinstance(groups, tuple) and np.ndim(groups) == 1):
+    """Row positions selected: the tool's select_rows (random order in a cluster; groups, or (groups, Kinds)
+    as mech_answers gives them), or for several levels of groups the same random order under nested_quotas."""
+    if isinstance(groups, tuple):
+        return select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups[0], kinds=groups[1]).rows
+    if groups is None or np.ndim(groups) == 1:
         return select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups).rows
     k = int(clusters.max()) + 1
     sizes = np.bincount(clusters, minlength=k).astype(np.int64)
-    quotas = (weighted_quotas(sizes, *groups, budget) if isinstance(groups, tuple) else
-              nested_quotas(sizes, list(groups), budget))
+    quotas = nested_quotas(sizes, list(groups), budget)
     order = order_within_cluster(clusters, "random", ids=ids, seed=seed, k=k)
     rank = np.arange(len(order)) - np.concatenate([[0], np.cumsum(sizes)[:-1]])[clusters[order]]
     return np.sort(order[rank < quotas[clusters[order]]])
@@ -598,9 +519,11 @@ def paper_recipe_ids(emb: Path, seed: int, budget: int, log: list) -> np.ndarray
     return np.sort(pq.read_table(s, columns=["id"]).column("id").to_numpy())
 
 
-def cli_default_ids(seed: int, work: Path, budget: int, log: list) -> np.ndarray:
+def cli_ids(seed: int, work: Path, budget: int, log: list, data: Path | None = None) -> np.ndarray:
+    """The ids the tool's commands select with their defaults, or with `--kinds answers --data data`."""
     d = work / f"i{seed}"
-    common.cli(["cluster", d / "emb.parquet", "--out", d / "c.parquet", "--overwrite"], log)
+    kinds = [] if data is None else ["--kinds", "answers", "--data", data]
+    common.cli(["cluster", d / "emb.parquet", "--out", d / "c.parquet", "--overwrite", *kinds], log)
     common.cli(["select", d / "c.parquet", "--out", d / "s.parquet", "--budget", budget, "--overwrite"], log)
     return np.sort(pq.read_table(d / "s.parquet", columns=["id"]).column("id").to_numpy())
 
@@ -702,10 +625,10 @@ def main(argv=None):
                     sel = run_mechanism(m, ids, x, skills, labels, s, budget, feats)
                 runs.append(cheap_metrics(np.bincount(skills[np.searchsorted(ids, sel)], minlength=n_skills),
                                           oracle, twins))
-                if m == "default" and s == 0 and i < a.check_cli:
-                    cli_ids = cli_default_ids(inst_seed, work, budget, log)
-                    if not np.array_equal(cli_ids, np.sort(sel)):
-                        raise SystemExit(f"instance {inst_seed}: the default mechanism differs from the CLI's")
+                if (m == "default" or (m == "answers" and a.responses == "short")) and s == 0 and i < a.check_cli:
+                    data = None if m == "default" else work / f"i{inst_seed}" / "train.jsonl"  # short responses
+                    if not np.array_equal(cli_ids(inst_seed, work, budget, log, data), np.sort(sel)):
+                        raise SystemExit(f"instance {inst_seed}: the {m} mechanism differs from the CLI's")
             row["metrics"][m] = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
         per_instance.append(row)
         print(f"[{a.split} {inst_seed}] " + "  ".join(f"{m} {v['coverage']:.3f}/{v['worst']:.2f}/{v['dominant']:.2f}"

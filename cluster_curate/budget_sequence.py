@@ -13,6 +13,7 @@ changes what is selected bumps selection.ALGORITHM_VERSION.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,6 +21,15 @@ from cluster_curate.errors import CurateError
 
 
 TOKEN_MODES = ("token-budget", "token-fraction")
+
+
+@dataclass(frozen=True)
+class Kinds:
+    """The level above the groups (`cluster --kinds`, answer_kinds.py): the kind of each group, and each kind's
+    share of the budget relative to one group's. Budgets are water-filled over kinds by those weights first,
+    then over the groups inside each kind, then over the clusters inside each group."""
+    of_group: np.ndarray
+    weight: np.ndarray
 
 
 def check_token_budget_args(token_budget: int | None = None, token_fraction: float | None = None) -> str | None:
@@ -51,25 +61,28 @@ def token_budget_for(total_tokens: int, token_budget: int | None = None, token_f
 
 def token_water_fill(order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray, available: np.ndarray,
                      budget_tokens: int, balance_power: float = 0.0,
-                     group_of_cluster: np.ndarray | None = None) -> np.ndarray:
+                     group_of_cluster: np.ndarray | None = None, kinds: Kinds | None = None) -> np.ndarray:
     """Rows per cluster (quotas) for a budget in tokens: `water_fill_quotas` with each cluster's quota in
     tokens. Each cluster gives its rows in `order` (positions grouped by cluster, `available[c]` rows each)
     while its running token total P stays under a common level λ·W_c^p (W_c: the cluster's tokens; p = 0:
     one level for all): rows are taken in `take_sequence` order until the next row would pass the budget, so
     the selected tokens S satisfy S ≤ T < S + (tokens of the next row), i.e. T is met to within one row.
     With unit tokens and p = 0 this is exactly `water_fill_quotas` (and `grouped_quotas` with groups)."""
-    seq = take_sequence(order, clusters, tokens, available, balance_power, group_of_cluster)
+    seq = take_sequence(order, clusters, tokens, available, balance_power, group_of_cluster, kinds)
     n_take = int(np.searchsorted(np.cumsum(np.asarray(tokens, dtype=np.int64)[seq]), budget_tokens, side="right"))
     return np.bincount(np.asarray(clusters)[seq[:n_take]], minlength=len(available)).astype(np.int64)
 
 
 def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, available: np.ndarray,
-                  balance_power: float = 0.0, group_of_cluster: np.ndarray | None = None) -> np.ndarray:
+                  balance_power: float = 0.0, group_of_cluster: np.ndarray | None = None,
+                  kinds: Kinds | None = None) -> np.ndarray:
     """The row positions of `order` in the order the water-filling takes them: every row gets the key
     P / W_c^p (P: the running weight of its cluster up to and including it, in `order`; W_c: the cluster's
     weight), rows are sorted by key, ties to the cluster with more weight, then the lower cluster number.
     Any prefix of the sequence takes a prefix of each cluster's order. With groups: each group's rows are
-    sequenced so over its clusters, then the groups are water-filled by their own running weights."""
+    sequenced so over its clusters, then the groups are water-filled by their own running weights. With kinds
+    (of the groups): each kind's rows are sequenced so over its groups, then the kinds are water-filled with
+    their keys divided by their weights, so a prefix gives a kind of weight w about w times one group's share."""
     order = np.asarray(order)
     c = np.asarray(clusters)[order].astype(np.int64)
     t = np.asarray(weights)[order].astype(np.int64)
@@ -104,7 +117,15 @@ def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, 
         in_group = np.lexsort((c, -w_c[c], key_c, g))  # each group's rows, water-filled over its clusters
         prefix_g, w_g = levels(g[in_group], in_group)
         key_g = keys(prefix_g, w_g, g[in_group])
-        seq = in_group[np.lexsort((g[in_group], -w_g[g[in_group]], key_g))]
+        if kinds is None:
+            seq = in_group[np.lexsort((g[in_group], -w_g[g[in_group]], key_g))]
+        else:  # each kind's rows, water-filled over its groups; then the kinds, by weight
+            kind = np.asarray(kinds.of_group, dtype=np.int64)[g[in_group]]
+            in_kind = np.lexsort((g[in_group], -w_g[g[in_group]], key_g, kind))
+            seq, kind = in_group[in_kind], kind[in_kind]
+            prefix_k, w_k = levels(kind, seq)
+            key_k = keys(prefix_k, w_k, kind) / np.asarray(kinds.weight, dtype=np.float64)[kind]
+            seq = seq[np.lexsort((kind, -w_k[kind], key_k))]
     return order[seq]
 
 
@@ -165,7 +186,7 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
 def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.ndarray, weights: np.ndarray,
                         available: np.ndarray, target: int, min_share, max_share, names: list[str] | None,
                         unit: str, balance_power: float = 0.0,
-                        group_of_cluster: np.ndarray | None = None) -> np.ndarray:
+                        group_of_cluster: np.ndarray | None = None, kinds: Kinds | None = None) -> np.ndarray:
     """The selected row positions when each source gives at least `min_share` and at most `max_share` of the
     `target` (per source, NaN: no bound; None: no bound for any source): `source_bounded_take` along the
     water-filling's `take_sequence`."""
@@ -176,5 +197,5 @@ def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.nda
                                         dtype=np.float64), nan=1.0)
     low = np.ceil(share_lo * target - 1e-9).astype(np.int64)
     high = np.floor(share_hi * target + 1e-9).astype(np.int64)
-    seq = take_sequence(order, clusters, weights, available, balance_power, group_of_cluster)
+    seq = take_sequence(order, clusters, weights, available, balance_power, group_of_cluster, kinds)
     return source_bounded_take(seq, sources, weights, target, low, high, names, unit)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cluster_curate.budget_sequence import TOKEN_MODES, check_token_budget_args, source_bounded_rows, \
-    token_budget_for, token_water_fill
+from cluster_curate.budget_sequence import TOKEN_MODES, Kinds, check_token_budget_args, source_bounded_rows, \
+    take_sequence, token_budget_for, token_water_fill
 from cluster_curate.errors import CurateError
 from cluster_curate.within_orders import WITHIN, dedup_within_cluster, order_within_cluster
 
@@ -182,7 +182,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
                 features: np.ndarray | None = None, fraction: float | None = None, budget: int | None = None,
                 per_cluster_ratio: float | None = None, balance_power: float = 0.0, within: str = "random",
                 dedup: float | None = None, seed: int = 0, groups: np.ndarray | None = None,
-                tokens: np.ndarray | None = None, token_budget: int | None = None,
+                kinds: Kinds | None = None, tokens: np.ndarray | None = None, token_budget: int | None = None,
                 token_fraction: float | None = None, tokens_counted_by: str = "counted",
                 sources: np.ndarray | None = None, source_min_share=None, source_max_share=None,
                 source_names: list[str] | None = None) -> Selection:
@@ -193,6 +193,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     features: unit rows aligned with `clusters` (diverse, dedup). dedup: cosine threshold; near-duplicates
     are removed before quotas are computed, so the budget is still met when enough distinct rows remain.
     groups: the group of each cluster (`cluster --groups`): budget quotas are water-filled over groups first.
+    kinds: the kind of each group and its weight (`cluster --kinds`, with groups): over weighted kinds first.
     tokens: per row (int); with token_budget / token_fraction the budget is in tokens (`token_water_fill`),
     and whatever the budget the selection reports its tokens. tokens_counted_by: says how, in messages.
     sources: the input (0..S-1) of each row; source_min_share / source_max_share: per input, a share of the
@@ -214,14 +215,15 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         tokens = np.asarray(tokens, dtype=np.int64)
         tokens_requested, quotas, notes = _token_quotas(mode, order, clusters, tokens, available, dropped,
                                                         token_budget, token_fraction, tokens_counted_by,
-                                                        balance_power, groups)
+                                                        balance_power, groups, kinds)
     elif mode == "per-cluster-ratio":
         quotas, notes = ratio_quotas(available, per_cluster_ratio), []
         if quotas.sum() == 0:
             raise CurateError(f"--per-cluster-ratio {per_cluster_ratio} keeps 0 rows: the smallest cluster has "
                               f"{int(available[available > 0].min())} rows; raise the ratio or use --fraction")
     else:
-        requested, quotas, notes = _row_quotas(mode, n, available, dropped, fraction, budget, balance_power, groups)
+        requested, quotas, notes = _row_quotas(mode, n, order, clusters, available, dropped, fraction, budget,
+                                               balance_power, groups, kinds)
 
     picked = None
     if sources is not None and (source_min_share is not None or source_max_share is not None):
@@ -233,7 +235,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         target = min(tokens_requested, int(tokens[order].sum())) if token_mode else min(requested, n_available)
         picked = source_bounded_rows(order, clusters, sources, weights, available, target, source_min_share,
                                      source_max_share, source_names, "tokens" if token_mode else "rows",
-                                     balance_power, groups)
+                                     balance_power, groups, kinds)
         quotas = np.bincount(clusters[picked], minlength=k).astype(np.int64)
 
     rank = _rank_in_cluster(order, clusters, available, quotas, picked, order_entry.picks, features)
@@ -308,7 +310,7 @@ def _drop_near_duplicates(order: np.ndarray, clusters: np.ndarray, features, siz
 
 def _token_quotas(mode: str, order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray, available: np.ndarray,
                   dropped: int, token_budget, token_fraction, counted_by: str, balance_power: float,
-                  groups) -> tuple[int, np.ndarray, list[str]]:
+                  groups, kinds) -> tuple[int, np.ndarray, list[str]]:
     """(the token budget, quotas per cluster, notes) for `--token-budget` / `--token-fraction`."""
     notes = []
     requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, counted_by)
@@ -316,7 +318,8 @@ def _token_quotas(mode: str, order: np.ndarray, clusters: np.ndarray, tokens: np
     if requested > left:
         notes.append(f"token budget of {requested:,} is larger than the {left:,} tokens left after "
                      f"removing {dropped} near-duplicates: selecting all of them")
-    quotas = token_water_fill(order, clusters, tokens, available, min(requested, left), balance_power, groups)
+    quotas = token_water_fill(order, clusters, tokens, available, min(requested, left), balance_power, groups,
+                              kinds)
     if quotas.sum() == 0:
         first_rows = tokens[order[np.cumsum(available)[available > 0] - available[available > 0]]]
         raise CurateError(f"--{mode}: {requested:,} tokens is less than any cluster's first row "
@@ -324,8 +327,8 @@ def _token_quotas(mode: str, order: np.ndarray, clusters: np.ndarray, tokens: np
     return requested, quotas, notes
 
 
-def _row_quotas(mode: str, n: int, available: np.ndarray, dropped: int, fraction, budget, balance_power: float,
-                groups) -> tuple[int, np.ndarray, list[str]]:
+def _row_quotas(mode: str, n: int, order: np.ndarray, clusters: np.ndarray, available: np.ndarray, dropped: int,
+                fraction, budget, balance_power: float, groups, kinds) -> tuple[int, np.ndarray, list[str]]:
     """(the row budget, quotas per cluster, notes) for `--fraction` / `--budget`."""
     notes = []
     n_available = int(available.sum())
@@ -334,7 +337,11 @@ def _row_quotas(mode: str, n: int, available: np.ndarray, dropped: int, fraction
         what = f"the {n_available} rows left after removing {dropped} near-duplicates" if dropped else \
             f"the {n_available} rows of the data"
         notes.append(f"budget of {requested} rows is larger than {what}: selecting all of them")
-    if groups is not None:
+    if kinds is not None:  # three levels, the top one weighted: the water-filling's own sequence, cut at the budget
+        seq = take_sequence(order, clusters, np.ones(len(clusters), dtype=np.int64), available, balance_power,
+                            groups, kinds)
+        quotas = np.bincount(clusters[seq[:min(requested, n_available)]], minlength=len(available)).astype(np.int64)
+    elif groups is not None:
         quotas = grouped_quotas(available, groups, min(requested, n_available), balance_power)
     else:
         quotas = water_fill_quotas(available, min(requested, n_available), balance_power)

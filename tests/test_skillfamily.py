@@ -10,8 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 import skillfamily as F
 
@@ -119,39 +117,6 @@ def test_the_wording_reference_is_the_oracle_when_each_skill_has_one_wording():
     template = np.where(skills == 0, np.arange(len(skills)) % 3, 0)
     three = wording_reference(ids, skills, {"template": template}, budget, [0], [], oracle)
     assert three["dominant"] == 72 / 40 and three["worst"] == 24 / 40
-
-
-def test_answer_agreement_joins_two_wordings_of_one_request_not_a_near_twin():
-    from bench_family import answer_agreement
-    words = ["pine", "moss", "rose", "tulip", "comet", "orbit", "ship", "dock"]
-    prompts, responses, labels = [], [], []
-    for c, (wording, answer) in enumerate([("the first letter of", lambda w: w[0]),  # cluster 0 and 1: one request
-                                           ("which letter starts", lambda w: w[0]),
-                                           ("the last letter of", lambda w: w[-1])]):  # 2: one word apart from 0
-        for i in range(40):
-            w, noun = words[i % 8], words[(3 * i + c) % 8]
-            prompts.append(f"for the {noun} file, {wording}: {w}")
-            responses.append(answer(w))
-            labels.append(c)
-    agree = answer_agreement(prompts, responses, np.array(labels), 3)
-    assert agree[0, 1] > 0.05 > agree[0, 2] and agree[0, 1] == agree[1, 0]
-    # unique answers (most real data) are never alike: nothing is joined
-    assert not answer_agreement(prompts, [f"{r} {i}" for i, r in enumerate(responses)], np.array(labels), 3).any()
-
-
-@given(st.lists(st.integers(0, 50), min_size=1, max_size=8), st.data())
-def test_weighted_water_fill_spends_the_budget_within_the_sizes(sizes, data):
-    from bench_family import weighted_water_fill
-    sizes = np.array(sizes)
-    weights = np.array(data.draw(st.lists(st.floats(0.5, 4.0), min_size=len(sizes), max_size=len(sizes))))
-    budget = data.draw(st.integers(0, int(sizes.sum())))
-    q = weighted_water_fill(sizes, weights, budget)
-    assert q.sum() == budget and (0 <= q).all() and (q <= sizes).all()
-    # no row is left out where a heavier-weighted, unfilled part got less per unit of weight
-    unfilled = q < sizes
-    if unfilled.sum() > 1:
-        per = q[unfilled] / weights[unfilled]
-        assert per.max() - per.min() <= 1 / weights[unfilled].min() + 1e-9
 
 
 @pytest.mark.slow

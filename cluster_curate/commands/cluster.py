@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import (OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option, lazy, recorded,
-                                    resolve)
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option,
+                                    lazy, read_options, recorded, resolve)
 
 
 def _int_range(low, cls="IntRange"):
@@ -48,6 +49,15 @@ OPTIONS = (
            help="After k-means, cut in two every cluster whose 2-means halves are less similar than two rows of "
                 "one cluster typically are, again inside each half (halves of at least 16 rows): two rare kinds "
                 "that k-means put in one cluster get a quota each."),
+    Option("kinds", default="none", choices=("none", "answers"), show_default=True,
+           help="answers: join groups whose clusters give the same answer to the same input (two wordings of one "
+                "request) into one kind, which `select` gives m^0.5 of a group's share for its m groups (reads "
+                "the prompts and responses: --data). Rows whose answers are all different join nothing. none: "
+                "every group is a kind of its own."),
+    Option("data", run=False, multiple=True,
+           help="With --kinds answers: the raw dataset that was embedded (a mixture: each input, in the order "
+                "embedded, or its mixture file). `run` passes its own."),
+    *(replace(o, run=False) for o in DATASET_OPTIONS),  # `run` reads the data with embed's
     *OUTPUT_OPTIONS,
 )
 
@@ -75,6 +85,52 @@ def _groups(o: dict, res):
     if groups in (None, "none"):
         return None, None
     return G.group_clusters(res.centroids, n_groups=int(groups)), "given"
+
+
+def _answer_texts(o: dict, embeddings: str) -> tuple | None:
+    """With --kinds answers: (ids, prompts, responses) of the raw data's rows, read and checked against the
+    embeddings' dataset before any k-means; None otherwise."""
+    if o["kinds"] == "none":
+        return None
+    if not o["data"]:
+        raise CurateError(f"--kinds {o['kinds']} reads the rows' prompts and responses: pass --data DATA, the raw "
+                          f"dataset that {embeddings} was embedded from")
+    if o["groups"] in (None, "none"):
+        raise CurateError(f"--kinds {o['kinds']} joins groups of clusters: not with --groups none")
+    import numpy as np
+
+    from cluster_curate.features.text import example_text
+    from cluster_curate.io.artifacts import check_dataset_matches, read_meta
+    from cluster_curate.io.mixture import open_inputs
+    ds = open_inputs(o["data"], read_options(o))
+    check_dataset_matches(read_meta(embeddings, names.EMBEDDINGS), embeddings, ds.record(), o["force"])
+    ids, prompts, responses = [], [], []
+    for batch in ds.iter_batches():
+        for ex in batch.examples:
+            ids.append(ex.id)
+            prompts.append(example_text(ex, "prompt"))
+            responses.append(ex.response)
+    return np.asarray(ids, dtype=np.int64), prompts, responses
+
+
+def _kinds(texts: tuple | None, ids, res, group_of) -> tuple:
+    """(kind of each group, each kind's weight) for --kinds answers, else (None, None)."""
+    if texts is None:
+        return None, None
+    import numpy as np
+
+    from cluster_curate import answer_kinds as AK
+    data_ids, prompts, responses = texts
+    by_id = np.argsort(data_ids, kind="stable")
+    at = np.searchsorted(data_ids, ids, sorter=by_id)  # the data's rows of the embedded ids
+    at = by_id[np.minimum(at, len(data_ids) - 1)]
+    found = data_ids[at] == ids
+    if not found.all():
+        raise CurateError(f"the data has no row with id {int(ids[~found][0])}, which was embedded; pass the "
+                          "dataset that was embedded (and its reading options)")
+    kind_of_group = AK.answer_kinds(group_of, AK.answer_agreement([prompts[i] for i in at],
+                                                                  [responses[i] for i in at], res.labels, res.k))
+    return kind_of_group, AK.kind_weights(kind_of_group)
 
 
 def _kmeans(o: dict, embeddings: str):
@@ -112,9 +168,10 @@ def _kmeans(o: dict, embeddings: str):
                 res=res, split=split)
 
 
-def _params(o: dict, r: dict, group_of, groups_rule, centroid_bytes: bytes) -> dict:
+def _params(o: dict, r: dict, group_of, groups_rule, kinds: tuple, centroid_bytes: bytes) -> dict:
     import hashlib
 
+    from cluster_curate import answer_kinds as AK
     from cluster_curate import clustering as C
     from cluster_curate import kmeans as K
     res = r["res"]
@@ -132,6 +189,10 @@ def _params(o: dict, r: dict, group_of, groups_rule, centroid_bytes: bytes) -> d
         "mean_resultant_length": round(r["shared"], 6),
         "sizes": res.sizes.tolist(),
         "groups": None if group_of is None else group_of.tolist(), "groups_rule": groups_rule,
+        # recorded only when asked for, so that artifacts made without it keep their fingerprints
+        **({} if kinds[0] is None else {"kinds": o["kinds"], "kind_of_group": kinds[0].tolist(),
+                                        "kind_weights": kinds[1].tolist(), "kind_power": AK.KIND_POWER,
+                                        "kinds_rule": AK.KINDS_RULE}),
         # the file is sidecar_path(artifact, CENTROIDS); its name is not recorded so that the same inputs give
         # the same metadata whatever the output is called
         "centroids": {"sidecar": names.CENTROIDS, "shape": list(res.centroids.shape), "dtype": "float32",
@@ -154,12 +215,15 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
         raise CurateError(f"--iters must be >= 1, got {o['iters']}")
     if o["seed"] < 0:
         raise CurateError(f"--seed must be >= 0, got {o['seed']}")
+    texts = _answer_texts(o, embeddings)
     r = _kmeans(o, embeddings)
     res = r["res"]
     group_of, groups_rule = _groups(o, res)
+    kinds = _kinds(texts, r["ids"], res, group_of)
+    del texts
     centroid_bytes = npy_bytes(res.centroids)
     centroids_file = sidecar_path(out, names.CENTROIDS)
-    params = _params(o, r, group_of, groups_rule, centroid_bytes)
+    params = _params(o, r, group_of, groups_rule, kinds, centroid_bytes)
     from cluster_curate.clustering import ALGORITHM_VERSION
     meta = make_meta(names.CLUSTERS, params, {"embeddings": r["emeta"].as_input(embeddings, out)}, r["emeta"].dataset,
                      ALGORITHM_VERSION)
@@ -168,14 +232,15 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
     atomic_write_bytes(centroids_file, centroid_bytes)  # the centroids first: an artifact never exists without them
     from cluster_curate.io.mixture import with_source_columns
     write_artifact(with_source_columns(table, r["emeta"].dataset), out, meta, overwrite=o["overwrite"])
-    return _summary(o, r, group_of, groups_rule, out, centroids_file, t0)
+    return _summary(o, r, group_of, groups_rule, kinds[0], out, centroids_file, t0)
 
 
-def _summary(o, r, group_of, groups_rule, out, centroids_file, t0):
+def _summary(o, r, group_of, groups_rule, kind_of_group, out, centroids_file, t0):
     import math
 
     import numpy as np
 
+    from cluster_curate import answer_kinds as AK
     from cluster_curate import clustering as C
     from cluster_curate import console
     res, n, k, split = r["res"], r["n"], r["k"], r["split"]
@@ -208,6 +273,11 @@ def _summary(o, r, group_of, groups_rule, out, centroids_file, t0):
         summary["groups_rule"] = Shown(groups_rule, hidden=True)  # in the groups line above
         summary["rows_per_group"] = Shown({"min": int(group_sizes.min()), "median": float(np.median(group_sizes)),
                                            "max": int(group_sizes.max())}, hidden=True)
+    if kind_of_group is not None:
+        n_kinds = int(kind_of_group.max()) + 1
+        summary["kinds"] = Shown(n_kinds, f"{n_kinds} kinds of groups ({AK.KINDS_RULE}); "
+                               f"{len(kind_of_group) - n_kinds} groups joined into another's kind")
+        summary["groups_joined"] = Shown(len(kind_of_group) - n_kinds, hidden=True)
     if res.cap is not None:
         summary["size_cap"] = Shown(int(res.cap), f"{res.cap} rows (--max-size-factor {o['max_size_factor']})")
         summary["moved_by_the_cap"] = res.moved
@@ -241,4 +311,5 @@ SPEC = CommandSpec(
     Examples:
       cluster-curate cluster emb.parquet --out clusters.parquet
       cluster-curate cluster emb.parquet --out clusters.parquet --k 4 --max-size-factor 1.5 --groups none  # paper
+      cluster-curate cluster emb.parquet --out clusters.parquet --kinds answers --data train.jsonl
     """)

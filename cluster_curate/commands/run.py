@@ -99,10 +99,21 @@ class RunState:
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
 
 
+# Options added after `run` directories existed: left out of the up-to-date check while at these defaults, so a
+# directory made before them stays up to date.
+ADDED_LATER = {"kinds": "none"}
+
+
+def _recordable(stage_opts: dict) -> dict:
+    """A stage's options as `run` records them: ADDED_LATER's left out while at their defaults."""
+    return {k: v for k, v in stage_opts.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
+
+
 def _check_options(stage_opts: dict, read_opts) -> tuple[dict, str | None]:
     """A stage's options for its up-to-date check, and the fingerprint of an input that an option names
     (`select --target`: the target counts as an input, by its content). Without a target its options are left
-    out, so a directory made before they existed stays up to date."""
+    out, so a directory made before they existed stays up to date (ADDED_LATER likewise)."""
+    stage_opts = _recordable(stage_opts)
     if "target" not in stage_opts:
         return stage_opts, None
     target = stage_opts["target"]
@@ -141,6 +152,8 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
             raise CurateError(f"--{name} must be >= {low}, got {c[name]}")
     if c.get("k") not in (None, "auto") and int(c["k"]) > data_rows:
         raise CurateError(f"--k {c['k']} is larger than the number of examples ({data_rows})")
+    if c.get("kinds") not in (None, "none") and c.get("groups") in (None, "none"):
+        raise CurateError(f"--kinds {c['kinds']} joins groups of clusters: not with --groups none")
     s = resolved["select"]
     most = {"fraction": lambda: S.fraction_budget(data_rows, s["fraction"]),
             "budget": lambda: min(data_rows, int(s["budget"])),
@@ -203,8 +216,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
     state = RunState(d)
     specs = stage_specs()
     if not overwrite:  # other options for a stage already run here: a replacement
-        _refuse_replacement(state, d, {stage: state.request(stage, {n: opts[n] for n in by_stage[stage]}, None,
-                                                            specs[stage].algorithm()) for stage in names.STAGES})
+        _refuse_replacement(state, d, {stage: state.request(stage, _recordable({n: opts[n] for n in by_stage[stage]}),
+                                                            None, specs[stage].algorithm()) for stage in names.STAGES})
     d.mkdir(parents=True, exist_ok=True)
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
     upstream = ds.fingerprint()  # the raw data's, then each output's
@@ -224,6 +237,9 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
         else:
             console.info(f"run: {stage}: {why}")
             extra = {"resume": True} if stage == "embed" else {}
+            if stage == "cluster" and stage_opts.get("kinds") not in (None, "none"):  # it reads the rows' texts
+                extra = {"data": tuple(data), **{k: opts[k] for k in ("fmt", "prompt_field", "response_field",
+                                                                      "on_bad_row")}}
             result = spec.function(*inputs[stage], out=str(output), overwrite=True, force=force, **stage_opts,
                                    **extra, **_stage_extra(spec))
             state.record(stage, request, output)

@@ -230,7 +230,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], features=x["features"],
                         fraction=o["fraction"], budget=o["budget"], per_cluster_ratio=o["per_cluster_ratio"],
                         balance_power=o["balance_power"], within=o["within"], dedup=o["dedup"], seed=o["seed"],
-                        groups=c.groups, tokens=tokens, token_budget=o["token_budget"],
+                        groups=c.groups, kinds=c.kinds, tokens=tokens, token_budget=o["token_budget"],
                         token_fraction=o["token_fraction"], tokens_counted_by=x["counted_by"] or "",
                         sources=sources, source_min_share=share_lo, source_max_share=share_hi,
                         source_names=source_names)
@@ -404,6 +404,7 @@ def _params(o, mode, sel, c) -> dict:
         "available_sizes": sel.available.tolist() if o["dedup"] is not None else None,
         "quotas_over_groups": c.groups is not None and mode != "per-cluster-ratio",
         "clusters_covered": int((sel.quotas > 0).sum()), "notes": sel.notes,
+        **({"quotas_over_kinds": True} if c.kinds is not None and mode != "per-cluster-ratio" else {}),
     }
 
 
@@ -435,7 +436,11 @@ def _summary(o, mode, sel, c, x, out) -> dict:
                            f"{chosen / n:.1%} of the data (below {r:g}: clusters are larger than the smallest)")
     else:
         summary["balance_power"] = o["balance_power"]
-        if c.groups is not None:
+        if c.kinds is not None:
+            summary["quotas"] = (f"over {len(c.kinds.weight)} kinds of groups first (a kind of m groups: "
+                                 f"m^{c.meta.params.get('kind_power')} of a group's share), then over the "
+                                 f"{max(c.groups) + 1} groups inside each, then the clusters inside each")
+        elif c.groups is not None:
             summary["quotas"] = f"over {max(c.groups) + 1} groups of clusters first, then the clusters inside each"
     if o["dedup"] is not None:
         summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped), f"{sel.dedup_dropped} (cosine > {o['dedup']})",

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from cluster_curate.budget_sequence import Kinds
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_files, artifact_schema, read_meta, read_parquet
@@ -235,6 +236,7 @@ class Clusters:
     k: int
     groups: np.ndarray | None  # group of each cluster (`cluster --groups`), or None
     meta: ArtifactMeta
+    kinds: Kinds | None = None  # kind of each group and its weight (`cluster --kinds`), or None
 
 
 def read_clusters(path, *, force: bool = False, need_similarity: str | None = None) -> Clusters:
@@ -266,7 +268,12 @@ def read_clusters(path, *, force: bool = False, need_similarity: str | None = No
         bad = int(np.flatnonzero((labels < 0) | (labels >= k))[0])
         raise CurateError(f"{path}: cluster {labels[bad]} of id {ids[bad]} is not in 0..{k - 1}")
     groups = meta.params.get("groups")
-    return Clusters(ids, labels, sims, k, None if groups is None else np.asarray(groups, dtype=np.int64), meta)
+    kinds = None
+    if groups is not None and meta.params.get("kind_of_group") is not None:
+        kinds = Kinds(np.asarray(meta.params["kind_of_group"], dtype=np.int64),
+                      np.asarray(meta.params["kind_weights"], dtype=np.float64))
+    return Clusters(ids, labels, sims, k, None if groups is None else np.asarray(groups, dtype=np.int64), meta,
+                    kinds)
 
 
 def read_cluster_sizes(path, labels, force: bool = False) -> np.ndarray:

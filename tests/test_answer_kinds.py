@@ -1,0 +1,273 @@
+"""Kinds of groups joined by what their rows answer (answer_kinds.py, `cluster --kinds answers`) and the
+budget water-filled over weighted kinds (budget_sequence.take_sequence, `select`)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cluster_curate import answer_kinds as AK
+from cluster_curate import selection as S
+from cluster_curate.budget_sequence import Kinds, take_sequence, token_water_fill
+from cluster_curate.within_orders import order_within_cluster
+
+WORDS = ["pine", "moss", "rose", "tulip", "comet", "orbit", "ship", "dock"]
+
+
+def letter_requests(n: int = 40, answers=None):
+    """Clusters 0 and 1: one request in two wordings; 2: another request, one word apart from 0's wording."""
+    prompts, responses, labels = [], [], []
+    for c, (wording, answer) in enumerate([("the first letter of", lambda w: w[0]),
+                                           ("which letter starts", lambda w: w[0]),
+                                           ("the last letter of", lambda w: w[-1])]):
+        for i in range(n):
+            w, noun = WORDS[i % 8], WORDS[(3 * i + c) % 8]
+            prompts.append(f"for the {noun} file, {wording}: {w}")
+            responses.append(answer(w))
+            labels.append(c)
+    return prompts, responses, np.array(labels)
+
+
+def reference_agreement(prompts, responses, labels, k, min_pairs=AK.MIN_PAIRS, min_overlap=AK.MIN_OVERLAP,
+                        template_share=AK.TEMPLATE_SHARE) -> np.ndarray:
+    """answer_agreement's definition, pair by pair with counters (the harness prototype of rounds 12-16)."""
+    words = [set(AK._WORD.findall(p.lower())) for p in prompts]
+    answers = [r.strip().lower() for r in responses]
+    by_word = [defaultdict(Counter) for _ in range(k)]
+    dist = [Counter() for _ in range(k)]
+    members = [np.flatnonzero(labels == c) for c in range(k)]
+    for c, m in enumerate(members):
+        common = Counter(w for i in m for w in words[i])
+        template = {w for w, n in common.items() if n >= template_share * len(m)}
+        for i in m:
+            dist[c][answers[i]] += 1
+            for w in words[i] - template:
+                by_word[c][w][answers[i]] += 1
+    agree = np.zeros((k, k))
+    for a in range(k):
+        for b in range(a + 1, k):
+            na, nb = len(members[a]), len(members[b])
+            if not na or not nb:
+                continue
+            if sum(np.sqrt(v / na * dist[b].get(r, 0) / nb) for r, v in dist[a].items()) < min_overlap:
+                continue
+            chance = sum(v * dist[b].get(r, 0) for r, v in dist[a].items()) / (na * nb)
+            same = pairs = 0
+            for w in by_word[a].keys() & by_word[b].keys():
+                same += sum(v * by_word[b][w].get(r, 0) for r, v in by_word[a][w].items())
+                pairs += sum(by_word[a][w].values()) * sum(by_word[b][w].values())
+            if pairs >= min_pairs:
+                agree[a, b] = agree[b, a] = same / pairs - chance
+    return agree
+
+
+def test_two_wordings_of_one_request_agree_and_a_near_twin_does_not():
+    prompts, responses, labels = letter_requests()
+    agree = AK.answer_agreement(prompts, responses, labels, 3).toarray()
+    assert agree[0, 1] > AK.JOIN > agree[0, 2] and agree[0, 1] == agree[1, 0]
+    kinds = AK.answer_kinds(np.array([0, 1, 2]), agree)
+    assert kinds.tolist() == [0, 0, 1]
+    assert AK.kind_weights(kinds).tolist() == [2 ** AK.KIND_POWER, 1.0]
+    # unique answers (most real data) agree with nothing: nothing is joined
+    unique = AK.answer_agreement(prompts, [f"{r} {i}" for i, r in enumerate(responses)], labels, 3)
+    assert unique.nnz == 0
+    assert AK.answer_kinds(np.array([0, 1, 2]), unique).tolist() == [0, 1, 2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_answer_agreement_is_the_pairwise_definition(data):
+    k = data.draw(st.integers(1, 6))
+    n = data.draw(st.integers(1, 80))
+    vocab = ["a", "b", "c", "d", "e", "1", "2", "x y"]
+    prompts = [" ".join(data.draw(st.lists(st.sampled_from(vocab), min_size=1, max_size=5))) for _ in range(n)]
+    responses = [data.draw(st.sampled_from(["yes", "no", " Yes", "7"])) for _ in range(n)]
+    labels = np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n)))
+    min_pairs = data.draw(st.integers(1, 20))
+    got = AK.answer_agreement(prompts, responses, labels, k, min_pairs=min_pairs, min_overlap=0.3).toarray()
+    assert np.allclose(got, reference_agreement(prompts, responses, labels, k, min_pairs, 0.3), atol=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_kinds_join_as_one_global_average_linkage_would(data):
+    from scipy.cluster.hierarchy import fcluster, linkage
+    k = data.draw(st.integers(2, 12))
+    values = st.sampled_from([0.0, 0.0, 0.0, -0.2, 0.02, 0.04, 0.06, 0.3, 0.9])
+    agree = np.zeros((k, k))
+    for a in range(k):
+        for b in range(a + 1, k):
+            agree[a, b] = agree[b, a] = data.draw(values)
+    groups = np.unique(np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=k, max_size=k))),
+                       return_inverse=True)[1]
+    kinds = AK.answer_kinds(groups, agree)
+    # the reference: one linkage over all k clusters, then clusters, groups and joins as one graph
+    joined = fcluster(linkage(np.clip(1 - agree, 0, 2)[np.triu_indices(k, 1)], method="average"),
+                      t=1 - AK.JOIN, criterion="distance")
+    same_kind = {(a, b) for a in range(k) for b in range(k) if kinds[groups[a]] == kinds[groups[b]]}
+    parent = list(range(k))
+
+    def root(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+    for a in range(k):
+        for b in range(k):
+            if groups[a] == groups[b] or joined[a] == joined[b]:
+                parent[root(a)] = root(b)
+    assert same_kind == {(a, b) for a in range(k) for b in range(k) if root(a) == root(b)}
+    assert sorted(set(kinds.tolist())) == list(range(kinds.max() + 1))
+
+
+def _problem(data):
+    k = data.draw(st.integers(1, 8))
+    n = data.draw(st.integers(1, 120))
+    clusters = np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n)), dtype=np.int64)
+    groups = np.unique(np.array(data.draw(st.lists(st.integers(0, 4), min_size=k, max_size=k))),
+                       return_inverse=True)[1]
+    n_groups = int(groups.max()) + 1
+    kind_of_group = np.unique(np.array(data.draw(st.lists(st.integers(0, 2), min_size=n_groups,
+                                                           max_size=n_groups))), return_inverse=True)[1]
+    order = order_within_cluster(clusters, "random", seed=data.draw(st.integers(0, 3)), k=k)
+    return clusters, groups, kind_of_group, order, np.bincount(clusters, minlength=k).astype(np.int64)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_kinds_of_one_group_each_at_weight_one_are_the_groups(data):
+    clusters, groups, _, order, sizes = _problem(data)
+    ones = np.ones(len(clusters), dtype=np.int64)
+    singles = Kinds(np.arange(int(groups.max()) + 1), np.ones(int(groups.max()) + 1))
+    assert np.array_equal(take_sequence(order, clusters, ones, sizes, 0.0, groups, singles),
+                          take_sequence(order, clusters, ones, sizes, 0.0, groups))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_weighted_kinds_share_the_budget_by_weight(data):
+    clusters, groups, kind_of_group, order, sizes = _problem(data)
+    kinds = Kinds(kind_of_group, AK.kind_weights(kind_of_group))
+    budget = data.draw(st.integers(1, len(clusters)))
+    sel = S.select_rows(clusters, k=len(sizes), ids=np.arange(len(clusters)), budget=budget, groups=groups,
+                        kinds=kinds)
+    assert len(sel.rows) == budget and (sel.quotas <= sizes).all()
+    kind_of_row = kind_of_group[groups[clusters[sel.rows]]]
+    got = np.bincount(kind_of_row, minlength=len(kinds.weight))
+    kind_sizes = np.bincount(kind_of_group[groups[clusters]], minlength=len(kinds.weight))
+    # the weighted water-filling, up to the rounding of one row per kind
+    assert np.abs(got - S.weighted_quotas(kind_sizes, kinds.weight, budget)).max() <= 1
+    # inside a kind, its groups are water-filled: an unfilled group holds no fewer rows than a filled one's
+    for kind in range(len(kinds.weight)):
+        in_kind = np.flatnonzero(kind_of_group == kind)
+        taken = np.array([np.isin(clusters[sel.rows], np.flatnonzero(groups == g)).sum() for g in in_kind])
+        size = np.array([sizes[groups == g].sum() for g in in_kind])
+        if (taken < size).any():
+            assert taken[taken < size].min() >= taken.max() - 1
+
+
+def test_token_budget_and_source_bounds_follow_the_kinds():
+    rng = np.random.default_rng(0)
+    clusters = np.repeat(np.arange(6), [40, 40, 40, 10, 10, 60])
+    groups = np.array([0, 1, 2, 3, 3, 4])
+    kinds = Kinds(np.array([0, 0, 0, 1, 2]), np.array([3 ** 0.5, 1.0, 1.0]))
+    tokens = rng.integers(5, 50, len(clusters))
+    order = order_within_cluster(clusters, "random", seed=0, k=6)
+    budget = int(tokens.sum() * 0.3)
+    quotas = token_water_fill(order, clusters, tokens, np.bincount(clusters), budget, 0.0, groups, kinds)
+    taken = np.concatenate([order[clusters[order] == c][:q] for c, q in enumerate(quotas)])
+    assert 0 <= budget - tokens[taken].sum() < tokens.max()
+    # the kind of three groups gets about √3 of a group's share, not three
+    share = np.bincount(kinds.of_group[groups[clusters[taken]]], weights=tokens[taken])
+    assert 1.3 < share[0] / share[2] < 2.2
+    sources = (clusters == 5).astype(np.int64)
+    sel = S.select_rows(clusters, ids=np.arange(len(clusters)), budget=60, groups=groups, kinds=kinds,
+                        sources=sources, source_min_share=[np.nan, 0.5], source_names=["a", "b"])
+    assert len(sel.rows) == 60 and (sources[sel.rows] == 1).sum() >= 30
+
+
+# ------------------------------------------------------------------------------------------ the commands
+
+def _cli(runner, args, code=0):
+    from cluster_curate.cli import main
+    res = runner.invoke(main, [str(a) for a in args])
+    assert res.exit_code == code, res.output
+    return res
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    """A benchmark-family instance (templated requests with repeated answers) and its embeddings."""
+    import skillfamily
+    from click.testing import CliRunner
+    d = tmp_path_factory.mktemp("family")
+    skillfamily.write_instance(d, 1002, "short", test_per_skill=1)
+    _cli(CliRunner(), ["embed", d / "train.jsonl", "--out", d / "e.parquet", "-q"])
+    return d
+
+
+def test_cluster_kinds_answers_records_the_kinds_select_uses(family, tmp_path, cli_runner):
+    d = family
+    res = _cli(cli_runner, ["cluster", d / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", "answers",
+                            "--data", d / "train.jsonl", "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    meta = json.loads(pq.read_schema(tmp_path / "c.parquet").metadata[b"cluster_curate"])["params"]
+    groups, kind_of_group = np.array(meta["groups"]), np.array(meta["kind_of_group"])
+    assert summary["kinds"] == kind_of_group.max() + 1 < summary["groups"]
+    assert summary["groups_joined"] == summary["groups"] - summary["kinds"]
+    # the recorded kinds are the pure functions' on the artifact's clusters and the data's texts
+    rows = [json.loads(line) for line in (d / "train.jsonl").read_text().splitlines()]
+    t = pq.read_table(tmp_path / "c.parquet")
+    ids, labels = t.column("id").to_numpy(), t.column("cluster").to_numpy()
+    agree = AK.answer_agreement([rows[i]["instruction"] for i in ids], [rows[i]["output"] for i in ids], labels,
+                                meta["k"])
+    assert np.array_equal(AK.answer_kinds(groups, agree), kind_of_group)
+    assert np.allclose(meta["kind_weights"], AK.kind_weights(kind_of_group))
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s.parquet", "--fraction", "0.31",
+                            "--json"])
+    assert "kinds of groups first" in json.loads(res.stdout.strip().splitlines()[-1])["quotas"]
+    chosen = pq.read_table(tmp_path / "s.parquet").column("id").to_numpy()
+    sel = S.select_rows(labels, ids=ids, fraction=0.31, groups=groups,
+                        kinds=Kinds(kind_of_group, np.array(meta["kind_weights"])))
+    assert np.array_equal(np.sort(chosen), np.sort(ids[sel.rows]))
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "--kinds answers reads the rows' prompts and responses: pass --data DATA"),
+    (["--data", "DATA", "--groups", "none"], "--kinds answers joins groups of clusters: not with --groups none"),
+    (["--data", "OTHER"], "was made from"),
+])
+def test_cluster_kinds_bad_use_is_one_line(family, tmp_path, cli_runner, fixtures_dir, args, message):
+    swap = {"DATA": family / "train.jsonl", "OTHER": fixtures_dir / "gsm8k" / "train-300.jsonl"}
+    res = _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", "answers",
+                            *[swap.get(a, a) for a in args]], code=2)
+    assert message in res.output and len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "c.parquet").exists()
+
+
+def test_run_kinds_answers_reads_its_own_data_and_stays_up_to_date(family, tmp_path, cli_runner):
+    args = ["run", family / "train.jsonl", "--out", tmp_path / "r", "--fraction", "0.31", "--num-shards", "2",
+            "--json"]
+    _cli(cli_runner, args + ["--kinds", "answers"])
+    meta = json.loads(pq.read_schema(tmp_path / "r" / "clusters.parquet").metadata[b"cluster_curate"])["params"]
+    assert meta["kinds"] == "answers" and meta["kind_of_group"]
+    res = _cli(cli_runner, args + ["--kinds", "answers"])
+    assert all(s["status"] == "up to date" for s in json.loads(res.stdout.strip().splitlines()[-1])["stages"])
+    # without --kinds (its default) the option is not part of the recorded request: run directories made
+    # before it existed stay up to date
+    _cli(cli_runner, ["run", family / "train.jsonl", "--out", tmp_path / "plain", "--fraction", "0.31",
+                      "--num-shards", "2", "-q"])
+    state = json.loads((tmp_path / "plain" / "run-state.json").read_text())
+    assert "kinds" not in state["cluster"]["option_values"]
+
+
+def test_python_api_takes_one_data_path(family, tmp_path):
+    import cluster_curate
+    summary, _ = cluster_curate.cluster(str(family / "e.parquet"), str(tmp_path / "c.parquet"), kinds="answers",
+                                        data=str(family / "train.jsonl"))
+    assert summary["kinds"].value < summary["groups"].value
