@@ -17,6 +17,8 @@ from cluster_curate import selection as S
 from cluster_curate.budget_sequence import Kinds, take_sequence, token_water_fill
 from cluster_curate.within_orders import order_within_cluster
 
+from test_selection_tokens import _problem as token_problem
+
 WORDS = ["pine", "moss", "rose", "tulip", "comet", "orbit", "ship", "dock"]
 
 
@@ -126,16 +128,12 @@ def test_kinds_join_as_one_global_average_linkage_would(data):
 
 
 def _problem(data):
-    k = data.draw(st.integers(1, 8))
-    n = data.draw(st.integers(1, 120))
-    clusters = np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n)), dtype=np.int64)
-    groups = np.unique(np.array(data.draw(st.lists(st.integers(0, 4), min_size=k, max_size=k))),
-                       return_inverse=True)[1]
+    """The token tests' problem (clusters, their groups, an order), with kinds drawn over the groups."""
+    clusters, _, groups, order, sizes = token_problem(data)
     n_groups = int(groups.max()) + 1
     kind_of_group = np.unique(np.array(data.draw(st.lists(st.integers(0, 2), min_size=n_groups,
                                                            max_size=n_groups))), return_inverse=True)[1]
-    order = order_within_cluster(clusters, "random", seed=data.draw(st.integers(0, 3)), k=k)
-    return clusters, groups, kind_of_group, order, np.bincount(clusters, minlength=k).astype(np.int64)
+    return clusters, groups, kind_of_group, order, sizes
 
 
 @settings(max_examples=150, deadline=None)

@@ -87,6 +87,12 @@ def _groups(o: dict, res):
     return G.group_clusters(res.centroids, n_groups=int(groups)), "given"
 
 
+def check_kinds(o: dict) -> None:
+    """--kinds needs groups to join (also `run`'s check, before its first stage)."""
+    if o.get("kinds") not in (None, "none") and o.get("groups") in (None, "none"):
+        raise CurateError(f"--kinds {o['kinds']} joins groups of clusters: not with --groups none")
+
+
 def _answer_texts(o: dict, embeddings: str) -> tuple | None:
     """With --kinds answers: (ids, prompts, responses) of the raw data's rows, read and checked against the
     embeddings' dataset before any k-means; None otherwise."""
@@ -95,8 +101,7 @@ def _answer_texts(o: dict, embeddings: str) -> tuple | None:
     if not o["data"]:
         raise CurateError(f"--kinds {o['kinds']} reads the rows' prompts and responses: pass --data DATA, the raw "
                           f"dataset that {embeddings} was embedded from")
-    if o["groups"] in (None, "none"):
-        raise CurateError(f"--kinds {o['kinds']} joins groups of clusters: not with --groups none")
+    check_kinds(o)
     import numpy as np
 
     from cluster_curate.features.text import example_text

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import Argument, CommandSpec, Option, read_options, resolve, run_options
+from cluster_curate.options import DATASET_OPTIONS, Argument, CommandSpec, Option, read_options, resolve, run_options
 
 OWN_OPTIONS = (
     Option("out", flags=("--out", "-o"), required=True, help="Directory for the artifacts of every stage."),
@@ -138,6 +138,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
     import math
 
     from cluster_curate import selection as S
+    from cluster_curate.commands import cluster as cluster_cmd
     from cluster_curate.commands import embed as embed_cmd
     from cluster_curate.commands import select as select_cmd
     specs = stage_specs()
@@ -152,8 +153,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
             raise CurateError(f"--{name} must be >= {low}, got {c[name]}")
     if c.get("k") not in (None, "auto") and int(c["k"]) > data_rows:
         raise CurateError(f"--k {c['k']} is larger than the number of examples ({data_rows})")
-    if c.get("kinds") not in (None, "none") and c.get("groups") in (None, "none"):
-        raise CurateError(f"--kinds {c['kinds']} joins groups of clusters: not with --groups none")
+    cluster_cmd.check_kinds(c)
     s = resolved["select"]
     most = {"fraction": lambda: S.fraction_budget(data_rows, s["fraction"]),
             "budget": lambda: min(data_rows, int(s["budget"])),
@@ -238,8 +238,7 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
             console.info(f"run: {stage}: {why}")
             extra = {"resume": True} if stage == "embed" else {}
             if stage == "cluster" and stage_opts.get("kinds") not in (None, "none"):  # it reads the rows' texts
-                extra = {"data": tuple(data), **{k: opts[k] for k in ("fmt", "prompt_field", "response_field",
-                                                                      "on_bad_row")}}
+                extra = {"data": tuple(data), **{o.name: opts[o.name] for o in DATASET_OPTIONS}}
             result = spec.function(*inputs[stage], out=str(output), overwrite=True, force=force, **stage_opts,
                                    **extra, **_stage_extra(spec))
             state.record(stage, request, output)
