@@ -56,6 +56,17 @@ def answer_agreement(prompts: list[str], responses: list[str], labels: np.ndarra
     Everything is a sparse product, so rows with unique answers cost next to nothing."""
     import scipy.sparse as sp
     labels = np.asarray(labels, dtype=np.int64)
+    answer_of: dict[str, int] = {}
+    ans = np.array([answer_of.setdefault(r.strip().lower(), len(answer_of)) for r in responses], dtype=np.int64)
+    size = np.bincount(labels, minlength=k).astype(np.float64)
+    answers = _counts(labels, ans, (k, len(answer_of)))  # cluster x answer
+    root = answers.multiply(1.0 / np.maximum(size, 1.0)[:, None]).tocsr()
+    root.data = np.sqrt(root.data)
+    overlap = sp.triu(root @ root.T, k=1).tocoo()
+    near = overlap.data >= min_overlap
+    a, b = overlap.row[near], overlap.col[near]
+    if not len(a):  # no two clusters answer alike (unique answers: most real data); the prompts' words are not read
+        return sp.coo_matrix((k, k))
     vocab: dict[str, int] = {}
     rr, ww = [], []
     for i, prompt in enumerate(prompts):
@@ -63,23 +74,12 @@ def answer_agreement(prompts: list[str], responses: list[str], labels: np.ndarra
             rr.append(i)
             ww.append(vocab.setdefault(w, len(vocab)))
     rr, ww = np.asarray(rr, dtype=np.int64), np.asarray(ww, dtype=np.int64)
-    answer_of: dict[str, int] = {}
-    ans = np.array([answer_of.setdefault(r.strip().lower(), len(answer_of)) for r in responses], dtype=np.int64)
-    size = np.bincount(labels, minlength=k).astype(np.float64)
     # template words: in at least template_share of their cluster's rows
     rows_with = _counts(labels[rr], ww, (k, len(vocab))).tocoo()
     is_template = rows_with.data >= template_share * size[rows_with.row]
     template = rows_with.row[is_template].astype(np.int64) * len(vocab) + rows_with.col[is_template]
     keep = ~np.isin(labels[rr] * len(vocab) + ww, template)
     rr, ww = rr[keep], ww[keep]  # (row, input word)
-    answers = _counts(labels, ans, (k, len(answer_of)))  # cluster x answer
-    root = answers.multiply(1.0 / np.maximum(size, 1.0)[:, None]).tocsr()
-    root.data = np.sqrt(root.data)
-    overlap = sp.triu(root @ root.T, k=1).tocoo()
-    near = overlap.data >= min_overlap
-    a, b = overlap.row[near], overlap.col[near]
-    if not len(a):
-        return sp.coo_matrix((k, k))
     _, word_answer = np.unique(ww * len(answer_of) + ans[rr], return_inverse=True)
     by_word_answer = _counts(labels[rr], word_answer.ravel(), (k, int(word_answer.max(initial=-1)) + 1))
     by_word = _counts(labels[rr], ww, (k, len(vocab)))

@@ -211,8 +211,8 @@ def family(tmp_path_factory):
 
 def test_cluster_kinds_answers_records_the_kinds_select_uses(family, tmp_path, cli_runner):
     d = family
-    res = _cli(cli_runner, ["cluster", d / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", "answers",
-                            "--data", d / "train.jsonl", "--json"])
+    # without --data: the dataset the embeddings record
+    res = _cli(cli_runner, ["cluster", d / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", "answers", "--json"])
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     meta = json.loads(pq.read_schema(tmp_path / "c.parquet").metadata[b"cluster_curate"])["params"]
     groups, kind_of_group = np.array(meta["groups"]), np.array(meta["kind_of_group"])
@@ -235,17 +235,60 @@ def test_cluster_kinds_answers_records_the_kinds_select_uses(family, tmp_path, c
     assert np.array_equal(np.sort(chosen), np.sort(ids[sel.rows]))
 
 
+def test_cluster_kinds_data_given_or_recorded_give_the_same_kinds(family, tmp_path, cli_runner):
+    def params(name, *args):
+        _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / name, "-q", *args])
+        return json.loads(pq.read_schema(tmp_path / name).metadata[b"cluster_curate"])["params"]
+    given = params("given.parquet", "--kinds", "answers", "--data", family / "train.jsonl")
+    assert given["kind_of_group"] == params("recorded.parquet", "--kinds", "answers")["kind_of_group"]
+    assert "kind_of_group" not in params("default.parquet")
+
+
+def test_kinds_that_join_nothing_select_the_groups_rows(fixtures_dir, tmp_path, cli_runner):
+    """Unique answers (GSM8K) join nothing: the selection is exactly the groups' one, also where the sequence
+    and the quotas round differently (--balance-power 0.5)."""
+    data = fixtures_dir / "gsm8k" / "train-300.jsonl"
+    _cli(cli_runner, ["embed", data, "--out", tmp_path / "e.parquet", "-q"])
+    chosen = {}
+    for kinds in ("none", "answers"):
+        _cli(cli_runner, ["cluster", tmp_path / "e.parquet", "--out", tmp_path / f"c-{kinds}.parquet", "-q",
+                          "--kinds", kinds])
+        _cli(cli_runner, ["select", tmp_path / f"c-{kinds}.parquet", "--out", tmp_path / f"s-{kinds}.parquet", "-q",
+                          "--fraction", "0.31", "--balance-power", "0.5"])
+        chosen[kinds] = pq.read_table(tmp_path / f"s-{kinds}.parquet").column("id").to_pylist()
+    meta = json.loads(pq.read_schema(tmp_path / "c-answers.parquet").metadata[b"cluster_curate"])["params"]
+    assert meta["kind_of_group"] == list(range(len(meta["kind_of_group"])))
+    assert chosen["answers"] == chosen["none"]
+
+
 @pytest.mark.parametrize("args, message", [
-    ([], "--kinds answers reads the rows' prompts and responses: pass --data DATA"),
     (["--data", "DATA", "--groups", "none"], "--kinds answers joins groups of clusters: not with --groups none"),
+    (["--data", "MISSING"], "MISSING"),
     (["--data", "OTHER"], "was made from"),
 ])
 def test_cluster_kinds_bad_use_is_one_line(family, tmp_path, cli_runner, fixtures_dir, args, message):
-    swap = {"DATA": family / "train.jsonl", "OTHER": fixtures_dir / "gsm8k" / "train-300.jsonl"}
+    swap = {"DATA": family / "train.jsonl", "OTHER": fixtures_dir / "gsm8k" / "train-300.jsonl",
+            "MISSING": tmp_path / "missing.jsonl"}
     res = _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", "answers",
                             *[swap.get(a, a) for a in args]], code=2)
-    assert message in res.output and len(res.output.strip().splitlines()) == 1
+    assert str(swap.get(message, message)) in res.output and len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "c.parquet").exists()
+
+
+def test_cluster_kinds_without_the_recorded_data_says_what_to_pass(tmp_path, cli_runner):
+    import shutil
+
+    import skillfamily
+    skillfamily.write_instance(tmp_path, 1002, "short", test_per_skill=1)
+    _cli(cli_runner, ["embed", tmp_path / "train.jsonl", "--out", tmp_path / "e.parquet", "-q"])
+    shutil.move(tmp_path / "train.jsonl", tmp_path / "moved.jsonl")
+    res = _cli(cli_runner, ["cluster", tmp_path / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", "answers"],
+               code=2)
+    out = res.output.strip()
+    assert "train.jsonl" in out and "--data DATA" in out and len(out.splitlines()) == 1
+    assert not (tmp_path / "c.parquet").exists()
+    _cli(cli_runner, ["cluster", tmp_path / "e.parquet", "--out", tmp_path / "c.parquet", "-q", "--kinds", "answers",
+                      "--data", tmp_path / "moved.jsonl"])
 
 
 def test_run_kinds_answers_reads_its_own_data_and_stays_up_to_date(family, tmp_path, cli_runner):
@@ -266,6 +309,11 @@ def test_run_kinds_answers_reads_its_own_data_and_stays_up_to_date(family, tmp_p
 
 def test_python_api_takes_one_data_path(family, tmp_path):
     import cluster_curate
+    from cluster_curate import console
     summary, _ = cluster_curate.cluster(str(family / "e.parquet"), str(tmp_path / "c.parquet"), kinds="answers",
                                         data=str(family / "train.jsonl"))
     assert summary["kinds"].value < summary["groups"].value
+    console.configure(quiet=True)
+    result = cluster_curate.run(str(family / "train.jsonl"), str(tmp_path / "r"), fraction=0.31, num_shards=2,
+                                kinds="answers")  # run passes cluster its data as given: one path, not its letters
+    assert result["summaries"]["cluster"]["kinds"] < result["summaries"]["cluster"]["groups"]

@@ -51,12 +51,13 @@ OPTIONS = (
                 "that k-means put in one cluster get a quota each."),
     Option("kinds", default="none", choices=("none", "answers"), show_default=True,
            help="answers: join groups whose clusters give the same answer to the same input (two wordings of one "
-                "request) into one kind, which `select` gives m^0.5 of a group's share for its m groups (reads "
-                "the prompts and responses: --data). Rows whose answers are all different join nothing. none: "
+                "request) into one kind, which `select` gives m^0.5 of a group's share for its m groups. It reads "
+                "the rows' prompts and responses: --data, else the dataset the embeddings record (unchanged). "
+                "Rows whose answers are all different join nothing, and the selection is the groups'. none: "
                 "every group is a kind of its own."),
     Option("data", run=False, multiple=True,
-           help="With --kinds answers: the raw dataset that was embedded (a mixture: each input, in the order "
-                "embedded, or its mixture file). `run` passes its own."),
+           help="The raw dataset that was embedded (a mixture: each input, in the order embedded, or its mixture "
+                "file), for --kinds answers; default: the one the embeddings record. `run` passes its own."),
     *(replace(o, run=False) for o in DATASET_OPTIONS),  # `run` reads the data with embed's
     *OUTPUT_OPTIONS,
 )
@@ -93,28 +94,30 @@ def check_kinds(o: dict) -> None:
         raise CurateError(f"--kinds {o['kinds']} joins groups of clusters: not with --groups none")
 
 
-def _answer_texts(o: dict, embeddings: str) -> tuple | None:
-    """With --kinds answers: (ids, prompts, responses) of the raw data's rows, read and checked against the
-    embeddings' dataset before any k-means; None otherwise."""
+def _answer_texts(o: dict, embeddings: str, emeta) -> tuple | None:
+    """With --kinds answers: (ids, prompts, responses) of the raw data's rows (--data, else the dataset the
+    embeddings record), read and checked against the embeddings' dataset before any k-means; None otherwise."""
     if o["kinds"] == "none":
         return None
-    if not o["data"]:
-        raise CurateError(f"--kinds {o['kinds']} reads the rows' prompts and responses: pass --data DATA, the raw "
-                          f"dataset that {embeddings} was embedded from")
-    check_kinds(o)
     import numpy as np
 
     from cluster_curate.features.text import example_text
-    from cluster_curate.io.artifacts import check_dataset_matches, read_meta
-    from cluster_curate.io.mixture import open_inputs
-    ds = open_inputs(o["data"], read_options(o))
-    check_dataset_matches(read_meta(embeddings, names.EMBEDDINGS), embeddings, ds.record(), o["force"])
+    from cluster_curate.io.artifacts import check_dataset_matches
+    from cluster_curate.io.mixture import open_lineage_data
     ids, prompts, responses = [], [], []
-    for batch in ds.iter_batches():
-        for ex in batch.examples:
-            ids.append(ex.id)
-            prompts.append(example_text(ex, "prompt"))
-            responses.append(ex.response)
+    try:
+        ds = open_lineage_data(o["data"], emeta.dataset or {}, read_options(o))
+        if ds is None:
+            raise CurateError(f"{embeddings}: records no dataset")
+        check_dataset_matches(emeta, embeddings, ds.record(), o["force"])
+        for batch in ds.iter_batches():
+            for ex in batch.examples:
+                ids.append(ex.id)
+                prompts.append(example_text(ex, "prompt"))
+                responses.append(ex.response)
+    except (CurateError, OSError) as e:
+        raise CurateError(f"{e} (--kinds {o['kinds']} reads the rows' prompts and responses from --data DATA, "
+                          f"else from the dataset {embeddings} was embedded from; --kinds none reads no data)") from None
     return np.asarray(ids, dtype=np.int64), prompts, responses
 
 
@@ -138,15 +141,13 @@ def _kinds(texts: tuple | None, ids, res, group_of) -> tuple:
     return kind_of_group, AK.kind_weights(kind_of_group)
 
 
-def _kmeans(o: dict, embeddings: str):
-    """Read the features, run k-means (+ the split of mixed clusters); returns what the artifact needs."""
+def _kmeans(o: dict, embeddings: str, ids, x, emeta):
+    """k-means (+ the split of mixed clusters) over the features; returns what the artifact needs."""
     from cluster_curate import cluster_groups as G
     from cluster_curate import clustering as C
     from cluster_curate import console
     from cluster_curate import kmeans as K
-    from cluster_curate.io.readers import read_embeddings
     ngpu = K.resolve_gpus(o["gpus"])
-    ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"])
     n, d = x.shape
     split_mixed = o["k"] in (None, "auto") if o["split_mixed"] is None else o["split_mixed"]
     k, k_rule = _choose_k(o, n, embeddings)
@@ -220,8 +221,12 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
         raise CurateError(f"--iters must be >= 1, got {o['iters']}")
     if o["seed"] < 0:
         raise CurateError(f"--seed must be >= 0, got {o['seed']}")
-    texts = _answer_texts(o, embeddings)
-    r = _kmeans(o, embeddings)
+    check_kinds(o)
+    from cluster_curate.io.readers import read_embeddings
+    ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"])
+    texts = _answer_texts(o, embeddings, emeta)
+    r = _kmeans(o, embeddings, ids, x, emeta)
+    del x  # the features are done with after k-means
     res = r["res"]
     group_of, groups_rule = _groups(o, res)
     kinds = _kinds(texts, r["ids"], res, group_of)
@@ -316,5 +321,5 @@ SPEC = CommandSpec(
     Examples:
       cluster-curate cluster emb.parquet --out clusters.parquet
       cluster-curate cluster emb.parquet --out clusters.parquet --k 4 --max-size-factor 1.5 --groups none  # paper
-      cluster-curate cluster emb.parquet --out clusters.parquet --kinds answers --data train.jsonl
+      cluster-curate cluster emb.parquet --out clusters.parquet --kinds answers  # reads the data embed read
     """)

@@ -238,7 +238,7 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
             console.info(f"run: {stage}: {why}")
             extra = {"resume": True} if stage == "embed" else {}
             if stage == "cluster" and stage_opts.get("kinds") not in (None, "none"):  # it reads the rows' texts
-                extra = {"data": tuple(data), **{o.name: opts[o.name] for o in DATASET_OPTIONS}}
+                extra = {"data": data, **{o.name: opts[o.name] for o in DATASET_OPTIONS}}  # as run reads them
             result = spec.function(*inputs[stage], out=str(output), overwrite=True, force=force, **stage_opts,
                                    **extra, **_stage_extra(spec))
             state.record(stage, request, output)

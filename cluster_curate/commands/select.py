@@ -117,15 +117,10 @@ def _inputs(o: dict, clusters: str, c, needs: set):
 def _open_data(o: dict, c):
     """The raw data behind the clusters: --data, else the dataset (or mixture) their lineage records, which
     must be unchanged."""
-    from cluster_curate.io.mixture import Mixture, inputs_from_record, open_inputs
+    from cluster_curate.io.mixture import open_lineage_data
     record = c.meta.dataset or {}
-    if o["data"]:
-        ds = open_inputs(o["data"], read_options(o))
-    elif record.get("inputs"):
-        ds = Mixture(inputs_from_record(record))
-    elif record.get("source"):
-        ds = open_inputs(record["source"], read_options(o))
-    else:
+    ds = open_lineage_data(o["data"], record, read_options(o))
+    if ds is None:
         raise CurateError("--tokenizer needs the raw data: pass --data DATA (the clusters record no dataset)")
     if record.get("fingerprint") and ds.fingerprint() != record["fingerprint"] and not o["force"]:
         raise CurateError(f"{ds.source}: changed since the clusters were made (fingerprint {ds.fingerprint()}, "

@@ -427,6 +427,18 @@ def inputs_from_record(record: dict) -> list[MixtureInput]:
     return out
 
 
+def open_lineage_data(data, record: dict, options: ReadOptions):
+    """The raw data behind an artifact: `data` (a command's --data) when given, else the dataset or mixture its
+    lineage `record` names (a mixture's inputs as they were read); None when there is neither."""
+    if data:
+        return open_inputs(data, options)
+    if record.get("inputs"):
+        return Mixture(inputs_from_record(record))
+    if record.get("source"):
+        return open_inputs(record["source"], options)
+    return None
+
+
 def with_source_columns(table: pa.Table, record: dict) -> pa.Table:
     """An artifact's rows with `source` (the input's name) and `source_row` (its row in that input) after
     `id`, from the inputs' first ids a mixture's lineage record holds; unchanged for a single dataset."""

@@ -269,8 +269,10 @@ def read_clusters(path, *, force: bool = False, need_similarity: str | None = No
         raise CurateError(f"{path}: cluster {labels[bad]} of id {ids[bad]} is not in 0..{k - 1}")
     groups = meta.params.get("groups")
     kinds = None
-    if groups is not None and meta.params.get("kind_of_group") is not None:
-        kinds = Kinds(np.asarray(meta.params["kind_of_group"], dtype=np.int64),
+    kind_of_group = meta.params.get("kind_of_group")
+    # kinds that join no groups are the groups: select takes its grouped path, not the kinds' sequence
+    if groups is not None and kind_of_group is not None and len(set(kind_of_group)) < len(kind_of_group):
+        kinds = Kinds(np.asarray(kind_of_group, dtype=np.int64),
                       np.asarray(meta.params["kind_weights"], dtype=np.float64))
     return Clusters(ids, labels, sims, k, None if groups is None else np.asarray(groups, dtype=np.int64), meta,
                     kinds)
