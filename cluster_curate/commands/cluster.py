@@ -94,16 +94,18 @@ def check_kinds(o: dict) -> None:
         raise CurateError(f"--kinds {o['kinds']} joins groups of clusters: not with --groups none")
 
 
-def _answer_texts(o: dict, embeddings: str, emeta) -> tuple | None:
+def _answer_texts(o: dict, embeddings: str) -> tuple | None:
     """With --kinds answers: (ids, prompts, responses) of the raw data's rows (--data, else the dataset the
     embeddings record), read and checked against the embeddings' dataset before any k-means; None otherwise."""
     if o["kinds"] == "none":
         return None
+    check_kinds(o)
     import numpy as np
 
     from cluster_curate.features.text import example_text
-    from cluster_curate.io.artifacts import check_dataset_matches
+    from cluster_curate.io.artifacts import check_dataset_matches, read_meta
     from cluster_curate.io.mixture import open_lineage_data
+    emeta = read_meta(embeddings, names.EMBEDDINGS)
     ids, prompts, responses = [], [], []
     try:
         ds = open_lineage_data(o["data"], emeta.dataset or {}, read_options(o))
@@ -141,13 +143,15 @@ def _kinds(texts: tuple | None, ids, res, group_of) -> tuple:
     return kind_of_group, AK.kind_weights(kind_of_group)
 
 
-def _kmeans(o: dict, embeddings: str, ids, x, emeta):
-    """k-means (+ the split of mixed clusters) over the features; returns what the artifact needs."""
+def _kmeans(o: dict, embeddings: str):
+    """Read the features, run k-means (+ the split of mixed clusters); returns what the artifact needs."""
     from cluster_curate import cluster_groups as G
     from cluster_curate import clustering as C
     from cluster_curate import console
     from cluster_curate import kmeans as K
+    from cluster_curate.io.readers import read_embeddings
     ngpu = K.resolve_gpus(o["gpus"])
+    ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"])
     n, d = x.shape
     split_mixed = o["k"] in (None, "auto") if o["split_mixed"] is None else o["split_mixed"]
     k, k_rule = _choose_k(o, n, embeddings)
@@ -221,12 +225,8 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
         raise CurateError(f"--iters must be >= 1, got {o['iters']}")
     if o["seed"] < 0:
         raise CurateError(f"--seed must be >= 0, got {o['seed']}")
-    check_kinds(o)
-    from cluster_curate.io.readers import read_embeddings
-    ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"])
-    texts = _answer_texts(o, embeddings, emeta)
-    r = _kmeans(o, embeddings, ids, x, emeta)
-    del x  # the features are done with after k-means
+    texts = _answer_texts(o, embeddings)
+    r = _kmeans(o, embeddings)
     res = r["res"]
     group_of, groups_rule = _groups(o, res)
     kinds = _kinds(texts, r["ids"], res, group_of)
