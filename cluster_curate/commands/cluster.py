@@ -130,14 +130,12 @@ def _kinds(texts: tuple | None, ids, res, group_of) -> tuple:
     import numpy as np
 
     from cluster_curate import answer_kinds as AK
+    from cluster_curate.io.readers import align
     data_ids, prompts, responses = texts
     by_id = np.argsort(data_ids, kind="stable")
-    at = np.searchsorted(data_ids, ids, sorter=by_id)  # the data's rows of the embedded ids
-    at = by_id[np.minimum(at, len(data_ids) - 1)]
-    found = data_ids[at] == ids
-    if not found.all():
-        raise CurateError(f"the data has no row with id {int(ids[~found][0])}, which was embedded; pass the "
-                          "dataset that was embedded (and its reading options)")
+    pos = align(data_ids[by_id], ids, lambda i: f"the data has no row with id {int(i)}, which was embedded; pass "
+                "the dataset that was embedded (and its reading options)")
+    at = by_id if pos is None else by_id[pos]  # the data's rows of the embedded ids
     kind_of_group = AK.answer_kinds(group_of, AK.answer_agreement([prompts[i] for i in at],
                                                                   [responses[i] for i in at], res.labels, res.k))
     return kind_of_group, AK.kind_weights(kind_of_group)
