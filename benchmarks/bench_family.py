@@ -384,9 +384,10 @@ def mech_group_by(x, seed, inst, z, cut="row"):
 
 def mech_answers(x, seed, inst, texts, power=AK.KIND_POWER):
     """`cluster --kinds answers` (answer_kinds.py): the tool's clusters and row-cut groups; groups whose clusters
-    give the same answers to the same inputs form one kind, weighted by its groups ** KIND_POWER in `select`. Until
-    round 16 this was a prototype here; the package's selections differ from it by 0-3 rows of ~920 (rounding
-    ties of the weighted water-filling) on dev instances 1002-1003."""
+    give the same answers to the same inputs form one kind, weighted by its groups ** power in `select` (the
+    package's KIND_POWER unless given: the answers-pNN variants). Until round 16 this was a prototype here; the
+    package's selections differ from it by 0-3 rows of ~920 (rounding ties of the weighted water-filling) on dev
+    instances 1002-1003."""
     res = kmeans_split(x, seed)
     groups = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
     kind_of_group = AK.answer_kinds(groups, AK.answer_agreement(*texts, res.labels, res.k))
