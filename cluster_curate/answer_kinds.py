@@ -44,22 +44,33 @@ def _counts(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int]):
     return sp.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=shape)
 
 
-def answer_agreement(prompts: list[str], responses: list[str], labels: np.ndarray, k: int,
-                     min_pairs: int = MIN_PAIRS, min_overlap: float = MIN_OVERLAP,
-                     template_share: float = TEMPLATE_SHARE):
+def answer_key(response: str) -> int:
+    """A row's answer as an int64: equal for two responses equal after strip() and lower() (8 bytes of blake2b,
+    so that `cluster` holds 8 bytes a row, not the texts, and the numbering is the same in every process)."""
+    import hashlib
+    return int.from_bytes(hashlib.blake2b(response.strip().lower().encode(), digest_size=8).digest(), "little",
+                          signed=True)
+
+
+def answer_agreement(prompts, responses, labels: np.ndarray, k: int, min_pairs: int = MIN_PAIRS,
+                     min_overlap: float = MIN_OVERLAP, template_share: float = TEMPLATE_SHARE):
     """Symmetric sparse k x k (scipy COO, no diagonal): for two clusters, the share of their row pairs that
     share an input word and give the same answer, less the share of all their row pairs that give the same
     answer; stored only where at least `min_pairs` row pairs share an input word and the two clusters' answer
     distributions overlap by at least `min_overlap` (Bhattacharyya coefficient). A row's input words are its
     prompt's words (lower-case letter runs and digit runs) that are not its cluster's template words (in at
     least `template_share` of the cluster's rows); its answer is its response, stripped and lower-cased.
+    `responses`: the rows' responses, or their answer_key()s; `prompts`: the rows' prompts, or a function that
+    returns them, called only when two clusters answer alike (never on most real data).
     Everything is a sparse product, so rows with unique answers cost next to nothing."""
     import scipy.sparse as sp
     labels = np.asarray(labels, dtype=np.int64)
-    answer_of: dict[str, int] = {}
-    ans = np.array([answer_of.setdefault(r.strip().lower(), len(answer_of)) for r in responses], dtype=np.int64)
+    keys = np.asarray([r if isinstance(r, (int, np.integer)) else answer_key(r) for r in responses], dtype=np.int64)
+    _, first, ans = np.unique(keys, return_index=True, return_inverse=True)
+    ans = np.argsort(np.argsort(first))[ans.ravel()]  # answers numbered in order of first appearance
+    n_answers = len(first)
     size = np.bincount(labels, minlength=k).astype(np.float64)
-    answers = _counts(labels, ans, (k, len(answer_of)))  # cluster x answer
+    answers = _counts(labels, ans, (k, n_answers))  # cluster x answer
     root = answers.multiply(1.0 / np.maximum(size, 1.0)[:, None]).tocsr()
     root.data = np.sqrt(root.data)
     overlap = sp.triu(root @ root.T, k=1).tocoo()
@@ -69,7 +80,7 @@ def answer_agreement(prompts: list[str], responses: list[str], labels: np.ndarra
         return sp.coo_matrix((k, k))
     vocab: dict[str, int] = {}
     rr, ww = [], []
-    for i, prompt in enumerate(prompts):
+    for i, prompt in enumerate(prompts() if callable(prompts) else prompts):
         for w in set(_WORD.findall(prompt.lower())):
             rr.append(i)
             ww.append(vocab.setdefault(w, len(vocab)))
@@ -80,7 +91,7 @@ def answer_agreement(prompts: list[str], responses: list[str], labels: np.ndarra
     template = rows_with.row[is_template].astype(np.int64) * len(vocab) + rows_with.col[is_template]
     keep = ~np.isin(labels[rr] * len(vocab) + ww, template)
     rr, ww = rr[keep], ww[keep]  # (row, input word)
-    _, word_answer = np.unique(ww * len(answer_of) + ans[rr], return_inverse=True)
+    _, word_answer = np.unique(ww * n_answers + ans[rr], return_inverse=True)
     by_word_answer = _counts(labels[rr], word_answer.ravel(), (k, int(word_answer.max(initial=-1)) + 1))
     by_word = _counts(labels[rr], ww, (k, len(vocab)))
     pairs = np.asarray((by_word @ by_word.T).tocsr()[a, b]).ravel()

@@ -42,7 +42,8 @@ _CLUSTER = {
     "trained_on_rows": int, "iterations": int, "seed": int, "device": str, "objective": NUMBER,
     "cluster_size": _MIN_MEDIAN_MAX, "max_over_min_size": NUMBER, "empty_clusters": int, "groups?": int,
     "groups_rule?": str, "rows_per_group?": _MIN_MEDIAN_MAX, "kinds?": int, "groups_joined?": int,
-    "size_cap?": int, "moved_by_the_cap?": int, "objective_before_the_cap?": NUMBER, "centroids": str,
+    "kinds_why_not?": str, "size_cap?": int, "moved_by_the_cap?": int, "objective_before_the_cap?": NUMBER,
+    "centroids": str,
     "size_bands": [{"size_band": str, "clusters": int, "rows": int}],
 }
 _SELECT = {

@@ -241,7 +241,21 @@ def test_cluster_kinds_data_given_or_recorded_give_the_same_kinds(family, tmp_pa
         return json.loads(pq.read_schema(tmp_path / name).metadata[b"cluster_curate"])["params"]
     given = params("given.parquet", "--kinds", "answers", "--data", family / "train.jsonl")
     assert given["kind_of_group"] == params("recorded.parquet", "--kinds", "answers")["kind_of_group"]
-    assert "kind_of_group" not in params("default.parquet")
+    assert params("default.parquet")["kind_of_group"] == given["kind_of_group"]  # --kinds auto: the data is there
+    assert "kind_of_group" not in params("none.parquet", "--kinds", "none")
+
+
+def test_cluster_kinds_auto_without_groups_says_why_none(family, tmp_path, cli_runner):
+    """The default joins kinds where it can; without groups the clustering is --kinds none's and says why."""
+    res = _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / "c.parquet", "--json",
+                            "--groups", "none"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "kinds" not in summary and "no groups to join" in summary["kinds_why_not"]
+    _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / "n.parquet", "-q", "--kinds", "none",
+                      "--groups", "none"])
+    meta = {name: json.loads(pq.read_schema(tmp_path / name).metadata[b"cluster_curate"])["params"]
+            for name in ("c.parquet", "n.parquet")}
+    assert meta["c.parquet"] == meta["n.parquet"]
 
 
 def test_kinds_that_join_nothing_select_the_groups_rows(fixtures_dir, tmp_path, cli_runner):
@@ -265,12 +279,13 @@ def test_kinds_that_join_nothing_select_the_groups_rows(fixtures_dir, tmp_path, 
     (["--data", "DATA", "--groups", "none"], "--kinds answers joins groups of clusters: not with --groups none"),
     (["--data", "MISSING"], "MISSING"),
     (["--data", "OTHER"], "was made from"),
+    (["--kinds", "auto", "--data", "MISSING"], "MISSING"),  # a --data given is read or refused, also by auto
 ])
 def test_cluster_kinds_bad_use_is_one_line(family, tmp_path, cli_runner, fixtures_dir, args, message):
     swap = {"DATA": family / "train.jsonl", "OTHER": fixtures_dir / "gsm8k" / "train-300.jsonl",
             "MISSING": tmp_path / "missing.jsonl"}
     res = _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", "answers",
-                            *[swap.get(a, a) for a in args]], code=2)
+                            *[swap.get(a, a) for a in args]], code=2)  # a later --kinds wins
     assert str(swap.get(message, message)) in res.output and len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "c.parquet").exists()
 
@@ -289,6 +304,13 @@ def test_cluster_kinds_without_the_recorded_data_says_what_to_pass(tmp_path, cli
     assert not (tmp_path / "c.parquet").exists()
     _cli(cli_runner, ["cluster", tmp_path / "e.parquet", "--out", tmp_path / "c.parquet", "-q", "--kinds", "answers",
                       "--data", tmp_path / "moved.jsonl"])
+    # the default (auto) clusters without kinds, and warns and says why
+    res = _cli(cli_runner, ["cluster", tmp_path / "e.parquet", "--out", tmp_path / "auto.parquet", "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "kinds" not in summary and "train.jsonl" in summary["kinds_why_not"]
+    assert "--data DATA" in summary["kinds_why_not"] and "--data DATA" in res.stderr
+    meta = json.loads(pq.read_schema(tmp_path / "auto.parquet").metadata[b"cluster_curate"])["params"]
+    assert "kind_of_group" not in meta
 
 
 def test_run_kinds_answers_reads_its_own_data_and_stays_up_to_date(family, tmp_path, cli_runner):
@@ -299,12 +321,20 @@ def test_run_kinds_answers_reads_its_own_data_and_stays_up_to_date(family, tmp_p
     assert meta["kinds"] == "answers" and meta["kind_of_group"]
     res = _cli(cli_runner, args + ["--kinds", "answers"])
     assert all(s["status"] == "up to date" for s in json.loads(res.stdout.strip().splitlines()[-1])["stages"])
-    # without --kinds (its default) the option is not part of the recorded request: run directories made
-    # before it existed stay up to date
-    _cli(cli_runner, ["run", family / "train.jsonl", "--out", tmp_path / "plain", "--fraction", "0.31",
-                      "--num-shards", "2", "-q"])
+    # --kinds none (the default before round 20) is not part of the recorded request: run directories made
+    # before the option existed stay up to date with it; the default, auto, clusters them again
+    plain = ["run", family / "train.jsonl", "--out", tmp_path / "plain", "--fraction", "0.31", "--num-shards", "2",
+             "--json"]
+    _cli(cli_runner, plain + ["--kinds", "none"])
     state = json.loads((tmp_path / "plain" / "run-state.json").read_text())
     assert "kinds" not in state["cluster"]["option_values"]
+    res = _cli(cli_runner, plain, code=2)  # the default (auto) replaces its clusters: only with --overwrite
+    assert "--kinds none -> auto" in res.output and "--overwrite" in res.output
+    res = _cli(cli_runner, plain + ["--overwrite"])
+    stages = {s["stage"]: s["status"] for s in json.loads(res.stdout.strip().splitlines()[-1])["stages"]}
+    assert stages["embed"] == "up to date" and stages["cluster"] == "ran"
+    meta = json.loads(pq.read_schema(tmp_path / "plain" / "clusters.parquet").metadata[b"cluster_curate"])["params"]
+    assert meta["kinds"] == "answers" and meta["kind_of_group"]
 
 
 def test_python_api_takes_one_data_path(family, tmp_path):

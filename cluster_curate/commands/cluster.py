@@ -49,12 +49,13 @@ OPTIONS = (
            help="After k-means, cut in two every cluster whose 2-means halves are less similar than two rows of "
                 "one cluster typically are, again inside each half (halves of at least 16 rows): two rare kinds "
                 "that k-means put in one cluster get a quota each."),
-    Option("kinds", default="none", choices=("none", "answers"), show_default=True,
+    Option("kinds", default="auto", choices=("auto", "answers", "none"), show_default=True,
            help="answers: join groups whose clusters give the same answer to the same input (two wordings of one "
                 "request) into one kind, which `select` gives m^0.5 of a group's share for its m groups. It reads "
                 "the rows' prompts and responses: --data, else the dataset the embeddings record (unchanged). "
                 "Rows whose answers are all different join nothing, and the selection is the groups'. none: "
-                "every group is a kind of its own."),
+                "every group is a kind of its own. auto: answers where there are groups and that data can be "
+                "read, else none (the summary says why)."),
     Option("data", run=False, multiple=True,
            help="The raw dataset that was embedded (a mixture: each input, in the order embedded, or its mixture "
                 "file), for --kinds answers; default: the one the embeddings record. `run` passes its own."),
@@ -89,24 +90,29 @@ def _groups(o: dict, res):
 
 
 def check_kinds(o: dict) -> None:
-    """--kinds needs groups to join (also `run`'s check, before its first stage)."""
-    if o.get("kinds") not in (None, "none") and o.get("groups") in (None, "none"):
+    """--kinds answers needs groups to join (also `run`'s check, before its first stage)."""
+    if o.get("kinds") == "answers" and o.get("groups") in (None, "none"):
         raise CurateError(f"--kinds {o['kinds']} joins groups of clusters: not with --groups none")
 
 
-def _answer_texts(o: dict, embeddings: str) -> tuple | None:
-    """With --kinds answers: (ids, prompts, responses) of the raw data's rows (--data, else the dataset the
-    embeddings record), read and checked against the embeddings' dataset before any k-means; None otherwise."""
+def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
+    """For kinds: ((ids, answer keys, a function that reads the prompts) of the raw data's rows (--data, else the
+    dataset the embeddings record), None), read and checked against the embeddings' dataset before any k-means;
+    (None, why) when there are no kinds. Holds 8 bytes a row, not the texts: the prompts are read again only when
+    two clusters answer alike (answer_kinds.answer_agreement)."""
     if o["kinds"] == "none":
-        return None
+        return None, "--kinds none"
+    if o["kinds"] == "auto" and o["groups"] in (None, "none"):
+        return None, "auto: no groups to join (--groups none)"
     check_kinds(o)
     import numpy as np
 
+    from cluster_curate import answer_kinds as AK
     from cluster_curate.features.text import example_text
     from cluster_curate.io.artifacts import check_dataset_matches, read_meta
     from cluster_curate.io.mixture import open_lineage_data
     emeta = read_meta(embeddings, names.EMBEDDINGS)
-    ids, prompts, responses = [], [], []
+    ids, keys = [], []
     try:
         ds = open_lineage_data(o["data"], emeta.dataset or {}, read_options(o))
         if ds is None:
@@ -115,29 +121,40 @@ def _answer_texts(o: dict, embeddings: str) -> tuple | None:
         for batch in ds.iter_batches():
             for ex in batch.examples:
                 ids.append(ex.id)
-                prompts.append(example_text(ex, "prompt"))
-                responses.append(ex.response)
+                keys.append(AK.answer_key(ex.response))
     except (CurateError, OSError) as e:
+        if o["kinds"] == "auto" and not o["data"]:  # a --data given is read or refused, never passed over
+            why = f"auto: the answers were not read ({e}); pass --data DATA for kinds"
+            if "records no dataset" not in str(e):  # recorded, but gone or changed: say so
+                from cluster_curate import console
+                console.warn(f"{embeddings}: {why}")
+            return None, why
         raise CurateError(f"{e} (--kinds {o['kinds']} reads the rows' prompts and responses from --data DATA, "
                           f"else from the dataset {embeddings} was embedded from; --kinds none reads no data)") from None
-    return np.asarray(ids, dtype=np.int64), prompts, responses
+
+    def prompts() -> list[str]:
+        return [example_text(ex, "prompt") for batch in ds.iter_batches() for ex in batch.examples]
+    return (np.asarray(ids, dtype=np.int64), np.asarray(keys, dtype=np.int64), prompts), None
 
 
-def _kinds(texts: tuple | None, ids, res, group_of) -> tuple:
-    """(kind of each group, each kind's weight) for --kinds answers, else (None, None)."""
-    if texts is None:
+def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:
+    """(kind of each group, each kind's weight) when there are kinds, else (None, None)."""
+    if answers is None:
         return None, None
     import numpy as np
 
     from cluster_curate import answer_kinds as AK
     from cluster_curate.io.readers import align
-    data_ids, prompts, responses = texts
+    data_ids, keys, read_prompts = answers
     by_id = np.argsort(data_ids, kind="stable")
     pos = align(data_ids[by_id], ids, lambda i: f"the data has no row with id {int(i)}, which was embedded; pass "
                 "the dataset that was embedded (and its reading options)")
     at = by_id if pos is None else by_id[pos]  # the data's rows of the embedded ids
-    kind_of_group = AK.answer_kinds(group_of, AK.answer_agreement([prompts[i] for i in at],
-                                                                  [responses[i] for i in at], res.labels, res.k))
+
+    def prompts() -> list[str]:
+        everything = read_prompts()
+        return [everything[i] for i in at]
+    kind_of_group = AK.answer_kinds(group_of, AK.answer_agreement(prompts, keys[at], res.labels, res.k))
     return kind_of_group, AK.kind_weights(kind_of_group)
 
 
@@ -198,7 +215,7 @@ def _params(o: dict, r: dict, group_of, groups_rule, kinds: tuple, centroid_byte
         "sizes": res.sizes.tolist(),
         "groups": None if group_of is None else group_of.tolist(), "groups_rule": groups_rule,
         # recorded only when asked for, so that artifacts made without it keep their fingerprints
-        **({} if kinds[0] is None else {"kinds": o["kinds"], "kind_of_group": kinds[0].tolist(),
+        **({} if kinds[0] is None else {"kinds": "answers", "kind_of_group": kinds[0].tolist(),
                                         "kind_weights": kinds[1].tolist(), "kind_power": AK.KIND_POWER,
                                         "kinds_rule": AK.KINDS_RULE}),
         # the file is sidecar_path(artifact, CENTROIDS); its name is not recorded so that the same inputs give
@@ -223,12 +240,12 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
         raise CurateError(f"--iters must be >= 1, got {o['iters']}")
     if o["seed"] < 0:
         raise CurateError(f"--seed must be >= 0, got {o['seed']}")
-    texts = _answer_texts(o, embeddings)
+    answers, no_kinds = _read_answers(o, embeddings)
     r = _kmeans(o, embeddings)
     res = r["res"]
     group_of, groups_rule = _groups(o, res)
-    kinds = _kinds(texts, r["ids"], res, group_of)
-    del texts
+    kinds = _kinds(answers, r["ids"], res, group_of)
+    del answers
     centroid_bytes = npy_bytes(res.centroids)
     centroids_file = sidecar_path(out, names.CENTROIDS)
     params = _params(o, r, group_of, groups_rule, kinds, centroid_bytes)
@@ -240,10 +257,10 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
     atomic_write_bytes(centroids_file, centroid_bytes)  # the centroids first: an artifact never exists without them
     from cluster_curate.io.mixture import with_source_columns
     write_artifact(with_source_columns(table, r["emeta"].dataset), out, meta, overwrite=o["overwrite"])
-    return _summary(o, r, group_of, groups_rule, kinds[0], out, centroids_file, t0)
+    return _summary(o, r, group_of, groups_rule, kinds[0], no_kinds, out, centroids_file, t0)
 
 
-def _summary(o, r, group_of, groups_rule, kind_of_group, out, centroids_file, t0):
+def _summary(o, r, group_of, groups_rule, kind_of_group, no_kinds, out, centroids_file, t0):
     import math
 
     import numpy as np
@@ -286,6 +303,8 @@ def _summary(o, r, group_of, groups_rule, kind_of_group, out, centroids_file, t0
         summary["kinds"] = Shown(n_kinds, f"{n_kinds} kinds of groups ({AK.KINDS_RULE}); "
                                f"{len(kind_of_group) - n_kinds} groups joined into another's kind")
         summary["groups_joined"] = Shown(len(kind_of_group) - n_kinds, hidden=True)
+    else:
+        summary["kinds_why_not"] = Shown(no_kinds, f"none: every group is a kind of its own ({no_kinds})", "kinds")
     if res.cap is not None:
         summary["size_cap"] = Shown(int(res.cap), f"{res.cap} rows (--max-size-factor {o['max_size_factor']})")
         summary["moved_by_the_cap"] = res.moved

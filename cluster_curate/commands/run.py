@@ -74,6 +74,7 @@ class RunState:
         if rec is None:
             return {}
         now = request["option_values"]
+        rec = {**{k: v for k, v in ADDED_LATER.items() if k in now}, **rec}  # made before an option: at its value
         return {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now)) if rec.get(k) != now.get(k)}
 
     def stale(self, stage: str, request: dict, output) -> str | None:
@@ -99,8 +100,9 @@ class RunState:
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
 
 
-# Options added after `run` directories existed: left out of the up-to-date check while at these defaults, so a
-# directory made before them stays up to date.
+# Options added after `run` directories existed, at the value that matches a directory made before them: left out
+# of the up-to-date check while at it, so such a directory stays up to date with it (--kinds none; the default
+# is auto since round 20, and a directory made before then asks for --overwrite to be clustered with kinds).
 ADDED_LATER = {"kinds": "none"}
 
 
