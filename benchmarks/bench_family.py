@@ -20,8 +20,9 @@ that the ids are the same. Writes benchmarks/results/family_<split>.md/.json. Th
 the tool's options (flat, pair, nosplit) and prototypes tried for issue 18 (see family_notes.md): hierarchical
 k-means, local and nested cuts (lost); `answers`, which joins the wordings of one request by what their rows
 answer (a prototype here in rounds 12-16, ahead on dev and test at the selection level; in the package since
-round 17 as `cluster --kinds answers`, off by default: family_notes.md). `--check-cli N` checks `answers`
-against the commands too (with --responses short).
+round 17 as `cluster --kinds answers`, its default since round 20: family_notes.md). `default` names the groups
+alone (`cluster --kinds none`, the default until round 20), the name the stored results use. `--check-cli N`
+checks `answers` against the commands too (with --responses short).
 FEATURE/MECHANISM runs a mechanism on a feature prototype or another tool feature (FEATURES; `semantic`, the
 bundled sentence encoder) instead of the tool's text feature; FEATURE/groupby keeps the tool's clusters and
 groups them on FEATURE. `--responses worked` shows the response-reading mechanisms the worked solutions (the
@@ -525,9 +526,10 @@ def paper_recipe_ids(emb: Path, seed: int, budget: int, log: list) -> np.ndarray
 
 
 def cli_ids(seed: int, work: Path, budget: int, log: list, data: Path | None = None) -> np.ndarray:
-    """The ids the tool's commands select with their defaults, or with `--kinds answers --data data`."""
+    """The ids the tool's commands select with their defaults and `--kinds none` (the mechanism `default`, the
+    default until round 20), or with `--kinds answers --data data`."""
     d = work / f"i{seed}"
-    kinds = [] if data is None else ["--kinds", "answers", "--data", data]
+    kinds = ["--kinds", "none"] if data is None else ["--kinds", "answers", "--data", data]
     common.cli(["cluster", d / "emb.parquet", "--out", d / "c.parquet", "--overwrite", *kinds], log)
     common.cli(["select", d / "c.parquet", "--out", d / "s.parquet", "--budget", budget, "--overwrite"], log)
     return np.sort(pq.read_table(d / "s.parquet", columns=["id"]).column("id").to_numpy())

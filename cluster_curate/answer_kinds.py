@@ -1,5 +1,6 @@
-"""Kinds: groups of clusters joined by what their rows answer (`cluster --kinds answers`; docs/architecture.md,
-"Layers"). Pure functions on the rows' texts and a clustering's labels, after the groups (cluster_groups.py).
+"""Kinds: groups of clusters joined by what their rows answer (`cluster --kinds`, auto by default;
+docs/architecture.md, "Layers"). Pure functions on the rows' texts and a clustering's labels, after the groups
+(cluster_groups.py).
 
     agree = answer_agreement(prompts, responses, labels, k)   # sparse k x k
     kind_of_group = answer_kinds(groups, agree)                 # groups whose clusters agree form one kind

@@ -84,7 +84,8 @@ def test_the_cpu_build_is_the_one_in_use():
 
 def _cluster(tmp_path, extra_path: Path) -> subprocess.CompletedProcess:
     x, _ = mixture(60, d=8)
-    emb = write_embeddings(tmp_path / "e.parquet", x)
+    emb = tmp_path / "e.parquet"
+    write_embeddings(emb, x)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(extra_path), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "cluster_curate", "cluster", str(emb), "--out",
                            str(tmp_path / "c.parquet"), "--k", "3"], env=env, capture_output=True, text=True,

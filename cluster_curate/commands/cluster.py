@@ -111,7 +111,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     from cluster_curate.features.text import example_text
     from cluster_curate.io.artifacts import check_dataset_matches, read_meta
     from cluster_curate.io.mixture import open_lineage_data
-    emeta = read_meta(embeddings, names.EMBEDDINGS)
+    emeta = read_meta(embeddings, None if o["force"] else names.EMBEDDINGS)  # as k-means reads it: its errors
     ids, keys = [], []
     try:
         ds = open_lineage_data(o["data"], emeta.dataset or {}, read_options(o))
@@ -158,14 +158,14 @@ def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:
     return kind_of_group, AK.kind_weights(kind_of_group)
 
 
-def _kmeans(o: dict, embeddings: str):
-    """Read the features, run k-means (+ the split of mixed clusters); returns what the artifact needs."""
+def _kmeans(o: dict, embeddings: str, ngpu: int):
+    """Read the features, run k-means on `ngpu` GPUs (+ the split of mixed clusters); returns what the artifact
+    needs."""
     from cluster_curate import cluster_groups as G
     from cluster_curate import clustering as C
     from cluster_curate import console
     from cluster_curate import kmeans as K
     from cluster_curate.io.readers import read_embeddings
-    ngpu = K.resolve_gpus(o["gpus"])
     ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"])
     n, d = x.shape
     split_mixed = o["k"] in (None, "auto") if o["split_mixed"] is None else o["split_mixed"]
@@ -240,8 +240,10 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
         raise CurateError(f"--iters must be >= 1, got {o['iters']}")
     if o["seed"] < 0:
         raise CurateError(f"--seed must be >= 0, got {o['seed']}")
+    from cluster_curate.kmeans import resolve_gpus
+    ngpu = resolve_gpus(o["gpus"])  # faiss missing or broken: said before the data is read
     answers, no_kinds = _read_answers(o, embeddings)
-    r = _kmeans(o, embeddings)
+    r = _kmeans(o, embeddings, ngpu)
     res = r["res"]
     group_of, groups_rule = _groups(o, res)
     kinds = _kinds(answers, r["ids"], res, group_of)
@@ -338,5 +340,5 @@ SPEC = CommandSpec(
     Examples:
       cluster-curate cluster emb.parquet --out clusters.parquet
       cluster-curate cluster emb.parquet --out clusters.parquet --k 4 --max-size-factor 1.5 --groups none  # paper
-      cluster-curate cluster emb.parquet --out clusters.parquet --kinds answers  # reads the data embed read
+      cluster-curate cluster emb.parquet --out clusters.parquet --kinds none  # no kinds: reads no data
     """)
