@@ -10,7 +10,8 @@ and the SAME number of epochs (so a 31% subset costs ~31% of the steps):
              which) -> `cluster` (k auto, groups auto) -> `select --budget B`
   tool-flat  the same with `cluster --groups none` (flat quotas over the clusters)
   tool-previous  the default until 2026-11-30: `embed --text-weighting tfidf`, `cluster --group-cut row
-                 --no-split-mixed`
+                 --no-split-mixed --kinds none`
+  tool-nokinds  the default until 2026-12-03: `cluster --kinds none` (groups are not joined by their answers)
   tool-tf, tool-slot  the default pipeline with `embed --text-weighting tf` / `slot` (one is the default)
 
 Trainer: benchmarks/train_eval.py (word-level tokens, GPT from cluster_curate/features/gpt.py, AdamW,
@@ -44,7 +45,9 @@ GSM8K = DATA / "gsm8k"
 FRACTION = 0.31
 # name -> (extra `embed` arguments, extra `cluster` arguments)
 TOOL_CONTENDERS = {"tool": ([], []), "tool-flat": ([], ["--groups", "none"]),
-                   "tool-previous": (["--text-weighting", "tfidf"], ["--group-cut", "row", "--no-split-mixed"]),
+                   "tool-previous": (["--text-weighting", "tfidf"],
+                                     ["--group-cut", "row", "--no-split-mixed", "--kinds", "none"]),
+                   "tool-nokinds": ([], ["--kinds", "none"]),
                    "tool-tf": (["--text-weighting", "tf"], []), "tool-slot": (["--text-weighting", "slot"], [])}
 
 

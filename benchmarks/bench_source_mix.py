@@ -3,13 +3,12 @@
 Mixes the first 3,000 GSM8K train questions (math word problems) with a few Code Alpaca instructions (a rare
 second kind, 2-9% of rows) as a two-input mixture (`embed gsm8k.jsonl codeN.json`, each input in its own
 format), selects 31% through the tool's own commands, and counts the code rows kept (the selection's `source`
-column). With a
-budget of 31%, quotas that treat the two kinds as two groups keep (nearly) every code row; flat quotas over
-clusters keep about as many as the code clusters' share of all clusters. Compares the text weightings
-(`embed --text-weighting`; `--weightings semantic,semantic-both,text+semantic`: the semantic feature over the
-prompt, prompt+response, and beside text) and the quota modes (`cluster --groups none`, `--group-cut row|pair`, the row cut
-without the split of mixed clusters) over several seeds. No training: no training noise, and the label (the
-source) is known.
+column). With a budget of 31%, quotas that treat the two kinds as two groups keep (nearly) every code row; flat
+quotas over clusters keep about as many as the code clusters' share of all clusters. Compares the text
+weightings (`embed --text-weighting`; `--weightings semantic,semantic-both,text+semantic`: the semantic feature
+over the prompt, prompt+response, and beside text) and the quota modes (`cluster --groups none`, `--group-cut
+row|pair`, the row cut without the split of mixed clusters, the row cut with `--kinds none`) over several seeds.
+No training: no training noise, and the label (the source) is known.
 
     python benchmarks/bench_source_mix.py [--code 60,150,300] [--seeds 0,1,2,3,4]
 
@@ -33,7 +32,8 @@ from common import DATA, cli, parser, write_results
 GSM8K_ROWS = 3000
 FRACTION = 0.31
 QUOTAS = {"flat": ["--groups", "none"], "row": ["--group-cut", "row"], "pair": ["--group-cut", "pair"],
-          "row, no split": ["--group-cut", "row", "--no-split-mixed"]}
+          "row, no split": ["--group-cut", "row", "--no-split-mixed"],
+          "row, kinds none": ["--group-cut", "row", "--kinds", "none"]}  # the default until 2026-12-03
 
 
 def write_mix(tmp: Path, n_code: int, seed: int = 0) -> list[Path]:

@@ -49,14 +49,15 @@ CONVERGED_LOSS = 0.01  # final training loss above this: the run had not finishe
 
 # ============================================================================================ the tool's CLI
 
-def training_digest(sel: Selection) -> str:
+def training_digest(sel: Selection, lr: float = train_eval.TrainConfig.lr) -> str:
     """A run is decided by the rows in the order the trainer reads them (a shards directory: shard order),
-    their weights when used, and the recipe; not by the contender's name or where its files are."""
+    their weights when used, and the recipe (its peak lr included); not by the contender's name or where its
+    files are."""
     if sel.train_path:
         order = [[i, w] if sel.use_weights else i for i, w in train_eval.shard_order(sel.train_path)]
     else:
         order = sel.ids
-    return hashlib.blake2b(json.dumps([order, sel.use_weights, sorted(vars(train_eval.TrainConfig()).items())],
+    return hashlib.blake2b(json.dumps([order, sel.use_weights, sorted(vars(train_eval.TrainConfig(lr=lr)).items())],
                                       default=str).encode(), digest_size=8).hexdigest()
 
 
@@ -162,8 +163,8 @@ def contenders() -> dict[str, Contender]:
         Contender("random", "random", "uniform random 31%"),
         Contender("oracle", "oracle", "water-filling quotas by the TRUE skill labels (not label-free)"),
         default_but("default", "the tool's defaults: embed (text, slot weighting), cluster (k auto, mixed clusters "
-                    "split, --groups auto, --group-cut row), select --budget (random order), shard (token-balanced "
-                    "allocation); trained without the shards' weights"),
+                    "split, --groups auto, --group-cut row, --kinds auto), select --budget (random order), "
+                    "shard (token-balanced allocation); trained without the shards' weights"),
         Contender("paper", "tool", "the paper's recipe: gradient (proxy), K = 4 ranks, cap 1.5, per-cluster ratio, "
                   "far, allocation paper, weights", embed=["--features", "gradient"],
                   cluster=["--k", "4", "--max-size-factor", "1.5", "--groups", "none", *seed],
@@ -193,6 +194,8 @@ def contenders() -> dict[str, Contender]:
                     embed=["--features", "semantic", "--text-field", "both"]),
         default_but("text+semantic", "default but embed --features text,semantic (two L2-normalised blocks)",
                     embed=["--features", "text,semantic"]),
+        default_but("kinds-none", "default but cluster --kinds none: the default until round 20 (2026-12-03)",
+                    cluster=["--kinds", "none"]),
         default_but("tf", "default but embed --text-weighting tf: the default until round 10 (2026-12-02)",
                     embed=["--text-weighting", "tf"]),
         default_but("k-ranks-tf", "default but cluster --k 2 (the number of ranks, as the paper)",
@@ -353,7 +356,7 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
 # ============================================================================================ training
 
 def _train_job(args) -> dict:
-    variant_dir, sel_ids, train_path, use_weights, seed, epochs, score, device = args
+    variant_dir, sel_ids, train_path, use_weights, seed, epochs, score, device, lr = args
     rows = train_eval.load_rows(Path(variant_dir) / "train.jsonl", "skill")
     test = train_eval.load_rows(Path(variant_dir) / "test.jsonl", "skill")
     if train_path:
@@ -361,7 +364,7 @@ def _train_job(args) -> dict:
     else:
         keep = set(sel_ids)
         train_rows = [r for r in rows if r.id in keep]
-    cfg = train_eval.TrainConfig(epochs=epochs, seed=seed, use_weights=use_weights, device=device)
+    cfg = train_eval.TrainConfig(epochs=epochs, seed=seed, use_weights=use_weights, device=device, lr=lr)
     return train_eval.run(train_rows, test, rows + test, cfg, score=score)
 
 
@@ -377,7 +380,7 @@ def run_jobs(todo: list, jobs: int, time_limit: float | None, save) -> int:
         return 0
     import multiprocessing as mp
     # CUDA cannot be used in a forked child of a process that touched it: start CUDA workers fresh
-    ctx = mp.get_context("spawn" if any(job[-1].startswith("cuda") for _, job in todo) else "fork")
+    ctx = mp.get_context("spawn" if any(job[7].startswith("cuda") for _, job in todo) else "fork")
     not_run = 0
     with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
         futures = {pool.submit(_train_job, job): key for key, job in todo}
@@ -465,9 +468,10 @@ def add_baselines(results: dict, path: Path, a) -> None:
     contender-only run can still be related to them. Marked `stored` in the report."""
     prev = json.loads(path.read_text())
     same = {k: prev["config"].get(k) for k in ("rows", "epochs", "test_per_skill")}
-    if same != {"rows": a.rows, "epochs": a.epochs, "test_per_skill": a.test_per_skill}:
+    same["lr"] = prev["config"].get("lr", train_eval.TrainConfig.lr)  # recorded since the option exists
+    if same != {"rows": a.rows, "epochs": a.epochs, "test_per_skill": a.test_per_skill, "lr": a.lr}:
         sys.exit(f"--baselines {path}: recipe {same} differs from this run's "
-                 f"(rows {a.rows}, epochs {a.epochs}, test_per_skill {a.test_per_skill})")
+                 f"(rows {a.rows}, epochs {a.epochs}, test_per_skill {a.test_per_skill}, lr {a.lr:g})")
     for variant, res in results.items():
         stored = prev["results"].get(variant, {})
         for name in reversed(VALIDITY):
@@ -523,7 +527,8 @@ def write_report(results: dict, valid: dict, contender_defs: dict, args, out_dir
     mode = "quick" if args.quick else "full"
     lines = ["# Evidence: quality of the tool's selection on the skill-mixture benchmark", "",
              f"Generated by `python benchmarks/evidence.py {' '.join(args.argv)}` ({mode} mode) in "
-             f"{elapsed / 60:.1f} min. {args.rows} rows, {args.epochs} epochs for every contender, seeds "
+             f"{elapsed / 60:.1f} min. {args.rows} rows, {args.epochs} epochs for every contender (peak lr "
+             f"{args.lr:g}), seeds "
              f"{args.seeds} (column *seeds*: how many actually ran), budget {FRACTION:.0%} "
              f"({round(FRACTION * args.rows)} rows); the column *device* says where each contender's runs trained "
              "(the same float32 recipe; CPU runs use 1 thread).", "",
@@ -643,6 +648,9 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--test-per-skill", type=int, default=None)
+    ap.add_argument("--lr", type=float, default=train_eval.TrainConfig.lr,
+                    help="the small GPT's peak learning rate (the stored results: 3e-3; 1e-3 converges every run "
+                         "of the benchmark family, family_notes.md, round 13)")
     ap.add_argument("--jobs", type=int, default=1, help="training runs in parallel (1 thread each)")
     ap.add_argument("--train-device", default="cpu",
                     help="where the small GPT trains: cpu (1 thread per run) or cuda (same recipe, float32); runs "
@@ -718,7 +726,7 @@ def main(argv=None):
                 # a cached run is keyed by everything that decides it (training_digest) and named by the device
                 # it ran on; the recipe is the same on every device, so a run from any device counts, and so does
                 # the same training made under another contender's name
-                digest = training_digest(sel)
+                digest = training_digest(sel, a.lr)
                 run_cache = vdir / "runs" / name / f"seed{seed}-e{a.epochs}{device_tag}-{digest}.json"
                 cached = [run_cache] if run_cache.exists() else sorted(
                     (vdir / "runs").glob(f"*/seed{seed}-e{a.epochs}*-{digest}.json"))
@@ -727,7 +735,7 @@ def main(argv=None):
                 elif not a.cached_only:
                     job_keys[variant].append((name, run_cache))
                     todo.append(((variant, name, run_cache), (str(vdir), sel.ids, sel.train_path, sel.use_weights,
-                                                              seed, a.epochs, score, a.train_device)))
+                                                              seed, a.epochs, score, a.train_device, a.lr)))
         variants[variant] = (sels, labels)
     if a.curate_only and not a.cached_only:
         return
