@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 import skillmix
 import train_eval
@@ -192,7 +193,8 @@ def skill_draw(pool: dict, draw: int, seeds: list[int], less: bool, log: list[st
     clusters = np.empty(n, dtype=np.int64)
     clusters[np.searchsorted(ids, cid)] = cl
     budget_depth = T.list_depth(budget, min(weights), len(t), n)
-    search = T.search_target(x, t, depth=budget_depth)
+    with threadpool_limits(1):  # the commands' arithmetic (common.cli runs them on one thread), so the same ties
+        search = T.search_target(x, t, depth=budget_depth)
     sels: dict[str, dict[int, np.ndarray]] = {}
     for seed in seeds:
         sel_path = vdir / f"untargeted-s{seed}.parquet"
@@ -364,7 +366,8 @@ def real_main(a):
     clusters[cid] = cl
     t0 = time.perf_counter()
     weights = [float(w) for w in a.weights.split(",")]
-    search = T.search_target(x, t, depth=T.list_depth(budget, min(weights), len(t), n))
+    with threadpool_limits(1):  # as in skill_draw
+        search = T.search_target(x, t, depth=T.list_depth(budget, min(weights), len(t), n))
     search_s = time.perf_counter() - t0
     sels = {}
     for seed in (0, 1, 2):
