@@ -57,8 +57,9 @@ def training_digest(sel: Selection, lr: float = train_eval.TrainConfig.lr) -> st
         order = [[i, w] if sel.use_weights else i for i, w in train_eval.shard_order(sel.train_path)]
     else:
         order = sel.ids
-    return hashlib.blake2b(json.dumps([order, sel.use_weights, sorted(vars(train_eval.TrainConfig(lr=lr)).items())],
-                                      default=str).encode(), digest_size=8).hexdigest()
+    recipe = sorted(vars(train_eval.TrainConfig(lr=lr)).items())
+    return hashlib.blake2b(json.dumps([order, sel.use_weights, recipe], default=str).encode(),
+                           digest_size=8).hexdigest()
 
 
 def tool_subcommands() -> set[str]:
@@ -380,7 +381,7 @@ def run_jobs(todo: list, jobs: int, time_limit: float | None, save) -> int:
         return 0
     import multiprocessing as mp
     # CUDA cannot be used in a forked child of a process that touched it: start CUDA workers fresh
-    ctx = mp.get_context("spawn" if any(job[7].startswith("cuda") for _, job in todo) else "fork")
+    ctx = mp.get_context("spawn" if any(job[7].startswith("cuda") for _, job in todo) else "fork")  # 7: device
     not_run = 0
     with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
         futures = {pool.submit(_train_job, job): key for key, job in todo}
