@@ -357,7 +357,7 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
 # ============================================================================================ training
 
 def _train_job(args) -> dict:
-    variant_dir, sel_ids, train_path, use_weights, seed, epochs, score, device, lr = args
+    variant_dir, sel_ids, train_path, use_weights, seed, epochs, score, lr, device = args
     rows = train_eval.load_rows(Path(variant_dir) / "train.jsonl", "skill")
     test = train_eval.load_rows(Path(variant_dir) / "test.jsonl", "skill")
     if train_path:
@@ -381,7 +381,7 @@ def run_jobs(todo: list, jobs: int, time_limit: float | None, save) -> int:
         return 0
     import multiprocessing as mp
     # CUDA cannot be used in a forked child of a process that touched it: start CUDA workers fresh
-    ctx = mp.get_context("spawn" if any(job[7].startswith("cuda") for _, job in todo) else "fork")  # 7: device
+    ctx = mp.get_context("spawn" if any(job[-1].startswith("cuda") for _, job in todo) else "fork")
     not_run = 0
     with ProcessPoolExecutor(jobs, mp_context=ctx) as pool:
         futures = {pool.submit(_train_job, job): key for key, job in todo}
@@ -736,7 +736,7 @@ def main(argv=None):
                 elif not a.cached_only:
                     job_keys[variant].append((name, run_cache))
                     todo.append(((variant, name, run_cache), (str(vdir), sel.ids, sel.train_path, sel.use_weights,
-                                                              seed, a.epochs, score, a.train_device, a.lr)))
+                                                              seed, a.epochs, score, a.lr, a.train_device)))
         variants[variant] = (sels, labels)
     if a.curate_only and not a.cached_only:
         return
