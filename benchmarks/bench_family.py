@@ -383,15 +383,15 @@ def mech_group_by(x, seed, inst, z, cut="row"):
 
 # ------------------------------------------------------- answers: wordings of one kind joined by what they answer
 
-def mech_answers(x, seed, inst, texts, power=AK.KIND_POWER):
+def mech_answers(x, seed, inst, texts, power=AK.KIND_POWER, sets=False):
     """`cluster --kinds answers` (answer_kinds.py): the tool's clusters and row-cut groups; groups whose clusters
     give the same answers to the same inputs form one kind, weighted by its groups ** power in `select` (the
     package's KIND_POWER unless given: the answers-pNN variants). Until round 16 this was a prototype here; the
     package's selections differ from it by 0-3 rows of ~920 (rounding ties of the weighted water-filling) on dev
-    instances 1002-1003."""
+    instances 1002-1003. sets: `--kinds answer-sets` (answer-blind groups joined by their answer sets, round 22)."""
     res = kmeans_split(x, seed)
     groups = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
-    kind_of_group = AK.answer_kinds(groups, AK.answer_agreement(*texts, res.labels, res.k))
+    kind_of_group = AK.answer_kinds(groups, AK.answer_agreement(*texts, res.labels, res.k), sets=sets)
     return res.labels, (groups, Kinds(kind_of_group, AK.kind_weights(kind_of_group, power)))
 
 
@@ -411,13 +411,14 @@ MECHANISMS = {
     "nested-hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0, nested=True),
     "local3": lambda x, s, i: mech_local(x, s, i, power=3.0),
     "answers": mech_answers,
+    "answer-sets": lambda x, s, i, t: mech_answers(x, s, i, t, sets=True),  # cluster --kinds answer-sets
     # answers-pNN: a kind of m groups gets m ** (NN / 100) shares (answers: KIND_POWER = 0.5; 1 would be the
     # groups' own quotas); trained on dev in round 19 (family_notes.md)
     **{f"answers-p{p}": (lambda x, s, i, t, p=p: mech_answers(x, s, i, t, power=p / 100)) for p in (65, 75, 85)},
 }
 TWO_FEATURES = ("splitby", "groupby", "groupby-pair")  # FEATURE/these: mechanism(x, seed, inst, FEATURE's rows)
 # these: mechanism(x, seed, inst, (prompts, responses))
-TEXT_MECHANISMS = ("answers", *(m for m in MECHANISMS if m.startswith("answers-")))
+TEXT_MECHANISMS = ("answers", "answer-sets", *(m for m in MECHANISMS if m.startswith("answers-")))
 TEXTS = "(texts)"  # feats(TEXTS): the rows' (prompts, responses)
 
 
