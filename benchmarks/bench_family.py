@@ -20,7 +20,9 @@ that the ids are the same. Writes benchmarks/results/family_<split>.md/.json. Th
 the tool's options (flat, pair, nosplit) and prototypes tried for issue 18 (see family_notes.md): hierarchical
 k-means, local and nested cuts (lost); `answers`, which joins the wordings of one request by what their rows
 answer (a prototype here in rounds 12-16, ahead on dev and test at the selection level; in the package since
-round 17 as `cluster --kinds answers`, its default since round 20: family_notes.md). `default` names the groups
+round 17 as `cluster --kinds answers`, its default since round 20: family_notes.md); `answer-sets`, which also
+joins the wordings that agreement cannot see by their sets of answers (round 22, lost on the trained dev check).
+`default` names the groups
 alone (`cluster --kinds none`, the default until round 20), the name the stored results use. `--check-cli N`
 checks `answers` against the commands too (with --responses short).
 FEATURE/MECHANISM runs a mechanism on a feature prototype or another tool feature (FEATURES; `semantic`, the
@@ -383,16 +385,66 @@ def mech_group_by(x, seed, inst, z, cut="row"):
 
 # ------------------------------------------------------- answers: wordings of one kind joined by what they answer
 
-def mech_answers(x, seed, inst, texts, power=AK.KIND_POWER, sets=False):
+def mech_answers(x, seed, inst, texts, power=AK.KIND_POWER):
     """`cluster --kinds answers` (answer_kinds.py): the tool's clusters and row-cut groups; groups whose clusters
     give the same answers to the same inputs form one kind, weighted by its groups ** power in `select` (the
     package's KIND_POWER unless given: the answers-pNN variants). Until round 16 this was a prototype here; the
     package's selections differ from it by 0-3 rows of ~920 (rounding ties of the weighted water-filling) on dev
-    instances 1002-1003. sets: `--kinds answer-sets` (answer-blind groups joined by their answer sets, round 22)."""
+    instances 1002-1003."""
     res = kmeans_split(x, seed)
     groups = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
-    kind_of_group = AK.answer_kinds(groups, AK.answer_agreement(*texts, res.labels, res.k), sets=sets)
+    kind_of_group = AK.answer_kinds(groups, AK.answer_agreement(*texts, res.labels, res.k))
     return res.labels, (groups, Kinds(kind_of_group, AK.kind_weights(kind_of_group, power)))
+
+
+def answer_blind(prompts, responses, labels, k):
+    """(own, overlap) for mech_answer_sets: each cluster's agreement with itself (over its ordered pairs of
+    distinct rows, per shared input word, the share that give the same answer, less the share of all its pairs
+    that do; NaN under AK.MIN_PAIRS pairs) and the k x k overlap of the clusters' answer distributions
+    (Bhattacharyya coefficient, as answer_agreement's)."""
+    import scipy.sparse as sp
+    labels = np.asarray(labels, dtype=np.int64)
+    ans = np.unique(np.asarray([AK.answer_key(r) for r in responses]), return_inverse=True)[1].ravel()
+    size = np.bincount(labels, minlength=k).astype(np.float64)
+    answers = sp.csr_matrix((np.ones(len(ans)), (labels, ans)), shape=(k, ans.max() + 1))
+    rr, ww, n_words = AK.input_words(prompts, labels, k)
+    cell = np.unique((labels[rr] * n_words + ww) * (ans.max() + 1) + ans[rr], return_counts=True)
+    word = np.unique(labels[rr] * n_words + ww, return_counts=True)
+    pairs = np.bincount(word[0] // n_words, weights=word[1] * (word[1] - 1.0), minlength=k)
+    same = np.bincount(cell[0] // (ans.max() + 1) // n_words, weights=cell[1] * (cell[1] - 1.0), minlength=k)
+    chance = (np.asarray(answers.multiply(answers).sum(1)).ravel() - size) / np.maximum(size * (size - 1), 1.0)
+    own = np.where(pairs >= AK.MIN_PAIRS, same / np.maximum(pairs, 1.0) - chance, np.nan)
+    root = answers.multiply(1.0 / np.maximum(size, 1.0)[:, None]).tocsr()
+    root.data = np.sqrt(root.data)
+    return own, (root @ root.T).toarray()
+
+
+def mech_answer_sets(x, seed, inst, texts):
+    """Prototype (round 22, lost on the trained dev check: family_notes.md): `answers`, and then the groups that
+    it left a kind of their own and whose clusters are all answer-blind (own agreement <= AK.JOIN: one shared
+    input word does not fix their answers, as in a sum of two numbers or a comparison, so agreement cannot see
+    their joins) are joined to each other where any two of their clusters' answer distributions overlap >=
+    AK.MIN_OVERLAP. In the package at commit 9198eb3 as `cluster --kinds answer-sets` (the same kinds on dev
+    1000-1049 x 3 seeds), taken out again after the dev check."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+    res = kmeans_split(x, seed)
+    groups = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
+    kind = AK.answer_kinds(groups, AK.answer_agreement(*texts, res.labels, res.k))
+    own, overlap = answer_blind(*texts, res.labels, res.k)
+    n_groups = len(kind)
+    blind_group = np.bincount(groups, weights=~(own <= AK.JOIN), minlength=n_groups) == 0
+    open_group = blind_group & (np.bincount(kind, minlength=n_groups)[kind] == 1)
+    a, b = np.nonzero(np.triu(overlap >= AK.MIN_OVERLAP, 1))
+    ga, gb = groups[a], groups[b]
+    link = open_group[ga] & open_group[gb] & (ga != gb)
+    comp = connected_components(sp.coo_matrix((np.ones(int(link.sum())), (ga[link], gb[link])),
+                                              shape=(n_groups, n_groups)), directed=False)[1]
+    lowest = np.full(n_groups, n_groups)
+    np.minimum.at(lowest, comp, kind)
+    kind = np.unique(np.where(open_group, lowest[comp], kind), return_index=True, return_inverse=True)
+    kind = np.argsort(np.argsort(kind[1]))[kind[2]].astype(np.int64)  # numbered in order of first appearance
+    return res.labels, (groups, Kinds(kind, AK.kind_weights(kind)))
 
 
 MECHANISMS = {
@@ -411,7 +463,7 @@ MECHANISMS = {
     "nested-hkm2": lambda x, s, i: mech_hkm(x, s, i, ratio=2.0, nested=True),
     "local3": lambda x, s, i: mech_local(x, s, i, power=3.0),
     "answers": mech_answers,
-    "answer-sets": lambda x, s, i, t: mech_answers(x, s, i, t, sets=True),  # cluster --kinds answer-sets
+    "answer-sets": mech_answer_sets,  # prototype, round 22
     # answers-pNN: a kind of m groups gets m ** (NN / 100) shares (answers: KIND_POWER = 0.5; 1 would be the
     # groups' own quotas); trained on dev in round 19 (family_notes.md)
     **{f"answers-p{p}": (lambda x, s, i, t, p=p: mech_answers(x, s, i, t, power=p / 100)) for p in (65, 75, 85)},

@@ -197,8 +197,6 @@ def contenders() -> dict[str, Contender]:
                     embed=["--features", "text,semantic"]),
         default_but("kinds-none", "default but cluster --kinds none: the default until round 20 (2026-12-03)",
                     cluster=["--kinds", "none"]),
-        default_but("answer-sets", "default but cluster --kinds answer-sets: answer-blind groups joined by their "
-                    "answer sets too (round 22)", cluster=["--kinds", "answer-sets"]),
         default_but("tf", "default but embed --text-weighting tf: the default until round 10 (2026-12-02)",
                     embed=["--text-weighting", "tf"]),
         default_but("k-ranks-tf", "default but cluster --k 2 (the number of ranks, as the paper)",

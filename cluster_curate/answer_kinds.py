@@ -2,9 +2,8 @@
 docs/architecture.md, "Layers"). Pure functions on the rows' texts and a clustering's labels, after the groups
 (cluster_groups.py).
 
-    agree = answer_agreement(prompts, responses, labels, k)   # Agreement: sparse k x k, and more
+    agree = answer_agreement(prompts, responses, labels, k)   # sparse k x k
     kind_of_group = answer_kinds(groups, agree)                 # groups whose clusters agree form one kind
-    kind_of_group = answer_kinds(groups, agree, sets=True)      # ... and answer-blind ones by their answer sets
     weights = kind_weights(kind_of_group)                       # a kind of m groups: m ** KIND_POWER shares
 
 Why: the clusters follow the wording of a prompt, so a request asked in 8 wordings gets 8 groups and 8 shares of
@@ -12,20 +11,13 @@ the budget while one asked in 2 gets 2. The prompts alone cannot say which wordi
 "quick ___ task: ..." is shared by several requests, a phrase by several wordings of one), but the answers can:
 two wordings of one request give the same answer to the same input, two requests in one frame do not. Rows
 whose answers are all different (most real data: GSM8K, code) agree with nothing, so nothing is joined and the
-selection is the groups' own.
-
-Where one input word does not fix the answer (the sum of two numbers, a comparison, the count of a list), two
-wordings of one request agree no more than chance, and nothing can be joined by agreement: such a cluster is
-answer-blind (its own rows that share an input word answer alike no more often than chance + JOIN). With
-`sets` (`--kinds answer-sets`), groups of answer-blind clusters that agreement left alone are joined where their
-answers overlap. Part of the `cluster` stage: a change here that changes its output bumps
+selection is the groups' own. Part of the `cluster` stage: a change here that changes its output bumps
 clustering.ALGORITHM_VERSION.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,8 +36,6 @@ KIND_POWER = 0.5
 
 KINDS_RULE = (f"groups whose clusters give the same answer to a shared input word at least {JOIN} more often than "
               f"chance (average linkage) form one kind; a kind of m groups gets m^{KIND_POWER} of a group's share")
-SETS_RULE = (f"; groups of answer-blind clusters (own agreement <= {JOIN}) left alone are joined where their answers "
-             f"overlap >= {MIN_OVERLAP}")
 
 _WORD = re.compile(r"[a-z]+|\d+")
 
@@ -63,26 +53,13 @@ def answer_key(response: str) -> int:
                           signed=True)
 
 
-@dataclass(frozen=True)
-class Agreement:
-    """What answer_agreement measures. between: symmetric sparse k x k (scipy COO, no diagonal), two clusters'
-    agreement where it was measured; own: each cluster's agreement with itself (its rows with each other), NaN
-    where not measured; near: the cluster pairs (a < b, shape (n, 2)) whose answers overlap >= min_overlap."""
-    between: object
-    own: np.ndarray
-    near: np.ndarray
-
-
 def answer_agreement(prompts, responses, labels: np.ndarray, k: int, min_pairs: int = MIN_PAIRS,
-                     min_overlap: float = MIN_OVERLAP, template_share: float = TEMPLATE_SHARE) -> Agreement:
-    """For two clusters (Agreement.between), the share of their row pairs that share an input word and give the
-    same answer, less the share of all their row pairs that give the same answer; stored only where at least
-    `min_pairs` row pairs share an input word and the two clusters' answer distributions overlap by at least
-    `min_overlap` (Bhattacharyya coefficient). For one cluster (Agreement.own), the same over its own pairs of
-    distinct rows, where there are `min_pairs` of them sharing an input word and any two clusters overlap (else
-    NaN). A row's input words are its prompt's words (lower-case letter runs and digit runs) that are not its
-    cluster's template words (in at least `template_share` of the cluster's rows); its answer is its response,
-    stripped and lower-cased.
+                     min_overlap: float = MIN_OVERLAP, template_share: float = TEMPLATE_SHARE):
+    """Symmetric sparse k x k (scipy COO, no diagonal): for two clusters, the share of their row pairs that
+    share an input word and give the same answer, less the share of all their row pairs that give the same
+    answer; stored only where at least `min_pairs` row pairs share an input word and the two clusters' answer
+    distributions overlap by at least `min_overlap` (Bhattacharyya coefficient). A row's input words are
+    input_words(); its answer is its response, stripped and lower-cased.
     `responses`: the rows' responses, or their answer_key()s; `prompts`: the rows' prompts, or a function that
     returns them, called only when two clusters answer alike (never on most real data).
     Everything is a sparse product, so rows with unique answers cost next to nothing."""
@@ -99,53 +76,44 @@ def answer_agreement(prompts, responses, labels: np.ndarray, k: int, min_pairs: 
     overlap = sp.triu(root @ root.T, k=1).tocoo()
     near = overlap.data >= min_overlap
     a, b = overlap.row[near], overlap.col[near]
-    own = np.full(k, np.nan)
     if not len(a):  # no two clusters answer alike (unique answers: most real data); the prompts' words are not read
-        return Agreement(sp.coo_matrix((k, k)), own, np.zeros((0, 2), dtype=np.int64))
-    vocab: dict[str, int] = {}
-    rr, ww = [], []
-    for i, prompt in enumerate(prompts() if callable(prompts) else prompts):
-        for w in set(_WORD.findall(prompt.lower())):
-            rr.append(i)
-            ww.append(vocab.setdefault(w, len(vocab)))
-    rr, ww = np.asarray(rr, dtype=np.int64), np.asarray(ww, dtype=np.int64)
-    # template words: in at least template_share of their cluster's rows
-    rows_with = _counts(labels[rr], ww, (k, len(vocab))).tocoo()
-    is_template = rows_with.data >= template_share * size[rows_with.row]
-    template = rows_with.row[is_template].astype(np.int64) * len(vocab) + rows_with.col[is_template]
-    keep = ~np.isin(labels[rr] * len(vocab) + ww, template)
-    rr, ww = rr[keep], ww[keep]  # (row, input word)
+        return sp.coo_matrix((k, k))
+    rr, ww, n_words = input_words(prompts() if callable(prompts) else prompts, labels, k, template_share)
     _, word_answer = np.unique(ww * n_answers + ans[rr], return_inverse=True)
-    by_word_answer = _counts(labels[rr], word_answer.ravel(), (k, int(word_answer.max(initial=-1)) + 1)).tocsr()
-    by_word = _counts(labels[rr], ww, (k, len(vocab))).tocsr()
-    answers = answers.tocsr()
-    # a cluster with itself: its pairs of distinct rows (a row is never paired with itself)
-    pairs_own = _sum_sq(by_word) - np.asarray(by_word.sum(1)).ravel()
-    same_own = _sum_sq(by_word_answer) - np.asarray(by_word_answer.sum(1)).ravel()
-    chance_own = (_sum_sq(answers) - size) / np.maximum(size * (size - 1), 1.0)
-    measured = pairs_own >= min_pairs
-    own[measured] = same_own[measured] / pairs_own[measured] - chance_own[measured]
+    by_word_answer = _counts(labels[rr], word_answer.ravel(), (k, int(word_answer.max(initial=-1)) + 1))
+    by_word = _counts(labels[rr], ww, (k, n_words))
     pairs = np.asarray((by_word @ by_word.T).tocsr()[a, b]).ravel()
     same = np.asarray((by_word_answer @ by_word_answer.T).tocsr()[a, b]).ravel()
     chance = np.asarray((answers @ answers.T).tocsr()[a, b]).ravel() / (size[a] * size[b])
     ok = pairs >= min_pairs
     value = same[ok] / pairs[ok] - chance[ok]
-    near_pairs = np.stack([a, b], axis=1).astype(np.int64)
     a, b = a[ok], b[ok]
-    return Agreement(sp.coo_matrix((np.r_[value, value], (np.r_[a, b], np.r_[b, a])), shape=(k, k)), own, near_pairs)
+    return sp.coo_matrix((np.r_[value, value], (np.r_[a, b], np.r_[b, a])), shape=(k, k))
 
 
-def _sum_sq(counts) -> np.ndarray:
-    """Per row of a sparse count matrix: the sum of its squared counts."""
-    return np.asarray(counts.multiply(counts).sum(1), dtype=np.float64).ravel()
+def input_words(prompts, labels: np.ndarray, k: int, template_share: float = TEMPLATE_SHARE):
+    """(rows, words, number of words): the rows' input words as two parallel arrays (row, word number). A row's
+    input words are its prompt's words (lower-case letter runs and digit runs) that are not its cluster's
+    template words (in at least `template_share` of the cluster's rows)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    size = np.bincount(labels, minlength=k).astype(np.float64)
+    vocab: dict[str, int] = {}
+    rr, ww = [], []
+    for i, prompt in enumerate(prompts):
+        for w in set(_WORD.findall(prompt.lower())):
+            rr.append(i)
+            ww.append(vocab.setdefault(w, len(vocab)))
+    rr, ww = np.asarray(rr, dtype=np.int64), np.asarray(ww, dtype=np.int64)
+    rows_with = _counts(labels[rr], ww, (k, len(vocab))).tocoo()
+    is_template = rows_with.data >= template_share * size[rows_with.row]
+    template = rows_with.row[is_template].astype(np.int64) * len(vocab) + rows_with.col[is_template]
+    keep = ~np.isin(labels[rr] * len(vocab) + ww, template)
+    return rr[keep], ww[keep], len(vocab)
 
 
-def answer_kinds(groups: np.ndarray, agreement, join: float = JOIN, sets: bool = False) -> np.ndarray:
+def answer_kinds(groups: np.ndarray, agreement, join: float = JOIN) -> np.ndarray:
     """The kind of each group: clusters are joined by average linkage on 1 − agreement, cut at 1 − `join`, and
-    a kind is a connected set of groups and joins. With `sets`, groups that this left a kind of their own and
-    whose clusters are all answer-blind (own agreement <= `join`) are then joined to each other where any of
-    their clusters' answers overlap (Agreement.near). Numbered 0.. in order of first appearance.
-    `agreement`: answer_agreement's Agreement, or a k x k matrix of agreements between clusters (no `sets`).
+    a kind is a connected set of groups and joins. Numbered 0.. in order of first appearance.
 
     Exact without a k x k matrix: two clusters that agree on nothing are at distance 1, above the cut, so the
     linkage runs inside each connected component of the agreement graph alone and gives the same joins."""
@@ -154,7 +122,7 @@ def answer_kinds(groups: np.ndarray, agreement, join: float = JOIN, sets: bool =
     from scipy.sparse.csgraph import connected_components
     groups = np.asarray(groups, dtype=np.int64)
     k = len(groups)
-    agree = sp.csr_matrix(agreement.between if isinstance(agreement, Agreement) else agreement)
+    agree = sp.csr_matrix(agreement)
     positive = agree.multiply(agree > 0)
     n_comp, comp = connected_components(positive, directed=False)
     joined = np.arange(k)  # a cluster's join: the lowest cluster of its joined set
@@ -168,30 +136,8 @@ def answer_kinds(groups: np.ndarray, agreement, join: float = JOIN, sets: bool =
     n_groups = int(groups.max(initial=-1)) + 1
     edges = sp.coo_matrix((np.ones(k), (groups, n_groups + joined)), shape=(n_groups + k, n_groups + k))
     kind = connected_components(edges, directed=False)[1][:n_groups]
-    if sets:
-        kind = _join_answer_blind(kind, groups, agreement, join)
     _, first, inverse = np.unique(kind, return_index=True, return_inverse=True)
     return np.argsort(np.argsort(first))[inverse].astype(np.int64)
-
-
-def _join_answer_blind(kind: np.ndarray, groups: np.ndarray, agreement: Agreement, join: float) -> np.ndarray:
-    """Why: for answer-blind clusters agreement has no evidence either way, so a request asked in m wordings
-    would keep m shares while one whose wordings agree gets m^KIND_POWER. Their answer sets are the only
-    evidence left: groups (all clusters blind, alone in their kind) whose answers overlap are joined."""
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import connected_components
-    n_groups = len(kind)
-    not_blind = ~(agreement.own <= join)  # NaN (not measured): not blind
-    blind_group = np.bincount(groups, weights=not_blind, minlength=n_groups) == 0
-    alone = np.bincount(kind, minlength=n_groups)[kind] == 1
-    open_group = blind_group & alone
-    ga, gb = groups[agreement.near[:, 0]], groups[agreement.near[:, 1]]
-    link = open_group[ga] & open_group[gb] & (ga != gb)
-    edges = sp.coo_matrix((np.ones(int(link.sum())), (ga[link], gb[link])), shape=(n_groups, n_groups))
-    comp = connected_components(edges, directed=False)[1]
-    lowest = np.full(n_groups, n_groups)
-    np.minimum.at(lowest, comp, kind)
-    return np.where(open_group, lowest[comp], kind)
 
 
 def kind_weights(kind_of_group: np.ndarray, power: float = KIND_POWER) -> np.ndarray:

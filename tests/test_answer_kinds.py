@@ -71,14 +71,14 @@ def reference_agreement(prompts, responses, labels, k, min_pairs=AK.MIN_PAIRS, m
 
 def test_two_wordings_of_one_request_agree_and_a_near_twin_does_not():
     prompts, responses, labels = letter_requests()
-    agree = AK.answer_agreement(prompts, responses, labels, 3).between.toarray()
+    agree = AK.answer_agreement(prompts, responses, labels, 3).toarray()
     assert agree[0, 1] > AK.JOIN > agree[0, 2] and agree[0, 1] == agree[1, 0]
     kinds = AK.answer_kinds(np.array([0, 1, 2]), agree)
     assert kinds.tolist() == [0, 0, 1]
     assert AK.kind_weights(kinds).tolist() == [2 ** AK.KIND_POWER, 1.0]
     # unique answers (most real data) agree with nothing: nothing is joined
     unique = AK.answer_agreement(prompts, [f"{r} {i}" for i, r in enumerate(responses)], labels, 3)
-    assert unique.between.nnz == 0 and not len(unique.near) and np.isnan(unique.own).all()
+    assert unique.nnz == 0
     assert AK.answer_kinds(np.array([0, 1, 2]), unique).tolist() == [0, 1, 2]
 
 
@@ -92,83 +92,8 @@ def test_answer_agreement_is_the_pairwise_definition(data):
     responses = [data.draw(st.sampled_from(["yes", "no", " Yes", "7"])) for _ in range(n)]
     labels = np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n)))
     min_pairs = data.draw(st.integers(1, 20))
-    got = AK.answer_agreement(prompts, responses, labels, k, min_pairs=min_pairs, min_overlap=0.3).between.toarray()
+    got = AK.answer_agreement(prompts, responses, labels, k, min_pairs=min_pairs, min_overlap=0.3).toarray()
     assert np.allclose(got, reference_agreement(prompts, responses, labels, k, min_pairs, 0.3), atol=1e-12)
-
-
-def sum_requests(n: int = 100):
-    """Clusters 0 and 1: the sum of two numbers in two wordings (one shared number does not fix the answer: the
-    clusters are answer-blind); 2: the first letter of a word (answer-determined, its answers overlap nothing)."""
-    rng = np.random.default_rng(0)
-    prompts, responses, labels = [], [], []
-    for c, wording in enumerate(["add up", "the total of", "the first letter of"]):
-        for i in range(n):
-            if c < 2:
-                x, y = rng.integers(1, 31, size=2)
-                prompts.append(f"{wording}: {x} and {y}")
-                responses.append(str(x + y))
-            else:
-                w = WORDS[i % 8]
-                prompts.append(f"{wording}: {w}")
-                responses.append(w[0])
-            labels.append(c)
-    return prompts, responses, np.array(labels)
-
-
-def reference_own(prompts, responses, labels, k, min_pairs=AK.MIN_PAIRS, template_share=AK.TEMPLATE_SHARE):
-    """Agreement.own's definition with counters: over a cluster's ordered pairs of distinct rows, per shared input
-    word, the share that give the same answer, less the share of all its ordered pairs that do."""
-    words = [set(AK._WORD.findall(p.lower())) for p in prompts]
-    answers = [r.strip().lower() for r in responses]
-    own = np.full(k, np.nan)
-    for c in range(k):
-        m = np.flatnonzero(labels == c)
-        common = Counter(w for i in m for w in words[i])
-        template = {w for w, n in common.items() if n >= template_share * len(m)}
-        same = pairs = 0
-        for i in m:
-            for j in m:
-                if i != j:
-                    shared = len((words[i] - template) & (words[j] - template))
-                    pairs += shared
-                    same += shared * (answers[i] == answers[j])
-        if pairs >= min_pairs:
-            alike = sum(answers[i] == answers[j] for i in m for j in m if i != j)
-            own[c] = same / pairs - alike / (len(m) * (len(m) - 1))
-    return own
-
-
-def test_answer_blind_wordings_join_by_their_answer_sets_only_with_sets():
-    prompts, responses, labels = sum_requests()
-    agree = AK.answer_agreement(prompts, responses, labels, 3)
-    assert agree.own[0] <= AK.JOIN and agree.own[1] <= AK.JOIN < agree.own[2]  # a shared number fixes no sum
-    assert agree.near.tolist() == [[0, 1]]  # the two sums' answers overlap; the letters' overlap nothing
-    groups = np.array([0, 1, 2])
-    assert AK.answer_kinds(groups, agree).tolist() == [0, 1, 2]  # agreement cannot see the join
-    assert AK.answer_kinds(groups, agree, sets=True).tolist() == [0, 0, 1]
-    # a group with an answer-determined cluster is not answer-blind: nothing joins it by its answer set
-    assert AK.answer_kinds(np.array([0, 1, 1]), agree, sets=True).tolist() == [0, 1]
-    # answer-determined wordings (letter_requests): the same kinds with or without sets
-    letters = AK.answer_agreement(*letter_requests(), 3)
-    assert np.array_equal(AK.answer_kinds(groups, letters, sets=True), AK.answer_kinds(groups, letters))
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.data())
-def test_own_agreement_is_the_pairwise_definition(data):
-    k = data.draw(st.integers(1, 5))
-    n = data.draw(st.integers(2, 60))
-    vocab = ["a", "b", "c", "1", "2", "x y"]
-    prompts = [" ".join(data.draw(st.lists(st.sampled_from(vocab), min_size=1, max_size=4))) for _ in range(n)]
-    responses = [data.draw(st.sampled_from(["yes", "no", "7"])) for _ in range(n)]
-    labels = np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n)))
-    min_pairs = data.draw(st.integers(1, 20))
-    got = AK.answer_agreement(prompts, responses, labels, k, min_pairs=min_pairs, min_overlap=0.3)
-    if len(got.near):  # measured only when two clusters answer alike (the prompts are read then)
-        assert np.allclose(got.own, reference_own(prompts, responses, labels, k, min_pairs), atol=1e-12,
-                           equal_nan=True)
-    else:
-        assert np.isnan(got.own).all()
 
 
 @settings(max_examples=60, deadline=None)
@@ -284,26 +209,22 @@ def family(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("kinds", ["answers", "answer-sets"])
-def test_cluster_kinds_answers_records_the_kinds_select_uses(family, tmp_path, cli_runner, kinds):
+def test_cluster_kinds_answers_records_the_kinds_select_uses(family, tmp_path, cli_runner):
     d = family
     # without --data: the dataset the embeddings record
-    res = _cli(cli_runner, ["cluster", d / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", kinds, "--json"])
+    res = _cli(cli_runner, ["cluster", d / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", "answers", "--json"])
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     meta = json.loads(pq.read_schema(tmp_path / "c.parquet").metadata[b"cluster_curate"])["params"]
     groups, kind_of_group = np.array(meta["groups"]), np.array(meta["kind_of_group"])
     assert summary["kinds"] == kind_of_group.max() + 1 < summary["groups"]
     assert summary["groups_joined"] == summary["groups"] - summary["kinds"]
-    assert meta["kinds"] == kinds and (AK.SETS_RULE in meta["kinds_rule"]) == (kinds == "answer-sets")
     # the recorded kinds are the pure functions' on the artifact's clusters and the data's texts
     rows = [json.loads(line) for line in (d / "train.jsonl").read_text().splitlines()]
     t = pq.read_table(tmp_path / "c.parquet")
     ids, labels = t.column("id").to_numpy(), t.column("cluster").to_numpy()
     agree = AK.answer_agreement([rows[i]["instruction"] for i in ids], [rows[i]["output"] for i in ids], labels,
                                 meta["k"])
-    assert np.array_equal(AK.answer_kinds(groups, agree, sets=kinds == "answer-sets"), kind_of_group)
-    if kinds == "answer-sets":  # this instance has answer-blind requests (sums, comparisons): more is joined
-        assert kind_of_group.max() < AK.answer_kinds(groups, agree).max()
+    assert np.array_equal(AK.answer_kinds(groups, agree), kind_of_group)
     assert np.allclose(meta["kind_weights"], AK.kind_weights(kind_of_group))
     res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s.parquet", "--fraction", "0.31",
                             "--json"])

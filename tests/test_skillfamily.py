@@ -123,13 +123,13 @@ def test_the_wording_reference_is_the_oracle_when_each_skill_has_one_wording():
 def test_bench_family_and_trained_quick_run(tmp_path):
     res = tmp_path / "res"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family.py"), "--instances", "1",
-                           "--mechanisms", "default,pair,tool-tf/groupby,answers", "--check-cli", "1",
+                           "--mechanisms", "default,pair,tool-tf/groupby,answers,answer-sets", "--check-cli", "1",
                            "--work", str(tmp_path / "w"), "--results", str(res)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((res / "family_dev.json").read_text())
     m = data["instances"][0]["metrics"]
-    assert set(m) == {"random", "wording", "default", "pair", "tool-tf/groupby", "answers"}
+    assert set(m) == {"random", "wording", "default", "pair", "tool-tf/groupby", "answers", "answer-sets"}
     assert 0 < m["default"]["coverage"] <= 1 and m["random"]["coverage"] < m["wording"]["coverage"] <= 1
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family_train.py"), "--quick",
                            "--work", str(tmp_path / "t"), "--results", str(res)],

@@ -49,15 +49,13 @@ OPTIONS = (
            help="After k-means, cut in two every cluster whose 2-means halves are less similar than two rows of "
                 "one cluster typically are, again inside each half (halves of at least 16 rows): two rare kinds "
                 "that k-means put in one cluster get a quota each."),
-    Option("kinds", default="auto", choices=("auto", "answers", "answer-sets", "none"), show_default=True,
+    Option("kinds", default="auto", choices=("auto", "answers", "none"), show_default=True,
            help="answers: join groups whose clusters give the same answer to the same input (two wordings of one "
                 "request) into one kind, which `select` gives m^0.5 of a group's share for its m groups. It reads "
                 "the rows' prompts and responses: --data, else the dataset the embeddings record (unchanged). "
-                "Rows whose answers are all different join nothing, and the selection is the groups'. "
-                "answer-sets: answers, and where one input word does not fix the answer (a sum of two numbers, a "
-                "comparison), groups that answer from overlapping sets of answers are joined too. none: every "
-                "group is a kind of its own. auto: answers where there are groups and that data can be read, else "
-                "none (the summary says why)."),
+                "Rows whose answers are all different join nothing, and the selection is the groups'. none: "
+                "every group is a kind of its own. auto: answers where there are groups and that data can be "
+                "read, else none (the summary says why)."),
     Option("data", run=False, multiple=True,
            help="The raw dataset that was embedded (a mixture: each input, in the order embedded, or its mixture "
                 "file), for --kinds answers; default: the one the embeddings record. `run` passes its own."),
@@ -92,8 +90,8 @@ def _groups(o: dict, res):
 
 
 def check_kinds(o: dict) -> None:
-    """--kinds answers / answer-sets need groups to join (also `run`'s check, before its first stage)."""
-    if o.get("kinds") in ("answers", "answer-sets") and o.get("groups") in (None, "none"):
+    """--kinds answers needs groups to join (also `run`'s check, before its first stage)."""
+    if o.get("kinds") == "answers" and o.get("groups") in (None, "none"):
         raise CurateError(f"--kinds {o['kinds']} joins groups of clusters: not with --groups none")
 
 
@@ -139,17 +137,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     return (np.asarray(ids, dtype=np.int64), np.asarray(keys, dtype=np.int64), prompts), None
 
 
-def _kinds_used(o: dict) -> str:
-    """The kinds rule a run with kinds used: auto is answers."""
-    return "answers" if o["kinds"] == "auto" else o["kinds"]
-
-
-def _kinds_rule(o: dict) -> str:
-    from cluster_curate import answer_kinds as AK
-    return AK.KINDS_RULE + (AK.SETS_RULE if o["kinds"] == "answer-sets" else "")
-
-
-def _kinds(answers: tuple | None, ids, res, group_of, kinds: str) -> tuple:
+def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:
     """(kind of each group, each kind's weight) when there are kinds, else (None, None)."""
     if answers is None:
         return None, None
@@ -166,8 +154,7 @@ def _kinds(answers: tuple | None, ids, res, group_of, kinds: str) -> tuple:
     def prompts() -> list[str]:
         everything = read_prompts()
         return [everything[i] for i in at]
-    kind_of_group = AK.answer_kinds(group_of, AK.answer_agreement(prompts, keys[at], res.labels, res.k),
-                                    sets=kinds == "answer-sets")
+    kind_of_group = AK.answer_kinds(group_of, AK.answer_agreement(prompts, keys[at], res.labels, res.k))
     return kind_of_group, AK.kind_weights(kind_of_group)
 
 
@@ -228,9 +215,9 @@ def _params(o: dict, r: dict, group_of, groups_rule, kinds: tuple, centroid_byte
         "sizes": res.sizes.tolist(),
         "groups": None if group_of is None else group_of.tolist(), "groups_rule": groups_rule,
         # recorded only when asked for, so that artifacts made without it keep their fingerprints
-        **({} if kinds[0] is None else {"kinds": _kinds_used(o), "kind_of_group": kinds[0].tolist(),
+        **({} if kinds[0] is None else {"kinds": "answers", "kind_of_group": kinds[0].tolist(),
                                         "kind_weights": kinds[1].tolist(), "kind_power": AK.KIND_POWER,
-                                        "kinds_rule": _kinds_rule(o)}),
+                                        "kinds_rule": AK.KINDS_RULE}),
         # the file is sidecar_path(artifact, CENTROIDS); its name is not recorded so that the same inputs give
         # the same metadata whatever the output is called
         "centroids": {"sidecar": names.CENTROIDS, "shape": list(res.centroids.shape), "dtype": "float32",
@@ -259,7 +246,7 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
     r = _kmeans(o, embeddings, ngpu)
     res = r["res"]
     group_of, groups_rule = _groups(o, res)
-    kinds = _kinds(answers, r["ids"], res, group_of, o["kinds"])
+    kinds = _kinds(answers, r["ids"], res, group_of)
     del answers
     centroid_bytes = npy_bytes(res.centroids)
     centroids_file = sidecar_path(out, names.CENTROIDS)
@@ -280,6 +267,7 @@ def _summary(o, r, group_of, groups_rule, kind_of_group, no_kinds, out, centroid
 
     import numpy as np
 
+    from cluster_curate import answer_kinds as AK
     from cluster_curate import clustering as C
     from cluster_curate import console
     res, n, k, split = r["res"], r["n"], r["k"], r["split"]
@@ -314,7 +302,7 @@ def _summary(o, r, group_of, groups_rule, kind_of_group, no_kinds, out, centroid
                                            "max": int(group_sizes.max())}, hidden=True)
     if kind_of_group is not None:
         n_kinds = int(kind_of_group.max()) + 1
-        summary["kinds"] = Shown(n_kinds, f"{n_kinds} kinds of groups ({_kinds_rule(o)}); "
+        summary["kinds"] = Shown(n_kinds, f"{n_kinds} kinds of groups ({AK.KINDS_RULE}); "
                                f"{len(kind_of_group) - n_kinds} groups joined into another's kind")
         summary["groups_joined"] = Shown(len(kind_of_group) - n_kinds, hidden=True)
     else:
