@@ -442,8 +442,8 @@ def mech_answer_sets(x, seed, inst, texts):
                                               shape=(n_groups, n_groups)), directed=False)[1]
     lowest = np.full(n_groups, n_groups)
     np.minimum.at(lowest, comp, kind)
-    kind = np.unique(np.where(open_group, lowest[comp], kind), return_index=True, return_inverse=True)
-    kind = np.argsort(np.argsort(kind[1]))[kind[2]].astype(np.int64)  # numbered in order of first appearance
+    _, first, inverse = np.unique(np.where(open_group, lowest[comp], kind), return_index=True, return_inverse=True)
+    kind = np.argsort(np.argsort(first))[inverse].astype(np.int64)  # numbered in order of first appearance
     return res.labels, (groups, Kinds(kind, AK.kind_weights(kind)))
 
 
