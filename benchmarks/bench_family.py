@@ -405,13 +405,14 @@ def answer_blind(prompts, responses, labels, k):
     import scipy.sparse as sp
     labels = np.asarray(labels, dtype=np.int64)
     ans = np.unique(np.asarray([AK.answer_key(r) for r in responses]), return_inverse=True)[1].ravel()
+    n_answers = int(ans.max()) + 1
     size = np.bincount(labels, minlength=k).astype(np.float64)
-    answers = sp.csr_matrix((np.ones(len(ans)), (labels, ans)), shape=(k, ans.max() + 1))
+    answers = sp.csr_matrix((np.ones(len(ans)), (labels, ans)), shape=(k, n_answers))
     rr, ww, n_words = AK.input_words(prompts, labels, k)
-    cell = np.unique((labels[rr] * n_words + ww) * (ans.max() + 1) + ans[rr], return_counts=True)
+    cell = np.unique((labels[rr] * n_words + ww) * n_answers + ans[rr], return_counts=True)
     word = np.unique(labels[rr] * n_words + ww, return_counts=True)
     pairs = np.bincount(word[0] // n_words, weights=word[1] * (word[1] - 1.0), minlength=k)
-    same = np.bincount(cell[0] // (ans.max() + 1) // n_words, weights=cell[1] * (cell[1] - 1.0), minlength=k)
+    same = np.bincount(cell[0] // n_answers // n_words, weights=cell[1] * (cell[1] - 1.0), minlength=k)
     chance = (np.asarray(answers.multiply(answers).sum(1)).ravel() - size) / np.maximum(size * (size - 1), 1.0)
     own = np.where(pairs >= AK.MIN_PAIRS, same / np.maximum(pairs, 1.0) - chance, np.nan)
     root = answers.multiply(1.0 / np.maximum(size, 1.0)[:, None]).tocsr()
@@ -428,10 +429,9 @@ def mech_answer_sets(x, seed, inst, texts):
     1000-1049 x 3 seeds), taken out again after the dev check."""
     import scipy.sparse as sp
     from scipy.sparse.csgraph import connected_components
-    res = kmeans_split(x, seed)
-    groups = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
-    kind = AK.answer_kinds(groups, AK.answer_agreement(*texts, res.labels, res.k))
-    own, overlap = answer_blind(*texts, res.labels, res.k)
+    labels, (groups, kinds) = mech_answers(x, seed, inst, texts)
+    kind = kinds.of_group
+    own, overlap = answer_blind(*texts, labels, len(groups))
     n_groups = len(kind)
     blind_group = np.bincount(groups, weights=~(own <= AK.JOIN), minlength=n_groups) == 0
     open_group = blind_group & (np.bincount(kind, minlength=n_groups)[kind] == 1)
@@ -444,7 +444,7 @@ def mech_answer_sets(x, seed, inst, texts):
     np.minimum.at(lowest, comp, kind)
     _, first, inverse = np.unique(np.where(open_group, lowest[comp], kind), return_index=True, return_inverse=True)
     kind = np.argsort(np.argsort(first))[inverse].astype(np.int64)  # numbered in order of first appearance
-    return res.labels, (groups, Kinds(kind, AK.kind_weights(kind)))
+    return labels, (groups, Kinds(kind, AK.kind_weights(kind)))
 
 
 MECHANISMS = {
