@@ -53,6 +53,9 @@ def test_run_writes_every_stage_then_skips_what_is_up_to_date(cli_runner, tmp_pa
     assert refused.exit_code == 2 and "holds a run made with other select options (--fraction 0.31 -> 0.5); pass " \
         "--overwrite" in refused.stderr
     assert {p.name: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+    # an option recorded only when off its old value (--kinds) is named by its value on both sides
+    kinds = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--kinds", "none"])
+    assert kinds.exit_code == 2 and "other cluster options (--kinds auto -> none)" in kinds.stderr
     # with --overwrite it redoes select and shard only
     third = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *changed, "--overwrite", "--json"])
     status = {s["stage"]: s["status"] for s in json.loads(third.stdout)["stages"]}

@@ -74,7 +74,9 @@ class RunState:
         if rec is None:
             return {}
         now = request["option_values"]
-        rec = {**{k: v for k, v in ADDED_LATER.items() if k in now}, **rec}  # made before an option: at its value
+        # an ADDED_LATER option left out of either side (made before it, or recorded at its value) is at its value
+        later = {k: v for k, v in ADDED_LATER.items() if k in rec or k in now}
+        rec, now = {**later, **rec}, {**later, **now}
         return {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now)) if rec.get(k) != now.get(k)}
 
     def stale(self, stage: str, request: dict, output) -> str | None:
