@@ -149,6 +149,13 @@ def test_select_command_token_budget_on_gsm8k(tmp_path, cli_runner):
     assert sel.column("n_tokens").to_pylist() == exact[ids].tolist()  # shard reuses the exact counts
     assert 0 <= budget - exact[ids].sum() < exact.max()
     assert summary["tokens_selected"] == {"selected": int(exact[ids].sum()), "total": int(exact.sum())}
+    # counting tokens in other data than the clusters were made from is refused, naming both
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(data.read_text().splitlines(keepends=True)[:-1]))
+    res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s0.parquet", "--token-budget",
+                            budget, "--tokenizer", tok_dir, "--data", other], code=2)
+    assert f"c.parquet: was made from {data} (fingerprint" in res.output and f"not from {other}" in res.output
+    assert not (tmp_path / "s0.parquet").exists()
     # without --tokenizer: the embeddings' counts (words, for the text feature), and the summary says so
     res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s2.parquet", "--token-fraction",
                             "0.25", "--json"])

@@ -114,21 +114,21 @@ def _inputs(o: dict, clusters: str, c, needs: set):
                 n_tokens=extra.get("n_tokens"))
 
 
-def _open_data(o: dict, c):
+def _open_data(o: dict, clusters: str, c):
     """The raw data behind the clusters: --data, else the dataset (or mixture) their lineage records, which
-    must be unchanged."""
+    must be the one they were made from (when they record one)."""
+    from cluster_curate.io.artifacts import check_dataset_matches
     from cluster_curate.io.mixture import open_lineage_data
     record = c.meta.dataset or {}
     ds = open_lineage_data(o["data"], record, read_options(o))
     if ds is None:
         raise CurateError("--tokenizer needs the raw data: pass --data DATA (the clusters record no dataset)")
-    if record.get("fingerprint") and ds.fingerprint() != record["fingerprint"] and not o["force"]:
-        raise CurateError(f"{ds.source}: changed since the clusters were made (fingerprint {ds.fingerprint()}, "
-                          f"recorded {record['fingerprint']}); pass --force to count its tokens anyway")
+    if record.get("fingerprint"):
+        check_dataset_matches(c.meta, clusters, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"])
     return ds
 
 
-def _tokens(o: dict, c, x: dict, token_mode: bool):
+def _tokens(o: dict, clusters: str, c, x: dict, token_mode: bool):
     """Tokens per row (aligned with the clusters' ids) and what counted them: --tokenizer (exact), else the
     embeddings' n_tokens, else whitespace words from the data (read only when a token budget needs them)."""
     import numpy as np
@@ -140,7 +140,7 @@ def _tokens(o: dict, c, x: dict, token_mode: bool):
         return np.asarray(n_tokens, dtype=np.int64), f"the embeddings' n_tokens: {what}"
     if o["tokenizer"] is None and not token_mode:
         return None, None
-    ds = _open_data(o, c)
+    ds = _open_data(o, clusters, c)
     counts = count_tokens_pass(ds, c.ids, o["tokenizer"], "select: count tokens")
     missing = np.flatnonzero(counts < 0)
     if missing.size:
@@ -221,7 +221,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     needs = set(order.needs) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
     sources, source_names, share_lo, share_hi = _sources(o, c)
-    tokens, x["counted_by"] = _tokens(o, c, x, mode in TOKEN_MODES)
+    tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], features=x["features"],
                         fraction=o["fraction"], budget=o["budget"], per_cluster_ratio=o["per_cluster_ratio"],
                         balance_power=o["balance_power"], within=o["within"], dedup=o["dedup"], seed=o["seed"],
