@@ -447,6 +447,29 @@ def mech_answer_sets(x, seed, inst, texts):
     return labels, (groups, Kinds(kind, AK.kind_weights(kind)))
 
 
+def spread_order_key(kind_of_row, answers, ids, seed):
+    """Prototype within-cluster order (round 23) as select_rows' `hard` key: a row's rank among the rows of its kind
+    with its answer (in the seeded random order), then the random order; so each cluster takes one row of each
+    answer its kind has not yet shown before a second row of any. Unique answers (real data): the random order."""
+    from cluster_curate.within_orders import random_keys
+    n = len(answers)
+    r = random_keys(ids, seed)
+    order = np.lexsort((r, answers, kind_of_row))
+    k, a = kind_of_row[order], answers[order]
+    new = np.r_[True, (k[1:] != k[:-1]) | (a[1:] != a[:-1])]
+    rank = np.empty(n)
+    rank[order] = np.arange(n) - np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    return -(rank + (r >> np.uint64(11)).astype(np.float64) / 2.0 ** 53)
+
+
+def mech_answers_spread(x, seed, inst, texts):
+    """`answers`, and inside each cluster one row of each answer of its kind before a second (spread_order_key):
+    the same quotas, other rows."""
+    labels, (groups, kinds) = mech_answers(x, seed, inst, texts)
+    answers = np.unique(np.asarray([AK.answer_key(r) for r in texts[1]]), return_inverse=True)[1].ravel()
+    return labels, (groups, kinds, np.asarray(kinds.of_group)[groups[labels]], answers)
+
+
 MECHANISMS = {
     "splitby": mech_split_by,  # FEATURE/splitby: the split judged on FEATURE
     "groupby": mech_group_by,  # FEATURE/groupby: the tool's clusters, grouped on FEATURE
@@ -464,13 +487,14 @@ MECHANISMS = {
     "local3": lambda x, s, i: mech_local(x, s, i, power=3.0),
     "answers": mech_answers,
     "answer-sets": mech_answer_sets,  # prototype, round 22
+    "answers-spread": mech_answers_spread,  # prototype, round 23
     # answers-pNN: a kind of m groups gets m ** (NN / 100) shares (answers: KIND_POWER = 0.5; 1 would be the
     # groups' own quotas); trained on dev in round 19 (family_notes.md)
     **{f"answers-p{p}": (lambda x, s, i, t, p=p: mech_answers(x, s, i, t, power=p / 100)) for p in (65, 75, 85)},
 }
 TWO_FEATURES = ("splitby", "groupby", "groupby-pair")  # FEATURE/these: mechanism(x, seed, inst, FEATURE's rows)
 # these: mechanism(x, seed, inst, (prompts, responses))
-TEXT_MECHANISMS = ("answers", "answer-sets", *(m for m in MECHANISMS if m.startswith("answers-")))
+TEXT_MECHANISMS = ("answers", "answer-sets", "answers-spread", *(m for m in MECHANISMS if m.startswith("answers-")))
 TEXTS = "(texts)"  # feats(TEXTS): the rows' (prompts, responses)
 
 
@@ -551,6 +575,9 @@ def nested_quotas(sizes: np.ndarray, levels: list, budget: int) -> np.ndarray:
 def select(clusters, ids, budget, seed, groups):
     """Row positions selected: the tool's select_rows (random order in a cluster; groups, or (groups, Kinds)
     as mech_answers gives them), or for several levels of groups the same random order under nested_quotas."""
+    if isinstance(groups, tuple) and len(groups) == 4:  # answers-spread: (groups, Kinds, kind of each row, answers)
+        return select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups[0], kinds=groups[1],
+                           within="hard", loss=spread_order_key(groups[2], groups[3], ids, seed)).rows
     if isinstance(groups, tuple):
         return select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups[0], kinds=groups[1]).rows
     if groups is None or np.ndim(groups) == 1:

@@ -119,17 +119,49 @@ def test_the_wording_reference_is_the_oracle_when_each_skill_has_one_wording():
     assert three["dominant"] == 72 / 40 and three["worst"] == 24 / 40
 
 
+def test_the_spread_order_takes_one_row_of_each_answer_before_a_second():
+    from bench_family import spread_order_key
+    from cluster_curate.selection import select_rows
+    rng = np.random.default_rng(0)
+    clusters = rng.integers(0, 4, 300)
+    answers = rng.integers(0, 12, 300)
+    ids = np.arange(300) * 7
+    for kind in (clusters, clusters // 2):  # a kind of one cluster each, then of two
+        key = spread_order_key(kind, answers, ids, 3)
+        rank = np.floor(-key).astype(int)  # the row's rank among its kind's rows with its answer
+        for budget in (8, 40, 120, 299):
+            rows = select_rows(clusters, ids=ids, budget=budget, seed=3, within="hard", loss=key).rows
+            plain = select_rows(clusters, ids=ids, budget=budget, seed=3).rows
+            assert np.array_equal(np.bincount(clusters[rows], minlength=4), np.bincount(clusters[plain], minlength=4))
+            taken = np.zeros(300, bool)
+            taken[rows] = True
+            for c in range(4):  # a cluster takes no second row of an answer before a first row of another
+                mine = clusters == c
+                if taken[mine].any() and (~taken[mine]).any():
+                    assert rank[mine & taken].max() <= rank[mine & ~taken].min()
+                if kind is clusters:
+                    got = answers[taken & mine]
+                    assert len(set(got)) == min(len(got), len(set(answers[mine])))
+    # unique answers (real data): exactly the random order
+    for budget in (10, 93):
+        assert np.array_equal(select_rows(clusters, ids=ids, budget=budget, seed=5, within="hard",
+                                          loss=spread_order_key(clusters, np.arange(300), ids, 5)).rows,
+                              select_rows(clusters, ids=ids, budget=budget, seed=5).rows)
+
+
 @pytest.mark.slow
 def test_bench_family_and_trained_quick_run(tmp_path):
     res = tmp_path / "res"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family.py"), "--instances", "1",
-                           "--mechanisms", "default,pair,tool-tf/groupby,answers,answer-sets", "--check-cli", "1",
+                           "--mechanisms", "default,pair,tool-tf/groupby,answers,answer-sets,answers-spread", "--check-cli", "1",
                            "--work", str(tmp_path / "w"), "--results", str(res)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads((res / "family_dev.json").read_text())
     m = data["instances"][0]["metrics"]
-    assert set(m) == {"random", "wording", "default", "pair", "tool-tf/groupby", "answers", "answer-sets"}
+    assert set(m) == {"random", "wording", "default", "pair", "tool-tf/groupby", "answers", "answer-sets",
+                      "answers-spread"}
+    assert m["answers-spread"] == m["answers"]  # the same quotas: other rows, the same counts
     assert 0 < m["default"]["coverage"] <= 1 and m["random"]["coverage"] < m["wording"]["coverage"] <= 1
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family_train.py"), "--quick",
                            "--work", str(tmp_path / "t"), "--results", str(res)],
