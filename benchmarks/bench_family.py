@@ -21,8 +21,9 @@ the tool's options (flat, pair, nosplit) and prototypes tried for issue 18 (see 
 k-means, local and nested cuts (lost); `answers`, which joins the wordings of one request by what their rows
 answer (a prototype here in rounds 12-16, ahead on dev and test at the selection level; in the package since
 round 17 as `cluster --kinds answers`, its default since round 20: family_notes.md); `answer-sets`, which also
-joins the wordings that agreement cannot see by their sets of answers (round 22, lost on the trained dev check).
-`default` names the groups
+joins the wordings that agreement cannot see by their sets of answers (round 22, lost on the trained dev check);
+`answers-spread`, `answers` with each cluster's rows taken one answer of its kind at a time (round 23, lost on the
+trained dev check). `default` names the groups
 alone (`cluster --kinds none`, the default until round 20), the name the stored results use. `--check-cli N`
 checks `answers` against the commands too (with --responses short).
 FEATURE/MECHANISM runs a mechanism on a feature prototype or another tool feature (FEATURES; `semantic`, the
@@ -494,7 +495,7 @@ MECHANISMS = {
 }
 TWO_FEATURES = ("splitby", "groupby", "groupby-pair")  # FEATURE/these: mechanism(x, seed, inst, FEATURE's rows)
 # these: mechanism(x, seed, inst, (prompts, responses))
-TEXT_MECHANISMS = ("answers", "answer-sets", "answers-spread", *(m for m in MECHANISMS if m.startswith("answers-")))
+TEXT_MECHANISMS = ("answers", "answer-sets", *(m for m in MECHANISMS if m.startswith("answers-")))
 TEXTS = "(texts)"  # feats(TEXTS): the rows' (prompts, responses)
 
 

@@ -153,7 +153,8 @@ def test_the_spread_order_takes_one_row_of_each_answer_before_a_second():
 def test_bench_family_and_trained_quick_run(tmp_path):
     res = tmp_path / "res"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family.py"), "--instances", "1",
-                           "--mechanisms", "default,pair,tool-tf/groupby,answers,answer-sets,answers-spread", "--check-cli", "1",
+                           "--mechanisms", "default,pair,tool-tf/groupby,answers,answer-sets,answers-spread",
+                           "--check-cli", "1",
                            "--work", str(tmp_path / "w"), "--results", str(res)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
