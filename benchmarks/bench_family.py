@@ -398,6 +398,11 @@ def mech_answers(x, seed, inst, texts, power=AK.KIND_POWER):
     return res.labels, (groups, Kinds(kind_of_group, AK.kind_weights(kind_of_group, power)))
 
 
+def answer_numbers(responses) -> np.ndarray:
+    """Each row's answer as a number 0..A-1 (equal for responses equal after strip() and lower(): AK.answer_key)."""
+    return np.unique(np.asarray([AK.answer_key(r) for r in responses]), return_inverse=True)[1].ravel()
+
+
 def answer_blind(prompts, responses, labels, k):
     """(own, overlap) for mech_answer_sets: each cluster's agreement with itself (over its ordered pairs of
     distinct rows, per shared input word, the share that give the same answer, less the share of all its pairs
@@ -405,7 +410,7 @@ def answer_blind(prompts, responses, labels, k):
     (Bhattacharyya coefficient, as answer_agreement's)."""
     import scipy.sparse as sp
     labels = np.asarray(labels, dtype=np.int64)
-    ans = np.unique(np.asarray([AK.answer_key(r) for r in responses]), return_inverse=True)[1].ravel()
+    ans = answer_numbers(responses)
     n_answers = int(ans.max()) + 1
     size = np.bincount(labels, minlength=k).astype(np.float64)
     answers = sp.csr_matrix((np.ones(len(ans)), (labels, ans)), shape=(k, n_answers))
@@ -451,7 +456,10 @@ def mech_answer_sets(x, seed, inst, texts):
 def spread_order_key(kind_of_row, answers, ids, seed):
     """Prototype within-cluster order (round 23) as select_rows' `hard` key: a row's rank among the rows of its kind
     with its answer (in the seeded random order), then the random order; so each cluster takes one row of each
-    answer its kind has not yet shown before a second row of any. Unique answers (real data): the random order."""
+    answer its kind has not yet shown before a second row of any. Unique answers (real data): the random order.
+    The `hard` order reads its key as float32, so inside one rank the random part keeps about 24 bits (at rank r,
+    24 - log2(r + 1)); rows it cannot tell apart go to the lower position, as any `hard` tie does. Kept as it is:
+    the round-23 runs are cached by these selections."""
     from cluster_curate.within_orders import random_keys
     n = len(answers)
     r = random_keys(ids, seed)
@@ -467,8 +475,7 @@ def mech_answers_spread(x, seed, inst, texts):
     """`answers`, and inside each cluster one row of each answer of its kind before a second (spread_order_key):
     the same quotas, other rows."""
     labels, (groups, kinds) = mech_answers(x, seed, inst, texts)
-    answers = np.unique(np.asarray([AK.answer_key(r) for r in texts[1]]), return_inverse=True)[1].ravel()
-    return labels, (groups, kinds, np.asarray(kinds.of_group)[groups[labels]], answers)
+    return labels, (groups, kinds, np.asarray(kinds.of_group)[groups[labels]], answer_numbers(texts[1]))
 
 
 MECHANISMS = {
