@@ -3,15 +3,16 @@ every fixture format, reduced to a canonical form and compared with tests/golden
 
 The canonical form drops what may change without a change of behaviour: the tool version recorded in
 metadata, timings (`*seconds*`, rates), the shard files' byte hashes in the manifest (they cover the version
-in each file's footer; the shards themselves are compared by content). What a CPU of another kind changes
-without a change of behaviour is kept, but compared to a tolerance: its BLAS kernels move float results at the
-last bits (the projection's components, k-means' centroids, about 1e-8 relative), so every float -- a JSON
-value, or a float column or array summarised by its size, two fixed random projections, min and max -- is
-compared within FLOAT_TOL, and the lineage fingerprints that hash those floats are recorded as labels in order
-of first appearance (#1, #2, ...): which artifact is whose input stays checked, the hash's value does not.
-Everything else -- ids, clusters, selections, shard rows, texts, metadata fields -- must stay identical. Each
-scenario runs in a fresh interpreter with one BLAS/OpenMP thread (ENV): k-means' float sums also depend on the
-thread count.
+in each file's footer; the shards themselves are compared by content), and the absolute path a dataset record
+keeps beside a relative data path (`absolute_path`: it names the scenario's temporary directory). What a CPU
+of another kind changes without a change of behaviour is kept, but compared to a tolerance: its BLAS kernels
+move float results at the last bits (the projection's components, k-means' centroids, about 1e-8 relative), so
+every float -- a JSON value, or a float column or array summarised by its size, two fixed random projections,
+min and max -- is compared within FLOAT_TOL, and the lineage fingerprints that hash those floats are recorded
+as labels in order of first appearance (#1, #2, ...): which artifact is whose input stays checked, the hash's
+value does not. Everything else -- ids, clusters, selections, shard rows, texts, metadata fields -- must stay
+identical. Each scenario runs in a fresh interpreter with one BLAS/OpenMP thread (ENV): k-means' float sums also
+depend on the thread count.
 
 When a default or an algorithm changes on purpose, regenerate and review the diff of the JSON file:
 
@@ -88,6 +89,7 @@ def parts_commands(out: str = "parts") -> list[list[str]]:
 # ---------------------------------------------------------------------------------------------- canonical form
 
 _DROP_KEYS = ("seconds", "rows_per_s", "tokens_per_s")
+_DROP_EXACT = ("sha256", "absolute_path")
 FLOAT_TOL = 1e-6  # relative, and absolute near 0: 100x the last-bit moves seen between two kinds of CPU
 _FINGERPRINT = re.compile(r"^[0-9a-f]{24}$")  # the tool's lineage hashes (blake2b, 12 bytes, in hex)
 
@@ -97,7 +99,7 @@ def normalise(obj, *, drop_version: bool = True):
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
-            if any(d in k for d in _DROP_KEYS) or (drop_version and k == "version") or k == "sha256":
+            if any(d in k for d in _DROP_KEYS) or (drop_version and k == "version") or k in _DROP_EXACT:
                 continue
             out[k] = normalise(v, drop_version=drop_version)
         return out

@@ -1,6 +1,7 @@
 """Lineage that does not depend on where things are (issue 20 #6, #7, #12): a pipeline folder copied elsewhere
 works from another working directory, reads its own inputs (never another folder's), artifacts are the same
-bytes whatever the output folder, and `report` refuses artifacts that do not belong together."""
+bytes whatever the output folder, and `report` refuses artifacts that do not belong together. Raw data given by a
+relative path is found again from another working directory."""
 
 from __future__ import annotations
 
@@ -93,3 +94,145 @@ def test_a_copied_pipeline_folder_works_from_another_directory(tmp_path):
     (moved / "embeddings.parquet").unlink()
     r = _ok("select", rel / "clusters.parquet", "--out", "s3.parquet", "--fraction", "0.31", cwd=elsewhere)
     assert "the recorded embeddings embeddings.parquet is not there; the selection gets no n_tokens" in r.stderr
+
+
+# ------------------------------------------------------------------------------------------ data by a relative path
+# `embed DATA` records DATA as written (what summaries show), and where a relative DATA was (`absolute_path`): a
+# later command run from another working directory still finds the data while it is where it was.
+
+EMBED = ["--features", "text", "--dim", "16"]
+
+
+def _invoke(*argv, code=0):
+    from click.testing import CliRunner
+
+    from cluster_curate.cli import main
+    res = CliRunner().invoke(main, [str(a) for a in argv])
+    assert res.exit_code == code, res.output
+    return res
+
+
+def _summary(res) -> dict:
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _gsm_rows(path: Path, start: int = 0, rows: int = 120) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(GSM.read_text().splitlines(keepends=True)[start:start + rows]))
+    return path
+
+
+def _cluster_reads_answers(clusters_arg, out: Path) -> None:
+    """`cluster --kinds auto` (the default) read the answers of the data the embeddings record."""
+    summary = _summary(_invoke("cluster", clusters_arg, "--out", out, "--k", "6", "--json"))
+    assert "kinds_why_not" not in summary, summary["kinds_why_not"]
+    assert "kind_of_group" in read_meta(out).params
+
+
+def test_cluster_reads_the_answers_of_data_embedded_by_a_relative_path_from_another_directory(tmp_path, monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _gsm_rows(a / "data.jsonl")
+    b.mkdir()
+    monkeypatch.chdir(a)
+    _invoke("embed", "data.jsonl", "--out", "e.parquet", *EMBED, "-q")
+    record = read_meta(a / "e.parquet").dataset
+    assert record["source"] == "data.jsonl" and record["absolute_path"] == str(a / "data.jsonl")
+    monkeypatch.chdir(b)
+    _cluster_reads_answers("../a/e.parquet", b / "c.parquet")
+    # the clusters pass the record on: select --tokenizer reads the same data from here too
+    from tiny_lm import build_tokenizer
+    build_tokenizer(chat_template=True).save_pretrained(tmp_path / "tok")
+    res = _invoke("select", "c.parquet", "--out", "s.parquet", "--token-fraction", "0.3", "--tokenizer",
+                  tmp_path / "tok", "--json")
+    assert _summary(res)["tokens_counted_by"] == f"tokenizer {tmp_path / 'tok'} (exact)"
+    # gone from where it was: one line naming the data as written, as before
+    (a / "data.jsonl").rename(a / "moved.jsonl")
+    res = _invoke("select", "c.parquet", "--out", "s2.parquet", "--token-fraction", "0.3", "--tokenizer",
+                  tmp_path / "tok", "-q", code=2)
+    assert res.output.strip() == "ERROR: data.jsonl: no such file or directory"
+
+
+def test_the_absolute_path_changes_no_fingerprint(tmp_path, monkeypatch):
+    from cluster_curate.io.artifacts import make_meta
+    _gsm_rows(tmp_path / "a" / "data.jsonl")
+    monkeypatch.chdir(tmp_path)
+    _invoke("embed", "a/data.jsonl", "--out", "rel.parquet", *EMBED, "-q")
+    _invoke("embed", tmp_path / "a" / "data.jsonl", "--out", "abs.parquet", *EMBED, "-q")
+    rel, absolute = read_meta(tmp_path / "rel.parquet"), read_meta(tmp_path / "abs.parquet")
+    assert rel.dataset["absolute_path"] == str(tmp_path / "a" / "data.jsonl")
+    assert "absolute_path" not in absolute.dataset  # an absolute DATA is recorded as before
+    assert rel.fingerprint == absolute.fingerprint
+    bare = {k: v for k, v in rel.inputs["data"].items() if k != "absolute_path"}
+    assert make_meta(rel.kind, rel.params, {"data": bare}, bare, rel.algorithm).fingerprint == rel.fingerprint
+
+
+def _as_written_before(artifact: Path) -> None:
+    """Rewrite `artifact` as an earlier version wrote it: no `absolute_path` in its records."""
+    import pyarrow.parquet as pq
+
+    from cluster_curate.io.artifacts import META_KEY
+    table = pq.read_table(artifact)
+    meta = json.loads(table.schema.metadata[META_KEY])
+    for rec in (meta["dataset"], meta["inputs"]["data"], *meta["dataset"].get("inputs", ())):
+        rec.pop("absolute_path", None)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, META_KEY: json.dumps(meta)}), artifact)
+
+
+def test_an_artifact_without_the_absolute_path_reads_its_data_as_before(tmp_path, monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _gsm_rows(a / "data.jsonl")
+    b.mkdir()
+    monkeypatch.chdir(a)
+    _invoke("embed", "data.jsonl", "--out", "e.parquet", *EMBED, "-q")
+    _as_written_before(a / "e.parquet")
+    _cluster_reads_answers("e.parquet", a / "c.parquet")  # from where it was embedded
+    monkeypatch.chdir(b)  # from elsewhere: kinds off, saying why and what to pass
+    res = _invoke("cluster", "../a/e.parquet", "--out", "c.parquet", "--k", "6", "--json")
+    why = _summary(res)["kinds_why_not"]
+    assert "answers were not read (data.jsonl: no such file or directory)" in why and "--data DATA" in why
+
+
+@pytest.mark.parametrize("inputs", [["mix.yaml"], ["math.jsonl", "more.jsonl"]], ids=["mixture-file", "two-inputs"])
+def test_a_mixture_embedded_by_relative_paths_is_found_from_another_directory(tmp_path, monkeypatch, inputs):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _gsm_rows(a / "math.jsonl", 0, 60)
+    _gsm_rows(a / "more.jsonl", 60, 60)
+    (a / "mix.yaml").write_text("inputs:\n  - path: math.jsonl\n  - path: more.jsonl\n")
+    b.mkdir()
+    monkeypatch.chdir(a)
+    _invoke("embed", *inputs, "--out", "e.parquet", *EMBED, "-q")
+    recorded = read_meta(a / "e.parquet").dataset["inputs"]
+    assert [(i["source"], i["absolute_path"]) for i in recorded] == [("math.jsonl", str(a / "math.jsonl")),
+                                                                     ("more.jsonl", str(a / "more.jsonl"))]
+    monkeypatch.chdir(b)
+    _cluster_reads_answers("../a/e.parquet", b / "c.parquet")
+
+
+def test_export_reads_left_over_rows_of_data_sharded_by_a_relative_path_from_another_directory(tmp_path,
+                                                                                                 monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _gsm_rows(a / "data" / "gsm.jsonl")
+    b.mkdir()
+    monkeypatch.chdir(a)
+    _invoke("run", "data/gsm.jsonl", "--out", "p", *FAST, "-q")
+    manifest = json.loads((a / "p" / "shards" / "manifest.json").read_text())
+    assert manifest["leftover_ids"] and manifest["inputs"]["data"]["source"] == "data/gsm.jsonl"
+    monkeypatch.chdir(b)
+    _invoke("export", "../a/p/shards", "--for", "jsonl", "--out", "x", "-q")
+    rows = (b / "x" / "selected.jsonl").read_text().splitlines()
+    source = (a / "data" / "gsm.jsonl").read_text().splitlines()
+    assert set(manifest["leftover_ids"]) <= {i for i, line in enumerate(source) if line in rows}
+
+
+def test_recorded_source_tries_the_path_as_written_then_the_absolute_one(tmp_path, monkeypatch):
+    from cluster_curate.io.datasets import recorded_source
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "d.jsonl").write_text("{}\n")
+    here = {"source": "d.jsonl", "absolute_path": str(tmp_path / "a" / "d.jsonl")}
+    monkeypatch.chdir(tmp_path)
+    assert recorded_source(here) == str(tmp_path / "a" / "d.jsonl")  # not here: where it was
+    (tmp_path / "d.jsonl").write_text("{}\n")
+    assert recorded_source(here) == "d.jsonl"  # as written first: a folder's own copy, as before
+    assert recorded_source({"source": "gone.jsonl", "absolute_path": str(tmp_path / "gone.jsonl")}) == "gone.jsonl"
+    assert recorded_source({"source": "org/name", "fingerprint": "f"}) == "org/name"  # a hub id, no path
+    assert recorded_source({"source": "x.jsonl", "absolute_path": 3}) == "x.jsonl"  # a bad record: as written

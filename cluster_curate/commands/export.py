@@ -77,19 +77,19 @@ def _read_shards(shards: str):
 
 def _read_leftovers(manifest: dict, o: dict, source: str):
     """The raw rows of the manifest's left-over ids (in no shard), from --data or the data the shards were made
-    from (as recorded, else relative to the shard directory, like io/lineage.py; its fingerprint must match);
-    None when there are none."""
+    from (as recorded, else at its recorded absolute path, else relative to the shard directory, like
+    io/lineage.py; its fingerprint must match); None when there are none."""
     from pathlib import Path
 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.io.datasets import open_dataset, recorded_source
     ids = sorted(int(i) for i in manifest.get("leftover_ids") or [])
     if not ids:
         return None
     recorded = manifest.get("inputs", {}).get("data") or manifest.get("dataset") or {}
-    path = str(o["data"] or recorded.get("source", ""))
+    path = str(o["data"] or recorded_source(recorded))
     if path and not o["data"] and not Path(path).exists() and not Path(path).is_absolute():
         beside = Path(source).parent / path
         path = str(beside) if beside.exists() else path

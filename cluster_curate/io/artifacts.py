@@ -8,7 +8,8 @@ metadata `cluster_curate` (JSON) with:
     algorithm    version of the stage's algorithm (ALGORITHM_VERSION of the stage's module)
     params       the parameters of the stage that made it
     inputs       {name: {"path", "kind", "fingerprint", "rows"}} for each input
-    dataset      {"source", "fingerprint", "rows"} of the raw dataset at the root of the lineage
+    dataset      {"source", "fingerprint", "rows"} of the raw dataset at the root of the lineage; "source" as
+                 written, and beside a relative one its "absolute_path" (io/datasets.recorded_source), in no hash
     rows         number of rows in this artifact
     fingerprint  hash of (kind, algorithm, params, inputs): same algorithm, inputs and parameters => same
                  fingerprint, and an algorithm that changes its output bumps its version

@@ -4,7 +4,8 @@ CONTRACT (used by embed, shard, inspect, run; keep it stable):
 
     ds = open_dataset(source, ReadOptions(format=None, prompt_field=None, response_field=None, on_bad_row="error"))
     ds.source, ds.format, ds.fields          # detected (or forced) format and field mapping
-    ds.record()                              # {"source", "fingerprint", "rows"} for artifact lineage
+    ds.record()                              # {"source", "fingerprint", "rows"} for artifact lineage (and
+                                             # "absolute_path" when source is relative: recorded_source(record))
     for batch in ds.iter_batches(batch_rows=2048):
         batch.raw        # pa.RecordBatch: column `id` first, then every source column as read (rejected rows too)
         batch.examples   # list[Example] for the rows of this batch that parsed (rejects skipped when on_bad_row="skip")
@@ -52,7 +53,7 @@ from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.formats import FieldMap, RecordError, resolve_fields, to_example
 
 __all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset", "default_rejects_path",
-           "file_fingerprint"]
+           "file_fingerprint", "recorded_source"]
 
 _PEEK_ROWS = 200          # rows read at open time to detect the format
 
@@ -235,8 +236,17 @@ class Dataset:
                 self.rows = self._src.count()
         return self.rows
 
+    def location(self) -> dict:
+        """{"absolute_path": ...} of a local source written relative to the working directory, else {}. Recorded
+        beside `source` (as written: what summaries and messages show) so that a command run from another
+        directory still finds the data (`recorded_source`); no fingerprint hashes it."""
+        if self.container == "hf-hub":
+            return {}
+        resolved = os.path.abspath(self.path)
+        return {} if resolved == self.source else {"absolute_path": resolved}
+
     def record(self) -> dict:
-        return {"source": self.source, "fingerprint": self.fingerprint(), "rows": self.num_rows()}
+        return {"source": self.source, **self.location(), "fingerprint": self.fingerprint(), "rows": self.num_rows()}
 
     # ------------------------------------------------------------------------------------------- reading
     def _location(self, id_: int, line: int | None) -> str:
@@ -382,6 +392,17 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+def recorded_source(record: dict) -> str:
+    """The source a lineage record names, to open it again: as written while that is there (a hub id, or a path
+    read from the directory it was written in, opens as before), else the absolute path recorded beside it when
+    that is there (a relative path read from another working directory)."""
+    source = str(record.get("source") or "")
+    resolved = record.get("absolute_path")
+    if isinstance(resolved, str) and not os.path.exists(os.path.expanduser(source)) and os.path.exists(resolved):
+        return resolved
+    return source
 
 
 def open_dataset(source, opts: ReadOptions | None = None) -> Dataset:

@@ -2,7 +2,7 @@
 
     inputs = mixture_inputs(["math.jsonl", "code.parquet"], ReadOptions())   # or a mixture file (YAML/JSON)
     mix = Mixture(inputs)
-    mix.record()           # lineage: every input's source, fingerprint, rows and reading options
+    mix.record()           # lineage: every input's source (and absolute_path), fingerprint, rows and reading options
     for batch in mix.iter_batches():
         batch.examples     # ids global: input 0's rows first, then input 1's, ... (the order given)
         batch.raw          # `id`, `source`, `source_row`, then the input's own columns (renamed as asked)
@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.datasets import Batch, Example, ReadOptions, Reject, open_dataset
+from cluster_curate.io.datasets import Batch, Example, ReadOptions, Reject, open_dataset, recorded_source
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
 INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "on_bad_row", "rename", "min_share",
@@ -247,7 +247,7 @@ class Mixture:
     def record(self) -> dict:
         offsets = self.offsets()
         return {"source": self.source, "fingerprint": self.fingerprint(), "rows": self.num_rows(),
-                "inputs": [{**inp.describe(), "source": ds.source, "format": ds.format,
+                "inputs": [{**inp.describe(), "source": ds.source, **ds.location(), "format": ds.format,
                             "fingerprint": ds.fingerprint(), "rows": ds.num_rows(), "first_id": int(first)}
                            for inp, ds, first in zip(self.inputs, self.datasets, offsets)]}
 
@@ -421,7 +421,8 @@ def inputs_from_record(record: dict) -> list[MixtureInput]:
     out = []
     for i, item in enumerate(record.get("inputs") or []):
         opts = ReadOptions(**{"on_bad_row": "error", **(item.get("options") or {})})
-        out.append(MixtureInput(path=item["source"], name=item["name"], options=opts, rename=item.get("rename", {}),
+        out.append(MixtureInput(path=recorded_source(item), name=item["name"], options=opts,
+                                rename=item.get("rename", {}),
                                 min_share=item.get("min_share"), max_share=item.get("max_share"),
                                 where=f"recorded input {item['name']}"))
     return out
@@ -435,7 +436,7 @@ def open_lineage_data(data, record: dict, options: ReadOptions):
     if record.get("inputs"):
         return Mixture(inputs_from_record(record))
     if record.get("source"):
-        return open_inputs(record["source"], options)
+        return open_inputs(recorded_source(record), options)
     return None
 
 
