@@ -179,6 +179,7 @@ class Selection:
 
 def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray | None = None,
                 similarity: np.ndarray | None = None, loss: np.ndarray | None = None,
+                answers: np.ndarray | None = None,
                 features: np.ndarray | None = None, fraction: float | None = None, budget: int | None = None,
                 per_cluster_ratio: float | None = None, balance_power: float = 0.0, within: str = "random",
                 dedup: float | None = None, seed: int = 0, groups: np.ndarray | None = None,
@@ -189,7 +190,8 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     """Select rows: quotas across clusters, then the first `quota` rows of each cluster in `within` order.
 
     clusters: int cluster per row (0..k-1). ids: row ids (for the random order; default 0..n-1).
-    similarity: cosine to the row's centroid (far, near, diverse). loss: per row (hard).
+    similarity: cosine to the row's centroid (far, near, diverse). loss: per row (hard). answers: an int per row,
+    equal for equal answers (answers: taken in proportion inside each kind, else group, else cluster).
     features: unit rows aligned with `clusters` (diverse, dedup). dedup: cosine threshold; near-duplicates
     are removed before quotas are computed, so the budget is still met when enough distinct rows remain.
     groups: the group of each cluster (`cluster --groups`): budget quotas are water-filled over groups first.
@@ -206,7 +208,8 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     clusters, k = _checked_clusters(clusters, k, features, tokens)
     n = len(clusters)
     sizes = np.bincount(clusters, minlength=k).astype(np.int64)
-    order = order_within_cluster(clusters, within, ids=ids, similarity=similarity, loss=loss, seed=seed, k=k)
+    order = order_within_cluster(clusters, within, ids=ids, similarity=similarity, loss=loss, answers=answers,
+                                 kind_of_row=_kind_of_row(clusters, groups, kinds), seed=seed, k=k)
     order, available, dropped = _drop_near_duplicates(order, clusters, features, sizes, dedup, k)
     n_available = int(available.sum())
 
@@ -248,6 +251,14 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     return Selection(rows=rows, cluster=clusters[rows].astype(np.int32), rank_in_cluster=rank[rows].astype(np.int32),
                      sizes=sizes, available=available, quotas=quotas, mode=mode, requested=requested,
                      dedup_dropped=dropped, notes=notes, **token_totals)
+
+
+def _kind_of_row(clusters: np.ndarray, groups, kinds: Kinds | None) -> np.ndarray:
+    """Each row's kind (`cluster --kinds`), else its group, else its cluster."""
+    if groups is None:
+        return clusters
+    group = np.asarray(groups)[clusters]
+    return group if kinds is None else np.asarray(kinds.of_group)[group]
 
 
 def _budget_mode(within: str, fraction, budget, per_cluster_ratio, tokens, token_budget, token_fraction,

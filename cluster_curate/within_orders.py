@@ -77,8 +77,39 @@ WITHIN.register("diverse", "greedy k-center inside the cluster, starting from th
                 needs=("similarity", "features"), picks=lambda x, quota: k_center_greedy(x, quota, first=0))
 WITHIN.register("hard", "highest loss first (the embeddings artifact's `loss`)",
                 lambda *, loss, **_: _float_key(loss, descending=True), needs=("loss",), picks=None)
+
+
+def answer_share_key(*, ids, seed, answers, kind_of_row, **_):
+    """`answers`: each answer of a kind spaced evenly through the order. A row's value is (its rank among the rows
+    of its kind with its answer, in the random order, + u) / m, for the m rows of that answer and u the random key
+    (in [0, 1)) of its first row; rows are taken lowest value first (ties: the random order). So a cluster with
+    quota share t of its kind takes about t * m rows of each answer, rounded up for a repeated answer (its u is
+    the least of m random keys): one row of every repeated answer before a second of any (one row per operand of
+    a request answered by memory), then each in proportion, while answers that occur once are taken in the
+    random order in what is left (benchmarks/results/family_notes.md, round 24). Rows whose answers are all
+    different (most real data) have value u, their own random key: exactly the random order."""
+    r = random_keys(ids, seed)
+    n = len(r)
+    order = np.lexsort((r, answers, kind_of_row))
+    k, a = kind_of_row[order], answers[order]
+    new = np.r_[True, (k[1:] != k[:-1]) | (a[1:] != a[:-1])]
+    start = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    size = np.diff(np.r_[start, n])[group]
+    u = (r[order][start] >> np.uint64(11)).astype(np.float64)[group] / 2.0 ** 53
+    value = np.empty(n)
+    value[order] = (np.arange(n) - start[group] + u) / size
+    key = np.empty(n, dtype=np.int64)
+    key[np.lexsort((r, value))] = np.arange(n)
+    return key
+
+
+WITHIN.register("answers", "one row of each repeated answer of a kind before a second, then each answer in "
+                "proportion to its rows (reads the responses: --data, else the recorded dataset)", answer_share_key,
+                needs=("answers",), picks=None)
 WITHIN_ORDERS = WITHIN.names
 _NEEDS_MESSAGE = {"similarity": "--within {} needs the similarity column of the clusters artifact",
+                  "answers": "--within {} needs each row's answer (its response) and its kind",
                   "loss": "--within {} needs a `loss` column (from the embeddings artifact)"}
 
 
@@ -93,16 +124,19 @@ def group_by_cluster(clusters: np.ndarray, k: int | None = None) -> np.ndarray:
 
 def order_within_cluster(clusters: np.ndarray, within: str, *, ids: np.ndarray | None = None,
                          similarity: np.ndarray | None = None, loss: np.ndarray | None = None,
+                         answers: np.ndarray | None = None, kind_of_row: np.ndarray | None = None,
                          seed: int = 0, k: int | None = None) -> np.ndarray:
     """Row positions grouped by cluster (ascending), each cluster's rows in preference order.
 
     random: by random_keys(id, seed); far: lowest similarity to the centroid first; near: highest first;
-    hard: highest loss first (NaN last). Ties go to the lower row position. (`diverse` depends on the
-    quota, see k_center_greedy; its base order here is `near`.)
+    hard: highest loss first (NaN last); answers: answer_share_key (answers: an int per row, equal for equal
+    answers; kind_of_row: the kind, else group, else cluster of each row). Ties go to the lower row position.
+    (`diverse` depends on the quota, see k_center_greedy; its base order here is `near`.)
     """
     n = len(clusters)
     entry = WITHIN.get(within)
-    inputs = {"ids": np.arange(n) if ids is None else ids, "similarity": similarity, "loss": loss}
+    inputs = {"ids": np.arange(n) if ids is None else ids, "similarity": similarity, "loss": loss,
+              "answers": answers, "kind_of_row": np.asarray(clusters) if kind_of_row is None else kind_of_row}
     for need in entry.needs:
         if need in _NEEDS_MESSAGE and inputs[need] is None:
             raise CurateError(_NEEDS_MESSAGE[need].format(within))

@@ -235,6 +235,44 @@ def test_cluster_kinds_answers_records_the_kinds_select_uses(family, tmp_path, c
     assert np.array_equal(np.sort(chosen), np.sort(ids[sel.rows]))
 
 
+def test_select_within_answers_reads_the_responses_and_orders_inside_the_kinds(family, tmp_path, cli_runner):
+    """`select --within answers` reads the responses (from the recorded dataset, or --data) and takes what
+    select_rows takes with them; the same quotas as the random order, other rows. Without the data: one line."""
+    import shutil
+    d = family
+    _cli(cli_runner, ["cluster", d / "e.parquet", "--out", tmp_path / "c.parquet", "-q"])
+    chosen = {}
+    for name, args in (("recorded", []), ("given", ["--data", d / "train.jsonl"]), ("random", None)):
+        within = [] if args is None else ["--within", "answers", *args]
+        res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / f"{name}.parquet", "--json",
+                                "--fraction", "0.31", *within])
+        chosen[name] = pq.read_table(tmp_path / f"{name}.parquet")
+        assert json.loads(res.stdout.strip().splitlines()[-1])["within"] == ("random" if args is None else "answers")
+    assert chosen["recorded"].equals(chosen["given"])
+    rows = [json.loads(line) for line in (d / "train.jsonl").read_text().splitlines()]
+    t = pq.read_table(tmp_path / "c.parquet")
+    ids, labels = t.column("id").to_numpy(), t.column("cluster").to_numpy()
+    meta = json.loads(pq.read_schema(tmp_path / "c.parquet").metadata[b"cluster_curate"])["params"]
+    kinds = Kinds(np.array(meta["kind_of_group"]), np.array(meta["kind_weights"]))
+    sel = S.select_rows(labels, ids=ids, fraction=0.31, groups=np.array(meta["groups"]), kinds=kinds,
+                        within="answers", answers=np.array([AK.answer_key(rows[i]["output"]) for i in ids]))
+    got = chosen["recorded"].column("id").to_numpy()
+    assert np.array_equal(np.sort(got), np.sort(ids[sel.rows]))
+    rand = chosen["random"].column("id").to_numpy()
+    assert len(got) == len(rand) and set(got) != set(rand)
+    per_cluster = {n: np.bincount(chosen[n].column("cluster").to_numpy(), minlength=meta["k"]) for n in chosen}
+    assert np.array_equal(per_cluster["recorded"], per_cluster["random"])
+    shutil.copy(d / "train.jsonl", tmp_path / "train.jsonl")  # the data gone: one line naming what to pass
+    _cli(cli_runner, ["embed", tmp_path / "train.jsonl", "--out", tmp_path / "e2.parquet", "-q"])
+    _cli(cli_runner, ["cluster", tmp_path / "e2.parquet", "--out", tmp_path / "c2.parquet", "-q"])
+    (tmp_path / "train.jsonl").unlink()
+    res = _cli(cli_runner, ["select", tmp_path / "c2.parquet", "--out", tmp_path / "s2.parquet", "--fraction", "0.31",
+                            "--within", "answers"], code=2)
+    error = [line for line in res.output.strip().splitlines() if line.startswith("ERROR")]
+    assert len(error) == 1 and "train.jsonl" in error[0] and "pass --data" in error[0]
+    assert not (tmp_path / "s2.parquet").exists()
+
+
 def test_cluster_kinds_data_given_or_recorded_give_the_same_kinds(family, tmp_path, cli_runner):
     def params(name, *args):
         _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / name, "-q", *args])

@@ -113,6 +113,51 @@ def test_random_order_depends_on_ids_not_positions():
     assert set(ids[a.rows]) != set(ids[c.rows])
 
 
+def test_answers_order_takes_each_answer_in_proportion_inside_its_kind():
+    rng = np.random.default_rng(1)
+    n = 900
+    clusters = np.repeat(np.arange(3), 300)
+    # a skill with 10 answers (3 rows in 4) mixed with one whose answers are all different (1 in 4)
+    rare = np.arange(n) % 4 == 0
+    answers = np.where(rare, 100 + np.arange(n), rng.integers(0, 10, n))
+    ids = np.arange(n) * 3
+    for budget in (30, 90, 450):
+        rare_share = []
+        for seed in range(20):
+            sel = S.select_rows(clusters, ids=ids, budget=budget, seed=seed, within="answers", answers=answers)
+            plain = S.select_rows(clusters, ids=ids, budget=budget, seed=seed)
+            assert np.array_equal(sel.quotas, plain.quotas)  # the same quotas: another order inside each cluster
+            taken = np.zeros(n, bool)
+            taken[sel.rows] = True
+            for c in range(3):
+                mine = clusters == c
+                repeated = [a for a in np.unique(answers[mine & ~rare])]
+                got = np.array([(taken & mine & (answers == a)).sum() for a in repeated])
+                share = sel.quotas[c] * np.array([np.mean(answers[mine] == a) for a in repeated])
+                assert (np.abs(got - share) < 2).all()  # its share of the quota, to a row (the rest move it)
+                if got.max() >= 2:  # a second row of an answer only once every repeated answer has one
+                    assert got.min() >= 1
+            rare_share.append((taken & rare).sum() / budget)
+        # the answers that occur once fill what the repeated ones leave, in the random order: nearly none of a
+        # quota of 10 (10 repeated answers), their share of the cluster at a quota of 150
+        assert np.mean(rare_share) < 0.1 if budget == 30 else abs(np.mean(rare_share) - 0.25) < 0.05 \
+            if budget == 450 else True
+    # kinds over clusters: the share is counted in the kind (its group when there are no kinds)
+    groups = np.array([0, 0, 1])
+    sel = S.select_rows(clusters, ids=ids, budget=90, seed=3, within="answers", answers=answers, groups=groups)
+    order = O.order_within_cluster(clusters, "answers", ids=ids, answers=answers, kind_of_row=groups[clusters],
+                                   seed=3)
+    rank = np.empty(n, int)
+    rank[order] = np.arange(n) - np.repeat([0, 300, 600], 300)
+    assert set(sel.rows) == set(np.flatnonzero(rank < sel.quotas[clusters]))
+    # rows whose answers are all different (most real data): exactly the random order
+    for budget in (10, 93):
+        unique = S.select_rows(clusters, ids=ids, budget=budget, seed=5, within="answers", answers=np.arange(n))
+        assert np.array_equal(unique.rows, S.select_rows(clusters, ids=ids, budget=budget, seed=5).rows)
+    with pytest.raises(CurateError, match="needs each row's answer"):
+        S.select_rows(clusters, budget=2, within="answers")
+
+
 def test_hard_puts_nan_loss_last_and_ranks_by_loss():
     clusters = np.zeros(5, int)
     loss = np.array([0.5, np.nan, 2.0, 1.0, np.nan], dtype=np.float32)

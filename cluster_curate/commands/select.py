@@ -32,8 +32,8 @@ OPTIONS = (
     Option("tokenizer", help="Local tokenizer directory (the trainer's): count every row's tokens with it (one "
            "pass over the data), exact. Default: the embeddings' n_tokens (the feature model's or encoder's "
            "tokenizer), else whitespace words; the summary says which."),
-    Option("data", run=False, multiple=True, help="The raw data, for --tokenizer or word counts (default: the "
-           "dataset, or every input of a mixture, that the clusters' lineage records)."),
+    Option("data", run=False, multiple=True, help="The raw data, for --tokenizer, word counts or --within answers "
+           "(default: the dataset, or every input of a mixture, that the clusters' lineage records)."),
     Option("source_min_share", metavar="[NAME=]SHARE,...",
            help="A mixture's inputs: each gives at least this share of the budget (rows, or tokens with a token "
                 "budget), met exactly or refused; SHARE for every input or NAME=SHARE (mixture files can set "
@@ -110,11 +110,37 @@ def _inputs(o: dict, clusters: str, c, needs: set):
     if "features" in needs:
         features = read_embeddings_for(emb_path, c.ids, force=o["force"], what=f" of {clusters}")
         normalise_features(features, center=c.meta.params.get("normalisation") == "center+l2")
+    answers = _answers(o, clusters, c) if "answers" in needs else None
     return dict(emb_path=emb_path, emeta=emeta, why_not=why_not, loss=loss, features=features,
-                n_tokens=extra.get("n_tokens"))
+                n_tokens=extra.get("n_tokens"), answers=answers)
 
 
-def _open_data(o: dict, clusters: str, c):
+def _answers(o: dict, clusters: str, c):
+    """Each row's answer (answer_kinds.answer_key of its response), aligned with the clusters' ids, from one
+    pass over the raw data (`--within answers`)."""
+    import numpy as np
+
+    from cluster_curate.answer_kinds import answer_key
+    try:
+        ds = _open_data(o, clusters, c, f"--within {o['within']}")
+    except CurateError as e:
+        raise CurateError(f"{e} (--within {o['within']} reads the rows' responses: pass --data DATA)") from None
+    where = np.full(int(c.ids.max()) + 1, -1, dtype=np.int64)
+    where[c.ids] = np.arange(len(c.ids))
+    keys = np.zeros(len(c.ids), dtype=np.int64)
+    found = np.zeros(len(c.ids), dtype=bool)
+    for batch in ds.iter_batches():
+        for ex in batch.examples:
+            if ex.id < len(where) and where[ex.id] >= 0:
+                keys[where[ex.id]] = answer_key(ex.response)
+                found[where[ex.id]] = True
+    if not found.all():
+        raise CurateError(f"{ds.source}: id {int(c.ids[np.flatnonzero(~found)[0]])} of the clusters is not a readable "
+                          f"example of this data ({int((~found).sum())} ids missing)")
+    return keys
+
+
+def _open_data(o: dict, clusters: str, c, why: str = "--tokenizer"):
     """The raw data behind the clusters: --data, else the dataset (or mixture) their lineage records, which
     must be the one they were made from (when they record one)."""
     from cluster_curate.io.artifacts import check_dataset_matches
@@ -122,7 +148,7 @@ def _open_data(o: dict, clusters: str, c):
     record = c.meta.dataset or {}
     ds = open_lineage_data(o["data"], record, read_options(o))
     if ds is None:
-        raise CurateError("--tokenizer needs the raw data: pass --data DATA (the clusters record no dataset)")
+        raise CurateError(f"{why} needs the raw data: pass --data DATA (the clusters record no dataset)")
     if record.get("fingerprint"):
         check_dataset_matches(c.meta, clusters, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"])
     return ds
@@ -222,8 +248,8 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     x = _inputs(o, clusters, c, needs)
     sources, source_names, share_lo, share_hi = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
-    sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], features=x["features"],
-                        fraction=o["fraction"], budget=o["budget"], per_cluster_ratio=o["per_cluster_ratio"],
+    sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], answers=x["answers"],
+                        features=x["features"], fraction=o["fraction"], budget=o["budget"], per_cluster_ratio=o["per_cluster_ratio"],
                         balance_power=o["balance_power"], within=o["within"], dedup=o["dedup"], seed=o["seed"],
                         groups=c.groups, kinds=c.kinds, tokens=tokens, token_budget=o["token_budget"],
                         token_fraction=o["token_fraction"], tokens_counted_by=x["counted_by"] or "",
