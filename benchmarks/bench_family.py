@@ -23,7 +23,8 @@ answer (a prototype here in rounds 12-16, ahead on dev and test at the selection
 round 17 as `cluster --kinds answers`, its default since round 20: family_notes.md); `answer-sets`, which also
 joins the wordings that agreement cannot see by their sets of answers (round 22, lost on the trained dev check);
 `answers-spread`, `answers` with each cluster's rows taken one answer of its kind at a time (round 23, lost on the
-trained dev check). `default` names the groups
+trained dev check); `answers-prop`, `answers` with `select --within answers` (round 24: family_notes.md). `default`
+names the groups
 alone (`cluster --kinds none`, the default until round 20), the name the stored results use. `--check-cli N`
 checks `answers` against the commands too (with --responses short).
 FEATURE/MECHANISM runs a mechanism on a feature prototype or another tool feature (FEATURES; `semantic`, the
@@ -475,7 +476,18 @@ def mech_answers_spread(x, seed, inst, texts):
     """`answers`, and inside each cluster one row of each answer of its kind before a second (spread_order_key):
     the same quotas, other rows."""
     labels, (groups, kinds) = mech_answers(x, seed, inst, texts)
-    return labels, (groups, kinds, np.asarray(kinds.of_group)[groups[labels]], answer_numbers(texts[1]))
+    kind_of_row, answers = np.asarray(kinds.of_group)[groups[labels]], answer_numbers(texts[1])
+    return labels, (groups, kinds, lambda ids, s: {"within": "hard",
+                                                   "loss": spread_order_key(kind_of_row, answers, ids, s)})
+
+
+def mech_answers_prop(x, seed, inst, texts):
+    """`answers` with `select --within answers` (within_orders.answer_share_key; a harness prototype in round 24,
+    the same selections as the package's on the 102 dev and test selections it was checked on): one row of each
+    repeated answer of a kind before a second, then each answer in proportion. The same quotas, other rows."""
+    labels, (groups, kinds) = mech_answers(x, seed, inst, texts)
+    answers = answer_numbers(texts[1])
+    return labels, (groups, kinds, lambda ids, s: {"within": "answers", "answers": answers})
 
 
 MECHANISMS = {
@@ -495,7 +507,8 @@ MECHANISMS = {
     "local3": lambda x, s, i: mech_local(x, s, i, power=3.0),
     "answers": mech_answers,
     "answer-sets": mech_answer_sets,  # prototype, round 22
-    "answers-spread": mech_answers_spread,  # prototype, round 23
+    "answers-spread": mech_answers_spread,  # prototype, round 23, lost
+    "answers-prop": mech_answers_prop,  # round 24: select --within answers
     # answers-pNN: a kind of m groups gets m ** (NN / 100) shares (answers: KIND_POWER = 0.5; 1 would be the
     # groups' own quotas); trained on dev in round 19 (family_notes.md)
     **{f"answers-p{p}": (lambda x, s, i, t, p=p: mech_answers(x, s, i, t, power=p / 100)) for p in (65, 75, 85)},
@@ -583,9 +596,9 @@ def nested_quotas(sizes: np.ndarray, levels: list, budget: int) -> np.ndarray:
 def select(clusters, ids, budget, seed, groups):
     """Row positions selected: the tool's select_rows (random order in a cluster; groups, or (groups, Kinds)
     as mech_answers gives them), or for several levels of groups the same random order under nested_quotas."""
-    if isinstance(groups, tuple) and len(groups) == 4:  # answers-spread: (groups, Kinds, kind of each row, answers)
+    if isinstance(groups, tuple) and len(groups) == 3:  # (groups, Kinds, (ids, seed) -> the order's arguments)
         return select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups[0], kinds=groups[1],
-                           within="hard", loss=spread_order_key(groups[2], groups[3], ids, seed)).rows
+                           **groups[2](ids, seed)).rows
     if isinstance(groups, tuple):
         return select_rows(clusters, ids=ids, budget=budget, seed=seed, groups=groups[0], kinds=groups[1]).rows
     if groups is None or np.ndim(groups) == 1:

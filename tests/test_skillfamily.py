@@ -153,7 +153,7 @@ def test_the_spread_order_takes_one_row_of_each_answer_before_a_second():
 def test_bench_family_and_trained_quick_run(tmp_path):
     res = tmp_path / "res"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family.py"), "--instances", "1",
-                           "--mechanisms", "default,pair,tool-tf/groupby,answers,answer-sets,answers-spread",
+                           "--mechanisms", "default,pair,tool-tf/groupby,answers,answer-sets,answers-spread,answers-prop",
                            "--check-cli", "1",
                            "--work", str(tmp_path / "w"), "--results", str(res)],
                           capture_output=True, text=True, timeout=300)
@@ -161,8 +161,8 @@ def test_bench_family_and_trained_quick_run(tmp_path):
     data = json.loads((res / "family_dev.json").read_text())
     m = data["instances"][0]["metrics"]
     assert set(m) == {"random", "wording", "default", "pair", "tool-tf/groupby", "answers", "answer-sets",
-                      "answers-spread"}
-    assert m["answers-spread"] == m["answers"]  # the same quotas: other rows, the same counts
+                      "answers-spread", "answers-prop"}
+    assert m["answers-spread"] == m["answers"] == m["answers-prop"]  # the same quotas: other rows, same counts
     assert 0 < m["default"]["coverage"] <= 1 and m["random"]["coverage"] < m["wording"]["coverage"] <= 1
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_family_train.py"), "--quick",
                            "--work", str(tmp_path / "t"), "--results", str(res)],
