@@ -197,6 +197,9 @@ def contenders() -> dict[str, Contender]:
                     embed=["--features", "text,semantic"]),
         default_but("kinds-none", "default but cluster --kinds none: the default until round 20 (2026-12-03)",
                     cluster=["--kinds", "none"]),
+        default_but("within-answers", "default but select --within answers: one row of each repeated answer of a "
+                    "kind before a second, then each in proportion (round 24, a candidate)",
+                    select=["--within", "answers"]),
         default_but("tf", "default but embed --text-weighting tf: the default until round 10 (2026-12-02)",
                     embed=["--text-weighting", "tf"]),
         default_but("k-ranks-tf", "default but cluster --k 2 (the number of ranks, as the paper)",

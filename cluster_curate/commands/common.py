@@ -30,27 +30,35 @@ def token_counts(tokenizer, examples) -> tuple[list[int], list[int]]:
     return [len(x) for x in p], [len(x) for x in r]
 
 
+def examples_of_ids(ds, ids, label: str, batch_rows: int = 4096):
+    """One pass over the data, with a progress bar: (positions in `ids`, examples) per batch, for its rows whose
+    id is in `ids`."""
+    import numpy as np
+
+    from cluster_curate import console
+    where = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    where[ids] = np.arange(ids.shape[0])
+    with console.progress(label, total=ds.rows) as bar:
+        for batch in ds.iter_batches(batch_rows):
+            chosen = [e for e in batch.examples if e.id < where.shape[0] and where[e.id] >= 0]
+            if chosen:
+                yield where[[e.id for e in chosen]], chosen
+            bar.advance(batch.raw.num_rows)
+
+
 def count_tokens_pass(ds, ids, tokenizer_path, label: str, batch_rows: int = 4096):
     """Tokens per selected id by reading the data once: with a tokenizer, prompt (chat template when it has
     one) + response tokens; without, whitespace-separated words of prompt and response. -1 for an id that
     is not a readable example of `ds`."""
     import numpy as np
 
-    from cluster_curate import console
     from cluster_curate.features.text import word_counts
     tok = load_tokenizer(tokenizer_path) if tokenizer_path else None
-    where = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
-    where[ids] = np.arange(ids.shape[0])
     counts = np.full(ids.shape[0], -1, dtype=np.int64)
-    with console.progress(label, total=ds.rows) as bar:
-        for batch in ds.iter_batches(batch_rows):
-            chosen = [e for e in batch.examples if e.id < where.shape[0] and where[e.id] >= 0]
-            if chosen:
-                if tok is not None:
-                    p, r = token_counts(tok, chosen)
-                    n = [a + b for a, b in zip(p, r)]
-                else:
-                    n = [word_counts(e)[0] for e in chosen]  # the same words a text-only embed counts
-                counts[where[[e.id for e in chosen]]] = n
-            bar.advance(batch.raw.num_rows)
+    for pos, chosen in examples_of_ids(ds, ids, label, batch_rows):
+        if tok is not None:
+            p, r = token_counts(tok, chosen)
+            counts[pos] = [a + b for a, b in zip(p, r)]
+        else:
+            counts[pos] = [word_counts(e)[0] for e in chosen]  # the same words a text-only embed counts
     return counts

@@ -121,23 +121,26 @@ def _answers(o: dict, clusters: str, c):
     import numpy as np
 
     from cluster_curate.answer_kinds import answer_key
+    from cluster_curate.commands.common import examples_of_ids
     try:
         ds = _open_data(o, clusters, c, f"--within {o['within']}")
     except CurateError as e:
         raise CurateError(f"{e} (--within {o['within']} reads the rows' responses: pass --data DATA)") from None
-    where = np.full(int(c.ids.max()) + 1, -1, dtype=np.int64)
-    where[c.ids] = np.arange(len(c.ids))
     keys = np.zeros(len(c.ids), dtype=np.int64)
     found = np.zeros(len(c.ids), dtype=bool)
-    for batch in ds.iter_batches():
-        for ex in batch.examples:
-            if ex.id < len(where) and where[ex.id] >= 0:
-                keys[where[ex.id]] = answer_key(ex.response)
-                found[where[ex.id]] = True
-    if not found.all():
-        raise CurateError(f"{ds.source}: id {int(c.ids[np.flatnonzero(~found)[0]])} of the clusters is not a readable "
-                          f"example of this data ({int((~found).sum())} ids missing)")
+    for pos, chosen in examples_of_ids(ds, c.ids, "select: read the answers"):
+        keys[pos] = [answer_key(e.response) for e in chosen]
+        found[pos] = True
+    _check_every_id_read(ds, c.ids, found)
     return keys
+
+
+def _check_every_id_read(ds, ids, found) -> None:
+    """One line naming the first of `ids` that the pass over `ds` did not find (found: a bool per id)."""
+    import numpy as np
+    if not found.all():
+        raise CurateError(f"{ds.source}: id {int(ids[np.flatnonzero(~found)[0]])} of the clusters is not a readable "
+                          f"example of this data ({int((~found).sum())} ids missing)")
 
 
 def _open_data(o: dict, clusters: str, c, why: str = "--tokenizer"):
@@ -168,10 +171,7 @@ def _tokens(o: dict, clusters: str, c, x: dict, token_mode: bool):
         return None, None
     ds = _open_data(o, clusters, c)
     counts = count_tokens_pass(ds, c.ids, o["tokenizer"], "select: count tokens")
-    missing = np.flatnonzero(counts < 0)
-    if missing.size:
-        raise CurateError(f"{ds.source}: id {int(c.ids[missing[0]])} of the clusters is not a readable example of "
-                          f"this data ({missing.size} ids missing)")
+    _check_every_id_read(ds, c.ids, counts >= 0)
     return counts, (f"tokenizer {o['tokenizer']} (exact)" if o["tokenizer"] else
                     "whitespace words (no --tokenizer and no n_tokens in the embeddings)")
 
@@ -249,8 +249,9 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     sources, source_names, share_lo, share_hi = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], answers=x["answers"],
-                        features=x["features"], fraction=o["fraction"], budget=o["budget"], per_cluster_ratio=o["per_cluster_ratio"],
-                        balance_power=o["balance_power"], within=o["within"], dedup=o["dedup"], seed=o["seed"],
+                        features=x["features"], fraction=o["fraction"], budget=o["budget"],
+                        per_cluster_ratio=o["per_cluster_ratio"], balance_power=o["balance_power"],
+                        within=o["within"], dedup=o["dedup"], seed=o["seed"],
                         groups=c.groups, kinds=c.kinds, tokens=tokens, token_budget=o["token_budget"],
                         token_fraction=o["token_fraction"], tokens_counted_by=x["counted_by"] or "",
                         sources=sources, source_min_share=share_lo, source_max_share=share_hi,
