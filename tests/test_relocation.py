@@ -129,12 +129,19 @@ def _cluster_reads_answers(clusters_arg, out: Path) -> None:
     assert "kind_of_group" in read_meta(out).params
 
 
-def test_cluster_reads_the_answers_of_data_embedded_by_a_relative_path_from_another_directory(tmp_path, monkeypatch):
+def _embedded_in_a(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    """Folders a (data.jsonl, embedded from there as `embed data.jsonl --out e.parquet`; the working directory)
+    and b (empty)."""
     a, b = tmp_path / "a", tmp_path / "b"
     _gsm_rows(a / "data.jsonl")
     b.mkdir()
     monkeypatch.chdir(a)
     _invoke("embed", "data.jsonl", "--out", "e.parquet", *EMBED, "-q")
+    return a, b
+
+
+def test_cluster_reads_the_answers_of_data_embedded_by_a_relative_path_from_another_directory(tmp_path, monkeypatch):
+    a, b = _embedded_in_a(tmp_path, monkeypatch)
     record = read_meta(a / "e.parquet").dataset
     assert record["source"] == "data.jsonl" and record["absolute_path"] == str(a / "data.jsonl")
     monkeypatch.chdir(b)
@@ -179,11 +186,7 @@ def _as_written_before(artifact: Path) -> None:
 
 
 def test_an_artifact_without_the_absolute_path_reads_its_data_as_before(tmp_path, monkeypatch):
-    a, b = tmp_path / "a", tmp_path / "b"
-    _gsm_rows(a / "data.jsonl")
-    b.mkdir()
-    monkeypatch.chdir(a)
-    _invoke("embed", "data.jsonl", "--out", "e.parquet", *EMBED, "-q")
+    a, b = _embedded_in_a(tmp_path, monkeypatch)
     _as_written_before(a / "e.parquet")
     _cluster_reads_answers("e.parquet", a / "c.parquet")  # from where it was embedded
     monkeypatch.chdir(b)  # from elsewhere: kinds off, saying why and what to pass
