@@ -208,8 +208,9 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     clusters, k = _checked_clusters(clusters, k, features, tokens)
     n = len(clusters)
     sizes = np.bincount(clusters, minlength=k).astype(np.int64)
+    kind_of_row = _kind_of_row(clusters, groups, kinds) if "answers" in order_entry.needs else None
     order = order_within_cluster(clusters, within, ids=ids, similarity=similarity, loss=loss, answers=answers,
-                                 kind_of_row=_kind_of_row(clusters, groups, kinds), seed=seed, k=k)
+                                 kind_of_row=kind_of_row, seed=seed, k=k)
     order, available, dropped = _drop_near_duplicates(order, clusters, features, sizes, dedup, k)
     n_available = int(available.sum())
 
