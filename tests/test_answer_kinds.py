@@ -271,6 +271,16 @@ def test_select_within_answers_reads_the_responses_and_orders_inside_the_kinds(f
     error = [line for line in res.output.strip().splitlines() if line.startswith("ERROR")]
     assert len(error) == 1 and "train.jsonl" in error[0] and "pass --data" in error[0]
     assert not (tmp_path / "s2.parquet").exists()
+    # clusters that record no dataset: one line that says once what to pass
+    t = pq.read_table(tmp_path / "c2.parquet")
+    meta = json.loads(t.schema.metadata[b"cluster_curate"])
+    pq.write_table(t.replace_schema_metadata({b"cluster_curate": json.dumps({**meta, "dataset": None})}),
+                   tmp_path / "c3.parquet")
+    res = _cli(cli_runner, ["select", tmp_path / "c3.parquet", "--out", tmp_path / "s3.parquet", "--fraction", "0.31",
+                            "--within", "answers", "--force"], code=2)
+    error = [line for line in res.output.strip().splitlines() if line.startswith("ERROR")]
+    assert len(error) == 1 and "record no dataset" in error[0] and error[0].count("pass --data") == 1, error
+    assert not (tmp_path / "s3.parquet").exists()
 
 
 def test_cluster_kinds_data_given_or_recorded_give_the_same_kinds(family, tmp_path, cli_runner):

@@ -122,10 +122,8 @@ def _answers(o: dict, clusters: str, c):
 
     from cluster_curate.answer_kinds import answer_key
     from cluster_curate.commands.common import examples_of_ids
-    try:
-        ds = _open_data(o, clusters, c, f"--within {o['within']}")
-    except CurateError as e:
-        raise CurateError(f"{e} (--within {o['within']} reads the rows' responses: pass --data DATA)") from None
+    ds = _open_data(o, clusters, c, f"--within {o['within']}",
+                    hint=f"--within {o['within']} reads the rows' responses: pass --data DATA")
     keys = np.zeros(len(c.ids), dtype=np.int64)
     found = np.zeros(len(c.ids), dtype=bool)
     for pos, chosen in examples_of_ids(ds, c.ids, "select: read the answers"):
@@ -143,17 +141,24 @@ def _check_every_id_read(ds, ids, found) -> None:
                           f"example of this data ({int((~found).sum())} ids missing)")
 
 
-def _open_data(o: dict, clusters: str, c, why: str = "--tokenizer"):
+def _open_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):
     """The raw data behind the clusters: --data, else the dataset (or mixture) their lineage records, which
-    must be the one they were made from (when they record one)."""
+    must be the one they were made from (when they record one). `hint` is added to an error in reading or
+    matching the data (the record-less case already says what to pass)."""
     from cluster_curate.io.artifacts import check_dataset_matches
     from cluster_curate.io.mixture import open_lineage_data
     record = c.meta.dataset or {}
-    ds = open_lineage_data(o["data"], record, read_options(o))
+    try:
+        ds = open_lineage_data(o["data"], record, read_options(o))
+        if ds is not None and record.get("fingerprint"):
+            check_dataset_matches(c.meta, clusters, {"source": ds.source, "fingerprint": ds.fingerprint()},
+                                  o["force"])
+    except CurateError as e:
+        if hint is None:
+            raise
+        raise CurateError(f"{e} ({hint})") from None
     if ds is None:
         raise CurateError(f"{why} needs the raw data: pass --data DATA (the clusters record no dataset)")
-    if record.get("fingerprint"):
-        check_dataset_matches(c.meta, clusters, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"])
     return ds
 
 
