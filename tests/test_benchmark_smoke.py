@@ -74,6 +74,17 @@ def test_evidence_quick_runs_and_writes_tables(tmp_path):
     proc = subprocess.run(cmd[:6] + ["2"] + cmd[7:], capture_output=True, text=True, timeout=170)
     assert proc.returncode != 0 and "differs from this run's" in proc.stderr
 
+    # another training seed for the same selections: a run of its own, not the cached one, and not comparable
+    # with baselines trained at the selection seed
+    offset = [*cmd[:-4], "--results", str(tmp_path / "offset"), "--train-seed-offset", "7"]
+    proc = subprocess.run([*offset, "--baselines", str(results / "quality.json")], capture_output=True, text=True,
+                          timeout=170)
+    assert proc.returncode != 0 and "train_seed_offset 7" in proc.stderr
+    proc = subprocess.run(offset, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0 and "1 training runs to do" in proc.stderr, proc.stderr[-2000:]
+    res = json.loads((tmp_path / "offset" / "quality.json").read_text())["results"]["short"]["default"]
+    assert res["seed_list"] == [7]
+
 
 def test_bench_target_runs_on_the_pool_embed_keeps(tmp_path):
     """The skill pool holds exact copies, which `embed` leaves out: every contender selects from the kept rows
@@ -96,6 +107,17 @@ def test_bench_target_runs_on_the_pool_embed_keeps(tmp_path):
     m = res["measures"]
     assert m["oracle"]["share"] == 1.0 and m["tool"]["share"] > 0.9 > m["untargeted"]["share"]
     assert m["tool"]["counts"] == m["tool-w0.6-h2"]["counts"]  # the command's default is the in-process default
+
+
+def test_training_digest_keys_the_training_seed_and_keeps_the_old_runs():
+    import evidence
+
+    sel = evidence.Selection([3, 1, 2])
+    legacy = evidence.hashlib.blake2b(evidence.json.dumps(
+        [[3, 1, 2], False, sorted(vars(evidence.train_eval.TrainConfig()).items())], default=str).encode(),
+        digest_size=8).hexdigest()
+    assert evidence.training_digest(sel) == evidence.training_digest(sel, train_seed_offset=0) == legacy
+    assert evidence.training_digest(sel, train_seed_offset=100) != legacy
 
 
 def test_validity_needs_full_quality_a_clear_oracle_gap_and_three_seeds():
