@@ -16,6 +16,7 @@ quality.json and PNG plots.
     python benchmarks/evidence.py --quick         # CI smoke test, <= 5 minutes
     python benchmarks/evidence.py --contenders full,random,oracle --variants short   # validity only
     python benchmarks/evidence.py --train-device cuda --jobs 12   # the training runs on a GPU
+    python benchmarks/evidence.py --seeds 0,1,2 --train-seed-offset 100   # same selections, other inits/orders
 
 Selections and runs are cached under --work (runs per device: one JSON per variant/contender/seed); --fresh
 ignores the cache, --cached-only reports what is there.
