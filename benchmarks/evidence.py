@@ -476,11 +476,10 @@ def read_baselines(path: Path, a) -> dict:
     # recorded since each option exists
     same["lr"] = prev["config"].get("lr", train_eval.TrainConfig.lr)
     same["train_seed_offset"] = prev["config"].get("train_seed_offset", 0)
-    if same != {"rows": a.rows, "epochs": a.epochs, "test_per_skill": a.test_per_skill, "lr": a.lr,
-                "train_seed_offset": a.train_seed_offset}:
+    ours = {k: getattr(a, k) for k in same}
+    if same != ours:
         sys.exit(f"--baselines {path}: recipe {same} differs from this run's "
-                 f"(rows {a.rows}, epochs {a.epochs}, test_per_skill {a.test_per_skill}, lr {a.lr:g}, "
-                 f"train_seed_offset {a.train_seed_offset})")
+                 f"({', '.join(f'{k} {v:g}' for k, v in ours.items())})")
     return prev
 
 
