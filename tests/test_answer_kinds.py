@@ -284,13 +284,21 @@ def test_select_within_answers_reads_the_responses_and_orders_inside_the_kinds(f
 
 
 def test_cluster_kinds_data_given_or_recorded_give_the_same_kinds(family, tmp_path, cli_runner):
-    def params(name, *args):
-        _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / name, "-q", *args])
+    def params(name, *args, embeddings=family / "e.parquet"):
+        _cli(cli_runner, ["cluster", embeddings, "--out", tmp_path / name, "-q", *args])
         return json.loads(pq.read_schema(tmp_path / name).metadata[b"cluster_curate"])["params"]
     given = params("given.parquet", "--kinds", "answers", "--data", family / "train.jsonl")
     assert given["kind_of_group"] == params("recorded.parquet", "--kinds", "answers")["kind_of_group"]
     assert params("default.parquet")["kind_of_group"] == given["kind_of_group"]  # --kinds auto: the data is there
     assert "kind_of_group" not in params("none.parquet", "--kinds", "none")
+    # embeddings that record no dataset take --data as it is, as select takes it for such clusters
+    t = pq.read_table(family / "e.parquet")
+    meta = json.loads(t.schema.metadata[b"cluster_curate"])
+    pq.write_table(t.replace_schema_metadata({b"cluster_curate": json.dumps({**meta, "dataset": None})}),
+                   tmp_path / "bare.parquet")
+    bare = params("bare-given.parquet", "--kinds", "answers", "--data", family / "train.jsonl",
+                  embeddings=tmp_path / "bare.parquet")
+    assert bare["kind_of_group"] == given["kind_of_group"]
 
 
 def test_cluster_kinds_auto_without_groups_says_why_none(family, tmp_path, cli_runner):

@@ -8,7 +8,7 @@ from dataclasses import replace
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option,
-                                    lazy, read_options, recorded, resolve)
+                                    lazy, recorded, resolve)
 
 
 def _int_range(low, cls="IntRange"):
@@ -109,15 +109,14 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
 
     from cluster_curate import answer_kinds as AK
     from cluster_curate.features.text import example_text
-    from cluster_curate.io.artifacts import check_dataset_matches, read_meta
-    from cluster_curate.io.mixture import open_lineage_data
+    from cluster_curate.commands.common import open_recorded_data
+    from cluster_curate.io.artifacts import read_meta
     emeta = read_meta(embeddings, None if o["force"] else names.EMBEDDINGS)  # as k-means reads it: its errors
     ids, keys = [], []
     try:
-        ds = open_lineage_data(o["data"], emeta.dataset or {}, read_options(o))
+        ds = open_recorded_data(o, embeddings, emeta)
         if ds is None:
             raise CurateError(f"{embeddings}: records no dataset")
-        check_dataset_matches(emeta, embeddings, ds.record(), o["force"])
         for batch in ds.iter_batches():
             for ex in batch.examples:
                 ids.append(ex.id)

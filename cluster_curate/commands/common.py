@@ -1,8 +1,22 @@
-"""Helpers shared by several commands: tokenizers (inspect, select and shard count tokens) and timing."""
+"""Helpers shared by several commands: the raw data behind an artifact (cluster and select read it), tokenizers
+(inspect, select and shard count tokens) and timing."""
 
 from __future__ import annotations
 
 from cluster_curate.errors import CurateError
+
+
+def open_recorded_data(o: dict, name: str, meta):
+    """The raw data behind artifact `name`: --data, else the dataset (or mixture) its lineage `meta` records; it
+    must be the one the artifact was made from when the artifact records one. None when there is neither."""
+    from cluster_curate.io.artifacts import check_dataset_matches
+    from cluster_curate.io.mixture import open_lineage_data
+    from cluster_curate.options import read_options
+    record = meta.dataset or {}
+    ds = open_lineage_data(o["data"], record, read_options(o))
+    if ds is not None and record.get("fingerprint"):
+        check_dataset_matches(meta, name, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"])
+    return ds
 
 
 def load_tokenizer(path: str):

@@ -7,7 +7,7 @@ import time
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
-                                    read_options, recorded, resolve)
+                                    recorded, resolve)
 
 
 def _order_help() -> str:
@@ -142,17 +142,11 @@ def _check_every_id_read(ds, ids, found) -> None:
 
 
 def _open_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):
-    """The raw data behind the clusters: --data, else the dataset (or mixture) their lineage records, which
-    must be the one they were made from (when they record one). `hint` is added to an error in reading or
+    """The raw data behind the clusters (common.open_recorded_data). `hint` is added to an error in reading or
     matching the data (the record-less case already says what to pass)."""
-    from cluster_curate.io.artifacts import check_dataset_matches
-    from cluster_curate.io.mixture import open_lineage_data
-    record = c.meta.dataset or {}
+    from cluster_curate.commands.common import open_recorded_data
     try:
-        ds = open_lineage_data(o["data"], record, read_options(o))
-        if ds is not None and record.get("fingerprint"):
-            check_dataset_matches(c.meta, clusters, {"source": ds.source, "fingerprint": ds.fingerprint()},
-                                  o["force"])
+        ds = open_recorded_data(o, clusters, c.meta)
     except CurateError as e:
         if hint is None:
             raise

@@ -68,7 +68,7 @@ class ArtifactMeta:
     @classmethod
     def from_json(cls, text: str) -> "ArtifactMeta":
         data = json.loads(text)
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known = {k: data[k] for k in cls.__dataclass_fields__ if data.get(k) is not None}  # null reads as absent
         return cls(**known)
 
     def as_input(self, path: str | os.PathLike, beside: str | os.PathLike) -> dict:
