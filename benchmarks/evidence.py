@@ -107,12 +107,41 @@ def select_oracle(skill: np.ndarray, budget: int, seed: int) -> Selection:
     return Selection(sorted(ids), clusters=skill.tolist(), note="water-filling by true skill")
 
 
+def select_with_counts(skill: np.ndarray, names: list[str], like: Selection, seed: int) -> Selection:
+    """Random rows inside each skill, as many of each skill as `like` holds: what its counts alone are worth."""
+    rng = np.random.default_rng(1000 + seed)
+    counts = np.bincount(skill[like.ids], minlength=len(names))
+    ids = [int(i) for s in sorted(range(len(names)), key=names.__getitem__)  # skills drawn in name order
+           for i in rng.choice(np.flatnonzero(skill == s), counts[s], replace=False)]
+    return Selection(sorted(ids), clusters=skill.tolist(), note="random rows inside each skill, the default's counts")
+
+
+def kinds_from_labels(clusters: Path, skill: np.ndarray) -> None:
+    """Rewrite a clustering's kinds in place: each group's kind is its rows' most common skill (perfect joins),
+    weighted as `cluster` weights kinds (answer_kinds.kind_weights)."""
+    import pyarrow.parquet as pq
+
+    from cluster_curate import answer_kinds as AK
+    table = pq.read_table(clusters)
+    meta = json.loads(table.schema.metadata[b"cluster_curate"])
+    groups = np.asarray(meta["params"]["groups"])
+    ids, cl = table.column("id").to_numpy(), table.column("cluster").to_numpy()
+    group_of_row = groups[cl]
+    major = np.array([np.bincount(skill[ids[group_of_row == g]]).argmax() for g in range(groups.max() + 1)])
+    _, first, inverse = np.unique(major, return_index=True, return_inverse=True)
+    kind = np.argsort(np.argsort(first))[inverse]  # numbered in order of first appearance, as answer_kinds does
+    meta["params"].update(kind_of_group=kind.tolist(), kind_weights=AK.kind_weights(kind).tolist())
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata,
+                                                  b"cluster_curate": json.dumps(meta).encode()}), clusters)
+
+
 # ============================================================================================ contenders
 
 @dataclass
 class Contender:
     name: str
     kind: str  # full | random | oracle | tool | features (harness-computed features fed to the tool's cluster)
+    #            | counts (random rows inside each skill, the default's counts)
     desc: str
     embed: list[str] | None = None  # args of `embed DATA --out E` (kind tool); equal args share one artifact
     features: str | None = None  # harness feature name (kind features)
@@ -121,13 +150,16 @@ class Contender:
     shard: list[str] | None = None  # args of `shard S --data DATA --out D`; {seed}
     use_weights: bool = False
     needs: tuple = ()  # subcommands that must exist
+    kinds_from_labels: bool = False  # a label-using control: the clusters' kinds rewritten from the true skills
 
     def digest(self, defaults: dict) -> str:
         """Names a cached selection by what makes it: its arguments and the tool's defaults (not the
         description), so a changed contender, or a changed default, re-curates."""
         recipe = [self.kind, self.embed, self.features, self.cluster, self.select, self.shard, self.use_weights]
-        if self.kind in ("tool", "features"):
+        if self.kind in ("tool", "features", "counts"):
             recipe.append(defaults)
+        if self.kinds_from_labels:
+            recipe.append("kinds from labels")
         return hashlib.blake2b(json.dumps(recipe, default=str).encode(), digest_size=6).hexdigest()
 
 
@@ -203,6 +235,13 @@ def contenders() -> dict[str, Contender]:
         default_but("within-answers", "default but select --within answers: one row of each repeated answer of a "
                     "kind before a second, then each in proportion (round 24, a candidate)",
                     select=["--within", "answers"]),
+        # label-using controls (round 28): how much of the default's figure its counts make, and what perfect
+        # joins of its groups into kinds would give; trained on the selected rows in id order (no shards)
+        Contender("default-counts", "counts", "control: random rows inside each skill, as many of each skill as "
+                  "the default's selection of the same seed holds (uses the TRUE skill labels)", needs=tool),
+        Contender("perfect-joins", "tool", "control: the default's clusters with each group's kind set to its rows' "
+                  "most common skill (perfect joins; uses the TRUE skill labels), select --budget",
+                  embed=[], cluster=list(seed), select=budget, needs=tool[:3], kinds_from_labels=True),
         default_but("tf", "default but embed --text-weighting tf: the default until round 10 (2026-12-02)",
                     embed=["--text-weighting", "tf"]),
         default_but("k-ranks-tf", "default but cluster --k 2 (the number of ranks, as the paper)",
@@ -315,6 +354,9 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
         return select_random(n, budget, seed)
     if c.kind == "oracle":
         return select_oracle(skill, budget, seed)
+    if c.kind == "counts":
+        like = curate(contenders()["default"], seed, data, rows, labels, budget, work, defaults)
+        return select_with_counts(skill, labels["skills"], like, seed)
     d = work / c.name
     d.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
@@ -340,6 +382,9 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
     fmt = {"seed": seed, "budget": budget}
     clusters = d / f"clusters-s{seed}.parquet"
     secs += cli(["cluster", emb, "--out", clusters, "--overwrite", *[a.format(**fmt) for a in c.cluster]], log)
+    if c.kinds_from_labels:
+        kinds_from_labels(clusters, skill)
+        log.append(f"(harness) each group's kind set to its rows' most common skill -> {clusters}")
     cid, cl = read_ids(clusters)
     by_id = dict(zip(cid, cl))
     if any("{ratio}" in a for a in c.select):  # the paper's r, chosen so that the budget is ~31%

@@ -145,3 +145,35 @@ def test_results_name_paths_from_the_repository():
 
     text = f"embed {ROOT}/out/evidence/worked/train.jsonl --data {ROOT.parent}/shared/data/g.jsonl out/evidence/worked"
     assert relative(text) == "embed out/evidence/worked/train.jsonl --data ../shared/data/g.jsonl out/evidence/worked"
+
+
+@pytest.mark.slow
+def test_label_controls_keep_the_defaults_counts_and_join_each_skill_into_one_kind(tmp_path):
+    """`default-counts` draws other rows with the default's per-skill counts; `perfect-joins` rewrites the
+    default's kinds to one per skill (each group's most common skill) before the tool's select reads them."""
+    import evidence
+    import numpy as np
+    import pyarrow.parquet as pq
+    import skillmix
+    import train_eval
+
+    paths = skillmix.write_benchmark(tmp_path, rows=600, variant="short", seed=0, test_per_skill=2)
+    rows = train_eval.load_rows(paths["train"], "skill")
+    labels = json.loads((tmp_path / "labels.json").read_text())
+    skill, defs, defaults = np.asarray(labels["skill"]), evidence.contenders(), evidence.tool_defaults()
+    args = (paths["train"], rows, labels, 186, tmp_path / "artifacts", defaults)
+    default = evidence.curate(defs["default"], 0, *args)
+    counts = evidence.curate(defs["default-counts"], 0, *args)
+    assert np.array_equal(np.bincount(skill[counts.ids], minlength=12), np.bincount(skill[default.ids], minlength=12))
+    assert set(counts.ids) != set(default.ids)
+    assert counts.ids == evidence.curate(defs["default-counts"], 0, *args).ids  # seeded
+    joined = evidence.curate(defs["perfect-joins"], 0, *args)
+    assert len(joined.ids) == 186 and joined.train_path is None
+    table = pq.read_table(tmp_path / "artifacts" / "perfect-joins" / "clusters-s0.parquet")
+    params = json.loads(table.schema.metadata[b"cluster_curate"])["params"]
+    kind = np.asarray(params["kind_of_group"])
+    group_of_row = np.asarray(params["groups"])[table.column("cluster").to_numpy()]
+    major = [np.bincount(skill[table.column("id").to_numpy()[group_of_row == g]]).argmax() for g in range(len(kind))]
+    assert all((kind[g] == kind[h]) == (major[g] == major[h]) for g in range(len(kind)) for h in range(len(kind)))
+    assert np.bincount(kind).max() > 1  # some skill's groups were joined
+    assert np.allclose(params["kind_weights"], np.bincount(kind) ** 0.5)
