@@ -1,8 +1,9 @@
 """Trained accuracy on instances of the benchmark family: do the cheap selection measures predict it?
 
 For each instance (benchmarks/skillfamily.py, dev or test range, in seed order), each response style and
-each contender, select 31% (random, the oracle's water-filling by the true skill, or a label-free mechanism of
-bench_family.py: the tool's feature and clustering functions, the tool's quotas), train the small GPT of
+each contender, select 31% (random, the oracle's water-filling by the true skill, a label-free mechanism of
+bench_family.py: the tool's feature and clustering functions, the tool's quotas; or answers-perfect, a control:
+`answers` with one kind per true skill), train the small GPT of
 benchmarks/train_eval.py from scratch for the same number of epochs, and score exact match per skill on a
 held-out test set of new prompts (worked style: the final answer). Also `full` (all rows, 1 seed) for the
 instance's validity check: full >= 0.85 macro, oracle - random worst-skill >= 0.20 and above the seed spread.
@@ -40,6 +41,7 @@ import bench_family as BF
 import common
 import skillfamily
 import train_eval
+from cluster_curate.budget_sequence import Kinds
 from cluster_curate.selection import water_fill_quotas
 
 LABEL_FREE = ("default", "pair", "hkm2")
@@ -65,11 +67,15 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_di
         return BF.paper_recipe_ids(BF.tool_feature_file(inst_dir, BF.TOOL_FEATURES[feature]), seed, budget,
                                    []).tolist()
     z = BF.tool_feature(inst_dir, BF.TOOL_FEATURES[feature]) if feature else None
+    # answers-perfect, a control (round 28): `answers` with perfect joins, one kind per TRUE skill
+    base = "answers" if mechanism == "answers-perfect" else mechanism
     texts = None
-    if mechanism in BF.TEXT_MECHANISMS:  # the rows' prompts and responses too: those of the style trained on
+    if base in BF.TEXT_MECHANISMS:  # the rows' prompts and responses too: those of the style trained on
         rows = [json.loads(line) for line in ((data_dir or inst_dir) / "train.jsonl").read_text().splitlines()]
         texts = BF.instance_texts(rows, ids)
-    clusters, groups = BF.call_mechanism(mechanism, x, seed, labels, z, texts)
+    clusters, groups = BF.call_mechanism(base, x, seed, labels, z, texts)
+    if mechanism == "answers-perfect":
+        groups = (groups[0], Kinds(*common.kinds_by_skill(groups[0][clusters], skills, int(groups[0].max()) + 1)))
     return sorted(ids[BF.select(clusters, ids, budget, seed, groups)].tolist())
 
 

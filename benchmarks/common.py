@@ -66,6 +66,20 @@ def tool_defaults() -> dict:
             for cmd in ("embed", "cluster", "select", "shard") if cmd in main.commands}
 
 
+def kinds_by_skill(group_of_row, skill, n_groups: int):
+    """(kind of each group, weights) for perfect joins, a label-using control: a group's kind is its rows' most
+    common TRUE skill, numbered in order of first appearance as answer_kinds numbers kinds, and weighted as
+    `cluster` weights kinds (answer_kinds.kind_weights)."""
+    import numpy as np
+
+    from cluster_curate.answer_kinds import kind_weights
+    group_of_row, skill = np.asarray(group_of_row), np.asarray(skill)
+    major = np.array([np.bincount(skill[group_of_row == g]).argmax() for g in range(n_groups)])
+    _, first, inverse = np.unique(major, return_index=True, return_inverse=True)
+    kind = np.argsort(np.argsort(first))[inverse]
+    return kind, kind_weights(kind)
+
+
 def default_features() -> str:
     """The tool's default --features (so a table names what was run)."""
     from cluster_curate.features.embed import DEFAULT_FEATURES

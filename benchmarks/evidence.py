@@ -38,7 +38,7 @@ import numpy as np
 import skillmix
 import train_eval
 from cluster_curate.selection import water_fill_quotas
-from common import RESULTS, ROOT, cli, parser, tool_cmd, tool_defaults, write_results
+from common import RESULTS, ROOT, cli, kinds_by_skill, parser, tool_cmd, tool_defaults, write_results
 
 FRACTION = 0.31
 SMOLLM2 = ROOT / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"  # `make smollm2`
@@ -116,21 +116,15 @@ def select_with_counts(skill: np.ndarray, names: list[str], like: Selection, see
     return Selection(sorted(ids), clusters=skill.tolist(), note="random rows inside each skill, the default's counts")
 
 
-def kinds_from_labels(clusters: Path, skill: np.ndarray) -> None:
-    """Rewrite a clustering's kinds in place: each group's kind is its rows' most common skill (perfect joins),
-    weighted as `cluster` weights kinds (answer_kinds.kind_weights)."""
+def set_kinds_by_skill(clusters: Path, skill: np.ndarray) -> None:
+    """Rewrite a clustering's kinds in place with perfect joins (common.kinds_by_skill)."""
     import pyarrow.parquet as pq
-
-    from cluster_curate import answer_kinds as AK
     table = pq.read_table(clusters)
     meta = json.loads(table.schema.metadata[b"cluster_curate"])
     groups = np.asarray(meta["params"]["groups"])
-    ids, cl = table.column("id").to_numpy(), table.column("cluster").to_numpy()
-    group_of_row = groups[cl]
-    major = np.array([np.bincount(skill[ids[group_of_row == g]]).argmax() for g in range(groups.max() + 1)])
-    _, first, inverse = np.unique(major, return_index=True, return_inverse=True)
-    kind = np.argsort(np.argsort(first))[inverse]  # numbered in order of first appearance, as answer_kinds does
-    meta["params"].update(kind_of_group=kind.tolist(), kind_weights=AK.kind_weights(kind).tolist())
+    group_of_row = groups[table.column("cluster").to_numpy()]
+    kind, weights = kinds_by_skill(group_of_row, skill[table.column("id").to_numpy()], int(groups.max()) + 1)
+    meta["params"].update(kind_of_group=kind.tolist(), kind_weights=weights.tolist())
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata,
                                                   b"cluster_curate": json.dumps(meta).encode()}), clusters)
 
@@ -383,7 +377,7 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
     clusters = d / f"clusters-s{seed}.parquet"
     secs += cli(["cluster", emb, "--out", clusters, "--overwrite", *[a.format(**fmt) for a in c.cluster]], log)
     if c.kinds_from_labels:
-        kinds_from_labels(clusters, skill)
+        set_kinds_by_skill(clusters, skill)
         log.append(f"(harness) each group's kind set to its rows' most common skill -> {clusters}")
     cid, cl = read_ids(clusters)
     by_id = dict(zip(cid, cl))

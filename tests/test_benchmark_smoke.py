@@ -177,3 +177,14 @@ def test_label_controls_keep_the_defaults_counts_and_join_each_skill_into_one_ki
     assert all((kind[g] == kind[h]) == (major[g] == major[h]) for g in range(len(kind)) for h in range(len(kind)))
     assert np.bincount(kind).max() > 1  # some skill's groups were joined
     assert np.allclose(params["kind_weights"], np.bincount(kind) ** 0.5)
+
+
+def test_kinds_by_skill_joins_the_groups_of_one_majority_skill():
+    import common
+    import numpy as np
+
+    group_of_row = np.array([0, 0, 0, 1, 1, 2, 2, 2, 3])
+    skill = np.array([5, 5, 1, 1, 1, 5, 5, 1, 5])  # majorities: 5, 1, 5, 5
+    kind, weights = common.kinds_by_skill(group_of_row, skill, 4)
+    assert kind.tolist() == [0, 1, 0, 0]  # numbered in order of first appearance
+    assert np.allclose(weights, [3 ** 0.5, 1.0])
