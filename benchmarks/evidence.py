@@ -338,6 +338,24 @@ def embed_key(args: list[str], defaults: dict) -> str:
                            digest_size=6).hexdigest()
 
 
+def selection_path(vdir: Path, c: Contender, seed: int, defaults: dict) -> Path:
+    """Where a contender's selection for a seed is cached, named by what makes it (Contender.digest)."""
+    return vdir / "sel" / c.name / f"seed{seed}-{c.digest(defaults)}.json"
+
+
+def cached_curate(c: Contender, seed: int, vdir: Path, data: Path, rows: list[train_eval.Row], labels: dict,
+                  budget: int, defaults: dict, fresh: bool = False) -> Selection:
+    """The contender's selection for a seed: the cached one (unless `fresh`), else curated and cached."""
+    path = selection_path(vdir, c, seed, defaults)
+    if path.exists() and not fresh:
+        return Selection(**json.loads(path.read_text()))
+    print(f"[{vdir.name}] curate {c.name} seed {seed}", file=sys.stderr, flush=True)
+    sel = curate(c, seed, data, rows, labels, budget, vdir / "artifacts", defaults)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(sel.__dict__))
+    return sel
+
+
 def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labels: dict, budget: int,
            work: Path, defaults: dict) -> Selection:
     n = len(rows)
@@ -349,7 +367,8 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
     if c.kind == "oracle":
         return select_oracle(skill, budget, seed)
     if c.kind == "counts":
-        like = curate(contenders()["default"], seed, data, rows, labels, budget, work, defaults)
+        # the default's cached selection of this seed (work is the variant's artifacts folder)
+        like = cached_curate(contenders()["default"], seed, work.parent, data, rows, labels, budget, defaults)
         return select_with_counts(skill, labels["skills"], like, seed)
     d = work / c.name
     d.mkdir(parents=True, exist_ok=True)
@@ -772,17 +791,11 @@ def main(argv=None):
         for name in names:
             sels[name] = []
             for seed in a.seeds:
-                sel_cache = vdir / "sel" / name / f"seed{seed}-{defs[name].digest(defaults)}.json"
-                if sel_cache.exists() and not a.fresh:
-                    sel = Selection(**json.loads(sel_cache.read_text()))
-                elif a.cached_only or a.no_curate:
+                if (a.cached_only or a.no_curate) and (a.fresh or
+                                                       not selection_path(vdir, defs[name], seed, defaults).exists()):
                     print(f"[{variant}] {name} seed {seed}: no cached selection, skipped", file=sys.stderr)
                     continue
-                else:
-                    print(f"[{variant}] curate {name} seed {seed}", file=sys.stderr, flush=True)
-                    sel = curate(defs[name], seed, data, rows, labels, budget, vdir / "artifacts", defaults)
-                    sel_cache.parent.mkdir(parents=True, exist_ok=True)
-                    sel_cache.write_text(json.dumps(sel.__dict__))
+                sel = cached_curate(defs[name], seed, vdir, data, rows, labels, budget, defaults, fresh=a.fresh)
                 sels[name].append(sel)
                 # a cached run is keyed by everything that decides it (training_digest) and named by the device
                 # it ran on; the recipe is the same on every device, so a run from any device counts, and so does
