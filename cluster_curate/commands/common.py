@@ -12,7 +12,7 @@ def open_recorded_data(o: dict, name: str, meta):
     from cluster_curate.io.artifacts import check_dataset_matches
     from cluster_curate.io.mixture import open_lineage_data
     from cluster_curate.options import read_options
-    record = meta.dataset or {}
+    record = meta.dataset
     ds = open_lineage_data(o["data"], record, read_options(o))
     if ds is not None and record.get("fingerprint"):
         check_dataset_matches(meta, name, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"])

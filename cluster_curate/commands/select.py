@@ -181,7 +181,7 @@ def _sources(o: dict, c):
     import numpy as np
 
     from cluster_curate.io.mixture import parse_source_shares
-    inputs = (c.meta.dataset or {}).get("inputs") or []
+    inputs = c.meta.dataset.get("inputs") or []
     names_ = [i["name"] for i in inputs]
     low = parse_source_shares(o["source_min_share"], names_, "--source-min-share") if inputs else {}
     high = parse_source_shares(o["source_max_share"], names_, "--source-max-share") if inputs else {}
