@@ -189,3 +189,33 @@ def test_bench_family_and_trained_quick_run(tmp_path):
     # runs of another recipe are not joined to these
     proc = subprocess.run(merge + ["--lr", "3e-3", "--name", "other"], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "is not this run's" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_difficulty_statistics_of_a_skill():
+    from bench_difficulty_signal import skill_statistics
+
+    got = skill_statistics(["Upper: cat", "Upper: dog", "Loud: cat", "Upper: emu"], ["CAT", "dog", "cat", "x"])
+    assert got["rows"] == 4 and got["diversity"] == 3 / 4  # "CAT" and "cat" are one answer
+    assert got["entropy"] == pytest.approx(1.5)
+    assert got["copy"] == 3 / 4 and got["length"] == 2.5
+    # "cat" occurs in 2 prompts, both answered "cat": those rows are explained fully; "upper" (3 rows) explains
+    # "dog" and "x" by 1/3 each; no other word occurs twice.
+    assert got["word_join"] == pytest.approx((1 + 1 / 3 + 1 + 1 / 3) / 4)
+
+
+def test_difficulty_signal_runs_on_the_oracles_runs(tmp_path):
+    import bench_difficulty_signal
+
+    names = [s.name for s in F.draw_instance(1002).skills]
+    acc = {k: i / len(names) for i, k in enumerate(names)}  # a made-up difficulty ladder in skill order
+    runs = {"runs": {"1002-short-oracle": [{"per_skill": acc}]}, "validity": {"1002-short": "yes"},
+            "recipe": {"test_per_skill": 5}}
+    (tmp_path / "r.json").write_text(json.dumps(runs))
+    bench_difficulty_signal.main(["--runs", str(tmp_path / "r.json"), "--results", str(tmp_path)])
+    got = json.loads((tmp_path / "difficulty_signal.json").read_text())
+    inst = got["instances"]["1002"]
+    assert set(inst["skills"]) == set(names)
+    assert inst["skills"][names[0]]["difficulty"] == 1.0
+    assert inst["skills"][names[0]]["rows"] == F.draw_instance(1002).skills[0].rows
+    assert got["summary"]["valid"]["rows"]["n"] == 1
+    assert "| 1002 | yes |" in (tmp_path / "difficulty_signal.md").read_text()

@@ -1,0 +1,122 @@
+"""Is there a label-free signal of which skills are hard to learn? (Input that difficulty-aware quotas would need.)
+
+No training: reads the oracle's per-skill test accuracy from the trained dev runs already on disk
+(`family_train_dev_lr1e-3*.json`: one-word answers, lr 1e-3, 3 seeds, every skill at the same row count), so
+difficulty = 1 - that accuracy. For each skill of each instance, five statistics a tool could compute from the
+rows alone (here per TRUE skill, the ceiling: a tool's kinds only approximate the skills):
+  diversity   distinct answers / rows
+  entropy     answer entropy, bits
+  copy        share of rows whose answer is a word of the prompt
+  length      mean answer length, characters
+  word_join   how well one prompt word predicts the answer (per row, the best share of that word's rows with the
+              row's answer; the agreement the answer join in `cluster_curate/answer_kinds.py` looks for)
+Context, not a candidate: `rows`, the skill's row count. The oracle water-fills equal counts, so a skill rarer than
+its share trains on fewer rows, and the statistics that divide by rows partly measure that.
+Per instance: Spearman (statistic, difficulty) over its skills. Summary: median over instances and the number
+with each sign, on the valid instances and on all. Writes benchmarks/results/difficulty_signal.md/.json.
+
+    python benchmarks/bench_difficulty_signal.py [--runs 'benchmarks/results/family_train_dev_lr1e-3*.json'] [--results DIR]
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import re
+from collections import Counter, defaultdict
+
+import numpy as np
+from scipy.stats import spearmanr
+
+import skillfamily
+from common import parser, relative, write_results
+
+STATISTICS = ("diversity", "entropy", "copy", "length", "word_join")
+COLUMNS = (*STATISTICS, "rows")
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def skill_statistics(prompts: list[str], answers: list[str]) -> dict[str, float]:
+    """The five label-free statistics of one skill's rows and its row count (see the module docstring)."""
+    n = len(answers)
+    answers = [a.strip().lower() for a in answers]
+    words = [_words(p) for p in prompts]
+    counts = Counter(answers)
+    by_word = defaultdict(Counter)
+    for a, ws in zip(answers, words):
+        for w in ws:
+            by_word[w][a] += 1
+    join = [max((by_word[w][a] / sum(by_word[w].values()) for w in ws if sum(by_word[w].values()) >= 2), default=0.0)
+            for a, ws in zip(answers, words)]
+    return {"diversity": len(counts) / n,
+            "entropy": -sum(c / n * math.log2(c / n) for c in counts.values()),
+            "copy": float(np.mean([a in ws for a, ws in zip(answers, words)])),
+            "length": float(np.mean([len(a) for a in answers])),
+            "word_join": float(np.mean(join)), "rows": n}
+
+
+def instance_signal(seed: int, oracle_runs: list[dict], test_per_skill: int) -> dict:
+    """Per skill: statistics and difficulty; per statistic: Spearman against difficulty."""
+    acc = defaultdict(list)
+    for run in oracle_runs:
+        for skill, v in run["per_skill"].items():
+            acc[skill].append(v)
+    train, _ = skillfamily.generate(skillfamily.draw_instance(seed), "short", test_per_skill, "seen")
+    rows = defaultdict(list)
+    for r in train:
+        rows[r["skill"]].append(r)
+    names = sorted(acc)
+    table = {k: {**skill_statistics([r["instruction"] for r in rows[k]], [r["output"] for r in rows[k]]),
+                 "difficulty": 1 - float(np.mean(acc[k]))} for k in names}
+    rho = {s: float(spearmanr([table[k][s] for k in names], [table[k]["difficulty"] for k in names]).correlation)
+           for s in COLUMNS}
+    return {"skills": table, "rho": rho}
+
+
+def summarise(rhos: list[dict]) -> dict:
+    out = {}
+    for s in COLUMNS:
+        r = np.array([x[s] for x in rhos if not math.isnan(x[s])])
+        out[s] = {"median": float(np.median(r)) if len(r) else float("nan"), "positive": int((r > 0).sum()),
+                  "negative": int((r < 0).sum()), "n": len(r)}
+    return out
+
+
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--runs", default="benchmarks/results/family_train_dev_lr1e-3*.json",
+                    help="glob of bench_family_train.py results holding the oracle's one-word runs")
+    ap.add_argument("--results", default=None, help="folder for the table (default benchmarks/results)")
+    a = ap.parse_args(argv)
+    runs, validity, recipe = {}, {}, None
+    for path in sorted(glob.glob(a.runs)):
+        d = json.loads(open(path).read())
+        runs.update(d["runs"])
+        validity.update(d["validity"])
+        recipe = d["recipe"]
+    seeds = sorted({int(k.split("-")[0]) for k in runs if k.endswith("-short-oracle")})
+    if not seeds:
+        raise SystemExit(f"no one-word oracle runs in {a.runs}")
+    per = {seed: instance_signal(seed, runs[f"{seed}-short-oracle"], recipe["test_per_skill"]) for seed in seeds}
+    valid = [seed for seed in seeds if validity.get(f"{seed}-short") == "yes"]
+    summary = {"valid": summarise([per[s]["rho"] for s in valid]), "all": summarise([per[s]["rho"] for s in seeds])}
+    lines = ["# A label-free signal of skill difficulty?", "",
+             f"Difficulty = 1 - the oracle's per-skill accuracy (one-word answers, {recipe}); statistics per true "
+             "skill from the training rows; Spearman over the skills of each instance.", "",
+             "| instance | valid | skills | " + " | ".join(COLUMNS) + " |", "|---|---|---|" + "---|" * len(COLUMNS)]
+    for seed in seeds:
+        lines.append(f"| {seed} | {validity.get(f'{seed}-short', '?')} | {len(per[seed]['skills'])} | "
+                     + " | ".join(f"{per[seed]['rho'][s]:+.2f}" for s in COLUMNS) + " |")
+    for label, sm in summary.items():
+        lines.append(f"| median ({label}) | | | " + " | ".join(
+            f"{sm[s]['median']:+.2f} ({sm[s]['positive']}+ / {sm[s]['negative']}-)" for s in COLUMNS) + " |")
+    write_results("difficulty_signal", lines, {"runs": relative(a.runs), "recipe": recipe, "summary": summary,
+                                               "instances": per}, argv, results=a.results)
+
+
+if __name__ == "__main__":
+    main()
