@@ -2,14 +2,17 @@
 
 No training: reads the oracle's per-skill test accuracy from the trained dev runs already on disk
 (`family_train_dev_lr1e-3*.json`: one-word answers, lr 1e-3, 3 seeds, every skill at the same row count), so
-difficulty = 1 - that accuracy. For each skill of each instance, five statistics a tool could compute from the
-rows alone (here per TRUE skill, the ceiling: a tool's kinds only approximate the skills):
+difficulty = 1 - that accuracy. For each skill of each instance, statistics a tool could compute without labels
+(here per TRUE skill, the ceiling: a tool's kinds only approximate the skills); the first five from the rows alone:
   diversity   distinct answers / rows
   entropy     answer entropy, bits
   copy        share of rows whose answer is a word of the prompt
   length      mean answer length, characters
   word_join   how well one prompt word predicts the answer (per row, the best share of that word's rows with the
               row's answer; the agreement the answer join in `cluster_curate/answer_kinds.py` looks for)
+and one from the tool's own model view of the rows:
+  proxy_loss  mean of the `loss` column `embed --features hidden` writes (response cross-entropy under the built-in
+              proxy, warmed up briefly on a sample of the data; what `select --within hard` reads)
 Context, not a candidate: `rows`, the skill's row count. The oracle water-fills equal counts, so a skill rarer than
 its share trains on fewer rows, and the statistics that divide by rows partly measure that.
 Per instance: Spearman (statistic, difficulty) over its skills. Summary: median over instances and the number
@@ -26,13 +29,17 @@ import math
 import re
 from collections import Counter, defaultdict
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
+import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
 import skillfamily
-from common import parser, relative, write_results
+from common import cli, parser, relative, write_results
 
-STATISTICS = ("diversity", "entropy", "copy", "length", "word_join")
+STATISTICS = ("diversity", "entropy", "copy", "length", "word_join", "proxy_loss")
 COLUMNS = (*STATISTICS, "rows")
 
 
@@ -41,7 +48,8 @@ def _words(text: str) -> set[str]:
 
 
 def skill_statistics(prompts: list[str], answers: list[str]) -> dict[str, float]:
-    """The five label-free statistics of one skill's rows and its row count (see the module docstring)."""
+    """The label-free statistics of one skill's rows that need no model, and its row count (see the module
+    docstring)."""
     n = len(answers)
     answers = [a.strip().lower() for a in answers]
     words = [_words(p) for p in prompts]
@@ -59,18 +67,32 @@ def skill_statistics(prompts: list[str], answers: list[str]) -> dict[str, float]
             "word_join": float(np.mean(join)), "rows": n}
 
 
-def instance_signal(seed: int, oracle_runs: list[dict], test_per_skill: int) -> dict:
+def proxy_loss(train: list[dict], work: Path) -> np.ndarray:
+    """Each row's `loss` column from `embed --features hidden` (the built-in proxy, tool defaults; what `select
+    --within hard` reads); NaN for the exact duplicates embed leaves out."""
+    data, emb = work / "train.jsonl", work / "hidden.parquet"
+    data.write_text("".join(json.dumps({"instruction": r["instruction"], "output": r["output"]}) + "\n" for r in train))
+    cli(["embed", data, "--features", "hidden", "--out", emb, "--overwrite", "-q"], [])
+    t = pq.read_table(emb, columns=["id", "loss"])
+    loss = np.full(len(train), np.nan)
+    loss[t.column("id").to_numpy()] = t.column("loss").to_numpy()
+    return loss
+
+
+def instance_signal(seed: int, oracle_runs: list[dict], test_per_skill: int, work: Path) -> dict:
     """Per skill: statistics and difficulty; per statistic: Spearman against difficulty."""
     acc = defaultdict(list)
     for run in oracle_runs:
         for skill, v in run["per_skill"].items():
             acc[skill].append(v)
     train, _ = skillfamily.generate(skillfamily.draw_instance(seed), "short", test_per_skill, "seen")
+    loss = proxy_loss(train, work)
     rows = defaultdict(list)
-    for r in train:
-        rows[r["skill"]].append(r)
+    for r, x in zip(train, loss):
+        rows[r["skill"]].append((r, x))
     names = sorted(acc)
-    table = {k: {**skill_statistics([r["instruction"] for r in rows[k]], [r["output"] for r in rows[k]]),
+    table = {k: {**skill_statistics([r["instruction"] for r, _ in rows[k]], [r["output"] for r, _ in rows[k]]),
+                 "proxy_loss": float(np.nanmean([x for _, x in rows[k]])),
                  "difficulty": 1 - float(np.mean(acc[k]))} for k in names}
     rho = {s: float(spearmanr([table[k][s] for k in names], [table[k]["difficulty"] for k in names]).correlation)
            for s in COLUMNS}
@@ -101,7 +123,9 @@ def main(argv=None):
     seeds = sorted({int(k.split("-")[0]) for k in runs if k.endswith("-short-oracle")})
     if not seeds:
         raise SystemExit(f"no one-word oracle runs in {a.runs}")
-    per = {seed: instance_signal(seed, runs[f"{seed}-short-oracle"], recipe["test_per_skill"]) for seed in seeds}
+    with tempfile.TemporaryDirectory() as tmp:
+        per = {seed: instance_signal(seed, runs[f"{seed}-short-oracle"], recipe["test_per_skill"], Path(tmp))
+               for seed in seeds}
     valid = [seed for seed in seeds if validity.get(f"{seed}-short") == "yes"]
     summary = {"valid": summarise([per[s]["rho"] for s in valid]), "all": summarise([per[s]["rho"] for s in seeds])}
     lines = ["# A label-free signal of skill difficulty?", "",

@@ -217,5 +217,6 @@ def test_difficulty_signal_runs_on_the_oracles_runs(tmp_path):
     assert set(inst["skills"]) == set(names)
     assert inst["skills"][names[0]]["difficulty"] == 1.0
     assert inst["skills"][names[0]]["rows"] == F.draw_instance(1002).skills[0].rows
+    assert all(0 < v["proxy_loss"] < 20 for v in inst["skills"].values())  # the tool's proxy read every skill
     assert got["summary"]["valid"]["rows"]["n"] == 1
     assert "| 1002 | yes |" in (tmp_path / "difficulty_signal.md").read_text()
