@@ -27,9 +27,8 @@ import glob
 import json
 import math
 import re
-from collections import Counter, defaultdict
-
 import tempfile
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +115,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     runs, validity, recipe = {}, {}, None
     for path in sorted(glob.glob(a.runs)):
-        d = json.loads(open(path).read())
+        d = json.loads(Path(path).read_text())
         runs.update(d["runs"])
         validity.update(d["validity"])
         recipe = d["recipe"]
@@ -130,7 +129,9 @@ def main(argv=None):
     summary = {"valid": summarise([per[s]["rho"] for s in valid]), "all": summarise([per[s]["rho"] for s in seeds])}
     lines = ["# A label-free signal of skill difficulty?", "",
              f"Difficulty = 1 - the oracle's per-skill accuracy (one-word answers, {recipe}); statistics per true "
-             "skill from the training rows; Spearman over the skills of each instance.", "",
+             "skill from the training rows; Spearman over the skills of each instance. Round 29's rule, set before "
+             "the run: a statistic worth setting quotas on has a median |rho| >= 0.5 over the valid instances, "
+             "with the same sign on >= 6 of 8.", "",
              "| instance | valid | skills | " + " | ".join(COLUMNS) + " |", "|---|---|---|" + "---|" * len(COLUMNS)]
     for seed in seeds:
         lines.append(f"| {seed} | {validity.get(f'{seed}-short', '?')} | {len(per[seed]['skills'])} | "
