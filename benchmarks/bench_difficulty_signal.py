@@ -35,8 +35,10 @@ import numpy as np
 import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
+import bench_family as BF
 import skillfamily
-from common import cli, parser, relative, write_results
+from bench_family_train import merged_runs
+from common import parser, relative, write_results
 
 STATISTICS = ("diversity", "entropy", "copy", "length", "word_join", "proxy_loss")
 COLUMNS = (*STATISTICS, "rows")
@@ -57,8 +59,8 @@ def skill_statistics(prompts: list[str], answers: list[str]) -> dict[str, float]
     for a, ws in zip(answers, words):
         for w in ws:
             by_word[w][a] += 1
-    join = [max((by_word[w][a] / sum(by_word[w].values()) for w in ws if sum(by_word[w].values()) >= 2), default=0.0)
-            for a, ws in zip(answers, words)]
+    total = {w: sum(c.values()) for w, c in by_word.items()}
+    join = [max((by_word[w][a] / total[w] for w in ws if total[w] >= 2), default=0.0) for a, ws in zip(answers, words)]
     return {"diversity": len(counts) / n,
             "entropy": -sum(c / n * math.log2(c / n) for c in counts.values()),
             "copy": float(np.mean([a in ws for a, ws in zip(answers, words)])),
@@ -66,14 +68,11 @@ def skill_statistics(prompts: list[str], answers: list[str]) -> dict[str, float]
             "word_join": float(np.mean(join)), "rows": n}
 
 
-def proxy_loss(train: list[dict], work: Path) -> np.ndarray:
+def proxy_loss(inst_dir: Path, n: int) -> np.ndarray:
     """Each row's `loss` column from `embed --features hidden` (the built-in proxy, tool defaults; what `select
     --within hard` reads); NaN for the exact duplicates embed leaves out."""
-    data, emb = work / "train.jsonl", work / "hidden.parquet"
-    data.write_text("".join(json.dumps({"instruction": r["instruction"], "output": r["output"]}) + "\n" for r in train))
-    cli(["embed", data, "--features", "hidden", "--out", emb, "--overwrite", "-q"], [])
-    t = pq.read_table(emb, columns=["id", "loss"])
-    loss = np.full(len(train), np.nan)
+    t = pq.read_table(BF.tool_feature_file(inst_dir, BF.TOOL_FEATURES["hidden"]), columns=["id", "loss"])
+    loss = np.full(n, np.nan)
     loss[t.column("id").to_numpy()] = t.column("loss").to_numpy()
     return loss
 
@@ -84,10 +83,10 @@ def instance_signal(seed: int, oracle_runs: list[dict], test_per_skill: int, wor
     for run in oracle_runs:
         for skill, v in run["per_skill"].items():
             acc[skill].append(v)
-    train, _ = skillfamily.generate(skillfamily.draw_instance(seed), "short", test_per_skill, "seen")
-    loss = proxy_loss(train, work)
+    paths = skillfamily.write_instance(work / f"i{seed}", seed, "short", test_per_skill)
+    train = [json.loads(line) for line in paths["train"].read_text().splitlines()]
     rows = defaultdict(list)
-    for r, x in zip(train, loss):
+    for r, x in zip(train, proxy_loss(work / f"i{seed}", len(train))):
         rows[r["skill"]].append((r, x))
     names = sorted(acc)
     table = {k: {**skill_statistics([r["instruction"] for r, _ in rows[k]], [r["output"] for r, _ in rows[k]]),
@@ -113,17 +112,18 @@ def main(argv=None):
                     help="glob of bench_family_train.py results holding the oracle's one-word runs")
     ap.add_argument("--results", default=None, help="folder for the table (default benchmarks/results)")
     a = ap.parse_args(argv)
-    runs, validity, recipe = {}, {}, None
-    for path in sorted(glob.glob(a.runs)):
-        d = json.loads(Path(path).read_text())
-        runs.update(d["runs"])
-        validity.update(d["validity"])
-        recipe = d["recipe"]
-    seeds = sorted({int(k.split("-")[0]) for k in runs if k.endswith("-short-oracle")})
+    paths = sorted(glob.glob(a.runs))
+    if not paths:
+        raise SystemExit(f"no results files match {a.runs}")
+    results = [json.loads(Path(p).read_text()) for p in paths]
+    recipe = results[0]["recipe"]
+    runs = merged_runs(paths, recipe)  # refuses files of another recipe, or disagreeing runs
+    validity = {k: v for d in results for k, v in d["validity"].items()}
+    seeds = sorted(inst for inst, variant, name in runs if (variant, name) == ("short", "oracle"))
     if not seeds:
         raise SystemExit(f"no one-word oracle runs in {a.runs}")
     with tempfile.TemporaryDirectory() as tmp:
-        per = {seed: instance_signal(seed, runs[f"{seed}-short-oracle"], recipe["test_per_skill"], Path(tmp))
+        per = {seed: instance_signal(seed, runs[(seed, "short", "oracle")], recipe["test_per_skill"], Path(tmp))
                for seed in seeds}
     valid = [seed for seed in seeds if validity.get(f"{seed}-short") == "yes"]
     summary = {"valid": summarise([per[s]["rho"] for s in valid]), "all": summarise([per[s]["rho"] for s in seeds])}
