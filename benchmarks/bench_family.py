@@ -387,16 +387,20 @@ def mech_group_by(x, seed, inst, z, cut="row"):
 
 # ------------------------------------------------------- answers: wordings of one kind joined by what they answer
 
-def mech_answers(x, seed, inst, texts, power=AK.KIND_POWER):
+def mech_answers(x, seed, inst, texts, power=AK.KIND_POWER, cap=None):
     """`cluster --kinds answers` (answer_kinds.py): the tool's clusters and row-cut groups; groups whose clusters
     give the same answers to the same inputs form one kind, weighted by its groups ** power in `select` (the
-    package's KIND_POWER unless given: the answers-pNN variants). Until round 16 this was a prototype here; the
+    package's KIND_POWER unless given: the answers-pNN variants; with cap, at most cap groups are counted: the
+    answers-capC variants). Until round 16 this was a prototype here; the
     package's selections differ from it by 0-3 rows of ~920 (rounding ties of the weighted water-filling) on dev
     instances 1002-1003."""
     res = kmeans_split(x, seed)
     groups = G.group_clusters(res.centroids, min_similarity=G.group_cut_similarity(res, "row"))
     kind_of_group = AK.answer_kinds(groups, AK.answer_agreement(*texts, res.labels, res.k))
-    return res.labels, (groups, Kinds(kind_of_group, AK.kind_weights(kind_of_group, power)))
+    weights = AK.kind_weights(kind_of_group, power)
+    if cap is not None:
+        weights = np.minimum(weights, float(cap) ** power)
+    return res.labels, (groups, Kinds(kind_of_group, weights))
 
 
 def answer_numbers(responses) -> np.ndarray:
@@ -512,6 +516,9 @@ MECHANISMS = {
     # answers-pNN: a kind of m groups gets m ** (NN / 100) shares (answers: KIND_POWER = 0.5; 1 would be the
     # groups' own quotas); trained on dev in round 19 (family_notes.md)
     **{f"answers-p{p}": (lambda x, s, i, t, p=p: mech_answers(x, s, i, t, power=p / 100)) for p in (65, 75, 85)},
+    # answers-capC: a kind of m groups gets min(m, C) ** 0.5 shares (round 30: a kind's group count grows with its
+    # rows, so the dominant skill's one kind of many groups took the most shares)
+    **{f"answers-cap{c}": (lambda x, s, i, t, c=c: mech_answers(x, s, i, t, cap=c)) for c in (4, 6, 9)},
 }
 TWO_FEATURES = ("splitby", "groupby", "groupby-pair")  # FEATURE/these: mechanism(x, seed, inst, FEATURE's rows)
 # these: mechanism(x, seed, inst, (prompts, responses))
