@@ -105,8 +105,7 @@ def mech_nosplit(x, seed, inst):
 def hkm_groups(res, seed, ratio):
     g = max(1, min(res.k, int(np.ceil(ratio * np.sqrt(res.k)))))
     top = C.cluster_features(np.ascontiguousarray(res.centroids), g, seed=seed, gpus=0)
-    _, first, inv = np.unique(top.labels, return_index=True, return_inverse=True)
-    return np.argsort(np.argsort(first))[inv]
+    return G.numbered_by_first_appearance(top.labels)
 
 
 def mech_hkm(x, seed, inst, ratio=1.0, nested=False):
@@ -331,8 +330,7 @@ def relative_groups(centroids: np.ndarray, tightness: np.ndarray) -> np.ndarray:
     t = np.sqrt(np.maximum(np.asarray(tightness, dtype=np.float64), 1e-12))
     distance = 2.0 - np.clip((c @ c.T) / np.outer(t, t), -2.0, 2.0)  # ratio 1 is distance 1
     flat = fcluster(linkage(distance[np.triu_indices(k, 1)], method="average"), t=1.0, criterion="distance")
-    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
-    return np.argsort(np.argsort(first))[inverse]  # numbered in order of first appearance, as group_clusters
+    return G.numbered_by_first_appearance(flat)  # as group_clusters numbers its groups
 
 
 def mech_local(x, seed, inst, power=2.0):
@@ -453,8 +451,7 @@ def mech_answer_sets(x, seed, inst, texts):
                                               shape=(n_groups, n_groups)), directed=False)[1]
     lowest = np.full(n_groups, n_groups)
     np.minimum.at(lowest, comp, kind)
-    _, first, inverse = np.unique(np.where(open_group, lowest[comp], kind), return_index=True, return_inverse=True)
-    kind = np.argsort(np.argsort(first))[inverse].astype(np.int64)  # numbered in order of first appearance
+    kind = G.numbered_by_first_appearance(np.where(open_group, lowest[comp], kind))
     return labels, (groups, Kinds(kind, AK.kind_weights(kind)))
 
 

@@ -73,10 +73,9 @@ def kinds_by_skill(group_of_row, skill, n_groups: int):
     import numpy as np
 
     from cluster_curate.answer_kinds import kind_weights
+    from cluster_curate.cluster_groups import numbered_by_first_appearance
     group_of_row, skill = np.asarray(group_of_row), np.asarray(skill)
-    major = np.array([np.bincount(skill[group_of_row == g]).argmax() for g in range(n_groups)])
-    _, first, inverse = np.unique(major, return_index=True, return_inverse=True)
-    kind = np.argsort(np.argsort(first))[inverse]
+    kind = numbered_by_first_appearance([np.bincount(skill[group_of_row == g]).argmax() for g in range(n_groups)])
     return kind, kind_weights(kind)
 
 

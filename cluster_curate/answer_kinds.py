@@ -21,6 +21,8 @@ import re
 
 import numpy as np
 
+from cluster_curate.cluster_groups import numbered_by_first_appearance
+
 # Two clusters agree when their rows give the same answer to a shared input word this much more often than two
 # of their rows drawn at random do (average linkage of the clusters, cut there). The four constants were set
 # before a sweep over 27 settings on the dev instances of benchmarks/skillfamily.py, which was flat around them
@@ -66,9 +68,8 @@ def answer_agreement(prompts, responses, labels: np.ndarray, k: int, min_pairs: 
     import scipy.sparse as sp
     labels = np.asarray(labels, dtype=np.int64)
     keys = np.asarray([r if isinstance(r, (int, np.integer)) else answer_key(r) for r in responses], dtype=np.int64)
-    _, first, ans = np.unique(keys, return_index=True, return_inverse=True)
-    ans = np.argsort(np.argsort(first))[ans.ravel()]  # answers numbered in order of first appearance
-    n_answers = len(first)
+    ans = numbered_by_first_appearance(keys)
+    n_answers = int(ans.max(initial=-1)) + 1
     size = np.bincount(labels, minlength=k).astype(np.float64)
     answers = _counts(labels, ans, (k, n_answers))  # cluster x answer
     root = answers.multiply(1.0 / np.maximum(size, 1.0)[:, None]).tocsr()
@@ -136,8 +137,7 @@ def answer_kinds(groups: np.ndarray, agreement, join: float = JOIN) -> np.ndarra
     n_groups = int(groups.max(initial=-1)) + 1
     edges = sp.coo_matrix((np.ones(k), (groups, n_groups + joined)), shape=(n_groups + k, n_groups + k))
     kind = connected_components(edges, directed=False)[1][:n_groups]
-    _, first, inverse = np.unique(kind, return_index=True, return_inverse=True)
-    return np.argsort(np.argsort(first))[inverse].astype(np.int64)
+    return numbered_by_first_appearance(kind)
 
 
 def kind_weights(kind_of_group: np.ndarray, power: float = KIND_POWER) -> np.ndarray:

@@ -101,8 +101,14 @@ def group_clusters(centroids: np.ndarray, n_groups: int | None = None,
     tree = linkage(condensed, method="average")
     flat = (fcluster(tree, t=n_groups, criterion="maxclust") if n_groups is not None
             else fcluster(tree, t=1.0 - min_similarity, criterion="distance"))
-    _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
-    return np.argsort(np.argsort(first))[inverse].astype(np.int64)
+    return numbered_by_first_appearance(flat)
+
+
+def numbered_by_first_appearance(labels) -> np.ndarray:
+    """Labels renumbered 0, 1, ... in the order each first appears: the numbering follows the order of what is
+    labelled, not the label values (fcluster's, a join's) that produced it."""
+    _, first, inverse = np.unique(np.asarray(labels), return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse.ravel()].astype(np.int64)
 
 
 def group_cut_similarity(res: ClusteringResult, cut: str) -> float:
