@@ -182,7 +182,7 @@ def _adopt_space(opts: dict):
     from cluster_curate.io import names
     pool = opts["like"]
     meta = read_meta(pool, names.EMBEDDINGS)
-    params = meta.params or {}
+    params = meta.params
     check_like(pool, params)
     declared = {o.name: o.default for o in OPTIONS}
     for name in LIKE_OPTIONS:

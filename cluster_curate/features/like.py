@@ -21,7 +21,7 @@ LIKE_OPTIONS = ("features", "feature_weights", "dim", "pool", "layers", "text_fi
 
 
 def space_params(params: dict) -> dict:
-    return {k: (params or {}).get(k) for k in SPACE_PARAMS}
+    return {k: params.get(k) for k in SPACE_PARAMS}
 
 
 def like_record(pool_path, pool_meta) -> dict:
@@ -54,13 +54,13 @@ def check_like(pool_path, params: dict) -> None:
 
 def same_space(pool_meta, target_meta, *, target_name: str = "target") -> None:
     """Raise a one-line CurateError unless the target's embeddings are in the pool's feature space."""
-    like = (target_meta.params or {}).get("like")
+    like = target_meta.params.get("like")
     if like and like.get("fingerprint") == pool_meta.fingerprint:
         return
     if like:
         raise CurateError(f"{target_name}: embedded --like {like.get('path')}, another embeddings artifact than the "
                           "pool's (its fingerprint differs): not the pool's feature space")
-    what = fitted_on_pool(pool_meta.params or {})
+    what = fitted_on_pool(pool_meta.params)
     if what:
         raise CurateError(f"{target_name}: not embedded in the pool's feature space (the pool's {what} was fitted on "
                           "the pool): embed it with `embed TARGET --like POOL_EMBEDDINGS`, or pass the raw data")
