@@ -350,14 +350,17 @@ def cached_curate(c: Contender, seed: int, vdir: Path, data: Path, rows: list[tr
     if path.exists() and not fresh:
         return Selection(**json.loads(path.read_text()))
     print(f"[{vdir.name}] curate {c.name} seed {seed}", file=sys.stderr, flush=True)
-    sel = curate(c, seed, data, rows, labels, budget, vdir / "artifacts", defaults)
+    sel = curate(c, seed, data, rows, labels, budget, vdir, defaults)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(sel.__dict__))
     return sel
 
 
 def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labels: dict, budget: int,
-           work: Path, defaults: dict) -> Selection:
+           vdir: Path, defaults: dict) -> Selection:
+    """A contender's selection for a seed, made anew (default-counts reads the default's cached one); the tool's
+    artifacts go under the variant's folder vdir."""
+    work = vdir / "artifacts"
     n = len(rows)
     skill = np.asarray(labels["skill"])
     if c.kind == "full":
@@ -367,8 +370,8 @@ def curate(c: Contender, seed: int, data: Path, rows: list[train_eval.Row], labe
     if c.kind == "oracle":
         return select_oracle(skill, budget, seed)
     if c.kind == "counts":
-        # the default's cached selection of this seed (work is the variant's artifacts folder)
-        like = cached_curate(contenders()["default"], seed, work.parent, data, rows, labels, budget, defaults)
+        # the default's cached selection of this seed
+        like = cached_curate(contenders()["default"], seed, vdir, data, rows, labels, budget, defaults)
         return select_with_counts(skill, labels["skills"], like, seed)
     d = work / c.name
     d.mkdir(parents=True, exist_ok=True)

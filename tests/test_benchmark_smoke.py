@@ -161,7 +161,7 @@ def test_label_controls_keep_the_defaults_counts_and_join_each_skill_into_one_ki
     rows = train_eval.load_rows(paths["train"], "skill")
     labels = json.loads((tmp_path / "labels.json").read_text())
     skill, defs, defaults = np.asarray(labels["skill"]), evidence.contenders(), evidence.tool_defaults()
-    args = (paths["train"], rows, labels, 186, tmp_path / "artifacts", defaults)
+    args = (paths["train"], rows, labels, 186, tmp_path, defaults)
     default = evidence.curate(defs["default"], 0, *args)
     counts = evidence.curate(defs["default-counts"], 0, *args)
     assert np.array_equal(np.bincount(skill[counts.ids], minlength=12), np.bincount(skill[default.ids], minlength=12))
