@@ -10,15 +10,20 @@ difficulty = 1 - that accuracy. For each skill of each instance, statistics a to
   length      mean answer length, characters
   word_join   how well one prompt word predicts the answer (per row, the best share of that word's rows with the
               row's answer; the agreement the answer join in `cluster_curate/answer_kinds.py` looks for)
-and one from the tool's own model view of the rows:
-  proxy_loss  mean of the `loss` column `embed --features hidden` writes (response cross-entropy under the built-in
-              proxy, warmed up briefly on a sample of the data; what `select --within hard` reads)
+and two from the tool's own model view of the rows:
+  proxy_loss    mean of the `loss` column `embed --features hidden` writes (response cross-entropy under the
+                built-in proxy, warmed up briefly on a sample of the data; what `select --within hard` reads)
+  heldout_loss  (round 30) the same column after a longer fit: the proxy trained on 31% of the rows (the budget)
+                for --fit-epochs passes (at most about 10: `--proxy-budget` 10, its largest, caps the rows trained
+                at 10/3 of the dataset's) or exactly --fit-steps steps, mean over the rows it did not train on:
+                how much of a skill the fit has not learnt, the learnability estimate a tool could compute
 Context, not a candidate: `rows`, the skill's row count. The oracle water-fills equal counts, so a skill rarer than
 its share trains on fewer rows, and the statistics that divide by rows partly measure that.
 Per instance: Spearman (statistic, difficulty) over its skills. Summary: median over instances and the number
 with each sign, on the valid instances and on all. Writes benchmarks/results/difficulty_signal.md/.json.
 
     python benchmarks/bench_difficulty_signal.py [--runs 'benchmarks/results/family_train_dev_lr1e-3*.json'] [--results DIR]
+    python benchmarks/bench_difficulty_signal.py --fit-steps 1000 --jobs 2 --name difficulty_signal_steps1000
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import math
 import re
 import tempfile
 from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +46,8 @@ import skillfamily
 from bench_family_train import merged_runs
 from common import parser, relative, write_results
 
-STATISTICS = ("diversity", "entropy", "copy", "length", "word_join", "proxy_loss")
+STATISTICS = ("diversity", "entropy", "copy", "length", "word_join", "proxy_loss", "heldout_loss")
+FIT_SHARE = 0.31  # the longer fit trains on this share of the rows: the benchmarks' budget
 COLUMNS = (*STATISTICS, "rows")
 
 
@@ -77,7 +84,26 @@ def proxy_loss(inst_dir: Path, n: int) -> np.ndarray:
     return loss
 
 
-def instance_signal(seed: int, oracle_runs: list[dict], test_per_skill: int, work: Path) -> dict:
+def fit_args(epochs: float, tokenizer: str, steps: int | None = None) -> list[str]:
+    """`embed` options for the longer proxy fit (the cost cap lifted as far as it goes; exact steps are not capped)."""
+    length = ["--proxy-steps", str(steps)] if steps else ["--proxy-epochs", str(epochs), "--proxy-budget", "10"]
+    return ["--features", "hidden", "--proxy-sample", str(FIT_SHARE), *length, "--proxy-tokenizer", tokenizer]
+
+
+def heldout_loss(inst_dir: Path, n: int, args: list[str]) -> np.ndarray:
+    """Each row's `loss` after the fit `args` asks for; NaN for the rows the proxy trained on and for the exact
+    duplicates embed leaves out."""
+    from cluster_curate.commands.embed_parts import PROXY_SALT, sample_ids
+    from cluster_curate.features.proxy import ProxyOptions
+    t = pq.read_table(BF.tool_feature_file(inst_dir, args), columns=["id", "loss"])
+    ids = t.column("id").to_numpy()
+    loss = np.full(n, np.nan)
+    loss[ids] = t.column("loss").to_numpy()
+    loss[sample_ids(ids, ProxyOptions(sample=FIT_SHARE).sample_size(len(ids)), 0, PROXY_SALT)] = np.nan
+    return loss
+
+
+def instance_signal(seed: int, oracle_runs: list[dict], test_per_skill: int, work: Path, fit: list[str]) -> dict:
     """Per skill: statistics and difficulty; per statistic: Spearman against difficulty."""
     acc = defaultdict(list)
     for run in oracle_runs:
@@ -86,11 +112,12 @@ def instance_signal(seed: int, oracle_runs: list[dict], test_per_skill: int, wor
     paths = skillfamily.write_instance(work / f"i{seed}", seed, "short", test_per_skill)
     train = [json.loads(line) for line in paths["train"].read_text().splitlines()]
     rows = defaultdict(list)
-    for r, x in zip(train, proxy_loss(work / f"i{seed}", len(train))):
-        rows[r["skill"]].append((r, x))
+    for r, x, h in zip(train, proxy_loss(work / f"i{seed}", len(train)), heldout_loss(work / f"i{seed}", len(train), fit)):
+        rows[r["skill"]].append((r, x, h))
     names = sorted(acc)
-    table = {k: {**skill_statistics([r["instruction"] for r, _ in rows[k]], [r["output"] for r, _ in rows[k]]),
-                 "proxy_loss": float(np.nanmean([x for _, x in rows[k]])),
+    table = {k: {**skill_statistics([r["instruction"] for r, *_ in rows[k]], [r["output"] for r, *_ in rows[k]]),
+                 "proxy_loss": float(np.nanmean([x for _, x, _ in rows[k]])),
+                 "heldout_loss": float(np.nanmean([h for *_, h in rows[k]])),
                  "difficulty": 1 - float(np.mean(acc[k]))} for k in names}
     rho = {s: float(spearmanr([table[k][s] for k in names], [table[k]["difficulty"] for k in names]).correlation)
            for s in COLUMNS}
@@ -111,7 +138,13 @@ def main(argv=None):
     ap.add_argument("--runs", default="benchmarks/results/family_train_dev_lr1e-3*.json",
                     help="glob of bench_family_train.py results holding the oracle's one-word runs")
     ap.add_argument("--results", default=None, help="folder for the table (default benchmarks/results)")
+    ap.add_argument("--name", default="difficulty_signal", help="results file stem")
+    ap.add_argument("--fit-epochs", type=float, default=10, help="heldout_loss: passes of the longer proxy fit")
+    ap.add_argument("--fit-steps", type=int, default=None, help="heldout_loss: exact optimiser steps instead")
+    ap.add_argument("--fit-tokenizer", choices=("bpe", "word"), default="bpe", help="heldout_loss: its tokenizer")
+    ap.add_argument("--jobs", type=int, default=1, help="instances at once (each runs embed on 1 thread)")
     a = ap.parse_args(argv)
+    fit = fit_args(a.fit_epochs, a.fit_tokenizer, a.fit_steps)
     paths = sorted(glob.glob(a.runs))
     if not paths:
         raise SystemExit(f"no results files match {a.runs}")
@@ -122,16 +155,18 @@ def main(argv=None):
     seeds = sorted(inst for inst, variant, name in runs if (variant, name) == ("short", "oracle"))
     if not seeds:
         raise SystemExit(f"no one-word oracle runs in {a.runs}")
-    with tempfile.TemporaryDirectory() as tmp:
-        per = {seed: instance_signal(seed, runs[(seed, "short", "oracle")], recipe["test_per_skill"], Path(tmp))
-               for seed in seeds}
+    with tempfile.TemporaryDirectory() as tmp, ProcessPoolExecutor(a.jobs) as pool:
+        jobs = {seed: pool.submit(instance_signal, seed, runs[(seed, "short", "oracle")], recipe["test_per_skill"],
+                                  Path(tmp), fit) for seed in seeds}
+        per = {seed: job.result() for seed, job in jobs.items()}
     valid = [seed for seed in seeds if validity.get(f"{seed}-short") == "yes"]
     summary = {"valid": summarise([per[s]["rho"] for s in valid]), "all": summarise([per[s]["rho"] for s in seeds])}
     lines = ["# A label-free signal of skill difficulty?", "",
              f"Difficulty = 1 - the oracle's per-skill accuracy (one-word answers, {recipe}); statistics per true "
              "skill from the training rows; Spearman over the skills of each instance. Round 29's rule, set before "
              "the run: a statistic worth setting quotas on has a median |rho| >= 0.5 over the valid instances, "
-             "with the same sign on >= 6 of 8.", "",
+             "with the same sign on >= 6 of 8. heldout_loss (round 30, the same rule): `cluster-curate embed "
+             f"{' '.join(fit)}`, the mean over the rows the proxy did not train on.", "",
              "| instance | valid | skills | " + " | ".join(COLUMNS) + " |", "|---|---|---|" + "---|" * len(COLUMNS)]
     for seed in seeds:
         lines.append(f"| {seed} | {validity.get(f'{seed}-short', '?')} | {len(per[seed]['skills'])} | "
@@ -139,8 +174,8 @@ def main(argv=None):
     for label, sm in summary.items():
         lines.append(f"| median ({label}) | | | " + " | ".join(
             f"{sm[s]['median']:+.2f} ({sm[s]['positive']}+ / {sm[s]['negative']}-)" for s in COLUMNS) + " |")
-    write_results("difficulty_signal", lines, {"runs": relative(a.runs), "recipe": recipe, "summary": summary,
-                                               "instances": per}, argv, results=a.results)
+    write_results(a.name, lines, {"runs": relative(a.runs), "recipe": recipe, "fit": fit, "summary": summary,
+                                  "instances": per}, argv, results=a.results)
 
 
 if __name__ == "__main__":

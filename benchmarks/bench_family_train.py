@@ -47,6 +47,26 @@ from cluster_curate.selection import water_fill_quotas
 LABEL_FREE = ("default", "pair", "hkm2")
 
 
+LEARN_FIT = ["--features", "hidden", "--proxy-sample", "0.31", "--proxy-steps", "1000"]  # answers-learn's proxy fit
+LEARN_CLIP = (0.5, 2.0)  # answers-learn: a kind's share moves by at most this factor
+
+
+def learnability_kinds(kinds: Kinds, group_of_row, ids, data_dir: Path) -> Kinds:
+    """answers-learn (round 30 prototype; family_notes.md): each kind's weight times its held-out loss relative to
+    the median kind's, clipped to LEARN_CLIP. Held-out loss: the `loss` column of the tool's embed with LEARN_FIT on
+    the style's data, over the rows outside the proxy's warm-up sample (bench_difficulty_signal.heldout_loss); a
+    kind with none keeps its weight."""
+    from bench_difficulty_signal import heldout_loss
+    loss = heldout_loss(data_dir, len((data_dir / "train.jsonl").read_text().splitlines()), LEARN_FIT)[ids]
+    kind_of_row = np.asarray(kinds.of_group)[group_of_row]
+    n_kinds = len(kinds.weight)
+    held = ~np.isnan(loss)
+    count = np.bincount(kind_of_row[held], minlength=n_kinds)
+    mean = np.bincount(kind_of_row[held], weights=loss[held], minlength=n_kinds) / np.maximum(count, 1)
+    scale = np.where(count > 0, np.clip(mean / np.median(mean[count > 0]), *LEARN_CLIP), 1.0)
+    return Kinds(kinds.of_group, np.asarray(kinds.weight, dtype=np.float64) * scale)
+
+
 def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_dir: Path | None = None,
               data_dir: Path | None = None) -> list[int]:
     """The rows a contender selects: full, random, oracle, a mechanism of bench_family on the tool's default
@@ -67,8 +87,9 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_di
         return BF.paper_recipe_ids(BF.tool_feature_file(inst_dir, BF.TOOL_FEATURES[feature]), seed, budget,
                                    []).tolist()
     z = BF.tool_feature(inst_dir, BF.TOOL_FEATURES[feature]) if feature else None
-    # answers-perfect, a control (round 28): `answers` with perfect joins, one kind per TRUE skill
-    base = "answers" if mechanism == "answers-perfect" else mechanism
+    # answers-perfect, a control (round 28): `answers` with perfect joins, one kind per TRUE skill;
+    # answers-learn, a prototype (round 30): `answers` with each kind's share scaled by its held-out proxy loss
+    base = "answers" if mechanism in ("answers-perfect", "answers-learn") else mechanism
     texts = None
     if base in BF.TEXT_MECHANISMS:  # the rows' prompts and responses too: those of the style trained on
         rows = [json.loads(line) for line in ((data_dir or inst_dir) / "train.jsonl").read_text().splitlines()]
@@ -76,6 +97,8 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_di
     clusters, groups = BF.call_mechanism(base, x, seed, labels, z, texts)
     if mechanism == "answers-perfect":
         groups = (groups[0], Kinds(*common.kinds_by_skill(groups[0][clusters], skills, int(groups[0].max()) + 1)))
+    if mechanism == "answers-learn":
+        groups = (groups[0], learnability_kinds(groups[1], groups[0][clusters], ids, data_dir or inst_dir))
     return sorted(ids[BF.select(clusters, ids, budget, seed, groups)].tolist())
 
 

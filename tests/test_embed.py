@@ -550,3 +550,19 @@ def test_cli_proxy_end_to_end_and_reuse(tmp_path, cli_runner):
     assert s3["warmup_seconds"] == 0.0
     t3, _ = read_artifact(out)
     assert _same(t3, table)
+
+
+def test_sample_ids_names_the_rows_the_streamed_sample_takes(tmp_path):
+    """A reader of the proxy's loss column tells its warm-up rows apart with sample_ids: the same rows the
+    streamed sample takes, for any seed and size."""
+    from cluster_curate.commands.embed_parts import PROXY_SALT, sample, sample_ids
+    from cluster_curate.io.datasets import ReadOptions, open_dataset
+
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps({"instruction": f"say {i}", "output": str(i)}) + "\n" for i in range(300)))
+    ds = open_dataset(str(path), ReadOptions())
+    ids = [ex.id for batch in ds.iter_batches() for ex in batch.examples]
+    for seed, k in ((0, 93), (7, 10), (3, 300)):
+        streamed = [ex.id for ex in sample(ds, k, seed, PROXY_SALT)]
+        assert len(streamed) == k and streamed == sample_ids(ids, k, seed, PROXY_SALT).tolist()
+    assert sample_ids(ids, 93, 0, PROXY_SALT).tolist() != sample_ids(ids, 93, 0, PROXY_SALT + 1).tolist()

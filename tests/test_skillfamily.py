@@ -211,12 +211,14 @@ def test_difficulty_signal_runs_on_the_oracles_runs(tmp_path):
     runs = {"runs": {"1002-short-oracle": [{"per_skill": acc}]}, "validity": {"1002-short": "yes"},
             "recipe": {"test_per_skill": 5}}
     (tmp_path / "r.json").write_text(json.dumps(runs))
-    bench_difficulty_signal.main(["--runs", str(tmp_path / "r.json"), "--results", str(tmp_path)])
+    bench_difficulty_signal.main(["--runs", str(tmp_path / "r.json"), "--results", str(tmp_path), "--fit-steps", "4"])
     got = json.loads((tmp_path / "difficulty_signal.json").read_text())
     inst = got["instances"]["1002"]
     assert set(inst["skills"]) == set(names)
     assert inst["skills"][names[0]]["difficulty"] == 1.0
     assert inst["skills"][names[0]]["rows"] == F.draw_instance(1002).skills[0].rows
     assert all(0 < v["proxy_loss"] < 20 for v in inst["skills"].values())  # the tool's proxy read every skill
+    assert all(0 < v["heldout_loss"] < 20 for v in inst["skills"].values())  # ... and the longer fit's held-out rows
+    assert got["fit"][got["fit"].index("--proxy-steps") + 1] == "4" and "--proxy-epochs" not in got["fit"]
     assert got["summary"]["valid"]["rows"]["n"] == 1
     assert "| 1002 | yes |" in (tmp_path / "difficulty_signal.md").read_text()

@@ -43,19 +43,35 @@ def scan(run, read_options) -> None:
         raise CurateError(f"{ds.source}: no row parsed; nothing to embed")
 
 
+PROXY_SALT = 1  # salts tell the seeded samples apart: the proxy's warm-up 1, the text basis 2 (features/text.py)
+
+
+def _keys(ids, seed: int, salt: int):
+    from cluster_curate.features.embed import sample_keys
+    return sample_keys(ids, seed * 1000003 + salt)
+
+
 def sample(ds, k: int, seed: int, salt: int) -> list:
     """Pass 2: a seeded uniform sample of k parsed examples (the k smallest keys), in id order."""
     import numpy as np
 
-    from cluster_curate.features.embed import BottomK, sample_keys
+    from cluster_curate.features.embed import BottomK
     keep = BottomK(k)
     for batch in ds.iter_batches():
         if not batch.examples:
             continue
-        keys = sample_keys(np.array([ex.id for ex in batch.examples]), seed * 1000003 + salt)
+        keys = _keys(np.array([ex.id for ex in batch.examples]), seed, salt)
         for ex, key in zip(batch.examples, keys.tolist()):
             keep.add(key, ex.id, ex)
     return keep.smallest(k)
+
+
+def sample_ids(ids, k: int, seed: int, salt: int):
+    """The ids of the examples `sample` takes, given every parsed example's id (e.g. an embeddings artifact's id
+    column): which rows the proxy warmed up on (salt PROXY_SALT), so a reader can tell its loss on them apart."""
+    import numpy as np
+    ids = np.asarray(ids)
+    return np.sort(ids[np.lexsort((ids, _keys(ids, seed, salt)))[:k]])  # ties as BottomK: the lower id
 
 
 @dataclass
@@ -146,7 +162,7 @@ def _proxy(run):
         from cluster_curate.features.embed import release_free_memory
         from cluster_curate.features.models import resolve_device
         t0 = time.perf_counter()
-        chosen = sample(run.ds, opts.sample_size(run.parsed), opts.seed, salt=1)
+        chosen = sample(run.ds, opts.sample_size(run.parsed), opts.seed, salt=PROXY_SALT)
         with _Lazy() as lazy:
             def on_step(step, total, loss):
                 lazy.bar("proxy warm-up", total, "steps").advance(1)
