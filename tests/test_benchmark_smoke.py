@@ -188,3 +188,23 @@ def test_kinds_by_skill_joins_the_groups_of_one_majority_skill():
     kind, weights = common.kinds_by_skill(group_of_row, skill, 4)
     assert kind.tolist() == [0, 1, 0, 0]  # numbered in order of first appearance
     assert np.allclose(weights, [3 ** 0.5, 1.0])
+
+
+def test_learnability_kinds_scales_each_kinds_share_by_its_held_out_loss(tmp_path, monkeypatch):
+    """answers-learn (round 30 prototype): a kind's weight times its mean held-out loss over the median kind's,
+    clipped to LEARN_CLIP; the proxy's warm-up rows (NaN) are left out and a kind with no held-out row keeps its
+    weight. The fit itself is bench_difficulty_signal.heldout_loss's, run for real in test_skillfamily."""
+    import bench_difficulty_signal
+    import bench_family_train as T
+    import numpy as np
+    from cluster_curate.budget_sequence import Kinds
+
+    (tmp_path / "train.jsonl").write_text("{}\n" * 9)
+    loss = np.array([1.0, 1.0, np.nan, 9.0, 4.0, 4.0, np.nan, np.nan, 0.5])  # by row (positions 0..8)
+    monkeypatch.setattr(bench_difficulty_signal, "heldout_loss", lambda d, n, args: loss if n == 9 else None)
+    kinds = Kinds(np.array([0, 0, 1, 2]), np.array([2 ** 0.5, 1.0, 1.0]))
+    ids = np.array([0, 1, 2, 4, 5, 6, 7])  # row 3 (loss 9) and row 8 left out by embed
+    group_of_row = np.array([0, 1, 1, 2, 2, 3, 3])  # kind 0: rows 0-2 (mean 1); kind 1: 4, 5 (4); kind 2: none held
+    got = T.learnability_kinds(kinds, group_of_row, ids, tmp_path)
+    assert got.of_group.tolist() == [0, 0, 1, 2]
+    assert np.allclose(got.weight, [2 ** 0.5 * 0.5, 1.0 * 1.6, 1.0])  # median 2.5: 1/2.5 clipped to 0.5, 4/2.5
