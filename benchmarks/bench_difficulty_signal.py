@@ -109,10 +109,12 @@ def instance_signal(seed: int, oracle_runs: list[dict], test_per_skill: int, wor
     for run in oracle_runs:
         for skill, v in run["per_skill"].items():
             acc[skill].append(v)
-    paths = skillfamily.write_instance(work / f"i{seed}", seed, "short", test_per_skill)
+    inst = work / f"i{seed}"
+    paths = skillfamily.write_instance(inst, seed, "short", test_per_skill)
     train = [json.loads(line) for line in paths["train"].read_text().splitlines()]
+    n = len(train)
     rows = defaultdict(list)
-    for r, x, h in zip(train, proxy_loss(work / f"i{seed}", len(train)), heldout_loss(work / f"i{seed}", len(train), fit)):
+    for r, x, h in zip(train, proxy_loss(inst, n), heldout_loss(inst, n, fit)):
         rows[r["skill"]].append((r, x, h))
     names = sorted(acc)
     table = {k: {**skill_statistics([r["instruction"] for r, *_ in rows[k]], [r["output"] for r, *_ in rows[k]]),
