@@ -84,7 +84,7 @@ def proxy_loss(inst_dir: Path, n: int) -> np.ndarray:
     return loss
 
 
-def fit_args(epochs: float, tokenizer: str, steps: int | None = None) -> list[str]:
+def fit_args(steps: int | None = None, epochs: float = 10, tokenizer: str = "bpe") -> list[str]:
     """`embed` options for the longer proxy fit (the cost cap lifted as far as it goes; exact steps are not capped)."""
     length = ["--proxy-steps", str(steps)] if steps else ["--proxy-epochs", str(epochs), "--proxy-budget", "10"]
     return ["--features", "hidden", "--proxy-sample", str(FIT_SHARE), *length, "--proxy-tokenizer", tokenizer]
@@ -146,7 +146,7 @@ def main(argv=None):
     ap.add_argument("--fit-tokenizer", choices=("bpe", "word"), default="bpe", help="heldout_loss: its tokenizer")
     ap.add_argument("--jobs", type=int, default=1, help="instances at once (each runs embed on 1 thread)")
     a = ap.parse_args(argv)
-    fit = fit_args(a.fit_epochs, a.fit_tokenizer, a.fit_steps)
+    fit = fit_args(a.fit_steps, a.fit_epochs, a.fit_tokenizer)
     paths = sorted(glob.glob(a.runs))
     if not paths:
         raise SystemExit(f"no results files match {a.runs}")

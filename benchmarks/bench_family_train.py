@@ -47,17 +47,18 @@ from cluster_curate.selection import water_fill_quotas
 LABEL_FREE = ("default", "pair", "hkm2")
 
 
-LEARN_FIT = ["--features", "hidden", "--proxy-sample", "0.31", "--proxy-steps", "1000"]  # answers-learn's proxy fit
+LEARN_STEPS = 1000  # answers-learn's proxy fit: bench_difficulty_signal's heldout_loss after this many steps
 LEARN_CLIP = (0.5, 2.0)  # answers-learn: a kind's share moves by at most this factor
 
 
 def learnability_kinds(kinds: Kinds, group_of_row, ids, data_dir: Path) -> Kinds:
     """answers-learn (round 30 prototype; family_notes.md): each kind's weight times its held-out loss relative to
-    the median kind's, clipped to LEARN_CLIP. Held-out loss: the `loss` column of the tool's embed with LEARN_FIT on
-    the style's data, over the rows outside the proxy's warm-up sample (bench_difficulty_signal.heldout_loss); a
-    kind with none keeps its weight."""
-    from bench_difficulty_signal import heldout_loss
-    loss = heldout_loss(data_dir, len((data_dir / "train.jsonl").read_text().splitlines()), LEARN_FIT)[ids]
+    the median kind's, clipped to LEARN_CLIP. Held-out loss: the `loss` column of the tool's embed after a proxy fit
+    of LEARN_STEPS steps on 31% of the style's rows, over the rows outside that sample
+    (bench_difficulty_signal.heldout_loss); a kind with none keeps its weight."""
+    from bench_difficulty_signal import fit_args, heldout_loss
+    n = len((data_dir / "train.jsonl").read_text().splitlines())
+    loss = heldout_loss(data_dir, n, fit_args(steps=LEARN_STEPS))[ids]
     kind_of_row = np.asarray(kinds.of_group)[group_of_row]
     n_kinds = len(kinds.weight)
     held = ~np.isnan(loss)
