@@ -75,13 +75,14 @@ def skill_statistics(prompts: list[str], answers: list[str]) -> dict[str, float]
             "word_join": float(np.mean(join)), "rows": n}
 
 
-def proxy_loss(inst_dir: Path, n: int) -> np.ndarray:
-    """Each row's `loss` column from `embed --features hidden` (the built-in proxy, tool defaults; what `select
-    --within hard` reads); NaN for the exact duplicates embed leaves out."""
-    t = pq.read_table(BF.tool_feature_file(inst_dir, BF.TOOL_FEATURES["hidden"]), columns=["id", "loss"])
+def proxy_loss(inst_dir: Path, n: int, args: list[str] = BF.TOOL_FEATURES["hidden"]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids embedded, each row's `loss` column) from `embed` with args (default `--features hidden`: the built-in
+    proxy, tool defaults; what `select --within hard` reads); NaN for the exact duplicates embed leaves out."""
+    t = pq.read_table(BF.tool_feature_file(inst_dir, args), columns=["id", "loss"])
+    ids = t.column("id").to_numpy()
     loss = np.full(n, np.nan)
-    loss[t.column("id").to_numpy()] = t.column("loss").to_numpy()
-    return loss
+    loss[ids] = t.column("loss").to_numpy()
+    return ids, loss
 
 
 def fit_args(steps: int | None = None, epochs: float = 10, tokenizer: str = "bpe") -> list[str]:
@@ -95,10 +96,7 @@ def heldout_loss(inst_dir: Path, n: int, args: list[str]) -> np.ndarray:
     duplicates embed leaves out."""
     from cluster_curate.commands.embed_parts import PROXY_SALT, sample_ids
     from cluster_curate.features.proxy import ProxyOptions
-    t = pq.read_table(BF.tool_feature_file(inst_dir, args), columns=["id", "loss"])
-    ids = t.column("id").to_numpy()
-    loss = np.full(n, np.nan)
-    loss[ids] = t.column("loss").to_numpy()
+    ids, loss = proxy_loss(inst_dir, n, args)
     loss[sample_ids(ids, ProxyOptions(sample=FIT_SHARE).sample_size(len(ids)), 0, PROXY_SALT)] = np.nan
     return loss
 
@@ -114,7 +112,7 @@ def instance_signal(seed: int, oracle_runs: list[dict], test_per_skill: int, wor
     train = [json.loads(line) for line in paths["train"].read_text().splitlines()]
     n = len(train)
     rows = defaultdict(list)
-    for r, x, h in zip(train, proxy_loss(inst, n), heldout_loss(inst, n, fit)):
+    for r, x, h in zip(train, proxy_loss(inst, n)[1], heldout_loss(inst, n, fit)):
         rows[r["skill"]].append((r, x, h))
     names = sorted(acc)
     table = {k: {**skill_statistics([r["instruction"] for r, *_ in rows[k]], [r["output"] for r, *_ in rows[k]]),

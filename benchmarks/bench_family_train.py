@@ -51,13 +51,12 @@ LEARN_STEPS = 1000  # answers-learn's proxy fit: bench_difficulty_signal's heldo
 LEARN_CLIP = (0.5, 2.0)  # answers-learn: a kind's share moves by at most this factor
 
 
-def learnability_kinds(kinds: Kinds, group_of_row, ids, data_dir: Path) -> Kinds:
+def learnability_kinds(kinds: Kinds, group_of_row, ids, data_dir: Path, n: int) -> Kinds:
     """answers-learn (round 30 prototype; family_notes.md): each kind's weight times its held-out loss relative to
     the median kind's, clipped to LEARN_CLIP. Held-out loss: the `loss` column of the tool's embed after a proxy fit
     of LEARN_STEPS steps on 31% of the style's rows, over the rows outside that sample
-    (bench_difficulty_signal.heldout_loss); a kind with none keeps its weight."""
+    (bench_difficulty_signal.heldout_loss; n: the rows of its train.jsonl); a kind with none keeps its weight."""
     from bench_difficulty_signal import fit_args, heldout_loss
-    n = len((data_dir / "train.jsonl").read_text().splitlines())
     loss = heldout_loss(data_dir, n, fit_args(steps=LEARN_STEPS))[ids]
     kind_of_row = np.asarray(kinds.of_group)[group_of_row]
     n_kinds = len(kinds.weight)
@@ -99,7 +98,7 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_di
     if mechanism == "answers-perfect":
         groups = (groups[0], Kinds(*common.kinds_by_skill(groups[0][clusters], skills, int(groups[0].max()) + 1)))
     if mechanism == "answers-learn":
-        groups = (groups[0], learnability_kinds(groups[1], groups[0][clusters], ids, data_dir or inst_dir))
+        groups = (groups[0], learnability_kinds(groups[1], groups[0][clusters], ids, data_dir or inst_dir, len(rows)))
     return sorted(ids[BF.select(clusters, ids, budget, seed, groups)].tolist())
 
 

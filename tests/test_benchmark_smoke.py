@@ -199,12 +199,11 @@ def test_learnability_kinds_scales_each_kinds_share_by_its_held_out_loss(tmp_pat
     import numpy as np
     from cluster_curate.budget_sequence import Kinds
 
-    (tmp_path / "train.jsonl").write_text("{}\n" * 9)
     loss = np.array([1.0, 1.0, np.nan, 9.0, 4.0, 4.0, np.nan, np.nan, 0.5])  # by row (positions 0..8)
     monkeypatch.setattr(bench_difficulty_signal, "heldout_loss", lambda d, n, args: loss if n == 9 else None)
     kinds = Kinds(np.array([0, 0, 1, 2]), np.array([2 ** 0.5, 1.0, 1.0]))
     ids = np.array([0, 1, 2, 4, 5, 6, 7])  # row 3 (loss 9) and row 8 left out by embed
     group_of_row = np.array([0, 1, 1, 2, 2, 3, 3])  # kind 0: rows 0-2 (mean 1); kind 1: 4, 5 (4); kind 2: none held
-    got = T.learnability_kinds(kinds, group_of_row, ids, tmp_path)
+    got = T.learnability_kinds(kinds, group_of_row, ids, tmp_path, 9)
     assert got.of_group.tolist() == [0, 0, 1, 2]
     assert np.allclose(got.weight, [2 ** 0.5 * 0.5, 1.0 * 1.6, 1.0])  # median 2.5: 1/2.5 clipped to 0.5, 4/2.5
