@@ -52,10 +52,11 @@ LEARN_CLIP = (0.5, 2.0)  # answers-learn: a kind's share moves by at most this f
 
 
 def learnability_kinds(kinds: Kinds, group_of_row, ids, data_dir: Path, n: int) -> Kinds:
-    """answers-learn (round 30 prototype; family_notes.md): each kind's weight times its held-out loss relative to
-    the median kind's, clipped to LEARN_CLIP. Held-out loss: the `loss` column of the tool's embed after a proxy fit
-    of LEARN_STEPS steps on 31% of the style's rows, over the rows outside that sample
-    (bench_difficulty_signal.heldout_loss; n: the rows of its train.jsonl); a kind with none keeps its weight."""
+    """answers-learn (round 30 prototype, lost on the test split in round 31; family_notes.md): each kind's weight
+    times its held-out loss relative to the median kind's, clipped to LEARN_CLIP. Held-out loss: the `loss` column
+    of the tool's embed after a proxy fit of LEARN_STEPS steps on 31% of the style's rows, over the rows outside
+    that sample (bench_difficulty_signal.heldout_loss; n: the rows of its train.jsonl); a kind with none keeps its
+    weight."""
     from bench_difficulty_signal import fit_args, heldout_loss
     loss = heldout_loss(data_dir, n, fit_args(steps=LEARN_STEPS))[ids]
     kind_of_row = np.asarray(kinds.of_group)[group_of_row]
@@ -88,7 +89,8 @@ def selection(name: str, ids, x, skills, labels, seed: int, budget: int, inst_di
                                    []).tolist()
     z = BF.tool_feature(inst_dir, BF.TOOL_FEATURES[feature]) if feature else None
     # answers-perfect, a control (round 28): `answers` with perfect joins, one kind per TRUE skill;
-    # answers-learn, a prototype (round 30): `answers` with each kind's share scaled by its held-out proxy loss
+    # answers-learn, a prototype (round 30; lost on test, round 31): `answers` with each kind's share scaled by its
+    # held-out proxy loss
     base = "answers" if mechanism in ("answers-perfect", "answers-learn") else mechanism
     texts = None
     if base in BF.TEXT_MECHANISMS:  # the rows' prompts and responses too: those of the style trained on
