@@ -97,7 +97,8 @@ def heldout_loss(inst_dir: Path, n: int, args: list[str]) -> np.ndarray:
     from cluster_curate.commands.embed_parts import PROXY_SALT, sample_ids
     from cluster_curate.features.proxy import ProxyOptions
     ids, loss = proxy_loss(inst_dir, n, args)
-    loss[sample_ids(ids, ProxyOptions(sample=FIT_SHARE).sample_size(len(ids)), 0, PROXY_SALT)] = np.nan
+    warm = ProxyOptions(sample=FIT_SHARE)  # as embed builds it from fit_args: its sample size and its seed
+    loss[sample_ids(ids, warm.sample_size(len(ids)), warm.seed, PROXY_SALT)] = np.nan
     return loss
 
 
