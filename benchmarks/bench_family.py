@@ -630,13 +630,15 @@ def paper_recipe_ids(emb: Path, seed: int, budget: int, log: list) -> np.ndarray
     return np.sort(pq.read_table(s, columns=["id"]).column("id").to_numpy())
 
 
-def cli_ids(seed: int, work: Path, budget: int, log: list, data: Path | None = None) -> np.ndarray:
-    """The ids the tool's commands select with their defaults and `--kinds none` (the mechanism `default`, the
-    default until round 20), or with `--kinds answers --data data`."""
+def cli_ids(seed: int, work: Path, budget: int, log: list, data: Path | None = None,
+            within: tuple = ("--within", "random")) -> np.ndarray:
+    """The ids the tool's commands select with `--kinds none` (the mechanism `default`, the default until round
+    20), or with `--kinds answers --data data`; in the random order (the default until round 32), or with
+    `within=()` the tool's default order (`auto`: the mechanism `answers-prop` on one-word answers)."""
     d = work / f"i{seed}"
     kinds = ["--kinds", "none"] if data is None else ["--kinds", "answers", "--data", data]
     common.cli(["cluster", d / "emb.parquet", "--out", d / "c.parquet", "--overwrite", *kinds], log)
-    common.cli(["select", d / "c.parquet", "--out", d / "s.parquet", "--budget", budget, "--overwrite"], log)
+    common.cli(["select", d / "c.parquet", "--out", d / "s.parquet", "--budget", budget, "--overwrite", *within], log)
     return np.sort(pq.read_table(d / "s.parquet", columns=["id"]).column("id").to_numpy())
 
 
@@ -737,9 +739,12 @@ def main(argv=None):
                     sel = run_mechanism(m, ids, x, skills, labels, s, budget, feats)
                 runs.append(cheap_metrics(np.bincount(skills[np.searchsorted(ids, sel)], minlength=n_skills),
                                           oracle, twins))
-                if (m == "default" or (m == "answers" and a.responses == "short")) and s == 0 and i < a.check_cli:
+                # train.jsonl holds the one-word answers, where the CLI's default order (`auto`) is answers-prop's
+                if (m == "default" or (m in ("answers", "answers-prop") and a.responses == "short")) and s == 0 \
+                        and i < a.check_cli:
                     data = None if m == "default" else work / f"i{inst_seed}" / "train.jsonl"  # short responses
-                    if not np.array_equal(cli_ids(inst_seed, work, budget, log, data), np.sort(sel)):
+                    within = () if m == "answers-prop" else ("--within", "random")
+                    if not np.array_equal(cli_ids(inst_seed, work, budget, log, data, within), np.sort(sel)):
                         raise SystemExit(f"instance {inst_seed}: the {m} mechanism differs from the CLI's")
             row["metrics"][m] = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
         per_instance.append(row)

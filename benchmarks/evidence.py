@@ -165,6 +165,7 @@ NO_SPLIT = ["--no-split-mixed"]
 def contenders() -> dict[str, Contender]:
     seed = ["--seed", "{seed}"]
     budget = ["--budget", "{budget}", *seed]
+    random_order = [*budget, "--within", "random"]  # the in-cluster order of every default until round 32
     shard2 = ["--num-shards", "2", *seed]
     tool = ("embed", "cluster", "select", "shard")
 
@@ -182,18 +183,20 @@ def contenders() -> dict[str, Contender]:
                 "one change from an earlier default: no split; the text weighting does not apply")
         return default_but(name, f"{desc} [{note}]",
                            embed=[*embed, *(["--text-weighting", "tfidf"] if text else [])],
-                           cluster=[*changes.pop("cluster", ()), "--group-cut", "row", *NO_SPLIT], **changes)
+                           cluster=[*changes.pop("cluster", ()), "--group-cut", "row", *NO_SPLIT],
+                           select=changes.pop("select", ["--within", "random"]), **changes)
 
     def control(name, features, desc, cluster=()):
         return Contender(name, "features", desc, features=features, cluster=[*cluster, *NO_SPLIT, *seed],
-                         select=budget, needs=tool[1:3])
+                         select=random_order, needs=tool[1:3])
 
     c = [
         Contender("full", "full", "all rows"),
         Contender("random", "random", "uniform random 31%"),
         Contender("oracle", "oracle", "water-filling quotas by the TRUE skill labels (not label-free)"),
         default_but("default", "the tool's defaults: embed (text, slot weighting), cluster (k auto, mixed clusters "
-                    "split, --groups auto, --group-cut row, --kinds auto), select --budget (random order), "
+                    "split, --groups auto, --group-cut row, --kinds auto), select --budget (--within auto: the "
+                    "answers order on one-word answers, random on worked solutions), "
                     "shard (token-balanced allocation); trained without the shards' weights"),
         Contender("paper", "tool", "the paper's recipe: gradient (proxy), K = 4 ranks, cap 1.5, per-cluster ratio, "
                   "far, allocation paper, weights", embed=["--features", "gradient"],
@@ -202,7 +205,7 @@ def contenders() -> dict[str, Contender]:
                   shard=["--num-shards", "4", "--allocation", "paper", *seed], use_weights=True, needs=tool),
         Contender("text-k48", "tool", "the first probe: prompt TF-IDF, k = 48, flat quotas, random order",
                   embed=["--features", "text", "--text-weighting", "tfidf"],
-                  cluster=["--k", "48", "--groups", "none", *seed], select=budget, needs=tool[:3]),
+                  cluster=["--k", "48", "--groups", "none", *seed], select=random_order, needs=tool[:3]),
         default_but("no-split", "default but cluster --no-split-mixed: the default until 2026-11-30 (round 5)",
                     cluster=NO_SPLIT),
         default_but("tfidf", "no-split but embed --text-weighting tfidf: the default until 2026-11-30 (round 4)",
@@ -229,13 +232,15 @@ def contenders() -> dict[str, Contender]:
         default_but("within-answers", "default but select --within answers: one row of each repeated answer of a "
                     "kind before a second, then each in proportion (round 24, a candidate)",
                     select=["--within", "answers"]),
+        default_but("within-random", "default but select --within random: the default until round 32",
+                    select=["--within", "random"]),
         # label-using controls (round 28): how much of the default's figure its counts make, and what perfect
         # joins of its groups into kinds would give; trained on the selected rows in id order (no shards)
         Contender("default-counts", "counts", "control: random rows inside each skill, as many of each skill as "
                   "the default's selection of the same seed holds (uses the TRUE skill labels)", needs=tool),
         Contender("perfect-joins", "tool", "control: the default's clusters with each group's kind set to its rows' "
                   "most common skill (perfect joins; uses the TRUE skill labels), select --budget",
-                  embed=[], cluster=list(seed), select=budget, needs=tool[:3], kinds_from_labels=True),
+                  embed=[], cluster=list(seed), select=random_order, needs=tool[:3], kinds_from_labels=True),
         default_but("tf", "default but embed --text-weighting tf: the default until round 10 (2026-12-02)",
                     embed=["--text-weighting", "tf"]),
         default_but("k-ranks-tf", "default but cluster --k 2 (the number of ranks, as the paper)",

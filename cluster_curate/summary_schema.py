@@ -51,6 +51,7 @@ _SELECT = {
     "budget": {"mode": str, "value": (NUMBER, str), "rows": (int, None), "tokens?": int},
     "selected": int, "kept": NUMBER, "exact_duplicates_left_out": (int, None),
     "clusters_covered": {"covered": int, "nonempty": int}, "per_cluster_quota": _MIN_MEDIAN_MAX, "within": str,
+    "within_auto?": {"order": str, "why": str, "short_answers?": int, "rows?": int},
     "rule?": str, "balance_power?": (NUMBER, None), "quotas?": str, "near_duplicates_dropped?": int,
     "n_tokens_column": bool, "n_tokens_why_not?": str, "tokens_selected?": {"selected": int, "total": int}, "tokens_counted_by?": str,
     "sources?": [Map(ANY)], "notes?": [str],

@@ -27,7 +27,7 @@ The relevance score, and why (benchmarks/results/target_skill_*.md measure each 
 * `target_weight` w in [0, 1] is the knob between the two ends: w = 1 is pure relevance (the relevant part is
   the budget itself: the round-robin order, cut at the budget); as w falls the relevant part widens and the
   balance decides more; w = 0 is the untargeted balanced selection itself (every row relevant, random order
-  inside a cluster: the same rows as `select` without a target).
+  inside a cluster: the same rows as `select --within random` without a target).
 * Target rows far from every pool row (`far_threshold`) take their turns last: their nearest rows are not
   the task, only the least unlike it; when most of the target is far, a warning says the pool may not hold it.
 """

@@ -65,7 +65,7 @@ def _random_key(*, ids, seed, **_):
     return (random_keys(ids, seed) >> np.uint64(32)).astype(np.uint32)
 
 
-WITHIN.register("random", "a seeded random order (the default)", _random_key, needs=(), picks=None)
+WITHIN.register("random", "a seeded random order", _random_key, needs=(), picks=None)
 WITHIN.register("far", "farthest from the centroid first (the paper's choice)",
                 lambda *, similarity, **_: _float_key(similarity, descending=False), needs=("similarity",),
                 picks=None)
@@ -108,6 +108,30 @@ WITHIN.register("answers", "one row of each repeated answer of a kind before a s
                 "proportion to its rows (reads the responses: --data, else the recorded dataset)", answer_share_key,
                 needs=("answers",), picks=None)
 WITHIN_ORDERS = WITHIN.names
+AUTO = "auto"  # the default: resolved per dataset by auto_order, never passed to select_rows
+WITHIN_CHOICES = (AUTO, *WITHIN_ORDERS)
+
+# `--within auto`: a response of at most this many words is an answer (a label, a number, a name); a longer one
+# (a worked solution, code, prose) is a text of its own. Placed between the two response styles of the benchmark
+# family (one-word answers: 1-3 words a row; worked solutions: 5 or more), not tuned on an outcome.
+SHORT_ANSWER_WORDS = 4
+
+
+def auto_order(answers: np.ndarray, words: np.ndarray) -> tuple[str, np.ndarray | None]:
+    """`--within auto`, from each row's answer key and its response's word count: ("answers", keys) when two
+    short responses (<= SHORT_ANSWER_WORDS words) share an answer, where a longer response counts as an answer
+    of its own; else ("random", None), the same rows the answers order would take on such data (every answer
+    different). Why per style: spreading repeated answers lifted one-word answers on the benchmark family's
+    dev and test splits and on the single instance, and cost the worst skill with worked solutions, whose
+    repeated responses are whole solutions (benchmarks/results/family_notes.md, rounds 24-26 and 32)."""
+    answers, short = np.asarray(answers), np.asarray(words) <= SHORT_ANSWER_WORDS
+    codes = np.unique(answers[short], return_inverse=True)[1].ravel()
+    if len(codes) == 0 or codes.max() + 1 == len(codes):  # no answer repeats
+        return "random", None
+    keys = np.empty(len(answers), dtype=np.int64)
+    keys[short] = codes
+    keys[~short] = codes.max() + 1 + np.arange(int((~short).sum()))
+    return "answers", keys
 _NEEDS_MESSAGE = {"similarity": "--within {} needs the similarity column of the clusters artifact",
                   "answers": "--within {} needs each row's answer (its response) and its kind",
                   "loss": "--within {} needs a `loss` column (from the embeddings artifact)"}

@@ -227,7 +227,7 @@ def test_cluster_kinds_answers_records_the_kinds_select_uses(family, tmp_path, c
     assert np.array_equal(AK.answer_kinds(groups, agree), kind_of_group)
     assert np.allclose(meta["kind_weights"], AK.kind_weights(kind_of_group))
     res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s.parquet", "--fraction", "0.31",
-                            "--json"])
+                            "--within", "random", "--json"])
     assert "kinds of groups first" in json.loads(res.stdout.strip().splitlines()[-1])["quotas"]
     chosen = pq.read_table(tmp_path / "s.parquet").column("id").to_numpy()
     sel = S.select_rows(labels, ids=ids, fraction=0.31, groups=groups,
@@ -237,18 +237,27 @@ def test_cluster_kinds_answers_records_the_kinds_select_uses(family, tmp_path, c
 
 def test_select_within_answers_reads_the_responses_and_orders_inside_the_kinds(family, tmp_path, cli_runner):
     """`select --within answers` reads the responses (from the recorded dataset, or --data) and takes what
-    select_rows takes with them; the same quotas as the random order, other rows. Without the data: one line."""
+    select_rows takes with them; the same quotas as the random order, other rows. The default (`auto`) is the
+    answers order on these one-word answers. Without the data: one line, or for `auto` the random order and a
+    warning."""
     import shutil
     d = family
     _cli(cli_runner, ["cluster", d / "e.parquet", "--out", tmp_path / "c.parquet", "-q"])
-    chosen = {}
-    for name, args in (("recorded", []), ("given", ["--data", d / "train.jsonl"]), ("random", None)):
-        within = [] if args is None else ["--within", "answers", *args]
+    chosen, summary = {}, {}
+    for name, within in (("recorded", ["--within", "answers"]), ("given", ["--within", "answers", "--data",
+                                                                            d / "train.jsonl"]),
+                         ("random", ["--within", "random"]), ("auto", [])):
         res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / f"{name}.parquet", "--json",
                                 "--fraction", "0.31", *within])
         chosen[name] = pq.read_table(tmp_path / f"{name}.parquet")
-        assert json.loads(res.stdout.strip().splitlines()[-1])["within"] == ("random" if args is None else "answers")
-    assert chosen["recorded"].equals(chosen["given"])
+        summary[name] = json.loads(res.stdout.strip().splitlines()[-1])
+        assert summary[name]["within"] == ("random" if name == "random" else "answers")
+    assert chosen["recorded"].equals(chosen["given"]) and chosen["auto"].equals(chosen["recorded"])
+    rows = [json.loads(line) for line in (d / "train.jsonl").read_text().splitlines()]
+    auto = json.loads(pq.read_schema(tmp_path / "auto.parquet").metadata[b"cluster_curate"])["params"]
+    assert auto["within"] == "auto" and auto["within_auto"]["order"] == "answers"
+    assert auto["within_auto"]["short_answers"] == auto["within_auto"]["rows"] == summary["auto"]["rows"]
+    assert "within_auto" not in summary["recorded"] and summary["auto"]["within_auto"] == auto["within_auto"]
     rows = [json.loads(line) for line in (d / "train.jsonl").read_text().splitlines()]
     t = pq.read_table(tmp_path / "c.parquet")
     ids, labels = t.column("id").to_numpy(), t.column("cluster").to_numpy()
@@ -271,6 +280,12 @@ def test_select_within_answers_reads_the_responses_and_orders_inside_the_kinds(f
     error = [line for line in res.output.strip().splitlines() if line.startswith("ERROR")]
     assert len(error) == 1 and "train.jsonl" in error[0] and "pass --data" in error[0]
     assert not (tmp_path / "s2.parquet").exists()
+    output = {name: _cli(cli_runner, ["select", tmp_path / "c2.parquet", "--out", tmp_path / f"{name}.parquet",
+                                      "--fraction", "0.31", *within]).output
+              for name, within in (("auto2", []), ("random2", ["--within", "random"]))}
+    assert pq.read_table(tmp_path / "auto2.parquet").equals(pq.read_table(tmp_path / "random2.parquet"))
+    warned = [line for line in output["auto2"].splitlines() if "--within auto" in line]
+    assert len(warned) == 1 and "train.jsonl" in warned[0] and "random order" in warned[0], output["auto2"]
     # clusters that record no dataset: one line that says once what to pass
     t = pq.read_table(tmp_path / "c2.parquet")
     meta = json.loads(t.schema.metadata[b"cluster_curate"])

@@ -35,7 +35,7 @@ def test_python_run_equals_the_cli_run(cli_runner, tmp_path):
 def test_python_api_rejects_an_unknown_option(tmp_path):
     with pytest.raises(CurateError, match="unknown option.*fractoin"):
         cc.select(str(tmp_path / "c.parquet"), str(tmp_path / "s.parquet"), fractoin=0.3)
-    with pytest.raises(CurateError, match="--within must be one of random, far"):
+    with pytest.raises(CurateError, match="--within must be one of auto, random, far"):
         cc.select(str(tmp_path / "c.parquet"), str(tmp_path / "s.parquet"), fraction=0.3, within="sideways")
 
 
@@ -54,14 +54,14 @@ def test_deprecated_embed_spelling_warns_and_means_num_parts(cli_runner, tmp_pat
 def test_cli_choices_come_from_the_registries():
     from cluster_curate.features.embed import FEATURE_KINDS
     from cluster_curate.io.formats import FORMATS
-    from cluster_curate.within_orders import WITHIN_ORDERS
+    from cluster_curate.within_orders import WITHIN_CHOICES, WITHIN_ORDERS
     from cluster_curate.sharding import ALLOCATIONS
 
     def choices(command, name):
         param = next(p for p in main.commands[command].params if p.name == name)
         return tuple(param.type.choices)
 
-    assert choices("select", "within") == WITHIN_ORDERS == choices("run", "within")
+    assert choices("select", "within") == WITHIN_CHOICES == ("auto", *WITHIN_ORDERS) == choices("run", "within")
     assert choices("shard", "allocation") == ALLOCATIONS
     assert choices("inspect", "fmt") == ("auto", *FORMATS)
     assert set(FEATURE_KINDS.names) == {"gradient", "lora-gradient", "hidden", "loss-trajectory", "text", "semantic"}

@@ -158,6 +158,44 @@ def test_answers_order_takes_each_answer_in_proportion_inside_its_kind():
         S.select_rows(clusters, budget=2, within="answers")
 
 
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(20, 300), n_answers=st.integers(1, 40), long_share=st.sampled_from([0.0, 0.3, 1.0]),
+       seed=st.integers(0, 2**31 - 1))
+def test_auto_order_is_the_answers_order_over_short_responses(n, n_answers, long_share, seed):
+    """`--within auto`: short responses keep their answers (the same selection as their answer keys), a
+    longer response is an answer of its own (even where two are equal), and with no short answer repeated the
+    order is the random one."""
+    rng = np.random.default_rng(seed)
+    clusters = rng.integers(0, 4, n)
+    raw = rng.integers(0, n_answers, n) * 7919 - 10**12  # answer keys: any int64, equal for equal answers
+    long = rng.random(n) < long_share
+    words = np.where(long, O.SHORT_ANSWER_WORDS + 1 + rng.integers(0, 50, n), rng.integers(1, O.SHORT_ANSWER_WORDS + 1, n))
+    order, keys = O.auto_order(raw, words)
+    short = ~long
+    if len(np.unique(raw[short])) == short.sum():
+        assert order == "random" and keys is None
+        return
+    assert order == "answers"
+    same = keys[:, None] == keys[None, :]
+    assert np.array_equal(same[np.ix_(short, short)], (raw[:, None] == raw[None, :])[np.ix_(short, short)])
+    assert same.sum() == n + (same[np.ix_(short, short)].sum() - short.sum())  # a long row equals only itself
+    singles = np.where(long, 10**15 + np.arange(n), raw)
+    for budget in (n // 5, n // 2):
+        got = S.select_rows(clusters, k=4, budget=budget, seed=seed % 7, within="answers", answers=keys).rows
+        assert np.array_equal(got, S.select_rows(clusters, k=4, budget=budget, seed=seed % 7, within="answers",
+                                                 answers=singles).rows)
+
+
+def test_auto_order_on_one_word_answers_worked_solutions_and_nothing_short():
+    one_word = np.arange(30) % 5  # five answers, six rows each
+    order, keys = O.auto_order(one_word, np.ones(30, int))
+    assert order == "answers" and np.array_equal(keys, one_word)
+    # worked solutions that repeat whole: each its own answer, so nothing repeats and the order is random
+    assert O.auto_order(one_word, np.full(30, O.SHORT_ANSWER_WORDS + 1)) == ("random", None)
+    assert O.auto_order(np.arange(30), np.ones(30, int)) == ("random", None)  # every answer different
+    assert O.auto_order(np.zeros(0, np.int64), np.zeros(0, int)) == ("random", None)
+
+
 def test_hard_puts_nan_loss_last_and_ranks_by_loss():
     clusters = np.zeros(5, int)
     loss = np.array([0.5, np.nan, 2.0, 1.0, np.nan], dtype=np.float32)
@@ -296,7 +334,11 @@ def test_select_command_writes_selection_with_lineage(tmp_path, cli_runner, chai
     labels = ctable.column("cluster").to_numpy()
     np.testing.assert_array_equal(table.column("cluster").to_numpy(), labels[ids])
     p = meta.params
-    assert p["mode"] == "fraction" and p["value"] == 0.31 and p["requested"] == 124 and p["within"] == "random"
+    assert p["mode"] == "fraction" and p["value"] == 0.31 and p["requested"] == 124 and p["within"] == "auto"
+    # the embeddings' dataset is gone: `auto` reads no responses and takes the random order, and says so
+    assert p["within_auto"]["order"] == summary["within"] == "random"
+    assert "synthetic.jsonl" in p["within_auto"]["why"] == summary["within_auto"]["why"]
+    assert [w for w in summary["warnings"] if "--within auto" in w and "random order" in w]
     assert p["cluster_sizes"] == np.bincount(labels, minlength=6).tolist()
     assert sum(p["quotas"]) == 124 and p["dedup_dropped"] == 0 and p["seed"] == 0
     assert meta.inputs["clusters"]["fingerprint"] == cmeta.fingerprint

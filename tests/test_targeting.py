@@ -257,7 +257,7 @@ def test_select_target_spends_the_budget_on_the_target_task(tmp_path, cli_runner
     assert _selected(again)[0].column("id").equals(table.column("id"))
     # --target-weight 0: the untargeted selection
     plain, zero = tmp_path / "plain.parquet", tmp_path / "zero.parquet"
-    _cli(cli_runner, ["select", pool["clusters"], "--out", plain, "--budget", "40", "-q"])
+    _cli(cli_runner, ["select", pool["clusters"], "--out", plain, "--budget", "40", "--within", "random", "-q"])
     _cli(cli_runner, ["select", pool["clusters"], "--out", zero, "--budget", "40", "--target", target,
                       "--target-weight", "0", "-q"])
     assert _selected(zero)[0].column("id").equals(_selected(plain)[0].column("id"))

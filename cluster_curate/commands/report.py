@@ -179,7 +179,8 @@ def _describe_selection(path: Path, sections: list) -> None:
                                  f"--{p.get('mode')} {p.get('value')}"),
                  "selected": p.get("selected"),
                  "kept": Shown(p.get("fraction_selected"), label="kept (fraction of the data)"),
-                 "within": p.get("within"),
+                 "within": (Shown(p["within_auto"]["order"], f"auto: {p['within_auto']['order']}")
+                            if p.get("within_auto") else p.get("within")),
                  "clusters_covered": Shown({"covered": p.get("clusters_covered"),
                                             "clusters": len(p.get("cluster_sizes") or [])},
                                            f"{p.get('clusters_covered')} / {len(p.get('cluster_sizes') or [])}")})

@@ -11,8 +11,10 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
 
 
 def _order_help() -> str:
-    from cluster_curate.within_orders import WITHIN
-    return "Order inside a cluster: " + WITHIN.help_text() + "."
+    from cluster_curate.within_orders import SHORT_ANSWER_WORDS, WITHIN
+    return (f"Order inside a cluster: auto: `answers` where responses of at most {SHORT_ANSWER_WORDS} words repeat "
+            "(one-word answers, labels), else `random` (reads the responses when the data can be found); "
+            + WITHIN.help_text() + ".")
 
 
 def _int_min0():
@@ -33,7 +35,7 @@ OPTIONS = (
            "pass over the data), exact. Default: the embeddings' n_tokens (the feature model's or encoder's "
            "tokenizer), else whitespace words; the summary says which."),
     Option("data", run=False, multiple=True, help="The raw data, for --tokenizer, word counts or --within answers "
-           "(default: the dataset, or every input of a mixture, that the clusters' lineage records)."),
+           "and auto (default: the dataset, or every input of a mixture, that the clusters' lineage records)."),
     Option("source_min_share", metavar="[NAME=]SHARE,...",
            help="A mixture's inputs: each gives at least this share of the budget (rows, or tokens with a token "
                 "budget), met exactly or refused; SHARE for every input or NAME=SHARE (mixture files can set "
@@ -42,7 +44,7 @@ OPTIONS = (
            help="A mixture's inputs: each gives at most this share of the budget (as --source-min-share)."),
     Option("balance_power", type=float, default=0.0, show_default=True,
            help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional."),
-    Option("within", record=True, default="random", choices=lazy("cluster_curate.within_orders", "WITHIN_ORDERS"),
+    Option("within", record=True, default="auto", choices=lazy("cluster_curate.within_orders", "WITHIN_CHOICES"),
            show_default=True, help=_order_help),
     Option("embeddings", run=False,
            help="Embeddings artifact (features for diverse / --dedup, loss for hard, n_tokens for shard). "
@@ -59,8 +61,9 @@ OPTIONS = (
                 "target, round-robin over its rows, spread over the clusters it pulls from."),
     Option("target_weight", type=float, shown_default=lazy("cluster_curate.targeting", "DEFAULT_TARGET_WEIGHT"),
            help="With --target: 1 = pure relevance (the nearest rows, round-robin over target rows), 0 = the "
-                "untargeted balanced selection; in between, the budget is spread over the clusters the target "
-                "pulls from, by how many target rows each holds, inside the budget / weight most relevant rows."),
+                "untargeted balanced selection (in the random order); in between, the budget is spread over the "
+                "clusters the target pulls from, by how many target rows each holds, inside the budget / weight most "
+                "relevant rows."),
     *OUTPUT_OPTIONS,
 )
 
@@ -89,8 +92,8 @@ def _inputs(o: dict, clusters: str, c, needs: set):
     from cluster_curate.io.readers import read_embedding_columns, read_embeddings_for
     emb_path, emeta, why_not = _embeddings(o, clusters, c.meta)
     if emb_path is None and needs & {"features", "loss"}:
-        from cluster_curate.within_orders import WITHIN
-        order_needs = WITHIN.get(o["within"]).needs
+        from cluster_curate.within_orders import AUTO, WITHIN
+        order_needs = () if o["within"] == AUTO else WITHIN.get(o["within"]).needs
         what = f"--within {o['within']}" if "features" in order_needs or o["dedup"] is None else "--dedup"
         said = "the feature vectors" if "features" in needs else "the `loss` column"
         raise CurateError(f"{what} needs {said} of the embeddings artifact: pass --embeddings E ({why_not})")
@@ -110,27 +113,50 @@ def _inputs(o: dict, clusters: str, c, needs: set):
     if "features" in needs:
         features = read_embeddings_for(emb_path, c.ids, force=o["force"], what=f" of {clusters}")
         normalise_features(features, center=c.meta.params.get("normalisation") == "center+l2")
-    answers = _answers(o, clusters, c) if "answers" in needs else None
+    answers = _answers(o, clusters, c)[0] if "answers" in needs else None
     return dict(emb_path=emb_path, emeta=emeta, why_not=why_not, loss=loss, features=features,
                 n_tokens=extra.get("n_tokens"), answers=answers)
 
 
-def _answers(o: dict, clusters: str, c):
-    """Each row's answer (answer_kinds.answer_key of its response), aligned with the clusters' ids, from one
-    pass over the raw data (`--within answers`)."""
+def _answers(o: dict, clusters: str, c, ds=None):
+    """Each row's answer (answer_kinds.answer_key of its response) and its response's word count, aligned with
+    the clusters' ids, from one pass over the raw data (`--within answers`, `auto`)."""
     import numpy as np
 
     from cluster_curate.answer_kinds import answer_key
     from cluster_curate.commands.common import examples_of_ids
-    ds = _open_data(o, clusters, c, f"--within {o['within']}",
-                    hint=f"--within {o['within']} reads the rows' responses: pass --data DATA")
+    if ds is None:
+        ds = _open_data(o, clusters, c, f"--within {o['within']}",
+                        hint=f"--within {o['within']} reads the rows' responses: pass --data DATA")
     keys = np.zeros(len(c.ids), dtype=np.int64)
+    words = np.zeros(len(c.ids), dtype=np.int64)
     found = np.zeros(len(c.ids), dtype=bool)
     for pos, chosen in examples_of_ids(ds, c.ids, "select: read the answers"):
         keys[pos] = [answer_key(e.response) for e in chosen]
+        words[pos] = [len(e.response.split()) for e in chosen]
         found[pos] = True
     _check_every_id_read(ds, c.ids, found)
-    return keys
+    return keys, words
+
+
+def _auto_order(o: dict, clusters: str, c) -> tuple[str, np.ndarray | None, dict]:
+    """`--within auto` resolved (within_orders.auto_order): the order, its answer keys, and what decided it.
+    Data that cannot be read gives the random order, not an error (nothing asked for answers): with a warning
+    when the clusters record a dataset that is gone or changed, as `cluster --kinds auto` does."""
+    from cluster_curate import console
+    from cluster_curate.within_orders import SHORT_ANSWER_WORDS, auto_order
+    try:
+        ds = _open_data(o, clusters, c, "--within auto")
+    except CurateError as e:
+        if "record no dataset" not in str(e):
+            console.warn(f"--within auto: the responses were not read, so the random order ({e})")
+        return "random", None, {"order": "random", "why": f"the responses were not read: {e}"}
+    keys, words = _answers(o, clusters, c, ds)
+    order, answers = auto_order(keys, words)
+    short = int((words <= SHORT_ANSWER_WORDS).sum())
+    why = (f"{short:,} of {len(words):,} responses are answers of at most {SHORT_ANSWER_WORDS} words"
+           + (", and some repeat" if order == "answers" else ", and none repeats" if short else ""))
+    return order, answers, {"order": order, "short_answers": short, "rows": len(words), "why": why}
 
 
 def _check_every_id_read(ds, ids, found) -> None:
@@ -214,8 +240,8 @@ def _check(o: dict):
         from cluster_curate.targeting import check_target_weight
         if mode == "per-cluster-ratio":
             raise CurateError("--target spends a budget: give --fraction or --budget, not --per-cluster-ratio")
-        for name, default in (("within", "random"), ("dedup", None)):
-            if o[name] != default:
+        for name, unused in (("within", ("auto", "random")), ("dedup", (None,))):
+            if o[name] not in unused:
                 raise CurateError(f"--{name}: not used with --target (rows come in order of relevance to the target)")
         check_target_weight(o["target_weight"] if o["target_weight"] is not None else 0.0)
     return mode
@@ -232,25 +258,28 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.artifacts import check_writable
     from cluster_curate.io.readers import read_clusters
-    from cluster_curate.within_orders import WITHIN
+    from cluster_curate.within_orders import AUTO, WITHIN
 
     t0 = time.perf_counter()
     o = resolve(OPTIONS, dict(options, out=out), "select")
     mode = _check(o)
-    order = WITHIN.get(o["within"])
+    order = None if o["within"] == AUTO else WITHIN.get(o["within"])
     check_writable(out, o["overwrite"])
     c = read_clusters(clusters, force=o["force"],
-                      need_similarity=f"--within {o['within']}" if "similarity" in order.needs else None)
+                      need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
     if o["target"] is not None:
         return _select_targeted(o, mode, clusters, c, out, t0, summary_limit)
-    needs = set(order.needs) | ({"features"} if o["dedup"] is not None else set())
+    needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
     sources, source_names, share_lo, share_hi = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
+    if order is None:  # auto: after what must read the data, so that data it cannot read is that one's error
+        within, x["answers"], x["auto"] = _auto_order(o, clusters, c)
+        order = WITHIN.get(within)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], answers=x["answers"],
                         features=x["features"], fraction=o["fraction"], budget=o["budget"],
                         per_cluster_ratio=o["per_cluster_ratio"], balance_power=o["balance_power"],
-                        within=o["within"], dedup=o["dedup"], seed=o["seed"],
+                        within=order.name, dedup=o["dedup"], seed=o["seed"],
                         groups=c.groups, kinds=c.kinds, tokens=tokens, token_budget=o["token_budget"],
                         token_fraction=o["token_fraction"], tokens_counted_by=x["counted_by"] or "",
                         sources=sources, source_min_share=share_lo, source_max_share=share_hi,
@@ -271,6 +300,8 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         chosen[sel.rows] = True
         x["sources"] = source_accounting(source_names, sources, tokens, chosen)
     params = _params(o, mode, sel, c)
+    if x.get("auto"):
+        params["within_auto"] = x["auto"]
     if tokens is not None and (mode in TOKEN_MODES or o["tokenizer"]):
         params["tokens"] = {"counted_by": x["counted_by"], "total": sel.tokens_total,
                             "requested": sel.tokens_requested, "selected": sel.tokens_selected}
@@ -449,8 +480,11 @@ def _summary(o, mode, sel, c, x, out) -> dict:
         "per_cluster_quota": Shown({"min": int(q.min()), "median": float(np.median(q)), "max": int(q.max())},
                                    f"{int(q.min())} / {float(np.median(q)):g} / {int(q.max())}",
                                    "per-cluster quota min / median / max"),
-        "within": o["within"],
+        "within": (Shown(x["auto"]["order"], f"auto: {x['auto']['order']} ({x['auto']['why']})")
+                   if x.get("auto") else o["within"]),
     }
+    if x.get("auto"):
+        summary["within_auto"] = Shown(x["auto"], hidden=True)  # shown in the `within` line
     if mode == "per-cluster-ratio":
         m, r = int(sel.available[sel.available > 0].min()), o["per_cluster_ratio"]
         summary["rule"] = (f"floor({r} x smallest cluster {m}) = {int(q.max())} rows per cluster: "
