@@ -239,7 +239,7 @@ def contenders() -> dict[str, Contender]:
         Contender("default-counts", "counts", "control: random rows inside each skill, as many of each skill as "
                   "the default's selection of the same seed holds (uses the TRUE skill labels)", needs=tool),
         Contender("perfect-joins", "tool", "control: the default's clusters with each group's kind set to its rows' "
-                  "most common skill (perfect joins; uses the TRUE skill labels), select --budget",
+                  "most common skill (perfect joins; uses the TRUE skill labels), select --budget --within random",
                   embed=[], cluster=list(seed), select=random_order, needs=tool[:3], kinds_from_labels=True),
         default_but("tf", "default but embed --text-weighting tf: the default until round 10 (2026-12-02)",
                     embed=["--text-weighting", "tf"]),

@@ -4,6 +4,7 @@ first, as pure functions on numpy arrays.
     order = order_within_cluster(clusters, within, ...)   # rows grouped by cluster, each in `--within` order
     keep  = dedup_within_cluster(features, order, ...)    # optional near-duplicate removal, along that order
     picks = k_center_greedy(x, quota)                     # `diverse`: a cluster's rows chosen by their features
+    order, keys = auto_order(answers, words)              # `--within auto` (the default): answers or random
 
 An order is one sort of a key per row (vectorised); only `diverse` and `dedup` loop over clusters, and they
 need the feature vectors. selection.py takes each cluster's quota of rows in this order; a change here that
@@ -110,6 +111,10 @@ WITHIN.register("answers", "one row of each repeated answer of a kind before a s
 WITHIN_ORDERS = WITHIN.names
 AUTO = "auto"  # the default: resolved per dataset by auto_order, never passed to select_rows
 WITHIN_CHOICES = (AUTO, *WITHIN_ORDERS)
+_NEEDS_MESSAGE = {"similarity": "--within {} needs the similarity column of the clusters artifact",
+                  "answers": "--within {} needs each row's answer (its response) and its kind",
+                  "loss": "--within {} needs a `loss` column (from the embeddings artifact)"}
+
 
 # `--within auto`: a response of at most this many words is an answer (a label, a number, a name); a longer one
 # (a worked solution, code, prose) is a text of its own. Placed between the two response styles of the benchmark
@@ -132,9 +137,6 @@ def auto_order(answers: np.ndarray, words: np.ndarray) -> tuple[str, np.ndarray 
     keys[short] = codes
     keys[~short] = codes.max() + 1 + np.arange(int((~short).sum()))
     return "answers", keys
-_NEEDS_MESSAGE = {"similarity": "--within {} needs the similarity column of the clusters artifact",
-                  "answers": "--within {} needs each row's answer (its response) and its kind",
-                  "loss": "--within {} needs a `loss` column (from the embeddings artifact)"}
 
 
 def group_by_cluster(clusters: np.ndarray, k: int | None = None) -> np.ndarray:

@@ -169,7 +169,8 @@ def test_auto_order_is_the_answers_order_over_short_responses(n, n_answers, long
     clusters = rng.integers(0, 4, n)
     raw = rng.integers(0, n_answers, n) * 7919 - 10**12  # answer keys: any int64, equal for equal answers
     long = rng.random(n) < long_share
-    words = np.where(long, O.SHORT_ANSWER_WORDS + 1 + rng.integers(0, 50, n), rng.integers(1, O.SHORT_ANSWER_WORDS + 1, n))
+    words = np.where(long, O.SHORT_ANSWER_WORDS + 1 + rng.integers(0, 50, n),
+                     rng.integers(1, O.SHORT_ANSWER_WORDS + 1, n))
     order, keys = O.auto_order(raw, words)
     short = ~long
     if len(np.unique(raw[short])) == short.sum():
