@@ -346,6 +346,34 @@ def test_kinds_that_join_nothing_select_the_groups_rows(fixtures_dir, tmp_path, 
     assert chosen["answers"] == chosen["none"]
 
 
+def test_select_auto_on_worked_solutions_is_the_random_order_and_trusts_what_cluster_read(fixtures_dir, tmp_path,
+                                                                                         cli_runner):
+    """GSM8K's responses are worked solutions: `--within auto` takes the random order. Where `cluster` read the
+    answers (its kinds) it does not read the data again, so it needs none; else it reads it itself."""
+    import shutil
+    shutil.copy(fixtures_dir / "gsm8k" / "train-300.jsonl", tmp_path / "train.jsonl")
+    _cli(cli_runner, ["embed", tmp_path / "train.jsonl", "--out", tmp_path / "e.parquet", "-q"])
+    for kinds in ("auto", "none"):
+        _cli(cli_runner, ["cluster", tmp_path / "e.parquet", "--out", tmp_path / f"c-{kinds}.parquet", "-q",
+                          "--kinds", kinds])
+    recorded = json.loads(pq.read_schema(tmp_path / "c-auto.parquet").metadata[b"cluster_curate"])["params"]
+    assert recorded["short_answers"] == {"rows": 0, "max_words": 4, "repeat": False}
+    summary = {}
+    for name, clusters, within in (("read", "c-none", []), ("auto", "c-auto", []),
+                                   ("random", "c-auto", ["--within", "random"])):
+        res = _cli(cli_runner, ["select", tmp_path / f"{clusters}.parquet", "--out", tmp_path / f"{name}.parquet",
+                                "--fraction", "0.31", "--json", *within])
+        summary[name] = json.loads(res.stdout.strip().splitlines()[-1])
+        if name == "read":
+            (tmp_path / "train.jsonl").unlink()  # from here on the data is gone
+    assert summary["auto"]["within"] == summary["read"]["within"] == "random" and not summary["auto"]["warnings"]
+    assert summary["auto"]["within_auto"]["why"].endswith("(read by `cluster`)")
+    assert summary["read"]["within_auto"]["short_answers"] == 0
+    assert "cluster" not in summary["read"]["within_auto"]["why"]
+    rows = {n: pq.read_table(tmp_path / f"{n}.parquet").column("id").to_pylist() for n in summary}
+    assert rows["auto"] == rows["random"] == rows["read"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--data", "DATA", "--groups", "none"], "--kinds answers joins groups of clusters: not with --groups none"),
     (["--data", "MISSING"], "MISSING"),

@@ -112,7 +112,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     from cluster_curate.commands.common import open_recorded_data
     from cluster_curate.io.artifacts import read_meta
     emeta = read_meta(embeddings, None if o["force"] else names.EMBEDDINGS)  # as k-means reads it: its errors
-    ids, keys = [], []
+    ids, keys, words = [], [], []
     try:
         ds = open_recorded_data(o, embeddings, emeta)
         if ds is None:
@@ -121,6 +121,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
             for ex in batch.examples:
                 ids.append(ex.id)
                 keys.append(AK.answer_key(ex.response))
+                words.append(len(ex.response.split()))
     except (CurateError, OSError) as e:
         if o["kinds"] == "auto" and not o["data"]:  # a --data given is read or refused, never passed over
             why = f"auto: the answers were not read ({e}); pass --data DATA for kinds"
@@ -133,18 +134,22 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
 
     def prompts() -> list[str]:
         return [example_text(ex, "prompt") for batch in ds.iter_batches() for ex in batch.examples]
-    return (np.asarray(ids, dtype=np.int64), np.asarray(keys, dtype=np.int64), prompts), None
+    return (np.asarray(ids, dtype=np.int64), np.asarray(keys, dtype=np.int64), np.asarray(words, dtype=np.int64),
+            prompts), None
 
 
 def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:
-    """(kind of each group, each kind's weight) when there are kinds, else (None, None)."""
+    """(kind of each group, each kind's weight, the short answers' record) when there are kinds, else Nones.
+    The record is what `select --within auto` decides from (within_orders.auto_order), so that it need not read
+    the data again where no short answer repeats."""
     if answers is None:
-        return None, None
+        return None, None, None
     import numpy as np
 
     from cluster_curate import answer_kinds as AK
     from cluster_curate.io.readers import align
-    data_ids, keys, read_prompts = answers
+    from cluster_curate.within_orders import SHORT_ANSWER_WORDS, auto_order
+    data_ids, keys, words, read_prompts = answers
     by_id = np.argsort(data_ids, kind="stable")
     pos = align(data_ids[by_id], ids, lambda i: f"the data has no row with id {int(i)}, which was embedded; pass "
                 "the dataset that was embedded (and its reading options)")
@@ -154,7 +159,9 @@ def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:
         everything = read_prompts()
         return [everything[i] for i in at]
     kind_of_group = AK.answer_kinds(group_of, AK.answer_agreement(prompts, keys[at], res.labels, res.k))
-    return kind_of_group, AK.kind_weights(kind_of_group)
+    short = {"rows": int((words[at] <= SHORT_ANSWER_WORDS).sum()), "max_words": SHORT_ANSWER_WORDS,
+             "repeat": auto_order(keys[at], words[at])[0] == "answers"}
+    return kind_of_group, AK.kind_weights(kind_of_group), short
 
 
 def _kmeans(o: dict, embeddings: str, ngpu: int):
@@ -216,7 +223,7 @@ def _params(o: dict, r: dict, group_of, groups_rule, kinds: tuple, centroid_byte
         # recorded only when asked for, so that artifacts made without it keep their fingerprints
         **({} if kinds[0] is None else {"kinds": "answers", "kind_of_group": kinds[0].tolist(),
                                         "kind_weights": kinds[1].tolist(), "kind_power": AK.KIND_POWER,
-                                        "kinds_rule": AK.KINDS_RULE}),
+                                        "kinds_rule": AK.KINDS_RULE, "short_answers": kinds[2]}),
         # the file is sidecar_path(artifact, CENTROIDS); its name is not recorded so that the same inputs give
         # the same metadata whatever the output is called
         "centroids": {"sidecar": names.CENTROIDS, "shape": list(res.centroids.shape), "dtype": "float32",

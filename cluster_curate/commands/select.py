@@ -141,22 +141,26 @@ def _answers(o: dict, clusters: str, c, ds=None):
 
 def _auto_order(o: dict, clusters: str, c) -> tuple[str, np.ndarray | None, dict]:
     """`--within auto` resolved (within_orders.auto_order): the order, its answer keys, and what decided it.
-    Data that cannot be read gives the random order, not an error (nothing asked for answers): with a warning
-    when the clusters record a dataset that is gone or changed, as `cluster --kinds auto` does."""
+    Where `cluster` read the answers (its kinds) and no short one repeats, the random order without reading the
+    data again. Data that cannot be read gives the random order, not an error (nothing asked for answers): with
+    a warning when the clusters record a dataset that is gone or changed, as `cluster --kinds auto` does."""
     from cluster_curate import console
     from cluster_curate.within_orders import SHORT_ANSWER_WORDS, auto_order
-    try:
-        ds = _open_data(o, clusters, c, "--within auto")
-    except CurateError as e:
-        if "record no dataset" not in str(e):
-            console.warn(f"--within auto: the responses were not read, so the random order ({e})")
-        return "random", None, {"order": "random", "why": f"the responses were not read: {e}"}
-    keys, words = _answers(o, clusters, c, ds)
-    order, answers = auto_order(keys, words)
-    short = int((words <= SHORT_ANSWER_WORDS).sum())
-    why = (f"{short:,} of {len(words):,} responses are answers of at most {SHORT_ANSWER_WORDS} words"
-           + (", and some repeat" if order == "answers" else ", and none repeats" if short else ""))
-    return order, answers, {"order": order, "short_answers": short, "rows": len(words), "why": why}
+    read = c.meta.params.get("short_answers")
+    if read and read["max_words"] == SHORT_ANSWER_WORDS and not read["repeat"]:
+        order, answers, short, by = "random", None, read["rows"], " (read by `cluster`)"
+    else:
+        try:
+            ds = _open_data(o, clusters, c, "--within auto")
+        except CurateError as e:
+            if "record no dataset" not in str(e):
+                console.warn(f"--within auto: the responses were not read, so the random order ({e})")
+            return "random", None, {"order": "random", "why": f"the responses were not read: {e}"}
+        keys, words = _answers(o, clusters, c, ds)
+        (order, answers), short, by = auto_order(keys, words), int((words <= SHORT_ANSWER_WORDS).sum()), ""
+    why = (f"{short:,} of {len(c.ids):,} responses are answers of at most {SHORT_ANSWER_WORDS} words"
+           + (", and some repeat" if order == "answers" else ", and none repeats" if short else "") + by)
+    return order, answers, {"order": order, "short_answers": short, "rows": len(c.ids), "why": why}
 
 
 def _check_every_id_read(ds, ids, found) -> None:
