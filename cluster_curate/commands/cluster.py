@@ -96,10 +96,10 @@ def check_kinds(o: dict) -> None:
 
 
 def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
-    """For kinds: ((ids, answer keys, a function that reads the prompts) of the raw data's rows (--data, else the
-    dataset the embeddings record), None), read and checked against the embeddings' dataset before any k-means;
-    (None, why) when there are no kinds. Holds 8 bytes a row, not the texts: the prompts are read again only when
-    two clusters answer alike (answer_kinds.answer_agreement)."""
+    """For kinds: ((ids, answer keys, response word counts, a function that reads the prompts) of the raw data's
+    rows (--data, else the dataset the embeddings record), None), read and checked against the embeddings' dataset
+    before any k-means; (None, why) when there are no kinds. Holds a few bytes a row, not the texts: the prompts
+    are read again only when two clusters answer alike (answer_kinds.answer_agreement)."""
     if o["kinds"] == "none":
         return None, "--kinds none"
     if o["kinds"] == "auto" and o["groups"] in (None, "none"):
