@@ -4,7 +4,7 @@ first, as pure functions on numpy arrays.
     order = order_within_cluster(clusters, within, ...)   # rows grouped by cluster, each in `--within` order
     keep  = dedup_within_cluster(features, order, ...)    # optional near-duplicate removal, along that order
     picks = k_center_greedy(x, quota)                     # `diverse`: a cluster's rows chosen by their features
-    order, keys = auto_order(answers, words)              # `--within auto` (the default): answers or random
+    order, keys, short = auto_order(answers, words)       # `--within auto` (the default): answers or random
 
 An order is one sort of a key per row (vectorised); only `diverse` and `dedup` loop over clusters, and they
 need the feature vectors. selection.py takes each cluster's quota of rows in this order; a change here that
@@ -122,21 +122,21 @@ _NEEDS_MESSAGE = {"similarity": "--within {} needs the similarity column of the 
 SHORT_ANSWER_WORDS = 4
 
 
-def auto_order(answers: np.ndarray, words: np.ndarray) -> tuple[str, np.ndarray | None]:
-    """`--within auto`, from each row's answer key and its response's word count: ("answers", keys) when two
-    short responses (<= SHORT_ANSWER_WORDS words) share an answer, where a longer response counts as an answer
-    of its own; else ("random", None), the same rows the answers order would take on such data (every answer
-    different). Why per style: spreading repeated answers lifted one-word answers on the benchmark family's
+def auto_order(answers: np.ndarray, words: np.ndarray) -> tuple[str, np.ndarray | None, int]:
+    """`--within auto`, from each row's answer key and its response's word count: ("answers", keys, s) when two
+    of the s short responses (<= SHORT_ANSWER_WORDS words) share an answer, where a longer response counts as an
+    answer of its own; else ("random", None, s), the same rows the answers order would take on such data (every
+    answer different). Why per style: spreading repeated answers lifted one-word answers on the benchmark family's
     dev and test splits and on the single instance, and cost the worst skill with worked solutions, whose
     repeated responses are whole solutions (benchmarks/results/family_notes.md, rounds 24-26 and 32)."""
     answers, short = np.asarray(answers), np.asarray(words) <= SHORT_ANSWER_WORDS
     codes = np.unique(answers[short], return_inverse=True)[1].ravel()
     if len(codes) == 0 or codes.max() + 1 == len(codes):  # no answer repeats
-        return "random", None
+        return "random", None, len(codes)
     keys = np.empty(len(answers), dtype=np.int64)
     keys[short] = codes
     keys[~short] = codes.max() + 1 + np.arange(int((~short).sum()))
-    return "answers", keys
+    return "answers", keys, len(codes)
 
 
 def group_by_cluster(clusters: np.ndarray, k: int | None = None) -> np.ndarray:

@@ -171,7 +171,8 @@ def test_auto_order_is_the_answers_order_over_short_responses(n, n_answers, long
     long = rng.random(n) < long_share
     words = np.where(long, O.SHORT_ANSWER_WORDS + 1 + rng.integers(0, 50, n),
                      rng.integers(1, O.SHORT_ANSWER_WORDS + 1, n))
-    order, keys = O.auto_order(raw, words)
+    order, keys, n_short = O.auto_order(raw, words)
+    assert n_short == (words <= O.SHORT_ANSWER_WORDS).sum()
     short = ~long
     if len(np.unique(raw[short])) == short.sum():
         assert order == "random" and keys is None
@@ -189,12 +190,12 @@ def test_auto_order_is_the_answers_order_over_short_responses(n, n_answers, long
 
 def test_auto_order_on_one_word_answers_worked_solutions_and_nothing_short():
     one_word = np.arange(30) % 5  # five answers, six rows each
-    order, keys = O.auto_order(one_word, np.ones(30, int))
+    order, keys, _ = O.auto_order(one_word, np.ones(30, int))
     assert order == "answers" and np.array_equal(keys, one_word)
     # worked solutions that repeat whole: each its own answer, so nothing repeats and the order is random
-    assert O.auto_order(one_word, np.full(30, O.SHORT_ANSWER_WORDS + 1)) == ("random", None)
-    assert O.auto_order(np.arange(30), np.ones(30, int)) == ("random", None)  # every answer different
-    assert O.auto_order(np.zeros(0, np.int64), np.zeros(0, int)) == ("random", None)
+    assert O.auto_order(one_word, np.full(30, O.SHORT_ANSWER_WORDS + 1)) == ("random", None, 0)
+    assert O.auto_order(np.arange(30), np.ones(30, int)) == ("random", None, 30)  # every answer different
+    assert O.auto_order(np.zeros(0, np.int64), np.zeros(0, int)) == ("random", None, 0)
 
 
 def test_hard_puts_nan_loss_last_and_ranks_by_loss():

@@ -159,9 +159,9 @@ def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:
         everything = read_prompts()
         return [everything[i] for i in at]
     kind_of_group = AK.answer_kinds(group_of, AK.answer_agreement(prompts, keys[at], res.labels, res.k))
-    short = {"rows": int((words[at] <= SHORT_ANSWER_WORDS).sum()), "max_words": SHORT_ANSWER_WORDS,
-             "repeat": auto_order(keys[at], words[at])[0] == "answers"}
-    return kind_of_group, AK.kind_weights(kind_of_group), short
+    order, _, short = auto_order(keys[at], words[at])
+    record = {"rows": short, "max_words": SHORT_ANSWER_WORDS, "repeat": order == "answers"}
+    return kind_of_group, AK.kind_weights(kind_of_group), record
 
 
 def _kmeans(o: dict, embeddings: str, ngpu: int):

@@ -157,7 +157,7 @@ def _auto_order(o: dict, clusters: str, c) -> tuple[str, np.ndarray | None, dict
                 console.warn(f"--within auto: the responses were not read, so the random order ({e})")
             return "random", None, {"order": "random", "why": f"the responses were not read: {e}"}
         keys, words = _answers(o, clusters, c, ds)
-        (order, answers), short, by = auto_order(keys, words), int((words <= SHORT_ANSWER_WORDS).sum()), ""
+        (order, answers, short), by = auto_order(keys, words), ""
     why = (f"{short:,} of {len(c.ids):,} responses are answers of at most {SHORT_ANSWER_WORDS} words"
            + (", and some repeat" if order == "answers" else ", and none repeats" if short else "") + by)
     return order, answers, {"order": order, "short_answers": short, "rows": len(c.ids), "why": why}
