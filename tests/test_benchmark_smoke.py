@@ -207,3 +207,22 @@ def test_learnability_kinds_scales_each_kinds_share_by_its_held_out_loss(tmp_pat
     got = T.learnability_kinds(kinds, group_of_row, ids, tmp_path, 9)
     assert got.of_group.tolist() == [0, 0, 1, 2]
     assert np.allclose(got.weight, [2 ** 0.5 * 0.5, 1.0 * 1.6, 1.0])  # median 2.5: 1/2.5 clipped to 0.5, 4/2.5
+
+
+def test_quality_intervals_reproduce_the_harness_figure_and_bracket_it(tmp_path):
+    import common
+    import quality_intervals
+
+    run = "quality_r25_short20"  # stored results: 20 seeds of random, the oracle and the answers order
+    stored = json.loads((common.RESULTS / run / "quality.json").read_text())["results"]["short"]["within-answers"]
+    seeds = quality_intervals.per_seed([run], "short", ["within-answers"])[run]
+    rng = quality_intervals.np.random.default_rng(0)
+    for m in quality_intervals.METRICS:
+        v = quality_intervals.interval(seeds, "within-answers", m, 500, 0.85, rng)
+        assert abs(v["recovered"] - stored[f"recovered_{m}"]) < 1e-9  # the same figure evidence.py reports
+        assert v["low"] < v["recovered"] < v["high"] and v["seeds"] == 20 and 0 <= v["below_guard"] <= 1
+    md = quality_intervals.main(["--runs", f"{run},{run}", "--contenders", "within-answers", "--draws", "200",
+                                 "--results", str(tmp_path)])
+    pooled = json.loads(md.with_suffix(".json").read_text())["intervals"]["pooled"]["within-answers"]["macro"]
+    assert pooled["seeds"] == 40 and abs(pooled["recovered"] - stored["recovered_macro"]) < 1e-9  # a run with itself
+    assert "| pooled | within-answers | 40 | 86.5% |" in md.read_text()
