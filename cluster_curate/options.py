@@ -121,6 +121,16 @@ def _deprecated_names(options: Sequence[Option]) -> dict[str, str]:
     return out
 
 
+def cli_defaulted() -> frozenset[str]:
+    """The options the running click command took at their defaults: not given on its command line (a
+    CommandSpec.extra for a command that treats a default differently from the same value given)."""
+    import click
+    ctx = click.get_current_context()
+    return frozenset(name for name in ctx.params
+                     if ctx.get_parameter_source(name) in (click.core.ParameterSource.DEFAULT,
+                                                           click.core.ParameterSource.DEFAULT_MAP))
+
+
 def recorded(options: Sequence[Option], opts: dict) -> dict:
     """The artifact params of the options declared `record=True`, in declaration order. A command adds what
     it derives (the chosen k, the parsed feature list, ...) to these."""

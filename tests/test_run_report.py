@@ -63,6 +63,70 @@ def test_run_writes_every_stage_then_skips_what_is_up_to_date(cli_runner, tmp_pa
     assert json.loads((out / "shards" / "manifest.json").read_text())["selected_rows"] == 150
 
 
+def test_run_reruns_a_stage_whose_default_changed_and_refuses_a_changed_choice(cli_runner, tmp_path):
+    from cluster_curate.commands.run import RunState
+
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    path = out / "run-state.json"
+    state = json.loads(path.read_text())
+    assert "fraction" in state["select"]["given"] and "within" not in state["select"]["given"]
+
+    def recorded_as(within: str, given: bool | None) -> None:
+        """The record a run with `--within within` would have left, given or by default (None: made before run
+        noted which options were given)."""
+        record = json.loads(json.dumps(state))
+        select = record["select"]
+        select["option_values"]["within"] = within
+        select["options"] = RunState.request("select", select["option_values"], None, 0)["options"]
+        for stage in record.values():
+            if given is None:
+                del stage["given"]
+        if given:
+            select["given"].append("within")
+        path.write_text(json.dumps(record))
+
+    def again(*extra):
+        return cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, *extra, "--json"])
+
+    # a directory from before the default became auto, recorded with or without which options were defaults
+    for given in (None, False):
+        recorded_as("random", given)
+        result = again()
+        assert result.exit_code == 0, result.output
+        stages = {s["stage"]: s for s in json.loads(result.stdout)["stages"]}
+        assert [stages[s]["status"] for s in ("embed", "cluster", "select")] == ["up to date", "up to date", "ran"]
+        assert stages["select"]["reason"] == "its default changed (--within random -> auto)"
+        assert json.loads(path.read_text())["select"]["option_values"]["within"] == "auto"
+    # --within random given then is the user's choice: taking the default now replaces it, which is refused
+    recorded_as("random", True)
+    before = {p.name: p.stat().st_mtime_ns for p in out.rglob("*")}
+    refused = again()
+    assert refused.exit_code == 2 and "other select options (--within random -> auto); pass --overwrite" in \
+        refused.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+    path.write_text(json.dumps(state))
+    # the default's value given is the same run; another value given is a replacement
+    assert [s["status"] for s in json.loads(again("--within", "auto").stdout)["stages"]] == ["up to date"] * 4
+    assert "(--within auto -> random)" in again("--within", "random").stderr
+
+
+def test_run_state_takes_a_former_default_recorded_without_defaults_as_a_default(tmp_path):
+    from cluster_curate.commands.run import RunState
+
+    (tmp_path / "run-state.json").write_text(json.dumps({  # as a directory from before --kinds existed left it
+        "cluster": {"option_values": {"k": "auto", "seed": 0}},
+        "embed": {"option_values": {"text_weighting": "tf", "dim": 32}}}))
+    state = RunState(tmp_path)
+    now = RunState.request("cluster", {"k": "auto", "seed": 0, "kinds": "auto"}, None, 1, frozenset({"seed"}))
+    assert state.moved_defaults("cluster", now) == {"kinds": ("none", "auto")}
+    embed = RunState.request("embed", {"text_weighting": "slot", "dim": 64}, None, 1, frozenset({"dim"}))
+    assert state.changed_options("embed", embed) == {"dim": (32, 64), "text_weighting": ("tf", "slot")}
+    assert state.moved_defaults("embed", embed) == {"text_weighting": ("tf", "slot")}  # --dim 64 was given now
+    chosen = RunState.request("embed", {"text_weighting": "slot", "dim": 32}, None, 1, frozenset({"text_weighting"}))
+    assert state.moved_defaults("embed", chosen) == {}  # --text-weighting slot given: the user's choice
+
+
 def test_run_redoes_a_stage_whose_output_was_removed(cli_runner, tmp_path):
     out = tmp_path / "curated"
     _run(cli_runner, out)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import DATASET_OPTIONS, Argument, CommandSpec, Option, read_options, resolve, run_options
+from cluster_curate.options import (DATASET_OPTIONS, Argument, CommandSpec, Option, cli_defaulted, read_options,
+                                    resolve, run_options)
 
 OWN_OPTIONS = (
     Option("out", flags=("--out", "-o"), required=True, help="Directory for the artifacts of every stage."),
@@ -60,13 +61,16 @@ class RunState:
         self.stages = json.loads(self.path.read_text()) if self.path.is_file() else {}
 
     @staticmethod
-    def request(stage: str, options: dict, input_fingerprint: str | None, algorithm: int) -> dict:
+    def request(stage: str, options: dict, input_fingerprint: str | None, algorithm: int,
+                given: frozenset = frozenset()) -> dict:
+        """What a stage's up-to-date check compares; `given`: the stage's options not taken at their defaults."""
         import json
 
         from cluster_curate.io.artifacts import stable_hash
         return {"algorithm": algorithm, "options": stable_hash({"stage": stage, "options": options}),
                 "input": input_fingerprint,
-                "option_values": json.loads(json.dumps(options, default=str))}  # to name what changed
+                "option_values": json.loads(json.dumps(options, default=str)),  # to name what changed
+                "given": sorted(given)}  # to tell an upgrade's new default from the user's choice
 
     def changed_options(self, stage: str, request: dict) -> dict:
         """{option: (recorded, now)} where this run's options differ from the recorded run's for `stage`."""
@@ -79,6 +83,17 @@ class RunState:
         rec, now = {**later, **rec}, {**later, **now}
         return {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now)) if rec.get(k) != now.get(k)}
 
+    def moved_defaults(self, stage: str, request: dict) -> dict:
+        """The changed options that were taken at their defaults both then and now: their default changed (an
+        upgrade), which re-runs the stage, where an option the user changed replaces its outputs."""
+        changed = self.changed_options(stage, request)
+        rec = self.stages.get(stage) or {}
+        if "given" in rec:  # an option added since is not among them: it was at its default then
+            then = {k for k in changed if k not in rec["given"]}
+        else:  # recorded before `run` noted them: a former default's value counts as taken by default
+            then = {k for k, (old, _) in changed.items() if old in FORMER_DEFAULTS.get(k, ())}
+        return {k: v for k, v in changed.items() if k in then and k not in request["given"]}
+
     def stale(self, stage: str, request: dict, output) -> str | None:
         """Why `stage` must run again (None: it is up to date)."""
         rec = self.stages.get(stage)
@@ -89,6 +104,9 @@ class RunState:
         if rec["algorithm"] != request["algorithm"]:
             return f"its algorithm changed (version {rec['algorithm']} -> {request['algorithm']})"
         if rec["options"] != request["options"]:
+            moved = self.moved_defaults(stage, request)
+            if moved and moved == self.changed_options(stage, request):
+                return f"its default{'s' if len(moved) > 1 else ''} changed ({_named(moved)})"
             return "its options changed"
         if rec["input"] != request["input"]:
             return "its input changed"
@@ -104,8 +122,17 @@ class RunState:
 
 # Options added after `run` directories existed, at the value that matches a directory made before them: left out
 # of the up-to-date check while at it, so such a directory stays up to date with it (--kinds none; the default
-# is auto since round 20, and a directory made before then asks for --overwrite to be clustered with kinds).
+# is auto since round 20, and a directory made before then is clustered again, with kinds: FORMER_DEFAULTS).
 ADDED_LATER = {"kinds": "none"}
+
+# The defaults that changed since `run` recorded option values, with the values they had: in a directory
+# recorded before `run` noted which options the user gave, an option at one of these was taken by default.
+FORMER_DEFAULTS = {"text_weighting": ("tf",), "kinds": ("none",), "target_weight": (0.75,), "within": ("random",)}
+
+
+def _named(changed: dict, most: int | None = None) -> str:
+    """`--within random -> auto, ...`: options that changed, as a reason or an error names them."""
+    return ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in list(changed.items())[:most])
 
 
 def _recordable(stage_opts: dict) -> dict:
@@ -176,19 +203,21 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
 
 
 def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
-    """Re-running stale stages is run's job; other options for a stage already run in `d` replace its outputs,
-    which needs --overwrite (issue 20 #4)."""
+    """Re-running stale stages is run's job (a default that changed with an upgrade among them); other options
+    for a stage already run in `d` replace its outputs, which needs --overwrite (issue 20 #4)."""
     for stage, request in requests.items():
-        changed = state.changed_options(stage, request)
+        moved = state.moved_defaults(stage, request)
+        changed = {k: v for k, v in state.changed_options(stage, request).items() if k not in moved}
         if changed:
-            what = ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in list(changed.items())[:3])
-            raise CurateError(f"{d}: holds a run made with other {stage} options ({what}); pass --overwrite to "
-                              "replace it, or choose another --out")
+            raise CurateError(f"{d}: holds a run made with other {stage} options ({_named(changed, 3)}); pass "
+                              "--overwrite to replace it, or choose another --out")
 
 
-def run(data, out: str, *, overwrite: bool = False, force: bool = False, **options) -> dict:
+def run(data, out: str, *, overwrite: bool = False, force: bool = False, defaulted: frozenset | None = None,
+        **options) -> dict:
     """The whole pipeline: embed, cluster, select, shard into the directory `out`, each stage skipped while its
-    output is up to date with its inputs and options. Returns {"out", "stages",
+    output is up to date with its inputs and options. `defaulted`: the options in `options` taken at their
+    defaults (the CLI's; None: those not in `options`). Returns {"out", "stages",
     "summaries" (per stage run: its --json object), "results" (per stage run: its result and options)}.
     A failed run into a directory it created leaves no directory behind."""
     import shutil
@@ -201,14 +230,14 @@ def run(data, out: str, *, overwrite: bool = False, force: bool = False, **optio
     created = not d.exists()
     try:
         with output_lock(d, "run"):
-            return _run(data, d, overwrite, force, options)
+            return _run(data, d, overwrite, force, options, frozenset(options) - (defaulted or frozenset()))
     except BaseException:
         if created and d.is_dir() and not any(d.iterdir()):
             shutil.rmtree(d, ignore_errors=True)
         raise
 
 
-def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dict:
+def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given: frozenset) -> dict:
     from cluster_curate import console
     from cluster_curate.io.artifacts import stable_hash
     from cluster_curate.io.mixture import open_inputs
@@ -221,7 +250,9 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
     specs = stage_specs()
     if not overwrite:  # other options for a stage already run here: a replacement
         _refuse_replacement(state, d, {stage: state.request(stage, _recordable({n: opts[n] for n in by_stage[stage]}),
-                                                            None, specs[stage].algorithm()) for stage in names.STAGES})
+                                                            None, specs[stage].algorithm(),
+                                                            given & set(by_stage[stage]))
+                                       for stage in names.STAGES})
     d.mkdir(parents=True, exist_ok=True)
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
     upstream = ds.fingerprint()  # the raw data's, then each output's
@@ -232,7 +263,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict) -> dic
         stage_opts = {name: opts[name] for name in by_stage[stage]}
         checked, named_input = _check_options(stage_opts, read_options(opts))
         request = state.request(stage, checked, upstream if named_input is None else
-                                stable_hash({"upstream": upstream, "target": named_input}), spec.algorithm())
+                                stable_hash({"upstream": upstream, "target": named_input}), spec.algorithm(),
+                                given & set(by_stage[stage]))
         output = paths[stage]
         t0, warned = time.monotonic(), len(console.WARNINGS)
         why = state.stale(stage, request, output)
@@ -272,6 +304,7 @@ def render(result: dict, options: dict) -> None:
 
 SPEC = CommandSpec(
     "run", run, (Argument("data", nargs=-1),), OWN_OPTIONS + tuple(stage_options()[0]), render, as_json=as_json,
+    extra={"defaulted": cli_defaulted},
     short_help="The whole pipeline in one command, resumable.",
     help="""The whole pipeline in one command: embed, cluster, select, shard, with artifacts kept in OUT.
 
