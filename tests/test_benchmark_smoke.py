@@ -220,9 +220,24 @@ def test_quality_intervals_reproduce_the_harness_figure_and_bracket_it(tmp_path)
     for m in quality_intervals.METRICS:
         v = quality_intervals.interval(seeds, "within-answers", m, 500, 0.85, rng)
         assert abs(v["recovered"] - stored[f"recovered_{m}"]) < 1e-9  # the same figure evidence.py reports
-        assert v["low"] < v["recovered"] < v["high"] and v["seeds"] == 20 and 0 <= v["below_guard"] <= 1
+        assert v["low"] < v["recovered"] < v["high"] and v["units"] == 20 and 0 <= v["below_guard"] <= 1
     md = quality_intervals.main(["--runs", f"{run},{run}", "--contenders", "within-answers", "--draws", "200",
                                  "--results", str(tmp_path)])
     pooled = json.loads(md.with_suffix(".json").read_text())["intervals"]["pooled"]["within-answers"]["macro"]
-    assert pooled["seeds"] == 40 and abs(pooled["recovered"] - stored["recovered_macro"]) < 1e-9  # a run with itself
+    assert pooled["units"] == 40 and abs(pooled["recovered"] - stored["recovered_macro"]) < 1e-9  # a run with itself
     assert "| pooled | within-answers | 40 | 86.5% |" in md.read_text()
+
+
+def test_family_intervals_reproduce_the_stored_median_and_bracket_it():
+    import common
+    import quality_intervals
+
+    stem = "family_train_test_answers_prop_short"  # stored: 8 valid test instances, 3 seeds each
+    summary = {s["contender"]: s for s in json.loads((common.RESULTS / f"{stem}.json").read_text())["summary"]}
+    instances = quality_intervals.family_per_seed(stem, "short", ["answers-prop"])
+    assert len(instances) == summary["answers-prop"]["instances"] == 8
+    rng = quality_intervals.np.random.default_rng(0)
+    for m, key in (("macro", "median_macro"), ("worst", "median_worst")):
+        v = quality_intervals.interval(instances, "answers-prop", m, 300, 0.85, rng)
+        assert abs(v["recovered"] - summary["answers-prop"][key]) < 1e-9  # bench_family_train.py's median
+        assert v["low"] <= v["recovered"] <= v["high"] and v["units"] == 8
