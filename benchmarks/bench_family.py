@@ -491,6 +491,22 @@ def mech_answers_prop(x, seed, inst, texts):
     return labels, (groups, kinds, lambda ids, s: {"within": "answers", "answers": answers})
 
 
+def final_answer(response: str) -> str:
+    """The answer a response ends with: the text after its last `Answer:` (the family's worked solutions end
+    `... Answer: X`), else the whole response."""
+    _, marker, tail = response.rpartition("Answer:")
+    return tail if marker else response
+
+
+def mech_answers_final(x, seed, inst, texts):
+    """`answers-prop` keyed by each response's final answer (final_answer; a prototype, round 33): on worked
+    solutions the answers order spreads what a solution ends with, as it spreads one-word answers; on one-word
+    answers it is answers-prop. The same quotas, other rows."""
+    labels, (groups, kinds) = mech_answers(x, seed, inst, texts)
+    answers = answer_numbers([final_answer(r) for r in texts[1]])
+    return labels, (groups, kinds, lambda ids, s: {"within": "answers", "answers": answers})
+
+
 MECHANISMS = {
     "splitby": mech_split_by,  # FEATURE/splitby: the split judged on FEATURE
     "groupby": mech_group_by,  # FEATURE/groupby: the tool's clusters, grouped on FEATURE
@@ -510,6 +526,7 @@ MECHANISMS = {
     "answer-sets": mech_answer_sets,  # prototype, round 22
     "answers-spread": mech_answers_spread,  # prototype, round 23, lost
     "answers-prop": mech_answers_prop,  # round 24: select --within answers
+    "answers-final": mech_answers_final,  # prototype, round 33: the answers order on final answers; lost on dev
     # answers-pNN: a kind of m groups gets m ** (NN / 100) shares (answers: KIND_POWER = 0.5; 1 would be the
     # groups' own quotas); trained on dev in round 19 (family_notes.md)
     **{f"answers-p{p}": (lambda x, s, i, t, p=p: mech_answers(x, s, i, t, power=p / 100)) for p in (65, 75, 85)},

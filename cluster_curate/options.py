@@ -126,9 +126,10 @@ def cli_defaulted() -> frozenset[str]:
     CommandSpec.extra for a command that treats a default differently from the same value given)."""
     import click
     ctx = click.get_current_context()
-    return frozenset(name for name in ctx.params
-                     if ctx.get_parameter_source(name) in (click.core.ParameterSource.DEFAULT,
-                                                           click.core.ParameterSource.DEFAULT_MAP))
+    defaults = (click.core.ParameterSource.DEFAULT, click.core.ParameterSource.DEFAULT_MAP)
+    given = {name for name in ctx.params if ctx.get_parameter_source(name) not in defaults}
+    given |= {name.removeprefix("_deprecated_") for name in given}  # a deprecated spelling gives its option
+    return frozenset(ctx.params) - given
 
 
 def recorded(options: Sequence[Option], opts: dict) -> dict:

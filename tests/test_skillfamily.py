@@ -48,6 +48,12 @@ def test_rows_are_alpaca_both_styles_share_prompts_and_test_prompts_are_new(tmp_
     assert set(s_train[0]) == {"instruction", "output", "skill"}
     assert [r["instruction"] for r in s_train] == [r["instruction"] for r in w_train]
     assert all(w["output"].endswith("Answer: " + s["output"]) for s, w in zip(s_train, w_train))
+    # answers-final (round 33) keys a worked row by its final answer, as answers-prop keys the one-word row
+    import bench_family
+    final = bench_family.answer_numbers([bench_family.final_answer(w["output"]) for w in w_train])
+    assert np.array_equal(final, bench_family.answer_numbers([s["output"] for s in s_train]))
+    assert np.array_equal(bench_family.answer_numbers([bench_family.final_answer(s["output"]) for s in s_train]),
+                          bench_family.answer_numbers([s["output"] for s in s_train]))
     test = read(short["test"])
     assert not {r["instruction"] for r in test} & {r["instruction"] for r in s_train}
     labels = json.loads(Path(short["labels"]).read_text())
