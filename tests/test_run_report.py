@@ -119,12 +119,13 @@ def test_run_state_takes_a_former_default_recorded_without_defaults_as_a_default
         "embed": {"option_values": {"text_weighting": "tf", "dim": 32}}}))
     state = RunState(tmp_path)
     now = RunState.request("cluster", {"k": "auto", "seed": 0, "kinds": "auto"}, None, 1, frozenset({"seed"}))
-    assert state.moved_defaults("cluster", now) == {"kinds": ("none", "auto")}
+    assert state.option_changes("cluster", now) == ({}, {"kinds": ("none", "auto")})
     embed = RunState.request("embed", {"text_weighting": "slot", "dim": 64}, None, 1, frozenset({"dim"}))
     assert state.changed_options("embed", embed) == {"dim": (32, 64), "text_weighting": ("tf", "slot")}
-    assert state.moved_defaults("embed", embed) == {"text_weighting": ("tf", "slot")}  # --dim 64 was given now
+    # --dim 64 was given now: the user's change; --text-weighting was left at its default, which moved
+    assert state.option_changes("embed", embed) == ({"dim": (32, 64)}, {"text_weighting": ("tf", "slot")})
     chosen = RunState.request("embed", {"text_weighting": "slot", "dim": 32}, None, 1, frozenset({"text_weighting"}))
-    assert state.moved_defaults("embed", chosen) == {}  # --text-weighting slot given: the user's choice
+    assert state.option_changes("embed", chosen)[1] == {}  # --text-weighting slot given: the user's choice
 
 
 def test_run_redoes_a_stage_whose_output_was_removed(cli_runner, tmp_path):

@@ -83,16 +83,18 @@ class RunState:
         rec, now = {**later, **rec}, {**later, **now}
         return {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now)) if rec.get(k) != now.get(k)}
 
-    def moved_defaults(self, stage: str, request: dict) -> dict:
-        """The changed options that were taken at their defaults both then and now: their default changed (an
-        upgrade), which re-runs the stage, where an option the user changed replaces its outputs."""
+    def option_changes(self, stage: str, request: dict) -> tuple[dict, dict]:
+        """changed_options split in two: (the user's changes, which replace the stage's outputs; the options taken
+        at their defaults both then and now, whose default changed with an upgrade, which re-run the stage)."""
         changed = self.changed_options(stage, request)
         rec = self.stages.get(stage) or {}
         if "given" in rec:  # an option added since is not among them: it was at its default then
             then = {k for k in changed if k not in rec["given"]}
         else:  # recorded before `run` noted them: a former default's value counts as taken by default
             then = {k for k, (old, _) in changed.items() if old in FORMER_DEFAULTS.get(k, ())}
-        return {k: v for k, v in changed.items() if k in then and k not in request["given"]}
+        moved = {k for k in then if k not in request["given"]}
+        return ({k: v for k, v in changed.items() if k not in moved},
+                {k: v for k, v in changed.items() if k in moved})
 
     def stale(self, stage: str, request: dict, output) -> str | None:
         """Why `stage` must run again (None: it is up to date)."""
@@ -104,8 +106,8 @@ class RunState:
         if rec["algorithm"] != request["algorithm"]:
             return f"its algorithm changed (version {rec['algorithm']} -> {request['algorithm']})"
         if rec["options"] != request["options"]:
-            moved = self.moved_defaults(stage, request)
-            if moved and moved == self.changed_options(stage, request):
+            mine, moved = self.option_changes(stage, request)
+            if moved and not mine:
                 return f"its default{'s' if len(moved) > 1 else ''} changed ({_named(moved)})"
             return "its options changed"
         if rec["input"] != request["input"]:
@@ -206,8 +208,7 @@ def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
     """Re-running stale stages is run's job (a default that changed with an upgrade among them); other options
     for a stage already run in `d` replace its outputs, which needs --overwrite (issue 20 #4)."""
     for stage, request in requests.items():
-        moved = state.moved_defaults(stage, request)
-        changed = {k: v for k, v in state.changed_options(stage, request).items() if k not in moved}
+        changed = state.option_changes(stage, request)[0]
         if changed:
             raise CurateError(f"{d}: holds a run made with other {stage} options ({_named(changed, 3)}); pass "
                               "--overwrite to replace it, or choose another --out")
