@@ -482,29 +482,22 @@ def mech_answers_spread(x, seed, inst, texts):
                                                    "loss": spread_order_key(kind_of_row, answers, ids, s)})
 
 
-def mech_answers_prop(x, seed, inst, texts):
+def mech_answers_prop(x, seed, inst, texts, answer=lambda response: response):
     """`answers` with `select --within answers` (within_orders.answer_share_key; a harness prototype in round 24,
     the same selections as the package's on the 102 dev and test selections it was checked on): one row of each
-    repeated answer of a kind before a second, then each answer in proportion. The same quotas, other rows."""
+    repeated answer of a kind before a second, then each answer in proportion. The same quotas, other rows.
+    `answer`: what of a response is its answer (answers-final: final_answer)."""
     labels, (groups, kinds) = mech_answers(x, seed, inst, texts)
-    answers = answer_numbers(texts[1])
+    answers = answer_numbers([answer(r) for r in texts[1]])
     return labels, (groups, kinds, lambda ids, s: {"within": "answers", "answers": answers})
 
 
 def final_answer(response: str) -> str:
     """The answer a response ends with: the text after its last `Answer:` (the family's worked solutions end
-    `... Answer: X`), else the whole response."""
+    `... Answer: X`), else the whole response. answers-final (a prototype, round 33) is answers-prop keyed by it:
+    on worked solutions it spreads what a solution ends with, as answers-prop spreads one-word answers."""
     _, marker, tail = response.rpartition("Answer:")
     return tail if marker else response
-
-
-def mech_answers_final(x, seed, inst, texts):
-    """`answers-prop` keyed by each response's final answer (final_answer; a prototype, round 33): on worked
-    solutions the answers order spreads what a solution ends with, as it spreads one-word answers; on one-word
-    answers it is answers-prop. The same quotas, other rows."""
-    labels, (groups, kinds) = mech_answers(x, seed, inst, texts)
-    answers = answer_numbers([final_answer(r) for r in texts[1]])
-    return labels, (groups, kinds, lambda ids, s: {"within": "answers", "answers": answers})
 
 
 MECHANISMS = {
@@ -526,7 +519,7 @@ MECHANISMS = {
     "answer-sets": mech_answer_sets,  # prototype, round 22
     "answers-spread": mech_answers_spread,  # prototype, round 23, lost
     "answers-prop": mech_answers_prop,  # round 24: select --within answers
-    "answers-final": mech_answers_final,  # prototype, round 33: the answers order on final answers; lost on dev
+    "answers-final": lambda x, s, i, t: mech_answers_prop(x, s, i, t, answer=final_answer),  # round 33, lost
     # answers-pNN: a kind of m groups gets m ** (NN / 100) shares (answers: KIND_POWER = 0.5; 1 would be the
     # groups' own quotas); trained on dev in round 19 (family_notes.md)
     **{f"answers-p{p}": (lambda x, s, i, t, p=p: mech_answers(x, s, i, t, power=p / 100)) for p in (65, 75, 85)},

@@ -318,9 +318,9 @@ def report(a, runs: dict, argv):
                 continue
             rec = "–"
             if n not in ("random", "oracle", "full") and "random" in mean and "oracle" in mean:
-                # an advantage under 0.02 (one test row in 50) is no advantage: no share of it is reported
                 adv = [mean["oracle"][i] - mean["random"][i] for i in (0, 1)]
-                r_m, r_w = ((mean[n][i] - mean["random"][i]) / adv[i] if adv[i] >= 0.02 else float("nan")
+                r_m, r_w = ((mean[n][i] - mean["random"][i]) / adv[i] if adv[i] >= common.LEAST_ADVANTAGE
+                            else float("nan")
                             for i in (0, 1))
                 rec = " / ".join("–" if r != r else f"{r:.0%}" for r in (r_m, r_w))
                 table.append({"instance": inst, "variant": variant, "contender": n, "valid": valid,

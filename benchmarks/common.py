@@ -20,6 +20,9 @@ HERE = Path(__file__).resolve().parent  # benchmarks/
 ROOT = HERE.parent  # the repository
 RESULTS = HERE / "results"
 DATA = ROOT.parent / "shared" / "data"  # real datasets (GSM8K, Code Alpaca), read in place, never copied
+# the recovered share (contender - random) / (oracle - random) of a family instance: an oracle advantage under
+# 0.02 (one test row in 50) is no advantage, and no share of it is reported
+LEAST_ADVANTAGE = 0.02
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:

@@ -23,10 +23,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from common import RESULTS, parser, write_results
+from common import LEAST_ADVANTAGE, RESULTS, parser, write_results
 
 METRICS = ("macro", "worst")
-LEAST_ADVANTAGE = 0.02  # bench_family_train.py: an oracle advantage under one test row in 50 has no share
 
 
 def per_seed(runs: list[str], variant: str, contenders: list[str]) -> dict:
@@ -51,9 +50,10 @@ def family_per_seed(stem: str, variant: str, contenders: list[str]) -> list[dict
     return out
 
 
-def recovered(seeds: dict, contender: str, metric: str, idx: np.ndarray) -> float:
+def recovered(seeds: dict, contender: str, metric: str, idx: np.ndarray, least: float = -np.inf) -> float:
+    """The share over the seeds at `idx`; NaN where the oracle is less than `least` ahead of random."""
     r, o, c = (seeds[k][metric][idx].mean() for k in ("random", "oracle", contender))
-    return float((c - r) / (o - r))
+    return float((c - r) / (o - r)) if o - r >= least else float("nan")
 
 
 def family_median(instances: list[dict], contender: str, metric: str, which: np.ndarray, rng=None) -> float:
@@ -63,8 +63,7 @@ def family_median(instances: list[dict], contender: str, metric: str, which: np.
         s = instances[i]
         n = min(len(s[k][metric]) for k in ("random", "oracle", contender))
         idx = rng.integers(0, n, n) if rng is not None else np.arange(n)
-        r, o, c = (s[k][metric][idx].mean() for k in ("random", "oracle", contender))
-        shares.append((c - r) / (o - r) if o - r >= LEAST_ADVANTAGE else np.nan)
+        shares.append(recovered(s, contender, metric, idx, LEAST_ADVANTAGE))
     return float(np.nanmedian(shares))
 
 
