@@ -137,16 +137,11 @@ def _named(changed: dict, most: int | None = None) -> str:
     return ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in list(changed.items())[:most])
 
 
-def _recordable(stage_opts: dict) -> dict:
-    """A stage's options as `run` records them: ADDED_LATER's left out while at their defaults."""
-    return {k: v for k, v in stage_opts.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
-
-
 def _check_options(stage_opts: dict, read_opts) -> tuple[dict, str | None]:
     """A stage's options for its up-to-date check, and the fingerprint of an input that an option names
     (`select --target`: the target counts as an input, by its content). Without a target its options are left
     out, so a directory made before they existed stays up to date (ADDED_LATER likewise)."""
-    stage_opts = _recordable(stage_opts)
+    stage_opts = {k: v for k, v in stage_opts.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
     if "target" not in stage_opts:
         return stage_opts, None
     target = stage_opts["target"]
@@ -249,10 +244,13 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
     preflight(ds, opts, by_stage)
     state = RunState(d)
     specs = stage_specs()
+    # each stage's options as its up-to-date check compares them, and the fingerprint of an input an option names
+    checked = {stage: _check_options({n: opts[n] for n in by_stage[stage]}, read_options(opts))
+               for stage in names.STAGES}
+    given_by_stage = {stage: given & set(by_stage[stage]) for stage in names.STAGES}
     if not overwrite:  # other options for a stage already run here: a replacement
-        _refuse_replacement(state, d, {stage: state.request(stage, _recordable({n: opts[n] for n in by_stage[stage]}),
-                                                            None, specs[stage].algorithm(),
-                                                            given & set(by_stage[stage]))
+        _refuse_replacement(state, d, {stage: state.request(stage, checked[stage][0], None, specs[stage].algorithm(),
+                                                            given_by_stage[stage])
                                        for stage in names.STAGES})
     d.mkdir(parents=True, exist_ok=True)
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
@@ -260,12 +258,12 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
     done, summaries, shown = [], {}, {}  # shown: each stage's (result, options) for its render()
-    for stage, spec in stage_specs().items():
+    for stage, spec in specs.items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
-        checked, named_input = _check_options(stage_opts, read_options(opts))
-        request = state.request(stage, checked, upstream if named_input is None else
+        stage_checked, named_input = checked[stage]
+        request = state.request(stage, stage_checked, upstream if named_input is None else
                                 stable_hash({"upstream": upstream, "target": named_input}), spec.algorithm(),
-                                given & set(by_stage[stage]))
+                                given_by_stage[stage])
         output = paths[stage]
         t0, warned = time.monotonic(), len(console.WARNINGS)
         why = state.stale(stage, request, output)
