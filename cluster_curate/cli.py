@@ -54,7 +54,8 @@ class _Group(click.Group):
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as e:
             where = e.ctx.command_path if e.ctx is not None else "cluster-curate"
-            click.echo(f"ERROR: {e.format_message()} (see {where} --help)", err=True)
+            message = " ".join(e.format_message().split())  # click lists choices on lines of their own
+            click.echo(f"ERROR: {message} (see {where} --help)", err=True)
             sys.exit(e.exit_code)
         except click.ClickException as e:
             e.show()
@@ -103,6 +104,8 @@ def main():
 def _click_option(o: Option) -> list[click.Option]:
     """The click option of a declaration, plus a hidden one per deprecated spelling."""
     kw = dict(default=o.default, help=o.full_help(), required=o.required, show_default=o.show_default)
+    if o.required:  # click >= 8.3 counts an explicit default=None as a value, so a required option went unchecked
+        del kw["default"]
     if o.metavar:
         kw["metavar"] = o.metavar
     if o.multiple:
@@ -172,7 +175,7 @@ def _command(spec: CommandSpec) -> click.Command:
                                      type=click.Path() if a.nargs != 1 else None))
     for o in spec.options:
         params += _click_option(o)
-    params += [click.Option(["--quiet", "-q"], is_flag=True, help="Print nothing but errors (and the --json summary)."),
+    params += [click.Option(["--quiet", "-q"], is_flag=True, help="Print nothing but warnings and errors (and the --json summary)."),
                click.Option(["--json", "json_mode"], is_flag=True,
                             help="Print the end-of-command summary as one JSON object.")]
     return click.Command(spec.name, callback=callback, params=params, help=spec.help,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from rich.markup import escape
+from rich.cells import cell_len
 from rich.table import Table
 
 from cluster_curate.io.artifacts import json_default
@@ -138,24 +139,78 @@ def summary(title: str, data: dict, rows: list[dict] | None = None) -> None:
     if QUIET or JSON_MODE:
         return
     console = Console(highlight=False)
-    # overflow="fold": a long path wraps onto the next line instead of being cut with "…" (piped output is 80
-    # columns wide)
+    pairs = [_shown(k, v) for k, v in data.items() if not (isinstance(v, Shown) and v.hidden)]
     t = Table(title=escape(title), show_header=False, title_justify="left")
     t.add_column("key", style="bold", overflow="fold")
-    t.add_column("value", overflow="fold")
-    for k, v in data.items():
-        if isinstance(v, Shown) and v.hidden:
-            continue
-        label, text = _shown(k, v)
+    t.add_column("value", overflow="fold")  # fold: a long path goes on on the next line, not cut with "…"
+    wide = _fit(t, [[k for k, _ in pairs], [v for _, v in pairs]], console.width, header=False)
+    for label, text in pairs:
         t.add_row(escape(label), escape(text))
-    console.print(t)
+    console.print(t, width=wide, crop=False)
     if rows:
-        rt = Table(show_header=True)
-        for col in rows[0]:
-            rt.add_column(escape(str(col).replace("_", " ")), justify="right", overflow="fold")
-        for r in rows:
-            rt.add_row(*(escape(_shown("", v)[1]) for v in r.values()))
-        console.print(rt)
+        headers = [str(col).replace("_", " ") for col in rows[0]]
+        cells = [[_shown("", v)[1] for v in r.values()] for r in rows]
+        columns = [[h] + [c[i] for c in cells] for i, h in enumerate(headers)]
+        for part in _column_groups(columns, console.width):  # a table too wide for the screen: in parts
+            rt = Table(show_header=True)
+            for i in part:
+                rt.add_column(escape(headers[i]), justify="right", overflow="fold")
+            wide = _fit(rt, [columns[i] for i in part], console.width)
+            for c in cells:
+                rt.add_row(*(escape(c[i]) for i in part))
+            console.print(rt, width=wide, crop=False)
+
+
+# A table never cuts a number (issue: digits folded away at 80 columns): each column is at least as wide as its
+# widest word (a number, a fingerprint, a header's word); only paths, which may be longer than a screen, fold
+# at any character. Rich's own narrowing of a table too wide for the console ignores that, so the widths are
+# set here; a table that cannot fit is split into parts by columns (_column_groups), each repeating the first.
+
+def _min_width(texts: list[str]) -> int:
+    words = [w for t in texts for w in t.split() if "/" not in w and "\\" not in w]
+    return max([cell_len(w) for w in words] + [1])
+
+
+def _table_width(widths: list[int]) -> int:
+    return sum(widths) + 3 * len(widths) + 1  # one space either side of each cell, a border between and around
+
+
+def _fit(table: Table, columns: list[list[str]], width: int, header: bool = True) -> int:
+    """Fixed widths for the table's columns (each a list of its texts, its header first if `header`): each its
+    widest line, narrowed widest-first (wrapping at spaces, paths folding) where the console is narrower: the
+    headers first, then the cells, never below _min_width. Returns the width to print it at: the console's, or
+    where the console is too narrow for even that, the table's own (wider than the screen, but whole)."""
+    def lines(texts):
+        return [cell_len(line) for t in texts for line in t.splitlines()] + [1]
+
+    widths = [max(lines(col)) for col in columns]
+    floors = [_min_width(col) for col in columns]
+    cells = [max(f, *lines(col[1:])) for f, col in zip(floors, columns)] if header else floors
+    for floor in (cells, floors):  # a header wraps before a cell does
+        while _table_width(widths) > width:
+            over = [i for i, (w, f) in enumerate(zip(widths, floor)) if w > f]
+            if not over:
+                break
+            widths[max(over, key=lambda i: widths[i])] -= 1
+    for column, w in zip(table.columns, widths):
+        column.width = w
+    return max(width, _table_width(widths))
+
+
+def _column_groups(columns: list[list[str]], width: int) -> list[list[int]]:
+    """The columns (their indices) of each part of a table: all at once when they fit the console at their
+    _min_width, else the first column (the row's name: its cluster, source, ...) and as many of the next as
+    fit, then the first again with the next ones, ..."""
+    floors = [_min_width(col) for col in columns]
+    if _table_width(floors) <= width or len(columns) <= 2:
+        return [list(range(len(columns)))]
+    parts, part = [], [0]
+    for i in range(1, len(columns)):
+        if len(part) > 1 and _table_width([floors[j] for j in part + [i]]) > width:
+            parts.append(part)
+            part = [0]
+        part.append(i)
+    return parts + [part]
 
 
 def json_object(command: str, data: dict, seconds: float, warnings: list[str] | None = None) -> dict:

@@ -68,3 +68,29 @@ def test_cli_choices_come_from_the_registries():
     # run takes shard's --num-shards (ranks), not embed's job-array pieces
     run_names = {p.name for p in main.commands["run"].params}
     assert "num_shards" in run_names and "num_parts" not in run_names and "part_index" not in run_names
+
+
+def test_stage_by_stage_reads_the_data_as_embed_did(tmp_path):
+    """`embed --on-bad-row skip` (or a field mapping) is recorded with the dataset: cluster's kinds, select and
+    shard read the data the same way without being told again, and the shards equal run's."""
+    from cluster_curate import console
+    console.configure(quiet=True)
+    lines = DATA.read_text().splitlines()
+    bad = json.loads(lines[5])
+    bad["answer"] = ""  # an empty response: a bad row
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(lines[:5] + [json.dumps(bad)] + lines[6:]) + "\n")
+    with pytest.raises(CurateError, match=r"data.jsonl:6: field 'answer'"):
+        cc.embed(str(data), str(tmp_path / "refused.parquet"), dim=32)
+    cc.embed(str(data), str(tmp_path / "e.parquet"), dim=32, on_bad_row="skip")
+    cc.cluster(str(tmp_path / "e.parquet"), str(tmp_path / "c.parquet"), k=8)
+    cc.select(str(tmp_path / "c.parquet"), str(tmp_path / "s.parquet"), fraction=0.31)
+    cc.shard(str(tmp_path / "s.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2)
+    cc.run(str(data), str(tmp_path / "run"), on_bad_row="skip", **OPTS)
+    import pyarrow.parquet as pq
+    for staged, name in (("c.parquet", "clusters.parquet"), ("s.parquet", "selection.parquet")):
+        assert pq.read_table(tmp_path / staged).column("id").equals(pq.read_table(tmp_path / "run" / name).column("id"))
+    shards = sorted((tmp_path / "shards").glob("shard-*.parquet"))
+    assert len(shards) == 2
+    for ours in shards:
+        assert pq.read_table(ours).equals(pq.read_table(tmp_path / "run" / "shards" / ours.name))

@@ -41,6 +41,8 @@ def work(tmp_path_factory) -> Path:
                  "empty.jsonl", "not_object.jsonl", "unknown.txt", "truncated.json", "messages_bad.jsonl"):
         shutil.copy(FIXTURES / "bad" / name, w / name)
     (w / "binary.parquet").write_bytes(b"PAR1 not really")
+    (w / "floors.yaml").write_text("inputs:\n  - path: data.jsonl\n    min_share: 0.9\n"
+                                   "  - path: other.json\n    min_share: 0.5\n")
     run = [sys.executable, "-m", "cluster_curate", "run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31",
            *SHARD, "-q"]
     subprocess.run(run, cwd=w, check=True, env=_env())
@@ -140,6 +142,7 @@ CASES = [
     ("select-out-file-as-folder", ["select", "p/clusters.parquet", "--out", "data.jsonl/s.parquet", "--fraction",
                                    "0.3"], "is a file, not a directory"),
     ("select-missing-argument", ["select"], "Missing argument 'CLUSTERS'"),
+    ("select-missing-out", ["select", "p/clusters.parquet", "--fraction", "0.3"], "Missing option '--out'"),
     # ---- shard
     ("shard-other-dataset", ["shard", "p/selection.parquet", "--data", "other.json", "--out", "sh", *SHARD],
      "other.json"),
@@ -149,6 +152,8 @@ CASES = [
      "--num-shards"),
     ("shard-out-sys", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "/sys/shards", *SHARD],
      "/sys/shards: cannot create it"),
+    ("shard-missing-num-shards", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "sh"],
+     "Missing option '--num-shards'"),
     ("shard-wrong-kind", ["shard", "p/clusters.parquet", "--data", "data.jsonl", "--out", "sh", *SHARD],
      "is a 'clusters' artifact, expected 'selection'"),
     ("shard-out-exists", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "p/shards", *SHARD],
@@ -169,9 +174,21 @@ CASES = [
      "p: holds a run made with other select options (--fraction 0.31 -> 0.5); pass --overwrite"),
     ("run-out-file-as-folder", ["run", "data.jsonl", "--out", "data.jsonl/r", *FAST, "--fraction", "0.3", *SHARD],
      "is a file, not a directory"),
+    ("run-missing-num-shards", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.3"],
+     "Missing option '--num-shards'"),
+    ("run-missing-out", ["run", "data.jsonl", *FAST, "--fraction", "0.3", *SHARD], "Missing option '--out'"),
+    ("run-within-hard-no-loss", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.3", "--within", "hard",
+                                 *SHARD], "--within hard needs a loss per example"),
+    ("run-floors-above-all", ["run", "floors.yaml", "--out", "r", *FAST, "--fraction", "0.3", *SHARD],
+     "the sources' floors (data 0.9, other 0.5) add up to 140% of the selection"),
+    ("run-floor-above-rows", ["run", "data.jsonl", "other.json", "--out", "r", *FAST, "--budget", "400",
+                              "--source-min-share", "data=0.5", *SHARD],
+     "source data: its floor is 200 rows (0.5 of 400) and it has only 120 rows"),
     ("run-dim-zero", ["run", "data.jsonl", "--out", "r", "--dim", "0", "--fraction", "0.3", *SHARD],
      "--dim must be positive"),
     # ---- report and inspect
+    ("export-missing-for", ["export", "p/shards", "--out", "e"], "Missing option '--for'. Choose from: hf, trl"),
+    ("verify-missing-log", ["verify", "p/shards"], "Missing option '--log'"),
     ("report-not-artifact", ["report", "data.jsonl"], "data.jsonl: not"),
     ("report-missing", ["report", "nowhere"], "nowhere: no such file or directory"),
     ("report-out-proc", ["report", "p", "--out", "/proc/rep"], "/proc/rep: cannot create it"),

@@ -110,6 +110,20 @@ def test_mixture_file_with_per_input_options(tmp_path):
     assert "rename: {label: label_other}" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_an_input_of_unknown_columns_is_told_the_mixture_file_keys(tmp_path):
+    """--prompt-field would apply to every input, so the hint names a mixture file's per-input keys, which work."""
+    pq.write_table(pa.table({"Question": ["What is 2 + 2?"], "Answer": ["4"]}), tmp_path / "caps.parquet")
+    shutil.copy(GSM_CSV, tmp_path / "gsm.csv")
+    with pytest.raises(CurateError, match=r"caps.parquet: unrecognised record format; .*give this input "
+                                          r"`prompt_field: Question` and `response_field: Answer` \(or other "
+                                          r"columns\) in a mixture file"):
+        Mixture(mixture_inputs([str(tmp_path / "caps.parquet"), str(tmp_path / "gsm.csv")]))
+    (tmp_path / "mix.yaml").write_text("inputs:\n  - path: caps.parquet\n    prompt_field: Question\n"
+                                       "    response_field: Answer\n  - path: gsm.csv\n")
+    mix = Mixture(mixture_inputs([str(tmp_path / "mix.yaml")]))
+    assert mix.formats["gsm"] == "qa" and sum(len(b.examples) for b in mix.iter_batches()) == 301
+
+
 @pytest.mark.parametrize("text, message", [
     ("inputs: []\n", "field 'inputs': expected a non-empty list"),
     ("inputs:\n  - path: a.jsonl\n    formt: qa\n", r"inputs\[0\]: unknown field 'formt'"),

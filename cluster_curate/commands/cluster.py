@@ -236,12 +236,12 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
     Returns the summary dict and the size-band table."""
     import pyarrow as pa
 
-    from cluster_curate.io.artifacts import check_writable, make_meta, sidecar_path
+    from cluster_curate.io.artifacts import check_writable, make_meta, output_inputs, sidecar_path
     from cluster_curate.io.writer import atomic_write_bytes, npy_bytes, write_artifact
 
     t0 = time.perf_counter()
     o = resolve(OPTIONS, dict(options, out=out), "cluster")
-    check_writable(out, o["overwrite"])
+    check_writable(out, o["overwrite"], inputs=output_inputs(embeddings, o["data"]), kind=names.CLUSTERS)
     if o["iters"] < 1:
         raise CurateError(f"--iters must be >= 1, got {o['iters']}")
     if o["seed"] < 0:

@@ -57,7 +57,7 @@ OPTIONS = (
                 "masking operands; tf weighs words by their count alone; tfidf weighs rare words (topics, "
                 "names) most."),
     Option("text_sample", type=int, default=20000, show_default=True,
-           help="text: rows (seeded sample) the vocabulary, IDF and SVD are fitted on."),
+           help="text: rows (seeded sample) the vocabulary, word weights and SVD are fitted on."),
     Option("max_length", record=True, type=int, shown_default=lazy(_FEATURES, "DEFAULT_MAX_LENGTH"),
            help="Tokens per example; the prompt is truncated from the left first. semantic: lowers the "
                 "encoder's own limit (cut on its tokenizer's truncation side)."),
@@ -235,11 +235,17 @@ def embed(data, out: str, **options) -> dict:
     like = _adopt_space(opts) if opts["like"] else None
     features = _settle(opts)
     layout = distributed.detect(opts["num_parts"], opts["part_index"])
-    from cluster_curate.io.artifacts import check_creatable, check_writable
-    if layout.multi:  # the parts' own checks come with the plan; the directory must at least be creatable
-        check_creatable(out)
+    from pathlib import Path
+
+    from cluster_curate.io import names
+    from cluster_curate.io.artifacts import check_writable, output_inputs
+    inputs = output_inputs(data, opts["like"])  # `out` is none of them and holds none of them
+    if layout.multi:  # the parts' own checks come with the plan; the directory must at least be creatable, and
+        # a file in its place is replaced (--overwrite) only when it is an embeddings artifact
+        check_writable(out, True, inputs=inputs,
+                       kind=names.EMBEDDINGS if opts["overwrite"] and Path(out).is_file() else None)
     else:  # before the scan and the text basis, which writes a sidecar beside `out`
-        check_writable(out, opts["overwrite"])
+        check_writable(out, opts["overwrite"], inputs=inputs, kind=names.EMBEDDINGS)
     if layout.torchrun and not layout.leader:  # one progress bar and one summary: rank 0's
         console.configure(quiet=True, json_mode=False)
     device = distributed.device_for(layout, opts["device"])
@@ -294,8 +300,8 @@ def render(result: dict, options: dict) -> None:
 SPEC = CommandSpec(
     "embed", embed, (Argument("data", nargs=-1),), OPTIONS, render,
     algorithm=lazy(_FEATURES, "ALGORITHM_VERSION"),
-    help="""One feature vector per example of DATA (prompt TF-IDF by default; the paper's gradient feature and
-    other model features with --features).
+    help="""One feature vector per example of DATA (by default the prompt's words, weighted as --text-weighting
+    says, reduced by SVD; the paper's gradient feature and other model features with --features).
 
     \b
     Examples:

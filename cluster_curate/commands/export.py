@@ -35,13 +35,13 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     tgt = layouts.target(trainer)
     manifest = read_manifest(shards)
     layouts.check_job(manifest, o["world_size"], o["micro_batch_size"], str(shards))
-    from cluster_curate.io.artifacts import check_writable
-    check_writable(out, o["overwrite"])
+    from cluster_curate.io.artifacts import EXPORT, check_writable, output_inputs
+    check_writable(out, o["overwrite"], inputs=output_inputs(shards, o["data"]), kind=EXPORT)
     leftovers = _read_leftovers(manifest, o, str(shards)) if tgt.columns == "source" else None
     rows = layouts.layout_table(_read_shards(shards), manifest, tgt, str(shards), leftovers, read_options(o))
     name = layouts.data_file(tgt)
     files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()))
-    with staged_directory(out) as work:
+    with staged_directory(out, EXPORT) as work:
         if tgt.name == "jsonl":
             import json
             atomic_write_bytes(work / name, "".join(json.dumps(r, ensure_ascii=False) + "\n"

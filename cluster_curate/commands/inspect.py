@@ -63,13 +63,14 @@ def inspect(data, **options) -> dict:
     import dataclasses
 
     from cluster_curate import console
-    from cluster_curate.io.artifacts import check_writable
+    from cluster_curate.io.artifacts import check_writable, output_inputs
     from cluster_curate.io.mixture import Mixture, open_inputs
 
     opts = resolve(OPTIONS, options, "inspect")
     rejects_path, tokenizer = opts["rejects_path"], opts["tokenizer"]
     if rejects_path:
-        check_writable(rejects_path, opts["overwrite"])
+        check_writable(rejects_path, opts["overwrite"], inputs=output_inputs(data),
+                       label=f"--rejects {rejects_path}")
     tok = load_tokenizer(tokenizer) if tokenizer else None
     ds = open_inputs(data, dataclasses.replace(read_options(opts), on_bad_row="skip"))
     if isinstance(ds, Mixture):  # every input's bad rows listed too, whatever its own on_bad_row

@@ -200,7 +200,17 @@ def _describe_selection(path: Path, sections: list) -> None:
     if p.get("target_service"):
         sections.append(_target_section(meta))
     if p.get("sources"):  # a mixture: rows and tokens of each input, in the data and in the selection
-        sections.append(("sources", {"inputs": len(p["sources"])}, p["sources"]))
+        sections.append(("sources", {"inputs": len(p["sources"])}, [_source_row(r) for r in p["sources"]]))
+
+
+# A mixture's per-input columns (io/mixture.py source_accounting; the metadata keeps them sorted by name): the
+# input, then what the data holds, then what the selection took, then the fraction of the input it kept.
+_SOURCE_COLUMNS = ("source", "rows", "tokens", "share_rows", "share_tokens", "selected", "selected_tokens",
+                   "selected_share_rows", "selected_share_tokens", "kept_rows", "kept_tokens")
+
+
+def _source_row(row: dict) -> dict:
+    return {**{k: row[k] for k in _SOURCE_COLUMNS if k in row}, **row}
 
 
 def _describe_shards(path: Path, sections: list) -> None:
@@ -316,7 +326,11 @@ def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool 
     check_lineage(found, force)
     sections = describe(found)
     if out:
-        from cluster_curate.io.artifacts import check_creatable
+        from cluster_curate.io.artifacts import check_creatable, check_not_input, output_inputs
+        inputs = output_inputs(paths, [str(p) for p in found.values()])
+        check_not_input(out, inputs, f"--out {out}", holds=False)  # only its plots are written there
+        for plot in ("cluster_sizes.png", "features_pca.png", "rank_loads.png", "source_shares.png"):
+            check_not_input(Path(out) / plot, inputs, f"--out {out}")
         check_creatable(Path(out) / "cluster_sizes.png")
     plots = make_plots(found, Path(out), seed) if out else []
     return sections, plots
@@ -337,7 +351,7 @@ def render(result, options: dict) -> None:
     for title, data, rows in sections:
         console.summary(title, data, rows)
     if plots:
-        console.summary("plots", {p.name: str(p) for p in plots})
+        console.summary("plots", {p.name: Shown(str(p), label=p.name) for p in plots})  # file names as they are
 
 
 SPEC = CommandSpec(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -163,17 +164,19 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
     """Every stage's options checked before the first expensive stage (issue 20 #2): each stage's own checks,
     then one parse of the data (a bad row is reported first, as embed would), then what needs the number of
     examples (--k, and one global step of N × M rows within the selection's size)."""
-    import math
-
     from cluster_curate import selection as S
     from cluster_curate.commands import cluster as cluster_cmd
     from cluster_curate.commands import embed as embed_cmd
     from cluster_curate.commands import select as select_cmd
+    from cluster_curate.features.embed import MODEL_FEATURES
     specs = stage_specs()
     resolved = {stage: resolve(specs[stage].options, {n: opts[n] for n in by_stage[stage]}, stage)
                 for stage in names.STAGES}
-    embed_cmd._settle(dict(resolved["embed"]))
+    features = embed_cmd._settle(dict(resolved["embed"]))
     mode = select_cmd._check(resolved["select"])
+    if resolved["select"]["within"] == "hard" and not set(features) & set(MODEL_FEATURES):
+        raise CurateError(f"--within hard needs a loss per example, which only the model features compute "
+                          f"({', '.join(MODEL_FEATURES)}, with --model); --features here: {','.join(features)}")
     data_rows = sum(len(batch.examples) for batch in ds.iter_batches())
     c = resolved["cluster"]
     for name, low in (("iters", 1), ("seed", 0)):
@@ -185,7 +188,9 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
     s = resolved["select"]
     most = {"fraction": lambda: S.fraction_budget(data_rows, s["fraction"]),
             "budget": lambda: min(data_rows, int(s["budget"])),
-            "per-cluster-ratio": lambda: math.ceil(s["per_cluster_ratio"] * data_rows)}[mode]()
+            "per-cluster-ratio": lambda: math.ceil(s["per_cluster_ratio"] * data_rows),
+            "token-budget": lambda: data_rows, "token-fraction": lambda: data_rows}[mode]()
+    _check_source_floors(ds, s, most if mode in ("fraction", "budget") else None)
     h = resolved["shard"]
     for name in ("num_shards", "micro_batch_size"):
         if h[name] < 1:
@@ -197,6 +202,26 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
         raise CurateError(f"one global step needs --num-shards × --micro-batch-size = {h['num_shards']} × "
                           f"{h['micro_batch_size']} = {step} rows, but {budget} of {data_rows} rows selects at most "
                           f"{most}; use fewer shards, a smaller micro-batch or a larger budget")
+
+
+def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
+    """A mixture's floors (--source-min-share, else each input's min_share) that no selection can meet: more
+    than the whole selection together, or (a budget in rows) more rows than an input has. select checks the
+    exact floors on the rows it can take; these are the failures certain from the options and row counts."""
+    from cluster_curate.io.mixture import Mixture, parse_source_shares
+    if not isinstance(ds, Mixture):
+        return
+    given = parse_source_shares(s["source_min_share"], ds.names, "--source-min-share")
+    floors = {i.name: given.get(i.name, i.min_share) or 0.0 for i in ds.inputs}
+    if sum(floors.values()) > 1 + 1e-9:
+        named = ", ".join(f"{name} {share:g}" for name, share in floors.items() if share)
+        raise CurateError(f"the sources' floors ({named}) add up to {sum(floors.values()):.0%} of the selection, "
+                          "more than all of it; lower --source-min-share or the mixture's min_share")
+    if budget_rows is not None:
+        for (name, share), n in zip(floors.items(), (d.num_rows() for d in ds.datasets)):
+            if math.ceil(share * budget_rows) > n:
+                raise CurateError(f"source {name}: its floor is {math.ceil(share * budget_rows):,} rows "
+                                  f"({share:g} of {budget_rows:,}) and it has only {int(n):,} rows")
 
 
 def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:

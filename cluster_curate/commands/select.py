@@ -260,7 +260,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     from cluster_curate import console
     from cluster_curate import selection as S
     from cluster_curate.budget_sequence import TOKEN_MODES
-    from cluster_curate.io.artifacts import check_writable
+    from cluster_curate.io.artifacts import check_writable, output_inputs, read_meta, sidecar_path
     from cluster_curate.io.readers import read_clusters
     from cluster_curate.within_orders import AUTO, WITHIN
 
@@ -268,7 +268,15 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     o = resolve(OPTIONS, dict(options, out=out), "select")
     mode = _check(o)
     order = None if o["within"] == AUTO else WITHIN.get(o["within"])
-    check_writable(out, o["overwrite"])
+    inputs = output_inputs(clusters, o["embeddings"], o["target"], o["data"], o["tokenizer"])
+    check_writable(out, o["overwrite"], inputs=inputs, kind=names.SELECTION)
+    if o["target"] is not None:  # raw target data is embedded beside `out` (select's own file, replaced each time)
+        try:
+            read_meta(o["target"], names.EMBEDDINGS)  # an embeddings artifact is read as it is
+        except CurateError:
+            target_emb = sidecar_path(out, names.TARGET_EMBEDDINGS)
+            check_writable(target_emb, True, inputs=inputs, kind=names.EMBEDDINGS,
+                           label=f"{target_emb} (the --target embeddings select writes beside --out)")
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
     if o["target"] is not None:
@@ -524,8 +532,10 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     for row in sources:
         tok = (f", {row['selected_tokens']:,} tokens ({row['selected_share_tokens']:.1%})"
                if "selected_tokens" in row else "")
-        summary[f"source {row['source']}"] = line(f"{row['selected']:,} of {row['rows']:,} rows selected "
-                                                   f"({row['selected_share_rows']:.1%} of the selection){tok}")
+        # the label given, not made from the key: the input's name as the user wrote it (no "_" -> " ")
+        summary[f"source {row['source']}"] = Shown(None, f"{row['selected']:,} of {row['rows']:,} rows selected "
+                                                         f"({row['selected_share_rows']:.1%} of the selection){tok}",
+                                                   label=f"source {row['source']}", in_json=False)
     if sel.notes:
         summary["notes"] = Shown(list(sel.notes), hidden=True)
     for i, note in enumerate(sel.notes):

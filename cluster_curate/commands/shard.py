@@ -58,16 +58,17 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
 
     from cluster_curate import sharding
     from cluster_curate.commands import shard_parts as parts
-    from cluster_curate.io.artifacts import check_dataset_matches, check_writable
-    from cluster_curate.io.mixture import Mixture, open_inputs
+    from cluster_curate.io.artifacts import SHARDS, check_dataset_matches, check_writable, output_inputs
+    from cluster_curate.io.mixture import Mixture, open_lineage_data
     from cluster_curate.io.readers import read_selection
     from cluster_curate.shard_balance import balance_figures, balance_warning
 
     t0 = time.monotonic()
     o = resolve(OPTIONS, dict(options, data=data, out=out), "shard")
-    check_writable(out, o["overwrite"])
+    check_writable(out, o["overwrite"], inputs=output_inputs(selection, data, o["embeddings"], o["tokenizer"]),
+                   kind=SHARDS)
     sel = read_selection(selection, force=o["force"])
-    ds = open_inputs(data, read_options(o))
+    ds = open_lineage_data(data, sel.meta.dataset, read_options(o))  # read as the selection's data was
     if isinstance(ds, Mixture):  # one typed column per name in the shards: refused before any work
         ds.check_columns()
     dataset = ds.record()

@@ -195,12 +195,12 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, f
     import shutil
 
     from cluster_curate import sharding
-    from cluster_curate.io.artifacts import make_meta
+    from cluster_curate.io.artifacts import SHARDS, make_meta
     from cluster_curate.io.shard_writer import ShardWriter
     from cluster_curate.io.writer import file_metadata, staged_directory, write_json, write_lines
     from cluster_curate.sharding import SHARD_COLUMNS
     n = plan.rows.shape[1]
-    with staged_directory(o["out"]) as work:
+    with staged_directory(o["out"], SHARDS) as work:
         writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes)
         renamed, source_columns = _stream(o, sel, ds, plan, weights, writer, batch_rows)
         meta = make_meta(names.SHARD, params, inputs, sel.meta.dataset or dataset, sharding.ALGORITHM_VERSION)

@@ -52,7 +52,8 @@ FEATURE_KINDS.register("hidden", "mean hidden state (--pool)", uses_model=True,
                        dim=lambda d: d["dim"] or d["hidden_size"])
 FEATURE_KINDS.register("loss-trajectory", "the loss at each warm-up checkpoint (--checkpoints)", uses_model=True,
                        dim=lambda d: d["n_checkpoints"])
-FEATURE_KINDS.register("text", "TF-IDF of the text + randomized SVD (no model)", uses_model=False,
+FEATURE_KINDS.register("text", "word 1-2-grams of --text-field weighted as --text-weighting says + randomized "
+                       "SVD (no model)", uses_model=False,
                        dim=lambda d: d["text_dim"] or d["dim"] or DEFAULT_TEXT_DIM,
                        prepare=lazy("cluster_curate.features.text", "prepare_text"))
 FEATURE_KINDS.register("semantic", "sentence embedding of --text-field by an encoder (--encoder; default the "

@@ -34,6 +34,8 @@ from __future__ import annotations
 import bisect
 import importlib.util
 import os
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -136,6 +138,26 @@ def _not_cached(spec: str, unreachable: bool) -> str:
             "a local path")
 
 
+@contextmanager
+def _loading_bars(gguf: bool):
+    """transformers' and huggingface_hub's tqdm bars (downloading, loading the weights, de-quantizing a GGUF file)
+    on a terminal only, as the tool's own progress: in a log (stderr not a terminal) each is dozens of \\r-joined
+    lines. transformers' GGUF reader draws tqdm itself: it is given transformers' switchable one."""
+    from cluster_curate import console
+    from transformers.utils import logging as tf_logging
+    if gguf:
+        from transformers import modeling_gguf_pytorch_utils as gguf_reader
+        gguf_reader.tqdm = tf_logging.tqdm
+    was_on = tf_logging.is_progress_bar_enabled()
+    if console.QUIET or not sys.stderr.isatty():
+        tf_logging.disable_progress_bar()  # huggingface_hub's too
+    try:
+        yield
+    finally:
+        if was_on:
+            tf_logging.enable_progress_bar()
+
+
 def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
                trust_remote_code: bool = False) -> FeatureModel:
     """Load a causal LM as a FeatureModel.
@@ -177,8 +199,9 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs)
+        with _loading_bars(gguf="gguf_file" in kwargs):
+            tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
         if where == spec and not path.exists() and (unreachable or _hub_offline()):
             raise CurateError(_not_cached(spec, unreachable)) from None

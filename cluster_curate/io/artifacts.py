@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -31,6 +32,7 @@ import pyarrow.parquet as pq
 
 from cluster_curate import __version__
 from cluster_curate.errors import CurateError
+from cluster_curate.io import names
 
 META_KEY = b"cluster_curate"
 
@@ -121,11 +123,26 @@ def sidecar_path(path: str | os.PathLike, suffix: str) -> Path:
     return p.with_name(f"{stem}.{suffix}")
 
 
-def check_writable(path: str | os.PathLike, overwrite: bool) -> None:
-    """Before any work: `path` is not in the way (or may be replaced) and can be created (check_creatable)."""
+def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind: str | None = None,
+                   label: str | None = None) -> None:
+    """Before any work: `path` is none of the command's `inputs` and holds none of them (output_inputs), is not
+    in the way (or may be replaced) and can be created (check_creatable). With `kind` (an artifact kind, SHARDS,
+    EXPORT) an existing output is replaced, with `overwrite`, only when it is the tool's own output of that kind
+    or an empty directory (replace_refusal): `--overwrite` never deletes what cluster-curate did not write.
+    `label` names the output in messages (default `--out PATH`)."""
     p = Path(path)
-    if p.exists() and not overwrite:
-        raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
+    label = label or f"--out {p}"
+    check_not_input(p, inputs, label)
+    if p.exists() or p.is_symlink():
+        if not overwrite:
+            raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
+        if kind is not None:
+            why = replace_refusal(p, kind)
+            if why:
+                raise CurateError(f"{label}: {why}")
+    if kind in _PARQUET_KINDS and p.suffix.lower() in _DATA_SUFFIXES:
+        raise CurateError(f"{label}: {_article(kind)} {kind} artifact is a Parquet file: name it "
+                          f"{p.with_suffix('.parquet').name}")
     check_creatable(p)
 
 
@@ -148,6 +165,139 @@ def check_creatable(path: str | os.PathLike) -> None:
     except OSError as e:
         reason = "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
         raise CurateError(f"{p}: cannot create it: cannot write in {where} ({reason})") from None
+
+
+# ------------------------------------------------------------------------------ what --overwrite replaces
+
+SHARDS, EXPORT = "shards", "export"  # the directory outputs check_writable knows, besides the artifact kinds
+_PARQUET_KINDS = (names.EMBEDDINGS, names.CLUSTERS, names.SELECTION)
+_DATA_SUFFIXES = {".csv", ".tsv", ".json", ".jsonl", ".txt", ".yaml", ".yml", ".gz", ".npy", ".npz", ".arrow"}
+_KEEP_ONLY = "--overwrite replaces only the tool's own outputs"
+_PART_FILE = re.compile(r"^part-.+\.parquet$")
+_PART_SIDE = re.compile(r"^rejects-\d+-of-\d+\.jsonl$"  # a worker's rejects; a part or rejects file being written
+                        r"|^\.(part-.+\.parquet|rejects-\d+-of-\d+\.jsonl)\.(.+\.)?tmp$")
+_SHARD_FILE = re.compile(r"^shard-\d+-of-\d+\.parquet$")
+
+
+def output_inputs(*sources) -> list[str]:
+    """The local paths a command reads, for check_writable's `inputs`: each argument a path, a list of paths or
+    None; a mixture file stands for itself and the inputs it names; `hf:` ids are no paths."""
+    out: list[str] = []
+    for src in sources:
+        for s in ([src] if isinstance(src, (str, os.PathLike)) else list(src or ())):
+            s = str(s)
+            if not s or s.startswith("hf:"):
+                continue
+            out.append(s)
+            try:
+                from cluster_curate.io.mixture import is_mixture_file, read_mixture_file
+                if Path(s).is_file() and is_mixture_file(s):
+                    out.extend(i.path for i in read_mixture_file(s) if not i.path.startswith("hf:"))
+            except CurateError:
+                pass  # a bad mixture file is reported where it is read
+    return out
+
+
+def check_not_input(path: str | os.PathLike, inputs, label: str, *, holds: bool = True) -> None:
+    """One line unless the output `path` is none of `inputs` and (`holds`: an output replaced whole) holds none
+    of them, compared as resolved absolute paths: replacing it would destroy an input."""
+    out = Path(os.path.realpath(path))
+    option = label.split(" ", 1)[0] if label.startswith("--") else "--out"  # "--rejects PATH" -> --rejects
+    for src in inputs:
+        s = Path(os.path.realpath(src))
+        if s == out:
+            raise CurateError(f"{label}: is the input {src}; choose another {option}")
+        if holds and out in s.parents and os.path.lexists(src):
+            raise CurateError(f"{label}: holds the input {src}; choose another {option}")
+
+
+def replace_refusal(path: str | os.PathLike, kind: str) -> str | None:
+    """Why the existing `path` may not be replaced by an output of `kind` (None: it may): only an empty
+    directory or the tool's own output of that kind is replaced. An artifact kind: a Parquet file carrying
+    that kind's metadata, or a directory of such part files (and the workers' rejects); SHARDS: a directory
+    with the tool's manifest.json, its shards and leftover_ids.txt; EXPORT: the files `export` writes, with
+    its README.md."""
+    p = Path(path)
+    if p.is_dir():
+        entries = sorted(q.name for q in p.iterdir())
+        if not entries:
+            return None
+        if kind == SHARDS:
+            return _shards_refusal(p, entries)
+        if kind == EXPORT:
+            return _export_refusal(p, entries)
+        return _parts_refusal(p, entries, kind)
+    if kind in (SHARDS, EXPORT):
+        return f"a file, not a directory cluster-curate wrote; {_KEEP_ONLY}: choose a new or empty directory"
+    if not p.is_file():
+        return f"not a file cluster-curate wrote; {_KEEP_ONLY}: choose another --out"
+    try:
+        meta = read_meta(p)
+    except (CurateError, ValueError, TypeError):
+        return (f"not a file cluster-curate wrote (no '{META_KEY.decode()}' metadata); {_KEEP_ONLY}: choose "
+                "another --out")
+    if meta.kind != kind:
+        return (f"{_article(meta.kind)} {meta.kind} artifact, not an earlier {kind} output; {_KEEP_ONLY} of the "
+                "same kind: choose another --out")
+    return None
+
+
+def _not_written(what: str) -> str:
+    return f"a directory cluster-curate did not write ({what}); {_KEEP_ONLY}: choose a new or empty directory"
+
+
+def _foreign(names_: list[str]) -> str:
+    more = f" and {len(names_) - 1} more" if len(names_) > 1 else ""
+    return (f"holds {names_[0]}{more}, which cluster-curate did not write; {_KEEP_ONLY}: move "
+            f"{'them' if more else 'it'} out or choose a new or empty directory")
+
+
+def _parts_refusal(p: Path, entries: list[str], kind: str) -> str | None:
+    parts = [n for n in entries if _PART_FILE.match(n)]
+    if not parts:
+        return _not_written("no part-*.parquet files")
+    foreign = [n for n in entries if n not in parts and not _PART_SIDE.match(n)]
+    if foreign:
+        return _foreign(foreign)
+    for name in parts:
+        try:
+            meta = read_meta(p / name)
+        except (CurateError, ValueError, TypeError):
+            return _not_written(f"{name} has no '{META_KEY.decode()}' metadata")
+        if meta.kind != kind:
+            return (f"holds {meta.kind} parts, not an earlier {kind} output; {_KEEP_ONLY} of the same kind: choose "
+                    "a new or empty directory")
+    return None
+
+
+def _shards_refusal(p: Path, entries: list[str]) -> str | None:
+    if names.MANIFEST not in entries:
+        return _not_written(f"no {names.MANIFEST}")
+    try:
+        manifest = json.loads((p / names.MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("kind") != names.SHARD_MANIFEST_KIND:
+        return _not_written(f"its {names.MANIFEST} is not a shard manifest")
+    foreign = [n for n in entries if n not in (names.MANIFEST, names.LEFTOVER) and not _SHARD_FILE.match(n)]
+    return _foreign(foreign) if foreign else None
+
+
+def _export_refusal(p: Path, entries: list[str]) -> str | None:
+    data = (names.EXPORT_DATA, *names.EXPORT_SELECTED.values())
+    head = ""
+    if names.EXPORT_README in entries:
+        try:
+            with open(p / names.EXPORT_README, encoding="utf-8") as f:
+                head = f.readline()
+        except (OSError, UnicodeDecodeError):
+            pass
+    if not any(head.startswith(f"# `{d}` for ") for d in data):
+        return _not_written(f"no {names.EXPORT_README} of an export")
+    known = {*data, names.EXPORT_README, names.TRAINING_ARGS, names.DATALOADER_ARGS, names.TRAINER_CONFIG,
+             names.LLAMAFACTORY_DATASET_INFO}
+    foreign = [n for n in entries if n not in known]
+    return _foreign(foreign) if foreign else None
 
 
 # ----------------------------------------------------------------------------------------------- read

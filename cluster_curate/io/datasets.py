@@ -87,6 +87,10 @@ class ReadOptions:
     response_field: str | None = None
     on_bad_row: str = "error"  # "error" | "skip"
 
+    def given(self) -> dict:
+        """The options not at their defaults, as a lineage record keeps them (to read the data again as it was)."""
+        return {k: v for k, v in self.__dict__.items() if v is not None and not (k == "on_bad_row" and v == "error")}
+
 
 class Batch:
     """`raw` (Arrow, built on first access for JSON sources) and `examples`."""
@@ -246,7 +250,9 @@ class Dataset:
         return {} if resolved == self.source else {"absolute_path": resolved}
 
     def record(self) -> dict:
-        return {"source": self.source, **self.location(), "fingerprint": self.fingerprint(), "rows": self.num_rows()}
+        read = self.opts.given()
+        return {"source": self.source, **self.location(), "fingerprint": self.fingerprint(), "rows": self.num_rows(),
+                **({"options": read} if read else {})}
 
     # ------------------------------------------------------------------------------------------- reading
     def _location(self, id_: int, line: int | None) -> str:

@@ -67,8 +67,7 @@ class MixtureInput:
     where: str = ""  # where it was declared, for messages ("mix.yaml: inputs[1]" or the argument)
 
     def describe(self) -> dict:
-        opts = {k: v for k, v in self.options.__dict__.items() if v is not None and not (k == "on_bad_row"
-                                                                                          and v == "error")}
+        opts = self.options.given()
         return {"name": self.name, "path": self.path, **({"options": opts} if opts else {}),
                 **({"rename": dict(self.rename)} if self.rename else {}),
                 **({"min_share": self.min_share} if self.min_share is not None else {}),
@@ -201,6 +200,20 @@ def reserved_rename(name: str) -> str:
     return f"source_{name}" if name in IDENTITY_COLUMNS + NORMALISED_COLUMNS else name
 
 
+def _open_input(item: MixtureInput):
+    """One input of a mixture. The fields hint of a format not recognised names a mixture file's keys: a
+    --prompt-field would apply to every input."""
+    try:
+        return open_dataset(item.path, item.options)
+    except CurateError as e:
+        hint = re.sub(r"pass --prompt-field (\S+) --response-field (\S+) \(or other columns\)",
+                      r"give this input `prompt_field: \1` and `response_field: \2` (or other columns) in a mixture "
+                      "file: --prompt-field and --response-field apply to every input", str(e))
+        if hint == str(e):
+            raise
+        raise CurateError(hint) from None
+
+
 class Mixture:
     """Several inputs as one dataset: same interface as io/datasets.Dataset (`iter_batches`, `rows`,
     `num_rows`, `record`, `fingerprint`, `rejects`, `write_rejects`), plus `names`, `formats` and `offsets()`."""
@@ -209,7 +222,7 @@ class Mixture:
         if not inputs:
             raise CurateError("a mixture needs at least one input")
         self.inputs = list(inputs)
-        self.datasets = [open_dataset(i.path, i.options) for i in self.inputs]  # each detects its own format
+        self.datasets = [_open_input(i) for i in self.inputs]  # each detects its own format
         self.names = [i.name for i in self.inputs]
         self.source = "mixture of " + ", ".join(self.names)
         self.format = "mixture"
@@ -430,13 +443,19 @@ def inputs_from_record(record: dict) -> list[MixtureInput]:
 
 def open_lineage_data(data, record: dict, options: ReadOptions):
     """The raw data behind an artifact: `data` (a command's --data) when given, else the dataset or mixture its
-    lineage `record` names (a mixture's inputs as they were read); None when there is neither."""
+    lineage `record` names; None when there is neither. The recorded data is read as it was (a mixture's inputs
+    with their options, one dataset with the reading options it records, under those given now), and so is
+    `data` that names the recorded dataset: stage by stage, `embed --on-bad-row skip` need not be repeated."""
+    single = record.get("source") and not record.get("inputs")
+    as_read = ReadOptions(**{**(record.get("options") or {}), **options.given()}) if single else options
     if data:
-        return open_inputs(data, options)
+        paths = [data] if isinstance(data, str) else list(data)
+        same = single and len(paths) == 1 and Path(paths[0]).resolve() == Path(recorded_source(record)).resolve()
+        return open_inputs(data, as_read if same else options)
     if record.get("inputs"):
         return Mixture(inputs_from_record(record))
-    if record.get("source"):
-        return open_inputs(recorded_source(record), options)
+    if single:
+        return open_inputs(recorded_source(record), as_read)
     return None
 
 

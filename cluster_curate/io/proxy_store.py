@@ -21,7 +21,7 @@ def save_proxy(proxy, directory, extra: dict | None = None) -> Path:
     from safetensors.torch import save_file
 
     final = Path(directory)
-    with staged_directory(final) as tmp:
+    with staged_directory(final, is_proxy_dir) as tmp:
         (tmp / "checkpoints").mkdir(parents=True)
         proxy.tokenizer.save_pretrained(tmp)
         # Tied weights: save the embedding once; lm_head.weight is the same tensor.

@@ -14,12 +14,13 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cluster_curate.io.artifacts import META_KEY, ArtifactMeta, check_writable, json_default
+from cluster_curate.errors import CurateError
+from cluster_curate.io.artifacts import META_KEY, ArtifactMeta, check_writable, json_default, replace_refusal
 
 
 def with_meta(table: pa.Table, meta: ArtifactMeta) -> pa.Table:
@@ -89,9 +90,12 @@ def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> 
 @contextmanager
 def parquet_stream(path: str | os.PathLike, schema: pa.Schema) -> Iterator[pq.ParquetWriter]:
     """A ParquetWriter on a temporary file that becomes `path` when the block ends without an error (tables
-    written in pieces, memory one piece). A directory at `path` (a former part artifact) is replaced."""
+    written in pieces, memory one piece). A directory at `path` is replaced only when it is a former part
+    artifact of the kind in `schema`'s metadata, or empty (artifacts.replace_refusal; the command checked it
+    before any work: this is the second guard)."""
     target = Path(path)
     if target.is_dir():
+        _refuse_foreign(target, _schema_kind(schema))
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
@@ -105,14 +109,34 @@ def parquet_stream(path: str | os.PathLike, schema: pa.Schema) -> Iterator[pq.Pa
 
 
 def write_artifact(table: pa.Table, path: str | os.PathLike, meta: ArtifactMeta, *, overwrite: bool = False) -> ArtifactMeta:
-    """Write `table` as a single-file artifact carrying `meta`; returns the meta with `rows` filled in."""
-    check_writable(path, overwrite)
+    """Write `table` as a single-file artifact carrying `meta`; returns the meta with `rows` filled in. With
+    `overwrite`, only an artifact of the same kind (a file, or a directory of its parts) or an empty directory
+    is replaced (artifacts.check_writable)."""
+    check_writable(path, overwrite, kind=meta.kind)
     meta.rows = table.num_rows
     p = Path(path)
     if p.is_dir():  # replacing a part-file artifact with a single file
+        _refuse_foreign(p, meta.kind)
         shutil.rmtree(p)
     write_parquet_atomic(with_meta(table, meta), p)
     return meta
+
+
+def _schema_kind(schema: pa.Schema) -> str | None:
+    """The artifact kind in a schema's metadata (None when it carries none)."""
+    raw = (schema.metadata or {}).get(META_KEY)
+    try:
+        return ArtifactMeta.from_json(raw.decode()).kind if raw else None
+    except (ValueError, TypeError):
+        return None
+
+
+def _refuse_foreign(directory: Path, kind: str | None) -> None:
+    """The second guard of a write that replaces the directory `directory`: CurateError unless it is empty or
+    the tool's own output of `kind` (artifacts.replace_refusal); nothing the tool did not write is deleted."""
+    why = replace_refusal(directory, kind or "")  # no kind: only an empty directory
+    if why:
+        raise CurateError(f"{directory}: {why}")
 
 
 def write_part(table: pa.Table, directory: str | os.PathLike, name: str, meta: ArtifactMeta) -> Path:
@@ -132,12 +156,22 @@ def npy_bytes(array) -> bytes:
 
 
 @contextmanager
-def staged_directory(out: str | os.PathLike) -> Iterator[Path]:
+def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool]) -> Iterator[Path]:
     """Build a directory output in a temporary directory beside `out`; on success it replaces `out` (an
     existing one only goes once the new one is complete), on an error it is removed. Everything in it gets the
     umask's permissions: mkdtemp/mkstemp and some writers (safetensors) make private files, and outputs are for
-    the job."""
+    the job. An existing `out` is replaced only when it is an empty directory or the tool's own output of
+    `kind` (SHARDS, EXPORT: artifacts.replace_refusal; or a test of the directory, e.g. the proxy's): the
+    command checked it before any work (artifacts.check_writable), this is the second guard."""
     out_dir = Path(out)
+    if out_dir.exists() or out_dir.is_symlink():
+        if callable(kind):
+            why = None if out_dir.is_dir() and (not any(out_dir.iterdir()) or kind(out_dir)) else \
+                "not a directory cluster-curate wrote"
+        else:
+            why = replace_refusal(out_dir, kind)
+        if why:
+            raise CurateError(f"{out_dir}: {why}")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
     try:

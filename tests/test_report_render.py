@@ -1,0 +1,126 @@
+"""What the tables of `report` and the commands' summaries show on a narrow screen (piped output is 80
+columns wide): no number is ever cut, a mixture's sources table starts with the source, names the user gave
+print as given, and `embed --help` names the defaults the code has."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cluster_curate import console
+from cluster_curate.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+GSM = ROOT / "fixtures" / "gsm8k" / "train-300.jsonl"
+ALPACA = ROOT / "fixtures" / "code_alpaca" / "code_alpaca-300.json"
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[\s│┃]+", text) if w]
+
+
+@pytest.fixture
+def narrow(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setattr(console, "QUIET", False)
+    monkeypatch.setattr(console, "JSON_MODE", False)
+
+
+def test_a_table_wider_than_the_screen_keeps_every_number_whole(narrow, capsys):
+    """11 columns of 6- to 10-digit numbers do not fit 80 columns: the table comes in parts, each starting
+    with the row's name, and every number is printed whole on one line (it used to be folded: 56189 -> 5618/9)."""
+    rows = [{"source": name, **{f"column_{i}_of_the_table": 10 ** (5 + i % 5) + 7 * i + s for i in range(10)},
+             "share": 0.4981} for s, name in enumerate(("math", "code_alpaca"))]
+    console.summary("sources", {"inputs": 2, "path": "/a/" + "very_long_directory/" * 8 + "x.parquet"}, rows)
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    words = _words(out)
+    for r in rows:
+        for v in r.values():
+            assert str(v) in words, (v, out)
+    assert words.count("code_alpaca") >= 2  # each part names its rows
+    header_lines = [line for line in out.splitlines() if line.startswith("┃")]
+    assert all(line.split("┃")[1].strip() in ("", "source") for line in header_lines)  # the first column each time
+
+
+def test_a_table_that_fits_is_one_table(narrow, capsys):
+    console.summary("t", {"a": 1}, [{"cluster": 3, "size": 156, "selected": 9, "kept": "5.8%"}])
+    out = capsys.readouterr().out
+    assert out.count("┏") == 1 and "│       3 │  156 │        9 │ 5.8% │" in out
+
+
+@pytest.fixture(scope="module")
+def mixture_run(tmp_path_factory):
+    """A two-input mixture (one name with an underscore) through `run`, the summaries printed at 80 columns."""
+    from click.testing import CliRunner
+    tmp = tmp_path_factory.mktemp("mix")
+    (tmp / "mix.yaml").write_text(f"inputs:\n  - path: {GSM}\n    name: gsm_math\n  - path: {ALPACA}\n"
+                                  "    name: code\n")
+    runner = CliRunner(env={"COLUMNS": "80"})
+    result = runner.invoke(main, ["run", str(tmp / "mix.yaml"), "--out", str(tmp / "out"), "--features", "text",
+                                  "--dim", "32", "--k", "8", "--fraction", "0.31", "--num-shards", "2",
+                                  "--micro-batch-size", "2"])
+    assert result.exit_code == 0, result.output
+    return runner, tmp / "out", result.stdout
+
+
+def test_select_summary_names_a_source_as_given(mixture_run):
+    _, _, out = mixture_run
+    assert re.search(r"│ source gsm_math +│ \d+ of 300 rows selected", out), out
+    assert "gsm math" not in out
+
+
+def test_report_sources_table_starts_with_the_source_and_keeps_every_number(mixture_run, tmp_path):
+    import json
+    runner, out, _ = mixture_run
+    shown = runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "plots")])
+    assert shown.exit_code == 0, shown.output
+    text = shown.stdout
+    assert max(len(line) for line in text.splitlines()) <= 80
+    data = json.loads(runner.invoke(main, ["report", str(out), "--json"]).stdout)
+    table = data["sources"]["table"]
+    assert list(table[0])[:3] == ["source", "rows", "tokens"]
+    words = _words(text)
+    for row in table:
+        for v in row.values():
+            assert str(v) in words, (v, text)
+    sources = text[text.index("\nsources"):]
+    first_header = next(line for line in sources.splitlines() if line.startswith("┃") and "source" in line)
+    assert first_header.split("┃")[1].strip() == "source"
+    # the plots' file names are printed as they are on disk
+    assert "cluster_sizes.png" in words and "cluster sizes.png" not in text
+
+
+def test_embed_help_names_the_default_text_weighting(cli_runner):
+    from cluster_curate.features.text import DEFAULT_TEXT_WEIGHTING
+    text = " ".join(cli_runner.invoke(main, ["embed", "--help"], terminal_width=200).output.split())
+    assert "TF-IDF" not in text  # the default weighting is not TF-IDF
+    weighting = text[text.index("--text-weighting [") + 1:]
+    assert weighting[:weighting.index("--text-sample")].strip().endswith(f"[default: {DEFAULT_TEXT_WEIGHTING}]")
+    assert "weighted as --text-weighting says" in text
+
+
+def test_model_loading_bars_only_on_a_terminal(monkeypatch):
+    """transformers' (and huggingface_hub's, and the GGUF reader's) tqdm bars are off while a model loads into a
+    log, on when stderr is a terminal, and as they were afterwards."""
+    import io
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_reader
+    from transformers.utils import logging as tf_logging
+
+    from cluster_curate.features.models import _loading_bars
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(console, "QUIET", False)  # --quiet: off on a terminal too
+    assert tf_logging.is_progress_bar_enabled()
+    for stderr, on in ((io.StringIO(), False), (Tty(), True)):
+        monkeypatch.setattr("sys.stderr", stderr)
+        with _loading_bars(gguf=True):
+            assert tf_logging.is_progress_bar_enabled() is on
+            assert gguf_reader.tqdm is tf_logging.tqdm  # follows transformers' switch
+        assert tf_logging.is_progress_bar_enabled()
