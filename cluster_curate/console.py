@@ -35,6 +35,12 @@ def info(message: str) -> None:
         _err.print(escape(message))
 
 
+def rate_text(per_second: float) -> str:
+    """A rate as read at a glance: whole numbers from 10 up, 2 significant digits below (a slow model's 0.43
+    rows/s is not 0)."""
+    return f"{per_second:,.0f}" if per_second >= 9.5 or per_second == 0 else f"{per_second:.2g}"
+
+
 def warn(message: str) -> None:
     WARNINGS.append(message)
     _err.print(f"[yellow]WARNING:[/yellow] {escape(message)}")
@@ -88,7 +94,7 @@ class _Plain:
             eta = f", ETA {((self.total - self.done) / rate):.0f}s" if self.total and rate > 0 else ""
             total = f"/{self.total:g}" if self.total else ""
             # "so far": the rate of this step's work up to now, not a command summary's end-to-end rate
-            print(f"{self.description}: {self.done:g}{total} {self.unit} ({rate:,.0f} {self.unit}/s so far{eta})",
+            print(f"{self.description}: {self.done:g}{total} {self.unit} ({rate_text(rate)} {self.unit}/s so far{eta})",
                   file=sys.stderr, flush=True)
 
 

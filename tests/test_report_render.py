@@ -124,3 +124,8 @@ def test_model_loading_bars_only_on_a_terminal(monkeypatch):
             assert tf_logging.is_progress_bar_enabled() is on
             assert gguf_reader.tqdm is tf_logging.tqdm  # follows transformers' switch
         assert tf_logging.is_progress_bar_enabled()
+
+
+def test_a_slow_rate_is_not_shown_as_zero():
+    from cluster_curate.console import rate_text
+    assert [rate_text(x) for x in (0, 0.43, 3.7, 9.6, 42.5, 3668.2)] == ["0", "0.43", "3.7", "10", "42", "3,668"]

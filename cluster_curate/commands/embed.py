@@ -292,8 +292,8 @@ def render(result: dict, options: dict) -> None:
     data["seconds"] = (f"{r['seconds']:g} in all: proxy warm-up {r['warmup_seconds']:g}, preparation "
                        f"{r['prepare_seconds']:g}, feature pass {r['feature_seconds']:g}")
     # not the progress line's rate, which counts the rows computed so far over the computing time
-    data["feature pass rate"] = (f"{r['rows_per_s']:,.0f} rows/s, {r['tokens_per_s']:,.0f} tokens/s (reading, "
-                                 "computing and writing)")
+    data["feature pass rate"] = (f"{console.rate_text(r['rows_per_s'])} rows/s, "
+                                 f"{console.rate_text(r['tokens_per_s'])} tokens/s (reading, computing and writing)")
     console.summary("embed", data)
 
 
