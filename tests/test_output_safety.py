@@ -76,21 +76,13 @@ def test_shard_into_the_folder_that_holds_its_data_is_refused_and_touches_nothin
     assert _snapshot(tmp_path) == before
 
 
-def test_embed_onto_its_own_input_is_refused_and_touches_nothing(tmp_path, cli_runner):
+@pytest.mark.parametrize("command, option", [("embed", "--out"), ("inspect", "--rejects")])
+def test_a_command_never_writes_over_its_own_input(tmp_path, cli_runner, command, option):
     data = tmp_path / "self.jsonl"
     shutil.copy(DATA, data)
     before = _snapshot(tmp_path)
-    r = _cli(cli_runner, "embed", data, "--out", data, *EMBED, "--overwrite")
-    _refused(r, f"--out {data}: is the input {data}; choose another --out")
-    assert _snapshot(tmp_path) == before
-
-
-def test_inspect_never_writes_its_rejects_over_its_input(tmp_path, cli_runner):
-    data = tmp_path / "d.jsonl"
-    shutil.copy(DATA, data)
-    before = _snapshot(tmp_path)
-    r = _cli(cli_runner, "inspect", data, "--rejects", data, "--overwrite")
-    _refused(r, f"--rejects {data}: is the input {data}; choose another --rejects")
+    r = _cli(cli_runner, command, data, option, data, *(EMBED if command == "embed" else ()), "--overwrite")
+    _refused(r, f"{option} {data}: is the input {data}; choose another {option}")
     assert _snapshot(tmp_path) == before
 
 
