@@ -142,6 +142,9 @@ CASES = [
     ("select-out-file-as-folder", ["select", "p/clusters.parquet", "--out", "data.jsonl/s.parquet", "--fraction",
                                    "0.3"], "is a file, not a directory"),
     ("select-missing-argument", ["select"], "Missing argument 'CLUSTERS'"),
+    ("select-target-with-a-floor", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
+                                    "--target", "other.json", "--source-min-share", "0.2"],
+     "--source-min-share / --source-max-share: a source's floor or cap is not met by --target"),
     ("select-missing-out", ["select", "p/clusters.parquet", "--fraction", "0.3"], "Missing option '--out'"),
     # ---- shard
     ("shard-other-dataset", ["shard", "p/selection.parquet", "--data", "other.json", "--out", "sh", *SHARD],
@@ -184,6 +187,8 @@ CASES = [
     ("run-floor-above-rows", ["run", "data.jsonl", "other.json", "--out", "r", *FAST, "--budget", "400",
                               "--source-min-share", "data=0.5", *SHARD],
      "source data: its floor is 200 rows (0.5 of 400) and it has only 120 rows"),
+    ("run-target-bad-row", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.3", "--target",
+                            "empty_response.jsonl", *SHARD], "empty_response.jsonl:"),
     ("run-dim-zero", ["run", "data.jsonl", "--out", "r", "--dim", "0", "--fraction", "0.3", *SHARD],
      "--dim must be positive"),
     # ---- report and inspect

@@ -318,3 +318,26 @@ def test_run_target_end_to_end_and_up_to_date(tmp_path, cli_runner, pool):
     _write(target, [r for r in _rows(60, seed=6) if r["kind"] == "code"])  # another target: select again
     third = json.loads(_cli(cli_runner, args).stdout)
     assert {s["stage"]: s["status"] for s in third["stages"]}["select"] == "ran"
+
+
+def test_select_target_refuses_a_mixtures_floors_and_skips_bad_target_rows(tmp_path, cli_runner):
+    """--target does not meet a mixture's floors or caps, so they are refused, not left unmet silently (lifted
+    with --source-min-share 0); the target's bad rows follow --on-bad-row as the pool's do."""
+    rows = _rows(360)
+    math = _write(tmp_path / "math.jsonl", [r for r in rows if r["kind"] != "code"])
+    code = _write(tmp_path / "code.jsonl", [r for r in rows if r["kind"] == "code"])
+    (tmp_path / "mix.yaml").write_text(f"inputs:\n  - path: {math}\n  - path: {code}\n    min_share: 0.3\n")
+    run = tmp_path / "run"
+    _cli(cli_runner, ["run", tmp_path / "mix.yaml", "--out", run, "--dim", "16", "--k", "6", "--fraction", "0.2",
+                      "--num-shards", "2", "--micro-batch-size", "2", "-q"])
+    target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"]
+                    + [{"instruction": "Write a loop.", "output": ""}])  # an empty response: a bad row
+    base = ["select", run / "clusters.parquet", "--out", tmp_path / "s.parquet", "--budget", "40", "--target", target]
+    res = _cli(cli_runner, base + ["--on-bad-row", "skip"], code=2)
+    assert "the mixture's min_share / max_share" in res.output and "not met by --target" in res.output
+    res = _cli(cli_runner, base + ["--source-min-share", "0"], code=2)
+    assert "target.jsonl:11: field 'output': empty response" in res.output
+    _cli(cli_runner, base + ["--source-min-share", "0", "--on-bad-row", "skip", "-q"])
+    table, meta = _selected(tmp_path / "s.parquet")
+    assert table.num_rows == 40 and len(meta.params["target_service"]["per_target"]) == 10
+    assert len((tmp_path / "s.target.rejects.jsonl").read_text().splitlines()) == 1  # the skipped row, visibly

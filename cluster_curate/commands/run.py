@@ -178,6 +178,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
         raise CurateError(f"--within hard needs a loss per example, which only the model features compute "
                           f"({', '.join(MODEL_FEATURES)}, with --model); --features here: {','.join(features)}")
     data_rows = sum(len(batch.examples) for batch in ds.iter_batches())
+    _check_target_rows(resolved["select"])
     c = resolved["cluster"]
     for name, low in (("iters", 1), ("seed", 0)):
         if c.get(name) is not None and c[name] < low:
@@ -204,15 +205,34 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
                           f"{most}; use fewer shards, a smaller micro-batch or a larger budget")
 
 
+def _check_target_rows(s: dict) -> None:
+    """A raw --target read once, as select will embed it (with --on-bad-row): a bad row is reported before the
+    first stage, not after embed and cluster have run."""
+    from cluster_curate.io.artifacts import read_meta
+    from cluster_curate.io.datasets import ReadOptions, open_dataset
+    if s["target"] is None:
+        return
+    try:
+        read_meta(s["target"], names.EMBEDDINGS)  # an embeddings artifact: read as it is
+    except CurateError:
+        for _ in open_dataset(s["target"], ReadOptions(on_bad_row=s["on_bad_row"])).iter_batches():
+            pass
+
+
 def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
     """A mixture's floors (--source-min-share, else each input's min_share) that no selection can meet: more
     than the whole selection together, or (a budget in rows) more rows than an input has. select checks the
     exact floors on the rows it can take; these are the failures certain from the options and row counts."""
+    from cluster_curate.commands.select import check_no_source_bounds
     from cluster_curate.io.mixture import Mixture, parse_source_shares
     if not isinstance(ds, Mixture):
         return
     given = parse_source_shares(s["source_min_share"], ds.names, "--source-min-share")
     floors = {i.name: given.get(i.name, i.min_share) or 0.0 for i in ds.inputs}
+    if s["target"] is not None:
+        given_caps = parse_source_shares(s["source_max_share"], ds.names, "--source-max-share")
+        check_no_source_bounds(floors.values(), [given_caps.get(i.name, i.max_share) for i in ds.inputs],
+                               "the mixture's min_share / max_share (or --source-min-share / --source-max-share)")
     if sum(floors.values()) > 1 + 1e-9:
         named = ", ".join(f"{name} {share:g}" for name, share in floors.items() if share)
         raise CurateError(f"the sources' floors ({named}) add up to {sum(floors.values()):.0%} of the selection, "

@@ -228,6 +228,25 @@ def _sources(o: dict, c):
     return source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None
 
 
+def parse_shares(spec) -> list[float]:
+    """The share values of --source-min-share / --source-max-share (names are checked where the inputs are known)."""
+    values = []
+    for part in str(spec or "").split(","):
+        try:
+            values.append(float(part.rpartition("=")[2]))
+        except ValueError:
+            pass  # a malformed share is reported where the inputs are known (parse_source_shares)
+    return values
+
+
+def check_no_source_bounds(low, high, where: str) -> None:
+    """--target takes rows in order of relevance to the target and does not meet a mixture's floors or caps on
+    its sources: any floor above 0 or cap below 1 is refused rather than silently left unmet."""
+    if any(v is not None and v == v and v > 0 for v in low) or any(v is not None and v == v and v < 1 for v in high):
+        raise CurateError(f"{where}: a source's floor or cap is not met by --target (rows come in order of relevance "
+                          "to the target); select without --target, or lift them with --source-min-share 0 --source-max-share 1")
+
+
 def _check(o: dict):
     from cluster_curate import selection as S
     from cluster_curate.budget_sequence import check_token_budget_args
@@ -247,6 +266,8 @@ def _check(o: dict):
         for name, unused in (("within", ("auto", "random")), ("dedup", (None,))):
             if o[name] not in unused:
                 raise CurateError(f"--{name}: not used with --target (rows come in order of relevance to the target)")
+        check_no_source_bounds(parse_shares(o["source_min_share"]), parse_shares(o["source_max_share"]),
+                               "--source-min-share / --source-max-share")
         check_target_weight(o["target_weight"] if o["target_weight"] is not None else 0.0)
     return mode
 
@@ -366,7 +387,7 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
             raise CurateError(f"--target {target}: no such file or directory")
         from cluster_curate.commands.embed import embed
         path = str(sidecar_path(out, names.TARGET_EMBEDDINGS))
-        embed(target, path, like=str(emb_path), overwrite=True)
+        embed(target, path, like=str(emb_path), overwrite=True, on_bad_row=o["on_bad_row"])  # skip: the target too
     ids, rows, tmeta = read_embeddings(path)
     return path, ids, rows, tmeta
 
@@ -383,6 +404,10 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     x = _inputs(o, clusters, c, set())
     if x["emb_path"] is None:
         raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
+    _, _, low, high = _sources(o, c)
+    if low is not None:
+        check_no_source_bounds(low, high, "the mixture's min_share / max_share (or --source-min-share / "
+                                          "--source-max-share)")
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
     tpath, tids, target, tmeta = _target_embeddings(o, x["emb_path"], x["emeta"], out)
     pool = read_embeddings_for(x["emb_path"], c.ids, force=o["force"], what=f" of {clusters}")
