@@ -175,6 +175,11 @@ def _multiplicity(plan_r: np.ndarray, ids: np.ndarray, n_lines: int, steps: int)
     return plan_ids, plan_c, seen
 
 
+_OTHER = {"batch": "sample", "sample": "batch"}
+_DEALT = {"batch": "micro-batches", "sample": "samples"}  # how a trainer deals a file to its ranks
+_TRAINERS = {"batch": "hf/trl/accelerate", "sample": "torchrun/torchtune"}  # the trainers that deal so
+
+
 def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter) -> list[str]:
     """The likely cause of each pattern of problems, in words the user can act on."""
     steps, n, m = planned.shape
@@ -190,15 +195,22 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
         causes.append(f"micro-batches of {', '.join(str(s) for s in sorted(odd))} rows where the plan has {m}: packing "
                       "(several examples per row) or a per-device batch size other than --micro-batch-size")
     logged = {r: [i for rec in (consumed.get(r) or []) for i in (rec.get("ids") or [])] for r in range(n)}
-    wrong_layout = False
+    matched = []  # the layouts whose file, dealt the other way, gives exactly what the ranks consumed
     for layout in ("batch", "sample"):  # a file of one layout dealt the other way
         file_ids = planned.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, layout)]
-        other = "sample" if layout == "batch" else "batch"
-        dealt = _dealt(file_ids, n, m, other)
+        dealt = _dealt(file_ids, n, m, _OTHER[layout])
         if total("wrong rank") and all(logged[r] and list(dealt[r][: len(logged[r])]) == logged[r] for r in range(n)):
-            wrong_layout = True
-            causes.append(f"the data is {layout}-interleaved but the trainer dealt {other}s: export it --for the "
-                          f"trainer you run ({'torchrun/torchtune' if other == 'sample' else 'hf/trl/accelerate'})")
+            matched.append(layout)
+    wrong_layout = bool(matched)
+    if len(matched) == 1:
+        layout, other = matched[0], _OTHER[matched[0]]
+        causes.append(f"the data is {layout}-interleaved but the trainer dealt {_DEALT[other]}: export it --for "
+                      f"the trainer you run ({_TRAINERS[other]})")
+    elif matched:  # at this N, M both mismatches deal the same order: the log cannot tell which it was
+        causes.append(f"the wrong export layout: with {n} ranks and micro-batches of {m} rows, a batch-interleaved "
+                      "file dealt by samples and a sample-interleaved file dealt by micro-batches give the same "
+                      "order, so which one it was is ambiguous here: export --for the trainer you run "
+                      f"({_TRAINERS['batch']} deal micro-batches; {_TRAINERS['sample']} deal samples)")
     if total("wrong rank") and not wrong_layout and not odd:  # packing moves rows across ranks too
         causes.append("rows went to other ranks than planned: a shuffling sampler (HF Trainer's default "
                       "train_sampling_strategy='random', DistributedSampler(shuffle=True)), or the wrong export layout")

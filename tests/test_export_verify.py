@@ -217,7 +217,29 @@ def test_verify_names_double_sharding_and_wrong_layout():
     # a batch-interleaved file dealt sample by sample (DistributedSampler on an `export --for hf` file)
     file_ids = g.transpose(1, 0, 2).reshape(-1)[interleaved_order(N, 4, M, "batch")]
     wrong = _log({r: list(file_ids[r::N].reshape(-1, M)) for r in range(N)})
-    assert "batch-interleaved but the trainer dealt samples" in format_check(check_plan(g, wrong))
+    causes = check_plan(g, wrong).causes
+    # at N = M = 2 a sample-interleaved file dealt by micro-batches consumes the same order: one cause, ambiguous
+    assert len(causes) == 1 and "ambiguous" in causes[0] and "-interleaved but" not in causes[0]
+    assert "batchs" not in format_check(check_plan(g, wrong))
+
+
+@pytest.mark.parametrize("n, m", [(2, 3), (3, 2), (4, 1)])
+def test_verify_names_the_one_wrong_layout_that_was_consumed(n, m):
+    steps = 4
+    g = np.arange(steps * n * m).reshape(steps, n, m) + 100
+    for layout, other, dealt in (("batch", "sample", "samples"), ("sample", "batch", "micro-batches")):
+        file_ids = g.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, layout)]
+        if other == "sample":  # DistributedSampler(shuffle=False): sample r, r + n, ... to rank r
+            per_rank = {r: list(file_ids[r::n].reshape(-1, m)) for r in range(n)}
+        else:  # Accelerate / HF Trainer: micro-batch r, r + n, ... to rank r
+            per_rank = {r: list(file_ids.reshape(-1, m)[r::n]) for r in range(n)}
+        c = check_plan(g, _log(per_rank))
+        wrong = [x for x in c.causes if "-interleaved but" in x or "ambiguous" in x]
+        assert wrong == [x for x in c.causes if "layout" in x or "interleaved" in x]
+        if m == 1:  # one row per micro-batch: both ways of dealing are the same, so is the file
+            assert c.ok
+            continue
+        assert len(wrong) == 1 and f"the data is {layout}-interleaved but the trainer dealt {dealt}" in wrong[0]
 
 
 def test_verify_counts_duplicates_missing_weights_and_lost_ids():

@@ -188,3 +188,33 @@ def test_inspect_unreadable_file(cli_runner, tmp_path, monkeypatch):
     result = run(cli_runner, p)
     assert result.exit_code == 2
     assert result.stderr.strip() == f"ERROR: {p}: cannot read the file (permission denied)"
+
+
+def test_inspect_mixture_exit_status_follows_each_inputs_on_bad_row(cli_runner, tmp_path):
+    """A mixture file input's own `on_bad_row: skip` is honoured as embed and run honour it; --on-bad-row is the
+    default of the inputs that set none. Every bad row is listed either way."""
+    import shutil
+    bad = FIXTURES / "bad" / "empty_response.jsonl"  # 2 bad rows
+    shutil.copy(bad, tmp_path / "bad.jsonl")
+    shutil.copy(bad, tmp_path / "bad2.jsonl")
+    shutil.copy(FIXTURES / "gsm8k" / "train-300.jsonl", tmp_path / "good.jsonl")
+    mix = tmp_path / "mix.yaml"
+    mix.write_text("inputs:\n  - {path: good.jsonl, name: math}\n  - {path: bad.jsonl, name: bad, on_bad_row: skip}\n")
+    ok = run(cli_runner, mix)
+    assert ok.exit_code == 0, ok.output
+    assert not [ln for ln in ok.output.splitlines() if ln.startswith("ERROR")]
+    assert ok.stderr.count("rejected id") == 2  # listed, not an error
+    # the other input sets none: the command line's default (error) is its own, and only its rows fail
+    mix.write_text("inputs:\n  - {path: bad.jsonl, name: bad, on_bad_row: skip}\n  - {path: bad2.jsonl, name: b2}\n")
+    res = run(cli_runner, "--json", mix)
+    assert res.exit_code == 2 and json.loads(res.stdout)["rejected"] == 4
+    errors = [line for line in res.stderr.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and errors[0].startswith("ERROR: ") and "bad2.jsonl" in errors[0]
+    assert "2 bad rows in all" in errors[0] and "on_bad_row: skip" in errors[0]
+    assert run(cli_runner, "--on-bad-row", "skip", mix).exit_code == 0
+    # an input's own `on_bad_row: error` is not overridden by --on-bad-row skip
+    mix.write_text("inputs:\n  - {path: good.jsonl}\n  - {path: bad.jsonl, on_bad_row: error}\n")
+    assert run(cli_runner, "--on-bad-row", "skip", mix).exit_code == 2
+    # several inputs on the command line: --on-bad-row for each
+    assert run(cli_runner, tmp_path / "good.jsonl", tmp_path / "bad.jsonl").exit_code == 2
+    assert run(cli_runner, "--on-bad-row", "skip", tmp_path / "good.jsonl", tmp_path / "bad.jsonl").exit_code == 0

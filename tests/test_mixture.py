@@ -340,3 +340,40 @@ def test_mixture_shards_export_for_a_trainer_and_as_the_selected_rows(tmp_path, 
     rows = [json.loads(line) for line in (tmp_path / "rows" / "selected.jsonl").read_text().splitlines()]
     assert len(rows) == len(set(shards.column("id").to_pylist()))
     assert {r["source"] for r in rows} == {"train-300", "code"}
+
+
+def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, cli_runner):
+    """`export --for jsonl|parquet` reads a mixture's left-over rows (in no shard) from the mixture its manifest
+    records, each input with its own options, or from its mixture file given as --data."""
+    import csv
+
+    _three(tmp_path)
+    mix = tmp_path / "mix.yaml"
+    mix.write_text("inputs:\n  - {path: train-300.csv, name: math}\n"
+                   "  - {path: code.parquet, name: code, on_bad_row: skip, min_share: 0.3}\n")
+    out = tmp_path / "curated"
+    _cli(cli_runner, ["run", mix, "--out", out, "--fraction", "0.25", "--num-shards", "2",
+                      "--micro-batch-size", "2", "--keep-duplicates", "-q"])
+    manifest = json.loads((out / "shards" / "manifest.json").read_text())
+    assert manifest["leftover_ids"]  # selected rows `--remainder drop` left out of the shards
+    selected = pq.read_table(out / "selection.parquet", columns=["source", "source_row"]).to_pylist()
+    gsm = list(csv.DictReader(open(GSM_CSV, newline="")))
+    code = pq.read_table(ALPACA_PARQUET).to_pylist()
+    runs = {"none": [], "mixture file": ["--data", mix]}
+    for label, data in runs.items():
+        _cli(cli_runner, ["export", out / "shards", "--for", "jsonl", "--out", tmp_path / f"rows-{label}", "-q",
+                          *data])
+        rows = [json.loads(line) for line in (tmp_path / f"rows-{label}" / "selected.jsonl").read_text().splitlines()]
+        assert sorted((r["source"], r["source_row"]) for r in rows) == sorted(
+            (r["source"], r["source_row"]) for r in selected), label
+        for row in rows:  # the original records, value for value, left-overs included
+            original = gsm[row["source_row"]] if row["source"] == "math" else code[row["source_row"]]
+            assert {k: row[k] for k in original} == original, label
+            assert row["prompt"] is not None and row["response"] is not None, label
+    _cli(cli_runner, ["export", out / "shards", "--for", "parquet", "--out", tmp_path / "pq", "-q"])
+    assert pq.read_table(tmp_path / "pq" / "selected.parquet").to_pylist() == [
+        json.loads(line) for line in (tmp_path / "rows-none" / "selected.jsonl").read_text().splitlines()]
+    # each input by itself is another mixture (other names): refused, with what to pass instead
+    res = _cli(cli_runner, ["export", out / "shards", "--for", "jsonl", "--out", tmp_path / "x",
+                            "--data", tmp_path / "train-300.csv", "--data", tmp_path / "code.parquet"], code=2)
+    assert "not the data the shards were made from" in res.output and "pass its mixture file" in res.output

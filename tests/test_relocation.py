@@ -156,7 +156,8 @@ def test_cluster_reads_the_answers_of_data_embedded_by_a_relative_path_from_anot
     (a / "data.jsonl").rename(a / "moved.jsonl")
     res = _invoke("select", "c.parquet", "--out", "s2.parquet", "--token-fraction", "0.3", "--tokenizer",
                   tmp_path / "tok", "-q", code=2)
-    assert res.output.strip() == "ERROR: data.jsonl: no such file or directory"
+    assert res.output.strip() == (f"ERROR: data.jsonl (the dataset c.parquet records; recorded from "
+                                  f"{a / 'data.jsonl'}): no such file or directory; pass --data DATA")
 
 
 def test_the_absolute_path_changes_no_fingerprint(tmp_path, monkeypatch):
@@ -192,7 +193,8 @@ def test_an_artifact_without_the_absolute_path_reads_its_data_as_before(tmp_path
     monkeypatch.chdir(b)  # from elsewhere: kinds off, saying why and what to pass
     res = _invoke("cluster", "../a/e.parquet", "--out", "c.parquet", "--k", "6", "--json")
     why = _summary(res)["kinds_why_not"]
-    assert "answers were not read (data.jsonl: no such file or directory)" in why and "--data DATA" in why
+    assert "answers were not read (data.jsonl (the dataset e.parquet records): no such file or directory; " \
+        "pass --data DATA)" in why
 
 
 @pytest.mark.parametrize("inputs", [["mix.yaml"], ["math.jsonl", "more.jsonl"]], ids=["mixture-file", "two-inputs"])

@@ -124,7 +124,8 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
                 words.append(len(ex.response.split()))
     except (CurateError, OSError) as e:
         if o["kinds"] == "auto" and not o["data"]:  # a --data given is read or refused, never passed over
-            why = f"auto: the answers were not read ({e}); pass --data DATA for kinds"
+            why = f"auto: the answers were not read ({e})" + ("" if "pass --data" in str(e) else
+                                                              "; pass --data DATA for kinds")
             if "records no dataset" not in str(e):  # recorded, but gone or changed: say so
                 from cluster_curate import console
                 console.warn(f"{embeddings}: {why}")
@@ -246,6 +247,8 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
         raise CurateError(f"--iters must be >= 1, got {o['iters']}")
     if o["seed"] < 0:
         raise CurateError(f"--seed must be >= 0, got {o['seed']}")
+    from cluster_curate.io.readers import check_embeddings_complete
+    check_embeddings_complete(embeddings, o["force"])  # job-array parts missing: refused before the data is read
     from cluster_curate.kmeans import resolve_gpus
     ngpu = resolve_gpus(o["gpus"])  # faiss missing or broken: said before the data is read
     answers, no_kinds = _read_answers(o, embeddings)

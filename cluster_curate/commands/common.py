@@ -12,11 +12,36 @@ def open_recorded_data(o: dict, name: str, meta):
     from cluster_curate.io.artifacts import check_dataset_matches
     from cluster_curate.io.mixture import open_lineage_data
     from cluster_curate.options import read_options
-    record = meta.dataset
-    ds = open_lineage_data(o["data"], record, read_options(o))
+    record = meta.dataset or {}
+    try:
+        ds = open_lineage_data(o["data"], record, read_options(o))
+    except CurateError as e:
+        if o["data"] or not (record.get("source") or record.get("inputs")):
+            raise  # --data given: its own error says which path
+        raise CurateError(recorded_data_error(str(e), name, record)) from None
     if ds is not None and record.get("fingerprint"):
         check_dataset_matches(meta, name, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"])
     return ds
+
+
+def recorded_data_error(message: str, name: str, record: dict) -> str:
+    """An error in opening the data an artifact's lineage records, said as such: the path is the one `name`
+    records (and where it was recorded from, when that was another place), and --data is the way out. E.g.
+    `data.jsonl (the dataset clusters.parquet records; recorded from /old/data.jsonl): no such file or
+    directory; pass --data DATA`."""
+    from pathlib import Path
+
+    from cluster_curate.io.datasets import recorded_source
+    items = [("the dataset", record)] if not record.get("inputs") else \
+        [(f"input {i.get('name')} of the mixture", i) for i in record["inputs"]]
+    hint = "; pass --data DATA" + (" (each input, in the order recorded)" if record.get("inputs") else "")
+    for what, item in items:
+        absolute = item.get("absolute_path")
+        for path in dict.fromkeys(str(p) for p in (recorded_source(item), item.get("source"), absolute) if p):
+            if message.startswith(f"{path}: ") or message.startswith(f"{path} "):
+                where = f"; recorded from {absolute}" if absolute and absolute != path else ""
+                return f"{path} ({what} {Path(str(name)).name} records{where}){message[len(path):]}{hint}"
+    return f"{name}: its recorded data: {message}{hint}"
 
 
 def load_tokenizer(path: str):

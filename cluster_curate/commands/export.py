@@ -15,8 +15,9 @@ OPTIONS = (
            help="The job's number of processes: refused unless it is the shards' --num-shards."),
     Option("micro_batch_size", type=int, run=False,
            help="The job's per-device batch size: refused unless it is the shards' --micro-batch-size."),
-    Option("data", run=False, help="--for jsonl|parquet: the data to read the left-over rows from (default: the "
-           "data recorded in the manifest)."),
+    Option("data", run=False, multiple=True,
+           help="--for jsonl|parquet: the data to read the left-over rows from (a mixture: its mixture file, or each "
+                "input in the order embedded); default: the dataset or mixture recorded in the manifest."),
     *(o for o in DATASET_OPTIONS if o.name != "on_bad_row"),
     *(o for o in OUTPUT_OPTIONS if o.name == "overwrite"),
 )
@@ -76,34 +77,91 @@ def _read_shards(shards: str):
 
 
 def _read_leftovers(manifest: dict, o: dict, source: str):
-    """The raw rows of the manifest's left-over ids (in no shard), from --data or the data the shards were made
-    from (as recorded, else at its recorded absolute path, else relative to the shard directory, like
-    io/lineage.py; its fingerprint must match); None when there are none."""
+    """The raw rows of the manifest's left-over ids (in no shard), from --data (a dataset, a mixture file or each
+    input of a mixture) or else the data the manifest's lineage records, read as it was (a mixture's inputs with
+    their own options; a recorded path as written, else at its recorded absolute path, else relative to the shard
+    directory, like io/lineage.py); its fingerprint must match. A mixture's rows get the normalised columns its
+    shards have. None when there are none."""
+    import os
     from pathlib import Path
 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from cluster_curate.io.datasets import open_dataset, recorded_source
+    from cluster_curate.io.mixture import Mixture, open_lineage_data
     ids = sorted(int(i) for i in manifest.get("leftover_ids") or [])
     if not ids:
         return None
     recorded = manifest.get("inputs", {}).get("data") or manifest.get("dataset") or {}
-    path = str(o["data"] or recorded_source(recorded))
-    if path and not o["data"] and not Path(path).exists() and not Path(path).is_absolute():
-        beside = Path(source).parent / path
-        path = str(beside) if beside.exists() else path
-    if not path or not Path(path).exists():
-        raise CurateError(f"{source}: {len(ids)} selected rows are left over (not in any shard) and the data they "
-                          f"come from ({path or 'unknown'}) is not readable; pass --data DATA")
-    ds = open_dataset(path, read_options(o))
+    given = o["data"]
+    data = [str(d) for d in ([given] if isinstance(given, (str, os.PathLike)) else list(given or ()))]
+    record = recorded if data else _relocated(recorded, Path(source).parent)
+    paths = data or _recorded_paths(record)
+    missing = [p for p in paths if not p.startswith("hf:") and not Path(p).exists()]
+
+    def unreadable(why: str) -> CurateError:
+        return CurateError(f"{source}: {len(ids)} selected rows are left over (not in any shard) and the data they "
+                           f"come from ({why}) is not readable; pass --data DATA")
+
+    if not paths or missing:
+        raise unreadable(", ".join(missing) or recorded.get("source") or "unknown")
+    try:
+        ds = open_lineage_data(data or None, record, read_options(o))
+    except CurateError as e:
+        raise unreadable(f"{', '.join(paths)}: {e}") from None
+    if ds is None:
+        raise unreadable(recorded.get("source") or "unknown")
     if recorded.get("fingerprint") and ds.fingerprint() != recorded["fingerprint"]:
-        raise CurateError(f"{path}: not the data the shards were made from (fingerprint {ds.fingerprint()}, "
-                          f"the manifest says {recorded['fingerprint']})")
+        hint = ("; a mixture: pass its mixture file, or each input in the order embedded under the names and "
+                "reading options it had" if recorded.get("inputs") else "")
+        raise CurateError(f"{', '.join(data) or ds.source}: not the data the shards were made from (fingerprint "
+                          f"{ds.fingerprint()}, the manifest says {recorded['fingerprint']}){hint}")
+    mixture = isinstance(ds, Mixture)  # its shards carry the normalised prompt/response/messages/system columns
     wanted = pa.array(ids, pa.int64())
-    parts = [t.filter(pc.is_in(t.column("id"), value_set=wanted))
-             for t in (pa.Table.from_batches([b.raw]) for b in ds.iter_batches(examples=False))]
+    parts = []
+    for b in ds.iter_batches(examples=mixture):
+        t = pa.Table.from_batches([b.raw])
+        t = t.filter(pc.is_in(t.column("id"), value_set=wanted))
+        if not t.num_rows:
+            continue
+        if mixture:
+            from cluster_curate.io.mixture import normalised_columns
+            by_id = {ex.id: ex for ex in b.examples}
+            at = t.column_names.index("source_row") + 1
+            cols = normalised_columns([by_id[int(i)] for i in t.column("id").to_pylist()])
+            for k, (name, column) in enumerate(cols.items()):
+                t = t.add_column(at + k, name, column)
+        parts.append(t)
+    if not parts:
+        raise CurateError(f"{source}: the left-over ids {ids[:5]} are not rows of {ds.source}")
     return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _recorded_paths(record: dict) -> list[str]:
+    """The paths a lineage record's data is read from (each input's, for a mixture)."""
+    from cluster_curate.io.datasets import recorded_source
+    items = record.get("inputs") or ([record] if record.get("source") else [])
+    return [p for p in (recorded_source(i) for i in items) if p]
+
+
+def _relocated(record: dict, beside) -> dict:
+    """`record` with each recorded path that is not there (as written, nor at its absolute path) but is relative
+    to `beside` pointed there."""
+    import os
+
+    from cluster_curate.io.datasets import recorded_source
+
+    def move(item: dict) -> dict:
+        path = recorded_source(item)
+        if path and not path.startswith("hf:") and not os.path.exists(path) and not os.path.isabs(path):
+            there = beside / path
+            if there.exists():
+                return {**item, "source": str(there)}
+        return item
+
+    if record.get("inputs"):
+        return {**record, "inputs": [move(i) for i in record["inputs"]]}
+    return move(record) if record.get("source") else record
 
 
 def render(result: dict, options: dict) -> None:

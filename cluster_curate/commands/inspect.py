@@ -72,10 +72,14 @@ def inspect(data, **options) -> dict:
         check_writable(rejects_path, opts["overwrite"], inputs=output_inputs(data),
                        label=f"--rejects {rejects_path}")
     tok = load_tokenizer(tokenizer) if tokenizer else None
-    ds = open_inputs(data, dataclasses.replace(read_options(opts), on_bad_row="skip"))
-    if isinstance(ds, Mixture):  # every input's bad rows listed too, whatever its own on_bad_row
-        for d in ds.datasets:
-            d.opts = dataclasses.replace(d.opts, on_bad_row="skip")
+    read = read_options(opts)
+    ds = open_inputs(data, read if _is_mixture(data) else dataclasses.replace(read, on_bad_row="skip"))
+    # each input's own on_bad_row (a mixture file's, else --on-bad-row) decides the exit status; its bad rows
+    # are listed all the same (read with skip), and the mixture keeps its options (the fingerprint embed records)
+    members = ds.datasets if isinstance(ds, Mixture) else [ds]
+    policies = [inp.options.on_bad_row for inp in ds.inputs] if isinstance(ds, Mixture) else [read.on_bad_row]
+    for d in members:
+        d.opts = dataclasses.replace(d.opts, on_bad_row="skip")
     c = _Counts()
     with console.progress("inspect", total=ds.rows) as bar:
         rejected_so_far = 0
@@ -90,6 +94,7 @@ def inspect(data, **options) -> dict:
             rejected_so_far = len(ds.rejects)
     if rejects_path:
         ds.write_rejects(rejects_path)
+    failing = _failing_rejects(ds, members, policies)
     lengths = {"prompt_chars": _length_stats(c.prompt_chars), "response_chars": _length_stats(c.response_chars)}
     if tok is not None:
         lengths["prompt_tokens"] = _length_stats(c.prompt_tokens)
@@ -99,12 +104,31 @@ def inspect(data, **options) -> dict:
         "rows": ds.rows, "examples": len(c.response_chars), "rejected": len(ds.rejects),
         "rejects": [r.to_dict() for r in ds.rejects[:INSPECT_LISTED_REJECTS]],
         "rejects_file": str(rejects_path) if rejects_path else None,
-        "first_reject": str(ds.rejects[0]) if ds.rejects else None,
+        "first_reject": str(failing[0]) if failing else None,
+        "failing_rejects": len(failing),
         "duplicates": c.duplicates, "duplicate_prompts": c.duplicate_prompts,
         "with_system_prompt": c.with_system, "multi_turn": c.multi_turn, "tokenizer": tokenizer,
         "lengths": lengths, "fingerprint": ds.fingerprint(),
         **({"inputs": _inputs(ds)} if isinstance(ds, Mixture) else {}),
     }
+
+
+def _is_mixture(data) -> bool:
+    from cluster_curate.io.mixture import is_mixture_file
+    sources = [data] if isinstance(data, str) else list(data)
+    return len(sources) != 1 or is_mixture_file(str(sources[0]))
+
+
+def _failing_rejects(ds, members, policies) -> list:
+    """The rejected rows of the inputs whose on_bad_row is error (ids global, as listed), in reading order."""
+    if len(members) == 1:
+        return list(ds.rejects) if policies[0] == "error" else []
+    out, offset = [], 0
+    for d, policy in zip(members, policies):
+        if policy == "error":
+            out += [r for r in ds.rejects if offset <= r.id < offset + int(d.rows or 0)]
+        offset += int(d.rows or 0)
+    return out
 
 
 def _inputs(mix) -> list[dict]:
@@ -143,14 +167,19 @@ def render(r: dict, options: dict) -> None:
 
 def as_json(r: dict) -> dict:
     """--json: the result as it is (the rejects file is the output), without the first reject's message."""
-    return {"output": r["rejects_file"], **{k: v for k, v in r.items() if k not in ("first_reject", "rejects_file")}}
+    return {"output": r["rejects_file"], **{k: v for k, v in r.items()
+                                             if k not in ("first_reject", "failing_rejects", "rejects_file")}}
 
 
 def exit_status(r: dict, options: dict) -> None:
-    """A bad row is an error (exit 2) after the report, unless --on-bad-row skip."""
-    if r["rejected"] and (options.get("on_bad_row") or "error") == "error":
-        more = f"; {r['rejected']} bad rows in all" if r["rejected"] > 1 else ""
-        raise CurateError(f"{r['first_reject']} (pass --on-bad-row skip to skip bad rows{more})")
+    """A bad row is an error (exit 2) after the report, unless its input skips bad rows: --on-bad-row skip, or a
+    mixture file input's own `on_bad_row: skip` (which --on-bad-row does not override)."""
+    if r.get("first_reject"):
+        failing = r.get("failing_rejects", r["rejected"])
+        more = f"; {failing} bad rows in all" if failing > 1 else ""
+        hint = ("pass --on-bad-row skip, or give the input `on_bad_row: skip` in its mixture file, to skip bad rows"
+                if r.get("inputs") else "pass --on-bad-row skip to skip bad rows")
+        raise CurateError(f"{r['first_reject']} ({hint}{more})")
 
 
 SPEC = CommandSpec(

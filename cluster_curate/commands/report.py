@@ -264,7 +264,7 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
         written.append(plot_cluster_sizes(sizes, selected, out_dir / "cluster_sizes.png", groups))
         if "embeddings" in found:
             from cluster_curate.io.readers import read_embeddings
-            e_ids, x, _ = read_embeddings(found["embeddings"])
+            e_ids, x, _ = read_embeddings(found["embeddings"], force=True)  # a view: an incomplete one warns
             ids = ctable.column("id").to_numpy()
             pos = np.searchsorted(e_ids, ids)
             rng = np.random.default_rng(seed)

@@ -388,7 +388,7 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
         from cluster_curate.commands.embed import embed
         path = str(sidecar_path(out, names.TARGET_EMBEDDINGS))
         embed(target, path, like=str(emb_path), overwrite=True, on_bad_row=o["on_bad_row"])  # skip: the target too
-    ids, rows, tmeta = read_embeddings(path)
+    ids, rows, tmeta = read_embeddings(path, force=o["force"])
     return path, ids, rows, tmeta
 
 

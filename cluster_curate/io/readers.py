@@ -3,7 +3,8 @@ with the checks done here once -- required columns present, no nulls, no repeate
 so that commands and stages receive aligned data and never look at files.
 
     embedding_matrix(column)         an Arrow list column of vectors as [n, d] float32 (a view when it can be)
-    read_embeddings(path)            ids, [n, d] float32 matrix, meta
+    read_embeddings(path)            ids, [n, d] float32 matrix, meta (an incomplete job-array artifact refused)
+    check_embeddings_complete(path)  refuse (or, with force, warn about) an embeddings directory missing parts
     read_embedding_columns(path, ..) small per-row columns aligned with given ids
     read_clusters(path)              ids, labels, similarity, k, groups, meta
     read_selection(path)             ids, clusters, n_tokens, meta
@@ -12,6 +13,8 @@ so that commands and stages receive aligned data and never look at files.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -130,13 +133,100 @@ def _chunk_matrix(arr: pa.Array, ids: np.ndarray | None, name: str) -> np.ndarra
     return flat.reshape(len(arr), d)
 
 
+_WORKER_PART = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
+
+
+def _id_ranges(ids: np.ndarray, limit: int = 4) -> str:
+    """Sorted ids as 'a-b, c, d-e, ...' (the first `limit` runs)."""
+    if not len(ids):
+        return ""
+    breaks = np.flatnonzero(np.diff(ids) != 1)
+    starts = np.concatenate(([ids[0]], ids[breaks + 1]))
+    ends = np.concatenate((ids[breaks], [ids[-1]]))
+    runs = [f"{a}" if a == b else f"{a}-{b}" for a, b in zip(starts[:limit], ends[:limit])]
+    return ", ".join(runs) + (", ..." if len(starts) > limit else "")
+
+
+def embeddings_incomplete(path) -> dict | None:
+    """None unless `path` is an embeddings directory written by several workers (`embed --num-parts` /
+    torchrun: `part-WWWWW-of-NNNNN.parquet`, distributed.ChunkedOutput) of which some parts are not written yet.
+    Then {"parts", "of", "missing_parts", "rows", "dataset_rows", "missing_ids"} (missing_ids: the dataset's ids
+    in no part and in no written part's rejects list, sorted)."""
+    import json
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+    p = Path(path)
+    if not p.is_dir():
+        return None  # a single file is written whole at the end of `embed`
+    found = {}
+    for f in p.glob("part-*.parquet"):
+        m = _WORKER_PART.match(f.name)
+        if m:
+            found.setdefault(int(m.group(2)), []).append(int(m.group(1)))
+    if not found:
+        return None
+    workers = max(found)  # an --overwrite run with another layout removes the others' parts
+    present = sorted(set(found[workers]))
+    missing_parts = [names.part_file_name(w, workers) for w in range(workers) if w not in present]
+    if not missing_parts:
+        return None
+    rows = sum(pq.ParquetFile(p / names.part_file_name(w, workers)).metadata.num_rows for w in present)
+    try:
+        dataset_rows = int(read_meta(path).dataset.get("rows"))
+    except (CurateError, TypeError, ValueError):
+        dataset_rows = None
+    missing_ids = np.zeros(0, dtype=np.int64)
+    if dataset_rows:
+        have = np.zeros(dataset_rows, dtype=bool)
+        for w in present:
+            ids = read_parquet(p / names.part_file_name(w, workers), ["id"]).column("id").to_numpy()
+            have[ids[(ids >= 0) & (ids < dataset_rows)]] = True
+            rejects = p / names.part_rejects_name(w, workers)
+            if rejects.exists():  # rows reported instead of embedded are not missing
+                for line in rejects.read_text().splitlines():
+                    try:
+                        i = int(json.loads(line)["id"])
+                    except (ValueError, KeyError, TypeError):
+                        continue
+                    if 0 <= i < dataset_rows:
+                        have[i] = True
+        missing_ids = np.flatnonzero(~have)
+    return {"parts": len(present), "of": workers, "missing_parts": missing_parts, "rows": rows,
+            "dataset_rows": dataset_rows, "missing_ids": missing_ids}
+
+
+def check_embeddings_complete(path, force: bool = False) -> None:
+    """Refuse an embeddings artifact whose job-array / torchrun parts are not all written yet (one line, before
+    any work); with `force`, warn once naming the rows that are missing and go on."""
+    inc = embeddings_incomplete(path)
+    if inc is None:
+        return
+    of_rows = f" of {inc['dataset_rows']:,}" if inc["dataset_rows"] else ""
+    if not force:
+        raise CurateError(f"{path}: incomplete: {inc['rows']:,}{of_rows} rows embedded ({inc['parts']} of {inc['of']} "
+                          f"parts written, {', '.join(inc['missing_parts'][:3])}"
+                          f"{', ...' if len(inc['missing_parts']) > 3 else ''} missing); wait for the other pieces "
+                          "(embed --num-parts N --part-index I) to finish, or pass --force to use what is there")
+    from cluster_curate import console
+    ids = inc["missing_ids"]
+    missing = (f"{len(ids):,} rows not embedded (ids {_id_ranges(ids)})" if len(ids)
+               else f"the rows of {', '.join(inc['missing_parts'][:3])} not embedded")
+    message = (f"{path}: incomplete (--force): using {inc['rows']:,}{of_rows} rows ({inc['parts']} of {inc['of']} "
+               f"parts written); {missing}")
+    if message not in console.WARNINGS:  # the same artifact read twice by one command warns once
+        console.warn(message)
+
+
 def read_embeddings(path, *, force: bool = False, batch_rows: int = 65536):
     """The `embedding` column of an embeddings artifact as one [n, d] float32 matrix in id order, plus the
     sorted ids and the artifact's meta. Memory: the matrix plus one batch (each batch's vectors are a view of
-    Arrow's buffer, copied once into place). Errors name the file and the first bad id."""
+    Arrow's buffer, copied once into place). Errors name the file and the first bad id. A directory of job-array
+    parts not all written yet is refused (with `force`: a warning, and the rows there)."""
     import pyarrow.parquet as pq
 
     meta = read_meta(path, None if force else names.EMBEDDINGS)
+    check_embeddings_complete(path, force)
     files = artifact_files(path)
     require_columns(path, ("id", "embedding"), artifact_schema(path).names)
     file_ids = read_columns(path, ["id"]).column("id").to_numpy().astype(np.int64, copy=False)

@@ -1,0 +1,94 @@
+"""Inputs that are not all there: an `embed` job array read before every piece has finished (refused, or used
+with --force and a warning naming the missing rows), and recorded data that moved (the error says the path came
+from the artifact's lineage and that --data is the way out)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import FIXTURES
+
+pytestmark = pytest.mark.slow  # real subprocesses
+
+GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
+EMBED = ["--features", "text", "--dim", "16", "--commit-every", "16"]
+
+
+def _cli(*argv, cwd):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return subprocess.run([sys.executable, "-m", "cluster_curate", *map(str, argv)], cwd=cwd, capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def _ok(*argv, cwd):
+    r = _cli(*argv, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_a_job_array_embedding_is_refused_until_every_piece_is_written(tmp_path):
+    (tmp_path / "d.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[:120]))
+    (tmp_path / "t.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[200:240]))
+    _ok("embed", "d.jsonl", "--out", "emb", "--num-parts", "2", "--part-index", "0", *EMBED, "-q", cwd=tmp_path)
+
+    r = _cli("cluster", "emb", "--out", "c.parquet", "--k", "4", cwd=tmp_path)
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ERROR: emb: incomplete: 64 of 120 rows embedded (1 of 2 parts written, "
+                                               "part-00001-of-00002.parquet missing)"), r.stderr
+    assert "--force" in err[0] and "--part-index" in err[0]
+    assert not (tmp_path / "c.parquet").exists()
+
+    r = _ok("cluster", "emb", "--out", "cf.parquet", "--k", "4", "--force", "--json", cwd=tmp_path)
+    d = json.loads(r.stdout)
+    assert d["rows"] == 64
+    assert [w for w in d["warnings"] if "incomplete" in w] == [
+        "emb: incomplete (--force): using 64 of 120 rows (1 of 2 parts written); 56 rows not embedded "
+        "(ids 16-31, 48-63, 80-95, 112-119)"]
+
+    # select reads the pool's vectors: refused too, and --force goes on with the warning once
+    r = _cli("select", "cf.parquet", "--out", "s.parquet", "--fraction", "0.3", "--within", "diverse", cwd=tmp_path)
+    assert r.returncode == 2 and "emb: incomplete" in r.stderr
+    r = _ok("select", "cf.parquet", "--out", "s.parquet", "--fraction", "0.3", "--within", "diverse", "--force",
+            "--json", cwd=tmp_path)
+    assert sum("incomplete" in w for w in json.loads(r.stdout)["warnings"]) == 1
+
+    # embed --like reads the pool's feature space (written by piece 0), not its rows: fine; an incomplete target
+    # artifact is refused by select --target
+    _ok("embed", "t.jsonl", "--like", "emb", "--out", "t_emb.parquet", "-q", cwd=tmp_path)
+    _ok("embed", "t.jsonl", "--like", "emb", "--out", "t_parts", "--num-parts", "2", "--part-index", "0",
+        "--commit-every", "8", "-q", cwd=tmp_path)
+
+    _ok("embed", "d.jsonl", "--out", "emb", "--num-parts", "2", "--part-index", "1", *EMBED, "-q", cwd=tmp_path)
+    r = _ok("cluster", "emb", "--out", "c.parquet", "--k", "4", "--json", cwd=tmp_path)
+    d = json.loads(r.stdout)
+    assert d["rows"] == 120 and not any("incomplete" in w for w in d["warnings"])
+    r = _cli("select", "c.parquet", "--out", "st.parquet", "--budget", "20", "--target", "t_parts", cwd=tmp_path)
+    assert r.returncode == 2 and "t_parts: incomplete: 24 of 40 rows embedded" in r.stderr, r.stderr
+    _ok("select", "c.parquet", "--out", "st.parquet", "--budget", "20", "--target", "t_emb.parquet", "-q",
+        cwd=tmp_path)
+
+
+def test_moved_recorded_data_says_where_the_path_came_from_and_suggests_data(tmp_path):
+    proj = tmp_path / "proj_a"
+    proj.mkdir()
+    (proj / "data.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[:120]))
+    _ok("run", "data.jsonl", "--out", "cur", "--features", "text", "--dim", "16", "--k", "6", "--fraction", "0.3",
+        "--num-shards", "2", "--micro-batch-size", "2", "-q", cwd=proj)
+    shutil.move(proj, tmp_path / "proj_b")
+    r = _cli("cluster", "proj_b/cur/embeddings.parquet", "--out", "c.parquet", "--k", "4", "--kinds", "answers",
+             cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"ERROR: data.jsonl (the dataset embeddings.parquet records; recorded from "
+                               f"{proj / 'data.jsonl'}): no such file or directory; pass --data DATA"), r.stderr
+    # --data is the way out; from inside the moved folder the relative path is found again
+    _ok("cluster", "proj_b/cur/embeddings.parquet", "--out", "c.parquet", "--k", "4", "--kinds", "answers",
+        "--data", "proj_b/data.jsonl", "-q", cwd=tmp_path)
+    _ok("cluster", "cur/embeddings.parquet", "--out", "c2.parquet", "--k", "4", "--kinds", "answers", "-q",
+        cwd=tmp_path / "proj_b")
