@@ -116,3 +116,14 @@ def test_smollm2_gguf_loads_and_gives_batch_invariant_features():
     np.testing.assert_allclose(both["embedding"][1], alone["embedding"][0], atol=1e-4)
     # an instruction-tuned model finds these answers far more likely than chance (ln 49152 = 10.8)
     assert (both["loss"] < 4.0).all(), both["loss"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"SmolLM2 GGUF absent ({SMOLLM2}); run `make smollm2` to fetch it")
+def test_tokenizer_option_takes_the_gguf_file_the_model_option_takes():
+    from cluster_curate.commands.common import load_tokenizer
+    tok = load_tokenizer(str(SMOLLM2))
+    text = "Natalia sold 48 clips in April and half as many in May."
+    assert tok(text)["input_ids"] == load_model(str(SMOLLM2)).tokenizer(text)["input_ids"]
+    with pytest.raises(CurateError, match="not a directory nor a .gguf file"):
+        load_tokenizer(str(SMOLLM2.with_suffix(".txt")))

@@ -45,14 +45,21 @@ def recorded_data_error(message: str, name: str, record: dict) -> str:
 
 
 def load_tokenizer(path: str):
+    """A local tokenizer: a Hugging Face tokenizer or model directory, or the tokenizer inside a .gguf file (the
+    same file `embed --model` takes)."""
     from pathlib import Path
 
-    if not Path(path).is_dir():
-        raise CurateError(f"--tokenizer {path}: not a directory (pass a local Hugging Face tokenizer or model "
-                          "directory, as written by save_pretrained)")
+    p, where = Path(path), {}
+    if p.is_file() and p.suffix == ".gguf":
+        from cluster_curate.features.models import _require_gguf_extra
+        _require_gguf_extra(p)
+        p, where = p.parent, {"gguf_file": p.name}
+    elif not p.is_dir():
+        raise CurateError(f"--tokenizer {path}: not a directory nor a .gguf file (pass a local Hugging Face "
+                          "tokenizer or model directory, as written by save_pretrained, or a .gguf model)")
     try:
         from transformers import AutoTokenizer
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        return AutoTokenizer.from_pretrained(str(p), trust_remote_code=False, **where)
     except Exception as e:  # noqa: BLE001 - transformers raises many types; one line for the user
         raise CurateError(f"--tokenizer {path}: cannot load a tokenizer ({str(e).splitlines()[0]})") from None
 

@@ -31,7 +31,7 @@ OPTIONS = (
     Option("token_budget", type=int, metavar="T",
            help="Budget in tokens: quotas water-filled in tokens, the selected tokens within one row of T."),
     Option("token_fraction", type=float, metavar="F", help="Budget as a fraction of all tokens, in (0, 1]."),
-    Option("tokenizer", help="Local tokenizer directory (the trainer's): count every row's tokens with it (one "
+    Option("tokenizer", help="Local tokenizer directory or .gguf model (the trainer's): count every row's tokens with it (one "
            "pass over the data), exact. Default: the embeddings' n_tokens (the feature model's or encoder's "
            "tokenizer), else whitespace words; the summary says which."),
     Option("data", run=False, multiple=True, help="The raw data, for --tokenizer, word counts or --within answers "
