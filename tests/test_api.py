@@ -94,3 +94,14 @@ def test_stage_by_stage_reads_the_data_as_embed_did(tmp_path):
     assert len(shards) == 2
     for ours in shards:
         assert pq.read_table(ours).equals(pq.read_table(tmp_path / "run" / "shards" / ours.name))
+
+
+def test_run_takes_a_token_budget(tmp_path):
+    """run's up-front check knows the token modes (it raised KeyError on --token-budget / --token-fraction)."""
+    from cluster_curate import console
+    console.configure(quiet=True)
+    opts = {k: v for k, v in OPTS.items() if k != "fraction"}
+    result = cc.run(str(DATA), str(tmp_path / "r"), token_fraction=0.3, **opts)
+    assert [s["status"] for s in result["stages"]] == ["ran"] * 4
+    tokens = result["summaries"]["select"]["tokens_selected"]
+    assert 0.28 * tokens["total"] < tokens["selected"] <= 0.3 * tokens["total"]  # within a row of the budget
