@@ -154,8 +154,9 @@ def summary(title: str, data: dict, rows: list[dict] | None = None) -> None:
         t.add_row(escape(label), escape(text))
     console.print(t, width=wide, crop=False)
     if rows:
-        headers = [str(col).replace("_", " ") for col in rows[0]]
-        cells = [[_shown("", v)[1] for v in r.values()] for r in rows]
+        keys = list(dict.fromkeys(k for r in rows for k in r))  # every row's columns, by key, in first-seen order
+        headers = [str(k).replace("_", " ") for k in keys]
+        cells = [[_shown("", r[k])[1] if k in r else "" for k in keys] for r in rows]
         columns = [[h] + [c[i] for c in cells] for i, h in enumerate(headers)]
         for part in _column_groups(columns, console.width):  # a table too wide for the screen: in parts
             rt = Table(show_header=True)

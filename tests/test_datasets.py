@@ -562,3 +562,16 @@ def test_a_hub_id_without_a_network_fails_in_about_a_second(tmp_path):
     finally:
         silent.close()
     assert not (tmp_path / "e.parquet").exists()
+
+
+def test_a_chat_column_whose_content_changes_type_is_said_as_such(tmp_path, capfd):
+    """One message `content` given as a list of parts: every row is still a list of messages, so the warning
+    says the items differ in type (not that some rows hold text), and the column becomes JSON text."""
+    rows = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}
+            for i in range(4)]
+    rows[2]["messages"][0]["content"] = [{"type": "text", "text": "q2"}]
+    ds = open_dataset(write_jsonl(tmp_path / "chat.jsonl", rows))
+    batch = next(iter(ds.iter_batches()))
+    assert pa.types.is_string(batch.raw.schema.field("messages").type) and ds.text_columns == ["messages"]
+    err = capfd.readouterr().err
+    assert "column 'messages' holds lists or objects whose items differ in type" in err and "holds text" not in err

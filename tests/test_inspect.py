@@ -55,6 +55,13 @@ def test_inspect_counts_exact_duplicates(cli_runner, tmp_path):
     assert (r["duplicates"], r["duplicate_prompts"]) == (2, 3)
     assert r["lengths"]["response_chars"] == {"min": 1, "p50": 1, "p90": 1, "p99": 1, "max": 1, "mean": 1.0,
                                               "total": 5}
+    # the copies embed leaves out: the same text after NFC and runs of whitespace (as exact_dedup keys them)
+    p = write_jsonl(tmp_path / "n.jsonl", [{"question": "e\u0301cole  caf\u00e9", "answer": "a"},
+                                           {"question": "\u00e9cole caf\u00e9", "answer": "a"},
+                                           {"question": "x", "answer": "hello   world"},
+                                           {"question": "x", "answer": "hello world"}])
+    r = run_json(cli_runner, p)
+    assert (r["duplicates"], r["duplicate_prompts"]) == (2, 2)
 
 
 @pytest.mark.parametrize("name,opts,pattern", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])

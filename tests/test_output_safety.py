@@ -255,6 +255,12 @@ def test_report_into_a_folder_of_the_user_writes_only_its_plots(pipeline, tmp_pa
     shutil.copy(pipeline / "selection.parquet", sel)
     r = _cli(cli_runner, "report", sel, "--out", sel)
     _refused(r, f"--out {sel}: is the input {sel}; choose another --out")
+    # not inside a shards directory, which `shard --overwrite` replaces whole and would then refuse
+    before = _snapshot(pipeline)
+    r = _cli(cli_runner, "report", pipeline, "--out", pipeline / "shards" / "report")
+    _refused(r, f"--out {pipeline / 'shards' / 'report'}: inside the shards directory {pipeline / 'shards'}, which "
+                "`--overwrite` replaces whole (and refuses with files of yours in it); choose a folder beside it")
+    assert _snapshot(pipeline) == before
 
 
 # ------------------------------------------------------------------------------- run

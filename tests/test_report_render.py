@@ -118,14 +118,31 @@ def test_model_loading_bars_only_on_a_terminal(monkeypatch):
 
     monkeypatch.setattr(console, "QUIET", False)  # --quiet: off on a terminal too
     assert tf_logging.is_progress_bar_enabled()
+    own_tqdm = gguf_reader.tqdm
     for stderr, on in ((io.StringIO(), False), (Tty(), True)):
         monkeypatch.setattr("sys.stderr", stderr)
         with _loading_bars(gguf=True):
             assert tf_logging.is_progress_bar_enabled() is on
             assert gguf_reader.tqdm is tf_logging.tqdm  # follows transformers' switch
-        assert tf_logging.is_progress_bar_enabled()
+        assert tf_logging.is_progress_bar_enabled() and gguf_reader.tqdm is own_tqdm  # as they were
+    tf_logging.disable_progress_bar()  # the user's own choice is kept: not turned on again after loading
+    try:
+        with _loading_bars(gguf=False):
+            pass
+        assert not tf_logging.is_progress_bar_enabled()
+    finally:
+        tf_logging.enable_progress_bar()
 
 
 def test_a_slow_rate_is_not_shown_as_zero():
     from cluster_curate.console import rate_text
     assert [rate_text(x) for x in (0, 0.43, 3.7, 9.6, 42.5, 3668.2)] == ["0", "0.43", "3.7", "10", "42", "3,668"]
+
+
+def test_rows_with_other_columns_keep_each_value_under_its_own_header(capsys):
+    from cluster_curate import console
+    console.configure(quiet=False, json_mode=False)
+    console.summary("t", {"a": 1}, [{"x": 1, "y": 2}, {"x": 3}, {"y": 5, "x": 4, "z": 9}])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in lines[1:]]
+    assert cells == [["1", "2", ""], ["3", "", ""], ["4", "5", "9"]]

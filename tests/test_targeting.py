@@ -341,3 +341,15 @@ def test_select_target_refuses_a_mixtures_floors_and_skips_bad_target_rows(tmp_p
     table, meta = _selected(tmp_path / "s.parquet")
     assert table.num_rows == 40 and len(meta.params["target_service"]["per_target"]) == 10
     assert len((tmp_path / "s.target.rejects.jsonl").read_text().splitlines()) == 1  # the skipped row, visibly
+
+
+def test_run_reads_the_target_in_its_own_format_not_with_the_datas_fields(tmp_path, cli_runner):
+    """--prompt-field names the data's column; the target's format is its own (run refused it before any stage)."""
+    rows = [{"q": r["instruction"], "a": r["output"]} for r in _rows(240)]
+    data = _write(tmp_path / "q.jsonl", rows)
+    target = _write(tmp_path / "t.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
+    _cli(cli_runner, ["run", data, "--out", tmp_path / "r", "--prompt-field", "q", "--response-field", "a",
+                      "--dim", "16", "--k", "6", "--budget", "40", "--target", target, "--num-shards", "2",
+                      "--micro-batch-size", "2", "-q"])
+    table, meta = _selected(tmp_path / "r" / "selection.parquet")
+    assert table.num_rows == 40 and len(meta.params["target_service"]["per_target"]) == 10

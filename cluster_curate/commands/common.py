@@ -51,8 +51,8 @@ def load_tokenizer(path: str):
 
     p, where = Path(path), {}
     if p.is_file() and p.suffix == ".gguf":
-        from cluster_curate.features.models import _require_gguf_extra
-        _require_gguf_extra(p)
+        from cluster_curate.features.models import require_gguf_extra
+        require_gguf_extra(p)
         p, where = p.parent, {"gguf_file": p.name}
     elif not p.is_dir():
         raise CurateError(f"--tokenizer {path}: not a directory nor a .gguf file (pass a local Hugging Face "

@@ -39,15 +39,13 @@ class _Counts:
         self.duplicates = self.duplicate_prompts = self.multi_turn = self.with_system = 0
 
     def add(self, ex) -> None:
-        import hashlib
-        import json
+        from cluster_curate.exact_dedup import example_key
         self.prompt_chars.append(sum(len(t["content"]) for t in ex.prompt))
         self.response_chars.append(len(ex.response))
         self.with_system += any(t["role"] == "system" for t in ex.prompt)
         self.multi_turn += sum(t["role"] != "system" for t in ex.prompt) > 1
-        prompt_key = json.dumps(ex.prompt, ensure_ascii=False, sort_keys=True).encode()
-        pk = hashlib.blake2b(prompt_key, digest_size=16).digest()
-        ek = hashlib.blake2b(prompt_key + b"\0" + ex.response.encode(), digest_size=16).digest()
+        # the copies embed leaves out: the same normalised text (NFC, runs of whitespace as one space)
+        pk, ek = example_key(ex.prompt, ""), example_key(ex.prompt, ex.response)
         self.duplicate_prompts += pk in self.seen_prompts
         self.duplicates += ek in self.seen_examples
         self.seen_prompts.add(pk)

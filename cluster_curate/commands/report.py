@@ -326,9 +326,14 @@ def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool 
     check_lineage(found, force)
     sections = describe(found)
     if out:
-        from cluster_curate.io.artifacts import check_creatable, check_not_input, output_inputs
+        from cluster_curate.io.artifacts import (check_creatable, check_not_input, output_inputs,
+                                                 replaced_whole_around)
         inputs = output_inputs(paths, [str(p) for p in found.values()])
         check_not_input(out, inputs, f"--out {out}", holds=False)  # only its plots are written there
+        around = replaced_whole_around(out)
+        if around:
+            raise CurateError(f"--out {out}: inside the {around[0]} directory {around[1]}, which `--overwrite` "
+                              "replaces whole (and refuses with files of yours in it); choose a folder beside it")
         for plot in ("cluster_sizes.png", "features_pca.png", "rank_loads.png", "source_shares.png"):
             check_not_input(Path(out) / plot, inputs, f"--out {out}")
         check_creatable(Path(out) / "cluster_sizes.png")

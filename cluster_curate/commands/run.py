@@ -138,7 +138,7 @@ def _named(changed: dict, most: int | None = None) -> str:
     return ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in list(changed.items())[:most])
 
 
-def _check_options(stage_opts: dict, read_opts) -> tuple[dict, str | None]:
+def _check_options(stage_opts: dict) -> tuple[dict, str | None]:
     """A stage's options for its up-to-date check, and the fingerprint of an input that an option names
     (`select --target`: the target counts as an input, by its content). Without a target its options are left
     out, so a directory made before they existed stays up to date (ADDED_LATER likewise)."""
@@ -148,12 +148,13 @@ def _check_options(stage_opts: dict, read_opts) -> tuple[dict, str | None]:
     target = stage_opts["target"]
     if target is None:
         return {k: v for k, v in stage_opts.items() if k not in ("target", "target_weight")}, None
+    from cluster_curate.commands.select import target_read_options
     from cluster_curate.io.artifacts import read_meta
     from cluster_curate.io.datasets import open_dataset
     try:
         return stage_opts, read_meta(target, names.EMBEDDINGS).fingerprint
     except CurateError:
-        return stage_opts, open_dataset(target, read_opts).fingerprint()
+        return stage_opts, open_dataset(target, target_read_options(stage_opts)).fingerprint()
 
 
 def _stage_extra(spec) -> dict:
@@ -208,14 +209,15 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
 def _check_target_rows(s: dict) -> None:
     """A raw --target read once, as select will embed it (with --on-bad-row): a bad row is reported before the
     first stage, not after embed and cluster have run."""
+    from cluster_curate.commands.select import target_read_options
     from cluster_curate.io.artifacts import read_meta
-    from cluster_curate.io.datasets import ReadOptions, open_dataset
+    from cluster_curate.io.datasets import open_dataset
     if s["target"] is None:
         return
     try:
         read_meta(s["target"], names.EMBEDDINGS)  # an embeddings artifact: read as it is
     except CurateError:
-        for _ in open_dataset(s["target"], ReadOptions(on_bad_row=s["on_bad_row"])).iter_batches():
+        for _ in open_dataset(s["target"], target_read_options(s)).iter_batches():
             pass
 
 
@@ -290,8 +292,7 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
     state = RunState(d)
     specs = stage_specs()
     # each stage's options as its up-to-date check compares them, and the fingerprint of an input an option names
-    checked = {stage: _check_options({n: opts[n] for n in by_stage[stage]}, read_options(opts))
-               for stage in names.STAGES}
+    checked = {stage: _check_options({n: opts[n] for n in by_stage[stage]}) for stage in names.STAGES}
     given_by_stage = {stage: given & set(by_stage[stage]) for stage in names.STAGES}
     if not overwrite:  # other options for a stage already run here: a replacement
         _refuse_replacement(state, d, {stage: state.request(stage, checked[stage][0], None, specs[stage].algorithm(),

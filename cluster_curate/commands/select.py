@@ -228,6 +228,13 @@ def _sources(o: dict, c):
     return source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None
 
 
+def target_read_options(o: dict):
+    """How a raw --target is read: its own format and fields (detected; the data's --prompt-field does not apply),
+    with the data's --on-bad-row."""
+    from cluster_curate.io.datasets import ReadOptions
+    return ReadOptions(on_bad_row=o["on_bad_row"])
+
+
 def parse_shares(spec) -> list[float]:
     """The share values of --source-min-share / --source-max-share (names are checked where the inputs are known)."""
     values = []
@@ -387,7 +394,7 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
             raise CurateError(f"--target {target}: no such file or directory")
         from cluster_curate.commands.embed import embed
         path = str(sidecar_path(out, names.TARGET_EMBEDDINGS))
-        embed(target, path, like=str(emb_path), overwrite=True, on_bad_row=o["on_bad_row"])  # skip: the target too
+        embed(target, path, like=str(emb_path), overwrite=True, **target_read_options(o).given())
     ids, rows, tmeta = read_embeddings(path, force=o["force"])
     return path, ids, rows, tmeta
 

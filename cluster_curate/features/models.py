@@ -123,7 +123,7 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1 or "\\" in spec
 
 
-def _require_gguf_extra(path: Path) -> None:
+def require_gguf_extra(path: Path) -> None:
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
     if missing:
         raise CurateError(f"--model {path}: loading a GGUF file needs the package(s) {', '.join(missing)}: "
@@ -145,17 +145,20 @@ def _loading_bars(gguf: bool):
     lines. transformers' GGUF reader draws tqdm itself: it is given transformers' switchable one."""
     from cluster_curate import console
     from transformers.utils import logging as tf_logging
+    reader, reader_tqdm = None, None
     if gguf:
-        from transformers import modeling_gguf_pytorch_utils as gguf_reader
-        gguf_reader.tqdm = tf_logging.tqdm
-    was_on = tf_logging.is_progress_bar_enabled()
-    if console.QUIET or not sys.stderr.isatty():
+        from transformers import modeling_gguf_pytorch_utils as reader
+        reader_tqdm, reader.tqdm = reader.tqdm, tf_logging.tqdm
+    turn_off = tf_logging.is_progress_bar_enabled() and (console.QUIET or not sys.stderr.isatty())
+    if turn_off:
         tf_logging.disable_progress_bar()  # huggingface_hub's too
     try:
         yield
     finally:
-        if was_on:
+        if turn_off:  # only what this turned off is turned on again
             tf_logging.enable_progress_bar()
+        if reader is not None:
+            reader.tqdm = reader_tqdm
 
 
 def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
@@ -174,7 +177,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     if spec.endswith(".gguf"):
         if not path.is_file():
             raise CurateError(f"--model {spec}: no such GGUF file")
-        _require_gguf_extra(path)
+        require_gguf_extra(path)
         where, kwargs["gguf_file"] = str(path.parent), path.name
     elif path.exists():
         if not path.is_dir() or not (path / "config.json").is_file():

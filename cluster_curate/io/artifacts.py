@@ -271,20 +271,41 @@ def _parts_refusal(p: Path, entries: list[str], kind: str) -> str | None:
 
 
 def _shards_refusal(p: Path, entries: list[str]) -> str | None:
+    why = _not_shards(p, entries)
+    if why:
+        return _not_written(why)
+    foreign = [n for n in entries if n not in (names.MANIFEST, names.LEFTOVER) and not _SHARD_FILE.match(n)]
+    return _foreign(foreign) if foreign else None
+
+
+def _not_shards(p: Path, entries: list[str]) -> str | None:
+    """Why `p` is not a shards directory `shard` wrote (None: it is one)."""
     if names.MANIFEST not in entries:
-        return _not_written(f"no {names.MANIFEST}")
+        return f"no {names.MANIFEST}"
     try:
         manifest = json.loads((p / names.MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         manifest = None
     if not isinstance(manifest, dict) or manifest.get("kind") != names.SHARD_MANIFEST_KIND:
-        return _not_written(f"its {names.MANIFEST} is not a shard manifest")
-    foreign = [n for n in entries if n not in (names.MANIFEST, names.LEFTOVER) and not _SHARD_FILE.match(n)]
-    return _foreign(foreign) if foreign else None
+        return f"its {names.MANIFEST} is not a shard manifest"
+    return None
+
+
+_EXPORT_DATA = (names.EXPORT_DATA, *names.EXPORT_SELECTED.values())
 
 
 def _export_refusal(p: Path, entries: list[str]) -> str | None:
-    data = (names.EXPORT_DATA, *names.EXPORT_SELECTED.values())
+    why = _not_export(p, entries)
+    if why:
+        return _not_written(why)
+    known = {*_EXPORT_DATA, names.EXPORT_README, names.TRAINING_ARGS, names.DATALOADER_ARGS, names.TRAINER_CONFIG,
+             names.LLAMAFACTORY_DATASET_INFO}
+    foreign = [n for n in entries if n not in known]
+    return _foreign(foreign) if foreign else None
+
+
+def _not_export(p: Path, entries: list[str]) -> str | None:
+    """Why `p` is not a directory `export` wrote (None: it is one): its README.md says what it exported."""
     head = ""
     if names.EXPORT_README in entries:
         try:
@@ -292,12 +313,19 @@ def _export_refusal(p: Path, entries: list[str]) -> str | None:
                 head = f.readline()
         except (OSError, UnicodeDecodeError):
             pass
-    if not any(head.startswith(f"# `{d}` for ") for d in data):
-        return _not_written(f"no {names.EXPORT_README} of an export")
-    known = {*data, names.EXPORT_README, names.TRAINING_ARGS, names.DATALOADER_ARGS, names.TRAINER_CONFIG,
-             names.LLAMAFACTORY_DATASET_INFO}
-    foreign = [n for n in entries if n not in known]
-    return _foreign(foreign) if foreign else None
+    return None if any(head.startswith(f"# `{d}` for ") for d in _EXPORT_DATA) else f"no {names.EXPORT_README} of an export"
+
+
+def replaced_whole_around(path) -> tuple[str, Path] | None:
+    """The shards or export directory that holds `path`, if any, as (kind, directory): `--overwrite` replaces
+    such a directory whole, and refuses one holding files it did not write, so nothing else goes inside."""
+    for parent in Path(os.path.abspath(path)).parents:
+        if parent.is_dir():
+            entries = [q.name for q in parent.iterdir()]
+            for kind, not_it in ((SHARDS, _not_shards), (EXPORT, _not_export)):
+                if not not_it(parent, entries):
+                    return kind, parent
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- read

@@ -333,19 +333,27 @@ class Dataset:
             before = self._column_types.setdefault(name, array.type)
             if mixed or (before != array.type and pa.types.is_string(array.type) != pa.types.is_string(before)
                          and not pa.types.is_null(before) and not pa.types.is_null(array.type)):
-                self._mixed_column(name)
+                nested = all(isinstance(r.record.get(name), (list, dict)) for r in rows
+                             if r.record is not None and r.record.get(name) is not None)
+                self._mixed_column(name, nested)
             cols[rename[name]] = array
         return pa.RecordBatch.from_pydict(cols)
 
-    def _mixed_column(self, name: str) -> None:
-        """Say once that a column holds text and other values: Parquet keeps one type per column, so the
-        shards store it as text (a number 17 as '17'); a column that is all numbers stays numbers."""
+    def _mixed_column(self, name: str, nested: bool = False) -> None:
+        """Say once that a column holds text and other values, or (`nested`) lists or objects whose items differ in
+        type: Parquet keeps one type per column, so the shards store it as text (a number 17 as '17', a list as
+        its JSON); a column that is all numbers stays numbers."""
         if name in self.text_columns:
             return
         self.text_columns.append(name)
         from cluster_curate import console
-        console.warn(f"{self.source}: column {name!r} holds text in some rows and other values in others; "
-                     "shards keep it as text (numbers and lists as their JSON text)")
+        if nested:
+            console.warn(f"{self.source}: column {name!r} holds lists or objects whose items differ in type from row "
+                         "to row (e.g. a message `content` that is a list of parts where others are text); shards "
+                         "keep the column as JSON text: make those items one type to keep it a list")
+        else:
+            console.warn(f"{self.source}: column {name!r} holds text in some rows and other values in others; "
+                         "shards keep it as text (numbers and lists as their JSON text)")
 
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0

@@ -211,6 +211,7 @@ def check_embeddings_complete(path, force: bool = False) -> None:
     from cluster_curate import console
     ids = inc["missing_ids"]
     missing = (f"{len(ids):,} rows not embedded (ids {_id_ranges(ids)})" if len(ids)
+               else "no rows missing (the missing parts own none)" if inc["dataset_rows"]
                else f"the rows of {', '.join(inc['missing_parts'][:3])} not embedded")
     message = (f"{path}: incomplete (--force): using {inc['rows']:,}{of_rows} rows ({inc['parts']} of {inc['of']} "
                f"parts written); {missing}")
