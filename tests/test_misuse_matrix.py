@@ -144,7 +144,7 @@ CASES = [
     ("select-missing-argument", ["select"], "Missing argument 'CLUSTERS'"),
     ("select-target-with-a-floor", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
                                     "--target", "other.json", "--source-min-share", "0.2"],
-     "--source-min-share / --source-max-share: a source's floor or cap is not met by --target"),
+     "--source-min-share / --source-max-share: the data is not a mixture (one input)"),
     ("select-missing-out", ["select", "p/clusters.parquet", "--fraction", "0.3"], "Missing option '--out'"),
     # ---- shard
     ("shard-other-dataset", ["shard", "p/selection.parquet", "--data", "other.json", "--out", "sh", *SHARD],

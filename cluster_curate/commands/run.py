@@ -226,15 +226,15 @@ def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
     than the whole selection together, or (a budget in rows) more rows than an input has. select checks the
     exact floors on the rows it can take; these are the failures certain from the options and row counts."""
     from cluster_curate.commands.select import check_no_source_bounds
-    from cluster_curate.io.mixture import Mixture, parse_source_shares
+    from cluster_curate.io.mixture import Mixture, source_bounds
     if not isinstance(ds, Mixture):
         return
-    given = parse_source_shares(s["source_min_share"], ds.names, "--source-min-share")
-    floors = {i.name: given.get(i.name, i.min_share) or 0.0 for i in ds.inputs}
+    low, high = source_bounds(s["source_min_share"], s["source_max_share"], ds.names,
+                              [i.min_share for i in ds.inputs], [i.max_share for i in ds.inputs])
     if s["target"] is not None:
-        given_caps = parse_source_shares(s["source_max_share"], ds.names, "--source-max-share")
-        check_no_source_bounds(floors.values(), [given_caps.get(i.name, i.max_share) for i in ds.inputs],
-                               "the mixture's min_share / max_share (or --source-min-share / --source-max-share)")
+        check_no_source_bounds(low, high, "the mixture's min_share / max_share (or --source-min-share / "
+                                          "--source-max-share)")
+    floors = {name: share or 0.0 for name, share in zip(ds.names, low)}
     if sum(floors.values()) > 1 + 1e-9:
         named = ", ".join(f"{name} {share:g}" for name, share in floors.items() if share)
         raise CurateError(f"the sources' floors ({named}) add up to {sum(floors.values()):.0%} of the selection, "

@@ -210,19 +210,17 @@ def _sources(o: dict, c):
     and the floor / cap shares per input (options, else the mixture file's) as arrays (NaN: none)."""
     import numpy as np
 
-    from cluster_curate.io.mixture import parse_source_shares
+    from cluster_curate.io.mixture import source_bounds
     inputs = c.meta.dataset.get("inputs") or []
-    names_ = [i["name"] for i in inputs]
-    low = parse_source_shares(o["source_min_share"], names_, "--source-min-share") if inputs else {}
-    high = parse_source_shares(o["source_max_share"], names_, "--source-max-share") if inputs else {}
     if not inputs:
         if o["source_min_share"] or o["source_max_share"]:
             raise CurateError("--source-min-share / --source-max-share: the data is not a mixture (one input)")
         return None, None, None, None
+    names_ = [i["name"] for i in inputs]
     first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
     source = np.searchsorted(first, c.ids, side="right") - 1
-    lo = [low.get(i["name"], i.get("min_share")) for i in inputs]
-    hi = [high.get(i["name"], i.get("max_share")) for i in inputs]
+    lo, hi = source_bounds(o["source_min_share"], o["source_max_share"], names_,
+                           [i.get("min_share") for i in inputs], [i.get("max_share") for i in inputs])
     bounded = any(v is not None for v in lo + hi)
     as_array = (lambda v: np.array([np.nan if s is None else s for s in v], dtype=np.float64))
     return source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None
@@ -233,17 +231,6 @@ def target_read_options(o: dict):
     with the data's --on-bad-row."""
     from cluster_curate.io.datasets import ReadOptions
     return ReadOptions(on_bad_row=o["on_bad_row"])
-
-
-def parse_shares(spec) -> list[float]:
-    """The share values of --source-min-share / --source-max-share (names are checked where the inputs are known)."""
-    values = []
-    for part in str(spec or "").split(","):
-        try:
-            values.append(float(part.rpartition("=")[2]))
-        except ValueError:
-            pass  # a malformed share is reported where the inputs are known (parse_source_shares)
-    return values
 
 
 def check_no_source_bounds(low, high, where: str) -> None:
@@ -273,8 +260,6 @@ def _check(o: dict):
         for name, unused in (("within", ("auto", "random")), ("dedup", (None,))):
             if o[name] not in unused:
                 raise CurateError(f"--{name}: not used with --target (rows come in order of relevance to the target)")
-        check_no_source_bounds(parse_shares(o["source_min_share"]), parse_shares(o["source_max_share"]),
-                               "--source-min-share / --source-max-share")
         check_target_weight(o["target_weight"] if o["target_weight"] is not None else 0.0)
     return mode
 
@@ -408,13 +393,13 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     from cluster_curate import console
     from cluster_curate import targeting as T
     from cluster_curate.io.readers import read_embeddings_for
-    x = _inputs(o, clusters, c, set())
-    if x["emb_path"] is None:
-        raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
     _, _, low, high = _sources(o, c)
     if low is not None:
         check_no_source_bounds(low, high, "the mixture's min_share / max_share (or --source-min-share / "
                                           "--source-max-share)")
+    x = _inputs(o, clusters, c, set())
+    if x["emb_path"] is None:
+        raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
     tpath, tids, target, tmeta = _target_embeddings(o, x["emb_path"], x["emeta"], out)
     pool = read_embeddings_for(x["emb_path"], c.ids, force=o["force"], what=f" of {clusters}")

@@ -372,6 +372,14 @@ def parse_source_shares(spec: str | None, names: list[str], option: str) -> dict
     return out
 
 
+def source_bounds(min_spec, max_spec, names: list[str], min_shares, max_shares) -> tuple[list, list]:
+    """Each input's floor and cap share: --source-min-share / --source-max-share where they name it, else the
+    mixture file's `min_share` / `max_share` (`min_shares`, `max_shares`: per input, None for none)."""
+    low = parse_source_shares(min_spec, names, "--source-min-share")
+    high = parse_source_shares(max_spec, names, "--source-max-share")
+    return ([low.get(n, v) for n, v in zip(names, min_shares)], [high.get(n, v) for n, v in zip(names, max_shares)])
+
+
 def normalised_columns(examples: list[Example]) -> dict[str, pa.Array]:
     """The trainer-facing columns of examples (in order), the same for every input format: `prompt` (the
     last user turn), `response`, `system` (null without one) and `messages` (every prompt turn, then the
