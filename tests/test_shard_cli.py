@@ -111,6 +111,10 @@ def test_wrap_tops_up_with_marked_repeats(tmp_path, data, cli_runner):
     assert np.array_equal(np.sort(ids[~wrapped]), sel["ids"])      # every id once, unmarked
     assert wrapped.sum() == manifest["wrapped_rows"] == manifest["steps"] * 16 - 300
     assert np.isin(ids[wrapped], ids[~wrapped]).all()
+    assert "--remainder wrap repeats" not in r.output  # 4 repeats: the last step filled
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "many", "-n", "16", "-m", "4",
+             "--remainder", "wrap", "-q")
+    assert r.exit_code == 0 and "--remainder wrap repeats 20 rows (7% of the 300 selected)" in r.output, r.output
 
 
 def test_weights_formula_and_none(tmp_path, data, cli_runner):
