@@ -31,9 +31,9 @@ OPTIONS = (
     Option("token_budget", type=int, metavar="T",
            help="Budget in tokens: quotas water-filled in tokens, the selected tokens within one row of T."),
     Option("token_fraction", type=float, metavar="F", help="Budget as a fraction of all tokens, in (0, 1]."),
-    Option("tokenizer", help="Local tokenizer directory or .gguf model (the trainer's): count every row's tokens with it (one "
-           "pass over the data), exact. Default: the embeddings' n_tokens (the feature model's or encoder's "
-           "tokenizer), else whitespace words; the summary says which."),
+    Option("tokenizer", help="Local tokenizer directory or .gguf model (the trainer's): count every row's tokens "
+           "with it (one pass over the data), exact. Default: the embeddings' n_tokens (the feature model's or "
+           "encoder's tokenizer), else whitespace words; the summary says which."),
     Option("data", run=False, multiple=True, help="The raw data, for --tokenizer, word counts or --within answers "
            "and auto (default: the dataset, or every input of a mixture, that the clusters' lineage records)."),
     Option("source_min_share", metavar="[NAME=]SHARE,...",
@@ -226,6 +226,16 @@ def _sources(o: dict, c):
     return source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None
 
 
+def target_embeddings_meta(target: str):
+    """The meta of a --target that is an embeddings artifact (read as it is), else None: raw data, which select
+    embeds --like the pool (read with target_read_options)."""
+    from cluster_curate.io.artifacts import read_meta
+    try:
+        return read_meta(target, names.EMBEDDINGS)
+    except CurateError:
+        return None
+
+
 def target_read_options(o: dict):
     """How a raw --target is read: its own format and fields (detected; the data's --prompt-field does not apply),
     with the data's --on-bad-row."""
@@ -238,7 +248,8 @@ def check_no_source_bounds(low, high, where: str) -> None:
     its sources: any floor above 0 or cap below 1 is refused rather than silently left unmet."""
     if any(v is not None and v == v and v > 0 for v in low) or any(v is not None and v == v and v < 1 for v in high):
         raise CurateError(f"{where}: a source's floor or cap is not met by --target (rows come in order of relevance "
-                          "to the target); select without --target, or lift them with --source-min-share 0 --source-max-share 1")
+                          "to the target); select without --target, or lift them with --source-min-share 0 "
+                          "--source-max-share 1")
 
 
 def _check(o: dict):
@@ -273,7 +284,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     from cluster_curate import console
     from cluster_curate import selection as S
     from cluster_curate.budget_sequence import TOKEN_MODES
-    from cluster_curate.io.artifacts import check_writable, output_inputs, read_meta, sidecar_path
+    from cluster_curate.io.artifacts import check_writable, output_inputs, sidecar_path
     from cluster_curate.io.readers import read_clusters
     from cluster_curate.within_orders import AUTO, WITHIN
 
@@ -283,13 +294,10 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     order = None if o["within"] == AUTO else WITHIN.get(o["within"])
     inputs = output_inputs(clusters, o["embeddings"], o["target"], o["data"], o["tokenizer"])
     check_writable(out, o["overwrite"], inputs=inputs, kind=names.SELECTION)
-    if o["target"] is not None:  # raw target data is embedded beside `out` (select's own file, replaced each time)
-        try:
-            read_meta(o["target"], names.EMBEDDINGS)  # an embeddings artifact is read as it is
-        except CurateError:
-            target_emb = sidecar_path(out, names.TARGET_EMBEDDINGS)
-            check_writable(target_emb, True, inputs=inputs, kind=names.EMBEDDINGS,
-                           label=f"{target_emb} (the --target embeddings select writes beside --out)")
+    if o["target"] is not None and target_embeddings_meta(o["target"]) is None:  # raw target data is embedded
+        target_emb = sidecar_path(out, names.TARGET_EMBEDDINGS)  # beside `out` (select's own file, replaced each time)
+        check_writable(target_emb, True, inputs=inputs, kind=names.EMBEDDINGS,
+                       label=f"{target_emb} (the --target embeddings select writes beside --out)")
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
     if o["target"] is not None:
@@ -364,13 +372,10 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
     from pathlib import Path
 
     from cluster_curate.features.like import same_space
-    from cluster_curate.io.artifacts import read_meta, sidecar_path
+    from cluster_curate.io.artifacts import sidecar_path
     from cluster_curate.io.readers import read_embeddings
     target = o["target"]
-    try:
-        tmeta = read_meta(target, names.EMBEDDINGS)
-    except CurateError:
-        tmeta = None
+    tmeta = target_embeddings_meta(target)
     if tmeta is not None:
         same_space(emeta, tmeta, target_name=f"--target {target}")
         path = target
