@@ -175,7 +175,8 @@ def _command(spec: CommandSpec) -> click.Command:
                                      type=click.Path() if a.nargs != 1 else None))
     for o in spec.options:
         params += _click_option(o)
-    params += [click.Option(["--quiet", "-q"], is_flag=True, help="Print nothing but warnings and errors (and the --json summary)."),
+    params += [click.Option(["--quiet", "-q"], is_flag=True,
+                            help="Print nothing but warnings and errors (and the --json summary)."),
                click.Option(["--json", "json_mode"], is_flag=True,
                             help="Print the end-of-command summary as one JSON object.")]
     return click.Command(spec.name, callback=callback, params=params, help=spec.help,

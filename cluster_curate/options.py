@@ -186,7 +186,8 @@ DATASET_OPTIONS = (
 
 # Every command that writes an artifact. `run` has its own (it passes --force on and decides --overwrite).
 OUTPUT_OPTIONS = (
-    Option("overwrite", is_flag=True, default=False, run=False, help="Replace the output if it is this tool's earlier output of that kind (or an empty directory)."),
+    Option("overwrite", is_flag=True, default=False, run=False,
+           help="Replace the output if it is this tool's earlier output of that kind (or an empty directory)."),
     Option("force", is_flag=True, default=False, run=False,
            help="Use inputs even if they come from different datasets or are of an unexpected kind."),
 )

@@ -11,7 +11,8 @@ INSPECT_LISTED_REJECTS = 20  # rejected rows listed in the summary (all of them 
 OPTIONS = (
     *DATASET_OPTIONS,
     Option("tokenizer", metavar="PATH",
-           help="A local Hugging Face tokenizer (or model) directory, or a .gguf model: also report lengths in tokens."),
+           help="A local Hugging Face tokenizer (or model) directory, or a .gguf model: also report lengths in "
+                "tokens."),
     Option("rejects_path", flags=("--rejects",), metavar="PATH",
            help="Write every rejected row with its reason to this JSONL file."),
     Option("overwrite", is_flag=True, default=False, help="Replace the --rejects file if it exists."),

@@ -41,8 +41,8 @@ OPTIONS = (
                 "`wrapped`, never in the same step as their original)."),
     Option("weights", record=True, default="cluster", choices=("cluster", "none"), show_default=True,
            help="Column `weight`: (n_c/n) ÷ (s_c/s), restoring the data's cluster proportions; none: 1."),
-    Option("tokenizer", help="Local tokenizer directory or .gguf model: count tokens with it (one extra pass over the data). "
-           "Default: the selection's n_tokens, else its embeddings', else whitespace words."),
+    Option("tokenizer", help="Local tokenizer directory or .gguf model: count tokens with it (one extra pass over "
+           "the data). Default: the selection's n_tokens, else its embeddings', else whitespace words."),
     Option("embeddings", run=False, help="Embeddings artifact to take n_tokens from (default: the selection's own "
            "n_tokens, or its lineage's embeddings when reachable)."),
     Option("seed", record=True, type=int, default=0, show_default=True),

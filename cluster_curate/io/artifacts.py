@@ -313,7 +313,9 @@ def _not_export(p: Path, entries: list[str]) -> str | None:
                 head = f.readline()
         except (OSError, UnicodeDecodeError):
             pass
-    return None if any(head.startswith(f"# `{d}` for ") for d in _EXPORT_DATA) else f"no {names.EXPORT_README} of an export"
+    if any(head.startswith(f"# `{d}` for ") for d in _EXPORT_DATA):
+        return None
+    return f"no {names.EXPORT_README} of an export"
 
 
 def replaced_whole_around(path) -> tuple[str, Path] | None:
