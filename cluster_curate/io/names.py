@@ -62,6 +62,15 @@ def part_file_name(worker: int, workers: int) -> str:
     return f"part-{worker:05d}-of-{workers:05d}.parquet"
 
 
+def part_of(name: str) -> tuple[int, int] | None:
+    """(worker, workers) of a file named by part_file_name, else None."""
+    if name.startswith("part-") and name.endswith(".parquet"):
+        worker, _, workers = name[len("part-"):-len(".parquet")].partition("-of-")
+        if worker.isdigit() and workers.isdigit():
+            return int(worker), int(workers)
+    return None
+
+
 def part_rejects_name(worker: int, workers: int) -> str:
     return f"rejects-{worker:05d}-of-{workers:05d}.jsonl"
 

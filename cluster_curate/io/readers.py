@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import re
-
 import numpy as np
 import pyarrow as pa
 
@@ -133,9 +131,6 @@ def _chunk_matrix(arr: pa.Array, ids: np.ndarray | None, name: str) -> np.ndarra
     return flat.reshape(len(arr), d)
 
 
-_WORKER_PART = re.compile(r"^part-(\d{5,})-of-(\d{5,})\.parquet$")
-
-
 def _id_ranges(ids: np.ndarray, limit: int = 4) -> str:
     """Sorted ids as 'a-b, c, d-e, ...' (the first `limit` runs)."""
     if not len(ids):
@@ -161,9 +156,9 @@ def embeddings_incomplete(path) -> dict | None:
         return None  # a single file is written whole at the end of `embed`
     found = {}
     for f in p.glob("part-*.parquet"):
-        m = _WORKER_PART.match(f.name)
-        if m:
-            found.setdefault(int(m.group(2)), []).append(int(m.group(1)))
+        part = names.part_of(f.name)
+        if part:
+            found.setdefault(part[1], []).append(part[0])
     if not found:
         return None
     workers = max(found)  # an --overwrite run with another layout removes the others' parts
