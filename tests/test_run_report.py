@@ -183,6 +183,18 @@ def test_report_tables_and_plots(cli_runner, tmp_path):
         assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and Path(p).stat().st_size > 10_000
 
 
+def test_report_out_for_an_artifact_without_plots_says_so_and_leaves_no_folder(cli_runner, tmp_path):
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    result = cli_runner.invoke(main, ["report", str(out / "embeddings.parquet"), "--out", str(tmp_path / "rep"),
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["plots"] == [] and data["embeddings"]["rows"] == 300
+    assert any("no plot for embeddings alone" in w for w in data["warnings"])
+    assert not (tmp_path / "rep").exists()
+
+
 def test_report_follows_lineage_from_the_shards(cli_runner, tmp_path):
     out = tmp_path / "curated"
     _run(cli_runner, out)

@@ -243,6 +243,7 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
     from cluster_curate.commands.report_plots import (plot_cluster_sizes, plot_features_pca, plot_rank_loads,
                                                       plot_source_shares, rank_loads)
 
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     sel_ids = sel_table = None
@@ -292,6 +293,8 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
             sel_tokens = tokens_of(sel_ids)
             random = sel_tokens[plan.rows].sum(-1)
             written.append(plot_rank_loads(planned, random, out_dir / "rank_loads.png"))
+    if created and not written:
+        out_dir.rmdir()  # no folder left behind for nothing
     return written
 
 
@@ -338,6 +341,10 @@ def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool 
             check_not_input(Path(out) / plot, inputs, f"--out {out}")
         check_creatable(Path(out) / "cluster_sizes.png")
     plots = make_plots(found, Path(out), seed) if out else []
+    if out and not plots:
+        from cluster_curate import console
+        console.warn(f"--out {out}: no plot for {', '.join(found)} alone (the plots are drawn from clusters, a "
+                     "mixture's selection and shards with token counts); nothing written there")
     return sections, plots
 
 
