@@ -157,7 +157,8 @@ def _command(spec: CommandSpec) -> click.Command:
         t0 = time.perf_counter()
         _take_deprecated(spec, kw)
         data = kw.get("data")  # one input, or several (a DATA... argument, --data given more than once)
-        _let_pyarrow_skip_pandas(*([data] if isinstance(data, str) else list(data or ())))
+        from cluster_curate.io.datasets import data_paths
+        _let_pyarrow_skip_pandas(*data_paths(data))
         args = [kw.pop(a.name) for a in spec.arguments]
         extra = {k: v() for k, v in spec.extra.items()}
         with _one_writer(spec.name, kw):

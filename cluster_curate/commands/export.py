@@ -82,19 +82,18 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     their own options; a recorded path as written, else at its recorded absolute path, else relative to the shard
     directory, like io/lineage.py); its fingerprint must match. A mixture's rows get the normalised columns its
     shards have. None when there are none."""
-    import os
     from pathlib import Path
 
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from cluster_curate.io.datasets import data_paths
     from cluster_curate.io.mixture import Mixture, open_lineage_data
     ids = sorted(int(i) for i in manifest.get("leftover_ids") or [])
     if not ids:
         return None
     recorded = manifest.get("inputs", {}).get("data") or manifest.get("dataset") or {}
-    given = o["data"]
-    data = [str(d) for d in ([given] if isinstance(given, (str, os.PathLike)) else list(given or ()))]
+    data = data_paths(o["data"])
     record = recorded if data else _relocated(recorded, Path(source).parent)
     paths = data or _recorded_paths(record)
     missing = [p for p in paths if not p.startswith("hf:") and not Path(p).exists()]

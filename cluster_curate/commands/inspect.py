@@ -63,7 +63,7 @@ def inspect(data, **options) -> dict:
 
     from cluster_curate import console
     from cluster_curate.io.artifacts import check_writable, output_inputs
-    from cluster_curate.io.mixture import Mixture, open_inputs
+    from cluster_curate.io.mixture import Mixture, is_mixture, open_inputs
 
     opts = resolve(OPTIONS, options, "inspect")
     rejects_path, tokenizer = opts["rejects_path"], opts["tokenizer"]
@@ -72,7 +72,7 @@ def inspect(data, **options) -> dict:
                        label=f"--rejects {rejects_path}")
     tok = load_tokenizer(tokenizer) if tokenizer else None
     read = read_options(opts)
-    ds = open_inputs(data, read if _is_mixture(data) else dataclasses.replace(read, on_bad_row="skip"))
+    ds = open_inputs(data, read if is_mixture(data) else dataclasses.replace(read, on_bad_row="skip"))
     # each input's own on_bad_row (a mixture file's, else --on-bad-row) decides the exit status; its bad rows
     # are listed all the same (read with skip), and the mixture keeps its options (the fingerprint embed records)
     members = ds.datasets if isinstance(ds, Mixture) else [ds]
@@ -110,12 +110,6 @@ def inspect(data, **options) -> dict:
         "lengths": lengths, "fingerprint": ds.fingerprint(),
         **({"inputs": _inputs(ds)} if isinstance(ds, Mixture) else {}),
     }
-
-
-def _is_mixture(data) -> bool:
-    from cluster_curate.io.mixture import is_mixture_file
-    sources = [data] if isinstance(data, str) else list(data)
-    return len(sources) != 1 or is_mixture_file(str(sources[0]))
 
 
 def _failing_rejects(ds, members, policies) -> list:

@@ -182,10 +182,10 @@ _SHARD_FILE = re.compile(r"^shard-\d+-of-\d+\.parquet$")
 def output_inputs(*sources) -> list[str]:
     """The local paths a command reads, for check_writable's `inputs`: each argument a path, a list of paths or
     None; a mixture file stands for itself and the inputs it names; `hf:` ids are no paths."""
+    from cluster_curate.io.datasets import data_paths
     out: list[str] = []
     for src in sources:
-        for s in ([src] if isinstance(src, (str, os.PathLike)) else list(src or ())):
-            s = str(s)
+        for s in data_paths(src):
             if not s or s.startswith("hf:"):
                 continue
             out.append(s)

@@ -53,7 +53,7 @@ from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.formats import FieldMap, RecordError, resolve_fields, to_example
 
 __all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset", "default_rejects_path",
-           "file_fingerprint", "recorded_source"]
+           "file_fingerprint", "recorded_source", "data_paths"]
 
 _PEEK_ROWS = 200          # rows read at open time to detect the format
 
@@ -406,6 +406,11 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
     return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+
+def data_paths(data) -> list[str]:
+    """A command's DATA (one path, several, or None) as a list of strings."""
+    return [str(data)] if isinstance(data, (str, os.PathLike)) else [str(d) for d in (data or ())]
 
 
 def recorded_source(record: dict) -> str:

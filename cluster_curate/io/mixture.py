@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.datasets import Batch, Example, ReadOptions, Reject, open_dataset, recorded_source
+from cluster_curate.io.datasets import Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
 INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "on_bad_row", "rename", "min_share",
@@ -172,7 +172,7 @@ def read_mixture_file(path: str, defaults: ReadOptions | None = None) -> list[Mi
 
 def mixture_inputs(sources: list[str] | str, options: ReadOptions | None = None) -> list[MixtureInput]:
     """The inputs of a command's DATA arguments: each a dataset, or a mixture file listing several."""
-    sources = [sources] if isinstance(sources, str) else list(sources)
+    sources = data_paths(sources)
     if not sources:
         raise CurateError("no input given")
     options = options or ReadOptions()
@@ -430,10 +430,15 @@ def source_accounting(names: list[str], source_index: np.ndarray, tokens: np.nda
 def open_inputs(sources: list[str] | str, options: ReadOptions | None = None):
     """What a command's DATA arguments open: one dataset as before (a Dataset: ids are its rows), or a
     Mixture when several inputs (or a mixture file) are given."""
-    sources = [sources] if isinstance(sources, str) else list(sources)
-    if len(sources) == 1 and not is_mixture_file(sources[0]):
-        return open_dataset(sources[0], options or ReadOptions())
+    if not is_mixture(sources):
+        return open_dataset(data_paths(sources)[0], options or ReadOptions())
     return Mixture(mixture_inputs(sources, options))
+
+
+def is_mixture(sources) -> bool:
+    """Whether DATA opens as a Mixture: several inputs, or one mixture file."""
+    paths = data_paths(sources)
+    return len(paths) != 1 or is_mixture_file(paths[0])
 
 
 def inputs_from_record(record: dict) -> list[MixtureInput]:
@@ -457,7 +462,7 @@ def open_lineage_data(data, record: dict, options: ReadOptions):
     single = record.get("source") and not record.get("inputs")
     as_read = ReadOptions(**{**(record.get("options") or {}), **options.given()}) if single else options
     if data:
-        paths = [data] if isinstance(data, str) else list(data)
+        paths = data_paths(data)
         same = single and len(paths) == 1 and Path(paths[0]).resolve() == Path(recorded_source(record)).resolve()
         return open_inputs(data, as_read if same else options)
     if record.get("inputs"):
