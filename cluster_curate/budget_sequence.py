@@ -6,8 +6,9 @@ budget in tokens, and per-source bounds on a budget in rows or tokens. Pure func
     rows   = source_bounded_rows(...)                              # the rows, each source within its share
 
 With unit weights and p = 0 the sequence is exactly selection.water_fill_quotas (grouped_quotas with groups),
-so these generalise the row quotas of selection.py, which calls them from `select_rows`; a change here that
-changes what is selected bumps selection.ALGORITHM_VERSION.
+so these generalise the row quotas of selection.py, which calls them from `select_rows` (targeting.py takes
+`take_sequence` for a targeted budget in tokens); a change here that changes what is selected bumps
+selection.ALGORITHM_VERSION (and targeting's).
 """
 
 from __future__ import annotations
@@ -75,10 +76,12 @@ def token_water_fill(order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray
 
 def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, available: np.ndarray,
                   balance_power: float = 0.0, group_of_cluster: np.ndarray | None = None,
-                  kinds: Kinds | None = None) -> np.ndarray:
+                  kinds: Kinds | None = None, cluster_share: np.ndarray | None = None) -> np.ndarray:
     """The row positions of `order` in the order the water-filling takes them: every row gets the key
     P / W_c^p (P: the running weight of its cluster up to and including it, in `order`; W_c: the cluster's
-    weight), rows are sorted by key, ties to the cluster with more weight, then the lower cluster number.
+    weight; `cluster_share`, when given, replaces W_c^p: each cluster's level in proportion to its share, as
+    selection.weighted_quotas), rows are sorted by key, ties to the cluster with more weight, then the lower
+    cluster number.
     Any prefix of the sequence takes a prefix of each cluster's order. With groups: each group's rows are
     sequenced so over its clusters, then the groups are water-filled by their own running weights. With kinds
     (of the groups): each kind's rows are sequenced so over its groups, then the kinds are water-filled with
@@ -109,7 +112,7 @@ def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, 
 
     # clusters: `order` already has them contiguous, each in preference order
     prefix, w_c = levels(c, np.arange(len(order)))
-    key_c = keys(prefix, w_c, c)
+    key_c = keys(prefix, w_c, c) if cluster_share is None else prefix / np.asarray(cluster_share, np.float64)[c]
     if group_of_cluster is None:
         seq = np.lexsort((c, -w_c[c], key_c))
     else:

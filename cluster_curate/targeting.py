@@ -3,7 +3,7 @@ task the user cares about, keeping the tool's balance over clusters inside that 
 on numpy arrays (docs/architecture.md: pure stages).
 
     search  = search_target(pool, target)              # one pass over the pool's features
-    sel     = select_targeted(clusters, search, ...)   # exact budget, deterministic
+    sel     = select_targeted(clusters, search, ...)   # exact budget (rows, or tokens to within one row)
     service = target_service(pool, target, search, sel)  # how each target example is served
 
 The relevance score, and why (benchmarks/results/target_skill_*.md measure each choice):
@@ -28,6 +28,10 @@ The relevance score, and why (benchmarks/results/target_skill_*.md measure each 
   the budget itself: the round-robin order, cut at the budget); as w falls the relevant part widens and the
   balance decides more; w = 0 is the untargeted balanced selection itself (every row relevant, random order
   inside a cluster: the same rows as `select --within random` without a target).
+* A budget in tokens T (`targeted_sequence`): the same rule with every count in tokens, as the untargeted token
+  budget is the row water-filling in tokens: the relevant part is the round-robin order until T / w tokens,
+  each pulled cluster's level in tokens in proportion to its target rows, capped at its tokens in the relevant
+  part; that order is cut where the next row would pass T.
 * Target rows far from every pool row (`far_threshold`) take their turns last: their nearest rows are not
   the task, only the least unlike it; when most of the target is far, a warning says the pool may not hold it.
 """
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cluster_curate.budget_sequence import check_token_budget_args, take_sequence, token_budget_for
 from cluster_curate.errors import CurateError
 from cluster_curate.selection import check_budget_args, fraction_budget, water_fill_quotas, weighted_quotas
 from cluster_curate.within_orders import random_keys
@@ -211,7 +216,7 @@ class TargetedSelection:
     relevant_rows: int
     notes: list = field(default_factory=list)
     dedup_dropped: int = 0       # as selection.Selection (no near-duplicate removal here)
-    tokens_total: int | None = None     # as selection.Selection (the budget is in rows: no token figures)
+    tokens_total: int | None = None     # as selection.Selection (with a budget in tokens)
     tokens_requested: int | None = None
     tokens_selected: int | None = None
 
@@ -230,13 +235,26 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
                     budget: int | None = None, target_weight: float = DEFAULT_TARGET_WEIGHT,
                     balance_power: float = 0.0, ids: np.ndarray | None = None, seed: int = 0,
                     k: int | None = None, min_hits: int = MIN_TARGET_HITS,
-                    quota_by: str = QUOTA_BY[0]) -> TargetedSelection:
+                    quota_by: str = QUOTA_BY[0], tokens: np.ndarray | None = None,
+                    token_budget: int | None = None, token_fraction: float | None = None,
+                    tokens_counted_by: str = "counted") -> TargetedSelection:
     """The budget over the clusters of the relevant part (the first ceil(budget / target_weight) rows of the
     round-robin order) that the target pulls from, in proportion to the target rows each holds (quota_by
     "cluster": water-filled evenly); inside a cluster, rows in round-robin order. target_weight 0: the whole
     pool is relevant and a cluster's rows come in the seeded random order (`select`'s default, same ids and
-    seed: the same rows). Sums to exactly min(budget, n)."""
-    mode = check_budget_args(fraction, budget, None)
+    seed: the same rows). Sums to exactly min(budget, n).
+
+    A budget in tokens (token_budget T or token_fraction, with `tokens` per row; budget_sequence's contract):
+    the same rule with every count in tokens (`targeted_sequence`), cut where the next row would pass T, so
+    the selected tokens S satisfy S <= T < S + the next row's tokens."""
+    token_mode = check_token_budget_args(token_budget, token_fraction)
+    if token_mode is None:
+        mode = check_budget_args(fraction, budget, None)
+    elif fraction is not None or budget is not None:
+        raise CurateError(f"give one budget: --{token_mode} and --{'fraction' if budget is None else 'budget'} "
+                          "were both given")
+    elif tokens is None:
+        raise CurateError(f"--{token_mode} needs a token count per row")
     if quota_by not in QUOTA_BY:
         raise ValueError(f"quota_by must be one of {QUOTA_BY}, got {quota_by!r}")
     w = check_target_weight(target_weight)
@@ -244,22 +262,30 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
     n = len(clusters)
     if n == 0:
         raise CurateError("no rows to select from")
-    if len(search.owner) != n:
-        raise ValueError("the target search must cover the rows being selected")
+    if len(search.owner) != n or (tokens is not None and len(tokens) != n):
+        raise ValueError("the target search and the tokens must cover the rows being selected")
     k = int(clusters.max()) + 1 if k is None else k
-    requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
     notes: list[str] = []
-    take = min(requested, n)
-    if requested > n:
-        notes.append(f"budget of {requested} rows is larger than the {n} rows of the data: selecting all of them")
     if w == 0:  # within_orders.order_within_cluster's random key: the untargeted order, not relevance
         key = (random_keys(np.arange(n) if ids is None else np.asarray(ids), seed) >> np.uint64(32)).astype(np.uint32)
         rank = np.empty(n, dtype=np.int64)
         rank[np.argsort(key, kind="stable")] = np.arange(n)
-        n_relevant = n
     else:
         rank = round_robin_rank(search)
-        n_relevant = min(n, math.ceil(take / w - 1e-9))
+    requested = tokens_requested = None
+    if token_mode:
+        tokens = np.asarray(tokens, dtype=np.int64)
+        tokens_requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, tokens_counted_by)
+        # the relevant part in tokens: the most relevant rows until the next would pass T / w (at w = 1 the
+        # budget itself, so pure relevance is the round-robin order cut at T)
+        n_relevant = n if w == 0 else int(np.searchsorted(np.cumsum(tokens[np.argsort(rank)]),
+                                                          tokens_requested / w + 1e-9, side="right"))
+    else:
+        requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
+        take = min(requested, n)
+        if requested > n:
+            notes.append(f"budget of {requested} rows is larger than the {n} rows of the data: selecting all of them")
+        n_relevant = n if w == 0 else min(n, math.ceil(take / w - 1e-9))
     relevant_mask = rank < n_relevant
     sizes = np.bincount(clusters, minlength=k).astype(np.int64)
     relevant = np.bincount(clusters[relevant_mask], minlength=k).astype(np.int64)
@@ -268,22 +294,32 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
         open_ = relevant
     else:  # the clusters the target pulls from; the relevant rows elsewhere only fill what these cannot hold
         open_ = np.where(hits >= min_hits, relevant, 0)
-    if quota_by == "hits" and w > 0:
-        quotas = weighted_quotas(open_, hits * open_.astype(np.float64) ** balance_power, take)
-    else:
-        quotas = water_fill_quotas(open_, take, balance_power)
-    # each cluster's open rows in rank order; the first `quota` of them
-    cand = np.flatnonzero(relevant_mask & (open_[clusters] > 0))
-    cand = cand[np.lexsort((rank[cand], clusters[cand]))]
-    in_cluster = clusters[cand]
-    starts = np.concatenate([[0], np.cumsum(open_)[:-1]])
-    r = np.arange(len(cand)) - starts[in_cluster]
+    by_hits = quota_by == "hits" and w > 0
     picked = np.zeros(n, dtype=bool)
-    picked[cand[r < quotas[in_cluster]]] = True
-    short = take - int(picked.sum())
-    if short:  # the rest of the budget in round-robin order
-        rest = np.flatnonzero(~picked)
-        picked[rest[np.argsort(rank[rest], kind="stable")[:short]]] = True
+    if token_mode:
+        seq = targeted_sequence(rank, clusters, relevant_mask & (open_[clusters] > 0), tokens,
+                                hits if by_hits else None, balance_power)
+        n_take = int(np.searchsorted(np.cumsum(tokens[seq]), tokens_requested, side="right"))
+        if n_take == 0:
+            raise CurateError(f"--{token_mode}: {tokens_requested:,} tokens is less than the first row of the "
+                              f"targeted order ({int(tokens[seq[0]]):,} tokens); raise it")
+        picked[seq[:n_take]] = True
+    else:
+        if by_hits:
+            quotas = weighted_quotas(open_, hits * open_.astype(np.float64) ** balance_power, take)
+        else:
+            quotas = water_fill_quotas(open_, take, balance_power)
+        # each cluster's open rows in rank order; the first `quota` of them
+        cand = np.flatnonzero(relevant_mask & (open_[clusters] > 0))
+        cand = cand[np.lexsort((rank[cand], clusters[cand]))]
+        in_cluster = clusters[cand]
+        starts = np.concatenate([[0], np.cumsum(open_)[:-1]])
+        r = np.arange(len(cand)) - starts[in_cluster]
+        picked[cand[r < quotas[in_cluster]]] = True
+        short = take - int(picked.sum())
+        if short:  # the rest of the budget in round-robin order
+            rest = np.flatnonzero(~picked)
+            picked[rest[np.argsort(rank[rest], kind="stable")[:short]]] = True
     rows = np.flatnonzero(picked)
     quotas = np.bincount(clusters[rows], minlength=k).astype(np.int64)
     by_cluster = rows[np.lexsort((rank[rows], clusters[rows]))]
@@ -293,11 +329,40 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
     message = far_message(search)
     if message:
         notes.append(message)
+    token_totals = {} if tokens is None else {
+        "tokens_total": int(np.sum(tokens)), "tokens_requested": tokens_requested,
+        "tokens_selected": int(np.asarray(tokens, dtype=np.int64)[rows].sum())}
     return TargetedSelection(rows=rows, cluster=clusters[rows].astype(np.int32),
                              rank_in_cluster=rank_in[rows].astype(np.int32), hits=hits,
                              relevance=search.relevance[rows].astype(np.float32),
                              owner=search.owner[rows].astype(np.int32), sizes=sizes, relevant=relevant, quotas=quotas,
-                             requested=requested, target_weight=w, relevant_rows=int(n_relevant), notes=notes)
+                             requested=requested, target_weight=w, relevant_rows=int(n_relevant), notes=notes,
+                             **token_totals)
+
+
+def targeted_sequence(rank: np.ndarray, clusters: np.ndarray, open_rows: np.ndarray, tokens: np.ndarray,
+                      hits: np.ndarray | None, balance_power: float = 0.0) -> np.ndarray:
+    """Every pool row in the order a budget in tokens takes them: first the open rows (the relevant rows of the
+    clusters the target pulls from) in the order budget_sequence.take_sequence's water-filling in tokens takes
+    them, each cluster's in round-robin order, at a level in proportion to its target rows (hits; None: even,
+    W_c^p), then every other row in round-robin order. Why build the whole order and cut it by tokens rather
+    than turn T into a row budget (T / mean tokens per row): a cut of one order meets T to within one row, and
+    the balance property is kept as it is stated, in tokens: each pulled cluster's share of the budget's tokens
+    in proportion to its target rows, capped at its tokens in the relevant part (the row budget's rule, with
+    rows counted in tokens, as the untargeted token budget does). With a row budget select_targeted takes the
+    same rows up to the rounding of the quotas (largest remainder there, first come here)."""
+    open_pos = np.flatnonzero(open_rows)
+    share = None
+    if hits is not None:  # weighted_quotas' weights hits · W_c^p, W_c in tokens; a cluster of weight 0 gets none
+        relevant_tokens = np.bincount(clusters[open_pos], weights=tokens[open_pos], minlength=len(hits))
+        share = hits * relevant_tokens ** balance_power
+        open_pos = open_pos[share[clusters[open_pos]] > 0]
+    open_pos = open_pos[np.lexsort((rank[open_pos], clusters[open_pos]))]
+    seq = take_sequence(open_pos, clusters, tokens, None, balance_power, cluster_share=share)
+    rest = np.ones(len(rank), dtype=bool)
+    rest[open_pos] = False
+    rest = np.flatnonzero(rest)
+    return np.concatenate([seq, rest[np.argsort(rank[rest], kind="stable")]])
 
 
 def target_hits(search: TargetSearch, clusters: np.ndarray, k: int) -> np.ndarray:

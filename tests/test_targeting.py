@@ -190,6 +190,99 @@ def test_target_service_reports_each_target_row_and_the_pulled_clusters():
     assert sum(c["selected"] for c in rep["clusters"]) == 300
 
 
+def _token_problem(seed=9):
+    """Two target kinds, each in a blob of its own; rows' token counts spread from 1 to 2000."""
+    x, g = _blobs(3000, groups=8, seed=seed, noise=0.5)
+    t, _ = _target_from(x, g, [2, 5], 8, seed=seed)
+    tokens = np.random.default_rng(seed).integers(1, 2001, len(x))
+    return x, g, t, tokens
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.6, 0.2])
+def test_token_budget_is_a_cut_of_the_targeted_order(weight):
+    """S <= T < S + the next row's tokens, and every selected row comes before every unselected one in the
+    targeted order (targeted_sequence); weight 1: that order is the round-robin order itself."""
+    x, g, t, tokens = _token_problem()
+    search = T.search_target(x, t, depth=400)
+    rank = T.round_robin_rank(search)
+    for budget in (2500, 60_000, 400_000, int(tokens.sum())):
+        sel = T.select_targeted(g, search, token_budget=budget, tokens=tokens, target_weight=weight)
+        chosen = np.zeros(len(x), dtype=bool)
+        chosen[sel.rows] = True
+        spent = int(tokens[sel.rows].sum())
+        assert sel.tokens_selected == spent and sel.tokens_requested == budget and sel.requested is None
+        relevant = rank < sel.relevant_rows
+        hits = T.target_hits(search, g, 8)
+        seq = T.targeted_sequence(rank, g, relevant & (hits[g] >= T.MIN_TARGET_HITS), tokens, hits)
+        assert np.array_equal(np.sort(seq), np.arange(len(x)))  # every row, once
+        assert chosen[seq].tolist() == sorted(chosen[seq].tolist(), reverse=True)  # a prefix of the order
+        nxt = seq[len(sel.rows)] if len(sel.rows) < len(x) else None
+        assert spent <= budget and (nxt is None or budget < spent + tokens[nxt])
+        assert len(np.unique(sel.rows)) == len(sel.rows) == sel.quotas.sum()
+        if weight == 1.0:  # pure relevance: the round-robin order, cut at T
+            by_rank = np.argsort(rank)
+            assert np.array_equal(sel.rows, np.sort(by_rank[:len(sel.rows)]))
+            assert budget < spent + tokens[by_rank[len(sel.rows)]] if len(sel.rows) < len(x) else True
+    fraction = T.select_targeted(g, search, token_fraction=0.1, tokens=tokens, target_weight=weight)
+    assert fraction.tokens_requested == int(0.1 * tokens.sum())
+
+
+def test_token_weight_zero_is_the_untargeted_token_selection():
+    x, g, t, tokens = _token_problem(seed=4)
+    ids = np.arange(100, 3100)
+    search = T.search_target(x, t)
+    for budget in (3000, 90_000, 700_000):
+        targeted = T.select_targeted(g, search, token_budget=budget, tokens=tokens, target_weight=0.0, ids=ids,
+                                     seed=9)
+        plain = S.select_rows(g, token_budget=budget, tokens=tokens, ids=ids, seed=9)
+        assert np.array_equal(targeted.rows, plain.rows)
+        assert np.array_equal(targeted.rank_in_cluster, plain.rank_in_cluster)
+        assert targeted.tokens_selected == plain.tokens_selected
+
+
+def test_a_token_budget_balances_tokens_not_rows_over_the_pulled_clusters():
+    """Two target kinds, one of long rows (200 tokens) and one of short (20): a row budget gives each kind half
+    the rows (so the long kind most of the tokens); the same budget in tokens gives each half the tokens, so the
+    short kind ten times the rows. Weight 0.1: a relevant part wide enough that no cap binds. At the default
+    weight the short kind is capped at its tokens among the most relevant rows holding T / 0.6 tokens (the
+    round-robin serves a row per turn, whatever its length), and the long kind takes the rest."""
+    x, g, t, _ = _token_problem(seed=11)
+    tokens = np.where(g == 2, 200, np.where(g == 5, 20, 50))
+    search = T.search_target(x, t, depth=3000)
+    rows = T.select_targeted(g, search, budget=40, target_weight=0.1)
+    assert np.bincount(g[rows.rows], minlength=8)[[2, 5]].tolist() == [20, 20]
+    budget = int(tokens[rows.rows].sum())
+    by_tokens = T.select_targeted(g, search, token_budget=budget, tokens=tokens, target_weight=0.1)
+    spent = np.bincount(g[by_tokens.rows], weights=tokens[by_tokens.rows], minlength=8)
+    assert spent.sum() <= budget < spent.sum() + 200
+    assert abs(spent[2] - spent[5]) <= 200  # equal tokens, to within a row
+    counts = np.bincount(g[by_tokens.rows], minlength=8)
+    assert counts[5] >= 8 * counts[2] >= 8
+    # in each cluster the same round-robin order: the long kind's rows are the first of the row selection's
+    assert set(by_tokens.rows[g[by_tokens.rows] == 2]) < set(rows.rows[g[rows.rows] == 2])
+    capped = T.select_targeted(g, search, token_budget=budget, tokens=tokens)
+    rank = T.round_robin_rank(search)
+    relevant_short = tokens[(rank < capped.relevant_rows) & (g == 5)].sum()
+    assert np.sum(tokens[capped.rows][g[capped.rows] == 5]) == relevant_short < budget / 2
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"token_budget": 10 ** 12}, r"--token-budget 1,000,000,000,000 is larger than the data's [\d,]+ tokens \(words\)"),
+    ({"token_budget": 100, "budget": 5}, "give one budget: --token-budget and --budget"),
+    ({"token_budget": 100, "token_fraction": 0.5}, "got both"),
+    ({"token_fraction": 0}, r"--token-fraction must be in \(0, 1\]"),
+    ({"token_budget": 100, "tokens": None}, "--token-budget needs a token count per row"),
+    ({"token_budget": 1}, "less than the first row of the targeted order"),
+])
+def test_bad_targeted_token_budgets_are_one_line(kwargs, message):
+    x, g, t, tokens = _token_problem()
+    search = T.search_target(x, t)
+    kwargs = {"tokens": tokens + 1, **kwargs}
+    with pytest.raises(CurateError, match=message) as err:
+        T.select_targeted(g, search, tokens_counted_by="words", **kwargs)
+    assert "\n" not in str(err.value)
+
+
 # ------------------------------------------------------------------------------------------ the commands
 
 MATH = "Tom has {a} apples and buys {b} more. How many apples does he have?"
@@ -354,3 +447,4 @@ def test_run_reads_the_target_in_its_own_format_not_with_the_datas_fields(tmp_pa
                       "--micro-batch-size", "2", "-q"])
     table, meta = _selected(tmp_path / "r" / "selection.parquet")
     assert table.num_rows == 40 and len(meta.params["target_service"]["per_target"]) == 10
+
