@@ -197,8 +197,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
             raise CurateError(f"--{name.replace('_', '-')} must be at least 1 (got {h[name]})")
     step = h["num_shards"] * h["micro_batch_size"]
     if step > most and h.get("remainder") != "wrap":
-        budget = {"fraction": f"--fraction {s['fraction']}", "budget": f"--budget {s['budget']}",
-                  "per-cluster-ratio": f"--per-cluster-ratio {s['per_cluster_ratio']}"}[mode]
+        budget = f"--{mode} {s[mode.replace('-', '_')]}"
         raise CurateError(f"one global step needs --num-shards × --micro-batch-size = {h['num_shards']} × "
                           f"{h['micro_batch_size']} = {step} rows, but {budget} of {data_rows} rows selects at most "
                           f"{most}; use fewer shards, a smaller micro-batch or a larger budget")
