@@ -371,7 +371,8 @@ def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
         (["--fraction", "0.1", "--target-weight", "0.5"], "--target-weight is only used with --target"),
         (["--fraction", "0.1", "--target", target, "--target-weight", "2"], "--target-weight must be between"),
         (["--fraction", "0.1", "--target", tmp_path / "nope.jsonl"], "no such file"),
-        (["--token-fraction", "0.1", "--target", target], "a targeted selection's budget is in rows"),
+        (["--token-fraction", "0.1", "--fraction", "0.1", "--target", target], "give one budget"),
+        (["--token-budget", "10000000", "--target", target], "is larger than the data's"),
     ]:
         res = _cli(cli_runner, base + extra, code=2)
         assert message in res.output and "Traceback" not in res.output, res.output
@@ -448,3 +449,95 @@ def test_run_reads_the_target_in_its_own_format_not_with_the_datas_fields(tmp_pa
     table, meta = _selected(tmp_path / "r" / "selection.parquet")
     assert table.num_rows == 40 and len(meta.params["target_service"]["per_target"]) == 10
 
+
+def test_select_target_token_budget(tmp_path, cli_runner, pool):
+    """`select --target --token-budget`: the selected tokens (the embeddings' n_tokens: words) within one row of
+    T, reported as the untargeted token budget reports them; the artifact says how they were counted."""
+    import json
+
+    from cluster_curate.summary_schema import check, schema_of
+    target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
+    words = np.array([len(f"{r['instruction']} {r['output']}".split()) for r in pool["rows"]])
+    budget = 500
+    out = tmp_path / "sel.parquet"
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", out, "--token-budget", budget, "--target", target,
+                            "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert check(summary, schema_of("select")) == []
+    table, meta = _selected(out)
+    n_tokens = np.array(table.column("n_tokens").to_pylist())
+    assert np.array_equal(n_tokens, words[table.column("id").to_numpy()])  # the embeddings' counts are words
+    spent = int(n_tokens.sum())
+    assert spent <= budget < spent + words.max()
+    assert summary["budget"] == {"mode": "token-budget", "value": budget, "rows": None, "tokens": budget}
+    assert summary["tokens_selected"] == {"selected": spent, "total": int(words.sum())}
+    assert summary["tokens_counted_by"].startswith("the embeddings' n_tokens")
+    assert meta.params["tokens"]["selected"] == spent and meta.params["mode"] == "token-budget"
+    kinds = [pool["rows"][i]["kind"] for i in table.column("id").to_pylist()]
+    assert kinds.count("code") >= 0.9 * len(kinds)
+    # --token-fraction, and as many rows as the targeted row budget when T is what those rows hold
+    rows_out = tmp_path / "rows.parquet"
+    _cli(cli_runner, ["select", pool["clusters"], "--out", rows_out, "--budget", "30", "--target", target,
+                      "--target-weight", "1", "-q"])
+    by_rows = _selected(rows_out)[0]
+    held = int(words[by_rows.column("id").to_numpy()].sum())
+    same = tmp_path / "same.parquet"
+    _cli(cli_runner, ["select", pool["clusters"], "--out", same, "--token-budget", held, "--target", target,
+                      "--target-weight", "1", "-q"])  # weight 1: both are the round-robin order, cut
+    # (the same number of rows; which of the pool's many equally near rows come first depends on the search's
+    # list depth, sized from the budget in rows)
+    assert _selected(same)[0].num_rows == by_rows.num_rows == 30
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "f.parquet", "--token-fraction", "0.05",
+                            "--target", target, "--json"])
+    assert json.loads(res.stdout.strip().splitlines()[-1])["budget"]["tokens"] == int(0.05 * words.sum())
+
+
+def _subprocess_cli(args, cwd):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "cluster_curate", *map(str, args)], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_run_target_token_budget_end_to_end(tmp_path, pool):
+    """`run --target --token-budget` through the real CLI: checked up front, then embed, cluster, select, shard;
+    the shards hold exactly the selection, whose tokens are within one row of T; an oversized T is one line."""
+    import json
+
+    import pyarrow.parquet as pq
+    target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
+    words = np.array([len(f"{r['instruction']} {r['output']}".split()) for r in pool["rows"]])
+    out = tmp_path / "curated"
+    args = ["run", pool["data"], "--out", out, "--dim", "16", "--k", "6", "--token-budget", 600, "--target", target,
+            "--num-shards", "2", "--micro-batch-size", "2", "--json"]
+    proc = _subprocess_cli(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    selected = json.loads(proc.stdout)["summaries"]["select"]
+    assert selected["budget"]["tokens"] == 600 and selected["target"]["rows"] == 10
+    ids = pq.read_table(out / "selection.parquet").column("id").to_numpy()
+    spent = int(words[ids].sum())
+    assert spent == selected["tokens_selected"]["selected"] and 600 - words.max() < spent <= 600
+    kinds = [pool["rows"][i]["kind"] for i in ids]
+    assert kinds.count("code") >= 0.9 * len(kinds)
+    manifest = json.loads((out / "shards" / "manifest.json").read_text())
+    assert manifest["num_shards"] == 2
+    sharded = set()
+    for f in sorted((out / "shards").glob("shard-*.parquet")):
+        sharded |= set(pq.read_table(f, columns=["id"]).column("id").to_pylist())
+    leftover = (out / "shards" / "leftover_ids.txt")
+    sharded |= {int(v) for v in leftover.read_text().split()} if leftover.exists() else set()
+    assert sharded == set(ids.tolist())
+    again = _subprocess_cli(args, tmp_path)
+    assert [s["status"] for s in json.loads(again.stdout)["stages"]] == ["up to date"] * 4
+    for extra, message in ((["--token-budget", 10 ** 7], "is larger than the data's"),
+                           (["--token-budget", 600, "--fraction", "0.1"], "give one budget"),
+                           (["--token-budget", 600, "--num-shards", "400"], "one global step needs")):
+        bad = _subprocess_cli(["run", pool["data"], "--out", tmp_path / "bad", "--dim", "16", "--k", "6",
+                               "--num-shards", "2", "--target", target, *extra], tmp_path)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+        assert bad.stderr.count("ERROR") == 1 and message in bad.stderr.strip().splitlines()[-1], bad.stderr
+    assert not (tmp_path / "bad" / "selection.parquet").exists()

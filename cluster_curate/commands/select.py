@@ -258,6 +258,10 @@ def _check(o: dict):
     mode = check_token_budget_args(o["token_budget"], o["token_fraction"])
     if mode is None:
         mode = S.check_budget_args(o["fraction"], o["budget"], o["per_cluster_ratio"])
+    else:
+        rows_given = [name for name in ("fraction", "budget", "per_cluster_ratio") if o[name] is not None]
+        if rows_given:  # as selection.select_rows says it, but before any work (and in run's preflight)
+            raise CurateError(f"give one budget: --{mode} and --{rows_given[0].replace('_', '-')} were both given")
     if o["dedup"] is not None and not 0 < o["dedup"] <= 1:
         raise CurateError(f"--dedup must be a cosine similarity in (0, 1], got {o['dedup']}")
     if not 0 <= o["balance_power"] <= 1:
@@ -397,6 +401,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
 
     from cluster_curate import console
     from cluster_curate import targeting as T
+    from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.readers import read_embeddings_for
     _, _, low, high = _sources(o, c)
     if low is not None:
@@ -413,10 +418,14 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
         pool -= mean
         target = target - mean
     T.check_target_space(pool.shape[1], target, target_name=f"--target {tpath}")
-    budget = _target_budget(o, mode, len(c.ids))
+    token_mode = mode in TOKEN_MODES
+    tokens, x["counted_by"] = _tokens(o, clusters, c, x, True) if token_mode else (None, None)
+    budget = _target_budget(o, mode, len(c.ids), tokens, x["counted_by"])
     search = T.search_target(pool, target, depth=T.list_depth(budget, weight, len(target), len(pool)), seed=o["seed"])
-    sel = T.select_targeted(c.labels, search, budget=budget, target_weight=weight, balance_power=o["balance_power"],
-                            ids=c.ids, seed=o["seed"], k=c.k)
+    sel = T.select_targeted(c.labels, search, budget=None if token_mode else budget, target_weight=weight,
+                            balance_power=o["balance_power"], ids=c.ids, seed=o["seed"], k=c.k, tokens=tokens,
+                            token_budget=o["token_budget"], token_fraction=o["token_fraction"],
+                            tokens_counted_by=x["counted_by"] or "")
     service = T.target_service(pool, target, search, sel, c.labels)
     del pool
     for r in service["per_target"]:  # pool positions -> ids; target rows -> target ids
@@ -428,10 +437,15 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
                "rank_in_cluster": pa.array(sel.rank_in_cluster, pa.int32()),
                "nearest_target": pa.array(tids[sel.owner], pa.int64()),
                "relevance": pa.array(sel.relevance, pa.float32())}
-    if x["n_tokens"] is not None:
+    if tokens is not None and (o["tokenizer"] or x["n_tokens"] is None):  # counted here: shard reuses them
+        columns["n_tokens"] = pa.array(tokens[sel.rows], pa.int64())
+    elif x["n_tokens"] is not None:
         picked = x["n_tokens"][sel.rows]
         columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
     params = _params(o, mode, sel, c)
+    if token_mode:
+        params["tokens"] = {"counted_by": x["counted_by"], "total": sel.tokens_total,
+                            "requested": sel.tokens_requested, "selected": sel.tokens_selected}
     params["quotas_over_groups"] = False  # the targeted balance is over the clusters the target pulls from
     params.update({"within": "relevance to the target", "target_weight": weight, "min_target_hits": T.MIN_TARGET_HITS,
                    "target_quotas": "in proportion to the target rows each pulled cluster holds",
@@ -446,11 +460,18 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     return summary, service["clusters"][:summary_limit] if summary_limit else service["clusters"]
 
 
-def _target_budget(o: dict, mode: str, n: int) -> int:
-    from cluster_curate.budget_sequence import TOKEN_MODES
+def _target_budget(o: dict, mode: str, n: int, tokens, counted_by: str | None) -> int:
+    """The budget in rows; for a budget in tokens, the rows it buys at the pool's mean tokens per row, which only
+    sizes the search's nearest lists (select_targeted cuts by tokens), and a budget larger than the data is
+    refused here, before the search."""
+    import math
+
+    from cluster_curate.budget_sequence import TOKEN_MODES, token_budget_for
     from cluster_curate.selection import fraction_budget
     if mode in TOKEN_MODES:
-        raise CurateError(f"--{mode} with --target: a targeted selection's budget is in rows (--fraction or --budget)")
+        total = int(tokens.sum())
+        requested = token_budget_for(total, o["token_budget"], o["token_fraction"], counted_by)
+        return min(n, max(1, math.ceil(requested * n / max(total, 1))))
     return fraction_budget(n, o["fraction"]) if mode == "fraction" else int(o["budget"])
 
 
