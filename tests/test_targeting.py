@@ -2,10 +2,13 @@
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from cluster_curate import selection as S
 from cluster_curate import targeting as T
 from cluster_curate.errors import CurateError
+from cluster_curate.within_orders import random_keys
 from embeddings_factory import mixture
 
 
@@ -238,6 +241,45 @@ def test_token_weight_zero_is_the_untargeted_token_selection():
         assert np.array_equal(targeted.rows, plain.rows)
         assert np.array_equal(targeted.rank_in_cluster, plain.rank_in_cluster)
         assert targeted.tokens_selected == plain.tokens_selected
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.data())
+def test_targeted_token_budget_property(data):
+    """Any pool, target, token counts (0 included), weight and T: the selection is a prefix of the targeted order
+    with S <= T < S + the next row's tokens (or T is below the order's first row, refused)."""
+    n = data.draw(st.integers(2, 90))
+    m = data.draw(st.integers(1, 6))
+    k = data.draw(st.integers(1, 6))
+    rng = np.random.default_rng(data.draw(st.integers(0, 10 ** 6)))
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    clusters = rng.integers(0, k, n)
+    tokens = rng.integers(0, data.draw(st.sampled_from([1, 5, 400])) + 1, n)
+    weight = data.draw(st.sampled_from([1.0, 0.6, 0.3, 0.0]))
+    assume(tokens.sum() > 0)
+    budget = data.draw(st.integers(1, int(tokens.sum())))
+    search = T.search_target(x, rng.standard_normal((m, 4)).astype(np.float32), depth=data.draw(st.integers(1, n)))
+    if weight == 0:
+        key = (random_keys(np.arange(n), 0) >> np.uint64(32)).astype(np.uint32)
+        rank = np.empty(n, dtype=np.int64)
+        rank[np.argsort(key, kind="stable")] = np.arange(n)
+        hits, open_ = None, np.ones(n, dtype=bool)
+    else:
+        rank = T.round_robin_rank(search)
+        hits = T.target_hits(search, clusters, int(clusters.max()) + 1)
+        open_ = hits[clusters] >= T.MIN_TARGET_HITS
+    try:
+        sel = T.select_targeted(clusters, search, token_budget=budget, tokens=tokens, target_weight=weight)
+    except CurateError as e:
+        assert "less than the first row of the targeted order" in str(e)
+        return
+    seq = T.targeted_sequence(rank, clusters, open_ & (rank < sel.relevant_rows), tokens, hits)
+    chosen = np.zeros(n, dtype=bool)
+    chosen[sel.rows] = True
+    assert chosen[seq].tolist() == sorted(chosen[seq].tolist(), reverse=True)
+    spent = int(tokens[sel.rows].sum())
+    assert spent == sel.tokens_selected <= budget
+    assert len(sel.rows) == n or budget < spent + tokens[seq[len(sel.rows)]]
 
 
 def test_a_token_budget_balances_tokens_not_rows_over_the_pulled_clusters():
@@ -490,6 +532,32 @@ def test_select_target_token_budget(tmp_path, cli_runner, pool):
     res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "f.parquet", "--token-fraction", "0.05",
                             "--target", target, "--json"])
     assert json.loads(res.stdout.strip().splitlines()[-1])["budget"]["tokens"] == int(0.05 * words.sum())
+
+
+def test_select_target_token_budget_counts_with_the_tokenizer(tmp_path, cli_runner, pool):
+    """--tokenizer: the trainer's exact counts decide the cut and become the selection's n_tokens (shard's)."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from cluster_curate.commands.common import token_counts
+    from cluster_curate.io.datasets import open_dataset
+    from tiny_lm import build_tokenizer
+    tok_dir = tmp_path / "tok"
+    build_tokenizer(chat_template=True).save_pretrained(tok_dir)
+    examples = [ex for b in open_dataset(str(pool["data"])).iter_batches() for ex in b.examples]
+    exact = np.sum(token_counts(AutoTokenizer.from_pretrained(tok_dir), examples), axis=0)
+    target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
+    budget = int(exact.sum() * 0.05)
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", "--token-budget", budget,
+                            "--tokenizer", tok_dir, "--target", target, "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["tokens_counted_by"] == f"tokenizer {tok_dir} (exact)"
+    table, _ = _selected(tmp_path / "s.parquet")
+    ids = table.column("id").to_numpy()
+    assert table.column("n_tokens").to_pylist() == exact[ids].tolist()
+    assert 0 <= budget - exact[ids].sum() < exact.max()
+    assert summary["tokens_selected"] == {"selected": int(exact[ids].sum()), "total": int(exact.sum())}
 
 
 def _subprocess_cli(args, cwd):
