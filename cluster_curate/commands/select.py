@@ -411,6 +411,9 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     if x["emb_path"] is None:
         raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
+    token_mode = mode in TOKEN_MODES
+    tokens, x["counted_by"] = _tokens(o, clusters, c, x, token_mode=True) if token_mode else (None, None)
+    budget = _target_budget(o, mode, len(c.ids), tokens, x["counted_by"])  # before the target is embedded
     tpath, tids, target, tmeta = _target_embeddings(o, x["emb_path"], x["emeta"], out)
     pool = read_embeddings_for(x["emb_path"], c.ids, force=o["force"], what=f" of {clusters}")
     if c.meta.params.get("normalisation") == "center+l2":  # the space the clusters were made in
@@ -418,9 +421,6 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
         pool -= mean
         target = target - mean
     T.check_target_space(pool.shape[1], target, target_name=f"--target {tpath}")
-    token_mode = mode in TOKEN_MODES
-    tokens, x["counted_by"] = _tokens(o, clusters, c, x, True) if token_mode else (None, None)
-    budget = _target_budget(o, mode, len(c.ids), tokens, x["counted_by"])
     search = T.search_target(pool, target, depth=T.list_depth(budget, weight, len(target), len(pool)), seed=o["seed"])
     sel = T.select_targeted(c.labels, search, budget=None if token_mode else budget, target_weight=weight,
                             balance_power=o["balance_power"], ids=c.ids, seed=o["seed"], k=c.k, tokens=tokens,
