@@ -534,8 +534,10 @@ def test_select_target_token_budget(tmp_path, cli_runner, pool):
     assert json.loads(res.stdout.strip().splitlines()[-1])["budget"]["tokens"] == int(0.05 * words.sum())
 
 
-def test_select_target_token_budget_counts_with_the_tokenizer(tmp_path, cli_runner, pool):
-    """--tokenizer: the trainer's exact counts decide the cut and become the selection's n_tokens (shard's)."""
+@pytest.mark.parametrize("budget_in", ["tokens", "rows"])
+def test_select_target_token_budget_counts_with_the_tokenizer(tmp_path, cli_runner, pool, budget_in):
+    """--tokenizer: the trainer's exact counts decide the cut and become the selection's n_tokens (shard's); with a
+    budget in rows they are still counted and reported, as without --target."""
     import json
 
     from transformers import AutoTokenizer
@@ -548,15 +550,19 @@ def test_select_target_token_budget_counts_with_the_tokenizer(tmp_path, cli_runn
     examples = [ex for b in open_dataset(str(pool["data"])).iter_batches() for ex in b.examples]
     exact = np.sum(token_counts(AutoTokenizer.from_pretrained(tok_dir), examples), axis=0)
     target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
-    budget = int(exact.sum() * 0.05)
-    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", "--token-budget", budget,
+    budget = int(exact.sum() * 0.05) if budget_in == "tokens" else 12
+    flag = {"tokens": "--token-budget", "rows": "--budget"}[budget_in]
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", flag, budget,
                             "--tokenizer", tok_dir, "--target", target, "--json"])
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["tokens_counted_by"] == f"tokenizer {tok_dir} (exact)"
     table, _ = _selected(tmp_path / "s.parquet")
     ids = table.column("id").to_numpy()
     assert table.column("n_tokens").to_pylist() == exact[ids].tolist()
-    assert 0 <= budget - exact[ids].sum() < exact.max()
+    if budget_in == "tokens":
+        assert 0 <= budget - exact[ids].sum() < exact.max()
+    else:
+        assert len(ids) == budget
     assert summary["tokens_selected"] == {"selected": int(exact[ids].sum()), "total": int(exact.sum())}
 
 

@@ -326,11 +326,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         console.warn(note)
     columns = {"id": pa.array(c.ids[sel.rows], pa.int64()), "cluster": pa.array(sel.cluster, pa.int32()),
                "rank_in_cluster": pa.array(sel.rank_in_cluster, pa.int32())}
-    if tokens is not None and (o["tokenizer"] or x["n_tokens"] is None):  # counted here: shard reuses them
-        columns["n_tokens"] = pa.array(tokens[sel.rows], pa.int64())
-    elif x["n_tokens"] is not None:
-        picked = x["n_tokens"][sel.rows]
-        columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
+    _add_n_tokens(columns, o, x, tokens, sel.rows)
     if sources is not None:
         from cluster_curate.io.mixture import source_accounting
         chosen = np.zeros(len(c.ids), dtype=bool)
@@ -339,9 +335,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     params = _params(o, mode, sel, c)
     if x.get("auto"):
         params["within_auto"] = x["auto"]
-    if tokens is not None and (mode in TOKEN_MODES or o["tokenizer"]):
-        params["tokens"] = {"counted_by": x["counted_by"], "total": sel.tokens_total,
-                            "requested": sel.tokens_requested, "selected": sel.tokens_selected}
+    _add_token_figures(params, o, x, tokens, sel, mode)
     if sources is not None:
         params["sources"] = x["sources"]
         if share_lo is not None:
@@ -412,7 +406,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
         raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
     token_mode = mode in TOKEN_MODES
-    tokens, x["counted_by"] = _tokens(o, clusters, c, x, token_mode=True) if token_mode else (None, None)
+    tokens, x["counted_by"] = _tokens(o, clusters, c, x, token_mode)
     budget = _target_budget(o, mode, len(c.ids), tokens, x["counted_by"])  # before the target is embedded
     tpath, tids, target, tmeta = _target_embeddings(o, x["emb_path"], x["emeta"], out)
     pool = read_embeddings_for(x["emb_path"], c.ids, force=o["force"], what=f" of {clusters}")
@@ -437,15 +431,9 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
                "rank_in_cluster": pa.array(sel.rank_in_cluster, pa.int32()),
                "nearest_target": pa.array(tids[sel.owner], pa.int64()),
                "relevance": pa.array(sel.relevance, pa.float32())}
-    if tokens is not None and (o["tokenizer"] or x["n_tokens"] is None):  # counted here: shard reuses them
-        columns["n_tokens"] = pa.array(tokens[sel.rows], pa.int64())
-    elif x["n_tokens"] is not None:
-        picked = x["n_tokens"][sel.rows]
-        columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
+    _add_n_tokens(columns, o, x, tokens, sel.rows)
     params = _params(o, mode, sel, c)
-    if token_mode:
-        params["tokens"] = {"counted_by": x["counted_by"], "total": sel.tokens_total,
-                            "requested": sel.tokens_requested, "selected": sel.tokens_selected}
+    _add_token_figures(params, o, x, tokens, sel, mode)
     params["quotas_over_groups"] = False  # the targeted balance is over the clusters the target pulls from
     params.update({"within": "relevance to the target", "target_weight": weight, "min_target_hits": T.MIN_TARGET_HITS,
                    "target_quotas": "in proportion to the target rows each pulled cluster holds",
@@ -458,6 +446,25 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     summary.update(target_summary(service, tpath))
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, service["clusters"][:summary_limit] if summary_limit else service["clusters"]
+
+
+def _add_n_tokens(columns: dict, o: dict, x: dict, tokens, rows) -> None:
+    """The selection's n_tokens column: the counts made here (--tokenizer, or words for a token budget; shard
+    reuses them), else the embeddings'."""
+    import pyarrow as pa
+    if tokens is not None and (o["tokenizer"] or x["n_tokens"] is None):
+        columns["n_tokens"] = pa.array(tokens[rows], pa.int64())
+    elif x["n_tokens"] is not None:
+        picked = x["n_tokens"][rows]
+        columns["n_tokens"] = pa.array(picked, from_pandas=True) if picked.dtype.kind == "f" else pa.array(picked)
+
+
+def _add_token_figures(params: dict, o: dict, x: dict, tokens, sel, mode: str) -> None:
+    """The selection's token figures, for a budget in tokens or counts by --tokenizer."""
+    from cluster_curate.budget_sequence import TOKEN_MODES
+    if tokens is not None and (mode in TOKEN_MODES or o["tokenizer"]):
+        params["tokens"] = {"counted_by": x["counted_by"], "total": sel.tokens_total,
+                            "requested": sel.tokens_requested, "selected": sel.tokens_selected}
 
 
 def _target_budget(o: dict, mode: str, n: int, tokens, counted_by: str | None) -> int:
