@@ -479,6 +479,49 @@ def test_gzip_compressed_text_files(tmp_path):
         read_all(fake)
 
 
+def write_tsv(csv_path: Path, tsv_path: Path) -> Path:
+    """The same table as a tab-separated file (pyarrow quotes the values that need it, as pandas does)."""
+    import pyarrow.csv as pacsv
+    pacsv.write_csv(pacsv.read_csv(csv_path), tsv_path, pacsv.WriteOptions(delimiter="\t"))
+    return tsv_path
+
+
+def test_tsv_reads_as_the_same_data_in_csv(tmp_path):
+    import gzip
+    csv_path = FIXTURES / "gsm8k/train-300.csv"
+    tsv = write_tsv(csv_path, tmp_path / "train-300.tsv")
+    assert "\t" in tsv.read_text().splitlines()[0] and "," in tsv.read_text()  # commas stay inside values
+    gz = tmp_path / "train-300.tsv.gz"
+    gz.write_bytes(gzip.compress(tsv.read_bytes(), mtime=0))
+    csv_ds, csv_batches, csv_examples = read_all(csv_path, batch_rows=7)
+    for path in (tsv, gz):
+        ds, batches, examples = read_all(path, batch_rows=7)
+        assert (ds.container, ds.format, ds.rows) == ("tsv", "qa", 300)
+        assert examples == csv_examples
+        assert [b.raw for b in batches] == [b.raw for b in csv_batches]
+
+
+def test_tsv_bad_rows_name_file_line_and_field(tmp_path):
+    """An empty field is a bad row as in a CSV (by id: a quoted value may span lines); a row with a tab too many
+    names its line (pyarrow's message names none), counting the lines of quoted values before it."""
+    p = tmp_path / "x.tsv"
+    p.write_text('question\tanswer\nq0\ta0\n"q1\non two lines"\t\nq2\ta2\n')
+    with pytest.raises(CurateError, match=rf"^{p}: id 1: field 'answer': empty response \(pass --on-bad-row skip"):
+        read_all(p)
+    ds, _, examples = read_all(p, SKIP)
+    assert [e.id for e in examples] == [0, 2] and [str(r) for r in ds.rejects] == [
+        f"{p}: id 1: field 'answer': empty response"]
+    p.write_text('question\tanswer\nq0\ta0\n"q1\non two lines"\ta1\nq2\ta2\tstray\n')
+    for opts in (None, SKIP):  # the file cannot be parsed past it: not a row to skip
+        with pytest.raises(CurateError, match=rf"^{p}:5: 3 fields where the header has 2 \(a value holding a tab "
+                                              r"must be quoted\)$"):
+            read_all(p, opts)
+    c = tmp_path / "x.csv"
+    c.write_text('question,answer\nq0,a0\nq1,a1,stray\n')
+    with pytest.raises(CurateError, match=rf"^{c}:3: 3 fields where the header has 2 \(a value holding a comma"):
+        read_all(c)
+
+
 def test_raw_only_pass_copies_rows_without_checking_them(tmp_path):
     """shard's pass: raw rows (bad ones included, as nulls/values) and no Example conversion or raising."""
     p = tmp_path / "d.jsonl"

@@ -41,6 +41,8 @@ def work(tmp_path_factory) -> Path:
                  "empty.jsonl", "not_object.jsonl", "unknown.txt", "truncated.json", "messages_bad.jsonl"):
         shutil.copy(FIXTURES / "bad" / name, w / name)
     (w / "binary.parquet").write_bytes(b"PAR1 not really")
+    (w / "stray_tab.tsv").write_text('question\tanswer\nq0\ta0\n"q1\non two lines"\ta1\nq2\ta2\tstray\n')
+    (w / "empty_answer.tsv").write_text("question\tanswer\nq0\ta0\nq1\t\n")
     (w / "floors.yaml").write_text("inputs:\n  - path: data.jsonl\n    min_share: 0.9\n"
                                    "  - path: other.json\n    min_share: 0.5\n")
     run = [sys.executable, "-m", "cluster_curate", "run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31",
@@ -89,6 +91,10 @@ CASES = [
     ("embed-not-object", ["embed", "not_object.jsonl", "--out", "e.parquet"],
      "not_object.jsonl:2: expected a JSON object, found an array"),
     ("embed-truncated-json", ["embed", "truncated.json", "--out", "e.parquet"], "truncated.json:5: invalid JSON"),
+    ("embed-tsv-stray-tab", ["embed", "stray_tab.tsv", "--out", "e.parquet"],
+     "stray_tab.tsv:5: 3 fields where the header has 2 (a value holding a tab must be quoted)"),
+    ("run-tsv-empty-answer", ["run", "empty_answer.tsv", "--out", "r", *FAST, "--fraction", "0.5", *SHARD],
+     "empty_answer.tsv: id 1: field 'answer': empty response"),
     ("embed-messages-bad", ["embed", "messages_bad.jsonl", "--out", "e.parquet"], "field 'messages[1]': empty response"),
     ("embed-empty", ["embed", "empty.jsonl", "--out", "e.parquet"], "empty.jsonl: dataset is empty"),
     ("embed-unknown-type", ["embed", "unknown.txt", "--out", "e.parquet"], "unknown.txt: unknown file type"),

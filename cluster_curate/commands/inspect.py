@@ -182,7 +182,8 @@ SPEC = CommandSpec(
 
     \b
     DATA is a .jsonl, .json (a list of records or a mapping id -> record), .parquet (file or directory),
-    .csv, a datasets.save_to_disk directory, or a Hugging Face dataset id NAME[@CONFIG][:SPLIT].
+    .csv, .tsv (each text file also .gz), a datasets.save_to_disk directory, or a Hugging Face dataset id
+    NAME[@CONFIG][:SPLIT].
     Reports the detected format and field mapping, rows, rejected rows with reasons, prompt/response
     length distributions (characters; tokens with --tokenizer), and exact duplicate examples.
 

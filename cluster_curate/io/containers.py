@@ -2,9 +2,9 @@
 "Extension points"). io/datasets.py turns those rows into examples.
 
 A JSON-like container (`_JsonLines`, `_JsonDocument`) yields `_Row`s (python dicts with their line); a
-columnar one (`_Csv`, `_Parquet`, `HFDataset` in io/hf_datasets.py) yields Arrow batches. `_open_source(source)`
-picks the container from the path (or the Hugging Face id). A new container: a class with `kind`, `iter_rows()` or
-`batches(batch_rows)`, and `count()`, plus its case in `_open_source`.
+columnar one (`_Csv` for CSV and TSV, `_Parquet`, `HFDataset` in io/hf_datasets.py) yields Arrow batches.
+`_open_source(source)` picks the container from the path (or the Hugging Face id). A new container: a class with
+`kind`, `iter_rows()` or `batches(batch_rows)`, and `count()`, plus its case in `_open_source`.
 """
 
 from __future__ import annotations
@@ -305,14 +305,15 @@ def _looks_like_json_lines(path: Path) -> bool:
 
 
 class _Csv:
-    kind = "csv"
+    """CSV, or TSV when `delimiter` is a tab: the same pyarrow reader, quoting and errors."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, delimiter: str = ","):
+        self.path, self.delimiter = path, delimiter
+        self.kind = "tsv" if delimiter == "\t" else "csv"
 
     def _reader(self):
         import pyarrow.csv as pacsv
-        parse = pacsv.ParseOptions(newlines_in_values=True)
+        parse = pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True)
         read = pacsv.ReadOptions(block_size=_CHUNK_BYTES)
         with _open_binary(self.path):
             pass  # permission / directory errors with our message
@@ -334,7 +335,27 @@ class _Csv:
                 raise CurateError(located) from None
         if "Empty CSV file" in msg:
             raise CurateError(f"{self.path}: dataset is empty (no rows)") from None
-        raise CurateError(f"{self.path}: cannot parse CSV ({msg.splitlines()[0]})") from None
+        if "Expected" in msg and "columns" in msg:
+            located = self._first_misshapen_row()
+            if located:
+                raise CurateError(located) from None
+        raise CurateError(f"{self.path}: cannot parse {self.kind.upper()} ({msg.splitlines()[0]})") from None
+
+    def _first_misshapen_row(self) -> str | None:
+        """Locate the first row whose number of fields is not the header's (only called to explain pyarrow's error,
+        which names no line): Python's csv module, same quoting, counts lines."""
+        import csv
+        import io
+        with _open_binary(self.path) as f:
+            rows = csv.reader(io.TextIOWrapper(f, encoding="utf-8-sig", newline=""), delimiter=self.delimiter)
+            header, line = next(rows, []), rows.line_num + 1
+            for fields in rows:
+                if fields and len(fields) != len(header):
+                    separator = "tab" if self.kind == "tsv" else "comma"
+                    return (f"{self.path}:{line}: {len(fields)} fields where the header has {len(header)} (a value "
+                            f"holding a {separator} must be quoted)")
+                line = rows.line_num + 1
+        return None
 
     def batches(self, batch_rows: int = 0) -> Iterator[pa.RecordBatch]:
         reader = self._reader()
@@ -439,8 +460,10 @@ def _open_source(source: str):
         return path, _Parquet(path)
     if name.endswith(".csv"):
         return path, _Csv(path)
+    if name.endswith(".tsv"):
+        return path, _Csv(path, delimiter="\t")
     if name.endswith(".arrow"):
         raise CurateError(f"{path}: a bare .arrow file; pass the datasets.save_to_disk directory that holds it")
-    raise CurateError(f"{path}: unknown file type; expected .jsonl, .json, .parquet, .csv (.jsonl/.json/.csv may be "
-                      ".gz-compressed), a directory of "
+    raise CurateError(f"{path}: unknown file type; expected .jsonl, .json, .parquet, .csv, .tsv (each but .parquet "
+                      "may be .gz-compressed), a directory of "
                       "Parquet files, a datasets.save_to_disk directory or a Hugging Face dataset id")

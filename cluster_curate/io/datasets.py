@@ -17,10 +17,11 @@ With on_bad_row="error" the first bad row raises CurateError naming file, line/r
 Details of the contract:
 - Sources (`ds.container` says which): .jsonl (also .json holding JSON Lines), .json (a list of records, or an
   object mapping id -> record), .parquet (a file, or a directory of .parquet files read in sorted path order),
-  .csv (every column read as text), .jsonl/.json/.csv compressed as .gz, a directory written by `datasets.save_to_disk` (a DatasetDict: the `train` split, or its only split;
-  pass DIR/SPLIT for another), and a Hugging Face dataset id `NAME[@CONFIG][:SPLIT]` (or `hf:NAME...`) through
-  `datasets.load_dataset` (split `train` by default).
-- Rows: one per JSONL line that is not blank, per array element / mapping entry, per CSV/Parquet row. A bad row
+  .csv and .tsv (every column read as text), .jsonl/.json/.csv/.tsv compressed as .gz, a directory written by
+  `datasets.save_to_disk` (a DatasetDict: the `train` split, or its only split; pass DIR/SPLIT for another), and a
+  Hugging Face dataset id `NAME[@CONFIG][:SPLIT]` (or `hf:NAME...`) through `datasets.load_dataset` (split `train`
+  by default).
+- Rows: one per JSONL line that is not blank, per array element / mapping entry, per CSV/TSV/Parquet row. A bad row
   (invalid JSON, not an object, a missing or empty prompt/response, ...) still has its id, and still appears in
   `batch.raw` (its columns null when it could not be parsed), so ids of later rows never shift.
 - `batch.raw` columns: `id` (int64) first, then the source columns in order of appearance. A source column

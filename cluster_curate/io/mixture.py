@@ -98,7 +98,7 @@ def default_name(path: str) -> str:
     stem, previous = base[-1] or path, None
     while stem != previous:  # x.jsonl.gz, x.parquet.d
         previous = stem
-        for suffix in (".gz", ".d", ".jsonl", ".json", ".parquet", ".csv", ".hf"):
+        for suffix in (".gz", ".d", ".jsonl", ".json", ".parquet", ".csv", ".tsv", ".hf"):
             stem = stem.removesuffix(suffix)
     return stem or path
 
