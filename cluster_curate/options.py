@@ -178,8 +178,10 @@ def _formats():
 # How to read a raw dataset: shared by inspect, embed, shard and run (folded into one ReadOptions).
 DATASET_OPTIONS = (
     Option("fmt", flags=("--format",), choices=_formats, help="Record format (default: detected from the fields)."),
-    Option("prompt_field", help="Field holding the prompt (overrides the format's)."),
-    Option("response_field", help="Field holding the response (overrides the format's)."),
+    Option("prompt_field", help="Field holding the prompt (overrides the format's). A dotted path (data.question) "
+                                "reads into nested objects, unless a column has that very name: then the column."),
+    Option("response_field", help="Field holding the response (overrides the format's); a dotted path (data.answer) "
+                                  "as for --prompt-field."),
     Option("on_bad_row", default="error", choices=("error", "skip"), show_default=True,
            help="Stop at the first bad row, or skip bad rows (counted, and written to a rejects JSONL)."),
 )

@@ -174,6 +174,86 @@ def test_field_options_name_the_option_at_fault(tmp_path):
         open_dataset(p, ReadOptions(format="qa", response_field="NOPE"))
 
 
+NESTED = ReadOptions(prompt_field="data.question", response_field="data.answer")
+
+
+def nest_gsm8k(n: int = 300) -> list[dict]:
+    """GSM8K rows as many hub datasets export them: the fields inside an object (with a key read by neither)."""
+    rows = [json.loads(line) for line in (FIXTURES / "gsm8k/train-300.jsonl").read_text().splitlines()[:n]]
+    return [{"data": {"question": r["question"], "answer": r["answer"], "level": i % 3}} for i, r in enumerate(rows)]
+
+
+def test_nested_fields_in_jsonl_parquet_and_hf_struct_columns(tmp_path):
+    """`--prompt-field data.question` reads the key of a nested object (a JSON record, a Parquet or `datasets`
+    struct column) as the flat column reads the same text; the raw rows keep the nested column as it was."""
+    import datasets
+    rows = nest_gsm8k(50)
+    write_jsonl(tmp_path / "n.jsonl", rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "n.parquet")
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "n.hf"))
+    flat = tmp_path / "flat.jsonl"
+    flat.write_text("".join((FIXTURES / "gsm8k/train-300.jsonl").read_text().splitlines(keepends=True)[:50]))
+    expected = read_all(flat)[2]
+    for name, container in (("n.jsonl", "jsonl"), ("n.parquet", "parquet"), ("n.hf", "hf-disk")):
+        ds, batches, examples = read_all(tmp_path / name, NESTED, batch_rows=16)
+        assert (ds.container, ds.format) == (container, "prompt-completion") and examples == expected, name
+        assert ds.fields == {"prompt": "data.question", "response": "data.answer"}
+        assert ds.record()["options"] == {"prompt_field": "data.question", "response_field": "data.answer"}
+        raw = pa.Table.from_batches([b.raw for b in batches])
+        assert raw.column_names == ["id", "data"] and raw.column("data").to_pylist() == [r["data"] for r in rows]
+    # a leaf that is a number is text, as a flat column's; a conversation column may be nested too
+    p = write_jsonl(tmp_path / "leaf.jsonl", [{"data": {"question": "q", "answer": 17},
+                                               "chat": {"turns": [{"role": "user", "content": "u"},
+                                                                  {"role": "assistant", "content": "a"}]}}])
+    assert read_all(p, NESTED)[2][0].response == "17"
+    ex = read_all(p, ReadOptions(format="messages", prompt_field="chat.turns"))[2][0]
+    assert (ex.prompt, ex.response) == ([{"role": "user", "content": "u"}], "a")
+
+
+def test_a_missing_step_of_a_nested_path_is_a_bad_row_naming_the_path(tmp_path):
+    p = write_jsonl(tmp_path / "n.jsonl", [
+        {"data": {"question": "q0", "answer": "a0"}},
+        {"data": {"question": "q1"}},
+        {"data": None},
+        {"data": "text"},
+        {"other": 1},
+        {"data": {"question": "q5", "answer": {"text": "a5"}}},
+        {"data": {"question": "q6", "answer": None}},
+    ])
+    with pytest.raises(CurateError, match=rf"^{p}:2: field 'data.answer': missing \('data' has no key 'answer'\) "
+                                          r"\(id 1; pass --on-bad-row skip to skip bad rows\)$"):
+        read_all(p, NESTED)
+    ds, _, examples = read_all(p, ReadOptions(**{**NESTED.given(), "on_bad_row": "skip"}))
+    assert [e.id for e in examples] == [0]
+    assert [(r.id, r.location, r.field, r.reason) for r in ds.rejects] == [
+        (1, f"{p}:2", "data.answer", "missing ('data' has no key 'answer')"),
+        (2, f"{p}:3", "data.answer", "missing ('data' is null, not an object)"),
+        (3, f"{p}:4", "data.answer", "missing ('data' is text, not an object)"),
+        (4, f"{p}:5", "data.answer", "missing (the record has no key 'data')"),
+        (5, f"{p}:6", "data.answer", "response is an object, expected text"),
+        (6, f"{p}:7", "data.answer", "missing response")]
+    # a struct column: a null struct, a null leaf
+    pq.write_table(pa.Table.from_pylist([{"data": {"question": "q0", "answer": "a0"}}, {"data": None},
+                                         {"data": {"question": "q2", "answer": None}}]), tmp_path / "n.parquet")
+    ds, _, examples = read_all(tmp_path / "n.parquet", ReadOptions(**{**NESTED.given(), "on_bad_row": "skip"}))
+    assert [e.id for e in examples] == [0] and [(r.id, r.field, r.reason) for r in ds.rejects] == [
+        (1, "data.answer", "missing ('data' is null, not an object)"), (2, "data.answer", "missing response")]
+    # a path whose first key is no column at all is the option's error, at open time
+    with pytest.raises(CurateError, match=r"--prompt-field 'dta.question': no such column; columns found: \[data\]"):
+        open_dataset(tmp_path / "n.parquet", ReadOptions(prompt_field="dta.question", response_field="data.answer"))
+
+
+def test_a_column_whose_name_holds_a_dot_wins_over_the_nested_path(tmp_path):
+    """`data.question` names the column of that name where there is one (JSON key or Parquet column), and the
+    nested path only where there is none."""
+    rows = [{"data.question": "literal", "data": {"question": "nested", "answer": "a"}}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "d.parquet")
+    for path in (write_jsonl(tmp_path / "d.jsonl", rows), tmp_path / "d.parquet"):
+        assert read_all(path, NESTED)[2][0].prompt[-1]["content"] == "literal", path
+    p = write_jsonl(tmp_path / "mixed.jsonl", [rows[0], {"data": {"question": "nested", "answer": "a"}}])
+    assert [e.prompt[-1]["content"] for e in read_all(p, NESTED)[2]] == ["literal", "nested"]
+
+
 def test_list_of_texts_as_part_of_the_prompt(tmp_path):
     """PubMedQA: CONTEXTS (a list of paragraphs) then QUESTION make the prompt; JSONL and Parquet alike."""
     rows = [{"QUESTION": "q?", "CONTEXTS": ["c1", "c2"], "LONG_ANSWER": "long"},

@@ -7,13 +7,17 @@ from __future__ import annotations
 import json
 import shutil
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cluster_curate.io.artifacts import read_meta
 from conftest import FIXTURES
-from test_datasets import write_tsv
+from test_datasets import nest_gsm8k, write_jsonl, write_tsv
 from test_outputs import FAST, _cli
 
 GSM_CSV = FIXTURES / "gsm8k" / "train-300.csv"
+GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
+NESTED = ["--prompt-field", "data.question", "--response-field", "data.answer"]
 
 
 def _ids(path) -> list[int]:
@@ -34,3 +38,73 @@ def test_a_tsv_runs_end_to_end_as_the_same_data_in_csv(tmp_path):
     assert _ids(tsv_out / "selection.parquet") == _ids(csv_out / "selection.parquet")
     for shard in sorted((csv_out / "shards").glob("shard-*.parquet")):
         assert pq.read_table(tsv_out / "shards" / shard.name).equals(pq.read_table(shard))
+
+
+def _ok(*argv, cwd):
+    r = _cli(*argv, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def _shards(folder) -> pa.Table:
+    return pa.concat_tables(pq.read_table(f) for f in sorted(folder.glob("shard-*.parquet")))
+
+
+def test_nested_fields_run_end_to_end_as_the_same_data_flat(tmp_path):
+    """`run --prompt-field data.question --response-field data.answer` selects what the flat columns select; the
+    lineage keeps the fields, so `shard` reads the data again that way unasked; the shards carry the
+    nested column as it was."""
+    shutil.copy(GSM, tmp_path / "flat.jsonl")
+    rows = nest_gsm8k()
+    write_jsonl(tmp_path / "nested.jsonl", rows)
+    _ok("run", "flat.jsonl", "--out", "flat", *FAST, "-q", cwd=tmp_path)
+    _ok("run", "nested.jsonl", "--out", "nested", *NESTED, *FAST, "-q", cwd=tmp_path)
+    assert _ids(tmp_path / "nested" / "selection.parquet") == _ids(tmp_path / "flat" / "selection.parquet")
+    options = {"prompt_field": "data.question", "response_field": "data.answer"}
+    assert read_meta(tmp_path / "nested" / "embeddings.parquet").dataset["options"] == options
+    shards = _shards(tmp_path / "nested" / "shards")
+    assert shards.column("data").to_pylist() == [rows[i]["data"] for i in shards.column("id").to_pylist()]
+    # the later stages by themselves, given the data but no field: the recorded ones
+    _ok("shard", "nested/selection.parquet", "--data", "nested.jsonl", "--out", "again", "--num-shards", "2",
+        "--micro-batch-size", "2", "-q", cwd=tmp_path)
+    assert _shards(tmp_path / "again").equals(shards)
+
+
+def test_a_missing_nested_path_is_skipped_into_the_rejects(tmp_path):
+    rows = nest_gsm8k(60)
+    del rows[3]["data"]["answer"]
+    rows[7]["data"] = None
+    write_jsonl(tmp_path / "nested.jsonl", rows)
+    _ok("embed", "nested.jsonl", "--out", "e.parquet", *NESTED, "--on-bad-row", "skip", "--features", "text",
+        "--dim", "8", "-q", cwd=tmp_path)
+    rejects = [json.loads(line) for line in (tmp_path / "e.rejects.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["location"], r["field"], r["reason"]) for r in rejects] == [
+        (3, "nested.jsonl:4", "data.answer", "missing ('data' has no key 'answer')"),
+        (7, "nested.jsonl:8", "data.answer", "missing ('data' is null, not an object)")]
+    assert pq.read_metadata(tmp_path / "e.parquet").num_rows == 58
+
+
+def test_a_mixture_file_with_a_tsv_input_and_dotted_fields(tmp_path):
+    """One input a TSV, the other nested JSON Lines read through the mixture file's prompt_field / response_field:
+    each keeps its own columns in the shards (null in the other's rows), beside the normalised prompt and response."""
+    write_tsv(GSM_CSV, tmp_path / "math.tsv")
+    code = [{"data": {"question": r["instruction"], "answer": r["output"]}}
+            for r in json.loads((FIXTURES / "code_alpaca" / "code_alpaca-300.json").read_text())[:100]]
+    write_jsonl(tmp_path / "code.jsonl", code)
+    (tmp_path / "mix.yaml").write_text("inputs:\n  - {path: math.tsv}\n"
+                                       "  - {path: code.jsonl, prompt_field: data.question, response_field: "
+                                       "data.answer}\n")
+    _ok("run", "mix.yaml", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    inputs = read_meta(tmp_path / "out" / "embeddings.parquet").dataset["inputs"]
+    assert [(i["name"], i["format"], i.get("options")) for i in inputs] == [
+        ("math", "qa", None),
+        ("code", "prompt-completion", {"prompt_field": "data.question", "response_field": "data.answer"})]
+    shards = _shards(tmp_path / "out" / "shards").to_pylist()
+    assert {r["source"] for r in shards} == {"math", "code"}
+    for r in shards:
+        if r["source"] == "code":
+            original = code[r["source_row"]]["data"]
+            assert r["data"] == original and r["question"] is None
+            assert (r["prompt"], r["response"]) == (original["question"], original["answer"])
+        else:
+            assert r["data"] is None and r["question"] == r["prompt"]

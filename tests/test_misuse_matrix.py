@@ -43,6 +43,8 @@ def work(tmp_path_factory) -> Path:
     (w / "binary.parquet").write_bytes(b"PAR1 not really")
     (w / "stray_tab.tsv").write_text('question\tanswer\nq0\ta0\n"q1\non two lines"\ta1\nq2\ta2\tstray\n')
     (w / "empty_answer.tsv").write_text("question\tanswer\nq0\ta0\nq1\t\n")
+    (w / "nested.jsonl").write_text(json.dumps({"data": {"question": "q0", "answer": "a0"}}) + "\n"
+                                    + json.dumps({"data": {"question": "q1"}}) + "\n")
     (w / "floors.yaml").write_text("inputs:\n  - path: data.jsonl\n    min_share: 0.9\n"
                                    "  - path: other.json\n    min_share: 0.5\n")
     run = [sys.executable, "-m", "cluster_curate", "run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31",
@@ -95,6 +97,11 @@ CASES = [
      "stray_tab.tsv:5: 3 fields where the header has 2 (a value holding a tab must be quoted)"),
     ("run-tsv-empty-answer", ["run", "empty_answer.tsv", "--out", "r", *FAST, "--fraction", "0.5", *SHARD],
      "empty_answer.tsv: id 1: field 'answer': empty response"),
+    ("embed-nested-missing", ["embed", "nested.jsonl", "--out", "e.parquet", "--prompt-field", "data.question",
+                              "--response-field", "data.answer"],
+     "nested.jsonl:2: field 'data.answer': missing ('data' has no key 'answer')"),
+    ("embed-nested-no-root", ["embed", "nested.jsonl", "--out", "e.parquet", "--prompt-field", "dta.question",
+                              "--response-field", "data.answer"], "--prompt-field 'dta.question': no such column"),
     ("embed-messages-bad", ["embed", "messages_bad.jsonl", "--out", "e.parquet"], "field 'messages[1]': empty response"),
     ("embed-empty", ["embed", "empty.jsonl", "--out", "e.parquet"], "empty.jsonl: dataset is empty"),
     ("embed-unknown-type", ["embed", "unknown.txt", "--out", "e.parquet"], "unknown.txt: unknown file type"),

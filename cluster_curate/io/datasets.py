@@ -359,7 +359,8 @@ class Dataset:
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
         fm = self.field_map
-        needed = [c for c in (*fm.prompt_columns, fm.response, fm.input, fm.system) if c]
+        fields = [f for f in (*fm.prompt_columns, fm.response, fm.input, fm.system) if f]
+        needed = dict.fromkeys(c for f in fields for c in (f, f.split(".")[0]))  # a nested path reads its root
         for b in _rebatch(self._src.batches(batch_rows), batch_rows):
             n = b.num_rows
             examples: list[Example] = []

@@ -6,7 +6,8 @@ A format maps one source record (a dict of columns) to `(prompt, response)`:
     response  str, non-empty
 
 Supported formats (detected from the column names, overridable with --format / --prompt-field / --response-field;
-`--prompt-field A,B` makes the prompt of several columns, joined by a blank line, e.g. PubMedQA's CONTEXTS,QUESTION):
+`--prompt-field A,B` makes the prompt of several columns, joined by a blank line, e.g. PubMedQA's CONTEXTS,QUESTION;
+a field `data.question` is a path into nested objects unless a column has that very name: `field_value`):
 
     alpaca             instruction (+ input, + optional system) -> output (or `response`)
     prompt-completion  prompt -> completion (or `response`)
@@ -110,6 +111,14 @@ def detect_format(columns) -> str | None:
     return None
 
 
+def _root_column(field: str, columns: set) -> str | None:
+    """The column a field reads: itself, or for a dotted path (`data.question`) the column of its first key."""
+    if field in columns:
+        return field
+    root = field.split(".")[0]
+    return root if "." in field and root in columns else None
+
+
 def _prompt_columns(prompt_field: str | None) -> list[str]:
     """--prompt-field A or A,B -> [A] or [A, B]."""
     if prompt_field is None:
@@ -136,7 +145,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     # a column the user named must exist, whatever the format
     for option, names in (("--prompt-field", prompts), ("--response-field", [response_field] if response_field else [])):
         for name in names:
-            if name not in colset:
+            if _root_column(name, colset) is None:
                 raise CurateError(f"{source}: {option} {name!r}: no such column; columns found: [{shown}]")
     if fmt is None:
         fmt = detect_format(colset)
@@ -158,7 +167,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         if len(prompts) > 1:
             raise CurateError(f"--prompt-field {prompt_field}: format {fmt} reads its turns from one column")
         conv = (prompts[0] if prompts else None) or response_field or entry.value
-        if conv not in colset:
+        if _root_column(conv, colset) is None:
             raise CurateError(f"{source}: format {fmt} needs a conversation column {conv!r}; columns found: "
                               f"[{shown}]. Pass --prompt-field COLUMN naming the column that holds the turns")
         return FieldMap(fmt, conv)
@@ -168,7 +177,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         response = response_field
     else:
         response = next((c for c in entry.response if c in colset), entry.response[0])
-    missing = [c for c in (prompt, response) if c not in colset]
+    missing = [c for c in (prompt, response) if _root_column(c, colset) is None]
     if missing:
         which = " and ".join(repr(c) for c in missing)
         raise CurateError(f"{source}: format {fmt} needs column {which}, not found; columns found: [{shown}]. "
@@ -214,6 +223,8 @@ def _kind(value) -> str:
         return "a boolean"
     if isinstance(value, (int, float)):
         return "a number"
+    if isinstance(value, str):
+        return "text"
     return "a " + type(value).__name__
 
 
@@ -272,7 +283,7 @@ def _turns(value, field: str, fmt: str) -> list[dict]:
 
 def _conversation(rec: dict, fields: FieldMap):
     conv = fields.prompt
-    turns = _turns(rec.get(conv), conv, fields.format)
+    turns = _turns(field_value(rec, conv), conv, fields.format)
     last = max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=None)
     if last is None:
         raise RecordError(conv, "missing response: no assistant turn in the conversation")
@@ -285,18 +296,38 @@ def _conversation(rec: dict, fields: FieldMap):
     return prompt, response
 
 
+def field_value(rec: dict, field: str):
+    """The value of `field` in a record: its key of that name when it has one (a key may hold a dot), else the
+    dotted path into nested objects (`data.question`). A step that is not there is a RecordError naming the whole
+    path; the value at the end, null included, is the caller's to judge, as a flat column's is."""
+    if field in rec or "." not in field:
+        return rec.get(field)
+    keys = field.split(".")
+    value = rec
+    for i, key in enumerate(keys):
+        where = f"'{'.'.join(keys[:i])}'" if i else "the record"
+        if not isinstance(value, dict):
+            raise RecordError(field, f"missing ({where} is {'null' if value is None else _kind(value)}, "
+                                     "not an object)")
+        if key not in value:
+            raise RecordError(field, f"missing ({where} has no key {key!r})")
+        value = value[key]
+    return value
+
+
 def to_example(rec: dict, fields: FieldMap):
     """(prompt turns, response) for one record, or RecordError."""
     if FORMAT.get(fields.format).response is None:
         return _conversation(rec, fields)
-    response = _text(rec.get(fields.response), fields.response, "response")
+    response = _text(field_value(rec, fields.response), fields.response, "response")
     if fields.prompt_extra:
-        texts = [_text(rec.get(c), c, "prompt", required=False, parts=True) for c in fields.prompt_columns]
+        texts = [_text(field_value(rec, c), c, "prompt", required=False, parts=True) for c in fields.prompt_columns]
         prompt = "\n\n".join(t for t in texts if t.strip())
         if not prompt and fields.input is None:
             raise RecordError(fields.prompt, "empty prompt (every prompt column is empty)")
     else:
-        prompt = _text(rec.get(fields.prompt), fields.prompt, "prompt", required=fields.input is None, parts=True)
+        prompt = _text(field_value(rec, fields.prompt), fields.prompt, "prompt", required=fields.input is None,
+                       parts=True)
     if fields.input:
         extra = _text(rec.get(fields.input), fields.input, "input", required=False)
         if extra.strip():
