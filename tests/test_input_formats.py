@@ -52,7 +52,7 @@ def _shards(folder) -> pa.Table:
 
 def test_nested_fields_run_end_to_end_as_the_same_data_flat(tmp_path):
     """`run --prompt-field data.question --response-field data.answer` selects what the flat columns select; the
-    lineage keeps the fields, so `shard` reads the data again that way unasked; the shards carry the
+    lineage keeps the fields, so `shard` and `export` read the data again that way unasked; the shards carry the
     nested column as it was."""
     shutil.copy(GSM, tmp_path / "flat.jsonl")
     rows = nest_gsm8k()
@@ -68,6 +68,9 @@ def test_nested_fields_run_end_to_end_as_the_same_data_flat(tmp_path):
     _ok("shard", "nested/selection.parquet", "--data", "nested.jsonl", "--out", "again", "--num-shards", "2",
         "--micro-batch-size", "2", "-q", cwd=tmp_path)
     assert _shards(tmp_path / "again").equals(shards)
+    _ok("export", "nested/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    trl = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert all(r["completion"][0]["content"] == rows[r["id"]]["data"]["answer"] for r in trl) and trl
 
 
 def test_a_missing_nested_path_is_skipped_into_the_rejects(tmp_path):

@@ -39,7 +39,9 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     from cluster_curate.io.artifacts import EXPORT, check_writable, output_inputs
     check_writable(out, o["overwrite"], inputs=output_inputs(shards, o["data"]), kind=EXPORT)
     leftovers = _read_leftovers(manifest, o, str(shards)) if tgt.columns == "source" else None
-    rows = layouts.layout_table(_read_shards(shards), manifest, tgt, str(shards), leftovers, read_options(o))
+    from cluster_curate.io.mixture import as_recorded
+    read = as_recorded(manifest.get("dataset") or {}, read_options(o))  # the fields embed read, unless given now
+    rows = layouts.layout_table(_read_shards(shards), manifest, tgt, str(shards), leftovers, read)
     name = layouts.data_file(tgt)
     files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()))
     with staged_directory(out, EXPORT) as work:

@@ -454,13 +454,19 @@ def inputs_from_record(record: dict) -> list[MixtureInput]:
     return out
 
 
+def as_recorded(record: dict, options: ReadOptions) -> ReadOptions:
+    """The reading options a single dataset's lineage record keeps (format, fields, on_bad_row), under those given
+    now; a mixture's record keeps them per input."""
+    return ReadOptions(**{**(record.get("options") or {}), **options.given()})
+
+
 def open_lineage_data(data, record: dict, options: ReadOptions):
     """The raw data behind an artifact: `data` (a command's --data) when given, else the dataset or mixture its
     lineage `record` names; None when there is neither. The recorded data is read as it was (a mixture's inputs
     with their options, one dataset with the reading options it records, under those given now), and so is
     `data` that names the recorded dataset: stage by stage, `embed --on-bad-row skip` need not be repeated."""
     single = record.get("source") and not record.get("inputs")
-    as_read = ReadOptions(**{**(record.get("options") or {}), **options.given()}) if single else options
+    as_read = as_recorded(record, options) if single else options
     if data:
         paths = data_paths(data)
         same = single and len(paths) == 1 and Path(paths[0]).resolve() == Path(recorded_source(record)).resolve()
