@@ -189,12 +189,13 @@ def test_nested_fields_in_jsonl_parquet_and_hf_struct_columns(tmp_path):
     import datasets
     rows = nest_gsm8k(50)
     write_jsonl(tmp_path / "n.jsonl", rows)
+    (tmp_path / "n.json").write_text(json.dumps(rows, indent=1))
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "n.parquet")
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "n.hf"))
     flat = tmp_path / "flat.jsonl"
     flat.write_text("".join((FIXTURES / "gsm8k/train-300.jsonl").read_text().splitlines(keepends=True)[:50]))
     expected = read_all(flat)[2]
-    for name, container in (("n.jsonl", "jsonl"), ("n.parquet", "parquet"), ("n.hf", "hf-disk")):
+    for name, container in (("n.jsonl", "jsonl"), ("n.json", "json"), ("n.parquet", "parquet"), ("n.hf", "hf-disk")):
         ds, batches, examples = read_all(tmp_path / name, NESTED, batch_rows=16)
         assert (ds.container, ds.format) == (container, "prompt-completion") and examples == expected, name
         assert ds.fields == {"prompt": "data.question", "response": "data.answer"}
