@@ -225,6 +225,8 @@ def _kind(value) -> str:
         return "a number"
     if isinstance(value, str):
         return "text"
+    if value is None:
+        return "null"
     return "a " + type(value).__name__
 
 
@@ -307,8 +309,7 @@ def field_value(rec: dict, field: str):
     for i, key in enumerate(keys):
         where = f"'{'.'.join(keys[:i])}'" if i else "the record"
         if not isinstance(value, dict):
-            raise RecordError(field, f"missing ({where} is {'null' if value is None else _kind(value)}, "
-                                     "not an object)")
+            raise RecordError(field, f"missing ({where} is {_kind(value)}, not an object)")
         if key not in value:
             raise RecordError(field, f"missing ({where} has no key {key!r})")
         value = value[key]
