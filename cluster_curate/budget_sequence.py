@@ -1,7 +1,7 @@
 """Budgets taken along the water-filling's sequence of rows (docs/architecture.md, "Layers"): a
 budget in tokens, and per-source bounds on a budget in rows or tokens. Pure functions on numpy arrays.
 
-    seq    = take_sequence(order, clusters, weights, available)   # the rows in the order water-filling takes them
+    seq    = take_sequence(order, clusters, weights)              # the rows in the order water-filling takes them
     quotas = token_water_fill(...)                                 # rows per cluster for a budget in tokens
     rows   = source_bounded_rows(...)                              # the rows, each source within its share
 
@@ -69,13 +69,12 @@ def token_water_fill(order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray
     one level for all): rows are taken in `take_sequence` order until the next row would pass the budget, so
     the selected tokens S satisfy S ≤ T < S + (tokens of the next row), i.e. T is met to within one row.
     With unit tokens and p = 0 this is exactly `water_fill_quotas` (and `grouped_quotas` with groups)."""
-    seq = take_sequence(order, clusters, tokens, available, balance_power, group_of_cluster, kinds)
+    seq = take_sequence(order, clusters, tokens, balance_power, group_of_cluster, kinds)
     n_take = int(np.searchsorted(np.cumsum(np.asarray(tokens, dtype=np.int64)[seq]), budget_tokens, side="right"))
     return np.bincount(np.asarray(clusters)[seq[:n_take]], minlength=len(available)).astype(np.int64)
 
 
-def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, available: np.ndarray,
-                  balance_power: float = 0.0, group_of_cluster: np.ndarray | None = None,
+def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, balance_power: float = 0.0, group_of_cluster: np.ndarray | None = None,
                   kinds: Kinds | None = None, cluster_share: np.ndarray | None = None) -> np.ndarray:
     """The row positions of `order` in the order the water-filling takes them: every row gets the key
     P / W_c^p (P: the running weight of its cluster up to and including it, in `order`; W_c: the cluster's
@@ -200,5 +199,5 @@ def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.nda
                                         dtype=np.float64), nan=1.0)
     low = np.ceil(share_lo * target - 1e-9).astype(np.int64)
     high = np.floor(share_hi * target + 1e-9).astype(np.int64)
-    seq = take_sequence(order, clusters, weights, available, balance_power, group_of_cluster, kinds)
+    seq = take_sequence(order, clusters, weights, balance_power, group_of_cluster, kinds)
     return source_bounded_take(seq, sources, weights, target, low, high, names, unit)

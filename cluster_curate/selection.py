@@ -350,8 +350,7 @@ def _row_quotas(mode: str, n: int, order: np.ndarray, clusters: np.ndarray, avai
             f"the {n_available} rows of the data"
         notes.append(f"budget of {requested} rows is larger than {what}: selecting all of them")
     if kinds is not None:  # three levels, the top one weighted: the water-filling's own sequence, cut at the budget
-        seq = take_sequence(order, clusters, np.ones(len(clusters), dtype=np.int64), available, balance_power,
-                            groups, kinds)
+        seq = take_sequence(order, clusters, np.ones(len(clusters), dtype=np.int64), balance_power, groups, kinds)
         quotas = np.bincount(clusters[seq[:min(requested, n_available)]], minlength=len(available)).astype(np.int64)
     elif groups is not None:
         quotas = grouped_quotas(available, groups, min(requested, n_available), balance_power)

@@ -358,7 +358,7 @@ def targeted_sequence(rank: np.ndarray, clusters: np.ndarray, open_rows: np.ndar
         share = hits * relevant_tokens ** balance_power
         open_pos = open_pos[share[clusters[open_pos]] > 0]
     open_pos = open_pos[np.lexsort((rank[open_pos], clusters[open_pos]))]
-    seq = take_sequence(open_pos, clusters, tokens, None, balance_power, cluster_share=share)
+    seq = take_sequence(open_pos, clusters, tokens, balance_power, cluster_share=share)
     rest = np.ones(len(rank), dtype=bool)
     rest[open_pos] = False
     rest = np.flatnonzero(rest)

@@ -142,8 +142,8 @@ def test_kinds_of_one_group_each_at_weight_one_are_the_groups(data):
     clusters, groups, _, order, sizes = _problem(data)
     ones = np.ones(len(clusters), dtype=np.int64)
     singles = Kinds(np.arange(int(groups.max()) + 1), np.ones(int(groups.max()) + 1))
-    assert np.array_equal(take_sequence(order, clusters, ones, sizes, 0.0, groups, singles),
-                          take_sequence(order, clusters, ones, sizes, 0.0, groups))
+    assert np.array_equal(take_sequence(order, clusters, ones, 0.0, groups, singles),
+                          take_sequence(order, clusters, ones, 0.0, groups))
 
 
 @settings(max_examples=150, deadline=None)
