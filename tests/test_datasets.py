@@ -603,6 +603,18 @@ def test_tsv_bad_rows_name_file_line_and_field(tmp_path):
         read_all(c)
 
 
+def test_a_misshapen_row_after_a_value_over_128_kib_is_still_located(tmp_path):
+    """A long document in a value (pyarrow reads it) does not stop the search for the misshapen row: Python's csv
+    module, which locates it, has a field size limit of 128 KiB (it was an internal error)."""
+    import csv
+    limit = csv.field_size_limit()
+    p = tmp_path / "long.tsv"
+    p.write_text("question\tanswer\nq0\t" + "a" * 200_000 + "\nq1\ta1\tstray\n")
+    with pytest.raises(CurateError, match=rf"^{p}:3: 3 fields where the header has 2 \(a value holding a tab"):
+        read_all(p)
+    assert csv.field_size_limit() == limit  # the process's limit is left as it was
+
+
 def test_raw_only_pass_copies_rows_without_checking_them(tmp_path):
     """shard's pass: raw rows (bad ones included, as nulls/values) and no Example conversion or raising."""
     p = tmp_path / "d.jsonl"

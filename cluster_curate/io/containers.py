@@ -346,15 +346,22 @@ class _Csv:
         which names no line): Python's csv module, same quoting, counts lines."""
         import csv
         import io
-        with _open_binary(self.path) as f:
-            rows = csv.reader(io.TextIOWrapper(f, encoding="utf-8-sig", newline=""), delimiter=self.delimiter)
-            header, line = next(rows, []), rows.line_num + 1
-            for fields in rows:
-                if fields and len(fields) != len(header):
-                    separator = "tab" if self.kind == "tsv" else "comma"
-                    return (f"{self.path}:{line}: {len(fields)} fields where the header has {len(header)} (a value "
-                            f"holding a {separator} must be quoted)")
-                line = rows.line_num + 1
+        # the csv module refuses a value over 128 KiB (a long document), which pyarrow reads: no limit here
+        limit = csv.field_size_limit(2 ** 31 - 1)
+        try:
+            with _open_binary(self.path) as f:
+                rows = csv.reader(io.TextIOWrapper(f, encoding="utf-8-sig", newline=""), delimiter=self.delimiter)
+                header, line = next(rows, []), rows.line_num + 1
+                for fields in rows:
+                    if fields and len(fields) != len(header):
+                        separator = "tab" if self.kind == "tsv" else "comma"
+                        return (f"{self.path}:{line}: {len(fields)} fields where the header has {len(header)} (a "
+                                f"value holding a {separator} must be quoted)")
+                    line = rows.line_num + 1
+        except csv.Error:  # what the csv module cannot read either: pyarrow's message, unlocated
+            return None
+        finally:
+            csv.field_size_limit(limit)
         return None
 
     def batches(self, batch_rows: int = 0) -> Iterator[pa.RecordBatch]:
