@@ -193,6 +193,10 @@ def test_report_out_for_an_artifact_without_plots_says_so_and_leaves_no_folder(c
     assert data["plots"] == [] and data["embeddings"]["rows"] == 300
     assert any("no plot for embeddings alone" in w for w in data["warnings"])
     assert not (tmp_path / "rep").exists()
+    # the Python API (no output lock around it) leaves none of the folders it made either
+    from cluster_curate import report
+    assert report([str(out / "embeddings.parquet")], out=str(tmp_path / "new" / "rep"))[1] == []
+    assert not (tmp_path / "new").exists()
 
 
 def test_report_follows_lineage_from_the_shards(cli_runner, tmp_path):

@@ -243,7 +243,7 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
     from cluster_curate.commands.report_plots import (plot_cluster_sizes, plot_features_pca, plot_rank_loads,
                                                       plot_source_shares, rank_loads)
 
-    created = not out_dir.exists()
+    created = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # what mkdir makes, deepest first
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     sel_ids = sel_table = None
@@ -293,8 +293,9 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
             sel_tokens = tokens_of(sel_ids)
             random = sel_tokens[plan.rows].sum(-1)
             written.append(plot_rank_loads(planned, random, out_dir / "rank_loads.png"))
-    if created and not written:
-        out_dir.rmdir()  # no folder left behind for nothing
+    if not written:
+        for d in created:
+            d.rmdir()  # no folder left behind for nothing
     return written
 
 
