@@ -408,7 +408,8 @@ def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
     target = _write(tmp_path / "target.jsonl", _rows(6, seed=3))
     base = ["select", pool["clusters"], "--out", tmp_path / "s.parquet"]
     for extra, message in [
-        (["--per-cluster-ratio", "0.5", "--target", target], "not --per-cluster-ratio"),
+        (["--per-cluster-ratio", "0.5", "--target", target],
+         "give --fraction, --budget, --token-budget or --token-fraction, not --per-cluster-ratio"),
         (["--fraction", "0.1", "--target", target, "--within", "far"], "--within: not used with --target"),
         (["--fraction", "0.1", "--target-weight", "0.5"], "--target-weight is only used with --target"),
         (["--fraction", "0.1", "--target", target, "--target-weight", "2"], "--target-weight must be between"),

@@ -271,7 +271,8 @@ def _check(o: dict):
     if o["target"] is not None:
         from cluster_curate.targeting import check_target_weight
         if mode == "per-cluster-ratio":
-            raise CurateError("--target spends a budget: give --fraction or --budget, not --per-cluster-ratio")
+            raise CurateError("--target spends a budget: give --fraction, --budget, --token-budget or "
+                              "--token-fraction, not --per-cluster-ratio")
         for name, unused in (("within", ("auto", "random")), ("dedup", (None,))):
             if o[name] not in unused:
                 raise CurateError(f"--{name}: not used with --target (rows come in order of relevance to the target)")
