@@ -211,6 +211,24 @@ def test_nested_fields_in_jsonl_parquet_and_hf_struct_columns(tmp_path):
     assert (ex.prompt, ex.response) == ([{"role": "user", "content": "u"}], "a")
 
 
+def test_nested_alpaca_reads_the_input_beside_its_instruction(tmp_path):
+    """`--format alpaca --prompt-field data.instruction`: the input is `data.input`, as the flat `input` column is
+    beside `instruction` (it was silently left out of the prompt); a row without that key has no input."""
+    flat = json.loads((FIXTURES / "code_alpaca" / "code_alpaca-300.json").read_text())[:60]
+    rows = [{"data": r} for r in flat]
+    del rows[1]["data"]["input"]
+    expected = [dict(r) for r in flat]
+    expected[1]["input"] = ""
+    write_jsonl(tmp_path / "flat.jsonl", expected)
+    write_jsonl(tmp_path / "n.jsonl", rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "n.parquet")
+    nested = ReadOptions(format="alpaca", prompt_field="data.instruction", response_field="data.output")
+    assert any(r["input"] for r in expected)
+    for name in ("n.jsonl", "n.parquet"):
+        ds, _, examples = read_all(tmp_path / name, nested)
+        assert ds.fields["input"] == "data.input" and examples == read_all(tmp_path / "flat.jsonl")[2], name
+
+
 def test_a_missing_step_of_a_nested_path_is_a_bad_row_naming_the_path(tmp_path):
     p = write_jsonl(tmp_path / "n.jsonl", [
         {"data": {"question": "q0", "answer": "a0"}},

@@ -183,7 +183,11 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         raise CurateError(f"{source}: format {fmt} needs column {which}, not found; columns found: [{shown}]. "
                           f"{_fix_hint(cols)}")
     used = {prompt, *extra}
-    input_field = "input" if fmt == "alpaca" and "input" in colset and "input" not in used else None
+    # alpaca's input: its column, else the key beside a nested instruction (data.instruction -> data.input)
+    nested_in = prompt.rpartition(".")[0] if prompt not in colset else ""
+    input_name = "input" if "input" in colset or not nested_in else f"{nested_in}.input"
+    input_field = input_name if fmt == "alpaca" and (input_name in colset or nested_in) and input_name not in used \
+        else None
     system = "system" if "system" in colset and "system" not in (*used, response) else None
     return FieldMap(fmt, prompt, response, input_field, system, tuple(extra))
 
@@ -330,7 +334,11 @@ def to_example(rec: dict, fields: FieldMap):
         prompt = _text(field_value(rec, fields.prompt), fields.prompt, "prompt", required=fields.input is None,
                        parts=True)
     if fields.input:
-        extra = _text(rec.get(fields.input), fields.input, "input", required=False)
+        try:  # optional: a row without the key (flat or nested) has no input
+            extra = field_value(rec, fields.input)
+        except RecordError:
+            extra = None
+        extra = _text(extra, fields.input, "input", required=False)
         if extra.strip():
             prompt = f"{prompt}\n\n{extra}" if prompt.strip() else extra
         if not prompt.strip():
