@@ -621,6 +621,19 @@ def test_tsv_bad_rows_name_file_line_and_field(tmp_path):
         read_all(c)
 
 
+def test_a_header_naming_a_column_twice_is_refused_at_open(tmp_path):
+    """pandas' df.to_csv(sep='\\t') of a table with two unnamed index levels writes the header '\\t\\tquestion\\t...':
+    two columns named ''. pyarrow reads them; the shard writer could not (an internal error after embed, cluster
+    and select had run), so the reader refuses the file when it opens it."""
+    import pandas as pd
+    df = pd.DataFrame({"question": ["q0", "q1"], "answer": ["a0", "a1"]}, index=pd.MultiIndex.from_arrays([[0, 1],
+                                                                                                          [0, 0]]))
+    for name, sep in (("x.tsv", "\t"), ("x.csv", ",")):
+        df.to_csv(tmp_path / name, sep=sep)
+        with pytest.raises(CurateError, match=rf"^{tmp_path / name}:1: column '' appears 2 times in the header; "):
+            open_dataset(tmp_path / name)
+
+
 def test_a_misshapen_row_after_a_value_over_128_kib_is_still_located(tmp_path):
     """A long document in a value (pyarrow reads it) does not stop the search for the misshapen row: Python's csv
     module, which locates it, has a field size limit of 128 KiB (it was an internal error)."""

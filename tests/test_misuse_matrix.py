@@ -43,6 +43,7 @@ def work(tmp_path_factory) -> Path:
     (w / "binary.parquet").write_bytes(b"PAR1 not really")
     (w / "stray_tab.tsv").write_text('question\tanswer\nq0\ta0\n"q1\non two lines"\ta1\nq2\ta2\tstray\n')
     (w / "empty_answer.tsv").write_text("question\tanswer\nq0\ta0\nq1\t\n")
+    (w / "two_index_columns.tsv").write_text("\t\tquestion\tanswer\n0\t0\tq0\ta0\n1\t1\tq1\ta1\n")  # pandas'
     (w / "nested.jsonl").write_text(json.dumps({"data": {"question": "q0", "answer": "a0"}}) + "\n"
                                     + json.dumps({"data": {"question": "q1"}}) + "\n")
     (w / "floors.yaml").write_text("inputs:\n  - path: data.jsonl\n    min_share: 0.9\n"
@@ -95,6 +96,8 @@ CASES = [
     ("embed-truncated-json", ["embed", "truncated.json", "--out", "e.parquet"], "truncated.json:5: invalid JSON"),
     ("embed-tsv-stray-tab", ["embed", "stray_tab.tsv", "--out", "e.parquet"],
      "stray_tab.tsv:5: 3 fields where the header has 2 (a value holding a tab must be quoted)"),
+    ("run-tsv-repeated-column", ["run", "two_index_columns.tsv", "--out", "r", *FAST, "--fraction", "0.5", *SHARD],
+     "two_index_columns.tsv:1: column '' appears 2 times in the header; give each column its own name"),
     ("run-tsv-empty-answer", ["run", "empty_answer.tsv", "--out", "r", *FAST, "--fraction", "0.5", *SHARD],
      "empty_answer.tsv: id 1: field 'answer': empty response"),
     ("embed-nested-missing", ["embed", "nested.jsonl", "--out", "e.parquet", "--prompt-field", "data.question",

@@ -319,6 +319,11 @@ class _Csv:
             pass  # permission / directory errors with our message
         try:
             names = pacsv.open_csv(self._stream(), read_options=read, parse_options=parse).schema.names
+            repeated = next((n for n in names if names.count(n) > 1), None)
+            if repeated is not None:  # pyarrow reads it; a table with two columns of one name is no dataset
+                raise CurateError(f"{self.path}:1: column {repeated!r} appears {names.count(repeated)} times in the "
+                                  "header; give each column its own name (unnamed pandas index columns: write with "
+                                  "to_csv(..., index=False))")
             convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
             return pacsv.open_csv(self._stream(), read_options=read, parse_options=parse, convert_options=convert)
         except (pa.ArrowInvalid, UnicodeDecodeError) as e:  # the latter: a header that is not UTF-8
