@@ -111,3 +111,20 @@ def test_a_mixture_file_with_a_tsv_input_and_dotted_fields(tmp_path):
             assert (r["prompt"], r["response"]) == (original["question"], original["answer"])
         else:
             assert r["data"] is None and r["question"] == r["prompt"]
+
+
+def test_export_reads_a_nested_path_from_shards_that_keep_the_column_as_json_text(tmp_path):
+    """A skipped bad row whose `data` is text makes the column mixed, so the shards keep it as JSON text (with a
+    warning); `export` reads the recorded `data.answer` from that text as from the object (it refused every row:
+    'data' is text, not an object)."""
+    rows = nest_gsm8k(60)
+    rows[5]["data"] = "not an object"
+    write_jsonl(tmp_path / "nested.jsonl", rows)
+    r = _ok("run", "nested.jsonl", "--out", "out", *NESTED, "--on-bad-row", "skip", *FAST, cwd=tmp_path)
+    assert "column 'data' holds text in some rows" in r.stderr
+    shards = _shards(tmp_path / "out" / "shards")
+    assert pa.types.is_string(shards.schema.field("data").type)
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    trl = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert trl and all(r["completion"][0]["content"] == rows[r["id"]]["data"]["answer"] for r in trl)
+    assert all(r["prompt"][-1]["content"] == rows[r["id"]]["data"]["question"] for r in trl)

@@ -304,14 +304,21 @@ def _conversation(rec: dict, fields: FieldMap):
 
 def field_value(rec: dict, field: str):
     """The value of `field` in a record: its key of that name when it has one (a key may hold a dot), else the
-    dotted path into nested objects (`data.question`). A step that is not there is a RecordError naming the whole
-    path; the value at the end, null included, is the caller's to judge, as a flat column's is."""
+    dotted path into nested objects (`data.question`; an object may be JSON text, as a conversation column may).
+    A step that is not there is a RecordError naming the whole path; the value at the end, null included, is the
+    caller's to judge, as a flat column's is."""
     if field in rec or "." not in field:
         return rec.get(field)
     keys = field.split(".")
     value = rec
     for i, key in enumerate(keys):
         where = f"'{'.'.join(keys[:i])}'" if i else "the record"
+        if isinstance(value, str) and value.startswith("{"):
+            # an object kept as JSON text: a CSV column, or a shard column whose rows mix objects and text
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                pass
         if not isinstance(value, dict):
             raise RecordError(field, f"missing ({where} is {_kind(value)}, not an object)")
         if key not in value:
