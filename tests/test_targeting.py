@@ -406,6 +406,7 @@ def test_select_target_spends_the_budget_on_the_target_task(tmp_path, cli_runner
 
 def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
     target = _write(tmp_path / "target.jsonl", _rows(6, seed=3))
+    nested = _write(tmp_path / "nested.jsonl", [{"data": r} for r in _rows(6, seed=3)])
     base = ["select", pool["clusters"], "--out", tmp_path / "s.parquet"]
     for extra, message in [
         (["--per-cluster-ratio", "0.5", "--target", target],
@@ -416,6 +417,8 @@ def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
         (["--fraction", "0.1", "--target", tmp_path / "nope.jsonl"], "no such file"),
         (["--token-fraction", "0.1", "--fraction", "0.1", "--target", target], "give one budget"),
         (["--token-budget", "10000000", "--target", target], "is larger than the data's"),
+        (["--fraction", "0.1", "--target", nested], "a target is read in its own format, not with the data's "
+                                                     "--prompt-field / --response-field; embed it with its fields"),
     ]:
         res = _cli(cli_runner, base + extra, code=2)
         assert message in res.output and "Traceback" not in res.output, res.output

@@ -148,11 +148,9 @@ def _check_options(stage_opts: dict) -> tuple[dict, str | None]:
     target = stage_opts["target"]
     if target is None:
         return {k: v for k, v in stage_opts.items() if k not in ("target", "target_weight")}, None
-    from cluster_curate.commands.select import target_embeddings_meta, target_read_options
-    from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.commands.select import open_target, target_embeddings_meta
     meta = target_embeddings_meta(target)
-    return stage_opts, (meta.fingerprint if meta is not None else
-                        open_dataset(target, target_read_options(stage_opts)).fingerprint())
+    return stage_opts, (meta.fingerprint if meta is not None else open_target(target, stage_opts).fingerprint())
 
 
 def _stage_extra(spec) -> dict:
@@ -206,11 +204,10 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
 def _check_target_rows(s: dict) -> None:
     """A raw --target read once, as select will embed it (with --on-bad-row): a bad row is reported before the
     first stage, not after embed and cluster have run."""
-    from cluster_curate.commands.select import target_embeddings_meta, target_read_options
-    from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.commands.select import open_target, target_embeddings_meta
     if s["target"] is None or target_embeddings_meta(s["target"]) is not None:  # an artifact is read as it is
         return
-    for _ in open_dataset(s["target"], target_read_options(s)).iter_batches():
+    for _ in open_target(s["target"], s).iter_batches():
         pass
 
 

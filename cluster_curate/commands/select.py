@@ -243,6 +243,21 @@ def target_read_options(o: dict):
     return ReadOptions(on_bad_row=o["on_bad_row"])
 
 
+def open_target(target: str, o: dict):
+    """A raw --target opened as select embeds it (target_read_options). Fields it cannot detect are not the data's
+    to give, so the message says how to read such a target (embedded by itself) instead of naming --prompt-field."""
+    from cluster_curate.io.datasets import open_dataset
+    try:
+        return open_dataset(target, target_read_options(o))
+    except CurateError as e:
+        if "unrecognised record format" not in str(e):
+            raise
+        raise CurateError(f"--target {str(e).split('. ')[0]}: a target is read in its own format, not with the "
+                          "data's --prompt-field / --response-field; embed it with its fields (`cluster-curate embed "
+                          "TARGET --like EMBEDDINGS --prompt-field ... --response-field ... --out T.parquet`) and "
+                          "pass --target T.parquet") from None
+
+
 def check_no_source_bounds(low, high, where: str) -> None:
     """--target takes rows in order of relevance to the target and does not meet a mixture's floors or caps on
     its sources: any floor above 0 or cap below 1 is refused rather than silently left unmet."""
@@ -382,6 +397,7 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
         if not Path(target).exists():
             raise CurateError(f"--target {target}: no such file or directory")
         from cluster_curate.commands.embed import embed
+        open_target(target, o)  # its format detected, or the way to give its fields
         path = str(sidecar_path(out, names.TARGET_EMBEDDINGS))
         embed(target, path, like=str(emb_path), overwrite=True, **target_read_options(o).given())
     ids, rows, tmeta = read_embeddings(path, force=o["force"])
