@@ -615,6 +615,10 @@ def test_tsv_bad_rows_name_file_line_and_field(tmp_path):
         with pytest.raises(CurateError, match=rf"^{p}:5: 3 fields where the header has 2 \(a value holding a tab "
                                               r"must be quoted\)$"):
             read_all(p, opts)
+    p.write_text('question\tanswer\nq0\ta0\nq1 on\ntwo lines\ta1\n')  # a line break in a value left unquoted
+    with pytest.raises(CurateError, match=rf"^{p}:3: 1 field where the header has 2 \(a value holding a line break "
+                                          r"must be quoted\)$"):
+        read_all(p)
     c = tmp_path / "x.csv"
     c.write_text('question,answer\nq0,a0\nq1,a1,stray\n')
     with pytest.raises(CurateError, match=rf"^{c}:3: 3 fields where the header has 2 \(a value holding a comma"):

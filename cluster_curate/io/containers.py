@@ -359,9 +359,11 @@ class _Csv:
                 header, line = next(rows, []), rows.line_num + 1
                 for fields in rows:
                     if fields and len(fields) != len(header):
-                        separator = "tab" if self.kind == "tsv" else "comma"
-                        return (f"{self.path}:{line}: {len(fields)} fields where the header has {len(header)} (a "
-                                f"value holding a {separator} must be quoted)")
+                        # too many: a separator inside a value; too few: a line break inside one (or a lost tab)
+                        held = ("tab" if self.kind == "tsv" else "comma") if len(fields) > len(header) else \
+                            "line break"
+                        return (f"{self.path}:{line}: {len(fields)} field{'s' * (len(fields) != 1)} where the header "
+                                f"has {len(header)} (a value holding a {held} must be quoted)")
                     line = rows.line_num + 1
         except csv.Error:  # what the csv module cannot read either: pyarrow's message, unlocated
             return None
