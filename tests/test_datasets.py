@@ -639,8 +639,9 @@ def test_a_header_naming_a_column_twice_is_refused_at_open(tmp_path):
 
 
 def test_a_misshapen_row_after_a_value_over_128_kib_is_still_located(tmp_path):
-    """A long document in a value (pyarrow reads it) does not stop the search for the misshapen row: Python's csv
-    module, which locates it, has a field size limit of 128 KiB (it was an internal error)."""
+    """A long document in a value (pyarrow reads it), or bytes that are not UTF-8, before the misshapen row do not
+    stop the search for it: Python's csv module, which locates it, has a field size limit of 128 KiB, and its
+    text reader stopped at the bad bytes (both were internal errors)."""
     import csv
     limit = csv.field_size_limit()
     p = tmp_path / "long.tsv"
@@ -648,6 +649,9 @@ def test_a_misshapen_row_after_a_value_over_128_kib_is_still_located(tmp_path):
     with pytest.raises(CurateError, match=rf"^{p}:3: 3 fields where the header has 2 \(a value holding a tab"):
         read_all(p)
     assert csv.field_size_limit() == limit  # the process's limit is left as it was
+    p.write_bytes(b"question\tanswer\nq0\ta\xff0\nq1\ta1\tstray\n")  # and bytes that are not UTF-8 before it
+    with pytest.raises(CurateError, match=rf"^{p}:3: 3 fields where the header has 2 \(a value holding a tab"):
+        read_all(p)
 
 
 def test_raw_only_pass_copies_rows_without_checking_them(tmp_path):

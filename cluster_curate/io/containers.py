@@ -351,11 +351,13 @@ class _Csv:
         which names no line): Python's csv module, same quoting, counts lines."""
         import csv
         import io
-        # the csv module refuses a value over 128 KiB (a long document), which pyarrow reads: no limit here
+        # the csv module refuses a value over 128 KiB (a long document), which pyarrow reads: no limit here; bytes
+        # that are not UTF-8 are replaced, since this only counts lines and fields (the reader names them itself)
         limit = csv.field_size_limit(2 ** 31 - 1)
         try:
             with _open_binary(self.path) as f:
-                rows = csv.reader(io.TextIOWrapper(f, encoding="utf-8-sig", newline=""), delimiter=self.delimiter)
+                text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="replace", newline="")
+                rows = csv.reader(text, delimiter=self.delimiter)
                 header, line = next(rows, []), rows.line_num + 1
                 for fields in rows:
                     if fields and len(fields) != len(header):
@@ -365,8 +367,6 @@ class _Csv:
                         return (f"{self.path}:{line}: {len(fields)} field{'s' * (len(fields) != 1)} where the header "
                                 f"has {len(header)} (a value holding a {held} must be quoted)")
                     line = rows.line_num + 1
-        except csv.Error:  # what the csv module cannot read either: pyarrow's message, unlocated
-            return None
         finally:
             csv.field_size_limit(limit)
         return None
