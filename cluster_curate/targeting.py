@@ -26,8 +26,9 @@ The relevance score, and why (benchmarks/results/target_skill_*.md measure each 
   version 1's rule: it gave a frequent target kind that spans many clusters more than its share.)
 * `target_weight` w in [0, 1] is the knob between the two ends: w = 1 is pure relevance (the relevant part is
   the budget itself: the round-robin order, cut at the budget); as w falls the relevant part widens and the
-  balance decides more; w = 0 is the untargeted balanced selection itself (every row relevant, random order
-  inside a cluster: the same rows as `select --within random` without a target).
+  balance decides more; w = 0 is the untargeted balance over clusters (every row relevant, random order
+  inside a cluster: the same rows as `select --within random` without a target on clusters without groups
+  or kinds; the targeted balance is over clusters alone).
 * A budget in tokens T (`targeted_sequence`): the same rule with every count in tokens, as the untargeted token
   budget is the row water-filling in tokens: the relevant part is the round-robin order until T / w tokens,
   each pulled cluster's level in tokens in proportion to its target rows, capped at its tokens in the relevant
@@ -241,8 +242,8 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
     """The budget over the clusters of the relevant part (the first ceil(budget / target_weight) rows of the
     round-robin order) that the target pulls from, in proportion to the target rows each holds (quota_by
     "cluster": water-filled evenly); inside a cluster, rows in round-robin order. target_weight 0: the whole
-    pool is relevant and a cluster's rows come in the seeded random order (`select`'s default, same ids and
-    seed: the same rows). Sums to exactly min(budget, n).
+    pool is relevant and a cluster's rows come in the seeded random order (same ids and seed: the rows of
+    `select --within random` on clusters without groups or kinds). Sums to exactly min(budget, n).
 
     A budget in tokens (token_budget T or token_fraction, with `tokens` per row; budget_sequence's contract):
     the same rule with every count in tokens (`targeted_sequence`), cut where the next row would pass T, so

@@ -390,7 +390,7 @@ def test_select_target_spends_the_budget_on_the_target_task(tmp_path, cli_runner
     _cli(cli_runner, ["select", pool["clusters"], "--out", again, "--budget", "40", "--target",
                       tmp_path / "sel.target.parquet", "-q"])
     assert _selected(again)[0].column("id").equals(table.column("id"))
-    # --target-weight 0: the untargeted selection
+    # --target-weight 0: the untargeted selection (a given --k makes clusters without groups or kinds)
     plain, zero = tmp_path / "plain.parquet", tmp_path / "zero.parquet"
     _cli(cli_runner, ["select", pool["clusters"], "--out", plain, "--budget", "40", "--within", "random", "-q"])
     _cli(cli_runner, ["select", pool["clusters"], "--out", zero, "--budget", "40", "--target", target,
