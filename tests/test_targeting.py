@@ -463,6 +463,8 @@ def test_run_target_end_to_end_and_up_to_date(tmp_path, cli_runner, pool):
 def test_select_target_refuses_a_mixtures_floors_and_skips_bad_target_rows(tmp_path, cli_runner):
     """--target does not meet a mixture's floors or caps, so they are refused, not left unmet silently (lifted
     with --source-min-share 0); the target's bad rows follow --on-bad-row as the pool's do."""
+    import json
+
     rows = _rows(360)
     math = _write(tmp_path / "math.jsonl", [r for r in rows if r["kind"] != "code"])
     code = _write(tmp_path / "code.jsonl", [r for r in rows if r["kind"] == "code"])
@@ -478,10 +480,16 @@ def test_select_target_refuses_a_mixtures_floors_and_skips_bad_target_rows(tmp_p
         assert "the mixture's min_share / max_share" in res.output and "not met by --target" in res.output
     res = _cli(cli_runner, base + ["--source-min-share", "0"], code=2)
     assert "target.jsonl:11: field 'output': empty response" in res.output
-    _cli(cli_runner, base + ["--source-min-share", "0", "--on-bad-row", "skip", "-q"])
+    res = _cli(cli_runner, base + ["--source-min-share", "0", "--on-bad-row", "skip", "--json"])
     table, meta = _selected(tmp_path / "s.parquet")
     assert table.num_rows == 40 and len(meta.params["target_service"]["per_target"]) == 10
     assert len((tmp_path / "s.target.rejects.jsonl").read_text().splitlines()) == 1  # the skipped row, visibly
+    # each input's rows before and after, as without --target: the code target takes code rows
+    sources = {s["source"]: s for s in json.loads(res.stdout.strip().splitlines()[-1])["sources"]}
+    assert meta.params["sources"] == list(sources.values())
+    assert sources["math"]["selected"] + sources["code"]["selected"] == 40
+    assert sources["code"]["selected"] > sources["math"]["selected"]
+    assert sources["code"]["rows"] == sum(r["kind"] == "code" for r in rows)
 
 
 def test_run_reads_the_target_in_its_own_format_not_with_the_datas_fields(tmp_path, cli_runner):

@@ -344,10 +344,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
                "rank_in_cluster": pa.array(sel.rank_in_cluster, pa.int32())}
     _add_n_tokens(columns, o, x, tokens, sel.rows)
     if sources is not None:
-        from cluster_curate.io.mixture import source_accounting
-        chosen = np.zeros(len(c.ids), dtype=bool)
-        chosen[sel.rows] = True
-        x["sources"] = source_accounting(source_names, sources, tokens, chosen)
+        x["sources"] = _source_figures(source_names, sources, tokens, sel.rows)
     params = _params(o, mode, sel, c)
     if x.get("auto"):
         params["within_auto"] = x["auto"]
@@ -414,7 +411,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     from cluster_curate import targeting as T
     from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.readers import read_embeddings_for
-    _, _, low, high = _sources(o, c)
+    sources, source_names, low, high = _sources(o, c)
     if low is not None:
         check_no_source_bounds(low, high, "the mixture's min_share / max_share (or --source-min-share / "
                                           "--source-max-share)")
@@ -451,6 +448,8 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     _add_n_tokens(columns, o, x, tokens, sel.rows)
     params = _params(o, mode, sel, c)
     _add_token_figures(params, o, x, tokens, sel, mode)
+    if sources is not None:
+        params["sources"] = x["sources"] = _source_figures(source_names, sources, tokens, sel.rows)
     params["quotas_over_groups"] = False  # the targeted balance is over the clusters the target pulls from
     params.update({"within": "relevance to the target", "target_weight": weight, "min_target_hits": T.MIN_TARGET_HITS,
                    "target_quotas": "in proportion to the target rows each pulled cluster holds",
@@ -463,6 +462,16 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     summary.update(target_summary(service, tpath))
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, service["clusters"][:summary_limit] if summary_limit else service["clusters"]
+
+
+def _source_figures(names: list[str], sources, tokens, rows) -> list[dict]:
+    """A mixture's per-input rows (and tokens) before and after the selection (io/mixture.source_accounting)."""
+    import numpy as np
+
+    from cluster_curate.io.mixture import source_accounting
+    chosen = np.zeros(len(sources), dtype=bool)
+    chosen[rows] = True
+    return source_accounting(names, sources, tokens, chosen)
 
 
 def _add_n_tokens(columns: dict, o: dict, x: dict, tokens, rows) -> None:
