@@ -240,6 +240,20 @@ def test_text_featurizer_round_trip_and_small_sample():
     assert np.array_equal(g.transform(texts), out) and g.dim == 64 and g.seed == 1
 
 
+def test_text_featurizer_fitted_again_transforms_by_its_new_fit():
+    # transform keeps the term index and the float64 projection of a fit between calls: a second fit of the
+    # same featurizer must replace them, not transform by the first fit's
+    rows = _rows(60)
+    first = [r["instruction"] for r in rows[:30]]
+    second = [r["output"] + " " + r["instruction"] for r in rows[30:]]
+    f = TextFeaturizer(dim=8, seed=0).fit(first)
+    by_first = f.transform(second)
+    f.fit(second)
+    fresh = TextFeaturizer(dim=8, seed=0).fit(second)
+    assert np.array_equal(f.transform(second), fresh.transform(second))
+    assert not np.array_equal(f.transform(second), by_first)
+
+
 def test_text_weighting_tf_lets_the_task_words_outweigh_rare_topic_words(tmp_path):
     # two tasks worded by frequent words; every row also names two rare nouns (its topic)
     rng = np.random.default_rng(0)

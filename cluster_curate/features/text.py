@@ -130,11 +130,25 @@ class TextFeaturizer:
         if not self.fitted:
             raise RuntimeError("TextFeaturizer.transform called before fit")
         x = self._tfidf(texts)
-        return np.asarray(x @ self.components.T.astype(np.float64), dtype=np.float32)
+        return np.asarray(x @ self._projection(), dtype=np.float32)
 
     def _tfidf(self, texts: list[str]):
-        return self._weigh(*_count_matrix(texts, {t: i for i, t in enumerate(self.vocabulary.tolist())},
-                                          slots=self._slot_table()))
+        return self._weigh(*_count_matrix(texts, self._term_index(), slots=self._slot_table()))
+
+    def _term_index(self) -> dict:
+        """term -> column, built once per fitted vocabulary (not once per chunk: 32,768 terms)."""
+        cached = getattr(self, "_terms_at", None)
+        if cached is None or cached[0] is not self.vocabulary:
+            self._terms_at = (self.vocabulary, {t: i for i, t in enumerate(self.vocabulary.tolist())})
+        return self._terms_at[1]
+
+    def _projection(self) -> np.ndarray:
+        """components.T as float64 in C order, made once per fitted basis: a sparse @ dense product copies a
+        dense operand that is not C-ordered (the transposed view), 64 MiB per chunk at 256 x 32,768."""
+        cached = getattr(self, "_projects", None)
+        if cached is None or cached[0] is not self.components:
+            self._projects = (self.components, np.ascontiguousarray(self.components.T, dtype=np.float64))
+        return self._projects[1]
 
     def _slot_table(self) -> dict | None:
         """The slot state as a lookup (built once per fitted state)."""
