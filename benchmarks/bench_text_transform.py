@@ -9,6 +9,7 @@ the ratio, measured side by side). The features of both trees are compared bit f
 
     python benchmarks/bench_text_transform.py --baseline /tmp/base-checkout   # e.g. `git archive HEAD~1`
     python benchmarks/bench_text_transform.py                                  # this checkout alone
+    python benchmarks/bench_text_transform.py --baseline DIR --name text_transform_counts   # another results file
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def main(argv=None) -> None:
     ap.add_argument("--sample", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--baseline", type=Path, help="another checkout's root, timed side by side")
+    ap.add_argument("--name", default="text_transform", help="results file stem (benchmarks/results/NAME.md)")
     ap.add_argument("--worker", action="store_true", help=argparse_hidden())
     args = ap.parse_args(argv)
     if args.worker:
@@ -97,7 +99,7 @@ def main(argv=None) -> None:
         payload |= {"speedup": round(ratio, 3), "identical": same}
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     lines += ["", f"Load average at the end: {load}."]
-    write_results("text_transform", lines, payload, argv)
+    write_results(args.name, lines, payload, argv)
 
 
 def argparse_hidden():

@@ -254,6 +254,31 @@ def test_text_featurizer_fitted_again_transforms_by_its_new_fit():
     assert not np.array_equal(f.transform(second), by_first)
 
 
+@pytest.mark.parametrize("weighting", ["tf", "slot"])
+def test_text_counts_over_a_fixed_vocabulary_equal_the_growing_counts(weighting):
+    # transform counts a chunk with numpy, fit term by term: the same entries, order, counts and slot weights,
+    # unknown terms left out (here: the columns the growing count adds for them), empty and wordless rows too
+    from cluster_curate.features.text import _count_matrix
+    rows = _rows(80)
+    f = TextFeaturizer(dim=8, weighting=weighting).fit([r["instruction"] for r in rows[:40]])
+    vocabulary = {t: i for i, t in enumerate(f.vocabulary.tolist())}
+    texts = [r["instruction"] + " " + r["output"] for r in rows[40:]] + ["", "!!", "zqxjv numtok 7 sort"]
+    x, w = _count_matrix(texts, vocabulary, slots=f._slot_table())
+    grown = dict(vocabulary)
+    gx, gw = _count_matrix(texts, grown, grow=True, slots=f._slot_table())
+    assert len(grown) > len(vocabulary)  # some terms were unknown
+    known = np.arange(len(vocabulary))
+    for got, want in ((x, gx[:, known]), (w, None if gw is None else gw[:, known])):
+        if want is None:
+            assert got is None
+            continue
+        want.sort_indices()
+        assert got.shape == want.shape and got.has_sorted_indices
+        for part in ("data", "indices", "indptr"):
+            assert np.array_equal(getattr(got, part), getattr(want, part))
+    assert x.nnz > 0 and not x[len(texts) - 3:len(texts) - 1].nnz  # "" and "!!" have no term
+
+
 def test_text_weighting_tf_lets_the_task_words_outweigh_rare_topic_words(tmp_path):
     # two tasks worded by frequent words; every row also names two rare nouns (its topic)
     rng = np.random.default_rng(0)

@@ -304,6 +304,8 @@ def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False, slots:
     With grow, unseen terms are added to `vocabulary` (index = order of first appearance). With slots
     (the slot weighting), also each entry's largest occurrence weight, as a matrix of the same entries (else
     None)."""
+    if not grow:
+        return _counts_in_vocabulary(texts, vocabulary, slots)
     from scipy import sparse
 
     indices, counts, best, indptr = [], [], [], [0]
@@ -333,6 +335,50 @@ def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False, slots:
     w = None if slots is None else \
         sparse.csr_matrix((np.asarray(best, dtype=np.float64), indices.copy(), indptr.copy()), shape=x.shape)
     for m in (x, w):  # the same entries in the same order in both (sorted in place: x shares `indices`)
+        if m is not None:
+            m.sort_indices()
+    return x, w
+
+
+def _counts_in_vocabulary(texts: list[str], vocabulary: dict, slots: dict | None):
+    """_count_matrix over a fixed vocabulary (transform): only the term lists are made text by text; the counts
+    and largest weights are taken with numpy over the whole chunk (a dict loop per term was a third of a
+    chunk's time). The same matrices: each row's entries end sorted by column either way, and a count or a
+    largest weight does not depend on the order of a term's occurrences."""
+    from itertools import repeat
+
+    from scipy import sparse
+
+    columns, weights, lengths = [], [], []
+    for text in texts:
+        if slots is None:
+            terms = _terms(text)
+        else:
+            pairs = _weighted_terms(text, slots)
+            terms = [t for t, _ in pairs]
+            weights.extend([w for _, w in pairs])
+        columns.extend(map(vocabulary.get, terms, repeat(-1)))
+        lengths.append(len(terms))
+    n, width = len(texts), max(len(vocabulary), 1)
+    column = np.asarray(columns, dtype=np.int64)
+    known = column >= 0
+    # one key per occurrence of a known term, (row, column) in one integer; equal keys, sorted, are one entry
+    key = np.repeat(np.arange(n, dtype=np.int64), lengths)[known] * width + column[known]
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else np.zeros(0, dtype=np.int64)
+    entry = key[starts]
+    indices = (entry % width).astype(np.int32)
+    indptr = np.r_[0, np.cumsum(np.bincount(entry // width, minlength=n))].astype(np.int64)
+    counts = np.diff(np.r_[starts, key.size]).astype(np.float64)
+    shape = (n, len(vocabulary))
+    x = sparse.csr_matrix((counts, indices, indptr), shape=shape)
+    w = None
+    if slots is not None:
+        best = np.maximum.reduceat(np.asarray(weights, dtype=np.float64)[known][order], starts) if starts.size \
+            else np.zeros(0, dtype=np.float64)
+        w = sparse.csr_matrix((best, indices.copy(), indptr.copy()), shape=shape)
+    for m in (x, w):  # already sorted: sort_indices only records it, as the growing count's sort does
         if m is not None:
             m.sort_indices()
     return x, w
