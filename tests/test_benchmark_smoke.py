@@ -241,3 +241,20 @@ def test_family_intervals_reproduce_the_stored_median_and_bracket_it():
         v = quality_intervals.interval(instances, "answers-prop", m, 300, 0.85, rng)
         assert abs(v["recovered"] - summary["answers-prop"][key]) < 1e-9  # bench_family_train.py's median
         assert v["low"] <= v["recovered"] <= v["high"] and v["units"] == 8
+
+
+def test_scale_data_is_near_duplicates_with_some_exact_copies(tmp_path):
+    import bench_scale
+
+    bench_scale.make_data(tmp_path / "a.jsonl", 12000)  # the 9,473 real rows, then perturbed repeats
+    bench_scale.make_data(tmp_path / "b.jsonl", 12000)
+    text = (tmp_path / "a.jsonl").read_text()
+    assert text == (tmp_path / "b.jsonl").read_text()  # deterministic
+    rows = [json.loads(line) for line in text.splitlines()]
+    assert len(rows) == 12000 and set(rows[0]) == {"instruction", "input", "output"}
+    first, repeats = rows[:9473], rows[9473:]
+    seen = {json.dumps(r, sort_keys=True) for r in first}
+    copies = sum(json.dumps(r, sort_keys=True) in seen for r in repeats)
+    assert 0 < copies < len(repeats) // 2  # some exact copies; most repeats are near duplicates
+    assert repeats[0]["instruction"] != first[0]["instruction"]
+    assert bench_scale._perturb("Tom has 3 apples", 2) == "Carmen has 5 apples"

@@ -1,0 +1,161 @@
+"""Every stage at the scale users have: wall time and peak RSS of each command, on ~200k rows of instruction data,
+and the count that every row of the data is accounted for.
+
+Data (built under --work, never in the repository): GSM8K train and the Code Alpaca sample as Alpaca rows,
+repeated to --rows with deterministic perturbations (numbers shifted, names and a few words swapped: near
+duplicates, not copies), about 3% exact copies of earlier rows; the empty responses of Code Alpaca stay, so
+the commands run with --on-bad-row skip. Commands as a user types them, default options otherwise: inspect,
+embed, cluster, select --fraction 0.3, shard --num-shards 8, report. Each is a fresh process; its peak RSS is
+the kernel's (wait4). With --baseline (another checkout's root) the same commands run on it, stage by stage
+next to this checkout's, and the outputs are compared (shard ids, selection ids).
+
+    python benchmarks/bench_scale.py --rows 200000 --baseline /tmp/base-checkout
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import DATA, ROOT, parser, tool_cmd, write_results
+
+NAMES = ["Alice", "Bob", "Carmen", "Deepak", "Elena", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kemi", "Luis"]
+SWAPS = [("many", "much"), ("each", "every"), ("total", "overall"), ("buys", "purchases"), ("write", "create"),
+         ("function", "routine"), ("list", "array"), ("find", "compute"), ("given", "provided")]
+
+
+def _perturb(text: str, k: int) -> str:
+    text = re.sub(r"\d+", lambda m: str(int(m.group()) + k) if len(m.group()) < 9 else m.group(), text)
+    text = re.sub(r"\b[A-Z][a-z]{2,}\b(?= (?:has|had|is|was|buys|bought|wants|makes|sells|earns))",
+                  NAMES[k % len(NAMES)], text)
+    for a, b in SWAPS[k % len(SWAPS):][:3]:
+        text = re.sub(rf"\b{a}\b", b, text)
+    return text
+
+
+def make_data(path: Path, rows: int) -> None:
+    base = [{"instruction": r["question"], "input": "", "output": r["answer"]}
+            for r in map(json.loads, (DATA / "gsm8k" / "train.jsonl").read_text().splitlines())]
+    base += [{"instruction": r["instruction"], "input": r.get("input", ""), "output": r["output"]}
+             for r in json.loads((DATA / "code_alpaca" / "code_alpaca_2k.json").read_text())]
+    rng, out = random.Random(1234), []
+    for i in range(rows):
+        rep, j = divmod(i, len(base))
+        if rep == 0:
+            out.append(base[j])
+        elif rng.random() < 0.03:
+            out.append(out[rng.randrange(len(out))])  # an exact copy of an earlier row
+        else:
+            out.append({k: _perturb(v, rep) for k, v in base[j].items()})
+    path.write_text("".join(json.dumps(r) + "\n" for r in out))
+
+
+def timed(tree: Path, args: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one command in a fresh process, run by the checkout `tree`."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    with tempfile.TemporaryFile() as err:  # a file, not a pipe: a full pipe would block the command
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(tool_cmd() + args + ["-q"], env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)  # the child's own rusage: its peak RSS
+        seconds = time.perf_counter() - t0
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            raise RuntimeError(f"{args[0]} failed ({code}): {err.read().decode()[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def stages(tree: Path, data: Path, out: Path) -> dict[str, tuple[float, float]]:
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    e, c, s = out / "embeddings.parquet", out / "clusters.parquet", out / "selection.parquet"
+    skip = ["--on-bad-row", "skip"]
+    commands = {"inspect": ["inspect", data, *skip],
+                "embed": ["embed", data, "--out", e, *skip],
+                "cluster": ["cluster", e, "--out", c],
+                "select": ["select", c, "--out", s, "--fraction", "0.3"],
+                "shard": ["shard", s, "--data", data, "--out", out / "shards", "--num-shards", "8"],
+                "report": ["report", out, "--out", out / "report"]}
+    return {name: timed(tree, [str(a) for a in args]) for name, args in commands.items()}
+
+
+def accounting(out: Path) -> dict:
+    """Rows of the data = embedded + bad rows + exact copies left out; selected = in shards + left over."""
+    import pyarrow.parquet as pq
+
+    from cluster_curate.io.artifacts import read_meta
+    meta = read_meta(out / "embeddings.parquet")
+    manifest = json.loads((out / "shards" / "manifest.json").read_text())
+    rejects = out / "embeddings.rejects.jsonl"
+    bad = sum(1 for _ in rejects.open()) if rejects.exists() else 0
+    ids = hashlib.sha256()
+    in_shards = 0
+    for f in sorted((out / "shards").glob("shard-*.parquet")):
+        column = pq.read_table(f, columns=["id"])["id"].to_numpy()
+        in_shards += column.size
+        ids.update(column.tobytes())
+    selection = pq.read_table(out / "selection.parquet", columns=["id"])["id"].to_numpy()
+    return {"rows_in_data": meta.dataset["rows"], "embedded": meta.rows, "bad_rows": bad,
+            "exact_copies": manifest["exact_duplicates"]["dropped"], "selected": int(selection.size),
+            "in_shards": in_shards, "left_over": manifest["leftover_rows"],
+            "shard_ids_sha256": ids.hexdigest()[:16],
+            "selection_ids_sha256": hashlib.sha256(selection.tobytes()).hexdigest()[:16]}
+
+
+def main(argv=None) -> None:
+    ap = parser(__doc__)
+    ap.add_argument("--rows", type=int, default=200000)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/cluster-curate-bench-scale"))
+    ap.add_argument("--baseline", type=Path, help="another checkout's root, run stage by stage next to this one")
+    ap.add_argument("--name", default="scale")
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    data = args.work / f"instructions-{args.rows}.jsonl"
+    if not data.exists():
+        make_data(data, args.rows)
+    trees = {"this checkout": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
+    runs, books = {}, {}
+    for i, (name, tree) in enumerate(reversed(trees.items())):
+        out = args.work / f"run-{i}"
+        runs[name] = stages(tree, data, out)
+        books[name] = accounting(out)
+    here = runs["this checkout"]
+    lines = [f"# every stage at {args.rows:,} rows", "",
+             f"`{data.name}`: GSM8K + Code Alpaca, perturbed near duplicates and ~3% exact copies; default options, "
+             "--on-bad-row skip; one fresh process per command, run once (a shared 2-core machine: single runs, "
+             "compare within a row).", ""]
+    head = "| stage | " + " | ".join(f"{n} s | {n} peak MiB" for n in runs) + \
+        (" | baseline / this checkout, time |" if args.baseline else " |")
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
+    for stage in here:
+        cells = " | ".join(f"{runs[n][stage][0]:.1f} | {runs[n][stage][1]:.0f}" for n in runs)
+        ratio = f" | {runs['baseline'][stage][0] / here[stage][0]:.2f}x |" if args.baseline else " |"
+        lines.append(f"| {stage} | {cells}{ratio}")
+    b = books["this checkout"]
+    lines += ["", f"Accounted for: {b['rows_in_data']:,} rows = {b['embedded']:,} embedded + {b['bad_rows']} bad rows "
+              f"+ {b['exact_copies']:,} exact copies left out "
+              f"({'holds' if b['embedded'] + b['bad_rows'] + b['exact_copies'] == b['rows_in_data'] else 'DOES NOT hold'}); "
+              f"{b['selected']:,} selected = {b['in_shards']:,} in shards + {b['left_over']} left over "
+              f"({'holds' if b['in_shards'] + b['left_over'] == b['selected'] else 'DOES NOT hold'})."]
+    if args.baseline:
+        same = all(books["baseline"][k] == b[k] for k in ("shard_ids_sha256", "selection_ids_sha256"))
+        lines.append(f"Shard and selection ids the same as the baseline's: {same}.")
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    lines += ["", f"Load average at the end: {load}."]
+    payload = {"rows": args.rows, "stages": {n: {s: {"seconds": round(t, 2), "peak_mib": round(m)}
+                                                 for s, (t, m) in r.items()} for n, r in runs.items()},
+               "accounting": books}
+    write_results(args.name, lines, payload, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
