@@ -6,7 +6,7 @@ repeated to --rows with deterministic perturbations (numbers shifted, names and 
 duplicates, not copies), about 3% exact copies of earlier rows; the empty responses of Code Alpaca stay, so
 the commands run with --on-bad-row skip. Commands as a user types them, default options otherwise: inspect,
 embed, cluster, select --fraction 0.3, shard --num-shards 8, report. Each is a fresh process; its peak RSS is
-the kernel's (wait4). With --baseline (another checkout's root) the same commands run on it, stage by stage
+GNU time's (/usr/bin/time). With --baseline (another checkout's root) the same commands run on it, stage by stage
 next to this checkout's, and the outputs are compared (shard ids, selection ids).
 
     python benchmarks/bench_scale.py --rows 200000 --baseline /tmp/base-checkout
@@ -60,18 +60,18 @@ def make_data(path: Path, rows: int) -> None:
 
 
 def timed(tree: Path, args: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one command in a fresh process, run by the checkout `tree`."""
+    """(wall seconds, peak RSS MiB) of one command in a fresh process, run by the checkout `tree`. The peak is
+    GNU time's: a child of this (large) process would count this process's pages in its own peak."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    with tempfile.TemporaryFile() as err:  # a file, not a pipe: a full pipe would block the command
+    with tempfile.NamedTemporaryFile("r") as peak, tempfile.TemporaryFile() as err:  # a file: a full pipe blocks
         t0 = time.perf_counter()
-        proc = subprocess.Popen(tool_cmd() + args + ["-q"], env=env, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)  # the child's own rusage: its peak RSS
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", peak.name, *tool_cmd(), *args, "-q"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=err)
         seconds = time.perf_counter() - t0
-        proc.returncode = code = os.waitstatus_to_exitcode(status)
-        if code != 0:
+        if proc.returncode != 0:
             err.seek(0)
-            raise RuntimeError(f"{args[0]} failed ({code}): {err.read().decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024
+            raise RuntimeError(f"{args[0]} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
+        return seconds, int(peak.read().split()[-1]) / 1024
 
 
 def stages(tree: Path, data: Path, out: Path) -> dict[str, tuple[float, float]]:
