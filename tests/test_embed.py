@@ -572,6 +572,9 @@ def test_cli_proxy_end_to_end_and_reuse(tmp_path, cli_runner):
     s = _summary(_run(cli_runner, ["embed", str(data), "--out", str(out), *proxy,
                                    "--features", "gradient,loss-trajectory", "--json"]))
     assert s["rows"] == 50 and s["model"] == "proxy" and s["dims"] == {"gradient": 64, "loss-trajectory": 3}
+    # the phases add up to no more than the whole: the proxy's warm-up is part of the preparation
+    assert 0 < s["warmup_seconds"] <= s["prepare_seconds"]
+    assert 0 < s["scan_seconds"] + s["prepare_seconds"] + s["feature_seconds"] <= s["seconds"] + 0.01
     assert Path(s["proxy"]) == tmp_path / "e.proxy" and (tmp_path / "e.proxy" / "model.safetensors").exists()
     table, meta = read_artifact(out)
     assert np.isfinite(table.column("loss").to_numpy()).all()

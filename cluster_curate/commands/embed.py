@@ -123,6 +123,7 @@ class _Run:
     record: dict = field(default_factory=dict)
     features: list = field(default_factory=list)
     copies: object = ()  # ids of the exact duplicates left out (np.ndarray after the scan)
+    scan_s: float = 0.0
     like: tuple | None = None  # --like: (the pool's path, its meta)
 
 
@@ -289,8 +290,11 @@ def render(result: dict, options: dict) -> None:
             data[key.replace("_", " ")] = r[key]
     data["device"] = r["device"]
     data["chunks"] = f"{r['chunks_computed']} computed, {r['chunks_resumed']} resumed"
-    data["seconds"] = (f"{r['seconds']:g} in all: proxy warm-up {r['warmup_seconds']:g}, preparation "
-                       f"{r['prepare_seconds']:g}, feature pass {r['feature_seconds']:g}")
+    rest = r["seconds"] - r["scan_seconds"] - r["prepare_seconds"] - r["feature_seconds"]
+    warmup = f" (proxy warm-up {r['warmup_seconds']:g})" if r["warmup_seconds"] else ""
+    data["seconds"] = (f"{r['seconds']:g} in all: reading the data {r['scan_seconds']:g}, preparation "
+                       f"{r['prepare_seconds']:g}{warmup}, feature pass {r['feature_seconds']:g}, the rest "
+                       f"{max(rest, 0):.3g} (checks, rejects, duplicates, metadata)")
     # not the progress line's rate, which counts the rows computed so far over the computing time
     data["feature pass rate"] = (f"{console.rate_text(r['rows_per_s'])} rows/s, "
                                  f"{console.rate_text(r['tokens_per_s'])} tokens/s (reading, computing and writing)")

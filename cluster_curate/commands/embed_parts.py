@@ -15,6 +15,7 @@ from cluster_curate.options import recorded
 def scan(run, read_options) -> None:
     """Pass 1: parse every row (bad input fails here, before any model work); count rows per chunk."""
     import numpy as np
+    t0 = time.perf_counter()
 
     from cluster_curate.exact_dedup import example_key, first_of_each
     from cluster_curate.io.mixture import Mixture, open_inputs
@@ -38,6 +39,7 @@ def scan(run, read_options) -> None:
     per_chunk = np.bincount(ids // commit_every, minlength=n_chunks).astype(np.int64) if ids.size else \
         np.zeros(n_chunks, dtype=np.int64)
     run.parsed, run.total_rows, run.per_chunk, run.record = int(ids.size), total, per_chunk, ds.record()
+    run.scan_s = time.perf_counter() - t0
     parsed = run.parsed
     if parsed == 0:
         raise CurateError(f"{ds.source}: no row parsed; nothing to embed")
@@ -440,7 +442,8 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
         "device": str(m.fm.device) if m.fm else str(m.featurizers["semantic"].encoder.device)
         if "semantic" in m.featurizers else "cpu", "chunks_computed": len(p.todo),
         "chunks_resumed": len(mine) - len([c for c in mine if c in todo_set]),
-        "seconds": round(time.perf_counter() - t_start, 3), "warmup_seconds": round(m.warmup_s, 3),
+        "seconds": round(time.perf_counter() - t_start, 3), "scan_seconds": round(run.scan_s, 3),
+        "warmup_seconds": round(m.warmup_s, 3),
         "prepare_seconds": round(m.prepare_s, 3), "feature_seconds": round(p.seconds, 3),
         "rows_per_s": round(p.done_rows / max(p.seconds, 1e-9), 1),
         "tokens_per_s": round(p.done_tokens / max(p.seconds, 1e-9), 1),
