@@ -106,7 +106,7 @@ def test_human_summaries_speak_one_vocabulary_and_never_cut_a_path(objects, tmp_
     select = _text("select", pipeline / "clusters.parquet", "--out", tmp_path / "s.parquet", "--fraction", 0.31)
     report = _text("report", pipeline / "selection.parquet")
     for text in (select, report):
-        assert re.search(r"kept \(fraction of the data\) +│ 0.31", text) and "kept ┃" in text, text
+        assert re.search(r"kept \(fraction of the rows embedded\) +│ 0.31", text) and "kept ┃" in text, text
         assert "share" not in text
     # a long path wraps onto the next lines instead of being cut with "…"
     deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 6) / "clusters.parquet"

@@ -178,7 +178,7 @@ def _describe_selection(path: Path, sections: list) -> None:
     data.update({"budget": Shown({"mode": p.get("mode"), "value": p.get("value"), "rows": p.get("requested")},
                                  f"--{p.get('mode')} {p.get('value')}"),
                  "selected": p.get("selected"),
-                 "kept": Shown(p.get("fraction_selected"), label="kept (fraction of the data)"),
+                 "kept": Shown(p.get("fraction_selected"), label="kept (fraction of the rows embedded)"),
                  "within": (Shown(p["within_auto"]["order"], f"auto: {p['within_auto']['order']}")
                             if p.get("within_auto") else p.get("within")),
                  "clusters_covered": Shown({"covered": p.get("clusters_covered"),

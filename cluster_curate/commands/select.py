@@ -560,7 +560,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     summary = {
         "out": out, "rows": n, "clusters": c.k,
         "budget": Shown(budget, f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else "")),
-        "selected": chosen, "kept": Shown(round(chosen / n, 4), label="kept (fraction of the data)"),
+        "selected": chosen, "kept": Shown(round(chosen / n, 4), label="kept (fraction of the rows embedded)"),
         "exact_duplicates_left_out": Shown((c.meta.params.get("exact_duplicates") or {}).get("dropped"),
                                            label="exact duplicates left out"),
         "clusters_covered": Shown({"covered": covered, "nonempty": nonempty},
