@@ -141,11 +141,15 @@ def main(argv=None) -> None:
         ratio = f" | {runs['baseline'][stage][0] / here[stage][0]:.2f}x |" if args.baseline else " |"
         lines.append(f"| {stage} | {cells}{ratio}")
     b = books["this checkout"]
+
+    def holds(ok: bool) -> str:
+        return "holds" if ok else "DOES NOT hold"
+
     lines += ["", f"Accounted for: {b['rows_in_data']:,} rows = {b['embedded']:,} embedded + {b['bad_rows']} bad rows "
               f"+ {b['exact_copies']:,} exact copies left out "
-              f"({'holds' if b['embedded'] + b['bad_rows'] + b['exact_copies'] == b['rows_in_data'] else 'DOES NOT hold'}); "
+              f"({holds(b['embedded'] + b['bad_rows'] + b['exact_copies'] == b['rows_in_data'])}); "
               f"{b['selected']:,} selected = {b['in_shards']:,} in shards + {b['left_over']} left over "
-              f"({'holds' if b['in_shards'] + b['left_over'] == b['selected'] else 'DOES NOT hold'})."]
+              f"({holds(b['in_shards'] + b['left_over'] == b['selected'])})."]
     if args.baseline:
         same = all(books["baseline"][k] == b[k] for k in ("shard_ids_sha256", "selection_ids_sha256"))
         lines.append(f"Shard and selection ids the same as the baseline's: {same}.")

@@ -74,8 +74,9 @@ def token_water_fill(order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray
     return np.bincount(np.asarray(clusters)[seq[:n_take]], minlength=len(available)).astype(np.int64)
 
 
-def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, balance_power: float = 0.0, group_of_cluster: np.ndarray | None = None,
-                  kinds: Kinds | None = None, cluster_share: np.ndarray | None = None) -> np.ndarray:
+def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, balance_power: float = 0.0,
+                  group_of_cluster: np.ndarray | None = None, kinds: Kinds | None = None,
+                  cluster_share: np.ndarray | None = None) -> np.ndarray:
     """The row positions of `order` in the order the water-filling takes them: every row gets the key
     P / W_c^p (P: the running weight of its cluster up to and including it, in `order`; W_c: the cluster's
     weight; `cluster_share`, when given, replaces W_c^p: each cluster's level in proportion to its share, as

@@ -33,8 +33,8 @@ _EMBED = {
     "process": str, "rows": int, "artifact_rows": int, "parts": int, "complete": bool, "rows_in_data": int,
     "skipped_no_response": int, "bad_rows": int, "rejects": (str, None), "model": str, "features": [str],
     "dims": Map(int), "dim": int, "device": str, "chunks_computed": int, "chunks_resumed": int,
-    "scan_seconds": NUMBER, "warmup_seconds": NUMBER, "prepare_seconds": NUMBER, "feature_seconds": NUMBER, "rows_per_s": NUMBER,
-    "tokens_per_s": NUMBER, "exact_duplicates_dropped": int, "proxy?": str, "encoder?": str, "semantic?": str,
+    "scan_seconds": NUMBER, "warmup_seconds": NUMBER, "prepare_seconds": NUMBER, "feature_seconds": NUMBER,
+    "rows_per_s": NUMBER, "tokens_per_s": NUMBER, "exact_duplicates_dropped": int, "proxy?": str, "encoder?": str, "semantic?": str,
     "n_tokens?": ANY,
 }
 _CLUSTER = {

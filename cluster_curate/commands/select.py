@@ -61,9 +61,9 @@ OPTIONS = (
                 "target, round-robin over its rows, spread over the clusters it pulls from."),
     Option("target_weight", type=float, shown_default=lazy("cluster_curate.targeting", "DEFAULT_TARGET_WEIGHT"),
            help="With --target: 1 = pure relevance (the nearest rows, round-robin over target rows), 0 = the "
-                "balance over clusters alone (in the random order; not over groups and kinds); in between, the budget is spread over the "
-                "clusters the target pulls from, by how many target rows each holds, inside the budget / weight most "
-                "relevant rows."),
+                "balance over clusters alone (in the random order; not over groups and kinds); in between, the "
+                "budget is spread over the clusters the target pulls from, by how many target rows each holds, "
+                "inside the budget / weight most relevant rows."),
     *OUTPUT_OPTIONS,
 )
 
