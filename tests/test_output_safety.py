@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from cluster_curate.cli import main
@@ -323,3 +325,29 @@ def test_the_writer_never_deletes_a_folder_it_did_not_write(tmp_path):
     (tmp_path / "empty").mkdir()
     W.write_artifact(pa.table({"id": [0]}), tmp_path / "empty", meta, overwrite=True)
     assert (tmp_path / "empty").is_file()
+
+
+def _disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")  # what f.write and pyarrow raise: no file named
+
+
+def test_a_full_disk_is_one_line_naming_the_output_and_leaves_no_temporary_file(pipeline, tmp_path, cli_runner,
+                                                                                monkeypatch):
+    """A disk that fills up mid-write was an INTERNAL ERROR `[Errno 28] No space left on device`, naming no
+    file; it is the user's to fix: one line naming the output, nothing half-written beside it."""
+    before = _snapshot(tmp_path)
+    monkeypatch.setattr(pq, "write_table", _disk_full)
+    r = _cli(cli_runner, "embed", DATA, "--out", tmp_path / "e.parquet", *EMBED, "--commit-every", "1000000")
+    assert r.exit_code == 2, r.output
+    last = r.output.strip().splitlines()[-1]  # the chunk being committed
+    assert last.startswith(f"ERROR: {tmp_path / 'e.'}") and ": cannot write it: no space left on device" in last, last
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", _disk_full)
+    r = _cli(cli_runner, "shard", pipeline / "selection.parquet", "--data", DATA, "--out", tmp_path / "shards", *SHARD)
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines()[-1].startswith(f"ERROR: {tmp_path / 'shards'}: cannot write it: "
+                                                        "no space left on device"), r.output
+    monkeypatch.undo()
+    left = {k for k in _snapshot(tmp_path) if k not in before and ".partial" not in k and not k.startswith("e.")}
+    assert left == set(), left  # embed keeps only its committed chunks (for --resume) and its text model
+    r = _cli(cli_runner, "shard", pipeline / "selection.parquet", "--data", DATA, "--out", tmp_path / "shards", *SHARD)
+    assert r.exit_code == 0, r.output  # room again: the same command succeeds

@@ -8,6 +8,7 @@ whole (`staged_directory`): a reader sees the old directory or the new one, neve
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -34,6 +35,26 @@ def file_metadata(meta: ArtifactMeta) -> dict[bytes, bytes]:
     return {META_KEY: meta.to_json().encode()}
 
 
+# A full disk or quota, or a file system that turned read-only: the user's to fix, not the tool's defect.
+_NO_ROOM = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+            errno.EROFS: "read-only file system"}
+
+
+@contextmanager
+def _room_to_write(path: str | os.PathLike) -> Iterator[None]:
+    """Any write under this block that fails for want of room ends the command with one line naming `path`
+    (the write's own error names no file: f.write and pyarrow's say `[Errno 28]` alone). Every caller removes
+    its temporary file first, so nothing half-written is left; the same command reruns once there is room."""
+    try:
+        yield
+    except OSError as e:
+        why = _NO_ROOM.get(e.errno) or next((w for w in _NO_ROOM.values() if w in str(e).lower()), None)
+        if why is None:
+            raise
+        raise CurateError(f"{path}: cannot write it: {why} (nothing half-written was kept; free some space "
+                          "and run the same command again)") from e
+
+
 def umask_mode(directory: bool = False) -> int:
     """The mode a plain open() / mkdir() would give under the process umask (0644 / 0755 under 022)."""
     umask = os.umask(0)
@@ -52,15 +73,16 @@ def _public_temp(prefix: str, directory: Path) -> str:
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _public_temp(f".{p.name}.", p.parent)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _room_to_write(p):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _public_temp(f".{p.name}.", p.parent)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def write_json(path: str | os.PathLike, obj, *, indent: int | None = 2, sort_keys: bool = False,
@@ -77,14 +99,15 @@ def write_lines(path: str | os.PathLike, lines) -> None:
 def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> None:
     """Write a Parquet file through a temporary file in the same directory, then rename it into place."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _public_temp(f".{p.name}.", p.parent)
-    try:
-        pq.write_table(table, tmp, **kwargs)
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _room_to_write(p):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _public_temp(f".{p.name}.", p.parent)
+        try:
+            pq.write_table(table, tmp, **kwargs)
+            os.replace(tmp, p)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 @contextmanager
@@ -97,15 +120,16 @@ def parquet_stream(path: str | os.PathLike, schema: pa.Schema) -> Iterator[pq.Pa
     if target.is_dir():
         _refuse_foreign(target, _schema_kind(schema))
         shutil.rmtree(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        with pq.ParquetWriter(tmp, schema) as writer:
-            yield writer
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with _room_to_write(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with pq.ParquetWriter(tmp, schema) as writer:
+                yield writer
+            os.replace(tmp, target)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def write_artifact(table: pa.Table, path: str | os.PathLike, meta: ArtifactMeta, *, overwrite: bool = False) -> ArtifactMeta:
@@ -171,20 +195,21 @@ def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool])
             why = replace_refusal(out_dir, kind)
         if why:
             raise CurateError(f"{out_dir}: {why}")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    try:
-        yield work
-        os.chmod(work, umask_mode(directory=True))
-        for f in work.rglob("*"):
-            os.chmod(f, umask_mode(directory=f.is_dir()))
-        if out_dir.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
-            os.replace(out_dir, trash / "old")
-            os.replace(work, out_dir)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(work, out_dir)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+    with _room_to_write(out_dir):  # what the block writes into `work` (shards, an export) is named by its folder
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+        try:
+            yield work
+            os.chmod(work, umask_mode(directory=True))
+            for f in work.rglob("*"):
+                os.chmod(f, umask_mode(directory=f.is_dir()))
+            if out_dir.exists():
+                trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+                os.replace(out_dir, trash / "old")
+                os.replace(work, out_dir)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.replace(work, out_dir)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
