@@ -135,6 +135,19 @@ def _take_deprecated(spec: CommandSpec, kw: dict) -> None:
                 kw[o.name] = value
 
 
+# The options that name a file or folder (the arguments always do): their `~` is expanded here.
+_PATH_OPTIONS = ("out", "data", "log", "target", "like", "rejects_path", "tokenizer")
+
+
+def _expand_home(value):
+    """`~/x` as the shell would expand it. The shell leaves `--out=~/x` (and a quoted '~/x') alone, and the
+    readers expand `~` while the writers did not: a folder named `~` was made in the working directory, then
+    pyarrow, which expands it, failed to find the chunk it had just written there (an INTERNAL ERROR)."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_expand_home(v) for v in value)
+    return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
+
+
 def _one_writer(command: str, kw: dict):
     """The output's lock (io/lock.py) for a command writing one output; `run` takes its own, and the processes
     of a torchrun or job-array embed write one directory together (each its part)."""
@@ -156,6 +169,9 @@ def _command(spec: CommandSpec) -> click.Command:
         console.WARNINGS.clear()
         t0 = time.perf_counter()
         _take_deprecated(spec, kw)
+        for name in (*(a.name for a in spec.arguments), *_PATH_OPTIONS):
+            if name in kw:
+                kw[name] = _expand_home(kw[name])
         data = kw.get("data")  # one input, or several (a DATA... argument, --data given more than once)
         from cluster_curate.io.datasets import data_paths
         _let_pyarrow_skip_pandas(*data_paths(data))

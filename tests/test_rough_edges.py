@@ -1,0 +1,43 @@
+"""The rough edges of real machines, as a user meets them on the command line (real files, real subprocesses):
+a `~` the shell did not expand, a pipe closed by `head`, ..."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+
+pytestmark = pytest.mark.slow  # real subprocesses
+
+GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
+FAST = ["--features", "text", "--dim", "16", "--k", "6", "--fraction", "0.31", "--num-shards", "2",
+        "--micro-batch-size", "2", "-q"]
+
+
+def _cli(*argv, cwd, **env):
+    full_env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    full_env.update(OMP_NUM_THREADS="1", **env)
+    return subprocess.run([sys.executable, "-m", "cluster_curate", *map(str, argv)], cwd=cwd, capture_output=True,
+                          text=True, env=full_env, timeout=300)
+
+
+def test_a_tilde_the_shell_left_alone_is_the_home_folder(tmp_path):
+    """`--out=~/curated` (and a quoted '~/x') reaches the tool unexpanded: the writers made a folder named `~` in
+    the working directory while pyarrow expanded it, an INTERNAL ERROR."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir(), cwd.mkdir()
+    (home / "data.jsonl").write_bytes(GSM.read_bytes())
+    r = _cli("run", "~/data.jsonl", "--out=~/curated", *FAST, cwd=cwd, HOME=str(home))
+    assert r.returncode == 0, r.stderr
+    assert (home / "curated" / "shards" / "manifest.json").is_file()
+    r = _cli("shard", "~/curated/selection.parquet", "--data", "~/data.jsonl", "--out", "~/shards",
+             "--num-shards", "2", "-q", cwd=cwd, HOME=str(home))
+    assert r.returncode == 0, r.stderr
+    assert (home / "shards" / "manifest.json").is_file()
+    assert list(cwd.iterdir()) == []  # no folder named `~`
+
