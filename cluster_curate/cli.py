@@ -78,6 +78,12 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except BrokenPipeError:
+            # the reader of stdout went away (`| head`): the summary comes after the outputs are written, so
+            # nothing is lost; end silently with 1, as rich does when the tables meet a closed pipe, and keep
+            # the interpreter from complaining again when it flushes stdout on exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
         except Exception as e:  # noqa: BLE001 - the last line of defence: never a bare traceback
             if os.environ.get("CLUSTER_CURATE_DEBUG"):
                 traceback.print_exc()

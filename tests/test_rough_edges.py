@@ -41,3 +41,13 @@ def test_a_tilde_the_shell_left_alone_is_the_home_folder(tmp_path):
     assert (home / "shards" / "manifest.json").is_file()
     assert list(cwd.iterdir()) == []  # no folder named `~`
 
+
+def test_a_pipe_closed_by_head_is_no_internal_error(tmp_path):
+    """`cluster-curate report DIR --json | head -c 100`: the reader leaves before the summary is printed."""
+    assert _cli("run", GSM, "--out", tmp_path / "p", *FAST, cwd=tmp_path).returncode == 0
+    for json_flag in (["--json"], []):
+        cmd = [sys.executable, "-m", "cluster_curate", "report", str(tmp_path / "p"), *json_flag]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path) as p:
+            p.stdout.close()  # gone before the command prints (it takes a second to start)
+            err = p.stderr.read().decode()
+        assert p.returncode == 1 and err == "", err
