@@ -7,6 +7,7 @@ result is printed); this module turns each declaration into a click command and 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -44,6 +45,16 @@ def _let_pyarrow_skip_pandas(*sources: str) -> None:
         sys.meta_path.remove(_RefusePandas)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a job's time limit, `timeout`, `kill`, torchrun stopping its workers) raised as an interruption,
+    so the writers clean up as on Ctrl-C: by default Python dies at once, leaving their temporary files and
+    the output's lock file in the user's folder, and saying nothing."""
+
+
+def _terminate(signum, frame):
+    raise _Terminated
+
+
 class _Group(click.Group):
     """Turns CurateError into `ERROR: ...` + exit 2, and any other exception into exit 1 with one line."""
 
@@ -68,6 +79,7 @@ class _Group(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx):
+        signal.signal(signal.SIGTERM, _terminate)
         try:
             return super().invoke(ctx)
         except CurateError as e:
@@ -75,9 +87,10 @@ class _Group(click.Group):
             sys.exit(e.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as e:
+            terminated = isinstance(e, _Terminated)
+            click.echo("terminated (SIGTERM)" if terminated else "interrupted", err=True)
+            sys.exit(128 + (signal.SIGTERM if terminated else signal.SIGINT))
         except BrokenPipeError:
             # the reader of stdout went away (`| head`): the summary comes after the outputs are written, so
             # nothing is lost; end silently with 1, as rich does when the tables meet a closed pipe, and keep

@@ -3,9 +3,11 @@ a `~` the shell did not expand, a pipe closed by `head`, ..."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,24 @@ def test_a_pipe_closed_by_head_is_no_internal_error(tmp_path):
             p.stdout.close()  # gone before the command prints (it takes a second to start)
             err = p.stderr.read().decode()
         assert p.returncode == 1 and err == "", err
+
+
+def test_sigterm_mid_embed_cleans_up_like_ctrl_c_and_the_rerun_resumes(tmp_path):
+    """SIGTERM (a job's time limit, `timeout`) killed the command at once: no word, and the output's lock file
+    left in the user's folder. It now ends as Ctrl-C does: one line, exit 143, only the committed chunks kept."""
+    rows = GSM.read_text().splitlines()
+    (tmp_path / "data.jsonl").write_text("".join(f'{r[:-1]}, "copy": {k}}}\n' for k in range(20) for r in rows))
+    embed = [sys.executable, "-m", "cluster_curate", "embed", "data.jsonl", "--out", "e.parquet", "--features",
+             "text", "--dim", "16", "--commit-every", "300", "--keep-duplicates"]
+    p = subprocess.Popen(embed, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (tmp_path / "e.partial" / "chunk-000000.parquet").exists() and p.poll() is None:
+        time.sleep(0.01)
+    p.terminate()
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "terminated (SIGTERM)"
+    assert sorted(f.name for f in tmp_path.iterdir() if f.name.startswith(".")) == []  # no lock, no temporary
+    assert not [f for f in (tmp_path / "e.partial").iterdir() if f.name.startswith(".")]
+    r = _cli(*embed[3:], "--resume", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["rows"] == 20 * len(rows)
