@@ -112,6 +112,25 @@ def test_a_second_writer_fails_at_once_naming_the_holder(tmp_path):
     assert not (tmp_path / "new").exists()  # made for the lock, removed with it
 
 
+def test_a_folders_lock_covers_what_is_in_it(tmp_path):
+    """`embed --out cur/embeddings.parquet --overwrite` while `run --out cur` wrote there went ahead (each took
+    its own lock): the run's embeddings were replaced under it. Now each is refused while the other writes."""
+    run_dir = tmp_path / "cur"
+    run_dir.mkdir()
+    with output_lock(run_dir, "run"):
+        r = _cli("embed", str(GSM), "--out", str(run_dir / "embeddings.parquet"), "--features", "text", "--dim", "8",
+                 "--overwrite")
+        assert r.returncode == 2, r.stderr
+        [line] = r.stderr.splitlines()
+        assert line.startswith(f"ERROR: {run_dir / 'embeddings.parquet'}: in use by another cluster-curate (`run`, "
+                               f"pid {os.getpid()} on ") and f") writing {run_dir}; wait for it" in line, line
+    with output_lock(run_dir / "embeddings.parquet", "embed"):
+        r = _cli("run", str(GSM), "--out", str(run_dir), *FAST, "-q")
+        assert r.returncode == 2, r.stderr
+        assert f"in use by another cluster-curate (`embed`, pid {os.getpid()}" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur"]  # neither wrote anything, no lock left
+
+
 @pytest.mark.slow
 def test_two_concurrent_runs_into_one_folder(tmp_path):
     out = tmp_path / "r"

@@ -3,6 +3,8 @@
 A second command writing the same output fails at once with a line naming the holder, instead of both
 running and the later rename silently winning. The lock file is hidden beside the output (`.NAME.lock`) and
 removed when released; a lock whose holder died is free again (the kernel drops flock locks of dead processes).
+A folder's lock covers what is in it: `embed --out cur/embeddings.parquet` is refused while `run --out cur`
+writes, and `run --out cur` while a command writes something in `cur/`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def output_lock(out: str | os.PathLike, command: str):
     from cluster_curate.io.artifacts import check_creatable
     check_creatable(out)
     path = lock_path(out)
+    _refuse_if_held(_covering_locks(Path(os.path.abspath(out))), out)
     created = []  # directories made for the lock, removed again when the command leaves them empty
     for parent in reversed(path.parents):
         if not parent.exists():
@@ -68,6 +71,32 @@ def output_lock(out: str | os.PathLike, command: str):
                 parent.rmdir()  # only when empty: a failed command leaves no folder behind
             except OSError:
                 break
+
+
+def _covering_locks(out: Path) -> list[Path]:
+    """The other locks that cover files of `out` (absolute): those of the folders around it (a `run` writing
+    there) and those in it, when it is a folder (commands writing a file in it)."""
+    around = [lock_path(folder) for folder in out.parents if folder != folder.parent]
+    inside = sorted(out.glob(".*.lock")) if out.is_dir() else []
+    return [p for p in around + inside if p.exists()]
+
+
+def _refuse_if_held(locks: list[Path], out) -> None:
+    """CurateError naming the holder when another process holds one of `locks` (each tried, then let go)."""
+    import fcntl
+    for lock in locks:
+        try:
+            fd = os.open(lock, os.O_RDONLY)
+        except OSError:
+            continue  # released meanwhile
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CurateError(f"{out}: in use by another cluster-curate {_holder(fd)} writing "
+                              f"{lock.with_name(lock.name[1:-len('.lock')])}; wait for it to finish or choose "
+                              "another --out") from None
+        finally:
+            os.close(fd)
 
 
 def _holder(fd: int) -> str:
