@@ -167,6 +167,17 @@ def _expand_home(value):
     return os.path.expanduser(value) if isinstance(value, str) and value.startswith("~") else value
 
 
+def _check_encodable(value) -> None:
+    """pyarrow takes a path as UTF-8 text, Python as the locale's bytes: under a locale that is not UTF-8 (LC_ALL=C
+    with PYTHONUTF8=0, a Latin-1 one) a path outside ASCII is not the same file to both (an INTERNAL ERROR
+    `surrogates not allowed` when pyarrow opened it, or a file written under a garbled name). Refused at once."""
+    for path in value if isinstance(value, (tuple, list)) else [value]:
+        if isinstance(path, str) and os.fsencode(path) != path.encode("utf-8", "replace"):  # as pyarrow sees it
+            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+            raise CurateError(f"{shown}: this path is not ASCII and the locale's encoding is "
+                              f"{sys.getfilesystemencoding()}, not UTF-8; run with LC_ALL=C.UTF-8 (or PYTHONUTF8=1)")
+
+
 def _one_writer(command: str, kw: dict):
     """The output's lock (io/lock.py) for a command writing one output; `run` takes its own, and the processes
     of a torchrun or job-array embed write one directory together (each its part)."""
@@ -191,6 +202,7 @@ def _command(spec: CommandSpec) -> click.Command:
         for name in (*(a.name for a in spec.arguments), *_PATH_OPTIONS):
             if name in kw:
                 kw[name] = _expand_home(kw[name])
+                _check_encodable(kw[name])
         data = kw.get("data")  # one input, or several (a DATA... argument, --data given more than once)
         from cluster_curate.io.datasets import data_paths
         _let_pyarrow_skip_pandas(*data_paths(data))

@@ -74,3 +74,18 @@ def test_sigterm_mid_embed_cleans_up_like_ctrl_c_and_the_rerun_resumes(tmp_path)
     r = _cli(*embed[3:], "--resume", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["rows"] == 20 * len(rows)
+
+
+def test_a_path_outside_ascii_under_a_locale_that_is_not_utf8_is_refused_before_any_work(tmp_path):
+    """Under LC_ALL=C with PYTHONUTF8=0 Python keeps `é` of a path as surrogates, which pyarrow cannot encode:
+    an INTERNAL ERROR after the work (run) or at once (report). One line saying what to set instead."""
+    assert _cli("run", GSM, "--out", "sortie-é", *FAST, cwd=tmp_path).returncode == 0
+    c_locale = dict(LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    for argv in (["report", "sortie-é"], ["run", GSM, "--out", "encore-é", *FAST]):
+        r = _cli(*argv, cwd=tmp_path, **c_locale)
+        assert r.returncode == 2, r.stderr
+        [line] = r.stderr.splitlines()
+        assert line.endswith("-é: this path is not ASCII and the locale's encoding is ascii, not UTF-8; run with "
+                             "LC_ALL=C.UTF-8 (or PYTHONUTF8=1)"), line
+    assert not (tmp_path / "encore-é").exists()
+    assert _cli("report", "sortie-é", "-q", cwd=tmp_path, **{**c_locale, "PYTHONUTF8": "1"}).returncode == 0
