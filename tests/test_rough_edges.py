@@ -89,3 +89,23 @@ def test_a_path_outside_ascii_under_a_locale_that_is_not_utf8_is_refused_before_
                              "LC_ALL=C.UTF-8 (or PYTHONUTF8=1)"), line
     assert not (tmp_path / "encore-é").exists()
     assert _cli("report", "sortie-é", "-q", cwd=tmp_path, **{**c_locale, "PYTHONUTF8": "1"}).returncode == 0
+
+
+def test_a_mistake_of_the_whole_file_is_named_as_one_not_told_to_skip_its_rows(tmp_path):
+    """A UTF-16 file (a Windows export) and a .jsonl that holds one JSON array: each line was a bad row (a UTF-16
+    CSV's: `1 field where the header has 2`), and the error said `--on-bad-row skip`, which leaves nothing."""
+    rows = [json.loads(line) for line in GSM.read_text().splitlines()[:20]]
+    (tmp_path / "windows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-16")
+    (tmp_path / "windows.csv").write_text("question,answer\n" + "".join(
+        f'"{r["question"]}","{r["answer"]}"\n' for r in rows), encoding="utf-16")
+    (tmp_path / "array.jsonl").write_text(json.dumps(rows))
+    (tmp_path / "pretty.jsonl").write_text(json.dumps(rows, indent=2))
+    utf16 = ": UTF-16 text (it starts with a UTF-16 byte-order mark); re-encode the file as UTF-8"
+    array = ": holds one JSON array, not JSON lines (one object per line); name it .json, which reads either"
+    for name, why in [("windows.jsonl", utf16), ("windows.csv", utf16), ("array.jsonl", array),
+                      ("pretty.jsonl", array)]:
+        for skip in ([], ["--on-bad-row", "skip"]):
+            r = _cli("inspect", name, *skip, "-q", cwd=tmp_path)
+            assert r.returncode == 2 and r.stderr.splitlines() == [f"ERROR: {name}{why}"], r.stderr
+    (tmp_path / "array.jsonl").rename(tmp_path / "array.json")
+    assert _cli("inspect", "array.json", "-q", cwd=tmp_path).returncode == 0

@@ -63,20 +63,27 @@ def _utf8_error(path, line: int, exc: UnicodeDecodeError, data: bytes, start: in
 
 
 def _open_binary(path: Path):
-    """The file's bytes; .gz files are decompressed as they are read."""
+    """The file's bytes; .gz files are decompressed as they are read. A UTF-16 file is refused here, for every
+    text format: read as UTF-8 its first line is a bad row (a CSV's, one field too few) and so is every other."""
     try:
         if path.name.lower().endswith(".gz"):
             import gzip
             with open(path, "rb"):
                 pass  # permission / directory errors with our message
-            return gzip.open(path, "rb")
-        return open(path, "rb")
+            f = gzip.open(path, "rb")
+        else:
+            f = open(path, "rb")
     except PermissionError:
         raise CurateError(f"{path}: cannot read the file (permission denied)") from None
     except IsADirectoryError:
         raise CurateError(f"{path}: is a directory, expected a file") from None
     except OSError as e:
         raise CurateError(f"{path}: cannot read the file ({e.strerror or e})") from None
+    if f.peek(2)[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        f.close()
+        raise CurateError(f"{path}: UTF-16 text (it starts with a UTF-16 byte-order mark); re-encode the file as "
+                          "UTF-8")
+    return f
 
 
 def _first_non_utf8_line(path: Path) -> str | None:
@@ -99,8 +106,9 @@ class _JsonLines:
     def iter_rows(self) -> Iterator[_Row]:
         with _open_binary(self.path) as f:
             for lineno, data in enumerate(f, 1):
-                if lineno == 1 and data.startswith(codecs.BOM_UTF8):
-                    data = data[len(codecs.BOM_UTF8):]
+                if lineno == 1:
+                    data = data.removeprefix(codecs.BOM_UTF8)
+                    _refuse_whole_file_mistakes(self.path, data)
                 if not data.strip():
                     continue
                 try:
@@ -125,6 +133,14 @@ class _JsonLines:
                 if data.strip():
                     n += 1
         return n
+
+
+def _refuse_whole_file_mistakes(path: Path, first_line: bytes) -> None:
+    """A mistake of the whole file, seen on its first line: each line would be a bad row, and the error told to
+    skip them (`--on-bad-row skip`), which leaves nothing."""
+    if first_line.lstrip().startswith(b"["):
+        raise CurateError(f"{path}: holds one JSON array, not JSON lines (one object per line); name it .json, "
+                          "which reads either")
 
 
 def _json_type(v) -> str:
