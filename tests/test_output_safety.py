@@ -351,3 +351,19 @@ def test_a_full_disk_is_one_line_naming_the_output_and_leaves_no_temporary_file(
     assert left == set(), left  # embed keeps only its committed chunks (for --resume) and its text model
     r = _cli(cli_runner, "shard", pipeline / "selection.parquet", "--data", DATA, "--out", tmp_path / "shards", *SHARD)
     assert r.exit_code == 0, r.output  # room again: the same command succeeds
+
+
+def test_shards_through_a_link_to_a_folder_elsewhere_go_there_and_keep_the_link(pipeline, tmp_path, cli_runner):
+    """`ln -s /scratch/shards shards; shard ... --out shards --overwrite`: the new folder was swapped in at the
+    link, so the shards landed beside it (the small disk), the link was gone and the scratch folder left empty."""
+    (tmp_path / "scratch" / "shards").mkdir(parents=True)
+    link = tmp_path / "shards"
+    link.symlink_to(tmp_path / "scratch" / "shards", target_is_directory=True)
+    for num_shards in ("2", "4"):  # into the empty folder, then over its own shards
+        r = _cli(cli_runner, "shard", pipeline / "selection.parquet", "--data", DATA, "--out", link, "--overwrite",
+                 "--num-shards", num_shards, "--micro-batch-size", "2")
+        assert r.exit_code == 0, r.output
+        assert link.is_symlink() and read_manifest(link)["num_shards"] == int(num_shards)
+        assert read_manifest(tmp_path / "scratch" / "shards")["num_shards"] == int(num_shards)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch", "shards"]
+    assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == ["shards"]  # no staging folder left

@@ -187,6 +187,10 @@ def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool])
     `kind` (SHARDS, EXPORT: artifacts.replace_refusal; or a test of the directory, e.g. the proxy's): the
     command checked it before any work (artifacts.check_writable), this is the second guard."""
     out_dir = Path(out)
+    if out_dir.is_symlink() and out_dir.is_dir():
+        # a link to a folder elsewhere (a bigger disk): the new folder goes there, and the link stays. Swapped
+        # at the link itself, the folder landed beside the link and the link was gone.
+        out_dir = Path(os.path.realpath(out_dir))
     if out_dir.exists() or out_dir.is_symlink():
         if callable(kind):
             why = None if out_dir.is_dir() and (not any(out_dir.iterdir()) or kind(out_dir)) else \
