@@ -25,7 +25,7 @@ def _cli(*argv, cwd, **env):
     full_env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     full_env.update(OMP_NUM_THREADS="1", **env)
     return subprocess.run([sys.executable, "-m", "cluster_curate", *map(str, argv)], cwd=cwd, capture_output=True,
-                          text=True, env=full_env, timeout=300)
+                          text=True, env=full_env, timeout=60)
 
 
 def test_a_tilde_the_shell_left_alone_is_the_home_folder(tmp_path):
@@ -109,3 +109,19 @@ def test_a_mistake_of_the_whole_file_is_named_as_one_not_told_to_skip_its_rows(t
             assert r.returncode == 2 and r.stderr.splitlines() == [f"ERROR: {name}{why}"], r.stderr
     (tmp_path / "array.jsonl").rename(tmp_path / "array.json")
     assert _cli("inspect", "array.json", "-q", cwd=tmp_path).returncode == 0
+
+
+def test_a_named_pipe_as_data_is_refused_not_waited_on(tmp_path):
+    """`mkfifo data.jsonl; zcat x.gz > data.jsonl &`: the data is read more than once, and the second read of
+    the pipe waited forever."""
+    os.mkfifo(tmp_path / "data.jsonl")
+    writer = subprocess.Popen(["sh", "-c", f"cat '{GSM}' > data.jsonl"], cwd=tmp_path)
+    try:
+        r = _cli("inspect", "data.jsonl", "-q", cwd=tmp_path)
+    finally:
+        if writer.poll() is None:  # the command never opened the pipe: let the writer go
+            open(tmp_path / "data.jsonl", "rb").close()
+        writer.wait(timeout=60)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "ERROR: data.jsonl: not a regular file (a pipe or a device), and the data is read more than once; write it "
+        "to a file first"], r.stderr

@@ -480,6 +480,9 @@ def _open_source(source: str):
         if _is_saved_hf_dataset(path):
             return path, load_from_disk(path)
         return path, _Parquet(path)
+    if not path.is_file():  # a named pipe, a device: the data is read more than once; a pipe is empty the 2nd time
+        raise CurateError(f"{source}: not a regular file (a pipe or a device), and the data is read more than once; "
+                          "write it to a file first")
     name = path.name.lower()
     name = name[:-3] if name.endswith(".gz") else name
     if name.endswith((".jsonl", ".ndjson")):
