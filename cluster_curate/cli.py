@@ -55,6 +55,14 @@ def _terminate(signum, frame):
     raise _Terminated
 
 
+def _dash_file_hint(e: click.UsageError, argv) -> str:
+    """`embed -data.jsonl`: click reads a file named with a leading dash as options (`No such option: -d`)."""
+    if not isinstance(e, click.NoSuchOption):
+        return ""
+    path = next((a for a in argv if a.startswith(e.option_name) and os.path.exists(a)), None)
+    return f" To name the file {path}, write ./{path}" if path else ""
+
+
 class _Group(click.Group):
     """Turns CurateError into `ERROR: ...` + exit 2, and any other exception into exit 1 with one line."""
 
@@ -66,6 +74,7 @@ class _Group(click.Group):
         except click.UsageError as e:
             where = e.ctx.command_path if e.ctx is not None else "cluster-curate"
             message = " ".join(e.format_message().split())  # click lists choices on lines of their own
+            message += _dash_file_hint(e, sys.argv[1:] if args is None else args)
             click.echo(f"ERROR: {message} (see {where} --help)", err=True)
             sys.exit(e.exit_code)
         except click.ClickException as e:

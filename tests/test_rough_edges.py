@@ -125,3 +125,12 @@ def test_a_named_pipe_as_data_is_refused_not_waited_on(tmp_path):
     assert r.returncode == 2 and r.stderr.splitlines() == [
         "ERROR: data.jsonl: not a regular file (a pipe or a device), and the data is read more than once; write it "
         "to a file first"], r.stderr
+
+
+def test_a_file_named_with_a_leading_dash_gets_the_way_to_name_it(tmp_path):
+    (tmp_path / "-data.jsonl").write_bytes(GSM.read_bytes())
+    r = _cli("inspect", "-data.jsonl", cwd=tmp_path)
+    [line] = r.stderr.splitlines()
+    assert r.returncode == 2 and line.startswith(
+        "ERROR: No such option '-d'. To name the file -data.jsonl, write ./-data.jsonl (see "), line
+    assert _cli("inspect", "./-data.jsonl", "-q", cwd=tmp_path).returncode == 0
