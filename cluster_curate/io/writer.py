@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.artifacts import META_KEY, ArtifactMeta, check_writable, json_default, replace_refusal
+from cluster_curate.io.artifacts import (META_KEY, ArtifactMeta, check_creatable, check_writable, json_default,
+                                         replace_refusal)
 
 
 def with_meta(table: pa.Table, meta: ArtifactMeta) -> pa.Table:
@@ -191,6 +192,7 @@ def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool])
         # a link to a folder elsewhere (a bigger disk): the new folder goes there, and the link stays. Swapped
         # at the link itself, the folder landed beside the link and the link was gone.
         out_dir = Path(os.path.realpath(out_dir))
+        check_creatable(out_dir)  # the new folder is built beside the one it replaces: one line if it cannot be
     if out_dir.exists() or out_dir.is_symlink():
         if callable(kind):
             why = None if out_dir.is_dir() and (not any(out_dir.iterdir()) or kind(out_dir)) else \
