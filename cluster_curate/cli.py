@@ -163,10 +163,6 @@ def _take_deprecated(spec: CommandSpec, kw: dict) -> None:
                 kw[o.name] = value
 
 
-# The options that name a file or folder (the arguments always do): their `~` is expanded here.
-_PATH_OPTIONS = ("out", "data", "log", "target", "like", "rejects_path", "tokenizer")
-
-
 def _expand_home(value):
     """`~/x` as the shell would expand it. The shell leaves `--out=~/x` (and a quoted '~/x') alone, and the
     readers expand `~` while the writers did not: a folder named `~` was made in the working directory, then
@@ -208,7 +204,7 @@ def _command(spec: CommandSpec) -> click.Command:
         console.WARNINGS.clear()
         t0 = time.perf_counter()
         _take_deprecated(spec, kw)
-        for name in (*(a.name for a in spec.arguments), *_PATH_OPTIONS):
+        for name in (*(a.name for a in spec.arguments), *(o.name for o in spec.options if o.path)):
             if name in kw:
                 kw[name] = _expand_home(kw[name])
                 _check_encodable(kw[name])

@@ -41,6 +41,7 @@ class Option:
     multiple: bool = False          # may be given several times (a tuple of values)
     record: bool = False            # recorded as given in the artifact's params (so in its fingerprint)
     deprecated: tuple[tuple[str, ...], ...] = ()  # old spellings kept for one release (they warn)
+    path: bool = False              # names a file or folder: the CLI expands a leading `~` the shell left alone
 
     @property
     def cli_flags(self) -> tuple[str, ...]:

@@ -38,7 +38,7 @@ def test_a_tilde_the_shell_left_alone_is_the_home_folder(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (home / "curated" / "shards" / "manifest.json").is_file()
     r = _cli("shard", "~/curated/selection.parquet", "--data", "~/data.jsonl", "--out", "~/shards",
-             "--num-shards", "2", "-q", cwd=cwd, HOME=str(home))
+             "--embeddings=~/curated/embeddings.parquet", "--num-shards", "2", "-q", cwd=cwd, HOME=str(home))
     assert r.returncode == 0, r.stderr
     assert (home / "shards" / "manifest.json").is_file()
     assert list(cwd.iterdir()) == []  # no folder named `~`

@@ -17,7 +17,7 @@ def _int_range(low, cls="IntRange"):
 
 
 OPTIONS = (
-    Option("out", flags=("--out", "-o"), required=True, run=False,
+    Option("out", path=True, flags=("--out", "-o"), required=True, run=False,
            help="Clusters artifact to write (.parquet); the centroids go beside it (OUT.centroids.npy)."),
     Option("k", flags=("--k",), type=CountOrWord("clusters", ("auto",)), default="auto", show_default=True,
            help="Number of clusters, or auto: ceil(sqrt(n)) capped at n/2 (deliberately more clusters than "
@@ -56,7 +56,7 @@ OPTIONS = (
                 "Rows whose answers are all different join nothing, and the selection is the groups'. none: "
                 "every group is a kind of its own. auto: answers where there are groups and that data can be "
                 "read, else none (the summary says why)."),
-    Option("data", run=False, multiple=True,
+    Option("data", path=True, run=False, multiple=True,
            help="The raw dataset that was embedded (a mixture: each input, in the order embedded, or its mixture "
                 "file), for --kinds answers; default: the one the embeddings record. `run` passes its own."),
     *(replace(o, run=False) for o in DATASET_OPTIONS),  # `run` reads the data with embed's

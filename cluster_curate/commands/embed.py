@@ -26,15 +26,15 @@ def _features_help() -> str:
 
 
 OPTIONS = (
-    Option("out", flags=("--out", "-o"), required=True, run=False,
+    Option("out", path=True, flags=("--out", "-o"), required=True, run=False,
            help="Embeddings artifact to write (a .parquet file; a directory of parts when run under torchrun or "
                 "with --num-parts)."),
-    Option("model", default="proxy", show_default=True,
+    Option("model", path=True, default="proxy", show_default=True,
            help="proxy (built in: trained briefly on the data, no download), a saved proxy (OUT.proxy), a local "
                 "model directory, a .gguf file, or a Hugging Face id (from the local cache when offline)."),
     Option("features", help=_features_help,
            shown_default="text, chosen by the evidence benchmark; gradient is the paper's"),
-    Option("encoder", shown_default="all-MiniLM-L6-v2 (bundled in the semantic extra, no download)",
+    Option("encoder", path=True, shown_default="all-MiniLM-L6-v2 (bundled in the semantic extra, no download)",
            help="semantic: an encoder directory (transformers or sentence-transformers), a Hugging Face id (from "
                 "the local cache when offline), or all-MiniLM-L6-v2."),
     Option("feature_weights", help="Comma list, one weight per feature block (default: 1 each)."),
@@ -73,7 +73,7 @@ OPTIONS = (
     Option("keep_duplicates", is_flag=True, default=False,
            help="Keep exact duplicates (same normalised prompt and response). By default only the lowest id of "
            "each is embedded, so they cannot both be selected; the others are counted and listed."),
-    Option("like", metavar="POOL_EMBEDDINGS", run=False,
+    Option("like", path=True, metavar="POOL_EMBEDDINGS", run=False,
            help="Embed DATA in the feature space of this embeddings artifact (its features, model or proxy, "
                 "projection seeds, text basis), e.g. a few examples of the target task for `select --target`; "
                 "refused when that space cannot be reproduced."),
@@ -91,7 +91,7 @@ OPTIONS = (
            help="Fraction of rows the proxy warms up on (at least 128, at most 20000 rows)."),
     Option("proxy_epochs", type=float, shown_default=_proxy_default("epochs"), help="Passes over the warm-up sample."),
     Option("proxy_steps", type=int, help="Exact warm-up steps (overrides --proxy-epochs)."),
-    Option("proxy_tokenizer", choices=("bpe", "word"), shown_default=_proxy_default("tokenizer"),
+    Option("proxy_tokenizer", path=True, choices=("bpe", "word"), shown_default=_proxy_default("tokenizer"),
            help="Tokenizer trained on the sample: byte-level BPE or words."),
     Option("proxy_vocab", type=int, shown_default=_proxy_default("vocab_size"), help="Proxy tokenizer vocabulary size."),
     Option("proxy_checkpoints", type=int, shown_default=_proxy_default("checkpoints"),

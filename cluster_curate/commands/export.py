@@ -10,12 +10,12 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
 OPTIONS = (
     Option("trainer", flags=("--for",), required=True, choices=lazy("cluster_curate.layouts", "TARGET_NAMES"),
            run=False, help="The trainer to write for: its layout (batch- or sample-interleaved), columns, settings."),
-    Option("out", required=True, run=False, help="Output directory."),
+    Option("out", path=True, required=True, run=False, help="Output directory."),
     Option("world_size", type=int, run=False,
            help="The job's number of processes: refused unless it is the shards' --num-shards."),
     Option("micro_batch_size", type=int, run=False,
            help="The job's per-device batch size: refused unless it is the shards' --micro-batch-size."),
-    Option("data", run=False, multiple=True,
+    Option("data", path=True, run=False, multiple=True,
            help="--for jsonl|parquet: the data to read the left-over rows from (a mixture: its mixture file, or each "
                 "input in the order embedded); default: the dataset or mixture recorded in the manifest."),
     *(o for o in DATASET_OPTIONS if o.name != "on_bad_row"),

@@ -10,10 +10,10 @@ INSPECT_LISTED_REJECTS = 20  # rejected rows listed in the summary (all of them 
 
 OPTIONS = (
     *DATASET_OPTIONS,
-    Option("tokenizer", metavar="PATH",
+    Option("tokenizer", path=True, metavar="PATH",
            help="A local Hugging Face tokenizer (or model) directory, or a .gguf model: also report lengths in "
                 "tokens."),
-    Option("rejects_path", flags=("--rejects",), metavar="PATH",
+    Option("rejects_path", path=True, flags=("--rejects",), metavar="PATH",
            help="Write every rejected row with its reason to this JSONL file."),
     Option("overwrite", is_flag=True, default=False, help="Replace the --rejects file if it exists."),
 )

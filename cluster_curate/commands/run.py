@@ -12,7 +12,8 @@ from cluster_curate.options import (DATASET_OPTIONS, Argument, CommandSpec, Opti
                                     resolve, run_options)
 
 OWN_OPTIONS = (
-    Option("out", flags=("--out", "-o"), required=True, help="Directory for the artifacts of every stage."),
+    Option("out", path=True, flags=("--out", "-o"), required=True,
+           help="Directory for the artifacts of every stage."),
     Option("overwrite", is_flag=True, default=False,
            help="Replace the outputs of a run made in OUT with other options (the stages whose options changed, "
            "and those after them); without it such a run is refused. Up-to-date stages are still skipped."),

@@ -23,7 +23,8 @@ def _int_min0():
 
 
 OPTIONS = (
-    Option("out", flags=("--out", "-o"), required=True, run=False, help="Selection artifact to write (.parquet)."),
+    Option("out", path=True, flags=("--out", "-o"), required=True, run=False,
+           help="Selection artifact to write (.parquet)."),
     Option("fraction", type=float, help="Budget as a fraction of all rows, in (0, 1]."),
     Option("budget", type=int, help="Budget as a number of rows (met exactly)."),
     Option("per_cluster_ratio", type=float,
@@ -31,11 +32,13 @@ OPTIONS = (
     Option("token_budget", type=int, metavar="T",
            help="Budget in tokens: quotas water-filled in tokens, the selected tokens within one row of T."),
     Option("token_fraction", type=float, metavar="F", help="Budget as a fraction of all tokens, in (0, 1]."),
-    Option("tokenizer", help="Local tokenizer directory or .gguf model (the trainer's): count every row's tokens "
-           "with it (one pass over the data), exact. Default: the embeddings' n_tokens (the feature model's or "
-           "encoder's tokenizer), else whitespace words; the summary says which."),
-    Option("data", run=False, multiple=True, help="The raw data, for --tokenizer, word counts or --within answers "
-           "and auto (default: the dataset, or every input of a mixture, that the clusters' lineage records)."),
+    Option("tokenizer", path=True,
+           help="Local tokenizer directory or .gguf model (the trainer's): count every row's tokens with it (one "
+                "pass over the data), exact. Default: the embeddings' n_tokens (the feature model's or encoder's "
+                "tokenizer), else whitespace words; the summary says which."),
+    Option("data", path=True, run=False, multiple=True,
+           help="The raw data, for --tokenizer, word counts or --within answers and auto (default: the dataset, or "
+                "every input of a mixture, that the clusters' lineage records)."),
     Option("source_min_share", metavar="[NAME=]SHARE,...",
            help="A mixture's inputs: each gives at least this share of the budget (rows, or tokens with a token "
                 "budget), met exactly or refused; SHARE for every input or NAME=SHARE (mixture files can set "
@@ -46,7 +49,7 @@ OPTIONS = (
            help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional."),
     Option("within", record=True, default="auto", choices=lazy("cluster_curate.within_orders", "WITHIN_CHOICES"),
            show_default=True, help=_order_help),
-    Option("embeddings", run=False,
+    Option("embeddings", path=True, run=False,
            help="Embeddings artifact (features for diverse / --dedup, loss for hard, n_tokens for shard). "
                 "Default: the one the clusters were made from, when it is still there."),
     Option("dedup", record=True, type=float, metavar="COSINE",
@@ -54,7 +57,7 @@ OPTIONS = (
                 "(before quotas are filled)."),
     Option("seed", record=True, type=_int_min0(), default=0, show_default=True, help="Seeds the random order."),
     *DATASET_OPTIONS,
-    Option("target", metavar="TARGET",
+    Option("target", path=True, metavar="TARGET",
            help="A few examples of the task to curate for (tens to thousands of rows): a dataset in any supported "
                 "format, embedded like the clusters' embeddings (written beside --out as OUT.target.parquet), or "
                 "an embeddings artifact made with `embed TARGET --like`. The budget goes to the rows nearest the "

@@ -19,10 +19,10 @@ def _allocation_help():
 
 
 OPTIONS = (
-    Option("data", required=True, run=False, multiple=True,
+    Option("data", path=True, required=True, run=False, multiple=True,
            help="The raw dataset the selection was made from (every source column is kept); a mixture: each "
                 "input (--data a.jsonl --data b.parquet, in the order embedded) or its mixture file."),
-    Option("out", required=True, run=False, help="Output directory for the shards and manifest.json."),
+    Option("out", path=True, required=True, run=False, help="Output directory for the shards and manifest.json."),
     Option("num_shards", record=True, flags=("--num-shards", "-n"), type=int, required=True,
            help="Number of data-parallel ranks (one shard each)."),
     Option("micro_batch_size", record=True, flags=("--micro-batch-size", "-m"), type=int, default=1, show_default=True,
@@ -41,10 +41,12 @@ OPTIONS = (
                 "`wrapped`, never in the same step as their original)."),
     Option("weights", record=True, default="cluster", choices=("cluster", "none"), show_default=True,
            help="Column `weight`: (n_c/n) ÷ (s_c/s), restoring the data's cluster proportions; none: 1."),
-    Option("tokenizer", help="Local tokenizer directory or .gguf model: count tokens with it (one extra pass over "
-           "the data). Default: the selection's n_tokens, else its embeddings', else whitespace words."),
-    Option("embeddings", run=False, help="Embeddings artifact to take n_tokens from (default: the selection's own "
-           "n_tokens, or its lineage's embeddings when reachable)."),
+    Option("tokenizer", path=True,
+           help="Local tokenizer directory or .gguf model: count tokens with it (one extra pass over the data). "
+                "Default: the selection's n_tokens, else its embeddings', else whitespace words."),
+    Option("embeddings", path=True, run=False,
+           help="Embeddings artifact to take n_tokens from (default: the selection's own n_tokens, or its "
+                "lineage's embeddings when reachable)."),
     Option("seed", record=True, type=int, default=0, show_default=True),
     *DATASET_OPTIONS,
     *OUTPUT_OPTIONS,

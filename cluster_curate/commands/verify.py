@@ -12,7 +12,7 @@ from cluster_curate.errors import CurateError
 from cluster_curate.options import Argument, CommandSpec, Option, resolve
 
 OPTIONS = (
-    Option("log", required=True, run=False, metavar="LOGDIR",
+    Option("log", path=True, required=True, run=False, metavar="LOGDIR",
            help="Directory of rank-RRRRR.jsonl files, one line per micro-batch a rank trained on."),
 )
 MAX_PROBLEMS = 10  # problem lines shown
