@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHARED_DATA
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -243,6 +245,8 @@ def test_family_intervals_reproduce_the_stored_median_and_bracket_it():
         assert v["low"] <= v["recovered"] <= v["high"] and v["units"] == 8
 
 
+@pytest.mark.skipif(not (SHARED_DATA / "gsm8k" / "train.jsonl").exists(),
+                    reason="the shared real datasets are not here (bench_scale builds its data from them)")
 def test_scale_data_is_near_duplicates_with_some_exact_copies(tmp_path):
     import bench_scale
 
