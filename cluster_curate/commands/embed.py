@@ -91,7 +91,7 @@ OPTIONS = (
            help="Fraction of rows the proxy warms up on (at least 128, at most 20000 rows)."),
     Option("proxy_epochs", type=float, shown_default=_proxy_default("epochs"), help="Passes over the warm-up sample."),
     Option("proxy_steps", type=int, help="Exact warm-up steps (overrides --proxy-epochs)."),
-    Option("proxy_tokenizer", path=True, choices=("bpe", "word"), shown_default=_proxy_default("tokenizer"),
+    Option("proxy_tokenizer", choices=("bpe", "word"), shown_default=_proxy_default("tokenizer"),
            help="Tokenizer trained on the sample: byte-level BPE or words."),
     Option("proxy_vocab", type=int, shown_default=_proxy_default("vocab_size"), help="Proxy tokenizer vocabulary size."),
     Option("proxy_checkpoints", type=int, shown_default=_proxy_default("checkpoints"),
