@@ -21,14 +21,20 @@ How the default ("stratified") allocation is built, and why:
    ranks see different clusters and each rank's mix follows the selection), then pairwise swaps between
    the most loaded rank and the others even out the token loads — first swaps inside a cluster (which keep
    every rank's cluster counts), then any swap. Finally rank labels are permuted per step so that no rank
-   is systematically the heavy one. Everything is vectorised over steps: O(s log s) overall.
+   is systematically the heavy one. All but `pair_by_length`'s dealing (a loop over rows, about 2 s a
+   million rows) is vectorised over steps: O(s log s) overall.
 
 Length grouping (`length_window`, default 64 steps): inside each window of steps, a cluster's rows are
 re-dealt to its slots in length order, so a step holds rows of similar length (its cluster counts do not
 change), and the window's steps are then shuffled
 (no short-to-long curriculum; like `group_by_length` mega-batches). Sums of tokens then balance even on
 heavy-tailed lengths, and a trainer that pads a micro-batch to its longest row computes far fewer pad
-tokens. `--balance padded` is for such trainers: a step costs M × (longest row of the step) whatever the
+tokens. That lines up each cluster's own lengths; across clusters (`pair_by_length`), the rows of the
+clusters smaller than T (one row a step at most) are then re-dealt inside the window by their length among
+all such rows, keeping every step's cluster counts, so that a step's rows are of similar length whatever their
+cluster: where the ranks of a step cannot trade rows (micro-batch 1 or 2, or `padded`) this is what balances
+them (benchmarks/results/shard_lengths.md); a window keeps its steps unless this lowers what they cost.
+`--balance padded` is for such trainers: a step costs M × (longest row of the step) whatever the
 split, so the lever is the step's composition (the grouping above), and inside a step the longest rows
 are dealt one per rank. The window grows to hold ~16 rows of an average cluster when k is large.
 
@@ -48,7 +54,7 @@ from cluster_curate.registry import Registry
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
-ALGORITHM_VERSION = 1
+ALGORITHM_VERSION = 2  # 2: pair_by_length
 SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # what `shard` adds to every source row of a shard
 
 BALANCES = ("tokens", "padded")
@@ -203,6 +209,109 @@ def compose_steps(clusters: np.ndarray, t_count: int, rng: np.random.Generator, 
         regrouped[rows] = step[slots]
         step = regrouped
     return step
+
+
+def _spaced_levels(q: np.ndarray, group: np.ndarray, gap: float) -> np.ndarray:
+    """Per group (`group` non-decreasing, `q` ascending inside each group): levels as close to q as a spacing
+    of at least `gap` between a group's consecutive levels allows — the mean of the lowest spaced sequence
+    above q and the highest below it (both spaced, so their mean is too)."""
+    n = q.shape[0]
+    starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
+    j = (np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))) * gap
+    v = q - j
+    offset = group * (4.0 + 2 * j.max(initial=0))  # later groups lie above earlier ones: running max/min stay inside a group
+    above = j + np.maximum.accumulate(v + offset) - offset
+    below = j + np.minimum.accumulate((v + offset)[::-1])[::-1] - offset
+    return (above + below) / 2
+
+
+def _first_fit(order: np.ndarray, steps: np.ndarray, room: np.ndarray, inv: np.ndarray) -> np.ndarray | None:
+    """Deal rows (in `order`) to `steps` (ascending, `room` rows each): each row to the first step with room
+    that does not hold its cluster yet. A row that finds none trades places with the latest dealt row that
+    can. Returns the step index per position of `order`, or None when no trade exists."""
+    room = room.copy()
+    held: list[set] = [set() for _ in steps]
+    out = np.empty(order.shape[0], dtype=np.int64)
+    first = 0
+    for p, row in enumerate(order):
+        c = int(inv[row])
+        i = first
+        while i < steps.shape[0] and (room[i] == 0 or c in held[i]):
+            i += 1
+        if i == steps.shape[0]:
+            i = first  # every later step with room holds c: trade with an earlier row
+            for q in range(p - 1, -1, -1):
+                i2, c2 = out[q], int(inv[order[q]])
+                if i2 != i and c not in held[i2] and c2 not in held[i]:
+                    held[i2].discard(c2)
+                    held[i2].add(c)
+                    held[i].add(c2)
+                    out[q], i = i, i2
+                    break
+            else:
+                return None
+            room[first] -= 1
+        else:
+            held[i].add(c)
+            room[i] -= 1
+        out[p] = i
+        while first < steps.shape[0] and room[first] == 0:
+            first += 1
+    return out
+
+
+def pair_by_length(step: np.ndarray, clusters: np.ndarray, t_count: int, length: np.ndarray,
+                   steps_per_window: int, num_shards: int = 0) -> np.ndarray:
+    """Re-deal, inside each window of steps, the rows of the clusters that have fewer rows than steps, so that
+    a step holds rows of similar length across clusters, not only within each (compose_steps).
+
+    Why: when each step holds one row of many different clusters (k > N × M, the usual case), the clusters'
+    own length orders do not line up, and with micro-batch 1 a step's ranks hold a short and a long row, so
+    the short ones wait. Here the window's rows of those clusters are ordered by their length rank among
+    all of them, spaced so that one cluster's rows can sit in distinct steps (`_spaced_levels`), and dealt
+    in that order to the same slots, at most one row of a cluster per step (`_first_fit`): every step keeps
+    its row count and each cluster its 0-or-1 share, so nothing else the plan promises changes. A window
+    keeps its composition when the re-deal does not lower its sum over steps of the longest row.
+    step: step per row (compose_steps); returns the new steps."""
+    _, inv, counts = cluster_index(clusters)
+    sparse = (counts < t_count)[inv]
+    step = step.copy()
+    window = step // steps_per_window
+    by_window = np.argsort(window, kind="stable")
+    bounds = np.flatnonzero(np.diff(window[by_window])) + 1
+    for in_window in np.split(by_window, bounds):
+        rows = in_window[sparse[in_window]]
+        if rows.size < 2:
+            continue
+        steps, room = np.unique(step[rows], return_counts=True)
+        q = np.empty(rows.size)
+        # rows are in compose_steps' random order, so a stable sort breaks ties at random (and draws nothing:
+        # a window that keeps its composition leaves the plan exactly as it was)
+        q[np.argsort(length[rows], kind="stable")] = (np.arange(rows.size) + 0.5) / rows.size
+        by_cluster = np.lexsort((q, inv[rows]))
+        level = np.empty(rows.size)
+        gap = 1.0 / np.unique(step[in_window]).shape[0]
+        level[by_cluster] = _spaced_levels(q[by_cluster], inv[rows][by_cluster], gap)
+        order = rows[np.lexsort((q, level))]
+        dealt = _first_fit(order, steps, room, inv)
+        if dealt is None:
+            continue
+        before, kept = _step_cost(step[in_window], length[in_window], num_shards), step[order]
+        step[order] = steps[dealt]
+        if _step_cost(step[in_window], length[in_window], num_shards) >= before:
+            step[order] = kept
+    return step
+
+
+def _step_cost(step: np.ndarray, length: np.ndarray, num_shards: int) -> float:
+    """Sum over steps of what the slowest rank costs at least: the longest row (a trainer that pads to it),
+    or with `num_shards` the larger of the longest row and the step's tokens ÷ N (sum-of-tokens balance)."""
+    _, at = np.unique(step, return_inverse=True)
+    longest = np.zeros(int(at.max()) + 1)
+    np.maximum.at(longest, at, length)
+    if num_shards:
+        longest = np.maximum(longest, np.bincount(at, weights=length) / num_shards)
+    return float(longest.sum())
 
 
 def _separate_repeats(steps: np.ndarray, repeat: np.ndarray, clusters: np.ndarray, rng: np.random.Generator) -> None:
@@ -369,6 +478,9 @@ def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards:
     k = np.unique(clusters).shape[0]
     steps_per_window = max(length_window, -(-16 * k // b)) if length_window else 0  # ~16 rows a cluster a window
     step_of = compose_steps(clusters[kept], t_count, rng, lengths[kept] if length_window else None, steps_per_window)
+    if length_window:
+        step_of = pair_by_length(step_of, clusters[kept], t_count, lengths[kept], steps_per_window,
+                                 num_shards if balance == "tokens" else 0)
     by_step = np.argsort(step_of, kind="stable").reshape(t_count, b)
     steps, wrapped = kept[by_step], repeat[by_step]
     if length_window:  # shuffle the steps inside each window: no short-to-long curriculum

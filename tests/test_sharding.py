@@ -120,6 +120,59 @@ def test_each_step_holds_each_clusters_share(remainder, window):
         assert np.all(per_step >= np.floor(share)) and np.all(per_step <= np.ceil(share)), (k, n, m)
 
 
+@settings(max_examples=30, deadline=None)
+@given(s=st.integers(8, 600), k=st.integers(1, 60), n=st.integers(1, 8), remainder=st.sampled_from(["drop", "wrap"]),
+       balance=st.sampled_from(["tokens", "padded"]), m=st.sampled_from([1, 2]), seed=st.integers(0, 5))
+def test_pairing_by_length_keeps_each_clusters_share(s, k, n, remainder, balance, m, seed):
+    """Micro-batch 1 and --balance padded re-deal rows by length (pair_by_length): every step still holds floor
+    or ceil of each cluster's share, and every row is placed once."""
+    rng = np.random.default_rng(seed)
+    clusters = rng.integers(0, k, size=s)
+    lengths = np.round(rng.lognormal(4, 1, size=s) * (1 + clusters % 4))
+    if n * m > s:
+        return
+    plan = S.plan_steps(clusters, lengths, n, m, remainder=remainder, balance=balance, seed=seed)
+    _check_coverage(plan, s)
+    kept = plan.rows.reshape(plan.steps, -1)
+    per_step = np.stack([(clusters[kept] == c).sum(1) for c in np.unique(clusters)], 1)
+    share = per_step.sum(0) / plan.steps
+    assert np.all(per_step >= np.floor(share)) and np.all(per_step <= np.ceil(share))
+
+
+def test_micro_batch_1_pairs_rows_of_similar_length_across_clusters():
+    """With one row per rank, a step's cost is its longest row: clusters whose lengths differ (code beside
+    short answers) must not share a step at different lengths. 40 clusters, each its own length scale."""
+    from cluster_curate.shard_balance import length_packed_imbalance
+    rng = np.random.default_rng(0)
+    clusters = rng.integers(0, 40, 3000)
+    lengths = np.round(rng.lognormal(4, 0.5, 3000) * (1 + clusters % 5))
+    figures = balance_figures(S.plan_steps(clusters, lengths, 8, 1, seed=0), lengths, clusters)
+    unpaired = balance_figures(S.plan_steps(clusters, lengths, 8, 1, length_window=0, seed=0), lengths, clusters)
+    assert unpaired["token_imbalance"]["mean"] > 1.4
+    # packing by length alone sorts all 3,000 rows; the plan sorts inside windows of 80 steps (640 rows)
+    assert figures["token_imbalance"]["mean"] < length_packed_imbalance(lengths, 8, 1) + 0.06
+    assert figures["padding_efficiency"] > 0.9 > unpaired["padding_efficiency"] + 0.2
+    assert figures["cluster_spread"]["min"] == 1.0  # every step still holds 8 different clusters
+
+
+def test_first_fit_deals_one_row_of_a_cluster_per_step_and_trades_when_stuck():
+    inv = np.array([0, 1, 1])  # rows 0 (cluster 0), 1 and 2 (cluster 1)
+    # step 0 has room for 1, step 1 for 2: row 2 finds only step 1, which holds cluster 1, so it trades with row 0
+    dealt = S._first_fit(np.array([0, 1, 2]), np.array([0, 1]), np.array([1, 2]), inv)
+    assert dealt.tolist() == [1, 1, 0]
+    # one step with room for two rows of one cluster: no trade exists
+    assert S._first_fit(np.array([1, 2]), np.array([0]), np.array([2]), inv) is None
+
+
+def test_spaced_levels_are_spaced_and_stay_where_they_can():
+    q = np.array([0.1, 0.1, 0.1, 0.5, 0.9, 0.2, 0.6])
+    group = np.array([0, 0, 0, 0, 0, 1, 1])
+    level = S._spaced_levels(q, group, 0.1)
+    assert np.all(np.diff(level[:5]) >= 0.1 - 1e-12) and np.all(np.diff(level[5:]) >= 0.1 - 1e-12)
+    assert np.allclose(level[:3], [0.0, 0.1, 0.2])  # three at 0.1 spread around it
+    assert np.allclose(level[3:], q[3:])              # already spaced: unchanged
+
+
 def test_equal_quotas_give_exactly_equal_steps():
     clusters = np.repeat(np.arange(4), 100)
     plan = S.plan_steps(clusters, np.random.default_rng(0).integers(1, 300, 400), 4, 2, seed=0)
@@ -232,7 +285,7 @@ def test_balance_warning_names_the_micro_batch_when_the_plan_is_far_from_what_it
     from cluster_curate.shard_balance import balance_warning
     from cluster_curate.sharding import plan_steps
     rng = np.random.default_rng(0)
-    clusters = rng.integers(0, 30, 900)
+    clusters = rng.integers(0, 6, 900)  # every step holds every cluster: lengths cannot be paired across them
     lengths = np.round(rng.lognormal(5, 0.6, 900) * (1 + clusters % 3))
     plan = plan_steps(clusters, lengths, 8, 1)
     w = balance_warning(balance_figures(plan, lengths, clusters), lengths)
