@@ -105,8 +105,8 @@ def balance_warning(figures: dict, lengths: np.ndarray | None, balance: str = "t
     if got <= allowed + slack:
         return None
     if m < 8:
-        fix = (f"a larger --micro-batch-size (e.g. {m * 4 if m == 1 else m * 2}: more rows per rank in a step give "
-               "the ranks rows to trade)")
+        fix = (f"a larger --micro-batch-size if your trainer's per-device batch is larger (e.g. "
+               f"{m * 4 if m == 1 else m * 2}: more rows per rank in a step give the ranks rows to trade)")
     else:
         fix = "a longer --length-window (steps of similar-length rows balance more easily)"
     return (f"token imbalance mean {got:.3f} (max {figures['token_imbalance']['max']:.2f}) with {n} shards and "

@@ -290,7 +290,7 @@ def test_balance_warning_names_the_micro_batch_when_the_plan_is_far_from_what_it
     plan = plan_steps(clusters, lengths, 8, 1)
     w = balance_warning(balance_figures(plan, lengths, clusters), lengths)
     assert w is not None and w.startswith("token imbalance mean 1.") and "with 8 shards and micro-batch 1" in w
-    assert "--micro-batch-size (e.g. 4" in w
+    assert "--micro-batch-size if your trainer's per-device batch is larger (e.g. 4" in w
     plan = plan_steps(clusters, lengths, 8, 4)
     figures = balance_figures(plan, lengths, clusters)
     assert figures["token_imbalance"]["mean"] < 1.05
