@@ -281,7 +281,8 @@ def pair_by_length(step: np.ndarray, clusters: np.ndarray, t_count: int, length:
     bounds = np.flatnonzero(np.diff(window[by_window])) + 1
     for in_window in np.split(by_window, bounds):
         rows = in_window[sparse[in_window]]
-        if rows.size < 2:
+        before, least = _step_cost(step[in_window], length[in_window], num_shards)
+        if rows.size < 2 or before <= least:  # no re-deal can lower the cost
             continue
         steps, room = np.unique(step[rows], return_counts=True)
         q = np.empty(rows.size)
@@ -296,22 +297,24 @@ def pair_by_length(step: np.ndarray, clusters: np.ndarray, t_count: int, length:
         dealt = _first_fit(order, steps, room, inv)
         if dealt is None:
             continue
-        before, kept = _step_cost(step[in_window], length[in_window], num_shards), step[order]
+        kept = step[order]
         step[order] = steps[dealt]
-        if _step_cost(step[in_window], length[in_window], num_shards) >= before:
+        if _step_cost(step[in_window], length[in_window], num_shards)[0] >= before:
             step[order] = kept
     return step
 
 
-def _step_cost(step: np.ndarray, length: np.ndarray, num_shards: int) -> float:
-    """Sum over steps of what the slowest rank costs at least: the longest row (a trainer that pads to it),
-    or with `num_shards` the larger of the longest row and the step's tokens ÷ N (sum-of-tokens balance)."""
+def _step_cost(step: np.ndarray, length: np.ndarray, num_shards: int) -> tuple[float, float]:
+    """(sum over steps of what the slowest rank costs at least, the least that sum can be). The cost: the
+    longest row (a trainer that pads to it), or with `num_shards` the larger of the longest row and the step's
+    tokens ÷ N (sum-of-tokens balance), which cannot sum to less than the window's tokens ÷ N."""
     _, at = np.unique(step, return_inverse=True)
     longest = np.zeros(int(at.max()) + 1)
     np.maximum.at(longest, at, length)
-    if num_shards:
-        longest = np.maximum(longest, np.bincount(at, weights=length) / num_shards)
-    return float(longest.sum())
+    if not num_shards:
+        return float(longest.sum()), 0.0
+    share = np.bincount(at, weights=length) / num_shards
+    return float(np.maximum(longest, share).sum()), float(share.sum())
 
 
 def _separate_repeats(steps: np.ndarray, repeat: np.ndarray, clusters: np.ndarray, rng: np.random.Generator) -> None:
