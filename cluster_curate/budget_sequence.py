@@ -60,6 +60,20 @@ def token_budget_for(total_tokens: int, token_budget: int | None = None, token_f
     return max(1 if total_tokens else 0, int(math.floor(token_fraction * total_tokens + 1e-9)))
 
 
+def most_rows_within(tokens: np.ndarray, budget_tokens: int) -> int:
+    """The most rows any selection of at most `budget_tokens` tokens holds (the smallest rows, whatever the order
+    or the clusters); what a budget in tokens can buy, known before the selection is made."""
+    return int(np.searchsorted(np.cumsum(np.sort(np.asarray(tokens, dtype=np.int64))), budget_tokens, side="right"))
+
+
+def check_budget_buys_a_row(tokens: np.ndarray, budget_tokens: int, mode: str, counted_by: str) -> None:
+    """A budget in tokens below every row selects nothing, in any order: refused (before the search of a
+    targeted selection, and in `run` before the first stage)."""
+    if len(tokens) and most_rows_within(tokens, budget_tokens) == 0:
+        raise CurateError(f"--{mode}: {budget_tokens:,} tokens is less than the smallest row "
+                          f"({int(np.min(tokens)):,} tokens, {counted_by}); raise it")
+
+
 def token_water_fill(order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray, available: np.ndarray,
                      budget_tokens: int, balance_power: float = 0.0,
                      group_of_cluster: np.ndarray | None = None, kinds: Kinds | None = None) -> np.ndarray:

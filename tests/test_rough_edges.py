@@ -134,3 +134,47 @@ def test_a_file_named_with_a_leading_dash_gets_the_way_to_name_it(tmp_path):
     assert r.returncode == 2 and line.startswith(
         "ERROR: No such option '-d'. To name the file -data.jsonl, write ./-data.jsonl (see "), line
     assert _cli("inspect", "./-data.jsonl", "-q", cwd=tmp_path).returncode == 0
+
+
+STEP_8x4 = ["--features", "text", "--dim", "16", "--k", "6", "--num-shards", "8", "--micro-batch-size", "4", "-q"]
+
+
+def test_a_token_budget_too_small_for_one_step_is_refused_before_embed(tmp_path):
+    """`run --token-fraction 0.005 --num-shards 8 --micro-batch-size 4`: embed, cluster and select ran, then shard
+    refused the 2 rows selected. The words a text-only run counts are known before embed: refused there, naming
+    the options; likewise a token budget below every row, with or without --target."""
+    for budget, said in ((["--token-fraction", "0.005"], "32 rows, but --token-fraction 0.005 of 300 rows ("),
+                         (["--token-budget", "20"], "--token-budget: 20 tokens is less than the smallest row"),
+                         (["--token-budget", "20", "--target", GSM], "--token-budget: 20 tokens is less than the")):
+        r = _cli("run", GSM, "--out", "p", *budget, *STEP_8x4, cwd=tmp_path)
+        [line] = r.stderr.splitlines()
+        assert r.returncode == 2 and said in line, line
+        assert not (tmp_path / "p").exists()
+    assert "use fewer shards, a smaller micro-batch or a larger budget" in _cli(
+        "run", GSM, "--out", "p", "--token-fraction", "0.005", *STEP_8x4, cwd=tmp_path).stderr
+
+
+def test_a_selection_smaller_than_one_step_stops_run_before_shard_and_the_rerun_needs_no_overwrite(tmp_path):
+    """Exact duplicates left out at embed make the selection smaller than run's preflight can know: shard refused
+    it (naming neither the budget nor that a larger one then needed --overwrite). Now run says so after select and
+    does not record that selection, so the rerun with a larger budget re-selects from the kept clusters."""
+    (tmp_path / "data.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[:100]) * 3)
+    step = ["--features", "text", "--dim", "16", "--k", "6", "--num-shards", "4", "--micro-batch-size", "4", "-q"]
+    r = _cli("run", "data.jsonl", "--out", "p", "--fraction", "0.1", *step, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.splitlines()[-1] == (
+        "ERROR: one global step needs --num-shards × --micro-batch-size = 4 × 4 = 16 rows, but --fraction 0.1 "
+        "selected 10 (the embeddings and clusters are kept for the rerun); use fewer shards, a smaller micro-batch "
+        "or a larger budget"), r.stderr
+    assert not (tmp_path / "p" / "shards").exists()
+    r = _cli("run", "data.jsonl", "--out", "p", "--fraction", "0.2", *step, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert [s["status"] for s in json.loads(r.stdout)["stages"]] == ["up to date", "up to date", "ran", "ran"]
+
+
+def test_a_targeted_token_budget_below_every_row_is_refused_before_the_target_is_embedded(tmp_path):
+    assert _cli("run", GSM, "--out", "p", *FAST, cwd=tmp_path).returncode == 0
+    r = _cli("select", "p/clusters.parquet", "--out", "s.parquet", "--target", GSM, "--token-budget", "3",
+             cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.splitlines()[-1].startswith(
+        "ERROR: --token-budget: 3 tokens is less than the smallest row ("), r.stderr
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["p"]  # no s.target.parquet: the target was not embedded

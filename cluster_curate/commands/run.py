@@ -161,12 +161,19 @@ def _stage_extra(spec) -> dict:
 def preflight(ds, opts: dict, by_stage: dict) -> None:
     """Every stage's options checked before the first expensive stage (issue 20 #2): each stage's own checks,
     then one parse of the data (a bad row is reported first, as embed would), then what needs the number of
-    examples (--k, and one global step of N × M rows within the selection's size)."""
+    examples (--k, and one global step of N × M rows within the selection's size; for a budget in tokens, what it
+    can buy where select will count words)."""
+    import numpy as np
+
     from cluster_curate import selection as S
+    from cluster_curate.budget_sequence import (TOKEN_MODES, check_budget_buys_a_row, most_rows_within,
+                                                token_budget_for)
     from cluster_curate.commands import cluster as cluster_cmd
     from cluster_curate.commands import embed as embed_cmd
     from cluster_curate.commands import select as select_cmd
+    from cluster_curate.commands.embed_parts import N_TOKENS_WORDS
     from cluster_curate.features.embed import MODEL_FEATURES
+    from cluster_curate.features.text import word_counts as word_count
     specs = stage_specs()
     resolved = {stage: resolve(specs[stage].options, {n: opts[n] for n in by_stage[stage]}, stage)
                 for stage in names.STAGES}
@@ -175,7 +182,12 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
     if resolved["select"]["within"] == "hard" and not set(features) & set(MODEL_FEATURES):
         raise CurateError(f"--within hard needs a loss per example, which only the model features compute "
                           f"({', '.join(MODEL_FEATURES)}, with --model); --features here: {','.join(features)}")
-    data_rows = sum(len(batch.examples) for batch in ds.iter_batches())
+    words = _counts_words(features, resolved["select"]) and mode in TOKEN_MODES
+    data_rows, word_counts = 0, []
+    for batch in ds.iter_batches():
+        data_rows += len(batch.examples)
+        if words:
+            word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
     _check_target_rows(resolved["select"])
     c = resolved["cluster"]
     for name, low in (("iters", 1), ("seed", 0)):
@@ -189,17 +201,37 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
             "budget": lambda: min(data_rows, int(s["budget"])),
             "per-cluster-ratio": lambda: math.ceil(s["per_cluster_ratio"] * data_rows),
             "token-budget": lambda: data_rows, "token-fraction": lambda: data_rows}[mode]()
+    budget = f"--{mode} {s[mode.replace('-', '_')]} of {data_rows:,} rows"
+    if words:  # the tokens select will count: what the budget can buy is known now, not after embed
+        word_counts = np.concatenate(word_counts) if word_counts else np.zeros(0, dtype=np.int64)
+        requested = token_budget_for(int(word_counts.sum()), s["token_budget"], s["token_fraction"], N_TOKENS_WORDS)
+        check_budget_buys_a_row(word_counts, requested, mode, N_TOKENS_WORDS)
+        most = most_rows_within(word_counts, requested)
+        budget += f" ({requested:,} of their {int(word_counts.sum()):,} words)"
     _check_source_floors(ds, s, most if mode in ("fraction", "budget") else None)
     h = resolved["shard"]
     for name in ("num_shards", "micro_batch_size"):
         if h[name] < 1:
             raise CurateError(f"--{name.replace('_', '-')} must be at least 1 (got {h[name]})")
-    step = h["num_shards"] * h["micro_batch_size"]
-    if step > most and h.get("remainder") != "wrap":
-        budget = f"--{mode} {s[mode.replace('-', '_')]}"
-        raise CurateError(f"one global step needs --num-shards × --micro-batch-size = {h['num_shards']} × "
-                          f"{h['micro_batch_size']} = {step} rows, but {budget} of {data_rows} rows selects at most "
-                          f"{most}; use fewer shards, a smaller micro-batch or a larger budget")
+    _check_one_step(h, most, f"{budget} selects at most {most:,}")
+
+
+def _counts_words(features: list[str], select_opts: dict) -> bool:
+    """Whether select will count tokens as whitespace words: no --tokenizer, and no feature whose model or
+    encoder counts them at embed (embed_parts.N_TOKENS_WORDS)."""
+    from cluster_curate.features.embed import FEATURE_KINDS
+    return select_opts["tokenizer"] is None and not any(
+        FEATURE_KINDS.get(f).uses_model or FEATURE_KINDS.get(f).attrs.get("encoder") for f in features)
+
+
+def _check_one_step(shard_opts: dict, rows: int, selects: str) -> None:
+    """One global step of --num-shards × --micro-batch-size rows within the selection (`rows`, which `selects`
+    words), unless --remainder wrap fills it: else shard would refuse it after the stages before it."""
+    step = shard_opts["num_shards"] * shard_opts["micro_batch_size"]
+    if step > rows and shard_opts.get("remainder") != "wrap":
+        raise CurateError(f"one global step needs --num-shards × --micro-batch-size = {shard_opts['num_shards']} × "
+                          f"{shard_opts['micro_batch_size']} = {step} rows, but {selects}; use fewer shards, a "
+                          "smaller micro-batch or a larger budget")
 
 
 def _check_target_rows(s: dict) -> None:
@@ -235,6 +267,18 @@ def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
             if math.ceil(share * budget_rows) > n:
                 raise CurateError(f"source {name}: its floor is {math.ceil(share * budget_rows):,} rows "
                                   f"({share:g} of {budget_rows:,}) and it has only {int(n):,} rows")
+
+
+def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:
+    """The selection made (or kept) against one global step, before shard: what preflight could only bound (a
+    budget in tokens counted at embed, exact duplicates left out, --dedup) is known now, and the message names
+    the budget, which shard's own does not."""
+    from cluster_curate.io.artifacts import read_meta
+    budget = next(b for b in ("fraction", "budget", "per_cluster_ratio", "token_budget", "token_fraction")
+                  if opts[b] is not None)  # the one preflight allowed
+    rows = read_meta(selection).rows
+    _check_one_step(opts, rows, f"--{budget.replace('_', '-')} {opts[budget]} selected {rows:,} (the embeddings "
+                                "and clusters are kept for the rerun)")
 
 
 def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
@@ -305,6 +349,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
         t0, warned = time.monotonic(), len(console.WARNINGS)
         why = state.stale(stage, request, output)
         if why is None:
+            if stage == "select":
+                _check_selection_fills_a_step(output, opts)
             done.append({"stage": stage, "status": "up to date", "seconds": 0.0, "output": str(output)})
         else:
             console.info(f"run: {stage}: {why}")
@@ -313,6 +359,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
                 extra = {"data": data, **{o.name: opts[o.name] for o in DATASET_OPTIONS}}  # as run reads them
             result = spec.function(*inputs[stage], out=str(output), overwrite=True, force=force, **stage_opts,
                                    **extra, **_stage_extra(spec))
+            if stage == "select":  # not recorded when too small: the rerun with a larger budget needs no --overwrite
+                _check_selection_fills_a_step(output, opts)
             state.record(stage, request, output)
             seconds = round(time.monotonic() - t0, 2)
             # each stage's object is the one its own command prints with --json

@@ -498,15 +498,16 @@ def _add_token_figures(params: dict, o: dict, x: dict, tokens, sel, mode: str) -
 
 def _target_budget(o: dict, mode: str, n: int, tokens, counted_by: str | None) -> int:
     """The budget in rows; for a budget in tokens, the rows it buys at the pool's mean tokens per row, which only
-    sizes the search's nearest lists (select_targeted cuts by tokens), and a budget larger than the data is
-    refused here, before the search."""
+    sizes the search's nearest lists (select_targeted cuts by tokens), and a budget larger than the data or
+    smaller than its smallest row is refused here, before the target is embedded."""
     import math
 
-    from cluster_curate.budget_sequence import TOKEN_MODES, token_budget_for
+    from cluster_curate.budget_sequence import TOKEN_MODES, check_budget_buys_a_row, token_budget_for
     from cluster_curate.selection import fraction_budget
     if mode in TOKEN_MODES:
         total = int(tokens.sum())
         requested = token_budget_for(total, o["token_budget"], o["token_fraction"], counted_by)
+        check_budget_buys_a_row(tokens, requested, mode, counted_by)
         return min(n, max(1, math.ceil(requested * n / max(total, 1))))
     return fraction_budget(n, o["fraction"]) if mode == "fraction" else int(o["budget"])
 
