@@ -173,7 +173,8 @@ def _kmeans(o: dict, embeddings: str, ngpu: int):
     from cluster_curate import console
     from cluster_curate import kmeans as K
     from cluster_curate.io.readers import read_embeddings
-    ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"])
+    ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"],
+                                    completeness_checked=True)  # by cluster() before any work
     n, d = x.shape
     split_mixed = o["k"] in (None, "auto") if o["split_mixed"] is None else o["split_mixed"]
     k, k_rule = _choose_k(o, n, embeddings)

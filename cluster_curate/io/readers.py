@@ -210,19 +210,20 @@ def check_embeddings_complete(path, force: bool = False) -> None:
                else f"the rows of {', '.join(inc['missing_parts'][:3])} not embedded")
     message = (f"{path}: incomplete (--force): using {inc['rows']:,}{of_rows} rows ({inc['parts']} of {inc['of']} "
                f"parts written); {missing}")
-    if message not in console.WARNINGS:  # the same artifact read twice by one command warns once
-        console.warn(message)
+    console.warn(message)
 
 
-def read_embeddings(path, *, force: bool = False, batch_rows: int = 65536):
+def read_embeddings(path, *, force: bool = False, batch_rows: int = 65536, completeness_checked: bool = False):
     """The `embedding` column of an embeddings artifact as one [n, d] float32 matrix in id order, plus the
     sorted ids and the artifact's meta. Memory: the matrix plus one batch (each batch's vectors are a view of
     Arrow's buffer, copied once into place). Errors name the file and the first bad id. A directory of job-array
-    parts not all written yet is refused (with `force`: a warning, and the rows there)."""
+    parts not all written yet is refused (with `force`: a warning, and the rows there), unless the caller
+    checked it already (`completeness_checked`: cluster, before any work; one warning per command)."""
     import pyarrow.parquet as pq
 
     meta = read_meta(path, None if force else names.EMBEDDINGS)
-    check_embeddings_complete(path, force)
+    if not completeness_checked:
+        check_embeddings_complete(path, force)
     files = artifact_files(path)
     require_columns(path, ("id", "embedding"), artifact_schema(path).names)
     file_ids = read_columns(path, ["id"]).column("id").to_numpy().astype(np.int64, copy=False)
