@@ -178,3 +178,15 @@ def test_a_targeted_token_budget_below_every_row_is_refused_before_the_target_is
     assert r.returncode == 2 and r.stderr.splitlines()[-1].startswith(
         "ERROR: --token-budget: 3 tokens is less than the smallest row ("), r.stderr
     assert sorted(f.name for f in tmp_path.iterdir()) == ["p"]  # no s.target.parquet: the target was not embedded
+
+
+def test_report_names_each_plot_once(tmp_path):
+    """`report DIR --out plots` listed each plot as `cluster_sizes.png │ plots/cluster_sizes.png`: every name
+    twice. Now the folder is in the title and each name once, beside what the plot shows."""
+    assert _cli("run", GSM, "--out", "p", *FAST, cwd=tmp_path).returncode == 0
+    r = _cli("report", "p", "--out", "plots", cwd=tmp_path, COLUMNS="100")
+    assert r.returncode == 0, r.stderr
+    assert "plots → plots" in r.stdout
+    for name in ("cluster_sizes.png", "features_pca.png", "rank_loads.png"):
+        assert r.stdout.count(name) == 1, r.stdout
+        assert (tmp_path / "plots" / name).is_file()

@@ -1,11 +1,6 @@
 """`report`: what an artifact (or a whole pipeline directory) holds, as tables and PNG plots.
 
-Tables come from the artifacts' metadata and small columns; plots are drawn with matplotlib (Agg):
-
-    cluster_sizes.png   how much of each cluster and group was kept (bars labelled with cluster ids, grouped)
-    features_pca.png    where the selection sits in a 2-D PCA of the features; rows coloured by group
-    rank_loads.png      how even the ranks are: per-step spread of their token loads, plan vs random
-    source_shares.png   a mixture's inputs: their shares of rows and tokens before and after selection
+Tables come from the artifacts' metadata and small columns; plots (PLOTS) are drawn with matplotlib (Agg).
 """
 
 from __future__ import annotations
@@ -18,6 +13,14 @@ from cluster_curate.console import Shown
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
 from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES
+
+# each plot's file and what it shows (the summary's `plots` table says it beside the name)
+PLOTS = {
+    "cluster_sizes.png": "how much of each cluster and group was kept (bars labelled with cluster ids, grouped)",
+    "features_pca.png": "where the selection sits in a 2-D PCA of the features; rows coloured by group",
+    "rank_loads.png": "how even the ranks are: per-step spread of their token loads, plan vs random",
+    "source_shares.png": "a mixture's inputs: their shares of rows and tokens before and after selection",
+}
 from cluster_curate.options import Argument, CommandSpec, Option
 MAX_PCA_POINTS = 20000
 
@@ -338,7 +341,7 @@ def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool 
         if around:
             raise CurateError(f"--out {out}: inside the {around[0]} directory {around[1]}, which `--overwrite` "
                               "replaces whole (and refuses with files of yours in it); choose a folder beside it")
-        for plot in ("cluster_sizes.png", "features_pca.png", "rank_loads.png", "source_shares.png"):
+        for plot in PLOTS:
             check_not_input(Path(out) / plot, inputs, f"--out {out}")
         check_creatable(Path(out) / "cluster_sizes.png")
     plots = make_plots(found, Path(out), seed) if out else []
@@ -364,7 +367,8 @@ def render(result, options: dict) -> None:
     for title, data, rows in sections:
         console.summary(title, data, rows)
     if plots:
-        console.summary("plots", {p.name: Shown(str(p), label=p.name) for p in plots})  # file names as they are
+        # each file named once, as it is on disk (the folder in the title), beside what it shows
+        console.summary(f"plots → {plots[0].parent}", {p.name: Shown(PLOTS[p.name], label=p.name) for p in plots})
 
 
 SPEC = CommandSpec(
