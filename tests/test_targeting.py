@@ -460,6 +460,23 @@ def test_run_target_end_to_end_and_up_to_date(tmp_path, cli_runner, pool):
     assert {s["stage"]: s["status"] for s in third["stages"]}["select"] == "ran"
 
 
+def test_run_opens_and_hashes_a_raw_target_once(tmp_path, cli_runner, pool, monkeypatch):
+    """run's preflight opened the raw --target to parse it, and its up-to-date check opened it again to hash it
+    (select, when it runs, embeds it as embed reads any data). An up-to-date rerun now opens it once, for both."""
+    from cluster_curate.io import datasets
+    target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
+    args = ["run", pool["data"], "--out", tmp_path / "curated", "--dim", "16", "--k", "6", "--budget", "30",
+            "--target", target, "--num-shards", "2", "-q"]
+    _cli(cli_runner, args)
+    opened, hashed = [], []
+    open_dataset, file_fingerprint = datasets.open_dataset, datasets.file_fingerprint
+    monkeypatch.setattr(datasets, "open_dataset", lambda path, *a, **k: opened.append(str(path)) or
+                        open_dataset(path, *a, **k))
+    monkeypatch.setattr(datasets, "file_fingerprint", lambda path: hashed.append(str(path)) or file_fingerprint(path))
+    _cli(cli_runner, args)
+    assert opened.count(str(target)) == 1 and hashed.count(str(target)) == 1, (opened, hashed)
+
+
 def test_select_target_refuses_a_mixtures_floors_and_skips_bad_target_rows(tmp_path, cli_runner):
     """--target does not meet a mixture's floors or caps, so they are refused, not left unmet silently (lifted
     with --source-min-share 0); the target's bad rows follow --on-bad-row as the pool's do."""

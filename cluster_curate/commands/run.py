@@ -139,30 +139,28 @@ def _named(changed: dict, most: int | None = None) -> str:
     return ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in list(changed.items())[:most])
 
 
-def _check_options(stage_opts: dict) -> tuple[dict, str | None]:
+def _check_options(stage_opts: dict, target_fingerprint: str | None) -> tuple[dict, str | None]:
     """A stage's options for its up-to-date check, and the fingerprint of an input that an option names
-    (`select --target`: the target counts as an input, by its content). Without a target its options are left
-    out, so a directory made before they existed stays up to date (ADDED_LATER likewise)."""
+    (`select --target`: the target counts as an input, by its content: `target_fingerprint`, from preflight).
+    Without a target its options are left out, so a directory made before they existed stays up to date
+    (ADDED_LATER likewise)."""
     stage_opts = {k: v for k, v in stage_opts.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
     if "target" not in stage_opts:
         return stage_opts, None
-    target = stage_opts["target"]
-    if target is None:
+    if stage_opts["target"] is None:
         return {k: v for k, v in stage_opts.items() if k not in ("target", "target_weight")}, None
-    from cluster_curate.commands.select import open_target, target_embeddings_meta
-    meta = target_embeddings_meta(target)
-    return stage_opts, (meta.fingerprint if meta is not None else open_target(target, stage_opts).fingerprint())
+    return stage_opts, target_fingerprint
 
 
 def _stage_extra(spec) -> dict:
     return {k: v() for k, v in spec.extra.items()}
 
 
-def preflight(ds, opts: dict, by_stage: dict) -> None:
+def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     """Every stage's options checked before the first expensive stage (issue 20 #2): each stage's own checks,
     then one parse of the data (a bad row is reported first, as embed would), then what needs the number of
     examples (--k, and one global step of N × M rows within the selection's size; for a budget in tokens, what it
-    can buy where select will count words)."""
+    can buy where select will count words). Returns the --target's fingerprint (None: no --target)."""
     import numpy as np
 
     from cluster_curate import selection as S
@@ -188,7 +186,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
         data_rows += len(batch.examples)
         if words:
             word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
-    _check_target_rows(resolved["select"])
+    target_fingerprint = _check_target(resolved["select"])
     c = resolved["cluster"]
     for name, low in (("iters", 1), ("seed", 0)):
         if c.get(name) is not None and c[name] < low:
@@ -214,6 +212,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> None:
         if h[name] < 1:
             raise CurateError(f"--{name.replace('_', '-')} must be at least 1 (got {h[name]})")
     _check_one_step(h, most, f"{budget} selects at most {most:,}")
+    return target_fingerprint
 
 
 def _counts_words(features: list[str], select_opts: dict) -> bool:
@@ -234,14 +233,22 @@ def _check_one_step(shard_opts: dict, rows: int, selects: str) -> None:
                           "smaller micro-batch or a larger budget")
 
 
-def _check_target_rows(s: dict) -> None:
-    """A raw --target read once, as select will embed it (with --on-bad-row): a bad row is reported before the
-    first stage, not after embed and cluster have run."""
+def _check_target(s: dict) -> str | None:
+    """The --target's fingerprint (None: no target), for select's up-to-date check. A raw target is opened once
+    (its format detected) and parsed as select will embed it (with --on-bad-row): a bad row is reported before
+    the first stage, not after embed and cluster have run; its content is hashed from the same opening. Select's
+    embed then reads it as embed reads any data (`embed` takes a path: its own scan, fingerprint and feature
+    pass), and only when select is not up to date."""
     from cluster_curate.commands.select import open_target, target_embeddings_meta
-    if s["target"] is None or target_embeddings_meta(s["target"]) is not None:  # an artifact is read as it is
-        return
-    for _ in open_target(s["target"], s).iter_batches():
+    if s["target"] is None:
+        return None
+    meta = target_embeddings_meta(s["target"])
+    if meta is not None:  # an artifact is read as it is
+        return meta.fingerprint
+    target = open_target(s["target"], s)
+    for _ in target.iter_batches():
         pass
+    return target.fingerprint()
 
 
 def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
@@ -323,11 +330,12 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
     declared, by_stage = stage_options()
     opts = resolve(declared, options, "run")
     ds = open_inputs(data, read_options(opts))
-    preflight(ds, opts, by_stage)
+    target_fingerprint = preflight(ds, opts, by_stage)
     state = RunState(d)
     specs = stage_specs()
     # each stage's options as its up-to-date check compares them, and the fingerprint of an input an option names
-    checked = {stage: _check_options({n: opts[n] for n in by_stage[stage]}) for stage in names.STAGES}
+    checked = {stage: _check_options({n: opts[n] for n in by_stage[stage]}, target_fingerprint)
+               for stage in names.STAGES}
     given_by_stage = {stage: given & set(by_stage[stage]) for stage in names.STAGES}
     if not overwrite:  # other options for a stage already run here: a replacement
         _refuse_replacement(state, d, {stage: state.request(stage, checked[stage][0], None, specs[stage].algorithm(),
