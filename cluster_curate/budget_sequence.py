@@ -148,15 +148,24 @@ def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, 
 
 def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarray, budget: int,
                         low: np.ndarray, high: np.ndarray, names: list[str] | None = None,
-                        unit: str = "rows") -> np.ndarray:
+                        unit: str = "rows", origins: tuple[list, list] | None = None) -> np.ndarray:
     """The rows to select when each source s must give at least low[s] and at most high[s] (in weight units:
     rows, or tokens) of a budget: every source takes its rows in `seq` order (the water-filling's), and the
     unbounded sources share what the bounds leave by the same order. Formally, with m_s(τ) the weight of
     source s among seq[:τ], each source takes its shortest prefix reaching min(max(m_s(τ), low), high) (at
     least low, at most high), and τ is the largest cut whose total is within the budget: with unit weights
     the total is the budget exactly, with tokens within one row. Returns the selected row positions (in
-    `seq` order); a budget the bounds cannot meet is refused with the reason."""
+    `seq` order); a budget the bounds cannot meet is refused with the reason, naming where each bound in it
+    was set (`origins`: per source, where its floor and its cap came from, io/mixture.source_bounds)."""
     names = names or [str(i) for i in range(len(low))]
+    floor_from, cap_from = origins or ([None] * len(low), [None] * len(low))
+
+    def said(labels: list, k: int, form: str = ", {}") -> str:
+        return form.format(labels[k]) if labels[k] else ""
+
+    def set_by(labels: list, bounded) -> str:
+        named = [f"{labels[k]} for {names[k]}" for k in range(len(low)) if bounded[k] and labels[k]]
+        return f" (set by {'; '.join(named)})" if named else ""
     seq = np.asarray(seq)
     s = np.asarray(sources)[seq].astype(np.int64)
     w = np.asarray(weights)[seq].astype(np.int64)
@@ -169,11 +178,11 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
     cap_rows = np.array([int(np.searchsorted(c, hi, side="right")) for c, hi in zip(cum, high)], dtype=np.int64)
     for k in range(n_src):
         if low[k] > avail[k]:
-            raise CurateError(f"source {names[k]}: its floor is {int(low[k]):,} {unit} and it has only "
-                              f"{int(avail[k]):,} {unit} to select from")
+            raise CurateError(f"source {names[k]}: its floor is {int(low[k]):,} {unit}{said(floor_from, k, ' ({})')} and it "
+                              f"has only {int(avail[k]):,} {unit} to select from")
         if floor_rows[k] > cap_rows[k]:
-            raise CurateError(f"source {names[k]}: its floor ({int(low[k]):,} {unit}) is above its cap "
-                              f"({int(high[k]):,} {unit})")
+            raise CurateError(f"source {names[k]}: its floor ({int(low[k]):,} {unit}{said(floor_from, k)}) is above "
+                              f"its cap ({int(high[k]):,} {unit}{said(cap_from, k)})")
 
     def taken(tau: int) -> np.ndarray:
         m = np.array([int(np.searchsorted(p, tau, side="left")) for p in pos], dtype=np.int64)  # rows < tau
@@ -184,10 +193,12 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
 
     floors = total(taken(0))
     if floors > budget:
-        raise CurateError(f"the sources' floors need {floors:,} {unit}, more than the budget of {budget:,}")
+        raise CurateError(f"the sources' floors need {floors:,} {unit}, more than the budget of {budget:,}"
+                          + set_by(floor_from, low > 0))
     most = total(taken(len(seq)))
     if budget - most >= (1 if unit == "rows" else max(int(w.max()), 1)):  # tokens: within one row is met
-        raise CurateError(f"the sources' caps allow at most {most:,} {unit}, less than the budget of {budget:,}")
+        raise CurateError(f"the sources' caps allow at most {most:,} {unit}, less than the budget of {budget:,}"
+                          + set_by(cap_from, high < avail))
     lo, hi = 0, len(seq)
     while lo < hi:  # the largest cut within the budget
         mid = (lo + hi + 1) // 2
@@ -203,10 +214,11 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
 def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.ndarray, weights: np.ndarray,
                         available: np.ndarray, target: int, min_share, max_share, names: list[str] | None,
                         unit: str, balance_power: float = 0.0,
-                        group_of_cluster: np.ndarray | None = None, kinds: Kinds | None = None) -> np.ndarray:
+                        group_of_cluster: np.ndarray | None = None, kinds: Kinds | None = None,
+                        origins: tuple[list, list] | None = None) -> np.ndarray:
     """The selected row positions when each source gives at least `min_share` and at most `max_share` of the
     `target` (per source, NaN: no bound; None: no bound for any source): `source_bounded_take` along the
-    water-filling's `take_sequence`."""
+    water-filling's `take_sequence` (`origins`: where each bound was set, for its messages)."""
     n_src = int(np.max(sources)) + 1 if names is None else len(names)
     share_lo = np.nan_to_num(np.asarray(min_share if min_share is not None else [np.nan] * n_src,
                                         dtype=np.float64), nan=0.0)
@@ -215,4 +227,4 @@ def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.nda
     low = np.ceil(share_lo * target - 1e-9).astype(np.int64)
     high = np.floor(share_hi * target + 1e-9).astype(np.int64)
     seq = take_sequence(order, clusters, weights, balance_power, group_of_cluster, kinds)
-    return source_bounded_take(seq, sources, weights, target, low, high, names, unit)
+    return source_bounded_take(seq, sources, weights, target, low, high, names, unit, origins)

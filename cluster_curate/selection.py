@@ -186,7 +186,8 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
                 kinds: Kinds | None = None, tokens: np.ndarray | None = None, token_budget: int | None = None,
                 token_fraction: float | None = None, tokens_counted_by: str = "counted",
                 sources: np.ndarray | None = None, source_min_share=None, source_max_share=None,
-                source_names: list[str] | None = None) -> Selection:
+                source_names: list[str] | None = None, source_bound_origins: tuple[list, list] | None = None
+                ) -> Selection:
     """Select rows: quotas across clusters, then the first `quota` rows of each cluster in `within` order.
 
     clusters: int cluster per row (0..k-1). ids: row ids (for the random order; default 0..n-1).
@@ -201,7 +202,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     sources: the input (0..S-1) of each row; source_min_share / source_max_share: per input, a share of the
     budget (rows, or tokens with a token budget) it must at least / at most give (NaN: no bound); the rows
     are then taken by `source_bounded_take` along the water-filling's sequence (`take_sequence`), all three
-    in budget_sequence.py.
+    in budget_sequence.py; source_bound_origins: where each floor and cap was set (for messages).
     """
     mode, order_entry = _budget_mode(within, fraction, budget, per_cluster_ratio, tokens, token_budget,
                                      token_fraction, features, dedup)
@@ -239,7 +240,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         target = min(tokens_requested, int(tokens[order].sum())) if token_mode else min(requested, n_available)
         picked = source_bounded_rows(order, clusters, sources, weights, available, target, source_min_share,
                                      source_max_share, source_names, "tokens" if token_mode else "rows",
-                                     balance_power, groups, kinds)
+                                     balance_power, groups, kinds, source_bound_origins)
         quotas = np.bincount(clusters[picked], minlength=k).astype(np.int64)
 
     rank = _rank_in_cluster(order, clusters, available, quotas, picked, order_entry.picks, features)

@@ -48,6 +48,7 @@ def work(tmp_path_factory) -> Path:
                                     + json.dumps({"data": {"question": "q1"}}) + "\n")
     (w / "floors.yaml").write_text("inputs:\n  - path: data.jsonl\n    min_share: 0.9\n"
                                    "  - path: other.json\n    min_share: 0.5\n")
+    (w / "caps.yaml").write_text("inputs:\n  - path: data.jsonl\n    max_share: 0.3\n  - path: other.json\n")
     run = [sys.executable, "-m", "cluster_curate", "run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31",
            *SHARD, "-q"]
     subprocess.run(run, cwd=w, check=True, env=_env())
@@ -202,10 +203,17 @@ CASES = [
     ("run-within-hard-no-loss", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.3", "--within", "hard",
                                  *SHARD], "--within hard needs a loss per example"),
     ("run-floors-above-all", ["run", "floors.yaml", "--out", "r", *FAST, "--fraction", "0.3", *SHARD],
-     "the sources' floors (data 0.9, other 0.5) add up to 140% of the selection"),
+     "the sources' floors (data 0.9 from floors.yaml: inputs[0].min_share, other 0.5 from floors.yaml: "
+     "inputs[1].min_share) add up to 140% of the selection"),
+    ("run-floor-above-a-files-cap", ["run", "caps.yaml", "--out", "r", *FAST, "--fraction", "0.3",
+                                     "--source-min-share", "data=0.5", *SHARD],
+     "source data: its floor 0.5 (--source-min-share) is above its cap 0.3 (caps.yaml: inputs[0].max_share)"),
+    ("run-target-with-a-files-cap", ["run", "caps.yaml", "--out", "r", *FAST, "--fraction", "0.3", "--target",
+                                     "other.json", *SHARD],
+     "source data: its cap 0.3 (caps.yaml: inputs[0].max_share) is not met by --target"),
     ("run-floor-above-rows", ["run", "data.jsonl", "other.json", "--out", "r", *FAST, "--budget", "400",
                               "--source-min-share", "data=0.5", *SHARD],
-     "source data: its floor is 200 rows (0.5 of 400) and it has only 120 rows"),
+     "source data: its floor is 200 rows (0.5 of 400, --source-min-share) and it has only 120 rows"),
     ("run-target-bad-row", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.3", "--target",
                             "empty_response.jsonl", *SHARD], "empty_response.jsonl:"),
     ("run-dim-zero", ["run", "data.jsonl", "--out", "r", "--dim", "0", "--fraction", "0.3", *SHARD],

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from cluster_curate import selection as S
 from cluster_curate.errors import CurateError
-from cluster_curate.io.mixture import Mixture, mixture_inputs, normalised_columns, parse_source_shares
+from cluster_curate.io.mixture import Mixture, mixture_inputs, normalised_columns, parse_source_shares, source_bounds
 
 from conftest import FIXTURES
 
@@ -211,6 +211,18 @@ def test_source_bounds_keep_the_water_filling_and_work_in_tokens():
     with pytest.raises(CurateError, match="the sources' caps allow at most 110 rows, less than the budget of 120"):
         S.select_rows(clusters, budget=120, sources=sources, source_max_share=[0.25, 0.25, np.nan],
                       source_names=["a", "b", "c"])
+    # where each bound was set (io/mixture.source_bounds) is named in the message
+    low, high, low_from, high_from = source_bounds("c=0.5", None, ["a", "b", "c"], [None, None, None],
+                                                   [0.25, None, None], ["mix.yaml: inputs[0]", "b.jsonl", "x"])
+    assert (low_from, high_from) == ([None, None, "--source-min-share"], ["mix.yaml: inputs[0].max_share", None, None])
+    with pytest.raises(CurateError, match=r"source c: its floor is 60 rows \(--source-min-share\) and it has only 50"):
+        S.select_rows(clusters, budget=120, sources=sources, source_min_share=[np.nan, np.nan, 0.5],
+                      source_names=["a", "b", "c"], source_bound_origins=(low_from, high_from))
+    with pytest.raises(CurateError, match=r"caps allow at most 110 rows, less than the budget of 120 \(set by "
+                                          r"mix.yaml: inputs\[0\].max_share for a; --source-max-share for b\)"):
+        S.select_rows(clusters, budget=120, sources=sources, source_max_share=[0.25, 0.25, np.nan],
+                      source_names=["a", "b", "c"],
+                      source_bound_origins=([None] * 3, ["mix.yaml: inputs[0].max_share", "--source-max-share", None]))
 
 
 def test_source_accounting_and_its_plot(tmp_path):

@@ -492,9 +492,11 @@ def test_select_target_refuses_a_mixtures_floors_and_skips_bad_target_rows(tmp_p
     target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"]
                     + [{"instruction": "Write a loop.", "output": ""}])  # an empty response: a bad row
     base = ["select", run / "clusters.parquet", "--out", tmp_path / "s.parquet", "--budget", "40", "--target", target]
-    for bounds in ([], ["--source-min-share", "0", "--source-max-share", "math=0.5"]):  # the file's, or given
+    for bounds, said in (([], "source code: its floor 0.3 (the mixture file's min_share) is not met by --target"),
+                         (["--source-min-share", "0", "--source-max-share", "math=0.5"],  # the file's, or given
+                          "source math: its cap 0.5 (--source-max-share) is not met by --target")):
         res = _cli(cli_runner, base + ["--on-bad-row", "skip", *bounds], code=2)
-        assert "the mixture's min_share / max_share" in res.output and "not met by --target" in res.output
+        assert said in res.output, res.output
     res = _cli(cli_runner, base + ["--source-min-share", "0"], code=2)
     assert "target.jsonl:11: field 'output': empty response" in res.output
     res = _cli(cli_runner, base + ["--source-min-share", "0", "--on-bad-row", "skip", "--json"])

@@ -259,21 +259,25 @@ def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
     from cluster_curate.io.mixture import Mixture, source_bounds
     if not isinstance(ds, Mixture):
         return
-    low, high = source_bounds(s["source_min_share"], s["source_max_share"], ds.names,
-                              [i.min_share for i in ds.inputs], [i.max_share for i in ds.inputs])
+    low, high, low_from, high_from = source_bounds(s["source_min_share"], s["source_max_share"], ds.names,
+                                                   [i.min_share for i in ds.inputs], [i.max_share for i in ds.inputs],
+                                                   [i.where for i in ds.inputs])
     if s["target"] is not None:
-        check_no_source_bounds(low, high, "the mixture's min_share / max_share (or --source-min-share / "
-                                          "--source-max-share)")
+        check_no_source_bounds(ds.names, low, high, (low_from, high_from))
+    for name, lo, hi, lo_from, hi_from in zip(ds.names, low, high, low_from, high_from):
+        if lo is not None and hi is not None and lo > hi:
+            raise CurateError(f"source {name}: its floor {lo:g} ({lo_from}) is above its cap {hi:g} ({hi_from})")
     floors = {name: share or 0.0 for name, share in zip(ds.names, low)}
     if sum(floors.values()) > 1 + 1e-9:
-        named = ", ".join(f"{name} {share:g}" for name, share in floors.items() if share)
+        named = ", ".join(f"{name} {share:g} from {origin}" for (name, share), origin in zip(floors.items(), low_from)
+                          if share)
         raise CurateError(f"the sources' floors ({named}) add up to {sum(floors.values()):.0%} of the selection, "
-                          "more than all of it; lower --source-min-share or the mixture's min_share")
+                          "more than all of it; lower them where they are set")
     if budget_rows is not None:
-        for (name, share), n in zip(floors.items(), (d.num_rows() for d in ds.datasets)):
+        for (name, share), n, origin in zip(floors.items(), (d.num_rows() for d in ds.datasets), low_from):
             if math.ceil(share * budget_rows) > n:
                 raise CurateError(f"source {name}: its floor is {math.ceil(share * budget_rows):,} rows "
-                                  f"({share:g} of {budget_rows:,}) and it has only {int(n):,} rows")
+                                  f"({share:g} of {budget_rows:,}, {origin}) and it has only {int(n):,} rows")
 
 
 def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:

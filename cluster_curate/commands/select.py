@@ -210,7 +210,8 @@ def _tokens(o: dict, clusters: str, c, x: dict, token_mode: bool):
 
 def _sources(o: dict, c):
     """A mixture's source index per row (from the inputs' first ids its lineage records), its input names,
-    and the floor / cap shares per input (options, else the mixture file's) as arrays (NaN: none)."""
+    the floor / cap shares per input (options, else the mixture file's) as arrays (NaN: none), and where each
+    floor and cap came from (io/mixture.source_bounds)."""
     import numpy as np
 
     from cluster_curate.io.mixture import source_bounds
@@ -218,15 +219,16 @@ def _sources(o: dict, c):
     if not inputs:
         if o["source_min_share"] or o["source_max_share"]:
             raise CurateError("--source-min-share / --source-max-share: the data is not a mixture (one input)")
-        return None, None, None, None
+        return None, None, None, None, None
     names_ = [i["name"] for i in inputs]
     first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
     source = np.searchsorted(first, c.ids, side="right") - 1
-    lo, hi = source_bounds(o["source_min_share"], o["source_max_share"], names_,
-                           [i.get("min_share") for i in inputs], [i.get("max_share") for i in inputs])
+    lo, hi, lo_from, hi_from = source_bounds(o["source_min_share"], o["source_max_share"], names_,
+                                             [i.get("min_share") for i in inputs], [i.get("max_share") for i in inputs])
     bounded = any(v is not None for v in lo + hi)
     as_array = (lambda v: np.array([np.nan if s is None else s for s in v], dtype=np.float64))
-    return source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None
+    return (source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None,
+            (lo_from, hi_from))
 
 
 def target_embeddings_meta(target: str):
@@ -261,13 +263,17 @@ def open_target(target: str, o: dict):
                           "pass --target T.parquet") from None
 
 
-def check_no_source_bounds(low, high, where: str) -> None:
+def check_no_source_bounds(names: list[str], low, high, origins: tuple[list, list]) -> None:
     """--target takes rows in order of relevance to the target and does not meet a mixture's floors or caps on
-    its sources: any floor above 0 or cap below 1 is refused rather than silently left unmet."""
-    if any(v is not None and v == v and v > 0 for v in low) or any(v is not None and v == v and v < 1 for v in high):
-        raise CurateError(f"{where}: a source's floor or cap is not met by --target (rows come in order of relevance "
-                          "to the target); select without --target, or lift them with --source-min-share 0 "
-                          "--source-max-share 1")
+    its sources: any floor above 0 or cap below 1 is refused rather than silently left unmet, naming the first
+    and where it was set (`origins`, io/mixture.source_bounds)."""
+    for what, values, froms, unmet in (("floor", low, origins[0], lambda v: v > 0),
+                                       ("cap", high, origins[1], lambda v: v < 1)):
+        for name, v, origin in zip(names, values, froms):
+            if v is not None and v == v and unmet(v):
+                raise CurateError(f"source {name}: its {what} {v:g} ({origin}) is not met by --target (rows come in "
+                                  "order of relevance to the target); select without --target, or lift the bounds "
+                                  "with --source-min-share 0 --source-max-share 1")
 
 
 def _check(o: dict):
@@ -327,7 +333,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         return _select_targeted(o, mode, clusters, c, out, t0, summary_limit)
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
-    sources, source_names, share_lo, share_hi = _sources(o, c)
+    sources, source_names, share_lo, share_hi, share_from = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
     if order is None:  # auto: after what must read the data, so that data it cannot read is that one's error
         within, x["answers"], x["auto"] = _auto_order(o, clusters, c)
@@ -339,7 +345,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
                         groups=c.groups, kinds=c.kinds, tokens=tokens, token_budget=o["token_budget"],
                         token_fraction=o["token_fraction"], tokens_counted_by=x["counted_by"] or "",
                         sources=sources, source_min_share=share_lo, source_max_share=share_hi,
-                        source_names=source_names)
+                        source_names=source_names, source_bound_origins=share_from)
     x["features"] = None
     for note in sel.notes:
         console.warn(note)
@@ -414,10 +420,9 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     from cluster_curate import targeting as T
     from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.readers import read_embeddings_for
-    sources, source_names, low, high = _sources(o, c)
+    sources, source_names, low, high, origins = _sources(o, c)
     if low is not None:
-        check_no_source_bounds(low, high, "the mixture's min_share / max_share (or --source-min-share / "
-                                          "--source-max-share)")
+        check_no_source_bounds(source_names, low, high, origins)
     x = _inputs(o, clusters, c, set())
     if x["emb_path"] is None:
         raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")

@@ -372,12 +372,21 @@ def parse_source_shares(spec: str | None, names: list[str], option: str) -> dict
     return out
 
 
-def source_bounds(min_spec, max_spec, names: list[str], min_shares, max_shares) -> tuple[list, list]:
+def source_bounds(min_spec, max_spec, names: list[str], min_shares, max_shares,
+                  wheres: list[str] | None = None) -> tuple[list, list, list, list]:
     """Each input's floor and cap share: --source-min-share / --source-max-share where they name it, else the
-    mixture file's `min_share` / `max_share` (`min_shares`, `max_shares`: per input, None for none)."""
-    low = parse_source_shares(min_spec, names, "--source-min-share")
-    high = parse_source_shares(max_spec, names, "--source-max-share")
-    return ([low.get(n, v) for n, v in zip(names, min_shares)], [high.get(n, v) for n, v in zip(names, max_shares)])
+    mixture file's `min_share` / `max_share` (`min_shares`, `max_shares`: per input, None for none). Returns
+    (floors, caps, where each floor came from, where each cap came from): the option, or the mixture file's key
+    (`wheres`: each input's place in its file, MixtureInput.where: `mix.yaml: inputs[1].min_share`; None, as
+    read back from a lineage record: `the mixture file's min_share`), None where there is no bound."""
+    out = []
+    for spec, option, shares, key in ((min_spec, "--source-min-share", min_shares, "min_share"),
+                                      (max_spec, "--source-max-share", max_shares, "max_share")):
+        given = parse_source_shares(spec, names, option)
+        out.append([given.get(n, v) for n, v in zip(names, shares)])
+        out.append([option if n in given else None if v is None else f"{w}.{key}" if w else
+                    f"the mixture file's {key}" for n, v, w in zip(names, shares, wheres or [None] * len(names))])
+    return out[0], out[2], out[1], out[3]
 
 
 def normalised_columns(examples: list[Example]) -> dict[str, pa.Array]:
