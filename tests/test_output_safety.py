@@ -367,3 +367,27 @@ def test_shards_through_a_link_to_a_folder_elsewhere_go_there_and_keep_the_link(
         assert read_manifest(tmp_path / "scratch" / "shards")["num_shards"] == int(num_shards)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch", "shards"]
     assert sorted(p.name for p in (tmp_path / "scratch").iterdir()) == ["shards"]  # no staging folder left
+
+
+def test_single_file_outputs_through_a_link_to_a_file_elsewhere_go_there_and_keep_the_link(pipeline, tmp_path,
+                                                                                            cli_runner):
+    """`ln -s /scratch/s.parquet s.parquet; select ... --out s.parquet --overwrite`: the new file was renamed over
+    the link, so it landed beside it (the small disk), the link was gone and the old file left behind. Every
+    single-file output now goes where the link points, as a folder output does, and the link stays."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    for name, source in (("e.parquet", "embeddings.parquet"), ("c.parquet", "clusters.parquet"),
+                         ("s.parquet", "selection.parquet")):
+        shutil.copy(pipeline / source, scratch / name)
+        (tmp_path / name).symlink_to(scratch / name)
+    for argv in (["embed", DATA, "--out", tmp_path / "e.parquet", *EMBED],
+                 ["cluster", tmp_path / "e.parquet", "--out", tmp_path / "c.parquet", "--k", "5"],
+                 ["select", tmp_path / "c.parquet", "--out", tmp_path / "s.parquet", "--budget", "40"]):
+        r = _cli(cli_runner, *argv, "--overwrite")
+        assert r.exit_code == 0, r.output
+    for name, rows in (("e.parquet", 300), ("c.parquet", 300), ("s.parquet", 40)):
+        assert (tmp_path / name).is_symlink() and read_meta(scratch / name).rows == rows
+    assert read_meta(scratch / "c.parquet").params["k"] == 5
+    beside = {p.name for p in tmp_path.iterdir()} - {"scratch", "e.parquet", "c.parquet", "s.parquet"}
+    assert all(not n.endswith(".parquet") and not n.startswith(".") for n in beside), beside  # only sidecars
+    assert sorted(p.name for p in scratch.iterdir()) == ["c.parquet", "e.parquet", "s.parquet"]  # no temporary

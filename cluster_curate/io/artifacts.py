@@ -144,6 +144,16 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
         raise CurateError(f"{label}: {_article(kind)} {kind} artifact is a Parquet file: name it "
                           f"{p.with_suffix('.parquet').name}")
     check_creatable(p)
+    if p.is_symlink():
+        check_creatable(written_at(p))  # the output is written where the link points (io/writer.py)
+
+
+def written_at(path: str | os.PathLike) -> Path:
+    """Where an output named `path` is written: through a link (to a file or a folder on another disk), at the
+    link's target, so the link stays and points at the new output; else `path` itself. The temporary file or
+    folder is made beside the target (a rename works only within one file system)."""
+    p = Path(path)
+    return Path(os.path.realpath(p)) if p.is_symlink() else p
 
 
 def check_creatable(path: str | os.PathLike) -> None:

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import (META_KEY, ArtifactMeta, check_creatable, check_writable, json_default,
-                                         replace_refusal)
+                                         replace_refusal, written_at)
 
 
 def with_meta(table: pa.Table, meta: ArtifactMeta) -> pa.Table:
@@ -73,7 +73,7 @@ def _public_temp(prefix: str, directory: Path) -> str:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    p = Path(path)
+    p = written_at(path)  # through a link: the link stays
     with _room_to_write(p):
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = _public_temp(f".{p.name}.", p.parent)
@@ -98,8 +98,9 @@ def write_lines(path: str | os.PathLike, lines) -> None:
 
 
 def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> None:
-    """Write a Parquet file through a temporary file in the same directory, then rename it into place."""
-    p = Path(path)
+    """Write a Parquet file through a temporary file in the same directory, then rename it into place (through
+    a link: at the link's target, artifacts.written_at)."""
+    p = written_at(path)
     with _room_to_write(p):
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = _public_temp(f".{p.name}.", p.parent)
@@ -116,8 +117,8 @@ def parquet_stream(path: str | os.PathLike, schema: pa.Schema) -> Iterator[pq.Pa
     """A ParquetWriter on a temporary file that becomes `path` when the block ends without an error (tables
     written in pieces, memory one piece). A directory at `path` is replaced only when it is a former part
     artifact of the kind in `schema`'s metadata, or empty (artifacts.replace_refusal; the command checked it
-    before any work: this is the second guard)."""
-    target = Path(path)
+    before any work: this is the second guard). Through a link: at the link's target (artifacts.written_at)."""
+    target = written_at(path)
     if target.is_dir():
         _refuse_foreign(target, _schema_kind(schema))
         shutil.rmtree(target)
@@ -139,7 +140,7 @@ def write_artifact(table: pa.Table, path: str | os.PathLike, meta: ArtifactMeta,
     is replaced (artifacts.check_writable)."""
     check_writable(path, overwrite, kind=meta.kind)
     meta.rows = table.num_rows
-    p = Path(path)
+    p = written_at(path)
     if p.is_dir():  # replacing a part-file artifact with a single file (check_writable allowed it just above)
         shutil.rmtree(p)
     write_parquet_atomic(with_meta(table, meta), p)
@@ -191,7 +192,7 @@ def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool])
     if out_dir.is_symlink() and out_dir.is_dir():
         # a link to a folder elsewhere (a bigger disk): the new folder goes there, and the link stays. Swapped
         # at the link itself, the folder landed beside the link and the link was gone.
-        out_dir = Path(os.path.realpath(out_dir))
+        out_dir = written_at(out_dir)
         check_creatable(out_dir)  # the new folder is built beside the one it replaces: one line if it cannot be
     if out_dir.exists() or out_dir.is_symlink():
         if callable(kind):
