@@ -87,6 +87,34 @@ def test_a_missing_nested_path_is_skipped_into_the_rejects(tmp_path):
     assert pq.read_metadata(tmp_path / "e.parquet").num_rows == 58
 
 
+def test_a_list_index_in_a_nested_path_reads_an_item_and_an_index_out_of_range_is_a_bad_row(tmp_path):
+    """`--prompt-field turns.0.value --response-field turns.1.value` (a list of turns, as chat exports hold
+    them): a path read objects only, and every row was a bad row ('turns' is a list, not an object). A whole
+    number now indexes the list (JSON, Parquet list columns, JSON text in a CSV), selecting what the flat columns
+    select; a row whose list is too short is a bad row naming its line and the path."""
+    shutil.copy(GSM, tmp_path / "flat.jsonl")
+    rows = [{"turns": [{"from": "human", "value": r["data"]["question"]}, {"from": "gpt", "value": r["data"]["answer"]}]}
+            for r in nest_gsm8k()]
+    write_jsonl(tmp_path / "turns.jsonl", rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "turns.parquet")
+    (tmp_path / "turns.csv").write_text("turns\n" + "".join('"' + json.dumps(r["turns"]).replace('"', '""') + '"\n'
+                                                            for r in rows))
+    turns = ["--prompt-field", "turns.0.value", "--response-field", "turns.1.value"]
+    _ok("run", "flat.jsonl", "--out", "flat", *FAST, "-q", cwd=tmp_path)
+    _ok("run", "turns.jsonl", "--out", "turns", *turns, *FAST, "-q", cwd=tmp_path)
+    assert _ids(tmp_path / "turns" / "selection.parquet") == _ids(tmp_path / "flat" / "selection.parquet")
+    for name in ("turns.parquet", "turns.csv"):
+        r = _ok("inspect", name, *turns, "--json", cwd=tmp_path)
+        assert json.loads(r.stdout)["examples"] == 300, name
+    del rows[4]["turns"][1]
+    write_jsonl(tmp_path / "short.jsonl", rows)
+    r = _cli("embed", "short.jsonl", "--out", "e.parquet", *turns, "--features", "text", "--dim", "8", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "ERROR: short.jsonl:5: field 'turns.1.value': missing ('turns' has 1 item, no item 1) (id 4; pass --on-bad-row "
+        "skip to skip bad rows)"], r.stderr
+    assert not (tmp_path / "e.parquet").exists()
+
+
 def test_a_mixture_file_with_a_tsv_input_and_dotted_fields(tmp_path):
     """One input a TSV, the other nested JSON Lines read through the mixture file's prompt_field / response_field:
     each keeps its own columns in the shards (null in the other's rows), beside the normalised prompt and response."""

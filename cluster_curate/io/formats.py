@@ -304,8 +304,9 @@ def _conversation(rec: dict, fields: FieldMap):
 
 def field_value(rec: dict, field: str):
     """The value of `field` in a record: its key of that name when it has one (a key may hold a dot), else the
-    dotted path into nested objects (`data.question`; an object may be JSON text, as a conversation column may).
-    A step that is not there is a RecordError naming the whole path; the value at the end, null included, is the
+    dotted path into nested objects and lists (`data.question`, `conversations.0.value`: a step that is a whole
+    number indexes a list, from 0; an object or list may be JSON text, as a conversation column may). A step
+    that is not there is a RecordError naming the whole path; the value at the end, null included, is the
     caller's to judge, as a flat column's is."""
     if field in rec or "." not in field:
         return rec.get(field)
@@ -313,12 +314,21 @@ def field_value(rec: dict, field: str):
     value = rec
     for i, key in enumerate(keys):
         where = f"'{'.'.join(keys[:i])}'" if i else "the record"
-        if isinstance(value, str) and value.startswith("{"):
-            # an object kept as JSON text: a CSV column, or a shard column whose rows mix objects and text
+        if isinstance(value, str) and value.startswith(("{", "[")):
+            # an object or list kept as JSON text: a CSV column, or a shard column whose rows mix objects and text
             try:
                 value = json.loads(value)
             except json.JSONDecodeError:
                 pass
+        if isinstance(value, (list, tuple)):
+            if not key.isdigit():
+                raise RecordError(field, f"missing ({where} is a list, not an object: give an item's index, "
+                                         f"{'.'.join(keys[:i] + ['0'] + keys[i:])})")
+            if int(key) >= len(value):
+                raise RecordError(field, f"missing ({where} has {len(value)} item{'' if len(value) == 1 else 's'}, "
+                                         f"no item {key})")
+            value = value[int(key)]
+            continue
         if not isinstance(value, dict):
             raise RecordError(field, f"missing ({where} is {_kind(value)}, not an object)")
         if key not in value:

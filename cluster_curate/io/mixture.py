@@ -24,7 +24,7 @@ Mixture file (YAML, or JSON with the same keys)::
       - path: math.jsonl              # relative to the mixture file
         name: math                    # default: the file name without its extensions
         format: alpaca                # per-input reading options: format, prompt_field, response_field (a
-        on_bad_row: skip              #   dotted path reads nested objects), on_bad_row
+        on_bad_row: skip              #   dotted path reads nested objects and lists), on_bad_row
         rename: {label: math_label}   # original columns renamed for this input
         min_share: 0.2                # optional floor / cap on the selection's share of this input
         max_share: 0.6
