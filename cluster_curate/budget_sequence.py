@@ -178,8 +178,8 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
     cap_rows = np.array([int(np.searchsorted(c, hi, side="right")) for c, hi in zip(cum, high)], dtype=np.int64)
     for k in range(n_src):
         if low[k] > avail[k]:
-            raise CurateError(f"source {names[k]}: its floor is {int(low[k]):,} {unit}{said(floor_from, k, ' ({})')} and it "
-                              f"has only {int(avail[k]):,} {unit} to select from")
+            raise CurateError(f"source {names[k]}: its floor is {int(low[k]):,} {unit}"
+                              f"{said(floor_from, k, ' ({})')} and it has only {int(avail[k]):,} {unit} to select from")
         if floor_rows[k] > cap_rows[k]:
             raise CurateError(f"source {names[k]}: its floor ({int(low[k]):,} {unit}{said(floor_from, k)}) is above "
                               f"its cap ({int(high[k]):,} {unit}{said(cap_from, k)})")

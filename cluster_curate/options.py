@@ -180,8 +180,8 @@ def _formats():
 DATASET_OPTIONS = (
     Option("fmt", flags=("--format",), choices=_formats, help="Record format (default: detected from the fields)."),
     Option("prompt_field", help="Field holding the prompt (overrides the format's). A dotted path (data.question) "
-                                "reads into nested objects, a whole number into a list (conversations.0.value), unless a "
-                                "column has that very name: then the column."),
+                                "reads into nested objects, a whole number into a list (conversations.0.value), "
+                                "unless a column has that very name: then the column."),
     Option("response_field", help="Field holding the response (overrides the format's); a dotted path (data.answer) "
                                   "as for --prompt-field."),
     Option("on_bad_row", default="error", choices=("error", "skip"), show_default=True,

@@ -93,8 +93,8 @@ def test_a_list_index_in_a_nested_path_reads_an_item_and_an_index_out_of_range_i
     number now indexes the list (JSON, Parquet list columns, JSON text in a CSV), selecting what the flat columns
     select; a row whose list is too short is a bad row naming its line and the path."""
     shutil.copy(GSM, tmp_path / "flat.jsonl")
-    rows = [{"turns": [{"from": "human", "value": r["data"]["question"]}, {"from": "gpt", "value": r["data"]["answer"]}]}
-            for r in nest_gsm8k()]
+    rows = [{"turns": [{"from": "human", "value": r["data"]["question"]},
+                       {"from": "gpt", "value": r["data"]["answer"]}]} for r in nest_gsm8k()]
     write_jsonl(tmp_path / "turns.jsonl", rows)
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "turns.parquet")
     (tmp_path / "turns.csv").write_text("turns\n" + "".join('"' + json.dumps(r["turns"]).replace('"', '""') + '"\n'

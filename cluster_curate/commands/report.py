@@ -13,7 +13,8 @@ from cluster_curate.console import Shown
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
 from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES
-
+from cluster_curate.options import Argument, CommandSpec, Option
+MAX_PCA_POINTS = 20000
 # each plot's file and what it shows (the summary's `plots` table says it beside the name)
 PLOTS = {
     "cluster_sizes.png": "how much of each cluster and group was kept (bars labelled with cluster ids, grouped)",
@@ -21,8 +22,6 @@ PLOTS = {
     "rank_loads.png": "how even the ranks are: per-step spread of their token loads, plan vs random",
     "source_shares.png": "a mixture's inputs: their shares of rows and tokens before and after selection",
 }
-from cluster_curate.options import Argument, CommandSpec, Option
-MAX_PCA_POINTS = 20000
 
 
 def find_artifacts(paths: list[str]) -> dict[str, Path]:
