@@ -30,8 +30,11 @@ from pathlib import Path
 
 from common import DATA, ROOT, cli, parser, write_results
 
-CONFIGS = [(8, 1, "tokens"), (4, 1, "tokens"), (2, 1, "tokens"), (8, 2, "tokens"), (4, 2, "tokens"), (8, 4, "tokens"),
-           (4, 4, "tokens"), (8, 4, "padded"), (4, 4, "padded")]
+# (shards, micro-batch, --balance, --length-window (None: the default; 0: no length grouping at all), pairing)
+CONFIGS = [(8, 1, "tokens", None, True), (8, 1, "tokens", None, False), (8, 1, "tokens", 0, True),
+           (4, 1, "tokens", None, True), (2, 1, "tokens", None, True), (8, 2, "tokens", None, True),
+           (4, 2, "tokens", None, True), (8, 4, "tokens", None, True), (4, 4, "tokens", None, True),
+           (8, 4, "padded", None, True), (4, 4, "padded", None, True)]
 SEEDS = (0, 1, 2)
 
 _CHILD = r"""
@@ -41,18 +44,31 @@ from cluster_curate.sharding import plan_steps
 from cluster_curate.shard_balance import balance_figures, length_packed_imbalance
 job = json.loads(sys.argv[1])
 out = {}
+def mixing(plan, source):  # the share of steps that hold rows of more than one input
+    s = source[plan.rows].reshape(plan.steps, -1)
+    return float((s.min(1) != s.max(1)).mean())
 for name, path in job["selections"].items():
-    t = pq.read_table(path, columns=["cluster", "n_tokens"])
+    t = pq.read_table(path)  # a mixture's selection has a `source` column
     c, L = t["cluster"].to_numpy(), t["n_tokens"].to_numpy().astype(float)
-    for n, m, balance in job["configs"]:
+    names = t["source"].to_pylist() if "source" in t.column_names else [""] * c.size
+    source = np.unique(np.asarray(names, dtype=str), return_inverse=True)[1].reshape(-1)
+    for n, m, balance, window, pair in job["configs"]:
         runs = []
+        # the baseline has no pairing to turn off: its plan is the one --no-pair-lengths reproduces
+        kw = {} if pair else {"pair_lengths": False}
         for seed in job["seeds"]:
-            f = balance_figures(plan_steps(c, L, n, m, balance=balance, seed=seed), L, c)
+            try:
+                plan = plan_steps(c, L, n, m, balance=balance, length_window=window, seed=seed, **kw)
+            except TypeError:
+                plan = plan_steps(c, L, n, m, balance=balance, length_window=window, seed=seed)
+            f = balance_figures(plan, L, c)
             runs.append([f["token_imbalance"]["mean"], f["padded_imbalance"]["mean"], f["padding_efficiency"],
-                         f["cluster_spread"]["min"]])
-        out[f"{name} {n} {m} {balance}"] = {"median": np.median(runs, 0).tolist(), "rows": int(c.size),
-                                            "clusters": int(np.unique(c).size),
-                                            "packed": length_packed_imbalance(L, n, m, balance)}
+                         f["cluster_spread"]["min"], mixing(plan, source),
+                         mixing(plan_steps(c, L, n, m, allocation="random", seed=seed), source)])
+        out[f"{name} {n} {m} {balance} {window} {pair}"] = {"median": np.median(runs, 0).tolist(), "rows": int(c.size),
+                                                     "clusters": int(np.unique(c).size),
+                                                     "inputs": int(source.max()) + 1,
+                                                     "packed": length_packed_imbalance(L, n, m, balance)}
 rng = np.random.default_rng(1)
 for k in job["scale_clusters"]:
     c = rng.integers(0, k, job["scale_rows"])
@@ -84,7 +100,9 @@ def measure(tree: Path, job: dict) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1")
     # cwd too: `python -c` puts the working directory first on the import path
     r = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], capture_output=True, text=True, env=env,
-                       cwd=tree, check=True)
+                       cwd=tree)
+    if r.returncode:
+        raise SystemExit(f"the measurement failed in {tree}:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -108,18 +126,27 @@ def main(argv=None) -> None:
              f"Baseline (before): {revision(args.baseline)}. Selections by the tool's own commands with default "
              "options (`embed` → `cluster` → `select --fraction 0.31`); tokens: the selection's n_tokens. Medians "
              f"of seeds {', '.join(map(str, SEEDS))}. `packed`: packing the same rows by length alone, ignoring "
-             "clusters (the floor for any plan).", "",
-             "| selection | rows | clusters | shards × micro-batch | balance | packed | token imbalance before → now "
-             "| padded imbalance before → now | padding efficiency before → now | cluster spread min before → now |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "clusters (the floor for any plan). `--no-pair-lengths` gives the baseline's plan (both columns "
+             "equal); `--length-window 0` turns off all length grouping.", "",
+             "`steps mixing inputs` (the mixture only): the share of steps that hold rows of both inputs, with "
+             "the same share under `--allocation random` for reference: rows of similar length share a step, and "
+             "length tells the inputs apart (code is longer), so pairing by length mixes fewer steps; every step "
+             "still holds as many distinct clusters as before (`cluster spread`).", "",
+             "| selection | rows | clusters | shards × micro-batch | options | packed | token imbalance before → now "
+             "| padded imbalance before → now | padding efficiency before → now | cluster spread min before → now "
+             "| steps mixing inputs before → now (random) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, h in here.items():
         if key.startswith("scale"):
             continue
         b = base[key]
-        name, n, m, balance = key.split()
+        name, n, m, balance, window, pair = key.split()
         arrow = lambda i, f="{:.3f}": f"{f.format(b['median'][i])} → {f.format(h['median'][i])}"  # noqa: E731
-        lines.append(f"| {name} | {h['rows']:,} | {h['clusters']} | {n} × {m} | {balance} | {h['packed']:.3f} | "
-                     f"{arrow(0)} | {arrow(1)} | {arrow(2)} | {arrow(3, '{:.2f}')} |")
+        options = f"--balance {balance}" + ("" if window == "None" else f" --length-window {window}") + \
+            ("" if pair == "True" else " --no-pair-lengths")
+        mixed = f"{arrow(4, '{:.2f}')} ({h['median'][5]:.2f})" if h["inputs"] > 1 else "—"
+        lines.append(f"| {name} | {h['rows']:,} | {h['clusters']} | {n} × {m} | {options} | {h['packed']:.3f} | "
+                     f"{arrow(0)} | {arrow(1)} | {arrow(2)} | {arrow(3, '{:.2f}')} | {mixed} |")
     lines += ["", f"Plan time on {args.scale_rows:,} synthetic rows (lognormal lengths), 8 shards × micro-batch 1, "
               "CPU seconds of one run in a child process:", "",
               "| clusters | before s | now s | token imbalance before → now |", "|---|---|---|---|"]

@@ -440,7 +440,7 @@ def balance_ranks(steps: np.ndarray, lengths: np.ndarray, clusters: np.ndarray, 
 
 def plan_steps(clusters: np.ndarray, lengths: np.ndarray | None, num_shards: int, micro_batch_size: int = 1, *,
                allocation: str = "stratified", balance: str = "tokens", remainder: str = "drop",
-               length_window: int | None = None, seed: int = 0) -> ShardPlan:
+               length_window: int | None = None, pair_lengths: bool = True, seed: int = 0) -> ShardPlan:
     """The whole allocation: stream order, steps, ranks. `lengths` (tokens per row) may be None (all equal)."""
     clusters = np.asarray(clusters)
     s = clusters.shape[0]
@@ -454,11 +454,13 @@ def plan_steps(clusters: np.ndarray, lengths: np.ndarray | None, num_shards: int
     if lengths.shape[0] != s:
         raise CurateError(f"token counts: {lengths.shape[0]} values for {s} selected rows")
     return ALLOCATION.get(allocation).value(clusters, lengths, num_shards, micro_batch_size, balance=balance,
-                                            remainder=remainder, length_window=length_window, seed=seed)
+                                            remainder=remainder, length_window=length_window,
+                                            pair_lengths=pair_lengths, seed=seed)
 
 
 def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards: int, micro_batch_size: int, *,
-                          balance: str, remainder: str, length_window: int | None, seed: int) -> ShardPlan:
+                          balance: str, remainder: str, length_window: int | None, pair_lengths: bool = True,
+                          seed: int) -> ShardPlan:
     """Every step holds each cluster's share (floor or ceil), steps grouped by length inside windows, ranks
     token-balanced inside each step."""
     s = clusters.shape[0]
@@ -481,7 +483,7 @@ def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards:
     k = np.unique(clusters).shape[0]
     steps_per_window = max(length_window, -(-16 * k // b)) if length_window else 0  # ~16 rows a cluster a window
     step_of = compose_steps(clusters[kept], t_count, rng, lengths[kept] if length_window else None, steps_per_window)
-    if length_window:
+    if length_window and pair_lengths:
         step_of = pair_by_length(step_of, clusters[kept], t_count, lengths[kept], steps_per_window,
                                  num_shards if balance == "tokens" else 0)
     by_step = np.argsort(step_of, kind="stable").reshape(t_count, b)
@@ -551,9 +553,9 @@ def random_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: i
     return ShardPlan(steps.reshape(shape), wrapped.reshape(shape), leftover, "random", "none", remainder)
 
 
-# An allocation: (clusters, lengths, num_shards, micro_batch_size, *, balance, remainder, length_window, seed)
-# -> ShardPlan. `balances`: it uses --balance / --length-window (recorded as None otherwise). Add one: a
-# function + a line here.
+# An allocation: (clusters, lengths, num_shards, micro_batch_size, *, balance, remainder, length_window,
+# pair_lengths, seed) -> ShardPlan. `balances`: it uses --balance / --length-window / --pair-lengths (recorded as
+# None otherwise). Add one: a function + a line here.
 ALLOCATION = Registry("--allocation")
 ALLOCATION.register("stratified", "every step holds every cluster's share, token-balanced across ranks",
                     stratified_allocation, balances=True)

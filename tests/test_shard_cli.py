@@ -83,6 +83,23 @@ def test_order_in_each_shard_is_the_planned_order(tmp_path, data, cli_runner):
         assert np.array_equal(t.column("id").to_numpy(), sel["ids"][plan.shard_rows(rank)])
 
 
+def test_no_pair_lengths_is_recorded_and_gives_the_plan_without_pairing(tmp_path, data, cli_runner):
+    """--no-pair-lengths: the plan of plan_steps(pair_lengths=False), recorded in the manifest (so `run` re-shards
+    when it changes); the default pairs (k = 40 clusters of a few rows each, micro-batch 1: pairing applies)."""
+    sel = make_selection(tmp_path / "sel.parquet", data, k=40, fraction=0.5, n_tokens=True)
+    ids = {}
+    for name, flag in (("paired", []), ("unpaired", ["--no-pair-lengths"])):
+        r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / name, "-n", "4", "-q",
+                 *flag)
+        assert r.exit_code == 0, r.output
+        manifest, tables = _shards(tmp_path / name)
+        assert manifest["params"]["pair_lengths"] is (not flag)
+        ids[name] = [t.column("id").to_numpy() for t in tables]
+        plan = sharding.plan_steps(sel["clusters"], sel["tokens"], 4, 1, pair_lengths=not flag)
+        assert all(np.array_equal(ids[name][r], sel["ids"][plan.shard_rows(r)]) for r in range(4))
+    assert any(not np.array_equal(a, b) for a, b in zip(ids["paired"], ids["unpaired"]))
+
+
 def test_same_seed_gives_byte_identical_shards(tmp_path, data, cli_runner):
     make_selection(tmp_path / "sel.parquet", data, k=4, fraction=0.5)
     hashes = []

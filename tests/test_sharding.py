@@ -147,7 +147,7 @@ def test_micro_batch_1_pairs_rows_of_similar_length_across_clusters():
     clusters = rng.integers(0, 40, 3000)
     lengths = np.round(rng.lognormal(4, 0.5, 3000) * (1 + clusters % 5))
     figures = balance_figures(S.plan_steps(clusters, lengths, 8, 1, seed=0), lengths, clusters)
-    unpaired = balance_figures(S.plan_steps(clusters, lengths, 8, 1, length_window=0, seed=0), lengths, clusters)
+    unpaired = balance_figures(S.plan_steps(clusters, lengths, 8, 1, pair_lengths=False, seed=0), lengths, clusters)
     assert unpaired["token_imbalance"]["mean"] > 1.4
     # packing by length alone sorts all 3,000 rows; the plan sorts inside windows of 80 steps (640 rows)
     assert figures["token_imbalance"]["mean"] < length_packed_imbalance(lengths, 8, 1) + 0.06

@@ -34,6 +34,11 @@ OPTIONS = (
            help="Rank load to balance: sum of tokens, or micro-batch size × longest row (trainers that pad)."),
     Option("length_window", record=True, type=int,
            help="Group rows of similar length into steps inside windows of this many steps (0 = off; default 64)."),
+    Option("pair_lengths", record=True, negatable=True, default=True, show_default=True,
+           help="Inside a window, rows of similar length share a step across clusters too (each step keeps its "
+                "cluster counts): what balances micro-batch 1 and 2; since length often tells inputs apart "
+                "(code is longer), fewer steps mix inputs. --no-pair-lengths: clusters share steps regardless "
+                "of length, as before this option (benchmarks/results/shard_lengths.md)."),
     Option("remainder", record=True, default="drop", choices=lazy("cluster_curate.sharding", "REMAINDERS"),
            show_default=True,
            help="Rows beyond a whole number of steps: drop (listed in the manifest and leftover_ids.txt) or "
@@ -80,7 +85,7 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     t_plan = time.monotonic()
     plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],
                                allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],
-                               length_window=o["length_window"], seed=o["seed"])
+                               length_window=o["length_window"], pair_lengths=o["pair_lengths"], seed=o["seed"])
     figures = balance_figures(plan, tokens, sel.clusters)  # warned about here, recorded in the manifest
     if o["allocation"] == "stratified":  # the others are baselines: their balance is what they are for
         warning = balance_warning(figures, tokens, o["balance"])
@@ -113,7 +118,7 @@ def _params(o: dict, token_source: str) -> dict:
     window = o["length_window"] if o["length_window"] is not None else sharding.DEFAULT_LENGTH_WINDOW.get(o["balance"])
     params = recorded(OPTIONS, o)  # declaration order: manifest.json keeps it
     params.update(balance=o["balance"] if balances else None, length_window=window if balances else None,
-                  token_source=token_source)
+                  pair_lengths=o["pair_lengths"] if balances and window else None, token_source=token_source)
     return params
 
 
