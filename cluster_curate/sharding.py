@@ -219,7 +219,7 @@ def _spaced_levels(q: np.ndarray, group: np.ndarray, gap: float) -> np.ndarray:
     starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
     j = (np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))) * gap
     v = q - j
-    offset = group * (4.0 + 2 * j.max(initial=0))  # later groups lie above earlier ones: running max/min stay inside a group
+    offset = group * (4.0 + 2 * j.max(initial=0))  # each group above the last: running max/min stay inside it
     above = j + np.maximum.accumulate(v + offset) - offset
     below = j + np.minimum.accumulate((v + offset)[::-1])[::-1] - offset
     return (above + below) / 2
@@ -266,13 +266,14 @@ def pair_by_length(step: np.ndarray, clusters: np.ndarray, t_count: int, length:
     a step holds rows of similar length across clusters, not only within each (compose_steps).
 
     Why: when each step holds one row of many different clusters (k > N × M, the usual case), the clusters'
-    own length orders do not line up, and with micro-batch 1 a step's ranks hold a short and a long row, so
-    the short ones wait. Here the window's rows of those clusters are ordered by their length rank among
-    all of them, spaced so that one cluster's rows can sit in distinct steps (`_spaced_levels`), and dealt
-    in that order to the same slots, at most one row of a cluster per step (`_first_fit`): every step keeps
-    its row count and each cluster its 0-or-1 share, so nothing else the plan promises changes. A window
-    keeps its composition when the re-deal does not lower its sum over steps of the longest row.
-    step: step per row (compose_steps); returns the new steps."""
+    own length orders do not line up, so a step mixes short and long rows; with few rows per rank (micro-batch
+    1 or 2) the ranks cannot trade them, and the ranks with short rows wait. Here the window's rows of those
+    clusters are ordered by their length rank among all of them, spaced so that one cluster's rows can sit in
+    distinct steps (`_spaced_levels`), and dealt in that order to the same slots, at most one row of a cluster
+    per step (`_first_fit`): every step keeps its row count and each cluster its 0-or-1 share, so nothing
+    else the plan promises changes. A window keeps its steps unless the re-deal lowers what they cost at
+    least (`_step_cost`): with N × M rows to trade, a step usually costs its tokens ÷ N either way, and the
+    plan stays as it was. step: step per row (compose_steps); num_shards: 0 for `padded`; returns the steps."""
     _, inv, counts = cluster_index(clusters)
     sparse = (counts < t_count)[inv]
     step = step.copy()
@@ -286,8 +287,8 @@ def pair_by_length(step: np.ndarray, clusters: np.ndarray, t_count: int, length:
             continue
         steps, room = np.unique(step[rows], return_counts=True)
         q = np.empty(rows.size)
-        # rows are in compose_steps' random order, so a stable sort breaks ties at random (and draws nothing:
-        # a window that keeps its composition leaves the plan exactly as it was)
+        # equal lengths keep the stream's order (random inside a cluster); nothing is drawn, so a window that
+        # keeps its steps leaves the plan exactly as it was
         q[np.argsort(length[rows], kind="stable")] = (np.arange(rows.size) + 0.5) / rows.size
         by_cluster = np.lexsort((q, inv[rows]))
         level = np.empty(rows.size)
