@@ -10,6 +10,8 @@ the tool's own CLI (timed: that is the curation cost):
   tool-random     the same 31% selection, shard --allocation random
   tool-padded     the same 31% selection, shard --balance padded (balances M x longest row, what a padding
                   trainer computes)
+  tool-unpaired   the same 31% selection, shard --no-pair-lengths (the plan before rows of similar length were
+                  paired across clusters; not in the default run: `--configs tool,tool-unpaired -m 1`)
   paper           the paper's recipe: embed --features gradient -> cluster --k 2 (= ranks) --max-size-factor 1.5
                   --groups none -> select --per-cluster-ratio r --within far (r chosen to give ~31%)
                   -> shard --allocation paper
@@ -90,7 +92,7 @@ def curate(data: Path, work: Path, m: int, configs: list[str], embed_args: list[
     shared = t_embed + t_cluster + t_select
     if any(x.startswith("tool") for x in configs):
         for name, extra in (("tool", []), ("tool-random", ["--allocation", "random"]),
-                            ("tool-padded", ["--balance", "padded"])):
+                            ("tool-padded", ["--balance", "padded"]), ("tool-unpaired", ["--no-pair-lengths"])):
             if name not in configs:
                 continue
             log = base[:]
