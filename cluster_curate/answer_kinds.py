@@ -55,6 +55,14 @@ def answer_key(response: str) -> int:
                           signed=True)
 
 
+def answer_columns(responses) -> tuple[np.ndarray, np.ndarray]:
+    """(answer_key, whitespace words) of each response, as int64 arrays: what `cluster --kinds` needs of a row,
+    computed by `embed` in its feature pass and kept in the embeddings artifact (features/embed.ANSWER_COLUMNS)."""
+    responses = list(responses)
+    return (np.fromiter((answer_key(r) for r in responses), dtype=np.int64, count=len(responses)),
+            np.fromiter((len(r.split()) for r in responses), dtype=np.int64, count=len(responses)))
+
+
 def answer_agreement(prompts, responses, labels: np.ndarray, k: int, min_pairs: int = MIN_PAIRS,
                      min_overlap: float = MIN_OVERLAP, template_share: float = TEMPLATE_SHARE):
     """Symmetric sparse k x k (scipy COO, no diagonal): for two clusters, the share of their row pairs that

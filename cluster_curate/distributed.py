@@ -333,6 +333,8 @@ def _empty_table(meta: ArtifactMeta) -> pa.Table:
         "n_tokens": pa.array([], pa.int64()),
         "n_response_tokens": pa.array([], pa.int64()),
         "loss": pa.array([], pa.float32()),
+        "answer_key": pa.array([], pa.int64()),
+        "response_words": pa.array([], pa.int64()),
     })
 
 

@@ -316,6 +316,68 @@ def test_cluster_kinds_data_given_or_recorded_give_the_same_kinds(family, tmp_pa
     assert bare["kind_of_group"] == given["kind_of_group"]
 
 
+def _without_answer_columns(src, dst):
+    """An embeddings artifact as embed wrote it before it kept the answers (algorithm 1: no ANSWER_COLUMNS)."""
+    from cluster_curate.features.embed import ANSWER_COLUMNS
+    t = pq.read_table(src)
+    meta = json.loads(t.schema.metadata[b"cluster_curate"])
+    pq.write_table(t.drop(list(ANSWER_COLUMNS)).replace_schema_metadata(
+        {b"cluster_curate": json.dumps({**meta, "algorithm": 1})}), dst)
+
+
+def test_embeddings_keep_the_answers_cluster_would_read(family):
+    """embed keeps each row's answer key and response words (features/embed.ANSWER_COLUMNS): what cluster's
+    pass over the data computed for the embedded rows."""
+    t = pq.read_table(family / "e.parquet")
+    rows = [json.loads(line) for line in (family / "train.jsonl").read_text().splitlines()]
+    ids = t.column("id").to_numpy()
+    keys, words = AK.answer_columns([rows[i]["output"] for i in ids])
+    assert np.array_equal(t.column("answer_key").to_numpy(), keys)
+    assert np.array_equal(t.column("response_words").to_numpy(), words)
+    assert keys.tolist() == [AK.answer_key(rows[i]["output"]) for i in ids]
+
+
+def test_cluster_kinds_from_the_kept_answers_are_those_of_a_pass_over_the_data(family, tmp_path, cli_runner,
+                                                                                monkeypatch):
+    """cluster takes the answers from the embeddings (no pass over the data; the prompts are read only where
+    two clusters answer alike, as here); embeddings written before they were kept, or --data, read the data:
+    the same clusters, kinds and short answers."""
+    _without_answer_columns(family / "e.parquet", tmp_path / "old.parquet")
+    from cluster_curate.commands import cluster as C
+    calls = []
+    stored = C._stored_answers
+    monkeypatch.setattr(C, "_stored_answers", lambda *a: calls.append(stored(*a) is not None) or stored(*a))
+    params = {}
+    for name, embeddings, args in (("kept", family / "e.parquet", []), ("old", tmp_path / "old.parquet", []),
+                                   ("data", family / "e.parquet", ["--data", family / "train.jsonl"])):
+        _cli(cli_runner, ["cluster", embeddings, "--out", tmp_path / f"c-{name}.parquet", "-q", *args])
+        params[name] = json.loads(pq.read_schema(tmp_path / f"c-{name}.parquet").metadata[b"cluster_curate"])["params"]
+    assert calls == [True, False, False]
+    kinds = params["kept"]["kind_of_group"]
+    assert max(kinds) + 1 < len(set(params["kept"]["groups"]))  # some groups joined: the prompts were read
+    assert params["kept"] == params["old"] == params["data"]
+
+
+def test_cluster_kinds_from_the_kept_answers_do_not_read_the_rows(fixtures_dir, tmp_path, monkeypatch):
+    """Unique answers (GSM8K): no two clusters answer alike, so cluster reads no row of the data (it opens and
+    checks it as before), and its kinds are those of an artifact without the kept answers."""
+    import cluster_curate as cc
+    from cluster_curate.io.datasets import Dataset
+    data = fixtures_dir / "gsm8k" / "train-300.jsonl"
+    cc.embed(str(data), str(tmp_path / "e.parquet"))
+    _without_answer_columns(tmp_path / "e.parquet", tmp_path / "old.parquet")
+    cc.cluster(str(tmp_path / "old.parquet"), str(tmp_path / "old-c.parquet"))
+
+    def no_rows(self, *a, **k):
+        raise AssertionError("the data was read")
+    monkeypatch.setattr(Dataset, "iter_batches", no_rows)
+    cc.cluster(str(tmp_path / "e.parquet"), str(tmp_path / "c.parquet"))
+    got, old = (json.loads(pq.read_schema(tmp_path / n).metadata[b"cluster_curate"])["params"]
+                for n in ("c.parquet", "old-c.parquet"))
+    assert got["kinds"] == "answers" and got == old
+    assert pq.read_table(tmp_path / "c.parquet").equals(pq.read_table(tmp_path / "old-c.parquet"))
+
+
 def test_cluster_kinds_auto_without_groups_says_why_none(family, tmp_path, cli_runner):
     """The default joins kinds where it can; without groups the clustering is --kinds none's and says why."""
     res = _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / "c.parquet", "--json",

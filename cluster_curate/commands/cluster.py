@@ -99,7 +99,8 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     """For kinds: ((ids, answer keys, response word counts, a function that reads the prompts) of the raw data's
     rows (--data, else the dataset the embeddings record), None), read and checked against the embeddings' dataset
     before any k-means; (None, why) when there are no kinds. Holds a few bytes a row, not the texts: the prompts
-    are read again only when two clusters answer alike (answer_kinds.answer_agreement)."""
+    are read again only when two clusters answer alike (answer_kinds.answer_agreement). The keys and counts are
+    the embeddings' own where embed kept them (_stored_answers): the data is opened and checked, not read."""
     if o["kinds"] == "none":
         return None, "--kinds none"
     if o["kinds"] == "auto" and o["groups"] in (None, "none"):
@@ -117,6 +118,9 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
         ds = open_recorded_data(o, embeddings, emeta)
         if ds is None:
             raise CurateError(f"{embeddings}: records no dataset")
+        stored = _stored_answers(o, embeddings, emeta, ds)
+        if stored is not None:
+            return stored, None
         for batch in ds.iter_batches():
             for ex in batch.examples:
                 ids.append(ex.id)
@@ -137,6 +141,50 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
         return [example_text(ex, "prompt") for batch in ds.iter_batches() for ex in batch.examples]
     return (np.asarray(ids, dtype=np.int64), np.asarray(keys, dtype=np.int64), np.asarray(words, dtype=np.int64),
             prompts), None
+
+
+def _stored_answers(o: dict, embeddings: str, emeta, ds) -> tuple | None:
+    """(ids, answer keys, response word counts, a function that reads the prompts) of the embedded rows, from the
+    columns embed keeps for them (features/embed.ANSWER_COLUMNS): what a pass over the data `ds` would give for
+    those rows, without the pass; the prompts are read from `ds` only when two clusters answer alike. None where
+    the data must be read instead: an artifact written before those columns, --data given, or reading options
+    given now that read the recorded dataset otherwise than embed did."""
+    from cluster_curate.features.embed import ANSWER_COLUMNS
+    from cluster_curate.io.artifacts import artifact_schema
+    from cluster_curate.options import read_options
+    record = emeta.dataset or {}
+    if o["data"] or not set(ANSWER_COLUMNS) <= set(artifact_schema(embeddings).names):
+        return None
+    if not record.get("inputs"):  # a mixture's inputs are read with their recorded options whatever is given
+        given = {k: v for k, v in read_options(o).given().items() if k != "on_bad_row"}  # no embedded row's text
+        if any((record.get("options") or {}).get(k) != v for k, v in given.items()):
+            return None
+    import numpy as np
+
+    from cluster_curate.features.text import example_text
+    from cluster_curate.io.readers import align, read_columns
+    try:
+        table = read_columns(embeddings, ["id", *ANSWER_COLUMNS])
+    except CurateError:  # a part without them (written by an older version beside newer ones): read the data
+        return None
+    ids = table.column("id").to_numpy().astype(np.int64, copy=False)
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
+    keys, words = (table.column(c).to_numpy().astype(np.int64, copy=False)[order] for c in ANSWER_COLUMNS)
+
+    def prompts() -> list[str]:  # the embedded rows' prompts, in `ids` order
+        data_ids, texts = [], []
+        for batch in ds.iter_batches():
+            for ex in batch.examples:
+                data_ids.append(ex.id)
+                texts.append(example_text(ex, "prompt"))
+        data_ids = np.asarray(data_ids, dtype=np.int64)
+        by_id = np.argsort(data_ids, kind="stable")
+        pos = align(data_ids[by_id], ids, lambda i: f"the data has no row with id {int(i)}, which was embedded; "
+                    "pass the dataset that was embedded (and its reading options)")
+        at = by_id if pos is None else by_id[pos]
+        return [texts[i] for i in at]
+    return ids, keys, words, prompts
 
 
 def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:

@@ -353,7 +353,8 @@ def feature_pass(run, embedder, params) -> Pass:
     from cluster_curate.features.embed import ALGORITHM_VERSION
     from cluster_curate.io.mixture import with_source_columns
     meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, ALGORITHM_VERSION)
-    plan = {"params": params, "dataset": run.record.get("fingerprint")}  # what --resume must find unchanged
+    # what --resume must find unchanged (the algorithm: chunks of another version have other columns)
+    plan = {"params": params, "dataset": run.record.get("fingerprint"), "algorithm": ALGORITHM_VERSION}
     output = distributed.ChunkedOutput(run.out, run.layout, plan, run.opts["commit_every"],
                                        resume=run.opts["resume"], overwrite=run.opts["overwrite"])
     n_chunks = len(run.per_chunk)

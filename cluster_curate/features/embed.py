@@ -33,7 +33,12 @@ DEFAULT_FEATURES = "text"
 DEFAULT_TEXT_DIM = 256
 # The version of the embed stage's algorithms (every feature kind, the text basis, the proxy): part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
-ALGORITHM_VERSION = 1
+# 2: the artifact carries each row's answer (`answer_key`, `response_words`: ANSWER_COLUMNS), so that
+# `cluster --kinds` need not read the raw data again.
+ALGORITHM_VERSION = 2
+# What `cluster --kinds` needs of each embedded row's response (answer_kinds.answer_key, its words), computed in
+# the feature pass; artifacts written before version 2 lack them, and cluster reads the data instead.
+ANSWER_COLUMNS = ("answer_key", "response_words")
 
 # Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
 # (and backward) pass by features/extractors.extract(kind); otherwise `prepare()` gives a function
@@ -153,6 +158,8 @@ class ChunkResult:
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (id, reason): no response token
     tokens: int = 0  # real (unpadded) tokens processed
     truncated: int = 0  # rows whose text an encoder feature cut to its max length
+    answer_key: np.ndarray | None = None  # int64 [n]: answer_kinds.answer_key of each row's response
+    response_words: np.ndarray | None = None  # int64 [n]: whitespace words of each row's response
 
 
 @dataclass
@@ -206,9 +213,11 @@ class Embedder:
             self._add_encoder_block(rows, kind, on_batch)
         embedding = combine_blocks(self._blocks(rows), self.weights)
         ids = np.array([ex.id for ex in rows.kept], dtype=np.int64)
+        from cluster_curate.answer_kinds import answer_columns
+        answer_key, response_words = answer_columns([ex.response for ex in rows.kept])
         return ChunkResult(ids=ids, embedding=embedding, n_tokens=rows.n_tokens, n_response_tokens=rows.n_resp,
                            loss=rows.loss.astype(np.float32), skipped=list(rows.skipped), tokens=rows.tokens,
-                           truncated=rows.truncated)
+                           truncated=rows.truncated, answer_key=answer_key, response_words=response_words)
 
     def _model_pass(self, examples: list, on_batch) -> _Rows:
         """The causal-LM blocks and the loss of `examples`, in batches of about `batch_tokens` tokens."""
@@ -342,13 +351,18 @@ def chunk_table(result: ChunkResult):
     emb = np.ascontiguousarray(result.embedding[order], dtype=np.float32)
     dim = emb.shape[1] if emb.ndim == 2 else 0
     values = pa.array(emb.reshape(-1), type=pa.float32())
-    return pa.table({
+    columns = {
         "id": pa.array(result.ids[order], type=pa.int64()),
         "embedding": pa.FixedSizeListArray.from_arrays(values, dim),
         "n_tokens": pa.array(result.n_tokens[order], type=pa.int64()),
         "n_response_tokens": pa.array(result.n_response_tokens[order], type=pa.int64()),
         "loss": pa.array(result.loss[order], type=pa.float32()),
-    })
+    }
+    for name in ANSWER_COLUMNS:
+        values = getattr(result, name)
+        if values is not None:
+            columns[name] = pa.array(np.asarray(values)[order], type=pa.int64())
+    return pa.table(columns)
 
 
 def bound_host_memory(mmap_threshold: int = 1 << 20) -> bool:
