@@ -378,6 +378,32 @@ def test_cluster_kinds_from_the_kept_answers_do_not_read_the_rows(fixtures_dir, 
     assert pq.read_table(tmp_path / "c.parquet").equals(pq.read_table(tmp_path / "old-c.parquet"))
 
 
+def test_select_answers_from_the_kept_answers_are_those_of_a_pass_over_the_data(family, tmp_path, cli_runner,
+                                                                                 monkeypatch):
+    """select --within answers / auto takes the answers from the clusters' embeddings (the data opened and checked,
+    its rows not read); clusters of embeddings written before they were kept, --data, or --embeddings given read
+    the data: the same selection."""
+    from cluster_curate.io.datasets import Dataset
+    _without_answer_columns(family / "e.parquet", tmp_path / "old.parquet")
+    for name in ("e", "old"):
+        src = family / "e.parquet" if name == "e" else tmp_path / "old.parquet"
+        _cli(cli_runner, ["cluster", src, "--out", tmp_path / f"c-{name}.parquet", "-q"])
+    passes = []
+    iter_batches = Dataset.iter_batches
+    monkeypatch.setattr(Dataset, "iter_batches", lambda self, *a, **k: passes.append(1) or iter_batches(self, *a, **k))
+    chosen = {}
+    for name, clusters, args in (("kept", "c-e", []), ("kept-auto", "c-e", ["--within", "auto"]),
+                                 ("old", "c-old", []), ("data", "c-e", ["--data", family / "train.jsonl"]),
+                                 ("embeddings", "c-e", ["--embeddings", family / "e.parquet"])):
+        passes.clear()
+        res = _cli(cli_runner, ["select", tmp_path / f"{clusters}.parquet", "--out", tmp_path / f"s-{name}.parquet",
+                                "--fraction", "0.31", "--json", *(args or ["--within", "answers"])])
+        assert json.loads(res.stdout.strip().splitlines()[-1])["within"] == "answers"
+        assert bool(passes) == (name not in ("kept", "kept-auto")), name
+        chosen[name] = pq.read_table(tmp_path / f"s-{name}.parquet")
+    assert all(chosen["kept"].equals(t) for t in chosen.values())
+
+
 def test_cluster_kinds_auto_without_groups_says_why_none(family, tmp_path, cli_runner):
     """The default joins kinds where it can; without groups the clustering is --kinds none's and says why."""
     res = _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / "c.parquet", "--json",

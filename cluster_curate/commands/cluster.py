@@ -147,18 +147,13 @@ def _stored_answers(o: dict, embeddings: str, emeta, ds) -> tuple | None:
     """(ids, answer keys, response word counts, a function that reads the prompts) of the embedded rows, from the
     columns embed keeps for them (features/embed.ANSWER_COLUMNS): what a pass over the data `ds` would give for
     those rows, without the pass; the prompts are read from `ds` only when two clusters answer alike. None where
-    the data must be read instead: an artifact written before those columns, --data given, or reading options
-    given now that read the recorded dataset otherwise than embed did."""
+    the data must be read instead: an artifact written before those columns, or data read otherwise than embed
+    read it (common.reads_as_recorded: --data, --force, other reading options)."""
+    from cluster_curate.commands.common import reads_as_recorded
     from cluster_curate.features.embed import ANSWER_COLUMNS
     from cluster_curate.io.artifacts import artifact_schema
-    from cluster_curate.options import read_options
-    record = emeta.dataset or {}
-    if o["data"] or not set(ANSWER_COLUMNS) <= set(artifact_schema(embeddings).names):
+    if not reads_as_recorded(o, emeta.dataset) or not set(ANSWER_COLUMNS) <= set(artifact_schema(embeddings).names):
         return None
-    if not record.get("inputs"):  # a mixture's inputs are read with their recorded options whatever is given
-        given = {k: v for k, v in read_options(o).given().items() if k != "on_bad_row"}  # no embedded row's text
-        if any((record.get("options") or {}).get(k) != v for k, v in given.items()):
-            return None
     import numpy as np
 
     from cluster_curate.features.text import example_text

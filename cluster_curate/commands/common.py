@@ -24,6 +24,22 @@ def open_recorded_data(o: dict, name: str, meta):
     return ds
 
 
+def reads_as_recorded(o: dict, record: dict | None) -> bool:
+    """Whether the data behind an artifact whose lineage records the dataset `record`, opened now by
+    open_recorded_data, is read as `embed` read it: no --data, no --force (data changed since is then read as it
+    is now), and no reading option given now that differs from the recorded ones (a mixture's inputs keep theirs
+    whatever is given; --on-bad-row changes no embedded row). Then what embed kept of each embedded row (the
+    embeddings' answer columns, features/embed.ANSWER_COLUMNS) is what a pass over the data would read."""
+    from cluster_curate.options import read_options
+    record = record or {}
+    if o.get("data") or o.get("force") or not (record.get("source") or record.get("inputs")):
+        return False
+    if record.get("inputs"):
+        return True
+    given = {k: v for k, v in read_options(o).given().items() if k != "on_bad_row"}
+    return all((record.get("options") or {}).get(k) == v for k, v in given.items())
+
+
 def recorded_data_error(message: str, name: str, record: dict) -> str:
     """An error in opening the data an artifact's lineage records, said as such: the path is the one `name`
     records (and where it was recorded from, when that was another place), and --data is the way out. E.g.

@@ -116,14 +116,15 @@ def _inputs(o: dict, clusters: str, c, needs: set):
     if "features" in needs:
         features = read_embeddings_for(emb_path, c.ids, force=o["force"], what=f" of {clusters}")
         normalise_features(features, center=c.meta.params.get("normalisation") == "center+l2")
-    answers = _answers(o, clusters, c)[0] if "answers" in needs else None
+    answers = _answers(o, clusters, c, emb_path=emb_path)[0] if "answers" in needs else None
     return dict(emb_path=emb_path, emeta=emeta, why_not=why_not, loss=loss, features=features,
                 n_tokens=extra.get("n_tokens"), answers=answers)
 
 
-def _answers(o: dict, clusters: str, c, ds=None):
+def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
     """Each row's answer (answer_kinds.answer_key of its response) and its response's word count, aligned with
-    the clusters' ids, from one pass over the raw data (`--within answers`, `auto`)."""
+    the clusters' ids (`--within answers`, `auto`): those embed kept in the embeddings `emb_path`
+    (_kept_answers; the data is opened and checked, not read), else from one pass over the raw data."""
     import numpy as np
 
     from cluster_curate.answer_kinds import answer_key
@@ -131,6 +132,9 @@ def _answers(o: dict, clusters: str, c, ds=None):
     if ds is None:
         ds = _open_data(o, clusters, c, f"--within {o['within']}",
                         hint=f"--within {o['within']} reads the rows' responses: pass --data DATA")
+    kept = _kept_answers(o, c, emb_path)
+    if kept is not None:
+        return kept
     keys = np.zeros(len(c.ids), dtype=np.int64)
     words = np.zeros(len(c.ids), dtype=np.int64)
     found = np.zeros(len(c.ids), dtype=bool)
@@ -142,7 +146,31 @@ def _answers(o: dict, clusters: str, c, ds=None):
     return keys, words
 
 
-def _auto_order(o: dict, clusters: str, c) -> tuple[str, np.ndarray | None, dict]:
+def _kept_answers(o: dict, c, emb_path) -> tuple | None:
+    """(answer keys, response words) of the clusters' ids from the columns embed keeps (features/embed.
+    ANSWER_COLUMNS) in the clusters' own embeddings `emb_path`: what the pass over the data reads, without it.
+    None where the data must be read: no embeddings or --embeddings given (another run's, which may have read
+    the data otherwise), embeddings written before those columns, or data read otherwise than embed read it
+    (common.reads_as_recorded)."""
+    if emb_path is None or o["embeddings"] is not None:
+        return None
+    import numpy as np
+
+    from cluster_curate.commands.common import reads_as_recorded
+    from cluster_curate.features.embed import ANSWER_COLUMNS
+    from cluster_curate.io.readers import read_embedding_columns
+    if not reads_as_recorded(o, c.meta.dataset):
+        return None
+    try:
+        got = read_embedding_columns(emb_path, list(ANSWER_COLUMNS), c.ids)
+    except CurateError:  # an id the embeddings lack (--embeddings of another run): the data has it
+        return None
+    if len(got) != len(ANSWER_COLUMNS):
+        return None
+    return tuple(np.asarray(got[name], dtype=np.int64) for name in ANSWER_COLUMNS)
+
+
+def _auto_order(o: dict, clusters: str, c, emb_path=None) -> tuple[str, np.ndarray | None, dict]:
     """`--within auto` resolved (within_orders.auto_order): the order, its answer keys, and what decided it.
     Where `cluster` read the answers (its kinds) and no short one repeats, the random order without reading the
     data again. Data that cannot be read gives the random order, not an error (nothing asked for answers): with
@@ -159,7 +187,7 @@ def _auto_order(o: dict, clusters: str, c) -> tuple[str, np.ndarray | None, dict
             if "record no dataset" not in str(e):
                 console.warn(f"--within auto: the responses were not read, so the random order ({e})")
             return "random", None, {"order": "random", "why": f"the responses were not read: {e}"}
-        keys, words = _answers(o, clusters, c, ds)
+        keys, words = _answers(o, clusters, c, ds, emb_path)
         (order, answers, short), by = auto_order(keys, words), ""
     why = (f"{short:,} of {len(c.ids):,} responses are answers of at most {SHORT_ANSWER_WORDS} words"
            + (", and some repeat" if order == "answers" else ", and none repeats" if short else "") + by)
@@ -336,7 +364,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     sources, source_names, share_lo, share_hi, share_from = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
     if order is None:  # auto: after what must read the data, so that data it cannot read is that one's error
-        within, x["answers"], x["auto"] = _auto_order(o, clusters, c)
+        within, x["answers"], x["auto"] = _auto_order(o, clusters, c, x["emb_path"])
         order = WITHIN.get(within)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], answers=x["answers"],
                         features=x["features"], fraction=o["fraction"], budget=o["budget"],
