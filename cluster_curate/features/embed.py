@@ -33,11 +33,11 @@ DEFAULT_FEATURES = "text"
 DEFAULT_TEXT_DIM = 256
 # The version of the embed stage's algorithms (every feature kind, the text basis, the proxy): part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
-# 2: the artifact carries each row's answer (`answer_key`, `response_words`: ANSWER_COLUMNS), so that
-# `cluster --kinds` need not read the raw data again.
-ALGORITHM_VERSION = 2
-# What `cluster --kinds` needs of each embedded row's response (answer_kinds.answer_key, its words), computed in
-# the feature pass; artifacts written before version 2 lack them, and cluster reads the data instead.
+ALGORITHM_VERSION = 1
+# What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
+# answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
+# version bump: the features are the same, and embeddings written without these columns stay valid (those
+# commands read the data instead), so an upgrade re-embeds nothing. `--resume` keeps them apart (embed_parts).
 ANSWER_COLUMNS = ("answer_key", "response_words")
 
 # Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
