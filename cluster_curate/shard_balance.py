@@ -22,7 +22,8 @@ def _rank_loads(lengths: np.ndarray, balance: str) -> np.ndarray:
     return lengths.sum(-1)
 
 
-def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.ndarray) -> dict:
+def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.ndarray,
+                    sources: np.ndarray | None = None) -> dict:
     """How well a plan balances (docs/architecture.md, "Stages"):
 
     token_imbalance     per step, max over ranks of the rank's tokens ÷ mean over ranks (mean, p95, max)
@@ -30,6 +31,8 @@ def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.nd
     padding_efficiency  real tokens ÷ tokens computed when every rank pads to the step's longest row
     cluster_spread      per step, distinct clusters ÷ min(N × M, clusters in the selection) (mean, min)
     rank_mix_tv         per rank, total-variation distance between its cluster mix and the selection's
+    input_mix           a mixture's (`sources`: each row's input): the share of steps holding rows of more than
+                        one input, and what a random allocation gives (1 - sum of each input's share ^ N × M)
     """
     clusters = np.asarray(clusters)
     s = clusters.shape[0]
@@ -62,6 +65,12 @@ def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.nd
         mix = np.bincount(cl[:, r, :].reshape(-1), minlength=k) / (t_count * m)
         tv.append(0.5 * float(np.abs(mix - whole).sum()))
     out["rank_mix_tv"] = {"max": max(tv), "mean": float(np.mean(tv)), "per_rank": [round(x, 6) for x in tv]}
+    if sources is not None and np.unique(sources).shape[0] > 1:
+        # pairing rows by length (sharding.pair_by_length) mixes fewer steps when length tells inputs apart
+        src = np.asarray(sources)[rows].reshape(t_count, -1)
+        share = np.bincount(np.asarray(sources)) / s
+        out["input_mix"] = {"steps_mixing": float((src.min(1) != src.max(1)).mean()),
+                            "random": float(1 - (share ** (n * m)).sum()), "inputs": int((share > 0).sum())}
     return out
 
 

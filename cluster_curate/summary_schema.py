@@ -67,6 +67,7 @@ _SHARD = {
     "leftover_rows": int, "wrapped_rows": int, "allocation": str, "token_source": str,
     "token_imbalance": {"mean": NUMBER, "p95": NUMBER}, "padded_imbalance_mean": NUMBER,
     "padding_efficiency": NUMBER, "cluster_spread": {"mean": NUMBER, "min": NUMBER}, "rank_mix_tv_max": NUMBER,
+    "input_mix?": {"steps_mixing": NUMBER, "random": NUMBER},  # a mixture's
     "manifest": str,
 }
 _ARTIFACT = {"path": str, "kind": str, "rows": int, "version": str,

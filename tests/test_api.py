@@ -96,6 +96,26 @@ def test_stage_by_stage_reads_the_data_as_embed_did(tmp_path):
         assert pq.read_table(ours).equals(pq.read_table(tmp_path / "run" / "shards" / ours.name))
 
 
+def test_stage_by_stage_reads_a_mixture_as_embed_did(tmp_path):
+    """The same for a mixture given as several --data paths: `shard --data a --data b` reads each input as embed
+    did (--on-bad-row skip recorded per input); it was refused as 'a different dataset'."""
+    from cluster_curate import console
+    console.configure(quiet=True)
+    lines = DATA.read_text().splitlines()
+    bad = json.loads(lines[5])
+    bad["answer"] = ""
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(lines[:5] + [json.dumps(bad)] + lines[6:150]) + "\n")
+    b.write_text("\n".join(lines[150:]) + "\n")
+    cc.run([str(a), str(b)], str(tmp_path / "run"), on_bad_row="skip", **OPTS)
+    run = tmp_path / "run"
+    cc.shard(str(run / "selection.parquet"), [str(a), str(b)], str(tmp_path / "shards"), num_shards=2,
+             micro_batch_size=2)
+    import pyarrow.parquet as pq
+    for ours in sorted((tmp_path / "shards").glob("shard-*.parquet")):
+        assert pq.read_table(ours).equals(pq.read_table(run / "shards" / ours.name))
+
+
 def test_run_takes_a_token_budget(tmp_path):
     """run's up-front check knows the token modes (it raised KeyError on --token-budget / --token-fraction)."""
     from cluster_curate import console

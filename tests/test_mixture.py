@@ -368,10 +368,13 @@ def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, c
                       "--micro-batch-size", "2", "--keep-duplicates", "-q"])
     manifest = json.loads((out / "shards" / "manifest.json").read_text())
     assert manifest["leftover_ids"]  # selected rows `--remainder drop` left out of the shards
+    mix_figures = manifest["balance"]["input_mix"]  # a mixture's: the share of steps holding both inputs
+    assert mix_figures["inputs"] == 2 and 0 <= mix_figures["steps_mixing"] <= 1 and 0 < mix_figures["random"] < 1
     selected = pq.read_table(out / "selection.parquet", columns=["source", "source_row"]).to_pylist()
     gsm = list(csv.DictReader(open(GSM_CSV, newline="")))
     code = pq.read_table(ALPACA_PARQUET).to_pylist()
-    runs = {"none": [], "mixture file": ["--data", mix]}
+    runs = {"none": [], "mixture file": ["--data", mix],  # and its inputs' paths: read as recorded (names, options)
+            "inputs": ["--data", tmp_path / "train-300.csv", "--data", tmp_path / "code.parquet"]}
     for label, data in runs.items():
         _cli(cli_runner, ["export", out / "shards", "--for", "jsonl", "--out", tmp_path / f"rows-{label}", "-q",
                           *data])
@@ -385,7 +388,7 @@ def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, c
     _cli(cli_runner, ["export", out / "shards", "--for", "parquet", "--out", tmp_path / "pq", "-q"])
     assert pq.read_table(tmp_path / "pq" / "selected.parquet").to_pylist() == [
         json.loads(line) for line in (tmp_path / "rows-none" / "selected.jsonl").read_text().splitlines()]
-    # each input by itself is another mixture (other names): refused, with what to pass instead
+    # the inputs in another order are another mixture: refused, with what to pass instead
     res = _cli(cli_runner, ["export", out / "shards", "--for", "jsonl", "--out", tmp_path / "x",
-                            "--data", tmp_path / "train-300.csv", "--data", tmp_path / "code.parquet"], code=2)
+                            "--data", tmp_path / "code.parquet", "--data", tmp_path / "train-300.csv"], code=2)
     assert "not the data the shards were made from" in res.output and "pass its mixture file" in res.output

@@ -155,6 +155,20 @@ def test_micro_batch_1_pairs_rows_of_similar_length_across_clusters():
     assert figures["cluster_spread"]["min"] == 1.0  # every step still holds 8 different clusters
 
 
+def test_input_mix_says_what_pairing_by_length_costs_a_mixture():
+    """Two inputs told apart by length (short answers, long code): pairing rows by length mixes fewer steps than
+    the plan without it, and balance_figures says so beside what a random allocation gives."""
+    rng = np.random.default_rng(0)
+    clusters = rng.integers(0, 40, 3000)
+    source = (clusters % 2).astype(np.int64)  # even clusters: input 0 (short rows); odd: input 1 (long rows)
+    lengths = np.round(rng.lognormal(4, 0.3, 3000) * (1 + 3 * source))
+    paired, unpaired = (balance_figures(S.plan_steps(clusters, lengths, 8, 1, pair_lengths=p, seed=0), lengths,
+                                        clusters, source)["input_mix"] for p in (True, False))
+    assert paired["inputs"] == 2 and paired["random"] == pytest.approx(1 - 2 * 0.5 ** 8, abs=0.01)
+    assert paired["steps_mixing"] < 0.5 < 0.9 < unpaired["steps_mixing"]
+    assert "input_mix" not in balance_figures(S.plan_steps(clusters, lengths, 8, 1), lengths, clusters)
+
+
 def test_first_fit_deals_one_row_of_a_cluster_per_step_and_trades_when_stuck():
     inv = np.array([0, 1, 1])  # rows 0 (cluster 0), 1 and 2 (cluster 1)
     # step 0 has room for 1, step 1 for 2: row 2 finds only step 1, which holds cluster 1, so it trades with row 0

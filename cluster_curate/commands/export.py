@@ -113,8 +113,8 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     if ds is None:
         raise unreadable(recorded.get("source") or "unknown")
     if recorded.get("fingerprint") and ds.fingerprint() != recorded["fingerprint"]:
-        hint = ("; a mixture: pass its mixture file, or each input in the order embedded under the names and "
-                "reading options it had" if recorded.get("inputs") else "")
+        hint = ("; a mixture: pass its mixture file, or each input's path in the order embedded"
+                if recorded.get("inputs") else "")
         raise CurateError(f"{', '.join(data) or ds.source}: not the data the shards were made from (fingerprint "
                           f"{ds.fingerprint()}, the manifest says {recorded['fingerprint']}){hint}")
     mixture = isinstance(ds, Mixture)  # its shards carry the normalised prompt/response/messages/system columns

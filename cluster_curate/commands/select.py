@@ -242,15 +242,14 @@ def _sources(o: dict, c):
     floor and cap came from (io/mixture.source_bounds)."""
     import numpy as np
 
-    from cluster_curate.io.mixture import source_bounds
-    inputs = c.meta.dataset.get("inputs") or []
-    if not inputs:
+    from cluster_curate.io.mixture import source_bounds, source_index
+    source = source_index(c.meta.dataset, c.ids)
+    if source is None:
         if o["source_min_share"] or o["source_max_share"]:
             raise CurateError("--source-min-share / --source-max-share: the data is not a mixture (one input)")
         return None, None, None, None, None
+    inputs = c.meta.dataset["inputs"]
     names_ = [i["name"] for i in inputs]
-    first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
-    source = np.searchsorted(first, c.ids, side="right") - 1
     lo, hi, lo_from, hi_from = source_bounds(o["source_min_share"], o["source_max_share"], names_,
                                              [i.get("min_share") for i in inputs], [i.get("max_share") for i in inputs])
     bounded = any(v is not None for v in lo + hi)

@@ -66,7 +66,7 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     from cluster_curate import sharding
     from cluster_curate.commands import shard_parts as parts
     from cluster_curate.io.artifacts import SHARDS, check_dataset_matches, check_writable, output_inputs
-    from cluster_curate.io.mixture import Mixture, open_lineage_data
+    from cluster_curate.io.mixture import Mixture, open_lineage_data, source_index
     from cluster_curate.io.readers import read_selection
     from cluster_curate.shard_balance import balance_figures, balance_warning
 
@@ -86,7 +86,8 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],
                                allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],
                                length_window=o["length_window"], pair_lengths=o["pair_lengths"], seed=o["seed"])
-    figures = balance_figures(plan, tokens, sel.clusters)  # warned about here, recorded in the manifest
+    # warned about here, recorded in the manifest
+    figures = balance_figures(plan, tokens, sel.clusters, source_index(sel.meta.dataset, sel.ids))
     if o["allocation"] == "stratified":  # the others are baselines: their balance is what they are for
         warning = balance_warning(figures, tokens, o["balance"])
         if warning:
@@ -133,6 +134,9 @@ def summary(m: dict) -> dict:
         return {s: round(float(b[key][s]), 4) for s in stats}
 
     token, spread = pick("token_imbalance", "mean", "p95"), pick("cluster_spread", "mean", "min")
+    mixed = {} if "input_mix" not in b else {"input_mix": Shown(  # a mixture's: what pairing by length costs it
+        pick("input_mix", "steps_mixing", "random"),
+        f"{b['input_mix']['steps_mixing']:.2f} (random {b['input_mix']['random']:.2f})", "steps mixing inputs")}
     return {
         "out": out,
         "shards": m["num_shards"],
@@ -149,6 +153,7 @@ def summary(m: dict) -> dict:
         "padding_efficiency": Shown(round(b["padding_efficiency"], 4), label="padding efficiency"),
         "cluster_spread": Shown(spread, f"{spread['mean']:.4f} / {spread['min']:.4f}", "cluster spread mean / min"),
         "rank_mix_tv_max": Shown(round(b["rank_mix_tv"]["max"], 4), label="rank mix TV max"),
+        **mixed,
         "seconds": m["seconds"],
         "manifest": str(os.path.join(out, names.MANIFEST)),
     }

@@ -473,13 +473,19 @@ def open_lineage_data(data, record: dict, options: ReadOptions):
     """The raw data behind an artifact: `data` (a command's --data) when given, else the dataset or mixture its
     lineage `record` names; None when there is neither. The recorded data is read as it was (a mixture's inputs
     with their options, one dataset with the reading options it records, under those given now), and so is
-    `data` that names the recorded dataset: stage by stage, `embed --on-bad-row skip` need not be repeated."""
+    `data` that names the recorded dataset, or a mixture's recorded inputs in their order (with no reading
+    option given now): stage by stage, `embed --on-bad-row skip` need not be repeated."""
     single = record.get("source") and not record.get("inputs")
     as_read = as_recorded(record, options) if single else options
     if data:
-        paths = data_paths(data)
-        same = single and len(paths) == 1 and Path(paths[0]).resolve() == Path(recorded_source(record)).resolve()
-        return open_inputs(data, as_read if same else options)
+        paths = [Path(p).resolve() for p in data_paths(data)]
+        if single:
+            same = paths == [Path(recorded_source(record)).resolve()]
+            return open_inputs(data, as_read if same else options)
+        recorded = [Path(recorded_source(item)).resolve() for item in record.get("inputs") or []]
+        if recorded and paths == recorded and not options.given():  # the recorded inputs, each as it was read
+            return Mixture(inputs_from_record(record))
+        return open_inputs(data, options)
     if record.get("inputs"):
         return Mixture(inputs_from_record(record))
     if single:
@@ -487,15 +493,25 @@ def open_lineage_data(data, record: dict, options: ReadOptions):
     return None
 
 
+def source_index(record: dict | None, ids) -> np.ndarray | None:
+    """Each id's input (its index in the mixture's inputs), from the inputs' first ids a mixture's lineage
+    record holds; None for a single dataset."""
+    inputs = (record or {}).get("inputs")
+    if not inputs:
+        return None
+    first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
+    return np.searchsorted(first, np.asarray(ids), side="right") - 1
+
+
 def with_source_columns(table: pa.Table, record: dict) -> pa.Table:
     """An artifact's rows with `source` (the input's name) and `source_row` (its row in that input) after
     `id`, from the inputs' first ids a mixture's lineage record holds; unchanged for a single dataset."""
-    inputs = (record or {}).get("inputs")
-    if not inputs:
-        return table
     ids = table.column("id").to_numpy()
+    index = source_index(record, ids)
+    if index is None:
+        return table
+    inputs = record["inputs"]
     first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
-    index = np.searchsorted(first, ids, side="right") - 1
     at = table.column_names.index("id") + 1
     table = table.add_column(at, "source", pa.DictionaryArray.from_arrays(
         pa.array(index, pa.int32()), pa.array([i["name"] for i in inputs], pa.string())))
