@@ -108,7 +108,7 @@ SCHEMAS = {
         "shards?": {"path": str, "shards": int, "micro_batch_size": int, "rows_per_shard": int, "steps": int,
                     "allocation": (str, None), "leftover_rows": int, "wrapped_rows": int, "token_source": (str, None),
                     "token_imbalance?": _STATS, "padded_imbalance?": _STATS, "cluster_spread?": _STATS,
-                    "rank_mix_tv?": _STATS, "table?": [Map(ANY)]},
+                    "rank_mix_tv?": _STATS, "input_mix?": _STATS, "table?": [Map(ANY)]},
         "plots": [str],
     },
     "export": {

@@ -370,6 +370,8 @@ def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, c
     assert manifest["leftover_ids"]  # selected rows `--remainder drop` left out of the shards
     mix_figures = manifest["balance"]["input_mix"]  # a mixture's: the share of steps holding both inputs
     assert mix_figures["inputs"] == 2 and 0 <= mix_figures["steps_mixing"] <= 1 and 0 < mix_figures["random"] < 1
+    reported = json.loads(_cli(cli_runner, ["report", out, "--json"]).output.strip().splitlines()[-1])
+    assert reported["shards"]["input_mix"] == mix_figures  # and `report` shows it
     selected = pq.read_table(out / "selection.parquet", columns=["source", "source_row"]).to_pylist()
     gsm = list(csv.DictReader(open(GSM_CSV, newline="")))
     code = pq.read_table(ALPACA_PARQUET).to_pylist()

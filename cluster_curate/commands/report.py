@@ -223,7 +223,7 @@ def _describe_shards(path: Path, sections: list) -> None:
             "rows_per_shard": m.get("rows_per_shard"), "steps": m.get("steps"),
             "allocation": m.get("params", {}).get("allocation"), "leftover_rows": m.get("leftover_rows"),
             "wrapped_rows": m.get("wrapped_rows"), "token_source": m.get("tokens", {}).get("source")}
-    for key in ("token_imbalance", "padded_imbalance", "cluster_spread", "rank_mix_tv"):
+    for key in ("token_imbalance", "padded_imbalance", "cluster_spread", "rank_mix_tv", "input_mix"):
         if key in b:
             stats = {k: v for k, v in b[key].items() if isinstance(v, (int, float))}
             data[key] = Shown(stats, ", ".join(f"{k} {v:.4g}" for k, v in stats.items()))
