@@ -69,7 +69,7 @@ def most_rows_within(tokens: np.ndarray, budget_tokens: int) -> int:
 def check_budget_buys_a_row(tokens: np.ndarray, budget_tokens: int, mode: str, counted_by: str) -> None:
     """A budget in tokens below every row selects nothing, in any order: refused (before the search of a
     targeted selection, and in `run` before the first stage)."""
-    if len(tokens) and most_rows_within(tokens, budget_tokens) == 0:
+    if len(tokens) and int(np.min(tokens)) > budget_tokens:
         raise CurateError(f"--{mode}: {budget_tokens:,} tokens is less than the smallest row "
                           f"({int(np.min(tokens)):,} tokens, {counted_by}); raise it")
 

@@ -314,9 +314,7 @@ def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False, slots:
         pairs = None if slots is None else _weighted_terms(text, slots)
         for term in (_terms(text) if pairs is None else [t for t, _ in pairs]):
             j = vocabulary.get(term)
-            if j is None:
-                if not grow:
-                    continue
+            if j is None:  # growing: fixed vocabularies are counted by _counts_in_vocabulary
                 j = vocabulary[term] = len(vocabulary)
             row[j] = row.get(j, 0) + 1
         indices.extend(row)

@@ -379,14 +379,14 @@ def source_bounds(min_spec, max_spec, names: list[str], min_shares, max_shares,
     (floors, caps, where each floor came from, where each cap came from): the option, or the mixture file's key
     (`wheres`: each input's place in its file, MixtureInput.where: `mix.yaml: inputs[1].min_share`; None, as
     read back from a lineage record: `the mixture file's min_share`), None where there is no bound."""
-    out = []
+    bounds, origins = [], []
     for spec, option, shares, key in ((min_spec, "--source-min-share", min_shares, "min_share"),
                                       (max_spec, "--source-max-share", max_shares, "max_share")):
         given = parse_source_shares(spec, names, option)
-        out.append([given.get(n, v) for n, v in zip(names, shares)])
-        out.append([option if n in given else None if v is None else f"{w}.{key}" if w else
-                    f"the mixture file's {key}" for n, v, w in zip(names, shares, wheres or [None] * len(names))])
-    return out[0], out[2], out[1], out[3]
+        bounds.append([given.get(n, v) for n, v in zip(names, shares)])
+        origins.append([option if n in given else None if v is None else f"{w}.{key}" if w else
+                        f"the mixture file's {key}" for n, v, w in zip(names, shares, wheres or [None] * len(names))])
+    return bounds[0], bounds[1], origins[0], origins[1]
 
 
 def normalised_columns(examples: list[Example]) -> dict[str, pa.Array]:
@@ -496,11 +496,13 @@ def open_lineage_data(data, record: dict, options: ReadOptions):
 def source_index(record: dict | None, ids) -> np.ndarray | None:
     """Each id's input (its index in the mixture's inputs), from the inputs' first ids a mixture's lineage
     record holds; None for a single dataset."""
+    first = _first_ids(record)
+    return None if first is None else np.searchsorted(first, np.asarray(ids), side="right") - 1
+
+
+def _first_ids(record: dict | None) -> np.ndarray | None:
     inputs = (record or {}).get("inputs")
-    if not inputs:
-        return None
-    first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
-    return np.searchsorted(first, np.asarray(ids), side="right") - 1
+    return np.array([i["first_id"] for i in inputs], dtype=np.int64) if inputs else None
 
 
 def with_source_columns(table: pa.Table, record: dict) -> pa.Table:
@@ -510,9 +512,7 @@ def with_source_columns(table: pa.Table, record: dict) -> pa.Table:
     index = source_index(record, ids)
     if index is None:
         return table
-    inputs = record["inputs"]
-    first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
     at = table.column_names.index("id") + 1
     table = table.add_column(at, "source", pa.DictionaryArray.from_arrays(
-        pa.array(index, pa.int32()), pa.array([i["name"] for i in inputs], pa.string())))
-    return table.add_column(at + 1, "source_row", pa.array(ids - first[index], pa.int64()))
+        pa.array(index, pa.int32()), pa.array([i["name"] for i in record["inputs"]], pa.string())))
+    return table.add_column(at + 1, "source_row", pa.array(ids - _first_ids(record)[index], pa.int64()))

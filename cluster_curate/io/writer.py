@@ -72,18 +72,25 @@ def _public_temp(prefix: str, directory: Path) -> str:
     return tmp
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    p = written_at(path)  # through a link: the link stays
+@contextmanager
+def _atomic_file(path: str | os.PathLike) -> Iterator[str]:
+    """A temporary file beside `path` that becomes it when the block ends without an error, and is removed when
+    it does not (through a link: at the link's target, artifacts.written_at, so the link stays)."""
+    p = written_at(path)
     with _room_to_write(p):
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = _public_temp(f".{p.name}.", p.parent)
         try:
-            with open(tmp, "wb") as f:
-                f.write(data)
+            yield tmp
             os.replace(tmp, p)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with _atomic_file(path) as tmp, open(tmp, "wb") as f:
+        f.write(data)
 
 
 def write_json(path: str | os.PathLike, obj, *, indent: int | None = 2, sort_keys: bool = False,
@@ -100,16 +107,8 @@ def write_lines(path: str | os.PathLike, lines) -> None:
 def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> None:
     """Write a Parquet file through a temporary file in the same directory, then rename it into place (through
     a link: at the link's target, artifacts.written_at)."""
-    p = written_at(path)
-    with _room_to_write(p):
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _public_temp(f".{p.name}.", p.parent)
-        try:
-            pq.write_table(table, tmp, **kwargs)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    with _atomic_file(path) as tmp:
+        pq.write_table(table, tmp, **kwargs)
 
 
 @contextmanager
