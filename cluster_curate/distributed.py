@@ -267,15 +267,16 @@ class ChunkedOutput:
         return rows
 
     # -------------------------------------------------------------------------------- finish
-    def finish(self, meta: ArtifactMeta, expected_chunks: int) -> dict:
-        """Merge this worker's chunks into the artifact (single file, or this worker's part), in id order.
+    def finish(self, meta: ArtifactMeta, expected_chunks: int, empty: pa.Table) -> dict:
+        """Merge this worker's chunks into the artifact (single file, or this worker's part), in id order;
+        `empty` (the step's columns, no row) is the part of a worker that owns no chunk.
         Returns {"path", "rows", "parts"}. Under torchrun, rank 0 then waits for every rank and cleans up."""
         lay = self.layout
         mine = [c for c in range(expected_chunks) if lay.owns(c)]
         missing = [c for c in mine if not self._chunk_path(c).exists()]
         if missing:
             raise CurateError(f"{self.staging}: chunks {missing[:5]} were not computed; run again with --resume")
-        rows = self._merge(mine, meta)
+        rows = self._merge(mine, meta, empty)
         result = {"path": str(self.out), "rows": rows, "parts": 1, "complete": True, "artifact_rows": rows}
         for c in mine:
             self._chunk_path(c).unlink(missing_ok=True)
@@ -296,13 +297,13 @@ class ChunkedOutput:
             shutil.rmtree(self.staging, ignore_errors=True)
         return result
 
-    def _merge(self, chunks: list[int], meta: ArtifactMeta) -> int:
+    def _merge(self, chunks: list[int], meta: ArtifactMeta, empty: pa.Table) -> int:
         """Stream the chunks into one Parquet file with the artifact's metadata (memory: one chunk)."""
         tables = (read_parquet(self._chunk_path(c)).replace_schema_metadata(None) for c in chunks)
         first = next(tables, None)
         target = self.out / self.layout.part_name() if self.layout.multi else self.out
         if first is None:  # this worker owns no row: still write an empty part so the layout is complete
-            first = _empty_table(meta)
+            first = empty
         rows = 0
         meta.rows = sum(pq.ParquetFile(self._chunk_path(c)).metadata.num_rows for c in chunks)
         schema = first.schema.with_metadata(file_metadata(meta))
@@ -323,18 +324,5 @@ class ChunkedOutput:
         if self.layout.multi:
             return self.out / names.part_rejects_name(self.layout.worker, self.layout.workers)
         return sidecar_path(self.out, names.REJECTS)
-
-
-def _empty_table(meta: ArtifactMeta) -> pa.Table:
-    dim = int(meta.params.get("dim_total", 0))
-    return pa.table({
-        "id": pa.array([], pa.int64()),
-        "embedding": pa.FixedSizeListArray.from_arrays(pa.array([], pa.float32()), dim),
-        "n_tokens": pa.array([], pa.int64()),
-        "n_response_tokens": pa.array([], pa.int64()),
-        "loss": pa.array([], pa.float32()),
-        "answer_key": pa.array([], pa.int64()),
-        "response_words": pa.array([], pa.int64()),
-    })
 
 

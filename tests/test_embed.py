@@ -517,7 +517,7 @@ def test_chunks_carry_reported_rows_and_resume_skips_committed_chunks(tmp_path):
     with pytest.raises(CurateError, match="other parameters"):
         D.ChunkedOutput(out, lay, {"params": {"x": 2}, "dataset": "fp"}, 10, resume=True)
     meta = make_meta("embeddings", {"dim_total": 3}, {}, {"fingerprint": "fp"})
-    result = again.finish(meta, 2)
+    result = again.finish(meta, 2, E.empty_chunk_table(3))
     table, m = read_artifact(out, kind="embeddings")
     assert result["rows"] == 2 and m.rows == 2 and table.column("id").to_pylist() == [11, 12]
     assert not again.staging.exists()

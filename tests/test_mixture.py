@@ -275,6 +275,26 @@ def test_exact_copies_across_inputs_keep_the_lowest_id(tmp_path, cli_runner):
     assert not kept & copies and kept | copies == set(range(900)) and min(copies) >= 600
 
 
+def test_a_job_array_piece_with_no_row_has_the_mixtures_columns(tmp_path, cli_runner):
+    """More pieces than chunks: the pieces that own no chunk still carry `source` and `source_row`, so every
+    part of a mixture's embeddings has one schema (readers that take the first part's schema see them all)."""
+    from cluster_curate.io.artifacts import read_artifact
+
+    gsm = tmp_path / "g.jsonl"
+    gsm.write_text("".join((FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines(keepends=True)[:30]))
+    code = FIXTURES / "code_alpaca" / "code_alpaca-300.json"
+    for i in range(3):
+        _cli(cli_runner, ["embed", gsm, code, "--out", tmp_path / "e", "--dim", "16", "--commit-every", "200",
+                          "--num-parts", "3", "--part-index", i, "-q"])
+    parts = sorted((tmp_path / "e").glob("part-*.parquet"))
+    rows = [pq.ParquetFile(p).metadata.num_rows for p in parts]
+    assert len(parts) == 3 and 0 in rows and sum(rows) > 0
+    schemas = [pq.read_schema(p).remove_metadata() for p in parts]
+    assert all(s.equals(schemas[0]) for s in schemas) and {"source", "source_row"} <= set(schemas[0].names)
+    table, _ = read_artifact(tmp_path / "e")
+    assert set(table.column("source").to_pylist()) == {"g", "code_alpaca-300"}
+
+
 def test_three_input_mixture_through_run(tmp_path, cli_runner):
     import csv
 

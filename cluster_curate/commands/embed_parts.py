@@ -418,12 +418,15 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     import json
 
     from cluster_curate import console
+    from cluster_curate.features.embed import empty_chunk_table
+    from cluster_curate.io.mixture import with_source_columns
     from cluster_curate.io.writer import atomic_write_bytes
     layout, output = run.layout, p.output
     mine = [c for c in range(len(run.per_chunk)) if layout.owns(c)]
     skipped_rows = output.skipped_rows(mine)
     bad_rows = [r.to_dict() for r in run.ds.rejects if layout.owns(output.chunk_of(r.id))]
-    result = output.finish(p.meta, len(run.per_chunk))
+    empty = with_source_columns(empty_chunk_table(int(p.meta.params.get("dim_total", 0))), run.record)
+    result = output.finish(p.meta, len(run.per_chunk), empty)
     rejects_path = output.rejects_path()
     reported = [dict(r, kind="bad row") for r in bad_rows] + [dict(r, kind="no response token")
                                                              for r in skipped_rows]

@@ -365,6 +365,13 @@ def chunk_table(result: ChunkResult):
     return pa.table(columns)
 
 
+def empty_chunk_table(dim: int):
+    """The embeddings artifact's columns with no row (the part of a worker that owns no chunk)."""
+    none = np.empty(0, np.int64)
+    return chunk_table(ChunkResult(none, np.empty((0, dim), np.float32), none, none, np.empty(0, np.float32),
+                                   **{name: none for name in ANSWER_COLUMNS}))
+
+
 def bound_host_memory(mmap_threshold: int = 1 << 20) -> bool:
     """Keep the process's memory bounded by the batch on glibc (Linux).
 
