@@ -16,7 +16,7 @@ each (median), in this checkout and in --baseline (another checkout's root, in a
 token imbalance mean (per step: the most loaded rank ÷ the mean rank), what packing the same rows by length
 alone reaches (shard_balance.length_packed_imbalance: the floor for any plan), padding efficiency, and the
 cluster spread (distinct clusters per step ÷ the most a step can hold; the plan's promise, must stay 1.00).
-Last, the plan's time on 1M synthetic rows at micro-batch 1 (64 and 2,000 clusters), this checkout vs baseline.
+Last, the plan's time on 1M synthetic rows (64 and 2,000 clusters at micro-batch 1, 64 at 2), this checkout vs baseline.
 """
 
 from __future__ import annotations
@@ -70,12 +70,12 @@ for name, path in job["selections"].items():
                                                      "inputs": int(source.max()) + 1,
                                                      "packed": length_packed_imbalance(L, n, m, balance)}
 rng = np.random.default_rng(1)
-for k in job["scale_clusters"]:
+for k, m in job["scale"]:
     c = rng.integers(0, k, job["scale_rows"])
     L = np.exp(rng.normal(4, 0.8, c.size)).round() + 1
     t0 = time.process_time()
-    f = balance_figures(plan_steps(c, L, 8, 1, seed=0), L, c)
-    out[f"scale {k}"] = {"cpu_seconds": time.process_time() - t0, "token_imbalance": f["token_imbalance"]["mean"]}
+    f = balance_figures(plan_steps(c, L, 8, m, seed=0), L, c)
+    out[f"scale {k} {m}"] = {"cpu_seconds": time.process_time() - t0, "token_imbalance": f["token_imbalance"]["mean"]}
 print(json.dumps(out))
 """
 
@@ -120,14 +120,14 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-shard-lengths-") as tmp:
         job = {"selections": selections(Path(tmp)), "configs": CONFIGS, "seeds": SEEDS,
-               "scale_rows": args.scale_rows, "scale_clusters": [64, 2000]}
+               "scale_rows": args.scale_rows, "scale": [[64, 1], [2000, 1], [64, 2]]}
         here, base = measure(ROOT, job), measure(args.baseline.resolve(), job)
     lines = ["# pairing rows of similar length across clusters (small micro-batches, --balance padded)", "",
              f"Baseline (before): {revision(args.baseline)}. Selections by the tool's own commands with default "
              "options (`embed` → `cluster` → `select --fraction 0.31`); tokens: the selection's n_tokens. Medians "
              f"of seeds {', '.join(map(str, SEEDS))}. `packed`: packing the same rows by length alone, ignoring "
-             "clusters (the floor for any plan). `--no-pair-lengths` gives the baseline's plan (both columns "
-             "equal); `--length-window 0` turns off all length grouping.", "",
+             "clusters (the floor for any plan). `--no-pair-lengths` turns off the pairing across clusters "
+             "(round 35's plan); `--length-window 0` turns off all length grouping.", "",
              "`steps mixing inputs` (the mixture only): the share of steps that hold rows of both inputs, with "
              "the same share under `--allocation random` for reference: rows of similar length share a step, and "
              "length tells the inputs apart (code is longer), so pairing by length mixes fewer steps; every step "
@@ -147,13 +147,13 @@ def main(argv=None) -> None:
         mixed = f"{arrow(4, '{:.2f}')} ({h['median'][5]:.2f})" if h["inputs"] > 1 else "—"
         lines.append(f"| {name} | {h['rows']:,} | {h['clusters']} | {n} × {m} | {options} | {h['packed']:.3f} | "
                      f"{arrow(0)} | {arrow(1)} | {arrow(2)} | {arrow(3, '{:.2f}')} | {mixed} |")
-    lines += ["", f"Plan time on {args.scale_rows:,} synthetic rows (lognormal lengths), 8 shards × micro-batch 1, "
+    lines += ["", f"Plan time on {args.scale_rows:,} synthetic rows (lognormal lengths), 8 shards, "
               "CPU seconds of one run in a child process:", "",
-              "| clusters | before s | now s | token imbalance before → now |", "|---|---|---|---|"]
+              "| clusters | micro-batch | before s | now s | token imbalance before → now |", "|---|---|---|---|---|"]
     for key, h in here.items():
         if key.startswith("scale"):
             b = base[key]
-            lines.append(f"| {key.split()[1]} | {b['cpu_seconds']:.1f} | {h['cpu_seconds']:.1f} | "
+            lines.append(f"| {key.split()[1]} | {key.split()[2]} | {b['cpu_seconds']:.1f} | {h['cpu_seconds']:.1f} | "
                          f"{b['token_imbalance']:.3f} → {h['token_imbalance']:.3f} |")
     write_results(args.name, lines, {"now": here, "baseline": base}, argv)
 

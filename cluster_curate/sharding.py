@@ -33,7 +33,9 @@ tokens. That lines up each cluster's own lengths; across clusters (`pair_by_leng
 clusters smaller than T (one row a step at most) are then re-dealt inside the window by their length among
 all such rows, keeping every step's cluster counts, so that a step's rows are of similar length whatever their
 cluster: where the ranks of a step cannot trade rows (micro-batch 1 or 2, or `padded`) this is what balances
-them (benchmarks/results/shard_lengths.md); a window keeps its steps unless this lowers what they cost.
+them (benchmarks/results/shard_lengths.md); a window keeps its steps unless this lowers what they cost. Then
+steps trade their longest rows for shorter ones of steps that cost more anyway (`_trade_longest_rows`, same
+cluster counts), which reaches the rows of big clusters and small selections that the re-deal cannot place.
 `--balance padded` is for such trainers: a step costs M × (longest row of the step) whatever the
 split, so the lever is the step's composition (the grouping above), and inside a step the longest rows
 are dealt one per rank. The window grows to hold ~16 rows of an average cluster when k is large.
@@ -54,7 +56,7 @@ from cluster_curate.registry import Registry
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
-ALGORITHM_VERSION = 2  # 2: pair_by_length
+ALGORITHM_VERSION = 3  # 2: pair_by_length; 3: its trades of a step's longest row
 SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # what `shard` adds to every source row of a shard
 
 BALANCES = ("tokens", "padded")
@@ -64,6 +66,11 @@ REMAINDERS = ("drop", "wrap")
 # (benchmarks/results/code_figures.md); the window keeps it local, like HF's
 # group_by_length mega-batches, so the epoch has no short-to-long curriculum.
 DEFAULT_LENGTH_WINDOW = {"tokens": 64, "padded": 64}
+# Trading rows between steps by length (pair_by_length): a window within this factor of its least cost is left as
+# it is; a trade search spans at most this many steps, and stops when a round gains less than this share.
+TRADE_ABOVE_LEAST = 1.02
+TRADE_BLOCK = 32
+TRADE_MIN_GAIN = 1e-3
 
 
 # ------------------------------------------------------------------------------------------- weights
@@ -273,49 +280,155 @@ def pair_by_length(step: np.ndarray, clusters: np.ndarray, t_count: int, length:
     per step (`_first_fit`): every step keeps its row count and each cluster its 0-or-1 share, so nothing
     else the plan promises changes. A window keeps its steps unless the re-deal lowers what they cost at
     least (`_step_cost`): with N × M rows to trade, a step usually costs its tokens ÷ N either way, and the
-    plan stays as it was. step: step per row (compose_steps); num_shards: 0 for `padded`; returns the steps."""
+    plan stays as it was. Then, in a window that costs more than its least (packing its rows by length alone,
+    or its tokens ÷ N), steps trade their longest rows (`_trade_in_window`). step: step per row
+    (compose_steps); num_shards: 0 for `padded`; returns the steps."""
     _, inv, counts = cluster_index(clusters)
     sparse = (counts < t_count)[inv]
+    b = step.shape[0] // t_count  # rows a step
     step = step.copy()
     window = step // steps_per_window
     by_window = np.argsort(window, kind="stable")
     bounds = np.flatnonzero(np.diff(window[by_window])) + 1
     for in_window in np.split(by_window, bounds):
+        cost, least = _step_cost(step[in_window], length[in_window], num_shards)
+        if cost <= least:  # nothing can lower the cost
+            continue
         rows = in_window[sparse[in_window]]
-        before, least = _step_cost(step[in_window], length[in_window], num_shards)
-        if rows.size < 2 or before <= least:  # no re-deal can lower the cost
-            continue
-        steps, room = np.unique(step[rows], return_counts=True)
-        q = np.empty(rows.size)
-        # equal lengths keep the stream's order (random inside a cluster); nothing is drawn, so a window that
-        # keeps its steps leaves the plan exactly as it was
-        q[np.argsort(length[rows], kind="stable")] = (np.arange(rows.size) + 0.5) / rows.size
-        by_cluster = np.lexsort((q, inv[rows]))
-        level = np.empty(rows.size)
-        gap = 1.0 / np.unique(step[in_window]).shape[0]
-        level[by_cluster] = _spaced_levels(q[by_cluster], inv[rows][by_cluster], gap)
-        order = rows[np.lexsort((q, level))]
-        dealt = _first_fit(order, steps, room, inv)
-        if dealt is None:
-            continue
-        kept = step[order]
-        step[order] = steps[dealt]
-        if _step_cost(step[in_window], length[in_window], num_shards)[0] >= before:
-            step[order] = kept
+        if rows.size >= 2:
+            cost = _redeal_by_length(step, in_window, rows, length, inv, b, num_shards, cost)
+        packed = np.sort(length[in_window])[b - 1::b].sum()  # what the steps' longest rows sum to at least
+        if cost > TRADE_ABOVE_LEAST * max(packed, least):
+            _trade_in_window(step, in_window, length, inv, sparse, num_shards)
     return step
 
 
+def _redeal_by_length(step: np.ndarray, in_window: np.ndarray, rows: np.ndarray, length: np.ndarray,
+                      inv: np.ndarray, b: int, num_shards: int, cost: float) -> float:
+    """In place: the window's `rows` (of clusters smaller than T) re-dealt by length, kept only if that lowers
+    the window's cost (`cost`, what it is now); returns the window's cost after."""
+    steps, room = np.unique(step[rows], return_counts=True)
+    q = np.empty(rows.size)
+    # equal lengths keep the stream's order (random inside a cluster); nothing is drawn, so a window that
+    # keeps its steps leaves the plan exactly as it was
+    q[np.argsort(length[rows], kind="stable")] = (np.arange(rows.size) + 0.5) / rows.size
+    by_cluster = np.lexsort((q, inv[rows]))
+    level = np.empty(rows.size)
+    level[by_cluster] = _spaced_levels(q[by_cluster], inv[rows][by_cluster], b / in_window.size)
+    order = rows[np.lexsort((q, level))]
+    dealt = _first_fit(order, steps, room, inv)
+    if dealt is None:
+        return cost
+    kept = step[order]
+    step[order] = steps[dealt]
+    after = _step_cost(step[in_window], length[in_window], num_shards)[0]
+    if after >= cost:
+        step[order] = kept
+        return cost
+    return after
+
+
+def _trade_in_window(step: np.ndarray, in_window: np.ndarray, length: np.ndarray, inv: np.ndarray,
+                       sparse: np.ndarray, num_shards: int, max_rounds: int = 64) -> None:
+    """In place, inside one window: trade a step's longest row for a row of another step wherever that lowers
+    what the two steps cost (`_cost`), so that the rows the re-deal left alone (the big clusters') or could not
+    place near their length (a cluster's rows must sit in distinct steps, which a small selection feels most)
+    stop setting a step's cost. Trades pay between steps of neighbouring cost, so the search runs on blocks of
+    steps in the order of their longest row: that bounds the work when a window grows to thousands of steps."""
+    steps, at = np.unique(step[in_window], return_inverse=True)
+    grid = in_window[np.argsort(at, kind="stable")].reshape(steps.shape[0], -1)  # [step, slot] -> row
+    by_cost = np.argsort(length[grid].max(1), kind="stable")
+    for block in np.array_split(by_cost, -(-by_cost.shape[0] // TRADE_BLOCK)):
+        grid[block] = _trade_longest_rows(grid[block], length, inv, sparse, num_shards, max_rounds)
+    step[grid] = steps[:, None]
+
+
+def _trade_longest_rows(grid: np.ndarray, length: np.ndarray, inv: np.ndarray, sparse: np.ndarray,
+                        num_shards: int, max_rounds: int) -> np.ndarray:
+    """grid[step, slot] (rows): returns it after the trades. A trade keeps every step's cluster counts: two rows
+    of one cluster, or rows of two clusters smaller than T (`sparse`) that the other step does not hold. Each
+    round proposes, for every step, its best trade, and makes the proposals that share no step with a better
+    one: vectorised over the steps."""
+    grid = grid.copy()
+    t_b, b = grid.shape
+    _, local = np.unique(inv[grid], return_inverse=True)
+    local = local.reshape(t_b, b)                                    # the block's clusters, numbered 0..u-1
+    sparse_local = np.zeros(int(local.max()) + 1, dtype=bool)
+    sparse_local[local] = sparse[grid]
+    held = np.zeros((t_b, sparse_local.shape[0]), dtype=bool)
+    ix = np.arange(t_b)
+    for _ in range(max_rounds):
+        held[:] = False
+        held[ix[:, None], local] = True
+        g = length[grid]
+        top, low = g.argmax(1), g.argmin(1)
+        longest, shortest, total = g[ix, top], g[ix, low], g.sum(1)
+        c_top = local[ix, top]
+        rest = g.copy()
+        rest[ix, top] = -np.inf
+        second = rest.max(1)
+        rest[ix, top] = np.inf
+        rest_low = rest.min(1)  # a's shortest once its longest is gone (inf when b = 1)
+        rest[ix, top] = longest
+        rest[ix, low] = np.inf
+        second_low = rest.min(1)
+        slot = np.arange(b)
+        # step a gives its longest row x to step b and takes row (b, j) of length y: what the two steps cost
+        # less after it
+        x, y = longest[:, None, None], g[None]
+        now = _cost(longest, shortest, total, num_shards, b)
+        gain = (now[:, None, None] + now[None, :, None]
+                - _cost(np.maximum(second[:, None, None], y), np.minimum(rest_low[:, None, None], y),
+                        total[:, None, None] - x + y, num_shards, b)
+                - _cost(np.maximum(np.where(slot == top[:, None], second[:, None], longest[:, None])[None], x),
+                        np.minimum(np.where(slot == low[:, None], second_low[:, None], shortest[:, None])[None], x),
+                        total[None, :, None] - y + x, num_shards, b))
+        same = local[None] == c_top[:, None, None]
+        other = (sparse_local[c_top][:, None, None] & sparse_local[local][None]
+                 & ~held[:, c_top].T[:, :, None] & ~held[ix[:, None, None], local[None]])
+        ok = (same | other) & (ix[:, None] != ix[None, :])[:, :, None]
+        gain = np.where(ok, gain, 0.0).reshape(t_b, -1)
+        best = gain.argmax(1)
+        gain = gain[ix, best]
+        a = np.flatnonzero(gain > 0)
+        if a.size == 0:
+            break
+        partner, j = np.divmod(best[a], b)
+        # a proposal is made when neither of its steps is in a better one (equal gains: the lower step first)
+        rank = np.empty(a.size, dtype=np.int64)
+        rank[np.lexsort((a, -gain[a]))] = np.arange(a.size)
+        first = np.full(t_b, a.size)
+        np.minimum.at(first, a, rank)
+        np.minimum.at(first, partner, rank)
+        made = (first[a] == rank) & (first[partner] == rank)
+        if gain[a[made]].sum() < TRADE_MIN_GAIN * now.sum():
+            break  # what is left to gain does not pay for the search
+        a, partner, j = a[made], partner[made], j[made]
+        grid[a, top[a]], grid[partner, j] = grid[partner, j], grid[a, top[a]].copy()
+        local[a, top[a]], local[partner, j] = local[partner, j], local[a, top[a]].copy()
+    return grid
+
+
+def _cost(longest, shortest, total, num_shards: int, b: int):
+    """What a step of b rows costs at least: its longest row (a trainer that pads to it, `num_shards` 0), or
+    the larger of the rank that holds the longest row (and M - 1 others, each at least the shortest) and the
+    step's tokens ÷ N (sum-of-tokens balance)."""
+    if not num_shards:
+        return longest
+    return np.maximum(longest + (b // num_shards - 1) * shortest, total / num_shards)
+
+
 def _step_cost(step: np.ndarray, length: np.ndarray, num_shards: int) -> tuple[float, float]:
-    """(sum over steps of what the slowest rank costs at least, the least that sum can be). The cost: the
-    longest row (a trainer that pads to it), or with `num_shards` the larger of the longest row and the step's
-    tokens ÷ N (sum-of-tokens balance), which cannot sum to less than the window's tokens ÷ N."""
+    """(sum over steps of what the slowest rank costs at least (`_cost`), the least that sum can be: with
+    `num_shards`, the window's tokens ÷ N)."""
     _, at = np.unique(step, return_inverse=True)
     longest = np.zeros(int(at.max()) + 1)
     np.maximum.at(longest, at, length)
-    if not num_shards:
-        return float(longest.sum()), 0.0
-    share = np.bincount(at, weights=length) / num_shards
-    return float(np.maximum(longest, share).sum()), float(share.sum())
+    shortest = np.full(longest.shape[0], np.inf)
+    np.minimum.at(shortest, at, length)
+    total = np.bincount(at, weights=length)
+    cost = _cost(longest, shortest, total, num_shards, step.shape[0] // longest.shape[0])
+    return float(cost.sum()), float(total.sum() / num_shards) if num_shards else 0.0
 
 
 def _separate_repeats(steps: np.ndarray, repeat: np.ndarray, clusters: np.ndarray, rng: np.random.Generator) -> None:

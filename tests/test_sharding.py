@@ -155,6 +155,38 @@ def test_micro_batch_1_pairs_rows_of_similar_length_across_clusters():
     assert figures["cluster_spread"]["min"] == 1.0  # every step still holds 8 different clusters
 
 
+@pytest.mark.parametrize("n,m,balance", [(8, 1, "tokens"), (8, 2, "tokens"), (4, 4, "padded")])
+def test_steps_trade_their_longest_rows_in_a_small_selection(monkeypatch, n, m, balance):
+    """408 rows of 37 clusters (a cluster's ~11 rows must sit in distinct steps of ~50): the re-deal alone
+    leaves steps whose longest row sets their cost; trading it with a step that costs more anyway lowers the
+    imbalance, and every step keeps its cluster counts."""
+    rng = np.random.default_rng(0)
+    clusters = rng.integers(0, 37, 408)
+    lengths = np.round(rng.lognormal(4, 0.4, 408) * (1 + clusters % 3))
+    traded = S.plan_steps(clusters, lengths, n, m, balance=balance, seed=0)
+    monkeypatch.setattr(S, "TRADE_ABOVE_LEAST", np.inf)  # no window trades
+    plain = S.plan_steps(clusters, lengths, n, m, balance=balance, seed=0)
+    key = "token_imbalance" if balance == "tokens" else "padded_imbalance"
+    before, after = (balance_figures(p, lengths, clusters)[key]["mean"] for p in (plain, traded))
+    assert after < before - 0.005, (before, after)
+    counts = [np.sort([np.bincount(clusters[p.rows[t]].ravel(), minlength=37) for t in range(p.steps)], 0)
+              for p in (plain, traded)]
+    assert np.array_equal(*counts)  # the same multiset of per-step cluster counts
+
+
+def test_a_trade_moves_a_longest_row_to_a_step_that_costs_more_anyway():
+    length = np.array([10.0, 100, 90, 95, 20, 30])
+    inv = np.array([0, 1, 2, 3, 4, 5])
+    sparse = np.ones(6, dtype=bool)
+    # step 0 costs 100 (row 1), step 1 costs 95: row 1 for row 2 makes them 90 + 100 < 100 + 95
+    grid = S._trade_longest_rows(np.array([[0, 1], [2, 3]]), length, inv, sparse, 0, 8)
+    assert sorted(map(sorted, grid.tolist())) == [[0, 2], [1, 3]]
+    # the same trade is refused when step 1 already holds row 1's cluster (and the clusters are small)
+    inv = np.array([0, 1, 2, 1, 4, 5])
+    grid = S._trade_longest_rows(np.array([[0, 1], [2, 3]]), length, inv, sparse, 0, 8)
+    assert grid.tolist() == [[0, 1], [2, 3]]
+
+
 def test_input_mix_says_what_pairing_by_length_costs_a_mixture():
     """Two inputs told apart by length (short answers, long code): pairing rows by length mixes fewer steps than
     the plan without it, and balance_figures says so beside what a random allocation gives."""
