@@ -122,7 +122,7 @@ def test_each_step_holds_each_clusters_share(remainder, window):
 
 @settings(max_examples=30, deadline=None)
 @given(s=st.integers(8, 600), k=st.integers(1, 60), n=st.integers(1, 8), remainder=st.sampled_from(["drop", "wrap"]),
-       balance=st.sampled_from(["tokens", "padded"]), m=st.sampled_from([1, 2]), seed=st.integers(0, 5))
+       balance=st.sampled_from(["tokens", "padded"]), m=st.sampled_from([1, 2, 4]), seed=st.integers(0, 5))
 def test_pairing_by_length_keeps_each_clusters_share(s, k, n, remainder, balance, m, seed):
     """Micro-batch 1 and --balance padded re-deal rows by length (pair_by_length): every step still holds floor
     or ceil of each cluster's share, and every row is placed once."""
