@@ -111,7 +111,8 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
     for r in range(n):
         log = consumed.get(r)
         if log is None:
-            ranks.append(RankCheck(r, 0, 0))
+            # every planned id of the rank is unaccounted for: the table's `missing` says so, not 0
+            ranks.append(RankCheck(r, 0, 0, Counter(missing=int(planned[:, r, :].size))))
             problem(r, None, "missing", "no log from this rank")
             continue
         plan_r = planned[:, r, :]

@@ -255,6 +255,34 @@ def test_verify_counts_duplicates_missing_weights_and_lost_ids():
     assert "lost their `id` column" in format_check(c)
 
 
+def test_a_rank_without_a_log_counts_its_planned_rows_as_missing():
+    """The table said `missing 0` for the rank whose problem line was `missing: no log from this rank`."""
+    g = _grid()
+    c = check_plan(g, _log({0: [g[t, 0] for t in range(4)]}))  # rank 1 wrote nothing
+    assert [rc.counts["missing"] for rc in c.ranks] == [0, 4 * M]
+    assert ("a rank wrote no log: was the job run on the planned number of processes, each logging?"
+            in c.causes)
+
+
+def test_verify_of_a_folder_without_any_rank_log_says_where_the_logs_are(shards, tmp_path, cli_runner):
+    """`verify shards/ --log consumed/` where the job wrote consumed/run1/rank-*.jsonl (or any wrong folder): a
+    table of every rank 'missing: no log from this rank', blaming the number of processes. Now one line."""
+    from cluster_curate.cli import main
+    from cluster_curate.commands.verify import planned_grid
+    _, g, _ = planned_grid(shards["qa"])
+    for r in range(N):
+        with ConsumedLog(tmp_path / "consumed" / "run1", rank=r) as log:
+            log.record(g[0, r])
+    (tmp_path / "empty").mkdir()
+    _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "consumed")]),
+                    "consumed: no rank log here (rank-00000.jsonl ...); found some in",
+                    str(tmp_path / "consumed" / "run1"))
+    _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "empty")]),
+                    "empty: no rank log here", "pass the directory the training job's ConsumedLog")
+    ran = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "consumed" / "run1")])
+    assert ran.exit_code == 1 and "ERROR" not in ran.output  # the right folder: checked (one step of 4 ran)
+
+
 def test_consumed_log_round_trip_and_bad_lines(shards, tmp_path):
     from cluster_curate.commands.verify import planned_grid
     _, g, w = planned_grid(shards["qa"])

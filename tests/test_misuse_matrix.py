@@ -221,6 +221,8 @@ CASES = [
     # ---- report and inspect
     ("export-missing-for", ["export", "p/shards", "--out", "e"], "Missing option '--for'. Choose from: hf, trl"),
     ("verify-missing-log", ["verify", "p/shards"], "Missing option '--log'"),
+    ("verify-log-holds-no-rank-log", ["verify", "p/shards", "--log", "p/report"],
+     "p/report: no rank log here (rank-00000.jsonl ...)"),
     ("report-not-artifact", ["report", "data.jsonl"], "data.jsonl: not"),
     ("report-missing", ["report", "nowhere"], "nowhere: no such file or directory"),
     ("report-out-proc", ["report", "p", "--out", "/proc/rep"], "/proc/rep: cannot create it"),

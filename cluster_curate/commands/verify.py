@@ -70,8 +70,15 @@ def read_consumed(log_dir: str | os.PathLike, num_ranks: int) -> dict[int, list[
             continue
         out[r] = [_record(path, line_no, line)
                   for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
+    pattern = consumed_log_name(0).replace("00000", "*")
+    if all(log is None for log in out.values()) and not any(d.glob(pattern)):
+        # no rank logged here at all: the wrong folder (or a parent of the right one), not N ranks that never ran
+        below = next((p.parent for depth in ("*/", "*/*/") for p in sorted(d.glob(depth + pattern))), None)
+        raise CurateError(f"{log_dir}: no rank log here ({consumed_log_name(0)} ...)"
+                          + (f"; found some in {below}: pass that as --log" if below else
+                             "; pass the directory the training job's ConsumedLog or ConsumedIdsCallback wrote"))
     known = {consumed_log_name(r) for r in range(num_ranks)}
-    extra = sorted(p.name for p in d.glob(consumed_log_name(0).replace("00000", "*")) if p.name not in known)
+    extra = sorted(p.name for p in d.glob(pattern) if p.name not in known)
     if extra:
         raise CurateError(f"{log_dir}: {extra[0]} is from a rank beyond the plan's {num_ranks} ranks "
                           "(the job ran on more processes than the shards were planned for)")
