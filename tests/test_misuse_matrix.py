@@ -85,6 +85,9 @@ CASES = [
      "data.jsonl is a file, not a directory"),
     ("embed-out-exists", ["embed", "data.jsonl", "--out", "p/embeddings.parquet"],
      "p/embeddings.parquet: already exists (pass --overwrite"),
+    ("embed-resume-finished", ["embed", "data.jsonl", "--out", "p/embeddings.parquet", "--resume", "--dim", "16"],
+     "p/embeddings.parquet: already finished, nothing to resume (--resume continues an interrupted embed); use it "
+     "as it is"),
     # ---- embed: bad data, named by file, line and field
     ("embed-missing-file", ["embed", "missing.jsonl", "--out", "e.parquet"], "missing.jsonl: no such file or directory"),
     ("embed-invalid-json", ["embed", "invalid_json.jsonl", "--out", "e.parquet"], "invalid_json.jsonl:4: invalid JSON"),

@@ -239,13 +239,18 @@ def embed(data, out: str, **options) -> dict:
     from pathlib import Path
 
     from cluster_curate.io import names
-    from cluster_curate.io.artifacts import check_writable, output_inputs
+    from cluster_curate.io.artifacts import check_writable, output_inputs, replace_refusal
     inputs = output_inputs(data, opts["like"])  # `out` is none of them and holds none of them
     if layout.multi:  # the parts' own checks come with the plan; the directory must at least be creatable, and
         # a file in its place is replaced (--overwrite) only when it is an embeddings artifact
         check_writable(out, True, inputs=inputs,
                        kind=names.EMBEDDINGS if opts["overwrite"] and Path(out).is_file() else None)
     else:  # before the scan and the text basis, which writes a sidecar beside `out`
+        if opts["resume"] and not opts["overwrite"] and Path(out).is_file() \
+                and replace_refusal(out, names.EMBEDDINGS) is None:
+            # the run finished: "pass --overwrite" would throw the finished work away and compute it again
+            raise CurateError(f"{out}: already finished, nothing to resume (--resume continues an interrupted "
+                              "embed); use it as it is, or pass --overwrite to embed again")
         check_writable(out, opts["overwrite"], inputs=inputs, kind=names.EMBEDDINGS)
     if layout.torchrun and not layout.leader:  # one progress bar and one summary: rank 0's
         console.configure(quiet=True, json_mode=False)
