@@ -34,8 +34,10 @@ def check_budget_args(fraction: float | None = None, budget: int | None = None,
     given = {"fraction": fraction, "budget": budget, "per-cluster-ratio": per_cluster_ratio}
     named = [k for k, v in given.items() if v is not None]
     if len(named) != 1:
+        # no budget at all: name the token budgets too, which check_token_budget_args has already ruled out
         raise CurateError("give exactly one of --fraction F, --budget N, --per-cluster-ratio R"
-                          + (f" (got {', '.join('--' + k for k in named)})" if named else ""))
+                          + (f" (got {', '.join('--' + k for k in named)})" if named else
+                             " (rows), or --token-budget T or --token-fraction F (tokens)"))
     mode = named[0]
     if mode == "fraction" and not (0 < fraction <= 1 and math.isfinite(fraction)):
         raise CurateError(f"--fraction must be in (0, 1], got {fraction}")

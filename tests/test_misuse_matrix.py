@@ -153,7 +153,8 @@ CASES = [
     ("cluster-out-exists", ["cluster", "p/embeddings.parquet", "--out", "p/clusters.parquet"], "already exists"),
     # ---- select
     ("select-no-budget", ["select", "p/clusters.parquet", "--out", "s.parquet"],
-     "give exactly one of --fraction F, --budget N, --per-cluster-ratio R"),
+     "give exactly one of --fraction F, --budget N, --per-cluster-ratio R (rows), or --token-budget T or "
+     "--token-fraction F (tokens)"),
     ("select-fraction-zero", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0"],
      "--fraction must be in (0, 1]"),
     ("select-two-budgets", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3", "--budget", "5"],
@@ -186,7 +187,8 @@ CASES = [
      "p/shards: already exists"),
     # ---- run: every stage's options before the first stage
     ("run-no-budget", ["run", "data.jsonl", "--out", "r", *FAST, *SHARD],
-     "give exactly one of --fraction F, --budget N, --per-cluster-ratio R"),
+     "give exactly one of --fraction F, --budget N, --per-cluster-ratio R (rows), or --token-budget T or "
+     "--token-fraction F (tokens)"),
     ("run-fraction-zero", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0", *SHARD],
      "--fraction must be in (0, 1]"),
     ("run-step-too-big", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.31", "--num-shards", "16",
