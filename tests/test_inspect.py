@@ -225,3 +225,14 @@ def test_inspect_mixture_exit_status_follows_each_inputs_on_bad_row(cli_runner, 
     # several inputs on the command line: --on-bad-row for each
     assert run(cli_runner, tmp_path / "good.jsonl", tmp_path / "bad.jsonl").exit_code == 2
     assert run(cli_runner, "--on-bad-row", "skip", tmp_path / "good.jsonl", tmp_path / "bad.jsonl").exit_code == 0
+
+
+def test_inspect_mixture_table_shows_fields_per_input_not_a_python_dict(cli_runner):
+    """`inspect a.jsonl b.json` printed `fields  a={'prompt': 'question', ...}, b={...}` in its summary (a Python
+    dict, wrapped over lines); the inputs table below has them per input, so the summary points there."""
+    result = run(cli_runner, FIXTURES / "gsm8k" / "train-300.jsonl", FIXTURES / "code_alpaca" / "code_alpaca-300.json")
+    assert result.exit_code == 0, result.output
+    lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in result.stdout.splitlines()
+             if line.count("│") == 3}
+    assert lines["fields"] == "per input (below)"
+    assert "{'prompt'" not in result.stdout and "prompt=question, response=answer" in result.stdout

@@ -144,7 +144,8 @@ def render(r: dict, options: dict) -> None:
     if r["rejected"] > len(r["rejects"]) and not console.QUIET:
         click.echo(f"... and {r['rejected'] - len(r['rejects'])} more rejected rows"
                    + ("" if r["rejects_file"] else " (pass --rejects PATH to write them all)"), err=True)
-    fields = ", ".join(f"{k}={v}" for k, v in r["fields"].items())
+    # a mixture's fields are per input (a dict of dicts): its inputs table lists them, one row each
+    fields = "per input (below)" if r.get("inputs") else ", ".join(f"{k}={v}" for k, v in r["fields"].items())
     data_rows = {"source": r["source"], "container": r["container"], "format": r["format"],
                  "fields": fields, "rows": r["rows"], "examples": r["examples"], "rejected": r["rejected"]}
     if r["rejects_file"]:
