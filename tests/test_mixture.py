@@ -130,6 +130,9 @@ def test_an_input_of_unknown_columns_is_told_the_mixture_file_keys(tmp_path):
     ("inputs:\n  - name: a\n", r"inputs\[0\].path: required"),
     ("inputs:\n  - path: a.jsonl\n    max_share: 1.5\n", r"inputs\[0\].max_share: expected a share"),
     ("inputs:\n  - path: a.jsonl\n  - path: sub/a.jsonl\n", "input name 'a' is also the name of"),
+    # the same file twice was told to name the two apart, as if they were two files
+    ("inputs:\n  - path: a.jsonl\n  - path: ./a.jsonl\n",
+     r"mix.yaml: inputs\[1\]: given twice \(also as .*mix.yaml: inputs\[0\]\); give each input once"),
     ("inputs:\n  - path: a.jsonl\n    on_bad_row: ignore\n", r"inputs\[0\].on_bad_row: must be"),
     ("inputs: [\n", r"mix.yaml:\d+: not a valid YAML/JSON mixture file"),
 ])
@@ -138,6 +141,13 @@ def test_bad_mixture_files_are_one_line(tmp_path, text, message):
     with pytest.raises(CurateError, match=message) as err:
         mixture_inputs([str(tmp_path / "mix.yaml")])
     assert "\n" not in str(err.value)
+
+
+def test_a_file_given_twice_on_the_command_line_is_named_a_repeat(tmp_path):
+    """`run a.jsonl a.jsonl`: 'input name 'a' is also the name of a.jsonl; name them apart in a mixture file'."""
+    shutil.copy(GSM_CSV, tmp_path / "gsm.csv")
+    with pytest.raises(CurateError, match=r"gsm.csv: given twice \(also as .*gsm.csv\); give each input once"):
+        mixture_inputs([str(tmp_path / "gsm.csv"), str(tmp_path / ".." / tmp_path.name / "gsm.csv")])
 
 
 def test_source_share_options():

@@ -182,17 +182,26 @@ def mixture_inputs(sources: list[str] | str, options: ReadOptions | None = None)
             inputs.extend(read_mixture_file(arg, options))
         else:
             inputs.append(MixtureInput(path=arg, name=default_name(arg), options=options, where=arg))
-    seen: dict[str, str] = {}
+    seen: dict[str, MixtureInput] = {}
     for inp in inputs:
         if not _NAME.match(inp.name):
             raise CurateError(f"{inp.where}: input name {inp.name!r}: use letters, digits, '.', '_' or '-'")
+        if inp.name in seen and _same_file(inp.path, seen[inp.name].path):  # not a naming problem: a repeat
+            raise CurateError(f"{inp.where}: given twice (also as {seen[inp.name].where}); give each input once")
         if inp.name in seen:
-            raise CurateError(f"{inp.where}: input name {inp.name!r} is also the name of {seen[inp.name]}; "
+            raise CurateError(f"{inp.where}: input name {inp.name!r} is also the name of {seen[inp.name].where}; "
                               f"name them apart in a mixture file (name: ...)")
-        seen[inp.name] = inp.where
+        seen[inp.name] = inp
         if inp.min_share is not None and inp.max_share is not None and inp.min_share > inp.max_share:
             raise CurateError(f"{inp.where}: min_share {inp.min_share} is above max_share {inp.max_share}")
     return inputs
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return a == b
 
 
 def reserved_rename(name: str) -> str:
