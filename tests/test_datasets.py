@@ -401,6 +401,24 @@ def test_bad_inputs_raise_one_clear_line(name, opts, pattern):
     assert re.search(pattern.format(p=re.escape(str(p))), msg), msg
 
 
+def test_a_chat_row_without_a_usable_last_turn_says_what_it_holds(tmp_path):
+    """A tool-calling conversation (user, tool, assistant) and a `messages` column with ShareGPT roles (human/gpt)
+    were 'no user turn right before the last assistant turn' and 'no assistant turn in the conversation', with no
+    word of what was there or of --format sharegpt, which reads the second."""
+    p = write_jsonl(tmp_path / "chat.jsonl", [
+        {"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "t"},
+                      {"role": "assistant", "content": "a"}]},
+        {"messages": [{"role": "human", "content": "q"}, {"role": "gpt", "content": "a"}]}])
+    ds = open_dataset(p, SKIP)
+    list(ds.iter_batches())
+    assert [r.reason for r in ds.rejects] == [
+        "no user turn right before the last assistant turn (it follows a 'tool' turn)",
+        "missing response: no assistant turn in the conversation (roles: human, gpt; ShareGPT speakers: pass "
+        "--format sharegpt --prompt-field messages)"]
+    _, _, fixed = read_all(p, ReadOptions(format="sharegpt", prompt_field="messages", on_bad_row="skip"))
+    assert [e.response for e in fixed] == ["a"]
+
+
 def test_non_utf8_inside_a_json_document_names_the_line(tmp_path):
     p = tmp_path / "x.json"
     p.write_bytes(b'[\n{"question": "a", "answer": "b"},\n{"question": "caf\xe9", "answer": "b"}\n]\n')

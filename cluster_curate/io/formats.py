@@ -292,13 +292,19 @@ def _conversation(rec: dict, fields: FieldMap):
     turns = _turns(field_value(rec, conv), conv, fields.format)
     last = max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=None)
     if last is None:
-        raise RecordError(conv, "missing response: no assistant turn in the conversation")
+        roles = list(dict.fromkeys(t["role"] for t in turns))
+        # ShareGPT speakers (human/gpt) under `role`: the sharegpt format maps them, the messages format does not
+        hint = (f"; ShareGPT speakers: pass --format sharegpt --prompt-field {conv}"
+                if any(_SHAREGPT_ROLES.get(r.lower()) == "assistant" for r in roles) else "")
+        raise RecordError(conv, "missing response: no assistant turn in the conversation"
+                          + (f" (roles: {', '.join(roles)}{hint})" if roles else ""))
     response = turns[last]["content"]
     if not response.strip():
         raise RecordError(f"{conv}[{last}]", "empty response (the last assistant turn is empty)")
     prompt = turns[:last]
     if not prompt or prompt[-1]["role"] != "user":
-        raise RecordError(conv, "no user turn right before the last assistant turn")
+        raise RecordError(conv, "no user turn right before the last assistant turn ("
+                          + (f"it follows a {prompt[-1]['role']!r} turn)" if prompt else "it is the first turn)"))
     return prompt, response
 
 
