@@ -236,3 +236,17 @@ def test_inspect_mixture_table_shows_fields_per_input_not_a_python_dict(cli_runn
              if line.count("│") == 3}
     assert lines["fields"] == "per input (below)"
     assert "{'prompt'" not in result.stdout and "prompt=question, response=answer" in result.stdout
+
+
+def test_a_dataset_dict_says_which_split_it_reads(cli_runner, tmp_path):
+    """`inspect dd/` of a save_to_disk DatasetDict with train and test read 'train' without a word: a user who
+    meant the test split, or all of it, could not tell from any output. Now one line, once per command."""
+    import datasets
+    rows = {"question": ["a", "b"], "answer": ["1", "2"]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows), "test": datasets.Dataset.from_dict(rows)}
+                         ).save_to_disk(str(tmp_path / "dd"))
+    result = run(cli_runner, tmp_path / "dd")
+    assert result.exit_code == 0, result.output
+    said = f"dd: a DatasetDict of splits train, test: reading 'train' (pass {tmp_path / 'dd'}/SPLIT for another)"
+    assert result.stderr.count(said) == 1, result.stderr
+    assert "DatasetDict" not in run(cli_runner, tmp_path / "dd" / "test").stderr

@@ -31,6 +31,9 @@ class HFDataset:
         return self.rows
 
 
+_SPLIT_SAID: set[str] = set()  # the DatasetDicts whose split choice was said in this process
+
+
 def load_from_disk(path: Path) -> HFDataset:
     """A datasets.save_to_disk directory (a DatasetDict: its train split, or its only one)."""
     import datasets
@@ -48,6 +51,11 @@ def load_from_disk(path: Path) -> HFDataset:
         split = "train" if "train" in obj else (splits[0] if len(splits) == 1 else None)
         if split is None:
             raise CurateError(f"{path}: a DatasetDict with splits {splits} and no 'train'; pass {path}/SPLIT")
+        if len(splits) > 1 and str(path) not in _SPLIT_SAID:  # the other splits are left out: say so, once
+            _SPLIT_SAID.add(str(path))
+            from cluster_curate import console
+            console.info(f"{path}: a DatasetDict of splits {', '.join(splits)}: reading '{split}' "
+                         f"(pass {path}/SPLIT for another)")
         obj = obj[split]
     return HFDataset(obj, "hf-disk", [path])
 
