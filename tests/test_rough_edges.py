@@ -163,8 +163,9 @@ def test_a_selection_smaller_than_one_step_stops_run_before_shard_and_the_rerun_
     r = _cli("run", "data.jsonl", "--out", "p", "--fraction", "0.1", *step, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.splitlines()[-1] == (
         "ERROR: one global step needs --num-shards × --micro-batch-size = 4 × 4 = 16 rows, but --fraction 0.1 "
-        "selected 10 (the embeddings and clusters are kept for the rerun); use fewer shards, a smaller micro-batch "
-        "or a larger budget"), r.stderr
+        "selected 10 of the 100 rows left after 200 exact duplicates (the embeddings and clusters are kept for the "
+        "rerun); use fewer shards, a smaller micro-batch or a larger budget"), r.stderr  # the copies named: the
+    # line said only 'selected 10' of what preflight had counted as 300 rows
     assert not (tmp_path / "p" / "shards").exists()
     r = _cli("run", "data.jsonl", "--out", "p", "--fraction", "0.2", *step, "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

@@ -287,8 +287,12 @@ def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:
     from cluster_curate.io.artifacts import read_meta
     budget = next(b for b in ("fraction", "budget", "per_cluster_ratio", "token_budget", "token_fraction")
                   if opts[b] is not None)  # the one preflight allowed
-    rows = read_meta(selection).rows
-    _check_one_step(opts, rows, f"--{budget.replace('_', '-')} {opts[budget]} selected {rows:,} (the embeddings "
+    meta = read_meta(selection)
+    rows, dropped = meta.rows, int((meta.params.get("exact_duplicates") or {}).get("dropped") or 0)
+    # preflight counted the rows of the data: where copies of other rows were left out, the step's shortfall is theirs
+    left = meta.params.get("rows")
+    of = f" of the {int(left):,} rows left after {dropped:,} exact duplicates" if dropped and left is not None else ""
+    _check_one_step(opts, rows, f"--{budget.replace('_', '-')} {opts[budget]} selected {rows:,}{of} (the embeddings "
                                 "and clusters are kept for the rerun)")
 
 
