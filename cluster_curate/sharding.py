@@ -626,7 +626,8 @@ def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: in
     labels, inv, counts = cluster_index(clusters)
     if labels.shape[0] != num_shards:
         raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters as "
-                          f"shards: the selection has {labels.shape[0]} clusters and --num-shards is {num_shards}")
+                          f"shards: the selection has {labels.shape[0]} clusters and --num-shards is {num_shards} "
+                          f"(cluster with --k {num_shards})")
     _check_sizes(clusters.shape[0], num_shards, micro_batch_size)
     if remainder not in REMAINDERS:
         raise CurateError(f"--remainder must be one of {', '.join(REMAINDERS)} (got {remainder!r})")

@@ -223,6 +223,11 @@ CASES = [
                             "empty_response.jsonl", *SHARD], "empty_response.jsonl:"),
     ("run-dim-zero", ["run", "data.jsonl", "--out", "r", "--dim", "0", "--fraction", "0.3", *SHARD],
      "--dim must be positive"),
+    # embed, cluster and select ran, then shard refused the paper's allocation for k != N
+    ("run-paper-allocation-k", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.5", *SHARD, "--allocation",
+                                "paper"], "so it needs as many clusters as shards: --k 6 and --num-shards is 2; pass --k 2"),
+    ("run-paper-allocation-k-auto", ["run", "data.jsonl", "--out", "r", "--fraction", "0.5", *SHARD, "--allocation",
+                                     "paper"], "--k auto gives 11 clusters here and --num-shards is 2; pass --k 2"),
     # ---- report and inspect
     ("export-missing-for", ["export", "p/shards", "--out", "e"], "Missing option '--for'. Choose from: hf, trl"),
     ("verify-missing-log", ["verify", "p/shards"], "Missing option '--log'"),

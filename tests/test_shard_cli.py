@@ -160,6 +160,7 @@ def test_paper_allocation_and_its_error(tmp_path, data, cli_runner):
     r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "q", "-n", "4",
              "--allocation", "paper")
     assert r.exit_code == 2 and "needs as many clusters as shards" in r.output
+    assert "the selection has 3 clusters and --num-shards is 4 (cluster with --k 4)" in r.output  # what to do
     assert not (tmp_path / "q").exists()
 
 

@@ -211,6 +211,13 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     for name in ("num_shards", "micro_batch_size"):
         if h[name] < 1:
             raise CurateError(f"--{name.replace('_', '-')} must be at least 1 (got {h[name]})")
+    if h["allocation"] == "paper":  # else shard refuses it after embed, cluster and select have run
+        from cluster_curate.clustering import auto_k
+        k = auto_k(data_rows) if c.get("k") in (None, "auto") else int(c["k"])
+        if k != h["num_shards"]:
+            given = f"--k {k}" if c.get("k") not in (None, "auto") else f"--k auto gives {k} clusters here"
+            raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters "
+                              f"as shards: {given} and --num-shards is {h['num_shards']}; pass --k {h['num_shards']}")
     _check_one_step(h, most, f"{budget} selects at most {most:,}")
     return target_fingerprint
 
