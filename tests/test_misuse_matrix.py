@@ -223,6 +223,15 @@ CASES = [
                             "empty_response.jsonl", *SHARD], "empty_response.jsonl:"),
     ("run-dim-zero", ["run", "data.jsonl", "--out", "r", "--dim", "0", "--fraction", "0.3", *SHARD],
      "--dim must be positive"),
+    # found only by a later stage: embed's text basis was fitted, or embed and cluster ran, before the refusal
+    ("run-groups-above-k", ["run", "data.jsonl", "--out", "r", *FAST, "--groups", "9", "--fraction", "0.5", *SHARD],
+     "--groups 9 must be between 1 and k = 6"),
+    ("run-tokenizer-missing", ["run", "data.jsonl", "--out", "r", *FAST, "--token-fraction", "0.5", "--tokenizer",
+                               "no-tokenizer", *SHARD], "--tokenizer no-tokenizer: not a directory nor a .gguf file"),
+    ("run-feature-weights-count", ["run", "data.jsonl", "--out", "r", *FAST, "--feature-weights", "1,2", "--fraction",
+                                   "0.5", *SHARD], "--feature-weights: 2 weight(s) for 1 feature block(s)"),
+    ("embed-commit-every-zero", ["embed", "data.jsonl", "--out", "e.parquet", "--commit-every", "0"],
+     "--commit-every must be at least 1, got 0"),  # was an INTERNAL ERROR (ZeroDivisionError)
     # embed, cluster and select ran, then shard refused the paper's allocation for k != N
     ("run-paper-allocation-k", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.5", *SHARD, "--allocation",
                                 "paper"], "so it needs as many clusters as shards: --k 6 and --num-shards is 2; pass --k 2"),

@@ -95,6 +95,15 @@ def check_kinds(o: dict) -> None:
         raise CurateError(f"--kinds {o['kinds']} joins groups of clusters: not with --groups none")
 
 
+def check_groups(o: dict) -> None:
+    """--groups G within a given --k that no split can grow (`run`'s check, before embed; cluster_groups makes
+    the same one after k-means)."""
+    groups, k = o.get("groups"), o.get("k")
+    if k not in (None, "auto") and not o.get("split_mixed") and groups not in (None, "auto", "none") \
+            and int(groups) > int(k):
+        raise CurateError(f"--groups {groups} must be between 1 and k = {k}")
+
+
 def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     """For kinds: ((ids, answer keys, response word counts, a function that reads the prompts) of the raw data's
     rows (--data, else the dataset the embeddings record), None), read and checked against the embeddings' dataset

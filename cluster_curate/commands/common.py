@@ -60,19 +60,27 @@ def recorded_data_error(message: str, name: str, record: dict) -> str:
     return f"{name}: its recorded data: {message}{hint}"
 
 
+def check_tokenizer_path(path: str | None) -> None:
+    """--tokenizer names a directory or a .gguf file: checked with the options, before any stage's work."""
+    from pathlib import Path
+
+    p = Path(path) if path is not None else None
+    if p is not None and not (p.is_dir() or (p.is_file() and p.suffix == ".gguf")):
+        raise CurateError(f"--tokenizer {path}: not a directory nor a .gguf file (pass a local Hugging Face "
+                          "tokenizer or model directory, as written by save_pretrained, or a .gguf model)")
+
+
 def load_tokenizer(path: str):
     """A local tokenizer: a Hugging Face tokenizer or model directory, or the tokenizer inside a .gguf file (the
     same file `embed --model` takes)."""
     from pathlib import Path
 
+    check_tokenizer_path(path)
     p, where = Path(path), {}
     if p.is_file() and p.suffix == ".gguf":
         from cluster_curate.features.models import require_gguf_extra
         require_gguf_extra(p)
         p, where = p.parent, {"gguf_file": p.name}
-    elif not p.is_dir():
-        raise CurateError(f"--tokenizer {path}: not a directory nor a .gguf file (pass a local Hugging Face "
-                          "tokenizer or model directory, as written by save_pretrained, or a .gguf model)")
     try:
         from transformers import AutoTokenizer
         return AutoTokenizer.from_pretrained(str(p), trust_remote_code=False, **where)

@@ -148,12 +148,14 @@ def _settle(opts: dict) -> list[str]:
 def _validate(o: dict) -> list[str]:
     from pathlib import Path
 
-    from cluster_curate.features.embed import MODEL_FEATURES, parse_features
+    from cluster_curate.features.embed import MODEL_FEATURES, parse_features, parse_weights
     features = parse_features(o["features"])
     for name, low, what in (("dim", 1, "positive"), ("max_length", 2, "at least 2"),
-                            ("batch_tokens", 1, "positive"), ("text_sample", 2, "at least 2")):
-        if o[name] is not None and o[name] < low:
+                            ("batch_tokens", 1, "positive"), ("text_sample", 2, "at least 2"),
+                            ("commit_every", 1, "at least 1")):
+        if o.get(name) is not None and o[name] < low:
             raise CurateError(f"--{name.replace('_', '-')} must be {what}, got {o[name]}")
+    parse_weights(o["feature_weights"], len(features))  # one per feature: before the text basis is fitted
     if o["checkpoints"] and "loss-trajectory" not in features:
         raise CurateError("--checkpoints is only used by --features loss-trajectory")
     if o["encoder"] is not None and "semantic" not in features:

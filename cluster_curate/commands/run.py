@@ -194,6 +194,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     if c.get("k") not in (None, "auto") and int(c["k"]) > data_rows:
         raise CurateError(f"--k {c['k']} is larger than the number of examples ({data_rows})")
     cluster_cmd.check_kinds(c)
+    cluster_cmd.check_groups(c)
     s = resolved["select"]
     most = {"fraction": lambda: S.fraction_budget(data_rows, s["fraction"]),
             "budget": lambda: min(data_rows, int(s["budget"])),

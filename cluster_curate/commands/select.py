@@ -317,6 +317,8 @@ def _check(o: dict):
         raise CurateError(f"--dedup must be a cosine similarity in (0, 1], got {o['dedup']}")
     if not 0 <= o["balance_power"] <= 1:
         raise CurateError(f"--balance-power must be between 0 and 1, got {o['balance_power']}")
+    from cluster_curate.commands.common import check_tokenizer_path
+    check_tokenizer_path(o["tokenizer"])  # else `run` finds it missing after embed and cluster
     if o["target_weight"] is not None and o["target"] is None:
         raise CurateError("--target-weight is only used with --target")
     if o["target"] is not None:
