@@ -572,6 +572,11 @@ def plan_steps(clusters: np.ndarray, lengths: np.ndarray | None, num_shards: int
                                             pair_lengths=pair_lengths, seed=seed)
 
 
+def check_length_window(length_window: int | None) -> None:
+    if length_window is not None and length_window < 0:
+        raise CurateError(f"--length-window must be 0 (off) or a number of steps (got {length_window})")
+
+
 def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards: int, micro_batch_size: int, *,
                           balance: str, remainder: str, length_window: int | None, pair_lengths: bool = True,
                           seed: int) -> ShardPlan:
@@ -581,8 +586,7 @@ def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards:
     b = _check_sizes(s, num_shards, micro_batch_size)
     if length_window is None:
         length_window = DEFAULT_LENGTH_WINDOW[balance]
-    if length_window < 0:
-        raise CurateError(f"--length-window must be 0 (off) or a number of steps (got {length_window})")
+    check_length_window(length_window)
     rng = np.random.default_rng(seed)
     # which rows: the dropped remainder is the tail of a stratified stream (spread over clusters); the wrap
     # repeats are its head

@@ -230,6 +230,11 @@ CASES = [
                                "no-tokenizer", *SHARD], "--tokenizer no-tokenizer: not a directory nor a .gguf file"),
     ("run-feature-weights-count", ["run", "data.jsonl", "--out", "r", *FAST, "--feature-weights", "1,2", "--fraction",
                                    "0.5", *SHARD], "--feature-weights: 2 weight(s) for 1 feature block(s)"),
+    ("run-length-window-negative", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.5", *SHARD,
+                                    "--length-window", "-3"], "--length-window must be 0 (off) or a number of steps"),
+    ("run-source-share-one-input", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.5", *SHARD,
+                                    "--source-max-share", "0.5"],
+     "--source-min-share / --source-max-share: the data is not a mixture (one input)"),
     ("embed-commit-every-zero", ["embed", "data.jsonl", "--out", "e.parquet", "--commit-every", "0"],
      "--commit-every must be at least 1, got 0"),  # was an INTERNAL ERROR (ZeroDivisionError)
     # embed, cluster and select ran, then shard refused the paper's allocation for k != N

@@ -212,6 +212,8 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     for name in ("num_shards", "micro_batch_size"):
         if h[name] < 1:
             raise CurateError(f"--{name.replace('_', '-')} must be at least 1 (got {h[name]})")
+    from cluster_curate.sharding import check_length_window
+    check_length_window(h["length_window"])
     if h["allocation"] == "paper":  # else shard refuses it after embed, cluster and select have run
         from cluster_curate.clustering import auto_k
         k = auto_k(data_rows) if c.get("k") in (None, "auto") else int(c["k"])
@@ -263,9 +265,10 @@ def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
     """A mixture's floors (--source-min-share, else each input's min_share) that no selection can meet: more
     than the whole selection together, or (a budget in rows) more rows than an input has. select checks the
     exact floors on the rows it can take; these are the failures certain from the options and row counts."""
-    from cluster_curate.commands.select import check_no_source_bounds
+    from cluster_curate.commands.select import check_no_share_options, check_no_source_bounds
     from cluster_curate.io.mixture import Mixture, source_bounds
     if not isinstance(ds, Mixture):
+        check_no_share_options(s)
         return
     low, high, low_from, high_from = source_bounds(s["source_min_share"], s["source_max_share"], ds.names,
                                                    [i.min_share for i in ds.inputs], [i.max_share for i in ds.inputs],

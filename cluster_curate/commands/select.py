@@ -236,6 +236,12 @@ def _tokens(o: dict, clusters: str, c, x: dict, token_mode: bool):
                     "whitespace words (no --tokenizer and no n_tokens in the embeddings)")
 
 
+def check_no_share_options(o: dict) -> None:
+    """Data of one input: no source shares to bound (`run` checks it before embed)."""
+    if o["source_min_share"] or o["source_max_share"]:
+        raise CurateError("--source-min-share / --source-max-share: the data is not a mixture (one input)")
+
+
 def _sources(o: dict, c):
     """A mixture's source index per row (from the inputs' first ids its lineage records), its input names,
     the floor / cap shares per input (options, else the mixture file's) as arrays (NaN: none), and where each
@@ -245,8 +251,7 @@ def _sources(o: dict, c):
     from cluster_curate.io.mixture import source_bounds, source_index
     source = source_index(c.meta.dataset, c.ids)
     if source is None:
-        if o["source_min_share"] or o["source_max_share"]:
-            raise CurateError("--source-min-share / --source-max-share: the data is not a mixture (one input)")
+        check_no_share_options(o)
         return None, None, None, None, None
     inputs = c.meta.dataset["inputs"]
     names_ = [i["name"] for i in inputs]
