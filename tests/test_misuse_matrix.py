@@ -139,6 +139,10 @@ CASES = [
                              "./no-model"], "--model ./no-model: no such file or directory"),
     ("embed-model-hub-offline", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "hidden", "--model",
                                  "nobody/no-such-model"], "--model nobody/no-such-model: not found locally"),
+    ("embed-dtype-unknown", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "gradient", "--dtype", "fp8"],
+     "--dtype 'fp8': expected auto, float32, bfloat16 or float16"),  # the proxy ran with it, unnoticed
+    ("embed-layers-without-lora", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "gradient", "--layers",
+                                   "q_proj"], "--layers is only used by --features lora-gradient"),  # was ignored
     ("embed-unknown-option", ["embed", "data.jsonl", "--out", "e.parquet", "--fraktion", "0.3"],
      "No such option '--fraktion'"),
     # ---- cluster

@@ -158,6 +158,11 @@ def _validate(o: dict) -> list[str]:
     parse_weights(o["feature_weights"], len(features))  # one per feature: before the text basis is fitted
     if o["checkpoints"] and "loss-trajectory" not in features:
         raise CurateError("--checkpoints is only used by --features loss-trajectory")
+    if o["layers"] and "lora-gradient" not in features:  # else silently ignored
+        raise CurateError("--layers is only used by --features lora-gradient")
+    if o["dtype"] not in (None, "auto"):  # the proxy never resolved it: --dtype fp8 went unnoticed
+        from cluster_curate.features.models import resolve_dtype
+        resolve_dtype(o["dtype"], None)
     if o["encoder"] is not None and "semantic" not in features:
         raise CurateError(f"--encoder {o['encoder']} is only used by --features semantic")
     if "semantic" in features:  # fail before reading the data: a missing package, directory or weights
