@@ -191,3 +191,17 @@ def test_report_names_each_plot_once(tmp_path):
     for name in ("cluster_sizes.png", "features_pca.png", "rank_loads.png"):
         assert r.stdout.count(name) == 1, r.stdout
         assert (tmp_path / "plots" / name).is_file()
+
+
+def test_select_within_answers_says_pass_data_once_and_not_to_one_who_passed_it(tmp_path):
+    """The data moved: '...: no such file or directory; pass --data DATA (--within answers reads the rows'
+    responses: pass --data DATA)', said twice; a --data that does not exist was told to pass --data DATA too."""
+    (tmp_path / "data.jsonl").write_bytes(GSM.read_bytes())
+    assert _cli("run", "data.jsonl", "--out", "p", *FAST, cwd=tmp_path).returncode == 0
+    (tmp_path / "data.jsonl").rename(tmp_path / "moved.jsonl")
+    sel = ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3", "--within", "answers", "-q"]
+    r = _cli(*sel, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("pass --data DATA") == 1, r.stderr
+    assert r.stderr.rstrip().endswith("pass --data DATA (--within answers reads the rows' responses)"), r.stderr
+    r = _cli(*sel, "--data", "missing.jsonl", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr == "ERROR: missing.jsonl: no such file or directory\n", r.stderr

@@ -130,8 +130,9 @@ def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
     from cluster_curate.answer_kinds import answer_key
     from cluster_curate.commands.common import examples_of_ids
     if ds is None:
+        # why the data is read; the recorded data's error already says "pass --data DATA", and --data's needs no hint
         ds = _open_data(o, clusters, c, f"--within {o['within']}",
-                        hint=f"--within {o['within']} reads the rows' responses: pass --data DATA")
+                        hint=None if o.get("data") else f"--within {o['within']} reads the rows' responses")
     kept = _kept_answers(o, c, emb_path)
     if kept is not None:
         return kept
