@@ -22,6 +22,12 @@ from cluster_curate.registry import lazy
 _UNSET = object()
 
 
+def seed_type():
+    """A seed's click type: numpy and torch refuse a negative seed (an INTERNAL ERROR deep in a stage)."""
+    import click
+    return click.IntRange(min=0)
+
+
 @dataclass(frozen=True)
 class Option:
     name: str                       # the keyword of the Python API (and the click parameter name)

@@ -143,6 +143,8 @@ CASES = [
      "--dtype 'fp8': expected auto, float32, bfloat16 or float16"),  # the proxy ran with it, unnoticed
     ("embed-layers-without-lora", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "gradient", "--layers",
                                    "q_proj"], "--layers is only used by --features lora-gradient"),  # was ignored
+    ("embed-seed-negative", ["embed", "data.jsonl", "--out", "e.parquet", "--seed", "-1"],
+     "Invalid value for '--seed': -1 is not in the range x>=0"),  # was an INTERNAL ERROR (numpy's ValueError)
     ("embed-unknown-option", ["embed", "data.jsonl", "--out", "e.parquet", "--fraktion", "0.3"],
      "No such option '--fraktion'"),
     # ---- cluster
@@ -187,6 +189,8 @@ CASES = [
      "Missing option '--num-shards'"),
     ("shard-wrong-kind", ["shard", "p/clusters.parquet", "--data", "data.jsonl", "--out", "sh", *SHARD],
      "is a 'clusters' artifact, expected 'selection'"),
+    ("shard-seed-negative", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "sh", *SHARD, "--seed",
+                             "-1"], "Invalid value for '--seed': -1 is not in the range x>=0"),  # INTERNAL ERROR
     ("shard-out-exists", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "p/shards", *SHARD],
      "p/shards: already exists"),
     # ---- run: every stage's options before the first stage

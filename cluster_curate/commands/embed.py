@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from cluster_curate.errors import CurateError
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
-                                    read_options, resolve)
+                                    read_options, resolve, seed_type)
 
 
 _FEATURES = "cluster_curate.features.embed"
@@ -68,7 +68,7 @@ OPTIONS = (
            help="auto (bfloat16 on GPU, float32 on CPU) | float32 | bfloat16 | float16."),
     Option("trust_remote_code", is_flag=True, default=False,
            help="Allow model code from the model's repository (off by default)."),
-    Option("seed", record=True, type=int, default=0, show_default=True,
+    Option("seed", record=True, type=seed_type(), default=0, show_default=True,
            help="Seeds the proxy, samples and projections."),
     Option("keep_duplicates", is_flag=True, default=False,
            help="Keep exact duplicates (same normalised prompt and response). By default only the lowest id of "

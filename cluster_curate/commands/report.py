@@ -13,7 +13,7 @@ from cluster_curate.console import Shown
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
 from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES
-from cluster_curate.options import Argument, CommandSpec, Option
+from cluster_curate.options import Argument, CommandSpec, Option, seed_type
 MAX_PCA_POINTS = 20000
 # each plot's file and what it shows (the summary's `plots` table says it beside the name)
 PLOTS = {
@@ -319,7 +319,7 @@ def _token_lookup(found: dict[str, Path], sel_table):
 OPTIONS = (
     Option("out", path=True, flags=("--out", "-o"),
            help="Directory for the PNG plots (cluster sizes, features PCA, per-rank token loads)."),
-    Option("seed", type=int, default=0, show_default=True, help="Seeds the random allocation drawn for comparison."),
+    Option("seed", type=seed_type(), default=0, show_default=True, help="Seeds the random allocation drawn for comparison."),
     Option("force", is_flag=True, default=False,
            help="Report artifacts together even when their lineage says they do not belong together."),
 )

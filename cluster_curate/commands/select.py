@@ -7,7 +7,7 @@ import time
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
-                                    recorded, resolve)
+                                    recorded, resolve, seed_type)
 
 
 def _order_help() -> str:
@@ -15,11 +15,6 @@ def _order_help() -> str:
     return (f"Order inside a cluster: auto: `answers` where responses of at most {SHORT_ANSWER_WORDS} words repeat "
             "(one-word answers, labels), else `random` (reads the responses when the data can be found); "
             + WITHIN.help_text() + ".")
-
-
-def _int_min0():
-    import click
-    return click.IntRange(min=0)
 
 
 OPTIONS = (
@@ -55,7 +50,7 @@ OPTIONS = (
     Option("dedup", record=True, type=float, metavar="COSINE",
            help="Drop a row whose cosine similarity to an already kept row of its cluster exceeds COSINE "
                 "(before quotas are filled)."),
-    Option("seed", record=True, type=_int_min0(), default=0, show_default=True, help="Seeds the random order."),
+    Option("seed", record=True, type=seed_type(), default=0, show_default=True, help="Seeds the random order."),
     *DATASET_OPTIONS,
     Option("target", path=True, metavar="TARGET",
            help="A few examples of the task to curate for (tens to thousands of rows): a dataset in any supported "

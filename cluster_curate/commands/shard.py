@@ -8,7 +8,7 @@ import time
 
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
-                                    read_options, recorded, resolve)
+                                    read_options, recorded, resolve, seed_type)
 
 BATCH_ROWS = 4096  # raw rows read at a time
 
@@ -52,7 +52,7 @@ OPTIONS = (
     Option("embeddings", path=True, run=False,
            help="Embeddings artifact to take n_tokens from (default: the selection's own n_tokens, or its "
                 "lineage's embeddings when reachable)."),
-    Option("seed", record=True, type=int, default=0, show_default=True),
+    Option("seed", record=True, type=seed_type(), default=0, show_default=True),
     *DATASET_OPTIONS,
     *OUTPUT_OPTIONS,
 )
