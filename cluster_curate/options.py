@@ -23,9 +23,9 @@ _UNSET = object()
 
 
 def seed_type():
-    """A seed's click type: numpy and torch refuse a negative seed (an INTERNAL ERROR deep in a stage)."""
+    """A seed's click type: numpy refuses a seed outside [0, 2**32 - 1] (an INTERNAL ERROR deep in a stage)."""
     import click
-    return click.IntRange(min=0)
+    return click.IntRange(min=0, max=2**32 - 1)
 
 
 @dataclass(frozen=True)

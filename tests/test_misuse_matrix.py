@@ -144,7 +144,9 @@ CASES = [
     ("embed-layers-without-lora", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "gradient", "--layers",
                                    "q_proj"], "--layers is only used by --features lora-gradient"),  # was ignored
     ("embed-seed-negative", ["embed", "data.jsonl", "--out", "e.parquet", "--seed", "-1"],
-     "Invalid value for '--seed': -1 is not in the range x>=0"),  # was an INTERNAL ERROR (numpy's ValueError)
+     "Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295"),  # was an INTERNAL ERROR (numpy's)
+    ("embed-seed-too-large", ["embed", "data.jsonl", "--out", "e.parquet", "--seed", "4294967296"],
+     "Invalid value for '--seed': 4294967296 is not in the range 0<=x<=4294967295"),  # INTERNAL ERROR too
     ("embed-unknown-option", ["embed", "data.jsonl", "--out", "e.parquet", "--fraktion", "0.3"],
      "No such option '--fraktion'"),
     # ---- cluster
@@ -190,7 +192,7 @@ CASES = [
     ("shard-wrong-kind", ["shard", "p/clusters.parquet", "--data", "data.jsonl", "--out", "sh", *SHARD],
      "is a 'clusters' artifact, expected 'selection'"),
     ("shard-seed-negative", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "sh", *SHARD, "--seed",
-                             "-1"], "Invalid value for '--seed': -1 is not in the range x>=0"),  # INTERNAL ERROR
+                             "-1"], "Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295"),
     ("shard-out-exists", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "p/shards", *SHARD],
      "p/shards: already exists"),
     # ---- run: every stage's options before the first stage

@@ -8,7 +8,7 @@ from dataclasses import replace
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option,
-                                    lazy, recorded, resolve)
+                                    lazy, recorded, resolve, seed_type)
 
 
 def _int_range(low, cls="IntRange"):
@@ -23,7 +23,7 @@ OPTIONS = (
            help="Number of clusters, or auto: ceil(sqrt(n)) capped at n/2 (deliberately more clusters than "
                 "natural groups, so rare groups get clusters of their own). The paper uses k = number of GPUs."),
     Option("iters", record=True, type=_int_range(1), default=20, show_default=True, help="k-means iterations."),
-    Option("seed", record=True, type=_int_range(0), default=0, show_default=True,
+    Option("seed", record=True, type=seed_type(), default=0, show_default=True,
            help="Seeds the training sample and the initial centroids."),
     Option("center", is_flag=True, default=False,
            help="Subtract the mean feature before L2-normalising (default: L2 only)."),
