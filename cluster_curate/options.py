@@ -22,10 +22,15 @@ from cluster_curate.registry import lazy
 _UNSET = object()
 
 
+def int_range(low: int, high: int | None = None):
+    """An integer option's click type, refused outside [low, high] in click's one line."""
+    import click
+    return click.IntRange(min=low, max=high)
+
+
 def seed_type():
     """A seed's click type: numpy refuses a seed outside [0, 2**32 - 1] (an INTERNAL ERROR deep in a stage)."""
-    import click
-    return click.IntRange(min=0, max=2**32 - 1)
+    return int_range(0, 2**32 - 1)
 
 
 @dataclass(frozen=True)

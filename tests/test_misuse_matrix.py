@@ -254,6 +254,8 @@ CASES = [
                                      "paper"], "--k auto gives 11 clusters here and --num-shards is 2; pass --k 2"),
     # ---- report and inspect
     ("export-missing-for", ["export", "p/shards", "--out", "e"], "Missing option '--for'. Choose from: hf, trl"),
+    ("export-world-size-zero", ["export", "p/shards", "--for", "trl", "--out", "e", "--world-size", "0"],
+     "Invalid value for '--world-size': 0 is not in the range x>=1"),  # was told to re-run shard --num-shards 0
     ("verify-missing-log", ["verify", "p/shards"], "Missing option '--log'"),
     ("verify-log-holds-no-rank-log", ["verify", "p/shards", "--log", "p/report"],
      "p/report: no rank log here (rank-00000.jsonl ...)"),

@@ -4,16 +4,16 @@ with the settings that keep the plan and a README of its traps (the layouts: clu
 from __future__ import annotations
 
 from cluster_curate.errors import CurateError
-from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy, read_options,
-                                    resolve)
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, int_range, lazy,
+                                    read_options, resolve)
 
 OPTIONS = (
     Option("trainer", flags=("--for",), required=True, choices=lazy("cluster_curate.layouts", "TARGET_NAMES"),
            run=False, help="The trainer to write for: its layout (batch- or sample-interleaved), columns, settings."),
     Option("out", path=True, required=True, run=False, help="Output directory."),
-    Option("world_size", type=int, run=False,
+    Option("world_size", type=int_range(1), run=False,
            help="The job's number of processes: refused unless it is the shards' --num-shards."),
-    Option("micro_batch_size", type=int, run=False,
+    Option("micro_batch_size", type=int_range(1), run=False,
            help="The job's per-device batch size: refused unless it is the shards' --micro-batch-size."),
     Option("data", path=True, run=False, multiple=True,
            help="--for jsonl|parquet: the data to read the left-over rows from (a mixture: its mixture file, or each "
