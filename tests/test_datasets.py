@@ -419,6 +419,22 @@ def test_a_chat_row_without_a_usable_last_turn_says_what_it_holds(tmp_path):
     assert [e.response for e in fixed] == ["a"]
 
 
+def test_trls_conversational_prompt_completion_is_read_as_a_conversation(tmp_path):
+    """`prompt`/`completion` as lists of turns (TRL's conversational format, and what `export --for trl` writes)
+    were every one a bad row: "field 'completion': response is a list, expected text"."""
+    system, user = {"role": "system", "content": "s"}, {"role": "user", "content": "q"}
+    p = write_jsonl(tmp_path / "trl.jsonl", [
+        {"prompt": [system, user], "completion": [{"role": "assistant", "content": "a"}]},
+        {"prompt": "plain q", "completion": [{"role": "assistant", "content": "b"}]},
+        {"prompt": [user], "completion": [{"role": "user", "content": "no answer"}]}])
+    ds, _, ex = read_all(p, SKIP)
+    assert ds.format == "prompt-completion"
+    assert [(e.prompt, e.response) for e in ex] == [([system, user], "a"),
+                                                    ([{"role": "user", "content": "plain q"}], "b")]
+    assert [(r.id, r.field, r.reason) for r in ds.rejects] == [
+        (2, "completion", "missing response: no assistant turn in the completion")]
+
+
 def test_non_utf8_inside_a_json_document_names_the_line(tmp_path):
     p = tmp_path / "x.json"
     p.write_bytes(b'[\n{"question": "a", "answer": "b"},\n{"question": "caf\xe9", "answer": "b"}\n]\n')

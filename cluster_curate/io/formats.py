@@ -10,7 +10,7 @@ Supported formats (detected from the column names, overridable with --format / -
 a field `data.question` is a path into nested objects unless a column has that very name: `field_value`):
 
     alpaca             instruction (+ input, + optional system) -> output (or `response`)
-    prompt-completion  prompt -> completion (or `response`)
+    prompt-completion  prompt -> completion (or `response`); both may be lists of turns (TRL conversational)
     qa                 question -> answer (GSM8K and friends)
     messages           OpenAI chat: `messages` = [{role, content}...]; the LAST assistant turn is the response,
                        every turn before it (system, user, earlier assistant turns) is the prompt
@@ -289,7 +289,26 @@ def _turns(value, field: str, fmt: str) -> list[dict]:
 
 def _conversation(rec: dict, fields: FieldMap):
     conv = fields.prompt
-    turns = _turns(field_value(rec, conv), conv, fields.format)
+    return _split_turns(_turns(field_value(rec, conv), conv, fields.format), conv)
+
+
+def _is_turn_list(value) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(t, dict) for t in value)
+
+
+def _conversational_pair(prompt, completion, fields: FieldMap):
+    """TRL's conversational prompt-completion (what `export --for trl` writes): `prompt` a list of turns ending
+    with a user turn, `completion` a list of turns holding the assistant's answer (its last assistant turn)."""
+    turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else _turns(prompt, fields.prompt, "messages")
+    done = len(turns)
+    turns += _turns(completion, fields.response, "messages")
+    if not any(t["role"] == "assistant" for t in turns[done:]):
+        raise RecordError(fields.response, "missing response: no assistant turn in the completion")
+    return _split_turns(turns, fields.prompt)
+
+
+def _split_turns(turns: list[dict], conv: str):
+    """(the turns before the last assistant turn, its content): the example of a conversation."""
     last = max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=None)
     if last is None:
         roles = list(dict.fromkeys(t["role"] for t in turns))
@@ -347,7 +366,10 @@ def to_example(rec: dict, fields: FieldMap):
     """(prompt turns, response) for one record, or RecordError."""
     if FORMAT.get(fields.format).response is None:
         return _conversation(rec, fields)
-    response = _text(field_value(rec, fields.response), fields.response, "response")
+    value = field_value(rec, fields.response)
+    if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
+        return _conversational_pair(field_value(rec, fields.prompt), value, fields)
+    response = _text(value, fields.response, "response")
     if fields.prompt_extra:
         texts = [_text(field_value(rec, c), c, "prompt", required=False, parts=True) for c in fields.prompt_columns]
         prompt = "\n\n".join(t for t in texts if t.strip())
