@@ -435,6 +435,14 @@ def test_trls_conversational_prompt_completion_is_read_as_a_conversation(tmp_pat
         (2, "completion", "missing response: no assistant turn in the completion")]
 
 
+def test_a_prompt_list_holding_a_null_is_a_bad_row_not_an_internal_error(tmp_path):
+    """{"instruction": [null], "output": "x"} was an INTERNAL ERROR ('NoneType' object has no attribute 'strip')."""
+    p = write_jsonl(tmp_path / "n.jsonl", [{"instruction": [None], "output": "x"}, {"instruction": "q", "output": "a"}])
+    ds, _, ex = read_all(p, SKIP)
+    assert len(ex) == 1 and [r.reason for r in ds.rejects] == [
+        "prompt is a list holding null, expected text or a list of texts"]
+
+
 def test_non_utf8_inside_a_json_document_names_the_line(tmp_path):
     p = tmp_path / "x.json"
     p.write_bytes(b'[\n{"question": "a", "answer": "b"},\n{"question": "caf\xe9", "answer": "b"}\n]\n')

@@ -206,9 +206,9 @@ def _text(value, field: str, what: str, required: bool = True, parts: bool = Fal
     if isinstance(value, (int, float)):
         value = str(value)
     if parts and isinstance(value, (list, tuple)):
-        odd = next((v for v in value if not isinstance(v, str)), None)
-        if odd is not None:
-            raise RecordError(field, f"{what} is a list holding {_kind(odd)}, expected text or a list of texts")
+        odd = [v for v in value if not isinstance(v, str)]
+        if odd:  # a null item too (next(..., None) could not tell it from none)
+            raise RecordError(field, f"{what} is a list holding {_kind(odd[0])}, expected text or a list of texts")
         value = "\n\n".join(v for v in value if v.strip())
     if not isinstance(value, str):
         raise RecordError(field, f"{what} is {_kind(value)}, expected text")
