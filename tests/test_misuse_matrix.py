@@ -210,6 +210,11 @@ CASES = [
      "invalid_json.jsonl:4: invalid JSON"),
     ("run-other-options", ["run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.5", *SHARD],
      "p: holds a run made with other select options (--fraction 0.31 -> 0.5); pass --overwrite"),
+    ("run-other-options-named-as-written", ["run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31", *SHARD,
+                                            "--dedup", "0.9", "--center"],  # were 'None -> 0.9', 'False -> True'
+     "p: holds a run made with other cluster options (--center off -> on)"),
+    ("run-other-options-not-given-before", ["run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31", *SHARD,
+                                            "--dedup", "0.9"], "(--dedup (not given) -> 0.9)"),
     ("run-out-file-as-folder", ["run", "data.jsonl", "--out", "data.jsonl/r", *FAST, "--fraction", "0.3", *SHARD],
      "is a file, not a directory"),
     ("run-missing-num-shards", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.3"],

@@ -135,8 +135,14 @@ FORMER_DEFAULTS = {"text_weighting": ("tf",), "kinds": ("none",), "target_weight
 
 
 def _named(changed: dict, most: int | None = None) -> str:
-    """`--within random -> auto, ...`: options that changed, as a reason or an error names them."""
-    return ", ".join(f"--{k.replace('_', '-')} {old} -> {new}" for k, (old, new) in list(changed.items())[:most])
+    """`--within random -> auto, ...`: options that changed, as a reason or an error names them (values as the
+    user writes them: `(not given)` and `on`/`off`, not Python's None/True/False)."""
+    def shown(v):
+        if v is None:
+            return "(not given)"
+        return ("on" if v else "off") if isinstance(v, bool) else v
+    return ", ".join(f"--{k.replace('_', '-')} {shown(old)} -> {shown(new)}"
+                     for k, (old, new) in list(changed.items())[:most])
 
 
 def _check_options(stage_opts: dict, target_fingerprint: str | None) -> tuple[dict, str | None]:
