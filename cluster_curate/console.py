@@ -244,6 +244,8 @@ def _shown(key, v) -> tuple[str, str]:
 
 
 def _fmt(v) -> str:
+    if isinstance(v, bool):  # a table is read by people: "plan followed  no", not Python's False
+        return "yes" if v else "no"
     if isinstance(v, float):
         return f"{v:.4g}"
     if isinstance(v, (dict, list)):

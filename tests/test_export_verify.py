@@ -354,6 +354,9 @@ def test_cli_verify_exit_codes(shards, tmp_path, cli_runner):
     assert good.exit_code == 0, good.output
     bad = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped")])
     assert bad.exit_code == 1 and "wrong rank" in bad.output and "planned for rank 1" in bad.output, bad.output
+    followed = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in bad.stdout.splitlines()
+                if line.count("│") == 3}["plan followed"]
+    assert followed == "no"  # was Python's False
     as_json = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped"), "--json"])
     assert as_json.exit_code == 1 and json.loads(as_json.stdout)["ok"] is False
     (tmp_path / "good" / "rank-00000.jsonl").write_text('{"step": 0, "ids": [1], "weights": ["a"]}\n')
