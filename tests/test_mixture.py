@@ -424,3 +424,16 @@ def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, c
     res = _cli(cli_runner, ["export", out / "shards", "--for", "jsonl", "--out", tmp_path / "x",
                             "--data", tmp_path / "code.parquet", "--data", tmp_path / "train-300.csv"], code=2)
     assert "not the data the shards were made from" in res.output and "pass its mixture file" in res.output
+
+
+def test_shard_given_one_input_of_a_mixture_says_which_inputs_in_which_order(tmp_path, cli_runner):
+    """`shard sel --data a.jsonl` for a selection of `a.jsonl b.json` said only 'was made from mixture of a, b ...,
+    not from a.jsonl ...; pass --force': not that --data is given once per input, nor in which order."""
+    paths = _three(tmp_path)[:2]
+    out = tmp_path / "curated"
+    _cli(cli_runner, ["run", *paths, "--out", out, "--fraction", "0.3", "--num-shards", "2", "-q"])
+    for given in ([paths[0]], [paths[1], paths[0]]):
+        res = _cli(cli_runner, ["shard", out / "selection.parquet", *[a for p in given for a in ("--data", p)],
+                                "--out", tmp_path / "sh", "--num-shards", "2"], code=2)
+        assert f"pass --data once per input, in this order: {paths[0]} {paths[1]} (or its mixture file), or " \
+               "--force to use it anyway" in res.output, res.output

@@ -419,6 +419,10 @@ def check_same_dataset(metas: dict[str, ArtifactMeta], force: bool = False) -> d
 def check_dataset_matches(meta: ArtifactMeta, name: str, dataset: dict, force: bool = False) -> None:
     """An artifact must come from `dataset` (a record made by the dataset reader)."""
     if meta.dataset.get("fingerprint") != dataset.get("fingerprint") and not force:
+        inputs = [str(i.get("path") or i.get("name")) for i in meta.dataset.get("inputs") or ()]
+        # a mixture's inputs given one short or in another order: say what it was made from, in order
+        hint = f"--data once per input, in this order: {' '.join(inputs)} (or its mixture file), or " if inputs else ""
         raise CurateError(
             f"{name}: was made from {meta.dataset.get('source')} (fingerprint {meta.dataset.get('fingerprint')}), "
-            f"not from {dataset.get('source')} (fingerprint {dataset.get('fingerprint')}); pass --force to use it anyway")
+            f"not from {dataset.get('source')} (fingerprint {dataset.get('fingerprint')}); pass {hint}--force to use "
+            "it anyway")
