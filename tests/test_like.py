@@ -78,6 +78,11 @@ def test_refuses_what_it_cannot_reproduce(tmp_path, cli_runner):
     _cli(cli_runner, ["embed", _write(tmp_path / "pool.jsonl", _rows(40)), "--out", emb, "--dim", "8"])
     res = _cli(cli_runner, ["embed", target, "--like", emb, "--out", tmp_path / "a.parquet", "--dim", "16"], code=2)
     assert "--dim 16: --like" in res.output and "where it is 8" in res.output
+    # a pool embedded at the default --dim: it said 'where it is unset', as if any --dim would do
+    default = tmp_path / "default.parquet"
+    _cli(cli_runner, ["embed", tmp_path / "pool.jsonl", "--out", default])
+    res = _cli(cli_runner, ["embed", target, "--like", default, "--out", tmp_path / "a.parquet", "--dim", "16"], code=2)
+    assert "where it is the default (text 256 dims); leave --dim out" in res.output, res.output
     A.sidecar_path(emb, names.feature_state('text')[1]).write_text("another fit")
     res = _cli(cli_runner, ["embed", target, "--like", emb, "--out", tmp_path / "b.parquet"], code=2)
     assert "not the text state" in res.output and "Traceback" not in res.output

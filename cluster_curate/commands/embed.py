@@ -201,8 +201,11 @@ def _adopt_space(opts: dict):
             value = ",".join(f"{w:g}" for w in value)
         given = opts[name]
         if given is not None and given != declared[name] and given != value:
+            # None: the pool left it at its default ('unset' read as "anything goes"); dim's default is per feature
+            dims = ", ".join(f"{k} {v}" for k, v in (params.get("dims") or {}).items()) if name == "dim" else ""
+            shown = value if value is not None else "the default" + (f" ({dims} dims)" if dims else "")
             raise CurateError(f"--{name.replace('_', '-')} {given}: --like {pool} embeds in its feature space, "
-                              f"where it is {value if value is not None else 'unset'}")
+                              f"where it is {shown}; leave --{name.replace('_', '-')} out")
         if value is not None or name in ("dim", "layers", "feature_weights"):
             opts[name] = value
     model = params.get("model")
