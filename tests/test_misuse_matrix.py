@@ -177,6 +177,9 @@ CASES = [
     ("select-target-with-a-floor", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
                                     "--target", "other.json", "--source-min-share", "0.2"],
      "--source-min-share / --source-max-share: the data is not a mixture (one input)"),
+    ("select-target-a-clusters-artifact", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
+                                           "--target", "p/clusters.parquet"],  # was 'unrecognised record format'
+     "--target p/clusters.parquet: is a 'clusters' artifact, which holds no examples"),
     ("select-missing-out", ["select", "p/clusters.parquet", "--fraction", "0.3"], "Missing option '--out'"),
     # ---- shard
     ("shard-other-dataset", ["shard", "p/selection.parquet", "--data", "other.json", "--out", "sh", *SHARD],

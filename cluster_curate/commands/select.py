@@ -264,9 +264,13 @@ def target_embeddings_meta(target: str):
     embeds --like the pool (read with target_read_options)."""
     from cluster_curate.io.artifacts import read_meta
     try:
-        return read_meta(target, names.EMBEDDINGS)
+        meta = read_meta(target)
     except CurateError:
         return None
+    if meta.kind in (names.CLUSTERS, names.SELECTION):  # ids without text: read as data, 'unrecognised format'
+        raise CurateError(f"--target {target}: is a '{meta.kind}' artifact, which holds no examples: give the target's "
+                          "raw data, or its embeddings (`embed TARGET --like POOL_EMBEDDINGS`)")
+    return meta if meta.kind == names.EMBEDDINGS else None  # a shard file is raw data with its metadata
 
 
 def target_read_options(o: dict):
