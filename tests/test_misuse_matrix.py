@@ -116,6 +116,9 @@ CASES = [
     ("embed-empty", ["embed", "empty.jsonl", "--out", "e.parquet"], "empty.jsonl: dataset is empty"),
     ("embed-unknown-type", ["embed", "unknown.txt", "--out", "e.parquet"], "unknown.txt: unknown file type"),
     ("embed-not-parquet", ["embed", "binary.parquet", "--out", "e.parquet"], "binary.parquet: not a readable Parquet"),
+    ("embed-data-is-clusters", ["embed", "p/clusters.parquet", "--out", "e.parquet"],  # told to pass --prompt-field
+     "p/clusters.parquet: is a cluster-curate 'clusters' artifact, not data: give the dataset it was made from "
+     "(data.jsonl)"),
     ("embed-unknown-format", ["embed", "unknown_format.jsonl", "--out", "e.parquet"],
      "unrecognised record format; columns found: [text, label]. pass --prompt-field COLUMN --response-field COLUMN"),
     ("embed-hint-upper-case", ["embed", "pubmed.jsonl", "--out", "e.parquet"],
@@ -182,6 +185,8 @@ CASES = [
      "--target p/clusters.parquet: is a 'clusters' artifact, which holds no examples"),
     ("select-missing-out", ["select", "p/clusters.parquet", "--fraction", "0.3"], "Missing option '--out'"),
     # ---- shard
+    ("shard-data-is-embeddings", ["shard", "p/selection.parquet", "--data", "p/embeddings.parquet", "--out", "sh",
+                                  *SHARD], "p/embeddings.parquet: is a cluster-curate 'embeddings' artifact, not data"),
     ("shard-other-dataset", ["shard", "p/selection.parquet", "--data", "other.json", "--out", "sh", *SHARD],
      "other.json"),
     ("shard-step-too-big", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "sh", "--num-shards",

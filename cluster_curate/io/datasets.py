@@ -215,8 +215,26 @@ class Dataset:
             names = list(seen)
             if "key" in names:
                 self._key_column = "source_key"
-        return resolve_fields(names, self.opts.format, self.opts.prompt_field, self.opts.response_field,
-                              source=self.source)
+        try:
+            return resolve_fields(names, self.opts.format, self.opts.prompt_field, self.opts.response_field,
+                                  source=self.source)
+        except CurateError:
+            self._refuse_own_artifact()  # else told to pass --prompt-field for a file of ids and vectors
+            raise
+
+    def _refuse_own_artifact(self) -> None:
+        """Embeddings, clusters or a selection given where the raw data goes (`shard sel --data emb.parquet`)."""
+        from cluster_curate.io import names
+        from cluster_curate.io.artifacts import read_meta
+        if self.container != "parquet":
+            return
+        try:
+            meta = read_meta(self.path)
+        except CurateError:
+            return
+        if meta.kind in (names.EMBEDDINGS, names.CLUSTERS, names.SELECTION):
+            raise CurateError(f"{self.source}: is a cluster-curate '{meta.kind}' artifact, not data: give the dataset "
+                              f"it was made from ({meta.dataset.get('source')})")
 
     # ------------------------------------------------------------------------------------------- lineage
     def fingerprint(self) -> str:
