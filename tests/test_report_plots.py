@@ -91,3 +91,13 @@ def test_plots_are_written_as_png(tmp_path):
                                 None, tmp_path / "f.png")]
     for p in outs:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_group_panels_line_is_not_called_an_equal_share():
+    """The dashed line at selected ÷ groups was labelled 'equal share per group (85)' while water-filling gave
+    the groups it did not take whole 102 each: no group's quota is that line."""
+    sizes, selected, groups = _clusters(64)
+    fig = R.cluster_sizes_figure(sizes, selected, groups)
+    legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+    mean = np.bincount(groups, weights=selected).sum() / (groups.max() + 1)
+    assert legend[0] == f"mean selected per group ({mean:.0f})"

@@ -37,8 +37,8 @@ def cluster_order(sizes: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
 
 def cluster_sizes_figure(sizes: np.ndarray, selected: np.ndarray | None, groups: np.ndarray | None = None):
     """Bars per cluster (labelled with the cluster id): rows in the data, rows selected; clusters of one group side
-    by side on a shaded band. With groups, a second panel shows each group's rows, what it kept and the equal
-    share of the budget per group: a cluster gets its group's quota split over the group's clusters, which is
+    by side on a shaded band. With groups, a second panel shows each group's rows, what it kept and the mean
+    kept per group: a cluster gets its group's quota split over the group's clusters, which is
     why two clusters of one size can keep 3 and 16 rows."""
     plt = _pyplot()
     sizes = np.asarray(sizes)
@@ -93,8 +93,9 @@ def cluster_sizes_figure(sizes: np.ndarray, selected: np.ndarray | None, groups:
         if selected is not None:
             g_sel = np.bincount(groups, weights=selected, minlength=n_groups)
             gx.bar(xs, g_sel[g_order], color="#08519c", width=0.55, label="rows selected")
+            # the mean, not any group's quota: groups below it are taken whole, so the others keep more than it
             gx.axhline(g_sel.sum() / n_groups, color="#cb181d", lw=1, ls="--",
-                       label=f"equal share per group ({g_sel.sum() / n_groups:.0f})")
+                       label=f"mean selected per group ({g_sel.sum() / n_groups:.0f})")
         if g_rows.max() > 20 * max(g_rows.min(), 1):
             gx.set_yscale("log")
         labels = [f"g{g}\n{g_clusters[g]} cl." for g in g_order] if n_groups <= 40 else [f"g{g}" for g in g_order]
