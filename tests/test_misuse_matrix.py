@@ -41,6 +41,8 @@ def work(tmp_path_factory) -> Path:
                  "empty.jsonl", "not_object.jsonl", "unknown.txt", "truncated.json", "messages_bad.jsonl"):
         shutil.copy(FIXTURES / "bad" / name, w / name)
     (w / "binary.parquet").write_bytes(b"PAR1 not really")
+    (w / "pqdir").mkdir()  # a Parquet dataset directory: every .parquet file below it is read
+    shutil.copy(FIXTURES / "gsm8k" / "train-300.parquet", w / "pqdir" / "part-0.parquet")
     (w / "stray_tab.tsv").write_text('question\tanswer\nq0\ta0\n"q1\non two lines"\ta1\nq2\ta2\tstray\n')
     (w / "empty_answer.tsv").write_text("question\tanswer\nq0\ta0\nq1\t\n")
     (w / "two_index_columns.tsv").write_text("\t\tquestion\tanswer\n0\t0\tq0\ta0\n1\t1\tq1\ta1\n")  # pandas'
@@ -223,6 +225,11 @@ CASES = [
      "p: holds a run made with other cluster options (--center off -> on)"),
     ("run-other-options-not-given-before", ["run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31", *SHARD,
                                             "--dedup", "0.9"], "(--dedup (not given) -> 0.9)"),
+    # the output written inside the data's directory: embed ran, then cluster read the embeddings as data rows
+    ("run-out-inside-a-parquet-dataset", ["run", "pqdir", "--out", "pqdir/curated", *FAST, "--fraction", "0.3", *SHARD],
+     "--out pqdir/curated: is inside the input directory pqdir, whose every .parquet file is read as the data"),
+    ("embed-out-inside-a-parquet-dataset", ["embed", "pqdir", "--out", "pqdir/e.parquet"],
+     "--out pqdir/e.parquet: is inside the input directory pqdir"),
     ("run-out-file-as-folder", ["run", "data.jsonl", "--out", "data.jsonl/r", *FAST, "--fraction", "0.3", *SHARD],
      "is a file, not a directory"),
     ("run-missing-num-shards", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.3"],

@@ -332,11 +332,12 @@ def run(data, out: str, *, overwrite: bool = False, force: bool = False, default
     A failed run into a directory it created leaves no directory behind."""
     import shutil
 
-    from cluster_curate.io.artifacts import check_creatable
+    from cluster_curate.io.artifacts import check_creatable, check_not_input, output_inputs
     from cluster_curate.io.lock import output_lock
 
     d = Path(out)
     check_creatable(d / names.RUN_STATE)
+    check_not_input(d, output_inputs(data), f"--out {out}", holds=False)  # a DIR holding its data is fine
     created = not d.exists()
     try:
         with output_lock(d, "run"):

@@ -219,6 +219,21 @@ def check_not_input(path: str | os.PathLike, inputs, label: str, *, holds: bool 
             raise CurateError(f"{label}: is the input {src}; choose another {option}")
         if holds and out in s.parents and os.path.lexists(src):
             raise CurateError(f"{label}: holds the input {src}; choose another {option}")
+        if s in out.parents and out.suffix.lower() in ("", ".parquet") and _is_data_dir(s):
+            raise CurateError(f"{label}: is inside the input directory {src}, whose every .parquet file is read as "
+                              f"the data (the next stage would read this output as rows); choose another {option}")
+
+
+def _is_data_dir(d: Path) -> bool:
+    """A directory read whole as the raw data (a Parquet dataset, a save_to_disk folder), not one of the tool's
+    own folders (a `run` folder, shards, an artifact's parts), where outputs go beside the inputs."""
+    if not d.is_dir() or (d / names.RUN_STATE).exists() or (d / names.MANIFEST).exists():
+        return False
+    try:
+        read_meta(d)
+    except CurateError:
+        return True
+    return False
 
 
 def replace_refusal(path: str | os.PathLike, kind: str) -> str | None:
