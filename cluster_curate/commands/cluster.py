@@ -8,12 +8,12 @@ from dataclasses import replace
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option,
-                                    lazy, recorded, resolve, seed_type)
+                                    int_range, lazy, recorded, resolve, seed_type)
 
 
-def _int_range(low, cls="IntRange"):
+def _at_least(low: float):
     import click
-    return getattr(click, cls)(min=low)
+    return click.FloatRange(min=low)
 
 
 OPTIONS = (
@@ -22,19 +22,19 @@ OPTIONS = (
     Option("k", flags=("--k",), type=CountOrWord("clusters", ("auto",)), default="auto", show_default=True,
            help="Number of clusters, or auto: ceil(sqrt(n)) capped at n/2 (deliberately more clusters than "
                 "natural groups, so rare groups get clusters of their own). The paper uses k = number of GPUs."),
-    Option("iters", record=True, type=_int_range(1), default=20, show_default=True, help="k-means iterations."),
+    Option("iters", record=True, type=int_range(1), default=20, show_default=True, help="k-means iterations."),
     Option("seed", record=True, type=seed_type(), default=0, show_default=True,
            help="Seeds the training sample and the initial centroids."),
     Option("center", is_flag=True, default=False,
            help="Subtract the mean feature before L2-normalising (default: L2 only)."),
-    Option("max_size_factor", record=True, type=_int_range(1.0, "FloatRange"), shown_default="no cap",
+    Option("max_size_factor", record=True, type=_at_least(1.0), shown_default="no cap",
            help="Soft cap: no cluster above ceil(A·n/k) rows; rows over it move to the nearest of their 8 "
                 "closest centroids with room (the paper uses 1.5)."),
-    Option("sample_size", type=_int_range(1), shown_default="min(n, max(128·k, 2^24/k))",
+    Option("sample_size", type=int_range(1), shown_default="min(n, max(128·k, 2^24/k))",
            help="Rows k-means trains on before every row is assigned."),
-    Option("gpus", type=_int_range(0),
+    Option("gpus", type=int_range(0),
            help="GPUs for faiss: all it sees by default, 0 = CPU (choose devices with CUDA_VISIBLE_DEVICES)."),
-    Option("batch_rows", type=_int_range(1), default=65536, show_default=True,
+    Option("batch_rows", type=int_range(1), default=65536, show_default=True,
            help="Rows per assignment batch (memory: the feature matrix plus one batch)."),
     Option("groups", type=CountOrWord("groups", ("auto", "none")), default="auto", show_default=True,
            help="Group the k clusters into coarse groups (average linkage of the centroids); `select` then "

@@ -319,7 +319,8 @@ def _token_lookup(found: dict[str, Path], sel_table):
 OPTIONS = (
     Option("out", path=True, flags=("--out", "-o"),
            help="Directory for the PNG plots (cluster sizes, features PCA, per-rank token loads)."),
-    Option("seed", type=seed_type(), default=0, show_default=True, help="Seeds the random allocation drawn for comparison."),
+    Option("seed", type=seed_type(), default=0, show_default=True,
+           help="Seeds the random allocation drawn for comparison."),
     Option("force", is_flag=True, default=False,
            help="Report artifacts together even when their lineage says they do not belong together."),
 )

@@ -299,7 +299,8 @@ def _is_turn_list(value) -> bool:
 def _conversational_pair(prompt, completion, fields: FieldMap):
     """TRL's conversational prompt-completion (what `export --for trl` writes): `prompt` a list of turns ending
     with a user turn, `completion` a list of turns holding the assistant's answer (its last assistant turn)."""
-    turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else _turns(prompt, fields.prompt, "messages")
+    turns = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
+             else _turns(prompt, fields.prompt, "messages"))
     done = len(turns)
     turns += _turns(completion, fields.response, "messages")
     if not any(t["role"] == "assistant" for t in turns[done:]):
