@@ -74,6 +74,12 @@ def split_mixed_clusters(x: np.ndarray, res: ClusteringResult, min_similarity: f
                    objective=float(sims.mean(dtype=np.float64)), sizes=np.bincount(labels, minlength=k)), cuts
 
 
+def check_group_count(n_groups: int, k: int) -> None:
+    """--groups G is a number of groups of the k clusters (also checked by `run` before embed, for a given --k)."""
+    if not 1 <= n_groups <= k:
+        raise CurateError(f"--groups {n_groups} must be between 1 and k = {k}")
+
+
 def group_clusters(centroids: np.ndarray, n_groups: int | None = None,
                    min_similarity: float | None = None) -> np.ndarray:
     """Coarse groups of clusters: average-linkage agglomeration of the (unit) centroids on cosine distance, cut
@@ -91,8 +97,8 @@ def group_clusters(centroids: np.ndarray, n_groups: int | None = None,
     k = len(centroids)
     if (n_groups is None) == (min_similarity is None):
         raise ValueError("give exactly one of n_groups and min_similarity")
-    if n_groups is not None and not 1 <= n_groups <= k:
-        raise CurateError(f"--groups {n_groups} must be between 1 and k = {k}")
+    if n_groups is not None:
+        check_group_count(n_groups, k)
     if k < 2:
         return np.zeros(k, dtype=np.int64)
     c = np.asarray(centroids, dtype=np.float64)

@@ -98,10 +98,10 @@ def check_kinds(o: dict) -> None:
 def check_groups(o: dict) -> None:
     """--groups G within a given --k that no split can grow (`run`'s check, before embed; cluster_groups makes
     the same one after k-means)."""
+    from cluster_curate.cluster_groups import check_group_count
     groups, k = o.get("groups"), o.get("k")
-    if k not in (None, "auto") and not o.get("split_mixed") and groups not in (None, "auto", "none") \
-            and int(groups) > int(k):
-        raise CurateError(f"--groups {groups} must be between 1 and k = {k}")
+    if k not in (None, "auto") and not o.get("split_mixed") and groups not in (None, "auto", "none"):
+        check_group_count(int(groups), int(k))
 
 
 def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
