@@ -26,13 +26,26 @@ def normalise_text(text: str) -> str:
     return _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
-def example_key(prompt: list[dict], response: str) -> bytes:
-    """A 16-byte digest of the normalised prompt turns (role and content) and response."""
+def _prompt_hash(prompt: list[dict]):
     h = hashlib.blake2b(digest_size=KEY_BYTES)
     for turn in prompt:
         h.update(turn["role"].encode() + b"\x1f" + normalise_text(turn["content"]).encode() + b"\x1e")
+    return h
+
+
+def example_key(prompt: list[dict], response: str) -> bytes:
+    """A 16-byte digest of the normalised prompt turns (role and content) and response."""
+    h = _prompt_hash(prompt)
     h.update(b"\x1d" + normalise_text(response).encode())
     return h.digest()
+
+
+def prompt_keys(prompts: list[list[dict]]) -> np.ndarray:
+    """int64 per prompt: the first 8 bytes of a digest of its normalised turns alone, so two examples that ask
+    the same thing, whatever their answers, share it (`select --target` finds the pool rows that ask a target
+    row's question; embed keeps it per row). A chance match of two prompts: about n·m / 2^64."""
+    digests = b"".join(_prompt_hash(p).digest()[:8] for p in prompts)
+    return np.frombuffer(digests, dtype="<i8").astype(np.int64) if prompts else np.zeros(0, np.int64)
 
 
 def first_of_each(ids: np.ndarray, keys) -> tuple[np.ndarray, np.ndarray]:

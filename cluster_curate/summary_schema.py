@@ -58,6 +58,8 @@ _SELECT = {
     "target?": {"path": (str, None), "rows": int, "served": int, "far": int},
     "target_weight?": {"weight": NUMBER, "relevant_rows": int},
     "selected_nearest_each_target_row?": _MIN_MEDIAN_MAX, "clusters_the_target_pulled_from?": [int],
+    "target_copies?": {"checked": bool, "why_not?": str, "target_questions?": int, "target_questions_in_pool?": int,
+                       "pool_rows?": int, "excluded?": bool, "selected?": int, "ids?": [int]},
     # per cluster, by size (with --target: how the target drew on each cluster)
     "per_cluster": [{"cluster": int, "size?": int, "after_dedup?": int, "selected": int, "kept?": (NUMBER, None),
                      "...": ANY}],

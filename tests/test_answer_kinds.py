@@ -317,11 +317,11 @@ def test_cluster_kinds_data_given_or_recorded_give_the_same_kinds(family, tmp_pa
 
 
 def _without_answer_columns(src, dst):
-    """An embeddings artifact as embed wrote it before it kept the answers (algorithm 1: no ANSWER_COLUMNS)."""
-    from cluster_curate.features.embed import ANSWER_COLUMNS
+    """An embeddings artifact as embed wrote it before it kept the answers (algorithm 1: no KEPT_COLUMNS)."""
+    from cluster_curate.features.embed import KEPT_COLUMNS
     t = pq.read_table(src)
     meta = json.loads(t.schema.metadata[b"cluster_curate"])
-    pq.write_table(t.drop(list(ANSWER_COLUMNS)).replace_schema_metadata(
+    pq.write_table(t.drop(list(KEPT_COLUMNS)).replace_schema_metadata(
         {b"cluster_curate": json.dumps({**meta, "algorithm": 1})}), dst)
 
 

@@ -99,3 +99,13 @@ def test_a_dataset_of_rows_each_present_twice(tmp_path):
     assert read_meta(tmp_path / "k" / "embeddings.parquet").rows == 400
     assert json.loads((tmp_path / "k" / "shards" / "manifest.json").read_text())["exact_duplicates"] == {
         "dropped": 0, "kept": True}
+
+
+def test_prompt_keys_match_the_same_question_whatever_the_answer():
+    from cluster_curate.exact_dedup import prompt_keys
+    ask = [{"role": "user", "content": "Add ten to 7."}]
+    keys = prompt_keys([ask, [{"role": "user", "content": "  Add  ten\nto 7. "}],
+                        [{"role": "user", "content": "Add two to 7."}],
+                        [{"role": "system", "content": "Add ten to 7."}], [*ask, *ask]])
+    assert keys.dtype == np.int64 and keys[0] == keys[1] and len(set(keys.tolist())) == 4
+    assert prompt_keys([]).shape == (0,)

@@ -413,6 +413,8 @@ def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
          "give --fraction, --budget, --token-budget or --token-fraction, not --per-cluster-ratio"),
         (["--fraction", "0.1", "--target", target, "--within", "far"], "--within: not used with --target"),
         (["--fraction", "0.1", "--target-weight", "0.5"], "--target-weight is only used with --target"),
+        (["--fraction", "0.1", "--target-weight", "0"], "--target-weight is only used with --target"),
+        (["--fraction", "0.1", "--exclude-target-copies"], "--exclude-target-copies is only used with --target"),
         (["--fraction", "0.1", "--target", target, "--target-weight", "2"], "--target-weight must be between"),
         (["--fraction", "0.1", "--target", tmp_path / "nope.jsonl"], "no such file"),
         (["--token-fraction", "0.1", "--fraction", "0.1", "--target", target], "give one budget"),
@@ -442,13 +444,63 @@ def test_select_target_far_from_the_pool_warns(tmp_path, cli_runner, pool):
     assert _selected(tmp_path / "s.parquet")[0].num_rows == 20
 
 
+def test_select_target_finds_the_targets_questions_in_the_pool(tmp_path, cli_runner, pool):
+    """An evaluation set given as the target: pool rows that ask one of its questions (the same prompt,
+    whitespace aside, whatever the answer) are what the relevance order takes first. They are counted and
+    warned of, or left out with --exclude-target-copies; from the keys embed keeps, else from the raw data."""
+    import json
+
+    import pyarrow.parquet as pq
+    code = [i for i, r in enumerate(pool["rows"]) if r["kind"] == "code"]
+    asked = code[:8]  # 8 pool questions in the target: 5 word for word, 3 with other spacing and answers
+    target_rows = [dict(pool["rows"][i]) for i in asked[:5]] + \
+        [{"instruction": "  " + pool["rows"][i]["instruction"].replace(" ", "  ") + "\n", "output": "Other."}
+         for i in asked[5:]] + [r for r in _rows(60, seed=5) if r["kind"] == "code"]
+    target = _write(tmp_path / "eval.jsonl", target_rows)
+    base = ["select", pool["clusters"], "--budget", "40", "--target", target, "--json"]
+    res = _cli(cli_runner, [*base, "--out", tmp_path / "s.parquet"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    copies = summary["target_copies"]
+    assert copies["checked"] and copies["pool_rows"] == 8 and copies["target_questions_in_pool"] == 8
+    table, meta = _selected(tmp_path / "s.parquet")
+    chosen = set(table.column("id").to_pylist())
+    assert copies["selected"] == len(chosen & set(asked)) >= 6 and set(copies["ids"]) == chosen & set(asked)
+    assert "ask a question of the target" in res.stderr and "--exclude-target-copies leaves them out" in res.stderr
+    assert meta.params["target_copies"] == copies
+    from cluster_curate.summary_schema import check, schema_of
+    assert check(summary, schema_of("select")) == []
+    rep = json.loads(_cli(cli_runner, ["report", tmp_path / "s.parquet", "--json"]).stdout.strip().splitlines()[-1])
+    assert rep["target"]["target_copies"] == copies
+    # left out: the budget is spent on the other rows, and the summary says so
+    res = _cli(cli_runner, [*base, "--out", tmp_path / "x.parquet", "--exclude-target-copies"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    left_out = _selected(tmp_path / "x.parquet")[0]
+    assert left_out.num_rows == 40 and not set(left_out.column("id").to_pylist()) & set(asked)
+    assert summary["target_copies"]["excluded"] and sorted(summary["target_copies"]["ids"]) == sorted(asked)
+    assert summary["rows"] == len(pool["rows"]) - 8 and "ask a question of the target" not in res.stderr
+    # embeddings written before embed kept the prompt keys: the same rows found by reading the data
+    t = pq.read_table(pool["emb"])
+    pq.write_table(t.drop(["prompt_key"]).replace_schema_metadata(t.schema.metadata), pool["emb"])
+    res = _cli(cli_runner, [*base, "--out", tmp_path / "o.parquet"])
+    assert json.loads(res.stdout.strip().splitlines()[-1])["target_copies"] == copies
+    # the pool's data gone: not looked for (said), or a one-line error where they must be left out
+    pool["data"].rename(tmp_path / "moved.jsonl")
+    res = _cli(cli_runner, [*base, "--out", tmp_path / "g.parquet"])
+    gone = json.loads(res.stdout.strip().splitlines()[-1])["target_copies"]
+    assert not gone["checked"] and "no such file" in gone["why_not"]
+    res = _cli(cli_runner, [*base, "--out", tmp_path / "e.parquet", "--exclude-target-copies"], code=2)
+    assert "--exclude-target-copies needs the pool's and the target's questions" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "e.parquet").exists()
+
+
 def test_run_target_end_to_end_and_up_to_date(tmp_path, cli_runner, pool):
     import json
     target = _write(tmp_path / "target.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
     out = tmp_path / "curated"
     args = ["run", pool["data"], "--out", out, "--dim", "16", "--k", "6", "--budget", "30", "--target", target,
             "--num-shards", "2", "--json"]
-    _cli(cli_runner, args)
+    first = json.loads(_cli(cli_runner, args).stdout)
+    assert first["summaries"]["select"]["target_copies"]["checked"]  # from the keys embed kept
     table, _ = _selected(out / "selection.parquet")
     kinds = [pool["rows"][i]["kind"] for i in table.column("id").to_pylist()]
     assert kinds.count("code") >= 27

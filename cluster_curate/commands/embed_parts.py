@@ -348,13 +348,13 @@ class Pass:
 def feature_pass(run, embedder, params) -> Pass:
     """Pass 3: the features, chunk by chunk, each chunk committed as soon as it is done."""
     from cluster_curate import console, distributed
-    from cluster_curate.features.embed import ALGORITHM_VERSION, ANSWER_COLUMNS, chunk_table, release_free_memory
+    from cluster_curate.features.embed import ALGORITHM_VERSION, KEPT_COLUMNS, chunk_table, release_free_memory
     from cluster_curate.io.artifacts import make_meta
     from cluster_curate.io.mixture import with_source_columns
     meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, ALGORITHM_VERSION)
-    # what --resume must find unchanged (the columns: chunks committed before ANSWER_COLUMNS lack them)
+    # what --resume must find unchanged (the columns: chunks committed before KEPT_COLUMNS lack some)
     plan = {"params": params, "dataset": run.record.get("fingerprint"), "algorithm": ALGORITHM_VERSION,
-            "columns": list(ANSWER_COLUMNS)}
+            "columns": list(KEPT_COLUMNS)}
     output = distributed.ChunkedOutput(run.out, run.layout, plan, run.opts["commit_every"],
                                        resume=run.opts["resume"], overwrite=run.opts["overwrite"])
     n_chunks = len(run.per_chunk)

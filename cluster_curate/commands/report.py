@@ -109,10 +109,12 @@ def _meta_rows(path: Path, meta: ArtifactMeta) -> dict:
 
 def _target_section(meta: ArtifactMeta) -> tuple[str, dict, list[dict]]:
     """How a targeted selection (`select --target`) serves each target row, and the clusters it pulled from."""
-    from cluster_curate.commands.select import target_summary
+    from cluster_curate.commands.select import target_copies_line, target_summary
     service = meta.params["target_service"]
     data = target_summary(service, meta.inputs.get("target", {}).get("path"))
     data["far_threshold"] = Shown(service["far_threshold"], label="far threshold (cosine)")
+    if meta.params.get("target_copies"):  # a selection made before the check has none
+        data["target_copies"] = target_copies_line(meta.params["target_copies"])
     rows = [{"target_id": r["target_id"], "selected_nearest_to_it": r["selected_nearest_to_it"],
              "nearest_pool_cosine": r["nearest_pool_cosine"], "far": Shown(bool(r["far"]), "yes" if r["far"] else ""),
              "cluster": r["cluster"], "nearest_selected_ids": Shown(list(r["nearest_selected"]),

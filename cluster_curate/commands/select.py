@@ -62,6 +62,10 @@ OPTIONS = (
                 "balance over clusters alone (in the random order; not over groups and kinds); in between, the "
                 "budget is spread over the clusters the target pulls from, by how many target rows each holds, "
                 "inside the budget / weight most relevant rows."),
+    Option("exclude_target_copies", is_flag=True, default=False,
+           help="With --target: leave out the pool rows that ask a target row's question (the same prompt, "
+                "whitespace aside), so that an evaluation set given as the target cannot leak into training. "
+                "Without it they may be selected, and a warning counts them."),
     *OUTPUT_OPTIONS,
 )
 
@@ -324,8 +328,10 @@ def _check(o: dict):
         raise CurateError(f"--balance-power must be between 0 and 1, got {o['balance_power']}")
     from cluster_curate.commands.common import check_tokenizer_path
     check_tokenizer_path(o["tokenizer"])  # else `run` finds it missing after embed and cluster
-    if o["target_weight"] is not None and o["target"] is None:
-        raise CurateError("--target-weight is only used with --target")
+    for name, given in (("target-weight", o["target_weight"] is not None),
+                        ("exclude-target-copies", o["exclude_target_copies"])):
+        if given and o["target"] is None:
+            raise CurateError(f"--{name} is only used with --target")
     if o["target"] is not None:
         from cluster_curate.targeting import check_target_weight
         if mode == "per-cluster-ratio":
@@ -447,6 +453,8 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
 def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, summary_limit):
     """`select --target`: targeting.py's relevance and balance over the clusters; the artifact also records, per
     selected row, its nearest target row and the cosine to it, and in its params how each target row is served."""
+    from dataclasses import replace
+
     import numpy as np
     import pyarrow as pa
 
@@ -454,12 +462,20 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     from cluster_curate import targeting as T
     from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.readers import read_embeddings_for
-    sources, source_names, low, high, origins = _sources(o, c)
-    if low is not None:
-        check_no_source_bounds(source_names, low, high, origins)
     x = _inputs(o, clusters, c, set())
     if x["emb_path"] is None:
         raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
+    copies = _target_copies(o, clusters, c, x["emb_path"])
+    if o["exclude_target_copies"] and len(copies["rows"]):  # left out before the budget and the search
+        keep = np.ones(len(c.ids), dtype=bool)
+        keep[copies["rows"]] = False
+        copies["ids"] = c.ids[copies["rows"]]
+        c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
+                    similarity=None if c.similarity is None else c.similarity[keep])
+        x.update({k: x[k][keep] for k in ("n_tokens", "loss") if x[k] is not None})
+    sources, source_names, low, high, origins = _sources(o, c)
+    if low is not None:
+        check_no_source_bounds(source_names, low, high, origins)
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
     token_mode = mode in TOKEN_MODES
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, token_mode)
@@ -481,7 +497,8 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     for r in service["per_target"]:  # pool positions -> ids; target rows -> target ids
         r["target_id"] = int(tids[r.pop("target_row")])
         r["nearest_selected"] = [int(c.ids[i]) for i in r["nearest_selected"]]
-    for note in sel.notes:
+    copies = copies_summary(copies, o["exclude_target_copies"], c.ids, sel.rows)
+    for note in [*sel.notes, *([copies["warning"]] if copies.get("warning") else [])]:
         console.warn(note)
     columns = {"id": pa.array(c.ids[sel.rows], pa.int64()), "cluster": pa.array(sel.cluster, pa.int32()),
                "rank_in_cluster": pa.array(sel.rank_in_cluster, pa.int32()),
@@ -495,15 +512,135 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     params["quotas_over_groups"] = False  # the targeted balance is over the clusters the target pulls from
     params.update({"within": "relevance to the target", "target_weight": weight, "min_target_hits": T.MIN_TARGET_HITS,
                    "target_quotas": "in proportion to the target rows each pulled cluster holds",
-                   "relevant_rows": sel.relevant_rows, "target_service": service})
+                   "relevant_rows": sel.relevant_rows, "target_service": service,
+                   "target_copies": {k: v for k, v in copies.items() if k != "warning"}})
     _write_selection(o, c, x, clusters, out, columns, params, T.ALGORITHM_VERSION,
                      {"target": tmeta.as_input(tpath, out)})
     o["within"] = params["within"]
     summary = _summary(o, mode, sel, c, x, out)
     summary.pop("quotas", None)
     summary.update(target_summary(service, tpath))
+    summary["target_copies"] = target_copies_line(copies)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, service["clusters"][:summary_limit] if summary_limit else service["clusters"]
+
+
+def _kept_prompt_keys(path, ids=None):
+    """The prompt_key column embed keeps (features/embed.PROMPT_KEY_COLUMN) of `ids` in embeddings `path`
+    (None: of every row), or None where it was written without that column or lacks one of the ids."""
+    import numpy as np
+
+    from cluster_curate.features.embed import PROMPT_KEY_COLUMN
+    from cluster_curate.io.artifacts import artifact_schema
+    from cluster_curate.io.readers import read_columns, read_embedding_columns
+    if PROMPT_KEY_COLUMN not in artifact_schema(path).names:
+        return None
+    if ids is None:
+        return read_columns(path, [PROMPT_KEY_COLUMN]).column(0).to_numpy().astype(np.int64, copy=False)
+    try:
+        return np.asarray(read_embedding_columns(path, [PROMPT_KEY_COLUMN], ids)[PROMPT_KEY_COLUMN], dtype=np.int64)
+    except CurateError:  # an id these embeddings lack (--embeddings of another run): the data has it
+        return None
+
+
+def _target_questions(o: dict) -> set:
+    """The prompt keys of the --target's rows: those its embeddings artifact keeps, else from its raw rows (the
+    data itself, or the data its artifact records)."""
+    from cluster_curate.exact_dedup import prompt_keys
+    from cluster_curate.io.mixture import open_lineage_data
+    meta = target_embeddings_meta(o["target"])
+    if meta is None:
+        ds = open_target(o["target"], o)
+    else:
+        kept = _kept_prompt_keys(o["target"])
+        if kept is not None:
+            return set(kept.tolist())
+        try:
+            ds = open_lineage_data(None, meta.dataset or {}, target_read_options(o))
+        except CurateError as e:
+            raise CurateError(f"{o['target']}'s recorded data: {e}") from None
+        if ds is None:
+            raise CurateError(f"{o['target']}: records no dataset")
+    return {k for batch in ds.iter_batches() for k in prompt_keys([ex.prompt for ex in batch.examples]).tolist()}
+
+
+def _pool_questions(o: dict, clusters: str, c, emb_path):
+    """The prompt keys of the clusters' rows (aligned with c.ids): those the embeddings keep, else from one pass
+    over the pool's raw data."""
+    import numpy as np
+
+    from cluster_curate.commands.common import examples_of_ids
+    from cluster_curate.exact_dedup import prompt_keys
+    kept = _kept_prompt_keys(emb_path, c.ids)
+    if kept is not None:
+        return kept
+    ds = _open_data(o, clusters, c, "--exclude-target-copies" if o["exclude_target_copies"] else
+                    "the check for the target's questions in the pool")
+    keys = np.zeros(len(c.ids), dtype=np.int64)
+    found = np.zeros(len(c.ids), dtype=bool)
+    for pos, chosen in examples_of_ids(ds, c.ids, "select: the target's questions in the pool"):
+        keys[pos] = prompt_keys([e.prompt for e in chosen])
+        found[pos] = True
+    _check_every_id_read(ds, c.ids, found)
+    return keys
+
+
+def _target_copies(o: dict, clusters: str, c, emb_path) -> dict:
+    """The pool rows (positions in c.ids) that ask one of the target's questions: the same prompt turns
+    (exact_dedup.prompt_keys, whitespace aside), whatever the answer; what an evaluation set given as the target
+    would leak into training. From the keys embed keeps, else from the raw data; when that cannot be read, the
+    reason (an error with --exclude-target-copies, which needs them)."""
+    import numpy as np
+    try:
+        asked = _target_questions(o)
+        pool = _pool_questions(o, clusters, c, emb_path)
+    except CurateError as e:
+        if o["exclude_target_copies"]:
+            raise CurateError(f"{e} (--exclude-target-copies needs the pool's and the target's questions)") from None
+        return {"checked": False, "why_not": str(e), "rows": np.zeros(0, np.int64)}
+    found = np.isin(pool, np.fromiter(asked, dtype=np.int64, count=len(asked)))
+    return {"checked": True, "rows": np.flatnonzero(found), "target_questions": len(asked),
+            "target_questions_in_pool": int(np.unique(pool[found]).size)}
+
+
+COPY_IDS_LISTED = 20
+
+
+def copies_summary(copies: dict, excluded: bool, ids, rows) -> dict:
+    """What the artifact records of the target's questions in the pool (pool positions -> ids), with the
+    warning when selected rows ask them."""
+    import numpy as np
+    if not copies["checked"]:
+        return {"checked": False, "why_not": copies["why_not"]}
+    out = {"checked": True, "target_questions": copies["target_questions"],
+           "target_questions_in_pool": copies["target_questions_in_pool"], "pool_rows": int(len(copies["rows"])),
+           "excluded": bool(excluded and len(copies["rows"]))}
+    if out["excluded"]:
+        out.update(selected=0, ids=np.sort(copies["ids"])[:COPY_IDS_LISTED].tolist())
+        return out
+    chosen = np.sort(ids[np.intersect1d(rows, copies["rows"])])
+    out.update(selected=int(len(chosen)), ids=chosen[:COPY_IDS_LISTED].tolist())
+    if len(chosen):
+        shown = ", ".join(map(str, out["ids"][:5])) + (", ..." if len(chosen) > 5 else "")
+        out["warning"] = (f"{len(chosen):,} selected rows ask a question of the target (the same prompt; ids "
+                          f"{shown}): if the target is an evaluation set, they leak it into training; "
+                          "--exclude-target-copies leaves them out")
+    return out
+
+
+def target_copies_line(copies: dict):
+    """The summary's (and `report`'s) line on the target's questions in the pool."""
+    from cluster_curate.console import Shown
+    if not copies["checked"]:
+        return Shown(copies, f"not looked for ({copies['why_not']})", "target's questions in the pool")
+    n, q = copies["pool_rows"], copies["target_questions_in_pool"]
+    if n == 0:
+        text = f"none of the target's {copies['target_questions']:,} questions is asked by a pool row"
+    elif copies["excluded"]:
+        text = f"{n:,} pool rows ask {q:,} of the target's questions: left out (--exclude-target-copies)"
+    else:
+        text = f"{n:,} pool rows ask {q:,} of the target's questions; {copies['selected']:,} of them selected"
+    return Shown({k: v for k, v in copies.items() if k != "warning"}, text, "target's questions in the pool")
 
 
 def _source_figures(names: list[str], sources, tokens, rows) -> list[dict]:

@@ -39,6 +39,10 @@ ALGORITHM_VERSION = 1
 # version bump: the features are the same, and embeddings written without these columns stay valid (those
 # commands read the data instead), so an upgrade re-embeds nothing. `--resume` keeps them apart (embed_parts).
 ANSWER_COLUMNS = ("answer_key", "response_words")
+# The question each row asks (exact_dedup.prompt_keys), kept likewise: `select --target` finds the pool rows
+# that ask a target row's question without reading either one's data (embeddings without it: it reads them).
+PROMPT_KEY_COLUMN = "prompt_key"
+KEPT_COLUMNS = (*ANSWER_COLUMNS, PROMPT_KEY_COLUMN)
 
 # Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
 # (and backward) pass by features/extractors.extract(kind); otherwise `prepare()` gives a function
@@ -160,6 +164,7 @@ class ChunkResult:
     truncated: int = 0  # rows whose text an encoder feature cut to its max length
     answer_key: np.ndarray | None = None  # int64 [n]: answer_kinds.answer_key of each row's response
     response_words: np.ndarray | None = None  # int64 [n]: whitespace words of each row's response
+    prompt_key: np.ndarray | None = None  # int64 [n]: exact_dedup.prompt_keys of each row's prompt
 
 
 @dataclass
@@ -214,10 +219,12 @@ class Embedder:
         embedding = combine_blocks(self._blocks(rows), self.weights)
         ids = np.array([ex.id for ex in rows.kept], dtype=np.int64)
         from cluster_curate.answer_kinds import answer_columns
+        from cluster_curate.exact_dedup import prompt_keys
         answer_key, response_words = answer_columns([ex.response for ex in rows.kept])
         return ChunkResult(ids=ids, embedding=embedding, n_tokens=rows.n_tokens, n_response_tokens=rows.n_resp,
                            loss=rows.loss.astype(np.float32), skipped=list(rows.skipped), tokens=rows.tokens,
-                           truncated=rows.truncated, answer_key=answer_key, response_words=response_words)
+                           truncated=rows.truncated, answer_key=answer_key, response_words=response_words,
+                           prompt_key=prompt_keys([ex.prompt for ex in rows.kept]))
 
     def _model_pass(self, examples: list, on_batch) -> _Rows:
         """The causal-LM blocks and the loss of `examples`, in batches of about `batch_tokens` tokens."""
@@ -358,7 +365,7 @@ def chunk_table(result: ChunkResult):
         "n_response_tokens": pa.array(result.n_response_tokens[order], type=pa.int64()),
         "loss": pa.array(result.loss[order], type=pa.float32()),
     }
-    for name in ANSWER_COLUMNS:
+    for name in KEPT_COLUMNS:
         values = getattr(result, name)
         if values is not None:
             columns[name] = pa.array(np.asarray(values)[order], type=pa.int64())
@@ -369,7 +376,7 @@ def empty_chunk_table(dim: int):
     """The embeddings artifact's columns with no row (the part of a worker that owns no chunk)."""
     none = np.empty(0, np.int64)
     return chunk_table(ChunkResult(none, np.empty((0, dim), np.float32), none, none, np.empty(0, np.float32),
-                                   **{name: none for name in ANSWER_COLUMNS}))
+                                   **{name: none for name in KEPT_COLUMNS}))
 
 
 def bound_host_memory(mmap_threshold: int = 1 << 20) -> bool:
