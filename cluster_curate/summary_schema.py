@@ -46,6 +46,8 @@ _CLUSTER = {
     "centroids": str,
     "size_bands": [{"size_band": str, "clusters": int, "rows": int}],
 }
+_DECONTAMINATED = {"rows_left_out": int, "sets": [{"path": str, "fingerprint": str, "questions": int,
+                                                   "questions_in_pool": int, "rows": int, "ids": [int]}]}
 _SELECT = {
     "rows": int, "clusters": int,
     "budget": {"mode": str, "value": (NUMBER, str), "rows": (int, None), "tokens?": int},
@@ -59,7 +61,8 @@ _SELECT = {
     "target_weight?": {"weight": NUMBER, "relevant_rows": int},
     "selected_nearest_each_target_row?": _MIN_MEDIAN_MAX, "clusters_the_target_pulled_from?": [int],
     "target_copies?": {"checked": bool, "why_not?": str, "target_questions?": int, "target_questions_in_pool?": int,
-                       "pool_rows?": int, "excluded?": bool, "selected?": int, "ids?": [int]},
+                       "pool_rows?": int, "selected?": int, "ids?": [int]},
+    "decontaminated?": _DECONTAMINATED,
     # per cluster, by size (with --target: how the target drew on each cluster)
     "per_cluster": [{"cluster": int, "size?": int, "after_dedup?": int, "selected": int, "kept?": (NUMBER, None),
                      "...": ANY}],
@@ -104,6 +107,7 @@ SCHEMAS = {
                        "selected": int, "kept": NUMBER, "within": (str, None),
                        "clusters_covered": {"covered": (int, None), "clusters": int},
                        "tokens_selected?": {"selected": int, "total": int, "counted_by": str},
+                       "decontaminated?": _DECONTAMINATED,
                        "table?": [{"cluster": int, "size": int, "selected": int, "kept": NUMBER}]},
         "target?": {"...": ANY},
         "sources?": {"inputs": int, "table": [Map(ANY)]},

@@ -414,7 +414,6 @@ def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
         (["--fraction", "0.1", "--target", target, "--within", "far"], "--within: not used with --target"),
         (["--fraction", "0.1", "--target-weight", "0.5"], "--target-weight is only used with --target"),
         (["--fraction", "0.1", "--target-weight", "0"], "--target-weight is only used with --target"),
-        (["--fraction", "0.1", "--exclude-target-copies"], "--exclude-target-copies is only used with --target"),
         (["--fraction", "0.1", "--target", target, "--target-weight", "2"], "--target-weight must be between"),
         (["--fraction", "0.1", "--target", tmp_path / "nope.jsonl"], "no such file"),
         (["--token-fraction", "0.1", "--fraction", "0.1", "--target", target], "give one budget"),
@@ -447,7 +446,7 @@ def test_select_target_far_from_the_pool_warns(tmp_path, cli_runner, pool):
 def test_select_target_finds_the_targets_questions_in_the_pool(tmp_path, cli_runner, pool):
     """An evaluation set given as the target: pool rows that ask one of its questions (the same prompt,
     whitespace aside, whatever the answer) are what the relevance order takes first. They are counted and
-    warned of, or left out with --exclude-target-copies; from the keys embed keeps, else from the raw data."""
+    warned of, or left out with --decontaminate; from the keys embed keeps, else from the raw data."""
     import json
 
     import pyarrow.parquet as pq
@@ -465,19 +464,21 @@ def test_select_target_finds_the_targets_questions_in_the_pool(tmp_path, cli_run
     table, meta = _selected(tmp_path / "s.parquet")
     chosen = set(table.column("id").to_pylist())
     assert copies["selected"] == len(chosen & set(asked)) >= 6 and set(copies["ids"]) == chosen & set(asked)
-    assert "ask a question of the target" in res.stderr and "--exclude-target-copies leaves them out" in res.stderr
+    assert "ask a question of the target" in res.stderr and "--decontaminate TARGET leaves them out" in res.stderr
     assert meta.params["target_copies"] == copies
     from cluster_curate.summary_schema import check, schema_of
     assert check(summary, schema_of("select")) == []
     rep = json.loads(_cli(cli_runner, ["report", tmp_path / "s.parquet", "--json"]).stdout.strip().splitlines()[-1])
     assert rep["target"]["target_copies"] == copies
     # left out: the budget is spent on the other rows, and the summary says so
-    res = _cli(cli_runner, [*base, "--out", tmp_path / "x.parquet", "--exclude-target-copies"])
+    res = _cli(cli_runner, [*base, "--out", tmp_path / "x.parquet", "--decontaminate", target])
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     left_out = _selected(tmp_path / "x.parquet")[0]
     assert left_out.num_rows == 40 and not set(left_out.column("id").to_pylist()) & set(asked)
-    assert summary["target_copies"]["excluded"] and sorted(summary["target_copies"]["ids"]) == sorted(asked)
-    assert summary["rows"] == len(pool["rows"]) - 8 and "ask a question of the target" not in res.stderr
+    assert summary["decontaminated"]["rows_left_out"] == 8 and sorted(summary["decontaminated"]["sets"][0]["ids"]) \
+        == sorted(asked)
+    assert summary["target_copies"]["pool_rows"] == 0 and "ask a question of the target" not in res.stderr
+    assert summary["rows"] == len(pool["rows"]) - 8 and check(summary, schema_of("select")) == []
     # embeddings written before embed kept the prompt keys: the same rows found by reading the data
     t = pq.read_table(pool["emb"])
     pq.write_table(t.drop(["prompt_key"]).replace_schema_metadata(t.schema.metadata), pool["emb"])
@@ -488,9 +489,62 @@ def test_select_target_finds_the_targets_questions_in_the_pool(tmp_path, cli_run
     res = _cli(cli_runner, [*base, "--out", tmp_path / "g.parquet"])
     gone = json.loads(res.stdout.strip().splitlines()[-1])["target_copies"]
     assert not gone["checked"] and "no such file" in gone["why_not"]
-    res = _cli(cli_runner, [*base, "--out", tmp_path / "e.parquet", "--exclude-target-copies"], code=2)
-    assert "--exclude-target-copies needs the pool's and the target's questions" in res.output
+    res = _cli(cli_runner, [*base, "--out", tmp_path / "e.parquet", "--decontaminate", target], code=2)
+    assert "--decontaminate reads the rows' prompts" in res.output and "no such file" in res.output
     assert "Traceback" not in res.output and not (tmp_path / "e.parquet").exists()
+
+
+def test_decontaminate_leaves_out_an_evaluation_sets_questions(tmp_path, cli_runner, pool):
+    """select --decontaminate EVAL (any selection, several sets): the rows asking a question of EVAL are left
+    out before the budget; EVAL may be raw data in its own format or its embeddings; run passes it to select,
+    re-selects when EVAL's content changes, and refuses a bad EVAL row before its first stage."""
+    import json
+    math_ = [i for i, r in enumerate(pool["rows"]) if r["kind"] == "math"]
+    city = [i for i, r in enumerate(pool["rows"]) if r["kind"] == "city"]
+    eval_a = _write(tmp_path / "a.jsonl", [pool["rows"][i] for i in math_[:30]] + _rows(12, seed=9))
+    eval_b = tmp_path / "b.csv"  # another format, other field names
+    eval_b.write_text("question,answer\n" + "".join(f'"{pool["rows"][i]["instruction"]}",x\n' for i in city[:10]))
+    out = tmp_path / "s.parquet"
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", out, "--fraction", "0.5", "--decontaminate", eval_a,
+                            "--decontaminate", eval_b, "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    ids = set(_selected(out)[0].column("id").to_pylist())
+    asked = [{pool["rows"][i]["instruction"] for i in part} for part in (math_[:30], city[:10])]
+    asking = [{i for i, r in enumerate(pool["rows"]) if r["instruction"] in q} for q in asked]  # pool repeats some
+    assert not ids & (asking[0] | asking[1]) and len(ids) == summary["budget"]["rows"]
+    assert summary["rows"] == len(pool["rows"]) - len(asking[0] | asking[1])
+    sets = summary["decontaminated"]["sets"]
+    assert [(s["rows"], s["questions_in_pool"]) for s in sets] == [(len(a), len(q)) for a, q in zip(asking, asked)]
+    assert sets[0]["questions"] == len(asked[0] | {r["instruction"] for r in _rows(12, seed=9)})
+    from cluster_curate.summary_schema import check, schema_of
+    assert check(summary, schema_of("select")) == []
+    rep = json.loads(_cli(cli_runner, ["report", out, "--json"]).stdout.strip().splitlines()[-1])
+    assert rep["selection"]["decontaminated"] == summary["decontaminated"] and check(rep, schema_of("report")) == []
+    # the same set as its embeddings (`embed EVAL --like`): the keys it kept, the same rows
+    eval_emb = tmp_path / "a_emb.parquet"
+    _cli(cli_runner, ["embed", eval_a, "--like", pool["emb"], "--out", eval_emb, "-q"])
+    _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s2.parquet", "--fraction", "0.5",
+                      "--decontaminate", eval_emb, "--decontaminate", eval_b, "-q"])
+    assert set(_selected(tmp_path / "s2.parquet")[0].column("id").to_pylist()) == ids
+    for bad, message in [(tmp_path / "none.jsonl", "no such file"), (pool["clusters"], "holds no examples")]:
+        res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "bad.parquet", "--fraction", "0.5",
+                                "--decontaminate", bad], code=2)
+        assert "--decontaminate" in res.output and message in res.output and "Traceback" not in res.output
+    # run: passed to select, up to date while EVAL is unchanged, selected again when it changes
+    args = ["run", pool["data"], "--out", tmp_path / "curated", "--dim", "16", "--k", "6", "--fraction", "0.5",
+            "--decontaminate", eval_a, "--num-shards", "2", "--json"]
+    first = json.loads(_cli(cli_runner, args).stdout)
+    assert first["summaries"]["select"]["decontaminated"]["rows_left_out"] == len(asking[0])
+    again = json.loads(_cli(cli_runner, args).stdout)
+    assert [s["status"] for s in again["stages"]] == ["up to date"] * 4
+    _write(eval_a, [pool["rows"][i] for i in city[:10]])
+    third = json.loads(_cli(cli_runner, args).stdout)
+    assert {s["stage"]: s["status"] for s in third["stages"]} == {"embed": "up to date", "cluster": "up to date",
+                                                                 "select": "ran", "shard": "ran"}
+    assert third["summaries"]["select"]["decontaminated"]["rows_left_out"] == len(asking[1])
+    eval_a.write_text('{"instruction": "fine", "output": "x"}\n{"instruction": 3}\n')
+    res = _cli(cli_runner, [*args[:3], tmp_path / "fresh", *args[4:]], code=2)
+    assert "a.jsonl:2: field" in res.output and not (tmp_path / "fresh").exists()
 
 
 def test_run_target_end_to_end_and_up_to_date(tmp_path, cli_runner, pool):

@@ -200,6 +200,8 @@ def _describe_selection(path: Path, sections: list) -> None:
         data["tokens_selected"] = Shown({"selected": t["selected"], "total": t["total"],
                                          "counted_by": t["counted_by"]},
                                         f"{t['selected']:,} of {t['total']:,} (counted by {t['counted_by']})")
+    from cluster_curate.commands.select import decontaminated_lines
+    data.update(decontaminated_lines(p.get("decontaminated")))
     sections.append(("selection", data, rows))
     if p.get("target_service"):
         sections.append(_target_section(meta))

@@ -127,7 +127,7 @@ class RunState:
 # Options added after `run` directories existed, at the value that matches a directory made before them: left out
 # of the up-to-date check while at it, so such a directory stays up to date with it (--kinds none; the default
 # is auto since round 20, and a directory made before then is clustered again, with kinds: FORMER_DEFAULTS).
-ADDED_LATER = {"kinds": "none", "exclude_target_copies": False}
+ADDED_LATER = {"kinds": "none", "decontaminate": ()}
 
 # The defaults that changed since `run` recorded option values, with the values they had: in a directory
 # recorded before `run` noted which options the user gave, an option at one of these was taken by default.
@@ -145,17 +145,24 @@ def _named(changed: dict, most: int | None = None) -> str:
                      for k, (old, new) in list(changed.items())[:most])
 
 
-def _check_options(stage_opts: dict, target_fingerprint: str | None) -> tuple[dict, str | None]:
-    """A stage's options for its up-to-date check, and the fingerprint of an input that an option names
-    (`select --target`: the target counts as an input, by its content: `target_fingerprint`, from preflight).
+def _at_added_later_value(name: str, value) -> bool:
+    if name not in ADDED_LATER:
+        return False
+    later = ADDED_LATER[name]
+    return tuple(value or ()) == later if isinstance(later, tuple) else value == later  # several values: a tuple
+
+
+def _check_options(stage_opts: dict, named_inputs) -> tuple[dict, str | dict | None]:
+    """A stage's options for its up-to-date check, and the fingerprints of the inputs its options name (`select
+    --target` and `--decontaminate`: they count as inputs, by their content: `named_inputs`, from preflight).
     Without a target its options are left out, so a directory made before they existed stays up to date
     (ADDED_LATER likewise)."""
-    stage_opts = {k: v for k, v in stage_opts.items() if k not in ADDED_LATER or v != ADDED_LATER[k]}
+    stage_opts = {k: v for k, v in stage_opts.items() if not _at_added_later_value(k, v)}
     if "target" not in stage_opts:
         return stage_opts, None
     if stage_opts["target"] is None:
-        return {k: v for k, v in stage_opts.items() if k not in ("target", "target_weight")}, None
-    return stage_opts, target_fingerprint
+        stage_opts = {k: v for k, v in stage_opts.items() if k not in ("target", "target_weight")}
+    return stage_opts, named_inputs
 
 
 def _stage_extra(spec) -> dict:
@@ -166,7 +173,8 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     """Every stage's options checked before the first expensive stage (issue 20 #2): each stage's own checks,
     then one parse of the data (a bad row is reported first, as embed would), then what needs the number of
     examples (--k, and one global step of N × M rows within the selection's size; for a budget in tokens, what it
-    can buy where select will count words). Returns the --target's fingerprint (None: no --target)."""
+    can buy where select will count words). Returns the fingerprints of the inputs select's options name: the
+    --target's, and with --decontaminate, {"target": it, "decontaminate": each set's} (None: neither)."""
     import numpy as np
 
     from cluster_curate import selection as S
@@ -192,7 +200,11 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         data_rows += len(batch.examples)
         if words:
             word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
-    target_fingerprint = _check_target(resolved["select"])
+    named_inputs = _check_target(resolved["select"])
+    evals = [select_cmd.questions_of(p, resolved["select"], "--decontaminate")[1]
+             for p in resolved["select"]["decontaminate"] or ()]  # each read now: a bad row before the first stage
+    if evals:
+        named_inputs = {"target": named_inputs, "decontaminate": evals}
     c = resolved["cluster"]
     for name, low in (("iters", 1), ("seed", 0)):
         if c.get(name) is not None and c[name] < low:
@@ -228,7 +240,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
             raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters "
                               f"as shards: {given} and --num-shards is {h['num_shards']}; pass --k {h['num_shards']}")
     _check_one_step(h, most, f"{budget} selects at most {most:,}")
-    return target_fingerprint
+    return named_inputs
 
 
 def _counts_words(features: list[str], select_opts: dict) -> bool:
@@ -356,11 +368,11 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
     declared, by_stage = stage_options()
     opts = resolve(declared, options, "run")
     ds = open_inputs(data, read_options(opts))
-    target_fingerprint = preflight(ds, opts, by_stage)
+    named_inputs = preflight(ds, opts, by_stage)
     state = RunState(d)
     specs = stage_specs()
     # each stage's options as its up-to-date check compares them, and the fingerprint of an input an option names
-    checked = {stage: _check_options({n: opts[n] for n in by_stage[stage]}, target_fingerprint)
+    checked = {stage: _check_options({n: opts[n] for n in by_stage[stage]}, named_inputs)
                for stage in names.STAGES}
     given_by_stage = {stage: given & set(by_stage[stage]) for stage in names.STAGES}
     if not overwrite:  # other options for a stage already run here: a replacement
@@ -375,7 +387,7 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
     done, summaries, shown = [], {}, {}  # shown: each stage's (result, options) for its render()
     for stage, spec in specs.items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
-        stage_checked, named_input = checked[stage]
+        stage_checked, named_input = checked[stage]  # under "target", the key directories made before keep
         request = state.request(stage, stage_checked, upstream if named_input is None else
                                 stable_hash({"upstream": upstream, "target": named_input}), spec.algorithm(),
                                 given_by_stage[stage])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
@@ -62,10 +63,10 @@ OPTIONS = (
                 "balance over clusters alone (in the random order; not over groups and kinds); in between, the "
                 "budget is spread over the clusters the target pulls from, by how many target rows each holds, "
                 "inside the budget / weight most relevant rows."),
-    Option("exclude_target_copies", is_flag=True, default=False,
-           help="With --target: leave out the pool rows that ask a target row's question (the same prompt, "
-                "whitespace aside), so that an evaluation set given as the target cannot leak into training. "
-                "Without it they may be selected, and a warning counts them."),
+    Option("decontaminate", path=True, multiple=True, metavar="EVAL",
+           help="Leave out the rows that ask a question of EVAL (the same prompt turns, whitespace aside, whatever "
+                "the answer) before the budget is counted, so that an evaluation set cannot leak into training. "
+                "EVAL: a dataset in any supported format, or its embeddings. May be given several times."),
     *OUTPUT_OPTIONS,
 )
 
@@ -263,17 +264,17 @@ def _sources(o: dict, c):
             (lo_from, hi_from))
 
 
-def target_embeddings_meta(target: str):
-    """The meta of a --target that is an embeddings artifact (read as it is), else None: raw data, which select
-    embeds --like the pool (read with target_read_options)."""
+def target_embeddings_meta(target: str, option: str = "--target"):
+    """The meta of a --target (or a --decontaminate set: `option`) that is an embeddings artifact (read as it
+    is), else None: raw data, which select embeds --like the pool (read with target_read_options)."""
     from cluster_curate.io.artifacts import read_meta
     try:
         meta = read_meta(target)
     except CurateError:
         return None
     if meta.kind in (names.CLUSTERS, names.SELECTION):  # ids without text: read as data, 'unrecognised format'
-        raise CurateError(f"--target {target}: is a '{meta.kind}' artifact, which holds no examples: give the target's "
-                          "raw data, or its embeddings (`embed TARGET --like POOL_EMBEDDINGS`)")
+        raise CurateError(f"{option} {target}: is a '{meta.kind}' artifact, which holds no examples: give its "
+                          "raw data, or its embeddings (`embed DATA --like POOL_EMBEDDINGS`)")
     return meta if meta.kind == names.EMBEDDINGS else None  # a shard file is raw data with its metadata
 
 
@@ -284,19 +285,21 @@ def target_read_options(o: dict):
     return ReadOptions(on_bad_row=o["on_bad_row"])
 
 
-def open_target(target: str, o: dict):
-    """A raw --target opened as select embeds it (target_read_options). Fields it cannot detect are not the data's
-    to give, so the message says how to read such a target (embedded by itself) instead of naming --prompt-field."""
+def open_target(target: str, o: dict, option: str = "--target"):
+    """A raw --target (or --decontaminate set: `option`) opened as select embeds it (target_read_options). Fields
+    it cannot detect are not the data's to give, so the message says how to read it (embedded by itself) instead
+    of naming --prompt-field."""
     from cluster_curate.io.datasets import open_dataset
     try:
         return open_dataset(target, target_read_options(o))
     except CurateError as e:
         if "unrecognised record format" not in str(e):
             raise
-        raise CurateError(f"--target {str(e).split('. ')[0]}: a target is read in its own format, not with the "
+        what, name = ("a target", "TARGET") if option == "--target" else ("an evaluation set", "EVAL")
+        raise CurateError(f"{option} {str(e).split('. ')[0]}: {what} is read in its own format, not with the "
                           "data's --prompt-field / --response-field; embed it with its fields (`cluster-curate embed "
-                          "TARGET --like EMBEDDINGS --prompt-field ... --response-field ... --out T.parquet`) and "
-                          "pass --target T.parquet") from None
+                          f"{name} --like EMBEDDINGS --prompt-field ... --response-field ... --out T.parquet`) and "
+                          f"pass {option} T.parquet") from None
 
 
 def check_no_source_bounds(names: list[str], low, high, origins: tuple[list, list]) -> None:
@@ -328,10 +331,11 @@ def _check(o: dict):
         raise CurateError(f"--balance-power must be between 0 and 1, got {o['balance_power']}")
     from cluster_curate.commands.common import check_tokenizer_path
     check_tokenizer_path(o["tokenizer"])  # else `run` finds it missing after embed and cluster
-    for name, given in (("target-weight", o["target_weight"] is not None),
-                        ("exclude-target-copies", o["exclude_target_copies"])):
-        if given and o["target"] is None:
-            raise CurateError(f"--{name} is only used with --target")
+    if o["target_weight"] is not None and o["target"] is None:
+        raise CurateError("--target-weight is only used with --target")
+    for path in o["decontaminate"] or ():
+        if not str(path).startswith("hf:") and not Path(path).exists():
+            raise CurateError(f"--decontaminate {path}: no such file or directory")
     if o["target"] is not None:
         from cluster_curate.targeting import check_target_weight
         if mode == "per-cluster-ratio":
@@ -361,7 +365,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     o = resolve(OPTIONS, dict(options, out=out), "select")
     mode = _check(o)
     order = None if o["within"] == AUTO else WITHIN.get(o["within"])
-    inputs = output_inputs(clusters, o["embeddings"], o["target"], o["data"], o["tokenizer"])
+    inputs = output_inputs(clusters, o["embeddings"], o["target"], o["data"], o["tokenizer"], o["decontaminate"])
     check_writable(out, o["overwrite"], inputs=inputs, kind=names.SELECTION)
     if o["target"] is not None and target_embeddings_meta(o["target"]) is None:  # raw target data is embedded
         target_emb = sidecar_path(out, names.TARGET_EMBEDDINGS)  # beside `out` (select's own file, replaced each time)
@@ -373,6 +377,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         return _select_targeted(o, mode, clusters, c, out, t0, summary_limit)
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
+    c, x["decontaminated"] = _decontaminate(o, clusters, c, x)
     sources, source_names, share_lo, share_hi, share_from = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
     if order is None:  # auto: after what must read the data, so that data it cannot read is that one's error
@@ -394,7 +399,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     _add_n_tokens(columns, o, x, tokens, sel.rows)
     if sources is not None:
         x["sources"] = _source_figures(source_names, sources, tokens, sel.rows)
-    params = _params(o, mode, sel, c)
+    params = _params(o, mode, sel, c, x)
     if x.get("auto"):
         params["within_auto"] = x["auto"]
     _add_token_figures(params, o, x, tokens, sel, mode)
@@ -429,8 +434,6 @@ def _write_selection(o: dict, c, x: dict, clusters: str, out: str, columns: dict
 def _target_embeddings(o: dict, emb_path, emeta, out: str):
     """The target's feature rows in the pool's space: its embeddings artifact (checked to be in the pool's
     space), or its raw data embedded --like the pool beside the output. Returns (path, ids, rows, meta)."""
-    from pathlib import Path
-
     from cluster_curate.features.like import same_space
     from cluster_curate.io.artifacts import sidecar_path
     from cluster_curate.io.readers import read_embeddings
@@ -453,8 +456,6 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
 def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, summary_limit):
     """`select --target`: targeting.py's relevance and balance over the clusters; the artifact also records, per
     selected row, its nearest target row and the cosine to it, and in its params how each target row is served."""
-    from dataclasses import replace
-
     import numpy as np
     import pyarrow as pa
 
@@ -462,20 +463,16 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     from cluster_curate import targeting as T
     from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.readers import read_embeddings_for
-    x = _inputs(o, clusters, c, set())
-    if x["emb_path"] is None:
-        raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
-    copies = _target_copies(o, clusters, c, x["emb_path"])
-    if o["exclude_target_copies"] and len(copies["rows"]):  # left out before the budget and the search
-        keep = np.ones(len(c.ids), dtype=bool)
-        keep[copies["rows"]] = False
-        copies["ids"] = c.ids[copies["rows"]]
-        c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
-                    similarity=None if c.similarity is None else c.similarity[keep])
-        x.update({k: x[k][keep] for k in ("n_tokens", "loss") if x[k] is not None})
     sources, source_names, low, high, origins = _sources(o, c)
     if low is not None:
         check_no_source_bounds(source_names, low, high, origins)
+    x = _inputs(o, clusters, c, set())
+    if x["emb_path"] is None:
+        raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
+    c, x["decontaminated"] = _decontaminate(o, clusters, c, x)
+    if x["decontaminated"]:
+        sources = _sources(o, c)[0]  # of the rows left
+    copies = _target_copies(o, clusters, c, x["emb_path"])
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
     token_mode = mode in TOKEN_MODES
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, token_mode)
@@ -497,7 +494,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     for r in service["per_target"]:  # pool positions -> ids; target rows -> target ids
         r["target_id"] = int(tids[r.pop("target_row")])
         r["nearest_selected"] = [int(c.ids[i]) for i in r["nearest_selected"]]
-    copies = copies_summary(copies, o["exclude_target_copies"], c.ids, sel.rows)
+    copies = copies_summary(copies, c.ids, sel.rows)
     for note in [*sel.notes, *([copies["warning"]] if copies.get("warning") else [])]:
         console.warn(note)
     columns = {"id": pa.array(c.ids[sel.rows], pa.int64()), "cluster": pa.array(sel.cluster, pa.int32()),
@@ -505,7 +502,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
                "nearest_target": pa.array(tids[sel.owner], pa.int64()),
                "relevance": pa.array(sel.relevance, pa.float32())}
     _add_n_tokens(columns, o, x, tokens, sel.rows)
-    params = _params(o, mode, sel, c)
+    params = _params(o, mode, sel, c, x)
     _add_token_figures(params, o, x, tokens, sel, mode)
     if sources is not None:
         params["sources"] = x["sources"] = _source_figures(source_names, sources, tokens, sel.rows)
@@ -543,88 +540,125 @@ def _kept_prompt_keys(path, ids=None):
         return None
 
 
-def _target_questions(o: dict) -> set:
-    """The prompt keys of the --target's rows: those its embeddings artifact keeps, else from its raw rows (the
-    data itself, or the data its artifact records)."""
+def questions_of(path: str, o: dict, option: str):
+    """The prompt keys of the examples in `path` (unique int64) and its fingerprint: the keys its embeddings
+    artifact keeps, else from its raw rows (the data itself, read in its own format, or the data its embeddings
+    record)."""
+    import numpy as np
+
     from cluster_curate.exact_dedup import prompt_keys
     from cluster_curate.io.mixture import open_lineage_data
-    meta = target_embeddings_meta(o["target"])
+    meta = target_embeddings_meta(path, option)
     if meta is None:
-        ds = open_target(o["target"], o)
+        ds = open_target(path, o, option)
     else:
-        kept = _kept_prompt_keys(o["target"])
+        kept = _kept_prompt_keys(path)
         if kept is not None:
-            return set(kept.tolist())
+            return np.unique(kept), meta.fingerprint
         try:
             ds = open_lineage_data(None, meta.dataset or {}, target_read_options(o))
         except CurateError as e:
-            raise CurateError(f"{o['target']}'s recorded data: {e}") from None
+            raise CurateError(f"{option} {path}: its recorded data: {e}") from None
         if ds is None:
-            raise CurateError(f"{o['target']}: records no dataset")
-    return {k for batch in ds.iter_batches() for k in prompt_keys([ex.prompt for ex in batch.examples]).tolist()}
+            raise CurateError(f"{option} {path}: records no dataset")
+    keys = [prompt_keys([ex.prompt for ex in batch.examples]) for batch in ds.iter_batches()]
+    return np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64)), ds.fingerprint()
 
 
-def _pool_questions(o: dict, clusters: str, c, emb_path):
+def _pool_questions(o: dict, clusters: str, c, emb_path, why: str):
     """The prompt keys of the clusters' rows (aligned with c.ids): those the embeddings keep, else from one pass
-    over the pool's raw data."""
+    over the pool's raw data (`why`: what needs them, for the error when it cannot be read)."""
     import numpy as np
 
     from cluster_curate.commands.common import examples_of_ids
     from cluster_curate.exact_dedup import prompt_keys
-    kept = _kept_prompt_keys(emb_path, c.ids)
+    kept = None if emb_path is None else _kept_prompt_keys(emb_path, c.ids)
     if kept is not None:
         return kept
-    ds = _open_data(o, clusters, c, "--exclude-target-copies" if o["exclude_target_copies"] else
-                    "the check for the target's questions in the pool")
+    ds = _open_data(o, clusters, c, why, hint=None if o.get("data") else
+                    f"{why} reads the rows' prompts, which these embeddings do not keep")
     keys = np.zeros(len(c.ids), dtype=np.int64)
     found = np.zeros(len(c.ids), dtype=bool)
-    for pos, chosen in examples_of_ids(ds, c.ids, "select: the target's questions in the pool"):
+    for pos, chosen in examples_of_ids(ds, c.ids, "select: the rows' questions"):
         keys[pos] = prompt_keys([e.prompt for e in chosen])
         found[pos] = True
     _check_every_id_read(ds, c.ids, found)
     return keys
 
 
+COPY_IDS_LISTED = 20
+
+
+def _decontaminate(o: dict, clusters: str, c, x: dict):
+    """--decontaminate: the clusters' rows that ask a question of an evaluation set (exact_dedup.prompt_keys)
+    left out, from c and from x's per-row arrays, before anything is counted. Returns (c, what the artifact
+    records: per set, its questions, how many the pool asks and by which rows; None without the option)."""
+    from dataclasses import replace
+
+    import numpy as np
+    if not o["decontaminate"]:
+        return c, None
+    pool = _pool_questions(o, clusters, c, x["emb_path"], "--decontaminate")
+    keep, sets = np.ones(len(c.ids), dtype=bool), []
+    for path in o["decontaminate"]:
+        asked, fingerprint = questions_of(path, o, "--decontaminate")
+        hit = np.isin(pool, asked)
+        sets.append({"path": str(path), "fingerprint": fingerprint, "questions": int(asked.size),
+                     "questions_in_pool": int(np.unique(pool[hit]).size), "rows": int(hit.sum()),
+                     "ids": c.ids[hit][:COPY_IDS_LISTED].tolist()})
+        keep &= ~hit
+    if not keep.all():
+        c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
+                    similarity=None if c.similarity is None else c.similarity[keep])
+        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers") if x.get(k) is not None})
+    return c, {"rows_left_out": int((~keep).sum()), "sets": sets}
+
+
+def decontaminated_lines(record: dict | None) -> dict:
+    """The summary's (and `report`'s) line per --decontaminate set."""
+    from cluster_curate.console import Shown
+    if not record:
+        return {}
+    lines = {"decontaminated": Shown(record, hidden=True)}
+    for i, r in enumerate(record["sets"]):
+        lines[f"decontaminated {i + 1}"] = Shown(
+            None, f"{r['path']}: {r['rows']:,} rows ask {r['questions_in_pool']:,} of its {r['questions']:,} "
+                  "questions" + (": left out" if r["rows"] else ""), label=f"decontaminated: {Path(r['path']).name}",
+            in_json=False)
+    return lines
+
+
 def _target_copies(o: dict, clusters: str, c, emb_path) -> dict:
     """The pool rows (positions in c.ids) that ask one of the target's questions: the same prompt turns
     (exact_dedup.prompt_keys, whitespace aside), whatever the answer; what an evaluation set given as the target
     would leak into training. From the keys embed keeps, else from the raw data; when that cannot be read, the
-    reason (an error with --exclude-target-copies, which needs them)."""
+    reason."""
     import numpy as np
     try:
-        asked = _target_questions(o)
-        pool = _pool_questions(o, clusters, c, emb_path)
+        asked, _ = questions_of(o["target"], o, "--target")
+        pool = _pool_questions(o, clusters, c, emb_path, "the check for the target's questions in the pool")
     except CurateError as e:
-        if o["exclude_target_copies"]:
-            raise CurateError(f"{e} (--exclude-target-copies needs the pool's and the target's questions)") from None
         return {"checked": False, "why_not": str(e), "rows": np.zeros(0, np.int64)}
-    found = np.isin(pool, np.fromiter(asked, dtype=np.int64, count=len(asked)))
-    return {"checked": True, "rows": np.flatnonzero(found), "target_questions": len(asked),
+    found = np.isin(pool, asked)
+    return {"checked": True, "rows": np.flatnonzero(found), "target_questions": int(asked.size),
             "target_questions_in_pool": int(np.unique(pool[found]).size)}
 
 
-COPY_IDS_LISTED = 20
-
-
-def copies_summary(copies: dict, excluded: bool, ids, rows) -> dict:
+def copies_summary(copies: dict, ids, rows) -> dict:
     """What the artifact records of the target's questions in the pool (pool positions -> ids), with the
     warning when selected rows ask them."""
     import numpy as np
     if not copies["checked"]:
         return {"checked": False, "why_not": copies["why_not"]}
+    chosen = np.sort(ids[np.intersect1d(rows, copies["rows"])])
     out = {"checked": True, "target_questions": copies["target_questions"],
            "target_questions_in_pool": copies["target_questions_in_pool"], "pool_rows": int(len(copies["rows"])),
-           "excluded": bool(excluded and len(copies["rows"]))}
-    if out["excluded"]:
-        out.update(selected=0, ids=np.sort(copies["ids"])[:COPY_IDS_LISTED].tolist())
-        return out
-    chosen = np.sort(ids[np.intersect1d(rows, copies["rows"])])
-    out.update(selected=int(len(chosen)), ids=chosen[:COPY_IDS_LISTED].tolist())
+           "selected": int(len(chosen)), "ids": chosen[:COPY_IDS_LISTED].tolist()}
     if len(chosen):
         shown = ", ".join(map(str, out["ids"][:5])) + (", ..." if len(chosen) > 5 else "")
         out["warning"] = (f"{len(chosen):,} selected rows ask a question of the target (the same prompt; ids "
                           f"{shown}): if the target is an evaluation set, they leak it into training; "
-                          "--exclude-target-copies leaves them out")
+                          "--decontaminate TARGET leaves them out")
     return out
 
 
@@ -634,12 +668,8 @@ def target_copies_line(copies: dict):
     if not copies["checked"]:
         return Shown(copies, f"not looked for ({copies['why_not']})", "target's questions in the pool")
     n, q = copies["pool_rows"], copies["target_questions_in_pool"]
-    if n == 0:
-        text = f"none of the target's {copies['target_questions']:,} questions is asked by a pool row"
-    elif copies["excluded"]:
-        text = f"{n:,} pool rows ask {q:,} of the target's questions: left out (--exclude-target-copies)"
-    else:
-        text = f"{n:,} pool rows ask {q:,} of the target's questions; {copies['selected']:,} of them selected"
+    text = (f"{n:,} pool rows ask {q:,} of the target's questions; {copies['selected']:,} of them selected" if n else
+            f"none of the target's {copies['target_questions']:,} questions is asked by a pool row")
     return Shown({k: v for k, v in copies.items() if k != "warning"}, text, "target's questions in the pool")
 
 
@@ -712,7 +742,7 @@ def target_summary(service: dict, path) -> dict:
     }
 
 
-def _params(o, mode, sel, c) -> dict:
+def _params(o, mode, sel, c, x) -> dict:
     n, chosen = len(c.ids), len(sel.rows)
     return {
         "exact_duplicates": c.meta.params.get("exact_duplicates"),  # left out at embed
@@ -725,6 +755,7 @@ def _params(o, mode, sel, c) -> dict:
         "quotas_over_groups": c.groups is not None and mode != "per-cluster-ratio",
         "clusters_covered": int((sel.quotas > 0).sum()), "notes": sel.notes,
         **({"quotas_over_kinds": True} if c.kinds is not None and mode != "per-cluster-ratio" else {}),
+        **({"decontaminated": x["decontaminated"]} if x.get("decontaminated") else {}),
     }
 
 
@@ -768,6 +799,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     if o["dedup"] is not None:
         summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped), f"{sel.dedup_dropped} (cosine > {o['dedup']})",
                                                    "near-duplicates dropped")
+    summary.update(decontaminated_lines(x.get("decontaminated")))
     has_tokens = bool(x["n_tokens"] is not None or x.get("counted_by"))
     summary["n_tokens_column"] = Shown(has_tokens, "yes" if has_tokens else
                                        f"no ({x['why_not'] or 'embeddings have no n_tokens'})", "n_tokens column")
@@ -827,4 +859,5 @@ SPEC = CommandSpec(
       cluster-curate select clusters.parquet --out sel.parquet --per-cluster-ratio 0.5 --within far   # the paper
       cluster-curate select clusters.parquet --out sel.parquet --budget 20000 --dedup 0.95 --embeddings emb.parquet
       cluster-curate select clusters.parquet --out sel.parquet --fraction 0.1 --target my_task_examples.jsonl
+      cluster-curate select clusters.parquet --out sel.parquet --fraction 0.31 --decontaminate eval_set.jsonl
     """)
