@@ -262,3 +262,17 @@ def test_scale_data_is_near_duplicates_with_some_exact_copies(tmp_path):
     assert 0 < copies < len(repeats) // 2  # some exact copies; most repeats are near duplicates
     assert repeats[0]["instruction"] != first[0]["instruction"]
     assert bench_scale._perturb("Tom has 3 apples", 2) == "Carmen has 5 apples"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "gsm8k" / "test.jsonl").exists(),
+                    reason="the shared real datasets are not here (bench_decontaminate plants GSM8K test in train)")
+def test_bench_decontaminate_leaves_out_every_planted_copy(tmp_path):
+    import bench_decontaminate
+    bench_decontaminate.main(["--planted", "20", "--repeats", "1", "--results", str(tmp_path)])
+    got = json.loads((tmp_path / "decontaminate.json").read_text())
+    kept = got["kept"]
+    for name in ("default 31%, --decontaminate", "--target, 10%, --decontaminate"):
+        assert kept[name]["verbatim"] == kept[name]["respaced"] == 0, kept
+    assert kept["--target (200 test rows), 10%"]["verbatim"] > 0  # what relevance takes without it
+    assert got["same_rows_from_the_data"]

@@ -1,0 +1,124 @@
+"""`select --decontaminate EVAL` on real data: what it finds, what a selection without it leaks, and its cost.
+
+The pool is GSM8K train (7,473 rows; its questions share none with GSM8K test) with questions of GSM8K test
+planted in it, in three kinds:
+  verbatim     the test row itself (question and solution)
+  respaced     the test question with its whitespace changed, and another solution (the same question: caught)
+  reworded     the test question with a sentence added ("Show your work."): another prompt, so a near-copy for
+               the clusters and not caught by design (the check is for copies, not paraphrases)
+EVAL is all of GSM8K test (1,319 rows). Counted: the planted rows each selection keeps, for the default 31%
+selection and for `--target` (200 test rows as the target: the case where relevance takes copies first),
+each without and with --decontaminate (the target: every third planted question and other test rows). Timed (median of --repeats): `select` with and without it, from the
+`prompt_key` column embed keeps and from a pass over the data (embeddings written before that column);
+and the keys' cost inside embed (exact_dedup.prompt_keys over every pool prompt) against embed's own time.
+
+    .venv/bin/python benchmarks/bench_decontaminate.py [--planted 150] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common import DATA, cli, parser, write_results
+
+KINDS = ("verbatim", "respaced", "reworded")
+
+
+def planted_pool(tmp: Path, per_kind: int, seed: int = 0):
+    """The pool (train + planted test questions, shuffled) and EVAL; returns (pool, eval, target, kind per id)."""
+    train = [json.loads(line) for line in open(DATA / "gsm8k" / "train.jsonl")]
+    test = [json.loads(line) for line in open(DATA / "gsm8k" / "test.jsonl")]
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(len(test), 3 * per_kind, replace=False)
+    rows = [(r, None) for r in train]
+    for j, i in enumerate(picked):
+        kind, q = KINDS[j // per_kind], test[i]
+        if kind == "respaced":
+            q = {"question": "  " + q["question"].replace(" ", "  ") + "\n", "answer": "Another solution.\n#### 0"}
+        elif kind == "reworded":
+            q = {"question": q["question"] + " Show your work.", "answer": q["answer"]}
+        rows.append((q, kind))
+    order = rng.permutation(len(rows))
+    pool, eval_, target = tmp / "pool.jsonl", tmp / "gsm8k_test.jsonl", tmp / "target.jsonl"
+    pool.write_text("".join(json.dumps(rows[i][0]) + "\n" for i in order))
+    eval_.write_text("".join(json.dumps(r) + "\n" for r in test))
+    others = [i for i in range(len(test)) if i not in set(picked.tolist())][:200 - len(picked[::3])]
+    target.write_text("".join(json.dumps(test[i]) + "\n" for i in sorted([*picked[::3], *others])))
+    kind_of_id = {new: rows[old][1] for new, old in enumerate(order) if rows[old][1]}
+    return pool, eval_, target, kind_of_id
+
+
+def planted_in(selection: Path, kind_of_id: dict) -> dict:
+    import pyarrow.parquet as pq
+    ids = pq.read_table(selection, columns=["id"]).column("id").to_pylist()
+    kinds = [kind_of_id[i] for i in ids if i in kind_of_id]
+    return {k: kinds.count(k) for k in KINDS} | {"selected": len(ids)}
+
+
+def main(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--planted", type=int, default=150, help="rows planted of each kind")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--results", default=None)
+    args = ap.parse_args(argv)
+    log: list[str] = []
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        pool, eval_, target, kind_of_id = planted_pool(tmp, args.planted)
+        run = tmp / "run"
+        embed_s = cli(["run", pool, "--out", run, "--fraction", "0.31", "--num-shards", "4"], log)
+        clusters, emb = run / "clusters.parquet", run / "embeddings.parquet"
+        rows, times = [], {}
+        for name, extra in [("default 31%", []), ("default 31%, --decontaminate", ["--decontaminate", eval_]),
+                            ("--target (200 test rows), 10%", ["--target", target, "--fraction", "0.1"]),
+                            ("--target, 10%, --decontaminate", ["--target", target, "--fraction", "0.1",
+                                                                "--decontaminate", eval_])]:
+            out = tmp / f"s{len(rows)}.parquet"
+            budget = [] if "--fraction" in extra else ["--fraction", "0.31"]
+            times[name] = statistics.median(cli(["select", clusters, "--out", out, *budget, *extra, "--overwrite"],
+                                                log) for _ in range(args.repeats))
+            rows.append((name, planted_in(out, kind_of_id)))
+        # embeddings written before embed kept prompt_key: the same rows, from a pass over the data
+        import pyarrow.parquet as pq
+        table = pq.read_table(emb)
+        pq.write_table(table.drop(["prompt_key"]).replace_schema_metadata(table.schema.metadata), emb)
+        out = tmp / "old.parquet"
+        times["default 31%, --decontaminate (embeddings without prompt_key)"] = statistics.median(
+            cli(["select", clusters, "--out", out, "--fraction", "0.31", "--decontaminate", eval_, "--overwrite"],
+                log) for _ in range(args.repeats))
+        same = planted_in(out, kind_of_id) == rows[1][1]
+        from cluster_curate.exact_dedup import prompt_keys
+        from cluster_curate.io.datasets import ReadOptions, open_dataset
+        prompts = [ex.prompt for b in open_dataset(str(pool), ReadOptions()).iter_batches() for ex in b.examples]
+        t0 = time.perf_counter()
+        prompt_keys(prompts)
+        keys_s = time.perf_counter() - t0
+    n = args.planted
+    lines = [f"# `--decontaminate` on GSM8K train with GSM8K test questions planted ({n} of each kind)", "",
+             "EVAL = GSM8K test (1,319 rows). Planted rows a selection keeps, of the "
+             f"{n} verbatim, {n} respaced (another solution) and {n} reworded (a sentence added: not caught, by "
+             "design):", "",
+             "| selection | selected | verbatim kept | respaced kept | reworded kept |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {r['selected']:,} | {r['verbatim']} | {r['respaced']} | {r['reworded']} |"
+              for name, r in rows]
+    lines += ["", f"`select` wall time, median of {args.repeats} (a process each, 1 thread):", "",
+              "| select | seconds |", "|---|---:|"]
+    lines += [f"| {name} | {s:.2f} |" for name, s in times.items()]
+    lines += ["", f"Without `prompt_key` in the embeddings, the pass over the data finds the same rows: "
+              f"{'yes' if same else 'NO'}.",
+              f"The keys inside `embed`: `prompt_keys` over all {len(prompts):,} pool prompts took {keys_s:.3f} s; "
+              f"the whole `run` (embed, cluster, select, shard) took {embed_s:.1f} s."]
+    write_results("decontaminate", lines, {"planted_per_kind": n, "kept": dict(rows), "seconds": times,
+                                           "same_rows_from_the_data": same, "prompt_keys_seconds": keys_s,
+                                           "run_seconds": embed_s, "commands": log[:6]},
+                  argv=argv, results=args.results)
+
+
+if __name__ == "__main__":
+    main()
