@@ -225,6 +225,9 @@ def test_source_bounds_keep_the_water_filling_and_work_in_tokens():
     low, high, low_from, high_from = source_bounds("c=0.5", None, ["a", "b", "c"], [None, None, None],
                                                    [0.25, None, None], ["mix.yaml: inputs[0]", "b.jsonl", "x"])
     assert (low_from, high_from) == ([None, None, "--source-min-share"], ["mix.yaml: inputs[0].max_share", None, None])
+    with pytest.raises(CurateError, match=r"source a: its floor 0.5 \(--source-min-share\) is above its cap 0.25 "
+                                          r"\(mix.yaml: inputs\[0\].max_share\)"):  # select's and run's one check
+        source_bounds("a=0.5", None, ["a", "b", "c"], [None] * 3, [0.25, None, None], ["mix.yaml: inputs[0]", "b", "c"])
     with pytest.raises(CurateError, match=r"source c: its floor is 60 rows \(--source-min-share\) and it has only 50"):
         S.select_rows(clusters, budget=120, sources=sources, source_min_share=[np.nan, np.nan, 0.5],
                       source_names=["a", "b", "c"], source_bound_origins=(low_from, high_from))

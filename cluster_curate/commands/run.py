@@ -293,9 +293,6 @@ def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
                                                    [i.where for i in ds.inputs])
     if s["target"] is not None:
         check_no_source_bounds(ds.names, low, high, (low_from, high_from))
-    for name, lo, hi, lo_from, hi_from in zip(ds.names, low, high, low_from, high_from):
-        if lo is not None and hi is not None and lo > hi:
-            raise CurateError(f"source {name}: its floor {lo:g} ({lo_from}) is above its cap {hi:g} ({hi_from})")
     floors = {name: share or 0.0 for name, share in zip(ds.names, low)}
     if sum(floors.values()) > 1 + 1e-9:
         named = ", ".join(f"{name} {share:g} from {origin}" for (name, share), origin in zip(floors.items(), low_from)

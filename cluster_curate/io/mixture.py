@@ -387,7 +387,8 @@ def source_bounds(min_spec, max_spec, names: list[str], min_shares, max_shares,
     mixture file's `min_share` / `max_share` (`min_shares`, `max_shares`: per input, None for none). Returns
     (floors, caps, where each floor came from, where each cap came from): the option, or the mixture file's key
     (`wheres`: each input's place in its file, MixtureInput.where: `mix.yaml: inputs[1].min_share`; None, as
-    read back from a lineage record: `the mixture file's min_share`), None where there is no bound."""
+    read back from a lineage record: `the mixture file's min_share`), None where there is no bound. A floor
+    above its cap (an option against the file's other bound) is refused here, naming where each was set."""
     bounds, origins = [], []
     for spec, option, shares, key in ((min_spec, "--source-min-share", min_shares, "min_share"),
                                       (max_spec, "--source-max-share", max_shares, "max_share")):
@@ -395,6 +396,9 @@ def source_bounds(min_spec, max_spec, names: list[str], min_shares, max_shares,
         bounds.append([given.get(n, v) for n, v in zip(names, shares)])
         origins.append([option if n in given else None if v is None else f"{w}.{key}" if w else
                         f"the mixture file's {key}" for n, v, w in zip(names, shares, wheres or [None] * len(names))])
+    for name, lo, hi, lo_from, hi_from in zip(names, *bounds, *origins):
+        if lo is not None and hi is not None and lo > hi:
+            raise CurateError(f"source {name}: its floor {lo:g} ({lo_from}) is above its cap {hi:g} ({hi_from})")
     return bounds[0], bounds[1], origins[0], origins[1]
 
 
