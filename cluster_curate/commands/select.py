@@ -472,12 +472,12 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     c, x["decontaminated"] = _decontaminate(o, clusters, c, x)
     if x["decontaminated"]:
         sources = _sources(o, c)[0]  # of the rows left
-    copies = _target_copies(o, clusters, c, x["emb_path"])
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
     token_mode = mode in TOKEN_MODES
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, token_mode)
     budget = _target_budget(o, mode, len(c.ids), tokens, x["counted_by"])  # before the target is embedded
     tpath, tids, target, tmeta = _target_embeddings(o, x["emb_path"], x["emeta"], out)
+    copies = _target_copies(o, clusters, c, x["emb_path"], tpath)
     pool = read_embeddings_for(x["emb_path"], c.ids, force=o["force"], what=f" of {clusters}")
     if c.meta.params.get("normalisation") == "center+l2":  # the space the clusters were made in
         mean = pool.mean(axis=0, dtype=np.float64).astype(np.float32)
@@ -628,14 +628,14 @@ def decontaminated_lines(record: dict | None) -> dict:
     return lines
 
 
-def _target_copies(o: dict, clusters: str, c, emb_path) -> dict:
+def _target_copies(o: dict, clusters: str, c, emb_path, target_emb) -> dict:
     """The pool rows (positions in c.ids) that ask one of the target's questions: the same prompt turns
     (exact_dedup.prompt_keys, whitespace aside), whatever the answer; what an evaluation set given as the target
-    would leak into training. From the keys embed keeps, else from the raw data; when that cannot be read, the
-    reason."""
+    would leak into training. From the keys embed keeps (in the pool's and the target's embeddings
+    `target_emb`), else from the raw data; when that cannot be read, the reason."""
     import numpy as np
     try:
-        asked, _ = questions_of(o["target"], o, "--target")
+        asked, _ = questions_of(target_emb, o, "--target")
         pool = _pool_questions(o, clusters, c, emb_path, "the check for the target's questions in the pool")
     except CurateError as e:
         return {"checked": False, "why_not": str(e), "rows": np.zeros(0, np.int64)}
