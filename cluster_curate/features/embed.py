@@ -39,8 +39,9 @@ ALGORITHM_VERSION = 1
 # version bump: the features are the same, and embeddings written without these columns stay valid (those
 # commands read the data instead), so an upgrade re-embeds nothing. `--resume` keeps them apart (embed_parts).
 ANSWER_COLUMNS = ("answer_key", "response_words")
-# The question each row asks (exact_dedup.prompt_keys), kept likewise: `select --target` finds the pool rows
-# that ask a target row's question without reading either one's data (embeddings without it: it reads them).
+# The question each row asks (exact_dedup.prompt_keys), kept likewise: `select --decontaminate` (and --target's
+# check) finds the rows that ask an evaluation set's question without reading the data (embeddings without it:
+# it reads the data).
 PROMPT_KEY_COLUMN = "prompt_key"
 KEPT_COLUMNS = (*ANSWER_COLUMNS, PROMPT_KEY_COLUMN)
 
