@@ -148,6 +148,12 @@ CASES = [
      "--dtype 'fp8': expected auto, float32, bfloat16 or float16"),  # the proxy ran with it, unnoticed
     ("embed-layers-without-lora", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "gradient", "--layers",
                                    "q_proj"], "--layers is only used by --features lora-gradient"),  # was ignored
+    ("embed-device-text-only", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "text", "--device", "cuda"],
+     "--device cuda is not used by --features text (no model or encoder runs)"),  # was ignored
+    ("embed-dtype-text-only", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "text", "--dtype",
+                               "bfloat16"], "--dtype bfloat16 is not used by --features text"),  # was ignored
+    ("run-device-text-only", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.5", *SHARD, "--device",
+                              "cuda"], "--device cuda is not used by --features text"),  # was ignored
     ("embed-seed-negative", ["embed", "data.jsonl", "--out", "e.parquet", "--seed", "-1"],
      "Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295"),  # was an INTERNAL ERROR (numpy's)
     ("embed-seed-too-large", ["embed", "data.jsonl", "--out", "e.parquet", "--seed", "4294967296"],

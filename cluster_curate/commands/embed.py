@@ -148,7 +148,7 @@ def _settle(opts: dict) -> list[str]:
 def _validate(o: dict) -> list[str]:
     from pathlib import Path
 
-    from cluster_curate.features.embed import MODEL_FEATURES, parse_features, parse_weights
+    from cluster_curate.features.embed import FEATURE_KINDS, MODEL_FEATURES, parse_features, parse_weights
     features = parse_features(o["features"])
     for name, low, what in (("dim", 1, "positive"), ("max_length", 2, "at least 2"),
                             ("batch_tokens", 1, "positive"), ("text_sample", 2, "at least 2"),
@@ -172,6 +172,12 @@ def _validate(o: dict) -> list[str]:
     if o["model"] != "proxy" and not uses_model:
         raise CurateError(f"--model {o['model']} is not used by --features {','.join(features)} (no model); "
                           "add a model feature, e.g. --features text,gradient")
+    if not uses_model and not any(getattr(FEATURE_KINDS.get(f), "encoder", False) for f in features):
+        for name in ("device", "dtype"):  # else silently ignored: text runs no model or encoder
+            if o[name] not in (None, "auto"):
+                raise CurateError(f"--{name} {o[name]} is not used by --features {','.join(features)} (no model "
+                                  "or encoder runs); leave it out, or add a model feature, e.g. --features "
+                                  "text,gradient")
     if uses_model and o["model"] != "proxy":
         spec = str(o["model"])
         looks_local = spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1
