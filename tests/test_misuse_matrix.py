@@ -154,6 +154,19 @@ CASES = [
                                "bfloat16"], "--dtype bfloat16 is not used by --features text"),  # was ignored
     ("run-device-text-only", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.5", *SHARD, "--device",
                               "cuda"], "--device cuda is not used by --features text"),  # was ignored
+    # --checkpoints: refused before the proxy warms up (a bad one was found after the warm-up, which was saved)
+    ("embed-checkpoints-not-kept", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "loss-trajectory",
+                                    "--proxy-size", "tiny", "--checkpoints", "5"],
+     "--checkpoints 5: no such warm-up checkpoint; the warm-up (1 step on 120 rows) keeps those at step 1"),
+    ("embed-checkpoints-not-kept-steps-given", ["embed", "data.jsonl", "--out", "e.parquet", "--features",
+                                                "loss-trajectory", "--proxy-steps", "4", "--checkpoints", "2"],
+     "--checkpoints 2: no such warm-up checkpoint; the warm-up (--proxy-steps 4) keeps those at steps 1, 3, 4"),
+    ("embed-checkpoints-missing-path", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "loss-trajectory",
+                                       "--proxy-size", "tiny", "--checkpoints", "./nope"],
+     "--checkpoints ./nope: no such file or directory"),
+    ("run-checkpoints-empty-item", ["run", "data.jsonl", "--out", "r", "--features", "loss-trajectory", "--k", "6",
+                                    "--fraction", "0.5", *SHARD, "--checkpoints", "1,,2"],
+     "--checkpoints 1,,2: an empty item"),
     ("embed-seed-negative", ["embed", "data.jsonl", "--out", "e.parquet", "--seed", "-1"],
      "Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295"),  # was an INTERNAL ERROR (numpy's)
     ("embed-seed-too-large", ["embed", "data.jsonl", "--out", "e.parquet", "--seed", "4294967296"],

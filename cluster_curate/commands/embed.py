@@ -184,7 +184,38 @@ def _validate(o: dict) -> list[str]:
         if looks_local and not Path(spec).expanduser().exists():  # fail before reading the data
             raise CurateError(f"--model {spec}: no such file or directory")
     o["proxy"].validate()
+    if o["checkpoints"]:
+        _check_checkpoints(o)
     return features
+
+
+def _check_checkpoints(o: dict) -> None:
+    """--checkpoints, before the proxy trains or a model loads (after them a bad item cost the warm-up): what
+    can be told from the options and the files."""
+    from pathlib import Path
+
+    from cluster_curate.commands.embed_parts import checkpoint_items
+    from cluster_curate.features.models import _looks_like_path
+    from cluster_curate.features.proxy import check_checkpoint_steps
+    from cluster_curate.io import proxy_store as store
+    items, model = checkpoint_items(o), str(o["model"])
+    if not all(items):
+        raise CurateError(f"--checkpoints {o['checkpoints']}: an empty item; give a comma list of warm-up steps "
+                          "or model paths/ids")
+    steps = [int(s) for s in items if s.isdigit()]
+    saved = model != "proxy" and store.is_proxy_dir(model)
+    if steps and model != "proxy" and not saved:
+        raise CurateError(f"--checkpoints {steps[0]}: a step number only names a warm-up checkpoint of the proxy, "
+                          f"and --model {model} is not one")
+    if saved:
+        check_checkpoint_steps(steps, store.proxy_checkpoint_steps(model), model)
+    elif steps and o["proxy"].steps is not None:  # the steps kept are known before the warm-up
+        check_checkpoint_steps(steps, o["proxy"].checkpoint_steps(o["proxy"].steps),
+                               f"the warm-up (--proxy-steps {o['proxy'].steps})")
+    for item in items:
+        if not item.isdigit() and not store.is_proxy_dir(item) and _looks_like_path(item) \
+                and not Path(item).expanduser().exists():
+            raise CurateError(f"--checkpoints {item}: no such file or directory")
 
 
 def _adopt_space(opts: dict):

@@ -169,7 +169,7 @@ def _proxy(run):
             def on_step(step, total, loss):
                 lazy.bar("proxy warm-up", total, "steps").advance(1)
             trained = P.train_proxy(chosen, opts, device=resolve_device(run.device), on_step=on_step,
-                                    dataset_rows=run.parsed)
+                                    dataset_rows=run.parsed, wanted_steps=checkpoint_step_numbers(run.opts))
         # Job-array pieces started together may all train it (deterministically): the first one saved wins.
         if not ready():
             store.save_proxy(trained, directory, extra={"key": key, "dataset": run.record})
@@ -259,12 +259,21 @@ class LikeContext(PrepareContext):
         return path.read_bytes()
 
 
+def checkpoint_items(opts: dict) -> list[str]:
+    """--checkpoints A,B,C as its items ([] when it is not given)."""
+    return [s.strip() for s in opts["checkpoints"].split(",")] if opts["checkpoints"] else []
+
+
+def checkpoint_step_numbers(opts: dict) -> list[int]:
+    return [int(s) for s in checkpoint_items(opts) if s.isdigit()]
+
+
 def _trajectory(opts: dict, proxy_dir, fm):
     """The checkpoint models of `loss-trajectory`: --checkpoints (proxy warm-up steps or model specs),
     else the proxy's own warm-up checkpoints."""
     from cluster_curate.io import proxy_store as store
     from cluster_curate.features.models import load_model
-    items = [s.strip() for s in (opts["checkpoints"] or "").split(",") if s.strip()]
+    items = checkpoint_items(opts)
     if not items:
         if proxy_dir is None:
             raise CurateError("--features loss-trajectory with a model other than the proxy needs --checkpoints "

@@ -95,6 +95,10 @@ class ProxyOptions:
         """How many rows the warm-up uses out of n_rows."""
         return min(n_rows, max(self.min_rows, min(self.max_rows, math.ceil(self.sample * n_rows))))
 
+    def checkpoint_steps(self, total: int) -> list[int]:
+        """The warm-up steps whose weights are kept, of `total` steps (evenly spaced, the last is the final one)."""
+        return sorted({max(1, round(total * (i + 1) / self.checkpoints)) for i in range(self.checkpoints)})
+
     def gpt_config(self, vocab_size: int) -> GPTConfig:
         from cluster_curate.features.gpt import GPTConfig
         n_layer, n_head, d_model = SIZES[self.size]
@@ -153,14 +157,25 @@ def example_texts(examples):
 
 # --------------------------------------------------------------------------------------------- training
 
+def check_checkpoint_steps(wanted, kept, whose: str) -> None:
+    """`--checkpoints` step numbers `wanted` that are not among the warm-up checkpoints `kept` are a CurateError
+    (`whose`: what keeps them, e.g. 'the warm-up (4 steps on 128 rows)')."""
+    missing = [s for s in wanted if s not in kept]
+    if missing:
+        raise CurateError(f"--checkpoints {','.join(map(str, missing))}: no such warm-up checkpoint; {whose} keeps "
+                          f"those at step{'s' if len(kept) != 1 else ''} {', '.join(map(str, kept))} "
+                          "(--proxy-steps and --proxy-checkpoints choose them when the proxy is trained)")
+
+
 def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: str | torch.device = "cpu",
-                on_step=None, dataset_rows: int | None = None) -> TrainedProxy:
+                on_step=None, dataset_rows: int | None = None, wanted_steps=()) -> TrainedProxy:
     """Train the tokenizer and the GPT on `examples` (the warm-up sample, already chosen).
 
     Loss: cross-entropy on response tokens (the end token included), AdamW + cosine schedule, batches of
     about `batch_tokens` padded tokens from length-sorted buckets in a seeded random order.
     `on_step(step, total, loss)` is called after each step (progress). `dataset_rows` (the rows the
-    features will be computed on) caps the steps by `options.budget` unless `options.steps` is given."""
+    features will be computed on) caps the steps by `options.budget` unless `options.steps` is given.
+    `wanted_steps` (`--checkpoints`' step numbers) must be among the checkpoints kept: checked before training."""
     import torch
     import torch.nn.functional as F
 
@@ -191,7 +206,9 @@ def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: 
     if opts.steps is None and dataset_rows:
         rows_per_step = len(encoded) / len(batches)
         total = max(1, min(total, int(opts.budget * dataset_rows / 3 / rows_per_step)))
-    keep = sorted({max(1, round(total * (i + 1) / opts.checkpoints)) for i in range(opts.checkpoints)})
+    keep = opts.checkpoint_steps(total)
+    check_checkpoint_steps(wanted_steps, keep, f"the warm-up ({total} step{'s' if total != 1 else ''} on "
+                           f"{len(encoded)} rows)")  # before the training, not after it
     rng = random.Random(opts.seed)
     order: list[int] = []
     checkpoints: dict[int, dict] = {}
