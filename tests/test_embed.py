@@ -609,3 +609,19 @@ def test_sample_ids_names_the_rows_the_streamed_sample_takes(tmp_path):
         streamed = [ex.id for ex in sample(ds, k, seed, PROXY_SALT)]
         assert len(streamed) == k and streamed == sample_ids(ids, k, seed, PROXY_SALT).tolist()
     assert sample_ids(ids, 93, 0, PROXY_SALT).tolist() != sample_ids(ids, 93, 0, PROXY_SALT + 1).tolist()
+
+
+def test_a_warm_up_of_a_few_steps_is_told_with_its_reason_and_what_to_do(tmp_path, cli_runner):
+    """On 50 rows the proxy's budget cap left its warm-up one optimisation step, without a word: a proxy close
+    to a random model. Now a warning says how many steps, why (few rows, --proxy-budget) and what to do; an
+    explicit --proxy-steps is the user's choice and is not warned about."""
+    data = _write_jsonl(tmp_path / "d.jsonl", _rows(50))
+    common = ["--proxy-size", "tiny", "--proxy-vocab", "300", "--max-length", "128", "--features", "gradient"]
+    s = _summary(_run(cli_runner, ["embed", str(data), "--out", str(tmp_path / "e.parquet"), *common, "--json"]))
+    few = [w for w in s["warnings"] if w.startswith("proxy: the warm-up runs only 1 optimisation step, not the ")]
+    assert len(few) == 1, s["warnings"]
+    assert "on 50 rows --proxy-budget 0.15 caps its cost" in few[0] and "--features text" in few[0] \
+        and "--model" in few[0] and "--proxy-steps N" in few[0]
+    s = _summary(_run(cli_runner, ["embed", str(data), "--out", str(tmp_path / "e2.parquet"), *common,
+                                   "--proxy-steps", "3", "--json"]))
+    assert not [w for w in s["warnings"] if "warm-up" in w], s["warnings"]

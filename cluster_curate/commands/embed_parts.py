@@ -169,7 +169,8 @@ def _proxy(run):
             def on_step(step, total, loss):
                 lazy.bar("proxy warm-up", total, "steps").advance(1)
             trained = P.train_proxy(chosen, opts, device=resolve_device(run.device), on_step=on_step,
-                                    dataset_rows=run.parsed, wanted_steps=checkpoint_step_numbers(run.opts))
+                                    dataset_rows=run.parsed, wanted_steps=checkpoint_step_numbers(run.opts),
+                                    warn=console.warn)
         # Job-array pieces started together may all train it (deterministically): the first one saved wins.
         if not ready():
             store.save_proxy(trained, directory, extra={"key": key, "dataset": run.record})

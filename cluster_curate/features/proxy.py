@@ -157,6 +157,25 @@ def example_texts(examples):
 
 # --------------------------------------------------------------------------------------------- training
 
+# A warm-up of fewer optimiser steps leaves the proxy close to its random start: its model features say little.
+FEW_STEPS = 10
+
+
+def _few_steps(total: int, configured: int, rows: int, batches: int, dataset_rows: int | None,
+               opts: ProxyOptions) -> str:
+    steps = f"{total} optimisation step{'s' if total != 1 else ''}"
+    if total < configured:
+        why = (f", not the {configured} of --proxy-epochs {opts.epochs:g} over its {rows}-row sample: on "
+               f"{dataset_rows:,} rows --proxy-budget {opts.budget:g} caps its cost at {opts.budget:.0%} of the "
+               "feature pass")
+    else:
+        why = (f": its {rows}-row sample makes {batches} batch{'es' if batches != 1 else ''} of about "
+               f"{opts.batch_tokens} tokens, x --proxy-epochs {opts.epochs:g}")
+    return (f"proxy: the warm-up runs only {steps}{why}; a proxy this little trained is close to a random model "
+            "and its features say little. With few rows use --features text (no model) or a real model (--model); "
+            "--proxy-steps N trains it longer")
+
+
 def check_checkpoint_steps(wanted, kept, whose: str) -> None:
     """`--checkpoints` step numbers `wanted` that are not among the warm-up checkpoints `kept` are a CurateError
     (`whose`: what keeps them, e.g. 'the warm-up (4 steps on 128 rows)')."""
@@ -168,14 +187,16 @@ def check_checkpoint_steps(wanted, kept, whose: str) -> None:
 
 
 def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: str | torch.device = "cpu",
-                on_step=None, dataset_rows: int | None = None, wanted_steps=()) -> TrainedProxy:
+                on_step=None, dataset_rows: int | None = None, wanted_steps=(), warn=None) -> TrainedProxy:
     """Train the tokenizer and the GPT on `examples` (the warm-up sample, already chosen).
 
     Loss: cross-entropy on response tokens (the end token included), AdamW + cosine schedule, batches of
     about `batch_tokens` padded tokens from length-sorted buckets in a seeded random order.
     `on_step(step, total, loss)` is called after each step (progress). `dataset_rows` (the rows the
     features will be computed on) caps the steps by `options.budget` unless `options.steps` is given.
-    `wanted_steps` (`--checkpoints`' step numbers) must be among the checkpoints kept: checked before training."""
+    `wanted_steps` (`--checkpoints`' step numbers) must be among the checkpoints kept: checked before training.
+    `warn(message)` is told, before training, when the warm-up gets fewer than FEW_STEPS steps it was not asked
+    for (--proxy-steps), and why."""
     import torch
     import torch.nn.functional as F
 
@@ -203,12 +224,15 @@ def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: 
                               lr=opts.lr, betas=(0.9, 0.95))
     batches = plan_batches([e.n_tokens for e in encoded], opts.batch_tokens)
     total = opts.steps if opts.steps is not None else max(1, round(opts.epochs * len(batches)))
+    configured = total
     if opts.steps is None and dataset_rows:
         rows_per_step = len(encoded) / len(batches)
         total = max(1, min(total, int(opts.budget * dataset_rows / 3 / rows_per_step)))
     keep = opts.checkpoint_steps(total)
     check_checkpoint_steps(wanted_steps, keep, f"the warm-up ({total} step{'s' if total != 1 else ''} on "
                            f"{len(encoded)} rows)")  # before the training, not after it
+    if opts.steps is None and total < FEW_STEPS and warn is not None:
+        warn(_few_steps(total, configured, len(encoded), len(batches), dataset_rows, opts))
     rng = random.Random(opts.seed)
     order: list[int] = []
     checkpoints: dict[int, dict] = {}
