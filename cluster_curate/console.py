@@ -41,6 +41,12 @@ def rate_text(per_second: float) -> str:
     return f"{per_second:,.0f}" if per_second >= 9.5 or per_second == 0 else f"{per_second:.2g}"
 
 
+def counted(n, noun: str, plural: str | None = None) -> str:
+    """`1 row`, `2 rows`, `1,234 rows`: a count with its noun in the number it takes (`plural` when adding an s
+    is wrong: counted(n, "batch", "batches"))."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def warn(message: str) -> None:
     WARNINGS.append(message)
     _err.print(f"[yellow]WARNING:[/yellow] {escape(message)}")

@@ -272,7 +272,9 @@ def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
     lines = [f"# `{data_file(tgt)}` for {tgt.name}", ""]
     if tgt.layout:
         how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
-        lines += [f"Planned for {n} ranks × micro-batch {m} = {n * m} rows per step, {steps} steps. The file is "
+        from cluster_curate.console import counted
+        lines += [f"Planned for {counted(n, 'rank')} × micro-batch {m} = {counted(n * m, 'row')} per step, "
+                  f"{counted(steps, 'step')}. The file is "
                   f"{tgt.layout}-interleaved, for a trainer that deals {how}: run it on exactly {n} processes with "
                   f"a per-device batch size of {m}, without shuffling, and rank r reads exactly shard r in order.",
                   "", "Check that it did: log each rank's ids (`cluster_curate.loader.ConsumedLog`, or the HF "

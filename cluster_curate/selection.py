@@ -226,8 +226,10 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     elif mode == "per-cluster-ratio":
         quotas, notes = ratio_quotas(available, per_cluster_ratio), []
         if quotas.sum() == 0:
+            from cluster_curate.console import counted
             raise CurateError(f"--per-cluster-ratio {per_cluster_ratio} keeps 0 rows: the smallest cluster has "
-                              f"{int(available[available > 0].min())} rows; raise the ratio or use --fraction")
+                              f"{counted(int(available[available > 0].min()), 'row')}; raise the ratio or use "
+                              "--fraction")
     else:
         requested, quotas, notes = _row_quotas(mode, n, order, clusters, available, dropped, fraction, budget,
                                                balance_power, groups, kinds)
@@ -331,8 +333,9 @@ def _token_quotas(mode: str, order: np.ndarray, clusters: np.ndarray, tokens: np
     requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, counted_by)
     left = int(tokens[order].sum())
     if requested > left:
-        notes.append(f"token budget of {requested:,} is larger than the {left:,} tokens left after "
-                     f"removing {dropped} near-duplicates: selecting all of them")
+        from cluster_curate.console import counted
+        notes.append(f"token budget of {requested:,} is larger than the {counted(left, 'token')} left after "
+                     f"removing {counted(dropped, 'near-duplicate')}: selecting all of them")
     quotas = token_water_fill(order, clusters, tokens, available, min(requested, left), balance_power, groups,
                               kinds)
     if quotas.sum() == 0:
@@ -349,9 +352,10 @@ def _row_quotas(mode: str, n: int, order: np.ndarray, clusters: np.ndarray, avai
     n_available = int(available.sum())
     requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
     if requested > n_available:
-        what = f"the {n_available} rows left after removing {dropped} near-duplicates" if dropped else \
-            f"the {n_available} rows of the data"
-        notes.append(f"budget of {requested} rows is larger than {what}: selecting all of them")
+        from cluster_curate.console import counted
+        what = f"the {counted(n_available, 'row')} left after removing {counted(dropped, 'near-duplicate')}" \
+            if dropped else f"the {counted(n_available, 'row')} of the data"
+        notes.append(f"budget of {counted(requested, 'row')} is larger than {what}: selecting all of them")
     if kinds is not None:  # three levels, the top one weighted: the water-filling's own sequence, cut at the budget
         seq = take_sequence(order, clusters, np.ones(len(clusters), dtype=np.int64), balance_power, groups, kinds)
         quotas = np.bincount(clusters[seq[:min(requested, n_available)]], minlength=len(available)).astype(np.int64)

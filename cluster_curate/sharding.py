@@ -628,18 +628,19 @@ def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: in
     to the largest (rounded up) with repeats of its own first rows."""
     clusters = np.asarray(clusters)
     labels, inv, counts = cluster_index(clusters)
+    from cluster_curate.console import counted
     if labels.shape[0] != num_shards:
         raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters as "
-                          f"shards: the selection has {labels.shape[0]} clusters and --num-shards is {num_shards} "
-                          f"(cluster with --k {num_shards})")
+                          f"shards: the selection has {counted(labels.shape[0], 'cluster')} and --num-shards is "
+                          f"{num_shards} (cluster with --k {num_shards})")
     _check_sizes(clusters.shape[0], num_shards, micro_batch_size)
     if remainder not in REMAINDERS:
         raise CurateError(f"--remainder must be one of {', '.join(REMAINDERS)} (got {remainder!r})")
     m = micro_batch_size
     per_rank = (counts.min() // m) * m if remainder == "drop" else -(-counts.max() // m) * m
     if per_rank == 0:
-        raise CurateError(f"--allocation paper: the smallest cluster has {counts.min()} rows, fewer than one "
-                          f"micro-batch of {m}; use --remainder wrap or a smaller --micro-batch-size")
+        raise CurateError(f"--allocation paper: the smallest cluster has {counted(int(counts.min()), 'row')}, fewer "
+                          f"than one micro-batch of {m}; use --remainder wrap or a smaller --micro-batch-size")
     rng = np.random.default_rng(seed)
     members = np.argsort(inv, kind="stable")
     starts = np.concatenate(([0], np.cumsum(counts)))

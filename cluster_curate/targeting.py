@@ -285,7 +285,9 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
         requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
         take = min(requested, n)
         if requested > n:
-            notes.append(f"budget of {requested} rows is larger than the {n} rows of the data: selecting all of them")
+            from cluster_curate.console import counted
+            notes.append(f"budget of {counted(requested, 'row')} is larger than the {counted(n, 'row')} of the data: "
+                         "selecting all of them")
         n_relevant = n if w == 0 else min(n, math.ceil(take / w - 1e-9))
     relevant_mask = rank < n_relevant
     sizes = np.bincount(clusters, minlength=k).astype(np.int64)

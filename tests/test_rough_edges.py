@@ -205,3 +205,33 @@ def test_select_within_answers_says_pass_data_once_and_not_to_one_who_passed_it(
     assert r.stderr.rstrip().endswith("pass --data DATA (--within answers reads the rows' responses)"), r.stderr
     r = _cli(*sel, "--data", "missing.jsonl", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr == "ERROR: missing.jsonl: no such file or directory\n", r.stderr
+
+
+def test_counts_of_one_read_in_the_singular_on_small_data(tmp_path, cli_runner):
+    """On small data the summaries and messages said '1 groups of clusters', '1 kinds of groups', 'the smallest
+    cluster has 1 rows', a trainer's README 'Planned for 1 ranks ... 1 rows per step, 1 steps'."""
+    import re
+
+    import numpy as np
+
+    from cluster_curate.cli import main
+    from cluster_curate.errors import CurateError
+    from cluster_curate.sharding import paper_allocation
+    data = tmp_path / "small.jsonl"
+    data.write_text("".join(GSM.read_text().splitlines(keepends=True)[:20]))
+    r = cli_runner.invoke(main, ["run", str(data), "--out", str(tmp_path / "p"), "--features", "text", "--dim", "8",
+                                 "--k", "1", "--budget", "1", "--num-shards", "1", "--micro-batch-size", "1"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(re.sub(r"[│┃]", " ", r.stdout).split())
+    assert "1 group of clusters (average linkage" in text and "1 kind of groups" in text
+    assert "over 1 group of clusters first" in text
+    assert not re.search(r"\b1 (groups|kinds)\b", text), text  # (a table's key follows its value: '1 rows per shard')
+    with pytest.raises(CurateError, match="the smallest cluster has 1 row, fewer than one micro-batch of 2"):
+        paper_allocation(np.array([0, 0, 0, 1]), 2, 2)
+    with pytest.raises(CurateError, match="the selection has 1 cluster and --num-shards is 2"):
+        paper_allocation(np.zeros(4, dtype=np.int64), 2, 1)
+    r = cli_runner.invoke(main, ["export", str(tmp_path / "p" / "shards"), "--for", "trl", "--data", str(data),
+                                 "--out", str(tmp_path / "trl")])
+    assert r.exit_code == 0, r.output
+    readme = (tmp_path / "trl" / "README.md").read_text()
+    assert "Planned for 1 rank × micro-batch 1 = 1 row per step, 1 step." in readme, readme

@@ -344,7 +344,7 @@ def _summary(o, r, group_of, groups_rule, kind_of_group, no_kinds, out, centroid
                                      f"{split['min_similarity']:.4f})") if split else
                                     "no (--no-split-mixed)" if r["k_rule"] != "given" else "no (a given --k is kept)"),
         "normalisation": r["norm"]["normalisation"],
-        "trained_on_rows": Shown(int(res.sample_size), f"{res.sample_size} rows "
+        "trained_on_rows": Shown(int(res.sample_size), f"{console.counted(res.sample_size, 'row')} "
                                  f"({'all' if res.sample_size == n else f'{res.sample_size / n:.1%}'})", "trained on"),
         "iterations": o["iters"], "seed": o["seed"], "device": r["device"],
         "objective": Shown(round(res.objective, 5), label="objective (mean cosine)"),
@@ -356,21 +356,22 @@ def _summary(o, r, group_of, groups_rule, kind_of_group, no_kinds, out, centroid
     }
     if group_of is not None:
         group_sizes = np.bincount(group_of, weights=res.sizes).astype(int)
-        summary["groups"] = Shown(len(group_sizes), f"{len(group_sizes)} groups of clusters (average linkage of the "
-                                  f"centroids; {groups_rule}), rows per group min / median / max "
-                                  f"{group_sizes.min()} / {np.median(group_sizes):g} / {group_sizes.max()}")
+        summary["groups"] = Shown(len(group_sizes), f"{console.counted(len(group_sizes), 'group')} of clusters "
+                                  f"(average linkage of the centroids; {groups_rule}), rows per group min / median / "
+                                  f"max {group_sizes.min()} / {np.median(group_sizes):g} / {group_sizes.max()}")
         summary["groups_rule"] = Shown(groups_rule, hidden=True)  # in the groups line above
         summary["rows_per_group"] = Shown({"min": int(group_sizes.min()), "median": float(np.median(group_sizes)),
                                            "max": int(group_sizes.max())}, hidden=True)
     if kind_of_group is not None:
         n_kinds = int(kind_of_group.max()) + 1
-        summary["kinds"] = Shown(n_kinds, f"{n_kinds} kinds of groups ({AK.KINDS_RULE}); "
-                               f"{len(kind_of_group) - n_kinds} groups joined into another's kind")
+        summary["kinds"] = Shown(n_kinds, f"{console.counted(n_kinds, 'kind')} of groups ({AK.KINDS_RULE}); "
+                               f"{console.counted(len(kind_of_group) - n_kinds, 'group')} joined into another's kind")
         summary["groups_joined"] = Shown(len(kind_of_group) - n_kinds, hidden=True)
     else:
         summary["kinds_why_not"] = Shown(no_kinds, f"none: every group is a kind of its own ({no_kinds})", "kinds")
     if res.cap is not None:
-        summary["size_cap"] = Shown(int(res.cap), f"{res.cap} rows (--max-size-factor {o['max_size_factor']})")
+        summary["size_cap"] = Shown(int(res.cap),
+                                    f"{console.counted(res.cap, 'row')} (--max-size-factor {o['max_size_factor']})")
         summary["moved_by_the_cap"] = res.moved
         summary["objective_before_the_cap"] = round(res.objective_uncapped, 5)
     summary["centroids"] = str(centroids_file)

@@ -179,7 +179,8 @@ def _proxy(run):
         import gc
         gc.collect()
         release_free_memory()  # the sample and the tokenizer trainer's buffers, before the feature pass
-        console.info(f"proxy: trained on {trained.log['rows']} rows, {trained.log['steps']} steps in "
+        console.info(f"proxy: trained on {console.counted(trained.log['rows'], 'row')}, "
+                     f"{console.counted(trained.log['steps'], 'step')} in "
                      f"{seconds[0]:.1f}s (tokenizer {trained.log['tokenizer_seconds']:.1f}s, loss "
                      f"{trained.log['loss_first']:.2f} -> {trained.log['loss_last10']:.2f}); saved to {directory}")
 

@@ -6,6 +6,7 @@ import math
 import time
 from pathlib import Path
 
+from cluster_curate.console import counted
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, Argument, CommandSpec, Option, cli_defaulted, read_options,
@@ -218,7 +219,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
             "budget": lambda: min(data_rows, int(s["budget"])),
             "per-cluster-ratio": lambda: math.ceil(s["per_cluster_ratio"] * data_rows),
             "token-budget": lambda: data_rows, "token-fraction": lambda: data_rows}[mode]()
-    budget = f"--{mode} {s[mode.replace('-', '_')]} of {data_rows:,} rows"
+    budget = f"--{mode} {s[mode.replace('-', '_')]} of {counted(data_rows, 'row')}"
     if words:  # the tokens select will count: what the budget can buy is known now, not after embed
         word_counts = np.concatenate(word_counts) if word_counts else np.zeros(0, dtype=np.int64)
         requested = token_budget_for(int(word_counts.sum()), s["token_budget"], s["token_fraction"], N_TOKENS_WORDS)
@@ -236,7 +237,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         from cluster_curate.clustering import auto_k
         k = auto_k(data_rows) if c.get("k") in (None, "auto") else int(c["k"])
         if k != h["num_shards"]:
-            given = f"--k {k}" if c.get("k") not in (None, "auto") else f"--k auto gives {k} clusters here"
+            given = f"--k {k}" if c.get("k") not in (None, "auto") else f"--k auto gives {counted(k, 'cluster')} here"
             raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters "
                               f"as shards: {given} and --num-shards is {h['num_shards']}; pass --k {h['num_shards']}")
     _check_one_step(h, most, f"{budget} selects at most {most:,}")
@@ -303,7 +304,7 @@ def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
         for (name, share), n, origin in zip(floors.items(), (d.num_rows() for d in ds.datasets), low_from):
             if math.ceil(share * budget_rows) > n:
                 raise CurateError(f"source {name}: its floor is {math.ceil(share * budget_rows):,} rows "
-                                  f"({share:g} of {budget_rows:,}, {origin}) and it has only {int(n):,} rows")
+                                  f"({share:g} of {budget_rows:,}, {origin}) and it has only {counted(int(n), 'row')}")
 
 
 def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:
@@ -317,7 +318,8 @@ def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:
     rows, dropped = meta.rows, int((meta.params.get("exact_duplicates") or {}).get("dropped") or 0)
     # preflight counted the rows of the data: where copies of other rows were left out, the step's shortfall is theirs
     left = meta.params.get("rows")
-    of = f" of the {int(left):,} rows left after {dropped:,} exact duplicates" if dropped and left is not None else ""
+    of = (f" of the {counted(int(left), 'row')} left after {counted(dropped, 'exact duplicate')}"
+          if dropped and left is not None else "")
     _check_one_step(opts, rows, f"--{budget.replace('_', '-')} {opts[budget]} selected {rows:,}{of} (the embeddings "
                                 "and clusters are kept for the rerun)")
 

@@ -762,6 +762,7 @@ def _params(o, mode, sel, c, x) -> dict:
 def _summary(o, mode, sel, c, x, out) -> dict:
     import numpy as np
 
+    from cluster_curate import console
     from cluster_curate.console import Shown, line
     n, chosen = len(c.ids), len(sel.rows)
     value = o[mode.replace("-", "_")]
@@ -786,16 +787,19 @@ def _summary(o, mode, sel, c, x, out) -> dict:
         summary["within_auto"] = Shown(x["auto"], hidden=True)  # shown in the `within` line
     if mode == "per-cluster-ratio":
         m, r = int(sel.available[sel.available > 0].min()), o["per_cluster_ratio"]
-        summary["rule"] = (f"floor({r} x smallest cluster {m}) = {int(q.max())} rows per cluster: "
-                           f"{chosen / n:.1%} of the data (below {r:g}: clusters are larger than the smallest)")
+        summary["rule"] = (f"floor({r} x smallest cluster {m}) = {console.counted(int(q.max()), 'row')} per "
+                           f"cluster: {chosen / n:.1%} of the data (below {r:g}: clusters are larger than the "
+                           "smallest)")
     else:
         summary["balance_power"] = o["balance_power"]
         if c.kinds is not None:
-            summary["quotas"] = (f"over {len(c.kinds.weight)} kinds of groups first (a kind of m groups: "
-                                 f"m^{c.meta.params.get('kind_power')} of a group's share), then over the "
-                                 f"{max(c.groups) + 1} groups inside each, then the clusters inside each")
+            summary["quotas"] = (f"over {console.counted(len(c.kinds.weight), 'kind')} of groups first (a kind of m "
+                                 f"groups: m^{c.meta.params.get('kind_power')} of a group's share), then over the "
+                                 f"{console.counted(max(c.groups) + 1, 'group')} inside each, then the clusters inside "
+                                 "each")
         elif c.groups is not None:
-            summary["quotas"] = f"over {max(c.groups) + 1} groups of clusters first, then the clusters inside each"
+            summary["quotas"] = (f"over {console.counted(max(c.groups) + 1, 'group')} of clusters first, then the "
+                                 "clusters inside each")
     if o["dedup"] is not None:
         summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped), f"{sel.dedup_dropped} (cosine > {o['dedup']})",
                                                    "near-duplicates dropped")

@@ -96,9 +96,9 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     repeats = int(plan.wrapped.sum())
     if repeats > 0.05 * len(sel.ids):  # a few repeats fill the last step; many change the data's mix
         from cluster_curate import console
-        console.warn(f"--remainder wrap repeats {repeats:,} rows ({repeats / len(sel.ids):.0%} of the {len(sel.ids):,} "
-                     f"selected) to fill whole steps of {o['num_shards']} × {o['micro_batch_size']}: fewer shards, a "
-                     "smaller micro-batch or a larger budget repeat fewer")
+        console.warn(f"--remainder wrap repeats {console.counted(repeats, 'row')} ({repeats / len(sel.ids):.0%} of "
+                     f"the {len(sel.ids):,} selected) to fill whole steps of {o['num_shards']} × "
+                     f"{o['micro_batch_size']}: fewer shards, a smaller micro-batch or a larger budget repeat fewer")
     weights = parts.cluster_weights(o, selection, sel)
     t_stream = time.monotonic()
     params = _params(o, token_source)
