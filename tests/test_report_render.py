@@ -146,3 +146,16 @@ def test_rows_with_other_columns_keep_each_value_under_its_own_header(capsys):
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
     cells = [[c.strip() for c in line.strip("│").split("│")] for line in lines[1:]]
     assert cells == [["1", "2", ""], ["3", "", ""], ["4", "5", "9"]]
+
+
+def test_report_prints_token_counts_as_whole_numbers(cli_runner, tmp_path):
+    """`report` showed the token lengths of the embeddings as 'p50 88.0, ..., max 201.0': whole counts are now
+    printed (and given in --json) as integers, as `inspect` gives them; the mean keeps one decimal."""
+    from cluster_curate.commands.report import describe
+    out = tmp_path / "e.parquet"
+    r = cli_runner.invoke(main, ["embed", str(GSM), "--out", str(out), "--features", "text", "--dim", "8", "-q"])
+    assert r.exit_code == 0, r.output
+    (_, data, _), = describe({"embeddings": out})
+    shown = data["n_tokens"]
+    assert re.fullmatch(r"mean \d+\.\d, p50 \d+, p95 \d+, max \d+", shown.text), shown.text
+    assert all(isinstance(shown.value[k], int) for k in ("p50", "p95", "max")), shown.value

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from cluster_curate.console import Shown
 from cluster_curate.errors import CurateError
@@ -146,12 +147,15 @@ def _describe_embeddings(path: Path, sections: list) -> None:
     model = p.get("model")
     data["model"] = Shown(model, model or "none (no model feature)")  # the text feature has no model
     for col in table.column_names:
+        counts = pa.types.is_integer(table.schema.field(col).type)  # token counts: whole numbers, as inspect's
         v = table.column(col).to_numpy(zero_copy_only=False).astype(float)
         v = v[np.isfinite(v)]
         if v.size:
             stats = {"mean": v.mean(), "p50": np.median(v), "p95": np.percentile(v, 95), "max": v.max()}
-            data[col] = Shown({k: round(float(x), 4) for k, x in stats.items()},
-                              ", ".join(f"{k} {x:.1f}" for k, x in stats.items()), col)
+            stats = {k: int(round(float(x))) if counts and k != "mean" else round(float(x), 4)
+                     for k, x in stats.items()}
+            data[col] = Shown(stats, ", ".join(f"{k} {x}" if isinstance(x, int) else f"{k} {x:.1f}"
+                                               for k, x in stats.items()), col)
     sections.append(("embeddings", data, None))
 
 
