@@ -293,6 +293,9 @@ CASES = [
                                      "paper"], "--k auto gives 11 clusters here and --num-shards is 2; pass --k 2"),
     # ---- report and inspect
     ("export-missing-for", ["export", "p/shards", "--out", "e"], "Missing option '--for'. Choose from: hf, trl"),
+    ("export-data-for-a-trainer", ["export", "p/shards", "--for", "trl", "--out", "e", "--data", "data.jsonl"],
+     "--data is only used by --for jsonl|parquet (the data of the selected rows left over from the shards); --for "
+     "trl writes the shards' rows: leave --data out"),  # was ignored
     ("export-world-size-zero", ["export", "p/shards", "--for", "trl", "--out", "e", "--world-size", "0"],
      "Invalid value for '--world-size': 0 is not in the range x>=1"),  # was told to re-run shard --num-shards 0
     ("verify-missing-log", ["verify", "p/shards"], "Missing option '--log'"),

@@ -230,7 +230,7 @@ def test_counts_of_one_read_in_the_singular_on_small_data(tmp_path, cli_runner):
         paper_allocation(np.array([0, 0, 0, 1]), 2, 2)
     with pytest.raises(CurateError, match="the selection has 1 cluster and --num-shards is 2"):
         paper_allocation(np.zeros(4, dtype=np.int64), 2, 1)
-    r = cli_runner.invoke(main, ["export", str(tmp_path / "p" / "shards"), "--for", "trl", "--data", str(data),
+    r = cli_runner.invoke(main, ["export", str(tmp_path / "p" / "shards"), "--for", "trl",
                                  "--out", str(tmp_path / "trl")])
     assert r.exit_code == 0, r.output
     readme = (tmp_path / "trl" / "README.md").read_text()

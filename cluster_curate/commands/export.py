@@ -34,6 +34,10 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
 
     o = resolve(OPTIONS, dict(options, trainer=trainer, out=out), "export")
     tgt = layouts.target(trainer)
+    if o["data"] and tgt.columns != "source":  # else silently ignored: the shards hold every row this layout writes
+        sources = ", ".join(t.name for t in layouts.TARGETS.values() if t.columns == "source")
+        raise CurateError(f"--data is only used by --for {sources.replace(', ', '|')} (the data of the selected rows "
+                          f"left over from the shards); --for {tgt.name} writes the shards' rows: leave --data out")
     manifest = read_manifest(shards)
     layouts.check_job(manifest, o["world_size"], o["micro_batch_size"], str(shards))
     from cluster_curate.io.artifacts import EXPORT, check_writable, output_inputs
