@@ -198,6 +198,11 @@ CASES = [
     ("select-out-file-as-folder", ["select", "p/clusters.parquet", "--out", "data.jsonl/s.parquet", "--fraction",
                                    "0.3"], "is a file, not a directory"),
     ("select-missing-argument", ["select"], "Missing argument 'CLUSTERS'"),
+    ("select-target-no-budget", ["select", "p/clusters.parquet", "--out", "s.parquet", "--target", "small.jsonl"],
+     "--target spends a budget: give one of --fraction F, --budget N (rows), or --token-budget T or "
+     "--token-fraction F (tokens)"),  # named --per-cluster-ratio, which --target refuses
+    ("run-target-no-budget", ["run", "data.jsonl", "--out", "r", *FAST, *SHARD, "--target", "small.jsonl"],
+     "--target spends a budget: give one of --fraction F, --budget N (rows), or --token-budget T"),
     ("select-target-with-a-floor", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
                                     "--target", "other.json", "--source-min-share", "0.2"],
      "--source-min-share / --source-max-share: the data is not a mixture (one input)"),

@@ -319,6 +319,11 @@ def _check(o: dict):
     from cluster_curate import selection as S
     from cluster_curate.budget_sequence import check_token_budget_args
     mode = check_token_budget_args(o["token_budget"], o["token_fraction"])
+    if mode is None and o["target"] is not None and all(o[b] is None for b in ("fraction", "budget",
+                                                                                "per_cluster_ratio")):
+        # not check_budget_args' list, which names --per-cluster-ratio: --target refuses it
+        raise CurateError("--target spends a budget: give one of --fraction F, --budget N (rows), or "
+                          "--token-budget T or --token-fraction F (tokens)")
     if mode is None:
         mode = S.check_budget_args(o["fraction"], o["budget"], o["per_cluster_ratio"])
     else:
