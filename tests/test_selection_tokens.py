@@ -169,3 +169,47 @@ def test_select_command_token_budget_on_gsm8k(tmp_path, cli_runner):
     res = _cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s4.parquet", "--token-budget",
                             10 ** 9], code=2)
     assert "is larger than the data's" in res.output and res.output.count("ERROR") == 1
+
+
+def test_run_tokenizer_counts_tokens_once_and_shard_reuses_selects_counts(cli_runner, tmp_path, monkeypatch):
+    """`run --tokenizer T` counted every selected row's tokens twice: at select (its n_tokens column) and again at
+    shard. shard now reuses select's counts when they were made by the same, unchanged tokenizer; the shards and
+    manifest are those a second count gives. A tokenizer changed since is counted again."""
+    import json
+    import os
+
+    import pyarrow.parquet as pq
+
+    from cluster_curate.commands import common
+    from conftest import FIXTURES
+
+    tok_dir = tmp_path / "tok"
+    build_tokenizer(chat_template=True).save_pretrained(tok_dir)
+    passes = []
+    real = common.count_tokens_pass
+
+    def counting(ds, ids, tokenizer_path, label, *a, **k):
+        passes.append(label)
+        return real(ds, ids, tokenizer_path, label, *a, **k)
+    monkeypatch.setattr(common, "count_tokens_pass", counting)
+    data = FIXTURES / "gsm8k" / "train-300.jsonl"
+    _cli(cli_runner, ["run", data, "--out", tmp_path / "p", "--features", "text", "--dim", "16", "--k", "6",
+                      "--token-fraction", "0.3", "--tokenizer", tok_dir, "--num-shards", "2",
+                      "--micro-batch-size", "2", "-q"])
+    assert passes == ["select: count tokens"]  # not "shard: count tokens" as well
+    manifest = json.loads((tmp_path / "p" / "shards" / "manifest.json").read_text())
+    assert manifest["params"]["token_source"] == f"tokenizer {tok_dir}"
+    # the same as counting again: a tokenizer touched since (its stamp changed) is counted again, same numbers
+    for f in tok_dir.iterdir():
+        os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10 ** 9))
+    _cli(cli_runner, ["shard", tmp_path / "p" / "selection.parquet", "--data", data, "--out", tmp_path / "again",
+                      "--tokenizer",
+                      tok_dir, "--num-shards", "2", "--micro-batch-size", "2", "-q"])
+    assert passes == ["select: count tokens", "shard: count tokens"]
+    again = json.loads((tmp_path / "again" / "manifest.json").read_text())
+    def same(m):  # the files' byte hashes cover their footers, which name the output
+        return {k: v for k, v in m.items() if k != "inputs"} | {"files": [{**f, "sha256": None} for f in m["files"]]}
+    assert same(again) == same(manifest)
+    shards = sorted(p.name for p in (tmp_path / "p" / "shards").iterdir() if p.suffix == ".parquet")
+    assert shards and all(pq.read_table(tmp_path / "p" / "shards" / f).equals(pq.read_table(tmp_path / "again" / f))
+                          for f in shards)

@@ -70,6 +70,17 @@ def check_tokenizer_path(path: str | None) -> None:
                           "tokenizer or model directory, as written by save_pretrained, or a .gguf model)")
 
 
+def tokenizer_stamp(path: str) -> str:
+    """A tokenizer's files told apart cheaply (where they are, their names, sizes and modification times; a .gguf
+    file's own): select records it beside the counts it made, and shard reuses those while it is unchanged."""
+    from pathlib import Path
+
+    from cluster_curate.io.artifacts import stable_hash
+    p = Path(path).resolve()
+    files = [p] if p.is_file() else sorted(f for f in p.iterdir() if f.is_file())
+    return stable_hash([str(p)] + [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+
+
 def load_tokenizer(path: str):
     """A local tokenizer: a Hugging Face tokenizer or model directory, or the tokenizer inside a .gguf file (the
     same file `embed --model` takes)."""

@@ -705,6 +705,9 @@ def _add_token_figures(params: dict, o: dict, x: dict, tokens, sel, mode: str) -
     if tokens is not None and (mode in TOKEN_MODES or o["tokenizer"]):
         params["tokens"] = {"counted_by": x["counted_by"], "total": sel.tokens_total,
                             "requested": sel.tokens_requested, "selected": sel.tokens_selected}
+        if o["tokenizer"]:  # shard --tokenizer (run passes it) reuses the n_tokens column while it is unchanged
+            from cluster_curate.commands.common import tokenizer_stamp
+            params["tokens"]["tokenizer_stamp"] = tokenizer_stamp(o["tokenizer"])
 
 
 def _target_budget(o: dict, mode: str, n: int, tokens, counted_by: str | None) -> int:

@@ -20,6 +20,9 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
     tokenizer, embeddings = o["tokenizer"], o["embeddings"]
     if not tokenizer and not embeddings and sel.n_tokens is not None:
         return sel.n_tokens, "selection n_tokens"
+    if tokenizer and sel.n_tokens is not None and _counted_by(sel.meta.params, tokenizer):
+        console.info(f"token counts: the selection's n_tokens, counted by --tokenizer {tokenizer} (unchanged since)")
+        return sel.n_tokens, f"tokenizer {tokenizer}"  # what counting them again here would give, and say
     if not tokenizer:
         candidates = [embeddings] if embeddings else []
         if not embeddings:  # the embeddings this selection descends from, when still there and unchanged
@@ -47,6 +50,15 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
     console.warn("no token counts in the selection or its embeddings and no --tokenizer: balancing on "
                  "whitespace-separated words (recorded in the manifest as token_source)")
     return tokens, "whitespace words (no n_tokens, embeddings or --tokenizer)"
+
+
+def _counted_by(params: dict, tokenizer: str) -> bool:
+    """Whether select counted the selection's n_tokens with this --tokenizer, whose files have not changed since
+    (`run --tokenizer T` passes T to both: counting every selected row again here gave the same numbers)."""
+    from cluster_curate.commands.common import tokenizer_stamp
+    t = params.get("tokens") or {}
+    return (t.get("counted_by") == f"tokenizer {tokenizer} (exact)" and t.get("tokenizer_stamp") is not None
+            and t["tokenizer_stamp"] == tokenizer_stamp(tokenizer))
 
 
 @dataclass
