@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.cells import cell_len
 from rich.table import Table
 
+from cluster_curate.errors import counted  # noqa: F401  (commands word their summaries with console.counted)
 from cluster_curate.io.artifacts import json_default
 
 # Set once by the CLI from --quiet / --json; stages only call progress() and info().
@@ -39,12 +40,6 @@ def rate_text(per_second: float) -> str:
     """A rate as read at a glance: whole numbers from 10 up, 2 significant digits below (a slow model's 0.43
     rows/s is not 0)."""
     return f"{per_second:,.0f}" if per_second >= 9.5 or per_second == 0 else f"{per_second:.2g}"
-
-
-def counted(n, noun: str, plural: str | None = None) -> str:
-    """`1 row`, `2 rows`, `1,234 rows`: a count with its noun in the number it takes (`plural` when adding an s
-    is wrong: counted(n, "batch", "batches"))."""
-    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def warn(message: str) -> None:

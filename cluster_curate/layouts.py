@@ -30,7 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 from cluster_curate.io.formats import RecordError, resolve_fields, to_example
 from cluster_curate.loader import interleaved_order
@@ -272,7 +272,6 @@ def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
     lines = [f"# `{data_file(tgt)}` for {tgt.name}", ""]
     if tgt.layout:
         how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
-        from cluster_curate.console import counted
         lines += [f"Planned for {counted(n, 'rank')} × micro-batch {m} = {counted(n * m, 'row')} per step, "
                   f"{counted(steps, 'step')}. The file is "
                   f"{tgt.layout}-interleaved, for a trainer that deals {how}: run it on exactly {n} processes with "

@@ -19,7 +19,7 @@ import numpy as np
 
 from cluster_curate.budget_sequence import TOKEN_MODES, Kinds, check_token_budget_args, source_bounded_rows, \
     take_sequence, token_budget_for, token_water_fill
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 from cluster_curate.within_orders import WITHIN, dedup_within_cluster, order_within_cluster
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
@@ -226,7 +226,6 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     elif mode == "per-cluster-ratio":
         quotas, notes = ratio_quotas(available, per_cluster_ratio), []
         if quotas.sum() == 0:
-            from cluster_curate.console import counted
             raise CurateError(f"--per-cluster-ratio {per_cluster_ratio} keeps 0 rows: the smallest cluster has "
                               f"{counted(int(available[available > 0].min()), 'row')}; raise the ratio or use "
                               "--fraction")
@@ -333,7 +332,6 @@ def _token_quotas(mode: str, order: np.ndarray, clusters: np.ndarray, tokens: np
     requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, counted_by)
     left = int(tokens[order].sum())
     if requested > left:
-        from cluster_curate.console import counted
         notes.append(f"token budget of {requested:,} is larger than the {counted(left, 'token')} left after "
                      f"removing {counted(dropped, 'near-duplicate')}: selecting all of them")
     quotas = token_water_fill(order, clusters, tokens, available, min(requested, left), balance_power, groups,
@@ -352,7 +350,6 @@ def _row_quotas(mode: str, n: int, order: np.ndarray, clusters: np.ndarray, avai
     n_available = int(available.sum())
     requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
     if requested > n_available:
-        from cluster_curate.console import counted
         what = f"the {counted(n_available, 'row')} left after removing {counted(dropped, 'near-duplicate')}" \
             if dropped else f"the {counted(n_available, 'row')} of the data"
         notes.append(f"budget of {counted(requested, 'row')} is larger than {what}: selecting all of them")

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 from cluster_curate.registry import Registry
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
@@ -628,7 +628,6 @@ def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: in
     to the largest (rounded up) with repeats of its own first rows."""
     clusters = np.asarray(clusters)
     labels, inv, counts = cluster_index(clusters)
-    from cluster_curate.console import counted
     if labels.shape[0] != num_shards:
         raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters as "
                           f"shards: the selection has {counted(labels.shape[0], 'cluster')} and --num-shards is "

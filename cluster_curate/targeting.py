@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster_curate.budget_sequence import check_token_budget_args, take_sequence, token_budget_for
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 from cluster_curate.selection import check_budget_args, fraction_budget, water_fill_quotas, weighted_quotas
 from cluster_curate.within_orders import random_keys
 
@@ -285,7 +285,6 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
         requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
         take = min(requested, n)
         if requested > n:
-            from cluster_curate.console import counted
             notes.append(f"budget of {counted(requested, 'row')} is larger than the {counted(n, 'row')} of the data: "
                          "selecting all of them")
         n_relevant = n if w == 0 else min(n, math.ceil(take / w - 1e-9))

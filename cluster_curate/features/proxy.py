@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 
 if TYPE_CHECKING:  # torch is imported where a proxy is trained or loaded: `embed --features text` needs none
     import torch
@@ -163,13 +163,13 @@ FEW_STEPS = 10
 
 def _few_steps(total: int, configured: int, rows: int, batches: int, dataset_rows: int | None,
                opts: ProxyOptions) -> str:
-    steps = f"{total} optimisation step{'s' if total != 1 else ''}"
+    steps = counted(total, "optimisation step")
     if total < configured:
         why = (f", not the {configured} of --proxy-epochs {opts.epochs:g} over its {rows}-row sample: on "
                f"{dataset_rows:,} rows --proxy-budget {opts.budget:g} caps its cost at {opts.budget:.0%} of the "
                "feature pass")
     else:
-        why = (f": its {rows}-row sample makes {batches} batch{'es' if batches != 1 else ''} of about "
+        why = (f": its {rows}-row sample makes {counted(batches, 'batch', 'batches')} of about "
                f"{opts.batch_tokens} tokens, x --proxy-epochs {opts.epochs:g}")
     return (f"proxy: the warm-up runs only {steps}{why}; a proxy this little trained is close to a random model "
             "and its features say little. With few rows use --features text (no model) or a real model (--model); "
@@ -229,8 +229,8 @@ def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: 
         rows_per_step = len(encoded) / len(batches)
         total = max(1, min(total, int(opts.budget * dataset_rows / 3 / rows_per_step)))
     keep = opts.checkpoint_steps(total)
-    check_checkpoint_steps(wanted_steps, keep, f"the warm-up ({total} step{'s' if total != 1 else ''} on "
-                           f"{len(encoded)} rows)")  # before the training, not after it
+    check_checkpoint_steps(wanted_steps, keep, f"the warm-up ({counted(total, 'step')} on "
+                           f"{counted(len(encoded), 'row')})")  # before the training, not after it
     if opts.steps is None and total < FEW_STEPS and warn is not None:
         warn(_few_steps(total, configured, len(encoded), len(batches), dataset_rows, opts))
     rng = random.Random(opts.seed)
