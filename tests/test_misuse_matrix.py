@@ -152,6 +152,8 @@ CASES = [
      "--device cuda is not used by --features text (no model or encoder runs)"),  # was ignored
     ("embed-dtype-text-only", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "text", "--dtype",
                                "bfloat16"], "--dtype bfloat16 is not used by --features text"),  # was ignored
+    ("embed-dtype-proxy", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "gradient", "--dtype",
+                           "bfloat16"], "--dtype bfloat16 is not used by the built-in proxy"),  # was ignored
     ("run-device-text-only", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.5", *SHARD, "--device",
                               "cuda"], "--device cuda is not used by --features text"),  # was ignored
     # --checkpoints: refused before the proxy warms up (a bad one was found after the warm-up, which was saved)

@@ -172,12 +172,20 @@ def _validate(o: dict) -> list[str]:
     if o["model"] != "proxy" and not uses_model:
         raise CurateError(f"--model {o['model']} is not used by --features {','.join(features)} (no model); "
                           "add a model feature, e.g. --features text,gradient")
-    if not uses_model and not any(getattr(FEATURE_KINDS.get(f), "encoder", False) for f in features):
+    encoder = any(getattr(FEATURE_KINDS.get(f), "encoder", False) for f in features)
+    if not uses_model and not encoder:
         for name in ("device", "dtype"):  # else silently ignored: text runs no model or encoder
             if o[name] not in (None, "auto"):
                 raise CurateError(f"--{name} {o[name]} is not used by --features {','.join(features)} (no model "
                                   "or encoder runs); leave it out, or add a model feature, e.g. --features "
                                   "text,gradient")
+    if uses_model and not encoder and o["dtype"] not in (None, "auto"):
+        from cluster_curate.commands.embed_parts import checkpoint_items
+        from cluster_curate.io import proxy_store as store
+        proxies = [str(o["model"])] + [i for i in checkpoint_items(o) if not i.isdigit()]
+        if all(m == "proxy" or store.is_proxy_dir(m) for m in proxies):  # else silently ignored
+            raise CurateError(f"--dtype {o['dtype']} is not used by the built-in proxy, which always runs in "
+                              "float32; leave it out, or pass a pretrained model with --model")
     if uses_model and o["model"] != "proxy":
         spec = str(o["model"])
         looks_local = spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1
