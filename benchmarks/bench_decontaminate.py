@@ -8,7 +8,8 @@ planted in it, in three kinds:
                the clusters and not caught by design (the check is for copies, not paraphrases)
 EVAL is all of GSM8K test (1,319 rows). Counted: the planted rows each selection keeps, for the default 31%
 selection and for `--target` (200 test rows as the target: the case where relevance takes copies first),
-each without and with --decontaminate (the target: every third planted question and other test rows). Timed (median of --repeats): `select` with and without it, from the
+each without and with --decontaminate (the target: every third planted question and other test rows), and
+with --decontaminate-ngrams 13; and, on the whole pool, what shared n-grams of 8, 13 and 20 words find. Timed (median of --repeats): `select` with and without it, from the
 `prompt_key` column embed keeps and from a pass over the data (embeddings written before that column);
 and the keys' cost inside embed (exact_dedup.prompt_keys over every pool prompt) against embed's own time.
 
@@ -61,6 +62,22 @@ def planted_in(selection: Path, kind_of_id: dict) -> dict:
     return {k: kinds.count(k) for k in KINDS} | {"selected": len(ids)}
 
 
+def ngram_precision(pool_prompts, eval_prompts, kind_of_id: dict) -> list[dict]:
+    """decontamination.shares_ngram at several n: the reworded copies it finds, and the rows of GSM8K train
+    (no test question among them) it takes for copies."""
+    from cluster_curate.decontamination import eval_ngrams, shares_ngram
+    out = []
+    for n in (8, 13, 20):
+        t0 = time.perf_counter()
+        grams, boilerplate = eval_ngrams(eval_prompts, n)
+        hit = shares_ngram(pool_prompts, grams, n)
+        seconds = time.perf_counter() - t0
+        kind = np.array([kind_of_id.get(i) or "train" for i in range(len(pool_prompts))])
+        out.append({"n": n, "seconds": seconds, "boilerplate": boilerplate,
+                    **{k: int((hit & (kind == k)).sum()) for k in (*KINDS, "train")}})
+    return out
+
+
 def main(argv=None):
     ap = parser(__doc__)
     ap.add_argument("--planted", type=int, default=150, help="rows planted of each kind")
@@ -76,6 +93,8 @@ def main(argv=None):
         clusters, emb = run / "clusters.parquet", run / "embeddings.parquet"
         rows, times = [], {}
         for name, extra in [("default 31%", []), ("default 31%, --decontaminate", ["--decontaminate", eval_]),
+                            ("default 31%, --decontaminate --decontaminate-ngrams 13",
+                             ["--decontaminate", eval_, "--decontaminate-ngrams", "13"]),
                             ("--target (200 test rows), 10%", ["--target", target, "--fraction", "0.1"]),
                             ("--target, 10%, --decontaminate", ["--target", target, "--fraction", "0.1",
                                                                 "--decontaminate", eval_])]:
@@ -92,13 +111,15 @@ def main(argv=None):
         times["default 31%, --decontaminate (embeddings without prompt_key)"] = statistics.median(
             cli(["select", clusters, "--out", out, "--fraction", "0.31", "--decontaminate", eval_, "--overwrite"],
                 log) for _ in range(args.repeats))
-        same = planted_in(out, kind_of_id) == rows[1][1]
+        same = planted_in(out, kind_of_id) == rows[1][1]  # the --decontaminate row
         from cluster_curate.exact_dedup import prompt_keys
         from cluster_curate.io.datasets import ReadOptions, open_dataset
         prompts = [ex.prompt for b in open_dataset(str(pool), ReadOptions()).iter_batches() for ex in b.examples]
         t0 = time.perf_counter()
         prompt_keys(prompts)
         keys_s = time.perf_counter() - t0
+        ngram_rows = ngram_precision(prompts, [ex.prompt for b in open_dataset(str(eval_), ReadOptions())
+                                               .iter_batches() for ex in b.examples], kind_of_id)
     n = args.planted
     lines = [f"# `--decontaminate` on GSM8K train with GSM8K test questions planted ({n} of each kind)", "",
              "EVAL = GSM8K test (1,319 rows). Planted rows a selection keeps, of the "
@@ -110,12 +131,20 @@ def main(argv=None):
     lines += ["", f"`select` wall time, median of {args.repeats} (a process each, 1 thread):", "",
               "| select | seconds |", "|---|---:|"]
     lines += [f"| {name} | {s:.2f} |" for name, s in times.items()]
+    lines += ["", "Shared word n-grams (`decontamination.shares_ngram`, what `--decontaminate-ngrams N` adds) "
+              f"on the whole pool: the planted rows they find, of {n} each, and the GSM8K train rows (none of them "
+              "a test question) they take for copies:", "",
+              "| n | verbatim | respaced | reworded | train rows taken (of 7,473) | n-grams left out as boilerplate | "
+              "seconds |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['n']} | {r['verbatim']} | {r['respaced']} | {r['reworded']} | {r['train']} | "
+              f"{r['boilerplate']} | {r['seconds']:.2f} |" for r in ngram_rows]
     lines += ["", f"Without `prompt_key` in the embeddings, the pass over the data finds the same rows: "
               f"{'yes' if same else 'NO'}.",
               f"The keys inside `embed`: `prompt_keys` over all {len(prompts):,} pool prompts took {keys_s:.3f} s; "
               f"the whole `run` (embed, cluster, select, shard) took {embed_s:.1f} s."]
     write_results("decontaminate", lines, {"planted_per_kind": n, "kept": dict(rows), "seconds": times,
                                            "same_rows_from_the_data": same, "prompt_keys_seconds": keys_s,
+                                           "ngrams": ngram_rows,
                                            "run_seconds": embed_s, "commands": log[:6]},
                   argv=argv, results=args.results)
 

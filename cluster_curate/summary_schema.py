@@ -47,7 +47,9 @@ _CLUSTER = {
     "size_bands": [{"size_band": str, "clusters": int, "rows": int}],
 }
 _DECONTAMINATED = {"rows_left_out": int, "sets": [{"path": str, "fingerprint": str, "questions": int,
-                                                   "questions_in_pool": int, "rows": int, "ids": [int]}]}
+                                                   "questions_in_pool": int, "rows": int, "ids": [int],
+                                                   "copies?": int, "ngram_rows?": int, "ngram?": int,
+                                                   "boilerplate_ngrams?": int}]}
 _SELECT = {
     "rows": int, "clusters": int,
     "budget": {"mode": str, "value": (NUMBER, str), "rows": (int, None), "tokens?": int},

@@ -414,6 +414,9 @@ def test_select_target_bad_input_is_one_line(tmp_path, cli_runner, pool):
         (["--fraction", "0.1", "--target", target, "--within", "far"], "--within: not used with --target"),
         (["--fraction", "0.1", "--target-weight", "0.5"], "--target-weight is only used with --target"),
         (["--fraction", "0.1", "--target-weight", "0"], "--target-weight is only used with --target"),
+        (["--fraction", "0.1", "--decontaminate-ngrams", "13"], "--decontaminate-ngrams is only used with "
+                                                                  "--decontaminate"),
+        (["--fraction", "0.1", "--decontaminate", target, "--decontaminate-ngrams", "2"], "--decontaminate-ngrams"),
         (["--fraction", "0.1", "--target", target, "--target-weight", "2"], "--target-weight must be between"),
         (["--fraction", "0.1", "--target", tmp_path / "nope.jsonl"], "no such file"),
         (["--token-fraction", "0.1", "--fraction", "0.1", "--target", target], "give one budget"),
@@ -526,6 +529,19 @@ def test_decontaminate_leaves_out_an_evaluation_sets_questions(tmp_path, cli_run
     _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s2.parquet", "--fraction", "0.5",
                       "--decontaminate", eval_emb, "--decontaminate", eval_b, "-q"])
     assert set(_selected(tmp_path / "s2.parquet")[0].column("id").to_pylist()) == ids
+    # reworded: no copy, but a run of 10 words shared with --decontaminate-ngrams 10
+    code = [i for i, r in enumerate(pool["rows"]) if r["kind"] == "code"][:3]
+    reworded = _write(tmp_path / "c.jsonl", [{"instruction": pool["rows"][i]["instruction"] + " Use recursion, please.",
+                                              "output": "x"} for i in code])
+    asking_c = {i for i, r in enumerate(pool["rows"]) if r["instruction"] in {pool["rows"][j]["instruction"]
+                                                                             for j in code}}
+    base = ["select", pool["clusters"], "--fraction", "0.5", "--decontaminate", reworded, "--json"]
+    plain = json.loads(_cli(cli_runner, [*base, "--out", tmp_path / "c0.parquet"]).stdout.strip().splitlines()[-1])
+    assert plain["decontaminated"]["rows_left_out"] == 0
+    res = _cli(cli_runner, [*base, "--out", tmp_path / "c1.parquet", "--decontaminate-ngrams", "10"])
+    near = json.loads(res.stdout.strip().splitlines()[-1])["decontaminated"]["sets"][0]
+    assert (near["copies"], near["ngram_rows"], near["ngram"]) == (0, len(asking_c), 10)
+    assert not set(_selected(tmp_path / "c1.parquet")[0].column("id").to_pylist()) & asking_c
     for bad, message in [(tmp_path / "none.jsonl", "no such file"), (pool["clusters"], "holds no examples")]:
         res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "bad.parquet", "--fraction", "0.5",
                                 "--decontaminate", bad], code=2)

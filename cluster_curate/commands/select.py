@@ -7,8 +7,8 @@ from pathlib import Path
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
-                                    recorded, resolve, seed_type)
+from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, int_range,
+                                    lazy, recorded, resolve, seed_type)
 
 
 def _order_help() -> str:
@@ -67,6 +67,9 @@ OPTIONS = (
            help="Leave out the rows that ask a question of EVAL (the same prompt turns, whitespace aside, whatever "
                 "the answer) before the budget is counted, so that an evaluation set cannot leak into training. "
                 "EVAL: a dataset in any supported format, or its embeddings. May be given several times."),
+    Option("decontaminate_ngrams", type=int_range(3), metavar="N",
+           help="With --decontaminate: also leave out the rows whose prompt shares a run of N words with an EVAL "
+                "prompt (reworded copies; 13 is GPT-3's choice). Reads the data once."),
     *OUTPUT_OPTIONS,
 )
 
@@ -341,6 +344,8 @@ def _check(o: dict):
     for path in o["decontaminate"] or ():
         if not str(path).startswith("hf:") and not Path(path).exists():
             raise CurateError(f"--decontaminate {path}: no such file or directory")
+    if o["decontaminate_ngrams"] is not None and not o["decontaminate"]:
+        raise CurateError("--decontaminate-ngrams is only used with --decontaminate")
     if o["target"] is not None:
         from cluster_curate.targeting import check_target_weight
         if mode == "per-cluster-ratio":
@@ -545,10 +550,10 @@ def _kept_prompt_keys(path, ids=None):
         return None
 
 
-def questions_of(path: str, o: dict, option: str):
-    """The prompt keys of the examples in `path` (unique int64) and its fingerprint: the keys its embeddings
-    artifact keeps, else from its raw rows (the data itself, read in its own format, or the data its embeddings
-    record)."""
+def questions_of(path: str, o: dict, option: str, with_prompts: bool = False):
+    """The prompt keys of the examples in `path` (unique int64), its fingerprint, and (`with_prompts`) their
+    prompts: the keys its embeddings artifact keeps, else from its raw rows (the data itself, read in its own
+    format, or the data its embeddings record)."""
     import numpy as np
 
     from cluster_curate.exact_dedup import prompt_keys
@@ -557,17 +562,18 @@ def questions_of(path: str, o: dict, option: str):
     if meta is None:
         ds = open_target(path, o, option)
     else:
-        kept = _kept_prompt_keys(path)
+        kept = None if with_prompts else _kept_prompt_keys(path)
         if kept is not None:
-            return np.unique(kept), meta.fingerprint
+            return np.unique(kept), meta.fingerprint, None
         try:
             ds = open_lineage_data(None, meta.dataset or {}, target_read_options(o))
         except CurateError as e:
             raise CurateError(f"{option} {path}: its recorded data: {e}") from None
         if ds is None:
             raise CurateError(f"{option} {path}: records no dataset")
-    keys = [prompt_keys([ex.prompt for ex in batch.examples]) for batch in ds.iter_batches()]
-    return np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64)), ds.fingerprint()
+    prompts = [ex.prompt for batch in ds.iter_batches() for ex in batch.examples]
+    return (np.unique(prompt_keys(prompts)), ds.fingerprint() if meta is None else meta.fingerprint,
+            prompts if with_prompts else None)
 
 
 def _pool_questions(o: dict, clusters: str, c, emb_path, why: str):
@@ -595,28 +601,57 @@ COPY_IDS_LISTED = 20
 
 
 def _decontaminate(o: dict, clusters: str, c, x: dict):
-    """--decontaminate: the clusters' rows that ask a question of an evaluation set (exact_dedup.prompt_keys)
-    left out, from c and from x's per-row arrays, before anything is counted. Returns (c, what the artifact
-    records: per set, its questions, how many the pool asks and by which rows; None without the option)."""
+    """--decontaminate: the clusters' rows that ask a question of an evaluation set (exact_dedup.prompt_keys;
+    with --decontaminate-ngrams, also decontamination.shares_ngram) left out, from c and from x's per-row
+    arrays, before anything is counted. Returns (c, what the artifact records: per set, its questions, how many
+    the pool asks and by which rows; None without the option)."""
     from dataclasses import replace
 
     import numpy as np
+
+    from cluster_curate.decontamination import eval_ngrams
     if not o["decontaminate"]:
         return c, None
+    n = o["decontaminate_ngrams"]
     pool = _pool_questions(o, clusters, c, x["emb_path"], "--decontaminate")
+    evals = [questions_of(path, o, "--decontaminate", with_prompts=n is not None) for path in o["decontaminate"]]
+    grams = [eval_ngrams(prompts, n) for _, _, prompts in evals] if n else []
+    near = _ngram_hits(o, clusters, c, [g for g, _ in grams], n) if n else None
     keep, sets = np.ones(len(c.ids), dtype=bool), []
-    for path in o["decontaminate"]:
-        asked, fingerprint = questions_of(path, o, "--decontaminate")
-        hit = np.isin(pool, asked)
+    for i, (path, (asked, fingerprint, _)) in enumerate(zip(o["decontaminate"], evals)):
+        copy = np.isin(pool, asked)
+        hit = copy | near[i] if n else copy
         sets.append({"path": str(path), "fingerprint": fingerprint, "questions": int(asked.size),
-                     "questions_in_pool": int(np.unique(pool[hit]).size), "rows": int(hit.sum()),
-                     "ids": c.ids[hit][:COPY_IDS_LISTED].tolist()})
+                     "questions_in_pool": int(np.unique(pool[copy]).size), "rows": int(hit.sum()),
+                     "ids": c.ids[hit][:COPY_IDS_LISTED].tolist(),
+                     **({"copies": int(copy.sum()), "ngram_rows": int((hit & ~copy).sum()), "ngram": n,
+                         "boilerplate_ngrams": grams[i][1]} if n else {})})
         keep &= ~hit
     if not keep.all():
         c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
                     similarity=None if c.similarity is None else c.similarity[keep])
         x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers") if x.get(k) is not None})
     return c, {"rows_left_out": int((~keep).sum()), "sets": sets}
+
+
+def _ngram_hits(o: dict, clusters: str, c, grams: list, n: int):
+    """Per EVAL set, per clusters' row: whether its prompt shares a word n-gram with the set's (one pass over
+    the pool's raw data)."""
+    import numpy as np
+
+    from cluster_curate.commands.common import examples_of_ids
+    from cluster_curate.decontamination import shares_ngram
+    ds = _open_data(o, clusters, c, "--decontaminate-ngrams",
+                    hint=None if o.get("data") else "--decontaminate-ngrams reads the rows' prompts")
+    hits = np.zeros((len(grams), len(c.ids)), dtype=bool)
+    found = np.zeros(len(c.ids), dtype=bool)
+    for pos, chosen in examples_of_ids(ds, c.ids, f"select: EVAL's {n}-word runs in the rows"):
+        prompts = [e.prompt for e in chosen]
+        for i, g in enumerate(grams):
+            hits[i, pos] = shares_ngram(prompts, g, n)
+        found[pos] = True
+    _check_every_id_read(ds, c.ids, found)
+    return hits
 
 
 def decontaminated_lines(record: dict | None) -> dict:
@@ -626,10 +661,12 @@ def decontaminated_lines(record: dict | None) -> dict:
         return {}
     lines = {"decontaminated": Shown(record, hidden=True)}
     for i, r in enumerate(record["sets"]):
+        how = (f" ({r['copies']:,} copies, {r['ngram_rows']:,} more sharing {r['ngram']} words)"
+               if "ngram" in r else "")
         lines[f"decontaminated {i + 1}"] = Shown(
             None, f"{r['path']}: {r['rows']:,} rows ask {r['questions_in_pool']:,} of its {r['questions']:,} "
-                  "questions" + (": left out" if r["rows"] else ""), label=f"decontaminated: {Path(r['path']).name}",
-            in_json=False)
+                  f"questions{how}" + (": left out" if r["rows"] else ""),
+            label=f"decontaminated: {Path(r['path']).name}", in_json=False)
     return lines
 
 
@@ -640,7 +677,7 @@ def _target_copies(o: dict, clusters: str, c, emb_path, target_emb) -> dict:
     `target_emb`), else from the raw data; when that cannot be read, the reason."""
     import numpy as np
     try:
-        asked, _ = questions_of(target_emb, o, "--target")
+        asked = questions_of(target_emb, o, "--target")[0]
         pool = _pool_questions(o, clusters, c, emb_path, "the check for the target's questions in the pool")
     except CurateError as e:
         return {"checked": False, "why_not": str(e), "rows": np.zeros(0, np.int64)}
