@@ -9,9 +9,10 @@ planted in it, in three kinds:
 EVAL is all of GSM8K test (1,319 rows). Counted: the planted rows each selection keeps, for the default 31%
 selection and for `--target` (200 test rows as the target: the case where relevance takes copies first),
 each without and with --decontaminate (the target: every third planted question and other test rows), and
-with --decontaminate-ngrams 13; and, on the whole pool, what shared n-grams of 8, 13 and 20 words find. Timed (median of --repeats): `select` with and without it, from the
-`prompt_key` column embed keeps and from a pass over the data (embeddings written before that column);
-and the keys' cost inside embed (exact_dedup.prompt_keys over every pool prompt) against embed's own time.
+with --decontaminate-ngrams 13; and, on the whole pool, what shared n-grams of 8, 13 and 20 words find.
+Timed (median of --repeats): `select` with and without it, from the `prompt_key` column embed keeps and from
+a pass over the data (embeddings written before that column); and the keys' cost inside embed
+(exact_dedup.prompt_keys over every pool prompt) against embed's own time.
 
     .venv/bin/python benchmarks/bench_decontaminate.py [--planted 150] [--repeats 5]
 """

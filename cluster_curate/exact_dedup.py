@@ -41,10 +41,11 @@ def example_key(prompt: list[dict], response: str) -> bytes:
 
 
 def prompt_keys(prompts: list[list[dict]]) -> np.ndarray:
-    """int64 per prompt: the first 8 bytes of a digest of its normalised turns alone, so two examples that ask
-    the same thing, whatever their answers, share it (`select --decontaminate` finds the rows that ask an
-    evaluation set's question; embed keeps it per row). A chance match of two prompts: about n·m / 2^64."""
-    digests = b"".join(_prompt_hash(p).digest()[:8] for p in prompts)
+    """int64 per prompt: the first 8 bytes of a digest of its normalised turns alone, system turns aside, so two
+    examples that ask the same thing, whatever their answers and system prompts, share it (`select
+    --decontaminate` finds the rows that ask an evaluation set's question, which seldom has the training chats'
+    system prompt; embed keeps it per row). A chance match of two prompts: about n·m / 2^64."""
+    digests = b"".join(_prompt_hash([t for t in p if t["role"] != "system"]).digest()[:8] for p in prompts)
     return np.frombuffer(digests, dtype="<i8").astype(np.int64) if prompts else np.zeros(0, np.int64)
 
 

@@ -105,7 +105,8 @@ def test_prompt_keys_match_the_same_question_whatever_the_answer():
     from cluster_curate.exact_dedup import prompt_keys
     ask = [{"role": "user", "content": "Add ten to 7."}]
     keys = prompt_keys([ask, [{"role": "user", "content": "  Add  ten\nto 7. "}],
+                        [{"role": "system", "content": "You are a tutor."}, *ask],
                         [{"role": "user", "content": "Add two to 7."}],
-                        [{"role": "system", "content": "Add ten to 7."}], [*ask, *ask]])
-    assert keys.dtype == np.int64 and keys[0] == keys[1] and len(set(keys.tolist())) == 4
+                        [{"role": "assistant", "content": "Add ten to 7."}], [*ask, *ask]])
+    assert keys.dtype == np.int64 and keys[0] == keys[1] == keys[2] and len(set(keys.tolist())) == 4
     assert prompt_keys([]).shape == (0,)

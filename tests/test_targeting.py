@@ -542,7 +542,8 @@ def test_decontaminate_leaves_out_an_evaluation_sets_questions(tmp_path, cli_run
     near = json.loads(res.stdout.strip().splitlines()[-1])["decontaminated"]["sets"][0]
     assert (near["copies"], near["ngram_rows"], near["ngram"]) == (0, len(asking_c), 10)
     assert not set(_selected(tmp_path / "c1.parquet")[0].column("id").to_pylist()) & asking_c
-    for bad, message in [(tmp_path / "none.jsonl", "no such file"), (pool["clusters"], "holds no examples")]:
+    for bad, message in [(tmp_path / "none.jsonl", "no such file"), (pool["clusters"], "holds no examples"),
+                         (pool["data"], f"every one of the {len(pool['rows'])} rows asks a question of it")]:
         res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "bad.parquet", "--fraction", "0.5",
                                 "--decontaminate", bad], code=2)
         assert "--decontaminate" in res.output and message in res.output and "Traceback" not in res.output

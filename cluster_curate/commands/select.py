@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, int_range,
                                     lazy, recorded, resolve, seed_type)
@@ -64,9 +64,10 @@ OPTIONS = (
                 "budget is spread over the clusters the target pulls from, by how many target rows each holds, "
                 "inside the budget / weight most relevant rows."),
     Option("decontaminate", path=True, multiple=True, metavar="EVAL",
-           help="Leave out the rows that ask a question of EVAL (the same prompt turns, whitespace aside, whatever "
-                "the answer) before the budget is counted, so that an evaluation set cannot leak into training. "
-                "EVAL: a dataset in any supported format, or its embeddings. May be given several times."),
+           help="Leave out the rows that ask a question of EVAL (the same prompt turns, system prompts and "
+                "whitespace aside, whatever the answer) before the budget is counted, so that an evaluation set "
+                "cannot leak into training. EVAL: a dataset in any supported format, or its embeddings. May be "
+                "given several times."),
     Option("decontaminate_ngrams", type=int_range(3), metavar="N",
            help="With --decontaminate: also leave out the rows whose prompt shares a run of N words with an EVAL "
                 "prompt (reworded copies; 13 is GPT-3's choice). Reads the data once."),
@@ -627,6 +628,9 @@ def _decontaminate(o: dict, clusters: str, c, x: dict):
                      **({"copies": int(copy.sum()), "ngram_rows": int((hit & ~copy).sum()), "ngram": n,
                          "boilerplate_ngrams": grams[i][1]} if n else {})})
         keep &= ~hit
+    if not keep.any():
+        raise CurateError(f"--decontaminate {' '.join(map(str, o['decontaminate']))}: every one of the "
+                          f"{counted(len(c.ids), 'row')} asks a question of it; nothing is left to select")
     if not keep.all():
         c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
                     similarity=None if c.similarity is None else c.similarity[keep])
@@ -672,9 +676,9 @@ def decontaminated_lines(record: dict | None) -> dict:
 
 def _target_copies(o: dict, clusters: str, c, emb_path, target_emb) -> dict:
     """The pool rows (positions in c.ids) that ask one of the target's questions: the same prompt turns
-    (exact_dedup.prompt_keys, whitespace aside), whatever the answer; what an evaluation set given as the target
-    would leak into training. From the keys embed keeps (in the pool's and the target's embeddings
-    `target_emb`), else from the raw data; when that cannot be read, the reason."""
+    (exact_dedup.prompt_keys, system prompts and whitespace aside), whatever the answer; what an evaluation set
+    given as the target would leak into training. From the keys embed keeps (in the pool's and the target's
+    embeddings `target_emb`), else from the raw data; when that cannot be read, the reason."""
     import numpy as np
     try:
         asked = questions_of(target_emb, o, "--target")[0]
