@@ -47,3 +47,19 @@ def shares_ngram(prompts: list[list[dict]], grams: set[str], n: int) -> np.ndarr
     """Per prompt, whether one of its word n-grams is in `grams`."""
     return np.fromiter((not grams.isdisjoint(_ngrams(_words(p), n)) for p in prompts), dtype=bool,
                        count=len(prompts))
+
+
+def set_record(path, fingerprint: str, asked: np.ndarray, keys: np.ndarray, ids: np.ndarray, near=None,
+               n: int | None = None, boilerplate: int = 0, listed: int = 20) -> tuple[np.ndarray, dict]:
+    """One EVAL set against the rows (their prompt keys `keys` and `ids`; `near`: their shared-n-gram hits):
+    which rows ask one of its questions (`asked`: its unique prompt keys), and what select and inspect say of
+    it."""
+    copy = np.isin(keys, asked)
+    hit = copy if near is None else copy | near
+    record = {"path": str(path), "fingerprint": fingerprint, "questions": int(asked.size),
+              "questions_in_pool": int(np.unique(keys[copy]).size), "rows": int(hit.sum()),
+              "ids": np.asarray(ids)[hit][:listed].tolist()}
+    if n:
+        record.update(copies=int(copy.sum()), ngram_rows=int((hit & ~copy).sum()), ngram=n,
+                      boilerplate_ngrams=boilerplate)
+    return hit, record

@@ -46,10 +46,9 @@ _CLUSTER = {
     "centroids": str,
     "size_bands": [{"size_band": str, "clusters": int, "rows": int}],
 }
-_DECONTAMINATED = {"rows_left_out": int, "sets": [{"path": str, "fingerprint": str, "questions": int,
-                                                   "questions_in_pool": int, "rows": int, "ids": [int],
-                                                   "copies?": int, "ngram_rows?": int, "ngram?": int,
-                                                   "boilerplate_ngrams?": int}]}
+_EVAL_SET = {"path": str, "fingerprint": str, "questions": int, "questions_in_pool": int, "rows": int, "ids": [int],
+             "copies?": int, "ngram_rows?": int, "ngram?": int, "boilerplate_ngrams?": int}
+_DECONTAMINATED = {"rows_left_out": int, "sets": [_EVAL_SET]}
 _SELECT = {
     "rows": int, "clusters": int,
     "budget": {"mode": str, "value": (NUMBER, str), "rows": (int, None), "tokens?": int},
@@ -87,6 +86,7 @@ SCHEMAS = {
         "rejected": int, "rejects": [{"id": int, "location": str, "field": (str, None), "reason": str}],
         "duplicates": int, "duplicate_prompts": int, "with_system_prompt": int, "multi_turn": int,
         "tokenizer": (str, None), "lengths": Map(_LENGTH), "fingerprint": str, "inputs?": [Map(ANY)],
+        "decontamination?": [_EVAL_SET],
     },
     "embed": _EMBED,
     "cluster": _CLUSTER,

@@ -157,6 +157,31 @@ def test_inspect_real_gsm8k(cli_runner):
     assert (r["rows"], r["examples"], r["rejected"], r["format"]) == (7473, 7473, 0, "qa")
 
 
+@pytest.mark.skipif(not GSM8K.exists(), reason=f"{GSM8K} not present (the shared real datasets are not here)")
+def test_inspect_counts_an_evaluation_sets_questions(cli_runner, tmp_path):
+    """inspect --decontaminate EVAL counts the rows that ask EVAL's questions, as select --decontaminate would
+    leave them out (copies whatever the answer; with --decontaminate-ngrams, shared runs of words too)."""
+    test = [json.loads(line) for line in (GSM8K.parent / "test.jsonl").read_text().splitlines()[:40]]
+    rows = [json.loads(line) for line in GSM8K.read_text().splitlines()[:200]]
+    rows += [test[0], {"question": test[1]["question"], "answer": "Another.\n#### 1"},
+             {"question": test[2]["question"] + " Show your work.", "answer": test[2]["answer"]}]
+    data = tmp_path / "pool.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    evals = tmp_path / "eval.csv"  # another format
+    evals.write_text("question,answer\n" + "".join(f'"{t["question"]}",x\n' for t in test))
+    (d,) = run_json(cli_runner, data, "--decontaminate", evals)["decontamination"]
+    assert (d["rows"], d["questions_in_pool"], d["questions"], d["ids"]) == (2, 2, 40, [200, 201])
+    r = run_json(cli_runner, data, "--decontaminate", evals, "--decontaminate-ngrams", "13")
+    (d,) = r["decontamination"]
+    assert (d["rows"], d["copies"], d["ngram_rows"], d["ids"]) == (3, 2, 1, [200, 201, 202])
+    from cluster_curate.summary_schema import check, schema_of
+    assert check(r, schema_of("inspect")) == []
+    shown = run(cli_runner, data, "--decontaminate", evals)
+    assert "2 rows ask 2 of its 40" in shown.output and "ids 200, 201" in shown.output
+    bad = run(cli_runner, data, "--decontaminate-ngrams", "13")
+    assert bad.exit_code == 2 and "only used with --decontaminate" in bad.stderr
+
+
 @pytest.mark.skipif(not CODE_ALPACA.exists(), reason=f"{CODE_ALPACA} not present (the shared real datasets are not here)")
 def test_inspect_real_code_alpaca(cli_runner):
     r = run_json(cli_runner, "--on-bad-row", "skip", CODE_ALPACA)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cluster_curate.commands.common import load_tokenizer, token_counts
 from cluster_curate.errors import CurateError
-from cluster_curate.options import DATASET_OPTIONS, Argument, CommandSpec, Option, read_options, resolve
+from cluster_curate.options import DATASET_OPTIONS, Argument, CommandSpec, Option, int_range, read_options, resolve
 
 INSPECT_LISTED_REJECTS = 20  # rejected rows listed in the summary (all of them go to --rejects PATH)
 
@@ -16,6 +16,13 @@ OPTIONS = (
     Option("rejects_path", path=True, flags=("--rejects",), metavar="PATH",
            help="Write every rejected row with its reason to this JSONL file."),
     Option("overwrite", is_flag=True, default=False, help="Replace the --rejects file if it exists."),
+    Option("decontaminate", path=True, multiple=True, metavar="EVAL",
+           help="Count the rows that ask a question of the evaluation set EVAL, as `select --decontaminate` "
+                "would leave them out (the same prompt turns, system prompts and whitespace aside). May be given "
+                "several times."),
+    Option("decontaminate_ngrams", type=int_range(3), metavar="N",
+           help="With --decontaminate: also count the rows whose prompt shares a run of N words with an EVAL "
+                "prompt (as `select --decontaminate-ngrams`)."),
 )
 BATCH_ROWS = 2048
 
@@ -67,6 +74,7 @@ def inspect(data, **options) -> dict:
 
     opts = resolve(OPTIONS, options, "inspect")
     rejects_path, tokenizer = opts["rejects_path"], opts["tokenizer"]
+    evals = _evals(opts)  # each EVAL read first: its errors before the pass over the data
     if rejects_path:
         check_writable(rejects_path, opts["overwrite"], inputs=output_inputs(data),
                        label=f"--rejects {rejects_path}")
@@ -80,11 +88,13 @@ def inspect(data, **options) -> dict:
     for d in members:
         d.opts = dataclasses.replace(d.opts, on_bad_row="skip")
     c = _Counts()
+    asks = _Asks(evals, opts["decontaminate_ngrams"])
     with console.progress("inspect", total=ds.rows) as bar:
         rejected_so_far = 0
         for batch in ds.iter_batches(BATCH_ROWS):
             for ex in batch.examples:
                 c.add(ex)
+            asks.add(batch.examples)
             if tok is not None and batch.examples:
                 p, r = token_counts(tok, batch.examples)
                 c.prompt_tokens += p
@@ -109,7 +119,51 @@ def inspect(data, **options) -> dict:
         "with_system_prompt": c.with_system, "multi_turn": c.multi_turn, "tokenizer": tokenizer,
         "lengths": lengths, "fingerprint": ds.fingerprint(),
         **({"inputs": _inputs(ds)} if isinstance(ds, Mixture) else {}),
+        **({"decontamination": asks.records(opts["decontaminate"])} if evals else {}),
     }
+
+
+def _evals(o: dict) -> list:
+    """Each --decontaminate set: (its prompt keys, fingerprint, n-grams and how many were boilerplate)."""
+    from cluster_curate.commands.select import questions_of
+    from cluster_curate.decontamination import eval_ngrams
+    n = o["decontaminate_ngrams"]
+    if n is not None and not o["decontaminate"]:
+        raise CurateError("--decontaminate-ngrams is only used with --decontaminate")
+    out = []
+    for path in o["decontaminate"] or ():
+        asked, fingerprint, prompts = questions_of(path, o, "--decontaminate", with_prompts=n is not None)
+        out.append((asked, fingerprint, *(eval_ngrams(prompts, n) if n else (None, 0))))
+    return out
+
+
+class _Asks:
+    """The rows' prompt keys (and their shared-n-gram hits per EVAL set), example by example."""
+
+    def __init__(self, evals: list, n: int | None):
+        self.evals, self.n, self.keys, self.ids, self.near = evals, n, [], [], [[] for _ in evals]
+
+    def add(self, examples: list) -> None:
+        if not self.evals or not examples:
+            return
+        from cluster_curate.decontamination import shares_ngram
+        from cluster_curate.exact_dedup import prompt_keys
+        prompts = [ex.prompt for ex in examples]
+        self.keys.append(prompt_keys(prompts))
+        self.ids += [ex.id for ex in examples]
+        for near, (_, _, grams, _) in zip(self.near, self.evals):
+            if self.n:
+                near.append(shares_ngram(prompts, grams, self.n))
+
+    def records(self, paths) -> list[dict]:
+        import numpy as np
+
+        from cluster_curate.decontamination import set_record
+        keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
+        ids = np.asarray(self.ids, dtype=np.int64)
+        return [set_record(path, fingerprint, asked, keys, ids,
+                           np.concatenate(near) if self.n and near else None, self.n, boilerplate)[1]
+                for path, (asked, fingerprint, _, boilerplate), near in zip(paths, self.evals, self.near)]
 
 
 def _failing_rejects(ds, members, policies) -> list:
@@ -153,6 +207,11 @@ def render(r: dict, options: dict) -> None:
     data_rows.update({"exact duplicate examples": r["duplicates"], "duplicate prompts": r["duplicate_prompts"],
                       "with a system prompt": r["with_system_prompt"],
                       "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
+    for d in r.get("decontamination", []):
+        how = f" ({d['copies']:,} copies, {d['ngram_rows']:,} more sharing {d['ngram']} words)" if "ngram" in d else ""
+        ids = ", ".join(map(str, d["ids"][:5])) + (", ..." if d["rows"] > 5 else "")
+        data_rows[f"questions of {d['path']}"] = (f"{d['rows']:,} rows ask {d['questions_in_pool']:,} of its "
+                                                  f"{d['questions']:,}{how}" + (f" (ids {ids})" if d["rows"] else ""))
     table = [{"length": name.replace("_", " "), **stats} for name, stats in r["lengths"].items()]
     console.summary(f"inspect {r['source']}", data_rows, table)
     if r.get("inputs"):
