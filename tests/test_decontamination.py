@@ -33,3 +33,15 @@ def test_prompts_shorter_than_n_have_no_ngrams():
     grams, _ = eval_ngrams([_p("add ten to 7")], 8)
     assert grams == set() and shares_ngram([_p("add ten to 7")], grams, 8).tolist() == [False]
     assert shares_ngram([], grams, 8).shape == (0,)
+
+
+def test_the_summary_line_counts_in_the_right_number():
+    """decontaminated_lines words each count with its noun in the number it takes (console.counted)."""
+    from cluster_curate.commands.select import decontaminated_lines
+    one = {"path": "one.jsonl", "fingerprint": "f", "questions": 1, "questions_in_pool": 1, "rows": 1, "ids": [4],
+           "copies": 1, "ngram_rows": 0, "ngram": 13, "boilerplate_ngrams": 0}
+    many = dict(one, path="many.jsonl", questions=200, questions_in_pool=60, rows=90, copies=60, ngram_rows=30)
+    lines = decontaminated_lines({"rows_left_out": 91, "sets": [one, many]})
+    texts = [lines[f"decontaminated {i}"].text for i in (1, 2)]
+    assert texts[0] == "one.jsonl: 1 row asks 1 of its 1 question (1 copy, 0 more sharing 13 words): left out"
+    assert texts[1] == "many.jsonl: 90 rows ask 60 of its 200 questions (60 copies, 30 more sharing 13 words): left out"

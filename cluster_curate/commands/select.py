@@ -665,11 +665,12 @@ def decontaminated_lines(record: dict | None) -> dict:
         return {}
     lines = {"decontaminated": Shown(record, hidden=True)}
     for i, r in enumerate(record["sets"]):
-        how = (f" ({r['copies']:,} copies, {r['ngram_rows']:,} more sharing {r['ngram']} words)"
+        how = (f" ({counted(r['copies'], 'copy', 'copies')}, {r['ngram_rows']:,} more sharing {r['ngram']} words)"
                if "ngram" in r else "")
+        ask = "asks" if r["rows"] == 1 else "ask"
         lines[f"decontaminated {i + 1}"] = Shown(
-            None, f"{r['path']}: {r['rows']:,} rows ask {r['questions_in_pool']:,} of its {r['questions']:,} "
-                  f"questions{how}" + (": left out" if r["rows"] else ""),
+            None, f"{r['path']}: {counted(r['rows'], 'row')} {ask} {r['questions_in_pool']:,} of its "
+                  f"{counted(r['questions'], 'question')}{how}" + (": left out" if r["rows"] else ""),
             label=f"decontaminated: {Path(r['path']).name}", in_json=False)
     return lines
 
