@@ -769,3 +769,16 @@ def test_run_target_token_budget_end_to_end(tmp_path, pool):
         assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
         assert bad.stderr.count("ERROR") == 1 and message in bad.stderr.strip().splitlines()[-1], bad.stderr
     assert not (tmp_path / "bad" / "selection.parquet").exists()
+
+
+def test_run_names_a_changed_decontaminate_as_the_user_wrote_it(tmp_path, cli_runner, pool):
+    """A run folder made with --decontaminate, run again without it (or with another set): the refusal named the
+    change in Python's words ("--decontaminate ['a.jsonl'] -> ()"); now as the command line writes it."""
+    eval_a = _write(tmp_path / "a.jsonl", pool["rows"][:5])
+    args = ["run", pool["data"], "--out", tmp_path / "curated", "--dim", "16", "--k", "6", "--fraction", "0.5",
+            "--num-shards", "2", "-q"]
+    _cli(cli_runner, [*args, "--decontaminate", eval_a])
+    res = _cli(cli_runner, args, code=2)
+    assert f"--decontaminate {eval_a} -> (not given)" in res.output and "[" not in res.output
+    res = _cli(cli_runner, [*args, "--decontaminate", eval_a, "--decontaminate", eval_a], code=2)
+    assert f"--decontaminate {eval_a} -> {eval_a} {eval_a}" in res.output
