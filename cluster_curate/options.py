@@ -9,6 +9,7 @@ the artifact, hence its fingerprint (`recorded`). A command then reads `opts["na
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -71,7 +72,12 @@ class Option:
         return f"{text}  [default: {shown}]"
 
     def check(self, value):
-        """The Python API's check of a value (the CLI's click types already did it)."""
+        """The Python API's check of a value (the CLI's click types already did it). An option given several times
+        takes one path (a str or os.PathLike) as one value, not as its letters, and a list as a tuple."""
+        if self.multiple and isinstance(value, (str, os.PathLike)):
+            value = (value,)
+        elif self.multiple and isinstance(value, list):
+            value = tuple(value)
         choices = self.choice_list()
         if choices is not None and value is not None and value not in choices:
             flag = self.cli_flags[0]

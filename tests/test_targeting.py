@@ -782,3 +782,16 @@ def test_run_names_a_changed_decontaminate_as_the_user_wrote_it(tmp_path, cli_ru
     assert f"--decontaminate {eval_a} -> (not given)" in res.output and "[" not in res.output
     res = _cli(cli_runner, [*args, "--decontaminate", eval_a, "--decontaminate", eval_a], code=2)
     assert f"--decontaminate {eval_a} -> {eval_a} {eval_a}" in res.output
+
+
+def test_python_api_takes_one_decontaminate_path_as_a_str_or_path(tmp_path, pool):
+    """cluster_curate.select(..., decontaminate="eval.jsonl") read the letters of the path as sets ("--decontaminate
+    e: no such file"), and a pathlib.Path failed with a TypeError; now one path is one set, as a list of them is."""
+    import cluster_curate
+    eval_a = _write(tmp_path / "a.jsonl", pool["rows"][:5])
+    asking = {i for i, r in enumerate(pool["rows"]) if r["instruction"] in {x["instruction"] for x in pool["rows"][:5]}}
+    for n, given in enumerate([str(eval_a), eval_a, [str(eval_a)], (eval_a,)]):
+        summary, _ = cluster_curate.select(str(pool["clusters"]), str(tmp_path / f"s{n}.parquet"), fraction=0.5,
+                                           decontaminate=given)
+        record = summary["decontaminated"].value
+        assert record["rows_left_out"] == len(asking) and [s["path"] for s in record["sets"]] == [str(eval_a)]
