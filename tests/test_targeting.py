@@ -795,3 +795,19 @@ def test_python_api_takes_one_decontaminate_path_as_a_str_or_path(tmp_path, pool
                                            decontaminate=given)
         record = summary["decontaminated"].value
         assert record["rows_left_out"] == len(asking) and [s["path"] for s in record["sets"]] == [str(eval_a)]
+
+
+def test_kept_says_which_rows_it_is_a_fraction_of_after_decontaminate(tmp_path, pool):
+    """After --decontaminate left rows out, `kept` (selected / rows) is a fraction of the rows left, which the
+    summary and `report` called 'the rows embedded'; now they say so, and say 'embedded' where none were left out."""
+    import cluster_curate
+    eval_a = _write(tmp_path / "a.jsonl", pool["rows"][:30])
+    clean = _write(tmp_path / "clean.jsonl", [{"instruction": "A question the pool does not ask", "output": "x"}])
+    for given, label in [(eval_a, "kept (fraction of the rows --decontaminate left)"),
+                         (clean, "kept (fraction of the rows embedded)")]:
+        out = tmp_path / f"{given.stem}.parquet"
+        summary, _ = cluster_curate.select(str(pool["clusters"]), str(out), fraction=0.5, decontaminate=[str(given)])
+        assert summary["kept"].label == label and summary["kept"].value == round(summary["selected"] / summary["rows"], 4)
+        sections, _ = cluster_curate.report([str(out)])
+        (data,) = [d for title, d, _ in sections if title == "selection"]
+        assert data["kept"].label == label

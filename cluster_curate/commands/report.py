@@ -180,13 +180,14 @@ def _describe_clusters(path: Path, sections: list) -> None:
 
 
 def _describe_selection(path: Path, sections: list) -> None:
+    from cluster_curate.commands.select import kept_label
     meta = read_meta(path)
     p = meta.params
     data = _meta_rows(path, meta)
     data.update({"budget": Shown({"mode": p.get("mode"), "value": p.get("value"), "rows": p.get("requested")},
                                  f"--{p.get('mode')} {p.get('value')}"),
                  "selected": p.get("selected"),
-                 "kept": Shown(p.get("fraction_selected"), label="kept (fraction of the rows embedded)"),
+                 "kept": Shown(p.get("fraction_selected"), label=kept_label(p.get("decontaminated"))),
                  "within": (Shown(p["within_auto"]["order"], f"auto: {p['within_auto']['order']}")
                             if p.get("within_auto") else p.get("within")),
                  "clusters_covered": Shown({"covered": p.get("clusters_covered"),

@@ -658,6 +658,13 @@ def _ngram_hits(o: dict, clusters: str, c, grams: list, n: int):
     return hits
 
 
+def kept_label(decontaminated: dict | None) -> str:
+    """The summary's (and `report`'s) label of `kept`, selected / rows: the rows embedded, or those --decontaminate
+    left (the budget is counted on them)."""
+    return ("kept (fraction of the rows --decontaminate left)" if decontaminated and decontaminated["rows_left_out"]
+            else "kept (fraction of the rows embedded)")
+
+
 def decontaminated_lines(record: dict | None) -> dict:
     """The summary's (and `report`'s) line per --decontaminate set."""
     from cluster_curate.console import Shown
@@ -822,7 +829,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     summary = {
         "out": out, "rows": n, "clusters": c.k,
         "budget": Shown(budget, f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else "")),
-        "selected": chosen, "kept": Shown(round(chosen / n, 4), label="kept (fraction of the rows embedded)"),
+        "selected": chosen, "kept": Shown(round(chosen / n, 4), label=kept_label(x.get("decontaminated"))),
         "exact_duplicates_left_out": Shown((c.meta.params.get("exact_duplicates") or {}).get("dropped"),
                                            label="exact duplicates left out"),
         "clusters_covered": Shown({"covered": covered, "nonempty": nonempty},
