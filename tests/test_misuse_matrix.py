@@ -186,6 +186,16 @@ CASES = [
     ("cluster-out-proc", ["cluster", "p/embeddings.parquet", "--out", "/proc/c.parquet"], "cannot create it"),
     ("cluster-out-exists", ["cluster", "p/embeddings.parquet", "--out", "p/clusters.parquet"], "already exists"),
     # ---- select
+    # an evaluation set that cannot be read: the error named the file alone, after the pool's embeddings were opened
+    ("select-decontaminate-empty", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
+                                    "--decontaminate", "empty.jsonl"], "--decontaminate empty.jsonl: "),
+    ("select-decontaminate-bad-row", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
+                                      "--within", "diverse", "--decontaminate", "invalid_json.jsonl"],
+     "--decontaminate invalid_json.jsonl:"),
+    ("select-decontaminate-empty-folder", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
+                                           "--decontaminate", "p/report"], "--decontaminate p/report: directory holds"),
+    ("run-decontaminate-bad-row", ["run", "data.jsonl", "--out", "q", *FAST, "--fraction", "0.31", *SHARD,
+                                   "--decontaminate", "messages_bad.jsonl"], "--decontaminate messages_bad.jsonl:"),
     ("select-no-budget", ["select", "p/clusters.parquet", "--out", "s.parquet"],
      "give exactly one of --fraction F, --budget N, --per-cluster-ratio R (rows), or --token-budget T or "
      "--token-fraction F (tokens)"),

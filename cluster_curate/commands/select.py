@@ -382,13 +382,16 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         target_emb = sidecar_path(out, names.TARGET_EMBEDDINGS)  # beside `out` (select's own file, replaced each time)
         check_writable(target_emb, True, inputs=inputs, kind=names.EMBEDDINGS,
                        label=f"{target_emb} (the --target embeddings select writes beside --out)")
+    # each EVAL read first: a bad, empty or unreadable set is refused before the pool's features are read
+    evals = [questions_of(path, o, "--decontaminate", with_prompts=o["decontaminate_ngrams"] is not None)
+             for path in o["decontaminate"] or ()]
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
     if o["target"] is not None:
-        return _select_targeted(o, mode, clusters, c, out, t0, summary_limit)
+        return _select_targeted(o, mode, clusters, c, out, t0, summary_limit, evals)
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
-    c, x["decontaminated"] = _decontaminate(o, clusters, c, x)
+    c, x["decontaminated"] = _decontaminate(o, clusters, c, x, evals)
     sources, source_names, share_lo, share_hi, share_from = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
     if order is None:  # auto: after what must read the data, so that data it cannot read is that one's error
@@ -464,7 +467,7 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
     return path, ids, rows, tmeta
 
 
-def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, summary_limit):
+def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, summary_limit, evals: list):
     """`select --target`: targeting.py's relevance and balance over the clusters; the artifact also records, per
     selected row, its nearest target row and the cosine to it, and in its params how each target row is served."""
     import numpy as np
@@ -480,7 +483,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     x = _inputs(o, clusters, c, set())
     if x["emb_path"] is None:
         raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
-    c, x["decontaminated"] = _decontaminate(o, clusters, c, x)
+    c, x["decontaminated"] = _decontaminate(o, clusters, c, x, evals)
     if x["decontaminated"]:
         sources = _sources(o, c)[0]  # of the rows left
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
@@ -554,7 +557,17 @@ def _kept_prompt_keys(path, ids=None):
 def questions_of(path: str, o: dict, option: str, with_prompts: bool = False):
     """The prompt keys of the examples in `path` (unique int64), its fingerprint, and (`with_prompts`) their
     prompts: the keys its embeddings artifact keeps, else from its raw rows (the data itself, read in its own
-    format, or the data its embeddings record)."""
+    format, or the data its embeddings record). An error in reading it names `option`."""
+    try:
+        return _questions_of(path, o, option, with_prompts)
+    except CurateError as e:
+        said = str(e)
+        if said.startswith(option):
+            raise
+        raise CurateError(f"{option} {said}" if said.startswith(str(path)) else f"{option} {path}: {said}") from None
+
+
+def _questions_of(path: str, o: dict, option: str, with_prompts: bool):
     import numpy as np
 
     from cluster_curate.exact_dedup import prompt_keys
@@ -601,10 +614,10 @@ def _pool_questions(o: dict, clusters: str, c, emb_path, why: str):
 COPY_IDS_LISTED = 20
 
 
-def _decontaminate(o: dict, clusters: str, c, x: dict):
+def _decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
     """--decontaminate: the clusters' rows that ask a question of an evaluation set (exact_dedup.prompt_keys;
     with --decontaminate-ngrams, also decontamination.shares_ngram) left out, from c and from x's per-row
-    arrays, before anything is counted. Returns (c, what the artifact records: per set, its questions, how many
+    arrays, before anything is counted. `evals`: questions_of each set, with its prompts for the n-grams. Returns (c, what the artifact records: per set, its questions, how many
     the pool asks and by which rows; None without the option)."""
     from dataclasses import replace
 
@@ -615,7 +628,6 @@ def _decontaminate(o: dict, clusters: str, c, x: dict):
         return c, None
     n = o["decontaminate_ngrams"]
     pool = _pool_questions(o, clusters, c, x["emb_path"], "--decontaminate")
-    evals = [questions_of(path, o, "--decontaminate", with_prompts=n is not None) for path in o["decontaminate"]]
     grams = [eval_ngrams(prompts, n) for _, _, prompts in evals] if n else []
     near = _ngram_hits(o, clusters, c, [g for g, _ in grams], n) if n else None
     keep, sets = np.ones(len(c.ids), dtype=bool), []
