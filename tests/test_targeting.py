@@ -811,3 +811,17 @@ def test_kept_says_which_rows_it_is_a_fraction_of_after_decontaminate(tmp_path, 
         sections, _ = cluster_curate.report([str(out)])
         (data,) = [d for title, d, _ in sections if title == "selection"]
         assert data["kept"].label == label
+
+
+def test_decontaminate_warns_of_the_evaluation_rows_it_skipped(tmp_path, cli_runner, pool):
+    """--on-bad-row skip with an EVAL holding bad rows: their questions were silently not looked for (the
+    summary counted the questions read); now a warning says how many rows were skipped and the first."""
+    import json
+    eval_a = tmp_path / "a.jsonl"
+    eval_a.write_text("".join(json.dumps(r) + "\n" for r in pool["rows"][:3]) + '{"instruction": 3}\nnot json\n')
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", "--fraction", "0.5",
+                            "--decontaminate", eval_a, "--on-bad-row", "skip", "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    (warning,) = [w for w in summary["warnings"] if "--decontaminate" in w]
+    assert "2 bad rows skipped" in warning and "a.jsonl:4" in warning
+    assert summary["decontaminated"]["sets"][0]["questions"] == 3

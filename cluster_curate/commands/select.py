@@ -554,12 +554,13 @@ def _kept_prompt_keys(path, ids=None):
         return None
 
 
-def questions_of(path: str, o: dict, option: str, with_prompts: bool = False):
+def questions_of(path: str, o: dict, option: str, with_prompts: bool = False, warn_skipped: bool = True):
     """The prompt keys of the examples in `path` (unique int64), its fingerprint, and (`with_prompts`) their
     prompts: the keys its embeddings artifact keeps, else from its raw rows (the data itself, read in its own
-    format, or the data its embeddings record). An error in reading it names `option`."""
+    format, or the data its embeddings record). An error in reading it names `option`; rows --on-bad-row skip
+    left out are warned of (`warn_skipped`: run's preflight reads it before select does)."""
     try:
-        return _questions_of(path, o, option, with_prompts)
+        return _questions_of(path, o, option, with_prompts, warn_skipped)
     except CurateError as e:
         said = str(e)
         if said.startswith(option):
@@ -567,7 +568,7 @@ def questions_of(path: str, o: dict, option: str, with_prompts: bool = False):
         raise CurateError(f"{option} {said}" if said.startswith(str(path)) else f"{option} {path}: {said}") from None
 
 
-def _questions_of(path: str, o: dict, option: str, with_prompts: bool):
+def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skipped: bool):
     import numpy as np
 
     from cluster_curate.exact_dedup import prompt_keys
@@ -586,6 +587,11 @@ def _questions_of(path: str, o: dict, option: str, with_prompts: bool):
         if ds is None:
             raise CurateError(f"{option} {path}: records no dataset")
     prompts = [ex.prompt for batch in ds.iter_batches() for ex in batch.examples]
+    if ds.rejects and warn_skipped:  # its questions are not looked for in the pool: say so, as embed does
+        from cluster_curate import console
+        console.warn(f"{option} {path}: {counted(len(ds.rejects), 'bad row')} skipped (--on-bad-row skip), so "
+                     f"{'its question is' if len(ds.rejects) == 1 else 'their questions are'} not looked for; the "
+                     f"first: {ds.rejects[0]}")
     return (np.unique(prompt_keys(prompts)), ds.fingerprint() if meta is None else meta.fingerprint,
             prompts if with_prompts else None)
 
