@@ -825,3 +825,19 @@ def test_decontaminate_warns_of_the_evaluation_rows_it_skipped(tmp_path, cli_run
     (warning,) = [w for w in summary["warnings"] if "--decontaminate" in w]
     assert "2 bad rows skipped" in warning and "a.jsonl:4" in warning
     assert summary["decontaminated"]["sets"][0]["questions"] == 3
+
+
+@pytest.mark.parametrize("n", [2, 0, -3, 13.5, "13", True])
+def test_python_api_refuses_a_decontaminate_ngrams_the_cli_refuses(tmp_path, pool, n):
+    """The CLI refuses --decontaminate-ngrams below 3; the Python API took 2 or 1 (leaving out almost every row:
+    1,585 of 1,590 GSM8K rows share a 2-word run with its test set), ignored 0 and negatives, and raised TypeError
+    for a float or a str. Now one line naming the option, before any work, for select and run alike."""
+    import cluster_curate
+    eval_a = _write(tmp_path / "a.jsonl", pool["rows"][:5])
+    with pytest.raises(CurateError, match="--decontaminate-ngrams must be a whole number of words, at least 3"):
+        cluster_curate.select(str(pool["clusters"]), str(tmp_path / "s.parquet"), fraction=0.5,
+                              decontaminate=[str(eval_a)], decontaminate_ngrams=n)
+    with pytest.raises(CurateError, match="--decontaminate-ngrams must be"):
+        cluster_curate.run(str(pool["data"]), str(tmp_path / "r"), fraction=0.5, decontaminate=[str(eval_a)],
+                           decontaminate_ngrams=n, num_shards=2)
+    assert not (tmp_path / "s.parquet").exists() and not (tmp_path / "r").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import time
 from pathlib import Path
 
@@ -345,7 +346,10 @@ def _check(o: dict):
     for path in o["decontaminate"] or ():
         if not str(path).startswith("hf:") and not Path(path).exists():
             raise CurateError(f"--decontaminate {path}: no such file or directory")
-    if o["decontaminate_ngrams"] is not None and not o["decontaminate"]:
+    n = o["decontaminate_ngrams"]
+    if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 3):  # as the CLI's type
+        raise CurateError(f"--decontaminate-ngrams must be a whole number of words, at least 3 (got {n!r})")
+    if n is not None and not o["decontaminate"]:
         raise CurateError("--decontaminate-ngrams is only used with --decontaminate")
     if o["target"] is not None:
         from cluster_curate.targeting import check_target_weight
