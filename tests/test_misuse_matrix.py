@@ -55,6 +55,10 @@ def work(tmp_path_factory) -> Path:
            *SHARD, "-q"]
     subprocess.run(run, cwd=w, check=True, env=_env())
     (w / "p" / "report").mkdir()  # an existing output for the --overwrite cases
+    (w / "eval_gone.jsonl").write_text("".join(lines[:5]))  # an evaluation set embedded, then moved away
+    subprocess.run([sys.executable, "-m", "cluster_curate", "embed", "eval_gone.jsonl", "--like",
+                    "p/embeddings.parquet", "--out", "eval_emb.parquet", "-q"], cwd=w, check=True, env=_env())
+    (w / "eval_gone.jsonl").unlink()
     return w
 
 
@@ -194,6 +198,11 @@ CASES = [
      "--decontaminate invalid_json.jsonl:"),
     ("select-decontaminate-empty-folder", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
                                            "--decontaminate", "p/report"], "--decontaminate p/report: directory holds"),
+    # EVAL as its embeddings with --decontaminate-ngrams reads the data they record: gone, refused after cluster
+    ("run-decontaminate-ngrams-eval-data-gone", ["run", "data.jsonl", "--out", "q", *FAST, "--fraction", "0.31",
+                                                 *SHARD, "--decontaminate", "eval_emb.parquet",
+                                                 "--decontaminate-ngrams", "13"],
+     "--decontaminate eval_emb.parquet: its recorded data: eval_gone.jsonl: no such file or directory"),
     ("run-decontaminate-bad-row", ["run", "data.jsonl", "--out", "q", *FAST, "--fraction", "0.31", *SHARD,
                                    "--decontaminate", "messages_bad.jsonl"], "--decontaminate messages_bad.jsonl:"),
     ("select-no-budget", ["select", "p/clusters.parquet", "--out", "s.parquet"],

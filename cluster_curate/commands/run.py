@@ -204,8 +204,11 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         if words:
             word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
     named_inputs = _check_target(resolved["select"])
-    evals = [select_cmd.questions_of(p, resolved["select"], "--decontaminate", warn_skipped=False)[1]
-             for p in resolved["select"]["decontaminate"] or ()]  # each read now: a bad row before the first stage
+    # each read now, as select will (with --decontaminate-ngrams, the prompts: an EVAL embeddings' recorded data):
+    # a bad row, or data that is gone, before the first stage
+    ngrams = resolved["select"]["decontaminate_ngrams"] is not None
+    evals = [select_cmd.questions_of(p, resolved["select"], "--decontaminate", with_prompts=ngrams,
+                                     warn_skipped=False)[1] for p in resolved["select"]["decontaminate"] or ()]
     if evals:
         named_inputs = {"target": named_inputs, "decontaminate": evals}
     c = resolved["cluster"]
