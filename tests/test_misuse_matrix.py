@@ -203,6 +203,10 @@ CASES = [
                                                  *SHARD, "--decontaminate", "eval_emb.parquet",
                                                  "--decontaminate-ngrams", "13"],
      "--decontaminate eval_emb.parquet: its recorded data: eval_gone.jsonl: no such file or directory"),
+    # the data itself as EVAL: nothing left to select, said after embed and cluster had run
+    ("run-decontaminate-the-data-itself", ["run", "data.jsonl", "--out", "q", *FAST, "--fraction", "0.31", *SHARD,
+                                           "--decontaminate", "data.jsonl"],
+     "--decontaminate data.jsonl: every one of the 120 rows asks a question of it; nothing is left to select"),
     ("run-decontaminate-bad-row", ["run", "data.jsonl", "--out", "q", *FAST, "--fraction", "0.31", *SHARD,
                                    "--decontaminate", "messages_bad.jsonl"], "--decontaminate messages_bad.jsonl:"),
     ("select-no-budget", ["select", "p/clusters.parquet", "--out", "s.parquet"],

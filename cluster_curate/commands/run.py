@@ -187,6 +187,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     from cluster_curate.commands import embed as embed_cmd
     from cluster_curate.commands import select as select_cmd
     from cluster_curate.commands.embed_parts import N_TOKENS_WORDS
+    from cluster_curate.exact_dedup import prompt_keys
     from cluster_curate.features.embed import MODEL_FEATURES
     from cluster_curate.features.text import word_counts as word_count
     specs = stage_specs()
@@ -198,19 +199,25 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         raise CurateError(f"--within hard needs a loss per example, which only the model features compute "
                           f"({', '.join(MODEL_FEATURES)}, with --model); --features here: {','.join(features)}")
     words = _counts_words(features, resolved["select"]) and mode in TOKEN_MODES
-    data_rows, word_counts = 0, []
+    decontaminate = resolved["select"]["decontaminate"] or ()
+    data_rows, word_counts, questions = 0, [], []
     for batch in ds.iter_batches():
         data_rows += len(batch.examples)
         if words:
             word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
+        if decontaminate:  # the rows' questions: EVAL given as the data itself is refused before embed
+            questions.append(prompt_keys([e.prompt for e in batch.examples]))
     named_inputs = _check_target(resolved["select"])
     # each read now, as select will (with --decontaminate-ngrams, the prompts: an EVAL embeddings' recorded data):
     # a bad row, or data that is gone, before the first stage
     ngrams = resolved["select"]["decontaminate_ngrams"] is not None
     evals = [select_cmd.questions_of(p, resolved["select"], "--decontaminate", with_prompts=ngrams,
-                                     warn_skipped=False)[1] for p in resolved["select"]["decontaminate"] or ()]
+                                     warn_skipped=False) for p in decontaminate]
     if evals:
-        named_inputs = {"target": named_inputs, "decontaminate": evals}
+        named_inputs = {"target": named_inputs, "decontaminate": [fingerprint for _, fingerprint, _ in evals]}
+        asked = np.concatenate([keys for keys, _, _ in evals])
+        if questions and np.isin(np.concatenate(questions), asked).all():
+            raise select_cmd.nothing_left(decontaminate, data_rows)
     c = resolved["cluster"]
     for name, low in (("iters", 1), ("seed", 0)):
         if c.get(name) is not None and c[name] < low:

@@ -651,13 +651,18 @@ def _decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
                          "boilerplate_ngrams": grams[i][1]} if n else {})})
         keep &= ~hit
     if not keep.any():
-        raise CurateError(f"--decontaminate {' '.join(map(str, o['decontaminate']))}: every one of the "
-                          f"{counted(len(c.ids), 'row')} asks a question of it; nothing is left to select")
+        raise nothing_left(o["decontaminate"], len(c.ids))
     if not keep.all():
         c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
                     similarity=None if c.similarity is None else c.similarity[keep])
         x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers") if x.get(k) is not None})
     return c, {"rows_left_out": int((~keep).sum()), "sets": sets}
+
+
+def nothing_left(paths, rows: int) -> CurateError:
+    """The error when --decontaminate leaves out every row (select, and run's preflight before the first stage)."""
+    return CurateError(f"--decontaminate {' '.join(map(str, paths))}: every one of the {counted(rows, 'row')} asks "
+                       "a question of it; nothing is left to select")
 
 
 def _ngram_hits(o: dict, clusters: str, c, grams: list, n: int):
