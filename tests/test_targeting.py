@@ -841,3 +841,22 @@ def test_python_api_refuses_a_decontaminate_ngrams_the_cli_refuses(tmp_path, poo
         cluster_curate.run(str(pool["data"]), str(tmp_path / "r"), fraction=0.5, decontaminate=[str(eval_a)],
                            decontaminate_ngrams=n, num_shards=2)
     assert not (tmp_path / "s.parquet").exists() and not (tmp_path / "r").exists()
+
+
+def test_decontaminate_takes_a_hub_id_as_any_data_does(tmp_path, pool, monkeypatch):
+    """EVAL as a Hugging Face id without `hf:` (`org/evalset`, read as any data reads it, from the cache when
+    offline) was refused as 'no such file or directory' before it was tried; now it is read."""
+    import datasets
+
+    import cluster_curate
+    from cluster_curate.io import containers
+    from cluster_curate.io.hf_datasets import HFDataset
+    rows = pool["rows"][:5]
+    cached = _write(tmp_path / "cached.jsonl", rows)  # stands for the hub cache's files
+    asked = []
+    monkeypatch.setattr(containers, "load_hub", lambda source, name, config, split: asked.append((name, split)) or
+                        HFDataset(datasets.Dataset.from_list(rows), "hf-hub", [cached]))
+    asking = {i for i, r in enumerate(pool["rows"]) if r["instruction"] in {x["instruction"] for x in rows}}
+    summary, _ = cluster_curate.select(str(pool["clusters"]), str(tmp_path / "s.parquet"), fraction=0.5,
+                                       decontaminate="org/evalset:test")
+    assert summary["decontaminated"].value["rows_left_out"] == len(asking) and asked[0] == ("org/evalset", "test")

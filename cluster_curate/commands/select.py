@@ -343,8 +343,9 @@ def _check(o: dict):
     check_tokenizer_path(o["tokenizer"])  # else `run` finds it missing after embed and cluster
     if o["target_weight"] is not None and o["target"] is None:
         raise CurateError("--target-weight is only used with --target")
-    for path in o["decontaminate"] or ():
-        if not str(path).startswith("hf:") and not Path(path).exists():
+    from cluster_curate.io.containers import looks_like_hub_id
+    for path in o["decontaminate"] or ():  # a hub id (as any data takes it) is read, from the cache when offline
+        if not Path(path).exists() and not looks_like_hub_id(str(path)):
             raise CurateError(f"--decontaminate {path}: no such file or directory")
     n = o["decontaminate_ngrams"]
     if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 3):  # as the CLI's type

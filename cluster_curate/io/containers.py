@@ -450,6 +450,13 @@ def _is_saved_hf_dataset(path: Path) -> bool:
     return (path / "state.json").exists() or (path / "dataset_dict.json").exists()
 
 
+def looks_like_hub_id(source: str) -> bool:
+    """Whether a path that does not exist is read as a Hugging Face dataset id (`NAME[@CONFIG][:SPLIT]`, or with
+    `hf:`) rather than refused as a missing file: no file suffix, not a relative or absolute path."""
+    return bool(_HF_ID.match(source)) and (source.startswith("hf:") or not (
+        source.lower().endswith(_FILE_SUFFIXES) or source.startswith((".", "/", "~"))))
+
+
 def reads_through_hf_datasets(source: str) -> bool:
     """Whether open_dataset(source) reads with Hugging Face `datasets`: a save_to_disk directory or a hub id
     (a path that does not exist counts: it is a hub id or an error)."""
@@ -470,8 +477,7 @@ def _open_source(source: str):
         raise CurateError(f"{source}: cannot access the path ({e.strerror or e})") from None
     if not exists:
         m = _HF_ID.match(source)
-        if m and (source.startswith("hf:") or not (source.lower().endswith(_FILE_SUFFIXES)
-                                                    or source.startswith((".", "/", "~")))):
+        if m and looks_like_hub_id(source):
             return path, load_hub(source, m.group("name"), m.group("config"), m.group("split") or "train")
         raise CurateError(f"{source}: no such file or directory")
     if path.is_dir():
