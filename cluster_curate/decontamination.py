@@ -33,12 +33,15 @@ def _ngrams(words: list[str], n: int) -> set[str]:
 
 def eval_ngrams(prompts: list[list[dict]], n: int) -> tuple[set[str], int]:
     """The word n-grams of EVAL's prompts, less the boilerplate ones; returns (the set, how many were left out
-    as boilerplate). A prompt shorter than n words has none (its exact copies are caught by its key)."""
+    as boilerplate). A prompt shorter than n words has none (its exact copies are caught by its key). Shares are
+    of EVAL's distinct questions (the same words): a question EVAL asks several times (several references or
+    samples per question) is one question, not a template."""
     counts: dict[str, int] = {}
-    for p in prompts:
-        for g in _ngrams(_words(p), n):
+    distinct = {tuple(_words(p)) for p in prompts}
+    for words in distinct:
+        for g in _ngrams(list(words), n):
             counts[g] = counts.get(g, 0) + 1
-    most = max(BOILERPLATE_MIN, int(BOILERPLATE_SHARE * len(prompts)))
+    most = max(BOILERPLATE_MIN, int(BOILERPLATE_SHARE * len(distinct)))
     kept = {g for g, c in counts.items() if c <= most}
     return kept, len(counts) - len(kept)
 

@@ -45,3 +45,12 @@ def test_the_summary_line_counts_in_the_right_number():
     texts = [lines[f"decontaminated {i}"].text for i in (1, 2)]
     assert texts[0] == "one.jsonl: 1 row asks 1 of its 1 question (1 copy, 0 more sharing 13 words): left out"
     assert texts[1] == "many.jsonl: 90 rows ask 60 of its 200 questions (60 copies, 30 more sharing 13 words): left out"
+
+
+def test_a_question_eval_asks_several_times_is_no_template():
+    """An EVAL that repeats a question (several references or samples per question: 3 × BOILERPLATE_MIN rows of
+    Q) counted each copy towards the template share, so Q's n-grams were dropped as boilerplate and a reworded
+    copy of Q in the pool was not found; shares now count EVAL's distinct questions."""
+    evals = [_p(Q)] * (3 * BOILERPLATE_MIN) + [_p(f"another question number {i} about pears and apples") for i in range(3)]
+    grams, boilerplate = eval_ngrams(evals, 8)
+    assert boilerplate == 0 and shares_ngram([_p("Please: " + Q + " Explain.")], grams, 8).tolist() == [True]
