@@ -54,3 +54,24 @@ def test_a_question_eval_asks_several_times_is_no_template():
     evals = [_p(Q)] * (3 * BOILERPLATE_MIN) + [_p(f"another question number {i} about pears and apples") for i in range(3)]
     grams, boilerplate = eval_ngrams(evals, 8)
     assert boilerplate == 0 and shares_ngram([_p("Please: " + Q + " Explain.")], grams, 8).tolist() == [True]
+
+
+def test_the_target_copies_line_and_warning_count_in_the_right_number_and_say_what_was_left_out():
+    """select --target's check for the target's questions in the pool said '1 pool rows ask 1 of the target's
+    questions' and warned '1 selected rows ask ... ids 563 ... they leak it'; and with --decontaminate 'none ... is
+    asked by a pool row' where it had left the rows that ask them out. Now in the right number, saying so."""
+    import numpy as np
+
+    from cluster_curate.commands.select import copies_summary, target_copies_line
+    ids = np.arange(100, 110)
+    one = copies_summary({"checked": True, "rows": np.array([3]), "target_questions": 1,
+                          "target_questions_in_pool": 1}, ids, np.array([3, 4]))
+    assert one["warning"].startswith("1 selected row asks a question of the target (the same prompt; id 103): if "
+                                     "the target is an evaluation set, it leaks it into training")
+    assert target_copies_line(one).text == "1 pool row asks 1 of the target's 1 question; 1 of them selected"
+    none = copies_summary({"checked": True, "rows": np.zeros(0, np.int64), "target_questions": 200,
+                           "target_questions_in_pool": 0}, ids, np.array([3]))
+    assert "warning" not in none
+    assert target_copies_line(none, {"rows_left_out": 60, "sets": []}).text == \
+        "none of the target's 200 questions is asked by a pool row (after --decontaminate left out 60 rows)"
+    assert target_copies_line(none, None).text == "none of the target's 200 questions is asked by a pool row"

@@ -115,7 +115,7 @@ def _target_section(meta: ArtifactMeta) -> tuple[str, dict, list[dict]]:
     data = target_summary(service, meta.inputs.get("target", {}).get("path"))
     data["far_threshold"] = Shown(service["far_threshold"], label="far threshold (cosine)")
     if meta.params.get("target_copies"):  # a selection made before the check has none
-        data["target_copies"] = target_copies_line(meta.params["target_copies"])
+        data["target_copies"] = target_copies_line(meta.params["target_copies"], meta.params.get("decontaminated"))
     rows = [{"target_id": r["target_id"], "selected_nearest_to_it": r["selected_nearest_to_it"],
              "nearest_pool_cosine": r["nearest_pool_cosine"], "far": Shown(bool(r["far"]), "yes" if r["far"] else ""),
              "cluster": r["cluster"], "nearest_selected_ids": Shown(list(r["nearest_selected"]),

@@ -536,7 +536,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     summary = _summary(o, mode, sel, c, x, out)
     summary.pop("quotas", None)
     summary.update(target_summary(service, tpath))
-    summary["target_copies"] = target_copies_line(copies)
+    summary["target_copies"] = target_copies_line(copies, x["decontaminated"])
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, service["clusters"][:summary_limit] if summary_limit else service["clusters"]
 
@@ -738,20 +738,27 @@ def copies_summary(copies: dict, ids, rows) -> dict:
            "selected": int(len(chosen)), "ids": chosen[:COPY_IDS_LISTED].tolist()}
     if len(chosen):
         shown = ", ".join(map(str, out["ids"][:5])) + (", ..." if len(chosen) > 5 else "")
-        out["warning"] = (f"{len(chosen):,} selected rows ask a question of the target (the same prompt; ids "
-                          f"{shown}): if the target is an evaluation set, they leak it into training; "
-                          "--decontaminate TARGET leaves them out")
+        one = len(chosen) == 1
+        out["warning"] = (f"{counted(len(chosen), 'selected row')} {'asks' if one else 'ask'} a question of the "
+                          f"target (the same prompt; {'id' if one else 'ids'} {shown}): if the target is an evaluation "
+                          f"set, {'it leaks' if one else 'they leak'} it into training; --decontaminate TARGET leaves "
+                          f"{'it' if one else 'them'} out")
     return out
 
 
-def target_copies_line(copies: dict):
-    """The summary's (and `report`'s) line on the target's questions in the pool."""
+def target_copies_line(copies: dict, decontaminated: dict | None = None):
+    """The summary's (and `report`'s) line on the target's questions in the pool: in the rows --decontaminate left
+    (`decontaminated`: what it recorded), where it left rows out."""
     from cluster_curate.console import Shown
     if not copies["checked"]:
         return Shown(copies, f"not looked for ({copies['why_not']})", "target's questions in the pool")
     n, q = copies["pool_rows"], copies["target_questions_in_pool"]
-    text = (f"{n:,} pool rows ask {q:,} of the target's questions; {copies['selected']:,} of them selected" if n else
-            f"none of the target's {copies['target_questions']:,} questions is asked by a pool row")
+    left = (f" (after --decontaminate left out {counted(decontaminated['rows_left_out'], 'row')})"
+            if decontaminated and decontaminated["rows_left_out"] else "")
+    total = counted(copies["target_questions"], "question")
+    text = (f"{counted(n, 'pool row')} {'asks' if n == 1 else 'ask'} {q:,} of the target's {total}; "
+            f"{copies['selected']:,} of them selected{left}" if n else
+            f"none of the target's {total} is asked by a pool row{left}")
     return Shown({k: v for k, v in copies.items() if k != "warning"}, text, "target's questions in the pool")
 
 
