@@ -207,6 +207,8 @@ CASES = [
     ("run-decontaminate-the-data-itself", ["run", "data.jsonl", "--out", "q", *FAST, "--fraction", "0.31", *SHARD,
                                            "--decontaminate", "data.jsonl"],
      "--decontaminate data.jsonl: every one of the 120 rows asks a question of it; nothing is left to select"),
+    ("select-decontaminate-empty-path", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
+                                         "--decontaminate", ""], "--decontaminate: an empty path"),  # read the cwd
     ("run-decontaminate-bad-row", ["run", "data.jsonl", "--out", "q", *FAST, "--fraction", "0.31", *SHARD,
                                    "--decontaminate", "messages_bad.jsonl"], "--decontaminate messages_bad.jsonl:"),
     ("select-no-budget", ["select", "p/clusters.parquet", "--out", "s.parquet"],

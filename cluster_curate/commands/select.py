@@ -345,6 +345,8 @@ def _check(o: dict):
         raise CurateError("--target-weight is only used with --target")
     from cluster_curate.io.containers import looks_like_hub_id
     for path in o["decontaminate"] or ():  # a hub id (as any data takes it) is read, from the cache when offline
+        if not str(path).strip():  # Path("") is the working directory, read as data or embeddings
+            raise CurateError("--decontaminate: an empty path; give the evaluation set's file, folder or hub id")
         if not Path(path).exists() and not looks_like_hub_id(str(path)):
             raise CurateError(f"--decontaminate {path}: no such file or directory")
     n = o["decontaminate_ngrams"]
