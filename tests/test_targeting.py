@@ -860,3 +860,22 @@ def test_decontaminate_takes_a_hub_id_as_any_data_does(tmp_path, pool, monkeypat
     summary, _ = cluster_curate.select(str(pool["clusters"]), str(tmp_path / "s.parquet"), fraction=0.5,
                                        decontaminate="org/evalset:test")
     assert summary["decontaminated"].value["rows_left_out"] == len(asking) and asked[0] == ("org/evalset", "test")
+
+
+def test_run_says_which_named_input_changed(tmp_path, cli_runner, pool):
+    """run selected again when an EVAL's (or the target's) content changed, saying only 'its input changed', as
+    for new data; now it names the set or target whose content changed."""
+    import json
+    eval_a, eval_b = _write(tmp_path / "a.jsonl", pool["rows"][:5]), _write(tmp_path / "b.jsonl", pool["rows"][5:9])
+    target = _write(tmp_path / "t.jsonl", [r for r in _rows(60, seed=5) if r["kind"] == "code"])
+    args = ["run", pool["data"], "--out", tmp_path / "curated", "--dim", "16", "--k", "6", "--budget", "30",
+            "--decontaminate", eval_a, "--decontaminate", eval_b, "--target", target, "--num-shards", "2", "--json"]
+    _cli(cli_runner, args)
+    reasons = []
+    for path, rows in ((eval_b, pool["rows"][5:8]), (target, [r for r in _rows(60, seed=6) if r["kind"] == "code"])):
+        _write(path, rows)
+        stages = {s["stage"]: s for s in json.loads(_cli(cli_runner, args).stdout)["stages"]}
+        assert stages["embed"]["status"] == stages["cluster"]["status"] == "up to date"
+        reasons.append(stages["select"]["reason"])
+    assert reasons == [f"its input changed (--decontaminate {eval_b}: its content changed)",
+                       f"its input changed (--target {target}: its content changed)"]

@@ -65,15 +65,18 @@ class RunState:
 
     @staticmethod
     def request(stage: str, options: dict, input_fingerprint: str | None, algorithm: int,
-                given: frozenset = frozenset()) -> dict:
-        """What a stage's up-to-date check compares; `given`: the stage's options not taken at their defaults."""
+                given: frozenset = frozenset(), named: dict | None = None) -> dict:
+        """What a stage's up-to-date check compares; `given`: the stage's options not taken at their defaults;
+        `named`: {"upstream": the stage's input, "named": the fingerprints of the inputs its options name}, of
+        which `input_fingerprint` is the hash (kept to say which changed)."""
         import json
 
         from cluster_curate.io.artifacts import stable_hash
         return {"algorithm": algorithm, "options": stable_hash({"stage": stage, "options": options}),
                 "input": input_fingerprint,
                 "option_values": json.loads(json.dumps(options, default=str)),  # to name what changed
-                "given": sorted(given)}  # to tell an upgrade's new default from the user's choice
+                "given": sorted(given),  # to tell an upgrade's new default from the user's choice
+                **({"input_parts": json.loads(json.dumps(named, default=str))} if named else {})}
 
     def changed_options(self, stage: str, request: dict) -> dict:
         """{option: (recorded, now)} where this run's options differ from the recorded run's for `stage`."""
@@ -114,7 +117,7 @@ class RunState:
                 return f"its default{'s' if len(moved) > 1 else ''} changed ({_named(moved)})"
             return "its options changed"
         if rec["input"] != request["input"]:
-            return "its input changed"
+            return "its input changed" + _named_input_change(rec, request)
         if rec["fingerprint"] != output_fingerprint(stage, output):
             return "its output is missing or was changed"
         return None
@@ -146,6 +149,22 @@ def _named(changed: dict, most: int | None = None) -> str:
         return ("on" if v else "off") if isinstance(v, bool) else v
     return ", ".join(f"--{k.replace('_', '-')} {shown(old)} -> {shown(new)}"
                      for k, (old, new) in list(changed.items())[:most])
+
+
+def _named_input_change(rec: dict, request: dict) -> str:
+    """` (--decontaminate a.jsonl changed)`: which input an option names changed, where the stage's own input
+    did not ('' where that is not known: recorded before run kept the parts, or the stage's input changed)."""
+    was, now = rec.get("input_parts"), request.get("input_parts")
+    if not was or not now or was["upstream"] != now["upstream"]:
+        return ""
+    def parts(named):  # a target's fingerprint alone, or {"target": it, "decontaminate": [each set's]}
+        return named if isinstance(named, dict) else {"target": named, "decontaminate": []}
+    a, b = parts(was["named"]), parts(now["named"])
+    said = [f"--target {request['option_values'].get('target')}"] if a.get("target") != b.get("target") else []
+    sets, before = request["option_values"].get("decontaminate") or [], a.get("decontaminate") or []
+    said += [f"--decontaminate {path}" for i, path in enumerate(sets)
+             if i >= len(before) or before[i] != (b.get("decontaminate") or [])[i]]
+    return f" ({', '.join(said)}: its content changed)" if said else ""
 
 
 def _at_added_later_value(name: str, value) -> bool:
@@ -401,7 +420,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
         stage_checked, named_input = checked[stage]  # under "target", the key directories made before keep
         request = state.request(stage, stage_checked, upstream if named_input is None else
                                 stable_hash({"upstream": upstream, "target": named_input}), spec.algorithm(),
-                                given_by_stage[stage])
+                                given_by_stage[stage],
+                                None if named_input is None else {"upstream": upstream, "named": named_input})
         output = paths[stage]
         t0, warned = time.monotonic(), len(console.WARNINGS)
         why = state.stale(stage, request, output)
