@@ -381,7 +381,8 @@ def far_message(search: TargetSearch, target_name: str = "target") -> str | None
     if m == 0 or n_far < FAR_WARN_SHARE * m:
         return None
     best = float(np.max(search.nearest_sim[:, 0]))
-    which = f"all {m} target rows are" if n_far == m else f"{n_far} of {m} target rows are"
+    which = ("the 1 target row is" if m == 1 else f"all {m} target rows are") if n_far == m else \
+        f"{n_far} of {m} target rows {'is' if n_far == 1 else 'are'}"
     return (f"{target_name}: {which} far from the pool (nearest pool row less similar than {search.far_threshold:.3f}, "
             f"which 95% of pool rows exceed with their own nearest neighbour; best {best:.3f}): the pool may not "
             "contain the task")

@@ -879,3 +879,20 @@ def test_run_says_which_named_input_changed(tmp_path, cli_runner, pool):
         reasons.append(stages["select"]["reason"])
     assert reasons == [f"its input changed (--decontaminate {eval_b}: its content changed)",
                        f"its input changed (--target {target}: its content changed)"]
+
+
+def test_a_one_row_target_is_worded_in_the_singular(tmp_path, cli_runner, pool):
+    """A target of one row far from the pool: the summary said 'T: 1 rows', '(1 target rows, ...)' and the warning
+    'all 1 target rows are far from the pool'; now in the singular (console.counted)."""
+    import json
+    target = _write(tmp_path / "one.jsonl", [{"instruction": "Translate this sonnet about the sea into Latin verse "
+                                              "keeping its rhyme", "output": "Mare..."}])
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", "--budget", "20",
+                            "--target", target, "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert any("the 1 target row is far from the pool" in w for w in summary["warnings"]), summary["warnings"]
+    from cluster_curate.commands.select import target_summary
+    from cluster_curate.io.artifacts import read_meta
+    lines = target_summary(read_meta(tmp_path / "s.parquet").params["target_service"], target)
+    assert lines["target"].text.startswith(f"{target}: 1 row, 1 served")
+    assert "(1 target row, " in lines["clusters_the_target_pulled_from"].text

@@ -818,13 +818,14 @@ def target_summary(service: dict, path) -> dict:
     per = service["per_target"]
     counts = np.array([r["selected_nearest_to_it"] for r in per])
     pulled = [r for r in service["clusters"] if r["target_rows"]]
-    shown = ", ".join(f"{r['cluster']} ({r['target_rows']} target rows, {r['selected']} selected)" for r in pulled[:5])
+    shown = ", ".join(f"{r['cluster']} ({counted(r['target_rows'], 'target row')}, {r['selected']} selected)"
+                      for r in pulled[:5])
     from cluster_curate.console import Shown
     return {
         "target": Shown({"path": None if path is None else str(path), "rows": service["target_rows"],
                          "served": service["served"], "far": service["far"]},
-                        f"{path}: {service['target_rows']} rows, {service['served']} served, {service['far']} far "
-                        "from the pool"),
+                        f"{path}: {counted(service['target_rows'], 'row')}, {service['served']} served, "
+                        f"{service['far']} far from the pool"),
         "target_weight": Shown({"weight": service["target_weight"], "relevant_rows": service["relevant_rows"]},
                                f"{service['target_weight']} (relevant part: {service['relevant_rows']} rows)"),
         "selected_nearest_each_target_row": Shown(
