@@ -51,7 +51,8 @@ def test_a_question_eval_asks_several_times_is_no_template():
     """An EVAL that repeats a question (several references or samples per question: 3 × BOILERPLATE_MIN rows of
     Q) counted each copy towards the template share, so Q's n-grams were dropped as boilerplate and a reworded
     copy of Q in the pool was not found; shares now count EVAL's distinct questions."""
-    evals = [_p(Q)] * (3 * BOILERPLATE_MIN) + [_p(f"another question number {i} about pears and apples") for i in range(3)]
+    others = [_p(f"another question number {i} about pears and apples") for i in range(3)]
+    evals = [_p(Q)] * (3 * BOILERPLATE_MIN) + others
     grams, boilerplate = eval_ngrams(evals, 8)
     assert boilerplate == 0 and shares_ngram([_p("Please: " + Q + " Explain.")], grams, 8).tolist() == [True]
 

@@ -630,8 +630,9 @@ COPY_IDS_LISTED = 20
 def _decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
     """--decontaminate: the clusters' rows that ask a question of an evaluation set (exact_dedup.prompt_keys;
     with --decontaminate-ngrams, also decontamination.shares_ngram) left out, from c and from x's per-row
-    arrays, before anything is counted. `evals`: questions_of each set, with its prompts for the n-grams. Returns (c, what the artifact records: per set, its questions, how many
-    the pool asks and by which rows; None without the option)."""
+    arrays, before anything is counted. `evals`: questions_of each set, with its prompts for the n-grams.
+    Returns (c, what the artifact records: per set, its questions, how many the pool asks and by which rows; None
+    without the option)."""
     from dataclasses import replace
 
     import numpy as np
