@@ -897,3 +897,16 @@ def test_a_one_row_target_is_worded_in_the_singular(tmp_path, cli_runner, pool):
     lines = target_summary(read_meta(tmp_path / "s.parquet").params["target_service"], target)
     assert lines["target"].text.startswith(f"{target}: 1 row, 1 served")
     assert "(1 target row, " in lines["clusters_the_target_pulled_from"].text
+
+
+def test_run_says_a_step_is_not_filled_because_decontaminate_left_rows_out(tmp_path, cli_runner, pool):
+    """A budget that fills one global step of the data but not of the rows --decontaminate left: the error named
+    the rows selected alone; now it says how many rows were left, and why."""
+    eval_a = _write(tmp_path / "a.jsonl", pool["rows"][:30])
+    asked = {r["instruction"] for r in pool["rows"][:30]}
+    asking = sum(r["instruction"] in asked for r in pool["rows"])
+    left = len(pool["rows"]) - asking
+    res = _cli(cli_runner, ["run", pool["data"], "--out", tmp_path / "curated", "--dim", "16", "--k", "6", "--budget",
+                            "350", "--num-shards", "2", "--micro-batch-size", "175", "--decontaminate", eval_a], code=2)
+    assert f"--budget 350 selected {left:,} of the {left:,} rows left after {asking} rows --decontaminate left out" \
+        in res.output, res.output
