@@ -900,13 +900,21 @@ def test_a_one_row_target_is_worded_in_the_singular(tmp_path, cli_runner, pool):
 
 
 def test_run_says_a_step_is_not_filled_because_decontaminate_left_rows_out(tmp_path, cli_runner, pool):
-    """A budget that fills one global step of the data but not of the rows --decontaminate left: the error named
-    the rows selected alone; now it says how many rows were left, and why."""
+    """A budget that fills one global step of the data but not of the rows --decontaminate leaves: run embedded
+    and clustered, then failed after select naming the rows selected alone. Now preflight counts the rows that ask
+    an EVAL's question and refuses before the first stage; what only select can know (n-gram matches) is said
+    after it, with how many rows were left and why."""
+    import re
     eval_a = _write(tmp_path / "a.jsonl", pool["rows"][:30])
     asked = {r["instruction"] for r in pool["rows"][:30]}
     asking = sum(r["instruction"] in asked for r in pool["rows"])
     left = len(pool["rows"]) - asking
-    res = _cli(cli_runner, ["run", pool["data"], "--out", tmp_path / "curated", "--dim", "16", "--k", "6", "--budget",
-                            "350", "--num-shards", "2", "--micro-batch-size", "175", "--decontaminate", eval_a], code=2)
-    assert f"--budget 350 selected {left:,} of the {left:,} rows left after {asking} rows --decontaminate left out" \
-        in res.output, res.output
+    args = ["run", pool["data"], "--out", tmp_path / "curated", "--dim", "16", "--k", "6", "--budget", "350",
+            "--num-shards", "2", "--micro-batch-size", "175", "--decontaminate", eval_a]
+    res = _cli(cli_runner, args, code=2)
+    assert f"--budget 350 of {left:,} rows (of {len(pool['rows'])}: {asking} rows ask a --decontaminate set's " \
+        f"questions) selects at most {left:,}" in res.output and not (tmp_path / "curated").exists()
+    fits = ["--budget", str(left), "--micro-batch-size", str(left // 2)]  # a step preflight allows, n-grams break
+    res = _cli(cli_runner, [*args, *fits, "--decontaminate-ngrams", "4"], code=2)
+    found = re.search(r"selected (\d+) of the (\d+) rows left after (\d+) rows --decontaminate left out", res.output)
+    assert found and found[1] == found[2] and int(found[3]) > asking and int(found[1]) < left, res.output

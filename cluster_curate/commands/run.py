@@ -232,11 +232,14 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     ngrams = resolved["select"]["decontaminate_ngrams"] is not None
     evals = [select_cmd.questions_of(p, resolved["select"], "--decontaminate", with_prompts=ngrams,
                                      warn_skipped=False) for p in decontaminate]
+    selectable, asking = data_rows, None  # the rows select chooses from: less those that ask an EVAL's question
     if evals:
         named_inputs = {"target": named_inputs, "decontaminate": [fingerprint for _, fingerprint, _ in evals]}
         asked = np.concatenate([keys for keys, _, _ in evals])
-        if questions and np.isin(np.concatenate(questions), asked).all():
+        asking = np.isin(np.concatenate(questions), asked) if questions else np.zeros(0, dtype=bool)
+        if asking.size and asking.all():
             raise select_cmd.nothing_left(decontaminate, data_rows)
+        selectable -= int(asking.sum())
     c = resolved["cluster"]
     for name, low in (("iters", 1), ("seed", 0)):
         if c.get(name) is not None and c[name] < low:
@@ -246,13 +249,17 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     cluster_cmd.check_kinds(c)
     cluster_cmd.check_groups(c)
     s = resolved["select"]
-    most = {"fraction": lambda: S.fraction_budget(data_rows, s["fraction"]),
-            "budget": lambda: min(data_rows, int(s["budget"])),
-            "per-cluster-ratio": lambda: math.ceil(s["per_cluster_ratio"] * data_rows),
-            "token-budget": lambda: data_rows, "token-fraction": lambda: data_rows}[mode]()
-    budget = f"--{mode} {s[mode.replace('-', '_')]} of {counted(data_rows, 'row')}"
+    most = {"fraction": lambda: S.fraction_budget(selectable, s["fraction"]),
+            "budget": lambda: min(selectable, int(s["budget"])),
+            "per-cluster-ratio": lambda: math.ceil(s["per_cluster_ratio"] * selectable),
+            "token-budget": lambda: selectable, "token-fraction": lambda: selectable}[mode]()
+    budget = f"--{mode} {s[mode.replace('-', '_')]} of {counted(selectable, 'row')}" + (
+        f" (of {data_rows:,}: {counted(data_rows - selectable, 'row')} ask a --decontaminate set's questions)"
+        if selectable != data_rows else "")
     if words:  # the tokens select will count: what the budget can buy is known now, not after embed
         word_counts = np.concatenate(word_counts) if word_counts else np.zeros(0, dtype=np.int64)
+        if asking is not None and asking.size:
+            word_counts = word_counts[~asking]
         requested = token_budget_for(int(word_counts.sum()), s["token_budget"], s["token_fraction"], N_TOKENS_WORDS)
         check_budget_buys_a_row(word_counts, requested, mode, N_TOKENS_WORDS)
         most = most_rows_within(word_counts, requested)
