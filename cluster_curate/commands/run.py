@@ -152,7 +152,7 @@ def _named(changed: dict, most: int | None = None) -> str:
 
 
 def _named_input_change(rec: dict, request: dict) -> str:
-    """` (--decontaminate a.jsonl changed)`: which input an option names changed, where the stage's own input
+    """` (--decontaminate a.jsonl: its content changed)`: which input an option names changed, where the stage's input
     did not ('' where that is not known: recorded before run kept the parts, or the stage's input changed)."""
     was, now = rec.get("input_parts"), request.get("input_parts")
     if not was or not now or was["upstream"] != now["upstream"]:
