@@ -209,6 +209,12 @@ CASES = [
      "--decontaminate data.jsonl: every one of the 120 rows asks a question of it; nothing is left to select"),
     ("select-decontaminate-empty-path", ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3",
                                          "--decontaminate", ""], "--decontaminate: an empty path"),  # read the cwd
+    # a floor that an input meets, but not once --decontaminate leaves out its rows: said after embed and cluster
+    ("run-decontaminate-empties-a-floored-source", ["run", "data.jsonl", "other.json", "--out", "q", *FAST,
+                                                    "--fraction", "0.31", *SHARD, "--decontaminate", "other.json",
+                                                    "--source-min-share", "other=0.2"],
+     "source other: its floor is 8 rows (0.2 of 37, --source-min-share) and it has only 0 rows left after "
+     "--decontaminate left out 300 rows"),
     ("run-decontaminate-bad-row", ["run", "data.jsonl", "--out", "q", *FAST, "--fraction", "0.31", *SHARD,
                                    "--decontaminate", "messages_bad.jsonl"], "--decontaminate messages_bad.jsonl:"),
     ("select-no-budget", ["select", "p/clusters.parquet", "--out", "s.parquet"],

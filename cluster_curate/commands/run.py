@@ -219,13 +219,14 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
                           f"({', '.join(MODEL_FEATURES)}, with --model); --features here: {','.join(features)}")
     words = _counts_words(features, resolved["select"]) and mode in TOKEN_MODES
     decontaminate = resolved["select"]["decontaminate"] or ()
-    data_rows, word_counts, questions = 0, [], []
+    data_rows, word_counts, questions, ids = 0, [], [], []
     for batch in ds.iter_batches():
         data_rows += len(batch.examples)
         if words:
             word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
         if decontaminate:  # the rows' questions: EVAL given as the data itself is refused before embed
             questions.append(prompt_keys([e.prompt for e in batch.examples]))
+            ids.append(np.array([e.id for e in batch.examples], dtype=np.int64))
     named_inputs = _check_target(resolved["select"])
     # each read now, as select will (with --decontaminate-ngrams, the prompts: an EVAL embeddings' recorded data):
     # a bad row, or data that is gone, before the first stage
@@ -264,7 +265,8 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         check_budget_buys_a_row(word_counts, requested, mode, N_TOKENS_WORDS)
         most = most_rows_within(word_counts, requested)
         budget += f" ({requested:,} of their {int(word_counts.sum()):,} words)"
-    _check_source_floors(ds, s, most if mode in ("fraction", "budget") else None)
+    _check_source_floors(ds, s, most if mode in ("fraction", "budget") else None,
+                         (np.concatenate(ids), asking) if asking is not None and asking.size else None)
     h = resolved["shard"]
     for name in ("num_shards", "micro_batch_size"):
         if h[name] < 1:
@@ -318,10 +320,11 @@ def _check_target(s: dict) -> str | None:
     return target.fingerprint()
 
 
-def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
+def _check_source_floors(ds, s: dict, budget_rows: int | None, asking=None) -> None:
     """A mixture's floors (--source-min-share, else each input's min_share) that no selection can meet: more
-    than the whole selection together, or (a budget in rows) more rows than an input has. select checks the
-    exact floors on the rows it can take; these are the failures certain from the options and row counts."""
+    than the whole selection together, or (a budget in rows) more rows than an input has: with --decontaminate
+    (`asking`: the examples' ids, and whether each asks a set's question), its examples that do not. select
+    checks the exact floors on the rows it can take; these are the failures certain from the options and counts."""
     from cluster_curate.commands.select import check_no_share_options, check_no_source_bounds
     from cluster_curate.io.mixture import Mixture, source_bounds
     if not isinstance(ds, Mixture):
@@ -339,10 +342,18 @@ def _check_source_floors(ds, s: dict, budget_rows: int | None) -> None:
         raise CurateError(f"the sources' floors ({named}) add up to {sum(floors.values()):.0%} of the selection, "
                           "more than all of it; lower them where they are set")
     if budget_rows is not None:
-        for (name, share), n, origin in zip(floors.items(), (d.num_rows() for d in ds.datasets), low_from):
+        import numpy as np
+        rows, out = [d.num_rows() for d in ds.datasets], [0] * len(ds.datasets)
+        if asking is not None:  # each input's examples, less those asking a question
+            source = np.searchsorted(ds.offsets(), asking[0], side="right") - 1
+            out = np.bincount(source[asking[1]], minlength=len(rows)).tolist()
+            rows = (np.bincount(source, minlength=len(rows)) - out).tolist()
+        for (name, share), n, gone, origin in zip(floors.items(), rows, out, low_from):
             if math.ceil(share * budget_rows) > n:
+                said = f" left after --decontaminate left out {counted(int(gone), 'row')}" if gone else ""
                 raise CurateError(f"source {name}: its floor is {math.ceil(share * budget_rows):,} rows "
-                                  f"({share:g} of {budget_rows:,}, {origin}) and it has only {counted(int(n), 'row')}")
+                                  f"({share:g} of {budget_rows:,}, {origin}) and it has only {counted(int(n), 'row')}"
+                                  f"{said}")
 
 
 def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:
