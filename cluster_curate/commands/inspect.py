@@ -125,11 +125,10 @@ def inspect(data, **options) -> dict:
 
 def _evals(o: dict) -> list:
     """Each --decontaminate set: (its prompt keys, fingerprint, n-grams and how many were boilerplate)."""
-    from cluster_curate.commands.select import questions_of
+    from cluster_curate.commands.select import check_decontaminate_options, questions_of
     from cluster_curate.decontamination import eval_ngrams
+    check_decontaminate_options(o)
     n = o["decontaminate_ngrams"]
-    if n is not None and not o["decontaminate"]:
-        raise CurateError("--decontaminate-ngrams is only used with --decontaminate")
     out = []
     for path in o["decontaminate"] or ():
         asked, fingerprint, prompts = questions_of(path, o, "--decontaminate", with_prompts=n is not None)

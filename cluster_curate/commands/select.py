@@ -343,6 +343,21 @@ def _check(o: dict):
     check_tokenizer_path(o["tokenizer"])  # else `run` finds it missing after embed and cluster
     if o["target_weight"] is not None and o["target"] is None:
         raise CurateError("--target-weight is only used with --target")
+    check_decontaminate_options(o)
+    if o["target"] is not None:
+        from cluster_curate.targeting import check_target_weight
+        if mode == "per-cluster-ratio":
+            raise CurateError("--target spends a budget: give --fraction, --budget, --token-budget or "
+                              "--token-fraction, not --per-cluster-ratio")
+        for name, unused in (("within", ("auto", "random")), ("dedup", (None,))):
+            if o[name] not in unused:
+                raise CurateError(f"--{name}: not used with --target (rows come in order of relevance to the target)")
+        check_target_weight(o["target_weight"] if o["target_weight"] is not None else 0.0)
+    return mode
+
+
+def check_decontaminate_options(o: dict) -> None:
+    """--decontaminate's paths and --decontaminate-ngrams, before any reading (select, and inspect's)."""
     from cluster_curate.io.containers import looks_like_hub_id
     for path in o["decontaminate"] or ():  # a hub id (as any data takes it) is read, from the cache when offline
         if not str(path).strip():  # Path("") is the working directory, read as data or embeddings
@@ -354,16 +369,6 @@ def _check(o: dict):
         raise CurateError(f"--decontaminate-ngrams must be a whole number of words, at least 3 (got {n!r})")
     if n is not None and not o["decontaminate"]:
         raise CurateError("--decontaminate-ngrams is only used with --decontaminate")
-    if o["target"] is not None:
-        from cluster_curate.targeting import check_target_weight
-        if mode == "per-cluster-ratio":
-            raise CurateError("--target spends a budget: give --fraction, --budget, --token-budget or "
-                              "--token-fraction, not --per-cluster-ratio")
-        for name, unused in (("within", ("auto", "random")), ("dedup", (None,))):
-            if o[name] not in unused:
-                raise CurateError(f"--{name}: not used with --target (rows come in order of relevance to the target)")
-        check_target_weight(o["target_weight"] if o["target_weight"] is not None else 0.0)
-    return mode
 
 
 def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -> tuple[dict, list[dict]]:
@@ -637,7 +642,7 @@ def _decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
 
     import numpy as np
 
-    from cluster_curate.decontamination import eval_ngrams
+    from cluster_curate.decontamination import eval_ngrams, set_record
     if not o["decontaminate"]:
         return c, None
     n = o["decontaminate_ngrams"]
@@ -646,13 +651,9 @@ def _decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
     near = _ngram_hits(o, clusters, c, [g for g, _ in grams], n) if n else None
     keep, sets = np.ones(len(c.ids), dtype=bool), []
     for i, (path, (asked, fingerprint, _)) in enumerate(zip(o["decontaminate"], evals)):
-        copy = np.isin(pool, asked)
-        hit = copy | near[i] if n else copy
-        sets.append({"path": str(path), "fingerprint": fingerprint, "questions": int(asked.size),
-                     "questions_in_pool": int(np.unique(pool[copy]).size), "rows": int(hit.sum()),
-                     "ids": c.ids[hit][:COPY_IDS_LISTED].tolist(),
-                     **({"copies": int(copy.sum()), "ngram_rows": int((hit & ~copy).sum()), "ngram": n,
-                         "boilerplate_ngrams": grams[i][1]} if n else {})})
+        hit, record = set_record(path, fingerprint, asked, pool, c.ids, near[i] if n else None, n,
+                                 grams[i][1] if n else 0, COPY_IDS_LISTED)
+        sets.append(record)
         keep &= ~hit
     if not keep.any():
         raise nothing_left(o["decontaminate"], len(c.ids))
