@@ -918,3 +918,20 @@ def test_run_says_a_step_is_not_filled_because_decontaminate_left_rows_out(tmp_p
     res = _cli(cli_runner, [*args, *fits, "--decontaminate-ngrams", "4"], code=2)
     found = re.search(r"selected (\d+) of the (\d+) rows left after (\d+) rows --decontaminate left out", res.output)
     assert found and found[1] == found[2] and int(found[3]) > asking and int(found[1]) < left, res.output
+
+
+def test_decontaminate_asks_which_split_of_a_datasetdict(tmp_path, cli_runner, pool):
+    """A save_to_disk DatasetDict of train and test given as EVAL: data reads its 'train' split, which is seldom
+    the evaluation set (and may be the pool itself); --decontaminate asks for the split, and DIR/test reads it."""
+    datasets = pytest.importorskip("datasets")
+    asked = [pool["rows"][i] for i in range(0, 60, 6)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(pool["rows"][:50]),
+                          "test": datasets.Dataset.from_list(asked)}).save_to_disk(str(tmp_path / "dd"))
+    base = ["select", pool["clusters"], "--out", tmp_path / "s.parquet", "--fraction", "0.5"]
+    res = _cli(cli_runner, [*base, "--decontaminate", tmp_path / "dd"], code=2)
+    assert "a DatasetDict of splits train, test; name the evaluation split" in res.output
+    assert str(tmp_path / "dd" / "test") in res.output and not (tmp_path / "s.parquet").exists()
+    import json
+    res = _cli(cli_runner, [*base, "--decontaminate", tmp_path / "dd" / "test", "--json"])
+    (s,) = json.loads(res.stdout.strip().splitlines()[-1])["decontaminated"]["sets"]
+    assert s["questions"] == len({r["instruction"] for r in asked}) and s["rows"] >= len(asked)

@@ -364,11 +364,26 @@ def check_decontaminate_options(o: dict) -> None:
             raise CurateError("--decontaminate: an empty path; give the evaluation set's file, folder or hub id")
         if not Path(path).exists() and not looks_like_hub_id(str(path)):
             raise CurateError(f"--decontaminate {path}: no such file or directory")
+        _check_one_split(path)
     n = o["decontaminate_ngrams"]
     if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 3):  # as the CLI's type
         raise CurateError(f"--decontaminate-ngrams must be a whole number of words, at least 3 (got {n!r})")
     if n is not None and not o["decontaminate"]:
         raise CurateError("--decontaminate-ngrams is only used with --decontaminate")
+
+
+def _check_one_split(path) -> None:
+    """A save_to_disk DatasetDict of several splits as --decontaminate: data is read from its 'train' split, which
+    is seldom the evaluation set (and may be the pool itself), so the split is to be named."""
+    import json
+    try:
+        splits = json.loads((Path(path) / "dataset_dict.json").read_text(encoding="utf-8")).get("splits") or []
+    except (OSError, ValueError, AttributeError):
+        return
+    if len(splits) > 1:
+        named = "test" if "test" in splits else next((s for s in splits if s != "train"), splits[0])
+        raise CurateError(f"--decontaminate {path}: a DatasetDict of splits {', '.join(splits)}; name the evaluation "
+                          f"split, e.g. --decontaminate {Path(path) / named}")
 
 
 def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -> tuple[dict, list[dict]]:
