@@ -42,7 +42,8 @@ ANSWER_COLUMNS = ("answer_key", "response_words")
 # The question each row asks (exact_dedup.prompt_keys), kept likewise: `select --decontaminate` (and --target's
 # check) finds the rows that ask an evaluation set's question without reading the data (embeddings without it:
 # it reads the data).
-PROMPT_KEY_COLUMN = "prompt_key"
+PROMPT_KEY_COLUMN = "prompt_key"  # what prompt_keys hashes changes its meaning: then rename the column (older
+# embeddings then lack it, and select reads the data), since the embed version does not cover it
 KEPT_COLUMNS = (*ANSWER_COLUMNS, PROMPT_KEY_COLUMN)
 
 # Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
