@@ -37,7 +37,7 @@ def test_prompts_shorter_than_n_have_no_ngrams():
 
 def test_the_summary_line_counts_in_the_right_number():
     """decontaminated_lines words each count with its noun in the number it takes (console.counted)."""
-    from cluster_curate.commands.select import decontaminated_lines
+    from cluster_curate.commands.select_parts import decontaminated_lines
     one = {"path": "one.jsonl", "fingerprint": "f", "questions": 1, "questions_in_pool": 1, "rows": 1, "ids": [4],
            "copies": 1, "ngram_rows": 0, "ngram": 13, "boilerplate_ngrams": 0}
     many = dict(one, path="many.jsonl", questions=200, questions_in_pool=60, rows=90, copies=60, ngram_rows=30)
@@ -63,7 +63,7 @@ def test_the_target_copies_line_and_warning_count_in_the_right_number_and_say_wh
     asked by a pool row' where it had left the rows that ask them out. Now in the right number, saying so."""
     import numpy as np
 
-    from cluster_curate.commands.select import copies_summary, target_copies_line
+    from cluster_curate.commands.select_parts import copies_summary, target_copies_line
     ids = np.arange(100, 110)
     one = copies_summary({"checked": True, "rows": np.array([3]), "target_questions": 1,
                           "target_questions_in_pool": 1}, ids, np.array([3, 4]))

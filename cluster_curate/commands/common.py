@@ -24,6 +24,28 @@ def open_recorded_data(o: dict, name: str, meta):
     return ds
 
 
+def check_every_id_read(ds, ids, found) -> None:
+    """One line naming the first of `ids` that the pass over `ds` did not find (found: a bool per id)."""
+    import numpy as np
+    if not found.all():
+        raise CurateError(f"{ds.source}: id {int(ids[np.flatnonzero(~found)[0]])} of the clusters is not a readable "
+                          f"example of this data ({int((~found).sum())} ids missing)")
+
+
+def open_clusters_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):
+    """The raw data behind clusters artifact `clusters` (c: as read_clusters read it; open_recorded_data). `hint` is added to an error in reading or
+    matching the data (the record-less case already says what to pass)."""
+    try:
+        ds = open_recorded_data(o, clusters, c.meta)
+    except CurateError as e:
+        if hint is None:
+            raise
+        raise CurateError(f"{e} ({hint})") from None
+    if ds is None:
+        raise CurateError(f"{why} needs the raw data: pass --data DATA (the clusters record no dataset)")
+    return ds
+
+
 def reads_as_recorded(o: dict, record: dict | None) -> bool:
     """Whether the data behind an artifact whose lineage records the dataset `record`, opened now by
     open_recorded_data, is read as `embed` read it: no --data, no --force (data changed since is then read as it

@@ -125,7 +125,7 @@ def inspect(data, **options) -> dict:
 
 def _evals(o: dict) -> list:
     """Each --decontaminate set: (its prompt keys, fingerprint, n-grams and how many were boilerplate)."""
-    from cluster_curate.commands.select import check_decontaminate_options, questions_of
+    from cluster_curate.commands.select_parts import check_decontaminate_options, questions_of
     from cluster_curate.decontamination import eval_ngrams
     check_decontaminate_options(o)
     n = o["decontaminate_ngrams"]

@@ -110,7 +110,8 @@ def _meta_rows(path: Path, meta: ArtifactMeta) -> dict:
 
 def _target_section(meta: ArtifactMeta) -> tuple[str, dict, list[dict]]:
     """How a targeted selection (`select --target`) serves each target row, and the clusters it pulled from."""
-    from cluster_curate.commands.select import target_copies_line, target_summary
+    from cluster_curate.commands.select import target_summary
+    from cluster_curate.commands.select_parts import target_copies_line
     service = meta.params["target_service"]
     data = target_summary(service, meta.inputs.get("target", {}).get("path"))
     data["far_threshold"] = Shown(service["far_threshold"], label="far threshold (cosine)")
@@ -180,7 +181,7 @@ def _describe_clusters(path: Path, sections: list) -> None:
 
 
 def _describe_selection(path: Path, sections: list) -> None:
-    from cluster_curate.commands.select import kept_label
+    from cluster_curate.commands.select_parts import kept_label
     meta = read_meta(path)
     p = meta.params
     data = _meta_rows(path, meta)
@@ -205,7 +206,7 @@ def _describe_selection(path: Path, sections: list) -> None:
         data["tokens_selected"] = Shown({"selected": t["selected"], "total": t["total"],
                                          "counted_by": t["counted_by"]},
                                         f"{t['selected']:,} of {t['total']:,} (counted by {t['counted_by']})")
-    from cluster_curate.commands.select import decontaminated_lines
+    from cluster_curate.commands.select_parts import decontaminated_lines
     data.update(decontaminated_lines(p.get("decontaminated")))
     sections.append(("selection", data, rows))
     if p.get("target_service"):

@@ -205,6 +205,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     from cluster_curate.commands import cluster as cluster_cmd
     from cluster_curate.commands import embed as embed_cmd
     from cluster_curate.commands import select as select_cmd
+    from cluster_curate.commands import select_parts
     from cluster_curate.commands.embed_parts import N_TOKENS_WORDS
     from cluster_curate.exact_dedup import prompt_keys
     from cluster_curate.features.embed import MODEL_FEATURES
@@ -231,7 +232,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     # each read now, as select will (with --decontaminate-ngrams, the prompts: an EVAL embeddings' recorded data):
     # a bad row, or data that is gone, before the first stage
     ngrams = resolved["select"]["decontaminate_ngrams"] is not None
-    evals = [select_cmd.questions_of(p, resolved["select"], "--decontaminate", with_prompts=ngrams,
+    evals = [select_parts.questions_of(p, resolved["select"], "--decontaminate", with_prompts=ngrams,
                                      warn_skipped=False) for p in decontaminate]
     selectable, asking = data_rows, None  # the rows select chooses from: less those that ask an EVAL's question
     if evals:
@@ -239,7 +240,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         asked = np.concatenate([keys for keys, _, _ in evals])
         asking = np.isin(np.concatenate(questions), asked) if questions else np.zeros(0, dtype=bool)
         if asking.size and asking.all():
-            raise select_cmd.nothing_left(decontaminate, data_rows)
+            raise select_parts.nothing_left(decontaminate, data_rows)
         selectable -= int(asking.sum())
     c = resolved["cluster"]
     for name, low in (("iters", 1), ("seed", 0)):
@@ -308,7 +309,7 @@ def _check_target(s: dict) -> str | None:
     the first stage, not after embed and cluster have run; its content is hashed from the same opening. Select's
     embed then reads it as embed reads any data (`embed` takes a path: its own scan, fingerprint and feature
     pass), and only when select is not up to date."""
-    from cluster_curate.commands.select import open_target, target_embeddings_meta
+    from cluster_curate.commands.select_parts import open_target, target_embeddings_meta
     if s["target"] is None:
         return None
     meta = target_embeddings_meta(s["target"])

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import numbers
 import time
 from pathlib import Path
 
+from cluster_curate.commands import select_parts as P
+from cluster_curate.commands.common import check_every_id_read, open_clusters_data
 from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, int_range,
@@ -136,7 +137,7 @@ def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
     from cluster_curate.commands.common import examples_of_ids
     if ds is None:
         # why the data is read; the recorded data's error already says "pass --data DATA", and --data's needs no hint
-        ds = _open_data(o, clusters, c, f"--within {o['within']}",
+        ds = open_clusters_data(o, clusters, c, f"--within {o['within']}",
                         hint=None if o.get("data") else f"--within {o['within']} reads the rows' responses")
     kept = _kept_answers(o, c, emb_path)
     if kept is not None:
@@ -148,7 +149,7 @@ def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
         keys[pos] = [answer_key(e.response) for e in chosen]
         words[pos] = [len(e.response.split()) for e in chosen]
         found[pos] = True
-    _check_every_id_read(ds, c.ids, found)
+    check_every_id_read(ds, c.ids, found)
     return keys, words
 
 
@@ -188,7 +189,7 @@ def _auto_order(o: dict, clusters: str, c, emb_path=None) -> tuple[str, np.ndarr
         order, answers, short, by = "random", None, read["rows"], " (read by `cluster`)"
     else:
         try:
-            ds = _open_data(o, clusters, c, "--within auto")
+            ds = open_clusters_data(o, clusters, c, "--within auto")
         except CurateError as e:
             if "record no dataset" not in str(e):
                 console.warn(f"--within auto: the responses were not read, so the random order ({e})")
@@ -198,29 +199,6 @@ def _auto_order(o: dict, clusters: str, c, emb_path=None) -> tuple[str, np.ndarr
     why = (f"{short:,} of {len(c.ids):,} responses are answers of at most {SHORT_ANSWER_WORDS} words"
            + (", and some repeat" if order == "answers" else ", and none repeats" if short else "") + by)
     return order, answers, {"order": order, "short_answers": short, "rows": len(c.ids), "why": why}
-
-
-def _check_every_id_read(ds, ids, found) -> None:
-    """One line naming the first of `ids` that the pass over `ds` did not find (found: a bool per id)."""
-    import numpy as np
-    if not found.all():
-        raise CurateError(f"{ds.source}: id {int(ids[np.flatnonzero(~found)[0]])} of the clusters is not a readable "
-                          f"example of this data ({int((~found).sum())} ids missing)")
-
-
-def _open_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):
-    """The raw data behind the clusters (common.open_recorded_data). `hint` is added to an error in reading or
-    matching the data (the record-less case already says what to pass)."""
-    from cluster_curate.commands.common import open_recorded_data
-    try:
-        ds = open_recorded_data(o, clusters, c.meta)
-    except CurateError as e:
-        if hint is None:
-            raise
-        raise CurateError(f"{e} ({hint})") from None
-    if ds is None:
-        raise CurateError(f"{why} needs the raw data: pass --data DATA (the clusters record no dataset)")
-    return ds
 
 
 def _tokens(o: dict, clusters: str, c, x: dict, token_mode: bool):
@@ -235,9 +213,9 @@ def _tokens(o: dict, clusters: str, c, x: dict, token_mode: bool):
         return np.asarray(n_tokens, dtype=np.int64), f"the embeddings' n_tokens: {what}"
     if o["tokenizer"] is None and not token_mode:
         return None, None
-    ds = _open_data(o, clusters, c)
+    ds = open_clusters_data(o, clusters, c)
     counts = count_tokens_pass(ds, c.ids, o["tokenizer"], "select: count tokens")
-    _check_every_id_read(ds, c.ids, counts >= 0)
+    check_every_id_read(ds, c.ids, counts >= 0)
     return counts, (f"tokenizer {o['tokenizer']} (exact)" if o["tokenizer"] else
                     "whitespace words (no --tokenizer and no n_tokens in the embeddings)")
 
@@ -267,44 +245,6 @@ def _sources(o: dict, c):
     as_array = (lambda v: np.array([np.nan if s is None else s for s in v], dtype=np.float64))
     return (source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None,
             (lo_from, hi_from))
-
-
-def target_embeddings_meta(target: str, option: str = "--target"):
-    """The meta of a --target (or a --decontaminate set: `option`) that is an embeddings artifact (read as it
-    is), else None: raw data, which select embeds --like the pool (read with target_read_options)."""
-    from cluster_curate.io.artifacts import read_meta
-    try:
-        meta = read_meta(target)
-    except CurateError:
-        return None
-    if meta.kind in (names.CLUSTERS, names.SELECTION):  # ids without text: read as data, 'unrecognised format'
-        raise CurateError(f"{option} {target}: is a '{meta.kind}' artifact, which holds no examples: give its "
-                          "raw data, or its embeddings (`embed DATA --like POOL_EMBEDDINGS`)")
-    return meta if meta.kind == names.EMBEDDINGS else None  # a shard file is raw data with its metadata
-
-
-def target_read_options(o: dict):
-    """How a raw --target is read: its own format and fields (detected; the data's --prompt-field does not apply),
-    with the data's --on-bad-row."""
-    from cluster_curate.io.datasets import ReadOptions
-    return ReadOptions(on_bad_row=o["on_bad_row"])
-
-
-def open_target(target: str, o: dict, option: str = "--target"):
-    """A raw --target (or --decontaminate set: `option`) opened as select embeds it (target_read_options). Fields
-    it cannot detect are not the data's to give, so the message says how to read it (embedded by itself) instead
-    of naming --prompt-field."""
-    from cluster_curate.io.datasets import open_dataset
-    try:
-        return open_dataset(target, target_read_options(o))
-    except CurateError as e:
-        if "unrecognised record format" not in str(e):
-            raise
-        what, name = ("a target", "TARGET") if option == "--target" else ("an evaluation set", "EVAL")
-        raise CurateError(f"{option} {str(e).split('. ')[0]}: {what} is read in its own format, not with the "
-                          "data's --prompt-field / --response-field; embed it with its fields (`cluster-curate embed "
-                          f"{name} --like EMBEDDINGS --prompt-field ... --response-field ... --out T.parquet`) and "
-                          f"pass {option} T.parquet") from None
 
 
 def check_no_source_bounds(names: list[str], low, high, origins: tuple[list, list]) -> None:
@@ -343,7 +283,7 @@ def _check(o: dict):
     check_tokenizer_path(o["tokenizer"])  # else `run` finds it missing after embed and cluster
     if o["target_weight"] is not None and o["target"] is None:
         raise CurateError("--target-weight is only used with --target")
-    check_decontaminate_options(o)
+    P.check_decontaminate_options(o)
     if o["target"] is not None:
         from cluster_curate.targeting import check_target_weight
         if mode == "per-cluster-ratio":
@@ -354,36 +294,6 @@ def _check(o: dict):
                 raise CurateError(f"--{name}: not used with --target (rows come in order of relevance to the target)")
         check_target_weight(o["target_weight"] if o["target_weight"] is not None else 0.0)
     return mode
-
-
-def check_decontaminate_options(o: dict) -> None:
-    """--decontaminate's paths and --decontaminate-ngrams, before any reading (select, and inspect's)."""
-    from cluster_curate.io.containers import looks_like_hub_id
-    for path in o["decontaminate"] or ():  # a hub id (as any data takes it) is read, from the cache when offline
-        if not str(path).strip():  # Path("") is the working directory, read as data or embeddings
-            raise CurateError("--decontaminate: an empty path; give the evaluation set's file, folder or hub id")
-        if not Path(path).exists() and not looks_like_hub_id(str(path)):
-            raise CurateError(f"--decontaminate {path}: no such file or directory")
-        _check_one_split(path)
-    n = o["decontaminate_ngrams"]
-    if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 3):  # as the CLI's type
-        raise CurateError(f"--decontaminate-ngrams must be a whole number of words, at least 3 (got {n!r})")
-    if n is not None and not o["decontaminate"]:
-        raise CurateError("--decontaminate-ngrams is only used with --decontaminate")
-
-
-def _check_one_split(path) -> None:
-    """A save_to_disk DatasetDict of several splits as --decontaminate: data is read from its 'train' split, which
-    is seldom the evaluation set (and may be the pool itself), so the split is to be named."""
-    import json
-    try:
-        splits = json.loads((Path(path) / "dataset_dict.json").read_text(encoding="utf-8")).get("splits") or []
-    except (OSError, ValueError, AttributeError):
-        return
-    if len(splits) > 1:
-        named = "test" if "test" in splits else next((s for s in splits if s != "train"), splits[0])
-        raise CurateError(f"--decontaminate {path}: a DatasetDict of splits {', '.join(splits)}; name the evaluation "
-                          f"split, e.g. --decontaminate {Path(path) / named}")
 
 
 def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -> tuple[dict, list[dict]]:
@@ -405,12 +315,12 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     order = None if o["within"] == AUTO else WITHIN.get(o["within"])
     inputs = output_inputs(clusters, o["embeddings"], o["target"], o["data"], o["tokenizer"], o["decontaminate"])
     check_writable(out, o["overwrite"], inputs=inputs, kind=names.SELECTION)
-    if o["target"] is not None and target_embeddings_meta(o["target"]) is None:  # raw target data is embedded
+    if o["target"] is not None and P.target_embeddings_meta(o["target"]) is None:  # raw target data is embedded
         target_emb = sidecar_path(out, names.TARGET_EMBEDDINGS)  # beside `out` (select's own file, replaced each time)
         check_writable(target_emb, True, inputs=inputs, kind=names.EMBEDDINGS,
                        label=f"{target_emb} (the --target embeddings select writes beside --out)")
     # each EVAL read first: a bad, empty or unreadable set is refused before the pool's features are read
-    evals = [questions_of(path, o, "--decontaminate", with_prompts=o["decontaminate_ngrams"] is not None)
+    evals = [P.questions_of(path, o, "--decontaminate", with_prompts=o["decontaminate_ngrams"] is not None)
              for path in o["decontaminate"] or ()]
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
@@ -418,7 +328,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
         return _select_targeted(o, mode, clusters, c, out, t0, summary_limit, evals)
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
-    c, x["decontaminated"] = _decontaminate(o, clusters, c, x, evals)
+    c, x["decontaminated"] = P.decontaminate(o, clusters, c, x, evals)
     sources, source_names, share_lo, share_hi, share_from = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
     if order is None:  # auto: after what must read the data, so that data it cannot read is that one's error
@@ -479,7 +389,7 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
     from cluster_curate.io.artifacts import sidecar_path
     from cluster_curate.io.readers import read_embeddings
     target = o["target"]
-    tmeta = target_embeddings_meta(target)
+    tmeta = P.target_embeddings_meta(target)
     if tmeta is not None:
         same_space(emeta, tmeta, target_name=f"--target {target}")
         path = target
@@ -487,9 +397,9 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
         if not Path(target).exists():
             raise CurateError(f"--target {target}: no such file or directory")
         from cluster_curate.commands.embed import embed
-        open_target(target, o)  # its format detected, or the way to give its fields
+        P.open_target(target, o)  # its format detected, or the way to give its fields
         path = str(sidecar_path(out, names.TARGET_EMBEDDINGS))
-        embed(target, path, like=str(emb_path), overwrite=True, **target_read_options(o).given())
+        embed(target, path, like=str(emb_path), overwrite=True, **P.target_read_options(o).given())
     ids, rows, tmeta = read_embeddings(path, force=o["force"])
     return path, ids, rows, tmeta
 
@@ -510,7 +420,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     x = _inputs(o, clusters, c, set())
     if x["emb_path"] is None:
         raise CurateError(f"--target needs the pool's embeddings: pass --embeddings E ({x['why_not']})")
-    c, x["decontaminated"] = _decontaminate(o, clusters, c, x, evals)
+    c, x["decontaminated"] = P.decontaminate(o, clusters, c, x, evals)
     if x["decontaminated"]:
         sources = _sources(o, c)[0]  # of the rows left
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
@@ -518,7 +428,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, token_mode)
     budget = _target_budget(o, mode, len(c.ids), tokens, x["counted_by"])  # before the target is embedded
     tpath, tids, target, tmeta = _target_embeddings(o, x["emb_path"], x["emeta"], out)
-    copies = _target_copies(o, clusters, c, x["emb_path"], tpath)
+    copies = P.target_copies(o, clusters, c, x["emb_path"], tpath)
     pool = read_embeddings_for(x["emb_path"], c.ids, force=o["force"], what=f" of {clusters}")
     if c.meta.params.get("normalisation") == "center+l2":  # the space the clusters were made in
         mean = pool.mean(axis=0, dtype=np.float64).astype(np.float32)
@@ -535,7 +445,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     for r in service["per_target"]:  # pool positions -> ids; target rows -> target ids
         r["target_id"] = int(tids[r.pop("target_row")])
         r["nearest_selected"] = [int(c.ids[i]) for i in r["nearest_selected"]]
-    copies = copies_summary(copies, c.ids, sel.rows)
+    copies = P.copies_summary(copies, c.ids, sel.rows)
     for note in [*sel.notes, *([copies["warning"]] if copies.get("warning") else [])]:
         console.warn(note)
     columns = {"id": pa.array(c.ids[sel.rows], pa.int64()), "cluster": pa.array(sel.cluster, pa.int32()),
@@ -558,227 +468,9 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     summary = _summary(o, mode, sel, c, x, out)
     summary.pop("quotas", None)
     summary.update(target_summary(service, tpath))
-    summary["target_copies"] = target_copies_line(copies, x["decontaminated"])
+    summary["target_copies"] = P.target_copies_line(copies, x["decontaminated"])
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, service["clusters"][:summary_limit] if summary_limit else service["clusters"]
-
-
-def _kept_prompt_keys(path, ids=None):
-    """The prompt_key column embed keeps (features/embed.PROMPT_KEY_COLUMN) of `ids` in embeddings `path`
-    (None: of every row), or None where it was written without that column or lacks one of the ids."""
-    import numpy as np
-
-    from cluster_curate.features.embed import PROMPT_KEY_COLUMN
-    from cluster_curate.io.artifacts import artifact_schema
-    from cluster_curate.io.readers import read_columns, read_embedding_columns
-    if PROMPT_KEY_COLUMN not in artifact_schema(path).names:
-        return None
-    if ids is None:
-        return read_columns(path, [PROMPT_KEY_COLUMN]).column(0).to_numpy().astype(np.int64, copy=False)
-    try:
-        return np.asarray(read_embedding_columns(path, [PROMPT_KEY_COLUMN], ids)[PROMPT_KEY_COLUMN], dtype=np.int64)
-    except CurateError:  # an id these embeddings lack (--embeddings of another run): the data has it
-        return None
-
-
-def questions_of(path: str, o: dict, option: str, with_prompts: bool = False, warn_skipped: bool = True):
-    """The prompt keys of the examples in `path` (unique int64), its fingerprint, and (`with_prompts`) their
-    prompts: the keys its embeddings artifact keeps, else from its raw rows (the data itself, read in its own
-    format, or the data its embeddings record). An error in reading it names `option`; rows --on-bad-row skip
-    left out are warned of (`warn_skipped`: run's preflight reads it before select does)."""
-    try:
-        return _questions_of(path, o, option, with_prompts, warn_skipped)
-    except CurateError as e:
-        said = str(e)
-        if said.startswith(option):
-            raise
-        raise CurateError(f"{option} {said}" if said.startswith(str(path)) else f"{option} {path}: {said}") from None
-
-
-def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skipped: bool):
-    import numpy as np
-
-    from cluster_curate.exact_dedup import prompt_keys
-    from cluster_curate.io.mixture import open_lineage_data
-    meta = target_embeddings_meta(path, option)
-    if meta is None:
-        ds = open_target(path, o, option)
-    else:
-        kept = None if with_prompts else _kept_prompt_keys(path)
-        if kept is not None:
-            return np.unique(kept), meta.fingerprint, None
-        try:
-            ds = open_lineage_data(None, meta.dataset or {}, target_read_options(o))
-        except CurateError as e:
-            raise CurateError(f"{option} {path}: its recorded data: {e}") from None
-        if ds is None:
-            raise CurateError(f"{option} {path}: records no dataset")
-    prompts = [ex.prompt for batch in ds.iter_batches() for ex in batch.examples]
-    if ds.rejects and warn_skipped:  # its questions are not looked for in the pool: say so, as embed does
-        from cluster_curate import console
-        console.warn(f"{option} {path}: {counted(len(ds.rejects), 'bad row')} skipped (--on-bad-row skip), so "
-                     f"{'its question is' if len(ds.rejects) == 1 else 'their questions are'} not looked for; the "
-                     f"first: {ds.rejects[0]}")
-    return (np.unique(prompt_keys(prompts)), ds.fingerprint() if meta is None else meta.fingerprint,
-            prompts if with_prompts else None)
-
-
-def _pool_questions(o: dict, clusters: str, c, emb_path, why: str):
-    """The prompt keys of the clusters' rows (aligned with c.ids): those the embeddings keep, else from one pass
-    over the pool's raw data (`why`: what needs them, for the error when it cannot be read)."""
-    import numpy as np
-
-    from cluster_curate.commands.common import examples_of_ids
-    from cluster_curate.exact_dedup import prompt_keys
-    kept = None if emb_path is None else _kept_prompt_keys(emb_path, c.ids)
-    if kept is not None:
-        return kept
-    ds = _open_data(o, clusters, c, why, hint=None if o.get("data") else
-                    f"{why} reads the rows' prompts, which these embeddings do not keep")
-    keys = np.zeros(len(c.ids), dtype=np.int64)
-    found = np.zeros(len(c.ids), dtype=bool)
-    for pos, chosen in examples_of_ids(ds, c.ids, "select: the rows' questions"):
-        keys[pos] = prompt_keys([e.prompt for e in chosen])
-        found[pos] = True
-    _check_every_id_read(ds, c.ids, found)
-    return keys
-
-
-COPY_IDS_LISTED = 20
-
-
-def _decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
-    """--decontaminate: the clusters' rows that ask a question of an evaluation set (exact_dedup.prompt_keys;
-    with --decontaminate-ngrams, also decontamination.shares_ngram) left out, from c and from x's per-row
-    arrays, before anything is counted. `evals`: questions_of each set, with its prompts for the n-grams.
-    Returns (c, what the artifact records: per set, its questions, how many the pool asks and by which rows; None
-    without the option)."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    from cluster_curate.decontamination import eval_ngrams, set_record
-    if not o["decontaminate"]:
-        return c, None
-    n = o["decontaminate_ngrams"]
-    pool = _pool_questions(o, clusters, c, x["emb_path"], "--decontaminate")
-    grams = [eval_ngrams(prompts, n) for _, _, prompts in evals] if n else []
-    near = _ngram_hits(o, clusters, c, [g for g, _ in grams], n) if n else None
-    keep, sets = np.ones(len(c.ids), dtype=bool), []
-    for i, (path, (asked, fingerprint, _)) in enumerate(zip(o["decontaminate"], evals)):
-        hit, record = set_record(path, fingerprint, asked, pool, c.ids, near[i] if n else None, n,
-                                 grams[i][1] if n else 0, COPY_IDS_LISTED)
-        sets.append(record)
-        keep &= ~hit
-    if not keep.any():
-        raise nothing_left(o["decontaminate"], len(c.ids))
-    if not keep.all():
-        c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
-                    similarity=None if c.similarity is None else c.similarity[keep])
-        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers") if x.get(k) is not None})
-    return c, {"rows_left_out": int((~keep).sum()), "sets": sets}
-
-
-def nothing_left(paths, rows: int) -> CurateError:
-    """The error when --decontaminate leaves out every row (select, and run's preflight before the first stage)."""
-    return CurateError(f"--decontaminate {' '.join(map(str, paths))}: every one of the {counted(rows, 'row')} asks "
-                       "a question of it; nothing is left to select")
-
-
-def _ngram_hits(o: dict, clusters: str, c, grams: list, n: int):
-    """Per EVAL set, per clusters' row: whether its prompt shares a word n-gram with the set's (one pass over
-    the pool's raw data)."""
-    import numpy as np
-
-    from cluster_curate.commands.common import examples_of_ids
-    from cluster_curate.decontamination import shares_ngram
-    ds = _open_data(o, clusters, c, "--decontaminate-ngrams",
-                    hint=None if o.get("data") else "--decontaminate-ngrams reads the rows' prompts")
-    hits = np.zeros((len(grams), len(c.ids)), dtype=bool)
-    found = np.zeros(len(c.ids), dtype=bool)
-    for pos, chosen in examples_of_ids(ds, c.ids, f"select: EVAL's {n}-word runs in the rows"):
-        prompts = [e.prompt for e in chosen]
-        for i, g in enumerate(grams):
-            hits[i, pos] = shares_ngram(prompts, g, n)
-        found[pos] = True
-    _check_every_id_read(ds, c.ids, found)
-    return hits
-
-
-def kept_label(decontaminated: dict | None) -> str:
-    """The summary's (and `report`'s) label of `kept`, selected / rows: the rows embedded, or those --decontaminate
-    left (the budget is counted on them)."""
-    return ("kept (fraction of the rows --decontaminate left)" if decontaminated and decontaminated["rows_left_out"]
-            else "kept (fraction of the rows embedded)")
-
-
-def decontaminated_lines(record: dict | None) -> dict:
-    """The summary's (and `report`'s) line per --decontaminate set."""
-    from cluster_curate.console import Shown
-    if not record:
-        return {}
-    lines = {"decontaminated": Shown(record, hidden=True)}
-    for i, r in enumerate(record["sets"]):
-        how = (f" ({counted(r['copies'], 'copy', 'copies')}, {r['ngram_rows']:,} more sharing {r['ngram']} words)"
-               if "ngram" in r else "")
-        ask = "asks" if r["rows"] == 1 else "ask"
-        lines[f"decontaminated {i + 1}"] = Shown(
-            None, f"{r['path']}: {counted(r['rows'], 'row')} {ask} {r['questions_in_pool']:,} of its "
-                  f"{counted(r['questions'], 'question')}{how}" + (": left out" if r["rows"] else ""),
-            label=f"decontaminated: {Path(r['path']).name}", in_json=False)
-    return lines
-
-
-def _target_copies(o: dict, clusters: str, c, emb_path, target_emb) -> dict:
-    """The pool rows (positions in c.ids) that ask one of the target's questions: the same prompt turns
-    (exact_dedup.prompt_keys, system prompts and whitespace aside), whatever the answer; what an evaluation set
-    given as the target would leak into training. From the keys embed keeps (in the pool's and the target's
-    embeddings `target_emb`), else from the raw data; when that cannot be read, the reason."""
-    import numpy as np
-    try:
-        asked = questions_of(target_emb, o, "--target")[0]
-        pool = _pool_questions(o, clusters, c, emb_path, "the check for the target's questions in the pool")
-    except CurateError as e:
-        return {"checked": False, "why_not": str(e), "rows": np.zeros(0, np.int64)}
-    found = np.isin(pool, asked)
-    return {"checked": True, "rows": np.flatnonzero(found), "target_questions": int(asked.size),
-            "target_questions_in_pool": int(np.unique(pool[found]).size)}
-
-
-def copies_summary(copies: dict, ids, rows) -> dict:
-    """What the artifact records of the target's questions in the pool (pool positions -> ids), with the
-    warning when selected rows ask them."""
-    import numpy as np
-    if not copies["checked"]:
-        return {"checked": False, "why_not": copies["why_not"]}
-    chosen = np.sort(ids[np.intersect1d(rows, copies["rows"])])
-    out = {"checked": True, "target_questions": copies["target_questions"],
-           "target_questions_in_pool": copies["target_questions_in_pool"], "pool_rows": int(len(copies["rows"])),
-           "selected": int(len(chosen)), "ids": chosen[:COPY_IDS_LISTED].tolist()}
-    if len(chosen):
-        shown = ", ".join(map(str, out["ids"][:5])) + (", ..." if len(chosen) > 5 else "")
-        one = len(chosen) == 1
-        out["warning"] = (f"{counted(len(chosen), 'selected row')} {'asks' if one else 'ask'} a question of the "
-                          f"target (the same prompt; {'id' if one else 'ids'} {shown}): if the target is an evaluation "
-                          f"set, {'it leaks' if one else 'they leak'} it into training; --decontaminate TARGET leaves "
-                          f"{'it' if one else 'them'} out")
-    return out
-
-
-def target_copies_line(copies: dict, decontaminated: dict | None = None):
-    """The summary's (and `report`'s) line on the target's questions in the pool: in the rows --decontaminate left
-    (`decontaminated`: what it recorded), where it left rows out."""
-    from cluster_curate.console import Shown
-    if not copies["checked"]:
-        return Shown(copies, f"not looked for ({copies['why_not']})", "target's questions in the pool")
-    n, q = copies["pool_rows"], copies["target_questions_in_pool"]
-    left = (f" (after --decontaminate left out {counted(decontaminated['rows_left_out'], 'row')})"
-            if decontaminated and decontaminated["rows_left_out"] else "")
-    total = counted(copies["target_questions"], "question")
-    text = (f"{counted(n, 'pool row')} {'asks' if n == 1 else 'ask'} {q:,} of the target's {total}; "
-            f"{copies['selected']:,} of them selected{left}" if n else
-            f"none of the target's {total} is asked by a pool row{left}")
-    return Shown({k: v for k, v in copies.items() if k != "warning"}, text, "target's questions in the pool")
 
 
 def _source_figures(names: list[str], sources, tokens, rows) -> list[dict]:
@@ -884,7 +576,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     summary = {
         "out": out, "rows": n, "clusters": c.k,
         "budget": Shown(budget, f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else "")),
-        "selected": chosen, "kept": Shown(round(chosen / n, 4), label=kept_label(x.get("decontaminated"))),
+        "selected": chosen, "kept": Shown(round(chosen / n, 4), label=P.kept_label(x.get("decontaminated"))),
         "exact_duplicates_left_out": Shown((c.meta.params.get("exact_duplicates") or {}).get("dropped"),
                                            label="exact duplicates left out"),
         "clusters_covered": Shown({"covered": covered, "nonempty": nonempty},
@@ -915,7 +607,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     if o["dedup"] is not None:
         summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped), f"{sel.dedup_dropped} (cosine > {o['dedup']})",
                                                    "near-duplicates dropped")
-    summary.update(decontaminated_lines(x.get("decontaminated")))
+    summary.update(P.decontaminated_lines(x.get("decontaminated")))
     has_tokens = bool(x["n_tokens"] is not None or x.get("counted_by"))
     summary["n_tokens_column"] = Shown(has_tokens, "yes" if has_tokens else
                                        f"no ({x['why_not'] or 'embeddings have no n_tokens'})", "n_tokens column")

@@ -1,0 +1,298 @@
+"""Parts of `select` (commands/select.py): the examples it reads beside the clusters -- the --target's and each
+--decontaminate set's, in their own formats or as embeddings -- and their questions among the clusters' rows
+(exact_dedup.prompt_keys, kept by embed; decontamination.py's word n-grams)."""
+
+from __future__ import annotations
+
+import numbers
+from pathlib import Path
+
+from cluster_curate.commands.common import check_every_id_read, open_clusters_data
+from cluster_curate.errors import CurateError, counted
+from cluster_curate.io import names
+
+
+def target_embeddings_meta(target: str, option: str = "--target"):
+    """The meta of a --target (or a --decontaminate set: `option`) that is an embeddings artifact (read as it
+    is), else None: raw data, which select embeds --like the pool (read with target_read_options)."""
+    from cluster_curate.io.artifacts import read_meta
+    try:
+        meta = read_meta(target)
+    except CurateError:
+        return None
+    if meta.kind in (names.CLUSTERS, names.SELECTION):  # ids without text: read as data, 'unrecognised format'
+        raise CurateError(f"{option} {target}: is a '{meta.kind}' artifact, which holds no examples: give its "
+                          "raw data, or its embeddings (`embed DATA --like POOL_EMBEDDINGS`)")
+    return meta if meta.kind == names.EMBEDDINGS else None  # a shard file is raw data with its metadata
+
+
+def target_read_options(o: dict):
+    """How a raw --target is read: its own format and fields (detected; the data's --prompt-field does not apply),
+    with the data's --on-bad-row."""
+    from cluster_curate.io.datasets import ReadOptions
+    return ReadOptions(on_bad_row=o["on_bad_row"])
+
+
+def open_target(target: str, o: dict, option: str = "--target"):
+    """A raw --target (or --decontaminate set: `option`) opened as select embeds it (target_read_options). Fields
+    it cannot detect are not the data's to give, so the message says how to read it (embedded by itself) instead
+    of naming --prompt-field."""
+    from cluster_curate.io.datasets import open_dataset
+    try:
+        return open_dataset(target, target_read_options(o))
+    except CurateError as e:
+        if "unrecognised record format" not in str(e):
+            raise
+        what, name = ("a target", "TARGET") if option == "--target" else ("an evaluation set", "EVAL")
+        raise CurateError(f"{option} {str(e).split('. ')[0]}: {what} is read in its own format, not with the "
+                          "data's --prompt-field / --response-field; embed it with its fields (`cluster-curate embed "
+                          f"{name} --like EMBEDDINGS --prompt-field ... --response-field ... --out T.parquet`) and "
+                          f"pass {option} T.parquet") from None
+
+
+def check_decontaminate_options(o: dict) -> None:
+    """--decontaminate's paths and --decontaminate-ngrams, before any reading (select, and inspect's)."""
+    from cluster_curate.io.containers import looks_like_hub_id
+    for path in o["decontaminate"] or ():  # a hub id (as any data takes it) is read, from the cache when offline
+        if not str(path).strip():  # Path("") is the working directory, read as data or embeddings
+            raise CurateError("--decontaminate: an empty path; give the evaluation set's file, folder or hub id")
+        if not Path(path).exists() and not looks_like_hub_id(str(path)):
+            raise CurateError(f"--decontaminate {path}: no such file or directory")
+        _check_one_split(path)
+    n = o["decontaminate_ngrams"]
+    if n is not None and (isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 3):  # as the CLI's type
+        raise CurateError(f"--decontaminate-ngrams must be a whole number of words, at least 3 (got {n!r})")
+    if n is not None and not o["decontaminate"]:
+        raise CurateError("--decontaminate-ngrams is only used with --decontaminate")
+
+
+def _check_one_split(path) -> None:
+    """A save_to_disk DatasetDict of several splits as --decontaminate: data is read from its 'train' split, which
+    is seldom the evaluation set (and may be the pool itself), so the split is to be named."""
+    import json
+    try:
+        splits = json.loads((Path(path) / "dataset_dict.json").read_text(encoding="utf-8")).get("splits") or []
+    except (OSError, ValueError, AttributeError):
+        return
+    if len(splits) > 1:
+        named = "test" if "test" in splits else next((s for s in splits if s != "train"), splits[0])
+        raise CurateError(f"--decontaminate {path}: a DatasetDict of splits {', '.join(splits)}; name the evaluation "
+                          f"split, e.g. --decontaminate {Path(path) / named}")
+
+
+def _kept_prompt_keys(path, ids=None):
+    """The prompt_key column embed keeps (features/embed.PROMPT_KEY_COLUMN) of `ids` in embeddings `path`
+    (None: of every row), or None where it was written without that column or lacks one of the ids."""
+    import numpy as np
+
+    from cluster_curate.features.embed import PROMPT_KEY_COLUMN
+    from cluster_curate.io.artifacts import artifact_schema
+    from cluster_curate.io.readers import read_columns, read_embedding_columns
+    if PROMPT_KEY_COLUMN not in artifact_schema(path).names:
+        return None
+    if ids is None:
+        return read_columns(path, [PROMPT_KEY_COLUMN]).column(0).to_numpy().astype(np.int64, copy=False)
+    try:
+        return np.asarray(read_embedding_columns(path, [PROMPT_KEY_COLUMN], ids)[PROMPT_KEY_COLUMN], dtype=np.int64)
+    except CurateError:  # an id these embeddings lack (--embeddings of another run): the data has it
+        return None
+
+
+def questions_of(path: str, o: dict, option: str, with_prompts: bool = False, warn_skipped: bool = True):
+    """The prompt keys of the examples in `path` (unique int64), its fingerprint, and (`with_prompts`) their
+    prompts: the keys its embeddings artifact keeps, else from its raw rows (the data itself, read in its own
+    format, or the data its embeddings record). An error in reading it names `option`; rows --on-bad-row skip
+    left out are warned of (`warn_skipped`: run's preflight reads it before select does)."""
+    try:
+        return _questions_of(path, o, option, with_prompts, warn_skipped)
+    except CurateError as e:
+        said = str(e)
+        if said.startswith(option):
+            raise
+        raise CurateError(f"{option} {said}" if said.startswith(str(path)) else f"{option} {path}: {said}") from None
+
+
+def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skipped: bool):
+    import numpy as np
+
+    from cluster_curate.exact_dedup import prompt_keys
+    from cluster_curate.io.mixture import open_lineage_data
+    meta = target_embeddings_meta(path, option)
+    if meta is None:
+        ds = open_target(path, o, option)
+    else:
+        kept = None if with_prompts else _kept_prompt_keys(path)
+        if kept is not None:
+            return np.unique(kept), meta.fingerprint, None
+        try:
+            ds = open_lineage_data(None, meta.dataset or {}, target_read_options(o))
+        except CurateError as e:
+            raise CurateError(f"{option} {path}: its recorded data: {e}") from None
+        if ds is None:
+            raise CurateError(f"{option} {path}: records no dataset")
+    prompts = [ex.prompt for batch in ds.iter_batches() for ex in batch.examples]
+    if ds.rejects and warn_skipped:  # its questions are not looked for in the pool: say so, as embed does
+        from cluster_curate import console
+        console.warn(f"{option} {path}: {counted(len(ds.rejects), 'bad row')} skipped (--on-bad-row skip), so "
+                     f"{'its question is' if len(ds.rejects) == 1 else 'their questions are'} not looked for; the "
+                     f"first: {ds.rejects[0]}")
+    return (np.unique(prompt_keys(prompts)), ds.fingerprint() if meta is None else meta.fingerprint,
+            prompts if with_prompts else None)
+
+
+def _pool_questions(o: dict, clusters: str, c, emb_path, why: str):
+    """The prompt keys of the clusters' rows (aligned with c.ids): those the embeddings keep, else from one pass
+    over the pool's raw data (`why`: what needs them, for the error when it cannot be read)."""
+    import numpy as np
+
+    from cluster_curate.commands.common import examples_of_ids
+    from cluster_curate.exact_dedup import prompt_keys
+    kept = None if emb_path is None else _kept_prompt_keys(emb_path, c.ids)
+    if kept is not None:
+        return kept
+    ds = open_clusters_data(o, clusters, c, why, hint=None if o.get("data") else
+                    f"{why} reads the rows' prompts, which these embeddings do not keep")
+    keys = np.zeros(len(c.ids), dtype=np.int64)
+    found = np.zeros(len(c.ids), dtype=bool)
+    for pos, chosen in examples_of_ids(ds, c.ids, "select: the rows' questions"):
+        keys[pos] = prompt_keys([e.prompt for e in chosen])
+        found[pos] = True
+    check_every_id_read(ds, c.ids, found)
+    return keys
+
+
+COPY_IDS_LISTED = 20
+
+
+def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
+    """--decontaminate: the clusters' rows that ask a question of an evaluation set (exact_dedup.prompt_keys;
+    with --decontaminate-ngrams, also decontamination.shares_ngram) left out, from c and from x's per-row
+    arrays, before anything is counted. `evals`: questions_of each set, with its prompts for the n-grams.
+    Returns (c, what the artifact records: per set, its questions, how many the pool asks and by which rows; None
+    without the option)."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from cluster_curate.decontamination import eval_ngrams, set_record
+    if not o["decontaminate"]:
+        return c, None
+    n = o["decontaminate_ngrams"]
+    pool = _pool_questions(o, clusters, c, x["emb_path"], "--decontaminate")
+    grams = [eval_ngrams(prompts, n) for _, _, prompts in evals] if n else []
+    near = _ngram_hits(o, clusters, c, [g for g, _ in grams], n) if n else None
+    keep, sets = np.ones(len(c.ids), dtype=bool), []
+    for i, (path, (asked, fingerprint, _)) in enumerate(zip(o["decontaminate"], evals)):
+        hit, record = set_record(path, fingerprint, asked, pool, c.ids, near[i] if n else None, n,
+                                 grams[i][1] if n else 0, COPY_IDS_LISTED)
+        sets.append(record)
+        keep &= ~hit
+    if not keep.any():
+        raise nothing_left(o["decontaminate"], len(c.ids))
+    if not keep.all():
+        c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
+                    similarity=None if c.similarity is None else c.similarity[keep])
+        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers") if x.get(k) is not None})
+    return c, {"rows_left_out": int((~keep).sum()), "sets": sets}
+
+
+def nothing_left(paths, rows: int) -> CurateError:
+    """The error when --decontaminate leaves out every row (select, and run's preflight before the first stage)."""
+    return CurateError(f"--decontaminate {' '.join(map(str, paths))}: every one of the {counted(rows, 'row')} asks "
+                       "a question of it; nothing is left to select")
+
+
+def _ngram_hits(o: dict, clusters: str, c, grams: list, n: int):
+    """Per EVAL set, per clusters' row: whether its prompt shares a word n-gram with the set's (one pass over
+    the pool's raw data)."""
+    import numpy as np
+
+    from cluster_curate.commands.common import examples_of_ids
+    from cluster_curate.decontamination import shares_ngram
+    ds = open_clusters_data(o, clusters, c, "--decontaminate-ngrams",
+                    hint=None if o.get("data") else "--decontaminate-ngrams reads the rows' prompts")
+    hits = np.zeros((len(grams), len(c.ids)), dtype=bool)
+    found = np.zeros(len(c.ids), dtype=bool)
+    for pos, chosen in examples_of_ids(ds, c.ids, f"select: EVAL's {n}-word runs in the rows"):
+        prompts = [e.prompt for e in chosen]
+        for i, g in enumerate(grams):
+            hits[i, pos] = shares_ngram(prompts, g, n)
+        found[pos] = True
+    check_every_id_read(ds, c.ids, found)
+    return hits
+
+
+def kept_label(decontaminated: dict | None) -> str:
+    """The summary's (and `report`'s) label of `kept`, selected / rows: the rows embedded, or those --decontaminate
+    left (the budget is counted on them)."""
+    return ("kept (fraction of the rows --decontaminate left)" if decontaminated and decontaminated["rows_left_out"]
+            else "kept (fraction of the rows embedded)")
+
+
+def decontaminated_lines(record: dict | None) -> dict:
+    """The summary's (and `report`'s) line per --decontaminate set."""
+    from cluster_curate.console import Shown
+    if not record:
+        return {}
+    lines = {"decontaminated": Shown(record, hidden=True)}
+    for i, r in enumerate(record["sets"]):
+        how = (f" ({counted(r['copies'], 'copy', 'copies')}, {r['ngram_rows']:,} more sharing {r['ngram']} words)"
+               if "ngram" in r else "")
+        ask = "asks" if r["rows"] == 1 else "ask"
+        lines[f"decontaminated {i + 1}"] = Shown(
+            None, f"{r['path']}: {counted(r['rows'], 'row')} {ask} {r['questions_in_pool']:,} of its "
+                  f"{counted(r['questions'], 'question')}{how}" + (": left out" if r["rows"] else ""),
+            label=f"decontaminated: {Path(r['path']).name}", in_json=False)
+    return lines
+
+
+def target_copies(o: dict, clusters: str, c, emb_path, target_emb) -> dict:
+    """The pool rows (positions in c.ids) that ask one of the target's questions: the same prompt turns
+    (exact_dedup.prompt_keys, system prompts and whitespace aside), whatever the answer; what an evaluation set
+    given as the target would leak into training. From the keys embed keeps (in the pool's and the target's
+    embeddings `target_emb`), else from the raw data; when that cannot be read, the reason."""
+    import numpy as np
+    try:
+        asked = questions_of(target_emb, o, "--target")[0]
+        pool = _pool_questions(o, clusters, c, emb_path, "the check for the target's questions in the pool")
+    except CurateError as e:
+        return {"checked": False, "why_not": str(e), "rows": np.zeros(0, np.int64)}
+    found = np.isin(pool, asked)
+    return {"checked": True, "rows": np.flatnonzero(found), "target_questions": int(asked.size),
+            "target_questions_in_pool": int(np.unique(pool[found]).size)}
+
+
+def copies_summary(copies: dict, ids, rows) -> dict:
+    """What the artifact records of the target's questions in the pool (pool positions -> ids), with the
+    warning when selected rows ask them."""
+    import numpy as np
+    if not copies["checked"]:
+        return {"checked": False, "why_not": copies["why_not"]}
+    chosen = np.sort(ids[np.intersect1d(rows, copies["rows"])])
+    out = {"checked": True, "target_questions": copies["target_questions"],
+           "target_questions_in_pool": copies["target_questions_in_pool"], "pool_rows": int(len(copies["rows"])),
+           "selected": int(len(chosen)), "ids": chosen[:COPY_IDS_LISTED].tolist()}
+    if len(chosen):
+        shown = ", ".join(map(str, out["ids"][:5])) + (", ..." if len(chosen) > 5 else "")
+        one = len(chosen) == 1
+        out["warning"] = (f"{counted(len(chosen), 'selected row')} {'asks' if one else 'ask'} a question of the "
+                          f"target (the same prompt; {'id' if one else 'ids'} {shown}): if the target is an evaluation "
+                          f"set, {'it leaks' if one else 'they leak'} it into training; --decontaminate TARGET leaves "
+                          f"{'it' if one else 'them'} out")
+    return out
+
+
+def target_copies_line(copies: dict, decontaminated: dict | None = None):
+    """The summary's (and `report`'s) line on the target's questions in the pool: in the rows --decontaminate left
+    (`decontaminated`: what it recorded), where it left rows out."""
+    from cluster_curate.console import Shown
+    if not copies["checked"]:
+        return Shown(copies, f"not looked for ({copies['why_not']})", "target's questions in the pool")
+    n, q = copies["pool_rows"], copies["target_questions_in_pool"]
+    left = (f" (after --decontaminate left out {counted(decontaminated['rows_left_out'], 'row')})"
+            if decontaminated and decontaminated["rows_left_out"] else "")
+    total = counted(copies["target_questions"], "question")
+    text = (f"{counted(n, 'pool row')} {'asks' if n == 1 else 'ask'} {q:,} of the target's {total}; "
+            f"{copies['selected']:,} of them selected{left}" if n else
+            f"none of the target's {total} is asked by a pool row{left}")
+    return Shown({k: v for k, v in copies.items() if k != "warning"}, text, "target's questions in the pool")
