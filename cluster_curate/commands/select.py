@@ -138,7 +138,7 @@ def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
     if ds is None:
         # why the data is read; the recorded data's error already says "pass --data DATA", and --data's needs no hint
         ds = open_clusters_data(o, clusters, c, f"--within {o['within']}",
-                        hint=None if o.get("data") else f"--within {o['within']} reads the rows' responses")
+                                hint=None if o.get("data") else f"--within {o['within']} reads the rows' responses")
     kept = _kept_answers(o, c, emb_path)
     if kept is not None:
         return kept
@@ -428,7 +428,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, token_mode)
     budget = _target_budget(o, mode, len(c.ids), tokens, x["counted_by"])  # before the target is embedded
     tpath, tids, target, tmeta = _target_embeddings(o, x["emb_path"], x["emeta"], out)
-    copies = P.target_copies(o, clusters, c, x["emb_path"], tpath)
+    copies = P.target_copies(o, clusters, c, x, tpath)
     pool = read_embeddings_for(x["emb_path"], c.ids, force=o["force"], what=f" of {clusters}")
     if c.meta.params.get("normalisation") == "center+l2":  # the space the clusters were made in
         mean = pool.mean(axis=0, dtype=np.float64).astype(np.float32)
@@ -566,7 +566,6 @@ def _params(o, mode, sel, c, x) -> dict:
 def _summary(o, mode, sel, c, x, out) -> dict:
     import numpy as np
 
-    from cluster_curate import console
     from cluster_curate.console import Shown, line
     n, chosen = len(c.ids), len(sel.rows)
     value = o[mode.replace("-", "_")]
@@ -591,18 +590,18 @@ def _summary(o, mode, sel, c, x, out) -> dict:
         summary["within_auto"] = Shown(x["auto"], hidden=True)  # shown in the `within` line
     if mode == "per-cluster-ratio":
         m, r = int(sel.available[sel.available > 0].min()), o["per_cluster_ratio"]
-        summary["rule"] = (f"floor({r} x smallest cluster {m}) = {console.counted(int(q.max()), 'row')} per "
+        summary["rule"] = (f"floor({r} x smallest cluster {m}) = {counted(int(q.max()), 'row')} per "
                            f"cluster: {chosen / n:.1%} of the data (below {r:g}: clusters are larger than the "
                            "smallest)")
     else:
         summary["balance_power"] = o["balance_power"]
         if c.kinds is not None:
-            summary["quotas"] = (f"over {console.counted(len(c.kinds.weight), 'kind')} of groups first (a kind of m "
+            summary["quotas"] = (f"over {counted(len(c.kinds.weight), 'kind')} of groups first (a kind of m "
                                  f"groups: m^{c.meta.params.get('kind_power')} of a group's share), then over the "
-                                 f"{console.counted(max(c.groups) + 1, 'group')} inside each, then the clusters inside "
+                                 f"{counted(max(c.groups) + 1, 'group')} inside each, then the clusters inside "
                                  "each")
         elif c.groups is not None:
-            summary["quotas"] = (f"over {console.counted(max(c.groups) + 1, 'group')} of clusters first, then the "
+            summary["quotas"] = (f"over {counted(max(c.groups) + 1, 'group')} of clusters first, then the "
                                  "clusters inside each")
     if o["dedup"] is not None:
         summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped), f"{sel.dedup_dropped} (cosine > {o['dedup']})",

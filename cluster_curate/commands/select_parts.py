@@ -151,7 +151,7 @@ def _pool_questions(o: dict, clusters: str, c, emb_path, why: str):
     if kept is not None:
         return kept
     ds = open_clusters_data(o, clusters, c, why, hint=None if o.get("data") else
-                    f"{why} reads the rows' prompts, which these embeddings do not keep")
+                            f"{why} reads the rows' prompts, which these embeddings do not keep")
     keys = np.zeros(len(c.ids), dtype=np.int64)
     found = np.zeros(len(c.ids), dtype=bool)
     for pos, chosen in examples_of_ids(ds, c.ids, "select: the rows' questions"):
@@ -167,9 +167,9 @@ COPY_IDS_LISTED = 20
 def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
     """--decontaminate: the clusters' rows that ask a question of an evaluation set (exact_dedup.prompt_keys;
     with --decontaminate-ngrams, also decontamination.shares_ngram) left out, from c and from x's per-row
-    arrays, before anything is counted. `evals`: questions_of each set, with its prompts for the n-grams.
-    Returns (c, what the artifact records: per set, its questions, how many the pool asks and by which rows; None
-    without the option)."""
+    arrays, before anything is counted; the rows' prompt keys stay in x["prompt_keys"] (target_copies reads them
+    there). `evals`: questions_of each set, with its prompts for the n-grams. Returns (c, what the artifact
+    records: per set, its questions, how many the pool asks and by which rows; None without the option)."""
     from dataclasses import replace
 
     import numpy as np
@@ -189,10 +189,12 @@ def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
         keep &= ~hit
     if not keep.any():
         raise nothing_left(o["decontaminate"], len(c.ids))
+    x["prompt_keys"] = pool
     if not keep.all():
         c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
                     similarity=None if c.similarity is None else c.similarity[keep])
-        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers") if x.get(k) is not None})
+        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers", "prompt_keys")
+                  if x.get(k) is not None})
     return c, {"rows_left_out": int((~keep).sum()), "sets": sets}
 
 
@@ -210,7 +212,7 @@ def _ngram_hits(o: dict, clusters: str, c, grams: list, n: int):
     from cluster_curate.commands.common import examples_of_ids
     from cluster_curate.decontamination import shares_ngram
     ds = open_clusters_data(o, clusters, c, "--decontaminate-ngrams",
-                    hint=None if o.get("data") else "--decontaminate-ngrams reads the rows' prompts")
+                            hint=None if o.get("data") else "--decontaminate-ngrams reads the rows' prompts")
     hits = np.zeros((len(grams), len(c.ids)), dtype=bool)
     found = np.zeros(len(c.ids), dtype=bool)
     for pos, chosen in examples_of_ids(ds, c.ids, f"select: EVAL's {n}-word runs in the rows"):
@@ -246,15 +248,18 @@ def decontaminated_lines(record: dict | None) -> dict:
     return lines
 
 
-def target_copies(o: dict, clusters: str, c, emb_path, target_emb) -> dict:
+def target_copies(o: dict, clusters: str, c, x: dict, target_emb) -> dict:
     """The pool rows (positions in c.ids) that ask one of the target's questions: the same prompt turns
     (exact_dedup.prompt_keys, system prompts and whitespace aside), whatever the answer; what an evaluation set
     given as the target would leak into training. From the keys embed keeps (in the pool's and the target's
-    embeddings `target_emb`), else from the raw data; when that cannot be read, the reason."""
+    embeddings `target_emb`; the pool's as decontaminate left them in x), else from the raw data; when that cannot
+    be read, the reason."""
     import numpy as np
     try:
         asked = questions_of(target_emb, o, "--target")[0]
-        pool = _pool_questions(o, clusters, c, emb_path, "the check for the target's questions in the pool")
+        pool = x.get("prompt_keys")
+        if pool is None:
+            pool = _pool_questions(o, clusters, c, x["emb_path"], "the check for the target's questions in the pool")
     except CurateError as e:
         return {"checked": False, "why_not": str(e), "rows": np.zeros(0, np.int64)}
     found = np.isin(pool, asked)
