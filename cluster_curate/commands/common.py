@@ -33,8 +33,8 @@ def check_every_id_read(ds, ids, found) -> None:
 
 
 def open_clusters_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):
-    """The raw data behind clusters artifact `clusters` (c: as read_clusters read it; open_recorded_data). `hint` is added to an error in reading or
-    matching the data (the record-less case already says what to pass)."""
+    """The raw data behind clusters artifact `clusters` (c: as read_clusters read it; open_recorded_data). `hint`
+    is added to an error in reading or matching the data (the record-less case already says what to pass)."""
     try:
         ds = open_recorded_data(o, clusters, c.meta)
     except CurateError as e:

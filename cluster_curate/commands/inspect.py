@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cluster_curate.commands.common import load_tokenizer, token_counts
 from cluster_curate.errors import CurateError
 from cluster_curate.options import DATASET_OPTIONS, Argument, CommandSpec, Option, int_range, read_options, resolve
@@ -206,11 +208,11 @@ def render(r: dict, options: dict) -> None:
     data_rows.update({"exact duplicate examples": r["duplicates"], "duplicate prompts": r["duplicate_prompts"],
                       "with a system prompt": r["with_system_prompt"],
                       "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
+    from cluster_curate.commands.select_parts import eval_set_text
     for d in r.get("decontamination", []):
-        how = f" ({d['copies']:,} copies, {d['ngram_rows']:,} more sharing {d['ngram']} words)" if "ngram" in d else ""
         ids = ", ".join(map(str, d["ids"][:5])) + (", ..." if d["rows"] > 5 else "")
-        data_rows[f"questions of {d['path']}"] = (f"{d['rows']:,} rows ask {d['questions_in_pool']:,} of its "
-                                                  f"{d['questions']:,}{how}" + (f" (ids {ids})" if d["rows"] else ""))
+        # labelled by its name, as select's summary labels a set: the value keeps the width (--json: the path)
+        data_rows[f"questions of {Path(d['path']).name}"] = eval_set_text(d) + (f" (ids {ids})" if d["rows"] else "")
     table = [{"length": name.replace("_", " "), **stats} for name, stats in r["lengths"].items()]
     console.summary(f"inspect {r['source']}", data_rows, table)
     if r.get("inputs"):

@@ -238,14 +238,19 @@ def decontaminated_lines(record: dict | None) -> dict:
         return {}
     lines = {"decontaminated": Shown(record, hidden=True)}
     for i, r in enumerate(record["sets"]):
-        how = (f" ({counted(r['copies'], 'copy', 'copies')}, {r['ngram_rows']:,} more sharing {r['ngram']} words)"
-               if "ngram" in r else "")
-        ask = "asks" if r["rows"] == 1 else "ask"
         lines[f"decontaminated {i + 1}"] = Shown(
-            None, f"{r['path']}: {counted(r['rows'], 'row')} {ask} {r['questions_in_pool']:,} of its "
-                  f"{counted(r['questions'], 'question')}{how}" + (": left out" if r["rows"] else ""),
+            None, f"{r['path']}: {eval_set_text(r)}" + (": left out" if r["rows"] else ""),
             label=f"decontaminated: {Path(r['path']).name}", in_json=False)
     return lines
+
+
+def eval_set_text(r: dict) -> str:
+    """`60 rows ask 60 of its 200 questions (60 copies, 0 more sharing 13 words)`: one set's record
+    (decontamination.set_record), as select's summary and inspect's say it."""
+    how = (f" ({counted(r['copies'], 'copy', 'copies')}, {r['ngram_rows']:,} more sharing {r['ngram']} words)"
+           if "ngram" in r else "")
+    return (f"{counted(r['rows'], 'row')} {'asks' if r['rows'] == 1 else 'ask'} {r['questions_in_pool']:,} of its "
+            f"{counted(r['questions'], 'question')}{how}")
 
 
 def target_copies(o: dict, clusters: str, c, x: dict, target_emb) -> dict:
