@@ -76,3 +76,120 @@ def test_the_target_copies_line_and_warning_count_in_the_right_number_and_say_wh
     assert target_copies_line(none, {"rows_left_out": 60, "sets": []}).text == \
         "none of the target's 200 questions is asked by a pool row (after --decontaminate left out 60 rows)"
     assert target_copies_line(none, None).text == "none of the target's 200 questions is asked by a pool row"
+
+
+# ------------------------------------------------------------------ an evaluation set read for its questions alone
+
+IFEVAL = [{"key": 1000, "prompt": "Write a 300+ word summary of the wikipedia page about Raymond III, Count of "
+           "Tripoli. Do not use any commas.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
+          {"key": 1001, "prompt": "I am planning a trip to Japan, and I would like thee to write an itinerary for my "
+           "journey in a Shakespearean style.", "instruction_id_list": ["language:response_language"],
+           "kwargs": [{"language": "en"}]}]
+MT_BENCH = [{"question_id": 81, "category": "writing", "turns": [
+    "Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences and "
+    "must-see attractions.", "Rewrite your previous response. Start every sentence with the letter A."]}]
+ARENA_HARD = [{"question_id": "328c149ed45a41c0b9d6f14659e63599", "cluster": "ABC Sequence Puzzles & Groups",
+               "turns": [{"content": "Use ABC notation to write a melody in the style of a folk tune."}]}]
+CHAT = [{"messages": [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "What is 7 * 8?"}]},
+        {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                      {"role": "user", "content": "What is the capital of France?"}]},
+        {"messages": [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": ""}]}]
+
+
+def _write_jsonl(path, rows):
+    import json
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _read(path, prompts_only=True):
+    from cluster_curate.io.datasets import ReadOptions, open_dataset
+    ds = open_dataset(path, ReadOptions(prompts_only=prompts_only))
+    return ds, [(ex.prompt, ex.response) for b in ds.iter_batches() for ex in b.examples]
+
+
+def _user(*texts):
+    return [{"role": "user", "content": t} for t in texts]
+
+
+def test_evaluation_sets_without_answers_are_read_for_their_questions(tmp_path):
+    """IFEval (`prompt` and its instructions), MT-Bench (`turns` of text), Arena-Hard (`turns` of {content}), a
+    list of questions (`question` or `instruction` alone, JSON Lines, CSV or Parquet), MATH (`problem`, its
+    `solution` no format's response) and chats that end with the user's turn: refused as data (no response, or
+    no format), read for their questions with prompts_only."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pytest
+
+    from cluster_curate.errors import CurateError
+    pq.write_table(pa.Table.from_pylist(ARENA_HARD), tmp_path / "arena.parquet")  # a list of structs
+    (tmp_path / "questions.csv").write_text('question\n"What is 2 + 2?"\n"Name, with care, a river."\n')
+    cases = [
+        (_write_jsonl(tmp_path / "ifeval.jsonl", IFEVAL), "prompt-completion",
+         [(_user(r["prompt"]), "") for r in IFEVAL]),
+        (_write_jsonl(tmp_path / "mt_bench.jsonl", MT_BENCH), "turns", [(_user(*MT_BENCH[0]["turns"]), "")]),
+        (_write_jsonl(tmp_path / "arena.jsonl", ARENA_HARD), "turns",
+         [(_user(ARENA_HARD[0]["turns"][0]["content"]), "")]),
+        (tmp_path / "arena.parquet", "turns", [(_user(ARENA_HARD[0]["turns"][0]["content"]), "")]),
+        (tmp_path / "questions.csv", "qa", [(_user("What is 2 + 2?"), ""), (_user("Name, with care, a river."), "")]),
+        (_write_jsonl(tmp_path / "instructions.jsonl", [{"instruction": "Sort 3, 1, 2."}]), "alpaca",
+         [(_user("Sort 3, 1, 2."), "")]),
+        (_write_jsonl(tmp_path / "math.jsonl", [{"problem": "What is $1 + 1$?", "level": "Level 1", "type": "Algebra",
+                                                 "solution": "$\\boxed{2}$"}]), "prompt-completion",
+         [(_user("What is $1 + 1$?"), "")]),
+        (_write_jsonl(tmp_path / "chat.jsonl", CHAT), "messages",
+         [(CHAT[0]["messages"], ""), (CHAT[1]["messages"], ""), (_user("Name a prime."), "")]),
+    ]
+    for path, fmt, expected in cases:
+        ds, read = _read(path)
+        assert (ds.format, read) == (fmt, expected), path.name
+        with pytest.raises(CurateError) as e:  # as data (embed, a --target): no response, refused as before
+            _read(path, prompts_only=False)
+        assert str(path) in str(e.value) and "\n" not in str(e.value)
+    assert _read(tmp_path / "ifeval.jsonl")[0].fields == {"prompt": "prompt", "response": "none"}
+
+
+def test_a_set_with_answers_reads_the_same_examples_for_its_questions():
+    """Every bundled format with its responses: prompts_only reads the very prompts and responses that the data
+    reading does (the decontamination of such sets is unchanged)."""
+    from conftest import FIXTURES
+    for path in [FIXTURES / "gsm8k" / "train-300.jsonl", FIXTURES / "gsm8k" / "train-300.csv",
+                 FIXTURES / "gsm8k" / "train-300.parquet", FIXTURES / "chat" / "messages-300.jsonl",
+                 FIXTURES / "chat" / "sharegpt-300.json", FIXTURES / "code_alpaca" / "code_alpaca-300.json",
+                 FIXTURES / "code_alpaca" / "prompt-completion-300.jsonl"]:
+        data, as_data = _read(path, prompts_only=False)
+        questions, as_questions = _read(path)
+        assert len(as_data) == 300 and as_questions == as_data and questions.format == data.format, path.name
+
+
+def test_a_row_without_a_question_is_a_bad_row_naming_file_line_and_field(tmp_path):
+    """Questions alone need no answer, but a row with no question (or one that cannot be read) is refused with one
+    line naming the file, the line and the field; --on-bad-row skip leaves it out."""
+    import pytest
+
+    from cluster_curate.errors import CurateError
+    from cluster_curate.io.datasets import ReadOptions, open_dataset
+    cases = [
+        (IFEVAL[:1] + [{"key": 1002, "instruction_id_list": []}], "field 'prompt': missing prompt"),
+        (IFEVAL[:1] + [{"key": 1002, "prompt": "  "}], "field 'prompt': empty prompt"),
+        (MT_BENCH + [{"question_id": 82, "turns": []}], "field 'turns': no question (the list of turns is empty)"),
+        (MT_BENCH + [{"question_id": 82, "turns": None}], "field 'turns': missing turns"),
+        (MT_BENCH + [{"question_id": 82, "turns": "Compose a poem."}], "field 'turns': turns is text, expected a list"),
+        (MT_BENCH + [{"question_id": 82, "turns": ["Compose a poem.", ""]}], "field 'turns[1]': empty question"),
+        (ARENA_HARD + [{"question_id": "x", "turns": [{"text": "Compose."}]}], "field 'turns[0].content': missing "
+                                                                                "question"),
+        (ARENA_HARD + [{"question_id": "x", "turns": [{"role": "assistant", "content": "Sure."}]}],
+         "field 'turns[0].role': a turn of role 'assistant'"),
+        (CHAT[:1] + [{"messages": [{"role": "system", "content": "Be brief."}]}],
+         "field 'messages': no question: no user turn in the conversation (roles: system)"),
+        (CHAT[:1] + [{"messages": []}],
+         "field 'messages': no question: no user turn in the conversation (it is empty)"),
+        (CHAT[:1] + [{"messages": [{"role": "user", "content": " "}]}], "field 'messages[0]': empty question"),
+    ]
+    for rows, message in cases:
+        path = _write_jsonl(tmp_path / "eval.jsonl", rows)
+        with pytest.raises(CurateError) as e:
+            _read(path)
+        assert str(e.value).startswith(f"{path}:2: {message}") and "\n" not in str(e.value), str(e.value)
+        ds = open_dataset(path, ReadOptions(prompts_only=True, on_bad_row="skip"))
+        assert sum(len(b.examples) for b in ds.iter_batches()) == 1 and [r.id for r in ds.rejects] == [1]

@@ -215,8 +215,9 @@ CASES = [
                                                     "--source-min-share", "other=0.2"],
      "source other: its floor is 8 rows (0.2 of 37, --source-min-share) and it has only 0 rows left after "
      "--decontaminate left out 300 rows"),
+    # (messages_bad.jsonl's rows, a chat ending with the user's turn or an empty answer, are questions to it)
     ("run-decontaminate-bad-row", ["run", "data.jsonl", "--out", "q", *FAST, "--fraction", "0.31", *SHARD,
-                                   "--decontaminate", "messages_bad.jsonl"], "--decontaminate messages_bad.jsonl:"),
+                                   "--decontaminate", "not_object.jsonl"], "--decontaminate not_object.jsonl:2: "),
     ("select-no-budget", ["select", "p/clusters.parquet", "--out", "s.parquet"],
      "give exactly one of --fraction F, --budget N, --per-cluster-ratio R (rows), or --token-budget T or "
      "--token-fraction F (tokens)"),

@@ -559,9 +559,9 @@ def test_decontaminate_leaves_out_an_evaluation_sets_questions(tmp_path, cli_run
     assert {s["stage"]: s["status"] for s in third["stages"]} == {"embed": "up to date", "cluster": "up to date",
                                                                  "select": "ran", "shard": "ran"}
     assert third["summaries"]["select"]["decontaminated"]["rows_left_out"] == len(asking[1])
-    eval_a.write_text('{"instruction": "fine", "output": "x"}\n{"instruction": 3}\n')
+    eval_a.write_text('{"instruction": "fine", "output": "x"}\n{"output": "an answer to no question"}\n')
     res = _cli(cli_runner, [*args[:3], tmp_path / "fresh", *args[4:]], code=2)
-    assert "a.jsonl:2: field" in res.output and not (tmp_path / "fresh").exists()
+    assert "a.jsonl:2: field 'instruction': missing prompt" in res.output and not (tmp_path / "fresh").exists()
 
 
 def test_run_target_end_to_end_and_up_to_date(tmp_path, cli_runner, pool):
@@ -819,7 +819,8 @@ def test_decontaminate_warns_of_the_evaluation_rows_it_skipped(tmp_path, cli_run
     summary counted the questions read); now a warning says how many rows were skipped and the first."""
     import json
     eval_a = tmp_path / "a.jsonl"
-    eval_a.write_text("".join(json.dumps(r) + "\n" for r in pool["rows"][:3]) + '{"instruction": 3}\nnot json\n')
+    eval_a.write_text("".join(json.dumps(r) + "\n" for r in pool["rows"][:3])
+                      + '{"output": "an answer to no question"}\nnot json\n')
     res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", "--fraction", "0.5",
                             "--decontaminate", eval_a, "--on-bad-row", "skip", "--json"])
     summary = json.loads(res.stdout.strip().splitlines()[-1])
@@ -935,3 +936,109 @@ def test_decontaminate_asks_which_split_of_a_datasetdict(tmp_path, cli_runner, p
     res = _cli(cli_runner, [*base, "--decontaminate", tmp_path / "dd" / "test", "--json"])
     (s,) = json.loads(res.stdout.strip().splitlines()[-1])["decontaminated"]["sets"]
     assert s["questions"] == len({r["instruction"] for r in asked}) and s["rows"] >= len(asked)
+
+
+def test_decontaminate_takes_evaluation_sets_of_questions_without_answers(tmp_path, cli_runner, pool):
+    """IFEval (`prompt` and its instructions), MT-Bench (`turns`: consecutive user questions), Arena-Hard (`turns`
+    of {content}), a CSV of questions and chats that end with the user's turn were refused ('unrecognised
+    record format', or every row bad: no response); their questions are now read and left out as a GSM8K test
+    set's are. Each MT-Bench turn is a question: a pool row asking turn 2 alone is found too."""
+    import json
+
+    from cluster_curate.summary_schema import check, schema_of
+    text = [r["instruction"] for r in pool["rows"]]
+    math_, city, code = ([i for i, r in enumerate(pool["rows"]) if r["kind"] == k] for k in ("math", "city", "code"))
+    rewrite = "Rewrite your previous response. Start every sentence with the letter A."
+    sets = {
+        "ifeval.jsonl": [{"key": 1000 + i, "prompt": text[i], "instruction_id_list": ["punctuation:no_comma"],
+                          "kwargs": [{}]} for i in math_[:5]] + [{"key": 2000, "prompt": "Write a haiku about rain.",
+                                                                   "instruction_id_list": [], "kwargs": []}],
+        "mt_bench.jsonl": [{"question_id": 81 + j, "category": "writing", "turns": [text[i], rewrite]}
+                           for j, i in enumerate(city[:3])]
+        + [{"question_id": 90, "category": "coding",
+            "turns": ["Compose a travel blog post about Hawaii.", text[code[0]]]}],
+        "arena_hard.jsonl": [{"question_id": f"{i:032x}", "cluster": "Python lists", "turns": [{"content": text[i]}]}
+                             for i in code[1:3]],
+        "chat.jsonl": [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text[i]}]}
+                       for i in math_[5:7]],
+    }
+    paths = [_write(tmp_path / name, rows) for name, rows in sets.items()]
+    questions = tmp_path / "questions.csv"  # questions alone, no answer column
+    questions.write_text("question\n" + "".join(f'"{text[i]}"\n' for i in city[3:5]))
+    paths.append(questions)
+    asked = [{text[i] for i in math_[:5]}, {text[i] for i in (*city[:3], code[0])}, {text[i] for i in code[1:3]},
+             {text[i] for i in math_[5:7]}, {text[i] for i in city[3:5]}]
+    asking = [{i for i, t in enumerate(text) if t in q} for q in asked]  # the pool repeats some questions
+    out = tmp_path / "s.parquet"
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", out, "--fraction", "0.5", "--json",
+                            *[a for p in paths for a in ("--decontaminate", p)]])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    records = summary["decontaminated"]["sets"]
+    assert [(r["rows"], r["questions_in_pool"]) for r in records] == [(len(a), len(q)) for a, q in zip(asking, asked)]
+    # MT-Bench: 4 rows of 2 turns, the rewrite asked thrice: 6 questions
+    assert [r["questions"] for r in records] == [6, 6, 2, 2, 2]
+    everything = set().union(*asking)
+    ids = set(_selected(out)[0].column("id").to_pylist())
+    assert not ids & everything and summary["rows"] == len(text) - len(everything)
+    from cluster_curate.commands.select_parts import eval_set_text  # the summary's and report's words
+    assert eval_set_text(records[1]) == f"{len(asking[1])} rows ask 4 of its 6 questions"
+    assert check(summary, schema_of("select")) == []
+    rep = json.loads(_cli(cli_runner, ["report", out, "--json"]).stdout.strip().splitlines()[-1])
+    assert rep["selection"]["decontaminated"] == summary["decontaminated"] and check(rep, schema_of("report")) == []
+    # inspect counts the same rows
+    res = _cli(cli_runner, ["inspect", pool["data"], "--decontaminate", paths[0], "--decontaminate", paths[1],
+                            "--json"])
+    assert json.loads(res.stdout)["decontamination"] == records[:2]
+    # a reworded IFEval prompt: found by --decontaminate-ngrams, as with an answered set
+    reworded = _write(tmp_path / "ifeval_reworded.jsonl", [{"key": 1, "prompt": f"Please help. {text[code[3]]} Be "
+                                                            "concise.", "instruction_id_list": [], "kwargs": []}])
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "n.parquet", "--fraction", "0.5", "--json",
+                            "--decontaminate", reworded, "--decontaminate-ngrams", "10"])
+    (near,) = json.loads(res.stdout.strip().splitlines()[-1])["decontaminated"]["sets"]
+    same = {i for i, t in enumerate(text) if t == text[code[3]]}
+    assert (near["copies"], near["ngram_rows"], near["questions"]) == (0, len(same), 1)
+    assert not set(_selected(tmp_path / "n.parquet")[0].column("id").to_pylist()) & same
+
+
+def test_run_decontaminate_takes_questions_alone_and_refuses_a_row_without_one_before_embed(tmp_path, cli_runner,
+                                                                                           pool):
+    """run reads each EVAL before its first stage: an IFEval-shaped set (no answers) is taken, and its questions
+    left out; a row without a prompt is refused there, with one line naming the file, the line and the field."""
+    import json
+    math_ = [i for i, r in enumerate(pool["rows"]) if r["kind"] == "math"][:4]
+    rows = [{"key": 1000 + j, "prompt": pool["rows"][i]["instruction"], "instruction_id_list": [], "kwargs": []}
+            for j, i in enumerate(math_)]
+    ifeval = _write(tmp_path / "ifeval.jsonl", rows)
+    asking = {i for i, r in enumerate(pool["rows"]) if r["instruction"] in {x["prompt"] for x in rows}}
+    args = ["run", pool["data"], "--out", tmp_path / "curated", "--dim", "16", "--k", "6", "--fraction", "0.5",
+            "--decontaminate", ifeval, "--num-shards", "2", "--json"]
+    first = json.loads(_cli(cli_runner, args).stdout)
+    assert first["summaries"]["select"]["decontaminated"]["rows_left_out"] == len(asking) >= 4
+    _write(ifeval, rows + [{"key": 2000, "instruction_id_list": ["detectable_format:title"], "kwargs": [{}]}])
+    res = _cli(cli_runner, [*args[:3], tmp_path / "fresh", *args[4:]], code=2)
+    assert f"--decontaminate {ifeval}:5: field 'prompt': missing prompt" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "fresh").exists()
+
+
+def test_mt_bench_turns_are_found_alone_and_in_a_chat_with_ngrams(tmp_path, cli_runner):
+    """A pool of chats: a row asking MT-Bench's first turn, or its second, alone is a copy (each turn is a
+    question); a chat that holds both turns with its own answers between them shares no prompt key with the
+    set, and --decontaminate-ngrams finds it by the turns' words."""
+    import json
+    q1 = ("Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences "
+          "and must-see attractions.")
+    q2 = "Rewrite your previous response. Start every sentence with the letter A."
+    mt = _write(tmp_path / "mt_bench.jsonl", [{"question_id": 81, "category": "writing", "turns": [q1, q2]}])
+
+    def chat(*turns):
+        return {"messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": t}
+                             for i, t in enumerate(turns)]}
+    rows = [chat(q1, "Aloha! Last month I ..."), chat(q2, "A fine idea."),
+            chat(q1, "Aloha! Last month I ...", q2, "A trip to Hawaii ..."),
+            chat("Compose a short poem about the sea.", "Waves ..."), chat("What is 12 * 12?", "144")]
+    data = _write(tmp_path / "pool.jsonl", rows)
+    base = ["inspect", data, "--decontaminate", mt, "--json"]
+    (exact,) = json.loads(_cli(cli_runner, base).stdout)["decontamination"]
+    assert (exact["questions"], exact["questions_in_pool"], exact["rows"], exact["ids"]) == (2, 2, 2, [0, 1])
+    (near,) = json.loads(_cli(cli_runner, [*base, "--decontaminate-ngrams", "8"]).stdout)["decontamination"]
+    assert (near["copies"], near["ngram_rows"], near["ids"]) == (2, 1, [0, 1, 2])

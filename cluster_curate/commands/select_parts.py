@@ -34,16 +34,25 @@ def target_read_options(o: dict):
 
 
 def open_target(target: str, o: dict, option: str = "--target"):
-    """A raw --target (or --decontaminate set: `option`) opened as select embeds it (target_read_options). Fields
-    it cannot detect are not the data's to give, so the message says how to read it (embedded by itself) instead
-    of naming --prompt-field."""
+    """A raw --target opened as select embeds it (target_read_options), or a --decontaminate set (`option`) read
+    for its questions alone (no response needed: io/formats.py, prompts_only). Fields it cannot detect are not
+    the data's to give, so the message says how to read it (embedded by itself; an evaluation set: the columns
+    it is read from) instead of naming --prompt-field."""
+    from dataclasses import replace
+
     from cluster_curate.io.datasets import open_dataset
+    questions = option == "--decontaminate"
     try:
-        return open_dataset(target, target_read_options(o))
+        return open_dataset(target, replace(target_read_options(o), prompts_only=questions))
     except CurateError as e:
         if "unrecognised record format" not in str(e):
             raise
-        what, name = ("a target", "TARGET") if option == "--target" else ("an evaluation set", "EVAL")
+        if questions:
+            raise CurateError(f"{option} {str(e).split('. ')[0]}: an evaluation set is read for its questions, in "
+                              "its own format: a column `prompt`, `question`, `instruction`, `problem` or `query` "
+                              "(answers, if any, beside it), a chat in `messages` or `conversations`, or the user's "
+                              "`turns`; rename its question column to one of these") from None
+        what, name = "a target", "TARGET"
         raise CurateError(f"{option} {str(e).split('. ')[0]}: {what} is read in its own format, not with the "
                           "data's --prompt-field / --response-field; embed it with its fields (`cluster-curate embed "
                           f"{name} --like EMBEDDINGS --prompt-field ... --response-field ... --out T.parquet`) and "
@@ -116,6 +125,7 @@ def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skip
     import numpy as np
 
     from cluster_curate.exact_dedup import prompt_keys
+    from cluster_curate.io.formats import TURNS
     from cluster_curate.io.mixture import open_lineage_data
     meta = target_embeddings_meta(path, option)
     if meta is None:
@@ -131,6 +141,8 @@ def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skip
         if ds is None:
             raise CurateError(f"{option} {path}: records no dataset")
     prompts = [ex.prompt for batch in ds.iter_batches() for ex in batch.examples]
+    if ds.format == TURNS:  # MT-Bench's turns: each user turn is a question a row may ask by itself
+        prompts = [[turn] for prompt in prompts for turn in prompt]
     if ds.rejects and warn_skipped:  # its questions are not looked for in the pool: say so, as embed does
         from cluster_curate import console
         console.warn(f"{option} {path}: {counted(len(ds.rejects), 'bad row')} skipped (--on-bad-row skip), so "

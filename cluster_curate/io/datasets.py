@@ -13,6 +13,8 @@ CONTRACT (used by embed, shard, inspect, run; keep it stable):
 
 `id` is the 0-based row index in the source as read; it never changes downstream.
 With on_bad_row="error" the first bad row raises CurateError naming file, line/row and field.
+With prompts_only=True (an evaluation set read for its questions, as --decontaminate reads it: io/formats.py) a
+row needs no response: its Example's response is then "", and a `turns` column of questions is read too.
 
 Details of the contract:
 - Sources (`ds.container` says which): .jsonl (also .json holding JSON Lines), .json (a list of records, or an
@@ -87,10 +89,12 @@ class ReadOptions:
     prompt_field: str | None = None
     response_field: str | None = None
     on_bad_row: str = "error"  # "error" | "skip"
+    prompts_only: bool = False  # questions alone, a row needs no response: an evaluation set (formats.py)
 
     def given(self) -> dict:
         """The options not at their defaults, as a lineage record keeps them (to read the data again as it was)."""
-        return {k: v for k, v in self.__dict__.items() if v is not None and not (k == "on_bad_row" and v == "error")}
+        return {k: v for k, v in self.__dict__.items()
+                if v is not None and v is not False and not (k == "on_bad_row" and v == "error")}
 
 
 class Batch:
@@ -217,7 +221,7 @@ class Dataset:
                 self._key_column = "source_key"
         try:
             return resolve_fields(names, self.opts.format, self.opts.prompt_field, self.opts.response_field,
-                                  source=self.source)
+                                  source=self.source, prompts_only=self.opts.prompts_only)
         except CurateError:
             self._refuse_own_artifact()  # else told to pass --prompt-field for a file of ids and vectors
             raise

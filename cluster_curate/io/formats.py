@@ -3,7 +3,7 @@
 A format maps one source record (a dict of columns) to `(prompt, response)`:
 
     prompt    list of chat turns [{"role": "system"|"user"|"assistant"|..., "content": str}], ending with a user turn
-    response  str, non-empty
+    response  str, non-empty (empty for questions alone: below)
 
 Supported formats (detected from the column names, overridable with --format / --prompt-field / --response-field;
 `--prompt-field A,B` makes the prompt of several columns, joined by a blank line, e.g. PubMedQA's CONTEXTS,QUESTION;
@@ -15,6 +15,14 @@ a field `data.question` is a path into nested objects unless a column has that v
     messages           OpenAI chat: `messages` = [{role, content}...]; the LAST assistant turn is the response,
                        every turn before it (system, user, earlier assistant turns) is the prompt
     sharegpt           `conversations` = [{from, value}...] with from in human/gpt/system (same rule as messages)
+
+Questions alone (`resolve_fields(..., prompts_only=True)`: an evaluation set read for its questions, as
+`--decontaminate` reads it): a row needs no response. The prompt column of a format above is enough (IFEval's
+`prompt`, a list of `question`s or `instruction`s; else a column named like a question whatever its case, such as
+MATH's `problem`; a response present is read as above, a missing or empty one is no error), a conversation may
+end with a user turn (then it is all question; an empty last assistant turn is the slot for the answer), and a
+`turns` column (TURNS: MT-Bench, Arena-Hard) holds the user's questions in order, each text or {content: text},
+read as consecutive user turns (each is a question of its own to decontamination).
 
 A bad record raises `RecordError(field, reason)`; the reader turns it into an error or a reject naming file and row.
 Context turns keep their role as written (a `tool` turn stays `tool`); ShareGPT speakers are mapped to roles.
@@ -42,6 +50,7 @@ FORMAT.register("messages", "OpenAI chat `messages`; the last assistant turn is 
 FORMAT.register("sharegpt", "`conversations` of {from, value}; the last gpt turn is the response", "conversations",
                 response=None, detect_order=1)
 FORMATS = FORMAT.names
+TURNS = "turns"  # questions alone: a column of the user's questions, no registered format (see the docstring)
 
 
 class RecordError(ValueError):
@@ -57,18 +66,21 @@ class FieldMap:
     """Which columns a format reads. `prompt` is the conversation column for messages/sharegpt."""
     format: str
     prompt: str
-    response: str | None = None     # None for conversation formats (the response is inside the conversation)
+    response: str | None = None     # None for conversation formats (the response is inside the conversation),
+                                    # and for questions alone without a response column
     input: str | None = None        # alpaca's optional second prompt field
     system: str | None = None       # optional system-prompt column (alpaca, prompt-completion, qa)
     prompt_extra: tuple[str, ...] = ()  # more prompt columns after `prompt` (--prompt-field A,B)
+    prompts_only: bool = False      # questions alone: a row needs no response (the module docstring)
 
     @property
     def prompt_columns(self) -> tuple[str, ...]:
         return (self.prompt, *self.prompt_extra)
 
     def as_dict(self) -> dict:
+        conversation = self.format != TURNS and FORMAT.get(self.format).response is None
         d = {"prompt": ",".join(self.prompt_columns),
-             "response": self.response or f"{self.prompt} (last assistant turn)"}
+             "response": self.response or (f"{self.prompt} (last assistant turn)" if conversation else "none")}
         if self.input:
             d["input"] = self.input
         if self.system:
@@ -131,9 +143,12 @@ def _prompt_columns(prompt_field: str | None) -> list[str]:
 
 
 def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_field: str | None,
-                   source: str = "dataset") -> FieldMap:
+                   source: str = "dataset", prompts_only: bool = False) -> FieldMap:
     """The field mapping for these columns: detected, or forced by the user's options. Raises CurateError with a
-    one-line message (the option or column at fault, the columns found, the flags that would fix it)."""
+    one-line message (the option or column at fault, the columns found, the flags that would fix it).
+    `prompts_only`: questions alone (the module docstring): a format's prompt column without its response
+    column is detected too (after every format with both), then a `turns` column, then a column named like a
+    question in any case (_PROMPT_NAMES but `text` and `input`: MATH's `problem`)."""
     from cluster_curate.errors import CurateError
 
     cols = list(columns)
@@ -149,6 +164,14 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                 raise CurateError(f"{source}: {option} {name!r}: no such column; columns found: [{shown}]")
     if fmt is None:
         fmt = detect_format(colset)
+        if fmt is None and prompts_only and not prompts:
+            fmt = next((e.name for e in sorted(FORMAT, key=lambda e: e.detect_order) if e.value in colset),
+                       TURNS if TURNS in colset else None)
+            if fmt == TURNS:
+                return FieldMap(TURNS, TURNS, prompts_only=True)
+            named = [c for c in _by_lower_name(cols, _PROMPT_NAMES) if c.lower() not in ("text", "input")]
+            if fmt is None and named:  # MATH's `problem`, a `Question` or `query` column
+                fmt, prompts = "prompt-completion", named[:1]
         if fmt is None and prompts:
             if response_field is None:
                 found = _by_lower_name(cols, _RESPONSE_NAMES, exclude=prompts)
@@ -170,14 +193,16 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         if _root_column(conv, colset) is None:
             raise CurateError(f"{source}: format {fmt} needs a conversation column {conv!r}; columns found: "
                               f"[{shown}]. Pass --prompt-field COLUMN naming the column that holds the turns")
-        return FieldMap(fmt, conv)
+        return FieldMap(fmt, conv, prompts_only=prompts_only)
 
     prompt, *extra = prompts or [entry.value]
     if response_field:
         response = response_field
     else:
         response = next((c for c in entry.response if c in colset), entry.response[0])
-    missing = [c for c in (prompt, response) if _root_column(c, colset) is None]
+        if prompts_only and response not in colset:  # questions alone
+            response = None
+    missing = [c for c in (prompt, response) if c and _root_column(c, colset) is None]
     if missing:
         which = " and ".join(repr(c) for c in missing)
         raise CurateError(f"{source}: format {fmt} needs column {which}, not found; columns found: [{shown}]. "
@@ -189,7 +214,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     input_field = input_name if fmt == "alpaca" and (input_name in colset or nested_in) and input_name not in used \
         else None
     system = "system" if "system" in colset and "system" not in (*used, response) else None
-    return FieldMap(fmt, prompt, response, input_field, system, tuple(extra))
+    return FieldMap(fmt, prompt, response, input_field, system, tuple(extra), prompts_only)
 
 
 # ----------------------------------------------------------------------------------------------- records
@@ -363,14 +388,65 @@ def field_value(rec: dict, field: str):
     return value
 
 
+def _question_list(value, field: str) -> list[dict]:
+    """A `turns` column (TURNS): the user's questions in order, each text or {content: text}, as user turns."""
+    if isinstance(value, str) and value.lstrip().startswith("["):  # a CSV column holding JSON
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise RecordError(field, f"turns is text that is not valid JSON ({e.msg})") from None
+    if value is None:
+        raise RecordError(field, "missing turns (the questions)")
+    if not isinstance(value, (list, tuple)):
+        raise RecordError(field, f"turns is {_kind(value)}, expected a list of questions")
+    if not value:
+        raise RecordError(field, "no question (the list of turns is empty)")
+    turns = []
+    for i, t in enumerate(value):
+        where = f"{field}[{i}]"
+        if isinstance(t, dict):
+            if t.get("role", "user") != "user":
+                raise RecordError(f"{where}.role", f"a turn of role {t.get('role')!r}: `turns` holds the user's "
+                                                   "questions (a conversation goes in a `messages` column)")
+            t, where = t.get("content"), f"{where}.content"
+        turns.append({"role": "user", "content": _text(t, where, "question")})
+    return turns
+
+
+def _asked(turns: list[dict], conv: str):
+    """Questions alone: (the question a conversation asks, no response). All of it when it ends with a user turn
+    (an evaluation set's chat awaiting its answer; an empty last assistant turn is that slot), else its prompt as
+    an example's (the turns before the last assistant turn)."""
+    if turns and turns[-1]["role"] == "assistant" and not turns[-1]["content"].strip():
+        turns = turns[:-1]
+    if not turns or turns[-1]["role"] != "user":
+        if not any(t["role"] == "user" for t in turns):
+            roles = ", ".join(dict.fromkeys(t["role"] for t in turns))
+            raise RecordError(conv, "no question: no user turn in the conversation"
+                              + (f" (roles: {roles})" if roles else " (it is empty)"))
+        return _split_turns(turns, conv)
+    if not turns[-1]["content"].strip():
+        raise RecordError(f"{conv}[{len(turns) - 1}]", "empty question (the last user turn is empty)")
+    return turns, ""
+
+
 def to_example(rec: dict, fields: FieldMap):
-    """(prompt turns, response) for one record, or RecordError."""
+    """(prompt turns, response) for one record, or RecordError. Questions alone (`fields.prompts_only`): the
+    response may be missing or empty (then "")."""
+    if fields.format == TURNS:
+        return _question_list(field_value(rec, fields.prompt), fields.prompt), ""
     if FORMAT.get(fields.format).response is None:
+        if fields.prompts_only:
+            conv = fields.prompt
+            return _asked(_turns(field_value(rec, conv), conv, fields.format), conv)
         return _conversation(rec, fields)
-    value = field_value(rec, fields.response)
+    value = None if fields.response is None else field_value(rec, fields.response)
     if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
         return _conversational_pair(field_value(rec, fields.prompt), value, fields)
-    response = _text(value, fields.response, "response")
+    if fields.prompts_only and value in (None, "") and fields.format == "prompt-completion" \
+            and not fields.prompt_extra and _is_turn_list(field_value(rec, fields.prompt)):  # TRL's prompt alone
+        return _asked(_turns(field_value(rec, fields.prompt), fields.prompt, "messages"), fields.prompt)
+    response = _text(value, fields.response or "response", "response", required=not fields.prompts_only)
     if fields.prompt_extra:
         texts = [_text(field_value(rec, c), c, "prompt", required=False, parts=True) for c in fields.prompt_columns]
         prompt = "\n\n".join(t for t in texts if t.strip())
