@@ -1042,3 +1042,19 @@ def test_mt_bench_turns_are_found_alone_and_in_a_chat_with_ngrams(tmp_path, cli_
     assert (exact["questions"], exact["questions_in_pool"], exact["rows"], exact["ids"]) == (2, 2, 2, [0, 1])
     (near,) = json.loads(_cli(cli_runner, [*base, "--decontaminate-ngrams", "8"]).stdout)["decontamination"]
     assert (near["copies"], near["ngram_rows"], near["ids"]) == (2, 1, [0, 1, 2])
+
+
+def test_embedding_questions_alone_is_refused_in_one_line_that_says_to_give_them_as_they_are(tmp_path, cli_runner,
+                                                                                             pool):
+    """An EVAL given as embeddings (`embed EVAL --like`) cannot be made of questions alone (embed needs responses);
+    the refusal told to pass --prompt-field and --response-field, which such a set cannot: it now says that
+    --decontaminate takes the set as it is."""
+    ifeval = _write(tmp_path / "ifeval.jsonl", [{"key": 1000, "prompt": "Write a haiku about rain.",
+                                                 "instruction_id_list": [], "kwargs": []}])
+    mt_bench = _write(tmp_path / "mt_bench.jsonl", [{"question_id": 81, "turns": ["Compose a poem.", "Shorter."]}])
+    for path in (ifeval, mt_bench):
+        res = _cli(cli_runner, ["embed", path, "--like", pool["emb"], "--out", tmp_path / "e.parquet"], code=2)
+        (line,) = res.output.strip().splitlines()
+        assert line.startswith(f"ERROR: {path}: unrecognised record format") and "Traceback" not in res.output
+        assert "no column looks like a response" in line and "--decontaminate as they are" in line
+        assert not (tmp_path / "e.parquet").exists()

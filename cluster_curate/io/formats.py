@@ -111,6 +111,9 @@ def _fix_hint(columns) -> str:
     responses = _by_lower_name(columns, _RESPONSE_NAMES, exclude=prompts[:1])
     if prompts and responses:
         return f"pass --prompt-field {prompts[0]} --response-field {responses[0]} (or other columns)"
+    if not responses and (TURNS in columns or any(p.lower() not in ("text", "input") for p in prompts)):
+        return ("no column looks like a response: questions alone (an evaluation set) are no training data, give "
+                "them to select or run --decontaminate as they are; else " + FIX_HINT)
     return FIX_HINT
 
 
