@@ -128,6 +128,8 @@ def test_evaluation_sets_without_answers_are_read_for_their_questions(tmp_path):
         (_write_jsonl(tmp_path / "ifeval.jsonl", IFEVAL), "prompt-completion",
          [(_user(r["prompt"]), "") for r in IFEVAL]),
         (_write_jsonl(tmp_path / "mt_bench.jsonl", MT_BENCH), "turns", [(_user(*MT_BENCH[0]["turns"]), "")]),
+        (_write_jsonl(tmp_path / "mt_bench_prompts.jsonl", [{"prompt": MT_BENCH[0]["turns"], "prompt_id": 81}]),
+         "prompt-completion", [(_user(*MT_BENCH[0]["turns"]), "")]),  # the Hub's copy: the turns in `prompt`
         (_write_jsonl(tmp_path / "arena.jsonl", ARENA_HARD), "turns",
          [(_user(ARENA_HARD[0]["turns"][0]["content"]), "")]),
         (tmp_path / "arena.parquet", "turns", [(_user(ARENA_HARD[0]["turns"][0]["content"]), "")]),

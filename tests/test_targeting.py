@@ -1029,6 +1029,9 @@ def test_mt_bench_turns_are_found_alone_and_in_a_chat_with_ngrams(tmp_path, cli_
           "and must-see attractions.")
     q2 = "Rewrite your previous response. Start every sentence with the letter A."
     mt = _write(tmp_path / "mt_bench.jsonl", [{"question_id": 81, "category": "writing", "turns": [q1, q2]}])
+    # the Hub's copy (HuggingFaceH4/mt_bench_prompts) holds the turns as a list in `prompt`
+    hub = _write(tmp_path / "mt_bench_prompts.jsonl", [{"prompt": [q1, q2], "prompt_id": 81, "category": "writing",
+                                                        "reference": []}])
 
     def chat(*turns):
         return {"messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": t}
@@ -1037,11 +1040,12 @@ def test_mt_bench_turns_are_found_alone_and_in_a_chat_with_ngrams(tmp_path, cli_
             chat(q1, "Aloha! Last month I ...", q2, "A trip to Hawaii ..."),
             chat("Compose a short poem about the sea.", "Waves ..."), chat("What is 12 * 12?", "144")]
     data = _write(tmp_path / "pool.jsonl", rows)
-    base = ["inspect", data, "--decontaminate", mt, "--json"]
-    (exact,) = json.loads(_cli(cli_runner, base).stdout)["decontamination"]
-    assert (exact["questions"], exact["questions_in_pool"], exact["rows"], exact["ids"]) == (2, 2, 2, [0, 1])
-    (near,) = json.loads(_cli(cli_runner, [*base, "--decontaminate-ngrams", "8"]).stdout)["decontamination"]
-    assert (near["copies"], near["ngram_rows"], near["ids"]) == (2, 1, [0, 1, 2])
+    for eval_set in (mt, hub):
+        base = ["inspect", data, "--decontaminate", eval_set, "--json"]
+        (exact,) = json.loads(_cli(cli_runner, base).stdout)["decontamination"]
+        assert (exact["questions"], exact["questions_in_pool"], exact["rows"], exact["ids"]) == (2, 2, 2, [0, 1])
+        (near,) = json.loads(_cli(cli_runner, [*base, "--decontaminate-ngrams", "8"]).stdout)["decontamination"]
+        assert (near["copies"], near["ngram_rows"], near["ids"]) == (2, 1, [0, 1, 2])
 
 
 def test_embedding_questions_alone_is_refused_in_one_line_that_says_to_give_them_as_they_are(tmp_path, cli_runner,

@@ -141,8 +141,8 @@ def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skip
         if ds is None:
             raise CurateError(f"{option} {path}: records no dataset")
     prompts = [ex.prompt for batch in ds.iter_batches() for ex in batch.examples]
-    if ds.format == TURNS:  # MT-Bench's turns: each user turn is a question a row may ask by itself
-        prompts = [[turn] for prompt in prompts for turn in prompt]
+    if ds.format in (TURNS, "prompt-completion"):
+        prompts = _each_turn(prompts)
     if ds.rejects and warn_skipped:  # its questions are not looked for in the pool: say so, as embed does
         from cluster_curate import console
         console.warn(f"{option} {path}: {counted(len(ds.rejects), 'bad row')} skipped (--on-bad-row skip), so "
@@ -150,6 +150,15 @@ def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skip
                      f"first: {ds.rejects[0]}")
     return (np.unique(prompt_keys(prompts)), ds.fingerprint() if meta is None else meta.fingerprint,
             prompts if with_prompts else None)
+
+
+def _each_turn(prompts: list) -> list:
+    """MT-Bench's turns (a `turns` column, or a list of texts in `prompt`: consecutive user turns): each is a
+    question a row may ask by itself. A prompt with a turn of another role (context) is one question."""
+    out = []
+    for p in prompts:
+        out += [[turn] for turn in p] if all(turn["role"] == "user" for turn in p) else [p]
+    return out
 
 
 def _pool_questions(o: dict, clusters: str, c, emb_path, why: str):

@@ -22,7 +22,8 @@ Questions alone (`resolve_fields(..., prompts_only=True)`: an evaluation set rea
 MATH's `problem`; a response present is read as above, a missing or empty one is no error), a conversation may
 end with a user turn (then it is all question; an empty last assistant turn is the slot for the answer), and a
 `turns` column (TURNS: MT-Bench, Arena-Hard) holds the user's questions in order, each text or {content: text},
-read as consecutive user turns (each is a question of its own to decontamination).
+read as consecutive user turns (each is a question of its own to decontamination), as does a `prompt` column
+that holds a list of texts and no response (HuggingFaceH4/mt_bench_prompts).
 
 A bad record raises `RecordError(field, reason)`; the reader turns it into an error or a reject naming file and row.
 Context turns keep their role as written (a `tool` turn stays `tool`); ShareGPT speakers are mapped to roles.
@@ -446,9 +447,12 @@ def to_example(rec: dict, fields: FieldMap):
     value = None if fields.response is None else field_value(rec, fields.response)
     if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
         return _conversational_pair(field_value(rec, fields.prompt), value, fields)
-    if fields.prompts_only and value in (None, "") and fields.format == "prompt-completion" \
-            and not fields.prompt_extra and _is_turn_list(field_value(rec, fields.prompt)):  # TRL's prompt alone
-        return _asked(_turns(field_value(rec, fields.prompt), fields.prompt, "messages"), fields.prompt)
+    if fields.prompts_only and value in (None, "") and fields.format == "prompt-completion" and not fields.prompt_extra:
+        asked = field_value(rec, fields.prompt)
+        if _is_turn_list(asked):  # TRL's conversational prompt alone
+            return _asked(_turns(asked, fields.prompt, "messages"), fields.prompt)
+        if isinstance(asked, (list, tuple)) and asked:  # the turns as a list of texts (the Hub's MT-Bench)
+            return _question_list(asked, fields.prompt), ""
     response = _text(value, fields.response or "response", "response", required=not fields.prompts_only)
     if fields.prompt_extra:
         texts = [_text(field_value(rec, c), c, "prompt", required=False, parts=True) for c in fields.prompt_columns]
