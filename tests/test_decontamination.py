@@ -124,6 +124,7 @@ def test_evaluation_sets_without_answers_are_read_for_their_questions(tmp_path):
     from cluster_curate.errors import CurateError
     pq.write_table(pa.Table.from_pylist(ARENA_HARD), tmp_path / "arena.parquet")  # a list of structs
     (tmp_path / "questions.csv").write_text('question\n"What is 2 + 2?"\n"Name, with care, a river."\n')
+    (tmp_path / "mt_bench.csv").write_text('question_id,turns\n81,"[""Compose a poem."", ""Make it rhyme.""]"\n')
     cases = [
         (_write_jsonl(tmp_path / "ifeval.jsonl", IFEVAL), "prompt-completion",
          [(_user(r["prompt"]), "") for r in IFEVAL]),
@@ -133,6 +134,7 @@ def test_evaluation_sets_without_answers_are_read_for_their_questions(tmp_path):
         (_write_jsonl(tmp_path / "arena.jsonl", ARENA_HARD), "turns",
          [(_user(ARENA_HARD[0]["turns"][0]["content"]), "")]),
         (tmp_path / "arena.parquet", "turns", [(_user(ARENA_HARD[0]["turns"][0]["content"]), "")]),
+        (tmp_path / "mt_bench.csv", "turns", [(_user("Compose a poem.", "Make it rhyme."), "")]),  # JSON text
         (tmp_path / "questions.csv", "qa", [(_user("What is 2 + 2?"), ""), (_user("Name, with care, a river."), "")]),
         (_write_jsonl(tmp_path / "instructions.jsonl", [{"instruction": "Sort 3, 1, 2."}]), "alpaca",
          [(_user("Sort 3, 1, 2."), "")]),

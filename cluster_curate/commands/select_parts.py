@@ -108,10 +108,12 @@ def _kept_prompt_keys(path, ids=None):
 
 
 def questions_of(path: str, o: dict, option: str, with_prompts: bool = False, warn_skipped: bool = True):
-    """The prompt keys of the examples in `path` (unique int64), its fingerprint, and (`with_prompts`) their
+    """The prompt keys of the questions in `path` (unique int64), its fingerprint, and (`with_prompts`) their
     prompts: the keys its embeddings artifact keeps, else from its raw rows (the data itself, read in its own
-    format, or the data its embeddings record). An error in reading it names `option`; rows --on-bad-row skip
-    left out are warned of (`warn_skipped`: run's preflight reads it before select does)."""
+    format -- a --decontaminate set for its questions alone, answers optional (open_target), MT-Bench's turns
+    each a question (_each_turn) -- or the data its embeddings record). An error in reading it names `option`;
+    rows --on-bad-row skip left out are warned of (`warn_skipped`: run's preflight reads it before select
+    does)."""
     try:
         return _questions_of(path, o, option, with_prompts, warn_skipped)
     except CurateError as e:
