@@ -156,3 +156,92 @@ def test_export_reads_a_nested_path_from_shards_that_keep_the_column_as_json_tex
     trl = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
     assert trl and all(r["completion"][0]["content"] == rows[r["id"]]["data"]["answer"] for r in trl)
     assert all(r["prompt"][-1]["content"] == rows[r["id"]]["data"]["question"] for r in trl)
+
+
+# ------------------------------------------------------------------------------------ preference pairs (DPO)
+
+def preference_rows(n: int = 40, form: str = "standard") -> list[dict]:
+    """GSM8K questions with their right answer chosen and a wrong one rejected, in one of TRL's preference forms:
+    `standard` (prompt, chosen, rejected as text), `conversational` (explicit prompt, lists of turns) or `implicit`
+    (chosen and rejected the whole conversations)."""
+    out = []
+    for line in GSM.read_text().splitlines()[:n]:
+        r = json.loads(line)
+        final = int(r["answer"].split("####")[-1].strip().replace(",", ""))
+        wrong = f"The answer is {final + 1}."
+        user = [{"role": "user", "content": r["question"]}]
+        if form == "standard":
+            out.append({"prompt": r["question"], "chosen": r["answer"], "rejected": wrong})
+        elif form == "conversational":
+            out.append({"prompt": user, "chosen": [{"role": "assistant", "content": r["answer"]}],
+                        "rejected": [{"role": "assistant", "content": wrong}]})
+        else:
+            out.append({"chosen": user + [{"role": "assistant", "content": r["answer"]}],
+                        "rejected": user + [{"role": "assistant", "content": wrong}]})
+    return out
+
+
+def test_preference_pairs_in_each_trl_form_read_as_the_chosen_example_with_the_rejected_beside_it(tmp_path):
+    from cluster_curate.io.datasets import open_dataset
+    gsm = [json.loads(line) for line in GSM.read_text().splitlines()[:40]]
+    for form in ("standard", "conversational", "implicit"):
+        rows = preference_rows(40, form)
+        write_jsonl(tmp_path / f"{form}.jsonl", rows)
+        ds = open_dataset(tmp_path / f"{form}.jsonl")
+        assert ds.format == "preference"
+        examples = [e for b in ds.iter_batches(16) for e in b.examples]
+        assert [e.prompt for e in examples] == [[{"role": "user", "content": g["question"]}] for g in gsm]
+        assert [e.response for e in examples] == [g["answer"] for g in gsm]
+        assert examples[0].rejected == f"The answer is {int(gsm[0]['answer'].split('####')[-1]) + 1}."
+        r = _ok("inspect", f"{form}.jsonl", "--json", cwd=tmp_path)
+        summary = json.loads(r.stdout)
+        assert (summary["format"], summary["examples"]) == ("preference", 40)
+        assert summary["fields"]["rejected"] == "rejected"
+
+
+def test_bad_preference_rows_are_one_line_naming_file_line_and_field(tmp_path):
+    cases = {}
+    rows = preference_rows(20)
+    del rows[3]["rejected"]
+    cases["no-rejected"] = (rows, "no-rejected.jsonl:4: field 'rejected': missing rejected response")
+    rows = preference_rows(20)
+    rows[5]["rejected"] = ""
+    cases["empty-rejected"] = (rows, "empty-rejected.jsonl:6: field 'rejected': missing rejected response")
+    rows = preference_rows(20, "implicit")
+    rows[2]["rejected"][0] = {"role": "user", "content": "What is 2 + 2?"}
+    cases["other-prompt"] = (rows, "other-prompt.jsonl:3: field 'rejected': its turns before the last assistant "
+                                   "turn differ from chosen's")
+    rows = [{"chosen": r["chosen"], "rejected": r["rejected"]} for r in preference_rows(20)]
+    cases["no-prompt"] = (rows, "no-prompt.jsonl:1: field 'chosen': plain text with no prompt column to answer: "
+                                "add a `prompt` column")
+    for name, (rows, message) in cases.items():
+        write_jsonl(tmp_path / f"{name}.jsonl", rows)
+        r = _cli("embed", f"{name}.jsonl", "--out", f"{name}.parquet", "--features", "text", "--dim", "8", "-q",
+                 cwd=tmp_path)
+        assert r.returncode == 2, (name, r.stderr)
+        assert r.stderr.startswith("ERROR: " + message), (name, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert not (tmp_path / f"{name}.parquet").exists()
+
+
+def test_a_preference_run_keeps_prompt_chosen_and_rejected_and_export_jsonl_gives_the_records_back(tmp_path):
+    import datasets
+    for form in ("standard", "implicit"):
+        rows = preference_rows(40, form)
+        write_jsonl(tmp_path / f"{form}.jsonl", rows)
+        _ok("run", f"{form}.jsonl", "--out", form, *FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size",
+            "2", "-q", cwd=tmp_path)
+        shards = sorted(str(p) for p in (tmp_path / form / "shards").glob("shard-*.parquet"))
+        ds = datasets.load_dataset("parquet", data_files=shards, split="train", cache_dir=str(tmp_path / ".hf"))
+        wanted = ["prompt", "chosen", "rejected"] if form == "standard" else ["chosen", "rejected"]
+        assert [c for c in ds.column_names if c in ("prompt", "chosen", "rejected")] == wanted
+        assert len(ds) == 20
+        by_prompt = {json.dumps(r["chosen"]): r for r in rows}
+        for shard_row in ds:
+            assert {c: shard_row[c] for c in wanted} == {c: by_prompt[json.dumps(shard_row["chosen"])][c]
+                                                         for c in wanted}
+        _ok("export", f"{form}/shards", "--for", "jsonl", "--out", f"{form}-export", "-q", cwd=tmp_path)
+        back = [json.loads(line) for line in (tmp_path / f"{form}-export" / "selected.jsonl").read_text().splitlines()]
+        assert len(back) == 20 and all(r in rows for r in back)
+        assert back == [r for r in rows if r in back]  # dataset order, records unchanged
+

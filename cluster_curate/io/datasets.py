@@ -53,7 +53,7 @@ import pyarrow as pa
 from cluster_curate.errors import CurateError
 from cluster_curate.io.containers import _open_source, _Row, file_fingerprint
 from cluster_curate.io.hf_datasets import HFDataset
-from cluster_curate.io.formats import FieldMap, RecordError, resolve_fields, to_example
+from cluster_curate.io.formats import FieldMap, RecordError, resolve_fields, to_example, to_preference
 
 __all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset", "default_rejects_path",
            "file_fingerprint", "recorded_source", "data_paths"]
@@ -66,6 +66,7 @@ class Example:
     id: int
     prompt: list  # chat turns [{"role": "system"|"user"|"assistant", "content": str}, ...], last one "user"
     response: str
+    rejected: str | None = None  # a preference pair's rejected response (the response is the chosen one)
 
 
 @dataclass
@@ -299,6 +300,9 @@ class Dataset:
         if id_ in self.skip_ids:
             return
         try:
+            if self.field_map.rejected:
+                examples.append(Example(id_, *to_preference(rec, self.field_map)))
+                return
             prompt, response = to_example(rec, self.field_map)
         except RecordError as e:
             self._bad(id_, line, e.field, e.reason)
@@ -381,7 +385,7 @@ class Dataset:
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
         fm = self.field_map
-        fields = [f for f in (*fm.prompt_columns, fm.response, fm.input, fm.system) if f]
+        fields = [f for f in (*fm.prompt_columns, fm.response, fm.input, fm.system, fm.rejected) if f]
         needed = dict.fromkeys(c for f in fields for c in (f, f.split(".")[0]))  # a nested path reads its root
         for b in _rebatch(self._src.batches(batch_rows), batch_rows):
             n = b.num_rows

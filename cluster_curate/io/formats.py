@@ -15,6 +15,10 @@ a field `data.question` is a path into nested objects unless a column has that v
     messages           OpenAI chat: `messages` = [{role, content}...]; the LAST assistant turn is the response,
                        every turn before it (system, user, earlier assistant turns) is the prompt
     sharegpt           `conversations` = [{from, value}...] with from in human/gpt/system (same rule as messages)
+    preference         TRL / DPO preference pairs: `chosen` and `rejected`; with a `prompt` column, prompt -> chosen
+                       (text, or a list of assistant turns); without one, `chosen` is the whole conversation (read as
+                       `messages`) and `rejected` the same conversation with the other answer. The example's response
+                       is the chosen one; the rejected one rides along (`Example.rejected`)
 
 Questions alone (`resolve_fields(..., prompts_only=True)`: an evaluation set read for its questions, as
 `--decontaminate` reads it): a row needs no response. The prompt column of a format above is enough (IFEval's
@@ -50,6 +54,9 @@ FORMAT.register("messages", "OpenAI chat `messages`; the last assistant turn is 
                 response=None, detect_order=0)
 FORMAT.register("sharegpt", "`conversations` of {from, value}; the last gpt turn is the response", "conversations",
                 response=None, detect_order=1)
+# preference pairs: detected by `chosen` AND `rejected`, before every other format (resolve_fields: _preference_fields)
+FORMAT.register("preference", "DPO pairs: (prompt ->) chosen, with rejected (TRL's preference columns)", "chosen",
+                response=None, detect_order=-1, also=("rejected",))
 FORMATS = FORMAT.names
 TURNS = "turns"  # questions alone: a column of the user's questions, no registered format (see the docstring)
 
@@ -73,6 +80,7 @@ class FieldMap:
     system: str | None = None       # optional system-prompt column (alpaca, prompt-completion, qa)
     prompt_extra: tuple[str, ...] = ()  # more prompt columns after `prompt` (--prompt-field A,B)
     prompts_only: bool = False      # questions alone: a row needs no response (the module docstring)
+    rejected: str | None = None     # preference: the rejected response's column
 
     @property
     def prompt_columns(self) -> tuple[str, ...]:
@@ -86,6 +94,8 @@ class FieldMap:
             d["input"] = self.input
         if self.system:
             d["system"] = self.system
+        if self.rejected:
+            d["rejected"] = self.rejected
         return d
 
 
@@ -122,7 +132,8 @@ def detect_format(columns) -> str | None:
     """The format whose columns are present, or None."""
     cols = set(columns)
     for entry in sorted(FORMAT, key=lambda e: e.detect_order):
-        if entry.value in cols and (entry.response is None or set(entry.response) & cols):
+        if entry.value in cols and (entry.response is None or set(entry.response) & cols) \
+                and set(getattr(entry, "also", ())) <= cols:
             return entry.name
     return None
 
@@ -190,6 +201,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
             raise CurateError(f"{source}: unrecognised record format; columns found: [{shown}]. {_fix_hint(cols)}")
 
     entry = FORMAT.get(fmt)
+    if fmt == "preference":
+        return _preference_fields(cols, prompts, response_field, source, shown)
     if entry.response is None:
         if len(prompts) > 1:
             raise CurateError(f"--prompt-field {prompt_field}: format {fmt} reads its turns from one column")
@@ -219,6 +232,25 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         else None
     system = "system" if "system" in colset and "system" not in (*used, response) else None
     return FieldMap(fmt, prompt, response, input_field, system, tuple(extra), prompts_only)
+
+
+def _preference_fields(cols: list, prompts: list, response_field: str | None, source: str, shown: str) -> FieldMap:
+    """preference: `chosen` (or --response-field) and `rejected`, with the prompt column `prompt` (or
+    --prompt-field) when there is one; without one, `chosen` holds the whole conversation."""
+    from cluster_curate.errors import CurateError
+    colset = set(cols)
+    chosen = response_field or "chosen"
+    missing = [c for c in (chosen, "rejected") if _root_column(c, colset) is None]
+    if missing:
+        raise CurateError(f"{source}: format preference needs columns 'chosen' and 'rejected' "
+                          f"({' and '.join(repr(c) for c in missing)} not found); columns found: [{shown}]")
+    if len(prompts) > 1:
+        raise CurateError(f"--prompt-field {','.join(prompts)}: format preference reads its prompt from one column")
+    prompt = prompts[0] if prompts else ("prompt" if "prompt" in colset else None)
+    if prompt is None:  # the implicit prompt: chosen is the conversation, as `messages` is read
+        return FieldMap("preference", chosen, None, rejected="rejected")
+    system = "system" if "system" in colset and "system" not in (prompt, chosen) else None
+    return FieldMap("preference", prompt, chosen, system=system, rejected="rejected")
 
 
 # ----------------------------------------------------------------------------------------------- records
@@ -434,11 +466,62 @@ def _asked(turns: list[dict], conv: str):
     return turns, ""
 
 
+def _answer(value, field: str) -> str:
+    """A preference response given beside its prompt: text, or a list of turns whose last assistant turn it is."""
+    if _is_turn_list(value) or (isinstance(value, str) and value.lstrip().startswith("[{")):
+        turns = _turns(value, field, "messages")
+        said = [i for i, t in enumerate(turns) if t["role"] == "assistant"]
+        if not said:
+            raise RecordError(field, "missing response: no assistant turn")
+        if not turns[said[-1]]["content"].strip():
+            raise RecordError(f"{field}[{said[-1]}]", "empty response (the last assistant turn is empty)")
+        return turns[said[-1]]["content"]
+    return _text(value, field, "response")
+
+
+def to_preference(rec: dict, fields: FieldMap):
+    """(prompt turns, chosen response, rejected response) for one preference record, or RecordError."""
+    if fields.response is None:  # implicit prompt: two whole conversations that share their prompt
+        chosen = field_value(rec, fields.prompt)
+        if isinstance(chosen, str) and not chosen.lstrip().startswith("["):
+            raise RecordError(fields.prompt, "plain text with no prompt column to answer: add a `prompt` column "
+                                             "(or pass --prompt-field COLUMN), or give chosen and rejected as lists "
+                                             "of chat turns")
+        prompt, response = _conversation(rec, fields)
+        value = field_value(rec, fields.rejected)
+        if value is None or (isinstance(value, (str, list, tuple)) and not value):
+            raise RecordError(fields.rejected, "missing rejected response")
+        other, rejected = _split_turns(_turns(value, fields.rejected, "messages"), fields.rejected)
+        if other != prompt:
+            raise RecordError(fields.rejected, "its turns before the last assistant turn differ from chosen's (a "
+                                               "preference pair answers one prompt)")
+        return prompt, response, rejected
+    value = field_value(rec, fields.rejected)
+    if value is None or (isinstance(value, (str, list, tuple)) and not value):
+        raise RecordError(fields.rejected, "missing rejected response")
+    rejected = _answer(value, fields.rejected)
+    response = _answer(field_value(rec, fields.response), fields.response)
+    raw = field_value(rec, fields.prompt)
+    if _is_turn_list(raw):
+        prompt = _turns(raw, fields.prompt, "messages")
+        if not prompt or prompt[-1]["role"] != "user":
+            raise RecordError(fields.prompt, "the prompt's turns do not end with a user turn")
+    else:
+        prompt = [{"role": "user", "content": _text(raw, fields.prompt, "prompt", parts=True)}]
+        if fields.system:
+            system = _text(rec.get(fields.system), fields.system, "system prompt", required=False)
+            if system.strip():
+                prompt.insert(0, {"role": "system", "content": system})
+    return prompt, response, rejected
+
+
 def to_example(rec: dict, fields: FieldMap):
     """(prompt turns, response) for one record, or RecordError. Questions alone (`fields.prompts_only`): the
     response may be missing or empty (then "")."""
     if fields.format == TURNS:
         return _question_list(field_value(rec, fields.prompt), fields.prompt), ""
+    if fields.rejected:
+        return to_preference(rec, fields)[:2]
     if FORMAT.get(fields.format).response is None:
         if fields.prompts_only:
             conv = fields.prompt

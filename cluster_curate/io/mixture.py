@@ -292,7 +292,7 @@ class Mixture:
         offset = 0
         for k, (inp, ds) in enumerate(zip(self.inputs, self.datasets)):
             for b in ds.iter_batches(batch_rows, examples):
-                exs = [Example(ex.id + offset, ex.prompt, ex.response) for ex in b.examples] if offset else \
+                exs = [Example(ex.id + offset, ex.prompt, ex.response, ex.rejected) for ex in b.examples] if offset else \
                     b.examples
                 yield Batch(examples=exs, raw_fn=(lambda b=b, k=k, offset=offset: self._raw(b.raw, k, offset)))
             self.rejects.extend(Reject(r.id + offset, r.location, r.field, r.reason) for r in ds.rejects)
