@@ -245,3 +245,54 @@ def test_a_preference_run_keeps_prompt_chosen_and_rejected_and_export_jsonl_give
         assert len(back) == 20 and all(r in rows for r in back)
         assert back == [r for r in rows if r in back]  # dataset order, records unchanged
 
+
+def _word_tokenizer(path):
+    """A real word-level tokenizer (whitespace split, no chat template), saved and loaded by path."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(path)
+    return path
+
+
+def test_a_preference_row_counts_its_prompt_chosen_and_rejected_tokens(tmp_path):
+    """A DPO step runs the prompt with each answer: the row's n_tokens (embed: words, a model's tokenizer), select's
+    and shard's counts with --tokenizer, all add the rejected answer; n_response_tokens stays the chosen one's."""
+    from tiny_lm import build_llama
+    from transformers import AutoTokenizer
+    rows = preference_rows(40)
+    write_jsonl(tmp_path / "pref.jsonl", rows)
+    # the same pairs without their rejected answers: what an SFT run of the chosen answers counts
+    write_jsonl(tmp_path / "sft.jsonl", [{"prompt": r["prompt"], "completion": r["chosen"]} for r in rows])
+    words = [len(r["prompt"].split()) + len(r["chosen"].split()) + len(r["rejected"].split()) for r in rows]
+
+    _ok("embed", "pref.jsonl", "--out", "e.parquet", "--features", "text", "--dim", "8", "-q", cwd=tmp_path)
+    e = pq.read_table(tmp_path / "e.parquet").to_pydict()
+    assert e["n_tokens"] == [words[i] for i in e["id"]]
+    assert e["n_response_tokens"] == [len(rows[i]["chosen"].split()) for i in e["id"]]
+
+    model = build_llama(tmp_path / "llama", layers=1, hidden=32)
+    tok = AutoTokenizer.from_pretrained(model)
+    rejected = [len(tok(r["rejected"], add_special_tokens=False)["input_ids"]) for r in rows]
+    for name in ("pref", "sft"):
+        _ok("embed", f"{name}.jsonl", "--out", f"{name}-model.parquet", "--model", str(model), "--features", "hidden",
+            "--max-length", "512", "-q", cwd=tmp_path)
+    pref = pq.read_table(tmp_path / "pref-model.parquet").to_pydict()
+    sft = pq.read_table(tmp_path / "sft-model.parquet").to_pydict()
+    assert pref["id"] == sft["id"] == list(range(40))
+    assert [a - b for a, b in zip(pref["n_tokens"], sft["n_tokens"])] == rejected
+    assert pref["n_response_tokens"] == sft["n_response_tokens"]
+
+    _ok("cluster", "e.parquet", "--out", "c.parquet", "--k", "4", "-q", cwd=tmp_path)
+    _ok("select", "c.parquet", "--out", "s.parquet", "--fraction", "0.5", "-q", cwd=tmp_path)
+    _word_tokenizer(tmp_path / "tok")
+    _ok("shard", "s.parquet", "--data", "pref.jsonl", "--out", "shards", "--tokenizer", "tok", "--num-shards", "2",
+        "--micro-batch-size", "2", "-q", cwd=tmp_path)
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    ids = pq.read_table(tmp_path / "s.parquet", columns=["id"]).column("id").to_pylist()
+    assert manifest["tokens"]["total"] == sum(words[i] for i in ids)
+    summary = json.loads(_ok("inspect", "pref.jsonl", "--tokenizer", "tok", "--json", cwd=tmp_path).stdout)
+    assert summary["lengths"]["rejected_tokens"]["total"] == sum(len(r["rejected"].split()) for r in rows)
+    assert summary["lengths"]["rejected_chars"]["total"] == sum(len(r["rejected"]) for r in rows)
+    assert summary["lengths"]["response_tokens"]["total"] == sum(len(r["chosen"].split()) for r in rows)

@@ -151,17 +151,19 @@ def examples_of_ids(ds, ids, label: str, batch_rows: int = 4096):
 
 def count_tokens_pass(ds, ids, tokenizer_path, label: str, batch_rows: int = 4096):
     """Tokens per selected id by reading the data once: with a tokenizer, prompt (chat template when it has
-    one) + response tokens; without, whitespace-separated words of prompt and response. -1 for an id that
-    is not a readable example of `ds`."""
+    one) + response tokens; without, whitespace-separated words of prompt and response; a preference pair adds
+    its rejected answer's. -1 for an id that is not a readable example of `ds`."""
     import numpy as np
 
-    from cluster_curate.features.text import word_counts
+    from cluster_curate.features.text import rejected_counts, word_counts
     tok = load_tokenizer(tokenizer_path) if tokenizer_path else None
     counts = np.full(ids.shape[0], -1, dtype=np.int64)
     for pos, chosen in examples_of_ids(ds, ids, label, batch_rows):
         if tok is not None:
             p, r = token_counts(tok, chosen)
-            counts[pos] = [a + b for a, b in zip(p, r)]
+            rejected = rejected_counts(tok, chosen)  # a preference pair: its rejected answer's tokens too
+            counts[pos] = [a + b for a, b in zip(p, r)] if rejected is None else \
+                [a + b + int(c) for a, b, c in zip(p, r, rejected)]
         else:
             counts[pos] = [word_counts(e)[0] for e in chosen]  # the same words a text-only embed counts
     return counts

@@ -44,6 +44,7 @@ class _Counts:
 
     def __init__(self):
         self.prompt_chars, self.response_chars, self.prompt_tokens, self.response_tokens = [], [], [], []
+        self.rejected_chars, self.rejected_tokens = [], []  # preference pairs: the rejected answers
         self.seen_examples: set[bytes] = set()
         self.seen_prompts: set[bytes] = set()
         self.duplicates = self.duplicate_prompts = self.multi_turn = self.with_system = 0
@@ -52,6 +53,8 @@ class _Counts:
         from cluster_curate.exact_dedup import example_key
         self.prompt_chars.append(sum(len(t["content"]) for t in ex.prompt))
         self.response_chars.append(len(ex.response))
+        if ex.rejected is not None:
+            self.rejected_chars.append(len(ex.rejected))
         self.with_system += any(t["role"] == "system" for t in ex.prompt)
         self.multi_turn += sum(t["role"] != "system" for t in ex.prompt) > 1
         # the copies embed leaves out: the same normalised text (NFC, runs of whitespace as one space)
@@ -101,15 +104,23 @@ def inspect(data, **options) -> dict:
                 p, r = token_counts(tok, batch.examples)
                 c.prompt_tokens += p
                 c.response_tokens += r
+                from cluster_curate.features.text import rejected_counts
+                rejected = rejected_counts(tok, batch.examples)
+                if rejected is not None:
+                    c.rejected_tokens += rejected.tolist()
             bar.advance(len(batch.examples) + len(ds.rejects) - rejected_so_far)  # rows, without building raw
             rejected_so_far = len(ds.rejects)
     if rejects_path:
         ds.write_rejects(rejects_path)
     failing = _failing_rejects(ds, members, policies)
     lengths = {"prompt_chars": _length_stats(c.prompt_chars), "response_chars": _length_stats(c.response_chars)}
+    if c.rejected_chars:  # preference pairs: `response` is the chosen answer; the rejected one is counted apart
+        lengths["rejected_chars"] = _length_stats(c.rejected_chars)
     if tok is not None:
         lengths["prompt_tokens"] = _length_stats(c.prompt_tokens)
         lengths["response_tokens"] = _length_stats(c.response_tokens)
+        if c.rejected_tokens:
+            lengths["rejected_tokens"] = _length_stats(c.rejected_tokens)
     return {
         "source": ds.source, "container": ds.container, "format": ds.format, "fields": ds.fields,
         "rows": ds.rows, "examples": len(c.response_chars), "rejected": len(ds.rejects),

@@ -238,9 +238,12 @@ class Embedder:
         kept_ids = {e.id for e in encoded}
         n = len(encoded)
         n_tokens = np.array([e.n_tokens for e in encoded], dtype=np.int64)
-        rows = _Rows(kept=[ex for ex in examples if ex.id in kept_ids], loss=np.full(n, np.nan, dtype=np.float32),
-                     n_tokens=n_tokens, n_resp=np.array([e.n_response_tokens for e in encoded], dtype=np.int64),
-                     skipped=skipped)
+        kept = [ex for ex in examples if ex.id in kept_ids]
+        from cluster_curate.features.text import rejected_counts
+        rejected = rejected_counts(self.fm.tokenizer, kept)  # a preference pair's row counts its rejected answer
+        rows = _Rows(kept=kept, loss=np.full(n, np.nan, dtype=np.float32),
+                     n_tokens=n_tokens if rejected is None else n_tokens + rejected,
+                     n_resp=np.array([e.n_response_tokens for e in encoded], dtype=np.int64), skipped=skipped)
         parts: dict[str, list] = {f: [] for f in self.features if f in MODEL_FEATURES}
         positions: list[np.ndarray] = []
         for idx in plan_batches(n_tokens, self.batch_tokens):

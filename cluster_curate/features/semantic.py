@@ -412,6 +412,8 @@ def semantic_rows(enc: SemanticEncoder, examples: list, text_field: str = "promp
     responses = [ex.response for ex in examples]
     n_resp = _counts(enc.tokenizer, responses)
     n_tokens = _counts(enc.tokenizer, prompts) + n_resp
+    if any(ex.rejected for ex in examples):  # a preference pair's step reads its rejected answer too
+        n_tokens = n_tokens + _counts(enc.tokenizer, [ex.rejected or "" for ex in examples])
     embedding = encode_ids(enc, ids, batch_tokens, on_batch)
     return SemanticRows(embedding=embedding, n_tokens=n_tokens, n_response_tokens=n_resp, truncated=cut,
                         tokens=int(sum(len(r) for r in ids)), skipped=skipped)

@@ -56,10 +56,21 @@ def example_text(example, field: str) -> str:
 
 
 def word_counts(example) -> tuple[int, int]:
-    """(words in prompt + response, words in response): the token counts a text-only run reports."""
+    """(words in prompt + response, words in response): the token counts a text-only run reports. A preference
+    pair's training step reads the prompt with each answer, so its first count adds the rejected answer's words."""
     prompt = sum(len(str(turn.get("content") or "").split()) for turn in example.prompt)
     response = len(example.response.split())
-    return prompt + response, response
+    rejected = len(example.rejected.split()) if getattr(example, "rejected", None) else 0
+    return prompt + response + rejected, response
+
+
+def rejected_counts(tokenizer, examples) -> np.ndarray | None:
+    """Tokens of each example's rejected answer (a preference pair's; 0 for other rows, no special tokens), to add
+    to its prompt + response tokens; None when no example has one (nothing to add, nothing tokenized)."""
+    if not any(getattr(ex, "rejected", None) for ex in examples):
+        return None
+    texts = [ex.rejected or "" for ex in examples]
+    return np.asarray([len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]], dtype=np.int64)
 
 
 @dataclass

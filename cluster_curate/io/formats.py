@@ -18,7 +18,7 @@ a field `data.question` is a path into nested objects unless a column has that v
     preference         TRL / DPO preference pairs: `chosen` and `rejected`; with a `prompt` column, prompt -> chosen
                        (text, or a list of assistant turns); without one, `chosen` is the whole conversation (read as
                        `messages`) and `rejected` the same conversation with the other answer. The example's response
-                       is the chosen one; the rejected one rides along (`Example.rejected`)
+                       is the chosen one; the rejected one rides along (`Example.rejected`, counted in its tokens)
 
 Questions alone (`resolve_fields(..., prompts_only=True)`: an evaluation set read for its questions, as
 `--decontaminate` reads it): a row needs no response. The prompt column of a format above is enough (IFEval's
