@@ -49,7 +49,10 @@ def job(tmp_path_factory):
     the session's base temporary directory), so the tests of this module may land on any worker."""
     from filelock import FileLock
 
-    tmp = tmp_path_factory.getbasetemp().parent / "trainers-job"
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's base (popen-gwN) is inside the session's
+        base = base.parent
+    tmp = base / "trainers-job"  # not the parent of a plain session's base: that one is every session's
     paths = {"tmp": tmp, "model": tmp / "model", "qa": tmp / "shards", "chat": tmp / "chat-shards",
              "logs": tmp / "logs"}
     with FileLock(str(tmp) + ".lock"):
@@ -73,8 +76,9 @@ def _run_job(tmp: Path) -> None:
     for target in ("hf", "accelerate", "torchrun"):
         cc.export(str(qa), trainer=target, out=str(tmp / target), world_size=WORLD, micro_batch_size=M)
     cc.export(str(chat), trainer="trl", out=str(tmp / "trl"), world_size=WORLD, micro_batch_size=M)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "tests"), "TOKENIZERS_PARALLELISM": "false",
-           "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    # this checkout's cluster_curate, not the one the environment may have installed (editable, elsewhere)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
+           "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
                            "--master-port", str(_free_port()), str(ROOT / "tests" / "plan_trainers_job.py"),
