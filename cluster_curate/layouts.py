@@ -17,6 +17,10 @@ Columns: `hf`, `accelerate` and `torchrun` keep the shards' columns; `trl` write
 OpenAI-style `messages` column. Every layout keeps `id`, `weight` and `step` for checking with `verify`. `jsonl`
 and `parquet` write just the selected rows in their original columns, in dataset order.
 
+Preference pairs (`--format preference`, io/formats.py): `trl` writes DPO's conversational `prompt`/`chosen`/
+`rejected`, `llamafactory` a ranking dataset (`messages`: the prompt turns, `chosen`/`rejected`: one assistant turn
+each); `torchtune` and `axolotl` are refused (`PREFERENCE_TARGETS`), never written without the rejected answers.
+
 Pure functions of the manifest and the shards' table; `commands/export.py` reads and writes
 (docs/architecture.md, "Commands").
 """
@@ -59,6 +63,8 @@ TARGETS = {t.name: t for t in (
     Target("parquet", None, "source", False),
 )}
 TARGET_NAMES = tuple(TARGETS)
+# the layouts that keep a preference pair's rejected answer (the others would train on the chosen one alone)
+PREFERENCE_TARGETS = ("trl", "llamafactory", "hf", "accelerate", "torchrun", "jsonl", "parquet")
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -102,6 +108,8 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None)
     --prompt-field / --response-field); plus `id`, `weight`, `step`."""
     fields = resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
                             getattr(read, "response_field", None), source)
+    if fields.rejected:
+        return preference_columns(table, style, fields, source)
     prompts, responses = [], []
     for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
         try:
@@ -118,6 +126,43 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None)
     elif style == "prompt-completion":
         chat = {"prompt": pa.array(prompts, pa.list_(turn)),
                 "completion": pa.array([[{"role": "assistant", "content": r}] for r in responses], pa.list_(turn))}
+    else:
+        raise CurateError(f"unknown chat style {style!r}")
+    return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
+
+
+def is_preference(table: pa.Table, read=None) -> bool:
+    """Whether the shards' rows are preference pairs (read as `read` says, else detected)."""
+    try:
+        return resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
+                              getattr(read, "response_field", None)).rejected is not None
+    except CurateError:
+        return False
+
+
+def preference_columns(table: pa.Table, style: str, fields, source: str = "shards") -> pa.Table:
+    """Preference pairs as TRL's DPOTrainer reads them (style `prompt-completion`: conversational `prompt`,
+    `chosen`, `rejected`, each answer one assistant turn) or as LLaMA-Factory's ranking datasets do (style
+    `messages`: `messages` the prompt turns, `chosen` and `rejected` one assistant turn each); plus `id`, `weight`,
+    `step`."""
+    from cluster_curate.io.formats import to_preference
+    prompts, chosen, rejected = [], [], []
+    for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
+        try:
+            prompt, good, bad = to_preference(rec, fields)
+        except RecordError as e:
+            raise CurateError(f"{source}: row {i} (id {table.column('id')[i].as_py()}): field {e.field}: "
+                              f"{e.reason}") from None
+        prompts.append(prompt)
+        chosen.append({"role": "assistant", "content": good})
+        rejected.append({"role": "assistant", "content": bad})
+    turn = pa.struct([("role", pa.string()), ("content", pa.string())])
+    if style == "prompt-completion":
+        chat = {"prompt": pa.array(prompts, pa.list_(turn)), "chosen": pa.array([[c] for c in chosen], pa.list_(turn)),
+                "rejected": pa.array([[r] for r in rejected], pa.list_(turn))}
+    elif style == "messages":
+        chat = {"messages": pa.array(prompts, pa.list_(turn)), "chosen": pa.array(chosen, turn),
+                "rejected": pa.array(rejected, turn)}
     else:
         raise CurateError(f"unknown chat style {style!r}")
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
@@ -150,6 +195,10 @@ def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "sh
     """The table `export --for tgt` writes (`read`: the ReadOptions naming the record format's fields)."""
     if tgt.columns == "source":
         return source_rows(table, manifest, leftovers)
+    if tgt.name not in PREFERENCE_TARGETS and is_preference(table, read):
+        raise CurateError(f"{source}: the rows are preference pairs (chosen and rejected); --for {tgt.name} has no "
+                          f"layout for the rejected answer: use --for {' or '.join(PREFERENCE_TARGETS[:2])} (DPO), or "
+                          f"{', '.join(PREFERENCE_TARGETS[2:])}, which keep every column")
     arranged = arrange(table, manifest, tgt.layout)
     if tgt.columns == "shard":
         return arranged
@@ -158,8 +207,9 @@ def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "sh
 
 # ------------------------------------------------------------------------------------ config snippets
 
-def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
-    """File name -> text of the settings that keep the plan for `tgt` (and a README of its traps)."""
+def config_files(tgt: Target, manifest: dict, data_path: str, preference: bool = False) -> dict[str, str]:
+    """File name -> text of the settings that keep the plan for `tgt` (and a README of its traps); `preference`:
+    for the DPO stage of the trainer (`trl`: DPOConfig, `llamafactory`: stage dpo, a ranking dataset)."""
     n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
     files: dict[str, str] = {}
 
@@ -169,7 +219,9 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
     if tgt.name in ("hf", "trl"):
         args = {"per_device_train_batch_size": m, "train_sampling_strategy": "sequential",
                 "dataloader_drop_last": False}
-        if tgt.name == "trl":
+        if tgt.name == "trl" and preference:  # DPOConfig: no packing, no dataset shuffling, no completion_only_loss
+            args.update(max_length=None)
+        elif tgt.name == "trl":
             args.update(packing=False, shuffle_dataset=False, max_length=None, completion_only_loss=True)
         files[names.TRAINING_ARGS] = dump(args)
     elif tgt.name == "accelerate":
@@ -192,9 +244,10 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
             "shuffle: False\n"
             f"batch_size: {m}\n")
     elif tgt.name == "llamafactory":
-        files[names.LLAMAFACTORY_DATASET_INFO] = dump({"cluster_curate": llamafactory_entry(Path(data_path).name)})
+        files[names.LLAMAFACTORY_DATASET_INFO] = dump({"cluster_curate": llamafactory_entry(Path(data_path).name,
+                                                                                          preference)})
         files[names.TRAINER_CONFIG] = (
-            "# merge into your LLaMA-Factory training YAML (stage: sft)\n"
+            f"# merge into your LLaMA-Factory training YAML (stage: {'dpo' if preference else 'sft'})\n"
             f"dataset_dir: {Path(data_path).parent}\n"
             "dataset: cluster_curate\n"
             "disable_shuffling: true\n"
@@ -218,15 +271,17 @@ def config_files(tgt: Target, manifest: dict, data_path: str) -> dict[str, str]:
             "curriculum_sampling: true\n"
             "sample_packing: false\n"
             f"micro_batch_size: {m}\n")
-    files[names.EXPORT_README] = _traps(tgt, n, m, steps)
+    files[names.EXPORT_README] = _traps(tgt, n, m, steps, preference)
     return files
 
 
-def llamafactory_entry(file_name: str) -> dict:
-    """The dataset_info.json entry for the exported `messages` column (sharegpt formatting, OpenAI tags)."""
-    return {"file_name": file_name, "formatting": "sharegpt", "columns": {"messages": "messages"},
-            "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
-                     "assistant_tag": "assistant", "system_tag": "system"}}
+def llamafactory_entry(file_name: str, preference: bool = False) -> dict:
+    """The dataset_info.json entry for the exported `messages` column (sharegpt formatting, OpenAI tags); for
+    preference pairs a ranking dataset whose `chosen` and `rejected` columns hold one assistant turn each."""
+    columns = {"messages": "messages", **({"chosen": "chosen", "rejected": "rejected"} if preference else {})}
+    return {"file_name": file_name, "formatting": "sharegpt", **({"ranking": True} if preference else {}),
+            "columns": columns, "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
+                                         "assistant_tag": "assistant", "system_tag": "system"}}
 
 
 _TRAPS = {
@@ -268,7 +323,22 @@ _TRAPS = {
 }
 
 
-def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
+_PREFERENCE_TRAPS = {
+    "trl": ["preference pairs: the file holds DPO's conversational `prompt`/`chosen`/`rejected`; train it with "
+            "`trl.DPOTrainer` and a `DPOConfig` holding these settings (`train_sampling_strategy=\"sequential\"`, "
+            "or `cluster_curate.integrations.hf.PlanTrainerMixin`, which keeps the order and logs the ids)",
+            "`weight` is NOT applied: DPO's loss is per pair (chosen against rejected, beside a reference model) and "
+            "the mixin leaves it to TRL; the weights are in the file and the consumed log for `verify` only",
+            "a `max_length` that truncates a prompt to its whole length drops that row (DPOTrainer filters them): "
+            "leave `max_length=None` or make it longer than the longest prompt"],
+    "llamafactory": ["preference pairs: `dataset_info.json` declares a ranking dataset (`ranking: true`, `chosen` "
+                     "and `rejected` one assistant turn each): train with `stage: dpo` (or another pairwise stage)",
+                     "`disable_shuffling: true` (else the HF Trainer's random sampler shuffles)",
+                     "LLaMA-Factory has no per-example loss weight: `weight` is not applied"],
+}
+
+
+def _traps(tgt: Target, n: int, m: int, steps: int, preference: bool = False) -> str:
     lines = [f"# `{data_file(tgt)}` for {tgt.name}", ""]
     if tgt.layout:
         how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
@@ -278,5 +348,6 @@ def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
                   f"a per-device batch size of {m}, without shuffling, and rank r reads exactly shard r in order.",
                   "", "Check that it did: log each rank's ids (`cluster_curate.loader.ConsumedLog`, or the HF "
                   "callback) and run `cluster-curate verify SHARDS --log LOGDIR`.", ""]
-    lines += ["## Traps", ""] + [f"- {t}" for t in _TRAPS[tgt.name]] + [""]
+    traps = _PREFERENCE_TRAPS[tgt.name] if preference and tgt.name in _PREFERENCE_TRAPS else _TRAPS[tgt.name]
+    lines += ["## Traps", ""] + [f"- {t}" for t in traps] + [""]
     return "\n".join(lines)

@@ -5,7 +5,7 @@ tests/tiny_lm.py through each trainer recipe of the README ("Training with your 
     torchrun --nproc-per-node 2 tests/plan_trainers_job.py MODEL EXPORTS LOGROOT SCENARIO [SCENARIO ...]
 
 EXPORTS/<target>/ is `export --for <target>` of the shards (hf, trl, accelerate, torchrun; shards/ and
-chat-shards/ beside them). The scenarios run one after the other in the same two processes (one start-up)."""
+chat-shards/ beside them; trl-dpo/: `export --for trl` of preference pairs). The scenarios run one after the other in the same two processes (one start-up)."""
 
 from __future__ import annotations
 
@@ -120,6 +120,27 @@ def run_trl(model_dir, exports, log_dir, packing=False):
     trainer.train()
 
 
+def run_trl_dpo(model_dir, exports, log_dir):
+    """TRL DPOTrainer + PlanTrainerMixin on `export --for trl` of preference pairs (prompt/chosen/rejected), with
+    the settings the export wrote (training_args.json)."""
+    import json
+
+    from trl import DPOConfig, DPOTrainer
+
+    from cluster_curate.integrations.hf import ConsumedIdsCallback, PlanTrainerMixin
+
+    class PlanDPOTrainer(PlanTrainerMixin, DPOTrainer):
+        pass
+
+    model, tok = _load(model_dir)
+    ds = _parquet(exports / "trl-dpo" / "train.parquet")
+    written = json.loads((exports / "trl-dpo" / "training_args.json").read_text())
+    args = _args(DPOConfig, log_dir / "out", **{k: v for k, v in written.items() if k != "per_device_train_batch_size"})
+    trainer = PlanDPOTrainer(model=model, args=args, train_dataset=ds, processing_class=tok,
+                             callbacks=[ConsumedIdsCallback(log_dir)])
+    trainer.train()
+
+
 def run_torchrun(model_dir, exports, log_dir, target="torchrun"):
     """A plain DDP loop: DistributedSampler(shuffle=False) over `export --for torchrun` (or, the trap, over the
     batch-interleaved `export --for hf`)."""
@@ -179,6 +200,7 @@ SCENARIOS = {
     "hf-random": lambda a: run_hf(a.model, a.exports, a.log, strategy="random"),
     "trl": lambda a: run_trl(a.model, a.exports, a.log),
     "trl-packing": lambda a: run_trl(a.model, a.exports, a.log, packing=True),
+    "trl-dpo": lambda a: run_trl_dpo(a.model, a.exports, a.log),
     "torchrun": lambda a: run_torchrun(a.model, a.exports, a.log),
     "torchrun-on-hf-export": lambda a: run_torchrun(a.model, a.exports, a.log, target="hf"),
     "accelerate": lambda a: run_accelerate(a.model, a.exports, a.exports / "shards", a.log),

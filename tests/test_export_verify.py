@@ -397,3 +397,81 @@ def test_wrapped_repeats_verify_and_export_once(tmp_path):
     export(tmp_path / "w", "parquet", tmp_path / "p")
     source = [json.loads(line) for line in data.read_text().splitlines()]
     assert pq.read_table(tmp_path / "p" / "selected.parquet").to_pylist() == [source[i] for i in sel["ids"]]
+
+
+# ------------------------------------------------------------------------------------ preference pairs (DPO)
+
+@pytest.fixture(scope="module")
+def preference_shards(tmp_path_factory):
+    """Shards of GSM8K questions as DPO pairs (the right answer chosen, a wrong one rejected): TRL's standard form
+    (prompt text) and its implicit-prompt conversational form."""
+    from cluster_curate.commands.shard import shard
+    from test_input_formats import preference_rows
+    tmp = tmp_path_factory.mktemp("export-preference")
+    out = {}
+    for form in ("standard", "implicit"):
+        data = tmp / f"{form}.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in preference_rows(40, form)))
+        make_selection(tmp / f"{form}-sel.parquet", data, k=3, fraction=0.5, n_tokens=True)
+        shard(str(tmp / f"{form}-sel.parquet"), str(data), str(tmp / form), num_shards=N, micro_batch_size=M)
+        out[form] = tmp / form
+    return out
+
+
+def test_export_trl_of_preference_pairs_writes_dpo_columns_and_dpo_settings(preference_shards, tmp_path):
+    from trl import DPOConfig
+    for form, shards in preference_shards.items():
+        summary = export(shards, "trl", tmp_path / form)
+        t = pq.read_table(tmp_path / form / "train.parquet")
+        assert t.column_names == ["prompt", "chosen", "rejected", "id", "weight", "step"]
+        source = {r["id"]: r for r in read_shards(shards).to_pylist()}
+        for row in t.to_pylist():
+            src = source[row["id"]]
+            question = src["prompt"] if form == "standard" else src["chosen"][0]["content"]
+            good = src["chosen"] if form == "standard" else src["chosen"][-1]["content"]
+            bad = src["rejected"] if form == "standard" else src["rejected"][-1]["content"]
+            assert row["prompt"] == [{"role": "user", "content": question}]
+            assert row["chosen"] == [{"role": "assistant", "content": good}]
+            assert row["rejected"] == [{"role": "assistant", "content": bad}]
+        ids = np.array(t.column("id").to_pylist())
+        assert [ids.reshape(-1, M)[r::N].reshape(-1).tolist() for r in range(N)] == [_ids(shards, 0), _ids(shards, 1)]
+        assert summary["loss_weights_applied"].value is False
+        kwargs = json.loads((tmp_path / form / "training_args.json").read_text())
+        assert not {"packing", "completion_only_loss", "shuffle_dataset"} & set(kwargs)  # SFTConfig's, not DPO's
+        args = DPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, report_to="none", **kwargs)
+        assert args.train_sampling_strategy == "sequential" and args.per_device_train_batch_size == M
+        assert args.max_length is None
+        readme = (tmp_path / form / "README.md").read_text()
+        assert "DPOTrainer" in readme and "`weight` is NOT applied" in readme
+
+
+def test_export_llamafactory_of_preference_pairs_writes_a_ranking_dataset(preference_shards, tmp_path):
+    shards = preference_shards["implicit"]
+    export(shards, "llamafactory", tmp_path / "lf")
+    entry = json.loads((tmp_path / "lf" / "dataset_info.json").read_text())["cluster_curate"]
+    assert set(entry) <= LLAMAFACTORY_KEYS and set(entry["columns"]) <= LLAMAFACTORY_COLUMNS
+    assert entry["ranking"] is True and entry["formatting"] == "sharegpt"
+    assert entry["columns"] == {"messages": "messages", "chosen": "chosen", "rejected": "rejected"}
+    t = pq.read_table(tmp_path / "lf" / entry["file_name"])
+    source = {r["id"]: r for r in read_shards(shards).to_pylist()}
+    tags = entry["tags"]
+    for row in t.to_pylist():  # LLaMA-Factory's ranking converter: an odd number of turns, then one answer each
+        assert [m[tags["role_tag"]] for m in row["messages"]] == [tags["user_tag"]]
+        assert row["chosen"] == {"role": tags["assistant_tag"], "content": source[row["id"]]["chosen"][-1]["content"]}
+        assert row["rejected"] == {"role": tags["assistant_tag"],
+                                   "content": source[row["id"]]["rejected"][-1]["content"]}
+    cfg = (tmp_path / "lf" / "config.yaml").read_text()
+    assert "stage: dpo" in cfg and "disable_shuffling: true" in cfg
+
+
+def test_export_refuses_preference_pairs_for_layouts_without_the_rejected_answer(preference_shards, tmp_path,
+                                                                                 cli_runner):
+    from cluster_curate.cli import main
+    for target in ("axolotl", "torchtune"):
+        _one_error_line(cli_runner.invoke(main, ["export", str(preference_shards["standard"]), "--for", target,
+                                                 "--out", str(tmp_path / target)]),
+                        "preference pairs", f"--for {target} has no layout for the rejected answer",
+                        "use --for trl or llamafactory")
+        assert not (tmp_path / target).exists()
+    export(preference_shards["standard"], "hf", tmp_path / "hf")  # the shards' columns, rejected among them
+    assert {"prompt", "chosen", "rejected"} <= set(pq.read_table(tmp_path / "hf" / "train.parquet").column_names)

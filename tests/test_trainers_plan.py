@@ -8,6 +8,8 @@ naming the problem. All scenarios share one torchrun job (one start-up of the tw
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
 import sys
@@ -23,8 +25,8 @@ from tiny_lm import build_llama
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 WORLD, M = 2, 2
-SCENARIOS = ["hf", "hf-sequential", "hf-random", "trl", "trl-packing", "torchrun", "torchrun-on-hf-export",
-             "accelerate", "accelerate-rank-local"]
+SCENARIOS = ["hf", "hf-sequential", "hf-random", "trl", "trl-packing", "trl-dpo", "torchrun",
+             "torchrun-on-hf-export", "accelerate", "accelerate-rank-local"]
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +56,7 @@ def job(tmp_path_factory):
         base = base.parent
     tmp = base / "trainers-job"  # not the parent of a plain session's base: that one is every session's
     paths = {"tmp": tmp, "model": tmp / "model", "qa": tmp / "shards", "chat": tmp / "chat-shards",
-             "logs": tmp / "logs"}
+             "pref": tmp / "pref-shards", "logs": tmp / "logs"}
     with FileLock(str(tmp) + ".lock"):
         done = tmp / "done"
         if not done.exists():
@@ -76,6 +78,11 @@ def _run_job(tmp: Path) -> None:
     for target in ("hf", "accelerate", "torchrun"):
         cc.export(str(qa), trainer=target, out=str(tmp / target), world_size=WORLD, micro_batch_size=M)
     cc.export(str(chat), trainer="trl", out=str(tmp / "trl"), world_size=WORLD, micro_batch_size=M)
+    from test_input_formats import preference_rows  # GSM8K questions, the right answer chosen, a wrong one rejected
+    pref_data = tmp / "preference.jsonl"
+    pref_data.write_text("".join(json.dumps(r) + "\n" for r in preference_rows(40, "conversational")))
+    pref = _shards(tmp, "pref-shards", pref_data)
+    cc.export(str(pref), trainer="trl", out=str(tmp / "trl-dpo"), world_size=WORLD, micro_batch_size=M)
     # this checkout's cluster_curate, not the one the environment may have installed (editable, elsewhere)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
            "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
@@ -168,6 +175,24 @@ def test_hf_trainer_sequential_switch_keeps_the_plan(job):
 
 def test_trl_sft_trainer_keeps_the_plan(job):
     _assert_plan_held(job, "trl", "chat", _chat, job["tmp"] / "trl" / "train.parquet")
+
+
+def test_trl_dpo_trainer_keeps_the_plan(job):
+    """DPOTrainer with the mixin on `export --for trl` of preference pairs: each rank trains exactly its shard's
+    pairs in order, M per step; the loss is DPO's own (at step 0 the policy is its reference: log 2 for every pair),
+    not a weighted cross-entropy, and the weights are only logged (the export's README says so)."""
+    check, table = _check(job, "trl-dpo", "pref")
+    assert check["ok"], table
+    rows = _rows(job["tmp"] / "trl-dpo" / "train.parquet")
+    assert {"prompt", "chosen", "rejected"} <= set(next(iter(rows.values())))
+    for rank in range(WORLD):
+        log = _consumed(job, "trl-dpo", rank)
+        assert [i for rec in log for i in rec["ids"]] == _shard_ids(job["pref"], rank)  # shard r, in order
+        assert all(len(rec["ids"]) == M for rec in log)
+        assert [w for rec in log for w in rec["weights"]] == pytest.approx([rows[i]["weight"] for rec in log
+                                                                            for i in rec["ids"]])
+        assert log[0]["loss"] == pytest.approx(math.log(2), rel=1e-5)
+    assert "`weight` is NOT applied" in (job["tmp"] / "trl-dpo" / "README.md").read_text()
 
 
 def test_torchrun_distributed_sampler_keeps_the_plan(job):

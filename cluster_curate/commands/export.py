@@ -45,9 +45,12 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     leftovers = _read_leftovers(manifest, o, str(shards)) if tgt.columns == "source" else None
     from cluster_curate.io.mixture import as_recorded
     read = as_recorded(manifest.get("dataset") or {}, read_options(o))  # the fields embed read, unless given now
-    rows = layouts.layout_table(_read_shards(shards), manifest, tgt, str(shards), leftovers, read)
+    table = _read_shards(shards)
+    rows = layouts.layout_table(table, manifest, tgt, str(shards), leftovers, read)
     name = layouts.data_file(tgt)
-    files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()))
+    preference = layouts.is_preference(table, read)  # DPO pairs: the trainer's DPO stage, and no weights in trl
+    files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()), preference)
+    weighted = tgt.weights_applied and not (preference and tgt.name == "trl")
     with staged_directory(out, EXPORT) as work:
         if tgt.name == "jsonl":
             import json
@@ -62,7 +65,7 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
             "columns": rows.column_names, "ranks": manifest["num_shards"],
             "micro_batch_size": Shown(manifest["micro_batch_size"], label="micro-batch size"),
             "steps": manifest["steps"],
-            "loss_weights_applied": Shown(bool(tgt.weights_applied), "applied by the recipe" if tgt.weights_applied
+            "loss_weights_applied": Shown(bool(weighted), "applied by the recipe" if weighted
                                           else "not applied by this trainer", "loss weights"),
             "files": [name, *files], "readme": str(Path(out) / names.EXPORT_README)}
 

@@ -1,4 +1,4 @@
-"""Keep the plan in the Hugging Face `Trainer` and TRL's `SFTTrainer`, and weight each example's loss.
+"""Keep the plan in the Hugging Face `Trainer` and TRL's `SFTTrainer` (and `DPOTrainer`), and weight each example's loss.
 
     from cluster_curate.integrations.hf import PlanTrainerMixin, ConsumedIdsCallback
 
@@ -24,6 +24,11 @@ What the mixin changes, and nothing else:
 With TRL `packing=True` the `id` column does not survive (TRL packs input_ids and labels only): the mixin then
 recovers each packed segment's id from its tokens, so `verify` shows what packing did to the plan, and falls back
 to TRL's own unweighted loss.
+
+With TRL's `DPOTrainer` (preference pairs, `export --for trl` of `--format preference` data) the mixin keeps the
+order, `id` and `weight` and logs each micro-batch, but the loss stays DPO's own, unweighted: a batch holds no
+`labels` (DPO scores each pair, chosen against rejected, beside a reference model), so there is no per-example
+cross-entropy to weight.
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ def weighted_causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weight: 
 
 
 class PlanTrainerMixin:
-    """Mix in before `transformers.Trainer` or `trl.SFTTrainer` (see the module docstring)."""
+    """Mix in before `transformers.Trainer`, `trl.SFTTrainer` or `trl.DPOTrainer` (see the module docstring)."""
 
     def __init__(self, *args, **kwargs):
         self._ids_by_tokens = None
@@ -131,8 +136,11 @@ class PlanTrainerMixin:
                                                                    if k not in self._signature_columns]
 
     # -- TRL packing: remember which tokens are which example, since packing drops the id column
-    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
+    def _prepare_dataset(self, dataset, processing_class, args, *rest):
         prepare = super()._prepare_dataset
+        if len(rest) != 3:  # DPOTrainer's (dataset, processing_class, args, dataset_name): nothing is packed
+            return prepare(dataset, processing_class, args, *rest)
+        packing, formatting_func, dataset_name = rest
         if packing and dataset_name == "train" and "id" in dataset.column_names:
             unpacked = prepare(dataset, processing_class, args, False, formatting_func, dataset_name)
             self._ids_by_tokens = {tuple(r["input_ids"]): r["id"] for r in unpacked.select_columns(["input_ids", "id"])}
