@@ -283,6 +283,16 @@ def test_a_preference_row_counts_its_prompt_chosen_and_rejected_tokens(tmp_path)
     assert pref["id"] == sft["id"] == list(range(40))
     assert [a - b for a, b in zip(pref["n_tokens"], sft["n_tokens"])] == rejected
     assert pref["n_response_tokens"] == sft["n_response_tokens"]
+    from tiny_encoder import build_bert  # an encoder feature counts with the encoder's tokenizer
+    bert = build_bert(tmp_path / "bert")
+    rejected = [len(ids) for ids in AutoTokenizer.from_pretrained(bert)([r["rejected"] for r in rows],
+                                                                       add_special_tokens=False)["input_ids"]]
+    for name in ("pref", "sft"):
+        _ok("embed", f"{name}.jsonl", "--out", f"{name}-enc.parquet", "--features", "semantic", "--encoder",
+            str(bert), "-q", cwd=tmp_path)
+    pref = pq.read_table(tmp_path / "pref-enc.parquet").to_pydict()
+    sft = pq.read_table(tmp_path / "sft-enc.parquet").to_pydict()
+    assert [a - b for a, b in zip(pref["n_tokens"], sft["n_tokens"])] == rejected
 
     _ok("cluster", "e.parquet", "--out", "c.parquet", "--k", "4", "-q", cwd=tmp_path)
     _ok("select", "c.parquet", "--out", "s.parquet", "--fraction", "0.5", "-q", cwd=tmp_path)
