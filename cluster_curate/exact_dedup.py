@@ -1,4 +1,5 @@
-"""Exact duplicates: examples with the same normalised prompt and response (issue 20 #8).
+"""Exact duplicates: examples with the same normalised prompt and response (and rejected answer, for a preference
+pair) (issue 20 #8).
 
 Near-copies are the clusters' business (equal quotas, `--dedup COS`); exact copies are not a kind of lesson
 but the same lesson twice, so by default only one of them may be selected: the lowest id, the others listed.
@@ -33,10 +34,13 @@ def _prompt_hash(prompt: list[dict]):
     return h
 
 
-def example_key(prompt: list[dict], response: str) -> bytes:
-    """A 16-byte digest of the normalised prompt turns (role and content) and response."""
+def example_key(prompt: list[dict], response: str, rejected: str | None = None) -> bytes:
+    """A 16-byte digest of the normalised prompt turns (role and content) and response, and of a preference pair's
+    rejected answer (pairs that share prompt and chosen answer but reject different ones are not copies)."""
     h = _prompt_hash(prompt)
     h.update(b"\x1d" + normalise_text(response).encode())
+    if rejected is not None:
+        h.update(b"\x1c" + normalise_text(rejected).encode())
     return h.digest()
 
 

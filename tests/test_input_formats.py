@@ -306,3 +306,17 @@ def test_a_preference_row_counts_its_prompt_chosen_and_rejected_tokens(tmp_path)
     assert summary["lengths"]["rejected_tokens"]["total"] == sum(len(r["rejected"].split()) for r in rows)
     assert summary["lengths"]["rejected_chars"]["total"] == sum(len(r["rejected"]) for r in rows)
     assert summary["lengths"]["response_tokens"]["total"] == sum(len(r["chosen"].split()) for r in rows)
+
+
+def test_pairs_with_one_prompt_and_chosen_but_other_rejected_answers_are_not_exact_copies(tmp_path):
+    """UltraFeedback-style data holds several pairs per prompt that share the chosen answer: each is its own
+    lesson (a different mistake to prefer against), so embed's exact-copy filter keeps them all; a pair written
+    twice is still a copy."""
+    rows = preference_rows(20)
+    rows += [dict(rows[0], rejected="The answer is 0."), dict(rows[1], rejected="I do not know."), dict(rows[2])]
+    write_jsonl(tmp_path / "pref.jsonl", rows)
+    r = _ok("embed", "pref.jsonl", "--out", "e.parquet", "--features", "text", "--dim", "8", "--json", cwd=tmp_path)
+    assert _ids(tmp_path / "e.parquet") == list(range(22))  # row 22 repeats row 2 whole: the only copy
+    assert json.loads(r.stdout)["exact_duplicates_dropped"] == 1
+    inspect = json.loads(_ok("inspect", "pref.jsonl", "--json", cwd=tmp_path).stdout)
+    assert (inspect["duplicates"], inspect["duplicate_prompts"]) == (1, 3)

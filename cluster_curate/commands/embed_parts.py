@@ -27,7 +27,7 @@ def scan(run, read_options) -> None:
     for batch in ds.iter_batches():
         ids += [ex.id for ex in batch.examples]
         if not run.opts["keep_duplicates"]:
-            keys += [example_key(ex.prompt, ex.response) for ex in batch.examples]
+            keys += [example_key(ex.prompt, ex.response, ex.rejected) for ex in batch.examples]
     ids = np.asarray(ids, dtype=np.int64)
     if keys:  # exact copies: only the lowest id of each is embedded (and so can be selected)
         keep, _ = first_of_each(ids, keys)

@@ -58,7 +58,7 @@ class _Counts:
         self.with_system += any(t["role"] == "system" for t in ex.prompt)
         self.multi_turn += sum(t["role"] != "system" for t in ex.prompt) > 1
         # the copies embed leaves out: the same normalised text (NFC, runs of whitespace as one space)
-        pk, ek = example_key(ex.prompt, ""), example_key(ex.prompt, ex.response)
+        pk, ek = example_key(ex.prompt, ""), example_key(ex.prompt, ex.response, ex.rejected)
         self.duplicate_prompts += pk in self.seen_prompts
         self.duplicates += ek in self.seen_examples
         self.seen_prompts.add(pk)
