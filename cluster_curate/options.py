@@ -195,9 +195,9 @@ def _formats():
 
 # How to read a raw dataset: shared by inspect, embed, shard and run (folded into one ReadOptions).
 DATASET_OPTIONS = (
-    Option("fmt", flags=("--format",), choices=_formats, help="Record format (default: detected from the fields). `preference`: DPO pairs "
-                                                                     "(`chosen` and `rejected`, with or without "
-                                                                     "`prompt`; detected by those columns)."),
+    Option("fmt", flags=("--format",), choices=_formats,
+           help="Record format (default: detected from the fields). `preference`: DPO pairs (`chosen` and "
+                "`rejected`, with or without `prompt`; detected by those columns)."),
     Option("prompt_field", help="Field holding the prompt (overrides the format's). A dotted path (data.question) "
                                 "reads into nested objects, a whole number into a list (conversations.0.value), "
                                 "unless a column has that very name: then the column."),
