@@ -377,7 +377,7 @@ class Dataset:
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
         fm = self.field_map
-        fields = [f for f in (*fm.prompt_columns, fm.response, fm.input, fm.system) if f]
+        fields = [f for f in (*fm.prompt_columns, fm.response, fm.input, fm.system, fm.tools) if f]
         needed = dict.fromkeys(c for f in fields for c in (f, f.split(".")[0]))  # a nested path reads its root
         for b in _rebatch(self._src.batches(batch_rows), batch_rows):
             n = b.num_rows

@@ -1,0 +1,159 @@
+"""Tool-calling chat data (OpenAI `tool_calls` and `tool` turns with a `tools` column, LLaMA-Factory's ShareGPT
+with function_call / observation turns) through real `cluster-curate` processes: read as examples whose text
+holds the calls and the tool schemas, bad tool rows named in one line, and the selected rows exported unchanged."""
+
+from __future__ import annotations
+
+import json
+
+from cluster_curate.io.datasets import ReadOptions, open_dataset
+from test_datasets import write_jsonl
+from test_outputs import _cli
+
+CITIES = ["Paris", "Oslo", "Lima", "Rome", "Quito", "Hanoi", "Accra", "Perth"]
+TOPICS = ["weather", "time", "population", "currency", "altitude"]
+
+
+def _schema(name: str, props: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "description": f"The {name} of a city.",
+                                             "parameters": {"type": "object", "properties": props,
+                                                            "required": list(props)}}}
+
+
+def tool_rows(n: int) -> list[dict]:
+    """OpenAI-style rows of three shapes: a call, its result and an answer (with a system prompt); a call as
+    the answer (the model learns to call: xLAM style); a plain chat without calls. The tool schemas' properties
+    and the turns' keys differ from row to row, as they do in real data."""
+    rows = []
+    for i in range(n):
+        city, topic = CITIES[i % len(CITIES)], TOPICS[(i // len(CITIES)) % len(TOPICS)]
+        name = f"get_{topic}"
+        props = {"city": {"type": "string"}} if i % 2 else {"city": {"type": "string"},
+                                                             "unit": {"type": "string", "enum": ["si", "us"]}}
+        args = {"city": city} if i % 2 else {"city": city, "unit": "si"}
+        question = f"What is the {topic} in {city}, case {i}? Please check {' and '.join(CITIES[:1 + i % 4])}."
+        shape = i % 3
+        if shape == 0:
+            messages = [{"role": "system", "content": "You can call tools."},
+                        {"role": "user", "content": question},
+                        {"role": "assistant", "content": None, "tool_calls": [
+                            {"id": f"call_{i}", "type": "function",
+                             "function": {"name": name, "arguments": json.dumps(args)}}]},
+                        {"role": "tool", "tool_call_id": f"call_{i}", "name": name,
+                         "content": json.dumps({topic: i % 30})},
+                        {"role": "assistant", "content": f"The {topic} in {city} is {i % 30}, case {i}."}]
+        elif shape == 1:
+            messages = [{"role": "user", "content": question},
+                        {"role": "assistant", "content": None, "tool_calls": [
+                            {"type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}]
+        else:
+            messages = [{"role": "user", "content": f"Tell me about {city}, case {i}."},
+                        {"role": "assistant", "content": f"{city} is a city, case {i}."},
+                        {"role": "user", "content": question},
+                        {"role": "assistant", "content": f"I do not know the {topic} of {city}."}]
+        rows.append({"messages": messages, "tools": [_schema(name, props)]})
+    return rows
+
+
+def _inspect(path, *argv) -> dict:
+    r = _cli("inspect", str(path), "--json", *argv)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_openai_tool_rows_are_read_with_their_calls_and_schemas(tmp_path):
+    """Every row was rejected ('no user turn right before the last assistant turn (it follows a 'tool' turn)',
+    or 'empty response' for a call as the answer), and a call in a context turn was dropped from the text."""
+    path = write_jsonl(tmp_path / "tools.jsonl", tool_rows(30))
+    summary = _inspect(path)
+    assert (summary["examples"], summary["rejected"]) == (30, 0)
+    assert summary["fields"]["tools"] == "tools"
+    # the rendered schemas are no system prompt of the record's own: only the 10 rows that have one count
+    assert (summary["with_system_prompt"], summary["with_tools"]) == (10, 30)
+
+    ds = open_dataset(str(path))
+    examples = [e for b in ds.iter_batches() for e in b.examples]
+    first, called = examples[0], examples[1]
+    call = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "si"}}'
+    assert [t["role"] for t in first.prompt] == ["system", "user", "assistant", "tool"]
+    assert first.prompt[2]["content"] == call              # the call in a context turn is text, not ""
+    assert first.prompt[0]["content"].startswith("You can call tools.\n\n# Tools\n\n")
+    assert '"unit": {"type": "string", "enum": ["si", "us"]}' in first.prompt[0]["content"]
+    assert first.response == "The weather in Paris is 0, case 0."
+    # a call as the response: the model learns to call the tool
+    assert called.response == '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    assert [t["role"] for t in called.prompt] == ["system", "user"]
+
+
+def test_a_calls_arguments_are_read_whatever_their_spacing(tmp_path):
+    rows = [{"messages": [{"role": "user", "content": "weather in Oslo?"},
+                          {"role": "assistant", "tool_calls": [{"type": "function", "function": {
+                              "name": "get_weather", "arguments": args}}]}]}
+            for args in ('{"city":"Oslo"}', '{ "city" :  "Oslo" }', {"city": "Oslo"}, "not json")]
+    ds = open_dataset(str(write_jsonl(tmp_path / "calls.jsonl", rows)))
+    responses = [e.response for b in ds.iter_batches() for e in b.examples]
+    same = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    assert responses == [same, same, same, '{"name": "get_weather", "arguments": "not json"}']
+
+
+def test_llamafactory_sharegpt_tool_rows_are_read(tmp_path):
+    """LLaMA-Factory's ShareGPT: function_call turns hold the call's JSON, observation turns the tool's result,
+    `tools` the schemas as JSON text."""
+    rows = [{"conversations": [{"from": "human", "value": f"Weather in {c}?"},
+                               {"from": "function_call", "value": json.dumps({"name": "get_weather",
+                                                                             "arguments": {"city": c}})},
+                               {"from": "observation", "value": json.dumps({"temp": i})},
+                               {"from": "gpt", "value": f"It is {i} degrees in {c}."}],
+             "tools": json.dumps([_schema("get_weather", {"city": {"type": "string"}})])}
+            for i, c in enumerate(CITIES)]
+    path = write_jsonl(tmp_path / "lf.jsonl", rows)
+    summary = _inspect(path)
+    assert (summary["format"], summary["examples"], summary["with_tools"], summary["with_system_prompt"]) == (
+        "sharegpt", 8, 8, 0)
+    ds = open_dataset(str(path))
+    ex = next(e for b in ds.iter_batches() for e in b.examples)
+    assert [t["role"] for t in ex.prompt] == ["system", "user", "assistant", "tool"]
+    assert ex.prompt[2]["content"] == '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    assert ex.response == "It is 0 degrees in Paris."
+
+
+def test_bad_tool_rows_are_one_line_naming_file_line_and_field(tmp_path):
+    good = tool_rows(3)
+    cases = {
+        "no-name": ({"role": "assistant", "tool_calls": [{"type": "function", "function": {"arguments": "{}"}}]},
+                    "field 'messages[2].tool_calls[0].function': no name"),
+        "not-a-list": ({"role": "assistant", "tool_calls": {"name": "f"}},
+                       "field 'messages[2].tool_calls': tool calls are an object, expected a list of calls"),
+        "a-number": ({"role": "assistant", "tool_calls": [3]},
+                     "field 'messages[2].tool_calls[0]': tool call is a number, expected an object"),
+    }
+    for name, (turn, expected) in cases.items():
+        bad = json.loads(json.dumps(good[0]))
+        bad["messages"][2] = turn
+        path = write_jsonl(tmp_path / f"{name}.jsonl", [good[1], bad, good[2]])
+        r = _cli("embed", str(path), "--out", str(tmp_path / f"{name}.parquet"), "--features", "text")
+        assert r.returncode == 2
+        line = r.stderr.strip().splitlines()[-1]
+        assert f"{path}:2: {expected}" in line, r.stderr
+        assert "Traceback" not in r.stderr
+    bad = dict(good[0], tools=7)
+    path = write_jsonl(tmp_path / "tools.jsonl", [bad])
+    r = _cli("inspect", str(path))
+    assert r.returncode != 0
+    assert f"{path}:1: field 'tools': tools are a number, expected a list of tool schemas" in r.stderr, r.stderr
+
+
+def test_a_prompt_must_hold_a_user_turn_and_end_with_a_user_or_tool_turn(tmp_path):
+    user, tool = {"role": "user", "content": "q"}, {"role": "tool", "content": "t"}
+    answer = {"role": "assistant", "content": "a"}
+    rows = [{"messages": [user, tool, answer]},                       # fine: the model answers the tool
+            {"messages": [user, answer, answer]},                     # follows an assistant turn
+            {"messages": [{"role": "system", "content": "s"}, tool, answer]},   # no user turn at all
+            {"messages": [user, {"role": "assistant", "content": None, "tool_calls": []}]}]   # empty
+    ds = open_dataset(str(write_jsonl(tmp_path / "chat.jsonl", rows)), ReadOptions(on_bad_row="skip"))
+    examples = [e for b in ds.iter_batches() for e in b.examples]
+    assert [e.id for e in examples] == [0]
+    assert [(r.id, r.field, r.reason) for r in ds.rejects] == [
+        (1, "messages", "no user or tool turn right before the last assistant turn (it follows a 'assistant' turn)"),
+        (2, "messages", "no user turn before the last assistant turn (roles before it: system, tool)"),
+        (3, "messages[1]", "empty response (the last assistant turn is empty)")]
