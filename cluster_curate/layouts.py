@@ -33,10 +33,13 @@ import pyarrow.compute as pc
 from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 from cluster_curate.io.formats import RecordError, resolve_fields, to_example
+from cluster_curate.io.shard_writer import json_text_aligned
 from cluster_curate.loader import interleaved_order
 from cluster_curate.sharding import SHARD_COLUMNS
 
 PLAN_COLUMNS = ("id", "weight", "step")          # kept in every trainer layout, for `verify`
+# Parquet metadata of `export --for parquet`: the columns kept as JSON text (a list of names, JSON)
+JSON_COLUMNS_KEY = b"json_columns"
 
 
 @dataclass(frozen=True)
@@ -132,12 +135,30 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
     renamed = {new: old for old, new in (manifest.get("renamed_source_columns") or {}).items()}
     keep = _source_names(table)
     rows = table.select(["id"] + keep).rename_columns(["id"] + [renamed.get(c, c) for c in keep])
+    json_columns = [renamed.get(c, c) for c in manifest.get("json_columns") or ()]
     if leftovers is not None and leftovers.num_rows:
+        (rows, leftovers), json_columns = json_text_aligned([rows, leftovers], json_columns)
         rows = pa.concat_tables([rows, leftovers], promote_options="permissive")
     rows = rows.sort_by("id").drop_columns(["id"])
     if "source_id" in rows.column_names:  # the source's own `id` column (ours is the row index)
         rows = rows.rename_columns(["id" if c == "source_id" else c for c in rows.column_names])
+        json_columns = ["id" if c == "source_id" else c for c in json_columns]
+    if json_columns:  # said in the file: a reader decodes them (`export --for jsonl` writes them as they were)
+        rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}),
+                                             JSON_COLUMNS_KEY: json.dumps(json_columns).encode()})
     return rows
+
+
+def source_records(rows: pa.Table) -> list[dict]:
+    """The rows as the records they were read from: the columns kept as JSON text (`JSON_COLUMNS_KEY` in the
+    table's metadata: objects whose keys differ from row to row, lists whose items differ in type) decoded."""
+    decode = json.loads((rows.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]"))
+    records = rows.to_pylist()
+    for rec in records:
+        for c in decode:
+            if isinstance(rec.get(c), str):
+                rec[c] = json.loads(rec[c])
+    return records
 
 
 def data_file(tgt: Target) -> str:

@@ -157,3 +157,75 @@ def test_a_prompt_must_hold_a_user_turn_and_end_with_a_user_or_tool_turn(tmp_pat
         (1, "messages", "no user or tool turn right before the last assistant turn (it follows a 'assistant' turn)"),
         (2, "messages", "no user turn before the last assistant turn (roles before it: system, tool)"),
         (3, "messages[1]", "empty response (the last assistant turn is empty)")]
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def _selected_ids(selection) -> list[int]:
+    import pyarrow.parquet as pq
+    return sorted(pq.read_table(selection, columns=["id"]).column("id").to_pylist())
+
+
+def test_selected_tool_rows_are_exported_unchanged(tmp_path):
+    """`run`, then `export --for jsonl|parquet`: each record as it was read. Arrow made the turns one struct of
+    every key and the schemas one struct of every property, so a user turn came back with `"tool_calls": null`
+    and a schema of one property with `"unit": null` added; such columns are JSON text in the shards now."""
+    import pyarrow.parquet as pq
+
+    from cluster_curate.layouts import JSON_COLUMNS_KEY, source_records
+    from test_outputs import FAST
+    rows = tool_rows(90)
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    r = _cli("run", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    wanted = [rows[i] for i in _selected_ids(tmp_path / "out" / "selection.parquet")]
+    for fmt in ("jsonl", "parquet"):
+        r = _cli("export", "out/shards", "--for", fmt, "--out", f"ex-{fmt}", "-q", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    exported = _records(tmp_path / "ex-jsonl" / "selected.jsonl")
+    assert len(exported) == len(wanted) > 20
+    assert exported == wanted
+    assert [list(r) for r in exported] == [list(r) for r in wanted]  # the same keys, in order
+    table = pq.read_table(tmp_path / "ex-parquet" / "selected.parquet")
+    assert json.loads(table.schema.metadata[JSON_COLUMNS_KEY]) == ["messages", "tools"]
+    assert source_records(table) == wanted
+
+
+def test_a_column_whose_keys_change_between_batches_is_exported_unchanged(tmp_path):
+    """Plain chats first (turns of role and content, one struct; a tool of other properties), tool rows later: a
+    batch of each shape, and left-over rows read back from the data. Merging the batches' structs added null keys
+    to the plain turns. (A row without a column at all is another matter: a table gives it a null there.)"""
+    import cluster_curate as cc
+    from shard_helpers import make_selection
+    plain = [{"messages": [{"role": "user", "content": f"Say {i}."}, {"role": "assistant", "content": f"{i}."}],
+              "tools": [_schema("get_time", {"zone": {"type": "string"}})]} for i in range(40)]
+    rows = plain + tool_rows(40)
+    data = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.55, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=4,
+             batch_rows=16, remainder="drop")
+    cc.export(str(tmp_path / "shards"), trainer="jsonl", out=str(tmp_path / "ex"))
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    assert manifest["leftover_rows"] > 0 and manifest["json_columns"] == ["messages", "tools"]
+    assert _records(tmp_path / "ex" / "selected.jsonl") == [rows[i] for i in
+                                                             _selected_ids(tmp_path / "sel.parquet")]
+
+
+def test_hf_shards_of_tool_rows_load_in_datasets_and_keep_the_calls(tmp_path):
+    from datasets import Dataset
+
+    import cluster_curate as cc
+    from shard_helpers import make_selection
+    rows = tool_rows(60)
+    data = write_jsonl(tmp_path / "tools.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2)
+    cc.export(str(tmp_path / "shards"), trainer="hf", out=str(tmp_path / "hf"), world_size=2, micro_batch_size=2)
+    ds = Dataset.from_parquet(str(tmp_path / "hf" / "train.parquet"))
+    assert len(ds) == 28  # 30 selected, 7 steps of 2 × 2
+    by_id = {r["id"]: r for r in ds}
+    for i, row in by_id.items():
+        assert json.loads(row["messages"]) == rows[i]["messages"]   # the calls and tool turns as they were
+        assert json.loads(row["tools"]) == rows[i]["tools"]

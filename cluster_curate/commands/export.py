@@ -52,7 +52,7 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
         if tgt.name == "jsonl":
             import json
             atomic_write_bytes(work / name, "".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                                    for r in rows.to_pylist()).encode())
+                                                    for r in layouts.source_records(rows)).encode())
         else:
             write_parquet_atomic(rows, work / name)
         for fname, text in files.items():
@@ -139,6 +139,8 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
         parts.append(t)
     if not parts:
         raise CurateError(f"{source}: the left-over ids {ids[:5]} are not rows of {ds.source}")
+    from cluster_curate.io.shard_writer import json_text_aligned
+    parts, _ = json_text_aligned(parts)  # batches where a column's objects had other keys, or were JSON text
     return pa.concat_tables(parts, promote_options="permissive")
 
 

@@ -308,6 +308,12 @@ class Mixture:
              local, *raw.columns[1:]],
             names=list(IDENTITY_COLUMNS) + names)
 
+    @property
+    def json_columns(self) -> list[str]:
+        """The inputs' columns kept as JSON text (io/datasets.py, Dataset.json_columns), by their names here."""
+        return list(dict.fromkeys(self._column_name(k, n) for k, ds in enumerate(self.datasets)
+                                  for n in ds.json_columns))
+
     def _column_name(self, k: int, name: str) -> str:
         return reserved_rename(self.inputs[k].rename.get(name, name))
 
