@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from cluster_curate.io.datasets import ReadOptions, open_dataset
 from test_datasets import write_jsonl
 from test_outputs import _cli
@@ -229,3 +231,127 @@ def test_hf_shards_of_tool_rows_load_in_datasets_and_keep_the_calls(tmp_path):
     for i, row in by_id.items():
         assert json.loads(row["messages"]) == rows[i]["messages"]   # the calls and tool turns as they were
         assert json.loads(row["tools"]) == rows[i]["tools"]
+
+
+# A chat template that renders tool schemas (into the system turn) and tool calls, as Qwen-style templates do;
+# arguments are JSON text in the export (one Arrow type for every row), rendered as they are.
+TOOLS_TEMPLATE = (  # transformers drops the newline right after a block tag: those are written {{ '\n' }}
+    "{%- if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n{% endif %}"
+    "# Tools{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}<|im_end|>\n"
+    "{%- elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{% endif %}"
+    "{%- for m in messages %}{% if m.role != 'system' %}<|im_start|>{{ m.role }}{{ '\\n' }}"
+    "{%- if m.content %}{{ m.content }}{% endif %}"
+    "{%- for call in m.tool_calls or [] %}{% if not loop.first or m.content %}{{ '\\n' }}{% endif %}"
+    '<tool_call>{"name": "{{ call.function.name }}", "arguments": '
+    "{{ call.function.arguments if call.function.arguments is string else call.function.arguments | tojson }}}"
+    "</tool_call>{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.slow
+def test_trl_sft_trainer_trains_on_the_exported_tool_calls(tmp_path):
+    """`export --for trl` keeps the calls structured (`tool_calls`, a tool turn's `tool_call_id` / `name`) and the
+    schemas in a `tools` column; TRL's SFTTrainer renders them through the chat template, learns the call when it
+    is the completion, and trains."""
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from test_outputs import FAST
+    from tiny_lm import build_llama
+    rows = tool_rows(90)
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    assert _cli("run", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
+    r = _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    model_dir = build_llama(tmp_path / "model", layers=1, hidden=32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template = TOOLS_TEMPLATE
+    tok.save_pretrained(model_dir)
+
+    ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "train.parquet"), split="train",
+                               cache_dir=str(tmp_path / ".hf"))
+    by_id = {row["id"]: row for row in ds}
+    call_row = next(i for i in by_id if i % 3 == 1)          # a call as the completion
+    result_row = next(i for i in by_id if i % 3 == 0)        # call, tool result, answer
+    completion = by_id[call_row]["completion"][0]
+    assert completion["content"] is None
+    assert [c["function"] for c in completion["tool_calls"]] == [
+        {"name": rows[call_row]["messages"][1]["tool_calls"][0]["function"]["name"],
+         "arguments": rows[call_row]["messages"][1]["tool_calls"][0]["function"]["arguments"]}]
+    tool_turn = by_id[result_row]["prompt"][3]
+    assert (tool_turn["role"], tool_turn["tool_call_id"], tool_turn["name"]) == (
+        "tool", f"call_{result_row}", rows[result_row]["tools"][0]["function"]["name"])
+    assert json.loads(by_id[call_row]["tools"]) == rows[call_row]["tools"]
+
+    args = SFTConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, max_steps=2,
+                     learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1, use_cpu=True,
+                     disable_tqdm=True, dataloader_num_workers=0, seed=0, packing=False, shuffle_dataset=False,
+                     max_length=None)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=ds,
+                         processing_class=tok)
+    tokenized = {ds[i]["id"]: trainer.train_dataset[i] for i in range(len(ds))}
+
+    def learnt(i):  # the text of the tokens the loss is on
+        ex = tokenized[i]
+        return tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label != -100])
+
+    def context(i):
+        ex = tokenized[i]
+        return tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label == -100])
+
+    args_text = rows[call_row]["messages"][1]["tool_calls"][0]["function"]["arguments"]
+    assert learnt(call_row).startswith('<tool_call>{"name": "get_')
+    assert f'"arguments": {args_text}}}</tool_call>' in learnt(call_row)
+    assert "# Tools\n" in context(call_row) and '"parameters"' in context(call_row)
+    assert "<|im_start|>tool\n" in context(result_row) and "<tool_call>" in context(result_row)
+    assert learnt(result_row).startswith(rows[result_row]["messages"][-1]["content"])
+    out = trainer.train()
+    assert out.global_step == 2 and out.training_loss > 0
+
+
+def test_llamafactory_axolotl_and_torchtune_exports_of_tool_rows(tmp_path):
+    """LLaMA-Factory: its sharegpt turns (function_call holding the call's JSON, observation the tool's result,
+    alternating as its converter checks) and `tools` in dataset_info; axolotl: the calls as `tool_calls` and
+    `field_tools`; torchtune, whose openai style has no tool calls: refused in one line, not dropped."""
+    import pyarrow.parquet as pq
+
+    from test_outputs import FAST
+    rows = tool_rows(90)
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    assert _cli("run", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
+    for trainer in ("llamafactory", "axolotl"):
+        r = _cli("export", "out/shards", "--for", trainer, "--out", trainer, "-q", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+
+    lf = {r["id"]: r for r in pq.read_table(tmp_path / "llamafactory" / "train.parquet").to_pylist()}
+    result_row = next(i for i in lf if i % 3 == 0)
+    call = rows[result_row]["messages"][2]["tool_calls"][0]["function"]
+    assert lf[result_row]["messages"] == [
+        {"role": "system", "content": "You can call tools."},
+        {"role": "user", "content": rows[result_row]["messages"][1]["content"]},
+        {"role": "function_call", "content": json.dumps({"name": call["name"],
+                                                         "arguments": json.loads(call["arguments"])})},
+        {"role": "observation", "content": rows[result_row]["messages"][3]["content"]},
+        {"role": "assistant", "content": rows[result_row]["messages"][4]["content"]}]
+    for row in lf.values():  # LLaMA-Factory skips a row whose turns do not alternate
+        turns = row["messages"][1:] if row["messages"][0]["role"] == "system" else row["messages"]
+        assert all(t["role"] in (("user", "observation"), ("assistant", "function_call"))[k % 2]
+                   for k, t in enumerate(turns)) and len(turns) % 2 == 0
+        assert json.loads(row["tools"]) == rows[row["id"]]["tools"]
+    info = json.loads((tmp_path / "llamafactory" / "dataset_info.json").read_text())["cluster_curate"]
+    assert info["columns"] == {"messages": "messages", "tools": "tools"}
+    assert (info["tags"]["function_tag"], info["tags"]["observation_tag"]) == ("function_call", "observation")
+
+    ax = {r["id"]: r for r in pq.read_table(tmp_path / "axolotl" / "train.parquet").to_pylist()}
+    turn = ax[result_row]["messages"][2]
+    assert (turn["role"], turn["content"], turn["tool_calls"][0]["function"]) == ("assistant", None, call)
+    assert [json.loads(t) for t in ax[result_row]["tools"]] == rows[result_row]["tools"]
+    config = (tmp_path / "axolotl" / "config.yaml").read_text()
+    assert "    field_tools: tools\n" in config and "      tool_calls: tool_calls\n" in config
+
+    r = _cli("export", "out/shards", "--for", "torchtune", "--out", "torchtune", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "holds tool calls or tool turns, which torchtune's openai conversation style does not carry" in r.stderr
+    assert "export --for trl, axolotl or llamafactory keeps them" in r.stderr and " (id " in r.stderr
+    assert not (tmp_path / "torchtune").exists()

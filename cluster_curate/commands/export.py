@@ -47,7 +47,7 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     read = as_recorded(manifest.get("dataset") or {}, read_options(o))  # the fields embed read, unless given now
     rows = layouts.layout_table(_read_shards(shards), manifest, tgt, str(shards), leftovers, read)
     name = layouts.data_file(tgt)
-    files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()))
+    files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()), rows)
     with staged_directory(out, EXPORT) as work:
         if tgt.name == "jsonl":
             import json

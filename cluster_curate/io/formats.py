@@ -341,7 +341,9 @@ def _message(turn: dict, role: str, content: str | None, field: str) -> dict:
              "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c["arguments"], str)
                           else json.dumps(c["arguments"], ensure_ascii=False)}}
             for j, c in enumerate(parsed)]
-    for key in ("tool_call_id", "name"):
+    if message["content"] is None and not parsed:
+        message["content"] = ""  # as to_example reads a null content
+    for key in ("tool_call_id", "name") if role in TOOL_RESULT_ROLES else ():
         if isinstance(turn.get(key), str):
             message[key] = turn[key]
     return message
@@ -555,3 +557,28 @@ def to_example(rec: dict, fields: FieldMap):
             turns.append({"role": "system", "content": system})
     turns.append({"role": "user", "content": prompt})
     return _with_tools(turns, rec, fields), response
+
+
+def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]:
+    """The example of `to_example` as a trainer's chat template reads it: the prompt's turns, then the response's,
+    each `_message` (OpenAI style: tool calls as `tool_calls`, a tool turn's `tool_call_id` and `name` kept), the
+    system turn the record's own (the trainer renders the tool schemas itself); and the tool schemas (None
+    without). Raises RecordError as to_example does."""
+    prompt, _ = to_example(rec, fields)  # its checks
+    tools = _tool_schemas(rec, fields)
+    if FORMAT.get(fields.format).response is None:
+        parsed = _parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format)
+    else:
+        value = field_value(rec, fields.response)
+        if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
+            given = field_value(rec, fields.prompt)
+            parsed = ([("user", given, {"role": "user", "content": given})] if isinstance(given, str)
+                      else _parsed_turns(given, fields.prompt, "messages"))
+            parsed += _parsed_turns(value, fields.response, "messages")
+        else:  # one prompt text, one response text
+            own = [{"role": t["role"], "content": own_system_prompt(t) if "tools" in t else t["content"]}
+                   for t in prompt]
+            response = {"role": "assistant", "content": to_example(rec, fields)[1]}
+            return [t for t in own if t["role"] != "system" or t["content"].strip()] + [response], tools
+    last = _last_assistant([{"role": role} for role, _, _ in parsed])
+    return [message for _, _, message in parsed[: last + 1]], tools
