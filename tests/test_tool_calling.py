@@ -119,6 +119,20 @@ def test_llamafactory_sharegpt_tool_rows_are_read(tmp_path):
     assert ex.response == "It is 0 degrees in Paris."
 
 
+def test_hermes_style_sharegpt_rows_answering_a_tool_are_read(tmp_path):
+    """Hermes function-calling: calls inside the gpt turn's text, results in `tool` turns; the answer after a
+    tool's result was 'no user turn right before the last assistant turn'."""
+    rows = [{"conversations": [
+        {"from": "system", "value": "You are a function calling AI model. <tools> {\"name\": \"get_weather\"} </tools>"},
+        {"from": "human", "value": f"Weather in {c}?"},
+        {"from": "gpt", "value": f'<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}\n</tool_call>'},
+        {"from": "tool", "value": f'<tool_response>\n{{"temp": {i}}}\n</tool_response>'},
+        {"from": "gpt", "value": f"It is {i} degrees in {c}."}]} for i, c in enumerate(CITIES)]
+    summary = _inspect(write_jsonl(tmp_path / "hermes.jsonl", rows))
+    assert (summary["format"], summary["examples"], summary["rejected"], summary["with_system_prompt"]) == (
+        "sharegpt", 8, 0, 8)
+
+
 def test_bad_tool_rows_are_one_line_naming_file_line_and_field(tmp_path):
     good = tool_rows(3)
     cases = {
@@ -355,3 +369,25 @@ def test_llamafactory_axolotl_and_torchtune_exports_of_tool_rows(tmp_path):
     assert "holds tool calls or tool turns, which torchtune's openai conversation style does not carry" in r.stderr
     assert "export --for trl, axolotl or llamafactory keeps them" in r.stderr and " (id " in r.stderr
     assert not (tmp_path / "torchtune").exists()
+
+
+def test_the_tool_schemas_are_no_part_of_a_rows_question(tmp_path):
+    """A row's question (embed's prompt keys, which `select --decontaminate` compares) sets system turns aside,
+    so the schemas rendered there with them: the same question asked with other tools is the same question. The
+    example (what exact-copy removal compares) still differs. Decontamination's n-grams leave them out too."""
+    from cluster_curate.decontamination import eval_ngrams, shares_ngram
+    from cluster_curate.exact_dedup import example_key, prompt_keys
+    base = tool_rows(2)[1]                     # a question and a call as its answer
+    other_tools = dict(base, tools=[_schema("get_time", {"zone": {"type": "string"}})])
+    no_tools = dict(base, tools=None)
+    path = write_jsonl(tmp_path / "same.jsonl", [base, other_tools, no_tools])
+    ds = open_dataset(str(path))
+    examples = [e for b in ds.iter_batches() for e in b.examples]
+    prompts = [e.prompt for e in examples]
+    assert len(set(prompt_keys(prompts).tolist())) == 1
+    assert len({example_key(e.prompt, e.response) for e in examples}) == 3
+    schema_words = [[{"role": "user", "content": "The get_weather of a city. type object properties city type "
+                                                 "string required"}]]
+    assert not shares_ngram(prompts, eval_ngrams(schema_words, 4)[0], 4).any()
+    question = [[t for t in prompts[0] if t["role"] == "user"]]
+    assert shares_ngram(prompts, eval_ngrams(question, 4)[0], 4).all()

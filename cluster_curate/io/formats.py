@@ -25,6 +25,7 @@ Tool calling (any conversation format):
       with one;
     - a `tools` column (a list of schemas, or its JSON text; any format, found like `system`) is rendered into the
       system turn, as chat templates do (`_with_tools`: that turn keeps the rendered text under `tools` as well).
+    `chat_messages` gives a trainer the same example with the calls kept structured (export's chat layouts).
 
 A bad record raises `RecordError(field, reason)`; the reader turns it into an error or a reject naming file and row.
 Context turns keep their role as written (a `tool` turn stays `tool`); ShareGPT speakers are mapped to roles.
