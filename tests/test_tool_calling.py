@@ -391,3 +391,31 @@ def test_the_tool_schemas_are_no_part_of_a_rows_question(tmp_path):
     assert not shares_ngram(prompts, eval_ngrams(schema_words, 4)[0], 4).any()
     question = [[t for t in prompts[0] if t["role"] == "user"]]
     assert shares_ngram(prompts, eval_ngrams(question, 4)[0], 4).all()
+
+
+STRICT_TEMPLATE = ("{% for m in messages %}{% if m['role'] not in ['system', 'user', 'assistant'] %}"
+                   "{{ raise_exception('Only user, assistant and system roles are supported!') }}{% endif %}"
+                   "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.slow
+def test_a_chat_template_that_refuses_tool_turns_is_one_line(tmp_path):
+    """Token counts (inspect --tokenizer) and model features (embed --model) render the prompt through the chat
+    template; one that raises on a `tool` turn was an INTERNAL ERROR with jinja's message alone."""
+    from tiny_lm import build_llama
+    model = build_llama(tmp_path / "model", layers=1, hidden=32)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model)
+    tok.chat_template = STRICT_TEMPLATE
+    tok.save_pretrained(model)
+    path = write_jsonl(tmp_path / "tools.jsonl", tool_rows(6))
+    expected = (f"ERROR: {model}: its chat template refuses the turns of row id 0 (roles system, user, assistant, "
+                "tool): Only user, assistant and system roles are supported!; give a tokenizer whose template "
+                "renders them")
+    for argv in (["inspect", str(path), "--tokenizer", str(model)],
+                 ["embed", str(path), "--out", str(tmp_path / "e.parquet"), "--features", "hidden", "--model",
+                  str(model), "--device", "cpu"]):
+        r = _cli(*argv)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().splitlines()[-1] == expected, r.stderr
