@@ -419,3 +419,27 @@ def test_a_chat_template_that_refuses_tool_turns_is_one_line(tmp_path):
         r = _cli(*argv)
         assert r.returncode == 2, r.stderr
         assert r.stderr.strip().splitlines()[-1] == expected, r.stderr
+
+
+def test_llamafactory_refuses_a_turn_of_text_and_calls(tmp_path):
+    """LLaMA-Factory's function_call turn holds the calls alone: the text beside them would be lost."""
+    import cluster_curate as cc
+    from cluster_curate.errors import CurateError
+    from shard_helpers import make_selection
+    rows = tool_rows(24)
+    for row in rows:
+        for turn in row["messages"]:
+            if turn.get("tool_calls"):
+                turn["content"] = "Let me check."
+    data = write_jsonl(tmp_path / "tools.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=2, fraction=1.0, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2)
+    with pytest.raises(CurateError, match=r"shards: row \d+ \(id \d+\): an assistant turn holds text and tool calls; "
+                                          r"LLaMA-Factory's function_call turn holds the calls alone: export --for "
+                                          r"trl or axolotl keeps both"):
+        cc.export(str(tmp_path / "shards"), trainer="llamafactory", out=str(tmp_path / "lf"))
+    cc.export(str(tmp_path / "shards"), trainer="trl", out=str(tmp_path / "trl"))   # keeps both
+    import pyarrow.parquet as pq
+    turns = [t for r in pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+             for t in r["prompt"] + r["completion"] if t["tool_calls"]]
+    assert turns and all(t["content"] == "Let me check." for t in turns)
