@@ -204,7 +204,10 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
     rows = table.select(["id"] + keep).rename_columns(["id"] + [renamed.get(c, c) for c in keep])
     json_columns = [renamed.get(c, c) for c in manifest.get("json_columns") or ()]
     if leftovers is not None and leftovers.num_rows:
-        (rows, leftovers), json_columns = json_text_aligned([rows, leftovers], json_columns)
+        # the leftovers' reader says which of its columns are JSON text of objects (_read_leftovers)
+        json_columns += [c for c in json.loads((leftovers.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]"))
+                         if c not in json_columns]
+        (rows, leftovers), _ = json_text_aligned([rows, leftovers], json_columns)
         rows = pa.concat_tables([rows, leftovers], promote_options="permissive")
     rows = rows.sort_by("id").drop_columns(["id"])
     if "source_id" in rows.column_names:  # the source's own `id` column (ours is the row index)

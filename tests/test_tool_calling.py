@@ -443,3 +443,21 @@ def test_llamafactory_refuses_a_turn_of_text_and_calls(tmp_path):
     turns = [t for r in pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
              for t in r["prompt"] + r["completion"] if t["tool_calls"]]
     assert turns and all(t["content"] == "Let me check." for t in turns)
+
+
+def test_a_column_of_text_in_some_batches_and_objects_in_others_is_not_decoded(tmp_path):
+    """A column of plain text in early rows and objects in later ones is mixed (text), not JSON: its text must come
+    back as written ("17" stays "17"), never be parsed as JSON."""
+    import cluster_curate as cc
+    from shard_helpers import make_selection
+    rows = [{"question": f"q{i} " * (i % 5 + 1), "answer": f"a{i}",
+             "meta": ("17" if i % 2 else f"note {i}") if i < 20 else {"level": i}} for i in range(40)]
+    data = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=2, fraction=0.55, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2,
+             batch_rows=16)
+    cc.export(str(tmp_path / "shards"), trainer="jsonl", out=str(tmp_path / "ex"))
+    exported = _records(tmp_path / "ex" / "selected.jsonl")
+    wanted = [rows[i] for i in _selected_ids(tmp_path / "sel.parquet")]
+    assert [r["meta"] for r in exported] == [w["meta"] if isinstance(w["meta"], str) else json.dumps(w["meta"])
+                                             for w in wanted]

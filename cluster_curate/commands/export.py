@@ -139,9 +139,14 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
         parts.append(t)
     if not parts:
         raise CurateError(f"{source}: the left-over ids {ids[:5]} are not rows of {ds.source}")
+    import json
+
     from cluster_curate.io.shard_writer import json_text_aligned
-    parts, _ = json_text_aligned(parts)  # batches where a column's objects had other keys, or were JSON text
-    return pa.concat_tables(parts, promote_options="permissive")
+    from cluster_curate.layouts import JSON_COLUMNS_KEY
+    parts, _ = json_text_aligned(parts, ds.json_columns)  # batches where a column's objects had other keys, or text
+    table = pa.concat_tables(parts, promote_options="permissive")
+    return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                          JSON_COLUMNS_KEY: json.dumps(ds.json_columns).encode()})
 
 
 def _recorded_paths(record: dict) -> list[str]:

@@ -235,7 +235,7 @@ def _json_columns(ds, writer, renamed: dict) -> list[str]:
     """The shards' columns that hold JSON text of lists and objects (types or keys that differ from row to row):
     `export --for jsonl` writes them back as they were."""
     import pyarrow as pa
-    given = {renamed.get(c, c) for c in getattr(ds, "json_columns", ())} | set(writer.json_columns)
+    given = {renamed.get(c, c) for c in getattr(ds, "json_columns", ())} | set(writer.json_only)
     return [f.name for f in writer.schema() if f.name in given and pa.types.is_string(f.type)]
 
 

@@ -222,14 +222,21 @@ class Dataset:
         self._key_column = "key"
         self._column_types: dict[str, pa.DataType] = {}  # JSON sources: each column's type in the batches so far
         self.text_columns: list[str] = []  # JSON columns kept as text because their values mix types
-        # ... of which those holding only lists and objects (types or keys that differ from row to row): each value
-        # is JSON text, which `export --for jsonl` writes back as it was (raw column names)
-        self.json_columns: list[str] = []
+        # ... of which those holding lists and objects (types or keys that differ from row to row): JSON text
+        # (`json_columns`, raw names), unless a row holds plain text or a number there (`_plain_columns`)
+        self._json_flagged: list[str] = []
+        self._plain_columns: set[str] = set()
         self.skip_ids: frozenset[int] = frozenset()  # rows left out of `examples` (embed: exact copies)
         with _read_errors(self.source):
             self.field_map: FieldMap = self._detect()
         self.format = self.field_map.format
         self.fields = self.field_map.as_dict()
+
+    @property
+    def json_columns(self) -> list[str]:
+        """The raw columns kept as JSON text whose every value so far is a list or an object: `export --for jsonl`
+        writes them back as they were. A column that also holds plain text is text, never decoded."""
+        return [c for c in self._json_flagged if c not in self._plain_columns]
 
     # ------------------------------------------------------------------------------------------- detection
     def _detect(self) -> FieldMap:
@@ -406,7 +413,9 @@ class Dataset:
             array, mixed = _column_array(values)
             before = self._column_types.setdefault(name, array.type)
             nested = all(isinstance(v, (list, dict)) for v in values if v is not None)
-            if not mixed and nested and (rename[name] in self.json_columns or not same_keys(before, array.type)):
+            if not nested:
+                self._plain_columns.add(rename[name])
+            if not mixed and nested and (rename[name] in self._json_flagged or not same_keys(before, array.type)):
                 # JSON text in an earlier batch, or objects of other keys than an earlier batch's: text here too
                 array, mixed = _as_text(values), True
             if mixed or (before != array.type and pa.types.is_string(array.type) != pa.types.is_string(before)
@@ -419,8 +428,8 @@ class Dataset:
         """Say once that a column holds text and other values, or (`nested`) lists or objects whose items differ in
         type or keys: Parquet keeps one type per column, so the shards store it as text (a number 17 as '17', a
         list as its JSON); a column that is all numbers stays numbers."""
-        if nested and (raw_name or name) not in self.json_columns:
-            self.json_columns.append(raw_name or name)
+        if nested and (raw_name or name) not in self._json_flagged:
+            self._json_flagged.append(raw_name or name)
         if name in self.text_columns:
             return
         self.text_columns.append(name)

@@ -565,7 +565,7 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
     each `_message` (OpenAI style: tool calls as `tool_calls`, a tool turn's `tool_call_id` and `name` kept), the
     system turn the record's own (the trainer renders the tool schemas itself); and the tool schemas (None
     without). Raises RecordError as to_example does."""
-    prompt, _ = to_example(rec, fields)  # its checks
+    prompt, response = to_example(rec, fields)  # its checks
     tools = _tool_schemas(rec, fields)
     if FORMAT.get(fields.format).response is None:
         parsed = _parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format)
@@ -579,7 +579,7 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
         else:  # one prompt text, one response text
             own = [{"role": t["role"], "content": own_system_prompt(t) if "tools" in t else t["content"]}
                    for t in prompt]
-            response = {"role": "assistant", "content": to_example(rec, fields)[1]}
-            return [t for t in own if t["role"] != "system" or t["content"].strip()] + [response], tools
+            answer = {"role": "assistant", "content": response}
+            return [t for t in own if t["role"] != "system" or t["content"].strip()] + [answer], tools
     last = _last_assistant([{"role": role} for role, _, _ in parsed])
     return [message for _, _, message in parsed[: last + 1]], tools

@@ -42,6 +42,7 @@ class ShardWriter:
         self._segments: dict[int, list[Path]] = {}
         self._schemas: dict[pa.Schema, None] = {}
         self.json_columns: list[str] = []  # columns written as JSON text (schema())
+        self.json_only: list[str] = []
         self._spills = 0
         self.rows_added = 0
 
@@ -116,6 +117,9 @@ class ShardWriter:
             for f in schema:
                 fields.setdefault(f.name, []).append(f)
         self.json_columns = [name for name, same_name in fields.items() if _json_text([f.type for f in same_name])]
+        # of those, the ones that came as lists or objects in every batch: JSON text of nothing but objects
+        self.json_only = [name for name in self.json_columns
+                          if all(_nested(f.type) or pa.types.is_null(f.type) for f in fields[name])]
         if not self.json_columns:
             try:
                 return pa.unify_schemas(schemas, promote_options="permissive")
