@@ -332,7 +332,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
             "curriculum_sampling: true\n"
             "sample_packing: false\n"
             f"micro_batch_size: {m}\n")
-    files[names.EXPORT_README] = _traps(tgt, n, m, steps)
+    files[names.EXPORT_README] = _traps(tgt, n, m, steps, manifest.get("json_columns") or ())
     return files
 
 
@@ -389,7 +389,7 @@ _TRAPS = {
 }
 
 
-def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
+def _traps(tgt: Target, n: int, m: int, steps: int, json_columns=()) -> str:
     lines = [f"# `{data_file(tgt)}` for {tgt.name}", ""]
     if tgt.layout:
         how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
@@ -399,5 +399,12 @@ def _traps(tgt: Target, n: int, m: int, steps: int) -> str:
                   f"a per-device batch size of {m}, without shuffling, and rank r reads exactly shard r in order.",
                   "", "Check that it did: log each rank's ids (`cluster_curate.loader.ConsumedLog`, or the HF "
                   "callback) and run `cluster-curate verify SHARDS --log LOGDIR`.", ""]
-    lines += ["## Traps", ""] + [f"- {t}" for t in _TRAPS[tgt.name]] + [""]
+    traps = list(_TRAPS[tgt.name])
+    # the chat layouts read such columns as turns, and jsonl writes them back as they were
+    if json_columns and tgt.columns in ("shard", "source") and tgt.name != "jsonl":
+        traps.append(", ".join(f"`{c}`" for c in json_columns) + ": JSON text, one value per row (their lists or "
+                     "objects differ in keys or types from row to row, which one Parquet column type cannot hold "
+                     "without adding null keys): `json.loads` them"
+                     + (" (`--for jsonl` writes them as they were)" if tgt.name == "parquet" else ""))
+    lines += ["## Traps", ""] + [f"- {t}" for t in traps] + [""]
     return "\n".join(lines)

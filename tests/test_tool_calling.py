@@ -239,6 +239,7 @@ def test_hf_shards_of_tool_rows_load_in_datasets_and_keep_the_calls(tmp_path):
     make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, n_tokens=True)
     cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2)
     cc.export(str(tmp_path / "shards"), trainer="hf", out=str(tmp_path / "hf"), world_size=2, micro_batch_size=2)
+    assert "- `messages`, `tools`: JSON text, one value per row" in (tmp_path / "hf" / "README.md").read_text()
     ds = Dataset.from_parquet(str(tmp_path / "hf" / "train.parquet"))
     assert len(ds) == 28  # 30 selected, 7 steps of 2 × 2
     by_id = {r["id"]: r for r in ds}
