@@ -162,7 +162,7 @@ def _column_array(values: list) -> tuple[pa.Array, bool]:
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         # mixed types in one column (e.g. a number here, a string there): keep it as JSON text
         return _as_text(values), True
-    if has_struct(array.type) and _keys_differ(values):
+    if has_struct(array.type) and _keys_differ(values, array.type):
         return _as_text(values), True
     return array, False
 
@@ -190,19 +190,17 @@ def same_keys(a: pa.DataType, b: pa.DataType) -> bool:
     return True
 
 
-def _keys_differ(values: list) -> bool:
-    """Whether objects at the same place in these values (an object's key, a list's items) have different keys."""
-    seen: dict[tuple, frozenset] = {}
-    stack = [((), v) for v in values if v is not None]
-    while stack:
-        path, v = stack.pop()
-        if isinstance(v, dict):
-            keys = frozenset(v)
-            if seen.setdefault(path, keys) != keys:
-                return True
-            stack.extend((path + (k,), x) for k, x in v.items())
-        elif isinstance(v, (list, tuple)):
-            stack.extend((path + (None,), x) for x in v)
+def _keys_differ(values: list, t: pa.DataType) -> bool:
+    """Whether objects at the same place in these values (an object's key, a list's items) have different keys.
+    `t`: the values' Arrow type, which says where objects are: places that hold none are not walked."""
+    values = [v for v in values if v is not None]
+    if pa.types.is_struct(t):
+        keys = values[0].keys() if values else None
+        if any(v.keys() != keys for v in values):
+            return True
+        return any(_keys_differ([v.get(f.name) for v in values], f.type) for f in t if has_struct(f.type))
+    if has_struct(t):  # a list of (lists of) objects
+        return _keys_differ([x for v in values for x in v], t.value_type)
     return False
 
 
