@@ -462,3 +462,29 @@ def test_a_column_of_text_in_some_batches_and_objects_in_others_is_not_decoded(t
     wanted = [rows[i] for i in _selected_ids(tmp_path / "sel.parquet")]
     assert [r["meta"] for r in exported] == [w["meta"] if isinstance(w["meta"], str) else json.dumps(w["meta"])
                                              for w in wanted]
+
+
+def test_a_mixtures_system_column_is_the_records_own_system_prompt(tmp_path):
+    """A mixture's shards add a normalised `system` column: the tool schemas rendered into the system turn were
+    counted as a system prompt, so a row without one got the schemas there. Its original columns come back as
+    they were (the messages' JSON text decoded)."""
+    import pyarrow.parquet as pq
+
+    from conftest import FIXTURES
+    from test_outputs import FAST
+    rows = tool_rows(90)
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    (tmp_path / "gsm.jsonl").write_text("".join((FIXTURES / "gsm8k" / "train-300.jsonl").read_text()
+                                                .splitlines(keepends=True)[:90]))
+    r = _cli("run", "tools.jsonl", "gsm.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    shards = [r for f in sorted((tmp_path / "out" / "shards").glob("shard-*.parquet"))
+              for r in pq.read_table(f).to_pylist() if r["source"] == "tools"]
+    assert shards
+    for row in shards:
+        own = rows[row["source_row"]]["messages"][0]
+        assert row["system"] == (own["content"] if own["role"] == "system" else None)
+    assert _cli("export", "out/shards", "--for", "jsonl", "--out", "ex", "-q", cwd=tmp_path).returncode == 0
+    exported = [r for r in _records(tmp_path / "ex" / "selected.jsonl") if r["source"] == "tools"]
+    assert exported and all((r["source_messages"], r["tools"]) == (rows[r["source_row"]]["messages"],
+                                                                    rows[r["source_row"]]["tools"]) for r in exported)
