@@ -332,7 +332,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
             "curriculum_sampling: true\n"
             "sample_packing: false\n"
             f"micro_batch_size: {m}\n")
-    files[names.EXPORT_README] = _traps(tgt, n, m, steps, manifest.get("json_columns") or ())
+    files[names.EXPORT_README] = _traps(tgt, n, m, steps, manifest.get("json_columns") or (), tools)
     return files
 
 
@@ -360,10 +360,7 @@ _TRAPS = {
             "of different steps into one row; keep `packing=False`",
             "`shuffle_dataset=True` shuffles the dataset before training",
             "a `max_length` that truncates a prompt to nothing drops that row (TRL filters fully masked rows): "
-            "leave `max_length=None` or make it longer than the longest row",
-            "tool calls: `tool_calls[].function.arguments` is JSON text, as OpenAI writes it (Parquet has one type "
-            "per column, and arguments differ from call to call); a chat template that renders `arguments | tojson` "
-            "writes it as a quoted string: use one that renders text arguments as they are (Qwen3's does)"],
+            "leave `max_length=None` or make it longer than the longest row"],
     "accelerate": ["give `accelerator.prepare` one DataLoader over this file (batch size M, no shuffling): it deals "
                    "the batches to the ranks itself",
                    "never hand it a rank's own shard (`load_shard(...)` data): it shards it a second time and each "
@@ -385,11 +382,16 @@ _TRAPS = {
                 "rows longer than `sequence_len` are dropped by default: make it longer than the longest row",
                 "axolotl has no per-example loss weight: `weight` is not applied"],
     "jsonl": ["the selected rows in their original columns, in dataset order: no plan, no weights"],
+    # with tool calling only
+    "trl-tools": ["tool calls: `tool_calls[].function.arguments` is JSON text, as OpenAI writes it (Parquet has one "
+                  "type per column, and arguments differ from call to call); TRL hands it to the chat template as "
+                  "it is, and a template that renders `arguments | tojson` writes it as a quoted string: use one "
+                  "that renders text arguments as they are (Qwen3's does)"],
     "parquet": ["the selected rows in their original columns, in dataset order: no plan, no weights"],
 }
 
 
-def _traps(tgt: Target, n: int, m: int, steps: int, json_columns=()) -> str:
+def _traps(tgt: Target, n: int, m: int, steps: int, json_columns=(), tools: bool = False) -> str:
     lines = [f"# `{data_file(tgt)}` for {tgt.name}", ""]
     if tgt.layout:
         how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
@@ -399,7 +401,7 @@ def _traps(tgt: Target, n: int, m: int, steps: int, json_columns=()) -> str:
                   f"a per-device batch size of {m}, without shuffling, and rank r reads exactly shard r in order.",
                   "", "Check that it did: log each rank's ids (`cluster_curate.loader.ConsumedLog`, or the HF "
                   "callback) and run `cluster-curate verify SHARDS --log LOGDIR`.", ""]
-    traps = list(_TRAPS[tgt.name])
+    traps = list(_TRAPS[tgt.name]) + (_TRAPS.get(f"{tgt.name}-tools", []) if tools else [])
     # the chat layouts read such columns as turns, and jsonl writes them back as they were
     if json_columns and tgt.columns in ("shard", "source") and tgt.name != "jsonl":
         traps.append(", ".join(f"`{c}`" for c in json_columns) + ": JSON text, one value per row (their lists or "

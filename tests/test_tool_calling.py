@@ -279,6 +279,7 @@ def test_trl_sft_trainer_trains_on_the_exported_tool_calls(tmp_path):
     assert _cli("run", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
     r = _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    assert "`arguments | tojson` writes it as a quoted string" in (tmp_path / "trl" / "README.md").read_text()
     model_dir = build_llama(tmp_path / "model", layers=1, hidden=32)
     tok = AutoTokenizer.from_pretrained(model_dir)
     tok.chat_template = TOOLS_TEMPLATE
