@@ -21,6 +21,12 @@ Preference pairs (`--format preference`, io/formats.py): `trl` writes DPO's conv
 `rejected`, `llamafactory` a ranking dataset (`messages`: the prompt turns, `chosen`/`rejected`: one assistant turn
 each); `torchtune` and `axolotl` are refused (`PREFERENCE_TARGETS`), never written without the rejected answers.
 
+Tool calling (`chat_columns`): `trl` and `axolotl` keep an assistant turn's calls as OpenAI `tool_calls` (arguments
+as JSON text) and a tool turn's `tool_call_id` / `name`, and write the schemas as a `tools` column (TRL passes it to
+the chat template; axolotl reads it with `field_tools`); `llamafactory` writes its own function_call / observation
+turns and names `tools` in dataset_info.json; `torchtune`'s openai style has no tool calls, so its export refuses
+such rows (naming the row and the layouts that keep them) rather than dropping the calls.
+
 Pure functions of the manifest and the shards' table; `commands/export.py` reads and writes
 (docs/architecture.md, "Commands").
 """
@@ -36,11 +42,14 @@ import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
-from cluster_curate.io.formats import RecordError, resolve_fields, to_example
+from cluster_curate.io.formats import TOOL_RESULT_ROLES, RecordError, chat_messages, resolve_fields
+from cluster_curate.io.shard_writer import json_text_aligned
 from cluster_curate.loader import interleaved_order
 from cluster_curate.sharding import SHARD_COLUMNS
 
 PLAN_COLUMNS = ("id", "weight", "step")          # kept in every trainer layout, for `verify`
+# Parquet metadata of `export --for parquet`: the columns kept as JSON text (a list of names, JSON)
+JSON_COLUMNS_KEY = b"json_columns"
 
 
 @dataclass(frozen=True)
@@ -102,32 +111,45 @@ def _source_names(table: pa.Table) -> list[str]:
     return [c for c in table.column_names if c not in ("id",) + SHARD_COLUMNS]
 
 
-def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None) -> pa.Table:
-    """`messages` ([{role, content}], the response as the last assistant turn) or conversational
-    `prompt`/`completion`, from whatever record format the source rows use (detected, or `read`'s --format /
-    --prompt-field / --response-field); plus `id`, `weight`, `step`."""
+def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None, trainer: str | None = None) -> pa.Table:
+    """`messages` (the response as the last assistant turn) or conversational `prompt`/`completion`, from whatever
+    record format the source rows use (detected, or `read`'s --format / --prompt-field / --response-field); plus
+    `id`, `weight`, `step`. Turns are {role, content}; with tool calling (formats.chat_messages) also `tool_calls`
+    ([{type, function: {name, arguments: JSON text}}], `id` where given) and a tool turn's `tool_call_id` / `name`,
+    and a `tools` column: the schemas as JSON text (TRL parses it), for axolotl a list of one JSON text per tool
+    (what its chat_template strategy parses). `trainer`: llamafactory writes its function_call / observation
+    turns instead (`_llamafactory_turns`), torchtune refuses rows with tool calls (its openai style drops them)."""
     fields = resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
                             getattr(read, "response_field", None), source)
     if fields.rejected:
         return preference_columns(table, style, fields, source)
-    prompts, responses = [], []
+    chats, tools = [], []
     for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
+        where = f"{source}: row {i} (id {table.column('id')[i].as_py()})"
         try:
-            prompt, response = to_example(rec, fields)
+            messages, schemas = chat_messages(rec, fields)
         except RecordError as e:
-            raise CurateError(f"{source}: row {i} (id {table.column('id')[i].as_py()}): field {e.field}: "
-                              f"{e.reason}") from None
-        prompts.append(prompt)
-        responses.append(response)
-    turn = pa.struct([("role", pa.string()), ("content", pa.string())])
+            raise CurateError(f"{where}: field {e.field}: {e.reason}") from None
+        if trainer == "torchtune" and (schemas or any(_tool_turn(m) for m in messages)):
+            raise CurateError(f"{where}: holds tool calls or tool turns, which torchtune's openai conversation style "
+                              "does not carry (it would drop the calls); export --for trl, axolotl or llamafactory "
+                              "keeps them")
+        if trainer == "llamafactory":
+            messages = _llamafactory_turns(messages, where)
+        chats.append(messages)
+        tools.append(schemas)
+    turn = _turn_type(chats)
     if style == "messages":
-        chat = {"messages": pa.array([p + [{"role": "assistant", "content": r}] for p, r in zip(prompts, responses)],
-                                     pa.list_(turn))}
+        chat = {"messages": pa.array(chats, pa.list_(turn))}
     elif style == "prompt-completion":
-        chat = {"prompt": pa.array(prompts, pa.list_(turn)),
-                "completion": pa.array([[{"role": "assistant", "content": r}] for r in responses], pa.list_(turn))}
+        chat = {"prompt": pa.array([m[:-1] for m in chats], pa.list_(turn)),
+                "completion": pa.array([m[-1:] for m in chats], pa.list_(turn))}
     else:
         raise CurateError(f"unknown chat style {style!r}")
+    if any(tools):  # JSON text: one Arrow struct for schemas of other properties would add null keys to them
+        chat["tools"] = (pa.array([[json.dumps(t, ensure_ascii=False) for t in s] if s else None for s in tools],
+                                  pa.list_(pa.string())) if trainer == "axolotl" else
+                         pa.array([json.dumps(s, ensure_ascii=False) if s else None for s in tools], pa.string()))
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
 
 
@@ -168,6 +190,54 @@ def preference_columns(table: pa.Table, style: str, fields, source: str = "shard
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
 
 
+def _tool_turn(message: dict) -> bool:
+    return bool(message.get("tool_calls")) or message["role"] in TOOL_RESULT_ROLES
+
+
+def _turn_type(chats: list[list[dict]]) -> pa.DataType:
+    """{role, content}, plus the tool-calling keys that some turn has (a turn without one holds null there)."""
+    keys = {k for messages in chats for m in messages for k in m}
+    calls = [c for messages in chats for m in messages for c in m.get("tool_calls") or ()]
+    call = pa.struct(([("id", pa.string())] if any("id" in c for c in calls) else [])
+                     + [("type", pa.string()), ("function", pa.struct([("name", pa.string()),
+                                                                       ("arguments", pa.string())]))])
+    return pa.struct([("role", pa.string()), ("content", pa.string())]
+                     + ([("tool_calls", pa.list_(call))] if "tool_calls" in keys else [])
+                     + [(k, pa.string()) for k in ("tool_call_id", "name") if k in keys])
+
+
+def _llamafactory_turns(messages: list[dict], where: str) -> list[dict]:
+    """LLaMA-Factory's sharegpt turns (data/README.md): an assistant turn's calls become a `function_call` turn
+    whose content is the JSON of the call ({"name", "arguments"}, a list for several), a tool's result an
+    `observation` turn; several results in a row are one observation, joined as its own OpenAI converter joins
+    them. A turn with both text and calls has no such form: refused rather than losing the text."""
+    out: list[dict] = []
+    for m in messages:
+        if m.get("tool_calls"):
+            if (m.get("content") or "").strip():
+                raise CurateError(f"{where}: an assistant turn holds text and tool calls; LLaMA-Factory's function_call "
+                                  "turn holds the calls alone: export --for trl or axolotl keeps both")
+            calls = [{"name": c["function"]["name"], "arguments": _parsed(c["function"]["arguments"])}
+                     for c in m["tool_calls"]]
+            out.append({"role": "function_call",
+                        "content": json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)})
+        elif m["role"] in TOOL_RESULT_ROLES:
+            if out and out[-1]["role"] == "observation":
+                out[-1]["content"] += "\n</tool_response>\n<tool_response>\n" + (m.get("content") or "")
+            else:
+                out.append({"role": "observation", "content": m.get("content") or ""})
+        else:
+            out.append({"role": m["role"], "content": m.get("content") or ""})
+    return out
+
+
+def _parsed(arguments: str):
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+
+
 def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = None) -> pa.Table:
     """The selected rows once each (repeats of `--remainder wrap` dropped; the left-over rows of `--remainder
     drop`, read back from the data, added), in dataset order, with their original column names and nothing
@@ -177,12 +247,33 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
     renamed = {new: old for old, new in (manifest.get("renamed_source_columns") or {}).items()}
     keep = _source_names(table)
     rows = table.select(["id"] + keep).rename_columns(["id"] + [renamed.get(c, c) for c in keep])
+    json_columns = [renamed.get(c, c) for c in manifest.get("json_columns") or ()]
     if leftovers is not None and leftovers.num_rows:
+        # the leftovers' reader says which of its columns are JSON text of objects (_read_leftovers)
+        json_columns += [c for c in json.loads((leftovers.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]"))
+                         if c not in json_columns]
+        (rows, leftovers), _ = json_text_aligned([rows, leftovers], json_columns)
         rows = pa.concat_tables([rows, leftovers], promote_options="permissive")
     rows = rows.sort_by("id").drop_columns(["id"])
     if "source_id" in rows.column_names:  # the source's own `id` column (ours is the row index)
         rows = rows.rename_columns(["id" if c == "source_id" else c for c in rows.column_names])
+        json_columns = ["id" if c == "source_id" else c for c in json_columns]
+    if json_columns:  # said in the file: a reader decodes them (`export --for jsonl` writes them as they were)
+        rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}),
+                                             JSON_COLUMNS_KEY: json.dumps(json_columns).encode()})
     return rows
+
+
+def source_records(rows: pa.Table) -> list[dict]:
+    """The rows as the records they were read from: the columns kept as JSON text (`JSON_COLUMNS_KEY` in the
+    table's metadata: objects whose keys differ from row to row, lists whose items differ in type) decoded."""
+    decode = json.loads((rows.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]"))
+    records = rows.to_pylist()
+    for rec in records:
+        for c in decode:
+            if isinstance(rec.get(c), str):
+                rec[c] = json.loads(rec[c])
+    return records
 
 
 def data_file(tgt: Target) -> str:
@@ -202,15 +293,36 @@ def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "sh
     arranged = arrange(table, manifest, tgt.layout)
     if tgt.columns == "shard":
         return arranged
-    return chat_columns(arranged, tgt.columns, source, read)
+    return chat_columns(arranged, tgt.columns, source, read, tgt.name)
 
 
 # ------------------------------------------------------------------------------------ config snippets
 
-def config_files(tgt: Target, manifest: dict, data_path: str, preference: bool = False) -> dict[str, str]:
-    """File name -> text of the settings that keep the plan for `tgt` (and a README of its traps); `preference`:
-    for the DPO stage of the trainer (`trl`: DPOConfig, `llamafactory`: stage dpo, a ranking dataset)."""
+def uses_tools(rows: pa.Table | None) -> bool:
+    """Whether `chat_columns` wrote tool calling: a `tools` column, or turns with calls or tool results."""
+    if rows is None:
+        return False
+    if "tools" in rows.column_names:
+        return True
+    for name in ("messages", "prompt", "completion"):
+        column_type = rows.schema.field(name).type if name in rows.column_names else None
+        if column_type is not None and pa.types.is_list(column_type) and pa.types.is_struct(column_type.value_type):
+            turns = pc.list_flatten(rows.column(name))
+            if "tool_calls" in [f.name for f in turns.type]:
+                return True
+            roles = set(pc.unique(pc.struct_field(turns, "role")).to_pylist())
+            if roles & (TOOL_RESULT_ROLES | {"function_call"}):
+                return True
+    return False
+
+
+def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | None = None,
+                 preference: bool = False) -> dict[str, str]:
+    """File name -> text of the settings that keep the plan for `tgt` (and a README of its traps); `rows`: the
+    data file's table (tool calling needs more settings); `preference`: for the DPO stage of the trainer (`trl`:
+    DPOConfig, `llamafactory`: stage dpo, a ranking dataset)."""
     n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
+    tools = tgt.columns in ("messages", "prompt-completion") and uses_tools(rows)
     files: dict[str, str] = {}
 
     def dump(obj) -> str:
@@ -244,8 +356,9 @@ def config_files(tgt: Target, manifest: dict, data_path: str, preference: bool =
             "shuffle: False\n"
             f"batch_size: {m}\n")
     elif tgt.name == "llamafactory":
-        files[names.LLAMAFACTORY_DATASET_INFO] = dump({"cluster_curate": llamafactory_entry(Path(data_path).name,
-                                                                                          preference)})
+        files[names.LLAMAFACTORY_DATASET_INFO] = dump({"cluster_curate": llamafactory_entry(
+            Path(data_path).name, preference, tools=tools,
+            tools_column=rows is not None and "tools" in rows.column_names)})
         files[names.TRAINER_CONFIG] = (
             f"# merge into your LLaMA-Factory training YAML (stage: {'dpo' if preference else 'sft'})\n"
             f"dataset_dir: {Path(data_path).parent}\n"
@@ -263,25 +376,33 @@ def config_files(tgt: Target, manifest: dict, data_path: str, preference: bool =
             "    ds_type: parquet\n"
             "    type: chat_template\n"
             "    field_messages: messages\n"
+            + ("    field_tools: tools\n" if rows is not None and "tools" in rows.column_names else "") +
             "    message_property_mappings:\n"
             "      role: role\n"
             "      content: content\n"
+            + ("      tool_calls: tool_calls\n      tool_call_id: tool_call_id\n      name: name\n" if tools else "") +
             "    roles_to_train: [assistant]\n"
             "shuffle_merged_datasets: false\n"
             "curriculum_sampling: true\n"
             "sample_packing: false\n"
             f"micro_batch_size: {m}\n")
-    files[names.EXPORT_README] = _traps(tgt, n, m, steps, preference)
+    files[names.EXPORT_README] = _traps(tgt, n, m, steps, manifest.get("json_columns") or (), tools, preference)
     return files
 
 
-def llamafactory_entry(file_name: str, preference: bool = False) -> dict:
-    """The dataset_info.json entry for the exported `messages` column (sharegpt formatting, OpenAI tags); for
-    preference pairs a ranking dataset whose `chosen` and `rejected` columns hold one assistant turn each."""
-    columns = {"messages": "messages", **({"chosen": "chosen", "rejected": "rejected"} if preference else {})}
+def llamafactory_entry(file_name: str, preference: bool = False, tools: bool = False,
+                       tools_column: bool = False) -> dict:
+    """The dataset_info.json entry for the exported `messages` column (sharegpt formatting, OpenAI tags; with tool
+    calling its function_call / observation tags, and the `tools` column); for preference pairs a ranking dataset
+    whose `chosen` and `rejected` columns hold one assistant turn each."""
+    tags = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant",
+            "system_tag": "system"}
+    if tools:
+        tags.update(function_tag="function_call", observation_tag="observation")
+    columns = {"messages": "messages", **({"chosen": "chosen", "rejected": "rejected"} if preference else {}),
+               **({"tools": "tools"} if tools_column else {})}
     return {"file_name": file_name, "formatting": "sharegpt", **({"ranking": True} if preference else {}),
-            "columns": columns, "tags": {"role_tag": "role", "content_tag": "content", "user_tag": "user",
-                                         "assistant_tag": "assistant", "system_tag": "system"}}
+            "columns": columns, "tags": tags}
 
 
 _TRAPS = {
@@ -319,6 +440,11 @@ _TRAPS = {
                 "rows longer than `sequence_len` are dropped by default: make it longer than the longest row",
                 "axolotl has no per-example loss weight: `weight` is not applied"],
     "jsonl": ["the selected rows in their original columns, in dataset order: no plan, no weights"],
+    # with tool calling only
+    "trl-tools": ["tool calls: `tool_calls[].function.arguments` is JSON text, as OpenAI writes it (Parquet has one "
+                  "type per column, and arguments differ from call to call); TRL hands it to the chat template as "
+                  "it is, and a template that renders `arguments | tojson` writes it as a quoted string: use one "
+                  "that renders text arguments as they are (Qwen3's does)"],
     "parquet": ["the selected rows in their original columns, in dataset order: no plan, no weights"],
 }
 
@@ -338,7 +464,8 @@ _PREFERENCE_TRAPS = {
 }
 
 
-def _traps(tgt: Target, n: int, m: int, steps: int, preference: bool = False) -> str:
+def _traps(tgt: Target, n: int, m: int, steps: int, json_columns=(), tools: bool = False,
+           preference: bool = False) -> str:
     lines = [f"# `{data_file(tgt)}` for {tgt.name}", ""]
     if tgt.layout:
         how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
@@ -348,6 +475,13 @@ def _traps(tgt: Target, n: int, m: int, steps: int, preference: bool = False) ->
                   f"a per-device batch size of {m}, without shuffling, and rank r reads exactly shard r in order.",
                   "", "Check that it did: log each rank's ids (`cluster_curate.loader.ConsumedLog`, or the HF "
                   "callback) and run `cluster-curate verify SHARDS --log LOGDIR`.", ""]
-    traps = _PREFERENCE_TRAPS[tgt.name] if preference and tgt.name in _PREFERENCE_TRAPS else _TRAPS[tgt.name]
+    traps = (list(_PREFERENCE_TRAPS[tgt.name]) if preference and tgt.name in _PREFERENCE_TRAPS else
+             list(_TRAPS[tgt.name]) + (_TRAPS.get(f"{tgt.name}-tools", []) if tools else []))
+    # the chat layouts read such columns as turns, and jsonl writes them back as they were
+    if json_columns and tgt.columns in ("shard", "source") and tgt.name != "jsonl":
+        traps.append(", ".join(f"`{c}`" for c in json_columns) + ": JSON text, one value per row (their lists or "
+                     "objects differ in keys or types from row to row, which one Parquet column type cannot hold "
+                     "without adding null keys): `json.loads` them"
+                     + (" (`--for jsonl` writes them as they were)" if tgt.name == "parquet" else ""))
     lines += ["## Traps", ""] + [f"- {t}" for t in traps] + [""]
     return "\n".join(lines)

@@ -84,7 +84,7 @@ SCHEMAS = {
     "inspect": {
         "source": str, "container": str, "format": str, "fields": Map((str, None)), "rows": int, "examples": int,
         "rejected": int, "rejects": [{"id": int, "location": str, "field": (str, None), "reason": str}],
-        "duplicates": int, "duplicate_prompts": int, "with_system_prompt": int, "multi_turn": int,
+        "duplicates": int, "duplicate_prompts": int, "with_system_prompt": int, "with_tools": int, "multi_turn": int,
         "tokenizer": (str, None), "lengths": Map(_LENGTH), "fingerprint": str, "inputs?": [Map(ANY)],
         "decontamination?": [_EVAL_SET],
     },

@@ -404,15 +404,16 @@ def test_bad_inputs_raise_one_clear_line(name, opts, pattern):
 def test_a_chat_row_without_a_usable_last_turn_says_what_it_holds(tmp_path):
     """A tool-calling conversation (user, tool, assistant) and a `messages` column with ShareGPT roles (human/gpt)
     were 'no user turn right before the last assistant turn' and 'no assistant turn in the conversation', with no
-    word of what was there or of --format sharegpt, which reads the second."""
+    word of what was there or of --format sharegpt, which reads the second. (A tool's result before the answer is
+    fine now: tests/test_tool_calling.py; two assistant turns in a row are not.)"""
     p = write_jsonl(tmp_path / "chat.jsonl", [
-        {"messages": [{"role": "user", "content": "q"}, {"role": "tool", "content": "t"},
+        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "t"},
                       {"role": "assistant", "content": "a"}]},
         {"messages": [{"role": "human", "content": "q"}, {"role": "gpt", "content": "a"}]}])
     ds = open_dataset(p, SKIP)
     list(ds.iter_batches())
     assert [r.reason for r in ds.rejects] == [
-        "no user turn right before the last assistant turn (it follows a 'tool' turn)",
+        "no user or tool turn right before the last assistant turn (it follows a 'assistant' turn)",
         "missing response: no assistant turn in the conversation (roles: human, gpt; ShareGPT speakers: pass "
         "--format sharegpt --prompt-field messages)"]
     _, _, fixed = read_all(p, ReadOptions(format="sharegpt", prompt_field="messages", on_bad_row="skip"))

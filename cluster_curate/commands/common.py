@@ -124,8 +124,10 @@ def load_tokenizer(path: str):
 def token_counts(tokenizer, examples) -> tuple[list[int], list[int]]:
     """Prompt tokens (through the chat template when the tokenizer has one) and response tokens."""
     if getattr(tokenizer, "chat_template", None):
-        prompts = tokenizer.apply_chat_template([e.prompt for e in examples], tokenize=False,
-                                                add_generation_prompt=True)
+        from cluster_curate.features.models import template_refusals
+        with template_refusals(tokenizer, examples):
+            prompts = tokenizer.apply_chat_template([e.prompt for e in examples], tokenize=False,
+                                                    add_generation_prompt=True)
     else:
         prompts = ["\n\n".join(t["content"] for t in e.prompt) for e in examples]
     p = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]

@@ -49,13 +49,13 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     rows = layouts.layout_table(table, manifest, tgt, str(shards), leftovers, read)
     name = layouts.data_file(tgt)
     preference = layouts.is_preference(table, read)  # DPO pairs: the trainer's DPO stage, and no weights in trl
-    files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()), preference)
+    files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()), rows, preference)
     weighted = tgt.weights_applied and not (preference and tgt.name == "trl")
     with staged_directory(out, EXPORT) as work:
         if tgt.name == "jsonl":
             import json
             atomic_write_bytes(work / name, "".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                                    for r in rows.to_pylist()).encode())
+                                                    for r in layouts.source_records(rows)).encode())
         else:
             write_parquet_atomic(rows, work / name)
         for fname, text in files.items():
@@ -142,7 +142,14 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
         parts.append(t)
     if not parts:
         raise CurateError(f"{source}: the left-over ids {ids[:5]} are not rows of {ds.source}")
-    return pa.concat_tables(parts, promote_options="permissive")
+    import json
+
+    from cluster_curate.io.shard_writer import json_text_aligned
+    from cluster_curate.layouts import JSON_COLUMNS_KEY
+    parts, _ = json_text_aligned(parts, ds.json_columns)  # batches where a column's objects had other keys, or text
+    table = pa.concat_tables(parts, promote_options="permissive")
+    return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                          JSON_COLUMNS_KEY: json.dumps(ds.json_columns).encode()})
 
 
 def _recorded_paths(record: dict) -> list[str]:

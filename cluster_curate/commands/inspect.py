@@ -47,15 +47,18 @@ class _Counts:
         self.rejected_chars, self.rejected_tokens = [], []  # preference pairs: the rejected answers
         self.seen_examples: set[bytes] = set()
         self.seen_prompts: set[bytes] = set()
-        self.duplicates = self.duplicate_prompts = self.multi_turn = self.with_system = 0
+        self.duplicates = self.duplicate_prompts = self.multi_turn = self.with_system = self.with_tools = 0
 
     def add(self, ex) -> None:
         from cluster_curate.exact_dedup import example_key
+        from cluster_curate.io.formats import own_system_prompt
         self.prompt_chars.append(sum(len(t["content"]) for t in ex.prompt))
         self.response_chars.append(len(ex.response))
         if ex.rejected is not None:
             self.rejected_chars.append(len(ex.rejected))
-        self.with_system += any(t["role"] == "system" for t in ex.prompt)
+        # the tool schemas rendered into a system turn are no system prompt: counted apart
+        self.with_system += any(t["role"] == "system" and own_system_prompt(t).strip() for t in ex.prompt)
+        self.with_tools += any("tools" in t for t in ex.prompt)
         self.multi_turn += sum(t["role"] != "system" for t in ex.prompt) > 1
         # the copies embed leaves out: the same normalised text (NFC, runs of whitespace as one space)
         pk, ek = example_key(ex.prompt, ""), example_key(ex.prompt, ex.response, ex.rejected)
@@ -129,7 +132,8 @@ def inspect(data, **options) -> dict:
         "first_reject": str(failing[0]) if failing else None,
         "failing_rejects": len(failing),
         "duplicates": c.duplicates, "duplicate_prompts": c.duplicate_prompts,
-        "with_system_prompt": c.with_system, "multi_turn": c.multi_turn, "tokenizer": tokenizer,
+        "with_system_prompt": c.with_system, "with_tools": c.with_tools, "multi_turn": c.multi_turn,
+        "tokenizer": tokenizer,
         "lengths": lengths, "fingerprint": ds.fingerprint(),
         **({"inputs": _inputs(ds)} if isinstance(ds, Mixture) else {}),
         **({"decontamination": asks.records(opts["decontaminate"])} if evals else {}),
@@ -217,7 +221,7 @@ def render(r: dict, options: dict) -> None:
     if r["rejects_file"]:
         data_rows["rejects file"] = r["rejects_file"]
     data_rows.update({"exact duplicate examples": r["duplicates"], "duplicate prompts": r["duplicate_prompts"],
-                      "with a system prompt": r["with_system_prompt"],
+                      "with a system prompt": r["with_system_prompt"], "with tool schemas": r["with_tools"],
                       "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
     from cluster_curate.commands.select_parts import eval_set_text
     for d in r.get("decontamination", []):

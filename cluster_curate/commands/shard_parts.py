@@ -226,12 +226,21 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, f
         leftover_ids = np.sort(sel.ids[plan.leftover]).tolist()
         write_lines(work / names.LEFTOVER, leftover_ids)
         manifest = _manifest(meta, params, inputs, sel, plan, weights, tokens, figures, renamed, columns,
-                             [(f, work / f) for f in files], leftover_ids)
+                             [(f, work / f) for f in files], leftover_ids, _json_columns(ds, writer, renamed))
         write_json(work / names.MANIFEST, manifest)
     return manifest, t_assemble, t_done
 
 
-def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, renamed, columns, files, leftover_ids):
+def _json_columns(ds, writer, renamed: dict) -> list[str]:
+    """The shards' columns that hold JSON text of lists and objects (types or keys that differ from row to row):
+    `export --for jsonl` writes them back as they were."""
+    import pyarrow as pa
+    given = {renamed.get(c, c) for c in getattr(ds, "json_columns", ())} | set(writer.json_only)
+    return [f.name for f in writer.schema() if f.name in given and pa.types.is_string(f.type)]
+
+
+def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, renamed, columns, files, leftover_ids,
+              json_columns=()):
     import hashlib
 
     from cluster_curate import __version__
@@ -248,6 +257,7 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
                                                            "within", "seed")},  # how the rows were chosen
         "wrapped_rows": int(plan.wrapped.sum()), "leftover_rows": len(leftover_ids), "leftover_ids": leftover_ids,
         "leftover_file": names.LEFTOVER, "renamed_source_columns": renamed, "columns": columns,
+        **({"json_columns": list(json_columns)} if json_columns else {}),
         "files": [{"file": name, "rows": plan.rows_per_shard, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
                   for name, p in files],
         "clusters": [{"cluster": int(c), "selected": int(s), "in_data": None if nc is None else int(nc),

@@ -287,6 +287,27 @@ def _has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+@contextmanager
+def template_refusals(tokenizer, examples: list):
+    """A chat template that raises on some turns (a tool turn where it knows only user / assistant / system, a
+    system turn it does not support) becomes one line naming the tokenizer, the first such row and its roles."""
+    from jinja2 import TemplateError
+    try:
+        yield
+    except TemplateError as error:
+        where, roles = "a row", ""
+        for ex in examples:
+            try:
+                tokenizer.apply_chat_template(list(ex.prompt), tokenize=False, add_generation_prompt=True)
+            except TemplateError:
+                where, roles = f"row id {ex.id}", ", ".join(dict.fromkeys(t["role"] for t in ex.prompt))
+                break
+        name = getattr(tokenizer, "name_or_path", "") or "the tokenizer"
+        raise CurateError(f"{name}: its chat template refuses the turns of {where}"
+                          + (f" (roles {roles})" if roles else "") + f": {error}; give a tokenizer whose template "
+                          "renders them") from None
+
+
 def _render(tokenizer, prompt: list[dict], response: str) -> tuple[str, str]:
     """(prompt text, whole text); the whole text starts with the prompt text."""
     if not _has_chat_template(tokenizer):
@@ -361,7 +382,8 @@ def encode_examples(tokenizer, examples: list, max_length: int | None
         raise CurateError(f"--max-length {max_length}: must be at least 2 (one prompt and one response token)")
     if not examples:
         return [], []
-    rendered = [_render(tokenizer, list(ex.prompt), ex.response) for ex in examples]
+    with template_refusals(tokenizer, examples):
+        rendered = [_render(tokenizer, list(ex.prompt), ex.response) for ex in examples]
     splits = _split_ids(tokenizer, [p for p, _ in rendered], [f for _, f in rendered])
     plain = not _has_chat_template(tokenizer)
     bos = getattr(tokenizer, "bos_token_id", None) if plain else None

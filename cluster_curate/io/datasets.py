@@ -29,7 +29,10 @@ Details of the contract:
 - `batch.raw` columns: `id` (int64) first, then the source columns in order of appearance. A source column
   called `id` is renamed `source_id`; the keys of a JSON mapping become a column `key`. For JSON sources the
   column types are inferred per batch, so a later batch may have a wider schema (a column that was all-null, a
-  new column): combine batches with `pa.concat_tables(tables, promote_options="permissive")`.
+  new column): combine batches with `pa.concat_tables(tables, promote_options="permissive")`. A column whose
+  values mix types is text; one of lists and objects whose keys (or items' types) differ from row to row, or from
+  an earlier batch's, is JSON text from then on (`ds.json_columns`): one struct of every key would add null keys
+  to the records (shard_writer.json_text_aligned turns an earlier batch's structs into JSON text too).
 - `ds.rows` is None until a full pass has run (known at once for Parquet and HF datasets);
   `ds.num_rows()` counts them if needed. `ds.record()` counts rows and hashes the bytes of the source
   (streamed blake2b: same bytes => same fingerprint).
@@ -150,14 +153,60 @@ def _rename_id(names: list[str]) -> dict[str, str]:
     return out
 
 
+def _as_text(values: list) -> pa.Array:
+    """Values as text: strings kept, anything else as its JSON."""
+    return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values],
+                    type=pa.string())
+
+
 def _column_array(values: list) -> tuple[pa.Array, bool]:
-    """The column as Arrow, and whether its values had to become text (mixed types)."""
+    """The column as Arrow, and whether its values had to become text: mixed types, or objects whose keys differ
+    (Arrow would give them one struct of every key, null where a row lacks one: a record changed)."""
     try:
-        return pa.array(values), False
+        array = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         # mixed types in one column (e.g. a number here, a string there): keep it as JSON text
-        return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-                         for v in values], type=pa.string()), True
+        return _as_text(values), True
+    if has_struct(array.type) and _keys_differ(values, array.type):
+        return _as_text(values), True
+    return array, False
+
+
+def has_struct(t: pa.DataType) -> bool:
+    """Whether an Arrow type holds objects (a struct, at any depth of lists)."""
+    if pa.types.is_struct(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return has_struct(t.value_type)
+    return False
+
+
+def same_keys(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether two Arrow types give their objects the same keys wherever both hold objects (a null type, all
+    nulls, fits anything): permissive promotion merges two structs into one of every key, so a struct of other
+    keys is another shape of record, not a wider type."""
+    if pa.types.is_struct(a) and pa.types.is_struct(b):
+        names = [a.field(i).name for i in range(a.num_fields)]
+        return names == [b.field(i).name for i in range(b.num_fields)] and all(
+            same_keys(a.field(i).type, b.field(i).type) for i in range(a.num_fields))
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    if any(f(a) for f in lists) and any(f(b) for f in lists):
+        return same_keys(a.value_type, b.value_type)
+    return True
+
+
+def _keys_differ(values: list, t: pa.DataType) -> bool:
+    """Whether objects at the same place in these values (an object's key, a list's items) have different keys.
+    `t`: the values' Arrow type, which says where objects are: places that hold none are not walked."""
+    values = [v for v in values if v is not None]
+    if pa.types.is_struct(t):
+        keys = values[0].keys() if values else None
+        if any(v.keys() != keys for v in values):
+            return True
+        return any(_keys_differ([v.get(f.name) for v in values], f.type) for f in t if has_struct(f.type))
+    if has_struct(t):  # a list of (lists of) objects
+        return _keys_differ([x for v in values for x in v], t.value_type)
+    return False
 
 
 class Dataset:
@@ -176,11 +225,21 @@ class Dataset:
         self._key_column = "key"
         self._column_types: dict[str, pa.DataType] = {}  # JSON sources: each column's type in the batches so far
         self.text_columns: list[str] = []  # JSON columns kept as text because their values mix types
+        # ... of which those holding lists and objects (types or keys that differ from row to row): JSON text
+        # (`json_columns`, raw names), unless a row holds plain text or a number there (`_plain_columns`)
+        self._json_flagged: list[str] = []
+        self._plain_columns: set[str] = set()
         self.skip_ids: frozenset[int] = frozenset()  # rows left out of `examples` (embed: exact copies)
         with _read_errors(self.source):
             self.field_map: FieldMap = self._detect()
         self.format = self.field_map.format
         self.fields = self.field_map.as_dict()
+
+    @property
+    def json_columns(self) -> list[str]:
+        """The raw columns kept as JSON text whose every value so far is a list or an object: `export --for jsonl`
+        writes them back as they were. A column that also holds plain text is text, never decoded."""
+        return [c for c in self._json_flagged if c not in self._plain_columns]
 
     # ------------------------------------------------------------------------------------------- detection
     def _detect(self) -> FieldMap:
@@ -356,28 +415,36 @@ class Dataset:
         if keyed:
             cols[self._key_column] = pa.array([r.key for r in rows], type=pa.string())
         for name in names:
-            array, mixed = _column_array([None if r.record is None else r.record.get(name) for r in rows])
+            values = [None if r.record is None else r.record.get(name) for r in rows]
+            array, mixed = _column_array(values)
             before = self._column_types.setdefault(name, array.type)
+            nested = all(isinstance(v, (list, dict)) for v in values if v is not None)
+            if not nested:
+                self._plain_columns.add(rename[name])
+            if not mixed and nested and (rename[name] in self._json_flagged or not same_keys(before, array.type)):
+                # JSON text in an earlier batch, or objects of other keys than an earlier batch's: text here too
+                array, mixed = _as_text(values), True
             if mixed or (before != array.type and pa.types.is_string(array.type) != pa.types.is_string(before)
                          and not pa.types.is_null(before) and not pa.types.is_null(array.type)):
-                nested = all(isinstance(r.record.get(name), (list, dict)) for r in rows
-                             if r.record is not None and r.record.get(name) is not None)
-                self._mixed_column(name, nested)
+                self._mixed_column(name, nested, rename[name])
             cols[rename[name]] = array
         return pa.RecordBatch.from_pydict(cols)
 
-    def _mixed_column(self, name: str, nested: bool = False) -> None:
+    def _mixed_column(self, name: str, nested: bool = False, raw_name: str | None = None) -> None:
         """Say once that a column holds text and other values, or (`nested`) lists or objects whose items differ in
-        type: Parquet keeps one type per column, so the shards store it as text (a number 17 as '17', a list as
-        its JSON); a column that is all numbers stays numbers."""
+        type or keys: Parquet keeps one type per column, so the shards store it as text (a number 17 as '17', a
+        list as its JSON); a column that is all numbers stays numbers."""
+        if nested and (raw_name or name) not in self._json_flagged:
+            self._json_flagged.append(raw_name or name)
         if name in self.text_columns:
             return
         self.text_columns.append(name)
         from cluster_curate import console
         if nested:
-            console.warn(f"{self.source}: column {name!r} holds lists or objects whose items differ in type from row "
-                         "to row (e.g. a message `content` that is a list of parts where others are text); shards "
-                         "keep the column as JSON text: make those items one type to keep it a list")
+            console.warn(f"{self.source}: column {name!r} holds lists or objects whose items differ in type or keys "
+                         "from row to row (e.g. a message `content` that is a list of parts where others are text, "
+                         "`tool_calls` in some turns only); shards keep the column as JSON text, which `export --for "
+                         "jsonl` writes back as it was")
         else:
             console.warn(f"{self.source}: column {name!r} holds text in some rows and other values in others; "
                          "shards keep it as text (numbers and lists as their JSON text)")
@@ -385,7 +452,7 @@ class Dataset:
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
         fm = self.field_map
-        fields = [f for f in (*fm.prompt_columns, fm.response, fm.input, fm.system, fm.rejected) if f]
+        fields = [f for f in (*fm.prompt_columns, fm.response, fm.input, fm.system, fm.rejected, fm.tools) if f]
         needed = dict.fromkeys(c for f in fields for c in (f, f.split(".")[0]))  # a nested path reads its root
         for b in _rebatch(self._src.batches(batch_rows), batch_rows):
             n = b.num_rows

@@ -2,8 +2,10 @@
 
 A format maps one source record (a dict of columns) to `(prompt, response)`:
 
-    prompt    list of chat turns [{"role": "system"|"user"|"assistant"|..., "content": str}], ending with a user turn
-    response  str, non-empty (empty for questions alone: below)
+    prompt    list of chat turns [{"role": "system"|"user"|"assistant"|"tool"|..., "content": str}] holding a user
+              turn and ending with a user turn or a tool's result
+    response  str, non-empty (a tool call alone is a response: the model learns to call the tool; empty for
+              questions alone: below)
 
 Supported formats (detected from the column names, overridable with --format / --prompt-field / --response-field;
 `--prompt-field A,B` makes the prompt of several columns, joined by a blank line, e.g. PubMedQA's CONTEXTS,QUESTION;
@@ -28,6 +30,16 @@ end with a user turn (then it is all question; an empty last assistant turn is t
 `turns` column (TURNS: MT-Bench, Arena-Hard) holds the user's questions in order, each text or {content: text},
 read as consecutive user turns (each is a question of its own to decontamination), as does a `prompt` column
 that holds a list of texts and no response (HuggingFaceH4/mt_bench_prompts).
+
+Tool calling (any conversation format):
+    - an assistant turn's text is its content, then its tool calls one per line, each the JSON of {"name",
+      "arguments"} (OpenAI `tool_calls[].function`, legacy `function_call`; arguments that are JSON text are
+      parsed, so spacing does not matter); a ShareGPT `function_call` turn's value is the call text already;
+    - tool results (roles tool, function, ipython; ShareGPT observation) are context turns, and a prompt may end
+      with one;
+    - a `tools` column (a list of schemas, or its JSON text; any format, found like `system`) is rendered into the
+      system turn, as chat templates do (`_with_tools`: that turn keeps the rendered text under `tools` as well).
+    `chat_messages` gives a trainer the same example with the calls kept structured (export's chat layouts).
 
 A bad record raises `RecordError(field, reason)`; the reader turns it into an error or a reject naming file and row.
 Context turns keep their role as written (a `tool` turn stays `tool`); ShareGPT speakers are mapped to roles.
@@ -81,6 +93,7 @@ class FieldMap:
     prompt_extra: tuple[str, ...] = ()  # more prompt columns after `prompt` (--prompt-field A,B)
     prompts_only: bool = False      # questions alone: a row needs no response (the module docstring)
     rejected: str | None = None     # preference: the rejected response's column
+    tools: str | None = None        # optional column of tool schemas (any format): rendered into the system turn
 
     @property
     def prompt_columns(self) -> tuple[str, ...]:
@@ -96,6 +109,8 @@ class FieldMap:
             d["system"] = self.system
         if self.rejected:
             d["rejected"] = self.rejected
+        if self.tools:
+            d["tools"] = self.tools
         return d
 
 
@@ -210,7 +225,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         if _root_column(conv, colset) is None:
             raise CurateError(f"{source}: format {fmt} needs a conversation column {conv!r}; columns found: "
                               f"[{shown}]. Pass --prompt-field COLUMN naming the column that holds the turns")
-        return FieldMap(fmt, conv, prompts_only=prompts_only)
+        return FieldMap(fmt, conv, prompts_only=prompts_only, tools=_tools_column(colset, {conv}))
 
     prompt, *extra = prompts or [entry.value]
     if response_field:
@@ -231,7 +246,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     input_field = input_name if fmt == "alpaca" and (input_name in colset or nested_in) and input_name not in used \
         else None
     system = "system" if "system" in colset and "system" not in (*used, response) else None
-    return FieldMap(fmt, prompt, response, input_field, system, tuple(extra), prompts_only)
+    return FieldMap(fmt, prompt, response, input_field, system, tuple(extra), prompts_only=prompts_only,
+                    tools=_tools_column(colset, {*used, response, input_field, system}))
 
 
 def _preference_fields(cols: list, prompts: list, response_field: str | None, source: str, shown: str) -> FieldMap:
@@ -251,6 +267,11 @@ def _preference_fields(cols: list, prompts: list, response_field: str | None, so
         return FieldMap("preference", chosen, None, rejected="rejected")
     system = "system" if "system" in colset and "system" not in (prompt, chosen) else None
     return FieldMap("preference", prompt, chosen, system=system, rejected="rejected")
+
+
+def _tools_column(columns: set, used: set) -> str | None:
+    """The column of tool schemas, when there is one that no other field reads."""
+    return "tools" if "tools" in columns and "tools" not in used else None
 
 
 # ----------------------------------------------------------------------------------------------- records
@@ -314,11 +335,86 @@ def _content(value, field: str) -> str | None:
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                    "chatgpt": "assistant", "bard": "assistant", "bing": "assistant", "model": "assistant",
-                   "system": "system", "tool": "tool", "function": "tool", "observation": "tool",
+                   "system": "system", "tool": "tool", "function": "tool", "observation": "tool", "ipython": "tool",
                    "function_call": "assistant"}
+# Turns that hold what a tool returned: a prompt may end with one (the model answers the tool's result).
+TOOL_RESULT_ROLES = frozenset({"tool", "function", "ipython", "observation"})
 
 
-def _turns(value, field: str, fmt: str) -> list[dict]:
+def _call_arguments(value):
+    """A call's arguments: JSON text parsed (so its spacing does not matter), anything else as given."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _tool_calls(turn: dict, field: str) -> list[dict]:
+    """A turn's tool calls, each {"name", "arguments"}: OpenAI's `tool_calls[].function` and its legacy
+    `function_call`. A turn without either (or with null, as Arrow writes a key other turns have) has none."""
+    given = []
+    calls = turn.get("tool_calls")
+    if isinstance(calls, str):  # a CSV column holding JSON
+        try:
+            calls = json.loads(calls)
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{field}.tool_calls", f"tool calls are text that is not valid JSON ({e.msg})") from None
+    if calls is not None:
+        if not isinstance(calls, (list, tuple)):
+            raise RecordError(f"{field}.tool_calls", f"tool calls are {_kind(calls)}, expected a list of calls")
+        given += [(f"{field}.tool_calls[{j}]", c) for j, c in enumerate(calls)]
+    if turn.get("function_call") is not None:
+        given.append((f"{field}.function_call", turn["function_call"]))
+    out = []
+    for where, call in given:
+        if isinstance(call, dict) and "function" in call:  # OpenAI's {"id", "type": "function", "function": {...}}
+            where, call = f"{where}.function", call["function"]
+        if not isinstance(call, dict):
+            raise RecordError(where, f"tool call is {_kind(call)}, expected an object with a name and arguments")
+        if not isinstance(call.get("name"), str) or not call["name"].strip():
+            raise RecordError(where, "no name")
+        out.append({"name": call["name"], "arguments": _call_arguments(call.get("arguments"))})
+    return out
+
+
+def _call_text(calls: list[dict]) -> str:
+    """Tool calls as text, one JSON object per line: what the model learns to write, whatever the template."""
+    return "\n".join(json.dumps(c, ensure_ascii=False) for c in calls)
+
+
+def _message(turn: dict, role: str, content: str | None, field: str) -> dict:
+    """A turn as a trainer's chat template reads it (OpenAI style): role, content, and where given `tool_calls`
+    ({"type": "function", "function": {"name", "arguments"}}, arguments as JSON text: one Arrow type for every
+    row), a tool turn's `tool_call_id` and `name`. A ShareGPT function_call turn's JSON becomes its calls."""
+    message = {"role": role, "content": content}
+    calls = turn.get("tool_calls") if isinstance(turn.get("tool_calls"), (list, tuple)) else None
+    parsed = _tool_calls(turn, field)
+    if turn.get("from") == "function_call" and content:  # LLaMA-Factory: the call(s) as JSON text
+        value = _call_arguments(content)
+        items = value if isinstance(value, list) else [value]
+        if items and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in items):
+            parsed = [{"name": c["name"], "arguments": c.get("arguments")} for c in items]
+            calls, message["content"] = None, None
+    if parsed:
+        ids = [c.get("id") if isinstance(c, dict) else None for c in calls or ()]
+        message["tool_calls"] = [
+            {**({"id": ids[j]} if j < len(ids) and isinstance(ids[j], str) else {}), "type": "function",
+             "function": {"name": c["name"], "arguments": c["arguments"] if isinstance(c["arguments"], str)
+                          else json.dumps(c["arguments"], ensure_ascii=False)}}
+            for j, c in enumerate(parsed)]
+    if message["content"] is None and not parsed:
+        message["content"] = ""  # as to_example reads a null content
+    for key in ("tool_call_id", "name") if role in TOOL_RESULT_ROLES else ():
+        if isinstance(turn.get(key), str):
+            message[key] = turn[key]
+    return message
+
+
+def _parsed_turns(value, field: str, fmt: str) -> list[tuple[str, str, dict]]:
+    """(role, text, message) per turn: the text is what the pipeline reads (an assistant turn's content, then its
+    tool calls one per line), the message what a trainer gets (`_message`)."""
     if isinstance(value, str):  # e.g. a CSV column holding JSON
         try:
             value = json.loads(value)
@@ -344,13 +440,20 @@ def _turns(value, field: str, fmt: str) -> list[dict]:
                 raise RecordError(f"{field}[{i}].role", "turn has no role")
             role = _SHAREGPT_ROLES.get(role.lower(), role.lower()) if fmt == "sharegpt" else role
             content = _content(t.get("content"), f"{field}[{i}].content")
-        turns.append({"role": role, "content": "" if content is None else content})
+        calls = _call_text(_tool_calls(t, f"{field}[{i}]"))
+        text = "\n".join(x for x in (content, calls) if x)
+        turns.append((role, text, _message(t, role, content, f"{field}[{i}]")))
     return turns
+
+
+def _turns(value, field: str, fmt: str) -> list[dict]:
+    return [{"role": role, "content": text} for role, text, _ in _parsed_turns(value, field, fmt)]
 
 
 def _conversation(rec: dict, fields: FieldMap):
     conv = fields.prompt
-    return _split_turns(_turns(field_value(rec, conv), conv, fields.format), conv)
+    prompt, response = _split_turns(_turns(field_value(rec, conv), conv, fields.format), conv)
+    return _with_tools(prompt, rec, fields), response
 
 
 def _is_turn_list(value) -> bool:
@@ -369,9 +472,15 @@ def _conversational_pair(prompt, completion, fields: FieldMap):
     return _split_turns(turns, fields.prompt)
 
 
+def _last_assistant(turns: list[dict]) -> int | None:
+    return max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=None)
+
+
 def _split_turns(turns: list[dict], conv: str):
-    """(the turns before the last assistant turn, its content): the example of a conversation."""
-    last = max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=None)
+    """(the turns before the last assistant turn, its text): the example of a conversation. The prompt holds a
+    user turn and ends with one, or with a tool's result (the model answers it); the response may be a tool call
+    alone (the model learns to call the tool)."""
+    last = _last_assistant(turns)
     if last is None:
         roles = list(dict.fromkeys(t["role"] for t in turns))
         # ShareGPT speakers (human/gpt) under `role`: the sharegpt format maps them, the messages format does not
@@ -383,10 +492,63 @@ def _split_turns(turns: list[dict], conv: str):
     if not response.strip():
         raise RecordError(f"{conv}[{last}]", "empty response (the last assistant turn is empty)")
     prompt = turns[:last]
-    if not prompt or prompt[-1]["role"] != "user":
-        raise RecordError(conv, "no user turn right before the last assistant turn ("
-                          + (f"it follows a {prompt[-1]['role']!r} turn)" if prompt else "it is the first turn)"))
+    if not prompt:
+        raise RecordError(conv, "no user turn before the last assistant turn (it is the first turn)")
+    if prompt[-1]["role"] != "user" and prompt[-1]["role"] not in TOOL_RESULT_ROLES:
+        raise RecordError(conv, f"no user or tool turn right before the last assistant turn (it follows a "
+                                f"{prompt[-1]['role']!r} turn)")
+    if not any(t["role"] == "user" for t in prompt):
+        roles = ", ".join(dict.fromkeys(t["role"] for t in prompt))
+        raise RecordError(conv, f"no user turn before the last assistant turn (roles before it: {roles})")
     return prompt, response
+
+
+# ------------------------------------------------------------------------------------------------ tools
+
+def _tool_schemas(rec: dict, fields: FieldMap) -> list | None:
+    """The record's tool schemas (a list, or its JSON text, as LLaMA-Factory keeps them), None without any."""
+    value = rec.get(fields.tools) if fields.tools else None
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise RecordError(fields.tools, f"tools are text that is not valid JSON ({e.msg})") from None
+    if isinstance(value, dict):  # one schema
+        value = [value]
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise RecordError(fields.tools, f"tools are {_kind(value)}, expected a list of tool schemas")
+    return list(value) or None
+
+
+def tools_text(tools: list) -> str:
+    """Tool schemas as the system turn holds them: a chat template renders them into the system prompt, so the
+    tokens the trainer sees include them (one JSON object per line, after a heading)."""
+    return "# Tools\n\n" + "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+
+
+def _with_tools(prompt: list[dict], rec: dict, fields: FieldMap) -> list[dict]:
+    """The prompt with the record's tool schemas rendered into its system turn (after the system prompt, or in a
+    system turn of their own). That turn keeps the rendered text under `tools` too, so that what the record's
+    own system prompt says can be told from it (inspect counts system prompts)."""
+    tools = _tool_schemas(rec, fields)
+    if not tools:
+        return prompt
+    text = tools_text(tools)
+    if prompt and prompt[0]["role"] == "system":
+        own = prompt[0]["content"]
+        system = {"role": "system", "content": f"{own}\n\n{text}" if own.strip() else text, "tools": text}
+        return [system, *prompt[1:]]
+    return [{"role": "system", "content": text, "tools": text}, *prompt]
+
+
+def own_system_prompt(turn: dict) -> str:
+    """A system turn's text less the tool schemas `_with_tools` rendered into it."""
+    content, tools = turn["content"], turn.get("tools")
+    return content[: -len(tools)].rstrip("\n") if tools and content.endswith(tools) else content
 
 
 def field_value(rec: dict, field: str):
@@ -529,7 +691,8 @@ def to_example(rec: dict, fields: FieldMap):
         return _conversation(rec, fields)
     value = None if fields.response is None else field_value(rec, fields.response)
     if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
-        return _conversational_pair(field_value(rec, fields.prompt), value, fields)
+        prompt, response = _conversational_pair(field_value(rec, fields.prompt), value, fields)
+        return _with_tools(prompt, rec, fields), response
     if fields.prompts_only and value in (None, "") and fields.format == "prompt-completion" and not fields.prompt_extra:
         asked = field_value(rec, fields.prompt)
         if _is_turn_list(asked):  # TRL's conversational prompt alone
@@ -561,4 +724,29 @@ def to_example(rec: dict, fields: FieldMap):
         if system.strip():
             turns.append({"role": "system", "content": system})
     turns.append({"role": "user", "content": prompt})
-    return turns, response
+    return _with_tools(turns, rec, fields), response
+
+
+def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]:
+    """The example of `to_example` as a trainer's chat template reads it: the prompt's turns, then the response's,
+    each `_message` (OpenAI style: tool calls as `tool_calls`, a tool turn's `tool_call_id` and `name` kept), the
+    system turn the record's own (the trainer renders the tool schemas itself); and the tool schemas (None
+    without). Raises RecordError as to_example does."""
+    prompt, response = to_example(rec, fields)  # its checks
+    tools = _tool_schemas(rec, fields)
+    if FORMAT.get(fields.format).response is None:
+        parsed = _parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format)
+    else:
+        value = field_value(rec, fields.response)
+        if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
+            given = field_value(rec, fields.prompt)
+            parsed = ([("user", given, {"role": "user", "content": given})] if isinstance(given, str)
+                      else _parsed_turns(given, fields.prompt, "messages"))
+            parsed += _parsed_turns(value, fields.response, "messages")
+        else:  # one prompt text, one response text
+            own = [{"role": t["role"], "content": own_system_prompt(t) if "tools" in t else t["content"]}
+                   for t in prompt]
+            answer = {"role": "assistant", "content": response}
+            return [t for t in own if t["role"] != "system" or t["content"].strip()] + [answer], tools
+    last = _last_assistant([{"role": role} for role, _, _ in parsed])
+    return [message for _, _, message in parsed[: last + 1]], tools

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io.datasets import Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source
+from cluster_curate.io.formats import own_system_prompt
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
 INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "on_bad_row", "rename", "min_share",
@@ -308,6 +309,12 @@ class Mixture:
              local, *raw.columns[1:]],
             names=list(IDENTITY_COLUMNS) + names)
 
+    @property
+    def json_columns(self) -> list[str]:
+        """The inputs' columns kept as JSON text (io/datasets.py, Dataset.json_columns), by their names here."""
+        return list(dict.fromkeys(self._column_name(k, n) for k, ds in enumerate(self.datasets)
+                                  for n in ds.json_columns))
+
     def _column_name(self, k: int, name: str) -> str:
         return reserved_rename(self.inputs[k].rename.get(name, name))
 
@@ -404,15 +411,18 @@ def source_bounds(min_spec, max_spec, names: list[str], min_shares, max_shares,
 
 def normalised_columns(examples: list[Example]) -> dict[str, pa.Array]:
     """The trainer-facing columns of examples (in order), the same for every input format: `prompt` (the
-    last user turn), `response`, `system` (null without one) and `messages` (every prompt turn, then the
-    response as the assistant's: one chat-template input for any input format)."""
+    last user turn), `response`, `system` (null without one; tool schemas are not one) and `messages` (every prompt
+    turn, then the response as the assistant's: one chat-template input for any input format; tool calls and
+    schemas as text, as the pipeline reads them)."""
     turn = pa.struct([("role", pa.string()), ("content", pa.string())])
     prompt, system, messages = [], [], []
     for ex in examples:
         users = [t for t in ex.prompt if t.get("role") == "user"]
         prompt.append(str(users[-1].get("content") or "") if users else "")
         sys_turns = [t for t in ex.prompt if t.get("role") == "system"]
-        system.append(str(sys_turns[0].get("content") or "") if sys_turns else None)
+        # the record's own system prompt: tool schemas rendered into the system turn are none (formats._with_tools)
+        own = own_system_prompt(sys_turns[0]) if sys_turns else None
+        system.append(None if own is not None and "tools" in sys_turns[0] and not own.strip() else own)
         messages.append([{"role": str(t["role"]), "content": str(t.get("content") or "")} for t in ex.prompt]
                         + [{"role": "assistant", "content": ex.response}])
     return {"prompt": pa.array(prompt, pa.string()),

@@ -8,11 +8,14 @@ chunk's spill files, sort by position, append one row group). Peak memory is the
 possible because every row's final position is known before the data is read.
 
 JSON sources may widen their schema from batch to batch (a column all-null at first, a new column); the
-shards are written with the union of all schemas seen (`promote_options="permissive"`).
+shards are written with the union of all schemas seen (`promote_options="permissive"`), except that a column of
+objects whose keys differ between batches, or that is JSON text in some batches (the reader's: io/datasets.py),
+is JSON text throughout (`json_columns`): merging the structs would give every row every key.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -38,6 +41,8 @@ class ShardWriter:
         self._buffered = 0
         self._segments: dict[int, list[Path]] = {}
         self._schemas: dict[pa.Schema, None] = {}
+        self.json_columns: list[str] = []  # columns written as JSON text (schema())
+        self.json_only: list[str] = []
         self._spills = 0
         self.rows_added = 0
 
@@ -92,6 +97,9 @@ class ShardWriter:
             return None
         if len(tables) == 1:
             return tables[0]
+        target = self.schema()
+        if self.json_columns:  # permissive concatenation would merge structs of different keys
+            return pa.concat_tables([_conform(t, target) for t in tables])
         try:
             return pa.concat_tables(tables, promote_options="permissive")
         except (pa.ArrowTypeError, pa.ArrowInvalid):  # a column that is a number in one batch, text in another
@@ -101,18 +109,27 @@ class ShardWriter:
     def schema(self) -> pa.Schema:
         """The union of the schemas seen; a column whose type differs between batches in a way Arrow cannot
         promote (numbers in one JSON batch, text in a later one) becomes text, as within one batch (the reader
-        has warned about it)."""
+        has warned about it); one of objects that is JSON text in some batches or has other keys in others becomes
+        JSON text (`json_columns`)."""
         schemas = list(self._schemas)
-        try:
-            return pa.unify_schemas(schemas, promote_options="permissive")
-        except (pa.ArrowTypeError, pa.ArrowInvalid):
-            pass
         fields: dict[str, list[pa.Field]] = {}
         for schema in schemas:
             for f in schema:
                 fields.setdefault(f.name, []).append(f)
+        self.json_columns = [name for name, same_name in fields.items() if _json_text([f.type for f in same_name])]
+        # of those, the ones that came as lists or objects in every batch: JSON text of nothing but objects
+        self.json_only = [name for name in self.json_columns
+                          if all(_nested(f.type) or pa.types.is_null(f.type) for f in fields[name])]
+        if not self.json_columns:
+            try:
+                return pa.unify_schemas(schemas, promote_options="permissive")
+            except (pa.ArrowTypeError, pa.ArrowInvalid):
+                pass
         unified = []
         for name, same_name in fields.items():
+            if name in self.json_columns:
+                unified.append(pa.field(name, pa.string()))
+                continue
             try:
                 unified.append(pa.unify_schemas([pa.schema([f]) for f in same_name],
                                                 promote_options="permissive").field(name))
@@ -161,6 +178,45 @@ class ShardWriter:
                 writer.close()
 
 
+def _nested(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _json_text(types: list[pa.DataType]) -> bool:
+    """Whether a column of these types (one per batch) must be JSON text: lists or objects in some batches, and
+    text in others or objects of other keys."""
+    from cluster_curate.io.datasets import same_keys
+    types = [t for t in types if not pa.types.is_null(t)]
+    if not any(_nested(t) for t in types):
+        return False
+    return any(pa.types.is_string(t) for t in types) or not all(same_keys(types[0], t) for t in types[1:])
+
+
+def json_text_array(column) -> pa.Array:
+    """A column of lists or objects as JSON text, one value per row."""
+    return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in column.to_pylist()],
+                    pa.string())
+
+
+def json_text_aligned(tables: list[pa.Table], json_columns=()) -> tuple[list[pa.Table], list[str]]:
+    """Tables to concatenate, with each column that must be JSON text in all of them (`json_columns`, or lists or
+    objects in one and text or objects of other keys in another, as `schema()` decides) made JSON text in each;
+    and those columns' names."""
+    types: dict[str, list[pa.DataType]] = {}
+    for t in tables:
+        for f in t.schema:
+            types.setdefault(f.name, []).append(f.type)
+    names = [n for n, ts in types.items() if _json_text(ts) or (n in json_columns and any(map(_nested, ts)))]
+    names += [n for n in json_columns if n in types and n not in names]
+    out = []
+    for t in tables:
+        for n in names:
+            if n in t.column_names and _nested(t.schema.field(n).type):
+                t = t.set_column(t.column_names.index(n), n, json_text_array(t.column(n)))
+        out.append(t)
+    return out, names
+
+
 def _castable_to_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) \
         or pa.types.is_null(t)
@@ -172,6 +228,8 @@ def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
     for field in target:
         if field.name in table.column_names:
             col = table.column(field.name)
+            if col.type != field.type and pa.types.is_string(field.type) and _nested(col.type):
+                col = json_text_array(col)  # a JSON-text column: a batch where it came as lists or objects
             arrays.append(col if col.type == field.type else col.cast(field.type))
         else:
             arrays.append(pa.nulls(table.num_rows, field.type))

@@ -1,0 +1,491 @@
+"""Tool-calling chat data (OpenAI `tool_calls` and `tool` turns with a `tools` column, LLaMA-Factory's ShareGPT
+with function_call / observation turns) through real `cluster-curate` processes: read as examples whose text
+holds the calls and the tool schemas, bad tool rows named in one line, and the selected rows exported unchanged."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cluster_curate.io.datasets import ReadOptions, open_dataset
+from test_datasets import write_jsonl
+from test_outputs import _cli
+
+CITIES = ["Paris", "Oslo", "Lima", "Rome", "Quito", "Hanoi", "Accra", "Perth"]
+TOPICS = ["weather", "time", "population", "currency", "altitude"]
+
+
+def _schema(name: str, props: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "description": f"The {name} of a city.",
+                                             "parameters": {"type": "object", "properties": props,
+                                                            "required": list(props)}}}
+
+
+def tool_rows(n: int) -> list[dict]:
+    """OpenAI-style rows of three shapes: a call, its result and an answer (with a system prompt); a call as
+    the answer (the model learns to call: xLAM style); a plain chat without calls. The tool schemas' properties
+    and the turns' keys differ from row to row, as they do in real data."""
+    rows = []
+    for i in range(n):
+        city, topic = CITIES[i % len(CITIES)], TOPICS[(i // len(CITIES)) % len(TOPICS)]
+        name = f"get_{topic}"
+        props = {"city": {"type": "string"}} if i % 2 else {"city": {"type": "string"},
+                                                             "unit": {"type": "string", "enum": ["si", "us"]}}
+        args = {"city": city} if i % 2 else {"city": city, "unit": "si"}
+        question = f"What is the {topic} in {city}, case {i}? Please check {' and '.join(CITIES[:1 + i % 4])}."
+        shape = i % 3
+        if shape == 0:
+            messages = [{"role": "system", "content": "You can call tools."},
+                        {"role": "user", "content": question},
+                        {"role": "assistant", "content": None, "tool_calls": [
+                            {"id": f"call_{i}", "type": "function",
+                             "function": {"name": name, "arguments": json.dumps(args)}}]},
+                        {"role": "tool", "tool_call_id": f"call_{i}", "name": name,
+                         "content": json.dumps({topic: i % 30})},
+                        {"role": "assistant", "content": f"The {topic} in {city} is {i % 30}, case {i}."}]
+        elif shape == 1:
+            messages = [{"role": "user", "content": question},
+                        {"role": "assistant", "content": None, "tool_calls": [
+                            {"type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}]
+        else:
+            messages = [{"role": "user", "content": f"Tell me about {city}, case {i}."},
+                        {"role": "assistant", "content": f"{city} is a city, case {i}."},
+                        {"role": "user", "content": question},
+                        {"role": "assistant", "content": f"I do not know the {topic} of {city}."}]
+        rows.append({"messages": messages, "tools": [_schema(name, props)]})
+    return rows
+
+
+def _inspect(path, *argv) -> dict:
+    r = _cli("inspect", str(path), "--json", *argv)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_openai_tool_rows_are_read_with_their_calls_and_schemas(tmp_path):
+    """Every row was rejected ('no user turn right before the last assistant turn (it follows a 'tool' turn)',
+    or 'empty response' for a call as the answer), and a call in a context turn was dropped from the text."""
+    path = write_jsonl(tmp_path / "tools.jsonl", tool_rows(30))
+    summary = _inspect(path)
+    assert (summary["examples"], summary["rejected"]) == (30, 0)
+    assert summary["fields"]["tools"] == "tools"
+    # the rendered schemas are no system prompt of the record's own: only the 10 rows that have one count
+    assert (summary["with_system_prompt"], summary["with_tools"]) == (10, 30)
+
+    ds = open_dataset(str(path))
+    examples = [e for b in ds.iter_batches() for e in b.examples]
+    first, called = examples[0], examples[1]
+    call = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "si"}}'
+    assert [t["role"] for t in first.prompt] == ["system", "user", "assistant", "tool"]
+    assert first.prompt[2]["content"] == call              # the call in a context turn is text, not ""
+    assert first.prompt[0]["content"].startswith("You can call tools.\n\n# Tools\n\n")
+    assert '"unit": {"type": "string", "enum": ["si", "us"]}' in first.prompt[0]["content"]
+    assert first.response == "The weather in Paris is 0, case 0."
+    # a call as the response: the model learns to call the tool
+    assert called.response == '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    assert [t["role"] for t in called.prompt] == ["system", "user"]
+
+
+def test_a_calls_arguments_are_read_whatever_their_spacing(tmp_path):
+    rows = [{"messages": [{"role": "user", "content": "weather in Oslo?"},
+                          {"role": "assistant", "tool_calls": [{"type": "function", "function": {
+                              "name": "get_weather", "arguments": args}}]}]}
+            for args in ('{"city":"Oslo"}', '{ "city" :  "Oslo" }', {"city": "Oslo"}, "not json")]
+    ds = open_dataset(str(write_jsonl(tmp_path / "calls.jsonl", rows)))
+    responses = [e.response for b in ds.iter_batches() for e in b.examples]
+    same = '{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+    assert responses == [same, same, same, '{"name": "get_weather", "arguments": "not json"}']
+
+
+def test_llamafactory_sharegpt_tool_rows_are_read(tmp_path):
+    """LLaMA-Factory's ShareGPT: function_call turns hold the call's JSON, observation turns the tool's result,
+    `tools` the schemas as JSON text."""
+    rows = [{"conversations": [{"from": "human", "value": f"Weather in {c}?"},
+                               {"from": "function_call", "value": json.dumps({"name": "get_weather",
+                                                                             "arguments": {"city": c}})},
+                               {"from": "observation", "value": json.dumps({"temp": i})},
+                               {"from": "gpt", "value": f"It is {i} degrees in {c}."}],
+             "tools": json.dumps([_schema("get_weather", {"city": {"type": "string"}})])}
+            for i, c in enumerate(CITIES)]
+    path = write_jsonl(tmp_path / "lf.jsonl", rows)
+    summary = _inspect(path)
+    assert (summary["format"], summary["examples"], summary["with_tools"], summary["with_system_prompt"]) == (
+        "sharegpt", 8, 8, 0)
+    ds = open_dataset(str(path))
+    ex = next(e for b in ds.iter_batches() for e in b.examples)
+    assert [t["role"] for t in ex.prompt] == ["system", "user", "assistant", "tool"]
+    assert ex.prompt[2]["content"] == '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    assert ex.response == "It is 0 degrees in Paris."
+
+
+def test_hermes_style_sharegpt_rows_answering_a_tool_are_read(tmp_path):
+    """Hermes function-calling: calls inside the gpt turn's text, results in `tool` turns; the answer after a
+    tool's result was 'no user turn right before the last assistant turn'."""
+    rows = [{"conversations": [
+        {"from": "system", "value": "You are a function calling AI model. <tools> {\"name\": \"get_weather\"} </tools>"},
+        {"from": "human", "value": f"Weather in {c}?"},
+        {"from": "gpt", "value": f'<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "{c}"}}}}\n</tool_call>'},
+        {"from": "tool", "value": f'<tool_response>\n{{"temp": {i}}}\n</tool_response>'},
+        {"from": "gpt", "value": f"It is {i} degrees in {c}."}]} for i, c in enumerate(CITIES)]
+    summary = _inspect(write_jsonl(tmp_path / "hermes.jsonl", rows))
+    assert (summary["format"], summary["examples"], summary["rejected"], summary["with_system_prompt"]) == (
+        "sharegpt", 8, 0, 8)
+
+
+def test_bad_tool_rows_are_one_line_naming_file_line_and_field(tmp_path):
+    good = tool_rows(3)
+    cases = {
+        "no-name": ({"role": "assistant", "tool_calls": [{"type": "function", "function": {"arguments": "{}"}}]},
+                    "field 'messages[2].tool_calls[0].function': no name"),
+        "not-a-list": ({"role": "assistant", "tool_calls": {"name": "f"}},
+                       "field 'messages[2].tool_calls': tool calls are an object, expected a list of calls"),
+        "a-number": ({"role": "assistant", "tool_calls": [3]},
+                     "field 'messages[2].tool_calls[0]': tool call is a number, expected an object"),
+    }
+    for name, (turn, expected) in cases.items():
+        bad = json.loads(json.dumps(good[0]))
+        bad["messages"][2] = turn
+        path = write_jsonl(tmp_path / f"{name}.jsonl", [good[1], bad, good[2]])
+        r = _cli("embed", str(path), "--out", str(tmp_path / f"{name}.parquet"), "--features", "text")
+        assert r.returncode == 2
+        line = r.stderr.strip().splitlines()[-1]
+        assert f"{path}:2: {expected}" in line, r.stderr
+        assert "Traceback" not in r.stderr
+    bad = dict(good[0], tools=7)
+    path = write_jsonl(tmp_path / "tools.jsonl", [bad])
+    r = _cli("inspect", str(path))
+    assert r.returncode != 0
+    assert f"{path}:1: field 'tools': tools are a number, expected a list of tool schemas" in r.stderr, r.stderr
+
+
+def test_a_prompt_must_hold_a_user_turn_and_end_with_a_user_or_tool_turn(tmp_path):
+    user, tool = {"role": "user", "content": "q"}, {"role": "tool", "content": "t"}
+    answer = {"role": "assistant", "content": "a"}
+    rows = [{"messages": [user, tool, answer]},                       # fine: the model answers the tool
+            {"messages": [user, answer, answer]},                     # follows an assistant turn
+            {"messages": [{"role": "system", "content": "s"}, tool, answer]},   # no user turn at all
+            {"messages": [user, {"role": "assistant", "content": None, "tool_calls": []}]}]   # empty
+    ds = open_dataset(str(write_jsonl(tmp_path / "chat.jsonl", rows)), ReadOptions(on_bad_row="skip"))
+    examples = [e for b in ds.iter_batches() for e in b.examples]
+    assert [e.id for e in examples] == [0]
+    assert [(r.id, r.field, r.reason) for r in ds.rejects] == [
+        (1, "messages", "no user or tool turn right before the last assistant turn (it follows a 'assistant' turn)"),
+        (2, "messages", "no user turn before the last assistant turn (roles before it: system, tool)"),
+        (3, "messages[1]", "empty response (the last assistant turn is empty)")]
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def _selected_ids(selection) -> list[int]:
+    import pyarrow.parquet as pq
+    return sorted(pq.read_table(selection, columns=["id"]).column("id").to_pylist())
+
+
+def test_selected_tool_rows_are_exported_unchanged(tmp_path):
+    """`run`, then `export --for jsonl|parquet`: each record as it was read. Arrow made the turns one struct of
+    every key and the schemas one struct of every property, so a user turn came back with `"tool_calls": null`
+    and a schema of one property with `"unit": null` added; such columns are JSON text in the shards now."""
+    import pyarrow.parquet as pq
+
+    from cluster_curate.layouts import JSON_COLUMNS_KEY, source_records
+    from test_outputs import FAST
+    rows = tool_rows(90)
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    r = _cli("run", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    wanted = [rows[i] for i in _selected_ids(tmp_path / "out" / "selection.parquet")]
+    for fmt in ("jsonl", "parquet"):
+        r = _cli("export", "out/shards", "--for", fmt, "--out", f"ex-{fmt}", "-q", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    exported = _records(tmp_path / "ex-jsonl" / "selected.jsonl")
+    assert len(exported) == len(wanted) > 20
+    assert exported == wanted
+    assert [list(r) for r in exported] == [list(r) for r in wanted]  # the same keys, in order
+    table = pq.read_table(tmp_path / "ex-parquet" / "selected.parquet")
+    assert json.loads(table.schema.metadata[JSON_COLUMNS_KEY]) == ["messages", "tools"]
+    assert source_records(table) == wanted
+
+
+def test_a_column_whose_keys_change_between_batches_is_exported_unchanged(tmp_path):
+    """Plain chats first (turns of role and content, one struct; a tool of other properties), tool rows later: a
+    batch of each shape, and left-over rows read back from the data. Merging the batches' structs added null keys
+    to the plain turns. (A row without a column at all is another matter: a table gives it a null there.)"""
+    import cluster_curate as cc
+    from shard_helpers import make_selection
+    plain = [{"messages": [{"role": "user", "content": f"Say {i}."}, {"role": "assistant", "content": f"{i}."}],
+              "tools": [_schema("get_time", {"zone": {"type": "string"}})]} for i in range(40)]
+    rows = plain + tool_rows(40)
+    data = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.55, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=4,
+             batch_rows=16, remainder="drop")
+    cc.export(str(tmp_path / "shards"), trainer="jsonl", out=str(tmp_path / "ex"))
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    assert manifest["leftover_rows"] > 0 and manifest["json_columns"] == ["messages", "tools"]
+    assert _records(tmp_path / "ex" / "selected.jsonl") == [rows[i] for i in
+                                                             _selected_ids(tmp_path / "sel.parquet")]
+
+
+def test_hf_shards_of_tool_rows_load_in_datasets_and_keep_the_calls(tmp_path):
+    from datasets import Dataset
+
+    import cluster_curate as cc
+    from shard_helpers import make_selection
+    rows = tool_rows(60)
+    data = write_jsonl(tmp_path / "tools.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2)
+    cc.export(str(tmp_path / "shards"), trainer="hf", out=str(tmp_path / "hf"), world_size=2, micro_batch_size=2)
+    assert "- `messages`, `tools`: JSON text, one value per row" in (tmp_path / "hf" / "README.md").read_text()
+    ds = Dataset.from_parquet(str(tmp_path / "hf" / "train.parquet"))
+    assert len(ds) == 28  # 30 selected, 7 steps of 2 × 2
+    by_id = {r["id"]: r for r in ds}
+    for i, row in by_id.items():
+        assert json.loads(row["messages"]) == rows[i]["messages"]   # the calls and tool turns as they were
+        assert json.loads(row["tools"]) == rows[i]["tools"]
+
+
+# A chat template that renders tool schemas (into the system turn) and tool calls, as Qwen-style templates do;
+# arguments are JSON text in the export (one Arrow type for every row), rendered as they are.
+TOOLS_TEMPLATE = (  # transformers drops the newline right after a block tag: those are written {{ '\n' }}
+    "{%- if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n{% endif %}"
+    "# Tools{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}<|im_end|>\n"
+    "{%- elif messages[0].role == 'system' %}<|im_start|>system\n{{ messages[0].content }}<|im_end|>\n{% endif %}"
+    "{%- for m in messages %}{% if m.role != 'system' %}<|im_start|>{{ m.role }}{{ '\\n' }}"
+    "{%- if m.content %}{{ m.content }}{% endif %}"
+    "{%- for call in m.tool_calls or [] %}{% if not loop.first or m.content %}{{ '\\n' }}{% endif %}"
+    '<tool_call>{"name": "{{ call.function.name }}", "arguments": '
+    "{{ call.function.arguments if call.function.arguments is string else call.function.arguments | tojson }}}"
+    "</tool_call>{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.slow
+def test_trl_sft_trainer_trains_on_the_exported_tool_calls(tmp_path):
+    """`export --for trl` keeps the calls structured (`tool_calls`, a tool turn's `tool_call_id` / `name`) and the
+    schemas in a `tools` column; TRL's SFTTrainer renders them through the chat template, learns the call when it
+    is the completion, and trains."""
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from test_outputs import FAST
+    from tiny_lm import build_llama
+    rows = tool_rows(90)
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    assert _cli("run", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
+    r = _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "`arguments | tojson` writes it as a quoted string" in (tmp_path / "trl" / "README.md").read_text()
+    model_dir = build_llama(tmp_path / "model", layers=1, hidden=32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template = TOOLS_TEMPLATE
+    tok.save_pretrained(model_dir)
+
+    ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "train.parquet"), split="train",
+                               cache_dir=str(tmp_path / ".hf"))
+    by_id = {row["id"]: row for row in ds}
+    call_row = next(i for i in by_id if i % 3 == 1)          # a call as the completion
+    result_row = next(i for i in by_id if i % 3 == 0)        # call, tool result, answer
+    completion = by_id[call_row]["completion"][0]
+    assert completion["content"] is None
+    assert [c["function"] for c in completion["tool_calls"]] == [
+        {"name": rows[call_row]["messages"][1]["tool_calls"][0]["function"]["name"],
+         "arguments": rows[call_row]["messages"][1]["tool_calls"][0]["function"]["arguments"]}]
+    tool_turn = by_id[result_row]["prompt"][3]
+    assert (tool_turn["role"], tool_turn["tool_call_id"], tool_turn["name"]) == (
+        "tool", f"call_{result_row}", rows[result_row]["tools"][0]["function"]["name"])
+    assert json.loads(by_id[call_row]["tools"]) == rows[call_row]["tools"]
+
+    args = SFTConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, max_steps=2,
+                     learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1, use_cpu=True,
+                     disable_tqdm=True, dataloader_num_workers=0, seed=0, packing=False, shuffle_dataset=False,
+                     max_length=None)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=ds,
+                         processing_class=tok)
+    tokenized = {ds[i]["id"]: trainer.train_dataset[i] for i in range(len(ds))}
+
+    def learnt(i):  # the text of the tokens the loss is on
+        ex = tokenized[i]
+        return tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label != -100])
+
+    def context(i):
+        ex = tokenized[i]
+        return tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label == -100])
+
+    args_text = rows[call_row]["messages"][1]["tool_calls"][0]["function"]["arguments"]
+    assert learnt(call_row).startswith('<tool_call>{"name": "get_')
+    assert f'"arguments": {args_text}}}</tool_call>' in learnt(call_row)
+    assert "# Tools\n" in context(call_row) and '"parameters"' in context(call_row)
+    assert "<|im_start|>tool\n" in context(result_row) and "<tool_call>" in context(result_row)
+    assert learnt(result_row).startswith(rows[result_row]["messages"][-1]["content"])
+    out = trainer.train()
+    assert out.global_step == 2 and out.training_loss > 0
+
+
+def test_llamafactory_axolotl_and_torchtune_exports_of_tool_rows(tmp_path):
+    """LLaMA-Factory: its sharegpt turns (function_call holding the call's JSON, observation the tool's result,
+    alternating as its converter checks) and `tools` in dataset_info; axolotl: the calls as `tool_calls` and
+    `field_tools`; torchtune, whose openai style has no tool calls: refused in one line, not dropped."""
+    import pyarrow.parquet as pq
+
+    from test_outputs import FAST
+    rows = tool_rows(90)
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    assert _cli("run", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
+    for trainer in ("llamafactory", "axolotl"):
+        r = _cli("export", "out/shards", "--for", trainer, "--out", trainer, "-q", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+
+    lf = {r["id"]: r for r in pq.read_table(tmp_path / "llamafactory" / "train.parquet").to_pylist()}
+    result_row = next(i for i in lf if i % 3 == 0)
+    call = rows[result_row]["messages"][2]["tool_calls"][0]["function"]
+    assert lf[result_row]["messages"] == [
+        {"role": "system", "content": "You can call tools."},
+        {"role": "user", "content": rows[result_row]["messages"][1]["content"]},
+        {"role": "function_call", "content": json.dumps({"name": call["name"],
+                                                         "arguments": json.loads(call["arguments"])})},
+        {"role": "observation", "content": rows[result_row]["messages"][3]["content"]},
+        {"role": "assistant", "content": rows[result_row]["messages"][4]["content"]}]
+    for row in lf.values():  # LLaMA-Factory skips a row whose turns do not alternate
+        turns = row["messages"][1:] if row["messages"][0]["role"] == "system" else row["messages"]
+        assert all(t["role"] in (("user", "observation"), ("assistant", "function_call"))[k % 2]
+                   for k, t in enumerate(turns)) and len(turns) % 2 == 0
+        assert json.loads(row["tools"]) == rows[row["id"]]["tools"]
+    info = json.loads((tmp_path / "llamafactory" / "dataset_info.json").read_text())["cluster_curate"]
+    assert info["columns"] == {"messages": "messages", "tools": "tools"}
+    assert (info["tags"]["function_tag"], info["tags"]["observation_tag"]) == ("function_call", "observation")
+
+    ax = {r["id"]: r for r in pq.read_table(tmp_path / "axolotl" / "train.parquet").to_pylist()}
+    turn = ax[result_row]["messages"][2]
+    assert (turn["role"], turn["content"], turn["tool_calls"][0]["function"]) == ("assistant", None, call)
+    assert [json.loads(t) for t in ax[result_row]["tools"]] == rows[result_row]["tools"]
+    config = (tmp_path / "axolotl" / "config.yaml").read_text()
+    assert "    field_tools: tools\n" in config and "      tool_calls: tool_calls\n" in config
+
+    r = _cli("export", "out/shards", "--for", "torchtune", "--out", "torchtune", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "holds tool calls or tool turns, which torchtune's openai conversation style does not carry" in r.stderr
+    assert "export --for trl, axolotl or llamafactory keeps them" in r.stderr and " (id " in r.stderr
+    assert not (tmp_path / "torchtune").exists()
+
+
+def test_the_tool_schemas_are_no_part_of_a_rows_question(tmp_path):
+    """A row's question (embed's prompt keys, which `select --decontaminate` compares) sets system turns aside,
+    so the schemas rendered there with them: the same question asked with other tools is the same question. The
+    example (what exact-copy removal compares) still differs. Decontamination's n-grams leave them out too."""
+    from cluster_curate.decontamination import eval_ngrams, shares_ngram
+    from cluster_curate.exact_dedup import example_key, prompt_keys
+    base = tool_rows(2)[1]                     # a question and a call as its answer
+    other_tools = dict(base, tools=[_schema("get_time", {"zone": {"type": "string"}})])
+    no_tools = dict(base, tools=None)
+    path = write_jsonl(tmp_path / "same.jsonl", [base, other_tools, no_tools])
+    ds = open_dataset(str(path))
+    examples = [e for b in ds.iter_batches() for e in b.examples]
+    prompts = [e.prompt for e in examples]
+    assert len(set(prompt_keys(prompts).tolist())) == 1
+    assert len({example_key(e.prompt, e.response) for e in examples}) == 3
+    schema_words = [[{"role": "user", "content": "The get_weather of a city. type object properties city type "
+                                                 "string required"}]]
+    assert not shares_ngram(prompts, eval_ngrams(schema_words, 4)[0], 4).any()
+    question = [[t for t in prompts[0] if t["role"] == "user"]]
+    assert shares_ngram(prompts, eval_ngrams(question, 4)[0], 4).all()
+
+
+STRICT_TEMPLATE = ("{% for m in messages %}{% if m['role'] not in ['system', 'user', 'assistant'] %}"
+                   "{{ raise_exception('Only user, assistant and system roles are supported!') }}{% endif %}"
+                   "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                   "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.slow
+def test_a_chat_template_that_refuses_tool_turns_is_one_line(tmp_path):
+    """Token counts (inspect --tokenizer) and model features (embed --model) render the prompt through the chat
+    template; one that raises on a `tool` turn was an INTERNAL ERROR with jinja's message alone."""
+    from tiny_lm import build_llama
+    model = build_llama(tmp_path / "model", layers=1, hidden=32)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model)
+    tok.chat_template = STRICT_TEMPLATE
+    tok.save_pretrained(model)
+    path = write_jsonl(tmp_path / "tools.jsonl", tool_rows(6))
+    expected = (f"ERROR: {model}: its chat template refuses the turns of row id 0 (roles system, user, assistant, "
+                "tool): Only user, assistant and system roles are supported!; give a tokenizer whose template "
+                "renders them")
+    for argv in (["inspect", str(path), "--tokenizer", str(model)],
+                 ["embed", str(path), "--out", str(tmp_path / "e.parquet"), "--features", "hidden", "--model",
+                  str(model), "--device", "cpu"]):
+        r = _cli(*argv)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().splitlines()[-1] == expected, r.stderr
+
+
+def test_llamafactory_refuses_a_turn_of_text_and_calls(tmp_path):
+    """LLaMA-Factory's function_call turn holds the calls alone: the text beside them would be lost."""
+    import cluster_curate as cc
+    from cluster_curate.errors import CurateError
+    from shard_helpers import make_selection
+    rows = tool_rows(24)
+    for row in rows:
+        for turn in row["messages"]:
+            if turn.get("tool_calls"):
+                turn["content"] = "Let me check."
+    data = write_jsonl(tmp_path / "tools.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=2, fraction=1.0, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2)
+    with pytest.raises(CurateError, match=r"shards: row \d+ \(id \d+\): an assistant turn holds text and tool calls; "
+                                          r"LLaMA-Factory's function_call turn holds the calls alone: export --for "
+                                          r"trl or axolotl keeps both"):
+        cc.export(str(tmp_path / "shards"), trainer="llamafactory", out=str(tmp_path / "lf"))
+    cc.export(str(tmp_path / "shards"), trainer="trl", out=str(tmp_path / "trl"))   # keeps both
+    import pyarrow.parquet as pq
+    turns = [t for r in pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+             for t in r["prompt"] + r["completion"] if t["tool_calls"]]
+    assert turns and all(t["content"] == "Let me check." for t in turns)
+
+
+def test_a_column_of_text_in_some_batches_and_objects_in_others_is_not_decoded(tmp_path):
+    """A column of plain text in early rows and objects in later ones is mixed (text), not JSON: its text must come
+    back as written ("17" stays "17"), never be parsed as JSON."""
+    import cluster_curate as cc
+    from shard_helpers import make_selection
+    rows = [{"question": f"q{i} " * (i % 5 + 1), "answer": f"a{i}",
+             "meta": ("17" if i % 2 else f"note {i}") if i < 20 else {"level": i}} for i in range(40)]
+    data = write_jsonl(tmp_path / "mixed.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=2, fraction=0.55, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2,
+             batch_rows=16)
+    cc.export(str(tmp_path / "shards"), trainer="jsonl", out=str(tmp_path / "ex"))
+    exported = _records(tmp_path / "ex" / "selected.jsonl")
+    wanted = [rows[i] for i in _selected_ids(tmp_path / "sel.parquet")]
+    assert [r["meta"] for r in exported] == [w["meta"] if isinstance(w["meta"], str) else json.dumps(w["meta"])
+                                             for w in wanted]
+
+
+def test_a_mixtures_system_column_is_the_records_own_system_prompt(tmp_path):
+    """A mixture's shards add a normalised `system` column: the tool schemas rendered into the system turn were
+    counted as a system prompt, so a row without one got the schemas there. Its original columns come back as
+    they were (the messages' JSON text decoded)."""
+    import pyarrow.parquet as pq
+
+    from conftest import FIXTURES
+    from test_outputs import FAST
+    rows = tool_rows(90)
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    (tmp_path / "gsm.jsonl").write_text("".join((FIXTURES / "gsm8k" / "train-300.jsonl").read_text()
+                                                .splitlines(keepends=True)[:90]))
+    r = _cli("run", "tools.jsonl", "gsm.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    shards = [r for f in sorted((tmp_path / "out" / "shards").glob("shard-*.parquet"))
+              for r in pq.read_table(f).to_pylist() if r["source"] == "tools"]
+    assert shards
+    for row in shards:
+        own = rows[row["source_row"]]["messages"][0]
+        assert row["system"] == (own["content"] if own["role"] == "system" else None)
+    assert _cli("export", "out/shards", "--for", "jsonl", "--out", "ex", "-q", cwd=tmp_path).returncode == 0
+    exported = [r for r in _records(tmp_path / "ex" / "selected.jsonl") if r["source"] == "tools"]
+    assert exported and all((r["source_messages"], r["tools"]) == (rows[r["source_row"]]["messages"],
+                                                                    rows[r["source_row"]]["tools"]) for r in exported)
