@@ -200,8 +200,8 @@ def _keys_differ(values: list, t: pa.DataType) -> bool:
     `t`: the values' Arrow type, which says where objects are: places that hold none are not walked."""
     values = [v for v in values if v is not None]
     if pa.types.is_struct(t):
-        keys = values[0].keys() if values else None
-        if any(v.keys() != keys for v in values):
+        shapes = {tuple(v) for v in values}  # keys in order: one shape, or several orders of the same keys
+        if len(shapes) > 1 and len({frozenset(k) for k in shapes}) > 1:
             return True
         return any(_keys_differ([v.get(f.name) for v in values], f.type) for f in t if has_struct(f.type))
     if has_struct(t):  # a list of (lists of) objects

@@ -384,13 +384,13 @@ def _call_text(calls: list[dict]) -> str:
     return "\n".join(json.dumps(c, ensure_ascii=False) for c in calls)
 
 
-def _message(turn: dict, role: str, content: str | None, field: str) -> dict:
+def _message(turn: dict, role: str, content: str | None, field: str, parsed: list[dict]) -> dict:
     """A turn as a trainer's chat template reads it (OpenAI style): role, content, and where given `tool_calls`
     ({"type": "function", "function": {"name", "arguments"}}, arguments as JSON text: one Arrow type for every
-    row), a tool turn's `tool_call_id` and `name`. A ShareGPT function_call turn's JSON becomes its calls."""
+    row), a tool turn's `tool_call_id` and `name`. A ShareGPT function_call turn's JSON becomes its calls.
+    `parsed`: the turn's `_tool_calls`."""
     message = {"role": role, "content": content}
     calls = turn.get("tool_calls") if isinstance(turn.get("tool_calls"), (list, tuple)) else None
-    parsed = _tool_calls(turn, field)
     if turn.get("from") == "function_call" and content:  # LLaMA-Factory: the call(s) as JSON text
         value = _call_arguments(content)
         items = value if isinstance(value, list) else [value]
@@ -412,9 +412,10 @@ def _message(turn: dict, role: str, content: str | None, field: str) -> dict:
     return message
 
 
-def _parsed_turns(value, field: str, fmt: str) -> list[tuple[str, str, dict]]:
+def _parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tuple[str, str, dict | None]]:
     """(role, text, message) per turn: the text is what the pipeline reads (an assistant turn's content, then its
-    tool calls one per line), the message what a trainer gets (`_message`)."""
+    tool calls one per line), the message what a trainer gets (`_message`; with `messages` only, since every
+    row's reading would pay for it)."""
     if isinstance(value, str):  # e.g. a CSV column holding JSON
         try:
             value = json.loads(value)
@@ -440,9 +441,11 @@ def _parsed_turns(value, field: str, fmt: str) -> list[tuple[str, str, dict]]:
                 raise RecordError(f"{field}[{i}].role", "turn has no role")
             role = _SHAREGPT_ROLES.get(role.lower(), role.lower()) if fmt == "sharegpt" else role
             content = _content(t.get("content"), f"{field}[{i}].content")
-        calls = _call_text(_tool_calls(t, f"{field}[{i}]"))
-        text = "\n".join(x for x in (content, calls) if x)
-        turns.append((role, text, _message(t, role, content, f"{field}[{i}]")))
+        # most turns call no tool: their text is their content
+        called = t.get("tool_calls") is not None or t.get("function_call") is not None
+        parsed = _tool_calls(t, f"{field}[{i}]") if called else []
+        text = "\n".join(x for x in (content, _call_text(parsed)) if x) if parsed else content or ""
+        turns.append((role, text, _message(t, role, content, f"{field}[{i}]", parsed) if messages else None))
     return turns
 
 
@@ -735,14 +738,14 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
     prompt, response = to_example(rec, fields)  # its checks
     tools = _tool_schemas(rec, fields)
     if FORMAT.get(fields.format).response is None:
-        parsed = _parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format)
+        parsed = _parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format, messages=True)
     else:
         value = field_value(rec, fields.response)
         if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
             given = field_value(rec, fields.prompt)
             parsed = ([("user", given, {"role": "user", "content": given})] if isinstance(given, str)
-                      else _parsed_turns(given, fields.prompt, "messages"))
-            parsed += _parsed_turns(value, fields.response, "messages")
+                      else _parsed_turns(given, fields.prompt, "messages", messages=True))
+            parsed += _parsed_turns(value, fields.response, "messages", messages=True)
         else:  # one prompt text, one response text
             own = [{"role": t["role"], "content": own_system_prompt(t) if "tools" in t else t["content"]}
                    for t in prompt]
