@@ -278,3 +278,16 @@ def test_bench_decontaminate_leaves_out_every_planted_copy(tmp_path):
     assert kept["default 31%, --decontaminate --decontaminate-ngrams 13"]["reworded"] == 0
     assert {r["n"]: r["reworded"] for r in got["ngrams"]}[13] == 20
     assert got["same_rows_from_the_data"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (SHARED_DATA / "code_alpaca" / "code_alpaca_2k.json").exists(),
+                    reason="the shared real datasets are not here (bench_preference_balance pairs Code Alpaca)")
+def test_bench_preference_balance_plans_the_rejected_answers_tokens(tmp_path):
+    import bench_preference_balance
+    bench_preference_balance.main(["--rows", "400", "--num-shards", "4", "--results", str(tmp_path)])
+    got = json.loads((tmp_path / "preference_balance.json").read_text())["results"]
+    counted = got["independent / rejected counted (preference)"]
+    ignored = got["independent / rejected ignored (prompt -> chosen)"]
+    assert counted["rows"] == ignored["rows"] == 400
+    assert 1.0 <= counted["mean"] < ignored["mean"]  # the plan that counts what a DPO step reads balances it
