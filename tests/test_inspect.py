@@ -275,3 +275,22 @@ def test_a_dataset_dict_says_which_split_it_reads(cli_runner, tmp_path):
     said = f"dd: a DatasetDict of splits train, test: reading 'train' (pass {tmp_path / 'dd'}/SPLIT for another)"
     assert result.stderr.count(said) == 1, result.stderr
     assert "DatasetDict" not in run(cli_runner, tmp_path / "dd" / "test").stderr
+
+
+def test_inspect_labels_bad_rows_apart_from_a_pairs_rejected_answers(tmp_path, cli_runner):
+    """A preference file's table: the count of bad rows is not labelled 'rejected' beside the rejected answers'
+    lengths, and a row of tool schemas shows only where some row has them."""
+    pairs = tmp_path / "pairs.jsonl"
+    write_jsonl(pairs, [{"prompt": f"What is {i} + {i}?", "chosen": str(2 * i), "rejected": str(2 * i + 1)}
+                        for i in range(6)] + [{"prompt": "What is 9 + 9?", "chosen": "18", "rejected": ""}])
+    table = run(cli_runner, "--on-bad-row", "skip", pairs)
+    assert table.exit_code == 0, table.output
+    lines = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in table.stdout.splitlines()
+             if line.count("│") >= 3}
+    assert lines["bad rows"] == "1" and "rejected" not in lines and "with tool schemas" not in lines
+    assert lines["rejected chars"].split()[0] == "1"  # the rejected answers' lengths, min 1 character
+    tools = tmp_path / "tools.jsonl"
+    write_jsonl(tools, [{"instruction": "Weather in Oslo?", "output": "Cold.",
+                         "tools": [{"type": "function", "function": {"name": "weather"}}]}])
+    lines = run(cli_runner, tools).stdout
+    assert re.search(r"with tool schemas\s+│\s+1\s", lines), lines

@@ -217,11 +217,13 @@ def render(r: dict, options: dict) -> None:
     # a mixture's fields are per input (a dict of dicts): its inputs table lists them, one row each
     fields = "per input (below)" if r.get("inputs") else ", ".join(f"{k}={v}" for k, v in r["fields"].items())
     data_rows = {"source": r["source"], "container": r["container"], "format": r["format"],
-                 "fields": fields, "rows": r["rows"], "examples": r["examples"], "rejected": r["rejected"]}
+                 "fields": fields, "rows": r["rows"], "examples": r["examples"],
+                 "bad rows": r["rejected"]}  # not "rejected": a preference pair's rejected answer is another thing
     if r["rejects_file"]:
         data_rows["rejects file"] = r["rejects_file"]
     data_rows.update({"exact duplicate examples": r["duplicates"], "duplicate prompts": r["duplicate_prompts"],
-                      "with a system prompt": r["with_system_prompt"], "with tool schemas": r["with_tools"],
+                      "with a system prompt": r["with_system_prompt"],
+                      **({"with tool schemas": r["with_tools"]} if r["with_tools"] else {}),
                       "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
     from cluster_curate.commands.select_parts import eval_set_text
     for d in r.get("decontamination", []):
