@@ -516,6 +516,11 @@ def test_decontaminate_leaves_out_an_evaluation_sets_questions(tmp_path, cli_run
     asking = [{i for i, r in enumerate(pool["rows"]) if r["instruction"] in q} for q in asked]  # pool repeats some
     assert not ids & (asking[0] | asking[1]) and len(ids) == summary["budget"]["rows"]
     assert summary["rows"] == len(pool["rows"]) - len(asking[0] | asking[1])
+    shown = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "shown.parquet", "--fraction", "0.5",
+                              "--decontaminate", eval_a, "--decontaminate", eval_b]).stdout
+    left = len(asking[0] | asking[1])  # the table's rows: those left, and where the others went
+    shown = " ".join(shown.replace("│", " ").split())  # a cell's text wraps onto the lines below it
+    assert f"rows {summary['rows']} ({len(pool['rows'])} clustered, {left} left out by --decontaminate)" in shown
     sets = summary["decontaminated"]["sets"]
     assert [(s["rows"], s["questions_in_pool"]) for s in sets] == [(len(a), len(q)) for a, q in zip(asking, asked)]
     assert sets[0]["questions"] == len(asked[0] | {r["instruction"] for r in _rows(12, seed=9)})
