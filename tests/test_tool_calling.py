@@ -489,3 +489,43 @@ def test_a_mixtures_system_column_is_the_records_own_system_prompt(tmp_path):
     exported = [r for r in _records(tmp_path / "ex" / "selected.jsonl") if r["source"] == "tools"]
     assert exported and all((r["source_messages"], r["tools"]) == (rows[r["source_row"]]["messages"],
                                                                     rows[r["source_row"]]["tools"]) for r in exported)
+
+
+def test_a_sharegpt_system_column_is_the_conversations_system_prompt(tmp_path):
+    """LLaMA-Factory's sharegpt keeps the system prompt in a `system` column beside `conversations`: it was not
+    read (not in the text embedded and counted, not in the `messages` a trl export writes); a different system
+    turn in the conversation as well is one line naming the row rather than one of them dropped."""
+    import pyarrow.parquet as pq
+
+    from test_outputs import FAST
+    rows = [{"conversations": [{"from": "human", "value": f"Weather in {c}, case {i}?"},
+                               {"from": "function_call", "value": json.dumps({"name": "get_weather",
+                                                                             "arguments": {"city": c}})},
+                               {"from": "observation", "value": json.dumps({"temp": i})},
+                               {"from": "gpt", "value": f"It is {i} degrees in {c}."}],
+             "system": "Answer in one sentence." if i % 2 else "",
+             "tools": json.dumps([_schema("get_weather", {"city": {"type": "string"}})])}
+            for i, c in enumerate(CITIES * 8)]
+    write_jsonl(tmp_path / "lf.jsonl", rows)
+    summary = _inspect(tmp_path / "lf.jsonl")
+    assert (summary["fields"]["system"], summary["with_system_prompt"], summary["with_tools"]) == ("system", 32, 64)
+    ex = [e for b in open_dataset(str(tmp_path / "lf.jsonl")).iter_batches() for e in b.examples][1]
+    assert ex.prompt[0]["content"].startswith("Answer in one sentence.\n\n# Tools")
+
+    assert _cli("run", "lf.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
+    assert _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path).returncode == 0
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert {bool(rows[row["id"]]["system"]) for row in exported} == {True, False}
+    for row in exported:
+        turns = row["prompt"] + row["completion"]
+        roles = [t["role"] for t in turns]
+        if rows[row["id"]]["system"]:
+            assert (turns[0]["role"], turns[0]["content"]) == ("system", "Answer in one sentence.")
+        assert roles[-4:] == ["user", "assistant", "tool", "assistant"] and len(roles) == 4 + bool(
+            rows[row["id"]]["system"])
+
+    rows[3]["conversations"].insert(0, {"from": "system", "value": "Be terse."})
+    write_jsonl(tmp_path / "both.jsonl", rows)
+    r = _cli("inspect", "both.jsonl", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "both.jsonl:4: field 'system'" in r.stderr and "opens with a different system turn" in r.stderr

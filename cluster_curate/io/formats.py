@@ -225,7 +225,10 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         if _root_column(conv, colset) is None:
             raise CurateError(f"{source}: format {fmt} needs a conversation column {conv!r}; columns found: "
                               f"[{shown}]. Pass --prompt-field COLUMN naming the column that holds the turns")
-        return FieldMap(fmt, conv, prompts_only=prompts_only, tools=_tools_column(colset, {conv}))
+        # a `system` column beside ShareGPT turns: LLaMA-Factory's sharegpt keeps the system prompt there (a
+        # mixture's shards hold `messages` and a `system` column read from them: not read twice)
+        system = "system" if fmt == "sharegpt" and "system" in colset and conv != "system" else None
+        return FieldMap(fmt, conv, system=system, prompts_only=prompts_only, tools=_tools_column(colset, {conv}))
 
     prompt, *extra = prompts or [entry.value]
     if response_field:
@@ -453,9 +456,35 @@ def _turns(value, field: str, fmt: str) -> list[dict]:
     return [{"role": role, "content": text} for role, text, _ in _parsed_turns(value, field, fmt)]
 
 
+def _with_system_column(turns: list, rec: dict, fields: FieldMap, message=None) -> list:
+    """A conversation's turns with the record's `system` column as their first turn (when it holds text). A
+    conversation that opens with a system turn of its own keeps it; a different text in the column is an error
+    rather than one of the two dropped. `message(role, text)` makes the turn (default: {role, content})."""
+    if not fields.system:
+        return turns
+    system = _text(rec.get(fields.system), fields.system, "system prompt", required=False)
+    if not system.strip():
+        return turns
+    if turns and _role(turns[0]) == "system":
+        if _content_of(turns[0]).strip() != system.strip():
+            raise RecordError(fields.system, f"a system prompt, and {fields.prompt} opens with a different system "
+                                             "turn: which one is the record's is unclear")
+        return turns
+    return [(message or (lambda r, c: {"role": r, "content": c}))("system", system), *turns]
+
+
+def _role(turn) -> str:
+    return turn[0] if isinstance(turn, tuple) else turn["role"]
+
+
+def _content_of(turn) -> str:
+    return turn[1] if isinstance(turn, tuple) else turn["content"]
+
+
 def _conversation(rec: dict, fields: FieldMap):
     conv = fields.prompt
-    prompt, response = _split_turns(_turns(field_value(rec, conv), conv, fields.format), conv)
+    turns = _with_system_column(_turns(field_value(rec, conv), conv, fields.format), rec, fields)
+    prompt, response = _split_turns(turns, conv)
     return _with_tools(prompt, rec, fields), response
 
 
@@ -690,7 +719,7 @@ def to_example(rec: dict, fields: FieldMap):
     if FORMAT.get(fields.format).response is None:
         if fields.prompts_only:
             conv = fields.prompt
-            return _asked(_turns(field_value(rec, conv), conv, fields.format), conv)
+            return _asked(_with_system_column(_turns(field_value(rec, conv), conv, fields.format), rec, fields), conv)
         return _conversation(rec, fields)
     value = None if fields.response is None else field_value(rec, fields.response)
     if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
@@ -738,7 +767,9 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
     prompt, response = to_example(rec, fields)  # its checks
     tools = _tool_schemas(rec, fields)
     if FORMAT.get(fields.format).response is None:
-        parsed = _parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format, messages=True)
+        parsed = _with_system_column(_parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format,
+                                                   messages=True),
+                                     rec, fields, lambda r, c: (r, c, {"role": r, "content": c}))
     else:
         value = field_value(rec, fields.response)
         if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
