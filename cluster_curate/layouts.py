@@ -34,7 +34,7 @@ Pure functions of the manifest and the shards' table; `commands/export.py` reads
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -123,6 +123,10 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
                             getattr(read, "response_field", None), source)
     if fields.rejected:
         return preference_columns(table, style, fields, source)
+    if "source_row" in table.column_names and fields.prompt == "messages" and fields.tools:
+        # a mixture's shards: the normalised `messages` hold the tool schemas (and calls) as text, in the system
+        # turn; an input's `tools` column beside them would have the template render the schemas a second time
+        fields = replace(fields, tools=None)
     chats, tools = [], []
     for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
         where = f"{source}: row {i} (id {table.column('id')[i].as_py()})"

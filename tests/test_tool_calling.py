@@ -529,3 +529,24 @@ def test_a_sharegpt_system_column_is_the_conversations_system_prompt(tmp_path):
     r = _cli("inspect", "both.jsonl", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "both.jsonl:4: field 'system'" in r.stderr and "opens with a different system turn" in r.stderr
+
+
+def test_a_mixtures_trainer_export_holds_the_tool_schemas_once(tmp_path):
+    """A mixture's shards read the normalised `messages`, whose system turn holds the tool schemas as text; the
+    tool input's own `tools` column went to the trl export too, so the template rendered the schemas twice."""
+    import pyarrow.parquet as pq
+
+    from conftest import FIXTURES
+    from test_outputs import FAST
+    write_jsonl(tmp_path / "tools.jsonl", tool_rows(90))
+    (tmp_path / "gsm.jsonl").write_text("".join((FIXTURES / "gsm8k" / "train-300.jsonl").read_text()
+                                                .splitlines(keepends=True)[:90]))
+    r = _cli("run", "tools.jsonl", "gsm.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path).returncode == 0
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    with_tools = [row for row in exported if "# Tools" in row["prompt"][0]["content"]]
+    assert with_tools and len(with_tools) < len(exported)
+    for row in exported:  # each schema once: in the system turn, or in a `tools` column for the template
+        text = row["prompt"][0]["content"] + (row.get("tools") or "")
+        assert text.count('"parameters"') == (1 if row in with_tools else 0)
