@@ -550,3 +550,22 @@ def test_a_mixtures_trainer_export_holds_the_tool_schemas_once(tmp_path):
     for row in exported:  # each schema once: in the system turn, or in a `tools` column for the template
         text = row["prompt"][0]["content"] + (row.get("tools") or "")
         assert text.count('"parameters"') == (1 if row in with_tools else 0)
+
+
+def test_xlam_rows_get_a_hint_that_reads_them(tmp_path):
+    """xLAM's function-calling rows (`query`, `tools`, `answers`: the calls as JSON text) are no detected format;
+    the hint said no column looks like a response and called them questions alone. It now names the flags that
+    read them, and those read every row with its schemas."""
+    rows = [{"id": i, "query": f"Weather in {c}, case {i}?",
+             "tools": json.dumps([_schema("get_weather", {"city": {"type": "string"}})["function"]]),
+             "answers": json.dumps([{"name": "get_weather", "arguments": {"city": c}}])}
+            for i, c in enumerate(CITIES)]
+    write_jsonl(tmp_path / "xlam.jsonl", rows)
+    r = _cli("inspect", "xlam.jsonl", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "pass --prompt-field query --response-field answers" in line and "questions alone" not in line
+    for flags in (["--prompt-field", "query", "--response-field", "answers"], ["--prompt-field", "query"]):
+        summary = _inspect(tmp_path / "xlam.jsonl", *flags)
+        assert (summary["examples"], summary["rejected"], summary["with_tools"]) == (8, 0, 8)
+        assert summary["fields"] == {"prompt": "query", "response": "answers", "tools": "tools"}

@@ -119,7 +119,7 @@ FIX_HINT = ("pass --prompt-field COLUMN --response-field COLUMN (several prompt 
 
 # Column names, compared ignoring case, that a hint may suggest (the detection itself only takes the exact ones).
 _PROMPT_NAMES = ("instruction", "prompt", "question", "query", "problem", "input", "text")
-_RESPONSE_NAMES = ("output", "response", "completion", "answer", "long_answer", "solution", "target")
+_RESPONSE_NAMES = ("output", "response", "completion", "answer", "answers", "long_answer", "solution", "target")
 
 
 def _by_lower_name(columns, names, exclude=()) -> list[str]:
