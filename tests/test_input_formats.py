@@ -246,6 +246,40 @@ def test_a_preference_run_keeps_prompt_chosen_and_rejected_and_export_jsonl_give
         assert back == [r for r in rows if r in back]  # dataset order, records unchanged
 
 
+def test_a_chosen_conversation_beside_a_prompt_column_is_the_prompt_of_the_pair(tmp_path):
+    """Capybara DPO and UltraFeedback binarized keep a `prompt` column (the first question) and `chosen` /
+    `rejected` as the whole conversation: the prompt was the prompt column alone, so a multi-turn pair lost its
+    middle turns and the last answer was set against the first question (also in the trl export). The prompt is
+    now chosen's turns before its answer; a prompt column that is not its first question is a bad row."""
+    import pyarrow.parquet as pq
+    rows = []
+    for i in range(40):
+        first, again = f"What is the capital of country {i}?", f"And its population, case {i}?"
+        turns = [{"role": "user", "content": first}]
+        if i % 2:  # multi-turn (Capybara); the even rows are UltraFeedback's question and answer
+            turns += [{"role": "assistant", "content": f"It is city {i}."}, {"role": "user", "content": again}]
+        rows.append({"prompt": first, "prompt_id": str(i),
+                     "chosen": turns + [{"role": "assistant", "content": f"About {i} million, {i}."}],
+                     "rejected": turns + [{"role": "assistant", "content": "No idea."}],
+                     "score_chosen": 8.0, "score_rejected": 2.0})
+    write_jsonl(tmp_path / "pairs.jsonl", rows)
+    _ok("run", "pairs.jsonl", "--out", "out", *FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size", "2",
+        "-q", cwd=tmp_path)
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert {row["id"] % 2 for row in exported} == {0, 1}
+    for row in exported:
+        turns = rows[row["id"]]["chosen"]
+        assert [(t["role"], t["content"]) for t in row["prompt"]] == [(t["role"], t["content"]) for t in turns[:-1]]
+        assert row["chosen"][0]["content"] == turns[-1]["content"] and row["rejected"][0]["content"] == "No idea."
+
+    rows[5]["prompt"] = "Something else entirely?"
+    write_jsonl(tmp_path / "other.jsonl", rows)
+    r = _cli("inspect", "other.jsonl", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "ERROR: other.jsonl:6: field 'prompt': differs from the first user turn of chosen" in r.stderr
+
+
 def _word_tokenizer(path):
     """A real word-level tokenizer (whitespace split, no chat template), saved and loaded by path."""
     from tokenizers import Tokenizer, models, pre_tokenizers

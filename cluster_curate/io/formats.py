@@ -673,6 +673,40 @@ def _answer(value, field: str) -> str:
     return _text(value, field, "response")
 
 
+def _asking_turns(value, field: str) -> list[dict] | None:
+    """A preference answer's turns when they hold the user's turns too (the whole conversation), else None."""
+    if not (_is_turn_list(value) or (isinstance(value, str) and value.lstrip().startswith("[{"))):
+        return None
+    turns = _turns(value, field, "messages")
+    return turns if any(t["role"] == "user" for t in turns) else None
+
+
+def _whole_pair(chosen: list[dict], asked, rejected_value, fields: FieldMap, rec: dict):
+    """A pair whose `chosen` holds the whole conversation although a prompt column is given (UltraFeedback
+    binarized: the question and its answer; Capybara DPO: several turns, the prompt column the first question):
+    the prompt is chosen's turns before its last answer, not the prompt column alone (the turns between them
+    would be lost, the answer set against the wrong question). The prompt column must be its first question;
+    a rejected conversation must share its prompt."""
+    prompt, response = _split_turns(chosen, fields.response)
+    first = next(t["content"] for t in prompt if t["role"] == "user")
+    given = (next((t["content"] for t in _turns(asked, fields.prompt, "messages") if t["role"] == "user"), "")
+             if _is_turn_list(asked) else _text(asked, fields.prompt, "prompt", parts=True))
+    if " ".join(given.split()) != " ".join(first.split()):
+        raise RecordError(fields.prompt, f"differs from the first user turn of {fields.response} (which holds the "
+                                         "whole conversation): which one is the question is unclear")
+    if fields.system and prompt[0]["role"] != "system":
+        system = _text(rec.get(fields.system), fields.system, "system prompt", required=False)
+        prompt = [{"role": "system", "content": system}, *prompt] if system.strip() else prompt
+    other = _asking_turns(rejected_value, fields.rejected)
+    if other is None:
+        return prompt, response, _answer(rejected_value, fields.rejected)
+    before, rejected = _split_turns(other, fields.rejected)
+    if before != [t for t in prompt if t["role"] != "system"] and before != prompt:
+        raise RecordError(fields.rejected, f"its turns before the last assistant turn differ from "
+                                           f"{fields.response}'s (a preference pair answers one prompt)")
+    return prompt, response, rejected
+
+
 def to_preference(rec: dict, fields: FieldMap):
     """(prompt turns, chosen response, rejected response) for one preference record, or RecordError."""
     if fields.response is None:  # implicit prompt: two whole conversations that share their prompt
@@ -693,9 +727,12 @@ def to_preference(rec: dict, fields: FieldMap):
     value = field_value(rec, fields.rejected)
     if value is None or (isinstance(value, (str, list, tuple)) and not value):
         raise RecordError(fields.rejected, "missing rejected response")
+    raw = field_value(rec, fields.prompt)
+    whole = _asking_turns(field_value(rec, fields.response), fields.response)
+    if whole is not None:  # chosen is the whole conversation beside its prompt column (UltraFeedback, Capybara)
+        return _whole_pair(whole, raw, value, fields, rec)
     rejected = _answer(value, fields.rejected)
     response = _answer(field_value(rec, fields.response), fields.response)
-    raw = field_value(rec, fields.prompt)
     if _is_turn_list(raw):
         prompt = _turns(raw, fields.prompt, "messages")
         if not prompt or prompt[-1]["role"] != "user":
