@@ -569,3 +569,16 @@ def test_xlam_rows_get_a_hint_that_reads_them(tmp_path):
         summary = _inspect(tmp_path / "xlam.jsonl", *flags)
         assert (summary["examples"], summary["rejected"], summary["with_tools"]) == (8, 0, 8)
         assert summary["fields"] == {"prompt": "query", "response": "answers", "tools": "tools"}
+
+
+def test_an_evaluation_chat_awaiting_the_answer_to_a_tools_result_is_all_question(tmp_path):
+    """A --decontaminate set of tool-calling chats that end with the tool's result (awaiting the assistant's
+    answer) was read as its turns before the call: the user's turn alone, which no training row whose prompt goes
+    on to the call and its result asks, so none of its copies in the pool were found."""
+    rows = tool_rows(30)
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    asked = [i for i in range(30) if i % 3 == 0]  # the rows with a call, its result and an answer
+    evals = [{"messages": [t for t in rows[i]["messages"][:-1] if t["role"] != "system"]} for i in asked]
+    write_jsonl(tmp_path / "eval.jsonl", evals)
+    (record,) = _inspect(tmp_path / "tools.jsonl", "--decontaminate", str(tmp_path / "eval.jsonl"))["decontamination"]
+    assert (record["questions"], record["questions_in_pool"], record["ids"]) == (10, 10, asked)

@@ -645,10 +645,12 @@ def _question_list(value, field: str) -> list[dict]:
 
 def _asked(turns: list[dict], conv: str):
     """Questions alone: (the question a conversation asks, no response). All of it when it ends with a user turn
-    (an evaluation set's chat awaiting its answer; an empty last assistant turn is that slot), else its prompt as
-    an example's (the turns before the last assistant turn)."""
+    or a tool's result (an evaluation set's chat awaiting its answer; an empty last assistant turn is that slot),
+    else its prompt as an example's (the turns before the last assistant turn)."""
     if turns and turns[-1]["role"] == "assistant" and not turns[-1]["content"].strip():
         turns = turns[:-1]
+    if turns and turns[-1]["role"] in TOOL_RESULT_ROLES and any(t["role"] == "user" for t in turns):
+        return turns, ""  # awaiting the answer to a tool's result: all of it is the question, as a prompt may end
     if not turns or turns[-1]["role"] != "user":
         if not any(t["role"] == "user" for t in turns):
             roles = ", ".join(dict.fromkeys(t["role"] for t in turns))
