@@ -24,7 +24,9 @@ BOILERPLATE_SHARE, BOILERPLATE_MIN = 0.01, 5
 
 
 def _words(prompt: list[dict]) -> list[str]:
-    return [w for turn in prompt if turn.get("role") != "system" for w in _WORD.findall(turn["content"].lower())]
+    """The words of the user's turns (not a system prompt, nor an assistant's turn, a tool call or a tool's
+    result: what a row asks)."""
+    return [w for turn in prompt if turn.get("role") == "user" for w in _WORD.findall(turn["content"].lower())]
 
 
 def _ngrams(words: list[str], n: int) -> set[str]:

@@ -582,3 +582,18 @@ def test_an_evaluation_chat_awaiting_the_answer_to_a_tools_result_is_all_questio
     write_jsonl(tmp_path / "eval.jsonl", evals)
     (record,) = _inspect(tmp_path / "tools.jsonl", "--decontaminate", str(tmp_path / "eval.jsonl"))["decontamination"]
     assert (record["questions"], record["questions_in_pool"], record["ids"]) == (10, 10, asked)
+
+
+def test_decontamination_ngrams_read_the_users_turns_alone(tmp_path):
+    """--decontaminate-ngrams reads the user's turns (README, decontamination.py), but read every turn but the
+    system's: a tool's result (or a call) that shared a run of words with an evaluation question left out a row
+    that does not ask it."""
+    passage = "the quick brown fox jumps over the lazy dog near the old river bank at dawn"
+    rows = tool_rows(30)
+    rows[0]["messages"][3]["content"] = json.dumps({"snippet": passage})        # a tool's result quotes it
+    rows[2]["messages"][2]["content"] = f"Tell me: {passage}, case 2."          # a user asks it
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    write_jsonl(tmp_path / "eval.jsonl", [{"prompt": f"Summarise: {passage}."}])
+    (record,) = _inspect(tmp_path / "tools.jsonl", "--decontaminate", str(tmp_path / "eval.jsonl"),
+                         "--decontaminate-ngrams", "8")["decontamination"]
+    assert (record["copies"], record["ngram_rows"], record["ids"]) == (0, 1, [2])
