@@ -280,6 +280,28 @@ def test_a_chosen_conversation_beside_a_prompt_column_is_the_prompt_of_the_pair(
     assert "ERROR: other.jsonl:6: field 'prompt': differs from the first user turn of chosen" in r.stderr
 
 
+def test_a_column_read_as_both_question_and_answer_is_refused_in_one_line(tmp_path):
+    """Anthropic HH's pairs (plain-text chosen / rejected transcripts, no prompt column) are refused with a hint
+    to pass --prompt-field COLUMN; `--prompt-field chosen` was then taken: every transcript became both the
+    prompt and its own answer, with no word. So was `--prompt-field question --response-field question`."""
+    rows = [{"chosen": f"\n\nHuman: What is {i} + {i}?\n\nAssistant: {2 * i}.",
+             "rejected": f"\n\nHuman: What is {i} + {i}?\n\nAssistant: I do not know."} for i in range(20)]
+    write_jsonl(tmp_path / "hh.jsonl", rows)
+    shutil.copy(GSM, tmp_path / "gsm.jsonl")
+    cases = [(["hh.jsonl", "--prompt-field", "chosen"], "hh.jsonl: --prompt-field 'chosen' is the chosen answer's "
+                                                         "column: its answer would be part of its own question"),
+             (["hh.jsonl", "--format", "preference", "--prompt-field", "rejected"], "is the rejected answer's column"),
+             (["gsm.jsonl", "--prompt-field", "question", "--response-field", "question"],
+              "gsm.jsonl: --response-field 'question' is a --prompt-field column too"),
+             (["gsm.jsonl", "--prompt-field", "question,answer", "--response-field", "answer"],
+              "--response-field 'answer' is a --prompt-field column too")]
+    for argv, message in cases:
+        r = _cli("inspect", *argv, cwd=tmp_path)
+        assert r.returncode == 2, (argv, r.stdout)
+        (line,) = r.stderr.strip().splitlines()
+        assert line.startswith("ERROR: ") and message in line and "Traceback" not in r.stderr
+
+
 def _word_tokenizer(path):
     """A real word-level tokenizer (whitespace split, no chat template), saved and loaded by path."""
     from tokenizers import Tokenizer, models, pre_tokenizers

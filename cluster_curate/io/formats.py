@@ -230,6 +230,9 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         system = "system" if fmt == "sharegpt" and "system" in colset and conv != "system" else None
         return FieldMap(fmt, conv, system=system, prompts_only=prompts_only, tools=_tools_column(colset, {conv}))
 
+    if response_field and response_field in prompts:
+        raise CurateError(f"{source}: --response-field {response_field!r} is a --prompt-field column too: the "
+                          "answer would be part of its own question; name the columns of each")
     prompt, *extra = prompts or [entry.value]
     if response_field:
         response = response_field
@@ -266,6 +269,10 @@ def _preference_fields(cols: list, prompts: list, response_field: str | None, so
     if len(prompts) > 1:
         raise CurateError(f"--prompt-field {','.join(prompts)}: format preference reads its prompt from one column")
     prompt = prompts[0] if prompts else ("prompt" if "prompt" in colset else None)
+    if prompt in (chosen, "rejected"):
+        raise CurateError(f"{source}: --prompt-field {prompt!r} is the {'chosen' if prompt == chosen else 'rejected'}"
+                          " answer's column: its answer would be part of its own question; name a column of the "
+                          "prompt alone, or give chosen and rejected as lists of chat turns (TRL's implicit prompt)")
     if prompt is None:  # the implicit prompt: chosen is the conversation, as `messages` is read
         return FieldMap("preference", chosen, None, rejected="rejected")
     system = "system" if "system" in colset and "system" not in (prompt, chosen) else None
