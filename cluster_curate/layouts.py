@@ -171,15 +171,18 @@ def preference_columns(table: pa.Table, style: str, fields, source: str = "shard
     `chosen`, `rejected`, each answer one assistant turn) or as LLaMA-Factory's ranking datasets do (style
     `messages`: `messages` the prompt turns, `chosen` and `rejected` one assistant turn each); plus `id`, `weight`,
     `step`."""
-    from cluster_curate.io.formats import to_preference
-    prompts, chosen, rejected = [], [], []
+    from cluster_curate.io.formats import own_system_prompt, to_preference, tool_schemas
+    prompts, chosen, rejected, tools = [], [], [], []
     for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
         try:
             prompt, good, bad = to_preference(rec, fields)
+            tools.append(tool_schemas(rec, fields))
         except RecordError as e:
             raise CurateError(f"{source}: row {i} (id {table.column('id')[i].as_py()}): field {e.field}: "
                               f"{e.reason}") from None
-        prompts.append(prompt)
+        # the record's own system prompt: its tool schemas go in `tools`, for the template to render
+        own = [{"role": t["role"], "content": own_system_prompt(t) if "tools" in t else t["content"]} for t in prompt]
+        prompts.append([t for t in own if t["role"] != "system" or t["content"].strip()])
         chosen.append({"role": "assistant", "content": good})
         rejected.append({"role": "assistant", "content": bad})
     turn = pa.struct([("role", pa.string()), ("content", pa.string())])
@@ -191,6 +194,8 @@ def preference_columns(table: pa.Table, style: str, fields, source: str = "shard
                 "rejected": pa.array(rejected, turn)}
     else:
         raise CurateError(f"unknown chat style {style!r}")
+    if any(tools):  # JSON text, as chat_columns writes it (TRL's DPOTrainer parses it)
+        chat["tools"] = pa.array([json.dumps(t, ensure_ascii=False) if t else None for t in tools], pa.string())
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
 
 

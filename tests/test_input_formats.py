@@ -302,6 +302,38 @@ def test_a_column_read_as_both_question_and_answer_is_refused_in_one_line(tmp_pa
         assert line.startswith("ERROR: ") and message in line and "Traceback" not in r.stderr
 
 
+def test_preference_pairs_keep_their_tool_schemas(tmp_path):
+    """Tool-calling DPO pairs keep their schemas in a `tools` column, which TRL's DPOTrainer renders through the
+    chat template: it was not read (not in the embedded and counted text, inspect's with_tools 0) and the trl and
+    llamafactory exports left it out without a word."""
+    import pyarrow.parquet as pq
+    schemas = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    asked = [[{"role": "user", "content": f"What is the weather in city {i}?"}] for i in range(40)]
+    forms = {"explicit": [{"prompt": p, "chosen": [{"role": "assistant", "content": f"Calling it for {i}."}],
+                           "rejected": [{"role": "assistant", "content": "No."}], "tools": json.dumps(schemas)}
+                          for i, p in enumerate(asked)],
+             "implicit": [{"chosen": p + [{"role": "assistant", "content": f"Calling it for {i}."}],
+                           "rejected": p + [{"role": "assistant", "content": "No."}], "tools": json.dumps(schemas)}
+                          for i, p in enumerate(asked)]}
+    for form, rows in forms.items():
+        write_jsonl(tmp_path / f"{form}.jsonl", rows)
+        summary = json.loads(_ok("inspect", f"{form}.jsonl", "--json", cwd=tmp_path).stdout)
+        assert (summary["fields"]["tools"], summary["with_tools"], summary["with_system_prompt"]) == ("tools", 40, 0)
+        _ok("run", f"{form}.jsonl", "--out", form, *FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size",
+            "2", "-q", cwd=tmp_path)
+        for trainer, prompt_column in (("trl", "prompt"), ("llamafactory", "messages")):
+            _ok("export", f"{form}/shards", "--for", trainer, "--out", f"{form}-{trainer}", "-q", cwd=tmp_path)
+            exported = pq.read_table(tmp_path / f"{form}-{trainer}" / "train.parquet").to_pylist()
+            assert len(exported) == 20
+            for row in exported:  # the schemas once, for the template; the prompt as it was
+                assert json.loads(row["tools"]) == schemas
+                assert [(t["role"], t["content"]) for t in row[prompt_column]] == [
+                    ("user", asked[row["id"]][0]["content"])]
+        info = json.loads((tmp_path / f"{form}-llamafactory" / "dataset_info.json").read_text())["cluster_curate"]
+        assert info["columns"]["tools"] == "tools"
+
+
 def _word_tokenizer(path):
     """A real word-level tokenizer (whitespace split, no chat template), saved and loaded by path."""
     from tokenizers import Tokenizer, models, pre_tokenizers

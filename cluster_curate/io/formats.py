@@ -274,9 +274,11 @@ def _preference_fields(cols: list, prompts: list, response_field: str | None, so
                           " answer's column: its answer would be part of its own question; name a column of the "
                           "prompt alone, or give chosen and rejected as lists of chat turns (TRL's implicit prompt)")
     if prompt is None:  # the implicit prompt: chosen is the conversation, as `messages` is read
-        return FieldMap("preference", chosen, None, rejected="rejected")
+        return FieldMap("preference", chosen, None, rejected="rejected",
+                        tools=_tools_column(colset, {chosen, "rejected"}))
     system = "system" if "system" in colset and "system" not in (prompt, chosen) else None
-    return FieldMap("preference", prompt, chosen, system=system, rejected="rejected")
+    return FieldMap("preference", prompt, chosen, system=system, rejected="rejected",
+                    tools=_tools_column(colset, {prompt, chosen, "rejected", system}))
 
 
 def _tools_column(columns: set, used: set) -> str | None:
@@ -544,7 +546,7 @@ def _split_turns(turns: list[dict], conv: str):
 
 # ------------------------------------------------------------------------------------------------ tools
 
-def _tool_schemas(rec: dict, fields: FieldMap) -> list | None:
+def tool_schemas(rec: dict, fields: FieldMap) -> list | None:
     """The record's tool schemas (a list, or its JSON text, as LLaMA-Factory keeps them), None without any."""
     value = rec.get(fields.tools) if fields.tools else None
     if isinstance(value, str):
@@ -573,7 +575,7 @@ def _with_tools(prompt: list[dict], rec: dict, fields: FieldMap) -> list[dict]:
     """The prompt with the record's tool schemas rendered into its system turn (after the system prompt, or in a
     system turn of their own). That turn keeps the rendered text under `tools` too, so that what the record's
     own system prompt says can be told from it (inspect counts system prompts)."""
-    tools = _tool_schemas(rec, fields)
+    tools = tool_schemas(rec, fields)
     if not tools:
         return prompt
     text = tools_text(tools)
@@ -717,14 +719,21 @@ def _whole_pair(chosen: list[dict], asked, rejected_value, fields: FieldMap, rec
 
 
 def to_preference(rec: dict, fields: FieldMap):
-    """(prompt turns, chosen response, rejected response) for one preference record, or RecordError."""
+    """(prompt turns, chosen response, rejected response) for one preference record, or RecordError. The
+    record's tool schemas (a `tools` column, as TRL's DPOTrainer reads it) are rendered into the prompt's system
+    turn, as `to_example` renders them."""
+    prompt, chosen, rejected = _preference_pair(rec, fields)
+    return _with_tools(prompt, rec, fields), chosen, rejected
+
+
+def _preference_pair(rec: dict, fields: FieldMap):
     if fields.response is None:  # implicit prompt: two whole conversations that share their prompt
         chosen = field_value(rec, fields.prompt)
         if isinstance(chosen, str) and not chosen.lstrip().startswith("["):
             raise RecordError(fields.prompt, "plain text with no prompt column to answer: add a `prompt` column "
                                              "(or pass --prompt-field COLUMN), or give chosen and rejected as lists "
                                              "of chat turns")
-        prompt, response = _conversation(rec, fields)
+        prompt, response = _split_turns(_turns(chosen, fields.prompt, fields.format), fields.prompt)
         value = field_value(rec, fields.rejected)
         if value is None or (isinstance(value, (str, list, tuple)) and not value):
             raise RecordError(fields.rejected, "missing rejected response")
@@ -811,7 +820,7 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
     system turn the record's own (the trainer renders the tool schemas itself); and the tool schemas (None
     without). Raises RecordError as to_example does."""
     prompt, response = to_example(rec, fields)  # its checks
-    tools = _tool_schemas(rec, fields)
+    tools = tool_schemas(rec, fields)
     if FORMAT.get(fields.format).response is None:
         parsed = _with_system_column(_parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format,
                                                    messages=True),
