@@ -574,10 +574,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     q = sel.quotas[sel.sizes > 0]
     budget = {"mode": mode, "value": value, "rows": None if sel.requested is None else int(sel.requested)}
     summary = {
-        "out": out, "rows": Shown(n, f"{n:,}" + (f" ({n + left:,} clustered, {left:,} left out by --decontaminate)"
-                                              if (left := (x.get("decontaminated") or {}).get("rows_left_out"))
-                                              else "")),
-        "clusters": c.k,
+        "out": out, "rows": n, "clusters": c.k,
         "budget": Shown(budget, f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else "")),
         "selected": chosen, "kept": Shown(round(chosen / n, 4), label=P.kept_label(x.get("decontaminated"))),
         "exact_duplicates_left_out": Shown((c.meta.params.get("exact_duplicates") or {}).get("dropped"),
@@ -592,11 +589,12 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     }
     if x.get("auto"):
         summary["within_auto"] = Shown(x["auto"], hidden=True)  # shown in the `within` line
+    left = (x.get("decontaminated") or {}).get("rows_left_out")
     if mode == "per-cluster-ratio":
         m, r = int(sel.available[sel.available > 0].min()), o["per_cluster_ratio"]
         summary["rule"] = (f"floor({r} x smallest cluster {m}) = {counted(int(q.max()), 'row')} per "
-                           f"cluster: {chosen / n:.1%} of the {'rows --decontaminate left' if left else 'data'} (below {r:g}: clusters are larger than the "
-                           "smallest)")
+                           f"cluster: {chosen / n:.1%} of the {'rows --decontaminate left' if left else 'data'} "
+                           f"(below {r:g}: clusters are larger than the smallest)")
     else:
         summary["balance_power"] = o["balance_power"]
         if c.kinds is not None:
@@ -651,6 +649,10 @@ def _summary_limit():
 def render(result, options: dict) -> None:
     from cluster_curate import console
     summary, rows = result
+    decontaminated = getattr(summary.get("decontaminated"), "value", None) or {}
+    if left := decontaminated.get("rows_left_out"):  # where the other rows went
+        n = summary["rows"]
+        summary = {**summary, "rows": f"{n:,} ({n + left:,} clustered, {left:,} left out by --decontaminate)"}
     shown = [dict(r, kept=f"{r['kept']:.1%}" if isinstance(r["kept"], float) else "-" if r["kept"] is None
                   else r["kept"]) if "kept" in r else r for r in rows]
     console.summary(f"select → {summary['out']}", summary, shown)
