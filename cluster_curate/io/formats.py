@@ -424,19 +424,26 @@ def _message(turn: dict, role: str, content: str | None, field: str, parsed: lis
     return message
 
 
+def _listed(value, field: str, what: str, items: str, all_text: bool = False) -> list:
+    """A list, or its JSON text (a CSV column holding JSON; `all_text`: any text is read as JSON, else text that
+    opens a list); a RecordError naming `what` when it is missing, not valid JSON or no list (of `items`)."""
+    if isinstance(value, str) and (all_text or value.lstrip().startswith("[")):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise RecordError(field, f"{what} is text that is not valid JSON ({e.msg})") from None
+    if value is None:
+        raise RecordError(field, f"missing {what}")
+    if not isinstance(value, (list, tuple)):
+        raise RecordError(field, f"{what} is {_kind(value)}, expected a list of {items}")
+    return value
+
+
 def _parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tuple[str, str, dict | None]]:
     """(role, text, message) per turn: the text is what the pipeline reads (an assistant turn's content, then its
     tool calls one per line), the message what a trainer gets (`_message`; with `messages` only, since every
     row's reading would pay for it)."""
-    if isinstance(value, str):  # e.g. a CSV column holding JSON
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise RecordError(field, f"conversation is text that is not valid JSON ({e.msg})") from None
-    if value is None:
-        raise RecordError(field, "missing conversation")
-    if not isinstance(value, (list, tuple)):
-        raise RecordError(field, f"conversation is a {type(value).__name__}, expected a list of turns")
+    value = _listed(value, field, "conversation", "turns", all_text=True)
     turns = []
     for i, t in enumerate(value):
         if not isinstance(t, dict):
@@ -629,15 +636,7 @@ def field_value(rec: dict, field: str):
 
 def _question_list(value, field: str) -> list[dict]:
     """A `turns` column (TURNS): the user's questions in order, each text or {content: text}, as user turns."""
-    if isinstance(value, str) and value.lstrip().startswith("["):  # a CSV column holding JSON
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise RecordError(field, f"turns is text that is not valid JSON ({e.msg})") from None
-    if value is None:
-        raise RecordError(field, "missing turns (the questions)")
-    if not isinstance(value, (list, tuple)):
-        raise RecordError(field, f"turns is {_kind(value)}, expected a list of questions")
+    value = _listed(value, field, "turns", "questions")
     if not value:
         raise RecordError(field, "no question (the list of turns is empty)")
     turns = []
