@@ -33,7 +33,7 @@ DEFAULT_FEATURES = "text"
 DEFAULT_TEXT_DIM = 256
 # The version of the embed stage's algorithms (every feature kind, the text basis, the proxy): part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
-ALGORITHM_VERSION = 2  # 2: tool-calling chats read (calls in the text, tool turns, a `tools` column's schemas)
+ALGORITHM_VERSION = 2  # 2: tool-calling chats read (calls, tool turns, `tools` schemas); ShareGPT's `system` column
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
 # version bump: the features are the same, and embeddings written without these columns stay valid (those
