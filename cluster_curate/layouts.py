@@ -171,7 +171,7 @@ def preference_columns(table: pa.Table, style: str, fields, source: str = "shard
     `chosen`, `rejected`, each answer one assistant turn) or as LLaMA-Factory's ranking datasets do (style
     `messages`: `messages` the prompt turns, `chosen` and `rejected` one assistant turn each); plus `id`, `weight`,
     `step`."""
-    from cluster_curate.io.formats import own_system_prompt, to_preference, tool_schemas
+    from cluster_curate.io.formats import to_preference, tool_schemas, without_tool_schemas
     prompts, chosen, rejected, tools = [], [], [], []
     for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
         try:
@@ -180,9 +180,7 @@ def preference_columns(table: pa.Table, style: str, fields, source: str = "shard
         except RecordError as e:
             raise CurateError(f"{source}: row {i} (id {table.column('id')[i].as_py()}): field {e.field}: "
                               f"{e.reason}") from None
-        # the record's own system prompt: its tool schemas go in `tools`, for the template to render
-        own = [{"role": t["role"], "content": own_system_prompt(t) if "tools" in t else t["content"]} for t in prompt]
-        prompts.append([t for t in own if t["role"] != "system" or t["content"].strip()])
+        prompts.append(without_tool_schemas(prompt))  # the schemas go in `tools`, for the template to render
         chosen.append({"role": "assistant", "content": good})
         rejected.append({"role": "assistant", "content": bad})
     turn = pa.struct([("role", pa.string()), ("content", pa.string())])

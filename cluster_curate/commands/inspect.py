@@ -95,6 +95,7 @@ def inspect(data, **options) -> dict:
     policies = [inp.options.on_bad_row for inp in ds.inputs] if isinstance(ds, Mixture) else [read.on_bad_row]
     for d in members:
         d.opts = dataclasses.replace(d.opts, on_bad_row="skip")
+    from cluster_curate.features.text import rejected_counts
     c = _Counts()
     asks = _Asks(evals, opts["decontaminate_ngrams"])
     with console.progress("inspect", total=ds.rows) as bar:
@@ -107,7 +108,6 @@ def inspect(data, **options) -> dict:
                 p, r = token_counts(tok, batch.examples)
                 c.prompt_tokens += p
                 c.response_tokens += r
-                from cluster_curate.features.text import rejected_counts
                 rejected = rejected_counts(tok, batch.examples)
                 if rejected is not None:
                     c.rejected_tokens += rejected.tolist()

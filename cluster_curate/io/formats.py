@@ -599,6 +599,14 @@ def own_system_prompt(turn: dict) -> str:
     return content[: -len(tools)].rstrip("\n") if tools and content.endswith(tools) else content
 
 
+def without_tool_schemas(prompt: list[dict]) -> list[dict]:
+    """The prompt's {role, content} turns with the record's own system prompt, the tool schemas `_with_tools`
+    rendered into it taken out (a trainer renders them from a `tools` column), and a system turn that held
+    nothing else dropped."""
+    own = [{"role": t["role"], "content": own_system_prompt(t) if "tools" in t else t["content"]} for t in prompt]
+    return [t for t in own if t["role"] != "system" or t["content"].strip()]
+
+
 def field_value(rec: dict, field: str):
     """The value of `field` in a record: its key of that name when it has one (a key may hold a dot), else the
     dotted path into nested objects and lists (`data.question`, `conversations.0.value`: a step that is a whole
@@ -725,6 +733,14 @@ def to_preference(rec: dict, fields: FieldMap):
     return _with_tools(prompt, rec, fields), chosen, rejected
 
 
+def _rejected_value(rec: dict, fields: FieldMap):
+    """A preference record's rejected answer as given (text or turns); missing or empty is a RecordError."""
+    value = field_value(rec, fields.rejected)
+    if value is None or (isinstance(value, (str, list, tuple)) and not value):
+        raise RecordError(fields.rejected, "missing rejected response")
+    return value
+
+
 def _preference_pair(rec: dict, fields: FieldMap):
     if fields.response is None:  # implicit prompt: two whole conversations that share their prompt
         chosen = field_value(rec, fields.prompt)
@@ -733,17 +749,13 @@ def _preference_pair(rec: dict, fields: FieldMap):
                                              "(or pass --prompt-field COLUMN), or give chosen and rejected as lists "
                                              "of chat turns")
         prompt, response = _split_turns(_turns(chosen, fields.prompt, fields.format), fields.prompt)
-        value = field_value(rec, fields.rejected)
-        if value is None or (isinstance(value, (str, list, tuple)) and not value):
-            raise RecordError(fields.rejected, "missing rejected response")
+        value = _rejected_value(rec, fields)
         other, rejected = _split_turns(_turns(value, fields.rejected, "messages"), fields.rejected)
         if other != prompt:
             raise RecordError(fields.rejected, "its turns before the last assistant turn differ from chosen's (a "
                                                "preference pair answers one prompt)")
         return prompt, response, rejected
-    value = field_value(rec, fields.rejected)
-    if value is None or (isinstance(value, (str, list, tuple)) and not value):
-        raise RecordError(fields.rejected, "missing rejected response")
+    value = _rejected_value(rec, fields)
     raw = field_value(rec, fields.prompt)
     whole = _asking_turns(field_value(rec, fields.response), fields.response)
     if whole is not None:  # chosen is the whole conversation beside its prompt column (UltraFeedback, Capybara)
@@ -832,9 +844,6 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
                       else _parsed_turns(given, fields.prompt, "messages", messages=True))
             parsed += _parsed_turns(value, fields.response, "messages", messages=True)
         else:  # one prompt text, one response text
-            own = [{"role": t["role"], "content": own_system_prompt(t) if "tools" in t else t["content"]}
-                   for t in prompt]
-            answer = {"role": "assistant", "content": response}
-            return [t for t in own if t["role"] != "system" or t["content"].strip()] + [answer], tools
+            return without_tool_schemas(prompt) + [{"role": "assistant", "content": response}], tools
     last = _last_assistant([{"role": role} for role, _, _ in parsed])
     return [message for _, _, message in parsed[: last + 1]], tools
