@@ -111,6 +111,13 @@ def _source_names(table: pa.Table) -> list[str]:
     return [c for c in table.column_names if c not in ("id",) + SHARD_COLUMNS]
 
 
+def _record_fields(table: pa.Table, read=None, source: str = "shards"):
+    """The record format's fields of the shards' source rows: `read`'s --format / --prompt-field /
+    --response-field, else detected."""
+    return resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
+                          getattr(read, "response_field", None), source)
+
+
 def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None, trainer: str | None = None) -> pa.Table:
     """`messages` (the response as the last assistant turn) or conversational `prompt`/`completion`, from whatever
     record format the source rows use (detected, or `read`'s --format / --prompt-field / --response-field); plus
@@ -119,8 +126,7 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
     and a `tools` column: the schemas as JSON text (TRL parses it), for axolotl a list of one JSON text per tool
     (what its chat_template strategy parses). `trainer`: llamafactory writes its function_call / observation
     turns instead (`_llamafactory_turns`), torchtune refuses rows with tool calls (its openai style drops them)."""
-    fields = resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
-                            getattr(read, "response_field", None), source)
+    fields = _record_fields(table, read, source)
     if fields.rejected:
         return preference_columns(table, style, fields, source)
     if "source_row" in table.column_names and fields.prompt == "messages" and fields.tools:
@@ -160,8 +166,7 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
 def is_preference(table: pa.Table, read=None) -> bool:
     """Whether the shards' rows are preference pairs (read as `read` says, else detected)."""
     try:
-        return resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
-                              getattr(read, "response_field", None)).rejected is not None
+        return _record_fields(table, read).rejected is not None
     except CurateError:
         return False
 

@@ -103,7 +103,6 @@ class ShardWriter:
         try:
             return pa.concat_tables(tables, promote_options="permissive")
         except (pa.ArrowTypeError, pa.ArrowInvalid):  # a column that is a number in one batch, text in another
-            target = self.schema()
             return pa.concat_tables([_conform(t, target) for t in tables])
 
     def schema(self) -> pa.Schema:
