@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cluster_curate.decontamination import BOILERPLATE_MIN, eval_ngrams, shares_ngram
 
 
@@ -197,3 +199,55 @@ def test_a_row_without_a_question_is_a_bad_row_naming_file_line_and_field(tmp_pa
         assert str(e.value).startswith(f"{path}:2: {message}") and "\n" not in str(e.value), str(e.value)
         ds = open_dataset(path, ReadOptions(prompts_only=True, on_bad_row="skip"))
         assert sum(len(b.examples) for b in ds.iter_batches()) == 1 and [r.id for r in ds.rejects] == [1]
+
+
+# ------------------------------------------------------------------------------------ select, end to end
+
+def _cli_json(cli_runner, args):
+    import json
+
+    from cluster_curate.cli import main
+    res = cli_runner.invoke(main, [*map(str, args), "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def _without_columns(path, columns):
+    """The embeddings as embed wrote them before it kept `columns`."""
+    import pyarrow.parquet as pq
+    t = pq.read_table(path)
+    pq.write_table(t.drop(columns).replace_schema_metadata(t.schema.metadata), path)
+
+
+def test_decontaminate_ngrams_reads_the_pool_once_for_its_questions_and_its_words(tmp_path, cli_runner,
+                                                                                   monkeypatch):
+    """Embeddings without the rows' prompt keys and --decontaminate-ngrams: the keys and the word n-grams come from
+    one pass over the pool's data (it took two), and leave out the rows they did with the keys embed kept."""
+    import json
+
+    from cluster_curate.io.datasets import Dataset
+    from conftest import FIXTURES
+    data = FIXTURES / "chat" / "messages-300.jsonl"
+    rows = [json.loads(line)["messages"] for line in data.read_text().splitlines()]
+    single = [[t["content"] for t in r if t["role"] == "user"] for r in rows]
+    single = [turns[0] for turns in single if len(turns) == 1]
+    evals = _write_jsonl(tmp_path / "gsm8k_test.jsonl", [{"question": q, "answer": "#### 0"} for q in single[:3]] + [
+        {"question": f"Read this carefully. {single[3]} Explain each step.", "answer": "#### 0"}])
+    emb, clusters = tmp_path / "emb.parquet", tmp_path / "clusters.parquet"
+    _cli_json(cli_runner, ["embed", data, "--out", emb, "--dim", "16"])
+    _cli_json(cli_runner, ["cluster", emb, "--out", clusters, "--k", "4"])
+    select = ["select", clusters, "--fraction", "0.5", "--within", "random", "--decontaminate", evals,
+              "--decontaminate-ngrams", "13"]
+    kept = _cli_json(cli_runner, [*select, "--out", tmp_path / "kept.parquet"])["decontaminated"]
+    assert kept["sets"][0]["copies"] >= 3 and kept["sets"][0]["ngram_rows"] >= 1
+    _without_columns(emb, ["prompt_key"])
+    passes, read = [], Dataset.iter_batches
+
+    def counting(self, *args, **kwargs):  # the reader itself, its passes over the pool counted
+        if self.source == str(data):
+            passes.append(self.source)
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Dataset, "iter_batches", counting)
+    assert _cli_json(cli_runner, [*select, "--out", tmp_path / "read.parquet"])["decontaminated"] == kept
+    assert len(passes) == 1

@@ -166,22 +166,34 @@ def _each_turn(prompts: list) -> list:
 def _pool_questions(o: dict, clusters: str, c, emb_path, why: str):
     """The prompt keys of the clusters' rows (aligned with c.ids): those the embeddings keep, else from one pass
     over the pool's raw data (`why`: what needs them, for the error when it cannot be read)."""
-    import numpy as np
-
-    from cluster_curate.commands.common import examples_of_ids
-    from cluster_curate.exact_dedup import prompt_keys
     kept = None if emb_path is None else _kept_prompt_keys(emb_path, c.ids)
     if kept is not None:
         return kept
-    ds = open_clusters_data(o, clusters, c, why, hint=None if o.get("data") else
-                            f"{why} reads the rows' prompts, which these embeddings do not keep")
+    return _read_pool(o, clusters, c, why, f"{why} reads the rows' prompts, which these embeddings do not keep")[0]
+
+
+def _read_pool(o: dict, clusters: str, c, why: str, hint: str, grams: list = (), n: int | None = None):
+    """One pass over the pool's raw data: the prompt keys of the clusters' rows (aligned with c.ids) and, per EVAL
+    set's word n-grams in `grams`, per row, whether its prompt shares one (`why`, `hint`: for the error when the
+    data cannot be read)."""
+    import numpy as np
+
+    from cluster_curate.commands.common import examples_of_ids
+    from cluster_curate.decontamination import shares_ngram
+    from cluster_curate.exact_dedup import prompt_keys
+    ds = open_clusters_data(o, clusters, c, why, hint=None if o.get("data") else hint)
     keys = np.zeros(len(c.ids), dtype=np.int64)
+    hits = np.zeros((len(grams), len(c.ids)), dtype=bool)
     found = np.zeros(len(c.ids), dtype=bool)
-    for pos, chosen in examples_of_ids(ds, c.ids, "select: the rows' questions"):
-        keys[pos] = prompt_keys([e.prompt for e in chosen])
+    label = f"select: the rows' questions{f' and their {n}-word runs' if grams else ''}"
+    for pos, chosen in examples_of_ids(ds, c.ids, label):
+        prompts = [e.prompt for e in chosen]
+        keys[pos] = prompt_keys(prompts)
+        for i, g in enumerate(grams):
+            hits[i, pos] = shares_ngram(prompts, g, n)
         found[pos] = True
     check_every_id_read(ds, c.ids, found)
-    return keys
+    return keys, hits
 
 
 COPY_IDS_LISTED = 20
@@ -201,9 +213,12 @@ def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
     if not o["decontaminate"]:
         return c, None
     n = o["decontaminate_ngrams"]
-    pool = _pool_questions(o, clusters, c, x["emb_path"], "--decontaminate")
     grams = [eval_ngrams(prompts, n) for _, _, prompts in evals] if n else []
-    near = _ngram_hits(o, clusters, c, [g for g, _ in grams], n) if n else None
+    if n:  # the n-grams are in the rows' prompts: the one pass over them gives their questions too
+        pool, near = _read_pool(o, clusters, c, "--decontaminate-ngrams",
+                                "--decontaminate-ngrams reads the rows' prompts", [g for g, _ in grams], n)
+    else:
+        pool, near = _pool_questions(o, clusters, c, x["emb_path"], "--decontaminate"), None
     keep, sets = np.ones(len(c.ids), dtype=bool), []
     for i, (path, (asked, fingerprint, _)) in enumerate(zip(o["decontaminate"], evals)):
         hit, record = set_record(path, fingerprint, asked, pool, c.ids, near[i] if n else None, n,
@@ -225,26 +240,6 @@ def nothing_left(paths, rows: int) -> CurateError:
     """The error when --decontaminate leaves out every row (select, and run's preflight before the first stage)."""
     return CurateError(f"--decontaminate {' '.join(map(str, paths))}: every one of the {counted(rows, 'row')} asks "
                        "a question of it; nothing is left to select")
-
-
-def _ngram_hits(o: dict, clusters: str, c, grams: list, n: int):
-    """Per EVAL set, per clusters' row: whether its prompt shares a word n-gram with the set's (one pass over
-    the pool's raw data)."""
-    import numpy as np
-
-    from cluster_curate.commands.common import examples_of_ids
-    from cluster_curate.decontamination import shares_ngram
-    ds = open_clusters_data(o, clusters, c, "--decontaminate-ngrams",
-                            hint=None if o.get("data") else "--decontaminate-ngrams reads the rows' prompts")
-    hits = np.zeros((len(grams), len(c.ids)), dtype=bool)
-    found = np.zeros(len(c.ids), dtype=bool)
-    for pos, chosen in examples_of_ids(ds, c.ids, f"select: EVAL's {n}-word runs in the rows"):
-        prompts = [e.prompt for e in chosen]
-        for i, g in enumerate(grams):
-            hits[i, pos] = shares_ngram(prompts, g, n)
-        found[pos] = True
-    check_every_id_read(ds, c.ids, found)
-    return hits
 
 
 def kept_label(decontaminated: dict | None) -> str:
