@@ -53,6 +53,22 @@ def prompt_keys(prompts: list[list[dict]]) -> np.ndarray:
     return np.frombuffer(digests, dtype="<i8").astype(np.int64) if prompts else np.zeros(0, np.int64)
 
 
+def user_turn_keys(prompts: list[list[dict]]) -> list[list[int] | None]:
+    """Per prompt, the prompt_keys of each of its user turns alone, where it holds more than that one turn (system
+    turns aside: a multi-turn chat, a tool call and its result): an evaluation question a chat asks in its first
+    turn, then goes on from, is still asked (`select --decontaminate`). None for a prompt of one user turn, whose
+    prompt key is that turn's (most rows: embed keeps nothing more for them)."""
+    users = [_user_turns(p) for p in prompts]
+    keys = iter(prompt_keys([turn for turns in users if turns for turn in turns]).tolist())
+    return [None if turns is None else [next(keys) for _ in turns] for turns in users]
+
+
+def _user_turns(prompt: list[dict]) -> list[list[dict]] | None:
+    """A prompt's user turns, each a prompt by itself, where it holds other turns than one user turn (system aside)."""
+    turns = [t for t in prompt if t["role"] != "system"]
+    return ([[t] for t in turns if t["role"] == "user"] or None) if len(turns) > 1 else None
+
+
 def first_of_each(ids: np.ndarray, keys) -> tuple[np.ndarray, np.ndarray]:
     """keep[i]: row i is the lowest id among the rows with its key; copy_of[i]: that lowest id (= ids[i] when
     kept). `keys`: a sequence of bytes, or an [n, KEY_BYTES] uint8 array. Order of the rows does not matter."""

@@ -251,3 +251,78 @@ def test_decontaminate_ngrams_reads_the_pool_once_for_its_questions_and_its_word
     monkeypatch.setattr(Dataset, "iter_batches", counting)
     assert _cli_json(cli_runner, [*select, "--out", tmp_path / "read.parquet"])["decontaminated"] == kept
     assert len(passes) == 1
+
+
+# ------------------------------------------------------------------- multi-turn pool rows, end to end
+
+def _chat_pool(name):
+    """A bundled chat fixture (OpenAI messages or ShareGPT, 100 of its 300 chats of two user turns, their questions
+    GSM8K's and Code Alpaca's) and each row's user turns, whitespace aside."""
+    import json
+
+    from conftest import FIXTURES
+    path = FIXTURES / "chat" / name
+    if name.endswith(".jsonl"):
+        turns = [[t["content"] for t in json.loads(line)["messages"] if t["role"] == "user"]
+                 for line in path.read_text().splitlines()]
+    else:
+        turns = [[t["value"] for t in r["conversations"] if t["from"] == "human"] for r in json.loads(path.read_text())]
+    return path, [[" ".join(t.split()) for t in row] for row in turns]
+
+
+def _gsm8k_eval(tmp_path, turns):
+    """A GSM8K-shaped evaluation set (`question`, `answer`): the first question of five two-turn chats, the second
+    of two, the only one of three single-turn rows (one respaced), and four the pool does not ask."""
+    two = [row for row in turns if len(row) == 2]
+    one = [row[0] for row in turns if len(row) == 1]
+    questions = [row[0] for row in two[:5]] + [row[1] for row in two[5:7]] + one[:2] + ["  " + one[2] + "\n"] + [
+        "A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts in total does it take?",
+        "Josh decides to try flipping a house. He buys a house for $80,000 and then puts in $50,000 in repairs. "
+        "This increased the value of the house by 150%. How much profit did he make?",
+        "James decides to run 3 sprints 3 times a week. He runs 60 meters each sprint. How many total meters does "
+        "he run a week?",
+        "Toulouse has twice as many sheep as Charleston. Charleston has 4 times as many sheep as Seattle. How many "
+        "sheep do Toulouse, Charleston, and Seattle have together if Seattle has 20 sheep?"]
+    path = _write_jsonl(tmp_path / "gsm8k_test.jsonl", [{"question": q, "answer": "#### 0"} for q in questions])
+    asked = {" ".join(q.split()) for q in questions}
+    return path, asked, sorted(i for i, row in enumerate(turns) if asked & set(row))
+
+
+@pytest.mark.parametrize("name", ["messages-300.jsonl", "sharegpt-300.json"])
+def test_decontaminate_finds_a_question_in_any_user_turn_of_a_chat(tmp_path, cli_runner, name):
+    """A pool chat that opens with an evaluation question and goes on (or asks it in a later turn) asks it: select
+    --decontaminate leaves it out, as it does a row that asks it alone, and says so; inspect counts it, run's
+    preflight and --target's check of the target's questions find it, and embeddings written before embed kept
+    the user turns' keys give the same rows by reading the data."""
+    import pyarrow.parquet as pq
+
+    from cluster_curate.cli import main
+    data, turns = _chat_pool(name)
+    evals, asked, asking = _gsm8k_eval(tmp_path, turns)
+    assert sum(len(turns[i]) == 2 for i in asking) == 7  # rows whose whole prompt is no question of the set
+    emb, clusters = tmp_path / "emb.parquet", tmp_path / "clusters.parquet"
+    _cli_json(cli_runner, ["embed", data, "--out", emb, "--dim", "16"])
+    _cli_json(cli_runner, ["cluster", emb, "--out", clusters, "--k", "4"])
+    select = ["select", clusters, "--fraction", "0.5", "--decontaminate", evals]
+    summary = _cli_json(cli_runner, [*select, "--out", tmp_path / "s.parquet"])
+    (record,) = summary["decontaminated"]["sets"]
+    assert summary["decontaminated"]["rows_left_out"] == record["rows"] == len(asking)
+    assert sorted(record["ids"]) == asking and record["questions_in_pool"] == len(asked) - 4
+    assert summary["rows"] == len(turns) - len(asking)
+    chosen = pq.read_table(tmp_path / "s.parquet", columns=["id"]).column("id").to_pylist()
+    assert len(chosen) == summary["selected"] and not set(chosen) & set(asking)
+    shown = " ".join(cli_runner.invoke(main, [*map(str, select), "--out", tmp_path / "t.parquet"]).stdout
+                     .replace("│", " ").split())
+    assert f"rows {len(turns) - len(asking)} ({len(turns)} clustered, {len(asking)} left out by --decontaminate)" \
+        in shown
+    (counted,) = _cli_json(cli_runner, ["inspect", data, "--decontaminate", evals])["decontamination"]
+    assert (counted["rows"], sorted(counted["ids"])) == (len(asking), asking)
+    copies = _cli_json(cli_runner, ["select", clusters, "--fraction", "0.5", "--target", evals,
+                                    "--out", tmp_path / "target.parquet"])["target_copies"]
+    assert (copies["pool_rows"], copies["target_questions_in_pool"]) == (len(asking), len(asked) - 4)
+    run = _cli_json(cli_runner, ["run", data, "--out", tmp_path / "curated", "--dim", "16", "--k", "4",
+                                 "--fraction", "0.5", "--decontaminate", evals, "--num-shards", "2"])
+    assert run["summaries"]["select"]["decontaminated"]["rows_left_out"] == len(asking)
+    _without_columns(emb, ["prompt_turn_keys"])
+    again = _cli_json(cli_runner, [*select, "--out", tmp_path / "old.parquet"])
+    assert again["decontaminated"] == summary["decontaminated"]

@@ -376,7 +376,8 @@ def test_cli_text_features(tmp_path, cli_runner):
     assert s["rows"] == 59 and s["bad_rows"] == 1 and s["model"] == "none" and s["dim"] == 8
     table, meta = read_artifact(out, kind="embeddings")
     assert table.column_names == ["id", "embedding", "n_tokens", "n_response_tokens", "loss", "answer_key",
-                                  "response_words", "prompt_key"]
+                                  "response_words", "prompt_key", "prompt_turn_keys"]
+    assert table.column("prompt_turn_keys").null_count == 59  # one user turn each: its prompt key is that turn's
     assert table.column("id").to_pylist() == [i for i in range(60) if i != 7]
     assert np.isnan(table.column("loss").to_numpy()).all()  # no model, no loss
     assert meta.params["features"] == ["text"] and meta.params["dims"] == {"text": 8}

@@ -1027,8 +1027,8 @@ def test_run_decontaminate_takes_questions_alone_and_refuses_a_row_without_one_b
 
 def test_mt_bench_turns_are_found_alone_and_in_a_chat_with_ngrams(tmp_path, cli_runner):
     """A pool of chats: a row asking MT-Bench's first turn, or its second, alone is a copy (each turn is a
-    question); a chat that holds both turns with its own answers between them shares no prompt key with the
-    set, and --decontaminate-ngrams finds it by the turns' words."""
+    question), and so is a chat that holds both turns with its own answers between them (each of its user turns
+    is compared; it shared no prompt key with the set, and only --decontaminate-ngrams found it)."""
     import json
     q1 = ("Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences "
           "and must-see attractions.")
@@ -1048,9 +1048,9 @@ def test_mt_bench_turns_are_found_alone_and_in_a_chat_with_ngrams(tmp_path, cli_
     for eval_set in (mt, hub):
         base = ["inspect", data, "--decontaminate", eval_set, "--json"]
         (exact,) = json.loads(_cli(cli_runner, base).stdout)["decontamination"]
-        assert (exact["questions"], exact["questions_in_pool"], exact["rows"], exact["ids"]) == (2, 2, 2, [0, 1])
+        assert (exact["questions"], exact["questions_in_pool"], exact["rows"], exact["ids"]) == (2, 2, 3, [0, 1, 2])
         (near,) = json.loads(_cli(cli_runner, [*base, "--decontaminate-ngrams", "8"]).stdout)["decontamination"]
-        assert (near["copies"], near["ngram_rows"], near["ids"]) == (2, 1, [0, 1, 2])
+        assert (near["copies"], near["ngram_rows"], near["ids"]) == (3, 0, [0, 1, 2])
 
 
 def test_embedding_questions_alone_is_refused_in_one_line_that_says_to_give_them_as_they_are(tmp_path, cli_runner,

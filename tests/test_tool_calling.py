@@ -597,3 +597,15 @@ def test_decontamination_ngrams_read_the_users_turns_alone(tmp_path):
     (record,) = _inspect(tmp_path / "tools.jsonl", "--decontaminate", str(tmp_path / "eval.jsonl"),
                          "--decontaminate-ngrams", "8")["decontamination"]
     assert (record["copies"], record["ngram_rows"], record["ids"]) == (0, 1, [2])
+
+
+def test_a_question_answered_through_a_tool_call_is_asked_by_its_row(tmp_path):
+    """A row's prompt that holds the user's question, the assistant's call and the tool's result asks that question
+    (its prompt key covers the call too): inspect --decontaminate, as select's, finds it by its user turn, as it
+    does a row that asks it alone and a chat that asks it in a later turn."""
+    rows = tool_rows(6)
+    questions = [[t["content"] for t in r["messages"] if t["role"] == "user"][-1] for r in rows[:3]]
+    data = write_jsonl(tmp_path / "tools.jsonl", rows)
+    evals = write_jsonl(tmp_path / "eval.jsonl", [{"question": q} for q in questions])
+    (asked,) = _inspect(data, "--decontaminate", str(evals))["decontamination"]
+    assert (asked["rows"], sorted(asked["ids"]), asked["questions_in_pool"]) == (3, [0, 1, 2], 3)

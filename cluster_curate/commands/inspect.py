@@ -154,18 +154,18 @@ def _evals(o: dict) -> list:
 
 
 class _Asks:
-    """The rows' prompt keys (and their shared-n-gram hits per EVAL set), example by example."""
+    """What the rows ask (decontamination.RowQuestions, and their shared-n-gram hits per EVAL set), example by
+    example."""
 
     def __init__(self, evals: list, n: int | None):
-        self.evals, self.n, self.keys, self.ids, self.near = evals, n, [], [], [[] for _ in evals]
+        self.evals, self.n, self.questions, self.ids, self.near = evals, n, [], [], [[] for _ in evals]
 
     def add(self, examples: list) -> None:
         if not self.evals or not examples:
             return
-        from cluster_curate.decontamination import shares_ngram
-        from cluster_curate.exact_dedup import prompt_keys
+        from cluster_curate.decontamination import RowQuestions, shares_ngram
         prompts = [ex.prompt for ex in examples]
-        self.keys.append(prompt_keys(prompts))
+        self.questions.append(RowQuestions.of(prompts))
         self.ids += [ex.id for ex in examples]
         for near, (_, _, grams, _) in zip(self.near, self.evals):
             if self.n:
@@ -174,10 +174,10 @@ class _Asks:
     def records(self, paths) -> list[dict]:
         import numpy as np
 
-        from cluster_curate.decontamination import set_record
-        keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.int64)
+        from cluster_curate.decontamination import RowQuestions, set_record
+        pool = RowQuestions.joined(self.questions)
         ids = np.asarray(self.ids, dtype=np.int64)
-        return [set_record(path, fingerprint, asked, keys, ids,
+        return [set_record(path, fingerprint, asked, pool, ids,
                            np.concatenate(near) if self.n and near else None, self.n, boilerplate)[1]
                 for path, (asked, fingerprint, _, boilerplate), near in zip(paths, self.evals, self.near)]
 

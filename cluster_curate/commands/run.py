@@ -207,7 +207,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     from cluster_curate.commands import select as select_cmd
     from cluster_curate.commands import select_parts
     from cluster_curate.commands.embed_parts import N_TOKENS_WORDS
-    from cluster_curate.exact_dedup import prompt_keys
+    from cluster_curate.decontamination import RowQuestions
     from cluster_curate.features.embed import MODEL_FEATURES
     from cluster_curate.features.text import word_counts as word_count
     specs = stage_specs()
@@ -226,7 +226,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         if words:
             word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
         if decontaminate:  # the rows' questions: EVAL given as the data itself is refused before embed
-            questions.append(prompt_keys([e.prompt for e in batch.examples]))
+            questions.append(RowQuestions.of([e.prompt for e in batch.examples]))
             ids.append(np.array([e.id for e in batch.examples], dtype=np.int64))
     named_inputs = _check_target(resolved["select"])
     # each read now, as select will (with --decontaminate-ngrams, the prompts: an EVAL embeddings' recorded data):
@@ -238,7 +238,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     if evals:
         named_inputs = {"target": named_inputs, "decontaminate": [fingerprint for _, fingerprint, _ in evals]}
         asked = np.concatenate([keys for keys, _, _ in evals])
-        asking = np.isin(np.concatenate(questions), asked) if questions else np.zeros(0, dtype=bool)
+        asking = RowQuestions.joined(questions).asking(asked)[0]
         if asking.size and asking.all():
             raise select_parts.nothing_left(decontaminate, data_rows)
         selectable -= int(asking.sum())

@@ -66,8 +66,8 @@ OPTIONS = (
                 "budget is spread over the clusters the target pulls from, by how many target rows each holds, "
                 "inside the budget / weight most relevant rows."),
     Option("decontaminate", path=True, multiple=True, metavar="EVAL",
-           help="Leave out the rows that ask a question of EVAL (the same prompt turns, system prompts and "
-                "whitespace aside, whatever the answer) before the budget is counted, so that an evaluation set "
+           help="Leave out the rows that ask a question of EVAL (the same prompt turns, or in a chat the same "
+                "user turn, system prompts and whitespace aside, whatever the answer) before the budget is counted, so that an evaluation set "
                 "cannot leak into training. EVAL: a dataset in any supported format, answers optional (IFEval's "
                 "`prompt`, MT-Bench's `turns`, a chat ending with the user's turn), or its embeddings. May be given "
                 "several times."),

@@ -89,22 +89,41 @@ def _check_one_split(path) -> None:
                           f"split, e.g. --decontaminate {Path(path) / named}")
 
 
-def _kept_prompt_keys(path, ids=None):
-    """The prompt_key column embed keeps (features/embed.PROMPT_KEY_COLUMN) of `ids` in embeddings `path`
-    (None: of every row), or None where it was written without that column or lacks one of the ids."""
+def _kept_prompt_keys(path):
+    """The prompt_key column embed keeps (features/embed.PROMPT_KEY_COLUMN) of every row of embeddings `path`, or
+    None where it was written without it."""
     import numpy as np
 
     from cluster_curate.features.embed import PROMPT_KEY_COLUMN
     from cluster_curate.io.artifacts import artifact_schema
-    from cluster_curate.io.readers import read_columns, read_embedding_columns
+    from cluster_curate.io.readers import read_columns
     if PROMPT_KEY_COLUMN not in artifact_schema(path).names:
         return None
-    if ids is None:
-        return read_columns(path, [PROMPT_KEY_COLUMN]).column(0).to_numpy().astype(np.int64, copy=False)
+    return read_columns(path, [PROMPT_KEY_COLUMN]).column(0).to_numpy().astype(np.int64, copy=False)
+
+
+def _kept_questions(path, ids):
+    """What the rows `ids` (sorted) of embeddings `path` ask, from the columns embed keeps (PROMPT_KEY_COLUMN and
+    PROMPT_TURN_KEYS_COLUMN), or None where it was written without them or lacks one of the ids."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from cluster_curate.decontamination import RowQuestions
+    from cluster_curate.features.embed import PROMPT_KEY_COLUMN, PROMPT_TURN_KEYS_COLUMN
+    from cluster_curate.io.artifacts import artifact_schema
+    from cluster_curate.io.readers import read_columns, read_embedding_columns
+    if not {PROMPT_KEY_COLUMN, PROMPT_TURN_KEYS_COLUMN} <= set(artifact_schema(path).names):
+        return None
     try:
-        return np.asarray(read_embedding_columns(path, [PROMPT_KEY_COLUMN], ids)[PROMPT_KEY_COLUMN], dtype=np.int64)
+        keys = np.asarray(read_embedding_columns(path, [PROMPT_KEY_COLUMN], ids)[PROMPT_KEY_COLUMN], dtype=np.int64)
     except CurateError:  # an id these embeddings lack (--embeddings of another run): the data has it
         return None
+    table = read_columns(path, ["id", PROMPT_TURN_KEYS_COLUMN])
+    turns = table.column(PROMPT_TURN_KEYS_COLUMN).combine_chunks()  # null but for rows of several turns
+    turn_ids = table.column("id").to_numpy()[pc.list_parent_indices(turns).to_numpy()]
+    position = np.minimum(np.searchsorted(ids, turn_ids), len(ids) - 1)
+    ours = ids[position] == turn_ids  # rows of the embeddings that the clusters lack have none here
+    return RowQuestions(keys, position[ours], pc.list_flatten(turns).to_numpy()[ours].astype(np.int64, copy=False))
 
 
 def questions_of(path: str, o: dict, option: str, with_prompts: bool = False, warn_skipped: bool = True):
@@ -164,36 +183,41 @@ def _each_turn(prompts: list) -> list:
 
 
 def _pool_questions(o: dict, clusters: str, c, emb_path, why: str):
-    """The prompt keys of the clusters' rows (aligned with c.ids): those the embeddings keep, else from one pass
-    over the pool's raw data (`why`: what needs them, for the error when it cannot be read)."""
-    kept = None if emb_path is None else _kept_prompt_keys(emb_path, c.ids)
+    """What the clusters' rows ask (decontamination.RowQuestions, aligned with c.ids): from the columns the
+    embeddings keep, else from one pass over the pool's raw data (`why`: what needs it, for the error when it
+    cannot be read)."""
+    kept = None if emb_path is None else _kept_questions(emb_path, c.ids)
     if kept is not None:
         return kept
     return _read_pool(o, clusters, c, why, f"{why} reads the rows' prompts, which these embeddings do not keep")[0]
 
 
 def _read_pool(o: dict, clusters: str, c, why: str, hint: str, grams: list = (), n: int | None = None):
-    """One pass over the pool's raw data: the prompt keys of the clusters' rows (aligned with c.ids) and, per EVAL
-    set's word n-grams in `grams`, per row, whether its prompt shares one (`why`, `hint`: for the error when the
+    """One pass over the pool's raw data: what the clusters' rows ask (RowQuestions, aligned with c.ids), and per
+    EVAL set's word n-grams `grams`, per row, whether its prompt shares one (`why`, `hint`: for the error when the
     data cannot be read)."""
     import numpy as np
 
     from cluster_curate.commands.common import examples_of_ids
-    from cluster_curate.decontamination import shares_ngram
-    from cluster_curate.exact_dedup import prompt_keys
+    from cluster_curate.decontamination import RowQuestions, shares_ngram
     ds = open_clusters_data(o, clusters, c, why, hint=None if o.get("data") else hint)
-    keys = np.zeros(len(c.ids), dtype=np.int64)
+    parts, positions = [], []
     hits = np.zeros((len(grams), len(c.ids)), dtype=bool)
     found = np.zeros(len(c.ids), dtype=bool)
     label = f"select: the rows' questions{f' and their {n}-word runs' if grams else ''}"
     for pos, chosen in examples_of_ids(ds, c.ids, label):
         prompts = [e.prompt for e in chosen]
-        keys[pos] = prompt_keys(prompts)
+        parts.append(RowQuestions.of(prompts))
+        positions.append(pos)
         for i, g in enumerate(grams):
             hits[i, pos] = shares_ngram(prompts, g, n)
         found[pos] = True
     check_every_id_read(ds, c.ids, found)
-    return keys, hits
+    read = RowQuestions.joined(parts)  # in reading order: placed at the rows' positions in c.ids
+    where = np.concatenate([np.zeros(0, np.int64), *positions])
+    keys = np.zeros(len(c.ids), dtype=np.int64)
+    keys[where] = read.keys
+    return RowQuestions(keys, where[read.turn_rows], read.turn_keys), hits
 
 
 COPY_IDS_LISTED = 20
@@ -202,7 +226,7 @@ COPY_IDS_LISTED = 20
 def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
     """--decontaminate: the clusters' rows that ask a question of an evaluation set (exact_dedup.prompt_keys;
     with --decontaminate-ngrams, also decontamination.shares_ngram) left out, from c and from x's per-row
-    arrays, before anything is counted; the rows' prompt keys stay in x["prompt_keys"] (target_copies reads them
+    arrays, before anything is counted; what the rows ask stays in x["pool_questions"] (target_copies reads it
     there). `evals`: questions_of each set, with its prompts for the n-grams. Returns (c, what the artifact
     records: per set, its questions, how many the pool asks and by which rows; None without the option)."""
     from dataclasses import replace
@@ -227,12 +251,12 @@ def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
         keep &= ~hit
     if not keep.any():
         raise nothing_left(o["decontaminate"], len(c.ids))
-    x["prompt_keys"] = pool
+    x["pool_questions"] = pool
     if not keep.all():
         c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
                     similarity=None if c.similarity is None else c.similarity[keep])
-        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers", "prompt_keys")
-                  if x.get(k) is not None})
+        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers") if x.get(k) is not None})
+        x["pool_questions"] = pool.take(keep)
     return c, {"rows_left_out": int((~keep).sum()), "sets": sets}
 
 
@@ -280,14 +304,14 @@ def target_copies(o: dict, clusters: str, c, x: dict, target_emb) -> dict:
     import numpy as np
     try:
         asked = questions_of(target_emb, o, "--target")[0]
-        pool = x.get("prompt_keys")
+        pool = x.get("pool_questions")
         if pool is None:
             pool = _pool_questions(o, clusters, c, x["emb_path"], "the check for the target's questions in the pool")
     except CurateError as e:
         return {"checked": False, "why_not": str(e), "rows": np.zeros(0, np.int64)}
-    found = np.isin(pool, asked)
+    found, in_pool = pool.asking(asked)
     return {"checked": True, "rows": np.flatnonzero(found), "target_questions": int(asked.size),
-            "target_questions_in_pool": int(np.unique(pool[found]).size)}
+            "target_questions_in_pool": int(in_pool.size)}
 
 
 def copies_summary(copies: dict, ids, rows) -> dict:

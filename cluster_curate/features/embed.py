@@ -44,7 +44,11 @@ ANSWER_COLUMNS = ("answer_key", "response_words")
 # it reads the data).
 PROMPT_KEY_COLUMN = "prompt_key"  # what prompt_keys hashes changes its meaning: then rename the column (older
 # embeddings then lack it, and select reads the data), since the embed version does not cover it
-KEPT_COLUMNS = (*ANSWER_COLUMNS, PROMPT_KEY_COLUMN)
+# And each user turn's, for a row whose prompt holds more than that turn (exact_dedup.user_turn_keys: a list, null
+# for the other rows), so that a chat that goes on from an evaluation question is found too. Embeddings written
+# before it: select reads the data, as without prompt_key (a column added, as above: no version bump).
+PROMPT_TURN_KEYS_COLUMN = "prompt_turn_keys"
+KEPT_COLUMNS = (*ANSWER_COLUMNS, PROMPT_KEY_COLUMN, PROMPT_TURN_KEYS_COLUMN)
 
 # Feature kinds (docs/architecture.md, "Extension points"). `uses_model`: computed from the model's forward
 # (and backward) pass by features/extractors.extract(kind); otherwise `prepare()` gives a function
@@ -167,6 +171,7 @@ class ChunkResult:
     answer_key: np.ndarray | None = None  # int64 [n]: answer_kinds.answer_key of each row's response
     response_words: np.ndarray | None = None  # int64 [n]: whitespace words of each row's response
     prompt_key: np.ndarray | None = None  # int64 [n]: exact_dedup.prompt_keys of each row's prompt
+    prompt_turn_keys: list | None = None  # [n]: exact_dedup.user_turn_keys of each row's prompt (None: one turn)
 
 
 @dataclass
@@ -221,12 +226,13 @@ class Embedder:
         embedding = combine_blocks(self._blocks(rows), self.weights)
         ids = np.array([ex.id for ex in rows.kept], dtype=np.int64)
         from cluster_curate.answer_kinds import answer_columns
-        from cluster_curate.exact_dedup import prompt_keys
+        from cluster_curate.exact_dedup import prompt_keys, user_turn_keys
         answer_key, response_words = answer_columns([ex.response for ex in rows.kept])
+        prompts = [ex.prompt for ex in rows.kept]
         return ChunkResult(ids=ids, embedding=embedding, n_tokens=rows.n_tokens, n_response_tokens=rows.n_resp,
                            loss=rows.loss.astype(np.float32), skipped=list(rows.skipped), tokens=rows.tokens,
                            truncated=rows.truncated, answer_key=answer_key, response_words=response_words,
-                           prompt_key=prompt_keys([ex.prompt for ex in rows.kept]))
+                           prompt_key=prompt_keys(prompts), prompt_turn_keys=user_turn_keys(prompts))
 
     def _model_pass(self, examples: list, on_batch) -> _Rows:
         """The causal-LM blocks and the loss of `examples`, in batches of about `batch_tokens` tokens."""
@@ -372,7 +378,9 @@ def chunk_table(result: ChunkResult):
     }
     for name in KEPT_COLUMNS:
         values = getattr(result, name)
-        if values is not None:
+        if name == PROMPT_TURN_KEYS_COLUMN and values is not None:
+            columns[name] = pa.array([values[i] for i in order], type=pa.list_(pa.int64()))
+        elif values is not None:
             columns[name] = pa.array(np.asarray(values)[order], type=pa.int64())
     return pa.table(columns)
 
