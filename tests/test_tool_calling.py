@@ -552,23 +552,147 @@ def test_a_mixtures_trainer_export_holds_the_tool_schemas_once(tmp_path):
         assert text.count('"parameters"') == (1 if row in with_tools else 0)
 
 
-def test_xlam_rows_get_a_hint_that_reads_them(tmp_path):
-    """xLAM's function-calling rows (`query`, `tools`, `answers`: the calls as JSON text) are no detected format;
-    the hint said no column looks like a response and called them questions alone. It now names the flags that
-    read them, and those read every row with its schemas."""
-    rows = [{"id": i, "query": f"Weather in {c}, case {i}?",
-             "tools": json.dumps([_schema("get_weather", {"city": {"type": "string"}})["function"]]),
-             "answers": json.dumps([{"name": "get_weather", "arguments": {"city": c}}])}
-            for i, c in enumerate(CITIES)]
+def xlam_rows(n: int) -> list[dict]:
+    """Rows as Salesforce/xlam-function-calling-60k has them: `id`, `query`, `answers` (the calls' JSON text: a list
+    of {name, arguments}, one call or several) and `tools` (the schemas' JSON text, each parameter a map of
+    description, type and default)."""
+    rows = []
+    for i in range(n):
+        city, other, topic = CITIES[i % len(CITIES)], CITIES[(i + 3) % len(CITIES)], TOPICS[i // 8 % len(TOPICS)]
+        tools = [{"name": f"get_{topic}", "description": f"Fetches the {topic} of a city.",
+                  "parameters": {"city": {"description": "The city's name.", "type": "str", "default": "Paris"}}},
+                 {"name": "convert_units", "description": "Converts a value to other units.",
+                  "parameters": {"value": {"description": "The value.", "type": "float", "default": ""},
+                                 "unit": {"description": "The unit, e.g. 'si'.", "type": "str, optional",
+                                          "default": "si"}}}]
+        calls = [{"name": f"get_{topic}", "arguments": {"city": city}}]
+        if i % 2:
+            calls.append({"name": f"get_{topic}", "arguments": {"city": other}})
+        asked = f"{city} and {other}" if i % 2 else city
+        rows.append({"id": i, "query": f"What is the {topic} in {asked}? I need it for case {i}.",
+                     "answers": json.dumps(calls), "tools": json.dumps(tools)})
+    return rows
+
+
+def test_xlam_rows_are_read_as_a_question_and_its_calls(tmp_path):
+    """xLAM / APIGen rows (`query`, `answers`: the calls as JSON text, `tools`) were no detected format, and read
+    with --prompt-field query --response-field answers their answer was the JSON text as written. They are
+    detected now, the flags read them the same way, and the answer is the calls as text, as an OpenAI chat's
+    calls read; a bad call is one line naming file, line and field."""
+    rows = xlam_rows(8)
     write_jsonl(tmp_path / "xlam.jsonl", rows)
-    r = _cli("inspect", "xlam.jsonl", cwd=tmp_path)
-    assert r.returncode == 2 and "Traceback" not in r.stderr
-    (line,) = r.stderr.strip().splitlines()
-    assert "pass --prompt-field query --response-field answers" in line and "questions alone" not in line
-    for flags in (["--prompt-field", "query", "--response-field", "answers"], ["--prompt-field", "query"]):
+    for flags in ([], ["--prompt-field", "query", "--response-field", "answers"]):
         summary = _inspect(tmp_path / "xlam.jsonl", *flags)
-        assert (summary["examples"], summary["rejected"], summary["with_tools"]) == (8, 0, 8)
+        assert (summary["format"], summary["examples"], summary["rejected"], summary["with_tools"]) == ("xlam", 8, 0, 8)
         assert summary["fields"] == {"prompt": "query", "response": "answers", "tools": "tools"}
+    examples = [e for b in open_dataset(str(tmp_path / "xlam.jsonl")).iter_batches() for e in b.examples]
+    assert [t["role"] for t in examples[1].prompt] == ["system", "user"]
+    assert examples[1].prompt[1]["content"] == rows[1]["query"]
+    assert examples[1].prompt[0]["content"].startswith('# Tools\n\n{"name": "get_weather", "description"')
+    assert examples[1].response == ('{"name": "get_weather", "arguments": {"city": "Oslo"}}\n'
+                                    '{"name": "get_weather", "arguments": {"city": "Quito"}}')
+    # the same calls in an OpenAI chat are the same text: features and token counts agree
+    chat = [{"messages": [{"role": "user", "content": rows[1]["query"]},
+                          {"role": "assistant", "content": None, "tool_calls": [
+                              {"type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+                              for c in json.loads(rows[1]["answers"])]}],
+             "tools": json.loads(rows[1]["tools"])}]
+    (same,) = [e for b in open_dataset(str(write_jsonl(tmp_path / "chat.jsonl", chat))).iter_batches()
+               for e in b.examples]
+    assert (same.prompt, same.response) == (examples[1].prompt, examples[1].response)
+
+    cases = {"no-name": ('[{"arguments": {"city": "Oslo"}}]', "field 'answers[0]': no name"),
+             "not-json": ('[{"name": "get_weather", ', "field 'answers': tool calls are text that is not valid JSON"),
+             "an-object": ('{"name": "get_weather"}', "field 'answers': tool calls are an object, expected a list"),
+             "no-call": ("[]", "field 'answers': empty response (an empty list of tool calls)")}
+    for name, (answers, expected) in cases.items():
+        path = write_jsonl(tmp_path / f"{name}.jsonl", [rows[0], dict(rows[1], answers=answers), rows[2]])
+        r = _cli("embed", str(path), "--out", str(tmp_path / f"{name}.parquet"), "--features", "text")
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert f"{path}:2: {expected}" in r.stderr.strip().splitlines()[-1], r.stderr
+
+
+@pytest.mark.slow
+def test_trl_sft_trainer_trains_on_exported_xlam_calls(tmp_path):
+    """`run` then `export --for trl` of xLAM rows: the answer was written as the assistant's text (the JSON of
+    the calls); it is the assistant turn's `tool_calls` now, the schemas a `tools` column, and TRL's SFTTrainer
+    renders them through the chat template and learns the calls."""
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    from test_outputs import FAST
+    from tiny_lm import build_llama
+    rows = xlam_rows(90)
+    write_jsonl(tmp_path / "xlam.jsonl", rows)
+    assert _cli("run", "xlam.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
+    r = _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    model_dir = build_llama(tmp_path / "model", layers=1, hidden=32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template = TOOLS_TEMPLATE
+    tok.save_pretrained(model_dir)
+
+    ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "train.parquet"), split="train",
+                               cache_dir=str(tmp_path / ".hf"))
+    by_id = {row["id"]: row for row in ds}
+    two = next(i for i in by_id if i % 2)  # an answer of two calls
+    for i, row in by_id.items():
+        assert row["prompt"] == [{"role": "user", "content": rows[i]["query"], "tool_calls": None}]
+        (answer,) = row["completion"]
+        assert answer["content"] is None
+        assert [(c["type"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+                for c in answer["tool_calls"]] == [("function", c["name"], c["arguments"])
+                                                   for c in json.loads(rows[i]["answers"])]
+        assert json.loads(row["tools"]) == json.loads(rows[i]["tools"])
+
+    args = SFTConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, max_steps=2,
+                     learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1, use_cpu=True,
+                     disable_tqdm=True, dataloader_num_workers=0, seed=0, packing=False, shuffle_dataset=False,
+                     max_length=None)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=ds,
+                         processing_class=tok)
+    ex = next(trainer.train_dataset[k] for k in range(len(ds)) if ds[k]["id"] == two)
+    learnt = tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label != -100])
+    context = tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label == -100])
+    first, second = json.loads(rows[two]["answers"])
+    assert learnt.startswith(f'<tool_call>{{"name": "{first["name"]}", "arguments": {json.dumps(first["arguments"])}}}'
+                             f'</tool_call>\n<tool_call>{{"name": "{second["name"]}"')
+    assert "# Tools\n" in context and '"convert_units"' in context and rows[two]["query"] in context
+    out = trainer.train()
+    assert out.global_step == 2 and out.training_loss > 0
+
+
+def test_llamafactory_and_axolotl_exports_of_xlam_rows(tmp_path):
+    """LLaMA-Factory gets a `function_call` turn holding the calls (a list for several), axolotl `tool_calls`:
+    both wrote the answer's JSON text as an assistant turn."""
+    import pyarrow.parquet as pq
+
+    import cluster_curate as cc
+    from shard_helpers import make_selection
+    rows = xlam_rows(24)
+    data = write_jsonl(tmp_path / "xlam.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=2, fraction=1.0, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2)
+    for trainer in ("llamafactory", "axolotl"):
+        cc.export(str(tmp_path / "shards"), trainer=trainer, out=str(tmp_path / trainer))
+    lf = pq.read_table(tmp_path / "llamafactory" / "train.parquet").to_pylist()
+    ax = pq.read_table(tmp_path / "axolotl" / "train.parquet").to_pylist()
+    assert len(lf) == len(ax) == 24
+    for row in lf:
+        calls = json.loads(rows[row["id"]]["answers"])
+        assert row["messages"] == [{"role": "user", "content": rows[row["id"]]["query"]},
+                                   {"role": "function_call", "content": json.dumps(calls[0] if len(calls) == 1
+                                                                                   else calls)}]
+        assert json.loads(row["tools"]) == json.loads(rows[row["id"]]["tools"])
+    info = json.loads((tmp_path / "llamafactory" / "dataset_info.json").read_text())["cluster_curate"]
+    assert info["tags"]["function_tag"] == "function_call" and info["columns"]["tools"] == "tools"
+    for row in ax:
+        answer = row["messages"][-1]
+        assert (answer["role"], answer["content"]) == ("assistant", None)
+        assert [c["function"]["name"] for c in answer["tool_calls"]] == [
+            c["name"] for c in json.loads(rows[row["id"]]["answers"])]
+        assert [json.loads(t) for t in row["tools"]] == json.loads(rows[row["id"]]["tools"])
 
 
 def test_an_evaluation_chat_awaiting_the_answer_to_a_tools_result_is_all_question(tmp_path):

@@ -21,6 +21,8 @@ a field `data.question` is a path into nested objects unless a column has that v
                        (text, or a list of assistant turns); without one, `chosen` is the whole conversation (read as
                        `messages`) and `rejected` the same conversation with the other answer. The example's response
                        is the chosen one; the rejected one rides along (`Example.rejected`, counted in its tokens)
+    xlam               xLAM / APIGen function calling: query -> answers, the list of tool calls (or its JSON text),
+                       with `tools`; detected by the three columns. The response is the calls as text (below)
 
 Questions alone (`resolve_fields(..., prompts_only=True)`: an evaluation set read for its questions, as
 `--decontaminate` reads it): a row needs no response. The prompt column of a format above is enough (IFEval's
@@ -69,6 +71,9 @@ FORMAT.register("sharegpt", "`conversations` of {from, value}; the last gpt turn
 # preference pairs: detected by `chosen` AND `rejected`, before every other format (resolve_fields: _preference_fields)
 FORMAT.register("preference", "DPO pairs: (prompt ->) chosen, with rejected (TRL's preference columns)", "chosen",
                 response=None, detect_order=-1, also=("rejected",))
+# xLAM / APIGen (Salesforce/xlam-function-calling-60k): the answer is a list of calls, not text (_answer_calls)
+FORMAT.register("xlam", "xLAM / APIGen function calling: query -> answers (a list of tool calls), with tools",
+                "query", response=("answers",), detect_order=5, also=("tools",))
 FORMATS = FORMAT.names
 TURNS = "turns"  # questions alone: a column of the user's questions, no registered format (see the docstring)
 
@@ -195,7 +200,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     if fmt is None:
         fmt = detect_format(colset)
         if fmt is None and prompts_only and not prompts:
-            fmt = next((e.name for e in sorted(FORMAT, key=lambda e: e.detect_order) if e.value in colset),
+            fmt = next((e.name for e in sorted(FORMAT, key=lambda e: e.detect_order)
+                        if e.value in colset and set(getattr(e, "also", ())) <= colset),  # xlam: its `tools`
                        TURNS if TURNS in colset else None)
             if fmt == TURNS:
                 return FieldMap(TURNS, TURNS, prompts_only=True)
@@ -367,28 +373,44 @@ def _tool_calls(turn: dict, field: str) -> list[dict]:
     """A turn's tool calls, each {"name", "arguments"}: OpenAI's `tool_calls[].function` and its legacy
     `function_call`. A turn without either (or with null, as Arrow writes a key other turns have) has none."""
     given = []
-    calls = turn.get("tool_calls")
-    if isinstance(calls, str):  # a CSV column holding JSON
+    if turn.get("tool_calls") is not None:
+        given += _listed_calls(turn["tool_calls"], f"{field}.tool_calls")
+    if turn.get("function_call") is not None:
+        given.append((f"{field}.function_call", turn["function_call"]))
+    return [_call(where, call) for where, call in given]
+
+
+def _listed_calls(calls, field: str) -> list[tuple[str, object]]:
+    """(where, call) for each item of a list of calls, or of its JSON text (a CSV column, xLAM's answers)."""
+    if isinstance(calls, str):
         try:
             calls = json.loads(calls)
         except json.JSONDecodeError as e:
-            raise RecordError(f"{field}.tool_calls", f"tool calls are text that is not valid JSON ({e.msg})") from None
-    if calls is not None:
-        if not isinstance(calls, (list, tuple)):
-            raise RecordError(f"{field}.tool_calls", f"tool calls are {_kind(calls)}, expected a list of calls")
-        given += [(f"{field}.tool_calls[{j}]", c) for j, c in enumerate(calls)]
-    if turn.get("function_call") is not None:
-        given.append((f"{field}.function_call", turn["function_call"]))
-    out = []
-    for where, call in given:
-        if isinstance(call, dict) and "function" in call:  # OpenAI's {"id", "type": "function", "function": {...}}
-            where, call = f"{where}.function", call["function"]
-        if not isinstance(call, dict):
-            raise RecordError(where, f"tool call is {_kind(call)}, expected an object with a name and arguments")
-        if not isinstance(call.get("name"), str) or not call["name"].strip():
-            raise RecordError(where, "no name")
-        out.append({"name": call["name"], "arguments": _call_arguments(call.get("arguments"))})
-    return out
+            raise RecordError(field, f"tool calls are text that is not valid JSON ({e.msg})") from None
+    if not isinstance(calls, (list, tuple)):
+        raise RecordError(field, f"tool calls are {_kind(calls)}, expected a list of calls")
+    return [(f"{field}[{j}]", c) for j, c in enumerate(calls)]
+
+
+def _call(where: str, call) -> dict:
+    """One call as {"name", "arguments"}: {name, arguments}, or OpenAI's {id, type, function: {name, arguments}}."""
+    if isinstance(call, dict) and "function" in call:
+        where, call = f"{where}.function", call["function"]
+    if not isinstance(call, dict):
+        raise RecordError(where, f"tool call is {_kind(call)}, expected an object with a name and arguments")
+    if not isinstance(call.get("name"), str) or not call["name"].strip():
+        raise RecordError(where, "no name")
+    return {"name": call["name"], "arguments": _call_arguments(call.get("arguments"))}
+
+
+def _answer_calls(value, field: str) -> list[dict]:
+    """xLAM's answer: its list of calls (JSON text as the Hub keeps it), each {name, arguments}."""
+    if value is None:
+        raise RecordError(field, "missing response")
+    calls = [_call(where, call) for where, call in _listed_calls(value, field)]
+    if not calls:  # xLAM's irrelevance rows: no call, and no text to learn either
+        raise RecordError(field, "empty response (an empty list of tool calls)")
+    return calls
 
 
 def _call_text(calls: list[dict]) -> str:
@@ -797,7 +819,10 @@ def to_example(rec: dict, fields: FieldMap):
             return _asked(_turns(asked, fields.prompt, "messages"), fields.prompt)
         if isinstance(asked, (list, tuple)) and asked:  # the turns as a list of texts (the Hub's MT-Bench)
             return _question_list(asked, fields.prompt), ""
-    response = _text(value, fields.response or "response", "response", required=not fields.prompts_only)
+    if fields.format == "xlam" and not (fields.prompts_only and value in (None, "")):
+        response = _call_text(_answer_calls(value, fields.response))  # as an assistant turn's calls read
+    else:
+        response = _text(value, fields.response or "response", "response", required=not fields.prompts_only)
     if fields.prompt_extra:
         texts = [_text(field_value(rec, c), c, "prompt", required=False, parts=True) for c in fields.prompt_columns]
         prompt = "\n\n".join(t for t in texts if t.strip())
@@ -843,6 +868,9 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
             parsed = ([("user", given, {"role": "user", "content": given})] if isinstance(given, str)
                       else _parsed_turns(given, fields.prompt, "messages", messages=True))
             parsed += _parsed_turns(value, fields.response, "messages", messages=True)
+        elif fields.format == "xlam":  # one prompt text, the calls as the answer's tool_calls
+            calls = _answer_calls(value, fields.response)
+            return without_tool_schemas(prompt) + [_message({}, "assistant", None, fields.response, calls)], tools
         else:  # one prompt text, one response text
             return without_tool_schemas(prompt) + [{"role": "assistant", "content": response}], tools
     last = _last_assistant([{"role": role} for role, _, _ in parsed])
