@@ -733,3 +733,47 @@ def test_a_question_answered_through_a_tool_call_is_asked_by_its_row(tmp_path):
     evals = write_jsonl(tmp_path / "eval.jsonl", [{"question": q} for q in questions])
     (asked,) = _inspect(data, "--decontaminate", str(evals))["decontamination"]
     assert (asked["rows"], sorted(asked["ids"]), asked["questions_in_pool"]) == (3, [0, 1, 2], 3)
+
+
+def test_a_bfcl_evaluation_set_is_read_for_its_users_questions(tmp_path):
+    """BFCL's files (`question`: one list of {role, content} turns per turn of the test, `function`: the schemas;
+    a multi-turn test's turn that adds a function holds no turn) were refused by --decontaminate ('prompt is a
+    list holding a list'). Each user turn is a question of its own now, a system turn beside it none."""
+    simple = [{"id": "simple_0", "question": [[{"role": "user", "content": "Find the area of a triangle with a base "
+                                                                          "of 10 units and height of 5 units."}]],
+               "function": [{"name": "calculate_triangle_area",
+                             "description": "Calculate the area of a triangle given its base and height.",
+                             "parameters": {"type": "dict", "properties": {
+                                 "base": {"type": "integer", "description": "The base of the triangle."},
+                                 "height": {"type": "integer", "description": "The height of the triangle."}},
+                                 "required": ["base", "height"]}}]},
+              {"id": "live_simple_1-1-0", "question": [[
+                  {"role": "system", "content": "You are a helpful assistant."},
+                  {"role": "user", "content": "What is the weather in Quito, case 4? Please check Paris."}]],
+               "function": [_schema("get_weather", {"city": {"type": "string"}})["function"]]}]
+    multi = [{"id": "multi_turn_miss_func_0",
+              "question": [[{"role": "user", "content": "Move 'final_report.pdf' within the document directory to "
+                                                        "'temp', creating it if needed."}],
+                           [],
+                           [{"role": "user", "content": "What is the weather in Perth, case 7? Please check Paris "
+                                                        "and Oslo and Lima and Rome."}]],
+              "initial_config": {"GorillaFileSystem": {"root": {"alex": {"type": "directory", "contents": {}}}}},
+              "path": ["GorillaFileSystem.mv"], "involved_classes": ["GorillaFileSystem"],
+              "missed_function": {"1": ["cp"]}}]
+    rows = tool_rows(30)
+    rows[1]["messages"][0]["content"] = simple[0]["question"][0][0]["content"]  # a pool row asks simple_0
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    write_jsonl(tmp_path / "simple.jsonl", simple)
+    write_jsonl(tmp_path / "multi.jsonl", multi)
+    summary = _inspect(tmp_path / "tools.jsonl", "--decontaminate", str(tmp_path / "simple.jsonl"),
+                       "--decontaminate", str(tmp_path / "multi.jsonl"))
+    by_set = {r["path"].rsplit("/", 1)[-1]: r for r in summary["decontamination"]}
+    # row 4 asks live_simple's user turn (its system prompt aside), row 7 the multi-turn test's last turn alone
+    assert (by_set["simple.jsonl"]["questions"], by_set["simple.jsonl"]["ids"]) == (2, [1, 4])
+    assert (by_set["multi.jsonl"]["questions"], by_set["multi.jsonl"]["ids"]) == (2, [7])
+
+    bad = dict(multi[0], question=[[{"role": "user", "content": "Move it."}], [{"content": "No role."}]])
+    write_jsonl(tmp_path / "bad.jsonl", [multi[0], bad])
+    r = _cli("inspect", "tools.jsonl", "--decontaminate", "bad.jsonl", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "bad.jsonl:2: field 'question[1][0].role': turn has no role" in r.stderr, r.stderr

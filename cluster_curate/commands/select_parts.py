@@ -162,7 +162,7 @@ def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skip
         if ds is None:
             raise CurateError(f"{option} {path}: records no dataset")
     prompts = [ex.prompt for batch in ds.iter_batches() for ex in batch.examples]
-    if ds.format in (TURNS, "prompt-completion"):
+    if ds.format in (TURNS, "prompt-completion", "qa"):
         prompts = _each_turn(prompts)
     if ds.rejects and warn_skipped:  # its questions are not looked for in the pool: say so, as embed does
         from cluster_curate import console
@@ -174,11 +174,13 @@ def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skip
 
 
 def _each_turn(prompts: list) -> list:
-    """MT-Bench's turns (a `turns` column, or a list of texts in `prompt`: consecutive user turns): each is a
-    question a row may ask by itself. A prompt with a turn of another role (context) is one question."""
+    """MT-Bench's turns (a `turns` column, or a list of texts in `prompt`: consecutive user turns), BFCL's
+    multi-turn tests: each user turn is a question a row may ask by itself (a system turn beside them is none:
+    prompt keys and n-grams set it aside). A prompt with a turn of another role (context) is one question."""
     out = []
     for p in prompts:
-        out += [[turn] for turn in p] if all(turn["role"] == "user" for turn in p) else [p]
+        asked = [turn for turn in p if turn["role"] != "system"]
+        out += [[turn] for turn in asked] if all(turn["role"] == "user" for turn in asked) else [p]
     return out
 
 

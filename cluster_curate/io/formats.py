@@ -31,7 +31,9 @@ MATH's `problem`; a response present is read as above, a missing or empty one is
 end with a user turn (then it is all question; an empty last assistant turn is the slot for the answer), and a
 `turns` column (TURNS: MT-Bench, Arena-Hard) holds the user's questions in order, each text or {content: text},
 read as consecutive user turns (each is a question of its own to decontamination), as does a `prompt` column
-that holds a list of texts and no response (HuggingFaceH4/mt_bench_prompts).
+that holds a list of texts and no response (HuggingFaceH4/mt_bench_prompts). A `question` (or `prompt`) column
+that holds lists of turns, one list per turn of a multi-turn test (BFCL: `[[{role, content}], ...]`), is read as
+one conversation of those turns (its user turns each a question, as `turns`).
 
 Tool calling (any conversation format):
     - an assistant turn's text is its content, then its tool calls one per line, each the JSON of {"name",
@@ -681,6 +683,16 @@ def _question_list(value, field: str) -> list[dict]:
     return turns
 
 
+def _is_nested_turns(value) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(t, (list, tuple)) for t in value)
+
+
+def _nested_turns(value, field: str) -> list[dict]:
+    """BFCL's `question`: one list of {role, content} turns per turn of a multi-turn test (empty where the test
+    adds a function instead), read as one conversation."""
+    return [t for i, inner in enumerate(value) for t in _turns(inner, f"{field}[{i}]", "messages")]
+
+
 def _asked(turns: list[dict], conv: str):
     """Questions alone: (the question a conversation asks, no response). All of it when it ends with a user turn
     or a tool's result (an evaluation set's chat awaiting its answer; an empty last assistant turn is that slot),
@@ -813,8 +825,11 @@ def to_example(rec: dict, fields: FieldMap):
     if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
         prompt, response = _conversational_pair(field_value(rec, fields.prompt), value, fields)
         return _with_tools(prompt, rec, fields), response
-    if fields.prompts_only and value in (None, "") and fields.format == "prompt-completion" and not fields.prompt_extra:
-        asked = field_value(rec, fields.prompt)
+    asked = (field_value(rec, fields.prompt) if fields.prompts_only and value in (None, "") and not fields.prompt_extra
+             else None)
+    if fields.format in ("prompt-completion", "qa") and _is_nested_turns(asked):
+        return _asked(_nested_turns(asked, fields.prompt), fields.prompt)
+    if asked is not None and fields.format == "prompt-completion":
         if _is_turn_list(asked):  # TRL's conversational prompt alone
             return _asked(_turns(asked, fields.prompt, "messages"), fields.prompt)
         if isinstance(asked, (list, tuple)) and asked:  # the turns as a list of texts (the Hub's MT-Bench)
