@@ -25,7 +25,9 @@ Tool calling (`chat_columns`): `trl` and `axolotl` keep an assistant turn's call
 as JSON text) and a tool turn's `tool_call_id` / `name`, and write the schemas as a `tools` column (TRL passes it to
 the chat template; axolotl reads it with `field_tools`); `llamafactory` writes its own function_call / observation
 turns and names `tools` in dataset_info.json; `torchtune`'s openai style has no tool calls, so its export refuses
-such rows (naming the row and the layouts that keep them) rather than dropping the calls.
+such rows (naming the row and the layouts that keep them) rather than dropping the calls. A mixture's row is read
+from its input's own columns as that input was read (`_records`), not from the normalised `messages`, which hold
+the calls and schemas as text.
 
 Pure functions of the manifest and the shards' table; `commands/export.py` reads and writes
 (docs/architecture.md, "Commands").
@@ -118,26 +120,25 @@ def _record_fields(table: pa.Table, read=None, source: str = "shards"):
                           getattr(read, "response_field", None), source)
 
 
-def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None, trainer: str | None = None) -> pa.Table:
+def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None, trainer: str | None = None,
+                 inputs: list[dict] | None = None) -> pa.Table:
     """`messages` (the response as the last assistant turn) or conversational `prompt`/`completion`, from whatever
     record format the source rows use (detected, or `read`'s --format / --prompt-field / --response-field); plus
     `id`, `weight`, `step`. Turns are {role, content}; with tool calling (formats.chat_messages) also `tool_calls`
     ([{type, function: {name, arguments: JSON text}}], `id` where given) and a tool turn's `tool_call_id` / `name`,
     and a `tools` column: the schemas as JSON text (TRL parses it), for axolotl a list of one JSON text per tool
     (what its chat_template strategy parses). `trainer`: llamafactory writes its function_call / observation
-    turns instead (`_llamafactory_turns`), torchtune refuses rows with tool calls (its openai style drops them)."""
+    turns instead (`_llamafactory_turns`), torchtune refuses rows with tool calls (its openai style drops them).
+    `inputs`: a mixture's inputs as its lineage record lists them (each row is read as its input's record:
+    `_records`)."""
     fields = _record_fields(table, read, source)
     if fields.rejected:
         return preference_columns(table, style, fields, source)
-    if "source_row" in table.column_names and fields.prompt == "messages" and fields.tools:
-        # a mixture's shards: the normalised `messages` hold the tool schemas (and calls) as text, in the system
-        # turn; an input's `tools` column beside them would have the template render the schemas a second time
-        fields = replace(fields, tools=None)
     chats, tools = [], []
-    for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
+    for i, (rec, row_fields) in enumerate(_records(table, fields, read, source, inputs)):
         where = f"{source}: row {i} (id {table.column('id')[i].as_py()})"
         try:
-            messages, schemas = chat_messages(rec, fields)
+            messages, schemas = chat_messages(rec, row_fields)
         except RecordError as e:
             raise CurateError(f"{where}: field {e.field}: {e.reason}") from None
         if trainer == "torchtune" and (schemas or any(_tool_turn(m) for m in messages)):
@@ -161,6 +162,44 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
                                   pa.list_(pa.string())) if trainer == "axolotl" else
                          pa.array([json.dumps(s, ensure_ascii=False) if s else None for s in tools], pa.string()))
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
+
+
+def _records(table: pa.Table, fields, read, source: str, inputs: list[dict] | None):
+    """(record, fields) per row. One dataset's rows: their source columns, read by `fields`. A mixture's row: its
+    input's own columns (those its rows fill) under the names that input gave them, read with its recorded
+    options, as a single source's shards are; the normalised `messages` hold the calls and the tool schemas as
+    text, which a trainer needs structured. An input of preference pairs keeps the normalised columns (less the
+    `tools` rendered into them already)."""
+    from cluster_curate.io.datasets import ReadOptions
+    from cluster_curate.io.mixture import IDENTITY_COLUMNS, NORMALISED_COLUMNS, as_recorded
+    rows = table.select(_source_names(table)).to_pylist()
+    if not inputs or "source" not in table.column_names:
+        return [(rec, fields) for rec in rows]
+    normalised = replace(fields, tools=None)
+    reserved = tuple(c for c in IDENTITY_COLUMNS + NORMALISED_COLUMNS if c != "id")
+    source_of = table.column("source").cast(pa.string())
+    own: dict[str, tuple[dict, object]] = {}  # input name -> ({shard column: its name in the input}, fields)
+    for item in inputs:
+        mine = table.filter(pc.equal(source_of, item["name"]))
+        if not mine.num_rows:
+            continue
+        renamed = {new: old for old, new in (item.get("rename") or {}).items()}
+        names_of = {}
+        for c in _source_names(mine):
+            if c in IDENTITY_COLUMNS + NORMALISED_COLUMNS or mine.column(c).null_count == mine.num_rows:
+                continue  # the mixture's own columns, and the other inputs' (null in this input's rows)
+            # mixture.reserved_rename undone (`source_id` stays: a single source's shards hold it so too)
+            base = c.removeprefix("source_") if c.removeprefix("source_") in reserved else c
+            names_of[c] = renamed.get(base, base)
+        given = as_recorded(item, read or ReadOptions())  # its recorded options, under those given now
+        item_fields = resolve_fields(list(names_of.values()), given.format, given.prompt_field, given.response_field,
+                                     f"{source}: input {item['name']}")
+        own[item["name"]] = (names_of, item_fields if not item_fields.rejected else None)
+    out = []
+    for rec, name in zip(rows, source_of.to_pylist()):
+        names_of, item_fields = own[name]
+        out.append(({names_of[c]: rec[c] for c in names_of}, item_fields) if item_fields else (rec, normalised))
+    return out
 
 
 def is_preference(table: pa.Table, read=None) -> bool:
@@ -305,7 +344,7 @@ def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "sh
     arranged = arrange(table, manifest, tgt.layout)
     if tgt.columns == "shard":
         return arranged
-    return chat_columns(arranged, tgt.columns, source, read, tgt.name)
+    return chat_columns(arranged, tgt.columns, source, read, tgt.name, (manifest.get("dataset") or {}).get("inputs"))
 
 
 # ------------------------------------------------------------------------------------ config snippets

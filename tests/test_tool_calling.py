@@ -531,25 +531,59 @@ def test_a_sharegpt_system_column_is_the_conversations_system_prompt(tmp_path):
     assert "both.jsonl:4: field 'system'" in r.stderr and "opens with a different system turn" in r.stderr
 
 
-def test_a_mixtures_trainer_export_holds_the_tool_schemas_once(tmp_path):
-    """A mixture's shards read the normalised `messages`, whose system turn holds the tool schemas as text; the
-    tool input's own `tools` column went to the trl export too, so the template rendered the schemas twice."""
+def _present(value):
+    """Turns without the keys Parquet gives them as null (a table's struct holds every turn's and call's keys)."""
+    if isinstance(value, dict):
+        return {k: _present(v) for k, v in value.items() if v is not None}
+    return [_present(v) for v in value] if isinstance(value, list) else value
+
+
+def test_a_mixtures_trainer_export_of_tool_rows_is_a_single_sources(tmp_path):
+    """A mixture's shards hold the normalised `messages`, the calls and the tool schemas in them as text: `export
+    --for trl` wrote an OpenAI chat's calls and an xLAM answer as the assistant's words, the schemas in the system
+    turn (and before that, in a `tools` column as well). Each row is read as its input's record now: its export
+    is the one a single source's shards give, calls in `tool_calls`, schemas once, in `tools`."""
     import pyarrow.parquet as pq
 
+    import cluster_curate as cc
     from conftest import FIXTURES
+    from shard_helpers import make_selection
     from test_outputs import FAST
-    write_jsonl(tmp_path / "tools.jsonl", tool_rows(90))
+    given = {"tools": tool_rows(90), "xlam": xlam_rows(60)}
+    for name, rows in given.items():
+        write_jsonl(tmp_path / f"{name}.jsonl", rows)
     (tmp_path / "gsm.jsonl").write_text("".join((FIXTURES / "gsm8k" / "train-300.jsonl").read_text()
                                                 .splitlines(keepends=True)[:90]))
-    r = _cli("run", "tools.jsonl", "gsm.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    r = _cli("run", "tools.jsonl", "xlam.jsonl", "gsm.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path).returncode == 0
     exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
-    with_tools = [row for row in exported if "# Tools" in row["prompt"][0]["content"]]
-    assert with_tools and len(with_tools) < len(exported)
-    for row in exported:  # each schema once: in the system turn, or in a `tools` column for the template
-        text = row["prompt"][0]["content"] + (row.get("tools") or "")
-        assert text.count('"parameters"') == (1 if row in with_tools else 0)
+    manifest = json.loads((tmp_path / "out" / "shards" / "manifest.json").read_text())
+    first = {i["name"]: i["first_id"] for i in manifest["dataset"]["inputs"]}
+
+    single = {}  # each input alone, every row shard and exported
+    for name in given:
+        data = str(tmp_path / f"{name}.jsonl")
+        make_selection(tmp_path / f"{name}-sel.parquet", data, k=2, fraction=1.0, n_tokens=True)
+        cc.shard(str(tmp_path / f"{name}-sel.parquet"), data, str(tmp_path / f"{name}-shards"), num_shards=1,
+                 micro_batch_size=1)
+        cc.export(str(tmp_path / f"{name}-shards"), trainer="trl", out=str(tmp_path / f"{name}-trl"))
+        single[name] = {r["id"]: r for r in pq.read_table(tmp_path / f"{name}-trl" / "train.parquet").to_pylist()}
+    compared = {name: 0 for name in given}
+    for row in exported:
+        name = max((n for n in first if first[n] <= row["id"]), key=first.get)
+        if name not in given:
+            assert row.get("tools") is None and row["completion"][0]["tool_calls"] is None
+            continue
+        alone = single[name][row["id"] - first[name]]
+        assert _present(row["prompt"]) == _present(alone["prompt"])
+        assert _present(row["completion"]) == _present(alone["completion"])
+        assert row["tools"] == alone["tools"] and row["tools"].count('"parameters"') >= 1
+        assert not any("# Tools" in (t["content"] or "") for t in row["prompt"])  # the schemas once: in `tools`
+        compared[name] += 1
+    assert all(compared.values()), compared
+    calls = [t for row in exported for t in row["prompt"] + row["completion"] if t["tool_calls"]]
+    assert calls and all(t["content"] is None for t in calls)
 
 
 def xlam_rows(n: int) -> list[dict]:
