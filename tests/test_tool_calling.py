@@ -628,7 +628,8 @@ def test_xlam_rows_are_read_as_a_question_and_its_calls(tmp_path):
     # the same calls in an OpenAI chat are the same text: features and token counts agree
     chat = [{"messages": [{"role": "user", "content": rows[1]["query"]},
                           {"role": "assistant", "content": None, "tool_calls": [
-                              {"type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
+                              {"type": "function",
+                               "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
                               for c in json.loads(rows[1]["answers"])]}],
              "tools": json.loads(rows[1]["tools"])}]
     (same,) = [e for b in open_dataset(str(write_jsonl(tmp_path / "chat.jsonl", chat))).iter_batches()
