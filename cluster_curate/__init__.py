@@ -27,6 +27,15 @@ __all__ = ["__version__", *_API]
 
 def __getattr__(name):
     if name in _API:
+        import functools
         import importlib
-        return getattr(importlib.import_module(f"cluster_curate.commands.{name}"), _API[name])
+
+        from cluster_curate import console
+        function = getattr(importlib.import_module(f"cluster_curate.commands.{name}"), _API[name])
+
+        @functools.wraps(function)
+        def command(*args, **kwargs):
+            console.begin_command()  # each call is a command: its once-warnings are its own
+            return function(*args, **kwargs)
+        return command
     raise AttributeError(f"module 'cluster_curate' has no attribute {name!r}")

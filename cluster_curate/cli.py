@@ -202,6 +202,7 @@ def _command(spec: CommandSpec) -> click.Command:
     def callback(quiet=False, json_mode=False, **kw):
         console.configure(quiet=quiet or json_mode, json_mode=json_mode)
         console.WARNINGS.clear()
+        console.begin_command()
         t0 = time.perf_counter()
         _take_deprecated(spec, kw)
         for name in (*(a.name for a in spec.arguments), *(o.name for o in spec.options if o.path)):

@@ -23,6 +23,7 @@ JSON_MODE = False
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True)  # log lines never wrapped mid-path
 WARNINGS: list[str] = []  # the warnings printed since the command began (the `warnings` of its --json object)
+_SAID_ONCE: set[str] = set()  # the warn(once=True) messages given since the command began
 
 
 def configure(quiet: bool = False, json_mode: bool = False) -> None:
@@ -42,7 +43,18 @@ def rate_text(per_second: float) -> str:
     return f"{per_second:,.0f}" if per_second >= 9.5 or per_second == 0 else f"{per_second:.2g}"
 
 
-def warn(message: str) -> None:
+def begin_command() -> None:
+    """A command begins (the CLI's, or a call of the Python API): its once-warnings are said again."""
+    _SAID_ONCE.clear()
+
+
+def warn(message: str, once: bool = False) -> None:
+    """`once`: a note about the data that each reading of it would repeat (run's stages and a mixture's checks
+    open the same file again): said once per command."""
+    if once:
+        if message in _SAID_ONCE:
+            return
+        _SAID_ONCE.add(message)
     WARNINGS.append(message)
     _err.print(f"[yellow]WARNING:[/yellow] {escape(message)}")
 

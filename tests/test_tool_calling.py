@@ -229,6 +229,33 @@ def test_a_column_whose_keys_change_between_batches_is_exported_unchanged(tmp_pa
                                                              _selected_ids(tmp_path / "sel.parquet")]
 
 
+def test_run_on_a_mixture_of_tool_rows_says_each_json_text_column_once(tmp_path, monkeypatch):
+    """A mixture's columns are checked before embed and read again by shard: each file's JSON-text warning was
+    given twice in one `run`. Each command says it once, and each call of the Python API is a command."""
+    import cluster_curate as cc
+    from cluster_curate import console
+    from test_outputs import FAST
+    rows = tool_rows(120)
+    write_jsonl(tmp_path / "a.jsonl", rows[:60])
+    write_jsonl(tmp_path / "b.jsonl", rows[60:])
+    r = _cli("run", "a.jsonl", "b.jsonl", "--out", "out", *FAST, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    given = json.loads(r.stdout)["warnings"]
+    for source in ("a.jsonl", "b.jsonl"):
+        for column in ("messages", "tools"):
+            said = f"{source}: column {column!r} holds lists or objects whose items differ"
+            assert r.stderr.count(said) == 1, r.stderr
+            assert sum(w.startswith(said) for w in given) == 1, given
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(console, "QUIET", True)
+    given = []
+    monkeypatch.setattr(console, "WARNINGS", given)
+    for out in ("shards-1", "shards-2"):
+        before = len(given)
+        cc.shard("out/selection.parquet", ["a.jsonl", "b.jsonl"], out, num_shards=2, micro_batch_size=2)
+        assert sum("column 'messages' holds lists" in w for w in given[before:]) == 2, given  # a's and b's
+
+
 def test_hf_shards_of_tool_rows_load_in_datasets_and_keep_the_calls(tmp_path):
     from datasets import Dataset
 

@@ -431,9 +431,9 @@ class Dataset:
         return pa.RecordBatch.from_pydict(cols)
 
     def _mixed_column(self, name: str, nested: bool = False, raw_name: str | None = None) -> None:
-        """Say once that a column holds text and other values, or (`nested`) lists or objects whose items differ in
-        type or keys: Parquet keeps one type per column, so the shards store it as text (a number 17 as '17', a
-        list as its JSON); a column that is all numbers stays numbers."""
+        """Say once (per command: console.warn's `once`) that a column holds text and other values, or (`nested`)
+        lists or objects whose items differ in type or keys: Parquet keeps one type per column, so the shards store
+        it as text (a number 17 as '17', a list as its JSON); a column that is all numbers stays numbers."""
         if nested and (raw_name or name) not in self._json_flagged:
             self._json_flagged.append(raw_name or name)
         if name in self.text_columns:
@@ -444,10 +444,10 @@ class Dataset:
             console.warn(f"{self.source}: column {name!r} holds lists or objects whose items differ in type or keys "
                          "from row to row (e.g. a message `content` that is a list of parts where others are text, "
                          "`tool_calls` in some turns only); shards keep the column as JSON text, which `export --for "
-                         "jsonl` writes back as it was")
+                         "jsonl` writes back as it was", once=True)
         else:
             console.warn(f"{self.source}: column {name!r} holds text in some rows and other values in others; "
-                         "shards keep it as text (numbers and lists as their JSON text)")
+                         "shards keep it as text (numbers and lists as their JSON text)", once=True)
 
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
