@@ -81,6 +81,15 @@ def test_missing_and_invalid_paths(tmp_path):
         load_model(str(tmp_path / "model.gguf"))
 
 
+@pytest.mark.parametrize("spec, is_path", [("gpt2", False), ("HuggingFaceTB/SmolLM2-135M", False),
+                                           ("./SmolLM2-135M", True), ("~/models/m", True), ("/models/m", True),
+                                           ("models/smollm/135m", True), ("smollm2-135m-q8_0.gguf", True),
+                                           ("models\\m", True)])
+def test_a_spec_not_on_disk_is_a_missing_path_or_a_hub_id(spec, is_path):
+    """One public rule for --model, --encoder and --checkpoints: a missing path is refused, a hub id looked up."""
+    assert models.looks_like_local_path(spec) is is_path
+
+
 def test_gguf_without_the_extra_names_it(tmp_path, monkeypatch):
     fake = tmp_path / "model.gguf"
     fake.write_bytes(b"GGUF")

@@ -203,7 +203,7 @@ def _check_checkpoints(o: dict) -> None:
     from pathlib import Path
 
     from cluster_curate.commands.embed_parts import checkpoint_items
-    from cluster_curate.features.models import _looks_like_path
+    from cluster_curate.features.models import looks_like_local_path
     from cluster_curate.features.proxy import check_checkpoint_steps
     from cluster_curate.io import proxy_store as store
     items, model = checkpoint_items(o), str(o["model"])
@@ -221,7 +221,7 @@ def _check_checkpoints(o: dict) -> None:
         check_checkpoint_steps(steps, o["proxy"].checkpoint_steps(o["proxy"].steps),
                                f"the warm-up (--proxy-steps {o['proxy'].steps})")
     for item in items:
-        if not item.isdigit() and not store.is_proxy_dir(item) and _looks_like_path(item) \
+        if not item.isdigit() and not store.is_proxy_dir(item) and looks_like_local_path(item) \
                 and not Path(item).expanduser().exists():
             raise CurateError(f"--checkpoints {item}: no such file or directory")
 

@@ -118,8 +118,10 @@ def _hub_offline() -> bool:
         return False
 
 
-def _looks_like_path(spec: str) -> bool:
-    """Hub ids are `name` or `org/name`; anything else that does not exist is a missing local path."""
+def looks_like_local_path(spec: str) -> bool:
+    """Whether a model spec (--model, --encoder, a --checkpoints item) that is not on disk names a missing local
+    path rather than a Hugging Face hub id: hub ids are `name` or `org/name`; a spec starting with `/`, `.` or
+    `~`, ending in `.gguf`, with two slashes or more, or a backslash, is a path."""
     return spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1 or "\\" in spec
 
 
@@ -184,7 +186,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
             raise CurateError(f"--model {spec}: not a model directory (expected config.json, as written by "
                               f"save_pretrained) nor a .gguf file")
         where = str(path)
-    elif _looks_like_path(spec):
+    elif looks_like_local_path(spec):
         raise CurateError(f"--model {spec}: no such file or directory")
     else:
         where = spec  # a hub id

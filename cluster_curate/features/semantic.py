@@ -157,7 +157,7 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
 
 def check_encoder_spec(spec: str | None) -> None:
     """Fail before any data is read when the encoder cannot be loaded for a reason visible on disk."""
-    from cluster_curate.features.models import _looks_like_path
+    from cluster_curate.features.models import looks_like_local_path
     spec = DEFAULT_ENCODER if spec in (None, "", "default") else str(spec)
     if spec in BUNDLED_ENCODERS:
         bundled_encoder_dir(spec)
@@ -165,7 +165,7 @@ def check_encoder_spec(spec: str | None) -> None:
     path = Path(spec).expanduser()
     if path.exists():
         _check_local_dir(spec, path)
-    elif _looks_like_path(spec):
+    elif looks_like_local_path(spec):
         raise CurateError(f"--encoder {spec}: no such file or directory")
 
 
