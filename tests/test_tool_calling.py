@@ -613,6 +613,22 @@ def test_a_mixtures_trainer_export_of_tool_rows_is_a_single_sources(tmp_path):
     assert calls and all(t["content"] is None for t in calls)
 
 
+def test_one_inputs_own_source_row_column_keeps_its_tools_in_a_trainer_export(tmp_path):
+    """Whether shards are a mixture's (normalised `messages` holding the schemas in the system turn) was told by
+    a `source_row` column: rows re-packaged from another set that keep their own `source_row` lost their `tools`
+    column in the trl export. The manifest (its dataset's inputs) now decides."""
+    import pyarrow.parquet as pq
+
+    from test_outputs import FAST
+    rows = [{**row, "source": "xlam", "source_row": 1000 + i} for i, row in enumerate(tool_rows(90))]
+    write_jsonl(tmp_path / "tools.jsonl", rows)
+    assert _cli("run", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
+    assert _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path).returncode == 0
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert exported and all(json.loads(row["tools"]) == rows[row["id"]]["tools"] for row in exported)
+    assert not any("# Tools" in row["prompt"][0]["content"] for row in exported)  # the schemas once, in `tools`
+
+
 def xlam_rows(n: int) -> list[dict]:
     """Rows as Salesforce/xlam-function-calling-60k has them: `id`, `query`, `answers` (the calls' JSON text: a list
     of {name, arguments}, one call or several) and `tools` (the schemas' JSON text, each parameter a map of
