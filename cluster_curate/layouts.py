@@ -46,7 +46,7 @@ from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 from cluster_curate.io.formats import TOOL_RESULT_ROLES, RecordError, chat_messages, resolve_fields
 from cluster_curate.io.shard_writer import json_text_aligned
-from cluster_curate.loader import interleaved_order
+from cluster_curate.loader import decoded_json, interleaved_order
 from cluster_curate.sharding import SHARD_COLUMNS
 
 PLAN_COLUMNS = ("id", "weight", "step")          # kept in every trainer layout, for `verify`
@@ -318,13 +318,7 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
 def source_records(rows: pa.Table) -> list[dict]:
     """The rows as the records they were read from: the columns kept as JSON text (`JSON_COLUMNS_KEY` in the
     table's metadata: objects whose keys differ from row to row, lists whose items differ in type) decoded."""
-    decode = json.loads((rows.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]"))
-    records = rows.to_pylist()
-    for rec in records:
-        for c in decode:
-            if isinstance(rec.get(c), str):
-                rec[c] = json.loads(rec[c])
-    return records
+    return decoded_json(rows.to_pylist(), json.loads((rows.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]")))
 
 
 def data_file(tgt: Target) -> str:

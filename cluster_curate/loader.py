@@ -8,7 +8,9 @@
 Every rank's shard has the same number of rows and micro-batches, so every rank runs the same number of
 steps. The rows are already in the order the plan wants: do not shuffle them (a sampler is provided that
 keeps the order, for DataLoader). A shard is plain Parquet: `datasets.load_dataset("parquet",
-data_files=shard.path)` or `pyarrow.parquet.read_table(shard.path)` read it without this module.
+data_files=shard.path)` or `pyarrow.parquet.read_table(shard.path)` read it without this module, with one
+difference: a column whose lists or objects differ in keys or types from row to row (tool-calling chats) is JSON
+text in the file (the manifest's `json_columns`), which `Shard` hands back decoded, as the input file held it.
 
 For trainers that shard one dataset themselves (HF Trainer / Accelerate: consecutive micro-batches dealt to
 ranks round-robin), load every shard and reorder with `global_order`:
@@ -64,6 +66,8 @@ class Shard:
             raise CurateError(f"{self.path}: cannot read shard ({e})") from None
         if self.table.num_rows != manifest["rows_per_shard"]:
             raise CurateError(f"{self.path}: {self.table.num_rows} rows, the manifest says {manifest['rows_per_shard']}")
+        # JSON text in the file (one Parquet type per column cannot hold objects of other keys): decoded when read
+        self.json_columns = [c for c in manifest.get("json_columns") or () if c in self.table.column_names]
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -71,7 +75,7 @@ class Shard:
     def __getitem__(self, index: int) -> dict:
         if not -len(self) <= index < len(self):
             raise IndexError(index)
-        return {k: v[0] for k, v in self.table.slice(index % len(self), 1).to_pydict().items()}
+        return decoded_json(self.table.slice(index % len(self), 1).to_pylist(), self.json_columns)[0]
 
     @property
     def column_names(self) -> list[str]:
@@ -82,11 +86,15 @@ class Shard:
         table = self.table.select(list(columns)) if columns else self.table
         m = self.micro_batch_size
         for step in range(self.steps):
-            yield table.slice(step * m, m).to_pydict()
+            batch = table.slice(step * m, m).to_pydict()
+            for c in self.json_columns:
+                if c in batch:
+                    batch[c] = [json.loads(v) if isinstance(v, str) else v for v in batch[c]]
+            yield batch
 
     def __iter__(self) -> Iterator[dict]:
         for batch in self.table.to_batches():
-            yield from batch.to_pylist()
+            yield from decoded_json(batch.to_pylist(), self.json_columns)
 
     def sampler(self):
         """A torch Sampler yielding 0..len-1 in the planned order (never shuffle a shard)."""
@@ -119,9 +127,24 @@ class Shard:
         return PlannedMicroBatches()
 
     def to_hf_dataset(self):
-        """The shard as a `datasets.Dataset` (rows in planned order; use it unshuffled)."""
+        """The shard as a `datasets.Dataset` (rows in planned order; use it unshuffled). The JSON-text columns are
+        datasets' `Json` feature (datasets 4.7 and later), read back as the objects; before 4.7, JSON text."""
         import datasets
-        return datasets.Dataset(self.table)
+        ds = datasets.Dataset(self.table)
+        if hasattr(datasets, "Json"):
+            for c in self.json_columns:
+                ds = ds.cast_column(c, datasets.Json())
+        return ds
+
+
+def decoded_json(records: list[dict], columns: Sequence[str]) -> list[dict]:
+    """`records` (changed in place) with each of `columns` held as JSON text decoded: the lists and objects as
+    the input file held them."""
+    for rec in records:
+        for c in columns:
+            if isinstance(rec.get(c), str):
+                rec[c] = json.loads(rec[c])
+    return records
 
 
 def shard_files(directory: str | os.PathLike) -> list[str]:

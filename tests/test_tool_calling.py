@@ -275,6 +275,34 @@ def test_hf_shards_of_tool_rows_load_in_datasets_and_keep_the_calls(tmp_path):
         assert json.loads(row["tools"]) == rows[i]["tools"]
 
 
+def test_the_loader_hands_back_tool_rows_as_the_input_held_them(tmp_path):
+    """The shards keep `messages` and `tools` as JSON text (their objects differ in keys from row to row); a
+    training script reading its shard through cluster_curate.loader (a torch DataLoader over the shard, its
+    micro-batches, a datasets.Dataset) got that text where the input file held lists of dicts."""
+    from torch.utils.data import DataLoader
+
+    import cluster_curate as cc
+    from cluster_curate.loader import load_shard
+    from shard_helpers import make_selection
+    rows = tool_rows(60)
+    data = write_jsonl(tmp_path / "tools.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, n_tokens=True)
+    manifest = cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2,
+                        micro_batch_size=2)
+    assert manifest["json_columns"] == ["messages", "tools"]
+    for rank in (0, 1):
+        shard = load_shard(tmp_path / "shards", rank=rank, world_size=2)
+        loader = DataLoader(shard, batch_sampler=shard.batch_sampler(), collate_fn=list)
+        seen = [row for batch in loader for row in batch]
+        assert len(seen) == len(shard) == 14 and seen == list(shard)
+        assert all((r["messages"], r["tools"]) == (rows[r["id"]]["messages"], rows[r["id"]]["tools"]) for r in seen)
+        batches = list(shard.micro_batches(columns=["id", "messages"]))
+        assert [m for b in batches for m in b["messages"]] == [rows[i]["messages"] for b in batches for i in b["id"]]
+        ds = shard.to_hf_dataset()
+        assert ds["id"] == [r["id"] for r in seen] and ds[3]["tools"] == rows[ds[3]["id"]]["tools"]
+        assert [r["messages"] for r in ds] == [rows[i]["messages"] for i in ds["id"]]
+
+
 # A chat template that renders tool schemas (into the system turn) and tool calls, as Qwen-style templates do;
 # arguments are JSON text in the export (one Arrow type for every row), rendered as they are.
 TOOLS_TEMPLATE = (  # transformers drops the newline right after a block tag: those are written {{ '\n' }}
