@@ -281,15 +281,17 @@ def test_a_chosen_conversation_beside_a_prompt_column_is_the_prompt_of_the_pair(
 
 
 def test_a_column_read_as_both_question_and_answer_is_refused_in_one_line(tmp_path):
-    """Anthropic HH's pairs (plain-text chosen / rejected transcripts, no prompt column) are refused with a hint
+    """Anthropic HH's pairs (plain-text chosen / rejected transcripts, no prompt column) were refused with a hint
     to pass --prompt-field COLUMN; `--prompt-field chosen` was then taken: every transcript became both the
-    prompt and its own answer, with no word. So was `--prompt-field question --response-field question`."""
+    prompt and its own answer, with no word. So was `--prompt-field question --response-field question`. HH's
+    transcripts are read without --prompt-field now, which the message says."""
     rows = [{"chosen": f"\n\nHuman: What is {i} + {i}?\n\nAssistant: {2 * i}.",
              "rejected": f"\n\nHuman: What is {i} + {i}?\n\nAssistant: I do not know."} for i in range(20)]
     write_jsonl(tmp_path / "hh.jsonl", rows)
     shutil.copy(GSM, tmp_path / "gsm.jsonl")
     cases = [(["hh.jsonl", "--prompt-field", "chosen"], "hh.jsonl: --prompt-field 'chosen' is the chosen answer's "
-                                                         "column: its answer would be part of its own question"),
+                                                         "column: its answer would be part of its own question; name a column of "
+                                                         "the prompt alone, or pass no --prompt-field"),
              (["hh.jsonl", "--format", "preference", "--prompt-field", "rejected"], "is the rejected answer's column"),
              (["gsm.jsonl", "--prompt-field", "question", "--response-field", "question"],
               "gsm.jsonl: --response-field 'question' is a --prompt-field column too"),
@@ -300,6 +302,102 @@ def test_a_column_read_as_both_question_and_answer_is_refused_in_one_line(tmp_pa
         assert r.returncode == 2, (argv, r.stdout)
         (line,) = r.stderr.strip().splitlines()
         assert line.startswith("ERROR: ") and message in line and "Traceback" not in r.stderr
+
+
+def hh_rows(n: int = 40) -> list[dict]:
+    """Rows shaped as Anthropic/hh-rlhf's: `chosen` and `rejected` plain-text transcripts, each turn opened by a blank
+    line and `Human:` or `Assistant:`, no prompt column. Every third is multi-turn; answers hold paragraphs (a blank
+    line inside a turn) and a "Human:" that opens no turn; some transcripts end with spaces or a newline, as some of
+    the dataset's do. Returns the rows and, per row, (prompt turns, chosen answer, rejected answer)."""
+    rows, expected = [], []
+    for i in range(n):
+        question = f"How long should I boil an egg for recipe {i}?"
+        turns = [("Human", question)]
+        if i % 3 == 0:
+            turns += [("Assistant", f"Soft or hard? My notes say:\nHuman: {i} minutes. Human: fine."),
+                      ("Human", "Hard, please.")]
+        good = f"For a hard egg, about {8 + i % 5} minutes.\n\nThen cool it in cold water."
+        bad = "Eggs cannot be boiled."
+        said = "".join(f"\n\n{who}: {text}" for who, text in turns)
+        tail = " \n" if i % 4 == 1 else ""
+        rows.append({"chosen": f"{said}\n\nAssistant: {good}{tail}", "rejected": f"{said}\n\nAssistant: {bad}"})
+        expected.append(([{"role": "user" if who == "Human" else "assistant", "content": text} for who, text in turns],
+                         good, bad))
+    return rows, expected
+
+
+def test_anthropic_hh_transcripts_read_as_the_prompt_turns_and_the_two_answers(tmp_path):
+    """Anthropic HH-RLHF's pairs (plain-text transcripts, no prompt column) were refused as plain text with no
+    prompt; they are read as TRL reads an implicit prompt: the turns before the last answer are the prompt, shared
+    by chosen and rejected; inspect counts them."""
+    from trl.data_utils import extract_prompt
+    from cluster_curate.io.datasets import open_dataset
+    rows, expected = hh_rows()
+    write_jsonl(tmp_path / "hh.jsonl", rows)
+    ds = open_dataset(tmp_path / "hh.jsonl")
+    assert (ds.format, ds.field_map.prompt, ds.field_map.response, ds.field_map.rejected) == (
+        "preference", "chosen", None, "rejected")
+    examples = [e for b in ds.iter_batches(16) for e in b.examples]
+    assert [(e.prompt, e.response, e.rejected) for e in examples] == expected
+    for row, e in zip(rows, examples):  # the answers TRL's extract_prompt splits off the text, without its spaces
+        assert extract_prompt(row)["chosen"].strip() == e.response
+    summary = json.loads(_ok("inspect", "hh.jsonl", "--json", cwd=tmp_path).stdout)
+    assert (summary["format"], summary["examples"], summary["rejected"], summary["multi_turn"]) == (
+        "preference", 40, 0, 14)
+
+
+def test_bad_anthropic_hh_rows_are_one_line_naming_file_line_and_field(tmp_path):
+    """An empty last answer (as some of HH's are), a rejected transcript with another prompt, and a plain-text
+    pair without the transcript's markers or a prompt column: one line each, before any work."""
+    cases = {}
+    rows, _ = hh_rows(20)
+    rows[4]["chosen"] = rows[4]["chosen"].rpartition("\n\nAssistant:")[0] + "\n\nAssistant: "
+    cases["empty-answer"] = (rows, "empty-answer.jsonl:5: field 'chosen[1]': empty response (the last assistant "
+                                   "turn is empty)")
+    rows, _ = hh_rows(20)
+    rows[3]["rejected"] = rows[3]["rejected"].replace("Hard, please.", "Soft, please.")
+    cases["other-prompt"] = (rows, "other-prompt.jsonl:4: field 'rejected': its turns before the last assistant "
+                                   "turn differ from chosen's")
+    rows = [{"chosen": f"It takes {i} minutes.", "rejected": "Eggs cannot be boiled."} for i in range(20)]
+    cases["no-markers"] = (rows, "no-markers.jsonl:1: field 'chosen': plain text with no prompt column to answer: "
+                                 "add a `prompt` column (or pass --prompt-field COLUMN), or give chosen and rejected "
+                                 "as lists of chat turns or as Anthropic HH transcripts")
+    for name, (rows, message) in cases.items():
+        write_jsonl(tmp_path / f"{name}.jsonl", rows)
+        r = _cli("embed", f"{name}.jsonl", "--out", f"{name}.parquet", "--features", "text", "--dim", "8", "-q",
+                 cwd=tmp_path)
+        assert r.returncode == 2, (name, r.stderr)
+        assert r.stderr.startswith("ERROR: " + message), (name, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert not (tmp_path / f"{name}.parquet").exists()
+
+
+def test_anthropic_hh_pairs_run_and_export_as_conversational_dpo_and_ranking_data(tmp_path):
+    """`run` on HH's transcripts, then `export --for trl`: TRL's conversational prompt / chosen / rejected turns
+    (the chat template renders them, not the "Human:" text); `--for llamafactory`: a ranking dataset."""
+    from trl.data_utils import is_conversational, maybe_extract_prompt
+    rows, expected = hh_rows()
+    write_jsonl(tmp_path / "hh.jsonl", rows)
+    _ok("run", "hh.jsonl", "--out", "out", *FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size", "2",
+        "-q", cwd=tmp_path)
+    assert [c for c in _shards(tmp_path / "out" / "shards").column_names if c in ("chosen", "rejected")] == [
+        "chosen", "rejected"]  # the transcripts kept as they were
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert len(exported) == 20 and {row["id"] % 3 == 0 for row in exported} == {True, False}
+    for row in exported:
+        prompt, good, bad = expected[row["id"]]
+        pair = {c: row[c] for c in ("prompt", "chosen", "rejected")}
+        assert is_conversational(pair) and maybe_extract_prompt(pair) == pair  # TRL takes the prompt as given
+        assert pair == {"prompt": prompt, "chosen": [{"role": "assistant", "content": good}],
+                        "rejected": [{"role": "assistant", "content": bad}]}
+    _ok("export", "out/shards", "--for", "llamafactory", "--out", "lf", "-q", cwd=tmp_path)
+    entry = json.loads((tmp_path / "lf" / "dataset_info.json").read_text())["cluster_curate"]
+    assert entry["ranking"] is True
+    for row in pq.read_table(tmp_path / "lf" / entry["file_name"]).to_pylist():
+        prompt, good, bad = expected[row["id"]]
+        assert [m["role"] for m in row["messages"]] == [t["role"] for t in prompt]
+        assert (row["chosen"]["content"], row["rejected"]["content"]) == (good, bad)
 
 
 def test_preference_pairs_keep_their_tool_schemas(tmp_path):

@@ -19,8 +19,9 @@ a field `data.question` is a path into nested objects unless a column has that v
     sharegpt           `conversations` = [{from, value}...] with from in human/gpt/system (same rule as messages)
     preference         TRL / DPO preference pairs: `chosen` and `rejected`; with a `prompt` column, prompt -> chosen
                        (text, or a list of assistant turns); without one, `chosen` is the whole conversation (read as
-                       `messages`) and `rejected` the same conversation with the other answer. The example's response
-                       is the chosen one; the rejected one rides along (`Example.rejected`, counted in its tokens)
+                       `messages`, or an Anthropic HH transcript: "\n\nHuman: ...\n\nAssistant: ...") and `rejected`
+                       the same conversation with the other answer. The example's response is the chosen one; the
+                       rejected one rides along (`Example.rejected`, counted in its tokens)
     xlam               xLAM / APIGen function calling: query -> answers, the list of tool calls (or its JSON text),
                        with `tools`; detected by the three columns. The response is the calls as text (below)
 
@@ -52,6 +53,7 @@ Context turns keep their role as written (a `tool` turn stays `tool`); ShareGPT 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from cluster_curate.registry import Registry
@@ -280,7 +282,8 @@ def _preference_fields(cols: list, prompts: list, response_field: str | None, so
     if prompt in (chosen, "rejected"):
         raise CurateError(f"{source}: --prompt-field {prompt!r} is the {'chosen' if prompt == chosen else 'rejected'}"
                           " answer's column: its answer would be part of its own question; name a column of the "
-                          "prompt alone, or give chosen and rejected as lists of chat turns (TRL's implicit prompt)")
+                          "prompt alone, or pass no --prompt-field when chosen and rejected hold the whole "
+                          "conversation (lists of chat turns, or Anthropic HH's Human: / Assistant: transcripts)")
     if prompt is None:  # the implicit prompt: chosen is the conversation, as `messages` is read
         return FieldMap("preference", chosen, None, rejected="rejected",
                         tools=_tools_column(colset, {chosen, "rejected"}))
@@ -775,16 +778,41 @@ def _rejected_value(rec: dict, fields: FieldMap):
     return value
 
 
+# Anthropic HH-RLHF's transcripts: "\n\nHuman: ...\n\nAssistant: ...". A speaker's name opens a turn only after a
+# blank line, as the dataset writes it: "Human:" elsewhere in a text is part of that text.
+_TRANSCRIPT_TURN = re.compile(r"\n\n(Human|Assistant):")
+_TRANSCRIPT_ROLES = {"Human": "user", "Assistant": "assistant"}
+
+
+def _is_transcript(value) -> bool:
+    return isinstance(value, str) and value.lstrip().startswith("Human:") and "\n\nAssistant:" in value
+
+
+def _transcript_turns(text: str) -> list[dict]:
+    """An HH transcript's turns, {role, content}, each text without the spaces around it (the one after the
+    speaker's colon, a trailing newline): what a chat template renders."""
+    parts = _TRANSCRIPT_TURN.split("\n\n" + text.lstrip())  # "", speaker, text, speaker, text, ...
+    return [{"role": _TRANSCRIPT_ROLES[parts[i]], "content": parts[i + 1].strip()} for i in range(1, len(parts), 2)]
+
+
+def _conversation_turns(value, field: str, fmt: str) -> list[dict]:
+    """An implicit-prompt answer's whole conversation: chat turns, or an HH transcript."""
+    if isinstance(value, str) and not value.lstrip().startswith("["):
+        if not _is_transcript(value):
+            raise RecordError(field, "plain text with no prompt column to answer: add a `prompt` column (or pass "
+                                     "--prompt-field COLUMN), or give chosen and rejected as lists of chat turns or as "
+                                     "Anthropic HH transcripts (each turn opened by a blank line and Human: or "
+                                     "Assistant:)")
+        return _transcript_turns(value)
+    return _turns(value, field, fmt)
+
+
 def _preference_pair(rec: dict, fields: FieldMap):
     if fields.response is None:  # implicit prompt: two whole conversations that share their prompt
-        chosen = field_value(rec, fields.prompt)
-        if isinstance(chosen, str) and not chosen.lstrip().startswith("["):
-            raise RecordError(fields.prompt, "plain text with no prompt column to answer: add a `prompt` column "
-                                             "(or pass --prompt-field COLUMN), or give chosen and rejected as lists "
-                                             "of chat turns")
-        prompt, response = _split_turns(_turns(chosen, fields.prompt, fields.format), fields.prompt)
+        turns = _conversation_turns(field_value(rec, fields.prompt), fields.prompt, fields.format)
+        prompt, response = _split_turns(turns, fields.prompt)
         value = _rejected_value(rec, fields)
-        other, rejected = _split_turns(_turns(value, fields.rejected, "messages"), fields.rejected)
+        other, rejected = _split_turns(_conversation_turns(value, fields.rejected, "messages"), fields.rejected)
         if other != prompt:
             raise RecordError(fields.rejected, "its turns before the last assistant turn differ from chosen's (a "
                                                "preference pair answers one prompt)")
