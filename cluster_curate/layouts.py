@@ -115,9 +115,10 @@ def _source_names(table: pa.Table) -> list[str]:
 
 def _record_fields(table: pa.Table, read=None, source: str = "shards"):
     """The record format's fields of the shards' source rows: `read`'s --format / --prompt-field /
-    --response-field, else detected."""
+    --response-field / --rejected-field, else detected."""
     return resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
-                          getattr(read, "response_field", None), source)
+                          getattr(read, "response_field", None), source,
+                          rejected_field=getattr(read, "rejected_field", None))
 
 
 def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None, trainer: str | None = None,

@@ -202,7 +202,9 @@ DATASET_OPTIONS = (
                                 "reads into nested objects, a whole number into a list (conversations.0.value), "
                                 "unless a column has that very name: then the column."),
     Option("response_field", help="Field holding the response (overrides the format's); a dotted path (data.answer) "
-                                  "as for --prompt-field."),
+                                  "as for --prompt-field. Preference pairs: the chosen answer."),
+    Option("rejected_field", help="Preference pairs: the field holding the rejected answer (default: `rejected`; "
+                                  "e.g. response_k beside --response-field response_j); implies --format preference."),
     Option("on_bad_row", default="error", choices=("error", "skip"), show_default=True,
            help="Stop at the first bad row, or skip bad rows (counted, and written to a rejects JSONL)."),
 )
@@ -221,4 +223,5 @@ def read_options(opts: dict):
     from cluster_curate.io.datasets import ReadOptions
     fmt = opts.get("fmt")
     return ReadOptions(format=None if fmt in (None, "auto") else fmt, prompt_field=opts.get("prompt_field"),
-                       response_field=opts.get("response_field"), on_bad_row=opts.get("on_bad_row") or "error")
+                       response_field=opts.get("response_field"), rejected_field=opts.get("rejected_field"),
+                       on_bad_row=opts.get("on_bad_row") or "error")

@@ -400,6 +400,108 @@ def test_anthropic_hh_pairs_run_and_export_as_conversational_dpo_and_ranking_dat
         assert (row["chosen"]["content"], row["rejected"]["content"]) == (good, bad)
 
 
+def stack_exchange_paired_rows(n: int = 40) -> list[dict]:
+    """Rows shaped as lvwerra/stack-exchange-paired's: `question`, the preferred answer `response_j` and the other
+    one `response_k` (GSM8K's questions and answers, a wrong answer rejected)."""
+    out = []
+    for i, line in enumerate(GSM.read_text().splitlines()[:n]):
+        r = json.loads(line)
+        out.append({"qid": 1000 + i, "question": r["question"], "date": f"2012/03/{i % 28 + 1:02d}",
+                    "metadata": [f"https://math.stackexchange.com/questions/{1000 + i}"],
+                    "response_j": r["answer"], "response_k": f"I would guess {i + 41}."})
+    return out
+
+
+def test_rejected_field_reads_pairs_whose_answers_have_other_names(tmp_path):
+    """StackExchange-paired keeps its pairs in `response_j` / `response_k`, others in `chosen_response` /
+    `rejected_response`: refused with a hint that named no flag for the rejected answer (and took them for
+    questions alone), and no flag could read them. The hint names the flags, `--rejected-field` reads them (with
+    --response-field the chosen answer), the lineage keeps it for export, and the Python API takes it too."""
+    import cluster_curate as cc
+    rows = stack_exchange_paired_rows()
+    write_jsonl(tmp_path / "se.jsonl", rows)
+    write_jsonl(tmp_path / "named.jsonl", [{"prompt": r["question"], "chosen_response": r["response_j"],
+                                            "rejected_response": r["response_k"]} for r in rows])
+    for name, flags in (("se.jsonl", "--prompt-field question --response-field response_j --rejected-field "
+                                     "response_k"),
+                        ("named.jsonl", "--prompt-field prompt --response-field chosen_response --rejected-field "
+                                        "rejected_response")):
+        r = _cli("inspect", name, cwd=tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        (line,) = r.stderr.strip().splitlines()
+        assert f"pass {flags} (or other columns" in line, line
+        summary = json.loads(_ok("inspect", name, *flags.split(), "--json", cwd=tmp_path).stdout)
+        assert (summary["format"], summary["examples"], summary["fields"]["rejected"]) == (
+            "preference", 40, flags.split()[-1])
+    flags = ["--prompt-field", "question", "--response-field", "response_j", "--rejected-field", "response_k"]
+    _ok("run", "se.jsonl", "--out", "out", *flags, *FAST[:-6], "--fraction", "0.5", "-n", "2",
+        "--micro-batch-size", "2", "-q", cwd=tmp_path)
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)  # the fields from the lineage
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert len(exported) == 20
+    for row in exported:
+        source = rows[row["id"]]
+        assert row["prompt"] == [{"role": "user", "content": source["question"]}]
+        assert row["chosen"] == [{"role": "assistant", "content": source["response_j"]}]
+        assert row["rejected"] == [{"role": "assistant", "content": source["response_k"]}]
+    summary = cc.inspect(str(tmp_path / "se.jsonl"), prompt_field="question", response_field="response_j",
+                         rejected_field="response_k")
+    assert (summary["format"], summary["fields"]["rejected"], summary["lengths"]["rejected_chars"]["total"]) == (
+        "preference", "response_k", sum(len(r["response_k"]) for r in rows))
+
+
+def test_a_rejected_field_is_checked_before_any_work_in_one_line(tmp_path):
+    """A --rejected-field that names no column, the chosen answer's or the prompt's column, or goes with another
+    format is refused before embedding, in one line; so is one given to a mixture, whose shards keep pairs only in
+    `chosen` / `rejected` columns (export would have left the rejected answers out without a word)."""
+    write_jsonl(tmp_path / "se.jsonl", stack_exchange_paired_rows(20))
+    shutil.copy(tmp_path / "se.jsonl", tmp_path / "se2.jsonl")
+    (tmp_path / "mix.yaml").write_text("inputs:\n  - path: se.jsonl\n    prompt_field: question\n"
+                                       "    response_field: response_j\n    rejected_field: response_k\n")
+    pair = ["--prompt-field", "question", "--response-field", "response_j"]
+    cases = [(["se.jsonl", *pair, "--rejected-field", "response_x"],
+              "se.jsonl: --rejected-field 'response_x': no such column; columns found: [qid, question, date, "
+              "metadata, response_j, response_k]"),
+             (["se.jsonl", *pair, "--rejected-field", "response_j"],
+              "se.jsonl: the chosen and the rejected answer would both be column 'response_j'"),
+             (["se.jsonl", *pair, "--rejected-field", "question"],
+              "se.jsonl: --prompt-field 'question' is the rejected answer's column"),
+             (["se.jsonl", *pair, "--rejected-field", "response_k", "--format", "qa"],
+              "--rejected-field 'response_k' names a preference pair's rejected answer: it goes with --format "
+              "preference, not qa"),
+             (["se.jsonl", "se2.jsonl", *pair, "--rejected-field", "response_k"],
+              "--rejected-field 'response_k': a mixture keeps preference pairs only in columns named chosen and "
+              "rejected"),
+             (["mix.yaml"], "mix.yaml: inputs[0].rejected_field: a mixture keeps preference pairs only")]
+    for i, (argv, message) in enumerate(cases):
+        r = _cli("embed", *argv, "--out", f"e{i}.parquet", "--features", "text", "--dim", "8", "-q", cwd=tmp_path)
+        assert r.returncode == 2, (argv, r.stderr)
+        (line,) = r.stderr.strip().splitlines()
+        assert line.startswith("ERROR: ") and message in line and "Traceback" not in r.stderr, (argv, line)
+        assert not (tmp_path / f"e{i}.parquet").exists()
+
+
+def test_what_was_made_before_rejected_field_keeps_its_fingerprint_and_stays_up_to_date(tmp_path):
+    """--rejected-field at its default is not part of what fingerprints and run's up-to-date check hash: a mixture
+    keeps the fingerprint it had before the option existed (so its embeddings and what follows stay valid), and
+    a run directory does not record it (so one made before stays up to date)."""
+    import hashlib
+    from cluster_curate.io.mixture import Mixture, mixture_inputs
+    for name in ("a.jsonl", "b.jsonl"):
+        shutil.copy(GSM, tmp_path / name)
+    mix = Mixture(mixture_inputs([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]))
+    before = hashlib.blake2b(digest_size=12)  # the fingerprint as it was computed before the option
+    for inp, ds in zip(mix.inputs, mix.datasets):
+        options = {"format": None, "prompt_field": None, "response_field": None, "on_bad_row": "error",
+                   "prompts_only": False}
+        before.update(json.dumps([inp.name, ds.fingerprint(), options, {}], sort_keys=True).encode() + b"\0")
+    assert mix.fingerprint() == before.hexdigest()
+    _ok("run", "a.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    state = json.loads((tmp_path / "out" / "run-state.json").read_text())
+    assert "response_field" in state["embed"]["option_values"]
+    assert "rejected_field" not in state["embed"]["option_values"]
+
+
 def test_preference_pairs_keep_their_tool_schemas(tmp_path):
     """Tool-calling DPO pairs keep their schemas in a `tools` column, which TRL's DPOTrainer renders through the
     chat template: it was not read (not in the embedded and counted text, inspect's with_tools 0) and the trl and

@@ -92,6 +92,7 @@ class ReadOptions:
     format: str | None = None
     prompt_field: str | None = None
     response_field: str | None = None
+    rejected_field: str | None = None  # preference pairs: the rejected answer's column (default `rejected`)
     on_bad_row: str = "error"  # "error" | "skip"
     prompts_only: bool = False  # questions alone, a row needs no response: an evaluation set (formats.py)
 
@@ -99,6 +100,11 @@ class ReadOptions:
         """The options not at their defaults, as a lineage record keeps them (to read the data again as it was)."""
         return {k: v for k, v in self.__dict__.items()
                 if v is not None and v is not False and not (k == "on_bad_row" and v == "error")}
+
+    def hashed(self) -> dict:
+        """Every option, as a fingerprint hashes them: one added later is left out at its default (`rejected_field`
+        None), so what was made before it keeps its fingerprint."""
+        return {k: v for k, v in self.__dict__.items() if not (k == "rejected_field" and v is None)}
 
 
 class Batch:
@@ -281,7 +287,8 @@ class Dataset:
                 self._key_column = "source_key"
         try:
             return resolve_fields(names, self.opts.format, self.opts.prompt_field, self.opts.response_field,
-                                  source=self.source, prompts_only=self.opts.prompts_only)
+                                  source=self.source, prompts_only=self.opts.prompts_only,
+                                  rejected_field=self.opts.rejected_field)
         except CurateError:
             self._refuse_own_artifact()  # else told to pass --prompt-field for a file of ids and vectors
             raise

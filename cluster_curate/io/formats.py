@@ -140,9 +140,30 @@ def _by_lower_name(columns, names, exclude=()) -> list[str]:
     return [lower[n] for n in names if n in lower]
 
 
+def _answer_pair(columns) -> tuple[str, str] | None:
+    """The (chosen, rejected) columns of preference pairs named otherwise than TRL's: `chosen_response` /
+    `rejected_response` (`chosen` in the name, the same name with `rejected`), StackExchange-paired's `response_j`
+    (the preferred answer) / `response_k`; None when no two columns are named so."""
+    lower = {c.lower(): c for c in columns}
+    for name, column in lower.items():
+        other = (name.replace("chosen", "rejected", 1) if "chosen" in name
+                 else name[:-2] + "_k" if name.endswith("_j") else None)
+        if other in lower:
+            return column, lower[other]
+    return None
+
+
 def _fix_hint(columns) -> str:
-    """The flags that would read these columns when their names look like a prompt and a response, else FIX_HINT."""
+    """The flags that would read these columns when their names look like a prompt and a response (or a
+    preference pair's two answers), else FIX_HINT."""
     prompts = _by_lower_name(columns, _PROMPT_NAMES)
+    pair = _answer_pair(columns)
+    if pair:
+        prompt = next((p for p in prompts if p not in pair), None)
+        return (f"pass --prompt-field {prompt} --response-field {pair[0]} --rejected-field {pair[1]} (or other "
+                "columns; the chosen answer's, then the rejected one's)" if prompt else
+                f"pass --response-field {pair[0]} --rejected-field {pair[1]} (the chosen answer's column, then the "
+                "rejected one's) and --prompt-field COLUMN, unless each holds the whole conversation")
     responses = _by_lower_name(columns, _RESPONSE_NAMES, exclude=prompts[:1])
     if prompts and responses:
         return f"pass --prompt-field {prompts[0]} --response-field {responses[0]} (or other columns)"
@@ -182,12 +203,13 @@ def _prompt_columns(prompt_field: str | None) -> list[str]:
 
 
 def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_field: str | None,
-                   source: str = "dataset", prompts_only: bool = False) -> FieldMap:
+                   source: str = "dataset", prompts_only: bool = False, rejected_field: str | None = None) -> FieldMap:
     """The field mapping for these columns: detected, or forced by the user's options. Raises CurateError with a
     one-line message (the option or column at fault, the columns found, the flags that would fix it).
     `prompts_only`: questions alone (the module docstring): a format's prompt column without its response
     column is detected too (after every format with both), then a `turns` column, then a column named like a
-    question in any case (_PROMPT_NAMES but `text` and `input`: MATH's `problem`)."""
+    question in any case (_PROMPT_NAMES but `text` and `input`: MATH's `problem`). `rejected_field`: the rejected
+    answer's column of preference pairs (the format they imply), `response_field` then the chosen one's."""
     from cluster_curate.errors import CurateError
 
     cols = list(columns)
@@ -196,13 +218,16 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     prompts = _prompt_columns(prompt_field)
     if fmt is not None and fmt not in FORMATS:
         raise CurateError(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if rejected_field and fmt not in (None, "preference"):
+        raise CurateError(f"--rejected-field {rejected_field!r} names a preference pair's rejected answer: it goes "
+                          f"with --format preference, not {fmt}")
     # a column the user named must exist, whatever the format
-    for option, names in (("--prompt-field", prompts), ("--response-field", [response_field] if response_field else [])):
-        for name in names:
-            if _root_column(name, colset) is None:
-                raise CurateError(f"{source}: {option} {name!r}: no such column; columns found: [{shown}]")
+    for option, name in [("--prompt-field", p) for p in prompts] + [("--response-field", response_field),
+                                                                    ("--rejected-field", rejected_field)]:
+        if name and _root_column(name, colset) is None:
+            raise CurateError(f"{source}: {option} {name!r}: no such column; columns found: [{shown}]")
     if fmt is None:
-        fmt = detect_format(colset)
+        fmt = "preference" if rejected_field else detect_format(colset)
         if fmt is None and prompts_only and not prompts:
             fmt = next((e.name for e in sorted(FORMAT, key=lambda e: e.detect_order)
                         if e.value in colset and set(getattr(e, "also", ())) <= colset),  # xlam: its `tools`
@@ -216,8 +241,9 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
             if response_field is None:
                 found = _by_lower_name(cols, _RESPONSE_NAMES, exclude=prompts)
                 if len(found) != 1:
-                    which = ("no column looks like one" if not found
-                             else "several could be: " + ", ".join(found))
+                    pair = _answer_pair(cols)
+                    which = (f"preference pairs? pass --response-field {pair[0]} --rejected-field {pair[1]}" if pair
+                             else "no column looks like one" if not found else "several could be: " + ", ".join(found))
                     raise CurateError(f"{source}: --prompt-field {prompt_field} needs --response-field COLUMN too "
                                       f"({which}); columns found: [{shown}]")
                 response_field = found[0]
@@ -227,7 +253,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
 
     entry = FORMAT.get(fmt)
     if fmt == "preference":
-        return _preference_fields(cols, prompts, response_field, source, shown)
+        return _preference_fields(cols, prompts, response_field, rejected_field, source, shown)
     if entry.response is None:
         if len(prompts) > 1:
             raise CurateError(f"--prompt-field {prompt_field}: format {fmt} reads its turns from one column")
@@ -266,30 +292,35 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                     tools=_tools_column(colset, {*used, response, input_field, system}))
 
 
-def _preference_fields(cols: list, prompts: list, response_field: str | None, source: str, shown: str) -> FieldMap:
-    """preference: `chosen` (or --response-field) and `rejected`, with the prompt column `prompt` (or
-    --prompt-field) when there is one; without one, `chosen` holds the whole conversation."""
+def _preference_fields(cols: list, prompts: list, response_field: str | None, rejected_field: str | None,
+                       source: str, shown: str) -> FieldMap:
+    """preference: `chosen` (or --response-field) and `rejected` (or --rejected-field), with the prompt column
+    `prompt` (or --prompt-field) when there is one; without one, `chosen` holds the whole conversation."""
     from cluster_curate.errors import CurateError
     colset = set(cols)
-    chosen = response_field or "chosen"
-    missing = [c for c in (chosen, "rejected") if _root_column(c, colset) is None]
+    chosen, rejected = response_field or "chosen", rejected_field or "rejected"
+    missing = [c for c in (chosen, rejected) if _root_column(c, colset) is None]
     if missing:
-        raise CurateError(f"{source}: format preference needs columns 'chosen' and 'rejected' "
-                          f"({' and '.join(repr(c) for c in missing)} not found); columns found: [{shown}]")
+        raise CurateError(f"{source}: format preference needs columns {chosen!r} and {rejected!r} "
+                          f"({' and '.join(repr(c) for c in missing)} not found); columns found: [{shown}]"
+                          + (f". {_fix_hint(cols)}" if _answer_pair(cols) else ""))
+    if chosen == rejected:
+        raise CurateError(f"{source}: the chosen and the rejected answer would both be column {chosen!r}: a pair "
+                          "would hold one answer twice; name the column of each (--response-field CHOSEN "
+                          "--rejected-field REJECTED)")
     if len(prompts) > 1:
         raise CurateError(f"--prompt-field {','.join(prompts)}: format preference reads its prompt from one column")
     prompt = prompts[0] if prompts else ("prompt" if "prompt" in colset else None)
-    if prompt in (chosen, "rejected"):
+    if prompt in (chosen, rejected):
         raise CurateError(f"{source}: --prompt-field {prompt!r} is the {'chosen' if prompt == chosen else 'rejected'}"
                           " answer's column: its answer would be part of its own question; name a column of the "
                           "prompt alone, or pass no --prompt-field when chosen and rejected hold the whole "
                           "conversation (lists of chat turns, or Anthropic HH's Human: / Assistant: transcripts)")
     if prompt is None:  # the implicit prompt: chosen is the conversation, as `messages` is read
-        return FieldMap("preference", chosen, None, rejected="rejected",
-                        tools=_tools_column(colset, {chosen, "rejected"}))
-    system = "system" if "system" in colset and "system" not in (prompt, chosen) else None
-    return FieldMap("preference", prompt, chosen, system=system, rejected="rejected",
-                    tools=_tools_column(colset, {prompt, chosen, "rejected", system}))
+        return FieldMap("preference", chosen, None, rejected=rejected, tools=_tools_column(colset, {chosen, rejected}))
+    system = "system" if "system" in colset and "system" not in (prompt, chosen, rejected) else None
+    return FieldMap("preference", prompt, chosen, system=system, rejected=rejected,
+                    tools=_tools_column(colset, {prompt, chosen, rejected, system}))
 
 
 def _tools_column(columns: set, used: set) -> str | None:

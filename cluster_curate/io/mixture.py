@@ -48,8 +48,12 @@ from cluster_curate.io.datasets import Batch, Example, ReadOptions, Reject, data
 from cluster_curate.io.formats import own_system_prompt
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
-INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "on_bad_row", "rename", "min_share",
-              "max_share")
+INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "rejected_field", "on_bad_row", "rename",
+              "min_share", "max_share")
+# A mixture's shards give export its preference pairs by the columns `chosen` and `rejected` (layouts): the rejected
+# answers of a column named otherwise would be left out of the DPO data without a word.
+_NO_REJECTED_FIELD = ("a mixture keeps preference pairs only in columns named chosen and rejected; curate this "
+                      "dataset alone with --rejected-field")
 # Columns every mixture row has (artifacts and shards); an input's own column of the same name is renamed
 # `source_<name>` (as a single input's `id` becomes `source_id`).
 IDENTITY_COLUMNS = ("id", "source", "source_row")
@@ -156,9 +160,11 @@ def read_mixture_file(path: str, defaults: ReadOptions | None = None) -> list[Mi
         if not isinstance(rename, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
                                                    for k, v in rename.items()):
             raise CurateError(f"{where}.rename: expected a mapping of column names to new names")
-        for key in ("format", "prompt_field", "response_field", "on_bad_row", "name"):
+        for key in ("format", "prompt_field", "response_field", "rejected_field", "on_bad_row", "name"):
             if item.get(key) is not None and not isinstance(item[key], str):
                 raise CurateError(f"{where}.{key}: expected a string, got {item[key]!r}")
+        if item.get("rejected_field") is not None:
+            raise CurateError(f"{where}.rejected_field: {_NO_REJECTED_FIELD}")
         opts = ReadOptions(format=item.get("format", defaults.format),
                            prompt_field=item.get("prompt_field", defaults.prompt_field),
                            response_field=item.get("response_field", defaults.response_field),
@@ -177,6 +183,8 @@ def mixture_inputs(sources: list[str] | str, options: ReadOptions | None = None)
     if not sources:
         raise CurateError("no input given")
     options = options or ReadOptions()
+    if options.rejected_field:
+        raise CurateError(f"--rejected-field {options.rejected_field!r}: {_NO_REJECTED_FIELD}")
     inputs: list[MixtureInput] = []
     for arg in sources:
         if is_mixture_file(arg):
@@ -262,7 +270,7 @@ class Mixture:
         if self._fingerprint is None:
             h = hashlib.blake2b(digest_size=12)
             for inp, ds in zip(self.inputs, self.datasets):
-                h.update(json.dumps([inp.name, ds.fingerprint(), inp.options.__dict__, inp.rename],
+                h.update(json.dumps([inp.name, ds.fingerprint(), inp.options.hashed(), inp.rename],
                                     sort_keys=True).encode() + b"\0")
             self._fingerprint = h.hexdigest()
         return self._fingerprint
