@@ -420,12 +420,15 @@ def test_rejected_field_reads_pairs_whose_answers_have_other_names(tmp_path):
     import cluster_curate as cc
     rows = stack_exchange_paired_rows()
     write_jsonl(tmp_path / "se.jsonl", rows)
-    write_jsonl(tmp_path / "named.jsonl", [{"prompt": r["question"], "chosen_response": r["response_j"],
-                                            "rejected_response": r["response_k"]} for r in rows])
+    # argilla/ultrafeedback-binarized-preferences' columns: the ratings and models of each answer beside it
+    write_jsonl(tmp_path / "named.jsonl", [{"source": "gsm8k", "instruction": r["question"], "chosen_avg_rating": 5.0,
+                                            "rejected_avg_rating": 1.5, "chosen_model": "a", "rejected_model": "b",
+                                            "chosen_response": r["response_j"], "rejected_response": r["response_k"]}
+                                           for r in rows])
     for name, flags in (("se.jsonl", "--prompt-field question --response-field response_j --rejected-field "
                                      "response_k"),
-                        ("named.jsonl", "--prompt-field prompt --response-field chosen_response --rejected-field "
-                                        "rejected_response")):
+                        ("named.jsonl", "--prompt-field instruction --response-field chosen_response "
+                                        "--rejected-field rejected_response")):
         r = _cli("inspect", name, cwd=tmp_path)
         assert r.returncode == 2 and "Traceback" not in r.stderr
         (line,) = r.stderr.strip().splitlines()

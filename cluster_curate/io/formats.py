@@ -140,6 +140,10 @@ def _by_lower_name(columns, names, exclude=()) -> list[str]:
     return [lower[n] for n in names if n in lower]
 
 
+# words of a column name that say it holds something about an answer, not the answer (`chosen_avg_rating`)
+_ABOUT_AN_ANSWER = frozenset({"rating", "ratings", "score", "scores", "model", "reward", "logps", "id", "len"})
+
+
 def _answer_pair(columns) -> tuple[str, str] | None:
     """The (chosen, rejected) columns of preference pairs named otherwise than TRL's: `chosen_response` /
     `rejected_response` (`chosen` in the name, the same name with `rejected`), StackExchange-paired's `response_j`
@@ -148,7 +152,7 @@ def _answer_pair(columns) -> tuple[str, str] | None:
     for name, column in lower.items():
         other = (name.replace("chosen", "rejected", 1) if "chosen" in name
                  else name[:-2] + "_k" if name.endswith("_j") else None)
-        if other in lower:
+        if other in lower and not _ABOUT_AN_ANSWER & set(name.replace("-", "_").split("_")):
             return column, lower[other]
     return None
 
