@@ -20,6 +20,7 @@ and `parquet` write just the selected rows in their original columns, in dataset
 Preference pairs (`--format preference`, io/formats.py): `trl` writes DPO's conversational `prompt`/`chosen`/
 `rejected`, `llamafactory` a ranking dataset (`messages`: the prompt turns, `chosen`/`rejected`: one assistant turn
 each); `torchtune` and `axolotl` are refused (`PREFERENCE_TARGETS`), never written without the rejected answers.
+A mixture's pairs are read per input (`_records`), every row of a DPO layout must be one.
 
 Tool calling (`chat_columns`): `trl` and `axolotl` keep an assistant turn's calls as OpenAI `tool_calls` (arguments
 as JSON text) and a tool turn's `tool_call_id` / `name`, and write the schemas as a `tools` column (TRL passes it to
@@ -36,7 +37,7 @@ Pure functions of the manifest and the shards' table; `commands/export.py` reads
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -131,12 +132,12 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
     (what its chat_template strategy parses). `trainer`: llamafactory writes its function_call / observation
     turns instead (`_llamafactory_turns`), torchtune refuses rows with tool calls (its openai style drops them).
     `inputs`: a mixture's inputs as its lineage record lists them (each row is read as its input's record:
-    `_records`)."""
-    fields = _record_fields(table, read, source)
-    if fields.rejected:
-        return preference_columns(table, style, fields, source)
+    `_records`). Preference pairs: `preference_columns`."""
+    records = _records(table, read, source, inputs)
+    if any(row_fields.rejected for _, row_fields in records):
+        return preference_columns(table, style, records, source)
     chats, tools = [], []
-    for i, (rec, row_fields) in enumerate(_records(table, fields, read, source, inputs)):
+    for i, (rec, row_fields) in enumerate(records):
         where = f"{source}: row {i} (id {table.column('id')[i].as_py()})"
         try:
             messages, schemas = chat_messages(rec, row_fields)
@@ -165,21 +166,32 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
 
 
-def _records(table: pa.Table, fields, read, source: str, inputs: list[dict] | None):
-    """(record, fields) per row. One dataset's rows: their source columns, read by `fields`. A mixture's row: its
-    input's own columns (those its rows fill) under the names that input gave them, read with its recorded
-    options, as a single source's shards are; the normalised `messages` hold the calls and the tool schemas as
-    text, which a trainer needs structured. An input of preference pairs keeps the normalised columns (less the
-    `tools` rendered into them already)."""
+def _records(table: pa.Table, read, source: str, inputs: list[dict] | None) -> list[tuple[dict, object]]:
+    """(record, fields) per row. One dataset's rows: their source columns, read by `_record_fields`. A mixture's
+    row: its input's own record (`_input_readings`), as that input's shards alone would be read; the normalised
+    columns hold the last user question alone, the calls and the tool schemas as text, and no rejected answer."""
+    rows = table.select(_source_names(table)).to_pylist()
+    readings = _input_readings(table, read, source, inputs)
+    if readings is None:
+        fields = _record_fields(table, read, source)
+        return [(rec, fields) for rec in rows]
+    out = []
+    for rec, name in zip(rows, table.column("source").cast(pa.string()).to_pylist()):
+        names_of, fields = readings[name]
+        out.append(({names_of[c]: rec[c] for c in names_of}, fields))
+    return out
+
+
+def _input_readings(table: pa.Table, read, source: str, inputs: list[dict] | None) -> dict | None:
+    """A mixture's inputs that have rows here: name -> ({shard column: its name in the input}, the fields of the
+    input's own columns, read with its recorded options under those given now); None for one dataset."""
     from cluster_curate.io.datasets import ReadOptions
     from cluster_curate.io.mixture import IDENTITY_COLUMNS, NORMALISED_COLUMNS, as_recorded
-    rows = table.select(_source_names(table)).to_pylist()
     if not inputs or "source" not in table.column_names:
-        return [(rec, fields) for rec in rows]
-    normalised = replace(fields, tools=None)
+        return None
     reserved = tuple(c for c in IDENTITY_COLUMNS + NORMALISED_COLUMNS if c != "id")
     source_of = table.column("source").cast(pa.string())
-    own: dict[str, tuple[dict, object]] = {}  # input name -> ({shard column: its name in the input}, fields)
+    readings = {}
     for item in inputs:
         mine = table.filter(pc.equal(source_of, item["name"]))
         if not mine.num_rows:
@@ -193,32 +205,40 @@ def _records(table: pa.Table, fields, read, source: str, inputs: list[dict] | No
             base = c.removeprefix("source_") if c.removeprefix("source_") in reserved else c
             names_of[c] = renamed.get(base, base)
         given = as_recorded(item, read or ReadOptions())  # its recorded options, under those given now
-        item_fields = resolve_fields(list(names_of.values()), given.format, given.prompt_field, given.response_field,
-                                     f"{source}: input {item['name']}")
-        own[item["name"]] = (names_of, item_fields if not item_fields.rejected else None)
-    out = []
-    for rec, name in zip(rows, source_of.to_pylist()):
-        names_of, item_fields = own[name]
-        out.append(({names_of[c]: rec[c] for c in names_of}, item_fields) if item_fields else (rec, normalised))
-    return out
+        readings[item["name"]] = (names_of, resolve_fields(
+            list(names_of.values()), given.format, given.prompt_field, given.response_field,
+            f"{source}: input {item['name']}", rejected_field=given.rejected_field))
+    return readings
 
 
-def is_preference(table: pa.Table, read=None) -> bool:
-    """Whether the shards' rows are preference pairs (read as `read` says, else detected)."""
+def is_preference(table: pa.Table, read=None, inputs: list[dict] | None = None) -> bool:
+    """Whether the shards' rows are preference pairs (read as `read` says, else detected); a mixture's (`inputs`:
+    its lineage record's), whether an input's are."""
     try:
-        return _record_fields(table, read).rejected is not None
+        readings = _input_readings(table, read, "shards", inputs)
+        if readings is None:
+            return _record_fields(table, read).rejected is not None
+        return any(fields.rejected for _, fields in readings.values())
     except CurateError:
         return False
 
 
-def preference_columns(table: pa.Table, style: str, fields, source: str = "shards") -> pa.Table:
-    """Preference pairs as TRL's DPOTrainer reads them (style `prompt-completion`: conversational `prompt`,
-    `chosen`, `rejected`, each answer one assistant turn) or as LLaMA-Factory's ranking datasets do (style
-    `messages`: `messages` the prompt turns, `chosen` and `rejected` one assistant turn each); plus `id`, `weight`,
-    `step`."""
+def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, object]],
+                       source: str = "shards") -> pa.Table:
+    """Preference pairs (`records`: `_records`) as TRL's DPOTrainer reads them (style `prompt-completion`:
+    conversational `prompt`, `chosen`, `rejected`, each answer one assistant turn) or as LLaMA-Factory's ranking
+    datasets do (style `messages`: `messages` the prompt turns, `chosen` and `rejected` one assistant turn each);
+    plus `id`, `weight`, `step`. A mixture's row of an input of other records is refused: a pairwise loss needs
+    both answers of every row."""
     from cluster_curate.io.formats import to_preference, tool_schemas, without_tool_schemas
     prompts, chosen, rejected, tools = [], [], [], []
-    for i, rec in enumerate(table.select(_source_names(table)).to_pylist()):
+    for i, (rec, fields) in enumerate(records):
+        if not fields.rejected:
+            name = table.column("source")[i].as_py()
+            raise CurateError(f"{source}: row {i} (id {table.column('id')[i].as_py()}): input {name} holds no "
+                              f"preference pairs (format {fields.format}) beside the other inputs' pairs: a DPO "
+                              "layout needs both answers in every row; export the pairs apart, or --for hf, "
+                              "accelerate, torchrun, jsonl or parquet, which keep every column")
         try:
             prompt, good, bad = to_preference(rec, fields)
             tools.append(tool_schemas(rec, fields))
@@ -332,14 +352,15 @@ def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "sh
     """The table `export --for tgt` writes (`read`: the ReadOptions naming the record format's fields)."""
     if tgt.columns == "source":
         return source_rows(table, manifest, leftovers)
-    if tgt.name not in PREFERENCE_TARGETS and is_preference(table, read):
+    inputs = (manifest.get("dataset") or {}).get("inputs")
+    if tgt.name not in PREFERENCE_TARGETS and is_preference(table, read, inputs):
         raise CurateError(f"{source}: the rows are preference pairs (chosen and rejected); --for {tgt.name} has no "
                           f"layout for the rejected answer: use --for {' or '.join(PREFERENCE_TARGETS[:2])} (DPO), or "
                           f"{', '.join(PREFERENCE_TARGETS[2:])}, which keep every column")
     arranged = arrange(table, manifest, tgt.layout)
     if tgt.columns == "shard":
         return arranged
-    return chat_columns(arranged, tgt.columns, source, read, tgt.name, (manifest.get("dataset") or {}).get("inputs"))
+    return chat_columns(arranged, tgt.columns, source, read, tgt.name, inputs)
 
 
 # ------------------------------------------------------------------------------------ config snippets

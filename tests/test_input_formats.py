@@ -246,22 +246,30 @@ def test_a_preference_run_keeps_prompt_chosen_and_rejected_and_export_jsonl_give
         assert back == [r for r in rows if r in back]  # dataset order, records unchanged
 
 
+def ultrafeedback_rows(n: int = 40) -> list[dict]:
+    """Rows shaped as UltraFeedback binarized's and Capybara DPO's: a `prompt` column (the first question), `chosen`
+    and `rejected` the whole conversations (lists of turns), their scores. The odd rows are multi-turn (Capybara),
+    the even ones a question and its answer (UltraFeedback)."""
+    rows = []
+    for i in range(n):
+        first, again = f"What is the capital of country {i}?", f"And its population, case {i}?"
+        turns = [{"role": "user", "content": first}]
+        if i % 2:
+            turns += [{"role": "assistant", "content": f"It is city {i}."}, {"role": "user", "content": again}]
+        rows.append({"prompt": first, "prompt_id": str(i),
+                     "chosen": turns + [{"role": "assistant", "content": f"About {i} million, {i}."}],
+                     "rejected": turns + [{"role": "assistant", "content": "No idea."}],
+                     "score_chosen": 8.0, "score_rejected": 2.0})
+    return rows
+
+
 def test_a_chosen_conversation_beside_a_prompt_column_is_the_prompt_of_the_pair(tmp_path):
     """Capybara DPO and UltraFeedback binarized keep a `prompt` column (the first question) and `chosen` /
     `rejected` as the whole conversation: the prompt was the prompt column alone, so a multi-turn pair lost its
     middle turns and the last answer was set against the first question (also in the trl export). The prompt is
     now chosen's turns before its answer; a prompt column that is not its first question is a bad row."""
     import pyarrow.parquet as pq
-    rows = []
-    for i in range(40):
-        first, again = f"What is the capital of country {i}?", f"And its population, case {i}?"
-        turns = [{"role": "user", "content": first}]
-        if i % 2:  # multi-turn (Capybara); the even rows are UltraFeedback's question and answer
-            turns += [{"role": "assistant", "content": f"It is city {i}."}, {"role": "user", "content": again}]
-        rows.append({"prompt": first, "prompt_id": str(i),
-                     "chosen": turns + [{"role": "assistant", "content": f"About {i} million, {i}."}],
-                     "rejected": turns + [{"role": "assistant", "content": "No idea."}],
-                     "score_chosen": 8.0, "score_rejected": 2.0})
+    rows = ultrafeedback_rows()
     write_jsonl(tmp_path / "pairs.jsonl", rows)
     _ok("run", "pairs.jsonl", "--out", "out", *FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size", "2",
         "-q", cwd=tmp_path)
@@ -611,3 +619,91 @@ def test_pairs_with_one_prompt_and_chosen_but_other_rejected_answers_are_not_exa
     assert json.loads(r.stdout)["exact_duplicates_dropped"] == 1
     inspect = json.loads(_ok("inspect", "pref.jsonl", "--json", cwd=tmp_path).stdout)
     assert (inspect["duplicates"], inspect["duplicate_prompts"]) == (1, 3)
+
+
+def _mixture_pairs(folder, trl: str) -> list[tuple[str, int, dict]]:
+    """(input, its row, the exported pair) of each row of `export --for trl` of a mixture's shards."""
+    shards = _shards(folder / "shards").select(["id", "source", "source_row"]).to_pylist()
+    where = {r["id"]: (str(r["source"]), r["source_row"]) for r in shards}
+    return [(*where[row["id"]], {c: row[c] for c in ("prompt", "chosen", "rejected")})
+            for row in pq.read_table(folder.parent / trl / "train.parquet").to_pylist()]
+
+
+def test_a_mixture_of_pairs_in_three_shapes_exports_each_pair_with_its_prompt_turns_and_both_answers(tmp_path):
+    """UltraFeedback / Capybara pairs (a prompt column, chosen and rejected whole conversations, several turns),
+    Anthropic HH transcripts and GSM8K text pairs in one mixture. Export read a mixture's pairs from the shards'
+    normalised `prompt` (the last user question) and the columns named `chosen` / `rejected`: a multi-turn pair
+    was refused (its prompt column is the first question), an HH transcript became the answer whole, and the
+    UltraFeedback input (whose list columns must be renamed beside the others' text) was refused. Each row is
+    read now as its input's record: the pair that input exported alone gives."""
+    uf, (hh, hh_expected), std = ultrafeedback_rows(30), hh_rows(30), preference_rows(30)
+    write_jsonl(tmp_path / "uf.jsonl", [dict(r, messages=r["chosen"]) for r in uf])  # UltraFeedback has `messages`
+    write_jsonl(tmp_path / "hh.jsonl", hh)
+    write_jsonl(tmp_path / "gsm.jsonl", std)
+    (tmp_path / "mix.yaml").write_text("inputs:\n  - path: uf.jsonl\n    rename: {chosen: uf_chosen, rejected: "
+                                       "uf_rejected}\n  - path: hh.jsonl\n  - path: gsm.jsonl\n")
+    expected = {"uf": [([{"role": t["role"], "content": t["content"]} for t in r["chosen"][:-1]],
+                        r["chosen"][-1]["content"], r["rejected"][-1]["content"]) for r in uf],
+                "hh": hh_expected,
+                "gsm": [([{"role": "user", "content": r["prompt"]}], r["chosen"], r["rejected"]) for r in std]}
+    _ok("run", "mix.yaml", "--out", "out", *FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size", "2",
+        "-q", cwd=tmp_path)
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    pairs = _mixture_pairs(tmp_path / "out", "trl")
+    assert len(pairs) == _shards(tmp_path / "out" / "shards").num_rows  # every selected pair
+    assert {name for name, _, _ in pairs} == {"uf", "hh", "gsm"}
+    assert {row % 2 for name, row, _ in pairs if name == "uf"} == {0, 1}  # multi-turn pairs among them
+    for name, row, pair in pairs:
+        prompt, good, bad = expected[name][row]
+        assert pair == {"prompt": prompt, "chosen": [{"role": "assistant", "content": good}],
+                        "rejected": [{"role": "assistant", "content": bad}]}, (name, row)
+    assert "DPO" in (tmp_path / "trl" / "README.md").read_text()
+    for name in expected:  # each input curated alone gives the same pair for a row both selected
+        _ok("run", f"{name}.jsonl", "--out", f"{name}-alone", *FAST[:-6], "--fraction", "0.8", "-n", "1",
+            "--micro-batch-size", "1", "-q", cwd=tmp_path)
+        _ok("export", f"{name}-alone/shards", "--for", "trl", "--out", f"{name}-trl", "-q", cwd=tmp_path)
+        alone = {row["id"]: {c: row[c] for c in ("prompt", "chosen", "rejected")}
+                 for row in pq.read_table(tmp_path / f"{name}-trl" / "train.parquet").to_pylist()}
+        both = [(pair, alone[row]) for source, row, pair in pairs if source == name and row in alone]
+        assert both and all(mixed == single for mixed, single in both), name
+    _ok("export", "out/shards", "--for", "llamafactory", "--out", "lf", "-q", cwd=tmp_path)
+    entry = json.loads((tmp_path / "lf" / "dataset_info.json").read_text())["cluster_curate"]
+    ranked = pq.read_table(tmp_path / "lf" / entry["file_name"]).to_pylist()
+    assert entry["ranking"] is True and len(ranked) == len(pairs)
+    by_id = {r["id"]: r for r in ranked}
+    for (name, row, pair), trl_row in zip(pairs, pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()):
+        lf = by_id[trl_row["id"]]
+        assert (lf["messages"], [lf["chosen"]], [lf["rejected"]]) == (pair["prompt"], pair["chosen"], pair["rejected"])
+
+
+def test_a_mixture_whose_pairs_are_renamed_is_exported_as_pairs_not_as_the_chosen_answers(tmp_path):
+    """Two inputs of pairs whose `chosen` / `rejected` a mixture file renames (no column of the shards named so):
+    `export --for trl` wrote SFT prompt / completion of the chosen answers and SFT settings, and `--for
+    torchtune` took them, both dropping every rejected answer without a word."""
+    std, (hh, _) = preference_rows(30), hh_rows(30)
+    write_jsonl(tmp_path / "gsm.jsonl", std)
+    write_jsonl(tmp_path / "hh.jsonl", hh)
+    (tmp_path / "mix.yaml").write_text("inputs:\n  - path: gsm.jsonl\n    rename: {chosen: good, rejected: bad}\n"
+                                       "  - path: hh.jsonl\n    rename: {chosen: hh_chosen, rejected: hh_rejected}\n")
+    _ok("run", "mix.yaml", "--out", "out", *FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size", "2",
+        "-q", cwd=tmp_path)
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    pairs = _mixture_pairs(tmp_path / "out", "trl")
+    assert len(pairs) == _shards(tmp_path / "out" / "shards").num_rows and {name for name, _, _ in pairs} == {
+        "gsm", "hh"}
+    for name, row, pair in pairs:
+        bad = std[row]["rejected"] if name == "gsm" else "Eggs cannot be boiled."
+        assert pair["rejected"] == [{"role": "assistant", "content": bad}]
+    assert "max_length" in json.loads((tmp_path / "trl" / "training_args.json").read_text())
+    assert "packing" not in json.loads((tmp_path / "trl" / "training_args.json").read_text())  # DPOConfig's
+    r = _cli("export", "out/shards", "--for", "torchtune", "--out", "tt", cwd=tmp_path)
+    assert r.returncode == 2 and "preference pairs" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "tt").exists()
+
+    shutil.copy(GSM, tmp_path / "sft.jsonl")  # beside rows of another format, a DPO layout is refused, naming it
+    (tmp_path / "sft-mix.yaml").write_text("inputs:\n  - path: sft.jsonl\n  - path: hh.jsonl\n"
+                                           "    rename: {chosen: hh_chosen, rejected: hh_rejected}\n")
+    _ok("run", "sft-mix.yaml", "--out", "sft-out", *FAST, "-q", cwd=tmp_path)
+    r = _cli("export", "sft-out/shards", "--for", "trl", "--out", "sft-trl", cwd=tmp_path)
+    (line,) = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "input sft holds no preference pairs (format qa)" in line, r.stderr

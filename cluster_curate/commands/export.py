@@ -48,7 +48,8 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     table = _read_shards(shards)
     rows = layouts.layout_table(table, manifest, tgt, str(shards), leftovers, read)
     name = layouts.data_file(tgt)
-    preference = layouts.is_preference(table, read)  # DPO pairs: the trainer's DPO stage, and no weights in trl
+    # DPO pairs: the trainer's DPO stage, and no weights in trl
+    preference = layouts.is_preference(table, read, (manifest.get("dataset") or {}).get("inputs"))
     files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()), rows, preference)
     weighted = tgt.weights_applied and not (preference and tgt.name == "trl")
     with staged_directory(out, EXPORT) as work:
