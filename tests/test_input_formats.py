@@ -463,12 +463,9 @@ def test_rejected_field_reads_pairs_whose_answers_have_other_names(tmp_path):
 
 def test_a_rejected_field_is_checked_before_any_work_in_one_line(tmp_path):
     """A --rejected-field that names no column, the chosen answer's or the prompt's column, or goes with another
-    format is refused before embedding, in one line; so is one given to a mixture, whose shards keep pairs only in
-    `chosen` / `rejected` columns (export would have left the rejected answers out without a word)."""
+    format is refused before embedding, in one line, in a mixture too."""
     write_jsonl(tmp_path / "se.jsonl", stack_exchange_paired_rows(20))
     shutil.copy(tmp_path / "se.jsonl", tmp_path / "se2.jsonl")
-    (tmp_path / "mix.yaml").write_text("inputs:\n  - path: se.jsonl\n    prompt_field: question\n"
-                                       "    response_field: response_j\n    rejected_field: response_k\n")
     pair = ["--prompt-field", "question", "--response-field", "response_j"]
     cases = [(["se.jsonl", *pair, "--rejected-field", "response_x"],
               "se.jsonl: --rejected-field 'response_x': no such column; columns found: [qid, question, date, "
@@ -480,10 +477,8 @@ def test_a_rejected_field_is_checked_before_any_work_in_one_line(tmp_path):
              (["se.jsonl", *pair, "--rejected-field", "response_k", "--format", "qa"],
               "--rejected-field 'response_k' names a preference pair's rejected answer: it goes with --format "
               "preference, not qa"),
-             (["se.jsonl", "se2.jsonl", *pair, "--rejected-field", "response_k"],
-              "--rejected-field 'response_k': a mixture keeps preference pairs only in columns named chosen and "
-              "rejected"),
-             (["mix.yaml"], "mix.yaml: inputs[0].rejected_field: a mixture keeps preference pairs only")]
+             (["se.jsonl", "se2.jsonl", *pair, "--rejected-field", "response_x"],
+              "se.jsonl: --rejected-field 'response_x': no such column")]
     for i, (argv, message) in enumerate(cases):
         r = _cli("embed", *argv, "--out", f"e{i}.parquet", "--features", "text", "--dim", "8", "-q", cwd=tmp_path)
         assert r.returncode == 2, (argv, r.stderr)
@@ -707,3 +702,46 @@ def test_a_mixture_whose_pairs_are_renamed_is_exported_as_pairs_not_as_the_chose
     r = _cli("export", "sft-out/shards", "--for", "trl", "--out", "sft-trl", cwd=tmp_path)
     (line,) = r.stderr.strip().splitlines()
     assert r.returncode == 2 and "input sft holds no preference pairs (format qa)" in line, r.stderr
+
+
+def test_a_mixture_reads_each_inputs_pairs_with_its_own_rejected_field(tmp_path):
+    """--rejected-field (or a mixture file's `rejected_field`) was refused in a mixture, export finding a mixture's
+    pairs only in columns named `chosen` / `rejected`. Each input's pairs are read with its own fields now:
+    StackExchange-paired (`response_j` / `response_k`), argilla's `chosen_response` / `rejected_response` (whose
+    `source` column the mixture renames `source_source`) and TRL's text pairs export together, each pair right."""
+    se, std = stack_exchange_paired_rows(30), preference_rows(30)
+    named = [{"source": "gsm8k", "instruction": r["prompt"], "chosen_avg_rating": 5.0, "rejected_avg_rating": 1.5,
+              "chosen_response": r["chosen"], "rejected_response": f"Perhaps {i}."} for i, r in enumerate(std)]
+    for name, rows in (("se.jsonl", se), ("named.jsonl", named), ("gsm.jsonl", std)):
+        write_jsonl(tmp_path / name, rows)
+    (tmp_path / "mix.yaml").write_text(
+        "inputs:\n  - {path: se.jsonl, prompt_field: question, response_field: response_j, rejected_field: response_k}\n"
+        "  - {path: named.jsonl, prompt_field: instruction, response_field: chosen_response,\n"
+        "     rejected_field: rejected_response}\n  - path: gsm.jsonl\n")
+    summary = json.loads(_ok("inspect", "mix.yaml", "--json", cwd=tmp_path).stdout)
+    assert [i["fields"].rpartition(", ")[2] for i in summary["inputs"]] == [
+        "rejected=response_k", "rejected=rejected_response", "rejected=rejected"]
+    expected = {"se": [(r["question"], r["response_j"], r["response_k"]) for r in se],
+                "named": [(r["instruction"], r["chosen_response"], r["rejected_response"]) for r in named],
+                "gsm": [(r["prompt"], r["chosen"], r["rejected"]) for r in std]}
+    _ok("run", "mix.yaml", "--out", "out", *FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size", "2",
+        "-q", cwd=tmp_path)
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    pairs = _mixture_pairs(tmp_path / "out", "trl")
+    assert len(pairs) == _shards(tmp_path / "out" / "shards").num_rows
+    assert {name for name, _, _ in pairs} == {"se", "named", "gsm"}
+    for name, row, pair in pairs:
+        prompt, good, bad = expected[name][row]
+        assert pair == {"prompt": [{"role": "user", "content": prompt}],
+                        "chosen": [{"role": "assistant", "content": good}],
+                        "rejected": [{"role": "assistant", "content": bad}]}, (name, row)
+    r = _cli("inspect", "se.jsonl", "gsm.jsonl", cwd=tmp_path)  # the hint names a mixture file's keys
+    (line,) = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and ("give this input `prompt_field: question`, `response_field: response_j` and "
+                                  "`rejected_field: response_k` (or other columns; the chosen answer's") in line, line
+    # --rejected-field given to several inputs reads each of them so
+    shutil.copy(tmp_path / "se.jsonl", tmp_path / "se2.jsonl")
+    flags = ["--prompt-field", "question", "--response-field", "response_j", "--rejected-field", "response_k"]
+    summary = json.loads(_ok("inspect", "se.jsonl", "se2.jsonl", *flags, "--json", cwd=tmp_path).stdout)
+    assert [(i["format"], i["fields"].rpartition(", ")[2]) for i in summary["inputs"]] == [
+        ("preference", "rejected=response_k")] * 2

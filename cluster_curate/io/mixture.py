@@ -24,7 +24,7 @@ Mixture file (YAML, or JSON with the same keys)::
       - path: math.jsonl              # relative to the mixture file
         name: math                    # default: the file name without its extensions
         format: alpaca                # per-input reading options: format, prompt_field, response_field (a
-        on_bad_row: skip              #   dotted path reads nested objects and lists), on_bad_row
+        on_bad_row: skip              #   dotted path reads nested objects and lists), rejected_field, on_bad_row
         rename: {label: math_label}   # original columns renamed for this input
         min_share: 0.2                # optional floor / cap on the selection's share of this input
         max_share: 0.6
@@ -50,10 +50,6 @@ from cluster_curate.io.formats import own_system_prompt
 MIXTURE_SUFFIXES = (".yaml", ".yml")
 INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "rejected_field", "on_bad_row", "rename",
               "min_share", "max_share")
-# A mixture's shards give export its preference pairs by the columns `chosen` and `rejected` (layouts): the rejected
-# answers of a column named otherwise would be left out of the DPO data without a word.
-_NO_REJECTED_FIELD = ("a mixture keeps preference pairs only in columns named chosen and rejected; curate this "
-                      "dataset alone with --rejected-field")
 # Columns every mixture row has (artifacts and shards); an input's own column of the same name is renamed
 # `source_<name>` (as a single input's `id` becomes `source_id`).
 IDENTITY_COLUMNS = ("id", "source", "source_row")
@@ -163,11 +159,10 @@ def read_mixture_file(path: str, defaults: ReadOptions | None = None) -> list[Mi
         for key in ("format", "prompt_field", "response_field", "rejected_field", "on_bad_row", "name"):
             if item.get(key) is not None and not isinstance(item[key], str):
                 raise CurateError(f"{where}.{key}: expected a string, got {item[key]!r}")
-        if item.get("rejected_field") is not None:
-            raise CurateError(f"{where}.rejected_field: {_NO_REJECTED_FIELD}")
         opts = ReadOptions(format=item.get("format", defaults.format),
                            prompt_field=item.get("prompt_field", defaults.prompt_field),
                            response_field=item.get("response_field", defaults.response_field),
+                           rejected_field=item.get("rejected_field", defaults.rejected_field),
                            on_bad_row=item.get("on_bad_row", defaults.on_bad_row))
         if opts.on_bad_row not in ("error", "skip"):
             raise CurateError(f"{where}.on_bad_row: must be 'error' or 'skip', not {opts.on_bad_row!r}")
@@ -183,8 +178,6 @@ def mixture_inputs(sources: list[str] | str, options: ReadOptions | None = None)
     if not sources:
         raise CurateError("no input given")
     options = options or ReadOptions()
-    if options.rejected_field:
-        raise CurateError(f"--rejected-field {options.rejected_field!r}: {_NO_REJECTED_FIELD}")
     inputs: list[MixtureInput] = []
     for arg in sources:
         if is_mixture_file(arg):
@@ -220,13 +213,16 @@ def reserved_rename(name: str) -> str:
 
 def _open_input(item: MixtureInput):
     """One input of a mixture. The fields hint of a format not recognised names a mixture file's keys: a
-    --prompt-field would apply to every input."""
+    --prompt-field (--rejected-field) would apply to every input."""
     try:
         return open_dataset(item.path, item.options)
     except CurateError as e:
         hint = re.sub(r"pass --prompt-field (\S+) --response-field (\S+) \(or other columns\)",
                       r"give this input `prompt_field: \1` and `response_field: \2` (or other columns) in a mixture "
                       "file: --prompt-field and --response-field apply to every input", str(e))
+        hint = re.sub(r"pass --prompt-field (\S+) --response-field (\S+) --rejected-field (\S+) \(or other columns; "
+                      r"([^)]*)\)", r"give this input `prompt_field: \1`, `response_field: \2` and `rejected_field: "
+                      r"\3` (or other columns; \4) in a mixture file: the flags apply to every input", hint)
         if hint == str(e):
             raise
         raise CurateError(hint) from None
