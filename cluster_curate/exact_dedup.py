@@ -27,6 +27,12 @@ def normalise_text(text: str) -> str:
     return _SPACE.sub(" ", unicodedata.normalize("NFC", text)).strip()
 
 
+def same_answer(chosen: str, rejected: str | None) -> bool:
+    """Whether a preference pair's rejected answer is its chosen one (normalised as copies are): a DPO loss on such
+    a pair is zero, its tokens teach nothing (real HH-RLHF and UltraFeedback hold some)."""
+    return rejected is not None and normalise_text(chosen) == normalise_text(rejected)
+
+
 def _prompt_hash(prompt: list[dict]):
     h = hashlib.blake2b(digest_size=KEY_BYTES)
     for turn in prompt:

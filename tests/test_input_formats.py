@@ -745,3 +745,33 @@ def test_a_mixture_reads_each_inputs_pairs_with_its_own_rejected_field(tmp_path)
     summary = json.loads(_ok("inspect", "se.jsonl", "se2.jsonl", *flags, "--json", cwd=tmp_path).stdout)
     assert [(i["format"], i["fields"].rpartition(", ")[2]) for i in summary["inputs"]] == [
         ("preference", "rejected=response_k")] * 2
+
+
+def test_pairs_whose_chosen_and_rejected_answers_are_the_same_are_counted_and_warned_about_once(tmp_path):
+    """Real HH-RLHF and UltraFeedback hold pairs whose two answers are the same (a DPO loss of zero: tokens that
+    teach nothing); they were taken without a word. inspect counts them, embed and run warn once in one line with
+    the count and the ids, and keep them (a well-formed row; --on-bad-row does not apply)."""
+    (hh, _), uf = hh_rows(30), ultrafeedback_rows(30)
+    for i in (4, 17):  # HH: the same transcript twice, but for a trailing space
+        hh[i]["rejected"] = hh[i]["chosen"].rstrip() + " "
+    uf[9]["rejected"] = uf[9]["chosen"]  # UltraFeedback: a tie, both answers the same
+    write_jsonl(tmp_path / "hh.jsonl", hh)
+    write_jsonl(tmp_path / "uf.jsonl", uf)
+    summary = json.loads(_ok("inspect", "hh.jsonl", "--json", cwd=tmp_path).stdout)
+    assert (summary["same_answer_pairs"], summary["same_answer_ids"]) == (2, [4, 17])
+    table = _ok("inspect", "hh.jsonl", cwd=tmp_path).stdout
+    assert "pairs with the same answer" in table and "2 (ids 4, 17)" in table
+    assert "same_answer_pairs" not in json.loads(_ok("inspect", str(GSM), "--json", cwd=tmp_path).stdout)
+
+    (tmp_path / "mix.yaml").write_text("inputs:\n  - path: hh.jsonl\n  - path: uf.jsonl\n"
+                                       "    rename: {chosen: uf_chosen, rejected: uf_rejected}\n")
+    r = _ok("embed", "mix.yaml", "--out", "e.parquet", "--features", "text", "--dim", "8", "--json", cwd=tmp_path)
+    warned = [w for w in json.loads(r.stdout)["warnings"] if "same" in w]
+    assert warned == ["3 preference pair(s) whose chosen and rejected answers are the same (spacing aside): a DPO "
+                      "loss on them is zero, they cost tokens and teach nothing; kept (ids 4, 17, 39; `inspect` "
+                      "counts them)"], warned
+    assert _ids(tmp_path / "e.parquet") == list(range(60))  # kept
+    r = _ok("run", "hh.jsonl", "--out", "out", *FAST, cwd=tmp_path)
+    assert [line for line in r.stderr.splitlines() if "answers are the same" in line] == [
+        "WARNING: 2 preference pair(s) whose chosen and rejected answers are the same (spacing aside): a DPO loss on "
+        "them is zero, they cost tokens and teach nothing; kept (ids 4, 17; `inspect` counts them)"]

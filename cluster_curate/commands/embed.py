@@ -123,6 +123,7 @@ class _Run:
     record: dict = field(default_factory=dict)
     features: list = field(default_factory=list)
     copies: object = ()  # ids of the exact duplicates left out (np.ndarray after the scan)
+    same_answer: object = ()  # ids of the embedded preference pairs whose two answers are the same (np.ndarray)
     scan_s: float = 0.0
     like: tuple | None = None  # --like: (the pool's path, its meta)
 

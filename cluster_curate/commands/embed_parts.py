@@ -17,15 +17,16 @@ def scan(run, read_options) -> None:
     import numpy as np
     t0 = time.perf_counter()
 
-    from cluster_curate.exact_dedup import example_key, first_of_each
+    from cluster_curate.exact_dedup import example_key, first_of_each, same_answer
     from cluster_curate.io.mixture import Mixture, open_inputs
     run.ds = ds = open_inputs(run.data, read_options)
     if isinstance(ds, Mixture):  # inputs that disagree on a column's type fail here, before any model work
         ds.check_columns()
     commit_every = run.opts["commit_every"]
-    ids, keys = [], []
+    ids, keys, same = [], [], []
     for batch in ds.iter_batches():
         ids += [ex.id for ex in batch.examples]
+        same += [ex.id for ex in batch.examples if same_answer(ex.response, ex.rejected)]
         if not run.opts["keep_duplicates"]:
             keys += [example_key(ex.prompt, ex.response, ex.rejected) for ex in batch.examples]
     ids = np.asarray(ids, dtype=np.int64)
@@ -34,6 +35,8 @@ def scan(run, read_options) -> None:
         run.copies = np.sort(ids[~keep])
         ids = ids[keep]
         ds.skip_ids = frozenset(run.copies.tolist())
+    # the embedded pairs whose two answers are the same
+    run.same_answer = np.setdiff1d(np.asarray(same, np.int64), np.asarray(run.copies, np.int64))
     total = int(ds.rows or 0)
     n_chunks = -(-total // commit_every) if total else 0
     per_chunk = np.bincount(ids // commit_every, minlength=n_chunks).astype(np.int64) if ids.size else \
@@ -479,6 +482,11 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
                                f"(model {sem['model_max_length']}), cut on the {sem['truncation_side']}; "
                                f"{p.truncated} row(s) cut by this process")
         summary["n_tokens"] = p.meta.params["n_tokens"]
+    if run.same_answer.size:  # kept: a well-formed row (the user may drop them by their ids)
+        shown = ", ".join(map(str, run.same_answer[:10].tolist())) + (", ..." if run.same_answer.size > 10 else "")
+        console.warn(f"{run.same_answer.size} preference pair(s) whose chosen and rejected answers are the same "
+                     f"(spacing aside): a DPO loss on them is zero, they cost tokens and teach nothing; kept (ids "
+                     f"{shown}; `inspect` counts them)")
     if skipped_rows:
         shown = ", ".join(str(r["id"]) for r in skipped_rows[:10])
         console.warn(f"{len(skipped_rows)} row(s) kept no response token and were not embedded (ids {shown}"

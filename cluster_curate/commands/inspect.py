@@ -9,6 +9,7 @@ from cluster_curate.errors import CurateError
 from cluster_curate.options import DATASET_OPTIONS, Argument, CommandSpec, Option, int_range, read_options, resolve
 
 INSPECT_LISTED_REJECTS = 20  # rejected rows listed in the summary (all of them go to --rejects PATH)
+INSPECT_LISTED_SAME_ANSWER = 20  # ids of the pairs whose two answers are the same, in the summary
 
 OPTIONS = (
     *DATASET_OPTIONS,
@@ -45,17 +46,20 @@ class _Counts:
     def __init__(self):
         self.prompt_chars, self.response_chars, self.prompt_tokens, self.response_tokens = [], [], [], []
         self.rejected_chars, self.rejected_tokens = [], []  # preference pairs: the rejected answers
+        self.same_answer: list[int] = []  # pairs whose rejected answer is the chosen one (exact_dedup.same_answer)
         self.seen_examples: set[bytes] = set()
         self.seen_prompts: set[bytes] = set()
         self.duplicates = self.duplicate_prompts = self.multi_turn = self.with_system = self.with_tools = 0
 
     def add(self, ex) -> None:
-        from cluster_curate.exact_dedup import example_key
+        from cluster_curate.exact_dedup import example_key, same_answer
         from cluster_curate.io.formats import own_system_prompt
         self.prompt_chars.append(sum(len(t["content"]) for t in ex.prompt))
         self.response_chars.append(len(ex.response))
         if ex.rejected is not None:
             self.rejected_chars.append(len(ex.rejected))
+            if same_answer(ex.response, ex.rejected):
+                self.same_answer.append(ex.id)
         # the tool schemas rendered into a system turn are no system prompt: counted apart
         self.with_system += any(t["role"] == "system" and own_system_prompt(t).strip() for t in ex.prompt)
         self.with_tools += any("tools" in t for t in ex.prompt)
@@ -135,6 +139,8 @@ def inspect(data, **options) -> dict:
         "with_system_prompt": c.with_system, "with_tools": c.with_tools, "multi_turn": c.multi_turn,
         "tokenizer": tokenizer,
         "lengths": lengths, "fingerprint": ds.fingerprint(),
+        **({"same_answer_pairs": len(c.same_answer), "same_answer_ids": c.same_answer[:INSPECT_LISTED_SAME_ANSWER]}
+           if c.rejected_chars else {}),
         **({"inputs": _inputs(ds)} if isinstance(ds, Mixture) else {}),
         **({"decontamination": asks.records(opts["decontaminate"])} if evals else {}),
     }
@@ -225,6 +231,10 @@ def render(r: dict, options: dict) -> None:
                       "with a system prompt": r["with_system_prompt"],
                       **({"with tool schemas": r["with_tools"]} if r["with_tools"] else {}),
                       "multi-turn (context turns)": r["multi_turn"], "fingerprint": r["fingerprint"]})
+    if "same_answer_pairs" in r:  # preference pairs: a DPO loss on these is zero
+        n, ids = r["same_answer_pairs"], r["same_answer_ids"]
+        shown = ", ".join(map(str, ids[:10])) + (", ..." if n > 10 else "")
+        data_rows["pairs with the same answer"] = f"{n} (ids {shown})" if n else 0
     from cluster_curate.commands.select_parts import eval_set_text
     for d in r.get("decontamination", []):
         ids = ", ".join(map(str, d["ids"][:5])) + (", ..." if d["rows"] > 5 else "")
