@@ -750,6 +750,27 @@ def test_a_column_mixing_numbers_and_text_is_said_and_reaches_the_shards_as_text
     assert ds.text_columns == [] and "holds text" not in capfd.readouterr().err
 
 
+def test_a_pass_over_the_examples_counts_its_rows_without_building_the_raw_columns(tmp_path, capfd):
+    """select's passes over the rows (and shard's token count) move their progress bar by each batch's rows,
+    a bad one included: on a JSON source that count needs no raw Arrow batch (every column typed, one that
+    mixes numbers and text made text, and said), which only shard's write of the source columns builds."""
+    import numpy as np
+
+    from cluster_curate.commands.common import examples_of_ids
+    rows = [{"messages": [{"role": "system", "content": "You are a careful math tutor."},
+                          {"role": "user", "content": f"What is {i} + {i}?"},
+                          {"role": "assistant", "content": f"{i} + {i} = {2 * i}.\n#### {2 * i}"}],
+             "difficulty": i % 5 if i % 2 else "hard"} for i in range(10)]
+    rows[5] = "{not json"
+    ds = open_dataset(write_jsonl(tmp_path / "chats.jsonl", rows), SKIP)
+    read = [e.id for _, chosen in examples_of_ids(ds, np.arange(0, 10, 3), "read", batch_rows=4) for e in chosen]
+    assert read == [0, 3, 6, 9] and ds.rows == 10
+    assert ds.text_columns == [] and "holds text" not in capfd.readouterr().err  # no raw batch was built
+    batches = list(ds.iter_batches(4))
+    assert [b.num_rows for b in batches] == [4, 4, 2] and ds.text_columns == []
+    assert [b.raw.num_rows for b in batches] == [4, 4, 2] and ds.text_columns == ["difficulty"]
+
+
 @pytest.mark.slow
 def test_a_hub_id_without_a_network_fails_in_about_a_second(tmp_path):
     """Issue 20 #17: a hub that does not answer (a socket that listens and never replies) is given one second,

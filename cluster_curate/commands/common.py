@@ -148,7 +148,7 @@ def examples_of_ids(ds, ids, label: str, batch_rows: int = 4096):
             chosen = [e for e in batch.examples if e.id < where.shape[0] and where[e.id] >= 0]
             if chosen:
                 yield where[[e.id for e in chosen]], chosen
-            bar.advance(batch.raw.num_rows)
+            bar.advance(batch.num_rows)
 
 
 def count_tokens_pass(ds, ids, tokenizer_path, label: str, batch_rows: int = 4096):

@@ -103,7 +103,6 @@ def inspect(data, **options) -> dict:
     c = _Counts()
     asks = _Asks(evals, opts["decontaminate_ngrams"])
     with console.progress("inspect", total=ds.rows) as bar:
-        rejected_so_far = 0
         for batch in ds.iter_batches(BATCH_ROWS):
             for ex in batch.examples:
                 c.add(ex)
@@ -115,8 +114,7 @@ def inspect(data, **options) -> dict:
                 rejected = rejected_counts(tok, batch.examples)
                 if rejected is not None:
                     c.rejected_tokens += rejected.tolist()
-            bar.advance(len(batch.examples) + len(ds.rejects) - rejected_so_far)  # rows, without building raw
-            rejected_so_far = len(ds.rejects)
+            bar.advance(batch.num_rows)
     if rejects_path:
         ds.write_rejects(rejects_path)
     failing = _failing_rejects(ds, members, policies)

@@ -183,7 +183,7 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
     with console.progress("shard: write", total=ds.rows) as bar:
         # raw rows only: the selected ids were validated when embedded, and the fingerprint ties them to DATA
         for batch in ds.iter_batches(batch_rows, examples=normalise):
-            bar.advance(batch.raw.num_rows)
+            bar.advance(batch.num_rows)
             placed = _batch_rows(batch.raw, cells, sel, weights, m, renamed,
                                  batch.examples if normalise else None)
             if placed is None:

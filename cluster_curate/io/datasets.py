@@ -9,6 +9,7 @@ CONTRACT (used by embed, shard, inspect, run; keep it stable):
     for batch in ds.iter_batches(batch_rows=2048):
         batch.raw        # pa.RecordBatch: column `id` first, then every source column as read (rejected rows too)
         batch.examples   # list[Example] for the rows of this batch that parsed (rejects skipped when on_bad_row="skip")
+        batch.num_rows   # its source rows, rejected ones too (without building `raw`)
     ds.rejects           # list[Reject] seen so far (skip mode); ds.write_rejects(path) writes them as JSONL
 
 `id` is the 0-based row index in the source as read; it never changes downstream.
@@ -108,11 +109,14 @@ class ReadOptions:
 
 
 class Batch:
-    """`raw` (Arrow, built on first access for JSON sources) and `examples`."""
+    """`raw` (Arrow, built on first access for JSON sources), `examples` and `num_rows` (the source rows it
+    holds, bad ones too: known without building `raw`, which a pass that only counts rows must not pay for)."""
 
-    def __init__(self, raw: pa.RecordBatch | None = None, examples: list | None = None, raw_fn=None):
+    def __init__(self, raw: pa.RecordBatch | None = None, examples: list | None = None, raw_fn=None,
+                 num_rows: int | None = None):
         self._raw, self._raw_fn = raw, raw_fn
         self.examples = examples if examples is not None else []
+        self.num_rows = raw.num_rows if raw is not None else num_rows
 
     @property
     def raw(self) -> pa.RecordBatch:
@@ -409,7 +413,7 @@ class Dataset:
                 self._bad(first_id + i, row.line, None, row.error)
             else:
                 self._convert(first_id + i, row.line, row.record, examples)
-        return Batch(examples=examples, raw_fn=lambda: self._json_raw(rows, first_id))
+        return Batch(examples=examples, raw_fn=lambda: self._json_raw(rows, first_id), num_rows=len(rows))
 
     def _json_raw(self, rows: list[_Row], first_id: int) -> pa.RecordBatch:
         names: dict[str, None] = {}
