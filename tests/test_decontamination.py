@@ -326,3 +326,35 @@ def test_decontaminate_finds_a_question_in_any_user_turn_of_a_chat(tmp_path, cli
     _without_columns(emb, ["prompt_turn_keys"])
     again = _cli_json(cli_runner, [*select, "--out", tmp_path / "old.parquet"])
     assert again["decontaminated"] == summary["decontaminated"]
+
+
+def test_what_the_rows_ask_is_read_from_the_kept_columns_with_one_read_of_their_ids(tmp_path, cli_runner,
+                                                                                     monkeypatch):
+    """select --decontaminate reads what the clusters' rows ask from the prompt keys and user turns' keys embed
+    kept: the `id` column once with both (it was read twice), and the same questions a pass over the data gives."""
+    import numpy as np
+
+    from cluster_curate.commands.select_parts import _kept_questions
+    from cluster_curate.decontamination import RowQuestions
+    from cluster_curate.io import readers
+    from cluster_curate.io.datasets import open_dataset
+    data, turns = _chat_pool("messages-300.jsonl")
+    emb = tmp_path / "emb.parquet"
+    _cli_json(cli_runner, ["embed", data, "--out", emb, "--dim", "16"])
+    ids = np.arange(0, len(turns), 2)  # some of the rows, as clusters --decontaminate left
+    columns_read, read = [], readers.read_parquet
+
+    def counting(path, columns=None):  # the reader itself, the columns it was asked for counted
+        columns_read.extend(columns or ["every column"])
+        return read(path, columns)
+
+    monkeypatch.setattr(readers, "read_parquet", counting)
+    kept = _kept_questions(emb, ids)
+    assert columns_read.count("id") == 1
+    wanted = set(ids.tolist())
+    expected = RowQuestions.of([ex.prompt for b in open_dataset(data).iter_batches() for ex in b.examples
+                                if ex.id in wanted])
+    assert len(expected.turn_keys) > 0  # chats of two user turns among them
+    for got, want in zip((kept.keys, kept.turn_rows, kept.turn_keys),
+                         (expected.keys, expected.turn_rows, expected.turn_keys)):
+        assert np.array_equal(got, want)

@@ -111,16 +111,19 @@ def _kept_questions(path, ids):
     from cluster_curate.decontamination import RowQuestions
     from cluster_curate.features.embed import PROMPT_KEY_COLUMN, PROMPT_TURN_KEYS_COLUMN
     from cluster_curate.io.artifacts import artifact_schema
-    from cluster_curate.io.readers import read_columns, read_embedding_columns
+    from cluster_curate.io.readers import read_columns, rows_of_ids
     if not {PROMPT_KEY_COLUMN, PROMPT_TURN_KEYS_COLUMN} <= set(artifact_schema(path).names):
         return None
+    table = read_columns(path, ["id", PROMPT_KEY_COLUMN, PROMPT_TURN_KEYS_COLUMN])
+    e_ids = table.column("id").to_numpy()
     try:
-        keys = np.asarray(read_embedding_columns(path, [PROMPT_KEY_COLUMN], ids)[PROMPT_KEY_COLUMN], dtype=np.int64)
+        rows = rows_of_ids(path, e_ids, ids)
     except CurateError:  # an id these embeddings lack (--embeddings of another run): the data has it
         return None
-    table = read_columns(path, ["id", PROMPT_TURN_KEYS_COLUMN])
+    keys = table.column(PROMPT_KEY_COLUMN).to_numpy(zero_copy_only=False)
+    keys = np.asarray(keys if rows is None else keys[rows], dtype=np.int64)
     turns = table.column(PROMPT_TURN_KEYS_COLUMN).combine_chunks()  # null but for rows of several turns
-    turn_ids = table.column("id").to_numpy()[pc.list_parent_indices(turns).to_numpy()]
+    turn_ids = e_ids[pc.list_parent_indices(turns).to_numpy()]
     position = np.minimum(np.searchsorted(ids, turn_ids), len(ids) - 1)
     ours = ids[position] == turn_ids  # rows of the embeddings that the clusters lack have none here
     return RowQuestions(keys, position[ours], pc.list_flatten(turns).to_numpy()[ours].astype(np.int64, copy=False))

@@ -289,17 +289,22 @@ def read_embedding_columns(path, columns, ids):
     if not present:
         return {}
     table = read_columns(path, ["id", *present])
-    e_ids = table.column("id").to_numpy()
-    order = None if np.all(e_ids[1:] > e_ids[:-1]) else np.argsort(e_ids, kind="stable")
-    if order is not None:
-        e_ids = e_ids[order]
-    pos = align(e_ids, ids, lambda i: f"{path}: has no row for id {i}")
-    take = order if pos is None else (pos if order is None else order[pos])
+    take = rows_of_ids(path, table.column("id").to_numpy(), ids)
     out = {}
     for c in present:
         values = table.column(c).to_numpy(zero_copy_only=False)  # nulls become NaN
         out[c] = values if take is None else values[take]
     return out
+
+
+def rows_of_ids(path, e_ids: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
+    """The row of each of the sorted `ids` in artifact `path`, whose id column is `e_ids` (None when the two are
+    the same); an id it lacks raises CurateError."""
+    order = None if np.all(e_ids[1:] > e_ids[:-1]) else np.argsort(e_ids, kind="stable")
+    if order is not None:
+        e_ids = e_ids[order]
+    pos = align(e_ids, ids, lambda i: f"{path}: has no row for id {i}")
+    return order if pos is None else (pos if order is None else order[pos])
 
 
 def read_embedding_tokens(path, ids, force: bool = False):
