@@ -265,6 +265,18 @@ def test_a_mixture_reopens_from_its_record(tmp_path):
     assert again.fingerprint() == mix.fingerprint() and again.names == mix.names
 
 
+def test_one_predicate_tells_a_mixtures_lineage_record_from_one_datasets(tmp_path):
+    """A mixture's lineage record (its `inputs`) against one dataset's, as every reader of a record asks it
+    (reopening the data, export's chat columns from the manifest, shard's and select's per-input figures)."""
+    from cluster_curate.io.mixture import is_mixture_record, open_inputs, source_index
+
+    paths = _three(tmp_path)
+    mixture, single = open_inputs(paths).record(), open_inputs(paths[:1]).record()
+    assert is_mixture_record(mixture) and [i["first_id"] for i in mixture["inputs"]] == [0, 300, 600]
+    assert not is_mixture_record(single) and not is_mixture_record({}) and not is_mixture_record(None)
+    assert source_index(single, [0, 299]) is None and source_index(mixture, [0, 299, 300]).tolist() == [0, 0, 1]
+
+
 # ------------------------------------------------------------------------------------------- through the commands
 
 def _cli(cli_runner, args, code=0):

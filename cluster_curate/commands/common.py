@@ -10,13 +10,13 @@ def open_recorded_data(o: dict, name: str, meta):
     """The raw data behind artifact `name`: --data, else the dataset (or mixture) its lineage `meta` records; it
     must be the one the artifact was made from when the artifact records one. None when there is neither."""
     from cluster_curate.io.artifacts import check_dataset_matches
-    from cluster_curate.io.mixture import open_lineage_data
+    from cluster_curate.io.mixture import is_mixture_record, open_lineage_data
     from cluster_curate.options import read_options
     record = meta.dataset or {}
     try:
         ds = open_lineage_data(o["data"], record, read_options(o))
     except CurateError as e:
-        if o["data"] or not (record.get("source") or record.get("inputs")):
+        if o["data"] or not (record.get("source") or is_mixture_record(record)):
             raise  # --data given: its own error says which path
         raise CurateError(recorded_data_error(str(e), name, record)) from None
     if ds is not None and record.get("fingerprint"):
@@ -52,11 +52,12 @@ def reads_as_recorded(o: dict, record: dict | None) -> bool:
     is now), and no reading option given now that differs from the recorded ones (a mixture's inputs keep theirs
     whatever is given; --on-bad-row changes no embedded row). Then what embed kept of each embedded row (the
     embeddings' answer columns, features/embed.ANSWER_COLUMNS) is what a pass over the data would read."""
+    from cluster_curate.io.mixture import is_mixture_record
     from cluster_curate.options import read_options
     record = record or {}
-    if o.get("data") or o.get("force") or not (record.get("source") or record.get("inputs")):
+    if o.get("data") or o.get("force") or not (record.get("source") or is_mixture_record(record)):
         return False
-    if record.get("inputs"):
+    if is_mixture_record(record):
         return True
     given = {k: v for k, v in read_options(o).given().items() if k != "on_bad_row"}
     return all((record.get("options") or {}).get(k) == v for k, v in given.items())
@@ -70,9 +71,11 @@ def recorded_data_error(message: str, name: str, record: dict) -> str:
     from pathlib import Path
 
     from cluster_curate.io.datasets import recorded_source
-    items = [("the dataset", record)] if not record.get("inputs") else \
-        [(f"input {i.get('name')} of the mixture", i) for i in record["inputs"]]
-    hint = "; pass --data DATA" + (" (each input, in the order recorded)" if record.get("inputs") else "")
+    from cluster_curate.io.mixture import is_mixture_record
+    mixture = is_mixture_record(record)
+    items = [(f"input {i.get('name')} of the mixture", i) for i in record["inputs"]] if mixture else \
+        [("the dataset", record)]
+    hint = "; pass --data DATA" + (" (each input, in the order recorded)" if mixture else "")
     for what, item in items:
         absolute = item.get("absolute_path")
         for path in dict.fromkeys(str(p) for p in (recorded_source(item), item.get("source"), absolute) if p):

@@ -98,7 +98,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     import pyarrow.compute as pc
 
     from cluster_curate.io.datasets import data_paths
-    from cluster_curate.io.mixture import Mixture, open_lineage_data
+    from cluster_curate.io.mixture import Mixture, is_mixture_record, open_lineage_data
     ids = sorted(int(i) for i in manifest.get("leftover_ids") or [])
     if not ids:
         return None
@@ -122,7 +122,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
         raise unreadable(recorded.get("source") or "unknown")
     if recorded.get("fingerprint") and ds.fingerprint() != recorded["fingerprint"]:
         hint = ("; a mixture: pass its mixture file, or each input's path in the order embedded"
-                if recorded.get("inputs") else "")
+                if is_mixture_record(recorded) else "")
         raise CurateError(f"{', '.join(data) or ds.source}: not the data the shards were made from (fingerprint "
                           f"{ds.fingerprint()}, the manifest says {recorded['fingerprint']}){hint}")
     mixture = isinstance(ds, Mixture)  # its shards carry the normalised prompt/response/messages/system columns
@@ -156,7 +156,8 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
 def _recorded_paths(record: dict) -> list[str]:
     """The paths a lineage record's data is read from (each input's, for a mixture)."""
     from cluster_curate.io.datasets import recorded_source
-    items = record.get("inputs") or ([record] if record.get("source") else [])
+    from cluster_curate.io.mixture import is_mixture_record
+    items = record["inputs"] if is_mixture_record(record) else [record] if record.get("source") else []
     return [p for p in (recorded_source(i) for i in items) if p]
 
 
@@ -166,6 +167,7 @@ def _relocated(record: dict, beside) -> dict:
     import os
 
     from cluster_curate.io.datasets import recorded_source
+    from cluster_curate.io.mixture import is_mixture_record
 
     def move(item: dict) -> dict:
         path = recorded_source(item)
@@ -175,7 +177,7 @@ def _relocated(record: dict, beside) -> dict:
                 return {**item, "source": str(there)}
         return item
 
-    if record.get("inputs"):
+    if is_mixture_record(record):
         return {**record, "inputs": [move(i) for i in record["inputs"]]}
     return move(record) if record.get("source") else record
 

@@ -271,10 +271,10 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
 
 def _sources(dataset: dict, sel, plan, tokens) -> dict:
     """A mixture's accounting per input: selected rows and tokens, and how many of them the shards hold."""
-    from cluster_curate.io.mixture import source_accounting
-    inputs = (dataset or {}).get("inputs")
-    if not inputs:
+    from cluster_curate.io.mixture import is_mixture_record, source_accounting
+    if not is_mixture_record(dataset):
         return {}
+    inputs = dataset["inputs"]
     first = np.array([i["first_id"] for i in inputs], dtype=np.int64)
     source = np.searchsorted(first, sel.ids, side="right") - 1
     sharded = np.zeros(sel.ids.shape[0], dtype=bool)

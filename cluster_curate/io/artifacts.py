@@ -434,7 +434,9 @@ def check_same_dataset(metas: dict[str, ArtifactMeta], force: bool = False) -> d
 def check_dataset_matches(meta: ArtifactMeta, name: str, dataset: dict, force: bool = False) -> None:
     """An artifact must come from `dataset` (a record made by the dataset reader)."""
     if meta.dataset.get("fingerprint") != dataset.get("fingerprint") and not force:
-        inputs = [str(i.get("path") or i.get("name")) for i in meta.dataset.get("inputs") or ()]
+        from cluster_curate.io.mixture import is_mixture_record
+        inputs = [str(i.get("path") or i.get("name")) for i in meta.dataset["inputs"]] \
+            if is_mixture_record(meta.dataset) else []
         # a mixture's inputs given one short or in another order: say what it was made from, in order
         hint = f"--data once per input, in this order: {' '.join(inputs)} (or its mixture file), or " if inputs else ""
         raise CurateError(

@@ -478,11 +478,17 @@ def is_mixture(sources) -> bool:
     return len(paths) != 1 or is_mixture_file(paths[0])
 
 
+def is_mixture_record(record: dict | None) -> bool:
+    """Whether a lineage record of the raw data (an artifact's `dataset`, a shard manifest's) is a mixture's
+    (Mixture.record(): its `inputs`, each with its name, source, options and first id), not one dataset's."""
+    return bool((record or {}).get("inputs"))
+
+
 def inputs_from_record(record: dict) -> list[MixtureInput]:
     """The inputs a mixture's lineage record names (`Mixture.record()`), to open them again (select
     --tokenizer, report) as they were read."""
     out = []
-    for i, item in enumerate(record.get("inputs") or []):
+    for i, item in enumerate(record["inputs"]):
         opts = ReadOptions(**{"on_bad_row": "error", **(item.get("options") or {})})
         out.append(MixtureInput(path=recorded_source(item), name=item["name"], options=opts,
                                 rename=item.get("rename", {}),
@@ -503,18 +509,18 @@ def open_lineage_data(data, record: dict, options: ReadOptions):
     with their options, one dataset with the reading options it records, under those given now), and so is
     `data` that names the recorded dataset, or a mixture's recorded inputs in their order (with no reading
     option given now): stage by stage, `embed --on-bad-row skip` need not be repeated."""
-    single = record.get("source") and not record.get("inputs")
+    single = record.get("source") and not is_mixture_record(record)
     as_read = as_recorded(record, options) if single else options
     if data:
         paths = [Path(p).resolve() for p in data_paths(data)]
         if single:
             same = paths == [Path(recorded_source(record)).resolve()]
             return open_inputs(data, as_read if same else options)
-        recorded = [Path(recorded_source(item)).resolve() for item in record.get("inputs") or []]
-        if recorded and paths == recorded and not options.given():  # the recorded inputs, each as it was read
-            return Mixture(inputs_from_record(record))
+        if is_mixture_record(record) and not options.given() and \
+                paths == [Path(recorded_source(item)).resolve() for item in record["inputs"]]:
+            return Mixture(inputs_from_record(record))  # the recorded inputs, each as it was read
         return open_inputs(data, options)
-    if record.get("inputs"):
+    if is_mixture_record(record):
         return Mixture(inputs_from_record(record))
     if single:
         return open_inputs(recorded_source(record), as_read)
@@ -529,8 +535,9 @@ def source_index(record: dict | None, ids) -> np.ndarray | None:
 
 
 def _first_ids(record: dict | None) -> np.ndarray | None:
-    inputs = (record or {}).get("inputs")
-    return np.array([i["first_id"] for i in inputs], dtype=np.int64) if inputs else None
+    if not is_mixture_record(record):
+        return None
+    return np.array([i["first_id"] for i in record["inputs"]], dtype=np.int64)
 
 
 def with_source_columns(table: pa.Table, record: dict) -> pa.Table:
