@@ -123,7 +123,7 @@ def _record_fields(table: pa.Table, read=None, source: str = "shards"):
 
 
 def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None, trainer: str | None = None,
-                 dataset: dict | None = None) -> pa.Table:
+                 inputs: list[dict] | None = None) -> pa.Table:
     """`messages` (the response as the last assistant turn) or conversational `prompt`/`completion`, from whatever
     record format the source rows use (detected, or `read`'s --format / --prompt-field / --response-field); plus
     `id`, `weight`, `step`. Turns are {role, content}; with tool calling (formats.chat_messages) also `tool_calls`
