@@ -182,6 +182,20 @@ def test_inspect_counts_an_evaluation_sets_questions(cli_runner, tmp_path):
     assert bad.exit_code == 2 and "only used with --decontaminate" in bad.stderr
 
 
+def test_inspect_names_an_evaluation_set_as_its_file_is_named(cli_runner, tmp_path):
+    """The table's line for an evaluation set keeps its file name: BFCL's `BFCL_v3_simple.json`, not 'BFCL v3
+    simple.json' (a summary key's underscores are shown as spaces; a file name is no key)."""
+    question = "Find the area of a triangle with a base of 10 units and height of 5 units."
+    evals = tmp_path / "BFCL_v3_simple.json"  # JSON lines, as BFCL writes them
+    evals.write_text(json.dumps({"id": "simple_0", "question": [[{"role": "user", "content": question}]],
+                                 "function": [{"name": "calculate_triangle_area", "parameters": {}}]}) + "\n")
+    data = write_jsonl(tmp_path / "pool.jsonl", [{"instruction": question, "output": "25 square units."},
+                                                 {"instruction": "Say hi.", "output": "Hi."}])
+    shown = run(cli_runner, data, "--decontaminate", evals)
+    assert shown.exit_code == 0, shown.output
+    assert "questions of BFCL_v3_simple.json" in shown.output and "BFCL v3" not in shown.output
+
+
 @pytest.mark.skipif(not CODE_ALPACA.exists(), reason=f"{CODE_ALPACA} not present (the shared real datasets are not here)")
 def test_inspect_real_code_alpaca(cli_runner):
     r = run_json(cli_runner, "--on-bad-row", "skip", CODE_ALPACA)

@@ -236,8 +236,10 @@ def render(r: dict, options: dict) -> None:
     from cluster_curate.commands.select_parts import eval_set_text
     for d in r.get("decontamination", []):
         ids = ", ".join(map(str, d["ids"][:5])) + (", ..." if d["rows"] > 5 else "")
-        # labelled by its name, as select's summary labels a set: the value keeps the width (--json: the path)
-        data_rows[f"questions of {Path(d['path']).name}"] = eval_set_text(d) + (f" (ids {ids})" if d["rows"] else "")
+        # labelled by its name, as select's summary labels a set: the value keeps the width (--json: the path);
+        # a label of its own, since a key's underscores are shown as spaces and a file name's are not a key's
+        label = f"questions of {Path(d['path']).name}"
+        data_rows[label] = console.Shown(None, eval_set_text(d) + (f" (ids {ids})" if d["rows"] else ""), label)
     table = [{"length": name.replace("_", " "), **stats} for name, stats in r["lengths"].items()]
     console.summary(f"inspect {r['source']}", data_rows, table)
     if r.get("inputs"):
