@@ -157,9 +157,18 @@ def _answer_pair(columns) -> tuple[str, str] | None:
     return None
 
 
+# stanfordnlp/SHP's (and SHP-2's) pair: two answers whose preferred one a third column names, row by row
+_LABELLED_PAIR = ("history", "human_ref_A", "human_ref_B", "labels")
+
+
 def _fix_hint(columns) -> str:
     """The flags that would read these columns when their names look like a prompt and a response (or a
-    preference pair's two answers), else FIX_HINT."""
+    preference pair's two answers), else FIX_HINT; for pairs ordered by a label column, what no flag reads."""
+    if set(_LABELLED_PAIR) <= set(columns):
+        question, a, b, label = _LABELLED_PAIR
+        return (f"these are SHP's pairs: the preferred answer is {a} where {label} is 1 and {b} where it is 0, "
+                f"which no flag reads (--response-field {a} --rejected-field {b} would invert the pairs labelled 0): "
+                f"write columns prompt ({question}), chosen and rejected from them first")
     prompts = _by_lower_name(columns, _PROMPT_NAMES)
     pair = _answer_pair(columns)
     if pair:
