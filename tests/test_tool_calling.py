@@ -641,6 +641,37 @@ def test_a_mixtures_trainer_export_of_tool_rows_is_a_single_sources(tmp_path):
     assert calls and all(t["content"] is None for t in calls)
 
 
+def test_a_mixture_of_a_plain_chat_and_a_tool_chat_keeps_both_inputs_messages(tmp_path):
+    """UltraChat-style chats (a typed `messages` column: role and content only) mixed with tool-calling chats
+    (`tool_calls` in some turns only: JSON text in the shards) were refused before any work ('column 'messages'
+    is string, but input chat has it as list<...>'): a column kept as JSON text by one input is JSON text for
+    all, as one input's batches of other keys are. Each row loads as its input held it, and exports as its
+    input alone would."""
+    import pyarrow.parquet as pq
+
+    from cluster_curate.loader import load_shard
+    from conftest import FIXTURES
+    from test_outputs import FAST
+    chats = [json.loads(line) for line in (FIXTURES / "chat" / "messages-300.jsonl").read_text().splitlines()[:90]]
+    tools = tool_rows(90)
+    write_jsonl(tmp_path / "chat.jsonl", chats)
+    write_jsonl(tmp_path / "tools.jsonl", tools)
+    r = _cli("run", "chat.jsonl", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "out" / "shards" / "manifest.json").read_text())
+    assert "source_messages" in manifest["json_columns"]
+    held = {"chat": chats, "tools": tools}
+    seen = set()
+    for rank in range(manifest["num_shards"]):
+        for row in load_shard(tmp_path / "out" / "shards", rank=rank, world_size=manifest["num_shards"]):
+            assert row["source_messages"] == held[row["source"]][row["source_row"]]["messages"]
+            seen.add(row["source"])
+    assert seen == {"chat", "tools"}
+    assert _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path).returncode == 0
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert any(t["tool_calls"] for row in exported for t in row["completion"])
+
+
 def test_one_inputs_own_source_row_column_keeps_its_tools_in_a_trainer_export(tmp_path):
     """Whether shards are a mixture's (normalised `messages` holding the schemas in the system turn) was told by
     a `source_row` column: rows re-packaged from another set that keep their own `source_row` lost their `tools`

@@ -16,7 +16,8 @@ Original columns (what the shards keep, docs/architecture.md "Artifacts"): typed
 trainer, and Parquet stores them column by column; the price is that inputs must agree on the type of a column
 they share: `check_columns` refuses a disagreement before any work, naming both inputs, and the mixture file
 can rename a column of one input (`rename: {label: label_text}`). A JSON-string column would have accepted
-anything, but turns every typed value (timestamps, binary, nested lists) into text a trainer must parse.
+anything, but turns every typed value (timestamps, binary, nested lists) into text a trainer must parse; it is
+used only where objects differ in keys anyway (one input's JSON text of them, or another input's other keys).
 
 Mixture file (YAML, or JSON with the same keys)::
 
@@ -334,26 +335,34 @@ class Mixture:
         """The original columns of every input as one typed schema (after renames), or a one-line error
         naming the column, both inputs and their types. Columnar inputs give their schema at once; JSON and
         CSV inputs are read once (raw rows only: a column's type there is what the values make it)."""
-        owner: dict[str, tuple[str, pa.DataType]] = {}
+        from cluster_curate.io.shard_writer import nested_type
+        owner: dict[str, tuple[str, pa.DataType, bool]] = {}  # name -> (input, type, holds lists or objects)
         for k, (inp, ds) in enumerate(zip(self.inputs, self.datasets)):
             schema = _input_schema(ds, batch_rows)
+            json_text = {self._column_name(k, n) for n in ds.json_columns}  # known once its rows are read
             renamed = [n for n in inp.rename if n not in schema.names]
             if renamed:
                 raise CurateError(f"{inp.where}.rename: input {inp.name} has no column '{renamed[0]}' "
                                   f"(its columns: {', '.join(schema.names)})")
             for f in schema:
                 name = self._column_name(k, f.name)
+                objects = nested_type(f.type) or name in json_text  # lists or objects, or their JSON text
                 if pa.types.is_null(f.type):
-                    owner.setdefault(name, (inp.name, f.type))
+                    owner.setdefault(name, (inp.name, f.type, False))
                     continue
                 prev = owner.get(name)
                 if prev is None or pa.types.is_null(prev[1]):
-                    owner[name] = (inp.name, f.type)
+                    owner[name] = (inp.name, f.type, objects)
+                elif prev[1] != f.type and prev[2] and objects:
+                    # objects of other keys (tool_calls in some turns only) or one input's JSON text of them: JSON
+                    # text in every input's rows, as in one input's batches (io/shard_writer.py `json_columns`),
+                    # each row loaded back as its input held it
+                    owner[name] = (inp.name, pa.string(), True)
                 elif prev[1] != f.type:
                     raise CurateError(f"{inp.path}: column '{f.name}' is {f.type}, but input {prev[0]} has it as "
                                       f"{prev[1]}; the shards keep one typed column per name: rename one of them "
                                       f"in a mixture file (rename: {{{f.name}: {f.name}_{inp.name}}})")
-        return pa.schema([pa.field(n, t) for n, (_, t) in owner.items()])
+        return pa.schema([pa.field(n, t) for n, (_, t, _) in owner.items()])
 
 
 def _input_schema(ds, batch_rows: int) -> pa.Schema:

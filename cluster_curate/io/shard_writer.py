@@ -118,7 +118,7 @@ class ShardWriter:
         self.json_columns = [name for name, same_name in fields.items() if _json_text([f.type for f in same_name])]
         # of those, the ones that came as lists or objects in every batch: JSON text of nothing but objects
         self.json_only = [name for name in self.json_columns
-                          if all(_nested(f.type) or pa.types.is_null(f.type) for f in fields[name])]
+                          if all(nested_type(f.type) or pa.types.is_null(f.type) for f in fields[name])]
         if not self.json_columns:
             try:
                 return pa.unify_schemas(schemas, promote_options="permissive")
@@ -177,7 +177,7 @@ class ShardWriter:
                 writer.close()
 
 
-def _nested(t: pa.DataType) -> bool:
+def nested_type(t: pa.DataType) -> bool:
     return pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
@@ -186,7 +186,7 @@ def _json_text(types: list[pa.DataType]) -> bool:
     text in others or objects of other keys."""
     from cluster_curate.io.datasets import same_keys
     types = [t for t in types if not pa.types.is_null(t)]
-    if not any(_nested(t) for t in types):
+    if not any(nested_type(t) for t in types):
         return False
     return any(pa.types.is_string(t) for t in types) or not all(same_keys(types[0], t) for t in types[1:])
 
@@ -205,12 +205,12 @@ def json_text_aligned(tables: list[pa.Table], json_columns=()) -> tuple[list[pa.
     for t in tables:
         for f in t.schema:
             types.setdefault(f.name, []).append(f.type)
-    names = [n for n, ts in types.items() if _json_text(ts) or (n in json_columns and any(map(_nested, ts)))]
+    names = [n for n, ts in types.items() if _json_text(ts) or (n in json_columns and any(map(nested_type, ts)))]
     names += [n for n in json_columns if n in types and n not in names]
     out = []
     for t in tables:
         for n in names:
-            if n in t.column_names and _nested(t.schema.field(n).type):
+            if n in t.column_names and nested_type(t.schema.field(n).type):
                 t = t.set_column(t.column_names.index(n), n, json_text_array(t.column(n)))
         out.append(t)
     return out, names
@@ -227,7 +227,7 @@ def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
     for field in target:
         if field.name in table.column_names:
             col = table.column(field.name)
-            if col.type != field.type and pa.types.is_string(field.type) and _nested(col.type):
+            if col.type != field.type and pa.types.is_string(field.type) and nested_type(col.type):
                 col = json_text_array(col)  # a JSON-text column: a batch where it came as lists or objects
             arrays.append(col if col.type == field.type else col.cast(field.type))
         else:
