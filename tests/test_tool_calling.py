@@ -750,6 +750,37 @@ def test_xlam_rows_are_read_as_a_question_and_its_calls(tmp_path):
 
 
 @pytest.mark.slow
+def test_calls_kept_as_parquet_structs_keep_their_own_arguments(tmp_path):
+    """xLAM rows whose answers were decoded before saving (a list of {name, arguments} objects, as
+    `datasets.Dataset.from_list(...).to_parquet` keeps them) are Arrow structs: one type holds every call's
+    argument names, and a call lacking one reads it as null. The calls were learnt (and exported) with every other
+    call's arguments as nulls ({"city": "Oslo", "value": null, "unit": null}); a null there is a key the call
+    never had."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import cluster_curate as cc
+    from test_outputs import FAST
+    rows = xlam_rows(40)
+    for i, r in enumerate(rows):
+        calls = json.loads(r["answers"])
+        if i % 4 == 0:  # other calls with other (nested) arguments, as xLAM's tools differ from row to row
+            calls = [{"name": "convert_units", "arguments": {"value": 3.5 + i, "unit": {"from": "km", "to": "mi"}}}]
+        r["answers"] = calls
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "xlam.parquet")
+    answers = pq.read_schema(tmp_path / "xlam.parquet").field("answers").type
+    assert set(answers.value_type.field("arguments").type.names) == {"city", "value", "unit"}  # merged by Arrow
+    r = _cli("run", "xlam.parquet", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    cc.export(str(tmp_path / "out" / "shards"), trainer="trl", out=str(tmp_path / "trl"))
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert exported
+    for row in exported:
+        calls = [c["function"] for c in row["completion"][0]["tool_calls"]]
+        given = rows[row["id"]]["answers"]
+        assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [(c["name"], c["arguments"]) for c in given]
+
+
 def test_trl_sft_trainer_trains_on_exported_xlam_calls(tmp_path):
     """`run` then `export --for trl` of xLAM rows: the answer was written as the assistant's text (the JSON of
     the calls); it is the assistant turn's `tool_calls` now, the schemas a `tools` column, and TRL's SFTTrainer

@@ -409,12 +409,24 @@ TOOL_RESULT_ROLES = frozenset({"tool", "function", "ipython", "observation"})
 
 
 def _call_arguments(value):
-    """A call's arguments: JSON text parsed (so its spacing does not matter), anything else as given."""
+    """A call's arguments: JSON text parsed (so its spacing does not matter), objects without their null keys,
+    anything else as given."""
     if isinstance(value, str):
         try:
             return json.loads(value)
         except json.JSONDecodeError:
             return value
+    return _without_nulls(value)
+
+
+def _without_nulls(value):
+    """Objects (at any depth) without their null keys: calls kept as Parquet / Arrow structs share one type, which
+    holds every call's argument names, so a name another call has reads as null in this one (as a turn's
+    `tool_calls` does, _tool_calls). Arguments given as JSON text keep their nulls."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_without_nulls(v) for v in value]
     return value
 
 
