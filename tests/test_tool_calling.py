@@ -781,6 +781,25 @@ def test_calls_kept_as_parquet_structs_keep_their_own_arguments(tmp_path):
         assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [(c["name"], c["arguments"]) for c in given]
 
 
+def test_tool_schemas_kept_as_parquet_structs_keep_their_own_parameters(tmp_path):
+    """OpenAI-style rows whose `tools` are a list of objects in Parquet share one struct type: every tool's
+    parameters held every other tool's properties as nulls ("city": null in a unit converter's schema), which
+    the system turn and each trainer's `tools` column rendered. A schema given as objects loses its null keys."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import cluster_curate as cc
+    from test_outputs import FAST
+    rows = tool_rows(60)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "tools.parquet")
+    r = _cli("run", "tools.parquet", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    cc.export(str(tmp_path / "out" / "shards"), trainer="trl", out=str(tmp_path / "trl"))
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert exported and all(json.loads(row["tools"]) == rows[row["id"]]["tools"] for row in exported)
+    assert _inspect(tmp_path / "tools.parquet")["lengths"] == _inspect(write_jsonl(tmp_path / "t.jsonl", rows))["lengths"]
+
+
 def test_trl_sft_trainer_trains_on_exported_xlam_calls(tmp_path):
     """`run` then `export --for trl` of xLAM rows: the answer was written as the assistant's text (the JSON of
     the calls); it is the assistant turn's `tool_calls` now, the schemas a `tools` column, and TRL's SFTTrainer

@@ -420,9 +420,9 @@ def _call_arguments(value):
 
 
 def _without_nulls(value):
-    """Objects (at any depth) without their null keys: calls kept as Parquet / Arrow structs share one type, which
-    holds every call's argument names, so a name another call has reads as null in this one (as a turn's
-    `tool_calls` does, _tool_calls). Arguments given as JSON text keep their nulls."""
+    """Objects (at any depth) without their null keys: calls (or tool schemas) kept as Parquet / Arrow structs share
+    one type, which holds every call's argument names, so a name another call has reads as null in this one (as a
+    turn's `tool_calls` does, _tool_calls). Arguments given as JSON text keep their nulls."""
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
@@ -637,7 +637,8 @@ def _split_turns(turns: list[dict], conv: str):
 # ------------------------------------------------------------------------------------------------ tools
 
 def tool_schemas(rec: dict, fields: FieldMap) -> list | None:
-    """The record's tool schemas (a list, or its JSON text, as LLaMA-Factory keeps them), None without any."""
+    """The record's tool schemas (a list, or its JSON text, as LLaMA-Factory keeps them), None without any. Given
+    as objects, they lose their null keys: a Parquet struct column gives each schema every other's properties."""
     value = rec.get(fields.tools) if fields.tools else None
     if isinstance(value, str):
         if not value.strip():
@@ -646,6 +647,8 @@ def tool_schemas(rec: dict, fields: FieldMap) -> list | None:
             value = json.loads(value)
         except json.JSONDecodeError as e:
             raise RecordError(fields.tools, f"tools are text that is not valid JSON ({e.msg})") from None
+    else:
+        value = _without_nulls(value)
     if isinstance(value, dict):  # one schema
         value = [value]
     if value is None:
