@@ -381,6 +381,19 @@ def test_mixture_inputs_that_disagree_on_a_column_type_are_one_line(tmp_path, cl
     assert not (tmp_path / "o" / "embeddings.parquet").exists()
 
 
+def test_mixture_objects_of_the_same_keys_and_other_types_are_one_line_before_any_work(tmp_path, cli_runner):
+    """Objects whose keys differ between inputs are JSON text in the shards; objects of the same keys whose values
+    disagree in type are no other shape of record: refused before embed, as a flat column's types are."""
+    (tmp_path / "a.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "2", "meta": {"level": 1}}) + "\n")
+    pq.write_table(pa.table({"question": ["2+2?"], "answer": ["4"], "meta": [{"level": "easy"}]}),
+                   tmp_path / "b.parquet")
+    res = _cli(cli_runner, ["run", tmp_path / "a.jsonl", tmp_path / "b.parquet", "--out", tmp_path / "o",
+                            "--fraction", "0.5", "--num-shards", "1"], code=2)
+    errors = [line for line in res.output.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and "column 'meta' is struct<level: string>, but input a has it as" in errors[0]
+    assert not (tmp_path / "o" / "embeddings.parquet").exists()
+
+
 def test_mixture_shards_export_for_a_trainer_and_as_the_selected_rows(tmp_path, cli_runner):
     """A mixture's shards go through `export` like one dataset's: TRL's columns in the planned order, and the
     selected rows with their source and original fields."""

@@ -45,7 +45,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.datasets import Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source
+from cluster_curate.io.datasets import (Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source,
+                                        same_keys)
 from cluster_curate.io.formats import own_system_prompt
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
@@ -353,7 +354,8 @@ class Mixture:
                 prev = owner.get(name)
                 if prev is None or pa.types.is_null(prev[1]):
                     owner[name] = (inp.name, f.type, objects)
-                elif prev[1] != f.type and prev[2] and objects:
+                elif prev[1] != f.type and prev[2] and objects and (
+                        pa.types.is_string(prev[1]) or pa.types.is_string(f.type) or not same_keys(prev[1], f.type)):
                     # objects of other keys (tool_calls in some turns only) or one input's JSON text of them: JSON
                     # text in every input's rows, as in one input's batches (io/shard_writer.py `json_columns`),
                     # each row loaded back as its input held it
