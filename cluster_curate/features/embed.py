@@ -34,7 +34,8 @@ DEFAULT_TEXT_DIM = 256
 # The version of the embed stage's algorithms (every feature kind, the text basis, the proxy): part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
 # 2: tool-calling chats read (calls, tool turns, `tools` schemas); ShareGPT's `system` column. 3: xLAM rows read as
-# their calls (`--prompt-field query --response-field answers` read the answers' JSON text as written)
+# their calls (`--prompt-field query --response-field answers` read the answers' JSON text as written); calls and
+# tool schemas kept as Parquet / Hugging Face structs lose the null keys Arrow gave them from other rows
 ALGORITHM_VERSION = 3
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
