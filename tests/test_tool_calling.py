@@ -229,6 +229,58 @@ def test_a_column_whose_keys_change_between_batches_is_exported_unchanged(tmp_pa
                                                              _selected_ids(tmp_path / "sel.parquet")]
 
 
+def _late_key_rows(n: int, case: str) -> list[dict]:
+    """Alpaca rows with a `meta` object whose keys first differ at row 5000, in the reader's second batch of 4096:
+    before it, the same two keys, a float score in every tenth row (`int_float`) or the keys in either order
+    (`key_order`); from it, a third key in some rows."""
+    rows = []
+    for i in range(n):
+        score = i % 7 + 0.5 if case == "int_float" and i % 10 == 0 else i % 7
+        meta = {"src": f"s{i % 3}", "score": score}
+        if case == "key_order" and i % 2:
+            meta = {"score": score, "src": f"s{i % 3}"}
+        if i >= 5000 and i % 4 == 0:
+            meta["lang"] = "en"
+        rows.append({"instruction": f"Add {i} and {i % 13}, case {i}.", "input": "", "output": f"{i + i % 13}.",
+                     "meta": meta})
+    return rows
+
+
+def _shard_and_export_late_keys(tmp_path, case: str, **shard_options) -> tuple[list[dict], list[str]]:
+    """The input's selected rows and the exported records (as JSON text: 1 and 1.0 differ there) after `shard`
+    (left-over rows read back from the data) and `export --for jsonl`."""
+    import cluster_curate as cc
+    from shard_helpers import make_selection
+    rows = _late_key_rows(6000, case)
+    data = write_jsonl(tmp_path / "late.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5, n_tokens=True)
+    manifest = cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2,
+                        micro_batch_size=7, remainder="drop", **shard_options)
+    assert manifest["leftover_rows"] > 0 and manifest["json_columns"] == ["meta"]
+    cc.export(str(tmp_path / "shards"), trainer="jsonl", out=str(tmp_path / "ex"))
+    wanted = [json.dumps(rows[i]) for i in _selected_ids(tmp_path / "sel.parquet")]
+    return wanted, [json.dumps(r) for r in _records(tmp_path / "ex" / "selected.jsonl")]
+
+
+@pytest.mark.parametrize("case", ["int_float", "key_order"])
+def test_a_json_text_column_whose_keys_first_differ_in_a_later_batch_is_exported_as_written(tmp_path, case):
+    """The first batch's objects were one struct, turned into JSON text through Arrow: the struct's key order, and
+    a float wherever another row of the batch had one (`{"src": "s1", "score": 1}` came back with `1.0`)."""
+    wanted, exported = _shard_and_export_late_keys(tmp_path, case)
+    assert len(exported) == len(wanted) == 3000
+    assert [e for e, w in zip(exported, wanted) if e != w] == []
+
+
+@pytest.mark.slow  # importing transformers takes seconds
+def test_a_json_text_column_is_written_as_read_whatever_pass_ran_before(tmp_path):
+    """`shard --tokenizer` reads the data once to count tokens before the write: the reader then already knew the
+    column as JSON text, so the shards differed from those of a write pass that learned it part-way."""
+    from test_input_formats import _word_tokenizer
+    wanted, exported = _shard_and_export_late_keys(tmp_path, "int_float",
+                                                   tokenizer=str(_word_tokenizer(tmp_path / "tok")))
+    assert [e for e, w in zip(exported, wanted) if e != w] == []
+
+
 def test_run_on_a_mixture_of_tool_rows_says_each_json_text_column_once(tmp_path, monkeypatch):
     """A mixture's columns are checked before embed and read again by shard: each file's JSON-text warning was
     given twice in one `run`. Each command says it once, and each call of the Python API is a command."""

@@ -95,7 +95,6 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     from pathlib import Path
 
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from cluster_curate.io.datasets import data_paths
     from cluster_curate.io.mixture import Mixture, is_mixture_record, open_lineage_data
@@ -127,6 +126,25 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
                           f"{ds.fingerprint()}, the manifest says {recorded['fingerprint']}){hint}")
     mixture = isinstance(ds, Mixture)  # its shards carry the normalised prompt/response/messages/system columns
     wanted = pa.array(ids, pa.int64())
+    parts = _leftover_parts(ds, wanted, mixture)
+    if ds.late_text_columns:  # a column learned to be text part-way (as shard_parts.write): once more, text from row 0
+        parts = _leftover_parts(ds, wanted, mixture)
+    if not parts:
+        raise CurateError(f"{source}: the left-over ids {ids[:5]} are not rows of {ds.source}")
+    import json
+
+    from cluster_curate.io.shard_writer import json_text_aligned
+    from cluster_curate.layouts import JSON_COLUMNS_KEY
+    parts, _ = json_text_aligned(parts, ds.json_columns)  # batches where a column's objects had other keys, or text
+    table = pa.concat_tables(parts, promote_options="permissive")
+    return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                          JSON_COLUMNS_KEY: json.dumps(ds.json_columns).encode()})
+
+
+def _leftover_parts(ds, wanted: pa.Array, mixture: bool) -> list[pa.Table]:
+    """The rows of `wanted` ids, one table per batch that holds some (a mixture's with its normalised columns)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     parts = []
     for b in ds.iter_batches(examples=mixture):
         t = pa.Table.from_batches([b.raw])
@@ -141,16 +159,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
             for k, (name, column) in enumerate(cols.items()):
                 t = t.add_column(at + k, name, column)
         parts.append(t)
-    if not parts:
-        raise CurateError(f"{source}: the left-over ids {ids[:5]} are not rows of {ds.source}")
-    import json
-
-    from cluster_curate.io.shard_writer import json_text_aligned
-    from cluster_curate.layouts import JSON_COLUMNS_KEY
-    parts, _ = json_text_aligned(parts, ds.json_columns)  # batches where a column's objects had other keys, or text
-    table = pa.concat_tables(parts, promote_options="permissive")
-    return table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                          JSON_COLUMNS_KEY: json.dumps(ds.json_columns).encode()})
+    return parts
 
 
 def _recorded_paths(record: dict) -> list[str]:

@@ -213,8 +213,15 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, f
     from cluster_curate.sharding import SHARD_COLUMNS
     n = plan.rows.shape[1]
     with staged_directory(o["out"], SHARDS) as work:
-        writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes, buffer_bytes=buffer_bytes)
-        renamed, source_columns = _stream(o, sel, ds, plan, weights, writer, batch_rows)
+        for _ in range(2):
+            writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes,
+                                 buffer_bytes=buffer_bytes)
+            renamed, source_columns = _stream(o, sel, ds, plan, weights, writer, batch_rows)
+            if not ds.late_text_columns:
+                break
+            # a column learned to be text part-way: its earlier batches came as Arrow's lists and structs, whose
+            # JSON is not the records' (key order, 1 as 1.0). Once more: the reader now makes it text from row 0
+            shutil.rmtree(work / "spill")
         meta = make_meta(names.SHARD, params, inputs, sel.meta.dataset or dataset, sharding.ALGORITHM_VERSION)
         meta.rows = plan.rows_per_shard
         files = [names.shard_file_name(r, n) for r in range(n)]

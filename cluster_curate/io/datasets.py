@@ -33,7 +33,10 @@ Details of the contract:
   new column): combine batches with `pa.concat_tables(tables, promote_options="permissive")`. A column whose
   values mix types is text; one of lists and objects whose keys (or items' types) differ from row to row, or from
   an earlier batch's, is JSON text from then on (`ds.json_columns`): one struct of every key would add null keys
-  to the records (shard_writer.json_text_aligned turns an earlier batch's structs into JSON text too).
+  to the records. Its earlier batches' lists and structs are not the records' JSON (Arrow's key order, 1 as 1.0):
+  `ds.late_text_columns` names, after a pass, the columns it learned to be text part-way, and the next pass makes
+  them text from the first row (shard and export's left-over rows read again; shard_writer.json_text_aligned turns
+  structs into JSON text where one pass is all there is).
 - `ds.rows` is None until a full pass has run (known at once for Parquet and HF datasets);
   `ds.num_rows()` counts them if needed. `ds.record()` counts rows and hashes the bytes of the source
   (streamed blake2b: same bytes => same fingerprint).
@@ -239,6 +242,9 @@ class Dataset:
         # (`json_columns`, raw names), unless a row holds plain text or a number there (`_plain_columns`)
         self._json_flagged: list[str] = []
         self._plain_columns: set[str] = set()
+        # this pass: the columns a batch built as lists or objects, and those of them a later batch made text
+        self._built_nested: set[str] = set()
+        self.late_text_columns: list[str] = []
         self.skip_ids: frozenset[int] = frozenset()  # rows left out of `examples` (embed: exact copies)
         with _read_errors(self.source):
             self.field_map: FieldMap = self._detect()
@@ -386,6 +392,7 @@ class Dataset:
         if batch_rows < 1:
             raise ValueError("batch_rows must be >= 1")
         self.rejects = []
+        self._built_nested, self.late_text_columns = set(), []
         with _read_errors(self.source):
             if hasattr(self._src, "iter_rows"):
                 yield from self._iter_json(batch_rows, examples)
@@ -432,12 +439,21 @@ class Dataset:
             nested = all(isinstance(v, (list, dict)) for v in values if v is not None)
             if not nested:
                 self._plain_columns.add(rename[name])
-            if not mixed and nested and (rename[name] in self._json_flagged or not same_keys(before, array.type)):
-                # JSON text in an earlier batch, or objects of other keys than an earlier batch's: text here too
+            known_text = rename[name] in self._json_flagged or name in self.text_columns
+            if not mixed and nested and (known_text or not same_keys(before, array.type)):
+                # text in an earlier batch (of this pass or one before), or objects of other keys than an earlier
+                # batch's: text here too, each value's JSON as the record holds it
                 array, mixed = _as_text(values), True
             if mixed or (before != array.type and pa.types.is_string(array.type) != pa.types.is_string(before)
                          and not pa.types.is_null(before) and not pa.types.is_null(array.type)):
                 self._mixed_column(name, nested, rename[name])
+                if nested and not pa.types.is_string(array.type):  # objects after text in an earlier batch
+                    array = _as_text(values)
+            if pa.types.is_string(array.type) and name in self._built_nested:
+                if rename[name] not in self.late_text_columns:
+                    self.late_text_columns.append(rename[name])
+            elif nested and not pa.types.is_null(array.type):
+                self._built_nested.add(name)
             cols[rename[name]] = array
         return pa.RecordBatch.from_pydict(cols)
 

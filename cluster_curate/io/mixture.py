@@ -322,6 +322,12 @@ class Mixture:
         return list(dict.fromkeys(self._column_name(k, n) for k, ds in enumerate(self.datasets)
                                   for n in ds.json_columns))
 
+    @property
+    def late_text_columns(self) -> list[str]:
+        """The inputs' columns their last pass learned to be text part-way (Dataset.late_text_columns)."""
+        return list(dict.fromkeys(self._column_name(k, n) for k, ds in enumerate(self.datasets)
+                                  for n in ds.late_text_columns))
+
     def _column_name(self, k: int, name: str) -> str:
         return reserved_rename(self.inputs[k].rename.get(name, name))
 
