@@ -199,6 +199,19 @@ def test_preference_pairs_in_each_trl_form_read_as_the_chosen_example_with_the_r
         assert summary["fields"]["rejected"] == "rejected"
 
 
+def _embed_refuses_each(tmp_path, cases: dict) -> None:
+    """Each case, name -> (rows, message): embed refuses its file in one line that starts with the message, and
+    writes nothing."""
+    for name, (rows, message) in cases.items():
+        write_jsonl(tmp_path / f"{name}.jsonl", rows)
+        r = _cli("embed", f"{name}.jsonl", "--out", f"{name}.parquet", "--features", "text", "--dim", "8", "-q",
+                 cwd=tmp_path)
+        assert r.returncode == 2, (name, r.stderr)
+        assert r.stderr.startswith("ERROR: " + message), (name, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+        assert not (tmp_path / f"{name}.parquet").exists()
+
+
 def test_bad_preference_rows_are_one_line_naming_file_line_and_field(tmp_path):
     cases = {}
     rows = preference_rows(20)
@@ -214,14 +227,7 @@ def test_bad_preference_rows_are_one_line_naming_file_line_and_field(tmp_path):
     rows = [{"chosen": r["chosen"], "rejected": r["rejected"]} for r in preference_rows(20)]
     cases["no-prompt"] = (rows, "no-prompt.jsonl:1: field 'chosen': plain text with no prompt column to answer: "
                                 "add a `prompt` column")
-    for name, (rows, message) in cases.items():
-        write_jsonl(tmp_path / f"{name}.jsonl", rows)
-        r = _cli("embed", f"{name}.jsonl", "--out", f"{name}.parquet", "--features", "text", "--dim", "8", "-q",
-                 cwd=tmp_path)
-        assert r.returncode == 2, (name, r.stderr)
-        assert r.stderr.startswith("ERROR: " + message), (name, r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-        assert not (tmp_path / f"{name}.parquet").exists()
+    _embed_refuses_each(tmp_path, cases)
 
 
 def test_a_preference_run_keeps_prompt_chosen_and_rejected_and_export_jsonl_gives_the_records_back(tmp_path):
@@ -370,14 +376,7 @@ def test_bad_anthropic_hh_rows_are_one_line_naming_file_line_and_field(tmp_path)
     cases["no-markers"] = (rows, "no-markers.jsonl:1: field 'chosen': plain text with no prompt column to answer: "
                                  "add a `prompt` column (or pass --prompt-field COLUMN), or give chosen and rejected "
                                  "as lists of chat turns or as Anthropic HH transcripts")
-    for name, (rows, message) in cases.items():
-        write_jsonl(tmp_path / f"{name}.jsonl", rows)
-        r = _cli("embed", f"{name}.jsonl", "--out", f"{name}.parquet", "--features", "text", "--dim", "8", "-q",
-                 cwd=tmp_path)
-        assert r.returncode == 2, (name, r.stderr)
-        assert r.stderr.startswith("ERROR: " + message), (name, r.stderr)
-        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
-        assert not (tmp_path / f"{name}.parquet").exists()
+    _embed_refuses_each(tmp_path, cases)
 
 
 def test_anthropic_hh_pairs_run_and_export_as_conversational_dpo_and_ranking_data(tmp_path):

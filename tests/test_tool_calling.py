@@ -370,31 +370,38 @@ TOOLS_TEMPLATE = (  # transformers drops the newline right after a block tag: th
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
+def _run_export_trl_with_a_tool_model(tmp_path, name: str, rows: list[dict]):
+    """`run` on `rows`, `export --for trl`, and a tiny Llama whose template renders tools and calls: (its
+    directory, its tokenizer, the exported dataset as datasets reads it, its rows by id)."""
+    import datasets
+    from transformers import AutoTokenizer
+
+    from test_outputs import FAST
+    from tiny_lm import build_llama
+    write_jsonl(tmp_path / name, rows)
+    assert _cli("run", name, "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
+    r = _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    model_dir = build_llama(tmp_path / "model", layers=1, hidden=32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.chat_template = TOOLS_TEMPLATE
+    tok.save_pretrained(model_dir)
+    ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "train.parquet"), split="train",
+                               cache_dir=str(tmp_path / ".hf"))
+    return model_dir, tok, ds, {row["id"]: row for row in ds}
+
+
 @pytest.mark.slow
 def test_trl_sft_trainer_trains_on_the_exported_tool_calls(tmp_path):
     """`export --for trl` keeps the calls structured (`tool_calls`, a tool turn's `tool_call_id` / `name`) and the
     schemas in a `tools` column; TRL's SFTTrainer renders them through the chat template, learns the call when it
     is the completion, and trains."""
-    import datasets
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    from test_outputs import FAST
-    from tiny_lm import build_llama
     rows = tool_rows(90)
-    write_jsonl(tmp_path / "tools.jsonl", rows)
-    assert _cli("run", "tools.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
-    r = _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    model_dir, tok, ds, by_id = _run_export_trl_with_a_tool_model(tmp_path, "tools.jsonl", rows)
     assert "`arguments | tojson` writes it as a quoted string" in (tmp_path / "trl" / "README.md").read_text()
-    model_dir = build_llama(tmp_path / "model", layers=1, hidden=32)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    tok.chat_template = TOOLS_TEMPLATE
-    tok.save_pretrained(model_dir)
-
-    ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "train.parquet"), split="train",
-                               cache_dir=str(tmp_path / ".hf"))
-    by_id = {row["id"]: row for row in ds}
     call_row = next(i for i in by_id if i % 3 == 1)          # a call as the completion
     result_row = next(i for i in by_id if i % 3 == 0)        # call, tool result, answer
     completion = by_id[call_row]["completion"][0]
@@ -856,25 +863,11 @@ def test_trl_sft_trainer_trains_on_exported_xlam_calls(tmp_path):
     """`run` then `export --for trl` of xLAM rows: the answer was written as the assistant's text (the JSON of
     the calls); it is the assistant turn's `tool_calls` now, the schemas a `tools` column, and TRL's SFTTrainer
     renders them through the chat template and learns the calls."""
-    import datasets
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    from test_outputs import FAST
-    from tiny_lm import build_llama
     rows = xlam_rows(90)
-    write_jsonl(tmp_path / "xlam.jsonl", rows)
-    assert _cli("run", "xlam.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
-    r = _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    model_dir = build_llama(tmp_path / "model", layers=1, hidden=32)
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    tok.chat_template = TOOLS_TEMPLATE
-    tok.save_pretrained(model_dir)
-
-    ds = datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "train.parquet"), split="train",
-                               cache_dir=str(tmp_path / ".hf"))
-    by_id = {row["id"]: row for row in ds}
+    model_dir, tok, ds, by_id = _run_export_trl_with_a_tool_model(tmp_path, "xlam.jsonl", rows)
     two = next(i for i in by_id if i % 2)  # an answer of two calls
     for i, row in by_id.items():
         assert row["prompt"] == [{"role": "user", "content": rows[i]["query"], "tool_calls": None}]
