@@ -273,7 +273,7 @@ def test_bench_decontaminate_leaves_out_every_planted_copy(tmp_path):
     got = json.loads((tmp_path / "decontaminate.json").read_text())
     kept = got["kept"]
     for name in ("default 31%, --decontaminate", "--target, 10%, --decontaminate"):
-        assert kept[name]["verbatim"] == kept[name]["respaced"] == 0, kept
+        assert kept[name]["verbatim"] == kept[name]["respaced"] == kept[name]["in a chat"] == 0, kept
     assert kept["--target (200 test rows), 10%"]["verbatim"] > 0  # what relevance takes without it
     assert kept["default 31%, --decontaminate --decontaminate-ngrams 13"]["reworded"] == 0
     assert {r["n"]: r["reworded"] for r in got["ngrams"]}[13] == 20
