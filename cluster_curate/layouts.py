@@ -211,6 +211,13 @@ def _input_readings(table: pa.Table, read, source: str, inputs: list[dict] | Non
     return readings
 
 
+def mixture_inputs(manifest: dict) -> list[dict] | None:
+    """The shards' mixture inputs as their manifest's lineage record lists them; None for one dataset's."""
+    from cluster_curate.io.mixture import is_mixture_record
+    dataset = manifest.get("dataset")
+    return dataset["inputs"] if is_mixture_record(dataset) else None
+
+
 def is_preference(table: pa.Table, read=None, inputs: list[dict] | None = None) -> bool:
     """Whether the shards' rows are preference pairs (read as `read` says, else detected); a mixture's (`inputs`:
     its lineage record's), whether an input's are."""
@@ -352,7 +359,7 @@ def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "sh
     """The table `export --for tgt` writes (`read`: the ReadOptions naming the record format's fields)."""
     if tgt.columns == "source":
         return source_rows(table, manifest, leftovers)
-    inputs = (manifest.get("dataset") or {}).get("inputs")
+    inputs = mixture_inputs(manifest)
     if tgt.name not in PREFERENCE_TARGETS and is_preference(table, read, inputs):
         raise CurateError(f"{source}: the rows are preference pairs (chosen and rejected); --for {tgt.name} has no "
                           f"layout for the rejected answer: use --for {' or '.join(PREFERENCE_TARGETS[:2])} (DPO), or "

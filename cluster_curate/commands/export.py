@@ -49,7 +49,7 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     rows = layouts.layout_table(table, manifest, tgt, str(shards), leftovers, read)
     name = layouts.data_file(tgt)
     # DPO pairs: the trainer's DPO stage, and no weights in trl
-    preference = layouts.is_preference(table, read, (manifest.get("dataset") or {}).get("inputs"))
+    preference = layouts.is_preference(table, read, layouts.mixture_inputs(manifest))
     files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()), rows, preference)
     weighted = tgt.weights_applied and not (preference and tgt.name == "trl")
     with staged_directory(out, EXPORT) as work:
