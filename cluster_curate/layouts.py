@@ -426,6 +426,8 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
             "  split: train\n"
             "  conversation_column: messages\n"
             "  conversation_style: openai\n"
+            # loss on the answers alone, said: a recipe's own `train_on_input: True` (llama2/7B_qlora) survives a merge
+            "  train_on_input: False\n"
             "  packed: False\n"
             "shuffle: False\n"
             f"batch_size: {m}\n")
@@ -505,6 +507,12 @@ _TRAPS = {
                  "the rank's shard directly"],
     "torchtune": ["`shuffle: False` (torchtune's default recipes shuffle)",
                   "`packed: True` packs rows into fixed-length sequences, in another order",
+                  "`train_on_input: False`: the loss is on every assistant turn of a conversation (its earlier "
+                  "answers too, where `--for trl` trains the last one alone), the system and user turns masked",
+                  "`tokenizer.max_seq_len` truncates a longer row (a prompt longer than it leaves nothing to train "
+                  "on): leave it null or make it longer than the longest row",
+                  "`tensor_parallel_dim: T` (full_finetune_distributed) deals the rows to world size / T data-parallel "
+                  "ranks: run N × T processes",
                   "torchtune has no per-example loss weight: `weight` is not applied"],
     "llamafactory": ["`disable_shuffling: true` (else the HF Trainer's random sampler shuffles)",
                      "`packing` / `neat_packing` reorder and merge rows",
