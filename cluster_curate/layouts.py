@@ -19,7 +19,8 @@ and `parquet` write just the selected rows in their original columns, in dataset
 
 Preference pairs (`--format preference`, io/formats.py): `trl` writes DPO's conversational `prompt`/`chosen`/
 `rejected`, `llamafactory` a ranking dataset (`messages`: the prompt turns, `chosen`/`rejected`: one assistant turn
-each); `torchtune` and `axolotl` are refused (`PREFERENCE_TARGETS`), never written without the rejected answers.
+each), `torchtune` what its `preference_dataset` reads (`chosen`/`rejected`: each the whole conversation, the prompt
+turns then one answer); `axolotl` is refused (`PREFERENCE_TARGETS`), never written without the rejected answers.
 A mixture's pairs are read per input (`_records`), every row of a DPO layout must be one.
 
 Tool calling (`chat_columns`): `trl` and `axolotl` keep an assistant turn's calls as OpenAI `tool_calls` (arguments
@@ -75,8 +76,10 @@ TARGETS = {t.name: t for t in (
     Target("parquet", None, "source", False),
 )}
 TARGET_NAMES = tuple(TARGETS)
-# the layouts that keep a preference pair's rejected answer (the others would train on the chosen one alone)
-PREFERENCE_TARGETS = ("trl", "llamafactory", "hf", "accelerate", "torchrun", "jsonl", "parquet")
+# the layouts that keep a preference pair's rejected answer (the others would train on the chosen one alone): the
+# DPO layouts (preference_columns), then those that keep every column
+DPO_TARGETS = ("trl", "llamafactory", "torchtune")
+PREFERENCE_TARGETS = DPO_TARGETS + ("hf", "accelerate", "torchrun", "jsonl", "parquet")
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -135,7 +138,7 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
     `_records`). Preference pairs: `preference_columns`."""
     records = _records(table, read, source, inputs)
     if any(row_fields.rejected for _, row_fields in records):
-        return preference_columns(table, style, records, source)
+        return preference_columns(table, style, records, source, trainer)
     chats, tools = [], []
     for i, (rec, row_fields) in enumerate(records):
         where = f"{source}: row {i} (id {table.column('id')[i].as_py()})"
@@ -143,10 +146,8 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
             messages, schemas = chat_messages(rec, row_fields)
         except RecordError as e:
             raise CurateError(f"{where}: field {e.field}: {e.reason}") from None
-        if trainer == "torchtune" and (schemas or any(_tool_turn(m) for m in messages)):
-            raise CurateError(f"{where}: holds tool calls or tool turns, which torchtune's openai conversation style "
-                              "does not carry (it would drop the calls); export --for trl, axolotl or llamafactory "
-                              "keeps them")
+        if trainer == "torchtune":
+            _refuse_tool_calling(where, messages, schemas)
         if trainer == "llamafactory":
             messages = _llamafactory_turns(messages, where)
         chats.append(messages)
@@ -231,12 +232,14 @@ def is_preference(table: pa.Table, read=None, inputs: list[dict] | None = None) 
 
 
 def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, object]],
-                       source: str = "shards") -> pa.Table:
+                       source: str = "shards", trainer: str | None = None) -> pa.Table:
     """Preference pairs (`records`: `_records`) as TRL's DPOTrainer reads them (style `prompt-completion`:
-    conversational `prompt`, `chosen`, `rejected`, each answer one assistant turn) or as LLaMA-Factory's ranking
-    datasets do (style `messages`: `messages` the prompt turns, `chosen` and `rejected` one assistant turn each);
-    plus `id`, `weight`, `step`. A mixture's row of an input of other records is refused: a pairwise loss needs
-    both answers of every row."""
+    conversational `prompt`, `chosen`, `rejected`, each answer one assistant turn), as LLaMA-Factory's ranking
+    datasets do (style `messages`: `messages` the prompt turns, `chosen` and `rejected` one assistant turn each), or
+    for `trainer` torchtune as its preference_dataset does (`chosen` and `rejected` each the whole conversation:
+    the prompt turns, then its answer; a row with tool calling is refused, as `chat_columns` refuses it); plus `id`,
+    `weight`, `step`. A mixture's row of an input of other records is refused: a pairwise loss needs both answers of
+    every row."""
     from cluster_curate.io.formats import to_preference, tool_schemas, without_tool_schemas
     prompts, chosen, rejected, tools = [], [], [], []
     for i, (rec, fields) in enumerate(records):
@@ -246,17 +249,22 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
                               f"preference pairs (format {fields.format}) beside the other inputs' pairs: a DPO "
                               "layout needs both answers in every row; export the pairs apart, or --for hf, "
                               "accelerate, torchrun, jsonl or parquet, which keep every column")
+        where = f"{source}: row {i} (id {table.column('id')[i].as_py()})"
         try:
             prompt, good, bad = to_preference(rec, fields)
             tools.append(tool_schemas(rec, fields))
         except RecordError as e:
-            raise CurateError(f"{source}: row {i} (id {table.column('id')[i].as_py()}): field {e.field}: "
-                              f"{e.reason}") from None
+            raise CurateError(f"{where}: field {e.field}: {e.reason}") from None
+        if trainer == "torchtune":
+            _refuse_tool_calling(where, prompt, tools[-1])
         prompts.append(without_tool_schemas(prompt))  # the schemas go in `tools`, for the template to render
         chosen.append({"role": "assistant", "content": good})
         rejected.append({"role": "assistant", "content": bad})
     turn = pa.struct([("role", pa.string()), ("content", pa.string())])
-    if style == "prompt-completion":
+    if trainer == "torchtune":
+        chat = {"chosen": pa.array([p + [c] for p, c in zip(prompts, chosen)], pa.list_(turn)),
+                "rejected": pa.array([p + [r] for p, r in zip(prompts, rejected)], pa.list_(turn))}
+    elif style == "prompt-completion":
         chat = {"prompt": pa.array(prompts, pa.list_(turn)), "chosen": pa.array([[c] for c in chosen], pa.list_(turn)),
                 "rejected": pa.array([[r] for r in rejected], pa.list_(turn))}
     elif style == "messages":
@@ -267,6 +275,14 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
     if any(tools):  # JSON text, as chat_columns writes it (TRL's DPOTrainer parses it)
         chat["tools"] = pa.array([json.dumps(t, ensure_ascii=False) if t else None for t in tools], pa.string())
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
+
+
+def _refuse_tool_calling(where: str, messages: list[dict], schemas) -> None:
+    """torchtune's openai conversation style (and its preference_dataset) has no tool calls: refuse, never drop."""
+    if schemas or any(_tool_turn(m) for m in messages):
+        raise CurateError(f"{where}: holds tool calls or tool turns, which torchtune's openai conversation style "
+                          "does not carry (it would drop the calls); export --for trl, axolotl or llamafactory "
+                          "keeps them")
 
 
 def _tool_turn(message: dict) -> bool:
@@ -362,8 +378,9 @@ def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "sh
     inputs = mixture_inputs(manifest)
     if tgt.name not in PREFERENCE_TARGETS and is_preference(table, read, inputs):
         raise CurateError(f"{source}: the rows are preference pairs (chosen and rejected); --for {tgt.name} has no "
-                          f"layout for the rejected answer: use --for {' or '.join(PREFERENCE_TARGETS[:2])} (DPO), or "
-                          f"{', '.join(PREFERENCE_TARGETS[2:])}, which keep every column")
+                          f"layout for the rejected answer: use --for {', '.join(DPO_TARGETS[:-1])} or "
+                          f"{DPO_TARGETS[-1]} (DPO), or {', '.join(PREFERENCE_TARGETS[len(DPO_TARGETS):])}, which "
+                          "keep every column")
     arranged = arrange(table, manifest, tgt.layout)
     if tgt.columns == "shard":
         return arranged
@@ -416,6 +433,17 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
     elif tgt.name == "torchrun":
         files[names.DATALOADER_ARGS] = dump({"batch_size": m, "sampler": "DistributedSampler", "shuffle": False,
                                              "drop_last": False, "num_replicas": n})
+    elif tgt.name == "torchtune" and preference:  # preference_dataset reads the `chosen` / `rejected` conversations
+        files[names.TRAINER_CONFIG] = (
+            "# merge into your torchtune DPO recipe config (lora_dpo_distributed / full_dpo_distributed)\n"
+            "dataset:\n"
+            "  _component_: torchtune.datasets.preference_dataset\n"
+            "  source: parquet\n"
+            f"  data_files: {data_path}\n"
+            "  split: train\n"
+            "  train_on_input: False\n"
+            "shuffle: False\n"
+            f"batch_size: {m}\n")
     elif tgt.name == "torchtune":
         files[names.TRAINER_CONFIG] = (
             "# merge into your torchtune recipe config (full_finetune_distributed / lora_finetune_distributed)\n"
@@ -539,6 +567,13 @@ _PREFERENCE_TRAPS = {
             "the mixin leaves it to TRL; the weights are in the file and the consumed log for `verify` only",
             "a `max_length` that truncates a prompt to its whole length drops that row (DPOTrainer filters them): "
             "leave `max_length=None` or make it longer than the longest prompt"],
+    "torchtune": ["preference pairs: `chosen` and `rejected` each hold the whole conversation (the prompt turns, "
+                  "then one answer), what `torchtune.datasets.preference_dataset` reads: train with a DPO recipe "
+                  "(`lora_dpo_distributed`, `full_dpo_distributed`; `lora_dpo_single_device` for one rank)",
+                  "`shuffle: False` (torchtune's DPO configs shuffle)",
+                  "`tokenizer.max_seq_len` truncates a longer conversation (the DPO configs set 1024): make it "
+                  "longer than the longest row",
+                  "torchtune has no per-example loss weight: `weight` is not applied"],
     "llamafactory": ["preference pairs: `dataset_info.json` declares a ranking dataset (`ranking: true`, `chosen` "
                      "and `rejected` one assistant turn each): train with `stage: dpo` (or another pairwise stage)",
                      "`disable_shuffling: true` (else the HF Trainer's random sampler shuffles)",

@@ -529,7 +529,7 @@ def test_what_was_made_before_rejected_field_keeps_its_fingerprint_and_stays_up_
 def test_preference_pairs_keep_their_tool_schemas(tmp_path):
     """Tool-calling DPO pairs keep their schemas in a `tools` column, which TRL's DPOTrainer renders through the
     chat template: it was not read (not in the embedded and counted text, inspect's with_tools 0) and the trl and
-    llamafactory exports left it out without a word."""
+    llamafactory exports left it out without a word. torchtune's DPO layout, which cannot hold them, refuses."""
     import pyarrow.parquet as pq
     schemas = [{"type": "function", "function": {"name": "get_weather", "parameters": {
         "type": "object", "properties": {"city": {"type": "string"}}}}}]
@@ -556,6 +556,11 @@ def test_preference_pairs_keep_their_tool_schemas(tmp_path):
                     ("user", asked[row["id"]][0]["content"])]
         info = json.loads((tmp_path / f"{form}-llamafactory" / "dataset_info.json").read_text())["cluster_curate"]
         assert info["columns"]["tools"] == "tools"
+        # torchtune's preference_dataset has no place for them: refused, naming the row, not dropped
+        r = _cli("export", f"{form}/shards", "--for", "torchtune", "--out", f"{form}-tt", cwd=tmp_path)
+        (line,) = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and "holds tool calls or tool turns, which torchtune's" in line, r.stderr
+        assert line.startswith("ERROR: ") and ": row " in line and not (tmp_path / f"{form}-tt").exists()
 
 
 def _word_tokenizer(path):
@@ -692,7 +697,8 @@ def test_a_mixture_of_pairs_in_three_shapes_exports_each_pair_with_its_prompt_tu
 def test_a_mixture_whose_pairs_are_renamed_is_exported_as_pairs_not_as_the_chosen_answers(tmp_path):
     """Two inputs of pairs whose `chosen` / `rejected` a mixture file renames (no column of the shards named so):
     `export --for trl` wrote SFT prompt / completion of the chosen answers and SFT settings, and `--for
-    torchtune` took them, both dropping every rejected answer without a word."""
+    torchtune` took them, both dropping every rejected answer without a word (torchtune's DPO layout now holds the
+    pairs trl's does)."""
     std, (hh, _) = preference_rows(30), hh_rows(30)
     write_jsonl(tmp_path / "gsm.jsonl", std)
     write_jsonl(tmp_path / "hh.jsonl", hh)
@@ -709,9 +715,13 @@ def test_a_mixture_whose_pairs_are_renamed_is_exported_as_pairs_not_as_the_chose
         assert pair["rejected"] == [{"role": "assistant", "content": bad}]
     assert "max_length" in json.loads((tmp_path / "trl" / "training_args.json").read_text())
     assert "packing" not in json.loads((tmp_path / "trl" / "training_args.json").read_text())  # DPOConfig's
-    r = _cli("export", "out/shards", "--for", "torchtune", "--out", "tt", cwd=tmp_path)
-    assert r.returncode == 2 and "preference pairs" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert not (tmp_path / "tt").exists()
+    _ok("export", "out/shards", "--for", "torchtune", "--out", "tt", "-q", cwd=tmp_path)  # its DPO layout, same pairs
+    conversations = {r["id"]: r for r in pq.read_table(tmp_path / "tt" / "train.parquet").to_pylist()}
+    trl_rows = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert len(conversations) == len(trl_rows)
+    for row in trl_rows:
+        tt = conversations[row["id"]]
+        assert (tt["chosen"], tt["rejected"]) == (row["prompt"] + row["chosen"], row["prompt"] + row["rejected"])
 
     shutil.copy(GSM, tmp_path / "sft.jsonl")  # beside rows of another format, a DPO layout is refused, naming it
     (tmp_path / "sft-mix.yaml").write_text("inputs:\n  - path: sft.jsonl\n  - path: hh.jsonl\n"

@@ -75,3 +75,56 @@ def test_chat_dataset_reads_the_sft_export_with_its_system_prompts_and_turns(tmp
             assert tokenizer.decode(sample["tokens"]) == _chatml(chat), (name, i)
             trained = [t for t in sample["labels"] if t != IGNORED]
             assert tokenizer.decode(trained) == _chatml([t for t in chat if t["role"] == "assistant"]), (name, i)
+
+
+def orca_dpo_rows(n: int = 40) -> list[dict]:
+    """Rows shaped as Intel/orca_dpo_pairs': `system` (empty in some rows), `question`, `chosen` and `rejected` as
+    text; GSM8K questions, the right answer chosen and a wrong one rejected."""
+    rows = []
+    for i, line in enumerate((FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines()[:n]):
+        r = json.loads(line)
+        final = r["answer"].split("####")[-1].strip()
+        rows.append({"system": "" if i % 3 == 0 else "You are an AI assistant. Think step by step.",
+                     "question": r["question"], "chosen": r["answer"], "rejected": f"The answer is {final}0."})
+    return rows
+
+
+def test_preference_dataset_reads_the_dpo_export_of_pairs_with_system_prompts_and_turns(tmp_path, tokenizer):
+    """Orca DPO pairs (a system column) and UltraFeedback / Capybara pairs (whole conversations, some multi-turn):
+    `export --for torchtune` wrote no layout for them (refused). Now torchtune's preference_dataset, built from the
+    written config.yaml as written and merged into llama3_1/8B_lora_dpo.yaml, reads each pair: chosen and rejected
+    are the prompt turns then that answer, the labels that answer alone."""
+    from test_input_formats import ultrafeedback_rows
+    from test_datasets import write_jsonl
+    cases = {"orca": (orca_dpo_rows(), ["--prompt-field", "question"]), "capybara": (ultrafeedback_rows(), [])}
+    for name, (rows, fields) in cases.items():
+        write_jsonl(tmp_path / f"{name}.jsonl", rows)
+        _ok("run", f"{name}.jsonl", "--out", name, *FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size",
+            "2", *fields, "-q", cwd=tmp_path)
+        _ok("export", f"{name}/shards", "--for", "torchtune", "--out", f"{name}-tt", "-q", cwd=tmp_path)
+        out = tmp_path / f"{name}-tt"
+        assert "preference_dataset" in (out / "config.yaml").read_text()
+        assert "lora_dpo_distributed" in (out / "README.md").read_text()
+        exported = pq.read_table(out / "train.parquet").to_pylist()
+        pairs = []
+        for row in exported:
+            rec = rows[row["id"]]
+            if name == "orca":
+                prompt = ([{"role": "system", "content": rec["system"]}] if rec["system"] else []) + [
+                    {"role": "user", "content": rec["question"]}]
+                good, bad = rec["chosen"], rec["rejected"]
+            else:
+                prompt, good, bad = rec["chosen"][:-1], rec["chosen"][-1]["content"], rec["rejected"][-1]["content"]
+            pairs.append((prompt, good, bad))
+        assert any(p[0]["role"] == "system" for p, _, _ in pairs) or name != "orca"
+        assert any(len(p) > 1 for p, _, _ in pairs)
+        for config_name, ds in _datasets(out, "llama3_1/8B_lora_dpo.yaml", tokenizer).items():
+            assert len(ds) == len(exported), config_name
+            for i, (prompt, good, bad) in enumerate(pairs):
+                sample = ds[i]
+                for side, answer in (("chosen", good), ("rejected", bad)):
+                    turn = {"role": "assistant", "content": answer}
+                    assert tokenizer.decode(sample[f"{side}_input_ids"]) == _chatml(prompt + [turn]), (name, i)
+                    trained = [t for t in sample[f"{side}_labels"] if t != IGNORED]
+                    answers = [t for t in prompt if t["role"] == "assistant"] + [turn]
+                    assert tokenizer.decode(trained) == _chatml(answers), (name, config_name, i, side)
