@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torchtune  # the dev extra's (pyproject.toml): these tests run, never skip, under `make test`
+from omegaconf import OmegaConf  # torchtune's config system
+from torchtune import config
 
 from conftest import FIXTURES
 from test_outputs import FAST, _cli
-
-torchtune = pytest.importorskip("torchtune")  # the dev extra installs it: `make test` runs these
-from omegaconf import OmegaConf  # noqa: E402 (torchtune's config system)
-from torchtune import config  # noqa: E402
 
 # the configs `tune cp` copies: recipes/configs beside the torchtune package (torchtune/_cli/cp.py)
 RECIPE_CONFIGS = Path(torchtune.__file__).parent.parent / "recipes" / "configs"
