@@ -29,7 +29,8 @@ the chat template; axolotl reads it with `field_tools`); `llamafactory` writes i
 turns and names `tools` in dataset_info.json; `torchtune`'s openai style has no tool calls, so its export refuses
 such rows (naming the row and the layouts that keep them) rather than dropping the calls. A mixture's row is read
 from its input's own columns as that input was read (`_records`), not from the normalised `messages`, which hold
-the calls and schemas as text.
+the calls and schemas as text. Preference pairs keep them so too (`preference_columns`, formats.preference_messages):
+in the prompt, and as an answer that is a call (a `function_call` answer for llamafactory's ranking format).
 
 Pure functions of the manifest and the shards' table; `commands/export.py` reads and writes
 (docs/architecture.md, "Commands").
@@ -238,9 +239,9 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
     datasets do (style `messages`: `messages` the prompt turns, `chosen` and `rejected` one assistant turn each), or
     for `trainer` torchtune as its preference_dataset does (`chosen` and `rejected` each the whole conversation:
     the prompt turns, then its answer; a row with tool calling is refused, as `chat_columns` refuses it); plus `id`,
-    `weight`, `step`. A mixture's row of an input of other records is refused: a pairwise loss needs both answers of
-    every row."""
-    from cluster_curate.io.formats import to_preference, tool_schemas, without_tool_schemas
+    `weight`, `step`. Turns and tool calling as `chat_columns` writes them (an answer may be a call). A mixture's
+    row of an input of other records is refused: a pairwise loss needs both answers of every row."""
+    from cluster_curate.io.formats import preference_messages
     prompts, chosen, rejected, tools = [], [], [], []
     for i, (rec, fields) in enumerate(records):
         if not fields.rejected:
@@ -251,16 +252,18 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
                               "accelerate, torchrun, jsonl or parquet, which keep every column")
         where = f"{source}: row {i} (id {table.column('id')[i].as_py()})"
         try:
-            prompt, good, bad = to_preference(rec, fields)
-            tools.append(tool_schemas(rec, fields))
+            prompt, good, bad, schemas = preference_messages(rec, fields)
         except RecordError as e:
             raise CurateError(f"{where}: field {e.field}: {e.reason}") from None
         if trainer == "torchtune":
-            _refuse_tool_calling(where, prompt, tools[-1])
-        prompts.append(without_tool_schemas(prompt))  # the schemas go in `tools`, for the template to render
-        chosen.append({"role": "assistant", "content": good})
-        rejected.append({"role": "assistant", "content": bad})
-    turn = pa.struct([("role", pa.string()), ("content", pa.string())])
+            _refuse_tool_calling(where, [*prompt, good, bad], schemas, keeping="trl or llamafactory")
+        if trainer == "llamafactory":  # its function_call / observation turns; an answer may be a function_call
+            prompt, (good, bad) = _llamafactory_turns(prompt, where), _llamafactory_turns([good, bad], where)
+        prompts.append(prompt)
+        chosen.append(good)
+        rejected.append(bad)
+        tools.append(schemas)
+    turn = _turn_type([*prompts, chosen, rejected])
     if trainer == "torchtune":
         chat = {"chosen": pa.array([p + [c] for p, c in zip(prompts, chosen)], pa.list_(turn)),
                 "rejected": pa.array([p + [r] for p, r in zip(prompts, rejected)], pa.list_(turn))}
@@ -277,12 +280,13 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
 
 
-def _refuse_tool_calling(where: str, messages: list[dict], schemas) -> None:
-    """torchtune's openai conversation style (and its preference_dataset) has no tool calls: refuse, never drop."""
+def _refuse_tool_calling(where: str, messages: list[dict], schemas,
+                         keeping: str = "trl, axolotl or llamafactory") -> None:
+    """torchtune's openai conversation style (and its preference_dataset) has no tool calls: refuse, never drop.
+    `keeping`: the layouts that keep them (axolotl takes no preference pairs)."""
     if schemas or any(_tool_turn(m) for m in messages):
         raise CurateError(f"{where}: holds tool calls or tool turns, which torchtune's openai conversation style "
-                          "does not carry (it would drop the calls); export --for trl, axolotl or llamafactory "
-                          "keeps them")
+                          f"does not carry (it would drop the calls); export --for {keeping} keeps them")
 
 
 def _tool_turn(message: dict) -> bool:
@@ -395,10 +399,12 @@ def uses_tools(rows: pa.Table | None) -> bool:
         return False
     if "tools" in rows.column_names:
         return True
-    for name in ("messages", "prompt", "completion"):
-        column_type = rows.schema.field(name).type if name in rows.column_names else None
-        if column_type is not None and pa.types.is_list(column_type) and pa.types.is_struct(column_type.value_type):
-            turns = pc.list_flatten(rows.column(name))
+    for name in ("messages", "prompt", "completion", "chosen", "rejected"):
+        turns = rows.column(name) if name in rows.column_names else None
+        if turns is not None and pa.types.is_list(turns.type):
+            turns = pc.list_flatten(turns)
+        # lists of turns; LLaMA-Factory's ranking answers are one turn each
+        if turns is not None and pa.types.is_struct(turns.type) and "role" in [f.name for f in turns.type]:
             if "tool_calls" in [f.name for f in turns.type]:
                 return True
             roles = set(pc.unique(pc.struct_field(turns, "role")).to_pylist())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from cluster_curate.io.datasets import ReadOptions, open_dataset
@@ -1009,3 +1010,75 @@ def test_a_bfcl_evaluation_set_is_read_for_its_users_questions(tmp_path):
     r = _cli("inspect", "tools.jsonl", "--decontaminate", "bad.jsonl", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "bad.jsonl:2: field 'question[1][0].role': turn has no role" in r.stderr, r.stderr
+
+
+def _call(name: str, city: str, call_id: str | None = None) -> dict:
+    return {**({"id": call_id} if call_id else {}), "type": "function",
+            "function": {"name": name, "arguments": json.dumps({"city": city})}}
+
+
+def tool_pairs(shape: str, n: int = 4) -> list[dict]:
+    """DPO pairs with tool calling, as OpenAI conversations: `implicit`, chosen and rejected sharing [user, a call,
+    its result] and answering it differently; `calls`, answers that are each a call; `explicit`, a `prompt` column
+    of turns holding the call and its result, beside one-turn answers."""
+    rows = []
+    for i in range(n):
+        city = CITIES[i % len(CITIES)]
+        asked = [{"role": "user", "content": f"Is it warm in {city}, case {i}?"},
+                 {"role": "assistant", "content": None, "tool_calls": [_call("get_weather", city, f"call_{i}")]},
+                 {"role": "tool", "tool_call_id": f"call_{i}", "name": "get_weather", "content": f'{{"c": {i}}}'}]
+        good = {"role": "assistant", "content": f"Yes, {i} degrees in {city}."}
+        bad = {"role": "assistant", "content": "I cannot tell."}
+        if shape == "calls":
+            asked = asked[:1]
+            good = {"role": "assistant", "content": None, "tool_calls": [_call("get_weather", city)]}
+            bad = {"role": "assistant", "content": None, "tool_calls": [_call("get_time", city)]}
+        tools = [_schema(name, {"city": {"type": "string"}}) for name in ("get_weather", "get_time")]
+        rows.append({"prompt": asked, "chosen": [good], "rejected": [bad], "tools": tools} if shape == "explicit"
+                    else {"chosen": asked + [good], "rejected": asked + [bad], "tools": tools})
+    return rows
+
+
+@pytest.mark.parametrize("shape", ["implicit", "calls", "explicit"])
+def test_dpo_exports_keep_a_pairs_tool_calls_structured(shape):
+    """A DPO pair's calls and tool results reach the trl and llamafactory exports as the SFT exports write them:
+    `tool_calls` and a tool turn's `tool_call_id` / `name` (trl), function_call / observation turns (llamafactory,
+    whose ranking answers may be function_call turns); they were the calls' JSON as the assistant's text, the tool
+    turn without its id. TRL's chat templating renders the call in the prompt (or as the answer) as the template
+    renders calls."""
+    from trl import maybe_apply_chat_template
+
+    from cluster_curate.errors import CurateError
+    from cluster_curate.layouts import chat_columns, uses_tools
+    from tiny_lm import build_tokenizer
+    rows = tool_pairs(shape)
+    table = pa.Table.from_pylist([{**r, "id": i, "step": i, "weight": 1.0} for i, r in enumerate(rows)])
+    asked = rows[0]["prompt"] if shape == "explicit" else rows[0]["chosen"][:-1]
+    good, bad = rows[0]["chosen"][-1], rows[0]["rejected"][-1]
+
+    trl = chat_columns(table, "prompt-completion").to_pylist()[0]
+    present = [{k: v for k, v in t.items() if v is not None} for t in trl["prompt"] + trl["chosen"] + trl["rejected"]]
+    assert present == [{k: v for k, v in t.items() if v is not None} for t in asked + [good, bad]]
+
+    lf = chat_columns(table, "messages", trainer="llamafactory").to_pylist()[0]
+    as_lf = [{"role": "function_call", "content": json.dumps({"name": t["tool_calls"][0]["function"]["name"],
+                                                              "arguments": {"city": CITIES[0]}})}
+             if t.get("tool_calls") else {"role": "observation" if t["role"] == "tool" else t["role"],
+                                          "content": t["content"]} for t in asked + [good, bad]]
+    assert lf["messages"] + [lf["chosen"], lf["rejected"]] == as_lf
+    # its function_call tag in dataset_info.json, without which LLaMA-Factory skips the row, schemas or none
+    assert uses_tools(chat_columns(table.drop_columns(["tools"]), "messages", trainer="llamafactory"))
+    # torchtune's preference_dataset cannot hold them: refused, naming the DPO layouts that keep them
+    with pytest.raises(CurateError, match=r"row 0 \(id 0\): holds tool calls .* --for trl or llamafactory keeps"):
+        chat_columns(table.drop_columns(["tools"]), "messages", trainer="torchtune")
+
+    tok = build_tokenizer(True)
+    tok.chat_template = TOOLS_TEMPLATE
+    rendered = maybe_apply_chat_template({k: trl[k] for k in ("prompt", "chosen", "rejected")}, tok,
+                                         tools=json.loads(trl["tools"]))
+    call = f'<tool_call>{{"name": "get_weather", "arguments": {{"city": "{CITIES[0]}"}}}}</tool_call>'
+    assert call in (rendered["chosen"] if shape == "calls" else rendered["prompt"])
+    if shape == "calls":
+        assert '<tool_call>{"name": "get_time"' in rendered["rejected"]
+    else:
+        assert '<|im_start|>tool\n{"c": 0}' in rendered["prompt"]

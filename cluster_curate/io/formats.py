@@ -885,8 +885,11 @@ def _preference_pair(rec: dict, fields: FieldMap):
     response = _answer(field_value(rec, fields.response), fields.response)
     if _is_turn_list(raw):
         prompt = _turns(raw, fields.prompt, "messages")
-        if not prompt or prompt[-1]["role"] != "user":
-            raise RecordError(fields.prompt, "the prompt's turns do not end with a user turn")
+        # as a conversation's prompt (_split_turns): it may end with a tool's result, which the answers answer
+        if not prompt or (prompt[-1]["role"] != "user" and prompt[-1]["role"] not in TOOL_RESULT_ROLES):
+            raise RecordError(fields.prompt, "the prompt's turns do not end with a user or tool turn")
+        if not any(t["role"] == "user" for t in prompt):
+            raise RecordError(fields.prompt, "the prompt's turns hold no user turn")
     else:
         prompt = [{"role": "user", "content": _text(raw, fields.prompt, "prompt", parts=True)}]
         if fields.system:
@@ -957,6 +960,9 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
     each `_message` (OpenAI style: tool calls as `tool_calls`, a tool turn's `tool_call_id` and `name` kept), the
     system turn the record's own (the trainer renders the tool schemas itself); and the tool schemas (None
     without). Raises RecordError as to_example does."""
+    if fields.rejected:  # a preference pair: its prompt, then its chosen answer
+        prompt, chosen, _, tools = preference_messages(rec, fields)
+        return prompt + [chosen], tools
     prompt, response = to_example(rec, fields)  # its checks
     tools = tool_schemas(rec, fields)
     if FORMAT.get(fields.format).response is None:
@@ -977,3 +983,37 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
             return without_tool_schemas(prompt) + [{"role": "assistant", "content": response}], tools
     last = _last_assistant([{"role": role} for role, _, _ in parsed])
     return [message for _, _, message in parsed[: last + 1]], tools
+
+
+def preference_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], dict, dict, list | None]:
+    """A preference pair of `to_preference` as `chat_messages` gives a trainer its turns: (prompt turns, chosen
+    answer, rejected answer, tool schemas or None). Turns the record gives as turns are each `_message` (tool calls
+    as `tool_calls`, a tool turn's `tool_call_id` and `name`: an answer may be a call); the others (text, an HH
+    transcript) as `to_preference` reads them. Raises RecordError as to_preference does."""
+    prompt, chosen, rejected = to_preference(rec, fields)  # its checks
+    field = fields.response or fields.prompt
+    answered = _given_turns(field_value(rec, field), field, fields.format if fields.response is None else "messages")
+    if answered is not None and (fields.response is None or any(role == "user" for role, _, _ in answered)):
+        asked = answered[: _last_assistant([{"role": role} for role, _, _ in answered])]  # the whole conversation
+    else:
+        raw = field_value(rec, fields.prompt)
+        asked = _parsed_turns(raw, fields.prompt, "messages", messages=True) if _is_turn_list(raw) else []
+    # the turns before the record's own (a system column's turn) as read, the tool schemas taken out of them
+    head = without_tool_schemas(prompt[: len(prompt) - len(asked)])
+    return ([*head, *(message for _, _, message in asked)], _answer_message(answered, chosen),
+            _answer_message(_given_turns(_rejected_value(rec, fields), fields.rejected, "messages"), rejected),
+            tool_schemas(rec, fields))
+
+
+def _given_turns(value, field: str, fmt: str) -> list[tuple[str, str, dict]] | None:
+    """`_parsed_turns` with their messages of a value given as turns (or their JSON text); None for text."""
+    if _is_turn_list(value) or (isinstance(value, str) and value.lstrip().startswith("[{")):
+        return _parsed_turns(value, field, fmt, messages=True)
+    return None
+
+
+def _answer_message(turns: list[tuple[str, str, dict]] | None, text: str) -> dict:
+    """An answer's last assistant turn as a `_message` where it is given as turns, else its text as one."""
+    if turns is None:
+        return {"role": "assistant", "content": text}
+    return turns[_last_assistant([{"role": role} for role, _, _ in turns])][2]
