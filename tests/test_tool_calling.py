@@ -1082,3 +1082,32 @@ def test_dpo_exports_keep_a_pairs_tool_calls_structured(shape):
         assert '<tool_call>{"name": "get_time"' in rendered["rejected"]
     else:
         assert '<|im_start|>tool\n{"c": 0}' in rendered["prompt"]
+
+
+@pytest.mark.slow
+def test_trl_dpo_trainer_trains_on_an_exported_pairs_tool_calls(tmp_path):
+    """TRL's DPOTrainer on the trl export of tool-calling pairs (`run`, `export --for trl`): its tokenized prompt
+    holds the call and the tool's result as the template renders them, the answers that are calls too, and it
+    trains (DPO's loss at step 0 is log 2)."""
+    import math
+
+    from transformers import AutoModelForCausalLM
+    from trl import DPOConfig, DPOTrainer
+    rows = tool_pairs("implicit", 24) + tool_pairs("calls", 24)[12:]
+    model_dir, tok, ds, by_id = _run_export_trl_with_a_tool_model(tmp_path, "pairs.jsonl", rows)
+    args = DPOConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, max_steps=1, report_to="none",
+                     save_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, max_length=None)
+    trainer = DPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=ds,
+                         processing_class=tok)
+    tokenized = {ex["id"]: ex for ex in trainer.train_dataset}
+    assert min(tokenized) < 24 <= max(tokenized)  # pairs of both shapes selected
+    for i, ex in tokenized.items():
+        city = CITIES[(i if i < 24 else i - 12) % len(CITIES)]  # rows[24:] are the call pairs 12 on
+        call = f'<tool_call>{{"name": "get_weather", "arguments": {{"city": "{city}"}}}}</tool_call>'
+        if i < 24:  # the call and its result in the prompt
+            assert f"{call}<|im_end|>\n<|im_start|>tool\n" in tok.decode(ex["prompt_ids"])
+        else:  # the calls as the answers
+            assert tok.decode(ex["chosen_ids"]).startswith(call)
+            assert tok.decode(ex["rejected_ids"]).startswith('<tool_call>{"name": "get_time"')
+    out = trainer.train()
+    assert out.global_step == 1 and out.training_loss == pytest.approx(math.log(2), rel=1e-4)
