@@ -35,7 +35,8 @@ DEFAULT_TEXT_DIM = 256
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
 # 2: tool-calling chats read (calls, tool turns, `tools` schemas); ShareGPT's `system` column. 3: xLAM rows read as
 # their calls (`--prompt-field query --response-field answers` read the answers' JSON text as written); calls and
-# tool schemas kept as Parquet / Hugging Face structs lose the null keys Arrow gave them from other rows
+# tool schemas kept as Parquet / Hugging Face structs lose the null keys Arrow gave them from other rows; a pair's
+# explicit `prompt` turns may end with a tool's result (a bad row before)
 ALGORITHM_VERSION = 3
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
