@@ -96,7 +96,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
 
     import pyarrow as pa
 
-    from cluster_curate.io.datasets import data_paths
+    from cluster_curate.io.datasets import data_paths, settled_pass
     from cluster_curate.io.mixture import Mixture, is_mixture_record, open_lineage_data
     ids = sorted(int(i) for i in manifest.get("leftover_ids") or [])
     if not ids:
@@ -126,9 +126,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
                           f"{ds.fingerprint()}, the manifest says {recorded['fingerprint']}){hint}")
     mixture = isinstance(ds, Mixture)  # its shards carry the normalised prompt/response/messages/system columns
     wanted = pa.array(ids, pa.int64())
-    parts = _leftover_parts(ds, wanted, mixture)
-    if ds.late_text_columns:  # a column learned to be text part-way (as shard_parts.write): once more, text from row 0
-        parts = _leftover_parts(ds, wanted, mixture)
+    parts = settled_pass(ds, lambda: _leftover_parts(ds, wanted, mixture))
     if not parts:
         raise CurateError(f"{source}: the left-over ids {ids[:5]} are not rows of {ds.source}")
     import json

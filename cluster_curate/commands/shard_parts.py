@@ -208,20 +208,19 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, f
 
     from cluster_curate import sharding
     from cluster_curate.io.artifacts import SHARDS, make_meta
+    from cluster_curate.io.datasets import settled_pass
     from cluster_curate.io.shard_writer import ShardWriter
     from cluster_curate.io.writer import file_metadata, staged_directory, write_json, write_lines
     from cluster_curate.sharding import SHARD_COLUMNS
     n = plan.rows.shape[1]
     with staged_directory(o["out"], SHARDS) as work:
-        for _ in range(2):
+        def stream():
+            shutil.rmtree(work / "spill", ignore_errors=True)  # a first pass's, when it is read again
             writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes,
                                  buffer_bytes=buffer_bytes)
-            renamed, source_columns = _stream(o, sel, ds, plan, weights, writer, batch_rows)
-            if not ds.late_text_columns:
-                break
-            # a column learned to be text part-way: its earlier batches came as Arrow's lists and structs, whose
-            # JSON is not the records' (key order, 1 as 1.0). Once more: the reader now makes it text from row 0
-            shutil.rmtree(work / "spill")
+            return writer, *_stream(o, sel, ds, plan, weights, writer, batch_rows)
+
+        writer, renamed, source_columns = settled_pass(ds, stream)
         meta = make_meta(names.SHARD, params, inputs, sel.meta.dataset or dataset, sharding.ALGORITHM_VERSION)
         meta.rows = plan.rows_per_shard
         files = [names.shard_file_name(r, n) for r in range(n)]

@@ -35,8 +35,8 @@ Details of the contract:
   an earlier batch's, is JSON text from then on (`ds.json_columns`): one struct of every key would add null keys
   to the records. Its earlier batches' lists and structs are not the records' JSON (Arrow's key order, 1 as 1.0):
   `ds.late_text_columns` names, after a pass, the columns it learned to be text part-way, and the next pass makes
-  them text from the first row (shard and export's left-over rows read again; shard_writer.json_text_aligned turns
-  structs into JSON text where one pass is all there is).
+  them text from the first row (`settled_pass`: shard's write and export's left-over rows read again;
+  shard_writer.json_text_aligned turns structs into JSON text where one pass is all there is).
 - `ds.rows` is None until a full pass has run (known at once for Parquet and HF datasets);
   `ds.num_rows()` counts them if needed. `ds.record()` counts rows and hashes the bytes of the source
   (streamed blake2b: same bytes => same fingerprint).
@@ -192,6 +192,15 @@ def has_struct(t: pa.DataType) -> bool:
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         return has_struct(t.value_type)
     return False
+
+
+def settled_pass(ds, read_pass):
+    """`read_pass()`, one pass over `ds` (a Dataset or a Mixture) that builds its raw columns, and once more when
+    that pass learned a column to be JSON text part-way (`ds.late_text_columns`): its earlier batches came as
+    Arrow's lists and structs, whose JSON is not the records' (key order, 1 as 1.0), and the second pass makes the
+    column text from the first row. Returns what the last pass returned."""
+    out = read_pass()
+    return read_pass() if ds.late_text_columns else out
 
 
 def same_keys(a: pa.DataType, b: pa.DataType) -> bool:
