@@ -89,7 +89,7 @@ class Shard:
             batch = table.slice(step * m, m).to_pydict()
             for c in self.json_columns:
                 if c in batch:
-                    batch[c] = [json.loads(v) if isinstance(v, str) else v for v in batch[c]]
+                    batch[c] = [_decoded(v) for v in batch[c]]
             yield batch
 
     def __iter__(self) -> Iterator[dict]:
@@ -142,9 +142,14 @@ def decoded_json(records: list[dict], columns: Sequence[str]) -> list[dict]:
     the input file held them."""
     for rec in records:
         for c in columns:
-            if isinstance(rec.get(c), str):
-                rec[c] = json.loads(rec[c])
+            if c in rec:
+                rec[c] = _decoded(rec[c])
     return records
+
+
+def _decoded(value):
+    """A JSON-text column's value as the input held it (null stays None)."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def shard_files(directory: str | os.PathLike) -> list[str]:
