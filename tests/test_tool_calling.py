@@ -392,14 +392,23 @@ def _run_export_trl_with_a_tool_model(tmp_path, name: str, rows: list[dict]):
     return model_dir, tok, ds, {row["id"]: row for row in ds}
 
 
+def _sft_trainer(tmp_path, model_dir, tok, ds):
+    """TRL's SFTTrainer on the exported rows `ds`, in their order: two steps of 2 rows on CPU."""
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+    args = SFTConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, max_steps=2,
+                     learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1, use_cpu=True,
+                     disable_tqdm=True, dataloader_num_workers=0, seed=0, packing=False, shuffle_dataset=False,
+                     max_length=None)
+    return SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=ds,
+                      processing_class=tok)
+
+
 @pytest.mark.slow
 def test_trl_sft_trainer_trains_on_the_exported_tool_calls(tmp_path):
     """`export --for trl` keeps the calls structured (`tool_calls`, a tool turn's `tool_call_id` / `name`) and the
     schemas in a `tools` column; TRL's SFTTrainer renders them through the chat template, learns the call when it
     is the completion, and trains."""
-    from transformers import AutoModelForCausalLM
-    from trl import SFTConfig, SFTTrainer
-
     rows = tool_rows(90)
     model_dir, tok, ds, by_id = _run_export_trl_with_a_tool_model(tmp_path, "tools.jsonl", rows)
     assert "`arguments | tojson` writes it as a quoted string" in (tmp_path / "trl" / "README.md").read_text()
@@ -415,12 +424,7 @@ def test_trl_sft_trainer_trains_on_the_exported_tool_calls(tmp_path):
         "tool", f"call_{result_row}", rows[result_row]["tools"][0]["function"]["name"])
     assert json.loads(by_id[call_row]["tools"]) == rows[call_row]["tools"]
 
-    args = SFTConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, max_steps=2,
-                     learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1, use_cpu=True,
-                     disable_tqdm=True, dataloader_num_workers=0, seed=0, packing=False, shuffle_dataset=False,
-                     max_length=None)
-    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=ds,
-                         processing_class=tok)
+    trainer = _sft_trainer(tmp_path, model_dir, tok, ds)
     tokenized = {ds[i]["id"]: trainer.train_dataset[i] for i in range(len(ds))}
 
     def learnt(i):  # the text of the tokens the loss is on
@@ -864,9 +868,6 @@ def test_trl_sft_trainer_trains_on_exported_xlam_calls(tmp_path):
     """`run` then `export --for trl` of xLAM rows: the answer was written as the assistant's text (the JSON of
     the calls); it is the assistant turn's `tool_calls` now, the schemas a `tools` column, and TRL's SFTTrainer
     renders them through the chat template and learns the calls."""
-    from transformers import AutoModelForCausalLM
-    from trl import SFTConfig, SFTTrainer
-
     rows = xlam_rows(90)
     model_dir, tok, ds, by_id = _run_export_trl_with_a_tool_model(tmp_path, "xlam.jsonl", rows)
     two = next(i for i in by_id if i % 2)  # an answer of two calls
@@ -879,12 +880,7 @@ def test_trl_sft_trainer_trains_on_exported_xlam_calls(tmp_path):
                                                    for c in json.loads(rows[i]["answers"])]
         assert json.loads(row["tools"]) == json.loads(rows[i]["tools"])
 
-    args = SFTConfig(output_dir=str(tmp_path / "run"), per_device_train_batch_size=2, max_steps=2,
-                     learning_rate=1e-3, report_to="none", save_strategy="no", logging_steps=1, use_cpu=True,
-                     disable_tqdm=True, dataloader_num_workers=0, seed=0, packing=False, shuffle_dataset=False,
-                     max_length=None)
-    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=ds,
-                         processing_class=tok)
+    trainer = _sft_trainer(tmp_path, model_dir, tok, ds)
     ex = next(trainer.train_dataset[k] for k in range(len(ds)) if ds[k]["id"] == two)
     learnt = tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label != -100])
     context = tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label == -100])
