@@ -1,4 +1,5 @@
-"""Keep the plan in the Hugging Face `Trainer` and TRL's `SFTTrainer` (and `DPOTrainer`), and weight each example's loss.
+"""Keep the plan in the Hugging Face `Trainer` and TRL's `SFTTrainer` (and `DPOTrainer`), and weight each
+example's loss.
 
     from cluster_curate.integrations.hf import PlanTrainerMixin, ConsumedIdsCallback
 

@@ -299,8 +299,8 @@ class Mixture:
         offset = 0
         for k, (inp, ds) in enumerate(zip(self.inputs, self.datasets)):
             for b in ds.iter_batches(batch_rows, examples):
-                exs = [Example(ex.id + offset, ex.prompt, ex.response, ex.rejected) for ex in b.examples] if offset else \
-                    b.examples
+                exs = ([Example(ex.id + offset, ex.prompt, ex.response, ex.rejected) for ex in b.examples]
+                       if offset else b.examples)
                 yield Batch(examples=exs, raw_fn=(lambda b=b, k=k, offset=offset: self._raw(b.raw, k, offset)),
                             num_rows=b.num_rows)
             self.rejects.extend(Reject(r.id + offset, r.location, r.field, r.reason) for r in ds.rejects)
