@@ -120,10 +120,11 @@ def _source_names(table: pa.Table) -> list[str]:
 
 def _record_fields(table: pa.Table, read=None, source: str = "shards"):
     """The record format's fields of the shards' source rows: `read`'s --format / --prompt-field /
-    --response-field / --rejected-field, else detected."""
+    --response-field / --rejected-field / --label-field, else detected."""
     return resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
                           getattr(read, "response_field", None), source,
-                          rejected_field=getattr(read, "rejected_field", None))
+                          rejected_field=getattr(read, "rejected_field", None),
+                          label_field=getattr(read, "label_field", None))
 
 
 def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None, trainer: str | None = None,
@@ -209,7 +210,7 @@ def _input_readings(table: pa.Table, read, source: str, inputs: list[dict] | Non
         given = as_recorded(item, read or ReadOptions())  # its recorded options, under those given now
         readings[item["name"]] = (names_of, resolve_fields(
             list(names_of.values()), given.format, given.prompt_field, given.response_field,
-            f"{source}: input {item['name']}", rejected_field=given.rejected_field))
+            f"{source}: input {item['name']}", rejected_field=given.rejected_field, label_field=given.label_field))
     return readings
 
 
@@ -220,16 +221,31 @@ def mixture_inputs(manifest: dict) -> list[dict] | None:
     return dataset["inputs"] if is_mixture_record(dataset) else None
 
 
+def _shard_fields(table: pa.Table, read, inputs: list[dict] | None) -> dict:
+    """The fields the shards' rows are read by (as `read` says, else detected): {None: fields} for one dataset, a
+    mixture's (`inputs`: its lineage record's) {input name: fields} of each input with rows here."""
+    readings = _input_readings(table, read, "shards", inputs)
+    return {None: _record_fields(table, read)} if readings is None else {
+        name: fields for name, (_, fields) in readings.items()}
+
+
 def is_preference(table: pa.Table, read=None, inputs: list[dict] | None = None) -> bool:
-    """Whether the shards' rows are preference pairs (read as `read` says, else detected); a mixture's (`inputs`:
-    its lineage record's), whether an input's are."""
+    """Whether the shards' rows are preference pairs; a mixture's, whether an input's are."""
     try:
-        readings = _input_readings(table, read, "shards", inputs)
-        if readings is None:
-            return _record_fields(table, read).rejected is not None
-        return any(fields.rejected for _, fields in readings.values())
+        return any(fields.rejected for fields in _shard_fields(table, read, inputs).values())
     except CurateError:
         return False
+
+
+def pair_labels(table: pa.Table, read=None, inputs: list[dict] | None = None) -> list[str]:
+    """Where the shards' pairs ordered by a label column (--label-field) hold their chosen answer, in words, for
+    the layouts that keep the columns as written (`_traps`); a mixture's, per input."""
+    try:
+        readings = _shard_fields(table, read, inputs)
+    except CurateError:
+        return []
+    return [f"{f'input {name}: ' if name else ''}`{fields.response or fields.prompt}` where `{fields.label}` is 1, "
+            f"`{fields.rejected}` where it is 0" for name, fields in readings.items() if fields.label]
 
 
 def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, object]],
@@ -414,10 +430,10 @@ def uses_tools(rows: pa.Table | None) -> bool:
 
 
 def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | None = None,
-                 preference: bool = False) -> dict[str, str]:
+                 preference: bool = False, labels: list[str] = ()) -> dict[str, str]:
     """File name -> text of the settings that keep the plan for `tgt` (and a README of its traps); `rows`: the
     data file's table (tool calling needs more settings); `preference`: for the DPO stage of the trainer (`trl`:
-    DPOConfig, `llamafactory`: stage dpo, a ranking dataset)."""
+    DPOConfig, `llamafactory`: stage dpo, a ranking dataset); `labels`: `pair_labels`."""
     n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
     tools = tgt.columns in ("messages", "prompt-completion") and uses_tools(rows)
     files: dict[str, str] = {}
@@ -496,7 +512,8 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
             "curriculum_sampling: true\n"
             "sample_packing: false\n"
             f"micro_batch_size: {m}\n")
-    files[names.EXPORT_README] = _traps(tgt, n, m, steps, manifest.get("json_columns") or (), tools, preference)
+    files[names.EXPORT_README] = _traps(tgt, n, m, steps, manifest.get("json_columns") or (), tools, preference,
+                                        labels)
     return files
 
 
@@ -588,7 +605,7 @@ _PREFERENCE_TRAPS = {
 
 
 def _traps(tgt: Target, n: int, m: int, steps: int, json_columns=(), tools: bool = False,
-           preference: bool = False) -> str:
+           preference: bool = False, labels: list[str] = ()) -> str:
     lines = [f"# `{data_file(tgt)}` for {tgt.name}", ""]
     if tgt.layout:
         how = ("whole micro-batches round-robin" if tgt.layout == "batch" else "single samples round-robin")
@@ -606,5 +623,8 @@ def _traps(tgt: Target, n: int, m: int, steps: int, json_columns=(), tools: bool
                      "objects differ in keys or types from row to row, which one Parquet column type cannot hold "
                      "without adding null keys): `json.loads` them"
                      + (" (`--for jsonl` writes them as they were)" if tgt.name == "parquet" else ""))
+    if labels and tgt.columns in ("shard", "source"):  # the DPO layouts write each pair chosen first
+        traps.append("preference pairs ordered by a label column (--label-field), kept as written: the chosen answer "
+                     f"is {'; '.join(labels)}; `--for trl`, `llamafactory` or `torchtune` write each pair chosen first")
     lines += ["## Traps", ""] + [f"- {t}" for t in traps] + [""]
     return "\n".join(lines)

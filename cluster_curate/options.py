@@ -205,6 +205,9 @@ DATASET_OPTIONS = (
                                   "as for --prompt-field. Preference pairs: the chosen answer."),
     Option("rejected_field", help="Preference pairs: the field holding the rejected answer (default: `rejected`; "
                                   "e.g. response_k beside --response-field response_j); implies --format preference."),
+    Option("label_field", help="Preference pairs: the field saying, row by row, which answer is the chosen one: 1 or "
+                               "true, --response-field's; 0 or false, --rejected-field's (SHP: labels, PKU-SafeRLHF: "
+                               "better_response_id); implies --format preference."),
     Option("on_bad_row", default="error", choices=("error", "skip"), show_default=True,
            help="Stop at the first bad row, or skip bad rows (counted, and written to a rejects JSONL)."),
 )
@@ -224,4 +227,4 @@ def read_options(opts: dict):
     fmt = opts.get("fmt")
     return ReadOptions(format=None if fmt in (None, "auto") else fmt, prompt_field=opts.get("prompt_field"),
                        response_field=opts.get("response_field"), rejected_field=opts.get("rejected_field"),
-                       on_bad_row=opts.get("on_bad_row") or "error")
+                       label_field=opts.get("label_field"), on_bad_row=opts.get("on_bad_row") or "error")

@@ -422,7 +422,8 @@ def stack_exchange_paired_rows(n: int = 40) -> list[dict]:
 def test_shp_pairs_are_refused_with_the_rule_of_their_labels(tmp_path):
     """stanfordnlp/SHP orders each pair by its `labels` column (1: human_ref_A preferred, 0: human_ref_B), so no
     column is the chosen answer: its hint was the generic one ('pass --prompt-field COLUMN --response-field
-    COLUMN'), which led to training on the rejected answer of every pair labelled 0. It now names the rule."""
+    COLUMN'), which led to training on the rejected answer of every pair labelled 0. It now names the flags that
+    read them in the order of their labels (tests/test_labelled_pairs.py)."""
     rows = [{"post_id": f"t{i}", "domain": "askscience_train", "upvote_ratio": 0.99, "history": r["question"],
              "c_root_id_A": f"a{i}", "c_root_id_B": f"b{i}", "created_at_utc_A": 1_600_000_000 + i,
              "created_at_utc_B": 1_600_000_100 + i, "score_A": 12 if i % 2 else 3, "score_B": 3 if i % 2 else 12,
@@ -434,8 +435,8 @@ def test_shp_pairs_are_refused_with_the_rule_of_their_labels(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("ERROR: shp.jsonl: unrecognised record format"), line
-    assert ("the preferred answer is human_ref_A where labels is 1 and human_ref_B where it is 0" in line
-            and "write columns prompt (history), chosen and rejected" in line), line
+    assert ("pass --prompt-field history --response-field human_ref_A --rejected-field human_ref_B --label-field "
+            "labels (labels is 1 where human_ref_A is the preferred answer, 0 where human_ref_B is)" in line), line
 
 
 def test_rejected_field_reads_pairs_whose_answers_have_other_names(tmp_path):

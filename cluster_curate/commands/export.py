@@ -50,7 +50,8 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     name = layouts.data_file(tgt)
     # DPO pairs: the trainer's DPO stage, and no weights in trl
     preference = layouts.is_preference(table, read, layouts.mixture_inputs(manifest))
-    files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()), rows, preference)
+    labels = layouts.pair_labels(table, read, layouts.mixture_inputs(manifest))
+    files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()), rows, preference, labels)
     weighted = tgt.weights_applied and not (preference and tgt.name == "trl")
     with staged_directory(out, EXPORT) as work:
         if tgt.name == "jsonl":

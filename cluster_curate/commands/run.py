@@ -131,7 +131,8 @@ class RunState:
 # Options added after `run` directories existed, at the value that matches a directory made before them: left out
 # of the up-to-date check while at it, so such a directory stays up to date with it (--kinds none; the default
 # is auto since round 20, and a directory made before then is clustered again, with kinds: FORMER_DEFAULTS).
-ADDED_LATER = {"kinds": "none", "decontaminate": (), "decontaminate_ngrams": None, "rejected_field": None}
+ADDED_LATER = {"kinds": "none", "decontaminate": (), "decontaminate_ngrams": None, "rejected_field": None,
+               "label_field": None}
 
 # The defaults that changed since `run` recorded option values, with the values they had: in a directory
 # recorded before `run` noted which options the user gave, an option at one of these was taken by default.

@@ -97,6 +97,7 @@ class ReadOptions:
     prompt_field: str | None = None
     response_field: str | None = None
     rejected_field: str | None = None  # preference pairs: the rejected answer's column (default `rejected`)
+    label_field: str | None = None  # preference pairs: the column saying which answer is chosen (formats._labelled)
     on_bad_row: str = "error"  # "error" | "skip"
     prompts_only: bool = False  # questions alone, a row needs no response: an evaluation set (formats.py)
 
@@ -106,9 +107,9 @@ class ReadOptions:
                 if v is not None and v is not False and not (k == "on_bad_row" and v == "error")}
 
     def hashed(self) -> dict:
-        """Every option, as a fingerprint hashes them: one added later is left out at its default (`rejected_field`
-        None), so what was made before it keeps its fingerprint."""
-        return {k: v for k, v in self.__dict__.items() if not (k == "rejected_field" and v is None)}
+        """Every option, as a fingerprint hashes them: one added later is left out at its default (`rejected_field`,
+        `label_field` None), so what was made before it keeps its fingerprint."""
+        return {k: v for k, v in self.__dict__.items() if not (k in ("rejected_field", "label_field") and v is None)}
 
 
 class Batch:
@@ -307,7 +308,7 @@ class Dataset:
         try:
             return resolve_fields(names, self.opts.format, self.opts.prompt_field, self.opts.response_field,
                                   source=self.source, prompts_only=self.opts.prompts_only,
-                                  rejected_field=self.opts.rejected_field)
+                                  rejected_field=self.opts.rejected_field, label_field=self.opts.label_field)
         except CurateError:
             self._refuse_own_artifact()  # else told to pass --prompt-field for a file of ids and vectors
             raise
@@ -488,7 +489,8 @@ class Dataset:
     def _iter_arrow(self, batch_rows: int, convert: bool = True) -> Iterator[Batch]:
         next_id = 0
         fm = self.field_map
-        fields = [f for f in (*fm.prompt_columns, fm.response, fm.input, fm.system, fm.rejected, fm.tools) if f]
+        fields = [f for f in (*fm.prompt_columns, fm.response, fm.input, fm.system, fm.rejected, fm.label, fm.tools)
+                  if f]
         needed = dict.fromkeys(c for f in fields for c in (f, f.split(".")[0]))  # a nested path reads its root
         for b in _rebatch(self._src.batches(batch_rows), batch_rows):
             n = b.num_rows

@@ -21,7 +21,10 @@ a field `data.question` is a path into nested objects unless a column has that v
                        (text, or a list of assistant turns); without one, `chosen` is the whole conversation (read as
                        `messages`, or an Anthropic HH transcript: "\n\nHuman: ...\n\nAssistant: ...") and `rejected`
                        the same conversation with the other answer. The example's response is the chosen one; the
-                       rejected one rides along (`Example.rejected`, counted in its tokens)
+                       rejected one rides along (`Example.rejected`, counted in its tokens). Two answers whose
+                       preferred one a label column names row by row (SHP's `labels`, PKU-SafeRLHF's
+                       `better_response_id`: --label-field): 1 or true, the response column's answer is the chosen
+                       one; 0 or false, the rejected column's is (`_labelled`); any other label is a bad row
     xlam               xLAM / APIGen function calling: query -> answers, the list of tool calls (or its JSON text),
                        with `tools`; detected by the three columns. The response is the calls as text (below)
 
@@ -54,7 +57,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cluster_curate.registry import Registry
 
@@ -102,6 +105,7 @@ class FieldMap:
     prompt_extra: tuple[str, ...] = ()  # more prompt columns after `prompt` (--prompt-field A,B)
     prompts_only: bool = False      # questions alone: a row needs no response (the module docstring)
     rejected: str | None = None     # preference: the rejected response's column
+    label: str | None = None        # preference: the column saying, row by row, which answer is the chosen one
     tools: str | None = None        # optional column of tool schemas (any format): rendered into the system turn
 
     @property
@@ -118,6 +122,8 @@ class FieldMap:
             d["system"] = self.system
         if self.rejected:
             d["rejected"] = self.rejected
+        if self.label:
+            d["label"] = self.label
         if self.tools:
             d["tools"] = self.tools
         return d
@@ -157,18 +163,55 @@ def _answer_pair(columns) -> tuple[str, str] | None:
     return None
 
 
-# stanfordnlp/SHP's (and SHP-2's) pair: two answers whose preferred one a third column names, row by row
-_LABELLED_PAIR = ("history", "human_ref_A", "human_ref_B", "labels")
+# Datasets of two answers whose preferred one a label column names, row by row: (the question's column, the answer
+# a label of 1 prefers, the one 0 prefers, the label columns). stanfordnlp/SHP (and SHP-2): `labels` 1 where
+# human_ref_A is preferred; PKU-Alignment/PKU-SafeRLHF: the index of the better (the safer) response.
+_LABELLED_PAIRS = (("history", "human_ref_A", "human_ref_B", ("labels",)),
+                   ("prompt", "response_1", "response_0", ("better_response_id", "safer_response_id")))
+# nvidia/HelpSteer2's preference file: the sign of `preference_strength` (-3..3) names the preferred answer
+# (negative: response_1), 0 is a tie: no label of 1 and 0 (`_labelled`), and no pair for a tie.
+_SIGNED_PAIR = ("response_1", "response_2", "preference_strength")
+
+
+def _signed_pair_refusal(columns) -> str | None:
+    """What to do with HelpSteer2's pairs, when these are its columns."""
+    a, b, strength = _SIGNED_PAIR
+    if not set(_SIGNED_PAIR) <= set(columns):
+        return None
+    return (f"{a} and {b} are two answers whose preferred one the sign of {strength} names ({a} where it is "
+            f"negative, {b} where it is positive, a tie at 0), which no flag reads: write a column that is 1 where "
+            f"{strength} is negative and 0 where it is positive (leaving the ties out), then pass --response-field "
+            f"{a} --rejected-field {b} --label-field COLUMN")
+
+
+def _labelled_pair(columns) -> tuple[str, str, str, tuple[str, ...]] | None:
+    """The entry of _LABELLED_PAIRS whose answer columns and a label column these columns hold (its label columns
+    those present), else None."""
+    cols = set(columns)
+    for question, a, b, labels in _LABELLED_PAIRS:
+        present = tuple(label for label in labels if label in cols)
+        if {a, b} <= cols and present:
+            return question, a, b, present
+    return None
+
+
+def _label_flags(pair: tuple[str, str, str, tuple[str, ...]], prompt: bool = True) -> str:
+    """The flags that read a labelled pair (`_labelled_pair`) in the order of its label."""
+    question, a, b, labels = pair
+    return (f"{f'--prompt-field {question} ' if prompt else ''}--response-field {a} --rejected-field {b} "
+            f"--label-field {labels[0]}")
 
 
 def _fix_hint(columns) -> str:
     """The flags that would read these columns when their names look like a prompt and a response (or a
-    preference pair's two answers), else FIX_HINT; for pairs ordered by a label column, what no flag reads."""
-    if set(_LABELLED_PAIR) <= set(columns):
-        question, a, b, label = _LABELLED_PAIR
-        return (f"these are SHP's pairs: the preferred answer is {a} where {label} is 1 and {b} where it is 0, "
-                f"which no flag reads (--response-field {a} --rejected-field {b} would invert the pairs labelled 0): "
-                f"write columns prompt ({question}), chosen and rejected from them first")
+    preference pair's two answers, a labelled pair's with their label), else FIX_HINT."""
+    labelled, signed = _labelled_pair(columns), _signed_pair_refusal(columns)
+    if signed:
+        return signed
+    if labelled:
+        question, a, b, labels = labelled
+        return (f"pass {_label_flags(labelled)} ({labels[0]} is 1 where {a} is the preferred answer, 0 where {b} "
+                f"is{'; or ' + ', '.join(labels[1:]) if labels[1:] else ''})")
     prompts = _by_lower_name(columns, _PROMPT_NAMES)
     pair = _answer_pair(columns)
     if pair:
@@ -216,13 +259,15 @@ def _prompt_columns(prompt_field: str | None) -> list[str]:
 
 
 def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_field: str | None,
-                   source: str = "dataset", prompts_only: bool = False, rejected_field: str | None = None) -> FieldMap:
+                   source: str = "dataset", prompts_only: bool = False, rejected_field: str | None = None,
+                   label_field: str | None = None) -> FieldMap:
     """The field mapping for these columns: detected, or forced by the user's options. Raises CurateError with a
     one-line message (the option or column at fault, the columns found, the flags that would fix it).
     `prompts_only`: questions alone (the module docstring): a format's prompt column without its response
     column is detected too (after every format with both), then a `turns` column, then a column named like a
     question in any case (_PROMPT_NAMES but `text` and `input`: MATH's `problem`). `rejected_field`: the rejected
-    answer's column of preference pairs (the format they imply), `response_field` then the chosen one's."""
+    answer's column of preference pairs (the format they imply), `response_field` then the chosen one's.
+    `label_field`: the column saying which of the two is the chosen answer, row by row (`_labelled`)."""
     from cluster_curate.errors import CurateError
 
     cols = list(columns)
@@ -234,13 +279,17 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     if rejected_field and fmt not in (None, "preference"):
         raise CurateError(f"--rejected-field {rejected_field!r} names a preference pair's rejected answer: it goes "
                           f"with --format preference, not {fmt}")
+    if label_field and fmt not in (None, "preference"):
+        raise CurateError(f"--label-field {label_field!r} says which answer of a preference pair is the chosen one: "
+                          f"it goes with --format preference, not {fmt}")
     # a column the user named must exist, whatever the format
     for option, name in [("--prompt-field", p) for p in prompts] + [("--response-field", response_field),
-                                                                    ("--rejected-field", rejected_field)]:
+                                                                    ("--rejected-field", rejected_field),
+                                                                    ("--label-field", label_field)]:
         if name and _root_column(name, colset) is None:
             raise CurateError(f"{source}: {option} {name!r}: no such column; columns found: [{shown}]")
     if fmt is None:
-        fmt = "preference" if rejected_field else detect_format(colset)
+        fmt = "preference" if rejected_field or label_field else detect_format(colset)
         if fmt is None and prompts_only and not prompts:
             fmt = next((e.name for e in sorted(FORMAT, key=lambda e: e.detect_order)
                         if e.value in colset and set(getattr(e, "also", ())) <= colset),  # xlam: its `tools`
@@ -266,7 +315,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
 
     entry = FORMAT.get(fmt)
     if fmt == "preference":
-        return _preference_fields(cols, prompts, response_field, rejected_field, source, shown)
+        return _preference_fields(cols, prompts, response_field, rejected_field, label_field, source, shown)
     if entry.response is None:
         if len(prompts) > 1:
             raise CurateError(f"--prompt-field {prompt_field}: format {fmt} reads its turns from one column")
@@ -306,9 +355,11 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
 
 
 def _preference_fields(cols: list, prompts: list, response_field: str | None, rejected_field: str | None,
-                       source: str, shown: str) -> FieldMap:
+                       label_field: str | None, source: str, shown: str) -> FieldMap:
     """preference: `chosen` (or --response-field) and `rejected` (or --rejected-field), with the prompt column
-    `prompt` (or --prompt-field) when there is one; without one, `chosen` holds the whole conversation."""
+    `prompt` (or --prompt-field) when there is one; without one, `chosen` holds the whole conversation. The two
+    answers of a known labelled pair (_LABELLED_PAIRS) need their label, in its order: else pairs would be
+    inverted without a word."""
     from cluster_curate.errors import CurateError
     colset = set(cols)
     chosen, rejected = response_field or "chosen", rejected_field or "rejected"
@@ -329,11 +380,40 @@ def _preference_fields(cols: list, prompts: list, response_field: str | None, re
                           " answer's column: its answer would be part of its own question; name a column of the "
                           "prompt alone, or pass no --prompt-field when chosen and rejected hold the whole "
                           "conversation (lists of chat turns, or Anthropic HH's Human: / Assistant: transcripts)")
+    _check_label(label_field, chosen, rejected, prompt, cols, source)
     if prompt is None:  # the implicit prompt: chosen is the conversation, as `messages` is read
-        return FieldMap("preference", chosen, None, rejected=rejected, tools=_tools_column(colset, {chosen, rejected}))
-    system = "system" if "system" in colset and "system" not in (prompt, chosen, rejected) else None
-    return FieldMap("preference", prompt, chosen, system=system, rejected=rejected,
-                    tools=_tools_column(colset, {prompt, chosen, rejected, system}))
+        return FieldMap("preference", chosen, None, rejected=rejected, label=label_field,
+                        tools=_tools_column(colset, {chosen, rejected, label_field}))
+    system = "system" if "system" in colset and "system" not in (prompt, chosen, rejected, label_field) else None
+    return FieldMap("preference", prompt, chosen, system=system, rejected=rejected, label=label_field,
+                    tools=_tools_column(colset, {prompt, chosen, rejected, system, label_field}))
+
+
+def _check_label(label_field: str | None, chosen: str, rejected: str, prompt: str | None, cols: list,
+                 source: str) -> None:
+    """A label column that is another field's is refused; so are a known labelled pair's answers without its
+    label (the pairs labelled 0 would be inverted), or in the order that inverts every pair, and HelpSteer2's
+    without a label of 0 and 1 (_SIGNED_PAIR)."""
+    from cluster_curate.errors import CurateError
+    named = {chosen: "chosen answer's", rejected: "rejected answer's", prompt: "prompt's"}
+    if label_field and label_field in named:
+        raise CurateError(f"{source}: --label-field {label_field!r} is the {named[label_field]} column; name the "
+                          "column saying which answer is the chosen one (1: --response-field's, 0: --rejected-field's)")
+    signed = _signed_pair_refusal(cols)
+    if signed and {chosen, rejected} == set(_SIGNED_PAIR[:2]) and label_field in (None, _SIGNED_PAIR[2]):
+        raise CurateError(f"{source}: {signed}")
+    pair = _labelled_pair(cols)
+    if pair is None or {chosen, rejected} != set(pair[1:3]):
+        return
+    _, a, b, labels = pair
+    if label_field is None:
+        raise CurateError(f"{source}: {a} and {b} are two answers whose preferred one {labels[0]} names row by row: "
+                          f"pass {_label_flags(pair, prompt=False)} ({labels[0]} 1: {a} is the chosen answer, 0: "
+                          f"{b} is); without it the pairs labelled otherwise would be inverted")
+    if label_field in labels and chosen != a:
+        raise CurateError(f"{source}: --label-field {label_field} is 1 where {a} is preferred: pass "
+                          f"{_label_flags((None, a, b, (label_field,)), prompt=False)} (this order would invert "
+                          "every pair)")
 
 
 def _tools_column(columns: set, used: set) -> str | None:
@@ -821,10 +901,27 @@ def _whole_pair(chosen: list[dict], asked, rejected_value, fields: FieldMap, rec
     return prompt, response, rejected
 
 
+def _labelled(rec: dict, fields: FieldMap) -> FieldMap:
+    """A preference record's fields in the order of its label (`fields.label`; then None): 1 or true, the response
+    column's answer (the conversation column's, without a prompt column) is the chosen one; 0 or false, the
+    rejected column's is, and the two columns swap. Any other label is a RecordError."""
+    if not fields.label:
+        return fields
+    value = field_value(rec, fields.label)
+    chosen = "response" if fields.response else "prompt"
+    if isinstance(value, (bool, int, float)) and value in (0, 1):
+        if value:
+            return replace(fields, label=None)
+        return replace(fields, label=None, rejected=getattr(fields, chosen), **{chosen: fields.rejected})
+    raise RecordError(fields.label, f"label {json.dumps(value, default=str)}: expected 1 ({getattr(fields, chosen)} "
+                                    f"is the chosen answer) or 0 ({fields.rejected} is)")
+
+
 def to_preference(rec: dict, fields: FieldMap):
     """(prompt turns, chosen response, rejected response) for one preference record, or RecordError. The
     record's tool schemas (a `tools` column, as TRL's DPOTrainer reads it) are rendered into the prompt's system
-    turn, as `to_example` renders them."""
+    turn, as `to_example` renders them. A labelled pair in the order of its label (`_labelled`)."""
+    fields = _labelled(rec, fields)
     prompt, chosen, rejected = _preference_pair(rec, fields)
     return _with_tools(prompt, rec, fields), chosen, rejected
 
@@ -990,6 +1087,7 @@ def preference_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], dict, 
     answer, rejected answer, tool schemas or None). Turns the record gives as turns are each `_message` (tool calls
     as `tool_calls`, a tool turn's `tool_call_id` and `name`: an answer may be a call); the others (text, an HH
     transcript) as `to_preference` reads them. Raises RecordError as to_preference does."""
+    fields = _labelled(rec, fields)
     prompt, chosen, rejected = to_preference(rec, fields)  # its checks
     field = fields.response or fields.prompt
     answered = _given_turns(field_value(rec, field), field, fields.format if fields.response is None else "messages")

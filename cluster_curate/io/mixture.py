@@ -25,7 +25,8 @@ Mixture file (YAML, or JSON with the same keys)::
       - path: math.jsonl              # relative to the mixture file
         name: math                    # default: the file name without its extensions
         format: alpaca                # per-input reading options: format, prompt_field, response_field (a
-        on_bad_row: skip              #   dotted path reads nested objects and lists), rejected_field, on_bad_row
+        on_bad_row: skip              #   dotted path reads nested objects and lists), rejected_field,
+                                      #   label_field, on_bad_row
         rename: {label: math_label}   # original columns renamed for this input
         min_share: 0.2                # optional floor / cap on the selection's share of this input
         max_share: 0.6
@@ -50,8 +51,8 @@ from cluster_curate.io.datasets import (Batch, Example, ReadOptions, Reject, dat
 from cluster_curate.io.formats import own_system_prompt
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
-INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "rejected_field", "on_bad_row", "rename",
-              "min_share", "max_share")
+INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "rejected_field", "label_field", "on_bad_row",
+              "rename", "min_share", "max_share")
 # Columns every mixture row has (artifacts and shards); an input's own column of the same name is renamed
 # `source_<name>` (as a single input's `id` becomes `source_id`).
 IDENTITY_COLUMNS = ("id", "source", "source_row")
@@ -158,13 +159,14 @@ def read_mixture_file(path: str, defaults: ReadOptions | None = None) -> list[Mi
         if not isinstance(rename, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
                                                    for k, v in rename.items()):
             raise CurateError(f"{where}.rename: expected a mapping of column names to new names")
-        for key in ("format", "prompt_field", "response_field", "rejected_field", "on_bad_row", "name"):
+        for key in ("format", "prompt_field", "response_field", "rejected_field", "label_field", "on_bad_row", "name"):
             if item.get(key) is not None and not isinstance(item[key], str):
                 raise CurateError(f"{where}.{key}: expected a string, got {item[key]!r}")
         opts = ReadOptions(format=item.get("format", defaults.format),
                            prompt_field=item.get("prompt_field", defaults.prompt_field),
                            response_field=item.get("response_field", defaults.response_field),
                            rejected_field=item.get("rejected_field", defaults.rejected_field),
+                           label_field=item.get("label_field", defaults.label_field),
                            on_bad_row=item.get("on_bad_row", defaults.on_bad_row))
         if opts.on_bad_row not in ("error", "skip"):
             raise CurateError(f"{where}.on_bad_row: must be 'error' or 'skip', not {opts.on_bad_row!r}")
@@ -215,7 +217,7 @@ def reserved_rename(name: str) -> str:
 
 def _open_input(item: MixtureInput):
     """One input of a mixture. The fields hint of a format not recognised names a mixture file's keys: a
-    --prompt-field (--rejected-field) would apply to every input."""
+    --prompt-field (--rejected-field, --label-field) would apply to every input."""
     try:
         return open_dataset(item.path, item.options)
     except CurateError as e:
@@ -225,9 +227,17 @@ def _open_input(item: MixtureInput):
         hint = re.sub(r"pass --prompt-field (\S+) --response-field (\S+) --rejected-field (\S+) \(or other columns; "
                       r"([^)]*)\)", r"give this input `prompt_field: \1`, `response_field: \2` and `rejected_field: "
                       r"\3` (or other columns; \4) in a mixture file: the flags apply to every input", hint)
+        hint = re.sub(r"pass ((?:--(?:prompt|response|rejected)-field \S+ )+--label-field \S+)",
+                      lambda m: f"give this input {_as_keys(m.group(1))} in a mixture file", hint)
         if hint == str(e):
             raise
         raise CurateError(hint) from None
+
+
+def _as_keys(flags: str) -> str:
+    """'--prompt-field A --label-field B' -> '`prompt_field: A` and `label_field: B`' (a mixture file's keys)."""
+    keys = [f"`{name}_field: {value}`" for name, value in re.findall(r"--(\w+)-field (\S+)", flags)]
+    return ", ".join(keys[:-1]) + " and " + keys[-1]
 
 
 class Mixture:

@@ -1,0 +1,294 @@
+"""Preference pairs whose preferred answer a label column names row by row (`--label-field`): stanfordnlp/SHP
+(`human_ref_A`, `human_ref_B`, `labels`) and PKU-Alignment/PKU-SafeRLHF (`response_0`, `response_1`,
+`better_response_id`), read, curated and exported with every pair in the order its label gives, through real
+`cluster-curate` processes."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from test_datasets import write_jsonl
+from test_input_formats import GSM, _ok, _shards
+from test_outputs import FAST, _cli
+
+SHP_FLAGS = ["--prompt-field", "history", "--response-field", "human_ref_A", "--rejected-field", "human_ref_B"]
+PKU_FLAGS = ["--response-field", "response_1", "--rejected-field", "response_0", "--label-field", "better_response_id"]
+SMALL_RUN = [*FAST[:-6], "--fraction", "0.5", "-n", "2", "--micro-batch-size", "2", "-q"]
+
+
+def _gsm(n: int) -> list[dict]:
+    return [json.loads(line) for line in GSM.read_text().splitlines()[:n]]
+
+
+def shp_rows(n: int = 40) -> list[dict]:
+    """Rows shaped as stanfordnlp/SHP's (its columns, in its order and types: `labels` int64, 1 where human_ref_A
+    is preferred, 0 where human_ref_B is): GSM8K's question, its answer the preferred one, on side A or B as the
+    label says."""
+    rows = []
+    for i, r in enumerate(_gsm(n)):
+        label = (i * 7 + 3) % 5 % 2  # both labels, not in a simple alternation
+        worse = f"I would guess {i + 41}, but I did not work it out."
+        rows.append({"post_id": f"t3_{i:05x}", "domain": "askmath_train", "upvote_ratio": 0.97, "history": r["question"],
+                     "c_root_id_A": f"c{i}a", "c_root_id_B": f"c{i}b", "created_at_utc_A": 1_600_000_000 + i,
+                     "created_at_utc_B": 1_600_000_500 + i, "score_A": 40 if label else 9,
+                     "score_B": 9 if label else 40, "human_ref_A": r["answer"] if label else worse,
+                     "human_ref_B": worse if label else r["answer"], "labels": label, "seconds_difference": 500.0,
+                     "score_ratio": 4.44})
+    return rows
+
+
+def pku_table(n: int = 40) -> pa.Table:
+    """Rows shaped as PKU-Alignment/PKU-SafeRLHF's Parquet (`better_response_id` / `safer_response_id` int64, the
+    index of the better / safer response; its harm categories a struct, its safety flags booleans)."""
+    rows = []
+    for i, r in enumerate(_gsm(n)):
+        better = i % 3 % 2
+        worse = f"Just say {i + 7}."
+        answers = {better: r["answer"], 1 - better: worse}
+        rows.append({"prompt": r["question"], "response_0": answers[0], "response_1": answers[1],
+                     "prompt_source": "gsm8k", "response_0_source": "Alpaca-7B", "response_1_source": "Alpaca2-7B",
+                     "is_response_0_safe": True, "is_response_1_safe": True,
+                     "response_0_harm_category": {"Violence": False, "Privacy Violation": False},
+                     "response_1_harm_category": {"Violence": False, "Privacy Violation": False},
+                     "response_0_severity_level": 0, "response_1_severity_level": 0,
+                     "better_response_id": better, "safer_response_id": 1 - better})
+    return pa.Table.from_pylist(rows)
+
+
+def _check_trl_pairs(path, expected: dict) -> int:
+    """Every pair of `export --for trl`: the preferred answer chosen, the other rejected (id -> (question,
+    preferred, other)); the number of pairs."""
+    exported = pq.read_table(path).to_pylist()
+    for row in exported:
+        question, good, bad = expected[row["id"]]
+        assert row["prompt"] == [{"role": "user", "content": question}]
+        assert row["chosen"] == [{"role": "assistant", "content": good}], row["id"]
+        assert row["rejected"] == [{"role": "assistant", "content": bad}], row["id"]
+    return len(exported)
+
+
+def _check_llamafactory_pairs(folder, expected: dict) -> int:
+    entry = json.loads((folder / "dataset_info.json").read_text())["cluster_curate"]
+    assert entry["ranking"] is True
+    ranked = pq.read_table(folder / entry["file_name"]).to_pylist()
+    for row in ranked:
+        question, good, bad = expected[row["id"]]
+        assert [(m["role"], m["content"]) for m in row["messages"]] == [("user", question)]
+        assert (row["chosen"]["content"], row["rejected"]["content"]) == (good, bad), row["id"]
+    return len(ranked)
+
+
+def test_shp_answer_columns_without_their_label_are_refused_before_any_work(tmp_path):
+    """SHP's answers named as chosen and rejected columns (`--response-field human_ref_A --rejected-field
+    human_ref_B`) were read as they stand, every pair labelled 0 inverted (DPO toward the worse answer); they
+    are refused in one line naming --label-field labels, in either order, and so are PKU-SafeRLHF's. The
+    message for SHP's columns without flags gives the flags."""
+    write_jsonl(tmp_path / "shp.jsonl", shp_rows(20))
+    pq.write_table(pku_table(20), tmp_path / "pku.parquet")
+    swapped = ["--prompt-field", "history", "--response-field", "human_ref_B", "--rejected-field", "human_ref_A"]
+    cases = [(["shp.jsonl", *SHP_FLAGS], "--label-field labels"),
+             (["shp.jsonl", *swapped], "--label-field labels"),
+             (["pku.parquet", *PKU_FLAGS[:4]], "--label-field better_response_id"),
+             # the label given, the answers in the order that would invert every pair
+             (["shp.jsonl", *swapped, "--label-field", "labels"], "--response-field human_ref_A --rejected-field "
+                                                                  "human_ref_B --label-field labels")]
+    for i, (argv, flag) in enumerate(cases):
+        r = _cli("embed", *argv, "--out", f"e{i}.parquet", "--features", "text", "--dim", "8", "-q", cwd=tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (argv, r.stderr)
+        (line,) = r.stderr.strip().splitlines()
+        assert line.startswith(f"ERROR: {argv[0]}: ") and flag in line, (argv, line)
+        assert not (tmp_path / f"e{i}.parquet").exists()
+    for name, flags in (("shp.jsonl", "--prompt-field history --response-field human_ref_A --rejected-field "
+                                      "human_ref_B --label-field labels"),
+                        ("pku.parquet", "--prompt-field prompt --response-field response_1 --rejected-field "
+                                        "response_0 --label-field better_response_id")):
+        r = _cli("inspect", name, cwd=tmp_path)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert f"pass {flags} (" in r.stderr, r.stderr
+
+
+def test_shp_pairs_run_and_export_in_the_order_of_their_labels(tmp_path):
+    """SHP with --label-field labels: inspect reads 40 pairs (the label among its fields), `run` curates them with
+    the preferred answer as each example's response (what features, answer kinds and token counts see), the shards
+    keep SHP's columns as written, and `export --for trl` / `--for llamafactory` write every pair preferred answer
+    first, whichever side it was on (torchtune's DPO layout too), and `--for hf`, which keeps the columns as
+    written, says in its README where the chosen answer is; the Python API takes the option."""
+    rows = shp_rows()
+    write_jsonl(tmp_path / "shp.jsonl", rows)
+    expected = {i: (r["history"], *((r["human_ref_A"], r["human_ref_B"]) if r["labels"] else
+                                    (r["human_ref_B"], r["human_ref_A"]))) for i, r in enumerate(rows)}
+    flags = [*SHP_FLAGS, "--label-field", "labels"]
+    summary = json.loads(_ok("inspect", "shp.jsonl", *flags, "--json", cwd=tmp_path).stdout)
+    assert (summary["format"], summary["examples"], summary["fields"]["label"]) == ("preference", 40, "labels")
+    assert summary["lengths"]["rejected_chars"]["total"] == sum(len(bad) for _, _, bad in expected.values())
+    import cluster_curate as cc  # the Python API takes it too
+    api = cc.inspect(str(tmp_path / "shp.jsonl"), prompt_field="history", response_field="human_ref_A",
+                     rejected_field="human_ref_B", label_field="labels")
+    assert (api["fields"], api["lengths"]["rejected_chars"]) == (summary["fields"], summary["lengths"]["rejected_chars"])
+    from cluster_curate.io.datasets import ReadOptions, open_dataset  # what every stage reads
+    ds = open_dataset(tmp_path / "shp.jsonl", ReadOptions(prompt_field="history", response_field="human_ref_A",
+                                                          rejected_field="human_ref_B", label_field="labels"))
+    examples = [e for b in ds.iter_batches(16) for e in b.examples]
+    assert [(e.response, e.rejected) for e in examples] == [expected[i][1:] for i in range(40)]
+
+    _ok("run", "shp.jsonl", "--out", "out", *flags, *SMALL_RUN, cwd=tmp_path)
+    shards = _shards(tmp_path / "out" / "shards")
+    assert shards.select([c for c in rows[0]]).to_pylist() == [rows[i] for i in shards.column("id").to_pylist()]
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)  # the label from the lineage
+    pairs = _check_trl_pairs(tmp_path / "trl" / "train.parquet", expected)
+    assert pairs == 20 and {rows[i]["labels"] for i in shards.column("id").to_pylist()} == {0, 1}
+    _ok("export", "out/shards", "--for", "llamafactory", "--out", "lf", "-q", cwd=tmp_path)
+    assert _check_llamafactory_pairs(tmp_path / "lf", expected) == 20
+    _ok("export", "out/shards", "--for", "torchtune", "--out", "tt", "-q", cwd=tmp_path)
+    for row in pq.read_table(tmp_path / "tt" / "train.parquet").to_pylist():
+        assert (row["chosen"][-1]["content"], row["rejected"][-1]["content"]) == expected[row["id"]][1:]
+    # a layout that keeps the columns as written says where the chosen answer is; a DPO layout needs no such word
+    _ok("export", "out/shards", "--for", "hf", "--out", "hf", "-q", cwd=tmp_path)
+    kept = pq.read_table(tmp_path / "hf" / "train.parquet").to_pylist()
+    assert all(row["human_ref_A"] == rows[row["id"]]["human_ref_A"] for row in kept) and len(kept) == 20
+    said = "the chosen answer is `human_ref_A` where `labels` is 1, `human_ref_B` where it is 0"
+    assert said in (tmp_path / "hf" / "README.md").read_text()
+    assert said not in (tmp_path / "trl" / "README.md").read_text()
+
+
+def test_pku_saferlhf_parquet_pairs_embed_and_export_by_better_response_id(tmp_path):
+    """PKU-SafeRLHF's Parquet (int64 ids): --response-field response_1 --rejected-field response_0 --label-field
+    better_response_id embeds each pair's better answer as the example's response (the text feature's answer
+    words), and the export follows the label; --label-field safer_response_id gives the other order."""
+    table = pku_table()
+    pq.write_table(table, tmp_path / "pku.parquet")
+    rows = table.to_pylist()
+    better = {i: (r["prompt"], r[f"response_{r['better_response_id']}"], r[f"response_{1 - r['better_response_id']}"])
+              for i, r in enumerate(rows)}
+    _ok("embed", "pku.parquet", *PKU_FLAGS, "--out", "e.parquet", "--features", "text", "--dim", "8", "-q",
+        cwd=tmp_path)
+    words = pq.read_table(tmp_path / "e.parquet", columns=["response_words"]).column("response_words").to_pylist()
+    assert words == [len(better[i][1].split()) for i in range(40)]
+    _ok("run", "pku.parquet", "--out", "out", *PKU_FLAGS, *SMALL_RUN, cwd=tmp_path)
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    assert _check_trl_pairs(tmp_path / "trl" / "train.parquet", better) == 20
+    safer = {i: (q, bad, good) for i, (q, good, bad) in better.items()}
+    _ok("run", "pku.parquet", "--out", "safe", *PKU_FLAGS[:4], "--label-field", "safer_response_id", *SMALL_RUN,
+        cwd=tmp_path)
+    _ok("export", "safe/shards", "--for", "trl", "--out", "trl-safe", "-q", cwd=tmp_path)
+    assert _check_trl_pairs(tmp_path / "trl-safe" / "train.parquet", safer) == 20
+
+
+def test_helpsteer2_pairs_are_refused_until_their_strength_is_a_label(tmp_path):
+    """nvidia/HelpSteer2's preference file orders a pair by the sign of `preference_strength` (-3..3; negative:
+    response_1 preferred, 0 a tie), which is no label of 1 and 0: its answers named as a pair, with or without
+    that column as the label, are refused in one line saying how to make a label; so are its columns as they
+    are. With such a label column, every pair is read in its order."""
+    rows = [{"split": "train", "prompt": r["question"], "response_1": r["answer"] if i % 3 == 1 else f"About {i}.",
+             "response_2": f"About {i}." if i % 3 == 1 else r["answer"], "preference_strength": (0, -2, 3)[i % 3],
+             "preference_statement": "@Response 1 is slightly better than @Response 2.",
+             "preference_elaboration": "It works the problem out."} for i, r in enumerate(_gsm(30))]
+    write_jsonl(tmp_path / "hs2.jsonl", rows)
+    answers = ["--response-field", "response_1", "--rejected-field", "response_2"]
+    for argv in ([], answers, [*answers, "--label-field", "preference_strength"]):
+        r = _cli("inspect", "hs2.jsonl", *argv, cwd=tmp_path)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert ("the sign of preference_strength names (response_1 where it is negative, response_2 where it is "
+                "positive, a tie at 0)" in r.stderr and "write a column that is 1 where preference_strength is "
+                "negative and 0 where it is positive" in r.stderr), r.stderr
+    labelled = [dict(r, prefers_1=int(r["preference_strength"] < 0)) for r in rows if r["preference_strength"]]
+    write_jsonl(tmp_path / "labelled.jsonl", labelled)
+    from cluster_curate.io.datasets import ReadOptions, open_dataset
+    ds = open_dataset(tmp_path / "labelled.jsonl", ReadOptions(response_field="response_1", rejected_field="response_2",
+                                                               label_field="prefers_1"))
+    examples = [e for b in ds.iter_batches(16) for e in b.examples]
+    assert {r["prefers_1"] for r in labelled} == {0, 1}
+    assert [(e.response, e.rejected) for e in examples] == [
+        (r["response_1"], r["response_2"]) if r["prefers_1"] else (r["response_2"], r["response_1"]) for r in labelled]
+
+
+def test_bad_labels_are_one_line_naming_the_row_and_field(tmp_path):
+    """A label that is neither 1/true nor 0/false (null, 2, "tie", a tie's 0.5) is a bad row: one line naming the
+    file, line and label column, before any work; --on-bad-row skip leaves it out into the rejects. A label column
+    that does not exist, or that is an answer's, or a label with another format, is refused in one line."""
+    for value, shown in ((None, "null"), (2, "2"), ("tie", '"tie"'), (0.5, "0.5")):
+        rows = shp_rows(20)
+        rows[6]["labels"] = value
+        write_jsonl(tmp_path / "bad.jsonl", rows)
+        r = _cli("embed", "bad.jsonl", *SHP_FLAGS, "--label-field", "labels", "--out", "e.parquet", "--features",
+                 "text", "--dim", "8", "-q", cwd=tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        (line,) = r.stderr.strip().splitlines()
+        assert line.startswith(f"ERROR: bad.jsonl:7: field 'labels': label {shown}: expected 1 (human_ref_A is the "
+                               "chosen answer) or 0 (human_ref_B is)"), line
+        assert not (tmp_path / "e.parquet").exists()
+    rows = shp_rows(20)
+    rows[3]["labels"], rows[4]["labels"] = True, False  # JSON booleans read as 1 and 0
+    write_jsonl(tmp_path / "bool.jsonl", rows)
+    _ok("embed", "bool.jsonl", *SHP_FLAGS, "--label-field", "labels", "--out", "b.parquet", "--features", "text",
+        "--dim", "8", "-q", cwd=tmp_path)
+    words = pq.read_table(tmp_path / "b.parquet", columns=["response_words"]).column("response_words").to_pylist()
+    assert words[3:5] == [len(rows[3]["human_ref_A"].split()), len(rows[4]["human_ref_B"].split())]
+    r = json.loads(_ok("embed", "bad.jsonl", *SHP_FLAGS, "--label-field", "labels", "--out", "s.parquet",
+                       "--features", "text", "--dim", "8", "--on-bad-row", "skip", "--json", cwd=tmp_path).stdout)
+    assert (r["rows_in_data"], r["bad_rows"], pq.read_table(tmp_path / "s.parquet").num_rows) == (20, 1, 19)
+    answers = SHP_FLAGS[:4]  # the prompt and the response-field
+    for argv, message in (([*SHP_FLAGS, "--label-field", "label"], "bad.jsonl: --label-field 'label': no such column"),
+                          ([*SHP_FLAGS, "--label-field", "human_ref_B"],
+                           "bad.jsonl: --label-field 'human_ref_B' is the rejected answer's column"),
+                          ([*answers, "--label-field", "labels", "--format", "qa"],
+                           "--label-field 'labels' says which answer of a preference pair is the chosen one: it goes "
+                           "with --format preference, not qa")):
+        r = _cli("inspect", "bad.jsonl", *argv, cwd=tmp_path)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert message in r.stderr, r.stderr
+
+
+def test_a_mixture_input_reads_its_pairs_by_its_label_field(tmp_path):
+    """A mixture file's `label_field` (beside `rejected_field`) orders one input's pairs; another input of TRL
+    pairs is read as it is; the export follows each input's label. Without it, SHP's input is refused with the
+    mixture file's keys."""
+    rows = shp_rows(30)
+    write_jsonl(tmp_path / "shp.jsonl", rows)
+    trl = [{"prompt": r["question"], "chosen": r["answer"], "rejected": "No idea."} for r in _gsm(60)[30:]]
+    write_jsonl(tmp_path / "trl.jsonl", trl)
+    keys = "prompt_field: history, response_field: human_ref_A, rejected_field: human_ref_B"
+    (tmp_path / "bad.yaml").write_text(f"inputs:\n  - {{path: shp.jsonl, {keys}}}\n  - {{path: trl.jsonl}}\n")
+    r = _cli("inspect", "bad.yaml", cwd=tmp_path)
+    assert r.returncode == 2 and "label_field: labels" in r.stderr, r.stderr
+    (tmp_path / "mix.yaml").write_text(f"inputs:\n  - {{path: shp.jsonl, {keys}, label_field: labels}}\n"
+                                       "  - {path: trl.jsonl}\n")
+    _ok("run", "mix.yaml", "--out", "out", *SMALL_RUN, cwd=tmp_path)
+    _ok("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    where = {r["id"]: (str(r["source"]), r["source_row"])
+             for r in _shards(tmp_path / "out" / "shards").select(["id", "source", "source_row"]).to_pylist()}
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert {where[row["id"]][0] for row in exported} == {"shp", "trl"}
+    for row in exported:
+        name, i = where[row["id"]]
+        if name == "shp":
+            good, bad = ((rows[i]["human_ref_A"], rows[i]["human_ref_B"]) if rows[i]["labels"]
+                         else (rows[i]["human_ref_B"], rows[i]["human_ref_A"]))
+        else:
+            good, bad = trl[i]["chosen"], trl[i]["rejected"]
+        assert (row["chosen"][0]["content"], row["rejected"][0]["content"]) == (good, bad), (name, i)
+
+
+def test_label_field_left_at_its_default_changes_no_fingerprint_and_keeps_run_up_to_date(tmp_path):
+    """--label-field at its default is not hashed: a mixture's fingerprint is the one computed before the option
+    existed, and `run` does not record it (a directory made before stays up to date)."""
+    import hashlib
+    import shutil
+    from cluster_curate.io.mixture import Mixture, mixture_inputs
+    for name in ("a.jsonl", "b.jsonl"):
+        shutil.copy(GSM, tmp_path / name)
+    mix = Mixture(mixture_inputs([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]))
+    before = hashlib.blake2b(digest_size=12)
+    for inp, ds in zip(mix.inputs, mix.datasets):
+        options = {"format": None, "prompt_field": None, "response_field": None, "on_bad_row": "error",
+                   "prompts_only": False}
+        before.update(json.dumps([inp.name, ds.fingerprint(), options, {}], sort_keys=True).encode() + b"\0")
+    assert mix.fingerprint() == before.hexdigest()
+    _ok("run", "a.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
+    state = json.loads((tmp_path / "out" / "run-state.json").read_text())
+    assert "response_field" in state["embed"]["option_values"] and "label_field" not in state["embed"]["option_values"]
+    r = json.loads(_ok("run", "a.jsonl", "--out", "out", *FAST, "--json", cwd=tmp_path).stdout)
+    assert {s["status"] for s in r["stages"]} == {"up to date"}, r["stages"]
