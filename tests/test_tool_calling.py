@@ -1107,3 +1107,141 @@ def test_trl_dpo_trainer_trains_on_an_exported_pairs_tool_calls(tmp_path):
             assert tok.decode(ex["rejected_ids"]).startswith('<tool_call>{"name": "get_time"')
     out = trainer.train()
     assert out.global_step == 1 and out.training_loss == pytest.approx(math.log(2), rel=1e-4)
+
+
+GLAIVE_SYSTEM = "You are a helpful assistant with access to the following functions. Use them if required -"
+
+
+def _glaive_schema(name: str, params: list[str]) -> dict:
+    return {"name": name, "description": f"Get the {name.split('_', 1)[1].replace('_', ' ')}",
+            "parameters": {"type": "object", "properties": {p: {"type": "string", "description": f"The {p}"}
+                                                            for p in params}, "required": params}}
+
+
+def glaive_rows(n: int) -> tuple[list[dict], list[dict]]:
+    """Rows as glaiveai/glaive-function-calling-v2 has them (`system`: "SYSTEM: ..." then the schemas pretty-printed
+    one after another; `chat`: a USER: / ASSISTANT: / FUNCTION RESPONSE: transcript, turns three newlines apart,
+    assistant turns ended by <|endoftext|>, a call's arguments JSON text in single quotes), in three shapes: a call,
+    its result and the answer; two schemas, a refusal, then a call as the answer; no functions, a plain chat. And
+    the same conversations as OpenAI-messages rows."""
+    glaive, openai = [], []
+    for i in range(n):
+        currency = ["USD", "GBP", "JPY", "CHF"][i % 4]
+        if i % 3 == 0:
+            tools = [_glaive_schema("get_exchange_rate", ["base_currency", "target_currency"])]
+            args, rate = json.dumps({"base_currency": currency, "target_currency": "EUR"}), round(0.5 + i / 100, 2)
+            question = f"Hi, I need to know the exchange rate from {currency} to EUR for invoice {i}."
+            answer = f"The current exchange rate from {currency} to EUR is {rate}."
+            chat = (f"USER: {question}\n\n\nASSISTANT: <functioncall> {{\"name\": \"get_exchange_rate\", "
+                    f"\"arguments\": '{args}'}} <|endoftext|>\n\n\nFUNCTION RESPONSE: {{\"exchange_rate\": {rate}}}"
+                    f"\n\n\nASSISTANT: {answer} <|endoftext|>\n\n\n")
+            turns = [{"role": "user", "content": question},
+                     {"role": "assistant", "content": None, "tool_calls": [
+                         {"type": "function", "function": {"name": "get_exchange_rate", "arguments": args}}]},
+                     {"role": "tool", "content": json.dumps({"exchange_rate": rate})},
+                     {"role": "assistant", "content": answer}]
+        elif i % 3 == 1:
+            tools = [_glaive_schema("get_news", ["category"]), _glaive_schema("calculate_tip", ["bill", "percent"])]
+            args = json.dumps({"bill": str(40 + i), "percent": "15"})
+            asked, refused = f"Can you order a pizza for table {i}?", "I'm sorry, I can't order food for you."
+            question = f"Then what is the tip on a bill of {40 + i} dollars at 15%?"
+            chat = (f"USER: {asked}\n\n\nASSISTANT: {refused} <|endoftext|>\n\n\nUSER: {question}\n\n\nASSISTANT: "
+                    f"<functioncall> {{\"name\": \"calculate_tip\", \"arguments\": '{args}'}} <|endoftext|>\n\n\n")
+            turns = [{"role": "user", "content": asked}, {"role": "assistant", "content": refused},
+                     {"role": "user", "content": question},
+                     {"role": "assistant", "content": None, "tool_calls": [
+                         {"type": "function", "function": {"name": "calculate_tip", "arguments": args}}]}]
+        else:
+            tools = None
+            question, answer = f"What is a good name for puppy number {i}?", f"How about Biscuit the {i}th?"
+            chat = f"USER: {question}\n\n\nASSISTANT: {answer} <|endoftext|>\n\n\n"
+            turns = [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+        system = (f"SYSTEM: {GLAIVE_SYSTEM}\n" + "\n\n".join(json.dumps(t, indent=4) for t in tools) + "\n" if tools
+                  else "SYSTEM: You are a helpful assistant, with no access to external functions.\n")
+        own = GLAIVE_SYSTEM if tools else "You are a helpful assistant, with no access to external functions."
+        glaive.append({"system": system, "chat": chat})
+        openai.append({"messages": [{"role": "system", "content": own}, *turns], **({"tools": tools} if tools else {})})
+    return glaive, openai
+
+
+def test_glaive_rows_are_read_and_exported_as_the_openai_chat_they_transcribe(tmp_path):
+    """glaive-function-calling-v2's rows (`system`, `chat`: text transcripts) were an unrecognised record format.
+    They are detected as `glaive` and read as the OpenAI chat they transcribe: the same examples, and `run` then
+    `export --for trl / axolotl / llamafactory` write the same files (calls structured, the schemas a tools
+    column) as for that chat given as OpenAI messages; torchtune refuses both alike."""
+    import pyarrow.parquet as pq
+
+    from test_outputs import FAST
+    glaive, openai = glaive_rows(60)
+    write_jsonl(tmp_path / "glaive.jsonl", glaive)
+    write_jsonl(tmp_path / "openai.jsonl", openai)
+    summary = _inspect(tmp_path / "glaive.jsonl")
+    assert (summary["format"], summary["examples"], summary["rejected"], summary["with_tools"]) == ("glaive", 60, 0, 40)
+    assert summary["fields"] == {"prompt": "chat", "response": "chat (last assistant turn)", "system": "system"}
+    read = [[(e.prompt, e.response) for b in open_dataset(str(tmp_path / name)).iter_batches() for e in b.examples]
+            for name in ("glaive.jsonl", "openai.jsonl")]
+    assert read[0] == read[1]
+    assert read[0][1][1] == '{"name": "calculate_tip", "arguments": {"bill": "41", "percent": "15"}}'
+    for name in ("glaive", "openai"):
+        r = _cli("run", f"{name}.jsonl", "--out", f"{name}-out", *FAST, "-q", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        for trainer in ("trl", "axolotl", "llamafactory"):
+            r = _cli("export", f"{name}-out/shards", "--for", trainer, "--out", f"{name}-{trainer}", "-q", cwd=tmp_path)
+            assert r.returncode == 0, r.stderr
+    for trainer in ("trl", "axolotl", "llamafactory"):
+        exported = [pq.read_table(tmp_path / f"{name}-{trainer}" / "train.parquet") for name in ("glaive", "openai")]
+        assert exported[0].num_rows and exported[0].to_pylist() == exported[1].to_pylist(), trainer
+    trl = pq.read_table(tmp_path / "glaive-trl" / "train.parquet").to_pylist()
+    call = next(row for row in trl if row["id"] % 3 == 1)["completion"][0]
+    assert (call["content"], call["tool_calls"][0]["function"]["name"]) == (None, "calculate_tip")
+    assert json.loads(next(row for row in trl if row["id"] % 3 == 1)["tools"])[1]["name"] == "calculate_tip"
+    refusals = [_cli("export", f"{name}-out/shards", "--for", "torchtune", "--out", "tt", cwd=tmp_path)
+                for name in ("glaive", "openai")]
+    assert [r.returncode for r in refusals] == [2, 2]
+    said = [r.stderr.strip().splitlines()[-1] for r in refusals]
+    assert said[0].replace("glaive-out", "openai-out") == said[1] and "holds tool calls" in said[0]
+
+
+def test_bad_glaive_rows_are_one_line_naming_file_line_and_field(tmp_path):
+    glaive, _ = glaive_rows(3)
+    chat = glaive[0]["chat"]
+    cases = {
+        "call-not-json": (dict(glaive[0], chat=chat.replace("'}", "'")),
+                          "field 'chat[1]': a <functioncall> that is not {\"name\": ..., \"arguments\": ...}"),
+        "arguments-not-json": (dict(glaive[0], chat=chat.replace('"EUR"}', '"EUR"')),
+                               "field 'chat[1]': the <functioncall>'s arguments are not valid JSON"),
+        "no-name": (dict(glaive[0], chat=chat.replace('"name": "get_exchange_rate", ', "")),
+                    "field 'chat[1]': a <functioncall> that is not"),
+        "no-speaker": (dict(glaive[0], chat="Hello there.\n\n\n" + chat),
+                       "field 'chat': text before the first turn: a transcript opens with USER:"),
+        "no-answer": (dict(glaive[0], chat=chat.split("\n\n\nASSISTANT:")[0]),
+                      "field 'chat': missing response: no assistant turn in the conversation"),
+        "bad-schema": (dict(glaive[0], system=glaive[0]["system"].replace('"name":', '"name"', 1)),
+                       "field 'system': tool schema 1 is not valid JSON"),
+    }
+    for name, (bad, expected) in cases.items():
+        path = write_jsonl(tmp_path / f"{name}.jsonl", [glaive[1], bad, glaive[2]])
+        r = _cli("embed", str(path), "--out", str(tmp_path / f"{name}.parquet"), "--features", "text")
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert f"{path}:2: {expected}" in r.stderr.strip().splitlines()[-1], (name, r.stderr)
+        assert not (tmp_path / f"{name}.parquet").exists()
+
+
+@pytest.mark.slow
+def test_trl_sft_trainer_trains_on_exported_glaive_calls(tmp_path):
+    """`run` then `export --for trl` of glaive rows: TRL's SFTTrainer renders the transcript's calls through the
+    chat template as structured calls (not "<functioncall>" text) and the schemas from the tools column, learns
+    a call where it is the answer, and trains."""
+    glaive, openai = glaive_rows(90)
+    model_dir, tok, ds, by_id = _run_export_trl_with_a_tool_model(tmp_path, "glaive.jsonl", glaive)
+    trainer = _sft_trainer(tmp_path, model_dir, tok, ds)
+    call_row = next(k for k in range(len(ds)) if ds[k]["id"] % 3 == 1)
+    ex = trainer.train_dataset[call_row]
+    learnt = tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label != -100])
+    context = tok.decode([t for t, label in zip(ex["input_ids"], ex["labels"]) if label == -100])
+    args = openai[ds[call_row]["id"]]["messages"][-1]["tool_calls"][0]["function"]["arguments"]
+    assert learnt.startswith(f'<tool_call>{{"name": "calculate_tip", "arguments": {args}}}</tool_call>')
+    assert "# Tools\n" in context and '"get_news"' in context and GLAIVE_SYSTEM in context
+    assert "<functioncall>" not in context + learnt and "<|endoftext|>" not in context + learnt
+    out = trainer.train()
+    assert out.global_step == 2 and out.training_loss > 0

@@ -27,6 +27,9 @@ a field `data.question` is a path into nested objects unless a column has that v
                        one; 0 or false, the rejected column's is (`_labelled`); any other label is a bad row
     xlam               xLAM / APIGen function calling: query -> answers, the list of tool calls (or its JSON text),
                        with `tools`; detected by the three columns. The response is the calls as text (below)
+    glaive             glaive-function-calling-v2: `chat` ("USER: ...\n\n\nASSISTANT: <functioncall> {...}") and
+                       `system` ("SYSTEM: ..." then the tool schemas), read as the OpenAI chat and tools they
+                       transcribe (io/glaive.py), then as `messages`
 
 Questions alone (`resolve_fields(..., prompts_only=True)`: an evaluation set read for its questions, as
 `--decontaminate` reads it): a row needs no response. The prompt column of a format above is enough (IFEval's
@@ -81,6 +84,10 @@ FORMAT.register("preference", "DPO pairs: (prompt ->) chosen, with rejected (TRL
 # xLAM / APIGen (Salesforce/xlam-function-calling-60k): the answer is a list of calls, not text (_answer_calls)
 FORMAT.register("xlam", "xLAM / APIGen function calling: query -> answers (a list of tool calls), with tools",
                 "query", response=("answers",), detect_order=5, also=("tools",))
+# glaiveai/glaive-function-calling-v2: a USER: / ASSISTANT: transcript beside a system prompt holding the tool
+# schemas, read as the OpenAI chat it transcribes (io/glaive.py)
+FORMAT.register("glaive", "glaive-function-calling-v2: a `chat` transcript, the tools in its `system` column", "chat",
+                response=None, detect_order=6, also=("system",))
 FORMATS = FORMAT.names
 TURNS = "turns"  # questions alone: a column of the user's questions, no registered format (see the docstring)
 
@@ -299,6 +306,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
             named = [c for c in _by_lower_name(cols, _PROMPT_NAMES) if c.lower() not in ("text", "input")]
             if fmt is None and named:  # MATH's `problem`, a `Question` or `query` column
                 fmt, prompts = "prompt-completion", named[:1]
+        if fmt == "glaive" and (prompts or response_field):  # a pair of columns named: read as before glaive
+            fmt = None
         if fmt is None and prompts:
             if response_field is None:
                 found = _by_lower_name(cols, _RESPONSE_NAMES, exclude=prompts)
@@ -325,7 +334,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                               f"[{shown}]. Pass --prompt-field COLUMN naming the column that holds the turns")
         # a `system` column beside ShareGPT turns: LLaMA-Factory's sharegpt keeps the system prompt there (a
         # mixture's shards hold `messages` and a `system` column read from them: not read twice)
-        system = "system" if fmt == "sharegpt" and "system" in colset and conv != "system" else None
+        # (glaive's `system` column holds the tool schemas too: io/glaive.py reads it)
+        system = "system" if fmt in ("sharegpt", "glaive") and "system" in colset and conv != "system" else None
         return FieldMap(fmt, conv, system=system, prompts_only=prompts_only, tools=_tools_column(colset, {conv}))
 
     if response_field and response_field in prompts:
@@ -1001,6 +1011,8 @@ def to_example(rec: dict, fields: FieldMap):
     response may be missing or empty (then "")."""
     if fields.format == TURNS:
         return _question_list(field_value(rec, fields.prompt), fields.prompt), ""
+    if fields.format == "glaive":
+        return _as_openai(to_example, rec, fields)
     if fields.rejected:
         return to_preference(rec, fields)[:2]
     if FORMAT.get(fields.format).response is None:
@@ -1060,6 +1072,8 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
     if fields.rejected:  # a preference pair: its prompt, then its chosen answer
         prompt, chosen, _, tools = preference_messages(rec, fields)
         return prompt + [chosen], tools
+    if fields.format == "glaive":
+        return _as_openai(chat_messages, rec, fields)
     prompt, response = to_example(rec, fields)  # its checks
     tools = tool_schemas(rec, fields)
     if FORMAT.get(fields.format).response is None:
@@ -1115,3 +1129,14 @@ def _answer_message(turns: list[tuple[str, str, dict]] | None, text: str) -> dic
     if turns is None:
         return {"role": "assistant", "content": text}
     return turns[_last_assistant([{"role": role} for role, _, _ in turns])][2]
+
+
+def _as_openai(read, rec: dict, fields: FieldMap):
+    """`read` (to_example, chat_messages) of a glaive row's OpenAI-messages record (io/glaive.py): what an OpenAI
+    input of the same conversation gives. Its errors name the glaive column, not the record built from it."""
+    from cluster_curate.io.glaive import openai_record
+    record, as_messages = openai_record(rec, fields)
+    try:
+        return read(record, as_messages)
+    except RecordError as e:
+        raise RecordError(fields.prompt, e.reason) from None
