@@ -128,7 +128,7 @@ def _record_fields(table: pa.Table, read=None, source: str = "shards"):
 
 
 def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None, trainer: str | None = None,
-                 inputs: list[dict] | None = None) -> pa.Table:
+                 inputs: list[dict] | None = None, json_columns=()) -> pa.Table:
     """`messages` (the response as the last assistant turn) or conversational `prompt`/`completion`, from whatever
     record format the source rows use (detected, or `read`'s --format / --prompt-field / --response-field); plus
     `id`, `weight`, `step`. Turns are {role, content}; with tool calling (formats.chat_messages) also `tool_calls`
@@ -137,8 +137,8 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
     (what its chat_template strategy parses). `trainer`: llamafactory writes its function_call / observation
     turns instead (`_llamafactory_turns`), torchtune refuses rows with tool calls (its openai style drops them).
     `inputs`: a mixture's inputs as its lineage record lists them (each row is read as its input's record:
-    `_records`). Preference pairs: `preference_columns`."""
-    records = _records(table, read, source, inputs)
+    `_records`; `json_columns`: the manifest's). Preference pairs: `preference_columns`."""
+    records = _records(table, read, source, inputs, json_columns)
     if any(row_fields.rejected for _, row_fields in records):
         return preference_columns(table, style, records, source, trainer)
     chats, tools = [], []
@@ -169,17 +169,20 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
 
 
-def _records(table: pa.Table, read, source: str, inputs: list[dict] | None) -> list[tuple[dict, object]]:
+def _records(table: pa.Table, read, source: str, inputs: list[dict] | None,
+             json_columns=()) -> list[tuple[dict, object]]:
     """(record, fields) per row. One dataset's rows: their source columns, read by `_record_fields`. A mixture's
-    row: its input's own record (`_input_readings`), as that input's shards alone would be read; the normalised
-    columns hold the last user question alone, the calls and the tool schemas as text, and no rejected answer."""
+    row: its input's own record (`_input_readings`), as that input was read: its JSON-text columns (`json_columns`,
+    the manifest's) decoded to the objects or text it held (io/mixture.py `text_as_json`), so that tool schemas of
+    a struct column lose its null keys as the input's own reading drops them; the normalised columns hold the last
+    user question alone, the calls and the tool schemas as text, and no rejected answer."""
     rows = table.select(_source_names(table)).to_pylist()
     readings = _input_readings(table, read, source, inputs)
     if readings is None:
         fields = _record_fields(table, read, source)
         return [(rec, fields) for rec in rows]
     out = []
-    for rec, name in zip(rows, table.column("source").cast(pa.string()).to_pylist()):
+    for rec, name in zip(decoded_json(rows, json_columns), table.column("source").cast(pa.string()).to_pylist()):
         names_of, fields = readings[name]
         out.append(({names_of[c]: rec[c] for c in names_of}, fields))
     return out
@@ -404,7 +407,7 @@ def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "sh
     arranged = arrange(table, manifest, tgt.layout)
     if tgt.columns == "shard":
         return arranged
-    return chat_columns(arranged, tgt.columns, source, read, tgt.name, inputs)
+    return chat_columns(arranged, tgt.columns, source, read, tgt.name, inputs, manifest.get("json_columns") or ())
 
 
 # ------------------------------------------------------------------------------------ config snippets

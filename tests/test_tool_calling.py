@@ -736,6 +736,66 @@ def test_a_mixture_of_a_plain_chat_and_a_tool_chat_keeps_both_inputs_messages(tm
     assert any(t["tool_calls"] for row in exported for t in row["completion"])
 
 
+def test_a_mixture_of_xlam_rows_and_openai_rows_with_tool_objects_keeps_each_inputs_tools(tmp_path):
+    """xLAM rows (`tools`: the schemas' JSON text, as the Hub keeps them) mixed with OpenAI rows whose `tools` are a
+    list of objects (a Parquet struct column) were refused before any work ("column 'tools' is list<...>, but
+    input xlam has it as string"). The column is JSON text for both now, each value the JSON of what its input
+    held (the xLAM text as a JSON string): the loader and `export --for jsonl` give every row back as its input
+    held it, and each trainer export writes every row as its input alone exports it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import cluster_curate as cc
+    from cluster_curate.loader import load_shard
+    from shard_helpers import make_selection
+    from test_outputs import FAST
+    write_jsonl(tmp_path / "xlam.jsonl", xlam_rows(60))
+    pq.write_table(pa.Table.from_pylist(tool_rows(60)), tmp_path / "tools.parquet")
+    held = {"xlam": _records(tmp_path / "xlam.jsonl"), "tools": pq.read_table(tmp_path / "tools.parquet").to_pylist()}
+    files = {"xlam": "xlam.jsonl", "tools": "tools.parquet"}
+    assert FAST[-2] == "--micro-batch-size"  # 4: xLAM rows are left over too, read back by export --for jsonl
+    r = _cli("run", *files.values(), "--out", "out", *FAST[:-1], "4", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    shards = tmp_path / "out" / "shards"
+    manifest = json.loads((shards / "manifest.json").read_text())
+    assert "tools" in manifest["json_columns"]
+    seen = set()
+    for rank in range(manifest["num_shards"]):
+        for row in load_shard(shards, rank=rank, world_size=manifest["num_shards"]):
+            assert row["tools"] == held[row["source"]][row["source_row"]]["tools"]
+            seen.add(row["source"])
+    assert seen == {"xlam", "tools"} and isinstance(held["xlam"][0]["tools"], str)
+    first = {i["name"]: i["first_id"] for i in manifest["dataset"]["inputs"]}
+    assert any(i < first["tools"] for i in manifest["leftover_ids"])
+    cc.export(str(shards), trainer="jsonl", out=str(tmp_path / "jsonl"))
+    selected = _records(tmp_path / "jsonl" / "selected.jsonl")
+    assert len(selected) == manifest["selected_rows"]
+    assert all(rec["tools"] == held[rec["source"]][rec["source_row"]]["tools"] for rec in selected)
+
+    trainers = ("trl", "axolotl", "llamafactory")
+    for trainer in trainers:
+        cc.export(str(shards), trainer=trainer, out=str(tmp_path / trainer))
+    for name, file in files.items():  # each input alone, every row sharded and exported
+        data = str(tmp_path / file)
+        make_selection(tmp_path / f"{name}-sel.parquet", data, k=2, fraction=1.0, n_tokens=True)
+        cc.shard(str(tmp_path / f"{name}-sel.parquet"), data, str(tmp_path / f"{name}-shards"), num_shards=1,
+                 micro_batch_size=1)
+    for trainer in trainers:
+        mixed = pq.read_table(tmp_path / trainer / "train.parquet").to_pylist()
+        compared = {name: 0 for name in files}
+        for name in files:
+            cc.export(str(tmp_path / f"{name}-shards"), trainer=trainer, out=str(tmp_path / f"{name}-{trainer}"))
+            alone = {r["id"]: r for r in pq.read_table(tmp_path / f"{name}-{trainer}" / "train.parquet").to_pylist()}
+            for row in mixed:
+                if max((n for n in first if first[n] <= row["id"]), key=first.get) != name:
+                    continue
+                expected = alone[row["id"] - first[name]]
+                assert {k: _present(v) for k, v in row.items() if k not in ("id", "weight", "step")} == {
+                    k: _present(v) for k, v in expected.items() if k not in ("id", "weight", "step")}, trainer
+                compared[name] += 1
+        assert all(compared.values()), (trainer, compared)
+
+
 def test_one_inputs_own_source_row_column_keeps_its_tools_in_a_trainer_export(tmp_path):
     """Whether shards are a mixture's (normalised `messages` holding the schemas in the system turn) was told by
     a `source_row` column: rows re-packaged from another set that keep their own `source_row` lost their `tools`

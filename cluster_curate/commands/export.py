@@ -126,6 +126,8 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
         raise CurateError(f"{', '.join(data) or ds.source}: not the data the shards were made from (fingerprint "
                           f"{ds.fingerprint()}, the manifest says {recorded['fingerprint']}){hint}")
     mixture = isinstance(ds, Mixture)  # its shards carry the normalised prompt/response/messages/system columns
+    if mixture:  # which inputs' text is JSON text in the shards (io/mixture.py `text_as_json`), as shard wrote it
+        ds.check_columns()
     wanted = pa.array(ids, pa.int64())
     parts = settled_pass(ds, lambda: _leftover_parts(ds, wanted, mixture))
     if not parts:

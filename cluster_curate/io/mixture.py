@@ -17,7 +17,10 @@ trainer, and Parquet stores them column by column; the price is that inputs must
 they share: `check_columns` refuses a disagreement before any work, naming both inputs, and the mixture file
 can rename a column of one input (`rename: {label: label_text}`). A JSON-string column would have accepted
 anything, but turns every typed value (timestamps, binary, nested lists) into text a trainer must parse; it is
-used only where objects differ in keys anyway (one input's JSON text of them, or another input's other keys).
+used only where objects differ in keys anyway (one input's JSON text of them, or another input's other keys), or
+where one input holds text and another lists or objects (xLAM's `tools`, JSON text as the Hub keeps it, beside an
+OpenAI input's list of schemas): each value is then the JSON of what its input held, a text as a JSON string
+(`text_as_json`), so that the loader hands every row back as its input held it.
 
 Mixture file (YAML, or JSON with the same keys)::
 
@@ -258,6 +261,9 @@ class Mixture:
         self.rejects: list[Reject] = []
         self._fingerprint: str | None = None
         self._skip_ids: frozenset[int] = frozenset()
+        # per input, its columns of plain text that are JSON text in the mixture (check_columns): written as JSON
+        # strings, so that decoding gives the text back
+        self.text_as_json: list[set[str]] = [set() for _ in self.inputs]
 
     # ------------------------------------------------------------------------------------------- sizes
     @property
@@ -319,18 +325,20 @@ class Mixture:
     def _raw(self, raw: pa.RecordBatch, k: int, offset: int) -> pa.RecordBatch:
         local = raw.column(0)
         names = [self._column_name(k, n) for n in raw.schema.names[1:]]
+        columns = [_json_strings(c) if n in self.text_as_json[k] else c for n, c in zip(names, raw.columns[1:])]
         return pa.RecordBatch.from_arrays(
             [pc.add(local, pa.scalar(offset, pa.int64())),
              pa.DictionaryArray.from_arrays(pa.nulls(raw.num_rows, pa.int32()).fill_null(k),
                                             pa.array(self.names, pa.string())),
-             local, *raw.columns[1:]],
+             local, *columns],
             names=list(IDENTITY_COLUMNS) + names)
 
     @property
     def json_columns(self) -> list[str]:
-        """The inputs' columns kept as JSON text (io/datasets.py, Dataset.json_columns), by their names here."""
-        return list(dict.fromkeys(self._column_name(k, n) for k, ds in enumerate(self.datasets)
-                                  for n in ds.json_columns))
+        """The inputs' columns kept as JSON text (io/datasets.py, Dataset.json_columns), by their names here, and
+        those of one input's text and another's objects (`text_as_json`)."""
+        return list(dict.fromkeys([*(self._column_name(k, n) for k, ds in enumerate(self.datasets)
+                                     for n in ds.json_columns), *(n for names in self.text_as_json for n in names)]))
 
     @property
     def late_text_columns(self) -> list[str]:
@@ -354,6 +362,7 @@ class Mixture:
         CSV inputs are read once (raw rows only: a column's type there is what the values make it)."""
         from cluster_curate.io.shard_writer import nested_type
         owner: dict[str, tuple[str, pa.DataType, bool]] = {}  # name -> (input, type, holds lists or objects)
+        texts: dict[str, list[int]] = {}  # name -> the inputs that hold plain text there
         for k, (inp, ds) in enumerate(zip(self.inputs, self.datasets)):
             schema = _input_schema(ds, batch_rows)
             json_text = {self._column_name(k, n) for n in ds.json_columns}  # known once its rows are read
@@ -367,9 +376,15 @@ class Mixture:
                 if pa.types.is_null(f.type):
                     owner.setdefault(name, (inp.name, f.type, False))
                     continue
+                if pa.types.is_string(f.type) and not objects:
+                    texts.setdefault(name, []).append(k)
                 prev = owner.get(name)
                 if prev is None or pa.types.is_null(prev[1]):
                     owner[name] = (inp.name, f.type, objects)
+                elif prev[2] != objects and pa.types.is_string(prev[1] if objects else f.type):
+                    # text in one input, lists or objects (or their JSON text) in another: JSON text for every
+                    # input, the text as a JSON string (`text_as_json`)
+                    owner[name] = (inp.name, pa.string(), True)
                 elif prev[1] != f.type and prev[2] and objects and (
                         pa.types.is_string(prev[1]) or pa.types.is_string(f.type) or not same_keys(prev[1], f.type)):
                     # objects of other keys (tool_calls in some turns only) or one input's JSON text of them: JSON
@@ -380,7 +395,15 @@ class Mixture:
                     raise CurateError(f"{inp.path}: column '{f.name}' is {f.type}, but input {prev[0]} has it as "
                                       f"{prev[1]}; the shards keep one typed column per name: rename one of them "
                                       f"in a mixture file (rename: {{{f.name}: {f.name}_{inp.name}}})")
+        self.text_as_json = [{n for n, ks in texts.items() if owner[n][2] and k in ks} for k in range(len(self.inputs))]
         return pa.schema([pa.field(n, t) for n, (_, t, _) in owner.items()])
+
+
+def _json_strings(column: pa.Array) -> pa.Array:
+    """A text column as JSON strings ("a" -> '"a"'), one value per row: a JSON-text column's value where the input
+    held text (Mixture.text_as_json)."""
+    return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in column.to_pylist()],
+                    pa.string())
 
 
 def _input_schema(ds, batch_rows: int) -> pa.Schema:
