@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 import re
 
-from cluster_curate.io.formats import FieldMap, RecordError
+from cluster_curate.io.formats import FieldMap, RecordError, field_value
 
 # A speaker opens a turn at the start of the transcript or after a blank line, as the dataset writes it.
 _SPEAKER = re.compile(r"(?:\A\s*|\n\s*\n)(USER|ASSISTANT|FUNCTION RESPONSE):[ \t]*")
 _ROLES = {"USER": "user", "ASSISTANT": "assistant", "FUNCTION RESPONSE": "tool"}
 _END = "<|endoftext|>"  # closes an assistant turn: the model's end of text, no part of what it says
 _CALL = "<functioncall>"
+_SCHEMA = re.compile(r"^\{", re.MULTILINE)  # each schema is pretty-printed from the start of a line
 # {"name": "...", "arguments": '...'}: the arguments are JSON text in single quotes, which makes the call no JSON
 _QUOTED_CALL = re.compile(r'\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")\s*,\s*"arguments"\s*:\s*\'(.*)\'\s*\}', re.DOTALL)
 
@@ -34,7 +35,7 @@ def openai_record(rec: dict, fields: FieldMap) -> tuple[dict, FieldMap]:
     `chat` (and the turn) for a transcript or a call that cannot be read."""
     system, tools = _system(rec.get(fields.system) if fields.system else None, fields.system)
     turns = [{"role": "system", "content": system}] if system else []
-    turns += _chat(rec.get(fields.prompt), fields.prompt)
+    turns += _chat(field_value(rec, fields.prompt), fields.prompt)
     return ({"messages": turns, "tools": tools},
             FieldMap("messages", "messages", prompts_only=fields.prompts_only, tools="tools"))
 
@@ -46,10 +47,10 @@ def _system(value, field: str | None) -> tuple[str, list | None]:
     if not isinstance(value, str):
         raise RecordError(field, f"system prompt is not text ({type(value).__name__})")
     text = value.strip().removeprefix("SYSTEM:").strip()
-    start = text.find("{")
-    if start < 0:  # "with no access to external functions."
+    first = _SCHEMA.search(text)
+    if first is None:  # "with no access to external functions."
         return text, None
-    own, tools, decoder, at = text[:start].strip(), [], json.JSONDecoder(), start
+    own, tools, decoder, at = text[: first.start()].strip(), [], json.JSONDecoder(), first.start()
     while at < len(text):
         try:
             schema, at = decoder.raw_decode(text, at)
