@@ -36,8 +36,9 @@ DEFAULT_TEXT_DIM = 256
 # 2: tool-calling chats read (calls, tool turns, `tools` schemas); ShareGPT's `system` column. 3: xLAM rows read as
 # their calls (`--prompt-field query --response-field answers` read the answers' JSON text as written); calls and
 # tool schemas kept as Parquet / Hugging Face structs lose the null keys Arrow gave them from other rows; a pair's
-# explicit `prompt` turns may end with a tool's result (a bad row before)
-ALGORITHM_VERSION = 3
+# explicit `prompt` turns may end with a tool's result (a bad row before). 4: alpaca's input is dolly-15k's `context`
+# column where there is no `input`, and a `system_prompt` column (Open-Orca) is the system turn: both were dropped
+ALGORITHM_VERSION = 4
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
 # version bump: the features are the same, and embeddings written without these columns stay valid (those

@@ -11,12 +11,13 @@ Supported formats (detected from the column names, overridable with --format / -
 `--prompt-field A,B` makes the prompt of several columns, joined by a blank line, e.g. PubMedQA's CONTEXTS,QUESTION;
 a field `data.question` is a path into nested objects unless a column has that very name: `field_value`):
 
-    alpaca             instruction (+ input, + optional system) -> output (or `response`)
+    alpaca             instruction (+ input, or dolly-15k's `context`; + optional system) -> output (or `response`)
     prompt-completion  prompt -> completion (or `response`); both may be lists of turns (TRL conversational)
     qa                 question -> answer (GSM8K and friends)
     messages           OpenAI chat: `messages` = [{role, content}...]; the LAST assistant turn is the response,
                        every turn before it (system, user, earlier assistant turns) is the prompt
-    sharegpt           `conversations` = [{from, value}...] with from in human/gpt/system (same rule as messages)
+    sharegpt           `conversations` = [{from, value}...] with from in human/gpt/system (same rule as messages);
+                       LIMA's list of plain texts is the user's and the assistant's turns in turn
     preference         TRL / DPO preference pairs: `chosen` and `rejected`; with a `prompt` column, prompt -> chosen
                        (text, or a list of assistant turns); without one, `chosen` is the whole conversation (read as
                        `messages`, or an Anthropic HH transcript: "\n\nHuman: ...\n\nAssistant: ...") and `rejected`
@@ -30,6 +31,10 @@ a field `data.question` is a path into nested objects unless a column has that v
     glaive             glaive-function-calling-v2: `chat` ("USER: ...\n\n\nASSISTANT: <functioncall> {...}") and
                        `system` ("SYSTEM: ..." then the tool schemas), read as the OpenAI chat and tools they
                        transcribe (io/glaive.py), then as `messages`
+
+Columns of popular datasets that no format names are read as `--prompt-field A --response-field B` would read them
+(`_KNOWN_PAIRS`): MetaMathQA's query -> response, OpenMathInstruct-2's problem -> generated_solution, xP3's and
+FLAN's inputs -> targets.
 
 Questions alone (`resolve_fields(..., prompts_only=True)`: an evaluation set read for its questions, as
 `--decontaminate` reads it): a row needs no response. The prompt column of a format above is enough (IFEval's
@@ -108,7 +113,8 @@ class FieldMap:
     response: str | None = None     # None for conversation formats (the response is inside the conversation),
                                     # and for questions alone without a response column
     input: str | None = None        # alpaca's optional second prompt field
-    system: str | None = None       # optional system-prompt column (alpaca, prompt-completion, qa)
+    system: str | None = None       # optional system-prompt column (alpaca, prompt-completion, qa): `system`, or
+                                    # Open-Orca's `system_prompt`
     prompt_extra: tuple[str, ...] = ()  # more prompt columns after `prompt` (--prompt-field A,B)
     prompts_only: bool = False      # questions alone: a row needs no response (the module docstring)
     rejected: str | None = None     # preference: the rejected response's column
@@ -142,6 +148,9 @@ FIX_HINT = ("pass --prompt-field COLUMN --response-field COLUMN (several prompt 
 # Column names, compared ignoring case, that a hint may suggest (the detection itself only takes the exact ones).
 _PROMPT_NAMES = ("instruction", "prompt", "question", "query", "problem", "input", "text")
 _RESPONSE_NAMES = ("output", "response", "completion", "answer", "answers", "long_answer", "solution", "target")
+# A hint's response where no column has one of those names: a column named `..._solution` (OpenMathInstruct-2's
+# `generated_solution`, beside its `expected_answer`), a worked solution before a bare answer.
+_RESPONSE_SUFFIXES = ("solution", "response", "output", "completion", "answer")
 
 
 def _by_lower_name(columns, names, exclude=()) -> list[str]:
@@ -209,6 +218,19 @@ def _label_flags(pair: tuple[str, str, str, tuple[str, ...]], prompt: bool = Tru
             f"--label-field {labels[0]}")
 
 
+# The prompt and response columns of popular datasets that no format's names cover, read as `--prompt-field A
+# --response-field B` reads them (a custom pair: prompt-completion): MetaMathQA; OpenMathInstruct-2 (its
+# `expected_answer` is the last line of the solution); xP3 and the FLAN collections. Not problem -> solution: MATH,
+# an evaluation set, ships so (refused as data, the message gives the flags: Magicoder-OSS-Instruct's).
+_KNOWN_PAIRS = (("query", "response"), ("problem", "generated_solution"), ("inputs", "targets"))
+
+
+def _known_pair(columns: set) -> tuple[list[str], str | None]:
+    """([prompt column], response column) of the first known pair these columns hold, else ([], None)."""
+    pair = next((p for p in _KNOWN_PAIRS if set(p) <= columns), None)
+    return ([pair[0]], pair[1]) if pair else ([], None)
+
+
 def _fix_hint(columns) -> str:
     """The flags that would read these columns when their names look like a prompt and a response (or a
     preference pair's two answers, a labelled pair's with their label), else FIX_HINT."""
@@ -227,7 +249,8 @@ def _fix_hint(columns) -> str:
                 "columns; the chosen answer's, then the rejected one's)" if prompt else
                 f"pass --response-field {pair[0]} --rejected-field {pair[1]} (the chosen answer's column, then the "
                 "rejected one's) and --prompt-field COLUMN, unless each holds the whole conversation")
-    responses = _by_lower_name(columns, _RESPONSE_NAMES, exclude=prompts[:1])
+    responses = (_by_lower_name(columns, _RESPONSE_NAMES, exclude=prompts[:1])
+                 or [c for end in _RESPONSE_SUFFIXES for c in columns if c.lower().endswith("_" + end)])
     if prompts and responses:
         return f"pass --prompt-field {prompts[0]} --response-field {responses[0]} (or other columns)"
     if not responses and (TURNS in columns or any(p.lower() not in ("text", "input") for p in prompts)):
@@ -297,6 +320,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
             raise CurateError(f"{source}: {option} {name!r}: no such column; columns found: [{shown}]")
     if fmt is None:
         fmt = "preference" if rejected_field or label_field else detect_format(colset)
+        if fmt is None and not prompts and response_field is None and not prompts_only:
+            prompts, response_field = _known_pair(colset)
         if fmt is None and prompts_only and not prompts:
             fmt = next((e.name for e in sorted(FORMAT, key=lambda e: e.detect_order)
                         if e.value in colset and set(getattr(e, "also", ())) <= colset),  # xlam: its `tools`
@@ -354,14 +379,24 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         raise CurateError(f"{source}: format {fmt} needs column {which}, not found; columns found: [{shown}]. "
                           f"{_fix_hint(cols)}")
     used = {prompt, *extra}
-    # alpaca's input: its column, else the key beside a nested instruction (data.instruction -> data.input)
-    nested_in = prompt.rpartition(".")[0] if prompt not in colset else ""
-    input_name = "input" if "input" in colset or not nested_in else f"{nested_in}.input"
-    input_field = input_name if fmt == "alpaca" and (input_name in colset or nested_in) and input_name not in used \
-        else None
-    system = "system" if "system" in colset and "system" not in (*used, response) else None
+    input_field = _alpaca_input(prompt, colset, used) if fmt == "alpaca" else None
+    system = _system_column(colset, {*used, response})
     return FieldMap(fmt, prompt, response, input_field, system, tuple(extra), prompts_only=prompts_only,
                     tools=_tools_column(colset, {*used, response, input_field, system}))
+
+
+def _alpaca_input(prompt: str, columns: set, used: set) -> str | None:
+    """alpaca's input: its column (`input`, or dolly-15k's `context`: the passage a closed_qa / summarization
+    instruction is about), else the key beside a nested instruction (data.instruction -> data.input)."""
+    nested_in = prompt.rpartition(".")[0] if prompt not in columns else ""
+    name = (f"{nested_in}.input" if nested_in and "input" not in columns
+            else next((c for c in ("input", "context") if c in columns), None))
+    return name if name not in used else None
+
+
+def _system_column(columns: set, used: set) -> str | None:
+    """The system prompt's column beside a prompt and a response: `system`, or Open-Orca's `system_prompt`."""
+    return next((c for c in ("system", "system_prompt") if c in columns and c not in used), None)
 
 
 def _preference_fields(cols: list, prompts: list, response_field: str | None, rejected_field: str | None,
@@ -617,6 +652,8 @@ def _parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[t
     tool calls one per line), the message what a trainer gets (`_message`; with `messages` only, since every
     row's reading would pay for it)."""
     value = _listed(value, field, "conversation", "turns", all_text=True)
+    if fmt == "sharegpt" and value and all(isinstance(t, str) for t in value):
+        value = _alternating_turns(value)
     turns = []
     for i, t in enumerate(value):
         if not isinstance(t, dict):
@@ -639,6 +676,12 @@ def _parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[t
         text = "\n".join(x for x in (content, _call_text(parsed)) if x) if parsed else content or ""
         turns.append((role, text, _message(t, role, content, f"{field}[{i}]", parsed) if messages else None))
     return turns
+
+
+def _alternating_turns(texts) -> list[dict]:
+    """LIMA's `conversations`, a list of plain texts: the user's and the assistant's in turn, the user first, as
+    ShareGPT turns."""
+    return [{"from": "gpt" if i % 2 else "human", "value": text} for i, text in enumerate(texts)]
 
 
 def _turns(value, field: str, fmt: str) -> list[dict]:
