@@ -328,6 +328,40 @@ def test_parquet_directory_across_files_and_batches(tmp_path):
     assert [e.id for e in ex] == list(range(13)) and ds.rows == 13
 
 
+def test_a_directory_of_json_lines_and_json_files_reads_every_file_in_name_order(tmp_path):
+    """An evaluation suite's directory of .jsonl / .json files (JSON lines, or one JSON array, .gz too) is one
+    dataset: its files in sorted name order, ids running on, a bad row located by its own file and line, the files
+    of its folders not read; a directory holding none of them is refused saying what it holds."""
+    import gzip
+    rows = [json.loads(line) for line in (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines()[:9]]
+    d = tmp_path / "gsm8k"
+    (d / "answers").mkdir(parents=True)
+    write_jsonl(d / "b.json", rows[3:6])  # JSON lines in a .json file
+    (d / "a.json").write_text(json.dumps(rows[:3], indent=2))  # one JSON array
+    (d / "c.jsonl.gz").write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows[6:]).encode()))
+    write_jsonl(d / "answers" / "a.jsonl", [{"id": 0, "ground_truth": "72"}])
+    (d / "README.md").write_text("GSM8K\n")
+    ds, batches, ex = read_all(d, batch_rows=4)
+    assert ds.container == "json-files" and ds.rows == ds.num_rows() == 9 and [e.id for e in ex] == list(range(9))
+    assert [e.prompt[0]["content"] for e in ex] == [r["question"] for r in rows]
+    assert pa.concat_tables([pa.Table.from_batches([b.raw]) for b in batches]).column("answer").to_pylist() == \
+        [r["answer"] for r in rows]
+    write_jsonl(d / "b.json", [rows[3], {"question": "Q?"}, rows[5]])
+    with pytest.raises(CurateError, match=rf"^{d / 'b.json'}:2: field 'answer': missing response \(id 4;"):
+        read_all(d)
+    ds, _, ex = read_all(d, SKIP)
+    assert len(ex) == 8 and [(r.id, r.location) for r in ds.rejects] == [(4, f"{d / 'b.json'}:2")]
+    for held, files in [("1 .csv, 1 .md, 1 folder", ["x.csv", "README.md", "sub/"]), ("it is empty", [])]:
+        other = tmp_path / f"other{len(files)}"
+        other.mkdir()
+        for name in files:
+            (other / name).mkdir() if name.endswith("/") else (other / name).write_text("x\n")
+        with pytest.raises(CurateError) as e:
+            open_dataset(other)
+        assert str(e.value) == f"{other}: directory holds no data files to read ({held}); expected .parquet files, " \
+                               ".jsonl or .json files directly in it, or a datasets.save_to_disk directory"
+
+
 def test_mixed_type_column_kept_as_text(tmp_path):
     p = write_jsonl(tmp_path / "mixed.jsonl", [{"question": "a", "answer": "b", "meta": 1},
                                                {"question": "c", "answer": "d", "meta": "x"}])

@@ -1024,36 +1024,46 @@ def test_a_question_answered_through_a_tool_call_is_asked_by_its_row(tmp_path):
     assert (asked["rows"], sorted(asked["ids"]), asked["questions_in_pool"]) == (3, [0, 1, 2], 3)
 
 
-def test_a_bfcl_evaluation_set_is_read_for_its_users_questions(tmp_path):
-    """BFCL's files (`question`: one list of {role, content} turns per turn of the test, `function`: the schemas;
-    a multi-turn test's turn that adds a function holds no turn) were refused by --decontaminate ('prompt is a
-    list holding a list'). Each user turn is a question of its own now, a system turn beside it none."""
-    simple = [{"id": "simple_0", "question": [[{"role": "user", "content": "Find the area of a triangle with a base "
-                                                                          "of 10 units and height of 5 units."}]],
-               "function": [{"name": "calculate_triangle_area",
-                             "description": "Calculate the area of a triangle given its base and height.",
-                             "parameters": {"type": "dict", "properties": {
-                                 "base": {"type": "integer", "description": "The base of the triangle."},
-                                 "height": {"type": "integer", "description": "The height of the triangle."}},
-                                 "required": ["base", "height"]}}]},
-              {"id": "live_simple_1-1-0", "question": [[
-                  {"role": "system", "content": "You are a helpful assistant."},
-                  {"role": "user", "content": "What is the weather in Quito, case 4? Please check Paris."}]],
-               "function": [_schema("get_weather", {"city": {"type": "string"}})["function"]]}]
-    multi = [{"id": "multi_turn_miss_func_0",
-              "question": [[{"role": "user", "content": "Move 'final_report.pdf' within the document directory to "
-                                                        "'temp', creating it if needed."}],
-                           [],
-                           [{"role": "user", "content": "What is the weather in Perth, case 7? Please check Paris "
-                                                        "and Oslo and Lima and Rome."}]],
-              "initial_config": {"GorillaFileSystem": {"root": {"alex": {"type": "directory", "contents": {}}}}},
-              "path": ["GorillaFileSystem.mv"], "involved_classes": ["GorillaFileSystem"],
-              "missed_function": {"1": ["cp"]}}]
+# BFCL's rows as its files hold them (JSON lines in files named .json): `question`, one list of {role, content}
+# turns per turn of the test (a multi-turn test's turn that adds a function holds none); `function`, the schemas
+BFCL_SIMPLE = [
+    {"id": "simple_0", "question": [[{"role": "user", "content": "Find the area of a triangle with a base of 10 units "
+                                                                 "and height of 5 units."}]],
+     "function": [{"name": "calculate_triangle_area", "description": "Calculate the area of a triangle given its base "
+                                                                     "and height.",
+                   "parameters": {"type": "dict", "properties": {
+                       "base": {"type": "integer", "description": "The base of the triangle."},
+                       "height": {"type": "integer", "description": "The height of the triangle."}},
+                       "required": ["base", "height"]}}]},
+    {"id": "live_simple_1-1-0", "question": [[
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "What is the weather in Quito, case 4? Please check Paris."}]],
+     "function": [_schema("get_weather", {"city": {"type": "string"}})["function"]]}]
+BFCL_MULTI = [
+    {"id": "multi_turn_miss_func_0",
+     "question": [[{"role": "user", "content": "Move 'final_report.pdf' within the document directory to 'temp', "
+                                               "creating it if needed."}],
+                  [],
+                  [{"role": "user", "content": "What is the weather in Perth, case 7? Please check Paris and Oslo "
+                                               "and Lima and Rome."}]],
+     "initial_config": {"GorillaFileSystem": {"root": {"alex": {"type": "directory", "contents": {}}}}},
+     "path": ["GorillaFileSystem.mv"], "involved_classes": ["GorillaFileSystem"], "missed_function": {"1": ["cp"]}}]
+
+
+def _bfcl_pool() -> list[dict]:
+    """30 tool rows (tool_rows), of which row 1 asks simple_0, row 4 live_simple's user turn and row 7 the
+    multi-turn test's last turn."""
     rows = tool_rows(30)
-    rows[1]["messages"][0]["content"] = simple[0]["question"][0][0]["content"]  # a pool row asks simple_0
-    write_jsonl(tmp_path / "tools.jsonl", rows)
-    write_jsonl(tmp_path / "simple.jsonl", simple)
-    write_jsonl(tmp_path / "multi.jsonl", multi)
+    rows[1]["messages"][0]["content"] = BFCL_SIMPLE[0]["question"][0][0]["content"]
+    return rows
+
+
+def test_a_bfcl_evaluation_set_is_read_for_its_users_questions(tmp_path):
+    """BFCL's files (BFCL_SIMPLE, BFCL_MULTI) were refused by --decontaminate ('prompt is a list holding a list').
+    Each user turn is a question of its own now, a system turn beside it none."""
+    write_jsonl(tmp_path / "tools.jsonl", _bfcl_pool())
+    write_jsonl(tmp_path / "simple.jsonl", BFCL_SIMPLE)
+    write_jsonl(tmp_path / "multi.jsonl", BFCL_MULTI)
     summary = _inspect(tmp_path / "tools.jsonl", "--decontaminate", str(tmp_path / "simple.jsonl"),
                        "--decontaminate", str(tmp_path / "multi.jsonl"))
     by_set = {r["path"].rsplit("/", 1)[-1]: r for r in summary["decontamination"]}
@@ -1061,11 +1071,49 @@ def test_a_bfcl_evaluation_set_is_read_for_its_users_questions(tmp_path):
     assert (by_set["simple.jsonl"]["questions"], by_set["simple.jsonl"]["ids"]) == (2, [1, 4])
     assert (by_set["multi.jsonl"]["questions"], by_set["multi.jsonl"]["ids"]) == (2, [7])
 
-    bad = dict(multi[0], question=[[{"role": "user", "content": "Move it."}], [{"content": "No role."}]])
-    write_jsonl(tmp_path / "bad.jsonl", [multi[0], bad])
+    bad = dict(BFCL_MULTI[0], question=[[{"role": "user", "content": "Move it."}], [{"content": "No role."}]])
+    write_jsonl(tmp_path / "bad.jsonl", [BFCL_MULTI[0], bad])
     r = _cli("inspect", "tools.jsonl", "--decontaminate", "bad.jsonl", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "bad.jsonl:2: field 'question[1][0].role': turn has no role" in r.stderr, r.stderr
+
+
+def test_a_bfcl_data_directory_is_one_evaluation_set(tmp_path):
+    """BFCL ships a directory of files named .json that hold JSON lines, its answers in a folder beside them
+    (`possible_answer/`, {id, ground_truth}): --decontaminate DIR was refused ('holds no .parquet files'). Every
+    file directly in it is read now (its folders are not), select leaves out the rows that ask any of their
+    questions, a bad row names its file and line, and a directory with no such files is refused saying what it
+    holds."""
+    import pyarrow.parquet as pq
+    write_jsonl(tmp_path / "tools.jsonl", _bfcl_pool())
+    bfcl = tmp_path / "bfcl_eval" / "data"
+    (bfcl / "possible_answer").mkdir(parents=True)
+    write_jsonl(bfcl / "BFCL_v3_simple.json", BFCL_SIMPLE)
+    write_jsonl(bfcl / "BFCL_v3_multi_turn_miss_func.json", BFCL_MULTI)
+    write_jsonl(bfcl / "possible_answer" / "BFCL_v3_simple.json",
+                [{"id": "simple_0", "ground_truth": [{"calculate_triangle_area": {"base": [10], "height": [5]}}]}])
+    (asked,) = _inspect(tmp_path / "tools.jsonl", "--decontaminate", str(bfcl))["decontamination"]
+    assert (asked["questions"], asked["ids"]) == (4, [1, 4, 7])
+    emb, clusters, selected = (tmp_path / name for name in ("e.parquet", "c.parquet", "s.parquet"))
+    for argv in (["embed", "tools.jsonl", "--out", emb, "--dim", "8"], ["cluster", emb, "--out", clusters, "--k", "2"],
+                 ["select", clusters, "--fraction", "1", "--decontaminate", bfcl, "--out", selected]):
+        r = _cli(*map(str, argv), cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    kept = pq.read_table(selected, columns=["id"]).column("id").to_pylist()
+    assert sorted(kept) == sorted(set(range(30)) - {1, 4, 7})
+
+    bad = dict(BFCL_MULTI[0], question=[[{"role": "user", "content": "Move it."}], [{"content": "No role."}]])
+    write_jsonl(bfcl / "BFCL_v3_multi_turn_miss_func.json", [BFCL_MULTI[0], bad])
+    r = _cli("inspect", "tools.jsonl", "--decontaminate", str(bfcl), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{bfcl / 'BFCL_v3_multi_turn_miss_func.json'}:2: field 'question[1][0].role': turn has no role" \
+        in r.stderr, r.stderr
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "README.md").write_text("BFCL\n")
+    (tmp_path / "docs" / "scores.csv").write_text("model,score\n")
+    r = _cli("inspect", "tools.jsonl", "--decontaminate", "docs", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "--decontaminate docs: directory holds no data files to read (1 .csv, 1 .md)" in r.stderr, r.stderr
 
 
 def _call(name: str, city: str, call_id: str | None = None) -> dict:

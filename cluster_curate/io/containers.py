@@ -54,6 +54,7 @@ class _Row:
     record: dict | None     # None when the row could not be parsed
     error: str | None = None  # why it could not be parsed
     key: str | None = None  # the key of a JSON mapping entry
+    file: Path | None = None  # the file it is read from, in a directory of files (_JsonFiles)
 
 
 def _utf8_error(path, line: int, exc: UnicodeDecodeError, data: bytes, start: int) -> str:
@@ -403,19 +404,19 @@ class _Csv:
         return sum(b.num_rows for b in self.batches())
 
 
+def _parquet_files(directory: Path) -> list[Path]:
+    """The .parquet files in a directory and its folders, hidden ones (`.x`, `_x`) aside, in sorted path order."""
+    return sorted(p for p in directory.rglob("*.parquet")
+                  if not any(part.startswith((".", "_")) for part in p.relative_to(directory).parts))
+
+
 class _Parquet:
     kind = "parquet"
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, files: list[Path] | None = None):
+        """A Parquet file, or a directory (`path`) of Parquet `files`."""
         import pyarrow.parquet as pq
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*.parquet")
-                           if not any(part.startswith((".", "_")) for part in p.relative_to(path).parts))
-            if not files:
-                raise CurateError(f"{path}: directory holds no .parquet files (and is not a datasets.save_to_disk "
-                                  "directory)")
-        else:
-            files = [path]
+        files = files or [path]
         self.path, self.files = path, files
         self._pq = pq
         self.rows = sum(self._file(f).metadata.num_rows for f in files)
@@ -439,6 +440,58 @@ class _Parquet:
 
     def count(self) -> int:
         return self.rows
+
+
+_JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
+
+
+def _json_file(path: Path):
+    """The container of a JSON-like file: .jsonl and .ndjson are JSON Lines; a .json file is JSON Lines or one
+    JSON document (an array, or an object mapping ids to records), as its first line shows."""
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith(".json") and not _looks_like_json_lines(path):
+        return _JsonDocument(path)
+    return _JsonLines(path)
+
+
+class _JsonFiles:
+    """A directory of JSON Lines and JSON files (an evaluation suite's files, BFCL's `BFCL_v3_simple.json`, ...; a
+    dataset cut into files): the files directly in it, in sorted name order, each read as that file alone is, its
+    rows naming their file. Folders inside are not read: an evaluation suite keeps its answers and tool documents
+    there (BFCL's `possible_answer/`), which hold no questions."""
+
+    kind = "json-files"
+
+    def __init__(self, path: Path, files: list[Path]):
+        self.path, self.files = path, files
+
+    def iter_rows(self) -> Iterator[_Row]:
+        for f in self.files:
+            for row in _json_file(f).iter_rows():
+                row.file = f
+                yield row
+
+    def count(self) -> int:
+        return sum(_json_file(f).count() for f in self.files)
+
+
+def _directory(path: Path):
+    """The container of a directory that is no save_to_disk dataset: its Parquet files (in its folders too), else
+    the JSON Lines and JSON files directly in it; one with neither is refused, saying what it holds."""
+    parts = _parquet_files(path)
+    if parts:
+        return _Parquet(path, parts)
+    files = sorted(f for f in path.iterdir() if not f.name.startswith((".", "_")))
+    json_files = [f for f in files if f.is_file() and f.name.lower().removesuffix(".gz").endswith(_JSON_SUFFIXES)]
+    if json_files:
+        return _JsonFiles(path, json_files)
+    kinds: dict[str, int] = {}
+    for f in files:
+        kind = "folder" if f.is_dir() else (f.suffix.lower() or "file without a suffix")
+        kinds[kind] = kinds.get(kind, 0) + 1
+    held = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "it is empty"
+    raise CurateError(f"{path}: directory holds no data files to read ({held}); expected .parquet files, .jsonl or "
+                      ".json files directly in it, or a datasets.save_to_disk directory")
 
 
 _HF_ID = re.compile(r"^(hf:)?(?P<name>[A-Za-z0-9][\w.-]*(/[\w.-]+)?)(@(?P<config>[\w.-]+))?(:(?P<split>[\w.\[\]:%-]+))?$")
@@ -485,16 +538,14 @@ def _open_source(source: str):
             raise CurateError(f"{path}: cannot read the directory (permission denied)")
         if _is_saved_hf_dataset(path):
             return path, load_from_disk(path)
-        return path, _Parquet(path)
+        return path, _directory(path)
     if not path.is_file():  # a named pipe, a device: the data is read more than once; a pipe is empty the 2nd time
         raise CurateError(f"{source}: not a regular file (a pipe or a device), and the data is read more than once; "
                           "write it to a file first")
     name = path.name.lower()
     name = name[:-3] if name.endswith(".gz") else name
-    if name.endswith((".jsonl", ".ndjson")):
-        return path, _JsonLines(path)
-    if name.endswith(".json"):
-        return path, (_JsonLines(path) if _looks_like_json_lines(path) else _JsonDocument(path))
+    if name.endswith(_JSON_SUFFIXES):
+        return path, _json_file(path)
     if name.endswith(".parquet") and not path.name.lower().endswith(".gz"):
         return path, _Parquet(path)
     if name.endswith(".csv"):
@@ -504,5 +555,5 @@ def _open_source(source: str):
     if name.endswith(".arrow"):
         raise CurateError(f"{path}: a bare .arrow file; pass the datasets.save_to_disk directory that holds it")
     raise CurateError(f"{path}: unknown file type; expected .jsonl, .json, .parquet, .csv, .tsv (each but .parquet "
-                      "may be .gz-compressed), a directory of "
-                      "Parquet files, a datasets.save_to_disk directory or a Hugging Face dataset id")
+                      "may be .gz-compressed), a directory of Parquet, JSON Lines or JSON files, a "
+                      "datasets.save_to_disk directory or a Hugging Face dataset id")

@@ -20,7 +20,8 @@ row needs no response: its Example's response is then "", and a `turns` column o
 Details of the contract:
 - Sources (`ds.container` says which): .jsonl (also .json holding JSON Lines), .json (a list of records, or an
   object mapping id -> record), .parquet (a file, or a directory of .parquet files read in sorted path order),
-  .csv and .tsv (every column read as text), .jsonl/.json/.csv/.tsv compressed as .gz, a directory written by
+  .csv and .tsv (every column read as text), .jsonl/.json/.csv/.tsv compressed as .gz, a directory of .jsonl/.json
+  files (the files directly in it, in sorted name order; a bad row names its own file), a directory written by
   `datasets.save_to_disk` (a DatasetDict: the `train` split, or its only split; pass DIR/SPLIT for another), and a
   Hugging Face dataset id `NAME[@CONFIG][:SPLIT]` (or `hf:NAME...`) through `datasets.load_dataset` (split `train`
   by default).
@@ -301,7 +302,7 @@ class Dataset:
                 if n == 1 or self.opts.on_bad_row != "skip":
                     self._raise_row(id_, row, None, row.error)
                 raise CurateError(f"{self.source}: no readable record in the first {n} rows (the first: "
-                                  f"{self._message(id_, row.line, None, row.error, hint=False)})")
+                                  f"{self._message(id_, row, None, row.error, hint=False)})")
             names = list(seen)
             if "key" in names:
                 self._key_column = "source_key"
@@ -365,24 +366,27 @@ class Dataset:
                 **({"options": read} if read else {})}
 
     # ------------------------------------------------------------------------------------------- reading
-    def _location(self, id_: int, line: int | None) -> str:
-        return f"{self.source}:{line}" if line is not None else f"{self.source}: id {id_}"
+    def _location(self, id_: int, row: _Row | None) -> str:
+        """Where a row is: its file (the source, or one file of a directory) and line, else its id (columnar)."""
+        if row is None or row.line is None:
+            return f"{self.source}: id {id_}"
+        return f"{row.file or self.source}:{row.line}"
 
-    def _message(self, id_: int, line: int | None, field: str | None, reason: str, hint: bool = True) -> str:
+    def _message(self, id_: int, row: _Row | None, field: str | None, reason: str, hint: bool = True) -> str:
         what = f"field '{field}': " if field else ""
-        notes = ([f"id {id_}"] if line is not None else []) + (["pass --on-bad-row skip to skip bad rows"] if hint else [])
-        return f"{self._location(id_, line)}: {what}{reason}" + (f" ({'; '.join(notes)})" if notes else "")
+        lined = row is not None and row.line is not None
+        notes = ([f"id {id_}"] if lined else []) + (["pass --on-bad-row skip to skip bad rows"] if hint else [])
+        return f"{self._location(id_, row)}: {what}{reason}" + (f" ({'; '.join(notes)})" if notes else "")
 
-    def _raise_row(self, id_: int, row_or_line, field: str | None, reason: str):
-        line = row_or_line.line if isinstance(row_or_line, _Row) else row_or_line
-        raise CurateError(self._message(id_, line, field, reason, hint=self.opts.on_bad_row != "skip"))
+    def _raise_row(self, id_: int, row: _Row | None, field: str | None, reason: str):
+        raise CurateError(self._message(id_, row, field, reason, hint=self.opts.on_bad_row != "skip"))
 
-    def _bad(self, id_: int, line: int | None, field: str | None, reason: str) -> None:
+    def _bad(self, id_: int, row: _Row | None, field: str | None, reason: str) -> None:
         if self.opts.on_bad_row != "skip":
-            self._raise_row(id_, line, field, reason)
-        self.rejects.append(Reject(id_, self._location(id_, line), field, reason))
+            self._raise_row(id_, row, field, reason)
+        self.rejects.append(Reject(id_, self._location(id_, row), field, reason))
 
-    def _convert(self, id_: int, line: int | None, rec: dict, examples: list) -> None:
+    def _convert(self, id_: int, row: _Row | None, rec: dict, examples: list) -> None:
         if id_ in self.skip_ids:
             return
         try:
@@ -391,7 +395,7 @@ class Dataset:
                 return
             prompt, response = to_example(rec, self.field_map)
         except RecordError as e:
-            self._bad(id_, line, e.field, e.reason)
+            self._bad(id_, row, e.field, e.reason)
             return
         examples.append(Example(id_, prompt, response))
 
@@ -427,9 +431,9 @@ class Dataset:
         examples: list[Example] = []
         for i, row in enumerate(rows if convert else ()):
             if row.record is None:
-                self._bad(first_id + i, row.line, None, row.error)
+                self._bad(first_id + i, row, None, row.error)
             else:
-                self._convert(first_id + i, row.line, row.record, examples)
+                self._convert(first_id + i, row, row.record, examples)
         return Batch(examples=examples, raw_fn=lambda: self._json_raw(rows, first_id), num_rows=len(rows))
 
     def _json_raw(self, rows: list[_Row], first_id: int) -> pa.RecordBatch:
