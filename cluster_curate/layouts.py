@@ -432,6 +432,14 @@ def uses_tools(rows: pa.Table | None) -> bool:
     return False
 
 
+# a recipe config may give `dataset:` as a list, whose datasets the recipes concatenate (ConcatDataset): a dict
+# does not merge into it, and the sampler deals the plan's rows to their ranks only at the head of the list
+_TORCHTUNE_LIST_NOTE = (
+    "# a config whose `dataset:` is a list (torchtune concatenates its datasets): make this `dataset` its first\n"
+    "# item, dataset: [{_component_: ..., source: parquet, ...}, <yours>, ...] (a mapping does not merge into a\n"
+    "# list; after another dataset's rows the planned rows would reach other ranks and steps than planned)\n")
+
+
 def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | None = None,
                  preference: bool = False, labels: list[str] = ()) -> dict[str, str]:
     """File name -> text of the settings that keep the plan for `tgt` (and a README of its traps); `rows`: the
@@ -461,6 +469,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
     elif tgt.name == "torchtune" and preference:  # preference_dataset reads the `chosen` / `rejected` conversations
         files[names.TRAINER_CONFIG] = (
             "# merge into your torchtune DPO recipe config (lora_dpo_distributed / full_dpo_distributed)\n"
+            f"{_TORCHTUNE_LIST_NOTE}"
             "dataset:\n"
             "  _component_: torchtune.datasets.preference_dataset\n"
             "  source: parquet\n"
@@ -472,6 +481,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
     elif tgt.name == "torchtune":
         files[names.TRAINER_CONFIG] = (
             "# merge into your torchtune recipe config (full_finetune_distributed / lora_finetune_distributed)\n"
+            f"{_TORCHTUNE_LIST_NOTE}"
             "dataset:\n"
             "  _component_: torchtune.datasets.chat_dataset\n"
             "  source: parquet\n"

@@ -55,25 +55,72 @@ def _datasets(export_dir: Path, recipe_config: str, tokenizer):
             for name, cfg in (("as written", ours), (recipe_config, merged))}
 
 
-def test_chat_dataset_reads_the_sft_export_with_its_system_prompts_and_turns(tmp_path, tokenizer):
+@pytest.fixture(scope="module")
+def sft_export(tmp_path_factory) -> tuple[Path, list[list[dict]]]:
+    """`run` (2 ranks, micro-batch 2) and `export --for torchtune` of chats with system prompts and several turns:
+    the export's folder and each exported row's source conversation."""
+    tmp = tmp_path_factory.mktemp("sft")
+    source = [json.loads(line) for line in (FIXTURES / "chat" / "messages-300.jsonl").read_text().splitlines()]
+    _ok("run", str(FIXTURES / "chat" / "messages-300.jsonl"), "--out", "out", *FAST, "-q", cwd=tmp)
+    _ok("export", "out/shards", "--for", "torchtune", "--out", "tt", "-q", cwd=tmp)
+    exported = pq.read_table(tmp / "tt" / "train.parquet").to_pylist()
+    return tmp / "tt", [source[row["id"]]["messages"] for row in exported]
+
+
+def test_chat_dataset_reads_the_sft_export_with_its_system_prompts_and_turns(sft_export, tokenizer):
     """Chats with a system prompt and several turns: torchtune's tokens are each exported conversation, its labels
     the assistant turns alone (the prompt masked), also once merged into llama2/7B_qlora.yaml, whose dataset
     says `train_on_input: True`."""
-    source = [json.loads(line) for line in (FIXTURES / "chat" / "messages-300.jsonl").read_text().splitlines()]
-    _ok("run", str(FIXTURES / "chat" / "messages-300.jsonl"), "--out", "out", *FAST, "-q", cwd=tmp_path)
-    _ok("export", "out/shards", "--for", "torchtune", "--out", "tt", "-q", cwd=tmp_path)
-    readme = (tmp_path / "tt" / "README.md").read_text()
+    out, chats = sft_export
+    readme = (out / "README.md").read_text()
     assert "`train_on_input: False`" in readme and "`tensor_parallel_dim: T`" in readme
-    exported = pq.read_table(tmp_path / "tt" / "train.parquet").to_pylist()
-    chats = [source[row["id"]]["messages"] for row in exported]
     assert any(c[0]["role"] == "system" for c in chats) and any(len(c) > 3 for c in chats)
-    for name, ds in _datasets(tmp_path / "tt", "llama2/7B_qlora.yaml", tokenizer).items():
-        assert len(ds) == len(exported), name
+    for name, ds in _datasets(out, "llama2/7B_qlora.yaml", tokenizer).items():
+        assert len(ds) == len(chats), name
         for i, chat in enumerate(chats):
             sample = ds[i]
             assert tokenizer.decode(sample["tokens"]) == _chatml(chat), (name, i)
             trained = [t for t in sample["labels"] if t != IGNORED]
             assert tokenizer.decode(trained) == _chatml([t for t in chat if t["role"] == "assistant"]), (name, i)
+
+
+def test_a_config_whose_dataset_is_a_list_takes_the_export_as_its_first_item(sft_export, tokenizer, tmp_path):
+    """torchtune's recipes also take `dataset:` as a list, whose datasets they concatenate (ConcatDataset); config.yaml
+    does not merge into such a config (OmegaConf refuses a mapping over a list) and said nothing of it. It says to
+    make its `dataset` the list's first item: the recipe's data set-up then deals rank r the rows of shard r, in the
+    planned micro-batches, before the user's other datasets; as the second item they would reach other ranks."""
+    from omegaconf import ListConfig
+    from torch.utils.data import DataLoader
+    from torchdata.stateful_dataloader.sampler import StatefulDistributedSampler
+    from torchtune.datasets import ConcatDataset
+    out, chats = sft_export
+    num_ranks, micro_batch = 2, 2  # FAST's
+    other = [json.loads(line) for line in (FIXTURES / "chat" / "messages-300.jsonl").read_text().splitlines()[:5]]
+    (tmp_path / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in other))
+    user = OmegaConf.create({"dataset": [{"_component_": "torchtune.datasets.chat_dataset", "source": "json",
+                                          "data_files": str(tmp_path / "mine.jsonl"), "split": "train",
+                                          "conversation_column": "messages", "conversation_style": "openai"}],
+                             "shuffle": True, "batch_size": 8})
+    ours = OmegaConf.load(out / "config.yaml")
+    with pytest.raises(Exception, match="incompatible container types"):
+        OmegaConf.merge(user, ours)
+    said = " ".join(line.lstrip("# ") for line in (out / "config.yaml").read_text().splitlines() if line[:1] == "#")
+    assert "`dataset:` is a list" in said and "make this `dataset` its first item" in said, said
+
+    def dealt(datasets) -> list[list[str]]:  # each rank's texts in the order it reads them (the recipes' set-up)
+        cfg = OmegaConf.merge(user, {k: v for k, v in ours.items() if k != "dataset"}, {"dataset": datasets})
+        assert isinstance(cfg.dataset, ListConfig) and cfg.shuffle is False and cfg.batch_size == micro_batch
+        ds = ConcatDataset([config.instantiate(c, tokenizer) for c in cfg.dataset])
+        return [[tokenizer.decode(ds[i]["tokens"]) for batch in DataLoader(
+            range(len(ds)), batch_size=cfg.batch_size, collate_fn=list,
+            sampler=StatefulDistributedSampler(ds, num_replicas=num_ranks, rank=r, shuffle=cfg.shuffle))
+            for i in batch] for r in range(num_ranks)]
+
+    planned = [[_chatml(c) for c in chats[r::num_ranks]] for r in range(num_ranks)]
+    first = dealt([ours.dataset, *user.dataset])
+    assert [texts[:len(planned[r])] for r, texts in enumerate(first)] == planned
+    second = dealt([*user.dataset, ours.dataset])
+    assert [texts[-len(planned[r]):] for r, texts in enumerate(second)] != planned
 
 
 def orca_dpo_rows(n: int = 40) -> list[dict]:
