@@ -49,3 +49,14 @@ def fixtures_dir() -> Path:
 def cli_runner():
     from click.testing import CliRunner
     return CliRunner()
+
+
+@pytest.fixture
+def api_warnings(monkeypatch) -> list[str]:
+    """The warnings the Python API's calls give in this test, as they are given (console.WARNINGS), the console
+    quiet: each call is a command of its own, which says each of its warnings once."""
+    from cluster_curate import console
+    monkeypatch.setattr(console, "QUIET", True)
+    given: list[str] = []
+    monkeypatch.setattr(console, "WARNINGS", given)
+    return given

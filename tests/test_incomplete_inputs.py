@@ -75,25 +75,22 @@ def test_a_job_array_embedding_is_refused_until_every_piece_is_written(tmp_path)
         cwd=tmp_path)
 
 
-def test_the_incomplete_warning_is_given_once_by_each_command_also_in_one_python_process(tmp_path, monkeypatch):
+def test_the_incomplete_warning_is_given_once_by_each_command_also_in_one_python_process(tmp_path, monkeypatch,
+                                                                                             api_warnings):
     """cluster checked the parts twice (before any work, and again when reading the vectors), and hid the second
     warning by looking it up among the warnings already given: a second cc.cluster (or select) on the same
     artifact in one Python process then gave none. Each command now checks once and warns once."""
     import cluster_curate as cc
-    from cluster_curate import console
     (tmp_path / "d.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[:120]))
     _ok("embed", "d.jsonl", "--out", "emb", "--num-parts", "2", "--part-index", "0", *EMBED, "-q", cwd=tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(console, "QUIET", True)
-    given = []
-    monkeypatch.setattr(console, "WARNINGS", given)
     for out in ("c1.parquet", "c2.parquet"):
-        before = len(given)
+        before = len(api_warnings)
         cc.cluster("emb", out, k=4, force=True)
-        assert sum("emb: incomplete (--force)" in w for w in given[before:]) == 1, given
-    before = len(given)
+        assert sum("emb: incomplete (--force)" in w for w in api_warnings[before:]) == 1, api_warnings
+    before = len(api_warnings)
     cc.select("c2.parquet", "s.parquet", fraction=0.3, within="diverse", force=True)
-    assert sum("emb: incomplete (--force)" in w for w in given[before:]) == 1, given
+    assert sum("emb: incomplete (--force)" in w for w in api_warnings[before:]) == 1, api_warnings
 
 
 def test_moved_recorded_data_says_where_the_path_came_from_and_suggests_data(tmp_path):

@@ -282,11 +282,10 @@ def test_a_json_text_column_is_written_as_read_whatever_pass_ran_before(tmp_path
     assert [e for e, w in zip(exported, wanted) if e != w] == []
 
 
-def test_run_on_a_mixture_of_tool_rows_says_each_json_text_column_once(tmp_path, monkeypatch):
+def test_run_on_a_mixture_of_tool_rows_says_each_json_text_column_once(tmp_path, monkeypatch, api_warnings):
     """A mixture's columns are checked before embed and read again by shard: each file's JSON-text warning was
     given twice in one `run`. Each command says it once, and each call of the Python API is a command."""
     import cluster_curate as cc
-    from cluster_curate import console
     from test_outputs import FAST
     rows = tool_rows(120)
     write_jsonl(tmp_path / "a.jsonl", rows[:60])
@@ -300,13 +299,10 @@ def test_run_on_a_mixture_of_tool_rows_says_each_json_text_column_once(tmp_path,
             assert r.stderr.count(said) == 1, r.stderr
             assert sum(w.startswith(said) for w in given) == 1, given
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(console, "QUIET", True)
-    given = []
-    monkeypatch.setattr(console, "WARNINGS", given)
     for out in ("shards-1", "shards-2"):
-        before = len(given)
+        before = len(api_warnings)
         cc.shard("out/selection.parquet", ["a.jsonl", "b.jsonl"], out, num_shards=2, micro_batch_size=2)
-        assert sum("column 'messages' holds lists" in w for w in given[before:]) == 2, given  # a's and b's
+        assert sum("column 'messages' holds lists" in w for w in api_warnings[before:]) == 2, api_warnings  # a's, b's
 
 
 def test_hf_shards_of_tool_rows_load_in_datasets_and_keep_the_calls(tmp_path):
