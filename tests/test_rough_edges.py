@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -74,6 +75,20 @@ def test_sigterm_mid_embed_cleans_up_like_ctrl_c_and_the_rerun_resumes(tmp_path)
     r = _cli(*embed[3:], "--resume", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["rows"] == 20 * len(rows)
+
+
+@pytest.mark.parametrize("signum,line", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated (SIGTERM)")])
+def test_an_interruption_while_the_command_starts_is_one_line_not_a_traceback(tmp_path, signum, line):
+    """Ctrl-C in the second or more the commands take to import printed a traceback of the import (and SIGTERM
+    killed the process without a word): the handlers were set only once the command ran."""
+    p = subprocess.Popen([sys.executable, "-m", "cluster_curate", "inspect", str(GSM)], cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    maps = Path(f"/proc/{p.pid}/maps")
+    while p.poll() is None and "libarrow" not in maps.read_text():  # importing: pyarrow comes first
+        time.sleep(0.001)
+    p.send_signal(signum)
+    _, err = p.communicate(timeout=60)
+    assert (p.returncode, err) == (128 + signum, f"{line}\n")
 
 
 def test_a_path_outside_ascii_under_a_locale_that_is_not_utf8_is_refused_before_any_work(tmp_path):
