@@ -131,6 +131,21 @@ def test_a_folders_lock_covers_what_is_in_it(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur"]  # neither wrote anything, no lock left
 
 
+def test_a_folder_named_through_a_link_has_the_folders_lock(tmp_path):
+    """`run --out link` (a link to the folder a `run` was writing) took a lock of its own beside the link: both
+    wrote the same files, and one ended in an INTERNAL ERROR when the other had renamed its temporary file."""
+    run_dir, link = tmp_path / "cur", tmp_path / "link"
+    run_dir.mkdir()
+    link.symlink_to(run_dir)
+    with output_lock(run_dir, "run"):
+        for argv in (["run", str(GSM), "--out", str(link), *FAST, "-q"],
+                     ["embed", str(GSM), "--out", str(link / "embeddings.parquet"), "--features", "text"]):
+            r = _cli(*argv)
+            assert r.returncode == 2, r.stderr
+            assert f"in use by another cluster-curate (`run`, pid {os.getpid()}" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur", "link"]  # nothing written, no lock left
+
+
 @pytest.mark.slow
 def test_two_concurrent_runs_into_one_folder(tmp_path):
     out = tmp_path / "r"

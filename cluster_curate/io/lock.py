@@ -21,7 +21,9 @@ from cluster_curate.errors import CurateError
 
 
 def lock_path(out: str | os.PathLike) -> Path:
-    p = Path(os.path.abspath(out))
+    """The lock of the output `out` where it is written: through links (a folder linked to another disk, two
+    spellings of one folder) one output has one lock, as it has one place (artifacts.written_at)."""
+    p = Path(os.path.realpath(out))
     return p.with_name(f".{p.name}.lock")
 
 
@@ -33,7 +35,7 @@ def output_lock(out: str | os.PathLike, command: str):
     from cluster_curate.io.artifacts import check_creatable
     check_creatable(out)
     path = lock_path(out)
-    _refuse_if_held(_covering_locks(Path(os.path.abspath(out))), out)
+    _refuse_if_held(_covering_locks(Path(os.path.realpath(out))), out)
     created = []  # directories made for the lock, removed again when the command leaves them empty
     for parent in reversed(path.parents):
         if not parent.exists():
@@ -74,7 +76,7 @@ def output_lock(out: str | os.PathLike, command: str):
 
 
 def _covering_locks(out: Path) -> list[Path]:
-    """The other locks that cover files of `out` (absolute): those of the folders around it (a `run` writing
+    """The other locks that cover files of `out` (links resolved): those of the folders around it (a `run` writing
     there) and those in it, when it is a folder (commands writing a file in it)."""
     around = [lock_path(folder) for folder in out.parents if folder != folder.parent]
     inside = sorted(out.glob(".*.lock")) if out.is_dir() else []
