@@ -8,6 +8,8 @@ against a snapshot of it (names, sizes, modification times and bytes of every fi
 
 from __future__ import annotations
 
+import csv
+import gzip
 import hashlib
 import json
 import os
@@ -15,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -43,6 +46,20 @@ def work(tmp_path_factory) -> Path:
     (w / "binary.parquet").write_bytes(b"PAR1 not really")
     (w / "pqdir").mkdir()  # a Parquet dataset directory: every .parquet file below it is read
     shutil.copy(FIXTURES / "gsm8k" / "train-300.parquet", w / "pqdir" / "part-0.parquet")
+    (w / "gzipped.jsonl").write_bytes(gzip.compress((w / "data.jsonl").read_bytes()))  # a download saved as .jsonl
+    with zipfile.ZipFile(w / "zipped.jsonl", "w") as z:
+        z.write(w / "data.jsonl", "data.jsonl")
+    rows = [json.loads(line) for line in lines[:20]]
+    with open(w / "semicolons.csv", "w", newline="") as f:  # a European spreadsheet's CSV
+        csv.writer(f, delimiter=";").writerows([["question", "answer"], *([r["question"], r["answer"]] for r in rows)])
+    with open(w / "commas.tsv", "w", newline="") as f:
+        csv.writer(f).writerows([["question", "answer"], *([r["question"], r["answer"]] for r in rows)])
+    (w / "pqmix").mkdir()  # Parquet parts and a JSON Lines file beside them
+    shutil.copy(FIXTURES / "gsm8k" / "train-300.parquet", w / "pqmix" / "part-0.parquet")
+    shutil.copy(w / "small.jsonl", w / "pqmix" / "extra.jsonl")
+    (w / "textdir").mkdir()  # files of several types, no Parquet
+    shutil.copy(w / "small.jsonl", w / "textdir" / "a.jsonl")
+    shutil.copy(FIXTURES / "gsm8k" / "train-300.csv", w / "textdir" / "b.csv")
     (w / "stray_tab.tsv").write_text('question\tanswer\nq0\ta0\n"q1\non two lines"\ta1\nq2\ta2\tstray\n')
     (w / "empty_answer.tsv").write_text("question\tanswer\nq0\ta0\nq1\t\n")
     (w / "two_index_columns.tsv").write_text("\t\tquestion\tanswer\n0\t0\tq0\ta0\n1\t1\tq1\ta1\n")  # pandas'
@@ -59,6 +76,8 @@ def work(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "cluster_curate", "embed", "eval_gone.jsonl", "--like",
                     "p/embeddings.parquet", "--out", "eval_emb.parquet", "-q"], cwd=w, check=True, env=_env())
     (w / "eval_gone.jsonl").unlink()
+    subprocess.run([sys.executable, "-m", "cluster_curate", "embed", "other.json", "--out", "other_emb.parquet",
+                    *FAST[:4], "-q"], cwd=w, check=True, env=_env())  # another dataset's: its ids are 0..299 too
     return w
 
 
@@ -119,6 +138,16 @@ CASES = [
     ("embed-nested-no-root", ["embed", "nested.jsonl", "--out", "e.parquet", "--prompt-field", "dta.question",
                               "--response-field", "data.answer"], "--prompt-field 'dta.question': no such column"),
     ("embed-messages-bad", ["embed", "messages_bad.jsonl", "--out", "e.parquet"], "field 'messages[1]': empty response"),
+    ("embed-gzip-named-jsonl", ["embed", "gzipped.jsonl", "--out", "e.parquet"],
+     "gzipped.jsonl: gzip-compressed, but its name does not end in .gz; rename it gzipped.jsonl.gz"),
+    ("embed-zip-named-jsonl", ["embed", "zipped.jsonl", "--out", "e.parquet"], "zipped.jsonl: a zip archive, not text"),
+    ("embed-csv-semicolons", ["embed", "semicolons.csv", "--out", "e.parquet"],
+     "semicolons.csv:1: the header is the one column 'question;answer': the file is separated by ';', not ','"),
+    ("embed-tsv-commas", ["embed", "commas.tsv", "--out", "e.parquet"], "separated by ',', not a tab; name it .csv"),
+    ("run-parquet-dir-with-jsonl", ["run", "pqmix", "--out", "r", *FAST, "--fraction", "0.3", *SHARD],
+     "pqmix: a directory of .parquet files that also holds extra.jsonl, which"),
+    ("embed-dir-of-other-types", ["embed", "textdir", "--out", "e.parquet"],
+     "it holds a.jsonl, b.csv: give the files as DATA"),
     ("embed-empty", ["embed", "empty.jsonl", "--out", "e.parquet"], "empty.jsonl: dataset is empty"),
     ("embed-unknown-type", ["embed", "unknown.txt", "--out", "e.parquet"], "unknown.txt: unknown file type"),
     ("embed-not-parquet", ["embed", "binary.parquet", "--out", "e.parquet"], "binary.parquet: not a readable Parquet"),
@@ -249,6 +278,9 @@ CASES = [
                                   *SHARD], "p/embeddings.parquet: is a cluster-curate 'embeddings' artifact, not data"),
     ("shard-other-dataset", ["shard", "p/selection.parquet", "--data", "other.json", "--out", "sh", *SHARD],
      "other.json"),
+    ("shard-embeddings-other-dataset", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "sh",
+                                        *SHARD, "--embeddings", "other_emb.parquet"],
+     "other_emb.parquet: was made from other.json"),
     ("shard-step-too-big", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "sh", "--num-shards",
                             "64", "--micro-batch-size", "4"], "one global step needs"),
     ("shard-zero-shards", ["shard", "p/selection.parquet", "--data", "data.jsonl", "--out", "sh", "--num-shards", "0"],

@@ -21,6 +21,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from cluster_curate.errors import CurateError
+from cluster_curate.io import names
 from cluster_curate.io.hf_datasets import load_from_disk, load_hub
 
 _CHUNK_BYTES = 1 << 20     # read size for JSON / CSV
@@ -84,7 +85,18 @@ def _open_binary(path: Path):
         f.close()
         raise CurateError(f"{path}: UTF-16 text (it starts with a UTF-16 byte-order mark); re-encode the file as "
                           "UTF-8")
+    packed = next((why for magic, why in _PACKED.items() if f.peek(4)[:len(magic)] == magic), None)
+    if packed:
+        f.close()
+        raise CurateError(f"{path}: " + packed.format(name=path.name))
     return f
+
+
+# compressed bytes under a text file's name (a download saved as .jsonl): named with the fix, not as a line 1 that
+# is "not valid UTF-8" or a file with "no readable record"
+_PACKED = {b"\x1f\x8b": "gzip-compressed, but its name does not end in .gz; rename it {name}.gz",
+           b"PK\x03\x04": "a zip archive, not text; extract it and give the file inside",
+           b"\x28\xb5\x2f\xfd": "zstd-compressed, not text; decompress it (zstd -d) or recompress it as .gz"}
 
 
 def _first_non_utf8_line(path: Path) -> str | None:
@@ -336,6 +348,7 @@ class _Csv:
             pass  # permission / directory errors with our message
         try:
             names = pacsv.open_csv(self._stream(), read_options=read, parse_options=parse).schema.names
+            self._check_separator(names)
             repeated = next((n for n in names if names.count(n) > 1), None)
             if repeated is not None:  # pyarrow reads it; a table with two columns of one name is no dataset
                 raise CurateError(f"{self.path}:1: column {repeated!r} appears {names.count(repeated)} times in the "
@@ -363,6 +376,16 @@ class _Csv:
                 raise CurateError(located) from None
         raise CurateError(f"{self.path}: cannot parse {self.kind.upper()} ({msg.splitlines()[0]})") from None
 
+    def _check_separator(self, header: list[str]) -> None:
+        """A header read as one column that holds another separator: the file is separated by that one (a
+        European spreadsheet's ';'), and each row would be one field, or a row holding a comma two."""
+        other = next((d for d in ";|\t," if d != self.delimiter and len(header) == 1 and d in header[0]), None)
+        if other:
+            said = {"\t": "a tab", ",": "','"}
+            fix = {"\t": "name it .tsv", ",": "name it .csv"}.get(other, "write it with commas (or tabs, as .tsv)")
+            raise CurateError(f"{self.path}:1: the header is the one column {header[0][:60]!r}: the file is "
+                              f"separated by {said.get(other, repr(other))}, not {said[self.delimiter]}; {fix}")
+
     def _first_misshapen_row(self) -> str | None:
         """Locate the first row whose number of fields is not the header's (only called to explain pyarrow's error,
         which names no line): Python's csv module, same quoting, counts lines."""
@@ -376,6 +399,7 @@ class _Csv:
                 text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="replace", newline="")
                 rows = csv.reader(text, delimiter=self.delimiter)
                 header, line = next(rows, []), rows.line_num + 1
+                self._check_separator(header)
                 for fields in rows:
                     if fields and len(fields) != len(header):
                         # too many: a separator inside a value; too few: a line break inside one (or a lost tab)
@@ -480,6 +504,13 @@ def _directory(path: Path):
     the JSON Lines and JSON files directly in it; one with neither is refused, saying what it holds."""
     parts = _parquet_files(path)
     if parts:
+        others = sorted(str(p.relative_to(path)) for p in path.rglob("*") if _is_other_data_file(p)
+                        and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts))
+        if others:  # read as a Parquet dataset, they would be left out without a word
+            held = f"{', '.join(others[:3])}{' and more' * (len(others) > 3)}"
+            raise CurateError(f"{path}: a directory of .parquet files that also holds {held}, which a Parquet "
+                              "directory's reading leaves out; give the files as DATA (several files are read as "
+                              "one dataset), or move them out")
         return _Parquet(path, parts)
     files = sorted(f for f in path.iterdir() if not f.name.startswith((".", "_")))
     json_files = [f for f in files if f.is_file() and f.name.lower().removesuffix(".gz").endswith(_JSON_SUFFIXES)]
@@ -497,6 +528,18 @@ def _directory(path: Path):
 _HF_ID = re.compile(r"^(hf:)?(?P<name>[A-Za-z0-9][\w.-]*(/[\w.-]+)?)(@(?P<config>[\w.-]+))?(:(?P<split>[\w.\[\]:%-]+))?$")
 _FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt", ".tsv", ".gz", ".arrow", ".ndjson")
 
+
+# the metadata a folder keeps beside its Parquet files (Hugging Face's, a run's or export's own), not rows
+_DATASET_METADATA = {"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json", names.RUN_STATE,
+                     names.MANIFEST, names.TRAINING_ARGS, names.DATALOADER_ARGS, names.STAGING_PLAN}
+
+
+def _is_other_data_file(path: Path) -> bool:
+    """Whether `path` in a Parquet dataset directory is rows in another file type (.jsonl, .csv, ...)."""
+    name = path.name.lower()
+    name = name[:-3] if name.endswith(".gz") else name
+    return path.is_file() and name.endswith((".jsonl", ".ndjson", ".json", ".csv", ".tsv")) and \
+        name not in _DATASET_METADATA
 
 
 def _is_saved_hf_dataset(path: Path) -> bool:
