@@ -50,8 +50,8 @@ OPTIONS = (
            help="Local tokenizer directory or .gguf model: count tokens with it (one extra pass over the data). "
                 "Default: the selection's n_tokens, else its embeddings', else whitespace words."),
     Option("embeddings", path=True, run=False,
-           help="Embeddings artifact to take n_tokens from (default: the selection's own n_tokens, or its "
-                "lineage's embeddings when reachable)."),
+           help="Embeddings artifact to take n_tokens from, made from the selection's dataset (default: the "
+                "selection's own n_tokens, or its lineage's embeddings when reachable)."),
     Option("seed", record=True, type=seed_type(), default=0, show_default=True),
     *DATASET_OPTIONS,
     *OUTPUT_OPTIONS,

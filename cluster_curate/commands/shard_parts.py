@@ -15,6 +15,7 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
     """Tokens per selected id: an explicit --tokenizer or --embeddings first, then the selection's n_tokens,
     then the embeddings of its lineage, then whitespace words (said in the manifest)."""
     from cluster_curate import console
+    from cluster_curate.io.artifacts import check_dataset_matches
     from cluster_curate.io.lineage import upstream
     from cluster_curate.io.readers import read_embedding_tokens
     tokenizer, embeddings = o["tokenizer"], o["embeddings"]
@@ -34,6 +35,8 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
             candidates += [path] if path else []
         for cand in candidates:
             tokens, emb_meta = read_embedding_tokens(cand, sel.ids, o["force"])
+            # another dataset's embeddings hold the same ids 0..n-1: their counts would balance the wrong rows
+            check_dataset_matches(emb_meta, cand, inputs["data"], o["force"])
             if tokens is not None:
                 inputs["embeddings"] = emb_meta.as_input(cand, o["out"])
                 return tokens, f"embeddings n_tokens ({cand})"
