@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, not_a_share
 
 
 TOKEN_MODES = ("token-budget", "token-fraction")
@@ -43,7 +43,7 @@ def check_token_budget_args(token_budget: int | None = None, token_fraction: flo
         return "token-budget"
     if token_fraction is not None:
         if not (0 < token_fraction <= 1 and math.isfinite(token_fraction)):
-            raise CurateError(f"--token-fraction must be in (0, 1], got {token_fraction}")
+            raise not_a_share("--token-fraction", token_fraction)
         return "token-fraction"
     return None
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from cluster_curate.budget_sequence import TOKEN_MODES, Kinds, check_token_budget_args, source_bounded_rows, \
     take_sequence, token_budget_for, token_water_fill
-from cluster_curate.errors import CurateError, counted
+from cluster_curate.errors import CurateError, counted, not_a_share
 from cluster_curate.within_orders import WITHIN, dedup_within_cluster, order_within_cluster
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
@@ -40,11 +40,11 @@ def check_budget_args(fraction: float | None = None, budget: int | None = None,
                              " (rows), or --token-budget T or --token-fraction F (tokens)"))
     mode = named[0]
     if mode == "fraction" and not (0 < fraction <= 1 and math.isfinite(fraction)):
-        raise CurateError(f"--fraction must be in (0, 1], got {fraction}")
+        raise not_a_share("--fraction", fraction)
     if mode == "budget" and (budget is None or int(budget) != budget or budget <= 0):
         raise CurateError(f"--budget must be a positive number of rows, got {budget}")
     if mode == "per-cluster-ratio" and not (0 < per_cluster_ratio <= 1 and math.isfinite(per_cluster_ratio)):
-        raise CurateError(f"--per-cluster-ratio must be in (0, 1], got {per_cluster_ratio}")
+        raise not_a_share("--per-cluster-ratio", per_cluster_ratio)
     return mode
 
 

@@ -392,6 +392,8 @@ def test_select_refuses_embeddings_from_another_dataset(tmp_path, cli_runner, ch
 @pytest.mark.parametrize("args,expect", [
     (["--fraction", 0], r"--fraction must be in (0, 1], got 0.0"),
     (["--fraction", 1.2], r"--fraction must be in (0, 1], got 1.2"),
+    (["--fraction", 31], r"--fraction must be in (0, 1], got 31.0 (31 reads as a percentage: write 0.31)"),
+    (["--token-fraction", 50], r"--token-fraction must be in (0, 1], got 50.0 (50 reads as a percentage: write 0.5)"),
     (["--budget", 0], "--budget must be a positive number of rows, got 0"),
     (["--per-cluster-ratio", 1.5], r"--per-cluster-ratio must be in (0, 1], got 1.5"),
     (["--fraction", 0.2, "--budget", 3], "give exactly one of"),
