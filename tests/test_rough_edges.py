@@ -81,7 +81,9 @@ def test_sigterm_mid_embed_cleans_up_like_ctrl_c_and_the_rerun_resumes(tmp_path)
 def test_an_interruption_while_the_command_starts_is_one_line_not_a_traceback(tmp_path, signum, line):
     """Ctrl-C in the second or more the commands take to import printed a traceback of the import (and SIGTERM
     killed the process without a word): the handlers were set only once the command ran."""
-    p = subprocess.Popen([sys.executable, "-m", "cluster_curate", "inspect", str(GSM)], cwd=tmp_path,
+    rows = GSM.read_text().splitlines()  # long enough to read that a signal late on a busy machine still lands
+    (tmp_path / "data.jsonl").write_text("".join(f'{r[:-1]}, "copy": {k}}}\n' for k in range(40) for r in rows))
+    p = subprocess.Popen([sys.executable, "-m", "cluster_curate", "inspect", "data.jsonl"], cwd=tmp_path,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     maps = Path(f"/proc/{p.pid}/maps")
     while p.poll() is None and "libarrow" not in maps.read_text():  # importing: pyarrow comes first
