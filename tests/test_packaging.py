@@ -60,6 +60,9 @@ def test_built_wheel_and_sdist_carry_the_license_and_the_wheel_runs(tmp_path):
     version = subprocess.run([sys.executable, "-m", "cluster_curate", "--version"], cwd=tmp_path, env=env,
                              capture_output=True, text=True)
     assert version.returncode == 0 and version.stdout.strip(), version.stderr
+    script = subprocess.run([str(target / "bin" / "cluster-curate"), "--version"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)  # the entry point pip wrote: pyproject's scripts
+    assert script.returncode == 0 and script.stdout == version.stdout, script.stderr
 
 
 def test_faiss_build_rules():
