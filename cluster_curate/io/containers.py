@@ -514,6 +514,12 @@ def _directory(path: Path):
         return _Parquet(path, parts)
     files = sorted(f for f in path.iterdir() if not f.name.startswith((".", "_")))
     json_files = [f for f in files if f.is_file() and f.name.lower().removesuffix(".gz").endswith(_JSON_SUFFIXES)]
+    others = [f for f in files if _is_other_data_file(f) and f not in json_files]
+    if json_files and others:  # read as JSON files, the others would be left out without a word
+        held = ", ".join(f.name for f in (json_files + others)[:4]) + " and more" * (len(json_files + others) > 4)
+        raise CurateError(f"{path}: directory holds files of more than one type, and reading one would leave the "
+                          f"others out; it holds {held}: give the files as DATA (several files are read as one "
+                          "dataset)")
     if json_files:
         return _JsonFiles(path, json_files)
     kinds: dict[str, int] = {}
