@@ -360,14 +360,25 @@ def test_anthropic_hh_transcripts_read_as_the_prompt_turns_and_the_two_answers(t
         "preference", 40, 0, 14)
 
 
+def test_anthropic_hh_transcripts_with_crlf_line_ends_read_as_the_lf_form(tmp_path):
+    """HH transcripts whose line ends are CRLF (a file that went through Windows tools or a CSV export) were
+    refused as plain text with no prompt column, every row; they read as the same pairs as the LF form."""
+    from cluster_curate.io.datasets import open_dataset
+    rows, expected = hh_rows()
+    write_jsonl(tmp_path / "hh.jsonl", [{k: v.replace("\n", "\r\n") for k, v in row.items()} for row in rows])
+    examples = [e for b in open_dataset(tmp_path / "hh.jsonl").iter_batches(16) for e in b.examples]
+    assert [(e.prompt, e.response, e.rejected) for e in examples] == expected
+
+
 def test_bad_anthropic_hh_rows_are_one_line_naming_file_line_and_field(tmp_path):
     """An empty last answer (as some of HH's are), a rejected transcript with another prompt, and a plain-text
-    pair without the transcript's markers or a prompt column: one line each, before any work."""
+    pair without the transcript's markers or a prompt column: one line each, before any work. The empty answer's
+    field was `chosen[1]`, an index into a text that has none: it is named by its turn's number and speaker."""
     cases = {}
     rows, _ = hh_rows(20)
     rows[4]["chosen"] = rows[4]["chosen"].rpartition("\n\nAssistant:")[0] + "\n\nAssistant: "
-    cases["empty-answer"] = (rows, "empty-answer.jsonl:5: field 'chosen[1]': empty response (the last assistant "
-                                   "turn is empty)")
+    cases["empty-answer"] = (rows, "empty-answer.jsonl:5: field 'chosen (transcript turn 2: Assistant)': empty "
+                                   "response (the last assistant turn is empty)")
     rows, _ = hh_rows(20)
     rows[3]["rejected"] = rows[3]["rejected"].replace("Hard, please.", "Soft, please.")
     cases["other-prompt"] = (rows, "other-prompt.jsonl:4: field 'rejected': its turns before the last assistant "

@@ -740,10 +740,10 @@ def _last_assistant(turns: list[dict]) -> int | None:
     return max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=None)
 
 
-def _split_turns(turns: list[dict], conv: str):
+def _split_turns(turns: list[dict], conv: str, turn_field=None):
     """(the turns before the last assistant turn, its text): the example of a conversation. The prompt holds a
     user turn and ends with one, or with a tool's result (the model answers it); the response may be a tool call
-    alone (the model learns to call the tool)."""
+    alone (the model learns to call the tool). `turn_field(i)` names turn i in an error (default `conv[i]`)."""
     last = _last_assistant(turns)
     if last is None:
         roles = list(dict.fromkeys(t["role"] for t in turns))
@@ -754,7 +754,8 @@ def _split_turns(turns: list[dict], conv: str):
                           + (f" (roles: {', '.join(roles)}{hint})" if roles else ""))
     response = turns[last]["content"]
     if not response.strip():
-        raise RecordError(f"{conv}[{last}]", "empty response (the last assistant turn is empty)")
+        raise RecordError(turn_field(last) if turn_field else f"{conv}[{last}]",
+                          "empty response (the last assistant turn is empty)")
     prompt = turns[:last]
     if not prompt:
         raise RecordError(conv, "no user turn before the last assistant turn (it is the first turn)")
@@ -991,6 +992,7 @@ def _rejected_value(rec: dict, fields: FieldMap):
 # blank line, as the dataset writes it: "Human:" elsewhere in a text is part of that text.
 _TRANSCRIPT_TURN = re.compile(r"\n\n(Human|Assistant):")
 _TRANSCRIPT_ROLES = {"Human": "user", "Assistant": "assistant"}
+_TRANSCRIPT_SPEAKERS = {role: speaker for speaker, role in _TRANSCRIPT_ROLES.items()}
 
 
 def _is_transcript(value) -> bool:
@@ -1004,24 +1006,27 @@ def _transcript_turns(text: str) -> list[dict]:
     return [{"role": _TRANSCRIPT_ROLES[parts[i]], "content": parts[i + 1].strip()} for i in range(1, len(parts), 2)]
 
 
-def _conversation_turns(value, field: str, fmt: str) -> list[dict]:
-    """An implicit-prompt answer's whole conversation: chat turns, or an HH transcript."""
+def _conversation_turns(value, field: str, fmt: str):
+    """An implicit-prompt answer's whole conversation: (chat turns, or an HH transcript's, and how an error names
+    turn i: `chosen[3]` in a list, its number and speaker in a transcript, whose text has no indices)."""
     if isinstance(value, str) and not value.lstrip().startswith("["):
+        value = value.replace("\r\n", "\n")  # CRLF line ends (a file that went through Windows tools): the LF form
         if not _is_transcript(value):
             raise RecordError(field, "plain text with no prompt column to answer: add a `prompt` column (or pass "
                                      "--prompt-field COLUMN), or give chosen and rejected as lists of chat turns or as "
                                      "Anthropic HH transcripts (each turn opened by a blank line and Human: or "
                                      "Assistant:)")
-        return _transcript_turns(value)
-    return _turns(value, field, fmt)
+        turns = _transcript_turns(value)
+        return turns, lambda i: f"{field} (transcript turn {i + 1}: {_TRANSCRIPT_SPEAKERS[turns[i]['role']]})"
+    return _turns(value, field, fmt), None
 
 
 def _preference_pair(rec: dict, fields: FieldMap):
     if fields.response is None:  # implicit prompt: two whole conversations that share their prompt
-        turns = _conversation_turns(field_value(rec, fields.prompt), fields.prompt, fields.format)
-        prompt, response = _split_turns(turns, fields.prompt)
-        value = _rejected_value(rec, fields)
-        other, rejected = _split_turns(_conversation_turns(value, fields.rejected, "messages"), fields.rejected)
+        turns, turn_field = _conversation_turns(field_value(rec, fields.prompt), fields.prompt, fields.format)
+        prompt, response = _split_turns(turns, fields.prompt, turn_field)
+        turns, turn_field = _conversation_turns(_rejected_value(rec, fields), fields.rejected, "messages")
+        other, rejected = _split_turns(turns, fields.rejected, turn_field)
         if other != prompt:
             raise RecordError(fields.rejected, "its turns before the last assistant turn differ from chosen's (a "
                                                "preference pair answers one prompt)")
