@@ -24,7 +24,8 @@ from cluster_curate.within_orders import WITHIN, dedup_within_cluster, order_wit
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
-ALGORITHM_VERSION = 2  # 2: --decontaminate matches each user turn of a chat, not only its whole prompt
+ALGORITHM_VERSION = 3  # 2: --decontaminate matches each user turn of a chat, not only its whole prompt;
+# 3: --tokenizer counts each answer as a trainer tokenizes it after its prompt, end-of-turn tokens and all
 
 # ------------------------------------------------------------------------------------------ budgets
 

@@ -585,9 +585,27 @@ def _word_tokenizer(path):
     return path
 
 
+def _trl_dpo_token_ids(model_dir, rows: list[dict]) -> dict:
+    """TRL's DPOTrainer's tokenization of text pairs given as chat turns (as `export --for trl` writes them):
+    `prompt_ids`, `chosen_ids`, `rejected_ids`, each a list in the rows' order."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer
+    turns = Dataset.from_list([{"prompt": [{"role": "user", "content": r["prompt"]}],
+                                "chosen": [{"role": "assistant", "content": r["chosen"]}],
+                                "rejected": [{"role": "assistant", "content": r["rejected"]}]} for r in rows])
+    args = DPOConfig(output_dir=str(model_dir / "dpo"), report_to="none", use_cpu=True, max_length=None,
+                     disable_tqdm=True)
+    trainer = DPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args, train_dataset=turns,
+                         processing_class=AutoTokenizer.from_pretrained(model_dir))
+    return trainer.train_dataset.to_dict()
+
+
 def test_a_preference_row_counts_its_prompt_chosen_and_rejected_tokens(tmp_path):
     """A DPO step runs the prompt with each answer: the row's n_tokens (embed: words, a model's tokenizer), select's
-    and shard's counts with --tokenizer, all add the rejected answer; n_response_tokens stays the chosen one's."""
+    and shard's counts with --tokenizer, all add the rejected answer; n_response_tokens stays the chosen one's.
+    With a chat template, each answer counts as TRL's DPOTrainer tokenizes it after the prompt: the rejected one
+    was its text alone, without the template's end-of-turn tokens that the chosen one's count held."""
     from tiny_lm import build_llama
     from transformers import AutoTokenizer
     rows = preference_rows(40)
@@ -602,8 +620,8 @@ def test_a_preference_row_counts_its_prompt_chosen_and_rejected_tokens(tmp_path)
     assert e["n_response_tokens"] == [len(rows[i]["chosen"].split()) for i in e["id"]]
 
     model = build_llama(tmp_path / "llama", layers=1, hidden=32)
-    tok = AutoTokenizer.from_pretrained(model)
-    rejected = [len(tok(r["rejected"], add_special_tokens=False)["input_ids"]) for r in rows]
+    trl = _trl_dpo_token_ids(model, rows)
+    rejected = [len(ids) for ids in trl["rejected_ids"]]  # the old count, the text alone, left out `<|im_end|>\n`
     for name in ("pref", "sft"):
         _ok("embed", f"{name}.jsonl", "--out", f"{name}-model.parquet", "--model", str(model), "--features", "hidden",
             "--max-length", "512", "-q", cwd=tmp_path)
@@ -635,6 +653,11 @@ def test_a_preference_row_counts_its_prompt_chosen_and_rejected_tokens(tmp_path)
     assert summary["lengths"]["rejected_tokens"]["total"] == sum(len(r["rejected"].split()) for r in rows)
     assert summary["lengths"]["rejected_chars"]["total"] == sum(len(r["rejected"]) for r in rows)
     assert summary["lengths"]["response_tokens"]["total"] == sum(len(r["chosen"].split()) for r in rows)
+    # the model's tokenizer, whose chat template a DPO trainer applies: each part counted as TRL tokenizes it
+    inspected = _ok("inspect", "pref.jsonl", "--tokenizer", str(model), "--json", cwd=tmp_path)
+    lengths = json.loads(inspected.stdout)["lengths"]
+    assert [lengths[f"{part}_tokens"]["total"] for part in ("prompt", "response", "rejected")] == [
+        sum(len(ids) for ids in trl[f"{part}_ids"]) for part in ("prompt", "chosen", "rejected")]
 
 
 def test_pairs_with_one_prompt_and_chosen_but_other_rejected_answers_are_not_exact_copies(tmp_path):

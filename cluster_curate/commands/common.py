@@ -125,7 +125,9 @@ def load_tokenizer(path: str):
 
 
 def token_counts(tokenizer, examples) -> tuple[list[int], list[int]]:
-    """Prompt tokens (through the chat template when the tokenizer has one) and response tokens."""
+    """Prompt tokens (through the chat template when the tokenizer has one) and response tokens, as a trainer
+    tokenizes the response after the prompt (`models.answer_token_counts`: its end-of-turn tokens too)."""
+    from cluster_curate.features.models import answer_token_counts
     if getattr(tokenizer, "chat_template", None):
         from cluster_curate.features.models import template_refusals
         with template_refusals(tokenizer, examples):
@@ -134,8 +136,7 @@ def token_counts(tokenizer, examples) -> tuple[list[int], list[int]]:
     else:
         prompts = ["\n\n".join(t["content"] for t in e.prompt) for e in examples]
     p = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-    r = tokenizer([e.response for e in examples], add_special_tokens=False)["input_ids"]
-    return [len(x) for x in p], [len(x) for x in r]
+    return [len(x) for x in p], answer_token_counts(tokenizer, examples, [e.response for e in examples])
 
 
 def examples_of_ids(ds, ids, label: str, batch_rows: int = 4096):

@@ -37,7 +37,9 @@ DEFAULT_TEXT_DIM = 256
 # their calls (`--prompt-field query --response-field answers` read the answers' JSON text as written); calls and
 # tool schemas kept as Parquet / Hugging Face structs lose the null keys Arrow gave them from other rows; a pair's
 # explicit `prompt` turns may end with a tool's result (a bad row before). 4: alpaca's input is dolly-15k's `context`
-# column where there is no `input`, and a `system_prompt` column (Open-Orca) is the system turn: both were dropped
+# column where there is no `input`, and a `system_prompt` column (Open-Orca) is the system turn: both were dropped; a
+# pair's rejected answer counts in n_tokens with its chat template's end-of-turn tokens, as the chosen one does
+# (models.answer_token_counts)
 ALGORITHM_VERSION = 4
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a

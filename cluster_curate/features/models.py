@@ -332,6 +332,33 @@ def _render(tokenizer, prompt: list[dict], response: str) -> tuple[str, str]:
     return prompt_text, prompt_text + rest
 
 
+def answer_token_counts(tokenizer, examples: list, answers: list[str]) -> list[int]:
+    """Tokens of each answer as a trainer tokenizes it after its example's prompt (TRL's DPOTrainer: prompt +
+    chosen and prompt + rejected, each less the prompt; its SFTTrainer alike): with a chat template, the template
+    of prompt + answer beyond the template of the prompt with the generation prompt, end-of-turn tokens and all;
+    without one, the answer's tokens and EOS (which TRL appends to a plain answer)."""
+    if not _has_chat_template(tokenizer):
+        eos = int(_eos_id(tokenizer) is not None)
+        return [len(ids) + eos for ids in tokenizer(list(answers), add_special_tokens=False)["input_ids"]]
+    with template_refusals(tokenizer, examples):
+        prompts = tokenizer.apply_chat_template([list(ex.prompt) for ex in examples], tokenize=False,
+                                                add_generation_prompt=True)
+        wholes = tokenizer.apply_chat_template([[*ex.prompt, {"role": "assistant", "content": answer}]
+                                                for ex, answer in zip(examples, answers)], tokenize=False)
+    # the template's text after the prompt's: its answer, tokenized alone (what TRL's common prefix of the two
+    # tokenizations leaves, as a template's prompt ends at a special token or a newline; a template that rewrites
+    # the prompt once an answer follows: the whole, less that common prefix)
+    rests = [whole[len(asked):] if whole.startswith(asked) else "" for asked, whole in zip(prompts, wholes)]
+    counts = []
+    for s in range(0, len(rests), ENCODE_SLICE):
+        counts += [len(ids) for ids in tokenizer(rests[s:s + ENCODE_SLICE], add_special_tokens=False)["input_ids"]]
+    for i, (asked, whole) in enumerate(zip(prompts, wholes)):
+        if not whole.startswith(asked):
+            p, w = (tokenizer(text, add_special_tokens=False)["input_ids"] for text in (asked, whole))
+            counts[i] = len(w) - next((j for j, (a, b) in enumerate(zip(p, w)) if a != b), min(len(p), len(w)))
+    return counts
+
+
 def _split_ids(tokenizer, prompt_texts: list[str], full_texts: list[str]) -> list[tuple[list[int], list[int]]]:
     """Tokenize each whole text once, as the model sees it in training, and split it where the prompt text
     ends (a token that starts inside the prompt belongs to the prompt). Tokenizers without offsets

@@ -65,12 +65,16 @@ def word_counts(example) -> tuple[int, int]:
 
 
 def rejected_counts(tokenizer, examples) -> np.ndarray | None:
-    """Tokens of each example's rejected answer (a preference pair's; 0 for other rows, no special tokens), to add
-    to its prompt + response tokens; None when no example has one (nothing to add, nothing tokenized)."""
-    if not any(getattr(ex, "rejected", None) for ex in examples):
+    """Tokens of each example's rejected answer (a preference pair's; 0 for other rows) after its prompt, as a DPO
+    trainer tokenizes prompt + rejected (`models.answer_token_counts`: end-of-turn tokens included, as they are
+    in the chosen answer's count), to add to its prompt + response tokens; None when no example has one."""
+    from cluster_curate.features.models import answer_token_counts
+    pairs = [i for i, ex in enumerate(examples) if getattr(ex, "rejected", None)]
+    if not pairs:
         return None
-    texts = [ex.rejected or "" for ex in examples]
-    return np.asarray([len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]], dtype=np.int64)
+    counts = np.zeros(len(examples), dtype=np.int64)
+    counts[pairs] = answer_token_counts(tokenizer, [examples[i] for i in pairs], [examples[i].rejected for i in pairs])
+    return counts
 
 
 @dataclass
