@@ -838,3 +838,26 @@ def test_pairs_whose_chosen_and_rejected_answers_are_the_same_are_counted_and_wa
     assert [line for line in r.stderr.splitlines() if "answers are the same" in line] == [
         "WARNING: 2 preference pair(s) whose chosen and rejected answers are the same (spacing aside): a DPO loss on "
         "them is zero, they cost tokens and teach nothing; kept (ids 4, 17; `inspect` counts them)"]
+
+
+def test_a_multi_rank_embed_warns_of_same_answer_pairs_and_exact_copies_once(tmp_path):
+    """Every rank reads the whole data before it embeds its chunks, so each counted every pair whose answers are
+    the same, and each exact copy, and printed the same warnings: one per process under torchrun. The leader says
+    them, once, with the counts over the whole data."""
+    import subprocess
+    import sys
+
+    from test_embed_slow import _env
+    hh, _ = hh_rows(30)
+    for i in (4, 17):
+        hh[i]["rejected"] = hh[i]["chosen"].rstrip() + " "
+    hh.append(dict(hh[2]))  # an exact copy of row 2
+    write_jsonl(tmp_path / "hh.jsonl", hh)
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                        "cluster_curate", "embed", "hh.jsonl", "--out", "e", "--features", "text", "--dim", "8",
+                        "--commit-every", "8"], capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if line.startswith("WARNING:")]
+    assert len(warned) == 2, warned
+    assert warned[0].startswith("WARNING: 1 exact duplicate(s)") and "ids 30" in warned[0]
+    assert warned[1].startswith("WARNING: 2 preference pair(s) whose chosen and rejected answers are the same")

@@ -468,7 +468,9 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     }
     copies = _copies_record(run)
     summary["exact_duplicates_dropped"] = copies["dropped"]
-    if copies["dropped"]:
+    # the copies and the same-answer pairs are counted over the whole data (every process scans it all): the leader
+    # of each piece says them, once per command, not once per torchrun rank
+    if copies["dropped"] and layout.leader:
         shown = ", ".join(str(i) for i in copies["ids"][:10])
         console.warn(f"{copies['dropped']} exact duplicate(s) (same normalised prompt and response as a lower id) "
                      f"not embedded, so never selected: ids {shown}{', ...' if copies['dropped'] > 10 else ''} "
@@ -482,7 +484,7 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
                                f"(model {sem['model_max_length']}), cut on the {sem['truncation_side']}; "
                                f"{p.truncated} row(s) cut by this process")
         summary["n_tokens"] = p.meta.params["n_tokens"]
-    if run.same_answer.size:  # kept: a well-formed row (the user may drop them by their ids)
+    if run.same_answer.size and layout.leader:  # kept: a well-formed row (the user may drop them by their ids)
         shown = ", ".join(map(str, run.same_answer[:10].tolist())) + (", ..." if run.same_answer.size > 10 else "")
         console.warn(f"{run.same_answer.size} preference pair(s) whose chosen and rejected answers are the same "
                      f"(spacing aside): a DPO loss on them is zero, they cost tokens and teach nothing; kept (ids "
