@@ -79,14 +79,18 @@ _SHARD = {
 _ARTIFACT = {"path": str, "kind": str, "rows": int, "version": str,
              "dataset": {"source": (str, None), "fingerprint": (str, None)}, "fingerprint": str}
 _STATS = Map(NUMBER)
+_FIELDS = Map((str, None))  # inspect's field mapping of one input: {prompt, response, ...: column}
 
 SCHEMAS = {
     "inspect": {
-        "source": str, "container": str, "format": str, "fields": Map((str, None)), "rows": int, "examples": int,
-        "rejected": int, "rejects": [{"id": int, "location": str, "field": (str, None), "reason": str}],
+        # a mixture's fields: per input name, each as one input's (and in `inputs`)
+        "source": str, "container": str, "format": str, "fields": (_FIELDS, Map(_FIELDS)), "rows": int,
+        "examples": int, "bad_rows": int, "rejected": int,  # rejected: bad_rows' former name, kept for one release
+        "rejects": [{"id": int, "location": str, "field": (str, None), "reason": str}],
         "duplicates": int, "duplicate_prompts": int, "with_system_prompt": int, "with_tools": int, "multi_turn": int,
         "tokenizer": (str, None), "lengths": Map(_LENGTH), "fingerprint": str, "same_answer_pairs?": int,
-        "same_answer_ids?": [int], "inputs?": [Map(ANY)],
+        "same_answer_ids?": [int], "inputs?": [{"input": str, "source": str, "format": str, "rows": int,
+                                                "bad_rows": int, "rejected": int, "first_id": int, "fields": _FIELDS}],
         "decontamination?": [_EVAL_SET],
     },
     "embed": _EMBED,

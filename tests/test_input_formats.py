@@ -782,8 +782,7 @@ def test_a_mixture_reads_each_inputs_pairs_with_its_own_rejected_field(tmp_path)
         "  - {path: named.jsonl, prompt_field: instruction, response_field: chosen_response,\n"
         "     rejected_field: rejected_response}\n  - path: gsm.jsonl\n")
     summary = json.loads(_ok("inspect", "mix.yaml", "--json", cwd=tmp_path).stdout)
-    assert [i["fields"].rpartition(", ")[2] for i in summary["inputs"]] == [
-        "rejected=response_k", "rejected=rejected_response", "rejected=rejected"]
+    assert [i["fields"]["rejected"] for i in summary["inputs"]] == ["response_k", "rejected_response", "rejected"]
     expected = {"se": [(r["question"], r["response_j"], r["response_k"]) for r in se],
                 "named": [(r["instruction"], r["chosen_response"], r["rejected_response"]) for r in named],
                 "gsm": [(r["prompt"], r["chosen"], r["rejected"]) for r in std]}
@@ -806,8 +805,7 @@ def test_a_mixture_reads_each_inputs_pairs_with_its_own_rejected_field(tmp_path)
     shutil.copy(tmp_path / "se.jsonl", tmp_path / "se2.jsonl")
     flags = ["--prompt-field", "question", "--response-field", "response_j", "--rejected-field", "response_k"]
     summary = json.loads(_ok("inspect", "se.jsonl", "se2.jsonl", *flags, "--json", cwd=tmp_path).stdout)
-    assert [(i["format"], i["fields"].rpartition(", ")[2]) for i in summary["inputs"]] == [
-        ("preference", "rejected=response_k")] * 2
+    assert [(i["format"], i["fields"]["rejected"]) for i in summary["inputs"]] == [("preference", "response_k")] * 2
 
 
 def test_pairs_whose_chosen_and_rejected_answers_are_the_same_are_counted_and_warned_about_once(tmp_path):

@@ -115,3 +115,22 @@ def test_human_summaries_speak_one_vocabulary_and_never_cut_a_path(objects, tmp_
     cluster = _text("cluster", embeddings, "--out", deep)
     assert "…" not in cluster
     assert "".join(line.strip("│ ") for line in cluster.splitlines()[:12] if "│" in line).find(deep.name) >= 0
+
+
+def test_a_mixtures_inspect_object_follows_the_schema_with_each_inputs_fields_as_one_inputs(cli_runner, tmp_path):
+    """A mixture's `inspect --json` broke its schema: `fields` held an object per input where one input's holds
+    column names, and each of `inputs` gave its fields as one display string. Each input's `fields` is now the
+    object that input alone gives; the bad-row count is `bad_rows` (as embed's), `rejected` kept beside it for one
+    release, since a preference pair's rejected answer is another thing."""
+    from test_datasets import write_jsonl
+    from test_input_formats import hh_rows
+    rows, _ = hh_rows(6)
+    rows[4]["chosen"] = rows[4]["chosen"].rpartition("\n\nAssistant:")[0] + "\n\nAssistant: "  # one bad row
+    write_jsonl(tmp_path / "hh.jsonl", rows)
+    alone = {path: _json(cli_runner, "inspect", path, "--on-bad-row", "skip") for path in (DATA, tmp_path / "hh.jsonl")}
+    mixture = _json(cli_runner, "inspect", DATA, tmp_path / "hh.jsonl", "--on-bad-row", "skip")
+    assert check(mixture, schema_of("inspect")) == []
+    assert [i["fields"] for i in mixture["inputs"]] == [one["fields"] for one in alone.values()]
+    assert [(i["bad_rows"], i["rejected"]) for i in mixture["inputs"]] == [(0, 0), (1, 1)]
+    assert (mixture["bad_rows"], mixture["rejected"]) == (1, 1)
+    assert [(one["bad_rows"], one["rejected"]) for one in alone.values()] == [(0, 0), (1, 1)]

@@ -128,7 +128,8 @@ def inspect(data, **options) -> dict:
             lengths["rejected_tokens"] = _length_stats(c.rejected_tokens)
     return {
         "source": ds.source, "container": ds.container, "format": ds.format, "fields": ds.fields,
-        "rows": ds.rows, "examples": len(c.response_chars), "rejected": len(ds.rejects),
+        "rows": ds.rows, "examples": len(c.response_chars), "bad_rows": len(ds.rejects),
+        "rejected": len(ds.rejects),  # bad_rows' former name (beside a pair's rejected answer), kept for one release
         "rejects": [r.to_dict() for r in ds.rejects[:INSPECT_LISTED_REJECTS]],
         "rejects_file": str(rejects_path) if rejects_path else None,
         "first_reject": str(failing[0]) if failing else None,
@@ -201,8 +202,8 @@ def _failing_rejects(ds, members, policies) -> list:
 def _inputs(mix) -> list[dict]:
     """A mixture's inputs, one row each (after the reading pass); then the shards' typed columns are checked
     (inputs that disagree on a column's type are an error here, as in embed and shard)."""
-    rows = [{"input": inp.name, "source": d.source, "format": d.format, "rows": d.rows, "rejected": len(d.rejects),
-             "first_id": int(first), "fields": ", ".join(f"{k}={v}" for k, v in d.fields.items())}
+    rows = [{"input": inp.name, "source": d.source, "format": d.format, "rows": d.rows, "bad_rows": len(d.rejects),
+             "rejected": len(d.rejects), "first_id": int(first), "fields": d.fields}  # (rejected: as above)
             for inp, d, first in zip(mix.inputs, mix.datasets, mix.offsets())]
     mix.check_columns()
     return rows
@@ -215,14 +216,14 @@ def render(r: dict, options: dict) -> None:
     for rej in r["rejects"] if not console.QUIET else []:  # click.echo: one unwrapped line per row
         field = f"field '{rej['field']}': " if rej["field"] else ""
         click.echo(f"rejected id {rej['id']}: {rej['location']}: {field}{rej['reason']}", err=True)
-    if r["rejected"] > len(r["rejects"]) and not console.QUIET:
-        click.echo(f"... and {r['rejected'] - len(r['rejects'])} more rejected rows"
+    if r["bad_rows"] > len(r["rejects"]) and not console.QUIET:
+        click.echo(f"... and {r['bad_rows'] - len(r['rejects'])} more rejected rows"
                    + ("" if r["rejects_file"] else " (pass --rejects PATH to write them all)"), err=True)
     # a mixture's fields are per input (a dict of dicts): its inputs table lists them, one row each
-    fields = "per input (below)" if r.get("inputs") else ", ".join(f"{k}={v}" for k, v in r["fields"].items())
+    fields = "per input (below)" if r.get("inputs") else _fields_text(r["fields"])
     data_rows = {"source": r["source"], "container": r["container"], "format": r["format"],
                  "fields": fields, "rows": r["rows"], "examples": r["examples"],
-                 "bad rows": r["rejected"]}  # not "rejected": a preference pair's rejected answer is another thing
+                 "bad rows": r["bad_rows"]}  # not "rejected": a preference pair's rejected answer is another thing
     if r["rejects_file"]:
         data_rows["rejects file"] = r["rejects_file"]
     data_rows.update({"exact duplicate examples": r["duplicates"], "duplicate prompts": r["duplicate_prompts"],
@@ -243,7 +244,13 @@ def render(r: dict, options: dict) -> None:
     table = [{"length": name.replace("_", " "), **stats} for name, stats in r["lengths"].items()]
     console.summary(f"inspect {r['source']}", data_rows, table)
     if r.get("inputs"):
-        console.summary("inputs", {"inputs": len(r["inputs"])}, r["inputs"])
+        console.summary("inputs", {"inputs": len(r["inputs"])},
+                        [{**{k: v for k, v in i.items() if k != "rejected"}, "fields": _fields_text(i["fields"])}
+                         for i in r["inputs"]])
+
+
+def _fields_text(fields: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in fields.items())
 
 
 def as_json(r: dict) -> dict:
@@ -256,7 +263,7 @@ def exit_status(r: dict, options: dict) -> None:
     """A bad row is an error (exit 2) after the report, unless its input skips bad rows: --on-bad-row skip, or a
     mixture file input's own `on_bad_row: skip` (which --on-bad-row does not override)."""
     if r.get("first_reject"):
-        failing = r.get("failing_rejects", r["rejected"])
+        failing = r.get("failing_rejects", r["bad_rows"])
         more = f"; {failing} bad rows in all" if failing > 1 else ""
         hint = ("pass --on-bad-row skip, or give the input `on_bad_row: skip` in its mixture file, to skip bad rows"
                 if r.get("inputs") else "pass --on-bad-row skip to skip bad rows")
