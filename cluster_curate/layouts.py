@@ -83,6 +83,17 @@ DPO_TARGETS = ("trl", "llamafactory", "torchtune")
 PREFERENCE_TARGETS = DPO_TARGETS + ("hf", "accelerate", "torchrun", "jsonl", "parquet")
 
 
+def mixed_pairs_note(pairs: list[str], others: list[str]) -> str:
+    """What `export` will do with a mixture of preference-pair inputs and inputs of one answer a row, said by
+    embed before any work: no command before export knows which layout the user wants."""
+    chat = [n for n in TARGET_NAMES if n not in PREFERENCE_TARGETS]
+    return (f"the mixture holds preference pairs (input {', '.join(pairs)}) and rows of one answer (input "
+            f"{', '.join(others)}): export --for {', '.join(DPO_TARGETS)} (DPO) will refuse its shards, a pairwise "
+            f"loss needing both answers in every row, and so will --for {', '.join(chat)} (no place for a rejected "
+            f"answer); --for {', '.join(PREFERENCE_TARGETS[len(DPO_TARGETS):])} keep every row with its columns. To "
+            "train DPO on the pairs, curate them apart")
+
+
 # ---------------------------------------------------------------------------------------------- checks
 
 def check_job(manifest: dict, world_size: int | None, micro_batch_size: int | None, source: str = "shards") -> None:

@@ -859,3 +859,28 @@ def test_a_multi_rank_embed_warns_of_same_answer_pairs_and_exact_copies_once(tmp
     assert len(warned) == 2, warned
     assert warned[0].startswith("WARNING: 1 exact duplicate(s)") and "ids 30" in warned[0]
     assert warned[1].startswith("WARNING: 2 preference pair(s) whose chosen and rejected answers are the same")
+
+
+def test_a_mixture_of_pairs_and_rows_of_one_answer_is_said_once_before_any_work(tmp_path):
+    """A mixture of preference pairs and rows of one answer was embedded and sharded without a word, and only
+    `export --for trl` (or any chat layout) refused it, after the whole pipeline; no command before export knows
+    which layout the user wants, so embed and run say once, before the feature pass, what each export will do
+    (and the exports do it). A mixture of pairs alone says nothing."""
+    hh, _ = hh_rows(20)
+    write_jsonl(tmp_path / "hh.jsonl", hh)
+    shutil.copy(GSM, tmp_path / "gsm.jsonl")
+    r = _ok("run", "gsm.jsonl", "hh.jsonl", "--out", "out", *FAST, cwd=tmp_path)
+    said = [line for line in r.stderr.splitlines() if "holds preference pairs" in line]
+    assert said == ["WARNING: the mixture holds preference pairs (input hh) and rows of one answer (input gsm): "
+                    "export --for trl, llamafactory, torchtune (DPO) will refuse its shards, a pairwise loss needing "
+                    "both answers in every row, and so will --for axolotl (no place for a rejected answer); --for hf, "
+                    "accelerate, torchrun, jsonl, parquet keep every row with its columns. To train DPO on the "
+                    "pairs, curate them apart"], r.stderr
+    assert r.stderr.index(said[0]) < r.stderr.index("\nembed: ")  # before the feature pass
+    for refused in ("trl", "axolotl"):
+        assert _cli("export", "out/shards", "--for", refused, "--out", refused, cwd=tmp_path).returncode == 2
+    _ok("export", "out/shards", "--for", "jsonl", "--out", "jsonl", cwd=tmp_path)
+    shutil.copy(tmp_path / "hh.jsonl", tmp_path / "hh2.jsonl")
+    r = _ok("embed", "hh.jsonl", "hh2.jsonl", "--out", "e.parquet", "--features", "text", "--dim", "8", "--json",
+            cwd=tmp_path)
+    assert not [w for w in json.loads(r.stdout)["warnings"] if "holds preference pairs" in w]

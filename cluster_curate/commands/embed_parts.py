@@ -22,6 +22,11 @@ def scan(run, read_options) -> None:
     run.ds = ds = open_inputs(run.data, read_options)
     if isinstance(ds, Mixture):  # inputs that disagree on a column's type fail here, before any model work
         ds.check_columns()
+        pairs = [n for n, d in zip(ds.names, ds.datasets) if d.field_map.rejected]
+        if 0 < len(pairs) < len(ds.names):  # a trap that export alone would spring, after the whole pipeline
+            from cluster_curate import console
+            from cluster_curate.layouts import mixed_pairs_note
+            console.warn(mixed_pairs_note(pairs, [n for n in ds.names if n not in pairs]), once=True)
     commit_every = run.opts["commit_every"]
     ids, keys, same = [], [], []
     for batch in ds.iter_batches():
