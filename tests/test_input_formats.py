@@ -841,7 +841,7 @@ def test_pairs_whose_chosen_and_rejected_answers_are_the_same_are_counted_and_wa
 def test_a_multi_rank_embed_warns_of_same_answer_pairs_and_exact_copies_once(tmp_path):
     """Every rank reads the whole data before it embeds its chunks, so each counted every pair whose answers are
     the same, and each exact copy, and printed the same warnings: one per process under torchrun. The leader says
-    them, once, with the counts over the whole data."""
+    them, once, with the counts over the whole data (and a mixture's note on its pairs beside other rows)."""
     import subprocess
     import sys
 
@@ -851,14 +851,17 @@ def test_a_multi_rank_embed_warns_of_same_answer_pairs_and_exact_copies_once(tmp
         hh[i]["rejected"] = hh[i]["chosen"].rstrip() + " "
     hh.append(dict(hh[2]))  # an exact copy of row 2
     write_jsonl(tmp_path / "hh.jsonl", hh)
+    write_jsonl(tmp_path / "gsm.jsonl", [json.loads(line) for line in GSM.read_text().splitlines()[:10]])
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
-                        "cluster_curate", "embed", "hh.jsonl", "--out", "e", "--features", "text", "--dim", "8",
-                        "--commit-every", "8"], capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=300)
+                        "cluster_curate", "embed", "hh.jsonl", "gsm.jsonl", "--out", "e", "--features", "text", "--dim",
+                        "8", "--commit-every", "8"], capture_output=True, text=True, env=_env(), cwd=tmp_path,
+                       timeout=300)
     assert r.returncode == 0, r.stderr
     warned = [line for line in r.stderr.splitlines() if line.startswith("WARNING:")]
-    assert len(warned) == 2, warned
-    assert warned[0].startswith("WARNING: 1 exact duplicate(s)") and "ids 30" in warned[0]
-    assert warned[1].startswith("WARNING: 2 preference pair(s) whose chosen and rejected answers are the same")
+    assert len(warned) == 3, warned
+    assert warned[0].startswith("WARNING: the mixture holds preference pairs (input hh)")
+    assert warned[1].startswith("WARNING: 1 exact duplicate(s)") and "ids 30" in warned[1]
+    assert warned[2].startswith("WARNING: 2 preference pair(s) whose chosen and rejected answers are the same")
 
 
 def test_a_mixture_of_pairs_and_rows_of_one_answer_is_said_once_before_any_work(tmp_path):

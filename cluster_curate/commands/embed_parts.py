@@ -23,7 +23,7 @@ def scan(run, read_options) -> None:
     if isinstance(ds, Mixture):  # inputs that disagree on a column's type fail here, before any model work
         ds.check_columns()
         pairs = [n for n, d in zip(ds.names, ds.datasets) if d.field_map.rejected]
-        if 0 < len(pairs) < len(ds.names):  # a trap that export alone would spring, after the whole pipeline
+        if 0 < len(pairs) < len(ds.names) and run.layout.leader:  # a trap that export alone would spring, late
             from cluster_curate import console
             from cluster_curate.layouts import mixed_pairs_note
             console.warn(mixed_pairs_note(pairs, [n for n in ds.names if n not in pairs]), once=True)
