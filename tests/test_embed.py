@@ -365,6 +365,75 @@ def test_slot_weighting_on_varied_text_is_tf():
     assert np.array_equal(tf.transform(texts), slot.transform(texts))
 
 
+def _slot_reference(texts: list[str], min_context: int = 5, floor: float = 4.0):
+    """The slot weighting word by word (how it was written before its counts were taken by Counter): each
+    word's two context keys, a Counter of fillers per key, values summed in the order they were first seen."""
+    from collections import Counter, defaultdict
+
+    from cluster_curate.features.text import _NUM, _masked_words
+
+    def contexts(words):
+        w = ["<s>", "<s>", *words, "</s>", "</s>"]
+        return [(f"<{w[i - 2]} {w[i - 1]}", f">{w[i + 1]} {w[i + 2]}") for i in range(2, len(w) - 2)]
+
+    def effective(values):
+        q = np.fromiter(values, dtype=np.float64)
+        q = q / q.sum()
+        return float(np.exp(-(q * np.log(q)).sum()))
+
+    fillers, numbers = defaultdict(Counter), defaultdict(Counter)
+    for text in texts:
+        words, found = _masked_words(text)
+        k = 0
+        for word, around in zip(words, contexts(words)):
+            for key in around:
+                fillers[key][word] += 1
+            if word == _NUM and found is not None:
+                for key in around:
+                    numbers[key][found[k]] += 1
+                k += 1
+    table = {key: (effective(c.values()) / floor) ** -1.0 for key, c in sorted(fillers.items())
+             if c.total() >= min_context and len(c) > 1 and effective(c.values()) > floor}
+    table |= {"#" + key: 1.0 for key, c in sorted(numbers.items())
+              if c.total() >= min_context and effective(c.values()) <= floor}
+
+    def weighted(text):
+        words, found = _masked_words(text)
+        around = contexts(words)
+        w = [max(table.get(a, 1.0), table.get(b, 1.0)) for a, b in around]
+        if found is not None:
+            literal, shown = iter(found), []
+            for word, (a, b) in zip(words, around):
+                if word == _NUM:
+                    value = next(literal)
+                    if "#" + a in table or "#" + b in table:
+                        word = value
+                shown.append(word)
+            words = shown
+        return words + [f"{a} {b}" for a, b in zip(words, words[1:])], w + [min(u, v) for u, v in zip(w, w[1:])]
+
+    return table, weighted
+
+
+def test_slot_state_and_terms_equal_the_word_by_word_counts(fixtures_dir):
+    """slot_contexts counts (context, word) pairs with Counter and looks contexts up by their word pairs: the same
+    keys, the same weights bit for bit (a context's fillers summed in the order first seen), the same terms and
+    occurrence weights as counting word by word, on real GSM8K and Code Alpaca prompts (numbers kept and
+    masked, a text holding the word "numtok", an empty text)."""
+    from cluster_curate.features.text import SlotTable, _weighted_terms, slot_contexts
+    gsm8k = [json.loads(line)["question"] for line in (fixtures_dir / "gsm8k" / "train-300.jsonl").open()]
+    code = [r["instruction"] + " " + r["input"]
+            for r in json.loads((fixtures_dir / "code_alpaca" / "code_alpaca-300.json").read_text())]
+    texts = gsm8k + code + ["the numtok of 3 and 4", "", "take 10 from 17"] + [f"take {n} from 5" for n in (2, 10) * 4]
+    keys, weights = slot_contexts(texts)
+    table, weighted = _slot_reference(texts)
+    assert keys.tolist() == list(table) and weights.tolist() == list(table.values())
+    assert any(k.startswith("#") for k in table) and any(w < 1 for w in table.values())
+    slots = SlotTable.of(keys.tolist(), weights.tolist())
+    for text in texts:
+        assert _weighted_terms(text, slots) == weighted(text)
+
+
 def test_cli_text_features(tmp_path, cli_runner):
     rows = _rows(60)
     rows[7] = {"instruction": "no output here"}  # a bad row: reported with --on-bad-row skip

@@ -12,7 +12,9 @@ The fitted state is plain arrays (`to_bytes()` / `from_bytes()`), kept beside th
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
+from itertools import count, filterfalse, repeat
 
 import numpy as np
 
@@ -165,13 +167,13 @@ class TextFeaturizer:
             self._projects = (self.components, np.ascontiguousarray(self.components.T, dtype=np.float64))
         return self._projects[1]
 
-    def _slot_table(self) -> dict | None:
-        """The slot state as a lookup (built once per fitted state)."""
+    def _slot_table(self) -> "SlotTable | None":
+        """The slot state as lookups (built once per fitted state)."""
         if self.weighting != "slot":
             return None
         cached = getattr(self, "_slots", None)
         if cached is None or cached[0] is not self.contexts:
-            self._slots = (self.contexts, dict(zip(self.contexts.tolist(), self.context_weights.tolist())))
+            self._slots = (self.contexts, SlotTable.of(self.contexts.tolist(), self.context_weights.tolist()))
         return self._slots[1]
 
     def _weigh(self, counts, slot=None):
@@ -234,12 +236,14 @@ def _terms(text: str) -> list[str]:
 
 
 _PAD = ("<s>", "<s>")  # never a word (\w+ has no "<"), so a context at the text's edge is its own
+_END = ("</s>", "</s>")
 
 
-def _contexts(words: list[str]):
-    """Per word: its left and right context keys (the two words before it, the two after; padded)."""
-    w = [*_PAD, *words, "</s>", "</s>"]
-    return [(f"<{w[i - 2]} {w[i - 1]}", f">{w[i + 1]} {w[i + 2]}") for i in range(2, len(w) - 2)]
+def _pairs(words: list[str]) -> list[str]:
+    """Each two neighbouring words of the padded text, "a b": the word at i has the context pairs[i] on its left
+    and pairs[i + 3] on its right (a context key is "<" or ">" + its pair), and pairs[2:-2] are its bigrams."""
+    padded = [*_PAD, *words, *_END]
+    return list(map(" ".join, zip(padded, padded[1:])))
 
 
 def _masked_words(text: str) -> tuple[list[str], list[str] | None]:
@@ -257,6 +261,14 @@ def _effective_number(counts) -> float:
     return float(np.exp(-(q * np.log(q)).sum()))
 
 
+def _by_context(seen: Counter, side: str) -> dict[str, list[int]]:
+    """(pair, value) counts -> context key ("<" or ">" + pair) -> its values' counts, in order of first sight."""
+    by: dict[str, list[int]] = {}
+    for (pair, _), n in seen.items():
+        by.setdefault(side + pair, []).append(n)
+    return by
+
+
 def slot_contexts(texts: list[str], min_context: int = SLOT_MIN_CONTEXT, alpha: float = SLOT_ALPHA,
                   floor: float = SLOT_FLOOR) -> tuple[np.ndarray, np.ndarray]:
     """The fitted state of the slot weighting, from contexts seen at least min_context times in the sample:
@@ -266,114 +278,106 @@ def slot_contexts(texts: list[str], min_context: int = SLOT_MIN_CONTEXT, alpha: 
       says nothing (varied real text: mostly weight 1, the tf feature);
     * where a number stands and at most `floor` numbers do ("take 10 from", "take 2 from"), key "#" + context,
       weight 1: the number there is part of the request and is kept as it is written, where an operand's
-      place (any number) stays masked."""
-    from collections import Counter, defaultdict
-
-    fillers: dict[str, Counter] = defaultdict(Counter)
-    numbers: dict[str, Counter] = defaultdict(Counter)
+      place (any number) stays masked.
+    Counted as (context pair, word) pairs by Counter (its loop is C's), per side, so that each context's
+    fillers keep the order in which they were first seen (their effective number sums in that order)."""
+    left, right, number_left, number_right = Counter(), Counter(), Counter(), Counter()
     for text in texts:
         words, found = _masked_words(text)
-        k = 0
-        for word, around in zip(words, _contexts(words)):
-            for key in around:
-                fillers[key][word] += 1
-            if word == _NUM and found is not None:
-                for key in around:
-                    numbers[key][found[k]] += 1
-                k += 1
+        pairs = _pairs(words)
+        left.update(zip(pairs, words))
+        right.update(zip(pairs[3:], words))
+        if found:
+            at = [i for i, word in enumerate(words) if word == _NUM]
+            number_left.update(zip([pairs[i] for i in at], found))
+            number_right.update(zip([pairs[i + 3] for i in at], found))
+    fillers = _by_context(left, "<") | _by_context(right, ">")
+    numbers = _by_context(number_left, "<") | _by_context(number_right, ">")
     keys, weights = [], []
     for key in sorted(fillers):
         c = fillers[key]
-        if c.total() >= min_context and len(c) > 1 and (number := _effective_number(c.values())) > floor:
+        if sum(c) >= min_context and len(c) > 1 and (number := _effective_number(c)) > floor:
             keys.append(key)
             weights.append((number / floor) ** -alpha)
     for key in sorted(numbers):
         c = numbers[key]
-        if c.total() >= min_context and _effective_number(c.values()) <= floor:
+        if sum(c) >= min_context and _effective_number(c) <= floor:
             keys.append("#" + key)
             weights.append(1.0)
     return np.asarray(keys, dtype=str), np.asarray(weights, dtype=np.float64)
 
 
-def _weighted_terms(text: str, slots: dict) -> list[tuple[str, float]]:
-    """_terms with each occurrence's slot weight: a word by the more telling of its two contexts (the larger
+@dataclass(frozen=True)
+class SlotTable:
+    """The slot state as lookups by a context's pair ("a b"): a word's weight where the context is on its left
+    or right (`slot_contexts`' "<" and ">" keys), and the contexts that keep a number (its "#" keys)."""
+
+    left: dict
+    right: dict
+    number_left: frozenset
+    number_right: frozenset
+
+    @classmethod
+    def of(cls, keys: list[str], weights: list[float]) -> "SlotTable":
+        side = {k: {} for k in ("<", ">", "#<", "#>")}
+        for key, weight in zip(keys, weights):
+            cut = 2 if key[0] == "#" else 1
+            side[key[:cut]][key[cut:]] = weight
+        return cls(side["<"], side[">"], frozenset(side["#<"]), frozenset(side["#>"]))
+
+
+def _weighted_terms(text: str, slots: SlotTable) -> tuple[list[str], list[float]]:
+    """_terms and each occurrence's slot weight: a word by the more telling of its two contexts (the larger
     weight; an unknown context weighs 1), a bigram by the smaller of its words'; a number written as it is
     where either of its contexts keeps numbers (else masked)."""
     words, found = _masked_words(text)
-    around = _contexts(words)
-    w = [max(slots.get(left, 1.0), slots.get(right, 1.0)) for left, right in around]
-    if found is not None:
-        literal, shown = iter(found), []
-        for word, (left, right) in zip(words, around):
-            if word == _NUM:
-                value = next(literal)
-                if "#" + left in slots or "#" + right in slots:
-                    word = value
-            shown.append(word)
-        words = shown
-    return list(zip(words, w)) + [(f"{a} {b}", min(u, v)) for a, b, u, v in zip(words, words[1:], w, w[1:])]
+    pairs = _pairs(words)
+    on_left = map(slots.left.get, pairs[:len(words)], repeat(1.0))
+    w = list(map(max, on_left, map(slots.right.get, pairs[3:], repeat(1.0))))
+    bigrams = pairs[2:-2]
+    if found and (slots.number_left or slots.number_right):
+        shown = False
+        for i, value in zip([i for i, word in enumerate(words) if word == _NUM], found):
+            if pairs[i] in slots.number_left or pairs[i + 3] in slots.number_right:
+                words[i], shown = value, True
+        if shown:
+            bigrams = list(map(" ".join, zip(words, words[1:])))
+    return words + bigrams, w + list(map(min, w, w[1:]))
 
 
-def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False, slots: dict | None = None):
+_BLOCK = 4096
+
+
+def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False, slots: SlotTable | None = None):
     """CSR float64 [len(texts), len(vocabulary)] of term counts, column indices sorted within each row.
     With grow, unseen terms are added to `vocabulary` (index = order of first appearance). With slots
     (the slot weighting), also each entry's largest occurrence weight, as a matrix of the same entries (else
-    None)."""
-    if not grow:
-        return _counts_in_vocabulary(texts, vocabulary, slots)
+    None).
+
+    Only the term lists are made text by text; the counts and largest weights are taken with numpy over the
+    whole list (a dict loop per term was most of `embed`'s time): each row's entries end sorted by column, and
+    a count or a largest weight does not depend on the order of a term's occurrences."""
     from scipy import sparse
 
-    indices, counts, best, indptr = [], [], [], [0]
-    for text in texts:
-        row: dict[int, int] = {}
-        pairs = None if slots is None else _weighted_terms(text, slots)
-        for term in (_terms(text) if pairs is None else [t for t, _ in pairs]):
-            j = vocabulary.get(term)
-            if j is None:  # growing: fixed vocabularies are counted by _counts_in_vocabulary
-                j = vocabulary[term] = len(vocabulary)
-            row[j] = row.get(j, 0) + 1
-        indices.extend(row)
-        counts.extend(row.values())
-        if pairs is not None:  # the weights only where they are used: tf and tfidf count alone
-            top = dict.fromkeys(row, 0.0)  # row's entries, in row's order
-            for term, weight in pairs:
-                j = vocabulary.get(term)
-                if j in top:
-                    top[j] = max(top[j], weight)
-            best.extend(top.values())
-        indptr.append(len(indices))
-    indices = np.asarray(indices, dtype=np.int32)
-    indptr = np.asarray(indptr, dtype=np.int64)
-    x = sparse.csr_matrix((np.asarray(counts, dtype=np.float64), indices, indptr), shape=(len(texts), len(vocabulary)))
-    w = None if slots is None else \
-        sparse.csr_matrix((np.asarray(best, dtype=np.float64), indices.copy(), indptr.copy()), shape=x.shape)
-    for m in (x, w):  # the same entries in the same order in both (sorted in place: x shares `indices`)
-        if m is not None:
-            m.sort_indices()
-    return x, w
-
-
-def _counts_in_vocabulary(texts: list[str], vocabulary: dict, slots: dict | None):
-    """_count_matrix over a fixed vocabulary (transform): only the term lists are made text by text; the counts
-    and largest weights are taken with numpy over the whole chunk (a dict loop per term was a third of a
-    chunk's time). The same matrices: each row's entries end sorted by column either way, and a count or a
-    largest weight does not depend on the order of a term's occurrences."""
-    from itertools import repeat
-
-    from scipy import sparse
-
-    columns, weights, lengths = [], [], []
-    for text in texts:
+    columns, weights, lengths = [np.zeros(0, dtype=np.int64)], [np.zeros(0)], []
+    held_columns, held_weights = [], []  # a block's, made arrays every _BLOCK texts (Python numbers are large)
+    for done, text in enumerate(texts, 1):
         if slots is None:
             terms = _terms(text)
         else:
-            pairs = _weighted_terms(text, slots)
-            terms = [t for t, _ in pairs]
-            weights.extend([w for _, w in pairs])
-        columns.extend(map(vocabulary.get, terms, repeat(-1)))
+            terms, w = _weighted_terms(text, slots)
+            held_weights.extend(w)
+        if grow:  # unseen terms, in order of first appearance
+            vocabulary.update(zip(filterfalse(vocabulary.__contains__, dict.fromkeys(terms)),
+                                  count(len(vocabulary))))
+        held_columns.extend(map(vocabulary.get, terms, repeat(-1)))
         lengths.append(len(terms))
+        if done % _BLOCK == 0 or done == len(texts):
+            columns.append(np.asarray(held_columns, dtype=np.int64))
+            weights.append(np.asarray(held_weights, dtype=np.float64))
+            held_columns, held_weights = [], []
     n, width = len(texts), max(len(vocabulary), 1)
-    column = np.asarray(columns, dtype=np.int64)
+    column = np.concatenate(columns)
     known = column >= 0
     # one key per occurrence of a known term, (row, column) in one integer; equal keys, sorted, are one entry
     key = np.repeat(np.arange(n, dtype=np.int64), lengths)[known] * width + column[known]
@@ -388,10 +392,10 @@ def _counts_in_vocabulary(texts: list[str], vocabulary: dict, slots: dict | None
     x = sparse.csr_matrix((counts, indices, indptr), shape=shape)
     w = None
     if slots is not None:
-        best = np.maximum.reduceat(np.asarray(weights, dtype=np.float64)[known][order], starts) if starts.size \
+        best = np.maximum.reduceat(np.concatenate(weights)[known][order], starts) if starts.size \
             else np.zeros(0, dtype=np.float64)
         w = sparse.csr_matrix((best, indices.copy(), indptr.copy()), shape=shape)
-    for m in (x, w):  # already sorted: sort_indices only records it, as the growing count's sort does
+    for m in (x, w):  # already sorted: sort_indices only records it
         if m is not None:
             m.sort_indices()
     return x, w
