@@ -104,11 +104,32 @@ def write_lines(path: str | os.PathLike, lines) -> None:
     atomic_write_bytes(path, "".join(f"{line}\n" for line in lines).encode())
 
 
+def _leaves(t: pa.DataType, path: str) -> Iterator[tuple[str, pa.DataType]]:
+    """(Parquet column path, type) of each leaf under an Arrow type, named as pyarrow writes them."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        yield from _leaves(t.value_type, f"{path}.list.element")
+    elif pa.types.is_map(t):
+        yield from _leaves(t.key_type, f"{path}.key_value.key")
+        yield from _leaves(t.item_type, f"{path}.key_value.value")
+    elif pa.types.is_struct(t):
+        for f in t:
+            yield from _leaves(f.type, f"{path}.{f.name}")
+    else:
+        yield path, t
+
+
+def _dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The Parquet columns to dictionary-encode: all but the floating-point ones. Feature vectors and losses
+    seldom repeat a value, so the writer fills a dictionary page before it falls back to plain values: 9x the
+    write's time for a file no smaller (benchmarks/results/scale.md)."""
+    return [path for f in schema for path, t in _leaves(f.type, f.name) if not pa.types.is_floating(t)]
+
+
 def write_parquet_atomic(table: pa.Table, path: str | os.PathLike, **kwargs) -> None:
     """Write a Parquet file through a temporary file in the same directory, then rename it into place (through
     a link: at the link's target, artifacts.written_at)."""
     with _atomic_file(path) as tmp:
-        pq.write_table(table, tmp, **kwargs)
+        pq.write_table(table, tmp, **{"use_dictionary": _dictionary_columns(table.schema), **kwargs})
 
 
 @contextmanager
@@ -125,7 +146,7 @@ def parquet_stream(path: str | os.PathLike, schema: pa.Schema) -> Iterator[pq.Pa
     with _room_to_write(target):
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with pq.ParquetWriter(tmp, schema) as writer:
+            with pq.ParquetWriter(tmp, schema, use_dictionary=_dictionary_columns(schema)) as writer:
                 yield writer
             os.replace(tmp, target)
         except BaseException:
