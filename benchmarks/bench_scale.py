@@ -5,11 +5,14 @@ Data (built under --work, never in the repository): GSM8K train and the Code Alp
 repeated to --rows with deterministic perturbations (numbers shifted, names and a few words swapped: near
 duplicates, not copies), about 3% exact copies of earlier rows; the empty responses of Code Alpaca stay, so
 the commands run with --on-bad-row skip. Commands as a user types them, default options otherwise: inspect,
-embed, cluster, select --fraction 0.3, shard --num-shards 8, report. Each is a fresh process; its peak RSS is
-GNU time's (/usr/bin/time). With --baseline (another checkout's root) the same commands run on it, stage by stage
-next to this checkout's, and the outputs are compared (shard ids, selection ids).
+embed, cluster, select --fraction 0.3, shard --num-shards 8, report, and the whole job (`run`). Each is a fresh
+process; its peak RSS is GNU time's (/usr/bin/time). With --baseline (another checkout's root) the same commands
+run on it, stage by stage next to this checkout's, and the outputs are compared (shard ids, selection ids). With
+--profile each of this checkout's commands runs once more under cProfile (into another folder; its times are not
+the table's) and the table names the three functions with the most time of their own (`run`: those of its stages).
 
     python benchmarks/bench_scale.py --rows 200000 --baseline /tmp/base-checkout
+    python benchmarks/bench_scale.py --rows 100000 --profile --name scale_100k
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import DATA, ROOT, parser, tool_cmd, write_results
+from common import DATA, ROOT, parser, relative, tool_cmd, write_results
 
 NAMES = ["Alice", "Bob", "Carmen", "Deepak", "Elena", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kemi", "Luis"]
 SWAPS = [("many", "much"), ("each", "every"), ("total", "overall"), ("buys", "purchases"), ("write", "create"),
@@ -59,13 +62,15 @@ def make_data(path: Path, rows: int) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in out))
 
 
-def timed(tree: Path, args: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one command in a fresh process, run by the checkout `tree`. The peak is
-    GNU time's: a child of this (large) process would count this process's pages in its own peak."""
+def timed(tree: Path, args: list[str], profile: Path | None = None) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one command in a fresh process, run by the checkout `tree` (under cProfile,
+    its statistics written to `profile`, when given). The peak is GNU time's: a child of this (large) process
+    would count this process's pages in its own peak."""
     env = dict(os.environ, PYTHONPATH=str(tree))
+    tool = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "cluster_curate"] if profile else tool_cmd()
     with tempfile.NamedTemporaryFile("r") as peak, tempfile.TemporaryFile() as err:  # a file: a full pipe blocks
         t0 = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", peak.name, *tool_cmd(), *args, "-q"], env=env,
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", peak.name, *tool, *args, "-q"], env=env,
                               stdout=subprocess.DEVNULL, stderr=err)
         seconds = time.perf_counter() - t0
         if proc.returncode != 0:
@@ -74,7 +79,9 @@ def timed(tree: Path, args: list[str]) -> tuple[float, float]:
         return seconds, int(peak.read().split()[-1]) / 1024
 
 
-def stages(tree: Path, data: Path, out: Path) -> dict[str, tuple[float, float]]:
+def stages(tree: Path, data: Path, out: Path, profiles: Path | None = None) -> dict[str, tuple[float, float]]:
+    """Each command's (wall seconds, peak MiB), writing under `out`; with `profiles`, each under cProfile, its
+    statistics written there as STAGE.prof."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     e, c, s = out / "embeddings.parquet", out / "clusters.parquet", out / "selection.parquet"
@@ -84,8 +91,24 @@ def stages(tree: Path, data: Path, out: Path) -> dict[str, tuple[float, float]]:
                 "cluster": ["cluster", e, "--out", c],
                 "select": ["select", c, "--out", s, "--fraction", "0.3"],
                 "shard": ["shard", s, "--data", data, "--out", out / "shards", "--num-shards", "8"],
-                "report": ["report", out, "--out", out / "report"]}
-    return {name: timed(tree, [str(a) for a in args]) for name, args in commands.items()}
+                "report": ["report", out, "--out", out / "report"],
+                # the whole job as a user types it, in its own folder (its four stages again, in one process)
+                "run": ["run", data, "--out", out / "run", "--fraction", "0.3", "--num-shards", "8", *skip]}
+    if profiles:  # the stages; `run` is them again
+        commands.pop("run")
+    return {name: timed(tree, [str(a) for a in args], profiles and profiles / f"{name}.prof")
+            for name, args in commands.items()}
+
+
+def hotspots(profile: Path, top: int = 3) -> list[str]:
+    """The `top` functions with the most time of their own in a cProfile file, as "module:function s"."""
+    import pstats
+    found = sorted(pstats.Stats(str(profile)).stats.items(), key=lambda kv: -kv[1][2])[:top]
+
+    def where(file: str, name: str) -> str:  # "~": a built-in, named "<built-in method x>" or "<method ...>"
+        return name.strip("<>").removeprefix("built-in method ") if file == "~" else \
+            f"{relative(file).removeprefix('cluster_curate/')}:{name}"
+    return [f"{where(file, name)} {own:.1f} s" for (file, _, name), (_, _, own, *_) in found]
 
 
 def accounting(out: Path) -> dict:
@@ -117,6 +140,7 @@ def main(argv=None) -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/cluster-curate-bench-scale"))
     ap.add_argument("--baseline", type=Path, help="another checkout's root, run stage by stage next to this one")
     ap.add_argument("--name", default="scale")
+    ap.add_argument("--profile", action="store_true", help="run this checkout's commands once more under cProfile")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     data = args.work / f"instructions-{args.rows}.jsonl"
@@ -129,17 +153,24 @@ def main(argv=None) -> None:
         runs[name] = stages(tree, data, out)
         books[name] = accounting(out)
     here = runs["this checkout"]
+    found = {}
+    if args.profile:
+        profiles = args.work / "profiles"
+        profiles.mkdir(exist_ok=True)
+        stages(ROOT, data, args.work / "run-profiled", profiles)
+        found = {stage: hotspots(profiles / f"{stage}.prof") for stage in here if stage != "run"}
     lines = [f"# every stage at {args.rows:,} rows", "",
              f"`{data.name}`: GSM8K + Code Alpaca, perturbed near duplicates and ~3% exact copies; default options, "
              "--on-bad-row skip; one fresh process per command, run once (a shared 2-core machine: single runs, "
              "compare within a row).", ""]
-    head = "| stage | " + " | ".join(f"{n} s | {n} peak MiB" for n in runs) + \
-        (" | baseline / this checkout, time |" if args.baseline else " |")
+    head = "| stage | " + " | ".join(f"{n} s | {n} peak MiB" for n in runs) + " |" + \
+        (" baseline / this checkout, time |" if args.baseline else "") + (" top 3 by own time |" if found else "")
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for stage in here:
         cells = " | ".join(f"{runs[n][stage][0]:.1f} | {runs[n][stage][1]:.0f}" for n in runs)
-        ratio = f" | {runs['baseline'][stage][0] / here[stage][0]:.2f}x |" if args.baseline else " |"
-        lines.append(f"| {stage} | {cells}{ratio}")
+        ratio = f" {runs['baseline'][stage][0] / here[stage][0]:.2f}x |" if args.baseline else ""
+        spots = f" {'; '.join(found.get(stage, ['(the stages above)']))} |" if found else ""
+        lines.append(f"| {stage} | {cells} |{ratio}{spots}")
     b = books["this checkout"]
 
     def holds(ok: bool) -> str:
@@ -157,7 +188,7 @@ def main(argv=None) -> None:
     lines += ["", f"Load average at the end: {load}."]
     payload = {"rows": args.rows, "stages": {n: {s: {"seconds": round(t, 2), "peak_mib": round(m)}
                                                  for s, (t, m) in r.items()} for n, r in runs.items()},
-               "accounting": books}
+               "accounting": books, "hotspots": found}
     write_results(args.name, lines, payload, argv)
 
 

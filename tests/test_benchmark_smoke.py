@@ -264,6 +264,20 @@ def test_scale_data_is_near_duplicates_with_some_exact_copies(tmp_path):
     assert bench_scale._perturb("Tom has 3 apples", 2) == "Carmen has 5 apples"
 
 
+def test_scale_hotspots_name_the_functions_with_the_most_own_time(tmp_path):
+    import cProfile
+
+    import bench_scale
+
+    from cluster_curate.features.text import TextFeaturizer
+    texts = [f"take {n} apples from the {w} basket" for n in range(40) for w in ("red", "green", "old")]
+    cProfile.runctx("TextFeaturizer(dim=8).fit(texts)", globals(), {"texts": texts, "TextFeaturizer": TextFeaturizer},
+                    str(tmp_path / "fit.prof"))
+    spots = bench_scale.hotspots(tmp_path / "fit.prof")
+    assert len(spots) == 3 and all(s.endswith(" s") for s in spots)
+    assert not any(s.startswith(("<", "/")) for s in spots)  # a module path from the repository, or a built-in's name
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATA / "gsm8k" / "test.jsonl").exists(),
                     reason="the shared real datasets are not here (bench_decontaminate plants GSM8K test in train)")
