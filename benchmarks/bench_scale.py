@@ -106,8 +106,10 @@ def hotspots(profile: Path, top: int = 3) -> list[str]:
     found = sorted(pstats.Stats(str(profile)).stats.items(), key=lambda kv: -kv[1][2])[:top]
 
     def where(file: str, name: str) -> str:  # "~": a built-in, named "<built-in method x>" or "<method ...>"
-        return name.strip("<>").removeprefix("built-in method ") if file == "~" else \
-            f"{relative(file).removeprefix('cluster_curate/')}:{name}"
+        if file == "~":
+            return name.strip("<>").removeprefix("built-in method ")
+        path = relative(file).removeprefix("cluster_curate/")  # outside the repository: package/module.py
+        return f"{'/'.join(Path(path).parts[-2:]) if path.startswith(('/', '../')) else path}:{name}"
     return [f"{where(file, name)} {own:.1f} s" for (file, _, name), (_, _, own, *_) in found]
 
 
