@@ -17,7 +17,7 @@ Columns: `hf`, `accelerate` and `torchrun` keep the shards' columns; `trl` write
 OpenAI-style `messages` column. Every layout keeps `id`, `weight` and `step` for checking with `verify`. `jsonl`
 and `parquet` write just the selected rows in their original columns, in dataset order.
 
-Preference pairs (`--format preference`, io/formats.py): `trl` writes DPO's conversational `prompt`/`chosen`/
+Preference pairs (`--format preference`, io/preference.py): `trl` writes DPO's conversational `prompt`/`chosen`/
 `rejected`, `llamafactory` a ranking dataset (`messages`: the prompt turns, `chosen`/`rejected`: one assistant turn
 each), `torchtune` what its `preference_dataset` reads (`chosen`/`rejected`: each the whole conversation, the prompt
 turns then one answer); `axolotl` is refused (`PREFERENCE_TARGETS`), never written without the rejected answers.
@@ -29,7 +29,7 @@ the chat template; axolotl reads it with `field_tools`); `llamafactory` writes i
 turns and names `tools` in dataset_info.json; `torchtune`'s openai style has no tool calls, so its export refuses
 such rows (naming the row and the layouts that keep them) rather than dropping the calls. A mixture's row is read
 from its input's own columns as that input was read (`_records`), not from the normalised `messages`, which hold
-the calls and schemas as text. Preference pairs keep them so too (`preference_columns`, formats.preference_messages):
+the calls and schemas as text. Preference pairs keep them so too (`preference_columns`, records.preference_messages):
 in the prompt, and as an answer that is a call (a `function_call` answer for llamafactory's ranking format).
 
 Pure functions of the manifest and the shards' table; `commands/export.py` reads and writes
@@ -47,8 +47,11 @@ import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
-from cluster_curate.io.formats import TOOL_RESULT_ROLES, RecordError, chat_messages, resolve_fields
+from cluster_curate.io.fields import resolve_fields
+from cluster_curate.io.formats import RecordError
+from cluster_curate.io.records import chat_messages
 from cluster_curate.io.shard_writer import json_text_aligned
+from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES
 from cluster_curate.loader import decoded_json, interleaved_order
 from cluster_curate.sharding import SHARD_COLUMNS
 
@@ -142,7 +145,7 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
                  inputs: list[dict] | None = None, json_columns=()) -> pa.Table:
     """`messages` (the response as the last assistant turn) or conversational `prompt`/`completion`, from whatever
     record format the source rows use (detected, or `read`'s --format / --prompt-field / --response-field); plus
-    `id`, `weight`, `step`. Turns are {role, content}; with tool calling (formats.chat_messages) also `tool_calls`
+    `id`, `weight`, `step`. Turns are {role, content}; with tool calling (records.chat_messages) also `tool_calls`
     ([{type, function: {name, arguments: JSON text}}], `id` where given) and a tool turn's `tool_call_id` / `name`,
     and a `tools` column: the schemas as JSON text (TRL parses it), for axolotl a list of one JSON text per tool
     (what its chat_template strategy parses). `trainer`: llamafactory writes its function_call / observation
@@ -271,7 +274,7 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
     the prompt turns, then its answer; a row with tool calling is refused, as `chat_columns` refuses it); plus `id`,
     `weight`, `step`. Turns and tool calling as `chat_columns` writes them (an answer may be a call). A mixture's
     row of an input of other records is refused: a pairwise loss needs both answers of every row."""
-    from cluster_curate.io.formats import preference_messages
+    from cluster_curate.io.records import preference_messages
     prompts, chosen, rejected, tools = [], [], [], []
     for i, (rec, fields) in enumerate(records):
         if not fields.rejected:

@@ -13,7 +13,8 @@ import pytest
 
 import popular_datasets as P
 from cluster_curate.errors import CurateError
-from cluster_curate.io.formats import resolve_fields, to_example
+from cluster_curate.io.fields import resolve_fields
+from cluster_curate.io.records import to_example
 from test_outputs import _cli
 
 # dataset -> (format detected, fields as inspect shows them); None: refused, with these flags in the message

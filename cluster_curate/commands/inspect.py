@@ -53,7 +53,7 @@ class _Counts:
 
     def add(self, ex) -> None:
         from cluster_curate.exact_dedup import example_key, same_answer
-        from cluster_curate.io.formats import own_system_prompt
+        from cluster_curate.io.tool_calls import own_system_prompt
         self.prompt_chars.append(sum(len(t["content"]) for t in ex.prompt))
         self.response_chars.append(len(ex.response))
         if ex.rejected is not None:

@@ -61,7 +61,10 @@ import pyarrow as pa
 from cluster_curate.errors import CurateError
 from cluster_curate.io.containers import _open_source, _Row, file_fingerprint
 from cluster_curate.io.hf_datasets import HFDataset
-from cluster_curate.io.formats import FieldMap, RecordError, resolve_fields, to_example, to_preference
+from cluster_curate.io.fields import resolve_fields
+from cluster_curate.io.formats import FieldMap, RecordError
+from cluster_curate.io.preference import to_preference
+from cluster_curate.io.records import to_example
 
 __all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset", "default_rejects_path",
            "file_fingerprint", "recorded_source", "data_paths"]
@@ -98,7 +101,7 @@ class ReadOptions:
     prompt_field: str | None = None
     response_field: str | None = None
     rejected_field: str | None = None  # preference pairs: the rejected answer's column (default `rejected`)
-    label_field: str | None = None  # preference pairs: the column saying which answer is chosen (formats._labelled)
+    label_field: str | None = None  # preference pairs: the column saying which answer is chosen (preference._labelled)
     on_bad_row: str = "error"  # "error" | "skip"
     prompts_only: bool = False  # questions alone, a row needs no response: an evaluation set (formats.py)
 

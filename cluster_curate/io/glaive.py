@@ -9,7 +9,7 @@ A row has two text columns:
 
 `openai_record` gives the record an OpenAI-messages input would hold for the same conversation: `messages` (the
 system prompt without its schemas, then user, assistant and tool turns; a `<functioncall>` is the assistant turn's
-`tool_calls`, its arguments the JSON text it quotes) and `tools` (the schemas). io/formats.py reads
+`tool_calls`, its arguments the JSON text it quotes) and `tools` (the schemas). io/records.py reads
 that record as `messages`, so an example, its trainer turns and its exports are an OpenAI chat's.
 """
 

@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 from cluster_curate.errors import CurateError
 from cluster_curate.io.datasets import (Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source,
                                         same_keys)
-from cluster_curate.io.formats import own_system_prompt
+from cluster_curate.io.tool_calls import own_system_prompt
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
 INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "rejected_field", "label_field", "on_bad_row",
@@ -475,7 +475,7 @@ def normalised_columns(examples: list[Example]) -> dict[str, pa.Array]:
         users = [t for t in ex.prompt if t.get("role") == "user"]
         prompt.append(str(users[-1].get("content") or "") if users else "")
         sys_turns = [t for t in ex.prompt if t.get("role") == "system"]
-        # the record's own system prompt: tool schemas rendered into the system turn are none (formats._with_tools)
+        # the record's own system prompt: tool schemas rendered into the system turn are none (tool_calls._with_tools)
         own = own_system_prompt(sys_turns[0]) if sys_turns else None
         system.append(None if own is not None and "tools" in sys_turns[0] and not own.strip() else own)
         messages.append([{"role": str(t["role"]), "content": str(t.get("content") or "")} for t in ex.prompt]

@@ -1,0 +1,339 @@
+"""Which columns a dataset's records are read from: `resolve_fields` gives the FieldMap of a dataset's columns,
+detected (`detect_format`: the first format of io/formats.py's FORMAT whose columns are present) or forced by
+--format / --prompt-field / --response-field / --rejected-field / --label-field, or refuses them in one line that
+names the option or column at fault, the columns found and the flags that would read them (`_fix_hint`).
+
+Columns of popular datasets that no format names are read as `--prompt-field A --response-field B` would read them
+(`_KNOWN_PAIRS`): MetaMathQA's query -> response, OpenMathInstruct-2's problem -> generated_solution, xP3's and
+FLAN's inputs -> targets. Two answers whose preferred one a label column names row by row (`_LABELLED_PAIRS`: SHP,
+PKU-SafeRLHF) are read with their label alone, and HelpSteer2's signed preference is refused with the way to read it
+(`_SIGNED_PAIR`). A hint for a dataset's columns is an entry of one of these tables.
+"""
+
+from __future__ import annotations
+
+from cluster_curate.io.formats import FORMAT, FORMATS, TURNS, FieldMap
+
+
+FIX_HINT = ("pass --prompt-field COLUMN --response-field COLUMN (several prompt columns: --prompt-field A,B; a column "
+            "of chat turns: --format messages --prompt-field COLUMN)")
+
+# Column names, compared ignoring case, that a hint may suggest (the detection itself only takes the exact ones).
+_PROMPT_NAMES = ("instruction", "prompt", "question", "query", "problem", "input", "text")
+_RESPONSE_NAMES = ("output", "response", "completion", "answer", "answers", "long_answer", "solution", "target")
+# A hint's response where no column has one of those names: a column named `..._solution` (OpenMathInstruct-2's
+# `generated_solution`, beside its `expected_answer`), a worked solution before a bare answer.
+_RESPONSE_SUFFIXES = ("solution", "response", "output", "completion", "answer")
+
+
+def _by_lower_name(columns, names, exclude=()) -> list[str]:
+    """The columns whose lower-cased name is one of `names` (in the order of `names`)."""
+    lower: dict[str, str] = {}
+    for c in columns:
+        if c not in exclude:
+            lower.setdefault(c.lower(), c)
+    return [lower[n] for n in names if n in lower]
+
+
+# words of a column name that say it holds something about an answer, not the answer (`chosen_avg_rating`)
+_ABOUT_AN_ANSWER = frozenset({"rating", "ratings", "score", "scores", "model", "reward", "logps", "id", "len"})
+
+
+def _answer_pair(columns) -> tuple[str, str] | None:
+    """The (chosen, rejected) columns of preference pairs named otherwise than TRL's: `chosen_response` /
+    `rejected_response` (`chosen` in the name, the same name with `rejected`), StackExchange-paired's `response_j`
+    (the preferred answer) / `response_k`; None when no two columns are named so."""
+    lower = {c.lower(): c for c in columns}
+    for name, column in lower.items():
+        other = (name.replace("chosen", "rejected", 1) if "chosen" in name
+                 else name[:-2] + "_k" if name.endswith("_j") else None)
+        if other in lower and not _ABOUT_AN_ANSWER & set(name.replace("-", "_").split("_")):
+            return column, lower[other]
+    return None
+
+
+# Datasets of two answers whose preferred one a label column names, row by row: (the question's column, the answer
+# a label of 1 prefers, the one 0 prefers, the label columns). stanfordnlp/SHP (and SHP-2): `labels` 1 where
+# human_ref_A is preferred; PKU-Alignment/PKU-SafeRLHF: the index of the better (the safer) response.
+_LABELLED_PAIRS = (("history", "human_ref_A", "human_ref_B", ("labels",)),
+                   ("prompt", "response_1", "response_0", ("better_response_id", "safer_response_id")))
+# nvidia/HelpSteer2's preference file: the sign of `preference_strength` (-3..3) names the preferred answer
+# (negative: response_1), 0 is a tie: no label of 1 and 0 (`preference._labelled`), and no pair for a tie.
+_SIGNED_PAIR = ("response_1", "response_2", "preference_strength")
+
+
+def _signed_pair_refusal(columns) -> str | None:
+    """What to do with HelpSteer2's pairs, when these are its columns."""
+    a, b, strength = _SIGNED_PAIR
+    if not set(_SIGNED_PAIR) <= set(columns):
+        return None
+    return (f"{a} and {b} are two answers whose preferred one the sign of {strength} names ({a} where it is "
+            f"negative, {b} where it is positive, a tie at 0), which no flag reads: write a column that is 1 where "
+            f"{strength} is negative and 0 where it is positive (leaving the ties out), then pass --response-field "
+            f"{a} --rejected-field {b} --label-field COLUMN")
+
+
+def _labelled_pair(columns) -> tuple[str, str, str, tuple[str, ...]] | None:
+    """The entry of _LABELLED_PAIRS whose answer columns and a label column these columns hold (its label columns
+    those present), else None."""
+    cols = set(columns)
+    for question, a, b, labels in _LABELLED_PAIRS:
+        present = tuple(label for label in labels if label in cols)
+        if {a, b} <= cols and present:
+            return question, a, b, present
+    return None
+
+
+def _label_flags(pair: tuple[str, str, str, tuple[str, ...]], prompt: bool = True) -> str:
+    """The flags that read a labelled pair (`_labelled_pair`) in the order of its label."""
+    question, a, b, labels = pair
+    return (f"{f'--prompt-field {question} ' if prompt else ''}--response-field {a} --rejected-field {b} "
+            f"--label-field {labels[0]}")
+
+
+# The prompt and response columns of popular datasets that no format's names cover, read as `--prompt-field A
+# --response-field B` reads them (a custom pair: prompt-completion): MetaMathQA; OpenMathInstruct-2 (its
+# `expected_answer` is the last line of the solution); xP3 and the FLAN collections. Not problem -> solution: MATH,
+# an evaluation set, ships so (refused as data, the message gives the flags: Magicoder-OSS-Instruct's).
+_KNOWN_PAIRS = (("query", "response"), ("problem", "generated_solution"), ("inputs", "targets"))
+
+
+def _known_pair(columns: set) -> tuple[list[str], str | None]:
+    """([prompt column], response column) of the first known pair these columns hold, else ([], None)."""
+    pair = next((p for p in _KNOWN_PAIRS if set(p) <= columns), None)
+    return ([pair[0]], pair[1]) if pair else ([], None)
+
+
+def _fix_hint(columns) -> str:
+    """The flags that would read these columns when their names look like a prompt and a response (or a
+    preference pair's two answers, a labelled pair's with their label), else FIX_HINT."""
+    labelled, signed = _labelled_pair(columns), _signed_pair_refusal(columns)
+    if signed:
+        return signed
+    if labelled:
+        question, a, b, labels = labelled
+        return (f"pass {_label_flags(labelled)} ({labels[0]} is 1 where {a} is the preferred answer, 0 where {b} "
+                f"is{'; or ' + ', '.join(labels[1:]) if labels[1:] else ''})")
+    prompts = _by_lower_name(columns, _PROMPT_NAMES)
+    pair = _answer_pair(columns)
+    if pair:
+        prompt = next((p for p in prompts if p not in pair), None)
+        return (f"pass --prompt-field {prompt} --response-field {pair[0]} --rejected-field {pair[1]} (or other "
+                "columns; the chosen answer's, then the rejected one's)" if prompt else
+                f"pass --response-field {pair[0]} --rejected-field {pair[1]} (the chosen answer's column, then the "
+                "rejected one's) and --prompt-field COLUMN, unless each holds the whole conversation")
+    responses = (_by_lower_name(columns, _RESPONSE_NAMES, exclude=prompts[:1])
+                 or [c for end in _RESPONSE_SUFFIXES for c in columns if c.lower().endswith("_" + end)])
+    if prompts and responses:
+        return f"pass --prompt-field {prompts[0]} --response-field {responses[0]} (or other columns)"
+    if not responses and (TURNS in columns or any(p.lower() not in ("text", "input") for p in prompts)):
+        return ("no column looks like a response: questions alone (an evaluation set) are no training data, give "
+                "them to select or run --decontaminate as they are; else " + FIX_HINT)
+    return FIX_HINT
+
+
+def detect_format(columns) -> str | None:
+    """The format whose columns are present, or None."""
+    cols = set(columns)
+    for entry in sorted(FORMAT, key=lambda e: e.detect_order):
+        if entry.value in cols and (entry.response is None or set(entry.response) & cols) \
+                and set(getattr(entry, "also", ())) <= cols:
+            return entry.name
+    return None
+
+
+def _root_column(field: str, columns: set) -> str | None:
+    """The column a field reads: itself, or for a dotted path (`data.question`) the column of its first key."""
+    if field in columns:
+        return field
+    root = field.split(".")[0]
+    return root if "." in field and root in columns else None
+
+
+def _prompt_columns(prompt_field: str | None) -> list[str]:
+    """--prompt-field A or A,B -> [A] or [A, B]."""
+    if prompt_field is None:
+        return []
+    from cluster_curate.errors import CurateError
+    names = [c.strip() for c in prompt_field.split(",")]
+    if not all(names):
+        raise CurateError(f"--prompt-field {prompt_field!r}: an empty column name; pass COLUMN or COLUMN,COLUMN")
+    return names
+
+
+def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_field: str | None,
+                   source: str = "dataset", prompts_only: bool = False, rejected_field: str | None = None,
+                   label_field: str | None = None) -> FieldMap:
+    """The field mapping for these columns: detected, or forced by the user's options. Raises CurateError with a
+    one-line message (the option or column at fault, the columns found, the flags that would fix it).
+    `prompts_only`: questions alone (io/formats.py's docstring): a format's prompt column without its response
+    column is detected too (after every format with both), then a `turns` column, then a column named like a
+    question in any case (_PROMPT_NAMES but `text` and `input`: MATH's `problem`). `rejected_field`: the rejected
+    answer's column of preference pairs (the format they imply), `response_field` then the chosen one's.
+    `label_field`: the column saying which of the two is the chosen answer, row by row (`preference._labelled`)."""
+    from cluster_curate.errors import CurateError
+
+    cols = list(columns)
+    colset = set(cols)
+    shown = ", ".join(cols) if len(cols) <= 30 else ", ".join(cols[:30]) + f", ... ({len(cols)} columns)"
+    prompts = _prompt_columns(prompt_field)
+    if fmt is not None and fmt not in FORMATS:
+        raise CurateError(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if rejected_field and fmt not in (None, "preference"):
+        raise CurateError(f"--rejected-field {rejected_field!r} names a preference pair's rejected answer: it goes "
+                          f"with --format preference, not {fmt}")
+    if label_field and fmt not in (None, "preference"):
+        raise CurateError(f"--label-field {label_field!r} says which answer of a preference pair is the chosen one: "
+                          f"it goes with --format preference, not {fmt}")
+    # a column the user named must exist, whatever the format
+    for option, name in [("--prompt-field", p) for p in prompts] + [("--response-field", response_field),
+                                                                    ("--rejected-field", rejected_field),
+                                                                    ("--label-field", label_field)]:
+        if name and _root_column(name, colset) is None:
+            raise CurateError(f"{source}: {option} {name!r}: no such column; columns found: [{shown}]")
+    if fmt is None:
+        fmt = "preference" if rejected_field or label_field else detect_format(colset)
+        if fmt is None and not prompts and response_field is None and not prompts_only:
+            prompts, response_field = _known_pair(colset)
+        if fmt is None and prompts_only and not prompts:
+            fmt = next((e.name for e in sorted(FORMAT, key=lambda e: e.detect_order)
+                        if e.value in colset and set(getattr(e, "also", ())) <= colset),  # xlam: its `tools`
+                       TURNS if TURNS in colset else None)
+            if fmt == TURNS:
+                return FieldMap(TURNS, TURNS, prompts_only=True)
+            named = [c for c in _by_lower_name(cols, _PROMPT_NAMES) if c.lower() not in ("text", "input")]
+            if fmt is None and named:  # MATH's `problem`, a `Question` or `query` column
+                fmt, prompts = "prompt-completion", named[:1]
+        if fmt == "glaive" and (prompts or response_field):  # a pair of columns named: read as before glaive
+            fmt = None
+        if fmt is None and prompts:
+            if response_field is None:
+                found = _by_lower_name(cols, _RESPONSE_NAMES, exclude=prompts)
+                if len(found) != 1:
+                    pair = _answer_pair(cols)
+                    which = (f"preference pairs? pass --response-field {pair[0]} --rejected-field {pair[1]}" if pair
+                             else "no column looks like one" if not found else "several could be: " + ", ".join(found))
+                    raise CurateError(f"{source}: --prompt-field {prompt_field} needs --response-field COLUMN too "
+                                      f"({which}); columns found: [{shown}]")
+                response_field = found[0]
+            fmt = "prompt-completion"  # a custom pair of columns behaves like prompt/completion
+        if fmt is None:
+            raise CurateError(f"{source}: unrecognised record format; columns found: [{shown}]. {_fix_hint(cols)}")
+
+    entry = FORMAT.get(fmt)
+    if fmt == "preference":
+        return _preference_fields(cols, prompts, response_field, rejected_field, label_field, source, shown)
+    if entry.response is None:
+        if len(prompts) > 1:
+            raise CurateError(f"--prompt-field {prompt_field}: format {fmt} reads its turns from one column")
+        conv = (prompts[0] if prompts else None) or response_field or entry.value
+        if _root_column(conv, colset) is None:
+            raise CurateError(f"{source}: format {fmt} needs a conversation column {conv!r}; columns found: "
+                              f"[{shown}]. Pass --prompt-field COLUMN naming the column that holds the turns")
+        # a `system` column beside ShareGPT turns: LLaMA-Factory's sharegpt keeps the system prompt there (a
+        # mixture's shards hold `messages` and a `system` column read from them: not read twice)
+        # (glaive's `system` column holds the tool schemas too: io/glaive.py reads it)
+        system = "system" if fmt in ("sharegpt", "glaive") and "system" in colset and conv != "system" else None
+        return FieldMap(fmt, conv, system=system, prompts_only=prompts_only, tools=_tools_column(colset, {conv}))
+
+    if response_field and response_field in prompts:
+        raise CurateError(f"{source}: --response-field {response_field!r} is a --prompt-field column too: the "
+                          "answer would be part of its own question; name the columns of each")
+    prompt, *extra = prompts or [entry.value]
+    if response_field:
+        response = response_field
+    else:
+        response = next((c for c in entry.response if c in colset), entry.response[0])
+        if prompts_only and response not in colset:  # questions alone
+            response = None
+    missing = [c for c in (prompt, response) if c and _root_column(c, colset) is None]
+    if missing:
+        which = " and ".join(repr(c) for c in missing)
+        raise CurateError(f"{source}: format {fmt} needs column {which}, not found; columns found: [{shown}]. "
+                          f"{_fix_hint(cols)}")
+    used = {prompt, *extra}
+    input_field = _alpaca_input(prompt, colset, used) if fmt == "alpaca" else None
+    system = _system_column(colset, {*used, response})
+    return FieldMap(fmt, prompt, response, input_field, system, tuple(extra), prompts_only=prompts_only,
+                    tools=_tools_column(colset, {*used, response, input_field, system}))
+
+
+def _alpaca_input(prompt: str, columns: set, used: set) -> str | None:
+    """alpaca's input: its column (`input`, or dolly-15k's `context`: the passage a closed_qa / summarization
+    instruction is about), else the key beside a nested instruction (data.instruction -> data.input)."""
+    nested_in = prompt.rpartition(".")[0] if prompt not in columns else ""
+    name = (f"{nested_in}.input" if nested_in and "input" not in columns
+            else next((c for c in ("input", "context") if c in columns), None))
+    return name if name not in used else None
+
+
+def _system_column(columns: set, used: set) -> str | None:
+    """The system prompt's column beside a prompt and a response: `system`, or Open-Orca's `system_prompt`."""
+    return next((c for c in ("system", "system_prompt") if c in columns and c not in used), None)
+
+
+def _preference_fields(cols: list, prompts: list, response_field: str | None, rejected_field: str | None,
+                       label_field: str | None, source: str, shown: str) -> FieldMap:
+    """preference: `chosen` (or --response-field) and `rejected` (or --rejected-field), with the prompt column
+    `prompt` (or --prompt-field) when there is one; without one, `chosen` holds the whole conversation. The two
+    answers of a known labelled pair (_LABELLED_PAIRS) need their label, in its order: else pairs would be
+    inverted without a word."""
+    from cluster_curate.errors import CurateError
+    colset = set(cols)
+    chosen, rejected = response_field or "chosen", rejected_field or "rejected"
+    missing = [c for c in (chosen, rejected) if _root_column(c, colset) is None]
+    if missing:
+        raise CurateError(f"{source}: format preference needs columns {chosen!r} and {rejected!r} "
+                          f"({' and '.join(repr(c) for c in missing)} not found); columns found: [{shown}]"
+                          + (f". {_fix_hint(cols)}" if _answer_pair(cols) else ""))
+    if chosen == rejected:
+        raise CurateError(f"{source}: the chosen and the rejected answer would both be column {chosen!r}: a pair "
+                          "would hold one answer twice; name the column of each (--response-field CHOSEN "
+                          "--rejected-field REJECTED)")
+    if len(prompts) > 1:
+        raise CurateError(f"--prompt-field {','.join(prompts)}: format preference reads its prompt from one column")
+    prompt = prompts[0] if prompts else ("prompt" if "prompt" in colset else None)
+    if prompt in (chosen, rejected):
+        raise CurateError(f"{source}: --prompt-field {prompt!r} is the {'chosen' if prompt == chosen else 'rejected'}"
+                          " answer's column: its answer would be part of its own question; name a column of the "
+                          "prompt alone, or pass no --prompt-field when chosen and rejected hold the whole "
+                          "conversation (lists of chat turns, or Anthropic HH's Human: / Assistant: transcripts)")
+    _check_label(label_field, chosen, rejected, prompt, cols, source)
+    if prompt is None:  # the implicit prompt: chosen is the conversation, as `messages` is read
+        return FieldMap("preference", chosen, None, rejected=rejected, label=label_field,
+                        tools=_tools_column(colset, {chosen, rejected, label_field}))
+    system = "system" if "system" in colset and "system" not in (prompt, chosen, rejected, label_field) else None
+    return FieldMap("preference", prompt, chosen, system=system, rejected=rejected, label=label_field,
+                    tools=_tools_column(colset, {prompt, chosen, rejected, system, label_field}))
+
+
+def _check_label(label_field: str | None, chosen: str, rejected: str, prompt: str | None, cols: list,
+                 source: str) -> None:
+    """A label column that is another field's is refused; so are a known labelled pair's answers without its
+    label (the pairs labelled 0 would be inverted), or in the order that inverts every pair, and HelpSteer2's
+    without a label of 0 and 1 (_SIGNED_PAIR)."""
+    from cluster_curate.errors import CurateError
+    named = {chosen: "chosen answer's", rejected: "rejected answer's", prompt: "prompt's"}
+    if label_field and label_field in named:
+        raise CurateError(f"{source}: --label-field {label_field!r} is the {named[label_field]} column; name the "
+                          "column saying which answer is the chosen one (1: --response-field's, 0: --rejected-field's)")
+    signed = _signed_pair_refusal(cols)
+    if signed and {chosen, rejected} == set(_SIGNED_PAIR[:2]) and label_field in (None, _SIGNED_PAIR[2]):
+        raise CurateError(f"{source}: {signed}")
+    pair = _labelled_pair(cols)
+    if pair is None or {chosen, rejected} != set(pair[1:3]):
+        return
+    _, a, b, labels = pair
+    if label_field is None:
+        raise CurateError(f"{source}: {a} and {b} are two answers whose preferred one {labels[0]} names row by row: "
+                          f"pass {_label_flags(pair, prompt=False)} ({labels[0]} 1: {a} is the chosen answer, 0: "
+                          f"{b} is); without it the pairs labelled otherwise would be inverted")
+    if label_field in labels and chosen != a:
+        raise CurateError(f"{source}: --label-field {label_field} is 1 where {a} is preferred: pass "
+                          f"{_label_flags((None, a, b, (label_field,)), prompt=False)} (this order would invert "
+                          "every pair)")
+
+
+def _tools_column(columns: set, used: set) -> str | None:
+    """The column of tool schemas, when there is one that no other field reads."""
+    return "tools" if "tools" in columns and "tools" not in used else None

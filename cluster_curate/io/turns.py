@@ -1,0 +1,221 @@
+"""A conversation's turns: a column of chat turns (OpenAI `messages`, ShareGPT `conversations`, TRL's conversational
+prompt and completion) read as {role, content} turns, and the example they make.
+
+Context turns keep their role as written (a `tool` turn stays `tool`); ShareGPT speakers are mapped to roles
+(`_SHAREGPT_ROLES`), and LIMA's `conversations`, a list of plain texts, are the user's and the assistant's turns in
+turn. A conversation's example is its turns before the last assistant turn and that turn's text (`_split_turns`).
+Questions alone (io/formats.py's docstring): a conversation that awaits its answer (`_asked`), a `turns` column of
+the user's questions (`_question_list`), BFCL's lists of turns (`_nested_turns`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from cluster_curate.io.formats import FieldMap, RecordError, _kind, _text, field_value
+from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES, _call_text, _message, _tool_calls, _with_tools
+
+
+def _content(value, field: str) -> str | None:
+    """Message content: a string, or OpenAI's list of parts ([{"type": "text", "text": ...}])."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for part in value:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        return "".join(texts)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise RecordError(field, f"message content is a {type(value).__name__}, expected text")
+
+
+_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                   "chatgpt": "assistant", "bard": "assistant", "bing": "assistant", "model": "assistant",
+                   "system": "system", "tool": "tool", "function": "tool", "observation": "tool", "ipython": "tool",
+                   "function_call": "assistant"}
+
+
+def _listed(value, field: str, what: str, items: str, all_text: bool = False) -> list:
+    """A list, or its JSON text (a CSV column holding JSON; `all_text`: any text is read as JSON, else text that
+    opens a list); a RecordError naming `what` when it is missing, not valid JSON or no list (of `items`)."""
+    if isinstance(value, str) and (all_text or value.lstrip().startswith("[")):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise RecordError(field, f"{what} is text that is not valid JSON ({e.msg})") from None
+    if value is None:
+        raise RecordError(field, f"missing {what}")
+    if not isinstance(value, (list, tuple)):
+        raise RecordError(field, f"{what} is {_kind(value)}, expected a list of {items}")
+    return value
+
+
+def _parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tuple[str, str, dict | None]]:
+    """(role, text, message) per turn: the text is what the pipeline reads (an assistant turn's content, then its
+    tool calls one per line), the message what a trainer gets (`_message`; with `messages` only, since every
+    row's reading would pay for it)."""
+    value = _listed(value, field, "conversation", "turns", all_text=True)
+    if fmt == "sharegpt" and value and all(isinstance(t, str) for t in value):
+        value = _alternating_turns(value)
+    turns = []
+    for i, t in enumerate(value):
+        if not isinstance(t, dict):
+            raise RecordError(f"{field}[{i}]", f"turn is a {type(t).__name__}, expected an object")
+        if fmt == "sharegpt" and "from" in t:
+            speaker = t.get("from")
+            role = _SHAREGPT_ROLES.get(str(speaker).lower())
+            if role is None:
+                raise RecordError(f"{field}[{i}].from", f"unknown speaker {speaker!r} (expected human, gpt or system)")
+            content = _content(t.get("value"), f"{field}[{i}].value")
+        else:
+            role = t.get("role")
+            if not isinstance(role, str):
+                raise RecordError(f"{field}[{i}].role", "turn has no role")
+            role = _SHAREGPT_ROLES.get(role.lower(), role.lower()) if fmt == "sharegpt" else role
+            content = _content(t.get("content"), f"{field}[{i}].content")
+        # most turns call no tool: their text is their content
+        called = t.get("tool_calls") is not None or t.get("function_call") is not None
+        parsed = _tool_calls(t, f"{field}[{i}]") if called else []
+        text = "\n".join(x for x in (content, _call_text(parsed)) if x) if parsed else content or ""
+        turns.append((role, text, _message(t, role, content, f"{field}[{i}]", parsed) if messages else None))
+    return turns
+
+
+def _alternating_turns(texts) -> list[dict]:
+    """LIMA's `conversations`, a list of plain texts: the user's and the assistant's in turn, the user first, as
+    ShareGPT turns."""
+    return [{"from": "gpt" if i % 2 else "human", "value": text} for i, text in enumerate(texts)]
+
+
+def _turns(value, field: str, fmt: str) -> list[dict]:
+    return [{"role": role, "content": text} for role, text, _ in _parsed_turns(value, field, fmt)]
+
+
+def _with_system_column(turns: list, rec: dict, fields: FieldMap, message=None) -> list:
+    """A conversation's turns with the record's `system` column as their first turn (when it holds text). A
+    conversation that opens with a system turn of its own keeps it; a different text in the column is an error
+    rather than one of the two dropped. `message(role, text)` makes the turn (default: {role, content})."""
+    if not fields.system:
+        return turns
+    system = _text(rec.get(fields.system), fields.system, "system prompt", required=False)
+    if not system.strip():
+        return turns
+    if turns and _role(turns[0]) == "system":
+        if _content_of(turns[0]).strip() != system.strip():
+            raise RecordError(fields.system, f"a system prompt, and {fields.prompt} opens with a different system "
+                                             "turn: which one is the record's is unclear")
+        return turns
+    return [(message or (lambda r, c: {"role": r, "content": c}))("system", system), *turns]
+
+
+def _role(turn) -> str:
+    return turn[0] if isinstance(turn, tuple) else turn["role"]
+
+
+def _content_of(turn) -> str:
+    return turn[1] if isinstance(turn, tuple) else turn["content"]
+
+
+def _conversation(rec: dict, fields: FieldMap):
+    conv = fields.prompt
+    turns = _with_system_column(_turns(field_value(rec, conv), conv, fields.format), rec, fields)
+    prompt, response = _split_turns(turns, conv)
+    return _with_tools(prompt, rec, fields), response
+
+
+def _is_turn_list(value) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(t, dict) for t in value)
+
+
+def _conversational_pair(prompt, completion, fields: FieldMap):
+    """TRL's conversational prompt-completion (what `export --for trl` writes): `prompt` a list of turns ending
+    with a user turn, `completion` a list of turns holding the assistant's answer (its last assistant turn)."""
+    turns = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
+             else _turns(prompt, fields.prompt, "messages"))
+    done = len(turns)
+    turns += _turns(completion, fields.response, "messages")
+    if not any(t["role"] == "assistant" for t in turns[done:]):
+        raise RecordError(fields.response, "missing response: no assistant turn in the completion")
+    return _split_turns(turns, fields.prompt)
+
+
+def _last_assistant(turns: list[dict]) -> int | None:
+    return max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=None)
+
+
+def _split_turns(turns: list[dict], conv: str, turn_field=None):
+    """(the turns before the last assistant turn, its text): the example of a conversation. The prompt holds a
+    user turn and ends with one, or with a tool's result (the model answers it); the response may be a tool call
+    alone (the model learns to call the tool). `turn_field(i)` names turn i in an error (default `conv[i]`)."""
+    last = _last_assistant(turns)
+    if last is None:
+        roles = list(dict.fromkeys(t["role"] for t in turns))
+        # ShareGPT speakers (human/gpt) under `role`: the sharegpt format maps them, the messages format does not
+        hint = (f"; ShareGPT speakers: pass --format sharegpt --prompt-field {conv}"
+                if any(_SHAREGPT_ROLES.get(r.lower()) == "assistant" for r in roles) else "")
+        raise RecordError(conv, "missing response: no assistant turn in the conversation"
+                          + (f" (roles: {', '.join(roles)}{hint})" if roles else ""))
+    response = turns[last]["content"]
+    if not response.strip():
+        raise RecordError(turn_field(last) if turn_field else f"{conv}[{last}]",
+                          "empty response (the last assistant turn is empty)")
+    prompt = turns[:last]
+    if not prompt:
+        raise RecordError(conv, "no user turn before the last assistant turn (it is the first turn)")
+    if prompt[-1]["role"] != "user" and prompt[-1]["role"] not in TOOL_RESULT_ROLES:
+        raise RecordError(conv, f"no user or tool turn right before the last assistant turn (it follows a "
+                                f"{prompt[-1]['role']!r} turn)")
+    if not any(t["role"] == "user" for t in prompt):
+        roles = ", ".join(dict.fromkeys(t["role"] for t in prompt))
+        raise RecordError(conv, f"no user turn before the last assistant turn (roles before it: {roles})")
+    return prompt, response
+
+
+def _question_list(value, field: str) -> list[dict]:
+    """A `turns` column (formats.TURNS): the user's questions in order, each text or {content: text}, as user turns."""
+    value = _listed(value, field, "turns", "questions")
+    if not value:
+        raise RecordError(field, "no question (the list of turns is empty)")
+    turns = []
+    for i, t in enumerate(value):
+        where = f"{field}[{i}]"
+        if isinstance(t, dict):
+            if t.get("role", "user") != "user":
+                raise RecordError(f"{where}.role", f"a turn of role {t.get('role')!r}: `turns` holds the user's "
+                                                   "questions (a conversation goes in a `messages` column)")
+            t, where = t.get("content"), f"{where}.content"
+        turns.append({"role": "user", "content": _text(t, where, "question")})
+    return turns
+
+
+def _is_nested_turns(value) -> bool:
+    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(t, (list, tuple)) for t in value)
+
+
+def _nested_turns(value, field: str) -> list[dict]:
+    """BFCL's `question`: one list of {role, content} turns per turn of a multi-turn test (empty where the test
+    adds a function instead), read as one conversation."""
+    return [t for i, inner in enumerate(value) for t in _turns(inner, f"{field}[{i}]", "messages")]
+
+
+def _asked(turns: list[dict], conv: str):
+    """Questions alone: (the question a conversation asks, no response). All of it when it ends with a user turn
+    or a tool's result (an evaluation set's chat awaiting its answer; an empty last assistant turn is that slot),
+    else its prompt as an example's (the turns before the last assistant turn)."""
+    if turns and turns[-1]["role"] == "assistant" and not turns[-1]["content"].strip():
+        turns = turns[:-1]
+    if turns and turns[-1]["role"] in TOOL_RESULT_ROLES and any(t["role"] == "user" for t in turns):
+        return turns, ""  # awaiting the answer to a tool's result: all of it is the question, as a prompt may end
+    if not turns or turns[-1]["role"] != "user":
+        if not any(t["role"] == "user" for t in turns):
+            roles = ", ".join(dict.fromkeys(t["role"] for t in turns))
+            raise RecordError(conv, "no question: no user turn in the conversation"
+                              + (f" (roles: {roles})" if roles else " (it is empty)"))
+        return _split_turns(turns, conv)
+    if not turns[-1]["content"].strip():
+        raise RecordError(f"{conv}[{len(turns) - 1}]", "empty question (the last user turn is empty)")
+    return turns, ""
