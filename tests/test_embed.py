@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cluster_curate.cli import main
 from cluster_curate.errors import CurateError
@@ -184,9 +186,9 @@ def _sklearn_text_features(texts, dim, weighting, max_features, min_df=1, seed=0
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
     from sklearn.preprocessing import normalize
-    from cluster_curate.features.text import _preprocess
 
-    opts = dict(preprocessor=_preprocess, ngram_range=(1, 2), token_pattern=r"(?u)\b\w+\b", dtype=np.float64)
+    opts = dict(preprocessor=lambda text: mask_numbers(text.lower()), ngram_range=(1, 2),
+                token_pattern=r"(?u)\b\w+\b", dtype=np.float64)
     vec = TfidfVectorizer(max_features=max_features, min_df=min_df, sublinear_tf=True,
                           use_idf=weighting == "tfidf", **opts)
     x = vec.fit_transform(texts)
@@ -256,22 +258,24 @@ def test_text_featurizer_fitted_again_transforms_by_its_new_fit():
 
 @pytest.mark.parametrize("weighting", ["tf", "slot"])
 def test_text_counts_over_a_fixed_vocabulary_equal_the_growing_counts(weighting):
-    # transform counts a chunk with numpy, fit term by term: the same entries, order, counts and slot weights,
-    # unknown terms left out (here: the columns the growing count adds for them), empty and wordless rows too
-    from cluster_curate.features.text import _count_matrix
+    # transform counts a chunk over the fitted words' ids, fit over the chunk's own: the same entries, counts and
+    # slot weights, unknown terms left out (here: the columns the growing count adds for them), empty and
+    # wordless rows too
+    from cluster_curate.features.text import _fit_counts, _term_counts, _Words
     rows = _rows(80)
     f = TextFeaturizer(dim=8, weighting=weighting).fit([r["instruction"] for r in rows[:40]])
-    vocabulary = {t: i for i, t in enumerate(f.vocabulary.tolist())}
     texts = [r["instruction"] + " " + r["output"] for r in rows[40:]] + ["", "!!", "zqxjv numtok 7 sort"]
-    x, w = _count_matrix(texts, vocabulary, slots=f._slot_table())
-    grown = dict(vocabulary)
-    gx, gw = _count_matrix(texts, grown, grow=True, slots=f._slot_table())
-    assert len(grown) > len(vocabulary)  # some terms were unknown
-    known = np.arange(len(vocabulary))
-    for got, want in ((x, gx[:, known]), (w, None if gw is None else gw[:, known])):
+    x, w = _term_counts(texts, f._term_index())
+    slots = (f.contexts.tolist(), f.context_weights.tolist()) if weighting == "slot" else ()
+    gx, gw, grown = _fit_counts(_Words.of(texts), 10 ** 9, 1, *slots)
+    assert len(grown) > len(f.vocabulary)  # some terms were unknown
+    column = {t: i for i, t in enumerate(grown)}
+    known = [column[t] for t in f.vocabulary.tolist()]  # every fitted term is in these texts too
+    for got, want in ((x, gx), (w, gw)):
         if want is None:
             assert got is None
             continue
+        want = want[:, known]
         want.sort_indices()
         assert got.shape == want.shape and got.has_sorted_indices
         for part in ("data", "indices", "indptr"):
@@ -365,12 +369,25 @@ def test_slot_weighting_on_varied_text_is_tf():
     assert np.array_equal(tf.transform(texts), slot.transform(texts))
 
 
+def _masked_words(text: str) -> tuple[list[str], list[str] | None]:
+    """The words of a text as the feature sees them, as they were found before they were taken as ids: the
+    numbers of the lower-cased text replaced by " numtok " (the numbers kept in order), then `\\b\\w+\\b`; no
+    numbers when the text itself holds the word "numtok" (the two cannot be paired)."""
+    import re
+
+    from cluster_curate.features.text import _NUMBER
+
+    found = []
+    words = re.findall(r"(?u)\b\w+\b", _NUMBER.sub(lambda m: found.append(m.group(0)) or " numtok ", text.lower()))
+    return words, (found if words.count("numtok") == len(found) else None)
+
+
 def _slot_reference(texts: list[str], min_context: int = 5, floor: float = 4.0):
-    """The slot weighting word by word (how it was written before its counts were taken by Counter): each
-    word's two context keys, a Counter of fillers per key, values summed in the order they were first seen."""
+    """The slot weighting word by word (how it was written before it was counted by ids): each word's two
+    context keys, a Counter of fillers per key, values summed in the order they were first seen."""
     from collections import Counter, defaultdict
 
-    from cluster_curate.features.text import _NUM, _masked_words
+    _NUM = "numtok"
 
     def contexts(words):
         w = ["<s>", "<s>", *words, "</s>", "</s>"]
@@ -415,12 +432,21 @@ def _slot_reference(texts: list[str], min_context: int = 5, floor: float = 4.0):
     return table, weighted
 
 
+def _terms_by_ids(texts: list[str], keys, weights) -> list[tuple[list[str], list[float]]]:
+    """Each text's terms (words, then bigrams) and their occurrence weights as the feature takes them, by ids."""
+    from cluster_curate.features.text import SlotCodes, _occurrences, _Words
+    words = _Words.of(texts)
+    index = {t: i for i, t in enumerate(words.tokens)}
+    codes, rows, weight = _occurrences(words, SlotCodes.of(keys, weights, index, words.base))
+    return [(list(map(words.term, codes[rows == i].tolist())), weight[rows == i].tolist()) for i in range(len(texts))]
+
+
 def test_slot_state_and_terms_equal_the_word_by_word_counts(fixtures_dir):
-    """slot_contexts counts (context, word) pairs with Counter and looks contexts up by their word pairs: the same
-    keys, the same weights bit for bit (a context's fillers summed in the order first seen), the same terms and
-    occurrence weights as counting word by word, on real GSM8K and Code Alpaca prompts (numbers kept and
-    masked, a text holding the word "numtok", an empty text)."""
-    from cluster_curate.features.text import SlotTable, _weighted_terms, slot_contexts
+    """slot_contexts and the terms count words by integer ids with numpy: the same keys, the same weights bit for
+    bit (a context's fillers summed in the order first seen), the same terms and occurrence weights as counting
+    word by word, on real GSM8K and Code Alpaca prompts (numbers kept and masked, a text holding the word
+    "numtok", an empty text)."""
+    from cluster_curate.features.text import slot_contexts
     gsm8k = [json.loads(line)["question"] for line in (fixtures_dir / "gsm8k" / "train-300.jsonl").open()]
     code = [r["instruction"] + " " + r["input"]
             for r in json.loads((fixtures_dir / "code_alpaca" / "code_alpaca-300.json").read_text())]
@@ -429,9 +455,26 @@ def test_slot_state_and_terms_equal_the_word_by_word_counts(fixtures_dir):
     table, weighted = _slot_reference(texts)
     assert keys.tolist() == list(table) and weights.tolist() == list(table.values())
     assert any(k.startswith("#") for k in table) and any(w < 1 for w in table.values())
-    slots = SlotTable.of(keys.tolist(), weights.tolist())
-    for text in texts:
-        assert _weighted_terms(text, slots) == weighted(text)
+    assert _terms_by_ids(texts, keys.tolist(), weights.tolist()) == list(map(weighted, texts))
+
+
+_PIECES = ["the", "take", "from", "ten", "Σ", "ΣΑΣ", "straße", "İstanbul", "½", "x²", "numtok", "NUMTOK", "a_b",
+           "3", "10", "-2.5", "$1,000", "50%", "1/2", "٣٤", "x٣y", "abc123def", "7numtok", "+-3", "4.", ".5", "$"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.one_of(st.sampled_from(_PIECES), st.text(max_size=4)), max_size=12)
+                .flatmap(lambda parts: st.sampled_from([" ", "", "\n", ", "]).map(lambda sep: sep.join(parts))),
+                max_size=40),
+       st.integers(1, 4), st.sampled_from([1.0, 1.5, 4.0]))
+def test_slot_state_and_terms_by_ids_equal_the_word_by_word_on_any_text(texts, min_context, floor):
+    # numbers of every form, digits of other scripts, letters that lower-case to two or by their context, "numtok"
+    # written in the text, glued to a number or a word, empty texts; thresholds low, so that contexts are kept
+    from cluster_curate.features.text import slot_contexts
+    keys, weights = slot_contexts(texts, min_context=min_context, floor=floor)
+    table, weighted = _slot_reference(texts, min_context, floor)
+    assert keys.tolist() == list(table) and weights.tolist() == list(table.values())
+    assert _terms_by_ids(texts, keys.tolist(), weights.tolist()) == list(map(weighted, texts))
 
 
 def test_cli_text_features(tmp_path, cli_runner):

@@ -12,9 +12,8 @@ The fitted state is plain arrays (`to_bytes()` / `from_bytes()`), kept beside th
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
-from itertools import count, filterfalse, repeat
+from itertools import chain, count, repeat
 
 import numpy as np
 
@@ -112,9 +111,11 @@ class TextFeaturizer:
 
         When the sample has fewer usable directions than `dim`, the extra output columns are zero
         (they carry nothing), so the output width is always `dim`."""
+        words, keys, weights = _Words.of(texts), None, None
         if self.weighting == "slot":
-            self.contexts, self.context_weights = slot_contexts(texts)
-        counts, slot, terms = _fit_counts(texts, self.max_features, self.min_df, self._slot_table())
+            self.contexts, self.context_weights = _slot_state(words)
+            keys, weights = self.contexts.tolist(), self.context_weights.tolist()
+        counts, slot, terms = _fit_counts(words, self.max_features, self.min_df, keys, weights)
         if counts is None:  # empty vocabulary: nothing but stop-characters in the sample
             self.vocabulary, self.idf = np.array(["numtok"]), np.ones(1)
             self.components = np.zeros((self.dim, 1), dtype=np.float32)
@@ -150,14 +151,16 @@ class TextFeaturizer:
         return np.asarray(x @ self._projection(), dtype=np.float32)
 
     def _tfidf(self, texts: list[str]):
-        return self._weigh(*_count_matrix(texts, self._term_index(), slots=self._slot_table()))
+        return self._weigh(*_term_counts(texts, self._term_index()))
 
-    def _term_index(self) -> dict:
-        """term -> column, built once per fitted vocabulary (not once per chunk: 32,768 terms)."""
+    def _term_index(self) -> "TermIndex":
+        """The fitted vocabulary and slot state by word ids, built once per fitted state (not once per chunk:
+        32,768 terms)."""
         cached = getattr(self, "_terms_at", None)
-        if cached is None or cached[0] is not self.vocabulary:
-            self._terms_at = (self.vocabulary, {t: i for i, t in enumerate(self.vocabulary.tolist())})
-        return self._terms_at[1]
+        if cached is None or cached[0] is not self.vocabulary or cached[1] is not self.contexts:
+            slots = (self.contexts.tolist(), self.context_weights.tolist()) if self.weighting == "slot" else ()
+            self._terms_at = (self.vocabulary, self.contexts, TermIndex.of(self.vocabulary.tolist(), *slots))
+        return self._terms_at[2]
 
     def _projection(self) -> np.ndarray:
         """components.T as float64 in C order, made once per fitted basis: a sparse @ dense product copies a
@@ -166,15 +169,6 @@ class TextFeaturizer:
         if cached is None or cached[0] is not self.components:
             self._projects = (self.components, np.ascontiguousarray(self.components.T, dtype=np.float64))
         return self._projects[1]
-
-    def _slot_table(self) -> "SlotTable | None":
-        """The slot state as lookups (built once per fitted state)."""
-        if self.weighting != "slot":
-            return None
-        cached = getattr(self, "_slots", None)
-        if cached is None or cached[0] is not self.contexts:
-            self._slots = (self.contexts, SlotTable.of(self.contexts.tolist(), self.context_weights.tolist()))
-        return self._slots[1]
 
     def _weigh(self, counts, slot=None):
         """Counts -> sublinear TF (x IDF; slot weighting: x `slot`, the term's largest occurrence weight in the
@@ -222,36 +216,86 @@ class TextFeaturizer:
         return self.transform([example_text(ex, self.field) for ex in examples])
 
 
-_WORD = re.compile(r"(?u)\b\w+\b")
+# One regex pass gives the words of the lower-cased, masked text (`\b\w+\b` of mask_numbers' output): a number
+# as it is written, or a run of word characters without a digit. Every digit starts a number and no number holds
+# a letter, so the runs are the masked text's other words; numbers are masked afterwards, by id.
+_TOKEN = re.compile(r"[-+$]?\d+(?:[.,:/]\d+)*%?|[^\W\d]+")
+_PAD, _END = "<s>", "</s>"  # never a token (no "<"), so a context at the text's edge is its own
+_PAD_ID, _END_ID, _NUM_ID = 0, 1, 2  # the first ids of every word index: _PAD, _END, _NUM
+_BLOCK = 4096  # texts whose token strings are held at once
 
 
-def _preprocess(text: str) -> str:
-    return mask_numbers(text.lower())
+class _Index(dict):
+    """token -> id, an unseen token taking the next id (map(index.__getitem__, tokens) loops in C)."""
+
+    def __missing__(self, token: str) -> int:
+        self[token] = new = len(self)
+        return new
 
 
-def _terms(text: str) -> list[str]:
-    """Word unigrams, then bigrams, of the masked, lower-cased text."""
-    words = _WORD.findall(_preprocess(text))
-    return words + [f"{a} {b}" for a, b in zip(words, words[1:])]
+@dataclass
+class _Words:
+    """Texts as word ids: each token's id as written (`ids`: a number keeps its own) and masked (`masked`: a
+    number is numtok), its text (`row`), its two contexts as pair codes a * base + b (`left`: the two masked words
+    before it, `right`: after, the text padded with _PAD and _END), and whether it is a number that can be shown
+    (`shows`: its text does not hold the word "numtok" itself, so numtoks and numbers pair up). `tokens`: the
+    strings of the ids (None over a fitted index, `of(known=...)`)."""
+
+    tokens: list | None
+    base: int
+    lengths: np.ndarray
+    row: np.ndarray
+    ids: np.ndarray
+    masked: np.ndarray
+    shows: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+
+    @classmethod
+    def of(cls, texts: list[str], known: dict | None = None) -> "_Words":
+        """The words of texts, by ids of their own (tokens in order of first sight) or, with `known`, by its ids
+        (a word it lacks: len(known))."""
+        index = _Index(zip((_PAD, _END, _NUM), count()))
+        ids, lengths = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for at in range(0, len(texts), _BLOCK):
+            found = list(map(_TOKEN.findall, map(str.lower, texts[at:at + _BLOCK])))
+            lengths.append(np.fromiter(map(len, found), dtype=np.int64, count=len(found)))
+            ids.append(np.fromiter(map(index.__getitem__, chain.from_iterable(found)), dtype=np.int64))
+        ids, lengths, tokens = np.concatenate(ids), np.concatenate(lengths), list(index)
+        number = np.fromiter((_NUMBER.match(t) is not None for t in tokens), dtype=bool, count=len(tokens))
+        row = np.repeat(np.arange(len(texts)), lengths)
+        literal = np.zeros(len(texts), dtype=bool)
+        literal[row[ids == _NUM_ID]] = True
+        shows = number[ids] & ~literal[row]
+        masked = np.where(number[ids], _NUM_ID, ids)
+        base = len(tokens)
+        if known is not None:
+            base = len(known) + 1
+            to_known = np.fromiter(map(known.get, tokens, repeat(base - 1)), dtype=np.int64, count=len(tokens))
+            tokens, ids, masked = None, to_known[ids], to_known[masked]
+        at = np.arange(len(ids)) + 2 + 4 * row  # each text padded by two _PAD before and two _END after
+        padded = np.full(len(ids) + 4 * len(texts), _PAD_ID, dtype=np.int64)
+        padded[at] = masked
+        ends = np.cumsum(lengths) + 4 * np.arange(len(texts)) + 2
+        padded[ends] = padded[ends + 1] = _END_ID
+        return cls(tokens, base, lengths, row, ids, masked, shows, padded[at - 2] * base + padded[at - 1],
+                   padded[at + 1] * base + padded[at + 2])
+
+    def pair(self, code: int) -> str:
+        """The pair "a b" of a context code."""
+        return f"{self.tokens[code // self.base]} {self.tokens[code % self.base]}"
+
+    def term(self, code: int) -> str:
+        """The term of a term code (`_occurrences`)."""
+        return self.tokens[code] if code < self.base else self.pair(code - self.base)
 
 
-_PAD = ("<s>", "<s>")  # never a word (\w+ has no "<"), so a context at the text's edge is its own
-_END = ("</s>", "</s>")
-
-
-def _pairs(words: list[str]) -> list[str]:
-    """Each two neighbouring words of the padded text, "a b": the word at i has the context pairs[i] on its left
-    and pairs[i + 3] on its right (a context key is "<" or ">" + its pair), and pairs[2:-2] are its bigrams."""
-    padded = [*_PAD, *words, *_END]
-    return list(map(" ".join, zip(padded, padded[1:])))
-
-
-def _masked_words(text: str) -> tuple[list[str], list[str] | None]:
-    """The masked words of a text (as `_terms` sees them) and the number each `numtok` stands for, in order
-    (None when the text itself holds the word "numtok", so the two cannot be paired)."""
-    found: list[str] = []
-    words = _WORD.findall(_NUMBER.sub(lambda m: found.append(m.group(0)) or NUMBER_TOKEN, text.lower()))
-    return words, (found if words.count(_NUM) == len(found) else None)
+def _lookup(codes: np.ndarray, keys: np.ndarray, values: np.ndarray, default) -> np.ndarray:
+    """values[i] where codes equal sorted keys[i], default elsewhere."""
+    if not keys.size:
+        return np.full(codes.shape, default, dtype=values.dtype)
+    at = np.minimum(np.searchsorted(keys, codes), keys.size - 1)
+    return np.where(keys[at] == codes, values[at], default)
 
 
 def _effective_number(counts) -> float:
@@ -261,12 +305,17 @@ def _effective_number(counts) -> float:
     return float(np.exp(-(q * np.log(q)).sum()))
 
 
-def _by_context(seen: Counter, side: str) -> dict[str, list[int]]:
-    """(pair, value) counts -> context key ("<" or ">" + pair) -> its values' counts, in order of first sight."""
-    by: dict[str, list[int]] = {}
-    for (pair, _), n in seen.items():
-        by.setdefault(side + pair, []).append(n)
-    return by
+def _fillers(context: np.ndarray, filler: np.ndarray):
+    """Each context seen with its fillers' counts in the order first seen (their effective number sums in that
+    order): (the contexts, where each one's counts start, the counts)."""
+    contexts, which = np.unique(context, return_inverse=True)
+    width = int(filler.max()) + 1 if filler.size else 1
+    pairs, first, counts = np.unique(which * width + filler, return_index=True, return_counts=True)
+    which = pairs // width
+    order = np.lexsort((first, which))
+    which, counts = which[order], counts[order]
+    starts = np.flatnonzero(np.r_[True, which[1:] != which[:-1]]) if which.size else np.zeros(0, dtype=np.int64)
+    return contexts[which[starts]], starts, counts
 
 
 def slot_contexts(texts: list[str], min_context: int = SLOT_MIN_CONTEXT, alpha: float = SLOT_ALPHA,
@@ -279,144 +328,174 @@ def slot_contexts(texts: list[str], min_context: int = SLOT_MIN_CONTEXT, alpha: 
     * where a number stands and at most `floor` numbers do ("take 10 from", "take 2 from"), key "#" + context,
       weight 1: the number there is part of the request and is kept as it is written, where an operand's
       place (any number) stays masked.
-    Counted as (context pair, word) pairs by Counter (its loop is C's), per side, so that each context's
-    fillers keep the order in which they were first seen (their effective number sums in that order)."""
-    left, right, number_left, number_right = Counter(), Counter(), Counter(), Counter()
-    for text in texts:
-        words, found = _masked_words(text)
-        pairs = _pairs(words)
-        left.update(zip(pairs, words))
-        right.update(zip(pairs[3:], words))
-        if found:
-            at = [i for i, word in enumerate(words) if word == _NUM]
-            number_left.update(zip([pairs[i] for i in at], found))
-            number_right.update(zip([pairs[i + 3] for i in at], found))
-    fillers = _by_context(left, "<") | _by_context(right, ">")
-    numbers = _by_context(number_left, "<") | _by_context(number_right, ">")
-    keys, weights = [], []
-    for key in sorted(fillers):
-        c = fillers[key]
-        if sum(c) >= min_context and len(c) > 1 and (number := _effective_number(c)) > floor:
-            keys.append(key)
-            weights.append((number / floor) ** -alpha)
-    for key in sorted(numbers):
-        c = numbers[key]
-        if sum(c) >= min_context and _effective_number(c) <= floor:
-            keys.append("#" + key)
-            weights.append(1.0)
+    Keys sorted; a context's fillers summed in the order first seen."""
+    return _slot_state(_Words.of(texts), min_context, alpha, floor)
+
+
+def _slot_state(words: _Words, min_context: int = SLOT_MIN_CONTEXT, alpha: float = SLOT_ALPHA,
+                floor: float = SLOT_FLOOR) -> tuple[np.ndarray, np.ndarray]:
+    """slot_contexts of texts as _Words: contexts and (context, word) pairs counted by id with numpy, and only
+    the contexts seen often enough made strings."""
+    fillers, numbers = [], []
+    shown = words.shows
+    for side, context in (("<", words.left), (">", words.right)):
+        codes, starts, counts = _fillers(context, words.masked)
+        ends = np.r_[starts[1:], counts.size]
+        for i in np.flatnonzero((np.add.reduceat(counts, starts) >= min_context) & (ends - starts > 1)
+                                if starts.size else np.zeros(0, dtype=bool)):
+            if (number := _effective_number(counts[starts[i]:ends[i]])) > floor:
+                fillers.append((side + words.pair(int(codes[i])), (number / floor) ** -alpha))
+        codes, starts, counts = _fillers(context[shown], words.ids[shown])
+        ends = np.r_[starts[1:], counts.size]
+        for i in np.flatnonzero(np.add.reduceat(counts, starts) >= min_context if starts.size else starts):
+            if _effective_number(counts[starts[i]:ends[i]]) <= floor:
+                numbers.append(("#" + side + words.pair(int(codes[i])), 1.0))
+    keys, weights = zip(*sorted(fillers), *sorted(numbers)) if fillers or numbers else ((), ())
     return np.asarray(keys, dtype=str), np.asarray(weights, dtype=np.float64)
 
 
 @dataclass(frozen=True)
-class SlotTable:
-    """The slot state as lookups by a context's pair ("a b"): a word's weight where the context is on its left
-    or right (`slot_contexts`' "<" and ">" keys), and the contexts that keep a number (its "#" keys)."""
+class SlotCodes:
+    """The slot state over a word index (`_Words`' pair codes, sorted): a word's weight where the context is on
+    its left or right (`slot_contexts`' "<" and ">" keys), and the contexts that keep a number (its "#" keys)."""
 
-    left: dict
-    right: dict
-    number_left: frozenset
-    number_right: frozenset
+    left: tuple
+    right: tuple
+    number_left: np.ndarray
+    number_right: np.ndarray
 
     @classmethod
-    def of(cls, keys: list[str], weights: list[float]) -> "SlotTable":
+    def of(cls, keys: list[str], weights: list[float], words: dict, base: int) -> "SlotCodes":
+        """A key whose words `words` lacks is left out: no text over that index has its context."""
         side = {k: {} for k in ("<", ">", "#<", "#>")}
         for key, weight in zip(keys, weights):
             cut = 2 if key[0] == "#" else 1
-            side[key[:cut]][key[cut:]] = weight
-        return cls(side["<"], side[">"], frozenset(side["#<"]), frozenset(side["#>"]))
+            a, b = key[cut:].split(" ")
+            if a in words and b in words:
+                side[key[:cut]][words[a] * base + words[b]] = weight
+
+        def table(by: dict) -> tuple[np.ndarray, np.ndarray]:
+            codes = np.fromiter(by, dtype=np.int64, count=len(by))
+            order = np.argsort(codes)
+            return codes[order], np.fromiter(by.values(), dtype=np.float64, count=len(by))[order]
+
+        return cls(table(side["<"]), table(side[">"]), table(side["#<"])[0], table(side["#>"])[0])
 
 
-def _weighted_terms(text: str, slots: SlotTable) -> tuple[list[str], list[float]]:
-    """_terms and each occurrence's slot weight: a word by the more telling of its two contexts (the larger
-    weight; an unknown context weighs 1), a bigram by the smaller of its words'; a number written as it is
-    where either of its contexts keeps numbers (else masked)."""
-    words, found = _masked_words(text)
-    pairs = _pairs(words)
-    on_left = map(slots.left.get, pairs[:len(words)], repeat(1.0))
-    w = list(map(max, on_left, map(slots.right.get, pairs[3:], repeat(1.0))))
-    bigrams = pairs[2:-2]
-    if found and (slots.number_left or slots.number_right):
-        shown = False
-        for i, value in zip([i for i, word in enumerate(words) if word == _NUM], found):
-            if pairs[i] in slots.number_left or pairs[i + 3] in slots.number_right:
-                words[i], shown = value, True
-        if shown:
-            bigrams = list(map(" ".join, zip(words, words[1:])))
-    return words + bigrams, w + list(map(min, w, w[1:]))
+@dataclass(frozen=True)
+class TermIndex:
+    """A fitted vocabulary (and slot state) by word ids, built once per fitted state: `words` (every word of a
+    term or a context), the terms' sorted codes (a word: its id; a bigram a b: (a + 1) * base + b) and columns."""
+
+    words: dict
+    codes: np.ndarray
+    columns: np.ndarray
+    slots: SlotCodes | None
+
+    @classmethod
+    def of(cls, vocabulary: list[str], keys: list[str] | None = None, weights: list[float] | None = None):
+        words = _Index(zip((_PAD, _END, _NUM), count()))
+        terms = [list(map(words.__getitem__, term.split(" "))) for term in vocabulary]
+        for key in keys or ():
+            list(map(words.__getitem__, key.lstrip("#")[1:].split(" ")))
+        base = len(words) + 1
+        codes = np.fromiter(((t[0] + 1) * base + t[1] if len(t) == 2 else t[0] for t in terms), dtype=np.int64,
+                            count=len(terms))
+        order = np.argsort(codes)
+        slots = None if keys is None else SlotCodes.of(keys, weights, words, base)
+        return cls(dict(words), codes[order], order, slots)
 
 
-_BLOCK = 4096
+def _occurrences(words: _Words, slots: SlotCodes | None):
+    """Each term occurrence of the texts (words, then their bigrams) as (code: a word's id, a bigram's (a + 1) *
+    base + b; its text; its slot weight, None without slots). The slot weight of a word is that of the more
+    telling of its two contexts (the larger; an unknown context weighs 1), of a bigram the smaller of its words';
+    a number is written as it is where either of its contexts keeps numbers (else masked)."""
+    shown, weight = words.masked, None
+    if slots is not None:
+        weight = np.maximum(_lookup(words.left, *slots.left, 1.0), _lookup(words.right, *slots.right, 1.0))
+        at = np.flatnonzero(words.shows)
+        at = at[np.isin(words.left[at], slots.number_left) | np.isin(words.right[at], slots.number_right)]
+        shown = words.masked.copy()
+        shown[at] = words.ids[at]
+    inner = words.row[1:] == words.row[:-1]  # neighbours in one text: a bigram
+    codes = np.concatenate([shown, ((shown[:-1] + 1) * words.base + shown[1:])[inner]])
+    rows = np.concatenate([words.row, words.row[1:][inner]])
+    if weight is not None:
+        weight = np.concatenate([weight, np.minimum(weight[:-1], weight[1:])[inner]])
+    return codes, rows, weight
 
 
-def _count_matrix(texts: list[str], vocabulary: dict, grow: bool = False, slots: SlotTable | None = None):
-    """CSR float64 [len(texts), len(vocabulary)] of term counts, column indices sorted within each row.
-    With grow, unseen terms are added to `vocabulary` (index = order of first appearance). With slots
-    (the slot weighting), also each entry's largest occurrence weight, as a matrix of the same entries (else
-    None).
+def _term_counts(texts: list[str], index: TermIndex):
+    """(term counts, largest slot weights or None) of texts over a fitted vocabulary (`_count_matrix`)."""
+    codes, rows, weight = _occurrences(_Words.of(texts, index.words), index.slots)
+    return _count_matrix(_lookup(codes, index.codes, index.columns, -1), rows, weight, len(texts),
+                         len(index.columns))
 
-    Only the term lists are made text by text; the counts and largest weights are taken with numpy over the
-    whole list (a dict loop per term was most of `embed`'s time): each row's entries end sorted by column, and
-    a count or a largest weight does not depend on the order of a term's occurrences."""
+
+def _count_matrix(column: np.ndarray, row: np.ndarray, weight: np.ndarray | None, n: int, width: int):
+    """CSR float64 [n, width] of term counts, column indices sorted within each row, from each occurrence's
+    column (-1: not in the vocabulary) and row; with weight (the slot weighting), also each entry's largest
+    occurrence weight, as a matrix of the same entries (else None). A count or a largest weight does not depend
+    on the order of a term's occurrences."""
     from scipy import sparse
 
-    columns, weights, lengths = [np.zeros(0, dtype=np.int64)], [np.zeros(0)], []
-    held_columns, held_weights = [], []  # a block's, made arrays every _BLOCK texts (Python numbers are large)
-    for done, text in enumerate(texts, 1):
-        if slots is None:
-            terms = _terms(text)
-        else:
-            terms, w = _weighted_terms(text, slots)
-            held_weights.extend(w)
-        if grow:  # unseen terms, in order of first appearance
-            vocabulary.update(zip(filterfalse(vocabulary.__contains__, dict.fromkeys(terms)),
-                                  count(len(vocabulary))))
-        held_columns.extend(map(vocabulary.get, terms, repeat(-1)))
-        lengths.append(len(terms))
-        if done % _BLOCK == 0 or done == len(texts):
-            columns.append(np.asarray(held_columns, dtype=np.int64))
-            weights.append(np.asarray(held_weights, dtype=np.float64))
-            held_columns, held_weights = [], []
-    n, width = len(texts), max(len(vocabulary), 1)
-    column = np.concatenate(columns)
     known = column >= 0
+    stride = max(width, 1)
     # one key per occurrence of a known term, (row, column) in one integer; equal keys, sorted, are one entry
-    key = np.repeat(np.arange(n, dtype=np.int64), lengths)[known] * width + column[known]
+    key = row[known] * stride + column[known]
     order = np.argsort(key, kind="stable")
     key = key[order]
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if key.size else np.zeros(0, dtype=np.int64)
     entry = key[starts]
-    indices = (entry % width).astype(np.int32)
-    indptr = np.r_[0, np.cumsum(np.bincount(entry // width, minlength=n))].astype(np.int64)
+    indices = (entry % stride).astype(np.int32)
+    indptr = np.r_[0, np.cumsum(np.bincount(entry // stride, minlength=n))].astype(np.int64)
     counts = np.diff(np.r_[starts, key.size]).astype(np.float64)
-    shape = (n, len(vocabulary))
-    x = sparse.csr_matrix((counts, indices, indptr), shape=shape)
+    x = sparse.csr_matrix((counts, indices, indptr), shape=(n, width))
     w = None
-    if slots is not None:
-        best = np.maximum.reduceat(np.concatenate(weights)[known][order], starts) if starts.size \
-            else np.zeros(0, dtype=np.float64)
-        w = sparse.csr_matrix((best, indices.copy(), indptr.copy()), shape=shape)
+    if weight is not None:
+        best = np.maximum.reduceat(weight[known][order], starts) if starts.size else np.zeros(0, dtype=np.float64)
+        w = sparse.csr_matrix((best, indices.copy(), indptr.copy()), shape=(n, width))
     for m in (x, w):  # already sorted: sort_indices only records it
         if m is not None:
             m.sort_indices()
     return x, w
 
 
-def _fit_counts(texts: list[str], max_features: int, min_df: int, slots: dict | None = None):
-    """(counts over the kept terms, their slot weights (None unless slots), the kept terms in alphabetical
-    order), or (None, None, None) when no term is kept. Terms in fewer than min_df texts are dropped, then the
-    max_features most frequent are kept.
+def _fit_counts(words: _Words, max_features: int, min_df: int, keys: list[str] | None = None,
+                weights: list[float] | None = None):
+    """(counts over the kept terms, their slot weights (None without the slot state keys, weights), the kept
+    terms in alphabetical order), or (None, None, None) when no term is kept. Terms in fewer than min_df texts
+    are dropped, then the max_features most frequent are kept.
 
-    This is scikit-learn's CountVectorizer.fit_transform, step by step (the same data order within rows
-    and the same tie-break among equally frequent terms), so the features equal those it gave; importing
-    scikit-learn alone was most of a short `embed` (benchmarks/results/code_figures.md)."""
-    vocabulary: dict[str, int] = {}
-    x, w = _count_matrix(texts, vocabulary, grow=True, slots=slots)
-    if not vocabulary:
+    This is scikit-learn's CountVectorizer.fit_transform, step by step (the same data order within rows: by
+    each term's first appearance, text by text, words before bigrams; the same tie-break among equally frequent
+    terms), so the features equal those it gave; importing scikit-learn alone was most of a short `embed`
+    (benchmarks/results/code_figures.md)."""
+    slots = None if keys is None else SlotCodes.of(keys, weights, dict(zip(words.tokens, count())), words.base)
+    codes, rows, weight = _occurrences(words, slots)
+    if not codes.size:
         return None, None, None
-    terms = sorted(vocabulary)
-    alphabetical = np.empty(len(terms), dtype=x.indices.dtype)
-    alphabetical[[vocabulary[t] for t in terms]] = np.arange(len(terms))
-    x.indices = alphabetical[x.indices]
+    # each occurrence's place in the term lists (each text's words, then its bigrams) read text after text
+    length = words.lengths
+    start = np.cumsum(length) - length
+    term_start = np.cumsum(np.maximum(2 * length - 1, 0)) - np.maximum(2 * length - 1, 0)
+    word_at = term_start[words.row] + np.arange(words.row.size) - start[words.row]
+    inner = words.row[1:] == words.row[:-1]
+    place = np.concatenate([word_at, (word_at + length[words.row])[:-1][inner]])
+    stream = np.empty_like(codes)
+    stream[place] = codes
+    distinct, first, inverse = np.unique(stream, return_index=True, return_inverse=True)
+    appearing = np.argsort(first)  # the vocabulary in order of first appearance: a term's column while counting
+    column_of = np.empty(distinct.size, dtype=np.int64)
+    column_of[appearing] = np.arange(distinct.size)
+    x, w = _count_matrix(column_of[inverse][place], rows, weight, int(words.lengths.size), distinct.size)
+    found = list(map(words.term, distinct[appearing].tolist()))
+    alphabetical = sorted(range(len(found)), key=found.__getitem__)
+    terms = [found[i] for i in alphabetical]
+    rank = np.empty(len(terms), dtype=x.indices.dtype)
+    rank[alphabetical] = np.arange(len(terms))
+    x.indices = rank[x.indices]
     if w is not None:
         w.indices = x.indices.copy()
     keep = np.bincount(x.indices, minlength=len(terms)) >= min_df
