@@ -33,10 +33,10 @@ def sklearn_basis(x, k: int, seed: int) -> np.ndarray:
 
 
 def measure(texts: list[str], repeats: int, dim: int = 256) -> dict:
-    from cluster_curate.features.text import TextFeaturizer, _fit_counts, _randomized_svd_basis
+    from cluster_curate.features.text import TextFeaturizer, _fit_counts, _randomized_svd_basis, _Words
     f = TextFeaturizer(dim=dim)
     t0 = time.perf_counter()
-    counts, terms = _fit_counts(texts, f.max_features, f.min_df)
+    counts, _, terms = _fit_counts(_Words.of(texts), f.max_features, f.min_df)
     count_s = time.perf_counter() - t0
     f.idf = np.ones(len(terms))
     x = f._weigh(counts)
