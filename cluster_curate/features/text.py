@@ -116,6 +116,7 @@ class TextFeaturizer:
             self.contexts, self.context_weights = _slot_state(words)
             keys, weights = self.contexts.tolist(), self.context_weights.tolist()
         counts, slot, terms = _fit_counts(words, self.max_features, self.min_df, keys, weights)
+        del words  # its arrays, 40 bytes a word of the sample, would stay through the SVD: the fit's peak
         if counts is None:  # empty vocabulary: nothing but stop-characters in the sample
             self.vocabulary, self.idf = np.array(["numtok"]), np.ones(1)
             self.components = np.zeros((self.dim, 1), dtype=np.float32)
