@@ -31,7 +31,8 @@ def shp_rows(n: int = 40) -> list[dict]:
     for i, r in enumerate(_gsm(n)):
         label = (i * 7 + 3) % 5 % 2  # both labels, not in a simple alternation
         worse = f"I would guess {i + 41}, but I did not work it out."
-        rows.append({"post_id": f"t3_{i:05x}", "domain": "askmath_train", "upvote_ratio": 0.97, "history": r["question"],
+        rows.append({"post_id": f"t3_{i:05x}", "domain": "askmath_train", "upvote_ratio": 0.97,
+                     "history": r["question"],
                      "c_root_id_A": f"c{i}a", "c_root_id_B": f"c{i}b", "created_at_utc_A": 1_600_000_000 + i,
                      "created_at_utc_B": 1_600_000_500 + i, "score_A": 40 if label else 9,
                      "score_B": 9 if label else 40, "human_ref_A": r["answer"] if label else worse,
@@ -127,7 +128,8 @@ def test_shp_pairs_run_and_export_in_the_order_of_their_labels(tmp_path):
     import cluster_curate as cc  # the Python API takes it too
     api = cc.inspect(str(tmp_path / "shp.jsonl"), prompt_field="history", response_field="human_ref_A",
                      rejected_field="human_ref_B", label_field="labels")
-    assert (api["fields"], api["lengths"]["rejected_chars"]) == (summary["fields"], summary["lengths"]["rejected_chars"])
+    assert (api["fields"], api["lengths"]["rejected_chars"]) == \
+        (summary["fields"], summary["lengths"]["rejected_chars"])
     from cluster_curate.io.datasets import ReadOptions, open_dataset  # what every stage reads
     ds = open_dataset(tmp_path / "shp.jsonl", ReadOptions(prompt_field="history", response_field="human_ref_A",
                                                           rejected_field="human_ref_B", label_field="labels"))
