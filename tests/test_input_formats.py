@@ -517,10 +517,10 @@ def test_a_rejected_field_is_checked_before_any_work_in_one_line(tmp_path):
         assert not (tmp_path / f"e{i}.parquet").exists()
 
 
-def test_what_was_made_before_rejected_field_keeps_its_fingerprint_and_stays_up_to_date(tmp_path):
-    """--rejected-field at its default is not part of what fingerprints and run's up-to-date check hash: a mixture
-    keeps the fingerprint it had before the option existed (so its embeddings and what follows stay valid), and
-    a run directory does not record it (so one made before stays up to date)."""
+def test_what_was_made_before_rejected_and_label_field_keeps_its_fingerprint_and_stays_up_to_date(tmp_path):
+    """--rejected-field and --label-field at their defaults are not part of what fingerprints and run's up-to-date
+    check hash: a mixture keeps the fingerprint it had before the options existed (so its embeddings and what
+    follows stay valid), and a run directory records neither (so one made before stays up to date)."""
     import hashlib
     from cluster_curate.io.mixture import Mixture, mixture_inputs
     for name in ("a.jsonl", "b.jsonl"):
@@ -535,7 +535,9 @@ def test_what_was_made_before_rejected_field_keeps_its_fingerprint_and_stays_up_
     _ok("run", "a.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
     state = json.loads((tmp_path / "out" / "run-state.json").read_text())
     assert "response_field" in state["embed"]["option_values"]
-    assert "rejected_field" not in state["embed"]["option_values"]
+    assert not {"rejected_field", "label_field"} & set(state["embed"]["option_values"])
+    r = json.loads(_ok("run", "a.jsonl", "--out", "out", *FAST, "--json", cwd=tmp_path).stdout)
+    assert {s["status"] for s in r["stages"]} == {"up to date"}, r["stages"]
 
 
 def test_preference_pairs_keep_their_tool_schemas(tmp_path):

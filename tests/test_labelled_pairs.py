@@ -272,25 +272,3 @@ def test_a_mixture_input_reads_its_pairs_by_its_label_field(tmp_path):
         else:
             good, bad = trl[i]["chosen"], trl[i]["rejected"]
         assert (row["chosen"][0]["content"], row["rejected"][0]["content"]) == (good, bad), (name, i)
-
-
-def test_label_field_left_at_its_default_changes_no_fingerprint_and_keeps_run_up_to_date(tmp_path):
-    """--label-field at its default is not hashed: a mixture's fingerprint is the one computed before the option
-    existed, and `run` does not record it (a directory made before stays up to date)."""
-    import hashlib
-    import shutil
-    from cluster_curate.io.mixture import Mixture, mixture_inputs
-    for name in ("a.jsonl", "b.jsonl"):
-        shutil.copy(GSM, tmp_path / name)
-    mix = Mixture(mixture_inputs([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]))
-    before = hashlib.blake2b(digest_size=12)
-    for inp, ds in zip(mix.inputs, mix.datasets):
-        options = {"format": None, "prompt_field": None, "response_field": None, "on_bad_row": "error",
-                   "prompts_only": False}
-        before.update(json.dumps([inp.name, ds.fingerprint(), options, {}], sort_keys=True).encode() + b"\0")
-    assert mix.fingerprint() == before.hexdigest()
-    _ok("run", "a.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path)
-    state = json.loads((tmp_path / "out" / "run-state.json").read_text())
-    assert "response_field" in state["embed"]["option_values"] and "label_field" not in state["embed"]["option_values"]
-    r = json.loads(_ok("run", "a.jsonl", "--out", "out", *FAST, "--json", cwd=tmp_path).stdout)
-    assert {s["status"] for s in r["stages"]} == {"up to date"}, r["stages"]
