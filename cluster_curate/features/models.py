@@ -332,17 +332,19 @@ def _render(tokenizer, prompt: list[dict], response: str) -> tuple[str, str]:
     return prompt_text, prompt_text + rest
 
 
-def answer_token_counts(tokenizer, examples: list, answers: list[str]) -> list[int]:
+def answer_token_counts(tokenizer, examples: list, answers: list[str], prompts: list[str] | None = None) -> list[int]:
     """Tokens of each answer as a trainer tokenizes it after its example's prompt (TRL's DPOTrainer: prompt +
     chosen and prompt + rejected, each less the prompt; its SFTTrainer alike): with a chat template, the template
-    of prompt + answer beyond the template of the prompt with the generation prompt, end-of-turn tokens and all;
-    without one, the answer's tokens and EOS (which TRL appends to a plain answer)."""
+    of prompt + answer beyond the template of the prompt with the generation prompt (`prompts`, when the caller
+    has rendered them), end-of-turn tokens and all; without one, the answer's tokens and EOS (which TRL appends to
+    a plain answer)."""
     if not _has_chat_template(tokenizer):
         eos = int(_eos_id(tokenizer) is not None)
         return [len(ids) + eos for ids in tokenizer(list(answers), add_special_tokens=False)["input_ids"]]
     with template_refusals(tokenizer, examples):
-        prompts = tokenizer.apply_chat_template([list(ex.prompt) for ex in examples], tokenize=False,
-                                                add_generation_prompt=True)
+        if prompts is None:
+            prompts = tokenizer.apply_chat_template([list(ex.prompt) for ex in examples], tokenize=False,
+                                                    add_generation_prompt=True)
         wholes = tokenizer.apply_chat_template([[*ex.prompt, {"role": "assistant", "content": answer}]
                                                 for ex, answer in zip(examples, answers)], tokenize=False)
     # the template's text after the prompt's: its answer, tokenized alone (what TRL's common prefix of the two
