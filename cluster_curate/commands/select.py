@@ -69,9 +69,8 @@ OPTIONS = (
            help="Leave out the rows that ask a question of EVAL (the same prompt turns, or in a chat the same "
                 "user turn, system prompts and whitespace aside, whatever the answer) before the budget is counted, "
                 "so that an evaluation set cannot leak into training. EVAL: a dataset in any supported format, "
-                "answers optional (IFEval's "
-                "`prompt`, MT-Bench's `turns`, a chat ending with the user's turn), or its embeddings. May be given "
-                "several times."),
+                "answers optional (IFEval's `prompt`, MT-Bench's `turns`, a chat ending with the user's turn), or "
+                "its embeddings. May be given several times."),
     Option("decontaminate_ngrams", type=int_range(3), metavar="N",
            help="With --decontaminate: also leave out the rows whose prompt shares a run of N words with an EVAL "
                 "prompt (reworded copies; 13 is GPT-3's choice). Reads the data once."),
