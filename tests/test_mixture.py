@@ -4,7 +4,9 @@ and floors / caps on each source's share of a selection (budget_sequence.py `sou
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 import shutil
 
 import numpy as np
@@ -16,9 +18,14 @@ from hypothesis import strategies as st
 
 from cluster_curate import selection as S
 from cluster_curate.errors import CurateError
+from cluster_curate.io.datasets import ReadOptions, open_dataset
 from cluster_curate.io.mixture import Mixture, mixture_inputs, normalised_columns, parse_source_shares, source_bounds
 
 from conftest import FIXTURES
+from popular_datasets import magicoder
+from test_datasets import write_jsonl
+from test_input_formats import stack_exchange_paired_rows
+from test_labelled_pairs import shp_rows
 
 GSM_CSV = FIXTURES / "gsm8k" / "train-300.csv"
 ALPACA_PARQUET = FIXTURES / "code_alpaca" / "code_alpaca-300.parquet.d"
@@ -122,6 +129,82 @@ def test_an_input_of_unknown_columns_is_told_the_mixture_file_keys(tmp_path):
                                        "    response_field: Answer\n  - path: gsm.csv\n")
     mix = Mixture(mixture_inputs([str(tmp_path / "mix.yaml")]))
     assert mix.formats["gsm"] == "qa" and sum(len(b.examples) for b in mix.iter_batches()) == 301
+
+
+def _spreadsheet_pairs(path):
+    """Preference pairs as a spreadsheet's CSV export has them: headers of words with spaces."""
+    gsm = list(csv.DictReader(open(GSM_CSV, newline="")))[:20]
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["Question", "Chosen response", "Rejected response"])
+        out.writerows([r["question"], r["answer"], f"I would guess {i + 41}."] for i, r in enumerate(gsm))
+
+
+# each kind of hint: (the input's file, its rows, the keys the mixture file gives it, the keys and the note the hint
+# names, the fields they read)
+_HINTS = {
+    "prompt/response": ("magicoder.jsonl", magicoder, {}, {"prompt_field": "problem", "response_field": "solution"},
+                        "or other columns", ("prompt-completion", "problem", "solution", None, None)),
+    "+rejected": ("se.jsonl", stack_exchange_paired_rows, {},
+                  {"prompt_field": "question", "response_field": "response_j", "rejected_field": "response_k"},
+                  "or other columns; the chosen answer's, then the rejected one's",
+                  ("preference", "question", "response_j", "response_k", None)),
+    "+rejected, columns with spaces": (
+        "sheet.csv", None, {},
+        {"prompt_field": "Question", "response_field": "Chosen response", "rejected_field": "Rejected response"},
+        "or other columns; the chosen answer's, then the rejected one's",
+        ("preference", "Question", "Chosen response", "Rejected response", None)),
+    "+label": ("shp.jsonl", shp_rows, {},
+               {"prompt_field": "history", "response_field": "human_ref_A", "rejected_field": "human_ref_B",
+                "label_field": "labels"},
+               "labels is 1 where human_ref_A is the preferred answer, 0 where human_ref_B is",
+               ("preference", "history", "human_ref_A", "human_ref_B", "labels")),
+    "+label, the pair named without it": (
+        "shp.jsonl", shp_rows, {"prompt_field": "history", "response_field": "human_ref_A",
+                                "rejected_field": "human_ref_B"},
+        {"response_field": "human_ref_A", "rejected_field": "human_ref_B", "label_field": "labels"},
+        "labels 1: human_ref_A is the chosen answer, 0: human_ref_B is",
+        ("preference", "history", "human_ref_A", "human_ref_B", "labels")),
+    "+label, the pair named in the order that inverts it": (
+        "shp.jsonl", shp_rows, {"prompt_field": "history", "response_field": "human_ref_B",
+                                "rejected_field": "human_ref_A", "label_field": "labels"},
+        {"response_field": "human_ref_A", "rejected_field": "human_ref_B", "label_field": "labels"},
+        "this order would invert every pair", ("preference", "history", "human_ref_A", "human_ref_B", "labels")),
+}
+
+
+@pytest.mark.parametrize("kind", list(_HINTS))
+def test_each_kind_of_fields_hint_names_a_mixture_input_its_keys(tmp_path, kind):
+    """The columns a refusal of an input's fields suggests are worded as its keys in a mixture file, whatever the
+    kind of hint (a prompt and a response; with the rejected answer; with the label that orders a pair): the flags
+    would apply to every input. Those keys read the input; alone, the same input is told the flags. The wording was
+    a regex over the flags' text, which missed a column name with a space in it and gave flags."""
+    name, make_rows, own_keys, keys, note, fields = _HINTS[kind]
+    if make_rows is None:
+        _spreadsheet_pairs(tmp_path / name)
+    else:
+        write_jsonl(tmp_path / name, make_rows())
+    shutil.copy(GSM_CSV, tmp_path / "gsm.csv")
+    mix_file = tmp_path / "mix.yaml"
+    entry = ", ".join(f"{key}: {value}" for key, value in {"path": name, **own_keys}.items())
+    mix_file.write_text(f"inputs:\n  - {{{entry}}}\n  - path: gsm.csv\n")
+    with pytest.raises(CurateError) as err:
+        Mixture(mixture_inputs([str(mix_file)]))
+    listed = [f"`{key}: {value}`" for key, value in keys.items()]
+    flags = [f"--{key.removesuffix('_field')}-field" for key in keys]
+    assert (f"give this input {', '.join(listed[:-1])} and {listed[-1]} ({note}) in a mixture file: "
+            f"{', '.join(flags[:-1])} and {flags[-1]} apply to every input") in str(err.value), str(err.value)
+    assert "pass --" not in str(err.value) and "\n" not in str(err.value)
+    single = ReadOptions(**own_keys)
+    with pytest.raises(CurateError, match=re.escape(
+            "pass " + " ".join(f"{flag} {value}" for flag, value in zip(flags, keys.values())) + f" ({note})")):
+        open_dataset(tmp_path / name, single)
+    entry = ", ".join(f"{key}: {value}" for key, value in {"path": name, **own_keys, **keys}.items())
+    mix_file.write_text(f"inputs:\n  - {{{entry}}}\n  - path: gsm.csv\n")
+    mix = Mixture(mixture_inputs([str(mix_file)]))
+    read = mix.datasets[0].field_map
+    assert (read.format, read.prompt, read.response, read.rejected, read.label) == fields
+    assert mix.num_rows() == (len(make_rows()) if make_rows else 20) + 300
 
 
 @pytest.mark.parametrize("text, message", [

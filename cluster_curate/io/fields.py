@@ -1,7 +1,8 @@
 """Which columns a dataset's records are read from: `resolve_fields` gives the FieldMap of a dataset's columns,
 detected (`detect_format`: the first format of io/formats.py's FORMAT whose columns are present) or forced by
 --format / --prompt-field / --response-field / --rejected-field / --label-field, or refuses them in one line that
-names the option or column at fault, the columns found and the flags that would read them (`_fix_hint`).
+names the option or column at fault, the columns found and the columns that would read them (`_fix_hint`): a
+`FieldsRefusal`, whose `ColumnsHint` each caller words (flags for one input; a mixture file's keys in io/mixture.py).
 
 Columns of popular datasets that no format names are read as `--prompt-field A --response-field B` would read them
 (`_KNOWN_PAIRS`): MetaMathQA's query -> response, OpenMathInstruct-2's problem -> generated_solution, xP3's and
@@ -12,7 +13,35 @@ PKU-SafeRLHF) are read with their label alone, and HelpSteer2's signed preferenc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from cluster_curate.errors import CurateError
 from cluster_curate.io.formats import FORMAT, FORMATS, TURNS, FieldMap
+
+
+@dataclass(frozen=True)
+class ColumnsHint:
+    """Columns that would read a dataset: `fields`, (field, column) in the flags' order (`prompt`, `response`,
+    `rejected`, `label`), and `note`, what the hint says of them. Data, not words: a single input's message words it
+    as flags (`as_flags`), a mixture's input as its mixture file's keys (io/mixture.py)."""
+    fields: tuple[tuple[str, str], ...]
+    note: str | None = None
+
+    def as_flags(self) -> str:
+        flags = " ".join(f"--{field}-field {column}" for field, column in self.fields)
+        return f"pass {flags}" + (f" ({self.note})" if self.note else "")
+
+
+class FieldsRefusal(CurateError):
+    """A refusal of a dataset's columns that suggests the columns that would read them: its parts are text and
+    ColumnsHints; its message words each hint as flags, `worded(wording)` as the caller words them."""
+
+    def __init__(self, *parts: str | ColumnsHint):
+        self.parts = parts
+        super().__init__(self.worded(ColumnsHint.as_flags))
+
+    def worded(self, wording) -> str:
+        return "".join(part if isinstance(part, str) else wording(part) for part in self.parts)
 
 
 FIX_HINT = ("pass --prompt-field COLUMN --response-field COLUMN (several prompt columns: --prompt-field A,B; a column "
@@ -62,15 +91,15 @@ _LABELLED_PAIRS = (("history", "human_ref_A", "human_ref_B", ("labels",)),
 _SIGNED_PAIR = ("response_1", "response_2", "preference_strength")
 
 
-def _signed_pair_refusal(columns) -> str | None:
-    """What to do with HelpSteer2's pairs, when these are its columns."""
+def _signed_pair_refusal(columns) -> tuple[str, ColumnsHint] | None:
+    """What to do with HelpSteer2's pairs, when these are its columns (a FieldsRefusal's parts)."""
     a, b, strength = _SIGNED_PAIR
     if not set(_SIGNED_PAIR) <= set(columns):
         return None
     return (f"{a} and {b} are two answers whose preferred one the sign of {strength} names ({a} where it is "
             f"negative, {b} where it is positive, a tie at 0), which no flag reads: write a column that is 1 where "
-            f"{strength} is negative and 0 where it is positive (leaving the ties out), then pass --response-field "
-            f"{a} --rejected-field {b} --label-field COLUMN")
+            f"{strength} is negative and 0 where it is positive (leaving the ties out), then ",
+            ColumnsHint((("response", a), ("rejected", b), ("label", "COLUMN"))))
 
 
 def _labelled_pair(columns) -> tuple[str, str, str, tuple[str, ...]] | None:
@@ -84,11 +113,11 @@ def _labelled_pair(columns) -> tuple[str, str, str, tuple[str, ...]] | None:
     return None
 
 
-def _label_flags(pair: tuple[str, str, str, tuple[str, ...]], prompt: bool = True) -> str:
-    """The flags that read a labelled pair (`_labelled_pair`) in the order of its label."""
+def _label_hint(pair: tuple[str, str, str, tuple[str, ...]], note: str, prompt: bool = True) -> ColumnsHint:
+    """The columns that read a labelled pair (`_labelled_pair`) in the order of its label."""
     question, a, b, labels = pair
-    return (f"{f'--prompt-field {question} ' if prompt else ''}--response-field {a} --rejected-field {b} "
-            f"--label-field {labels[0]}")
+    asked = (("prompt", question),) if prompt else ()
+    return ColumnsHint((*asked, ("response", a), ("rejected", b), ("label", labels[0])), note)
 
 
 # The prompt and response columns of popular datasets that no format's names cover, read as `--prompt-field A
@@ -104,32 +133,32 @@ def _known_pair(columns: set) -> tuple[list[str], str | None]:
     return ([pair[0]], pair[1]) if pair else ([], None)
 
 
-def _fix_hint(columns) -> str:
-    """The flags that would read these columns when their names look like a prompt and a response (or a
-    preference pair's two answers, a labelled pair's with their label), else FIX_HINT."""
+def _fix_hint(columns) -> tuple[str | ColumnsHint, ...]:
+    """The columns that would read these when their names look like a prompt and a response (or a preference
+    pair's two answers, a labelled pair's with their label), else FIX_HINT: a FieldsRefusal's parts."""
     labelled, signed = _labelled_pair(columns), _signed_pair_refusal(columns)
     if signed:
         return signed
     if labelled:
         question, a, b, labels = labelled
-        return (f"pass {_label_flags(labelled)} ({labels[0]} is 1 where {a} is the preferred answer, 0 where {b} "
-                f"is{'; or ' + ', '.join(labels[1:]) if labels[1:] else ''})")
+        return (_label_hint(labelled, f"{labels[0]} is 1 where {a} is the preferred answer, 0 where {b} "
+                                      f"is{'; or ' + ', '.join(labels[1:]) if labels[1:] else ''}"),)
     prompts = _by_lower_name(columns, _PROMPT_NAMES)
     pair = _answer_pair(columns)
     if pair:
         prompt = next((p for p in prompts if p not in pair), None)
-        return (f"pass --prompt-field {prompt} --response-field {pair[0]} --rejected-field {pair[1]} (or other "
-                "columns; the chosen answer's, then the rejected one's)" if prompt else
-                f"pass --response-field {pair[0]} --rejected-field {pair[1]} (the chosen answer's column, then the "
-                "rejected one's) and --prompt-field COLUMN, unless each holds the whole conversation")
+        return ((ColumnsHint((("prompt", prompt), ("response", pair[0]), ("rejected", pair[1])),
+                             "or other columns; the chosen answer's, then the rejected one's"),) if prompt else
+                (f"pass --response-field {pair[0]} --rejected-field {pair[1]} (the chosen answer's column, then the "
+                 "rejected one's) and --prompt-field COLUMN, unless each holds the whole conversation",))
     responses = (_by_lower_name(columns, _RESPONSE_NAMES, exclude=prompts[:1])
                  or [c for end in _RESPONSE_SUFFIXES for c in columns if c.lower().endswith("_" + end)])
     if prompts and responses:
-        return f"pass --prompt-field {prompts[0]} --response-field {responses[0]} (or other columns)"
+        return (ColumnsHint((("prompt", prompts[0]), ("response", responses[0])), "or other columns"),)
     if not responses and (TURNS in columns or any(p.lower() not in ("text", "input") for p in prompts)):
         return ("no column looks like a response: questions alone (an evaluation set) are no training data, give "
-                "them to select or run --decontaminate as they are; else " + FIX_HINT)
-    return FIX_HINT
+                "them to select or run --decontaminate as they are; else " + FIX_HINT,)
+    return (FIX_HINT,)
 
 
 def detect_format(columns) -> str | None:
@@ -154,7 +183,6 @@ def _prompt_columns(prompt_field: str | None) -> list[str]:
     """--prompt-field A or A,B -> [A] or [A, B]."""
     if prompt_field is None:
         return []
-    from cluster_curate.errors import CurateError
     names = [c.strip() for c in prompt_field.split(",")]
     if not all(names):
         raise CurateError(f"--prompt-field {prompt_field!r}: an empty column name; pass COLUMN or COLUMN,COLUMN")
@@ -171,7 +199,6 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     question in any case (_PROMPT_NAMES but `text` and `input`: MATH's `problem`). `rejected_field`: the rejected
     answer's column of preference pairs (the format they imply), `response_field` then the chosen one's.
     `label_field`: the column saying which of the two is the chosen answer, row by row (`preference._labelled`)."""
-    from cluster_curate.errors import CurateError
 
     cols = list(columns)
     colset = set(cols)
@@ -218,7 +245,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                 response_field = found[0]
             fmt = "prompt-completion"  # a custom pair of columns behaves like prompt/completion
         if fmt is None:
-            raise CurateError(f"{source}: unrecognised record format; columns found: [{shown}]. {_fix_hint(cols)}")
+            raise FieldsRefusal(f"{source}: unrecognised record format; columns found: [{shown}]. ", *_fix_hint(cols))
 
     entry = FORMAT.get(fmt)
     if fmt == "preference":
@@ -249,8 +276,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     missing = [c for c in (prompt, response) if c and _root_column(c, colset) is None]
     if missing:
         which = " and ".join(repr(c) for c in missing)
-        raise CurateError(f"{source}: format {fmt} needs column {which}, not found; columns found: [{shown}]. "
-                          f"{_fix_hint(cols)}")
+        raise FieldsRefusal(f"{source}: format {fmt} needs column {which}, not found; columns found: [{shown}]. ",
+                            *_fix_hint(cols))
     used = {prompt, *extra}
     input_field = _alpaca_input(prompt, colset, used) if fmt == "alpaca" else None
     system = _system_column(colset, {*used, response})
@@ -278,14 +305,13 @@ def _preference_fields(cols: list, prompts: list, response_field: str | None, re
     `prompt` (or --prompt-field) when there is one; without one, `chosen` holds the whole conversation. The two
     answers of a known labelled pair (_LABELLED_PAIRS) need their label, in its order: else pairs would be
     inverted without a word."""
-    from cluster_curate.errors import CurateError
     colset = set(cols)
     chosen, rejected = response_field or "chosen", rejected_field or "rejected"
     missing = [c for c in (chosen, rejected) if _root_column(c, colset) is None]
     if missing:
-        raise CurateError(f"{source}: format preference needs columns {chosen!r} and {rejected!r} "
-                          f"({' and '.join(repr(c) for c in missing)} not found); columns found: [{shown}]"
-                          + (f". {_fix_hint(cols)}" if _answer_pair(cols) else ""))
+        raise FieldsRefusal(f"{source}: format preference needs columns {chosen!r} and {rejected!r} "
+                            f"({' and '.join(repr(c) for c in missing)} not found); columns found: [{shown}]",
+                            *((". ", *_fix_hint(cols)) if _answer_pair(cols) else ()))
     if chosen == rejected:
         raise CurateError(f"{source}: the chosen and the rejected answer would both be column {chosen!r}: a pair "
                           "would hold one answer twice; name the column of each (--response-field CHOSEN "
@@ -312,26 +338,26 @@ def _check_label(label_field: str | None, chosen: str, rejected: str, prompt: st
     """A label column that is another field's is refused; so are a known labelled pair's answers without its
     label (the pairs labelled 0 would be inverted), or in the order that inverts every pair, and HelpSteer2's
     without a label of 0 and 1 (_SIGNED_PAIR)."""
-    from cluster_curate.errors import CurateError
     named = {chosen: "chosen answer's", rejected: "rejected answer's", prompt: "prompt's"}
     if label_field and label_field in named:
         raise CurateError(f"{source}: --label-field {label_field!r} is the {named[label_field]} column; name the "
                           "column saying which answer is the chosen one (1: --response-field's, 0: --rejected-field's)")
     signed = _signed_pair_refusal(cols)
     if signed and {chosen, rejected} == set(_SIGNED_PAIR[:2]) and label_field in (None, _SIGNED_PAIR[2]):
-        raise CurateError(f"{source}: {signed}")
+        raise FieldsRefusal(f"{source}: ", *signed)
     pair = _labelled_pair(cols)
     if pair is None or {chosen, rejected} != set(pair[1:3]):
         return
     _, a, b, labels = pair
     if label_field is None:
-        raise CurateError(f"{source}: {a} and {b} are two answers whose preferred one {labels[0]} names row by row: "
-                          f"pass {_label_flags(pair, prompt=False)} ({labels[0]} 1: {a} is the chosen answer, 0: "
-                          f"{b} is); without it the pairs labelled otherwise would be inverted")
+        raise FieldsRefusal(f"{source}: {a} and {b} are two answers whose preferred one {labels[0]} names row by "
+                            "row: ", _label_hint(pair, f"{labels[0]} 1: {a} is the chosen answer, 0: {b} is",
+                                                 prompt=False),
+                            "; without it the pairs labelled otherwise would be inverted")
     if label_field in labels and chosen != a:
-        raise CurateError(f"{source}: --label-field {label_field} is 1 where {a} is preferred: pass "
-                          f"{_label_flags((None, a, b, (label_field,)), prompt=False)} (this order would invert "
-                          "every pair)")
+        raise FieldsRefusal(f"{source}: --label-field {label_field} is 1 where {a} is preferred: ",
+                            _label_hint((None, a, b, (label_field,)), "this order would invert every pair",
+                                        prompt=False))
 
 
 def _tools_column(columns: set, used: set) -> str | None:

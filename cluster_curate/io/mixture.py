@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 from cluster_curate.errors import CurateError
 from cluster_curate.io.datasets import (Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source,
                                         same_keys)
+from cluster_curate.io.fields import ColumnsHint, FieldsRefusal
 from cluster_curate.io.tool_calls import own_system_prompt
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
@@ -219,28 +220,25 @@ def reserved_rename(name: str) -> str:
 
 
 def _open_input(item: MixtureInput):
-    """One input of a mixture. The fields hint of a format not recognised names a mixture file's keys: a
+    """One input of a mixture. The columns a refusal of its fields suggests are its mixture file's keys: a
     --prompt-field (--rejected-field, --label-field) would apply to every input."""
     try:
         return open_dataset(item.path, item.options)
-    except CurateError as e:
-        hint = re.sub(r"pass --prompt-field (\S+) --response-field (\S+) \(or other columns\)",
-                      r"give this input `prompt_field: \1` and `response_field: \2` (or other columns) in a mixture "
-                      "file: --prompt-field and --response-field apply to every input", str(e))
-        hint = re.sub(r"pass --prompt-field (\S+) --response-field (\S+) --rejected-field (\S+) \(or other columns; "
-                      r"([^)]*)\)", r"give this input `prompt_field: \1`, `response_field: \2` and `rejected_field: "
-                      r"\3` (or other columns; \4) in a mixture file: the flags apply to every input", hint)
-        hint = re.sub(r"pass ((?:--(?:prompt|response|rejected)-field \S+ )+--label-field \S+)",
-                      lambda m: f"give this input {_as_keys(m.group(1))} in a mixture file", hint)
-        if hint == str(e):
-            raise
-        raise CurateError(hint) from None
+    except FieldsRefusal as e:
+        raise CurateError(e.worded(_as_keys)) from None
 
 
-def _as_keys(flags: str) -> str:
-    """'--prompt-field A --label-field B' -> '`prompt_field: A` and `label_field: B`' (a mixture file's keys)."""
-    keys = [f"`{name}_field: {value}`" for name, value in re.findall(r"--(\w+)-field (\S+)", flags)]
-    return ", ".join(keys[:-1]) + " and " + keys[-1]
+def _as_keys(hint: ColumnsHint) -> str:
+    """A hint's columns as this input's keys in a mixture file (`prompt_field: A`), and why not as flags."""
+    keys = _listed([f"`{field}_field: {column}`" for field, column in hint.fields])
+    flags = _listed([f"--{field}-field" for field, _ in hint.fields])
+    return (f"give this input {keys}{f' ({hint.note})' if hint.note else ''} in a mixture file: {flags} apply to "
+            "every input")
+
+
+def _listed(items: list[str]) -> str:
+    """['a', 'b', 'c'] -> 'a, b and c'."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else items[0]
 
 
 class Mixture:
