@@ -135,7 +135,7 @@ class FieldMap:
         return d
 
 
-def _text(value, field: str, what: str, required: bool = True, parts: bool = False) -> str:
+def field_text(value, field: str, what: str, required: bool = True, parts: bool = False) -> str:
     """A text field: str kept, numbers turned into text (the source column keeps the number), anything else an
     error. parts=True (prompt columns): a list of texts, such as PubMedQA's CONTEXTS, is joined by blank lines."""
     if value is None:
@@ -149,16 +149,16 @@ def _text(value, field: str, what: str, required: bool = True, parts: bool = Fal
     if parts and isinstance(value, (list, tuple)):
         odd = [v for v in value if not isinstance(v, str)]
         if odd:  # a null item too (next(..., None) could not tell it from none)
-            raise RecordError(field, f"{what} is a list holding {_kind(odd[0])}, expected text or a list of texts")
+            raise RecordError(field, f"{what} is a list holding {kind_of(odd[0])}, expected text or a list of texts")
         value = "\n\n".join(v for v in value if v.strip())
     if not isinstance(value, str):
-        raise RecordError(field, f"{what} is {_kind(value)}, expected text")
+        raise RecordError(field, f"{what} is {kind_of(value)}, expected text")
     if required and not value.strip():
         raise RecordError(field, f"empty {what}")
     return value
 
 
-def _kind(value) -> str:
+def kind_of(value) -> str:
     """'an object', 'a list', 'a number', ... for messages."""
     if isinstance(value, dict):
         return "an object"
@@ -203,7 +203,7 @@ def field_value(rec: dict, field: str):
             value = value[int(key)]
             continue
         if not isinstance(value, dict):
-            raise RecordError(field, f"missing ({where} is {_kind(value)}, not an object)")
+            raise RecordError(field, f"missing ({where} is {kind_of(value)}, not an object)")
         if key not in value:
             raise RecordError(field, f"missing ({where} has no key {key!r})")
         value = value[key]

@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import replace
 
-from cluster_curate.io.formats import FieldMap, RecordError, _text, field_value
+from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value
 from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES, _with_tools
 from cluster_curate.io.turns import _is_turn_list, _split_turns, _turns
 
@@ -31,7 +31,7 @@ def _answer(value, field: str) -> str:
         if not turns[said[-1]]["content"].strip():
             raise RecordError(f"{field}[{said[-1]}]", "empty response (the last assistant turn is empty)")
         return turns[said[-1]]["content"]
-    return _text(value, field, "response")
+    return field_text(value, field, "response")
 
 
 def _asking_turns(value, field: str) -> list[dict] | None:
@@ -51,12 +51,12 @@ def _whole_pair(chosen: list[dict], asked, rejected_value, fields: FieldMap, rec
     prompt, response = _split_turns(chosen, fields.response)
     first = next(t["content"] for t in prompt if t["role"] == "user")
     given = (next((t["content"] for t in _turns(asked, fields.prompt, "messages") if t["role"] == "user"), "")
-             if _is_turn_list(asked) else _text(asked, fields.prompt, "prompt", parts=True))
+             if _is_turn_list(asked) else field_text(asked, fields.prompt, "prompt", parts=True))
     if " ".join(given.split()) != " ".join(first.split()):
         raise RecordError(fields.prompt, f"differs from the first user turn of {fields.response} (which holds the "
                                          "whole conversation): which one is the question is unclear")
     if fields.system and prompt[0]["role"] != "system":
-        system = _text(rec.get(fields.system), fields.system, "system prompt", required=False)
+        system = field_text(rec.get(fields.system), fields.system, "system prompt", required=False)
         prompt = [{"role": "system", "content": system}, *prompt] if system.strip() else prompt
     other = _asking_turns(rejected_value, fields.rejected)
     if other is None:
@@ -159,9 +159,9 @@ def _preference_pair(rec: dict, fields: FieldMap):
         if not any(t["role"] == "user" for t in prompt):
             raise RecordError(fields.prompt, "the prompt's turns hold no user turn")
     else:
-        prompt = [{"role": "user", "content": _text(raw, fields.prompt, "prompt", parts=True)}]
+        prompt = [{"role": "user", "content": field_text(raw, fields.prompt, "prompt", parts=True)}]
         if fields.system:
-            system = _text(rec.get(fields.system), fields.system, "system prompt", required=False)
+            system = field_text(rec.get(fields.system), fields.system, "system prompt", required=False)
             if system.strip():
                 prompt.insert(0, {"role": "system", "content": system})
     return prompt, response, rejected

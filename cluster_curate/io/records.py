@@ -12,7 +12,7 @@ glaive.py (a glaive row, read as the OpenAI chat it transcribes). A bad record r
 
 from __future__ import annotations
 
-from cluster_curate.io.formats import FORMAT, TURNS, FieldMap, RecordError, _text, field_value
+from cluster_curate.io.formats import FORMAT, TURNS, FieldMap, RecordError, field_text, field_value
 from cluster_curate.io.glaive import openai_record
 from cluster_curate.io.preference import _labelled, _rejected_value, to_preference
 from cluster_curate.io.tool_calls import (_answer_calls, _call_text, _message, _with_tools, tool_schemas,
@@ -52,28 +52,29 @@ def to_example(rec: dict, fields: FieldMap):
     if fields.format == "xlam" and not (fields.prompts_only and value in (None, "")):
         response = _call_text(_answer_calls(value, fields.response))  # as an assistant turn's calls read
     else:
-        response = _text(value, fields.response or "response", "response", required=not fields.prompts_only)
+        response = field_text(value, fields.response or "response", "response", required=not fields.prompts_only)
     if fields.prompt_extra:
-        texts = [_text(field_value(rec, c), c, "prompt", required=False, parts=True) for c in fields.prompt_columns]
+        texts = [field_text(field_value(rec, c), c, "prompt", required=False, parts=True)
+                 for c in fields.prompt_columns]
         prompt = "\n\n".join(t for t in texts if t.strip())
         if not prompt and fields.input is None:
             raise RecordError(fields.prompt, "empty prompt (every prompt column is empty)")
     else:
-        prompt = _text(field_value(rec, fields.prompt), fields.prompt, "prompt", required=fields.input is None,
+        prompt = field_text(field_value(rec, fields.prompt), fields.prompt, "prompt", required=fields.input is None,
                        parts=True)
     if fields.input:
         try:  # optional: a row without the key (flat or nested) has no input
             extra = field_value(rec, fields.input)
         except RecordError:
             extra = None
-        extra = _text(extra, fields.input, "input", required=False)
+        extra = field_text(extra, fields.input, "input", required=False)
         if extra.strip():
             prompt = f"{prompt}\n\n{extra}" if prompt.strip() else extra
         if not prompt.strip():
             raise RecordError(fields.prompt, "empty prompt")
     turns = []
     if fields.system:
-        system = _text(rec.get(fields.system), fields.system, "system prompt", required=False)
+        system = field_text(rec.get(fields.system), fields.system, "system prompt", required=False)
         if system.strip():
             turns.append({"role": "system", "content": system})
     turns.append({"role": "user", "content": prompt})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from cluster_curate.io.formats import FieldMap, RecordError, _kind
+from cluster_curate.io.formats import FieldMap, RecordError, kind_of
 
 
 # Turns that hold what a tool returned: a prompt may end with one (the model answers the tool's result).
@@ -63,7 +63,7 @@ def _listed_calls(calls, field: str) -> list[tuple[str, object]]:
         except json.JSONDecodeError as e:
             raise RecordError(field, f"tool calls are text that is not valid JSON ({e.msg})") from None
     if not isinstance(calls, (list, tuple)):
-        raise RecordError(field, f"tool calls are {_kind(calls)}, expected a list of calls")
+        raise RecordError(field, f"tool calls are {kind_of(calls)}, expected a list of calls")
     return [(f"{field}[{j}]", c) for j, c in enumerate(calls)]
 
 
@@ -72,7 +72,7 @@ def _call(where: str, call) -> dict:
     if isinstance(call, dict) and "function" in call:
         where, call = f"{where}.function", call["function"]
     if not isinstance(call, dict):
-        raise RecordError(where, f"tool call is {_kind(call)}, expected an object with a name and arguments")
+        raise RecordError(where, f"tool call is {kind_of(call)}, expected an object with a name and arguments")
     if not isinstance(call.get("name"), str) or not call["name"].strip():
         raise RecordError(where, "no name")
     return {"name": call["name"], "arguments": _call_arguments(call.get("arguments"))}
@@ -139,7 +139,7 @@ def tool_schemas(rec: dict, fields: FieldMap) -> list | None:
     if value is None:
         return None
     if not isinstance(value, (list, tuple)):
-        raise RecordError(fields.tools, f"tools are {_kind(value)}, expected a list of tool schemas")
+        raise RecordError(fields.tools, f"tools are {kind_of(value)}, expected a list of tool schemas")
     return list(value) or None
 
 

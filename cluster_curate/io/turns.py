@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from cluster_curate.io.formats import FieldMap, RecordError, _kind, _text, field_value
+from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value, kind_of
 from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES, _call_text, _message, _tool_calls, _with_tools
 
 
@@ -50,7 +50,7 @@ def _listed(value, field: str, what: str, items: str, all_text: bool = False) ->
     if value is None:
         raise RecordError(field, f"missing {what}")
     if not isinstance(value, (list, tuple)):
-        raise RecordError(field, f"{what} is {_kind(value)}, expected a list of {items}")
+        raise RecordError(field, f"{what} is {kind_of(value)}, expected a list of {items}")
     return value
 
 
@@ -101,7 +101,7 @@ def _with_system_column(turns: list, rec: dict, fields: FieldMap, message=None) 
     rather than one of the two dropped. `message(role, text)` makes the turn (default: {role, content})."""
     if not fields.system:
         return turns
-    system = _text(rec.get(fields.system), fields.system, "system prompt", required=False)
+    system = field_text(rec.get(fields.system), fields.system, "system prompt", required=False)
     if not system.strip():
         return turns
     if turns and _role(turns[0]) == "system":
@@ -188,7 +188,7 @@ def _question_list(value, field: str) -> list[dict]:
                 raise RecordError(f"{where}.role", f"a turn of role {t.get('role')!r}: `turns` holds the user's "
                                                    "questions (a conversation goes in a `messages` column)")
             t, where = t.get("content"), f"{where}.content"
-        turns.append({"role": "user", "content": _text(t, where, "question")})
+        turns.append({"role": "user", "content": field_text(t, where, "question")})
     return turns
 
 
