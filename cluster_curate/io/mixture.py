@@ -473,7 +473,8 @@ def normalised_columns(examples: list[Example]) -> dict[str, pa.Array]:
         users = [t for t in ex.prompt if t.get("role") == "user"]
         prompt.append(str(users[-1].get("content") or "") if users else "")
         sys_turns = [t for t in ex.prompt if t.get("role") == "system"]
-        # the record's own system prompt: tool schemas rendered into the system turn are none (tool_calls._with_tools)
+        # the record's own system prompt: tool schemas rendered into the system turn are none
+        # (tool_calls.with_tool_schemas)
         own = own_system_prompt(sys_turns[0]) if sys_turns else None
         system.append(None if own is not None and "tools" in sys_turns[0] and not own.strip() else own)
         messages.append([{"role": str(t["role"]), "content": str(t.get("content") or "")} for t in ex.prompt]

@@ -17,7 +17,7 @@ import re
 from dataclasses import replace
 
 from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value
-from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES, _with_tools
+from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES, with_tool_schemas
 from cluster_curate.io.turns import _is_turn_list, _split_turns, _turns
 
 
@@ -90,7 +90,7 @@ def to_preference(rec: dict, fields: FieldMap):
     turn, as `records.to_example` renders them. A labelled pair in the order of its label (`_labelled`)."""
     fields = _labelled(rec, fields)
     prompt, chosen, rejected = _preference_pair(rec, fields)
-    return _with_tools(prompt, rec, fields), chosen, rejected
+    return with_tool_schemas(prompt, rec, fields), chosen, rejected
 
 
 def _rejected_value(rec: dict, fields: FieldMap):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from cluster_curate.io.formats import FORMAT, TURNS, FieldMap, RecordError, field_text, field_value
 from cluster_curate.io.glaive import openai_record
 from cluster_curate.io.preference import _labelled, _rejected_value, to_preference
-from cluster_curate.io.tool_calls import (_answer_calls, _call_text, _message, _with_tools, tool_schemas,
+from cluster_curate.io.tool_calls import (answer_calls, calls_text, openai_message, tool_schemas, with_tool_schemas,
                                           without_tool_schemas)
 from cluster_curate.io.turns import (_asked, _conversation, _conversational_pair, _is_nested_turns, _is_turn_list,
                                      _last_assistant, _nested_turns, _parsed_turns, _question_list, _turns,
@@ -39,7 +39,7 @@ def to_example(rec: dict, fields: FieldMap):
     value = None if fields.response is None else field_value(rec, fields.response)
     if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
         prompt, response = _conversational_pair(field_value(rec, fields.prompt), value, fields)
-        return _with_tools(prompt, rec, fields), response
+        return with_tool_schemas(prompt, rec, fields), response
     asked = (field_value(rec, fields.prompt) if fields.prompts_only and value in (None, "") and not fields.prompt_extra
              else None)
     if fields.format in ("prompt-completion", "qa") and _is_nested_turns(asked):
@@ -50,7 +50,7 @@ def to_example(rec: dict, fields: FieldMap):
         if isinstance(asked, (list, tuple)) and asked:  # the turns as a list of texts (the Hub's MT-Bench)
             return _question_list(asked, fields.prompt), ""
     if fields.format == "xlam" and not (fields.prompts_only and value in (None, "")):
-        response = _call_text(_answer_calls(value, fields.response))  # as an assistant turn's calls read
+        response = calls_text(answer_calls(value, fields.response))  # as an assistant turn's calls read
     else:
         response = field_text(value, fields.response or "response", "response", required=not fields.prompts_only)
     if fields.prompt_extra:
@@ -78,12 +78,12 @@ def to_example(rec: dict, fields: FieldMap):
         if system.strip():
             turns.append({"role": "system", "content": system})
     turns.append({"role": "user", "content": prompt})
-    return _with_tools(turns, rec, fields), response
+    return with_tool_schemas(turns, rec, fields), response
 
 
 def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]:
     """The example of `to_example` as a trainer's chat template reads it: the prompt's turns, then the response's,
-    each `_message` (OpenAI style: tool calls as `tool_calls`, a tool turn's `tool_call_id` and `name` kept), the
+    each `openai_message` (OpenAI style: tool calls as `tool_calls`, a tool turn's `tool_call_id` and `name` kept), the
     system turn the record's own (the trainer renders the tool schemas itself); and the tool schemas (None
     without). Raises RecordError as to_example does."""
     if fields.rejected:  # a preference pair: its prompt, then its chosen answer
@@ -105,8 +105,8 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
                       else _parsed_turns(given, fields.prompt, "messages", messages=True))
             parsed += _parsed_turns(value, fields.response, "messages", messages=True)
         elif fields.format == "xlam":  # one prompt text, the calls as the answer's tool_calls
-            calls = _answer_calls(value, fields.response)
-            return without_tool_schemas(prompt) + [_message({}, "assistant", None, fields.response, calls)], tools
+            calls = answer_calls(value, fields.response)
+            return without_tool_schemas(prompt) + [openai_message({}, "assistant", None, fields.response, calls)], tools
         else:  # one prompt text, one response text
             return without_tool_schemas(prompt) + [{"role": "assistant", "content": response}], tools
     last = _last_assistant([{"role": role} for role, _, _ in parsed])
@@ -115,8 +115,8 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
 
 def preference_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], dict, dict, list | None]:
     """A preference pair of `to_preference` as `chat_messages` gives a trainer its turns: (prompt turns, chosen
-    answer, rejected answer, tool schemas or None). Turns the record gives as turns are each `_message` (tool calls
-    as `tool_calls`, a tool turn's `tool_call_id` and `name`: an answer may be a call); the others (text, an HH
+    answer, rejected answer, tool schemas or None). Turns the record gives as turns are each `openai_message` (tool
+    calls as `tool_calls`, a tool turn's `tool_call_id` and `name`: an answer may be a call); the others (text, an HH
     transcript) as `to_preference` reads them. Raises RecordError as to_preference does."""
     fields = _labelled(rec, fields)
     prompt, chosen, rejected = to_preference(rec, fields)  # its checks
@@ -142,7 +142,7 @@ def _given_turns(value, field: str, fmt: str) -> list[tuple[str, str, dict]] | N
 
 
 def _answer_message(turns: list[tuple[str, str, dict]] | None, text: str) -> dict:
-    """An answer's last assistant turn as a `_message` where it is given as turns, else its text as one."""
+    """An answer's last assistant turn as an `openai_message` where it is given as turns, else its text as one."""
     if turns is None:
         return {"role": "assistant", "content": text}
     return turns[_last_assistant([{"role": role} for role, _, _ in turns])][2]

@@ -6,9 +6,9 @@
 - tool results (roles tool, function, ipython; ShareGPT observation) are context turns, and a prompt may end
   with one;
 - a `tools` column (a list of schemas, or its JSON text; any format, found like `system`) is rendered into the
-  system turn, as chat templates do (`_with_tools`: that turn keeps the rendered text under `tools` as well).
+  system turn, as chat templates do (`with_tool_schemas`: that turn keeps the rendered text under `tools` as well).
 `records.chat_messages` gives a trainer the same example with the calls kept structured (export's chat layouts:
-`_message`). xLAM's answer is its list of calls (`_answer_calls`), written as an assistant turn's calls are.
+`openai_message`). xLAM's answer is its list of calls (`answer_calls`), written as an assistant turn's calls are.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _call_arguments(value):
 def _without_nulls(value):
     """Objects (at any depth) without their null keys: calls (or tool schemas) kept as Parquet / Arrow structs share
     one type, which holds every call's argument names, so a name another call has reads as null in this one (as a
-    turn's `tool_calls` does, _tool_calls). Arguments given as JSON text keep their nulls."""
+    turn's `tool_calls` does, turn_tool_calls). Arguments given as JSON text keep their nulls."""
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
@@ -44,7 +44,7 @@ def _without_nulls(value):
     return value
 
 
-def _tool_calls(turn: dict, field: str) -> list[dict]:
+def turn_tool_calls(turn: dict, field: str) -> list[dict]:
     """A turn's tool calls, each {"name", "arguments"}: OpenAI's `tool_calls[].function` and its legacy
     `function_call`. A turn without either (or with null, as Arrow writes a key other turns have) has none."""
     given = []
@@ -78,7 +78,7 @@ def _call(where: str, call) -> dict:
     return {"name": call["name"], "arguments": _call_arguments(call.get("arguments"))}
 
 
-def _answer_calls(value, field: str) -> list[dict]:
+def answer_calls(value, field: str) -> list[dict]:
     """xLAM's answer: its list of calls (JSON text as the Hub keeps it), each {name, arguments}."""
     if value is None:
         raise RecordError(field, "missing response")
@@ -88,16 +88,16 @@ def _answer_calls(value, field: str) -> list[dict]:
     return calls
 
 
-def _call_text(calls: list[dict]) -> str:
+def calls_text(calls: list[dict]) -> str:
     """Tool calls as text, one JSON object per line: what the model learns to write, whatever the template."""
     return "\n".join(json.dumps(c, ensure_ascii=False) for c in calls)
 
 
-def _message(turn: dict, role: str, content: str | None, field: str, parsed: list[dict]) -> dict:
+def openai_message(turn: dict, role: str, content: str | None, field: str, parsed: list[dict]) -> dict:
     """A turn as a trainer's chat template reads it (OpenAI style): role, content, and where given `tool_calls`
     ({"type": "function", "function": {"name", "arguments"}}, arguments as JSON text: one Arrow type for every
     row), a tool turn's `tool_call_id` and `name`. A ShareGPT function_call turn's JSON becomes its calls.
-    `parsed`: the turn's `_tool_calls`."""
+    `parsed`: the turn's `turn_tool_calls`."""
     message = {"role": role, "content": content}
     calls = turn.get("tool_calls") if isinstance(turn.get("tool_calls"), (list, tuple)) else None
     if turn.get("from") == "function_call" and content:  # LLaMA-Factory: the call(s) as JSON text
@@ -149,7 +149,7 @@ def tools_text(tools: list) -> str:
     return "# Tools\n\n" + "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
 
 
-def _with_tools(prompt: list[dict], rec: dict, fields: FieldMap) -> list[dict]:
+def with_tool_schemas(prompt: list[dict], rec: dict, fields: FieldMap) -> list[dict]:
     """The prompt with the record's tool schemas rendered into its system turn (after the system prompt, or in a
     system turn of their own). That turn keeps the rendered text under `tools` too, so that what the record's
     own system prompt says can be told from it (inspect counts system prompts)."""
@@ -165,13 +165,13 @@ def _with_tools(prompt: list[dict], rec: dict, fields: FieldMap) -> list[dict]:
 
 
 def own_system_prompt(turn: dict) -> str:
-    """A system turn's text less the tool schemas `_with_tools` rendered into it."""
+    """A system turn's text less the tool schemas `with_tool_schemas` rendered into it."""
     content, tools = turn["content"], turn.get("tools")
     return content[: -len(tools)].rstrip("\n") if tools and content.endswith(tools) else content
 
 
 def without_tool_schemas(prompt: list[dict]) -> list[dict]:
-    """The prompt's {role, content} turns with the record's own system prompt, the tool schemas `_with_tools`
+    """The prompt's {role, content} turns with the record's own system prompt, the tool schemas `with_tool_schemas`
     rendered into it taken out (a trainer renders them from a `tools` column), and a system turn that held
     nothing else dropped."""
     own = [{"role": t["role"], "content": own_system_prompt(t) if "tools" in t else t["content"]} for t in prompt]

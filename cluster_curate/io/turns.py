@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 
 from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value, kind_of
-from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES, _call_text, _message, _tool_calls, _with_tools
+from cluster_curate.io.tool_calls import (TOOL_RESULT_ROLES, calls_text, openai_message, turn_tool_calls,
+                                          with_tool_schemas)
 
 
 def _content(value, field: str) -> str | None:
@@ -56,7 +57,7 @@ def _listed(value, field: str, what: str, items: str, all_text: bool = False) ->
 
 def _parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tuple[str, str, dict | None]]:
     """(role, text, message) per turn: the text is what the pipeline reads (an assistant turn's content, then its
-    tool calls one per line), the message what a trainer gets (`_message`; with `messages` only, since every
+    tool calls one per line), the message what a trainer gets (`openai_message`; with `messages` only, since every
     row's reading would pay for it)."""
     value = _listed(value, field, "conversation", "turns", all_text=True)
     if fmt == "sharegpt" and value and all(isinstance(t, str) for t in value):
@@ -79,9 +80,9 @@ def _parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[t
             content = _content(t.get("content"), f"{field}[{i}].content")
         # most turns call no tool: their text is their content
         called = t.get("tool_calls") is not None or t.get("function_call") is not None
-        parsed = _tool_calls(t, f"{field}[{i}]") if called else []
-        text = "\n".join(x for x in (content, _call_text(parsed)) if x) if parsed else content or ""
-        turns.append((role, text, _message(t, role, content, f"{field}[{i}]", parsed) if messages else None))
+        parsed = turn_tool_calls(t, f"{field}[{i}]") if called else []
+        text = "\n".join(x for x in (content, calls_text(parsed)) if x) if parsed else content or ""
+        turns.append((role, text, openai_message(t, role, content, f"{field}[{i}]", parsed) if messages else None))
     return turns
 
 
@@ -124,7 +125,7 @@ def _conversation(rec: dict, fields: FieldMap):
     conv = fields.prompt
     turns = _with_system_column(_turns(field_value(rec, conv), conv, fields.format), rec, fields)
     prompt, response = _split_turns(turns, conv)
-    return _with_tools(prompt, rec, fields), response
+    return with_tool_schemas(prompt, rec, fields), response
 
 
 def _is_turn_list(value) -> bool:
