@@ -18,13 +18,13 @@ from dataclasses import replace
 
 from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value
 from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES, with_tool_schemas
-from cluster_curate.io.turns import _is_turn_list, _split_turns, _turns
+from cluster_curate.io.turns import chat_turns, is_turn_list, split_turns
 
 
 def _answer(value, field: str) -> str:
     """A preference response given beside its prompt: text, or a list of turns whose last assistant turn it is."""
-    if _is_turn_list(value) or (isinstance(value, str) and value.lstrip().startswith("[{")):
-        turns = _turns(value, field, "messages")
+    if is_turn_list(value) or (isinstance(value, str) and value.lstrip().startswith("[{")):
+        turns = chat_turns(value, field, "messages")
         said = [i for i, t in enumerate(turns) if t["role"] == "assistant"]
         if not said:
             raise RecordError(field, "missing response: no assistant turn")
@@ -36,9 +36,9 @@ def _answer(value, field: str) -> str:
 
 def _asking_turns(value, field: str) -> list[dict] | None:
     """A preference answer's turns when they hold the user's turns too (the whole conversation), else None."""
-    if not (_is_turn_list(value) or (isinstance(value, str) and value.lstrip().startswith("[{"))):
+    if not (is_turn_list(value) or (isinstance(value, str) and value.lstrip().startswith("[{"))):
         return None
-    turns = _turns(value, field, "messages")
+    turns = chat_turns(value, field, "messages")
     return turns if any(t["role"] == "user" for t in turns) else None
 
 
@@ -48,10 +48,10 @@ def _whole_pair(chosen: list[dict], asked, rejected_value, fields: FieldMap, rec
     the prompt is chosen's turns before its last answer, not the prompt column alone (the turns between them
     would be lost, the answer set against the wrong question). The prompt column must be its first question;
     a rejected conversation must share its prompt."""
-    prompt, response = _split_turns(chosen, fields.response)
+    prompt, response = split_turns(chosen, fields.response)
     first = next(t["content"] for t in prompt if t["role"] == "user")
-    given = (next((t["content"] for t in _turns(asked, fields.prompt, "messages") if t["role"] == "user"), "")
-             if _is_turn_list(asked) else field_text(asked, fields.prompt, "prompt", parts=True))
+    given = (next((t["content"] for t in chat_turns(asked, fields.prompt, "messages") if t["role"] == "user"), "")
+             if is_turn_list(asked) else field_text(asked, fields.prompt, "prompt", parts=True))
     if " ".join(given.split()) != " ".join(first.split()):
         raise RecordError(fields.prompt, f"differs from the first user turn of {fields.response} (which holds the "
                                          "whole conversation): which one is the question is unclear")
@@ -61,7 +61,7 @@ def _whole_pair(chosen: list[dict], asked, rejected_value, fields: FieldMap, rec
     other = _asking_turns(rejected_value, fields.rejected)
     if other is None:
         return prompt, response, _answer(rejected_value, fields.rejected)
-    before, rejected = _split_turns(other, fields.rejected)
+    before, rejected = split_turns(other, fields.rejected)
     if before != [t for t in prompt if t["role"] != "system"] and before != prompt:
         raise RecordError(fields.rejected, f"its turns before the last assistant turn differ from "
                                            f"{fields.response}'s (a preference pair answers one prompt)")
@@ -131,15 +131,15 @@ def _conversation_turns(value, field: str, fmt: str):
                                      "Assistant:)")
         turns = _transcript_turns(value)
         return turns, lambda i: f"{field} (transcript turn {i + 1}: {_TRANSCRIPT_SPEAKERS[turns[i]['role']]})"
-    return _turns(value, field, fmt), None
+    return chat_turns(value, field, fmt), None
 
 
 def _preference_pair(rec: dict, fields: FieldMap):
     if fields.response is None:  # implicit prompt: two whole conversations that share their prompt
         turns, turn_field = _conversation_turns(field_value(rec, fields.prompt), fields.prompt, fields.format)
-        prompt, response = _split_turns(turns, fields.prompt, turn_field)
+        prompt, response = split_turns(turns, fields.prompt, turn_field)
         turns, turn_field = _conversation_turns(_rejected_value(rec, fields), fields.rejected, "messages")
-        other, rejected = _split_turns(turns, fields.rejected, turn_field)
+        other, rejected = split_turns(turns, fields.rejected, turn_field)
         if other != prompt:
             raise RecordError(fields.rejected, "its turns before the last assistant turn differ from chosen's (a "
                                                "preference pair answers one prompt)")
@@ -151,9 +151,9 @@ def _preference_pair(rec: dict, fields: FieldMap):
         return _whole_pair(whole, raw, value, fields, rec)
     rejected = _answer(value, fields.rejected)
     response = _answer(field_value(rec, fields.response), fields.response)
-    if _is_turn_list(raw):
-        prompt = _turns(raw, fields.prompt, "messages")
-        # as a conversation's prompt (_split_turns): it may end with a tool's result, which the answers answer
+    if is_turn_list(raw):
+        prompt = chat_turns(raw, fields.prompt, "messages")
+        # as a conversation's prompt (split_turns): it may end with a tool's result, which the answers answer
         if not prompt or (prompt[-1]["role"] != "user" and prompt[-1]["role"] not in TOOL_RESULT_ROLES):
             raise RecordError(fields.prompt, "the prompt's turns do not end with a user or tool turn")
         if not any(t["role"] == "user" for t in prompt):

@@ -17,16 +17,16 @@ from cluster_curate.io.glaive import openai_record
 from cluster_curate.io.preference import _labelled, _rejected_value, to_preference
 from cluster_curate.io.tool_calls import (answer_calls, calls_text, openai_message, tool_schemas, with_tool_schemas,
                                           without_tool_schemas)
-from cluster_curate.io.turns import (_asked, _conversation, _conversational_pair, _is_nested_turns, _is_turn_list,
-                                     _last_assistant, _nested_turns, _parsed_turns, _question_list, _turns,
-                                     _with_system_column)
+from cluster_curate.io.turns import (asked_question, chat_turns, conversation_example, conversational_pair,
+                                     is_nested_turns, is_turn_list, last_assistant_index, nested_turns, parsed_turns,
+                                     question_turns, with_system_column)
 
 
 def to_example(rec: dict, fields: FieldMap):
     """(prompt turns, response) for one record, or RecordError. Questions alone (`fields.prompts_only`): the
     response may be missing or empty (then "")."""
     if fields.format == TURNS:
-        return _question_list(field_value(rec, fields.prompt), fields.prompt), ""
+        return question_turns(field_value(rec, fields.prompt), fields.prompt), ""
     if fields.format == "glaive":
         return _as_openai(to_example, rec, fields)
     if fields.rejected:
@@ -34,21 +34,22 @@ def to_example(rec: dict, fields: FieldMap):
     if FORMAT.get(fields.format).response is None:
         if fields.prompts_only:
             conv = fields.prompt
-            return _asked(_with_system_column(_turns(field_value(rec, conv), conv, fields.format), rec, fields), conv)
-        return _conversation(rec, fields)
+            turns = with_system_column(chat_turns(field_value(rec, conv), conv, fields.format), rec, fields)
+            return asked_question(turns, conv)
+        return conversation_example(rec, fields)
     value = None if fields.response is None else field_value(rec, fields.response)
-    if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
-        prompt, response = _conversational_pair(field_value(rec, fields.prompt), value, fields)
+    if fields.format == "prompt-completion" and is_turn_list(value) and not fields.prompt_extra:
+        prompt, response = conversational_pair(field_value(rec, fields.prompt), value, fields)
         return with_tool_schemas(prompt, rec, fields), response
     asked = (field_value(rec, fields.prompt) if fields.prompts_only and value in (None, "") and not fields.prompt_extra
              else None)
-    if fields.format in ("prompt-completion", "qa") and _is_nested_turns(asked):
-        return _asked(_nested_turns(asked, fields.prompt), fields.prompt)
+    if fields.format in ("prompt-completion", "qa") and is_nested_turns(asked):
+        return asked_question(nested_turns(asked, fields.prompt), fields.prompt)
     if asked is not None and fields.format == "prompt-completion":
-        if _is_turn_list(asked):  # TRL's conversational prompt alone
-            return _asked(_turns(asked, fields.prompt, "messages"), fields.prompt)
+        if is_turn_list(asked):  # TRL's conversational prompt alone
+            return asked_question(chat_turns(asked, fields.prompt, "messages"), fields.prompt)
         if isinstance(asked, (list, tuple)) and asked:  # the turns as a list of texts (the Hub's MT-Bench)
-            return _question_list(asked, fields.prompt), ""
+            return question_turns(asked, fields.prompt), ""
     if fields.format == "xlam" and not (fields.prompts_only and value in (None, "")):
         response = calls_text(answer_calls(value, fields.response))  # as an assistant turn's calls read
     else:
@@ -94,22 +95,22 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
     prompt, response = to_example(rec, fields)  # its checks
     tools = tool_schemas(rec, fields)
     if FORMAT.get(fields.format).response is None:
-        parsed = _with_system_column(_parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format,
+        parsed = with_system_column(parsed_turns(field_value(rec, fields.prompt), fields.prompt, fields.format,
                                                    messages=True),
                                      rec, fields, lambda r, c: (r, c, {"role": r, "content": c}))
     else:
         value = field_value(rec, fields.response)
-        if fields.format == "prompt-completion" and _is_turn_list(value) and not fields.prompt_extra:
+        if fields.format == "prompt-completion" and is_turn_list(value) and not fields.prompt_extra:
             given = field_value(rec, fields.prompt)
             parsed = ([("user", given, {"role": "user", "content": given})] if isinstance(given, str)
-                      else _parsed_turns(given, fields.prompt, "messages", messages=True))
-            parsed += _parsed_turns(value, fields.response, "messages", messages=True)
+                      else parsed_turns(given, fields.prompt, "messages", messages=True))
+            parsed += parsed_turns(value, fields.response, "messages", messages=True)
         elif fields.format == "xlam":  # one prompt text, the calls as the answer's tool_calls
             calls = answer_calls(value, fields.response)
             return without_tool_schemas(prompt) + [openai_message({}, "assistant", None, fields.response, calls)], tools
         else:  # one prompt text, one response text
             return without_tool_schemas(prompt) + [{"role": "assistant", "content": response}], tools
-    last = _last_assistant([{"role": role} for role, _, _ in parsed])
+    last = last_assistant_index([{"role": role} for role, _, _ in parsed])
     return [message for _, _, message in parsed[: last + 1]], tools
 
 
@@ -123,10 +124,10 @@ def preference_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], dict, 
     field = fields.response or fields.prompt
     answered = _given_turns(field_value(rec, field), field, fields.format if fields.response is None else "messages")
     if answered is not None and (fields.response is None or any(role == "user" for role, _, _ in answered)):
-        asked = answered[: _last_assistant([{"role": role} for role, _, _ in answered])]  # the whole conversation
+        asked = answered[: last_assistant_index([{"role": role} for role, _, _ in answered])]  # the whole conversation
     else:
         raw = field_value(rec, fields.prompt)
-        asked = _parsed_turns(raw, fields.prompt, "messages", messages=True) if _is_turn_list(raw) else []
+        asked = parsed_turns(raw, fields.prompt, "messages", messages=True) if is_turn_list(raw) else []
     # the turns before the record's own (a system column's turn) as read, the tool schemas taken out of them
     head = without_tool_schemas(prompt[: len(prompt) - len(asked)])
     return ([*head, *(message for _, _, message in asked)], _answer_message(answered, chosen),
@@ -135,9 +136,9 @@ def preference_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], dict, 
 
 
 def _given_turns(value, field: str, fmt: str) -> list[tuple[str, str, dict]] | None:
-    """`_parsed_turns` with their messages of a value given as turns (or their JSON text); None for text."""
-    if _is_turn_list(value) or (isinstance(value, str) and value.lstrip().startswith("[{")):
-        return _parsed_turns(value, field, fmt, messages=True)
+    """`parsed_turns` with their messages of a value given as turns (or their JSON text); None for text."""
+    if is_turn_list(value) or (isinstance(value, str) and value.lstrip().startswith("[{")):
+        return parsed_turns(value, field, fmt, messages=True)
     return None
 
 
@@ -145,7 +146,7 @@ def _answer_message(turns: list[tuple[str, str, dict]] | None, text: str) -> dic
     """An answer's last assistant turn as an `openai_message` where it is given as turns, else its text as one."""
     if turns is None:
         return {"role": "assistant", "content": text}
-    return turns[_last_assistant([{"role": role} for role, _, _ in turns])][2]
+    return turns[last_assistant_index([{"role": role} for role, _, _ in turns])][2]
 
 
 def _as_openai(read, rec: dict, fields: FieldMap):

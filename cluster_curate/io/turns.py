@@ -3,9 +3,9 @@ prompt and completion) read as {role, content} turns, and the example they make.
 
 Context turns keep their role as written (a `tool` turn stays `tool`); ShareGPT speakers are mapped to roles
 (`_SHAREGPT_ROLES`), and LIMA's `conversations`, a list of plain texts, are the user's and the assistant's turns in
-turn. A conversation's example is its turns before the last assistant turn and that turn's text (`_split_turns`).
-Questions alone (io/formats.py's docstring): a conversation that awaits its answer (`_asked`), a `turns` column of
-the user's questions (`_question_list`), BFCL's lists of turns (`_nested_turns`).
+turn. A conversation's example is its turns before the last assistant turn and that turn's text (`split_turns`).
+Questions alone (io/formats.py's docstring): a conversation that awaits its answer (`asked_question`), a `turns`
+column of the user's questions (`question_turns`), BFCL's lists of turns (`nested_turns`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _listed(value, field: str, what: str, items: str, all_text: bool = False) ->
     return value
 
 
-def _parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tuple[str, str, dict | None]]:
+def parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tuple[str, str, dict | None]]:
     """(role, text, message) per turn: the text is what the pipeline reads (an assistant turn's content, then its
     tool calls one per line), the message what a trainer gets (`openai_message`; with `messages` only, since every
     row's reading would pay for it)."""
@@ -92,11 +92,11 @@ def _alternating_turns(texts) -> list[dict]:
     return [{"from": "gpt" if i % 2 else "human", "value": text} for i, text in enumerate(texts)]
 
 
-def _turns(value, field: str, fmt: str) -> list[dict]:
-    return [{"role": role, "content": text} for role, text, _ in _parsed_turns(value, field, fmt)]
+def chat_turns(value, field: str, fmt: str) -> list[dict]:
+    return [{"role": role, "content": text} for role, text, _ in parsed_turns(value, field, fmt)]
 
 
-def _with_system_column(turns: list, rec: dict, fields: FieldMap, message=None) -> list:
+def with_system_column(turns: list, rec: dict, fields: FieldMap, message=None) -> list:
     """A conversation's turns with the record's `system` column as their first turn (when it holds text). A
     conversation that opens with a system turn of its own keeps it; a different text in the column is an error
     rather than one of the two dropped. `message(role, text)` makes the turn (default: {role, content})."""
@@ -121,38 +121,38 @@ def _content_of(turn) -> str:
     return turn[1] if isinstance(turn, tuple) else turn["content"]
 
 
-def _conversation(rec: dict, fields: FieldMap):
+def conversation_example(rec: dict, fields: FieldMap):
     conv = fields.prompt
-    turns = _with_system_column(_turns(field_value(rec, conv), conv, fields.format), rec, fields)
-    prompt, response = _split_turns(turns, conv)
+    turns = with_system_column(chat_turns(field_value(rec, conv), conv, fields.format), rec, fields)
+    prompt, response = split_turns(turns, conv)
     return with_tool_schemas(prompt, rec, fields), response
 
 
-def _is_turn_list(value) -> bool:
+def is_turn_list(value) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(t, dict) for t in value)
 
 
-def _conversational_pair(prompt, completion, fields: FieldMap):
+def conversational_pair(prompt, completion, fields: FieldMap):
     """TRL's conversational prompt-completion (what `export --for trl` writes): `prompt` a list of turns ending
     with a user turn, `completion` a list of turns holding the assistant's answer (its last assistant turn)."""
     turns = ([{"role": "user", "content": prompt}] if isinstance(prompt, str)
-             else _turns(prompt, fields.prompt, "messages"))
+             else chat_turns(prompt, fields.prompt, "messages"))
     done = len(turns)
-    turns += _turns(completion, fields.response, "messages")
+    turns += chat_turns(completion, fields.response, "messages")
     if not any(t["role"] == "assistant" for t in turns[done:]):
         raise RecordError(fields.response, "missing response: no assistant turn in the completion")
-    return _split_turns(turns, fields.prompt)
+    return split_turns(turns, fields.prompt)
 
 
-def _last_assistant(turns: list[dict]) -> int | None:
+def last_assistant_index(turns: list[dict]) -> int | None:
     return max((i for i, t in enumerate(turns) if t["role"] == "assistant"), default=None)
 
 
-def _split_turns(turns: list[dict], conv: str, turn_field=None):
+def split_turns(turns: list[dict], conv: str, turn_field=None):
     """(the turns before the last assistant turn, its text): the example of a conversation. The prompt holds a
     user turn and ends with one, or with a tool's result (the model answers it); the response may be a tool call
     alone (the model learns to call the tool). `turn_field(i)` names turn i in an error (default `conv[i]`)."""
-    last = _last_assistant(turns)
+    last = last_assistant_index(turns)
     if last is None:
         roles = list(dict.fromkeys(t["role"] for t in turns))
         # ShareGPT speakers (human/gpt) under `role`: the sharegpt format maps them, the messages format does not
@@ -176,7 +176,7 @@ def _split_turns(turns: list[dict], conv: str, turn_field=None):
     return prompt, response
 
 
-def _question_list(value, field: str) -> list[dict]:
+def question_turns(value, field: str) -> list[dict]:
     """A `turns` column (formats.TURNS): the user's questions in order, each text or {content: text}, as user turns."""
     value = _listed(value, field, "turns", "questions")
     if not value:
@@ -193,17 +193,17 @@ def _question_list(value, field: str) -> list[dict]:
     return turns
 
 
-def _is_nested_turns(value) -> bool:
+def is_nested_turns(value) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(t, (list, tuple)) for t in value)
 
 
-def _nested_turns(value, field: str) -> list[dict]:
+def nested_turns(value, field: str) -> list[dict]:
     """BFCL's `question`: one list of {role, content} turns per turn of a multi-turn test (empty where the test
     adds a function instead), read as one conversation."""
-    return [t for i, inner in enumerate(value) for t in _turns(inner, f"{field}[{i}]", "messages")]
+    return [t for i, inner in enumerate(value) for t in chat_turns(inner, f"{field}[{i}]", "messages")]
 
 
-def _asked(turns: list[dict], conv: str):
+def asked_question(turns: list[dict], conv: str):
     """Questions alone: (the question a conversation asks, no response). All of it when it ends with a user turn
     or a tool's result (an evaluation set's chat awaiting its answer; an empty last assistant turn is that slot),
     else its prompt as an example's (the turns before the last assistant turn)."""
@@ -216,7 +216,7 @@ def _asked(turns: list[dict], conv: str):
             roles = ", ".join(dict.fromkeys(t["role"] for t in turns))
             raise RecordError(conv, "no question: no user turn in the conversation"
                               + (f" (roles: {roles})" if roles else " (it is empty)"))
-        return _split_turns(turns, conv)
+        return split_turns(turns, conv)
     if not turns[-1]["content"].strip():
         raise RecordError(f"{conv}[{len(turns) - 1}]", "empty question (the last user turn is empty)")
     return turns, ""
