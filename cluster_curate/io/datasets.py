@@ -101,7 +101,7 @@ class ReadOptions:
     prompt_field: str | None = None
     response_field: str | None = None
     rejected_field: str | None = None  # preference pairs: the rejected answer's column (default `rejected`)
-    label_field: str | None = None  # preference pairs: the column saying which answer is chosen (preference._labelled)
+    label_field: str | None = None  # preference pairs: the column naming the chosen answer (preference.labelled_fields)
     on_bad_row: str = "error"  # "error" | "skip"
     prompts_only: bool = False  # questions alone, a row needs no response: an evaluation set (formats.py)
 

@@ -87,7 +87,7 @@ def _answer_pair(columns) -> tuple[str, str] | None:
 _LABELLED_PAIRS = (("history", "human_ref_A", "human_ref_B", ("labels",)),
                    ("prompt", "response_1", "response_0", ("better_response_id", "safer_response_id")))
 # nvidia/HelpSteer2's preference file: the sign of `preference_strength` (-3..3) names the preferred answer
-# (negative: response_1), 0 is a tie: no label of 1 and 0 (`preference._labelled`), and no pair for a tie.
+# (negative: response_1), 0 is a tie: no label of 1 and 0 (`preference.labelled_fields`), and no pair for a tie.
 _SIGNED_PAIR = ("response_1", "response_2", "preference_strength")
 
 
@@ -198,7 +198,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     column is detected too (after every format with both), then a `turns` column, then a column named like a
     question in any case (_PROMPT_NAMES but `text` and `input`: MATH's `problem`). `rejected_field`: the rejected
     answer's column of preference pairs (the format they imply), `response_field` then the chosen one's.
-    `label_field`: the column saying which of the two is the chosen answer, row by row (`preference._labelled`)."""
+    `label_field`: the column saying which of the two is the chosen answer, row by row
+    (`preference.labelled_fields`)."""
 
     cols = list(columns)
     colset = set(cols)

@@ -25,7 +25,8 @@ a field `data.question` is a path into nested objects unless a column has that v
                        rejected one rides along (`Example.rejected`, counted in its tokens). Two answers whose
                        preferred one a label column names row by row (SHP's `labels`, PKU-SafeRLHF's
                        `better_response_id`: --label-field): 1 or true, the response column's answer is the chosen
-                       one; 0 or false, the rejected column's is (`preference._labelled`); any other label is a bad row
+                       one; 0 or false, the rejected column's is (`preference.labelled_fields`); any other label is a
+                       bad row
     xlam               xLAM / APIGen function calling: query -> answers, the list of tool calls (or its JSON text),
                        with `tools`; detected by the three columns. The response is the calls as text (io/tool_calls.py)
     glaive             glaive-function-calling-v2: `chat` ("USER: ...\n\n\nASSISTANT: <functioncall> {...}") and

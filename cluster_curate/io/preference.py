@@ -6,7 +6,7 @@
     implicit prompt   no prompt column: chosen and rejected each hold the whole conversation, as `messages` is read,
                       or an Anthropic HH transcript (Human: / Assistant: turns); the turns before the last assistant
                       turn are the prompt, which the two share
-    labelled pair     a label column names the chosen answer row by row (`_labelled`: 1 or true, the response
+    labelled pair     a label column names the chosen answer row by row (`labelled_fields`: 1 or true, the response
                       column's; 0 or false, the rejected column's)
 """
 
@@ -68,7 +68,7 @@ def _whole_pair(chosen: list[dict], asked, rejected_value, fields: FieldMap, rec
     return prompt, response, rejected
 
 
-def _labelled(rec: dict, fields: FieldMap) -> FieldMap:
+def labelled_fields(rec: dict, fields: FieldMap) -> FieldMap:
     """A preference record's fields in the order of its label (`fields.label`; then None): 1 or true, the response
     column's answer (the conversation column's, without a prompt column) is the chosen one; 0 or false, the
     rejected column's is, and the two columns swap. Any other label is a RecordError."""
@@ -87,13 +87,13 @@ def _labelled(rec: dict, fields: FieldMap) -> FieldMap:
 def to_preference(rec: dict, fields: FieldMap):
     """(prompt turns, chosen response, rejected response) for one preference record, or RecordError. The
     record's tool schemas (a `tools` column, as TRL's DPOTrainer reads it) are rendered into the prompt's system
-    turn, as `records.to_example` renders them. A labelled pair in the order of its label (`_labelled`)."""
-    fields = _labelled(rec, fields)
+    turn, as `records.to_example` renders them. A labelled pair in the order of its label (`labelled_fields`)."""
+    fields = labelled_fields(rec, fields)
     prompt, chosen, rejected = _preference_pair(rec, fields)
     return with_tool_schemas(prompt, rec, fields), chosen, rejected
 
 
-def _rejected_value(rec: dict, fields: FieldMap):
+def rejected_answer(rec: dict, fields: FieldMap):
     """A preference record's rejected answer as given (text or turns); missing or empty is a RecordError."""
     value = field_value(rec, fields.rejected)
     if value is None or (isinstance(value, (str, list, tuple)) and not value):
@@ -138,13 +138,13 @@ def _preference_pair(rec: dict, fields: FieldMap):
     if fields.response is None:  # implicit prompt: two whole conversations that share their prompt
         turns, turn_field = _conversation_turns(field_value(rec, fields.prompt), fields.prompt, fields.format)
         prompt, response = split_turns(turns, fields.prompt, turn_field)
-        turns, turn_field = _conversation_turns(_rejected_value(rec, fields), fields.rejected, "messages")
+        turns, turn_field = _conversation_turns(rejected_answer(rec, fields), fields.rejected, "messages")
         other, rejected = split_turns(turns, fields.rejected, turn_field)
         if other != prompt:
             raise RecordError(fields.rejected, "its turns before the last assistant turn differ from chosen's (a "
                                                "preference pair answers one prompt)")
         return prompt, response, rejected
-    value = _rejected_value(rec, fields)
+    value = rejected_answer(rec, fields)
     raw = field_value(rec, fields.prompt)
     whole = _asking_turns(field_value(rec, fields.response), fields.response)
     if whole is not None:  # chosen is the whole conversation beside its prompt column (UltraFeedback, Capybara)

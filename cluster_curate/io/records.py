@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from cluster_curate.io.formats import FORMAT, TURNS, FieldMap, RecordError, field_text, field_value
 from cluster_curate.io.glaive import openai_record
-from cluster_curate.io.preference import _labelled, _rejected_value, to_preference
+from cluster_curate.io.preference import labelled_fields, rejected_answer, to_preference
 from cluster_curate.io.tool_calls import (answer_calls, calls_text, openai_message, tool_schemas, with_tool_schemas,
                                           without_tool_schemas)
 from cluster_curate.io.turns import (asked_question, chat_turns, conversation_example, conversational_pair,
@@ -119,7 +119,7 @@ def preference_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], dict, 
     answer, rejected answer, tool schemas or None). Turns the record gives as turns are each `openai_message` (tool
     calls as `tool_calls`, a tool turn's `tool_call_id` and `name`: an answer may be a call); the others (text, an HH
     transcript) as `to_preference` reads them. Raises RecordError as to_preference does."""
-    fields = _labelled(rec, fields)
+    fields = labelled_fields(rec, fields)
     prompt, chosen, rejected = to_preference(rec, fields)  # its checks
     field = fields.response or fields.prompt
     answered = _given_turns(field_value(rec, field), field, fields.format if fields.response is None else "messages")
@@ -131,7 +131,7 @@ def preference_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], dict, 
     # the turns before the record's own (a system column's turn) as read, the tool schemas taken out of them
     head = without_tool_schemas(prompt[: len(prompt) - len(asked)])
     return ([*head, *(message for _, _, message in asked)], _answer_message(answered, chosen),
-            _answer_message(_given_turns(_rejected_value(rec, fields), fields.rejected, "messages"), rejected),
+            _answer_message(_given_turns(rejected_answer(rec, fields), fields.rejected, "messages"), rejected),
             tool_schemas(rec, fields))
 
 
