@@ -1,10 +1,10 @@
 """Containers: the file types a dataset comes in, each read as a stream of rows (docs/architecture.md,
 "Extension points"). io/datasets.py turns those rows into examples.
 
-A JSON-like container (`_JsonLines`, `_JsonDocument`) yields `_Row`s (python dicts with their line); a
+A JSON-like container (`_JsonLines`, `_JsonDocument`) yields `JsonRow`s (python dicts with their line); a
 columnar one (`_Csv` for CSV and TSV, `_Parquet`, `HFDataset` in io/hf_datasets.py) yields Arrow batches.
-`_open_source(source)` picks the container from the path (or the Hugging Face id). A new container: a class with
-`kind`, `iter_rows()` or `batches(batch_rows)`, and `count()`, plus its case in `_open_source`.
+`open_container(source)` picks the container from the path (or the Hugging Face id). A new container: a class with
+`kind`, `iter_rows()` or `batches(batch_rows)`, and `count()`, plus its case in `open_container`.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ def file_fingerprint(path: Path) -> str:
 
 
 # ================================================================================================ sources
-# A source yields chunks of rows. JSON-like sources yield `_Rows` (python dicts), columnar ones Arrow batches.
+# A source yields chunks of rows. JSON-like sources yield `JsonRow`s (python dicts), columnar ones Arrow batches.
 
 @dataclass
-class _Row:
+class JsonRow:
     line: int | None        # 1-based line where the record starts, when known
     record: dict | None     # None when the row could not be parsed
     error: str | None = None  # why it could not be parsed
@@ -116,7 +116,7 @@ class _JsonLines:
     def __init__(self, path: Path):
         self.path = path
 
-    def iter_rows(self) -> Iterator[_Row]:
+    def iter_rows(self) -> Iterator[JsonRow]:
         with _open_binary(self.path) as f:
             for lineno, data in enumerate(f, 1):
                 if lineno == 1:
@@ -127,17 +127,17 @@ class _JsonLines:
                 try:
                     text = data.decode("utf-8")
                 except UnicodeDecodeError as e:
-                    yield _Row(lineno, None, _utf8_error(self.path, lineno, e, data, 0).split(": ", 1)[1])
+                    yield JsonRow(lineno, None, _utf8_error(self.path, lineno, e, data, 0).split(": ", 1)[1])
                     continue
                 try:
                     rec = json.loads(text.rstrip("\r\n"))
                 except json.JSONDecodeError as e:
-                    yield _Row(lineno, None, f"invalid JSON ({e.msg}: column {e.colno})")
+                    yield JsonRow(lineno, None, f"invalid JSON ({e.msg}: column {e.colno})")
                     continue
                 if not isinstance(rec, dict):
-                    yield _Row(lineno, None, f"expected a JSON object, found {_json_type(rec)}")
+                    yield JsonRow(lineno, None, f"expected a JSON object, found {_json_type(rec)}")
                     continue
-                yield _Row(lineno, rec)
+                yield JsonRow(lineno, rec)
 
     def count(self) -> int:
         n = 0
@@ -249,7 +249,7 @@ class _JsonDocument:
     def __init__(self, path: Path):
         self.path = path
 
-    def iter_rows(self) -> Iterator[_Row]:
+    def iter_rows(self) -> Iterator[JsonRow]:
         f = _open_binary(self.path)
         try:
             sc = _JsonScanner(self.path, f)
@@ -296,7 +296,7 @@ class _JsonDocument:
             sc.skip_ws()
         return key, sc.decode_value()
 
-    def _row(self, start_line: int, key, value, first: bool) -> _Row:
+    def _row(self, start_line: int, key, value, first: bool) -> JsonRow:
         if first and not isinstance(value, dict):
             # not a mapping of id -> record: one pretty-printed record, or records nested under a key
             nested = " (records nested under this key? extract that list first)" if isinstance(value, list) else ""
@@ -304,9 +304,9 @@ class _JsonDocument:
                               f"{_json_type(value)}){nested}; expected a list of records, an object mapping "
                               "ids to records, or JSON Lines")
         if isinstance(value, dict):
-            return _Row(start_line, value, key=key)
+            return JsonRow(start_line, value, key=key)
         what = f"the value of key {key!r}" if key is not None else "the array element"
-        return _Row(start_line, None, f"{what} is {_json_type(value)}, expected a record (a JSON object)", key=key)
+        return JsonRow(start_line, None, f"{what} is {_json_type(value)}, expected a record (a JSON object)", key=key)
 
     def count(self) -> int:
         return sum(1 for _ in self.iter_rows())
@@ -489,7 +489,7 @@ class _JsonFiles:
     def __init__(self, path: Path, files: list[Path]):
         self.path, self.files = path, files
 
-    def iter_rows(self) -> Iterator[_Row]:
+    def iter_rows(self) -> Iterator[JsonRow]:
         for f in self.files:
             for row in _json_file(f).iter_rows():
                 row.file = f
@@ -569,7 +569,7 @@ def reads_through_hf_datasets(source: str) -> bool:
         return True
 
 
-def _open_source(source: str):
+def open_container(source: str):
     path = Path(source).expanduser()
     try:
         exists = path.exists()

@@ -59,7 +59,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.containers import _open_source, _Row, file_fingerprint
+from cluster_curate.io.containers import JsonRow, file_fingerprint, open_container
 from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.fields import resolve_fields
 from cluster_curate.io.formats import FieldMap, RecordError
@@ -244,7 +244,7 @@ class Dataset:
         if opts.on_bad_row not in ("error", "skip"):
             raise CurateError(f"--on-bad-row must be 'error' or 'skip', not {opts.on_bad_row!r}")
         with _read_errors(self.source):
-            self.path, self._src = _open_source(str(source))
+            self.path, self._src = open_container(str(source))
         self.container = self._src.kind
         self.rejects: list[Reject] = []
         self.rows: int | None = getattr(self._src, "rows", None)
@@ -369,27 +369,27 @@ class Dataset:
                 **({"options": read} if read else {})}
 
     # ------------------------------------------------------------------------------------------- reading
-    def _location(self, id_: int, row: _Row | None) -> str:
+    def _location(self, id_: int, row: JsonRow | None) -> str:
         """Where a row is: its file (the source, or one file of a directory) and line, else its id (columnar)."""
         if row is None or row.line is None:
             return f"{self.source}: id {id_}"
         return f"{row.file or self.source}:{row.line}"
 
-    def _message(self, id_: int, row: _Row | None, field: str | None, reason: str, hint: bool = True) -> str:
+    def _message(self, id_: int, row: JsonRow | None, field: str | None, reason: str, hint: bool = True) -> str:
         what = f"field '{field}': " if field else ""
         lined = row is not None and row.line is not None
         notes = ([f"id {id_}"] if lined else []) + (["pass --on-bad-row skip to skip bad rows"] if hint else [])
         return f"{self._location(id_, row)}: {what}{reason}" + (f" ({'; '.join(notes)})" if notes else "")
 
-    def _raise_row(self, id_: int, row: _Row | None, field: str | None, reason: str):
+    def _raise_row(self, id_: int, row: JsonRow | None, field: str | None, reason: str):
         raise CurateError(self._message(id_, row, field, reason, hint=self.opts.on_bad_row != "skip"))
 
-    def _bad(self, id_: int, row: _Row | None, field: str | None, reason: str) -> None:
+    def _bad(self, id_: int, row: JsonRow | None, field: str | None, reason: str) -> None:
         if self.opts.on_bad_row != "skip":
             self._raise_row(id_, row, field, reason)
         self.rejects.append(Reject(id_, self._location(id_, row), field, reason))
 
-    def _convert(self, id_: int, row: _Row | None, rec: dict, examples: list) -> None:
+    def _convert(self, id_: int, row: JsonRow | None, rec: dict, examples: list) -> None:
         if id_ in self.skip_ids:
             return
         try:
@@ -418,7 +418,7 @@ class Dataset:
 
     def _iter_json(self, batch_rows: int, examples: bool = True) -> Iterator[Batch]:
         next_id = 0
-        buf: list[_Row] = []
+        buf: list[JsonRow] = []
         for row in self._src.iter_rows():
             buf.append(row)
             if len(buf) == batch_rows:
@@ -430,7 +430,7 @@ class Dataset:
             next_id += len(buf)
         self.rows = next_id
 
-    def _json_batch(self, rows: list[_Row], first_id: int, convert: bool = True) -> Batch:
+    def _json_batch(self, rows: list[JsonRow], first_id: int, convert: bool = True) -> Batch:
         examples: list[Example] = []
         for i, row in enumerate(rows if convert else ()):
             if row.record is None:
@@ -439,7 +439,7 @@ class Dataset:
                 self._convert(first_id + i, row, row.record, examples)
         return Batch(examples=examples, raw_fn=lambda: self._json_raw(rows, first_id), num_rows=len(rows))
 
-    def _json_raw(self, rows: list[_Row], first_id: int) -> pa.RecordBatch:
+    def _json_raw(self, rows: list[JsonRow], first_id: int) -> pa.RecordBatch:
         names: dict[str, None] = {}
         keyed = any(r.key is not None for r in rows)
         for r in rows:
