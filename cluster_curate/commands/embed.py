@@ -128,8 +128,9 @@ class _Run:
     like: tuple | None = None  # --like: (the pool's path, its meta)
 
 
-def _settle(opts: dict) -> list[str]:
-    """Fill the defaults that live in the stages, build the proxy options, validate; returns the features."""
+def settle_options(opts: dict) -> list[str]:
+    """Fill the defaults that live in the stages, build the proxy options, validate (here and in run's
+    preflight); returns the features."""
     from cluster_curate.distributed import DEFAULT_COMMIT_EVERY
     from cluster_curate.features import proxy as P
     from cluster_curate.features.embed import DEFAULT_BATCH_TOKENS, DEFAULT_FEATURES, DEFAULT_MAX_LENGTH
@@ -290,7 +291,7 @@ def embed(data, out: str, **options) -> dict:
     opts = resolve(OPTIONS, dict(options, out=out), "embed")
     bound_host_memory()
     like = _adopt_space(opts) if opts["like"] else None
-    features = _settle(opts)
+    features = settle_options(opts)
     layout = distributed.detect(opts["num_parts"], opts["part_index"])
     from pathlib import Path
 

@@ -214,8 +214,8 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     specs = stage_specs()
     resolved = {stage: resolve(specs[stage].options, {n: opts[n] for n in by_stage[stage]}, stage)
                 for stage in names.STAGES}
-    features = embed_cmd._settle(dict(resolved["embed"]))
-    mode = select_cmd._check(resolved["select"])
+    features = embed_cmd.settle_options(dict(resolved["embed"]))
+    mode = select_cmd.check_options(resolved["select"])
     if resolved["select"]["within"] == "hard" and not set(features) & set(MODEL_FEATURES):
         raise CurateError(f"--within hard needs a loss per example, which only the model features compute "
                           f"({', '.join(MODEL_FEATURES)}, with --model); --features here: {','.join(features)}")

@@ -261,7 +261,8 @@ def check_no_source_bounds(names: list[str], low, high, origins: tuple[list, lis
                                   "with --source-min-share 0 --source-max-share 1")
 
 
-def _check(o: dict):
+def check_options(o: dict):
+    """Refuses select's bad options before any work (here and in run's preflight); returns the budget mode."""
     from cluster_curate import selection as S
     from cluster_curate.budget_sequence import check_token_budget_args
     mode = check_token_budget_args(o["token_budget"], o["token_fraction"])
@@ -312,7 +313,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
 
     t0 = time.perf_counter()
     o = resolve(OPTIONS, dict(options, out=out), "select")
-    mode = _check(o)
+    mode = check_options(o)
     order = None if o["within"] == AUTO else WITHIN.get(o["within"])
     inputs = output_inputs(clusters, o["embeddings"], o["target"], o["data"], o["tokenizer"], o["decontaminate"])
     check_writable(out, o["overwrite"], inputs=inputs, kind=names.SELECTION)
