@@ -106,7 +106,8 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
 
 
 # ----------------------------------------------------------------------------------------------- loading
-def _hub_offline() -> bool:
+def hub_is_offline() -> bool:
+    """Whether Hugging Face offline mode is on (HF_HUB_OFFLINE or TRANSFORMERS_OFFLINE): no download tried."""
     if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
         return True
     if os.environ.get("TRANSFORMERS_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
@@ -192,7 +193,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
         where = spec  # a hub id
 
     unreachable = False
-    if where == spec and not path.exists() and not _hub_offline():
+    if where == spec and not path.exists() and not hub_is_offline():
         from cluster_curate.io.hub import hub_reachable
         # without a network transformers retries for ~50 s: probe for a second, then the local cache only
         unreachable = not hub_reachable()
@@ -208,7 +209,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
             tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
             model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
-        if where == spec and not path.exists() and (unreachable or _hub_offline()):
+        if where == spec and not path.exists() and (unreachable or hub_is_offline()):
             raise CurateError(_not_cached(spec, unreachable)) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if trust_remote_code is False and "trust_remote_code" in str(e):

@@ -251,7 +251,7 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
     directory, or a Hugging Face id from the cache. max_length lowers the model's own limit."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    from cluster_curate.features.models import _hub_offline, resolve_device, resolve_dtype
+    from cluster_curate.features.models import hub_is_offline, resolve_device, resolve_dtype
 
     spec = DEFAULT_ENCODER if spec in (None, "", "default") else str(spec)
     if max_length is not None and max_length < 1:
@@ -277,7 +277,7 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         module = AutoModel.from_pretrained(where, dtype=dt, **kwargs)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
-        if directory is None and _hub_offline():
+        if directory is None and hub_is_offline():
             raise CurateError(f"--encoder {spec}: not found locally or in the Hugging Face cache, and the hub "
                               f"is offline (HF_HUB_OFFLINE=1): download it first or pass a local path") from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
