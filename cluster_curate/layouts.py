@@ -18,10 +18,10 @@ OpenAI-style `messages` column. Every layout keeps `id`, `weight` and `step` for
 and `parquet` write just the selected rows in their original columns, in dataset order.
 
 Preference pairs (`--format preference`, io/preference.py): `trl` writes DPO's conversational `prompt`/`chosen`/
-`rejected`, `llamafactory` a ranking dataset (`messages`: the prompt turns, `chosen`/`rejected`: one assistant turn
-each), `torchtune` what its `preference_dataset` reads (`chosen`/`rejected`: each the whole conversation, the prompt
-turns then one answer); `axolotl` is refused (`PREFERENCE_TARGETS`), never written without the rejected answers.
-A mixture's pairs are read per input (`_records`), every row of a DPO layout must be one.
+`rejected`, `llamafactory` a ranking dataset and `axolotl` what its DPO `chat_template.default` reads (both:
+`messages` the prompt turns, `chosen`/`rejected` one assistant turn each), `torchtune` what its `preference_dataset`
+reads (`chosen`/`rejected`: each the whole conversation, the prompt turns then one answer); the others keep every
+column. A mixture's pairs are read per input (`_records`), every row of a DPO layout must be one.
 
 Tool calling (`chat_columns`): `trl` and `axolotl` keep an assistant turn's calls as OpenAI `tool_calls` (arguments
 as JSON text) and a tool turn's `tool_call_id` / `name`, and write the schemas as a `tools` column (TRL passes it to
@@ -80,21 +80,19 @@ TARGETS = {t.name: t for t in (
     Target("parquet", None, "source", False),
 )}
 TARGET_NAMES = tuple(TARGETS)
-# the layouts that keep a preference pair's rejected answer (the others would train on the chosen one alone): the
-# DPO layouts (preference_columns), then those that keep every column
-DPO_TARGETS = ("trl", "llamafactory", "torchtune")
-PREFERENCE_TARGETS = DPO_TARGETS + ("hf", "accelerate", "torchrun", "jsonl", "parquet")
+# the layouts that write preference pairs for a DPO trainer (preference_columns: every chat layout), and those
+# that keep every column (the pairs as they are)
+DPO_TARGETS = ("trl", "llamafactory", "torchtune", "axolotl")
+KEEP_COLUMNS_TARGETS = tuple(t.name for t in TARGETS.values() if t.columns in ("shard", "source"))
 
 
 def mixed_pairs_note(pairs: list[str], others: list[str]) -> str:
     """What `export` will do with a mixture of preference-pair inputs and inputs of one answer a row, said by
     embed before any work: no command before export knows which layout the user wants."""
-    chat = [n for n in TARGET_NAMES if n not in PREFERENCE_TARGETS]
     return (f"the mixture holds preference pairs (input {', '.join(pairs)}) and rows of one answer (input "
             f"{', '.join(others)}): export --for {', '.join(DPO_TARGETS)} (DPO) will refuse its shards, a pairwise "
-            f"loss needing both answers in every row, and so will --for {', '.join(chat)} (no place for a rejected "
-            f"answer); --for {', '.join(PREFERENCE_TARGETS[len(DPO_TARGETS):])} keep every row with its columns. To "
-            "train DPO on the pairs, curate them apart")
+            f"loss needing both answers in every row; --for {', '.join(KEEP_COLUMNS_TARGETS)} keep every row with its "
+            "columns. To train DPO on the pairs, curate them apart")
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -269,11 +267,12 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
                        source: str = "shards", trainer: str | None = None) -> pa.Table:
     """Preference pairs (`records`: `_records`) as TRL's DPOTrainer reads them (style `prompt-completion`:
     conversational `prompt`, `chosen`, `rejected`, each answer one assistant turn), as LLaMA-Factory's ranking
-    datasets do (style `messages`: `messages` the prompt turns, `chosen` and `rejected` one assistant turn each), or
-    for `trainer` torchtune as its preference_dataset does (`chosen` and `rejected` each the whole conversation:
-    the prompt turns, then its answer; a row with tool calling is refused, as `chat_columns` refuses it); plus `id`,
-    `weight`, `step`. Turns and tool calling as `chat_columns` writes them (an answer may be a call). A mixture's
-    row of an input of other records is refused: a pairwise loss needs both answers of every row."""
+    datasets and axolotl's DPO `chat_template.default` strategy do (style `messages`: `messages` the prompt turns,
+    `chosen` and `rejected` one assistant turn each), or for `trainer` torchtune as its preference_dataset does
+    (`chosen` and `rejected` each the whole conversation: the prompt turns, then its answer); for torchtune and
+    axolotl a row with tool calling is refused (`_refuse_tool_calling`); plus `id`, `weight`, `step`. Turns and tool
+    calling as `chat_columns` writes them (an answer may be a call). A mixture's row of an input of other records is
+    refused: a pairwise loss needs both answers of every row."""
     from cluster_curate.io.records import preference_messages
     prompts, chosen, rejected, tools = [], [], [], []
     for i, (rec, fields) in enumerate(records):
@@ -281,15 +280,15 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
             name = table.column("source")[i].as_py()
             raise CurateError(f"{source}: row {i} (id {table.column('id')[i].as_py()}): input {name} holds no "
                               f"preference pairs (format {fields.format}) beside the other inputs' pairs: a DPO "
-                              "layout needs both answers in every row; export the pairs apart, or --for hf, "
-                              "accelerate, torchrun, jsonl or parquet, which keep every column")
+                              "layout needs both answers in every row; export the pairs apart, or --for "
+                              f"{', '.join(KEEP_COLUMNS_TARGETS)}, which keep every column")
         where = f"{source}: row {i} (id {table.column('id')[i].as_py()})"
         try:
             prompt, good, bad, schemas = preference_messages(rec, fields)
         except RecordError as e:
             raise CurateError(f"{where}: field {e.field}: {e.reason}") from None
-        if trainer == "torchtune":
-            _refuse_tool_calling(where, [*prompt, good, bad], schemas, keeping="trl or llamafactory")
+        if trainer in _NO_TOOL_CALLS:
+            _refuse_tool_calling(where, [*prompt, good, bad], schemas, trainer, keeping="trl or llamafactory")
         if trainer == "llamafactory":  # its function_call / observation turns; an answer may be a function_call
             prompt, (good, bad) = _llamafactory_turns(prompt, where), _llamafactory_turns([good, bad], where)
         prompts.append(prompt)
@@ -313,13 +312,21 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
 
 
-def _refuse_tool_calling(where: str, messages: list[dict], schemas,
+# the trainers whose reading has no tool calls (their export refuses such rows), and what it does with them
+_NO_TOOL_CALLS = {
+    "torchtune": "torchtune's openai conversation style does not carry (it would drop the calls)",
+    # axolotl/prompt_strategies/dpo/chat_template.py: each turn's role and content, no tools for the template
+    "axolotl": "axolotl's DPO chat_template strategy does not carry (it keeps each turn's role and content alone)",
+}
+
+
+def _refuse_tool_calling(where: str, messages: list[dict], schemas, trainer: str = "torchtune",
                          keeping: str = "trl, axolotl or llamafactory") -> None:
-    """torchtune's openai conversation style (and its preference_dataset) has no tool calls: refuse, never drop.
-    `keeping`: the layouts that keep them (axolotl takes no preference pairs)."""
+    """`trainer`'s reading (torchtune's openai conversation style and its preference_dataset, axolotl's DPO
+    chat_template strategy) has no tool calls: refuse, never drop. `keeping`: the layouts that keep them."""
     if schemas or any(_tool_turn(m) for m in messages):
-        raise CurateError(f"{where}: holds tool calls or tool turns, which torchtune's openai conversation style "
-                          f"does not carry (it would drop the calls); export --for {keeping} keeps them")
+        raise CurateError(f"{where}: holds tool calls or tool turns, which {_NO_TOOL_CALLS[trainer]}; export "
+                          f"--for {keeping} keeps them")
 
 
 def _tool_turn(message: dict) -> bool:
@@ -412,16 +419,11 @@ def layout_table(table: pa.Table, manifest: dict, tgt: Target, source: str = "sh
     """The table `export --for tgt` writes (`read`: the ReadOptions naming the record format's fields)."""
     if tgt.columns == "source":
         return source_rows(table, manifest, leftovers)
-    inputs = mixture_inputs(manifest)
-    if tgt.name not in PREFERENCE_TARGETS and is_preference(table, read, inputs):
-        raise CurateError(f"{source}: the rows are preference pairs (chosen and rejected); --for {tgt.name} has no "
-                          f"layout for the rejected answer: use --for {', '.join(DPO_TARGETS[:-1])} or "
-                          f"{DPO_TARGETS[-1]} (DPO), or {', '.join(PREFERENCE_TARGETS[len(DPO_TARGETS):])}, which "
-                          "keep every column")
     arranged = arrange(table, manifest, tgt.layout)
     if tgt.columns == "shard":
         return arranged
-    return chat_columns(arranged, tgt.columns, source, read, tgt.name, inputs, manifest.get("json_columns") or ())
+    return chat_columns(arranged, tgt.columns, source, read, tgt.name, mixture_inputs(manifest),
+                        manifest.get("json_columns") or ())
 
 
 # ------------------------------------------------------------------------------------ config snippets
@@ -446,6 +448,9 @@ def uses_tools(rows: pa.Table | None) -> bool:
     return False
 
 
+# axolotl's DPO trainer (TRL's DPOTrainer) samples at random whatever `curriculum_sampling` says: `trainer_cls`
+# names it with the plan's sampler (integrations/axolotl.py)
+AXOLOTL_TRAINER = "cluster_curate.integrations.axolotl.PlanDPOTrainer"
 # a recipe config may give `dataset:` as a list, whose datasets the recipes concatenate (ConcatDataset): a dict
 # does not merge into it, and the sampler deals the plan's rows to their ranks only at the head of the list
 _TORCHTUNE_LIST_NOTE = (
@@ -521,6 +526,22 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
             "packing: false\n"
             "neat_packing: false\n"
             "group_by_length: false\n")
+    elif tgt.name == "axolotl" and preference:
+        # validate_config makes a DPO dataset entry a DPODataset (utils/schemas/datasets.py), which has none of
+        # the SFT entry's ds_type or message_property_mappings: chat_template.default reads role and content
+        files[names.TRAINER_CONFIG] = (
+            "# merge into your axolotl config (DPO; for IPO add dpo_loss_type: [\"ipo\"])\n"
+            "rl: dpo\n"
+            f"trainer_cls: {AXOLOTL_TRAINER}\n"
+            "datasets:\n"
+            f"  - path: {data_path}\n"
+            "    type: chat_template.default\n"
+            "    field_messages: messages\n"
+            "    field_chosen: chosen\n"
+            "    field_rejected: rejected\n"
+            "shuffle_merged_datasets: false\n"
+            "excess_length_strategy: raise\n"
+            f"micro_batch_size: {m}\n")
     elif tgt.name == "axolotl":
         files[names.TRAINER_CONFIG] = (
             "# merge into your axolotl config\n"
@@ -624,6 +645,20 @@ _PREFERENCE_TRAPS = {
                   "`tokenizer.max_seq_len` truncates a longer conversation (the DPO configs set 1024): make it "
                   "longer than the longest row",
                   "torchtune has no per-example loss weight: `weight` is not applied"],
+    "axolotl": ["preference pairs: `messages` holds the prompt turns, `chosen` and `rejected` one assistant turn "
+                "each, what axolotl's DPO `type: chat_template.default` reads: train with `rl: dpo` (IPO: "
+                "`dpo_loss_type: [\"ipo\"]`); `rl: orpo` and `kto` read other dataset types",
+                f"`trainer_cls: {AXOLOTL_TRAINER}` keeps the order (install cluster-curate where axolotl "
+                "runs): axolotl's DPO trainer ignores `curriculum_sampling` and samples at random",
+                "`excess_length_strategy: raise`: by default axolotl drops a pair whose prompt and answer exceed "
+                "`sequence_len`, and every later row moves to another rank and step; make it longer than the "
+                "longest pair",
+                "`val_set_size` and `dataset_exact_deduplication` take rows out of the file: leave them unset (an "
+                "evaluation set goes in `test_datasets`)",
+                "chat_template.default looks each answer up in the chat template's rendering of it: under a "
+                "template that trims each turn (Llama 3's) an answer with spaces or newlines at its ends is not "
+                "found and axolotl stops (\"Prompt, chosen and rejected keys are required\")",
+                "axolotl has no per-example loss weight: `weight` is not applied"],
     "llamafactory": ["preference pairs: `dataset_info.json` declares a ranking dataset (`ranking: true`, `chosen` "
                      "and `rejected` one assistant turn each): train with `stage: dpo` (or another pairwise stage)",
                      "`disable_shuffling: true` (else the HF Trainer's random sampler shuffles)",

@@ -145,6 +145,35 @@ LLAMAFACTORY_TAGS = {"role_tag", "content_tag", "user_tag", "assistant_tag", "ob
 AXOLOTL_TOP = {"datasets", "shuffle_merged_datasets", "curriculum_sampling", "sample_packing", "micro_batch_size"}
 AXOLOTL_DATASET = {"path", "ds_type", "type", "field_messages", "message_property_mappings", "roles_to_train",
                    "split", "data_files"}
+# with `rl: dpo` (validate_config makes each dataset entry a DPODataset, dropping other keys), 0.19.0
+AXOLOTL_DPO_TOP = {"rl", "trainer_cls", "datasets", "shuffle_merged_datasets", "excess_length_strategy",
+                   "micro_batch_size"}
+AXOLOTL_DPO_DATASET = {"path", "split", "type", "data_files", "revision", "field_messages", "field_chosen",
+                       "field_rejected"}
+# the roles axolotl/prompt_strategies/dpo/chat_template.py `default` maps when the config gives no `roles`
+AXOLOTL_DPO_ROLES = {"user", "assistant", "system", "tool"}
+
+
+def axolotl_pairs(folder: Path) -> dict[int, tuple[list[dict], str, str]]:
+    """`export --for axolotl` of preference pairs, read as axolotl's DPO `chat_template.default` strategy reads
+    it: its config.yaml keys are axolotl's, its dataset's fields are the file's columns, the prompt turns hold the
+    roles the strategy maps and each answer is one assistant turn. {id: (prompt turns, chosen, rejected)}."""
+    yaml = pytest.importorskip("yaml")
+    cfg = yaml.safe_load((folder / "config.yaml").read_text())
+    assert set(cfg) <= AXOLOTL_DPO_TOP and cfg["rl"] == "dpo" and cfg["shuffle_merged_datasets"] is False
+    assert cfg["excess_length_strategy"] == "raise" and isinstance(cfg["micro_batch_size"], int)
+    assert cfg["trainer_cls"] == "cluster_curate.integrations.axolotl.PlanDPOTrainer"
+    (entry,) = cfg["datasets"]
+    assert set(entry) <= AXOLOTL_DPO_DATASET and entry["type"] == "chat_template.default"
+    rows = pq.read_table(entry["path"]).to_pylist()
+    pairs = {}
+    for row in rows:
+        prompt, chosen, rejected = (row[entry[f"field_{k}"]] for k in ("messages", "chosen", "rejected"))
+        assert prompt and all(set(t) == {"role", "content"} and t["role"] in AXOLOTL_DPO_ROLES for t in prompt)
+        assert chosen["role"] == rejected["role"] == "assistant"
+        pairs[row["id"]] = (prompt, chosen["content"], rejected["content"])
+    assert len(pairs) == len(rows)
+    return pairs
 
 
 def test_llamafactory_dataset_info_uses_documented_keys(shards, tmp_path):
@@ -464,13 +493,63 @@ def test_export_llamafactory_of_preference_pairs_writes_a_ranking_dataset(prefer
     assert "stage: dpo" in cfg and "disable_shuffling: true" in cfg
 
 
-def test_export_refuses_preference_pairs_for_layouts_without_the_rejected_answer(preference_shards, tmp_path,
-                                                                                 cli_runner):
-    from cluster_curate.cli import main
-    _one_error_line(cli_runner.invoke(main, ["export", str(preference_shards["standard"]), "--for", "axolotl",
-                                             "--out", str(tmp_path / "axolotl")]),
-                    "preference pairs", "--for axolotl has no layout for the rejected answer",
-                    "use --for trl, llamafactory or torchtune (DPO), or hf, accelerate")
-    assert not (tmp_path / "axolotl").exists()
+def test_export_axolotl_of_preference_pairs_writes_its_dpo_chat_template_dataset(preference_shards, tmp_path):
+    """axolotl was refused preference pairs (no place for the rejected answer in its SFT chat layout); its DPO
+    `chat_template.default` reads `messages` (the prompt turns) and `chosen` / `rejected` (one assistant turn
+    each), in the planned order, with the settings that keep it."""
+    for form, shards in preference_shards.items():
+        summary = export(shards, "axolotl", tmp_path / form)
+        source = {r["id"]: r for r in read_shards(shards).to_pylist()}
+        pairs = axolotl_pairs(tmp_path / form)
+        for i, (prompt, good, bad) in pairs.items():
+            src = source[i]
+            question = src["prompt"] if form == "standard" else src["chosen"][0]["content"]
+            assert prompt == [{"role": "user", "content": question}]
+            assert (good, bad) == ((src["chosen"], src["rejected"]) if form == "standard" else
+                                   (src["chosen"][-1]["content"], src["rejected"][-1]["content"]))
+        ids = np.array(list(pairs))
+        assert [ids.reshape(-1, M)[r::N].reshape(-1).tolist() for r in range(N)] == [_ids(shards, 0), _ids(shards, 1)]
+        assert summary["loss_weights_applied"].value is False
+        assert f"micro_batch_size: {M}\n" in (tmp_path / form / "config.yaml").read_text()
+        readme = (tmp_path / form / "README.md").read_text()
+        assert "rl: dpo" in readme and "PlanDPOTrainer" in readme and "`weight` is not applied" in readme
+
+
+def test_axolotl_trainer_cls_is_its_dpo_trainer_in_the_planned_order(monkeypatch):
+    """The `trainer_cls` the DPO config names, resolved as axolotl resolves it (import the module, getattr the
+    class): axolotl's DPO trainer under PlanTrainerMixin, whose sampler is the plan's (axolotl's own samples at
+    random). axolotl is not installed here (it pins other transformers and TRL versions): its AxolotlDPOTrainer, a
+    TRL DPOTrainer, stands in as TRL's; without it the name says which package is missing."""
+    import importlib.util
+    import sys
+    import types
+
+    import trl
+
+    from cluster_curate.integrations.hf import PlannedOrderSampler, PlanTrainerMixin
+    from cluster_curate.layouts import AXOLOTL_TRAINER
+    module_name, class_name = AXOLOTL_TRAINER.rsplit(".", 1)
+    module = importlib.import_module(module_name)  # imports where axolotl is not installed
+    with pytest.raises(AttributeError):
+        module.PlanSFTTrainer
+    if importlib.util.find_spec("axolotl") is None:
+        with pytest.raises(ModuleNotFoundError, match="axolotl"):
+            getattr(module, class_name)
+        for name in ("axolotl", "axolotl.core", "axolotl.core.trainers", "axolotl.core.trainers.dpo"):
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+        monkeypatch.setitem(sys.modules, "axolotl.core.trainers.dpo.trainer",
+                            types.SimpleNamespace(AxolotlDPOTrainer=trl.DPOTrainer))
+    base = importlib.import_module("axolotl.core.trainers.dpo.trainer").AxolotlDPOTrainer
+    try:
+        trainer = getattr(module, class_name)
+        assert trainer.__mro__[1:3] == (PlanTrainerMixin, base) and getattr(module, class_name) is trainer
+        assert f"{trainer.__module__}.{trainer.__name__}" == AXOLOTL_TRAINER
+        assert trainer._get_train_sampler is PlanTrainerMixin._get_train_sampler
+        assert isinstance(trainer._get_train_sampler(types.SimpleNamespace(), list(range(6))), PlannedOrderSampler)
+    finally:
+        vars(module).pop(class_name, None)  # built on the stand-in: not kept for later tests
+
+
+def test_export_keeps_every_column_of_preference_pairs_for_hf(preference_shards, tmp_path):
     export(preference_shards["standard"], "hf", tmp_path / "hf")  # the shards' columns, rejected among them
     assert {"prompt", "chosen", "rejected"} <= set(pq.read_table(tmp_path / "hf" / "train.parquet").column_names)

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from cluster_curate.io.artifacts import read_meta
 from conftest import FIXTURES
 from test_datasets import nest_gsm8k, write_jsonl, write_tsv
+from test_export_verify import axolotl_pairs
 from test_outputs import FAST, _cli
 
 GSM_CSV = FIXTURES / "gsm8k" / "train-300.csv"
@@ -729,6 +730,11 @@ def test_a_mixture_of_pairs_in_three_shapes_exports_each_pair_with_its_prompt_tu
     for (name, row, pair), trl_row in zip(pairs, pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()):
         lf = by_id[trl_row["id"]]
         assert (lf["messages"], [lf["chosen"]], [lf["rejected"]]) == (pair["prompt"], pair["chosen"], pair["rejected"])
+    _ok("export", "out/shards", "--for", "axolotl", "--out", "ax", "-q", cwd=tmp_path)
+    ax = axolotl_pairs(tmp_path / "ax")  # axolotl's DPO chat_template.default dataset, in the planned order
+    assert list(ax) == pq.read_table(tmp_path / "trl" / "train.parquet").column("id").to_pylist()
+    for (name, row, _), (prompt, good, bad) in zip(pairs, ax.values()):
+        assert (prompt, good, bad) == expected[name][row], (name, row)
 
 
 def test_a_mixture_whose_pairs_are_renamed_is_exported_as_pairs_not_as_the_chosen_answers(tmp_path):
@@ -877,13 +883,15 @@ def test_a_mixture_of_pairs_and_rows_of_one_answer_is_said_once_before_any_work(
     r = _ok("run", "gsm.jsonl", "hh.jsonl", "--out", "out", *FAST, cwd=tmp_path)
     said = [line for line in r.stderr.splitlines() if "holds preference pairs" in line]
     assert said == ["WARNING: the mixture holds preference pairs (input hh) and rows of one answer (input gsm): "
-                    "export --for trl, llamafactory, torchtune (DPO) will refuse its shards, a pairwise loss needing "
-                    "both answers in every row, and so will --for axolotl (no place for a rejected answer); --for hf, "
-                    "accelerate, torchrun, jsonl, parquet keep every row with its columns. To train DPO on the "
-                    "pairs, curate them apart"], r.stderr
+                    "export --for trl, llamafactory, torchtune, axolotl (DPO) will refuse its shards, a pairwise loss "
+                    "needing both answers in every row; --for hf, accelerate, torchrun, jsonl, parquet keep every row "
+                    "with its columns. To train DPO on the pairs, curate them apart"], r.stderr
     assert r.stderr.index(said[0]) < r.stderr.index("\nembed: ")  # before the feature pass
-    for refused in ("trl", "axolotl"):
-        assert _cli("export", "out/shards", "--for", refused, "--out", refused, cwd=tmp_path).returncode == 2
+    for refused in ("trl", "llamafactory", "torchtune", "axolotl"):
+        r = _cli("export", "out/shards", "--for", refused, "--out", refused, cwd=tmp_path)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and not (tmp_path / refused).exists(), r.stderr
+        assert "input gsm holds no preference pairs" in lines[0] and "--for hf, accelerate" in lines[0], lines[0]
     _ok("export", "out/shards", "--for", "jsonl", "--out", "jsonl", cwd=tmp_path)
     shutil.copy(tmp_path / "hh.jsonl", tmp_path / "hh2.jsonl")
     r = _ok("embed", "hh.jsonl", "hh2.jsonl", "--out", "e.parquet", "--features", "text", "--dim", "8", "--json",

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from test_datasets import write_jsonl
+from test_export_verify import axolotl_pairs
 from test_input_formats import GSM, _ok, _shards
 from test_outputs import FAST, _cli
 
@@ -82,6 +83,15 @@ def _check_llamafactory_pairs(folder, expected: dict) -> int:
     return len(ranked)
 
 
+def _check_axolotl_pairs(folder, expected: dict) -> int:
+    """Every pair of `export --for axolotl`, as its DPO chat_template.default reads it: the preferred answer
+    chosen, the other rejected (id -> (question, preferred, other)); the number of pairs."""
+    pairs = axolotl_pairs(folder)
+    for i, (prompt, good, bad) in pairs.items():
+        assert (prompt, good, bad) == ([{"role": "user", "content": expected[i][0]}], *expected[i][1:]), i
+    return len(pairs)
+
+
 def test_shp_answer_columns_without_their_label_are_refused_before_any_work(tmp_path):
     """SHP's answers named as chosen and rejected columns (`--response-field human_ref_A --rejected-field
     human_ref_B`) were read as they stand, every pair labelled 0 inverted (DPO toward the worse answer); they
@@ -115,8 +125,8 @@ def test_shp_pairs_run_and_export_in_the_order_of_their_labels(tmp_path):
     """SHP with --label-field labels: inspect reads 40 pairs (the label among its fields), `run` curates them with
     the preferred answer as each example's response (what features, answer kinds and token counts see), the shards
     keep SHP's columns as written, and `export --for trl` / `--for llamafactory` write every pair preferred answer
-    first, whichever side it was on (torchtune's DPO layout too), and `--for hf`, which keeps the columns as
-    written, says in its README where the chosen answer is; the Python API takes the option."""
+    first, whichever side it was on (torchtune's and axolotl's DPO layouts too), and `--for hf`, which keeps the
+    columns as written, says in its README where the chosen answer is; the Python API takes the option."""
     rows = shp_rows()
     write_jsonl(tmp_path / "shp.jsonl", rows)
     expected = {i: (r["history"], *((r["human_ref_A"], r["human_ref_B"]) if r["labels"] else
@@ -147,6 +157,8 @@ def test_shp_pairs_run_and_export_in_the_order_of_their_labels(tmp_path):
     _ok("export", "out/shards", "--for", "torchtune", "--out", "tt", "-q", cwd=tmp_path)
     for row in pq.read_table(tmp_path / "tt" / "train.parquet").to_pylist():
         assert (row["chosen"][-1]["content"], row["rejected"][-1]["content"]) == expected[row["id"]][1:]
+    _ok("export", "out/shards", "--for", "axolotl", "--out", "ax", "-q", cwd=tmp_path)  # its DPO chat_template
+    assert _check_axolotl_pairs(tmp_path / "ax", expected) == 20
     # a layout that keeps the columns as written says where the chosen answer is; a DPO layout needs no such word
     _ok("export", "out/shards", "--for", "hf", "--out", "hf", "-q", cwd=tmp_path)
     kept = pq.read_table(tmp_path / "hf" / "train.parquet").to_pylist()
@@ -177,6 +189,8 @@ def test_pku_saferlhf_parquet_pairs_embed_and_export_by_better_response_id(tmp_p
         cwd=tmp_path)
     _ok("export", "safe/shards", "--for", "trl", "--out", "trl-safe", "-q", cwd=tmp_path)
     assert _check_trl_pairs(tmp_path / "trl-safe" / "train.parquet", safer) == 20
+    _ok("export", "safe/shards", "--for", "axolotl", "--out", "ax-safe", "-q", cwd=tmp_path)
+    assert _check_axolotl_pairs(tmp_path / "ax-safe", safer) == 20
 
 
 def test_helpsteer2_pairs_are_refused_until_their_strength_is_a_label(tmp_path):

@@ -1171,6 +1171,12 @@ def test_dpo_exports_keep_a_pairs_tool_calls_structured(shape):
     # torchtune's preference_dataset cannot hold them: refused, naming the DPO layouts that keep them
     with pytest.raises(CurateError, match=r"row 0 \(id 0\): holds tool calls .* --for trl or llamafactory keeps"):
         chat_columns(table.drop_columns(["tools"]), "messages", trainer="torchtune")
+    # nor axolotl's DPO chat_template strategy, which keeps each turn's role and content alone: refused, schemas or
+    # none, never exported without the calls
+    for pairs in (table, table.drop_columns(["tools"])):
+        with pytest.raises(CurateError, match=r"row 0 \(id 0\): holds tool calls or tool turns, which axolotl's DPO "
+                                              r"chat_template .* --for trl or llamafactory keeps them"):
+            chat_columns(pairs, "messages", trainer="axolotl")
 
     tok = build_tokenizer(True)
     tok.chat_template = TOOLS_TEMPLATE
@@ -1182,6 +1188,21 @@ def test_dpo_exports_keep_a_pairs_tool_calls_structured(shape):
         assert '<tool_call>{"name": "get_time"' in rendered["rejected"]
     else:
         assert '<|im_start|>tool\n{"c": 0}' in rendered["prompt"]
+
+
+def test_export_axolotl_refuses_pairs_with_tool_calls_in_one_line(tmp_path):
+    """axolotl's DPO chat_template strategy reads each turn's role and content alone (no calls, no tool ids, no
+    schemas for the template): `export --for axolotl` of tool-calling pairs stops in one line naming the row and
+    the layouts that keep them, and writes nothing."""
+    from test_outputs import FAST
+    write_jsonl(tmp_path / "pairs.jsonl", tool_pairs("implicit", 24))
+    assert _cli("run", "pairs.jsonl", "--out", "out", *FAST, "-q", cwd=tmp_path).returncode == 0
+    r = _cli("export", "out/shards", "--for", "axolotl", "--out", "ax", cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith("ERROR: out/shards: row 0 (id ") and "axolotl's DPO chat_template strategy" in lines[0]
+    assert "export --for trl or llamafactory keeps them" in lines[0]
+    assert not (tmp_path / "ax").exists()
 
 
 @pytest.mark.slow
