@@ -399,25 +399,28 @@ def _rank_in_cluster(order: np.ndarray, clusters: np.ndarray, available: np.ndar
 def selection_summary_rows(sel: Selection, limit: int | None = 32) -> list[dict]:
     """Per cluster: size -> selected (all clusters when there are at most `limit`, else the smallest and
     largest clusters around a '...' row)."""
-    k = len(sel.sizes)
-    by_size = np.lexsort((np.arange(k), sel.sizes))
-    if limit is not None and k > limit:
-        half = limit // 2
-        shown = list(by_size[:half]) + [None] + list(by_size[-half:])
-    else:
-        shown = list(by_size)
+    return condensed(cluster_rows(sel.sizes, sel.quotas, sel.available if sel.dedup_dropped else None), limit)
+
+
+def cluster_rows(sizes, quotas, available=None) -> list[dict]:
+    """Every cluster's row of a selection's table, smallest first (ties by id): size, rows left by --dedup
+    (`available`, when it dropped any), selected, kept (selected ÷ size; None for an empty cluster)."""
+    sizes, quotas = np.asarray(sizes), np.asarray(quotas)
     out = []
-    for c in shown:
-        if c is None:
-            out.append({"cluster": "...", "size": "", "after_dedup": "", "selected": "", "kept": ""})
-            continue
-        row = {"cluster": int(c), "size": int(sel.sizes[c])}
-        if sel.dedup_dropped:
-            row["after_dedup"] = int(sel.available[c])
-        row["selected"] = int(sel.quotas[c])
-        row["kept"] = round(float(sel.quotas[c] / sel.sizes[c]), 4) if sel.sizes[c] else None
+    for c in np.lexsort((np.arange(len(sizes)), sizes)):
+        row = {"cluster": int(c), "size": int(sizes[c])}
+        if available is not None:
+            row["after_dedup"] = int(available[c])
+        row["selected"] = int(quotas[c])
+        row["kept"] = round(float(quotas[c] / sizes[c]), 4) if sizes[c] else None
         out.append(row)
-    if not sel.dedup_dropped:
-        for r in out:
-            r.pop("after_dedup", None)
     return out
+
+
+def condensed(rows: list[dict], limit: int | None = 32) -> list[dict]:
+    """A table for a screen: all its rows when there are at most `limit`, else the first and last limit // 2
+    around a row of '...' (in its first column)."""
+    if limit is None or len(rows) <= limit:
+        return rows
+    first = next(iter(rows[0]))
+    return rows[:limit // 2] + [{k: "..." if k == first else "" for k in rows[0]}] + rows[-(limit // 2):]

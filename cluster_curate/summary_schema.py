@@ -115,7 +115,7 @@ SCHEMAS = {
                        "clusters_covered": {"covered": (int, None), "clusters": int},
                        "tokens_selected?": {"selected": int, "total": int, "counted_by": str},
                        "decontaminated?": _DECONTAMINATED,
-                       "table?": [{"cluster": int, "size": int, "selected": int, "kept": NUMBER}]},
+                       "table?": [{"cluster": int, "size": int, "selected": int, "kept": (NUMBER, None)}]},
         "target?": {"...": ANY},
         "sources?": {"inputs": int, "table": [Map(ANY)]},
         "shards?": {"path": str, "shards": int, "micro_batch_size": int, "rows_per_shard": int, "steps": int,

@@ -159,3 +159,27 @@ def test_report_prints_token_counts_as_whole_numbers(cli_runner, tmp_path):
     shown = data["n_tokens"]
     assert re.fullmatch(r"mean \d+\.\d, p50 \d+, p95 \d+, max \d+", shown.text), shown.text
     assert all(isinstance(shown.value[k], int) for k in ("p50", "p95", "max")), shown.value
+
+
+def test_report_selection_table_has_every_cluster_in_json_and_both_ends_on_a_screen(narrow, tmp_path):
+    """`report`'s per-cluster table of a selection: --json holds every cluster (it held the 40 largest, so the
+    small clusters, which the balance is about, were missing), and the screen shows the smallest and the largest
+    around a '...' row, as `select` does."""
+    import json
+
+    from click.testing import CliRunner
+    runner = CliRunner(env={"COLUMNS": "80"})
+    emb, clusters, sel = (str(tmp_path / n) for n in ("emb.parquet", "clusters.parquet", "sel.parquet"))
+    for args in (["embed", str(GSM), "--out", emb, "--dim", "32"], ["cluster", emb, "--out", clusters, "--k", "60"],
+                 ["select", clusters, "--out", sel, "--fraction", "0.31"]):
+        assert runner.invoke(main, args).exit_code == 0
+    data = json.loads(runner.invoke(main, ["report", sel, "--json"]).stdout)
+    table, selection = data["selection"]["table"], data["selection"]
+    assert sorted(r["cluster"] for r in table) == list(range(60))
+    assert sum(r["selected"] for r in table) == selection["selected"]
+    text = runner.invoke(main, ["report", sel]).stdout
+    rows = [_words(line) for line in text.splitlines() if line.startswith("│") and _words(line)[0].isdigit()]
+    shown = [r for r in rows if len(r) == 4]  # the per-cluster table's rows: cluster, size, selected, kept
+    by_size = sorted(table, key=lambda r: (r["size"], r["cluster"]))
+    assert [int(r[0]) for r in shown] == [r["cluster"] for r in by_size[:16] + by_size[-16:]]
+    assert "..." in _words(text)

@@ -123,7 +123,7 @@ def _target_section(meta: ArtifactMeta) -> tuple[str, dict, list[dict]]:
                                                                     " ".join(map(str, r["nearest_selected"]))),
              "their_cosines": Shown(list(r["nearest_selected_cosine"]),
                                     " ".join(f"{v:.3f}" for v in r["nearest_selected_cosine"]))}
-            for r in service["per_target"][:60]]
+            for r in service["per_target"]]
     return "target", data, rows
 
 
@@ -195,12 +195,10 @@ def _describe_selection(path: Path, sections: list) -> None:
                                             "clusters": len(p.get("cluster_sizes") or [])},
                                            f"{p.get('clusters_covered')} / {len(p.get('cluster_sizes') or [])}")})
     rows = None
-    if p.get("cluster_sizes") and p.get("quotas"):
-        sizes, quotas = np.asarray(p["cluster_sizes"]), np.asarray(p["quotas"])
-        order = np.argsort(-sizes, kind="stable")
-        rows = [{"cluster": int(c), "size": int(sizes[c]), "selected": int(quotas[c]),
-                 "kept": Shown(round(float(quotas[c] / max(sizes[c], 1)), 4),
-                               f"{quotas[c] / max(sizes[c], 1):.1%}")} for c in order[:40]]
+    if p.get("cluster_sizes") and p.get("quotas"):  # every cluster (--json); render shows the ends of the table
+        from cluster_curate.selection import cluster_rows
+        rows = [dict(r, kept=Shown(r["kept"], "-" if r["kept"] is None else f"{r['kept']:.1%}"))
+                for r in cluster_rows(p["cluster_sizes"], p["quotas"])]
     if p.get("tokens"):
         t = p["tokens"]
         data["tokens_selected"] = Shown({"selected": t["selected"], "total": t["total"],
@@ -373,9 +371,10 @@ def as_json(result) -> dict:
 
 def render(result, options: dict) -> None:
     from cluster_curate import console
+    from cluster_curate.selection import condensed
     sections, plots = result
     for title, data, rows in sections:
-        console.summary(title, data, rows)
+        console.summary(title, data, rows and condensed(rows))  # a long table's first and last rows
     if plots:
         # each file named once, as it is on disk (the folder in the title), beside what it shows
         console.summary(f"plots → {plots[0].parent}", {p.name: Shown(PLOTS[p.name], label=p.name) for p in plots})
