@@ -43,10 +43,17 @@ def test_the_summary_line_counts_in_the_right_number():
     one = {"path": "one.jsonl", "fingerprint": "f", "questions": 1, "questions_in_pool": 1, "rows": 1, "ids": [4],
            "copies": 1, "ngram_rows": 0, "ngram": 13, "boilerplate_ngrams": 0}
     many = dict(one, path="many.jsonl", questions=200, questions_in_pool=60, rows=90, copies=60, ngram_rows=30)
-    lines = decontaminated_lines({"rows_left_out": 91, "sets": [one, many]})
-    texts = [lines[f"decontaminated {i}"].text for i in (1, 2)]
-    assert texts[0] == "one.jsonl: 1 row asks 1 of its 1 question (1 copy, 0 more sharing 13 words): left out"
-    assert texts[1] == "many.jsonl: 90 rows ask 60 of its 200 questions (60 copies, 30 more sharing 13 words): left out"
+    # GSM8K train against its test split with --decontaminate-ngrams 13: no copy, 4 rows sharing 13 words (it said
+    # "4 rows ask 0 of its 1,319 questions", which contradicts itself)
+    gsm8k = dict(one, path="test.jsonl", questions=1319, questions_in_pool=0, rows=4, copies=0, ngram_rows=4)
+    lines = decontaminated_lines({"rows_left_out": 95, "sets": [one, many, gsm8k]})
+    texts = [lines[f"decontaminated {i}"].text for i in (1, 2, 3)]
+    assert texts[0] == ("one.jsonl: 1 row: 1 asks 1 of its 1 question as written, 0 more share a run of 13 words "
+                        "with one: left out")
+    assert texts[1] == ("many.jsonl: 90 rows: 60 ask 60 of its 200 questions as written, 30 more share a run of 13 "
+                        "words with one: left out")
+    assert texts[2] == ("test.jsonl: 4 rows: 0 ask 0 of its 1,319 questions as written, 4 more share a run of 13 "
+                        "words with one: left out")
 
 
 def test_a_question_eval_asks_several_times_is_no_template():

@@ -292,12 +292,17 @@ def decontaminated_lines(record: dict | None) -> dict:
 
 
 def eval_set_text(r: dict) -> str:
-    """`60 rows ask 60 of its 200 questions (60 copies, 0 more sharing 13 words)`: one set's record
+    """`60 rows ask 60 of its 200 questions`, with --decontaminate-ngrams `90 rows: 60 ask 60 of its 200
+    questions as written, 30 more share a run of 13 words with one`: one set's record
     (decontamination.set_record), as select's summary and inspect's say it."""
-    how = (f" ({counted(r['copies'], 'copy', 'copies')}, {r['ngram_rows']:,} more sharing {r['ngram']} words)"
-           if "ngram" in r else "")
-    return (f"{counted(r['rows'], 'row')} {'asks' if r['rows'] == 1 else 'ask'} {r['questions_in_pool']:,} of its "
-            f"{counted(r['questions'], 'question')}{how}")
+    if "ngram" not in r:
+        return (f"{counted(r['rows'], 'row')} {'asks' if r['rows'] == 1 else 'ask'} {r['questions_in_pool']:,} of "
+                f"its {counted(r['questions'], 'question')}")
+    # the rows that share only a run of words ask none of the questions as written: counted apart, not under "ask"
+    return (f"{counted(r['rows'], 'row')}: {r['copies']:,} {'asks' if r['copies'] == 1 else 'ask'} "
+            f"{r['questions_in_pool']:,} of its {counted(r['questions'], 'question')} as written, "
+            f"{r['ngram_rows']:,} more {'shares' if r['ngram_rows'] == 1 else 'share'} a run of {r['ngram']} words "
+            "with one")
 
 
 def target_copies(o: dict, clusters: str, c, x: dict, target_emb) -> dict:
