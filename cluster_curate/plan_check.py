@@ -145,7 +145,7 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
                 want_w = planned_weights[t % steps, r, slot[at]]
                 problems.append((r, t, "weight", f"id {i} trained with weight {weights[at]:.6g}, planned {want_w:.6g}"))
             elif kind[at] == 1:
-                problems.append((r, t, "out of order", f"id {i} planned for this rank at another step"))
+                problems.append((r, t, "out of order", _planned_at(plan_r, i, t % steps, int(slot[at]))))
             elif kind[at] == 2:
                 problems.append((r, t, "wrong rank", f"id {i} planned for rank {owner[pos[at]]}"))
             else:
@@ -160,6 +160,16 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             problem(r, None, "missing", f"{short.size} planned ids never consumed (first: id {plan_ids[short[0]]})")
         ranks.append(rc)
     return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes), steps, m)
+
+
+def _planned_at(plan_r: np.ndarray, i: int, step: int, slot: int) -> str:
+    """Where a rank's own id that it logged out of order was planned: at another step (which), or at this step in
+    another place of the micro-batch (it said "at another step" for both)."""
+    steps, slots = np.nonzero(plan_r == i)  # a wrapped id is planned twice
+    here = slots[steps == step]
+    if here.size:
+        return f"id {i} planned for this step at position {int(here[0])} of the micro-batch, logged at {slot}"
+    return f"id {i} planned for this rank at step {int(steps[0])}" + (" (and others)" if steps.size > 1 else "")
 
 
 def _multiplicity(plan_r: np.ndarray, ids: np.ndarray, n_lines: int, steps: int):

@@ -284,6 +284,19 @@ def test_verify_counts_duplicates_missing_weights_and_lost_ids():
     assert "lost their `id` column" in format_check(c)
 
 
+def test_an_id_out_of_order_is_told_where_it_was_planned():
+    """A rank's own id logged out of order said "planned for this rank at another step" even where it was
+    planned for that very step, only in another place of the micro-batch (a collator that sorts a micro-batch);
+    now it names the place, or the step it was planned for."""
+    g = _grid()
+    log = _log({r: [g[t, r] for t in range(4)] for r in range(N)})
+    log[0][1]["ids"] = list(map(int, g[1, 0][::-1]))          # step 1's two ids, swapped
+    log[1][2]["ids"] = [int(g[3, 1, 0]), int(g[2, 1, 1])]     # step 3's first id at step 2
+    details = {(r, t): d for r, t, k, d in check_plan(g, log).problems if k == "out of order"}
+    assert details[(0, 1)] == f"id {g[1, 0, 0]} planned for this step at position 0 of the micro-batch, logged at 1"
+    assert details[(1, 2)] == f"id {g[3, 1, 0]} planned for this rank at step 3"
+
+
 def test_a_rank_without_a_log_counts_its_planned_rows_as_missing():
     """The table said `missing 0` for the rank whose problem line was `missing: no log from this rank`."""
     g = _grid()
