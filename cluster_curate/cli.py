@@ -125,11 +125,13 @@ def main():
 
     \b
     The pipeline, each stage reading and writing Parquet artifacts:
-      embed DATA --out E          one learning-effect feature vector per example
-      cluster E --out C           k-means (faiss) over the features
-      select C --out S            a balanced, budgeted subset of every cluster
-      shard S --data DATA --out D N equal, stratified, token-balanced Parquet shards
-    `run` does all four; `inspect` looks at a dataset first; `report` explains any artifact.
+      embed DATA --out E            one feature vector per example (--features)
+      cluster E --out C             k-means (faiss) over the features
+      select C --out S              a balanced, budgeted subset of every cluster
+      shard S --data DATA --out D   N equal, stratified, token-balanced shards
+    `run` does all four; `inspect` looks at a dataset first; `report` explains any
+    artifact; `export` writes the shards in a trainer's layout, and `verify`
+    checks, after training, that each rank consumed its shard.
     """
 
 

@@ -102,6 +102,21 @@ def test_embed_help_names_the_default_text_weighting(cli_runner):
     assert "weighted as --text-weighting says" in text
 
 
+def test_main_help_lines_each_stage_up_with_what_it_does_and_names_every_command(cli_runner):
+    """`cluster-curate --help`'s pipeline: each stage's usage, then at least two spaces, then what it does (the
+    shard line read `--out D N equal, ...`, its usage running into its words), and every command is named."""
+    text = cli_runner.invoke(main, ["--help"], terminal_width=200).output
+    pipeline = text[text.index("The pipeline"):text.index("Options:")]
+    stages = [line for line in pipeline.splitlines() if line.strip().split(" ")[0] in
+              ("embed", "cluster", "select", "shard")]
+    assert len(stages) == 4
+    starts = {re.search(r"\S  +(\S)", line).start(1) for line in stages}
+    assert len(starts) == 1, stages  # one column for what each stage does
+    assert stages[-1].split("   ")[-1].strip().startswith("N equal")
+    for command in ("run", "inspect", "report", "export", "verify"):
+        assert f"`{command}`" in pipeline
+
+
 def test_model_loading_bars_only_on_a_terminal(monkeypatch):
     """transformers' (and huggingface_hub's, and the GGUF reader's) tqdm bars are off while a model loads into a
     log, on when stderr is a terminal, and as they were afterwards."""
