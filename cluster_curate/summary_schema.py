@@ -35,7 +35,8 @@ _EMBED = {
     "dims": Map(int), "dim": int, "device": str, "chunks_computed": int, "chunks_resumed": int,
     "scan_seconds": NUMBER, "warmup_seconds": NUMBER, "prepare_seconds": NUMBER, "feature_seconds": NUMBER,
     "rows_per_s": NUMBER, "tokens_per_s": NUMBER, "exact_duplicates_dropped": int, "proxy?": str, "encoder?": str, "semantic?": str,
-    "n_tokens?": ANY,
+    "n_tokens?": ANY, "sources?": [{"source": str, "rows_in_data": int, "bad_rows": int,
+                                    "exact_duplicates_dropped": int, "skipped_no_response": int, "rows": int}],
 }
 _CLUSTER = {
     "rows": int, "dim": int, "k": int, "k_rule": str, "mixed_clusters_cut": int, "normalisation": str,

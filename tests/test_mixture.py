@@ -383,6 +383,34 @@ def test_exact_copies_across_inputs_keep_the_lowest_id(tmp_path, cli_runner):
     assert not kept & copies and kept | copies == set(range(900)) and min(copies) >= 600
 
 
+def test_embed_says_where_each_inputs_rows_went(tmp_path, cli_runner):
+    """A mixture's embed summary counts each input's rows: embedded + bad + exact copies (+ rows without a response
+    token) = its rows in the data. Only the totals were said, so select's `code: 1,111 of 2,015 rows` (Code Alpaca's
+    2k sample has 2,017 rows, 2 of them with an empty output) left a user to guess where an input's rows went."""
+    from cluster_curate.io.artifacts import read_artifact
+
+    paths = _three(tmp_path)
+    rows = [json.loads(line) for line in (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines()]
+    rows[7]["answer"] = ""  # a bad row of the first input
+    paths[0] = str(tmp_path / "gsm.jsonl")
+    (tmp_path / "gsm.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = _cli(cli_runner, ["embed", *paths, "--out", tmp_path / "e.parquet", "--on-bad-row", "skip", "--json"])
+    summary = json.loads(res.stdout)
+    t, meta = read_artifact(tmp_path / "e.parquet")
+    sources = {s["source"]: s for s in summary["sources"]}
+    assert list(sources) == ["gsm", "code", "messages-300"]
+    for s in sources.values():
+        assert s["rows_in_data"] == 300
+        assert s["rows"] + s["bad_rows"] + s["exact_duplicates_dropped"] + s["skipped_no_response"] == 300
+    assert sources["gsm"]["bad_rows"] == 1 and sum(s["bad_rows"] for s in sources.values()) == summary["bad_rows"]
+    assert sources["messages-300"]["exact_duplicates_dropped"] == meta.params["exact_duplicates"]["dropped"] > 0
+    embedded = np.bincount(np.asarray(t.column("id")) // 300, minlength=3)
+    assert [s["rows"] for s in sources.values()] == embedded.tolist()
+    text = _cli(cli_runner, ["embed", *paths, "--out", tmp_path / "e.parquet", "--on-bad-row", "skip",
+                             "--overwrite"]).stdout
+    assert "299 of 300 rows embedded (1 bad row)" in " ".join(text.replace("│", " ").split())
+
+
 def test_a_job_array_piece_with_no_row_has_the_mixtures_columns(tmp_path, cli_runner):
     """More pieces than chunks: the pieces that own no chunk still carry `source` and `source_row`, so every
     part of a mixture's embeddings has one schema (readers that take the first part's schema see them all)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
                                     read_options, resolve, seed_type)
 
@@ -344,6 +344,14 @@ def render(result: dict, options: dict) -> None:
     if r["rejects"]:
         data["rejects file"] = r["rejects"]
     data["exact duplicates left out"] = r["exact_duplicates_dropped"]
+    for src in r.get("sources", []):  # a mixture: where each input's rows went
+        left = [counted(src[key], noun) for key, noun in (("bad_rows", "bad row"),
+                                                          ("exact_duplicates_dropped", "exact duplicate"),
+                                                          ("skipped_no_response", "row without a response token"))
+                if src[key]]
+        embedded = f"{src['rows']:,} of {src['rows_in_data']:,} rows embedded"
+        embedded += f" ({', '.join(left)})" if left else ""
+        data[f"source {src['source']}"] = console.Shown(None, embedded, label=f"source {src['source']}")  # as written
     data["features"] = ", ".join(f"{name} ({d} dims)" for name, d in r["dims"].items()) + (
         f"; {r['dim']} dims in all" if len(r["dims"]) > 1 else "")
     data["model"] = r["model"]

@@ -432,6 +432,26 @@ def _copies_record(run) -> dict:
     return {"dropped": int(copies.size), "ids": copies[:LISTED_COPIES].tolist(), "kept": False}
 
 
+def _per_source(run, bad_ids: list, skipped_ids: list) -> dict:
+    """A mixture's inputs, each: its rows in the data = rows embedded + bad rows + exact duplicates left out +
+    rows that kept no response token (the select summary's "of N rows" is the embedded count, so that a
+    user can tell where an input's other rows went); {} for one dataset."""
+    import numpy as np
+
+    from cluster_curate.io.mixture import is_mixture_record, source_index
+    if not is_mixture_record(run.record):
+        return {}
+    inputs = run.record["inputs"]
+
+    def per_input(ids) -> np.ndarray:
+        return np.bincount(source_index(run.record, np.asarray(ids, dtype=np.int64)), minlength=len(inputs))
+
+    bad, copies, skipped = per_input(bad_ids), per_input(run.copies), per_input(skipped_ids)
+    return {"sources": [{"source": i["name"], "rows_in_data": int(i["rows"]), "bad_rows": int(bad[s]),
+                         "exact_duplicates_dropped": int(copies[s]), "skipped_no_response": int(skipped[s]),
+                         "rows": int(i["rows"] - bad[s] - copies[s] - skipped[s])} for s, i in enumerate(inputs)]}
+
+
 def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     """Reported rows, then the artifact; returns the summary."""
     import json
@@ -473,6 +493,8 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     }
     copies = _copies_record(run)
     summary["exact_duplicates_dropped"] = copies["dropped"]
+    if result["parts"] == 1 and result["complete"]:  # one process embedded all of it: each input's rows add up
+        summary.update(_per_source(run, [r["id"] for r in bad_rows], [r["id"] for r in skipped_rows]))
     # the copies and the same-answer pairs are counted over the whole data (every process scans it all): the leader
     # of each piece says them, once per command, not once per torchrun rank
     if copies["dropped"] and layout.leader:
