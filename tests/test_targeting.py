@@ -631,8 +631,12 @@ def test_select_target_refuses_a_mixtures_floors_and_skips_bad_target_rows(tmp_p
     table, meta = _selected(tmp_path / "s.parquet")
     assert table.num_rows == 40 and len(meta.params["target_service"]["per_target"]) == 10
     assert len((tmp_path / "s.target.rejects.jsonl").read_text().splitlines()) == 1  # the skipped row, visibly
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    # and said: the summary's target counts the 10 rows embedded, and the rejects file was written silently
+    (warning,) = [w for w in summary["warnings"] if w.startswith("--target")]
+    assert "1 bad row skipped (--on-bad-row skip)" in warning and warning.endswith("s.target.rejects.jsonl")
     # each input's rows before and after, as without --target: the code target takes code rows
-    sources = {s["source"]: s for s in json.loads(res.stdout.strip().splitlines()[-1])["sources"]}
+    sources = {s["source"]: s for s in summary["sources"]}
     assert meta.params["sources"] == list(sources.values())
     assert sources["math"]["selected"] + sources["code"]["selected"] == 40
     assert sources["code"]["selected"] > sources["math"]["selected"]

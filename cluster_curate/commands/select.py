@@ -401,7 +401,11 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
         from cluster_curate.commands.embed import embed
         P.open_target(target, o)  # its format detected, or the way to give its fields
         path = str(sidecar_path(out, names.TARGET_EMBEDDINGS))
-        embed(target, path, like=str(emb_path), overwrite=True, **P.target_read_options(o).given())
+        made = embed(target, path, like=str(emb_path), overwrite=True, **P.target_read_options(o).given())
+        if made["bad_rows"]:  # rows the target summary does not count: said, as --decontaminate says an EVAL's
+            from cluster_curate import console
+            console.warn(f"--target {target}: {counted(made['bad_rows'], 'bad row')} skipped (--on-bad-row skip), "
+                         f"so not served as target rows; listed in {made['rejects']}")
     ids, rows, tmeta = read_embeddings(path, force=o["force"])
     return path, ids, rows, tmeta
 
