@@ -56,6 +56,10 @@ def test_run_writes_every_stage_then_skips_what_is_up_to_date(cli_runner, tmp_pa
     # an option recorded only when off its old value (--kinds) is named by its value on both sides
     kinds = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--kinds", "none"])
     assert kinds.exit_code == 2 and "other cluster options (--kinds auto -> none)" in kinds.stderr
+    # options of two stages changed: both named, as --overwrite replaces both (it named the first stage's alone)
+    two = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *changed[:-1], "1"])
+    assert two.exit_code == 2 and "other select options (--fraction 0.31 -> 0.5) and shard options " \
+        "(--micro-batch-size 2 -> 1); pass --overwrite" in two.stderr
     # with --overwrite it redoes select and shard only
     third = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *changed, "--overwrite", "--json"])
     status = {s["stage"]: s["status"] for s in json.loads(third.stdout)["stages"]}

@@ -379,11 +379,12 @@ def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:
 def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
     """Re-running stale stages is run's job (a default that changed with an upgrade among them); other options
     for a stage already run in `d` replace its outputs, which needs --overwrite (issue 20 #4)."""
-    for stage, request in requests.items():
-        changed = state.option_changes(stage, request)[0]
-        if changed:
-            raise CurateError(f"{d}: holds a run made with other {stage} options ({_named(changed, 3)}); pass "
-                              "--overwrite to replace it, or choose another --out")
+    changes = [(stage, state.option_changes(stage, request)[0]) for stage, request in requests.items()]
+    per_stage = [f"{stage} options ({_named(changed, 3)})" for stage, changed in changes if changed]
+    if per_stage:  # every stage's: --overwrite replaces each of them (it named the first stage's alone)
+        said = ", ".join(per_stage[:-1]) + " and " + per_stage[-1] if len(per_stage) > 1 else per_stage[0]
+        raise CurateError(f"{d}: holds a run made with other {said}; pass --overwrite to replace it, or choose "
+                          "another --out")
 
 
 def run(data, out: str, *, overwrite: bool = False, force: bool = False, defaulted: frozenset | None = None,
