@@ -110,6 +110,10 @@ def _first_non_utf8_line(path: Path) -> str | None:
     return None
 
 
+# json.loads(text) is JSONDecoder().decode: whitespace skipped, then this C scanner, then whitespace to the end
+_SCAN = json.JSONDecoder().scan_once
+
+
 class _JsonLines:
     kind = "jsonl"
 
@@ -125,12 +129,19 @@ class _JsonLines:
                 if not data.strip():
                     continue
                 try:
-                    text = data.decode("utf-8")
+                    text = data.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as e:
                     yield JsonRow(lineno, None, _utf8_error(self.path, lineno, e, data, 0).split(": ", 1)[1])
                     continue
-                try:
-                    rec = json.loads(text.rstrip("\r\n"))
+                try:  # the scanner json.loads ends in, without its three Python layers: a line that is one object
+                    rec, end = _SCAN(text, 0)
+                except (StopIteration, ValueError):
+                    end = -1
+                if end == len(text) and type(rec) is dict:
+                    yield _Row(lineno, rec)
+                    continue
+                try:  # anything else as json.loads reads it: its value, or its error
+                    rec = json.loads(text)
                 except json.JSONDecodeError as e:
                     yield JsonRow(lineno, None, f"invalid JSON ({e.msg}: column {e.colno})")
                     continue

@@ -53,6 +53,7 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
 from typing import Iterator
 
@@ -442,15 +443,15 @@ class Dataset:
     def _json_raw(self, rows: list[JsonRow], first_id: int) -> pa.RecordBatch:
         names: dict[str, None] = {}
         keyed = any(r.key is not None for r in rows)
-        for r in rows:
-            if r.record is not None:
-                names.update(dict.fromkeys(r.record))
+        records = [{} if r.record is None else r.record for r in rows]
+        for record in records:
+            names.update(dict.fromkeys(record))
         rename = _rename_id(list(names))
         cols = {"id": pa.array(range(first_id, first_id + len(rows)), type=pa.int64())}
         if keyed:
             cols[self._key_column] = pa.array([r.key for r in rows], type=pa.string())
         for name in names:
-            values = [None if r.record is None else r.record.get(name) for r in rows]
+            values = list(map(dict.get, records, repeat(name)))  # None where a row lacks it (or was not read)
             array, mixed = _column_array(values)
             before = self._column_types.setdefault(name, array.type)
             nested = all(isinstance(v, (list, dict)) for v in values if v is not None)
