@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import sys
+import unicodedata
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster_curate.exact_dedup import duplicate_summary, example_key, first_of_each
+from cluster_curate.exact_dedup import duplicate_summary, example_key, first_of_each, normalise_text
 
 
 def _key(q: str, a: str, role: str = "user") -> bytes:
@@ -38,6 +42,21 @@ def test_normalisation_whitespace_and_unicode_yes_case_and_role_no():
     assert example_key([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "c") != \
         example_key([{"role": "user", "content": "a b"}], "c")  # turn boundaries count
     assert _key("q", "a b") != _key("q a", "b")  # the prompt/response boundary counts
+
+
+def test_normalised_text_is_the_regex_runs_of_whitespace_as_one_space_stripped():
+    """normalise_text splits at str.isspace, as re's \\s matched: every code point is whitespace to both or neither,
+    and texts of any characters normalise as the regex pass did (the keys of the copies are unchanged)."""
+    space = re.compile(r"\s+")
+    assert [c for c in map(chr, range(sys.maxunicode + 1)) if bool(space.fullmatch(c)) != c.isspace()] == []
+    for text in [" a\u00a0 b\u2028c\x1fd\x85 ", "e\u0301\t\t\n", "", " \u3000 ", "x\x0b\x0cy\r\n"]:
+        assert normalise_text(text) == space.sub(" ", unicodedata.normalize("NFC", text)).strip()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab é\u0301\t\n\r\x0b\x0c\x1c\x1f\x85\xa0\u1680\u2000\u2028\u3000"))))
+def test_normalised_random_text_is_the_regex_pass(text):
+    assert normalise_text(text) == re.sub(r"\s+", " ", unicodedata.normalize("NFC", text)).strip()
 
 
 def test_empty_and_unique():

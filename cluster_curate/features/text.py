@@ -299,11 +299,18 @@ def _lookup(codes: np.ndarray, keys: np.ndarray, values: np.ndarray, default) ->
     return np.where(keys[at] == codes, values[at], default)
 
 
-def _effective_number(counts) -> float:
-    """exp of the entropy of a distribution given by counts: how many values stand there, evenly counted."""
-    c = np.fromiter(counts, dtype=np.float64)
-    q = c / c.sum()
-    return float(np.exp(-(q * np.log(q)).sum()))
+def _effective_numbers(counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """exp of the entropy of each distribution given by counts[starts[i]:starts[i + 1]]: how many values stand
+    there, evenly counted. The segments of one length are the rows of one array, each summed as numpy sums it
+    alone (pairwise; add.reduceat sums in another order), so a number is the one its counts give by themselves."""
+    lengths = np.diff(np.r_[starts, counts.size])
+    numbers = np.empty(starts.size, dtype=np.float64)
+    for n in np.unique(lengths).tolist():
+        at = np.flatnonzero(lengths == n)
+        c = counts[starts[at, None] + np.arange(n)].astype(np.float64)
+        q = c / c.sum(axis=1, keepdims=True)
+        numbers[at] = np.exp(-(q * np.log(q)).sum(axis=1))
+    return numbers
 
 
 def _fillers(context: np.ndarray, filler: np.ndarray):
@@ -341,16 +348,16 @@ def _slot_state(words: _Words, min_context: int = SLOT_MIN_CONTEXT, alpha: float
     shown = words.shows
     for side, context in (("<", words.left), (">", words.right)):
         codes, starts, counts = _fillers(context, words.masked)
-        ends = np.r_[starts[1:], counts.size]
-        for i in np.flatnonzero((np.add.reduceat(counts, starts) >= min_context) & (ends - starts > 1)
-                                if starts.size else np.zeros(0, dtype=bool)):
-            if (number := _effective_number(counts[starts[i]:ends[i]])) > floor:
-                fillers.append((side + words.pair(int(codes[i])), (number / floor) ** -alpha))
+        if starts.size:
+            number, seen = _effective_numbers(counts, starts), np.add.reduceat(counts, starts)
+            kept = (seen >= min_context) & (np.diff(np.r_[starts, counts.size]) > 1) & (number > floor)
+            fillers += [(side + words.pair(code), (n / floor) ** -alpha)
+                        for code, n in zip(codes[kept].tolist(), number[kept].tolist())]
         codes, starts, counts = _fillers(context[shown], words.ids[shown])
-        ends = np.r_[starts[1:], counts.size]
-        for i in np.flatnonzero(np.add.reduceat(counts, starts) >= min_context if starts.size else starts):
-            if _effective_number(counts[starts[i]:ends[i]]) <= floor:
-                numbers.append(("#" + side + words.pair(int(codes[i])), 1.0))
+        if starts.size:
+            seen = np.add.reduceat(counts, starts)
+            kept = (seen >= min_context) & (_effective_numbers(counts, starts) <= floor)
+            numbers += [("#" + side + words.pair(code), 1.0) for code in codes[kept].tolist()]
     keys, weights = zip(*sorted(fillers), *sorted(numbers)) if fillers or numbers else ((), ())
     return np.asarray(keys, dtype=str), np.asarray(weights, dtype=np.float64)
 
