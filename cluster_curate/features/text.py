@@ -398,6 +398,7 @@ class TermIndex:
     words: dict
     codes: np.ndarray
     columns: np.ndarray
+    word_columns: np.ndarray  # by word id (an unknown word's too): its column as a term alone, -1 when none
     slots: SlotCodes | None
 
     @classmethod
@@ -410,8 +411,11 @@ class TermIndex:
         codes = np.fromiter(((t[0] + 1) * base + t[1] if len(t) == 2 else t[0] for t in terms), dtype=np.int64,
                             count=len(terms))
         order = np.argsort(codes)
+        word_columns = np.full(base, -1, dtype=np.int64)
+        alone = codes < base
+        word_columns[codes[alone]] = np.flatnonzero(alone)
         slots = None if keys is None else SlotCodes.of(keys, weights, words, base)
-        return cls(dict(words), codes[order], order, slots)
+        return cls(dict(words), codes[order], order, word_columns, slots)
 
 
 def _occurrences(words: _Words, slots: SlotCodes | None):
@@ -436,9 +440,11 @@ def _occurrences(words: _Words, slots: SlotCodes | None):
 
 def _term_counts(texts: list[str], index: TermIndex):
     """(term counts, largest slot weights or None) of texts over a fitted vocabulary (`_count_matrix`)."""
-    codes, rows, weight = _occurrences(_Words.of(texts, index.words), index.slots)
-    return _count_matrix(_lookup(codes, index.codes, index.columns, -1), rows, weight, len(texts),
-                         len(index.columns))
+    words = _Words.of(texts, index.words)
+    codes, rows, weight = _occurrences(words, index.slots)
+    n = words.ids.size  # the words' codes, their ids, come first: looked up by id, the bigrams' by search
+    column = np.concatenate([index.word_columns[codes[:n]], _lookup(codes[n:], index.codes, index.columns, -1)])
+    return _count_matrix(column, rows, weight, len(texts), len(index.columns))
 
 
 def _count_matrix(column: np.ndarray, row: np.ndarray, weight: np.ndarray | None, n: int, width: int):
