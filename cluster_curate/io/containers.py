@@ -138,7 +138,7 @@ class _JsonLines:
                 except (StopIteration, ValueError):
                     end = -1
                 if end == len(text) and type(rec) is dict:
-                    yield _Row(lineno, rec)
+                    yield JsonRow(lineno, rec)
                     continue
                 try:  # anything else as json.loads reads it: its value, or its error
                     rec = json.loads(text)
