@@ -18,6 +18,7 @@ from test_outputs import FAST, _cli
 
 GSM_CSV = FIXTURES / "gsm8k" / "train-300.csv"
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
+CODE_ALPACA = FIXTURES / "code_alpaca" / "code_alpaca-300.json"
 NESTED = ["--prompt-field", "data.question", "--response-field", "data.answer"]
 
 
@@ -339,6 +340,19 @@ def hh_rows(n: int = 40) -> list[dict]:
         expected.append(([{"role": "user" if who == "Human" else "assistant", "content": text} for who, text in turns],
                          good, bad))
     return rows, expected
+
+
+def test_a_format_the_columns_are_not_names_the_format_they_are(tmp_path):
+    """`--format qa` on Code Alpaca's rows said "needs column 'question' and 'answer'" and suggested
+    `--prompt-field instruction --response-field output`, which leaves alpaca's `input` out: the columns are
+    alpaca's, and the message says so."""
+    shutil.copy(CODE_ALPACA, tmp_path / "code.json")
+    r = _cli("inspect", "code.json", "--format", "qa", cwd=tmp_path)
+    assert r.returncode == 2, r.stdout
+    (line,) = r.stderr.strip().splitlines()
+    assert line == ("ERROR: code.json: format qa needs columns 'question' and 'answer', not found; columns found: "
+                    "[instruction, input, output]. these columns are format alpaca's: pass --format alpaca, or leave "
+                    "--format out")
 
 
 def test_anthropic_hh_transcripts_read_as_the_prompt_turns_and_the_two_answers(tmp_path):

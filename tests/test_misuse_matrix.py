@@ -166,7 +166,7 @@ CASES = [
     ("embed-prompt-field-alone", ["embed", "plain.jsonl", "--out", "e.parquet", "--prompt-field", "text"],
      "--prompt-field text needs --response-field COLUMN too"),
     ("embed-format-qa-wrong-columns", ["embed", "plain.jsonl", "--out", "e.parquet", "--format", "qa"],
-     "format qa needs column 'question' and 'answer'"),
+     "format qa needs columns 'question' and 'answer'"),
     ("embed-format-unknown", ["embed", "data.jsonl", "--out", "e.parquet", "--format", "nosuch"],
      "Invalid value for '--format'"),
     ("embed-dim-zero", ["embed", "data.jsonl", "--out", "e.parquet", "--dim", "0"], "--dim must be positive"),

@@ -277,8 +277,11 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     missing = [c for c in (prompt, response) if c and _root_column(c, colset) is None]
     if missing:
         which = " and ".join(repr(c) for c in missing)
-        raise FieldsRefusal(f"{source}: format {fmt} needs column {which}, not found; columns found: [{shown}]. ",
-                            *_fix_hint(cols))
+        found = detect_format(cols)  # a --format that names another format than the columns'
+        hint = ((f"these columns are format {found}'s: pass --format {found}, or leave --format out",)
+                if found and found != fmt else _fix_hint(cols))
+        raise FieldsRefusal(f"{source}: format {fmt} needs column{'s' * (len(missing) > 1)} {which}, not found; "
+                            f"columns found: [{shown}]. ", *hint)
     used = {prompt, *extra}
     input_field = _alpaca_input(prompt, colset, used) if fmt == "alpaca" else None
     system = _system_column(colset, {*used, response})
