@@ -189,17 +189,23 @@ def global_order(directory: str | os.PathLike, layout: str = "batch") -> list[in
 def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size: int | None = None,
                columns: Sequence[str] | None = None) -> Shard:
     """Open shard `rank` of a shard directory. Rank and world size default to torch.distributed's (or torchrun's
-    environment); without either, rank 0 of a single process. The world size must equal the number of shards."""
+    environment); a single process outside both reads a folder of one shard, and must name the rank of a folder
+    of several (reading shard 0 alone would train on 1/N of the selection without a word). The world size must
+    equal the number of shards."""
     manifest = read_manifest(directory)
+    n = int(manifest["num_shards"])
     from cluster_curate.distributed import trainer_rank_and_world
     found = trainer_rank_and_world()
     if rank is None:
-        rank, found_world = found if found is not None else (0, manifest["num_shards"] if manifest["num_shards"] == 1 else None)
+        if found is None and n > 1:
+            raise CurateError(f"{directory}: holds {n} shards, one per rank, and this process is no rank of a job "
+                              f"(no torch.distributed group, no RANK/WORLD_SIZE): start it with torchrun "
+                              f"--nproc-per-node {n}, or pass rank= to read one shard")
+        rank, found_world = found if found is not None else (0, 1)
         if world_size is None:
             world_size = found_world
     elif world_size is None and found is not None:
         world_size = found[1]
-    n = int(manifest["num_shards"])
     if world_size is not None and world_size != n:
         raise CurateError(f"{directory}: written for {n} ranks but this job has world size {world_size} "
                           f"(re-run `cluster-curate shard --num-shards {world_size}`)")

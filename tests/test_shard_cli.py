@@ -324,3 +324,6 @@ def test_loading_with_datasets_pyarrow_and_the_loader(tmp_path, data, cli_runner
         load_shard(out, rank=0, world_size=4)
     with pytest.raises(CurateError, match="no manifest.json"):
         load_shard(tmp_path)
+    # a plain process (no torchrun, no process group) read shard 0 of the 2 without a word: half the selection
+    with pytest.raises(CurateError, match=r"holds 2 shards, one per rank.*torchrun --nproc-per-node 2, or pass rank="):
+        load_shard(out)
