@@ -22,8 +22,14 @@ def _pyplot():
 
 
 def _save(fig, out: Path) -> Path:
-    fig.savefig(out, dpi=110)
+    """Drawn in memory, then written atomically (io/writer.py): a plot killed mid-write is not left truncated."""
+    import io
+
+    from cluster_curate.io.writer import atomic_write_bytes
+    png = io.BytesIO()
+    fig.savefig(png, dpi=110, format="png")
     _pyplot().close(fig)
+    atomic_write_bytes(out, png.getvalue())
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -36,24 +37,52 @@ def file_metadata(meta: ArtifactMeta) -> dict[bytes, bytes]:
     return {META_KEY: meta.to_json().encode()}
 
 
-# A full disk or quota, or a file system that turned read-only: the user's to fix, not the tool's defect.
-_NO_ROOM = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
-            errno.EROFS: "read-only file system"}
+# The names of the temporary files and folders below (mkstemp's and mkdtemp's, prefix `.NAME.`): a writer killed
+# mid-write (SIGKILL, the OOM killer, a power cut) leaves them beside NAME.
+_LEFTOVER = re.compile(r"^\.(.+)\.[a-z0-9_]{8}\.(tmp|old)$")
+
+# A write the system refused for a reason of the user's to fix, not the tool's defect: why, and what to do.
+_FREE = "free some space and run the same command again"
+_REFUSED = {errno.ENOSPC: ("no space left on device", _FREE), errno.EDQUOT: ("disk quota exceeded", _FREE),
+            errno.EFBIG: ("file too large (over the file system's or the process's file-size limit, ulimit -f)",
+                          "raise the limit or write to another file system, and run the same command again"),
+            errno.EROFS: ("read-only file system", "choose an output on a writable file system"),
+            errno.EACCES: ("permission denied", "make it writable (chmod u+w) or choose another output"),
+            errno.EPERM: ("operation not permitted", "make it writable (chmod u+w) or choose another output")}
+_BY_PATH = {errno.EACCES, errno.EPERM}  # also a reader's errors: converted only when they name the output
+
+
+def _refused(e: OSError, out: Path) -> tuple[str, str] | None:
+    """(why, what to do) when `e` is a write of `out` the system refused (f.write's and pyarrow's errors name no
+    file, pyarrow's carry the errno in their text only), else None."""
+    if e.errno in _BY_PATH:
+        named = Path(os.path.abspath(e.filename)) if e.filename else None
+        ours = named is not None and any(q == out or (q.parent == out.parent and q.name.startswith(f".{out.name}."))
+                                         for q in (named, *named.parents))  # it, in it, or its temporary
+        return _REFUSED[e.errno] if ours else None
+    if e.errno in _REFUSED:
+        return _REFUSED[e.errno]
+    text = str(e).lower()
+    return next((r for code, r in _REFUSED.items() if code not in _BY_PATH and os.strerror(code).lower() in text),
+                None)
 
 
 @contextmanager
 def _room_to_write(path: str | os.PathLike) -> Iterator[None]:
-    """Any write under this block that fails for want of room ends the command with one line naming `path`
-    (the write's own error names no file: f.write and pyarrow's say `[Errno 28]` alone). Every caller removes
-    its temporary file first, so nothing half-written is left; the same command reruns once there is room."""
+    """Any write under this block that the system refuses (a full disk or quota, a file-size limit, a folder made
+    read-only meanwhile) ends the command with one line naming `path` and what to do. Every caller removes its
+    temporary file first, so nothing half-written is left; the same command reruns once the cause is fixed."""
     try:
         yield
     except OSError as e:
-        why = _NO_ROOM.get(e.errno) or next((w for w in _NO_ROOM.values() if w in str(e).lower()), None)
-        if why is None:
+        refused = _refused(e, Path(os.path.abspath(path)))
+        if refused is None:
             raise
-        raise CurateError(f"{path}: cannot write it: {why} (nothing half-written was kept; free some space "
-                          "and run the same command again)") from e
+        # a file of a folder being staged is named as it will be found: NAME/file, not .NAME.xxxxxxxx.tmp/file
+        shown = Path(*[m.group(1) if (m := _LEFTOVER.match(part)) and m.group(2) == "tmp" else part
+                       for part in Path(path).parts])
+        raise CurateError(f"{shown}: cannot write it: {refused[0]} (nothing half-written was kept; {refused[1]})") \
+            from e
 
 
 def umask_mode(directory: bool = False) -> int:

@@ -1,0 +1,119 @@
+"""Hard failures mid-write, with real subprocesses and real OS limits (README "run DATA --out DIR"): a command
+killed with SIGKILL (the OOM killer), a disk that refuses a write (RLIMIT_FSIZE, as a full disk or quota), an output
+folder made read-only, an input that cannot be read. Each gives one line naming the path and what to do, exit 2,
+the previous output intact and nothing half-written under its name; what a killed writer left is removed by the
+next run of that output."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, SHARED_DATA
+
+GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
+GSM_FULL = SHARED_DATA / "gsm8k" / "train.jsonl"
+
+# each writing command as a user types it, in the folder that holds the data, and the output it writes: the stages'
+# are those of the `run` folder r/ (one pipeline to make)
+COMMANDS = {
+    "embed": (["embed", "data.jsonl", "--out", "r/embeddings.parquet", "--features", "text", "--dim", "16"],
+              "r/embeddings.parquet"),
+    "cluster": (["cluster", "r/embeddings.parquet", "--out", "r/clusters.parquet", "--k", "6"], "r/clusters.parquet"),
+    "select": (["select", "r/clusters.parquet", "--out", "r/selection.parquet", "--fraction", "0.31"],
+               "r/selection.parquet"),
+    "shard": (["shard", "r/selection.parquet", "--data", "data.jsonl", "--out", "r/shards", "--num-shards", "2",
+               "--micro-batch-size", "2"], "r/shards"),
+    "run": (["run", "data.jsonl", "--out", "r", "--features", "text", "--dim", "16", "--k", "6", "--fraction",
+             "0.31", "--num-shards", "2", "--micro-batch-size", "2"], "r"),
+    "export-trl": (["export", "r/shards", "--for", "trl", "--out", "ex_trl"], "ex_trl"),  # batch-interleaved
+    "export-torchtune": (["export", "r/shards", "--for", "torchtune", "--out", "ex_tt"], "ex_tt"),  # by sample
+    "export-jsonl": (["export", "r/shards", "--for", "jsonl", "--out", "ex_jsonl"], "ex_jsonl"),  # rows as they were
+    "report": (["report", "r", "--out", "plots"], "plots"),
+}
+MADE_BY_RUN = ("embed", "cluster", "select", "shard")
+AGAIN = {"run": ["--fraction", "0.3"]}  # `run` again with a stage to redo (select, shard), not all up to date
+
+
+def _again(name: str) -> list[str]:
+    """The command run a second time over its previous output: replacing it (report writes its plots anyway)."""
+    argv, _ = COMMANDS[name]
+    return [*argv, *AGAIN.get(name, []), *([] if name == "report" else ["--overwrite"])]
+
+
+def _cli(argv, cwd, preexec_fn=None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    return subprocess.run([sys.executable, "-m", "cluster_curate", *argv, "-q"], cwd=cwd, capture_output=True,
+                          text=True, env=dict(env, OMP_NUM_THREADS="1"), preexec_fn=preexec_fn, timeout=300)
+
+
+def _pipeline(folder: Path, data: Path) -> Path:
+    folder.mkdir()
+    shutil.copy(data, folder / "data.jsonl")
+    for name, (argv, _) in COMMANDS.items():
+        if name in MADE_BY_RUN:
+            continue
+        r = _cli(argv, folder)
+        assert r.returncode == 0, r.stderr
+    return folder
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory) -> Path:
+    """Every command's output, once: each test works on a copy."""
+    return _pipeline(tmp_path_factory.mktemp("hard") / "pipeline", GSM)
+
+
+def _copy(pipeline: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(pipeline, tmp_path / "work", symlinks=True))
+
+
+def _files(path: Path) -> dict[str, str]:
+    """Each file under `path` (or `path` itself) and a hash of its bytes."""
+    files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
+    return {str(f.relative_to(path.parent)): hashlib.sha1(f.read_bytes()).hexdigest() for f in files}
+
+
+def _entries(folder: Path) -> set[str]:
+    return {str(f.relative_to(folder)) for f in folder.rglob("*")}
+
+
+def _one_error_line(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and "INTERNAL ERROR" not in r.stderr, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    return line
+
+
+def _file_size_limit(limit: int):
+    """A full disk or quota as the process meets it: writes past `limit` bytes fail with EFBIG (SIGXFSZ
+    ignored, as Python does; its default would kill the process instead)."""
+    def pre():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return pre
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_write_the_disk_refuses_is_one_line_and_the_previous_output_stays_whole(pipeline, tmp_path, name):
+    """A write past the file-size limit (EFBIG, as ENOSPC or EDQUOT on a full disk or quota) was an INTERNAL ERROR
+    `[Errno 27] File too large` naming no file, and report's plot was left truncated under its name."""
+    work = _copy(pipeline, tmp_path)
+    out = work / COMMANDS[name][1]
+    before, entries = _files(out), _entries(work)
+    line = _one_error_line(_cli(_again(name), work, preexec_fn=_file_size_limit(4096)))
+    named = re.escape(COMMANDS[name][1].removesuffix(".parquet"))  # the output, or a file of it
+    assert re.match(rf"ERROR: {named}(?:[./]\S*)?: cannot write it: file too large \(.*ulimit -f\) "
+                    r"\(nothing half-written was kept; raise the limit or write to another file system", line), line
+    assert _files(out) == before
+    left = _entries(work) - entries
+    assert left == ({"r/embeddings.partial", "r/embeddings.partial/plan.json"} if name == "embed" else set())
