@@ -117,3 +117,70 @@ def test_a_write_the_disk_refuses_is_one_line_and_the_previous_output_stays_whol
     assert _files(out) == before
     left = _entries(work) - entries
     assert left == ({"r/embeddings.partial", "r/embeddings.partial/plan.json"} if name == "embed" else set())
+
+
+@pytest.mark.parametrize("in_one_step", [True, False])
+def test_a_folder_output_is_swapped_in_whole_with_or_without_an_exchange_of_folders(tmp_path, monkeypatch,
+                                                                                     in_one_step):
+    """The new folder takes the old one's place in one step (renameat2 RENAME_EXCHANGE) or, where the system
+    cannot, in two renames; either way the old one is gone after, and nothing hidden stays beside it."""
+    from cluster_curate.io import writer
+    if not in_one_step:
+        monkeypatch.setattr(writer, "_exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    for version in ("old", "new"):
+        with writer.staged_directory(out, lambda d: True) as work:
+            (work / "version.txt").write_text(version)
+    assert [f.name for f in tmp_path.iterdir()] == ["out"] and (out / "version.txt").read_text() == "new"
+
+
+# --------------------------------------------------------------------------------------------- SIGKILL
+
+@pytest.fixture(scope="module")
+def big_pipeline(tmp_path_factory) -> Path:
+    """The pipeline on GSM8K's whole train split: long enough writes to kill a command in the middle of one."""
+    if not GSM_FULL.exists():
+        pytest.skip(f"{GSM_FULL} is not here")
+    return _pipeline(tmp_path_factory.mktemp("hard-big") / "pipeline", GSM_FULL)
+
+
+def _kill_mid_write(argv: list[str], work: Path, temporary: re.Pattern) -> str:
+    """Start the command and SIGKILL it the moment a temporary file or folder matching `temporary` (its path under
+    `work`) exists: no handler runs, as under the OOM killer. Returns that temporary's path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    p = subprocess.Popen([sys.executable, "-m", "cluster_curate", *argv, "-q"], cwd=work,
+                         env=dict(env, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    hit = None
+    while hit is None and p.poll() is None:
+        hit = next((str(Path(d, n).relative_to(work)) for d, dirs, files in os.walk(work) for n in dirs + files
+                    if temporary.search(str(Path(d, n).relative_to(work)))), None)
+    p.kill()
+    _, err = p.communicate(timeout=60)
+    assert hit is not None and p.returncode == -signal.SIGKILL, f"finished before it was killed: {err}"
+    return hit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,temporary", [
+    ("embed", r"^r/embeddings\.partial/\.chunk-\d+\.parquet\.\w{8}\.tmp$"),  # a chunk being committed
+    ("shard", r"^r/\.shards\.\w{8}\.tmp$"),                                     # the shards' folder being built
+    ("export-trl", r"^\.ex_trl\.\w{8}\.tmp/\.train\.parquet\.\w{8}\.tmp$"),
+    ("export-jsonl", r"^\.ex_jsonl\.\w{8}\.tmp$"),
+    ("run", r"^r/\.shards\.\w{8}\.tmp$"),                             # run's last stage
+])
+def test_a_command_killed_mid_write_leaves_the_previous_output_whole_and_the_rerun_removes_its_leftovers(
+        big_pipeline, tmp_path, name, temporary):
+    """SIGKILL (the OOM killer) while a command writes: the previous output is whole (a later command never
+    reads half an output), and the next run of the same command removes what the killed one left (its hidden
+    temporary folder, a shards folder's worth, stayed for good, one more per kill)."""
+    work = _copy(big_pipeline, tmp_path)
+    out = work / COMMANDS[name][1]
+    before, entries = _files(out / "shards" if name == "run" else out), _entries(work)
+    left = _kill_mid_write(_again(name), work, re.compile(temporary))
+    assert _files(out / "shards" if name == "run" else out) == before  # run: its stages before shard ran again
+    assert left in _entries(work) - entries
+    r = _cli(_again(name) + (["--resume"] if name == "embed" else []), work)
+    assert r.returncode == 0, r.stderr
+    assert {e for e in _entries(work) - entries if Path(e).name.startswith(".")} == set()
+    assert _cli(["report", "r"], work).returncode == 0  # the pipeline reads as whole

@@ -19,6 +19,14 @@ from pathlib import Path
 
 from cluster_curate.errors import CurateError
 
+_HELD: set[Path] = set()  # the locks this process holds
+
+
+def held() -> bool:
+    """Whether this process holds an output's lock: it is then that output's one writer (a command of one process,
+    or `run`), so a temporary file beside what it writes is a dead writer's, not another process's at work."""
+    return bool(_HELD)
+
 
 def lock_path(out: str | os.PathLike) -> Path:
     """The lock of the output `out` where it is written: through links (a folder linked to another disk, two
@@ -62,8 +70,10 @@ def output_lock(out: str | os.PathLike, command: str):
                 "since": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": " ".join(sys.argv[1:])[:200]}
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(info).encode())
+        _HELD.add(path)
         yield
     finally:
+        _HELD.discard(path)
         try:
             path.unlink(missing_ok=True)
         finally:

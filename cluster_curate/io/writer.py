@@ -3,7 +3,8 @@ part goes through these functions, so every write is atomic (a temporary file in
 rename), an existing output is replaced only when asked, and the metadata is attached in one way.
 
 A directory output (the shards) is built in a hidden temporary directory beside it and swapped into place
-whole (`staged_directory`): a reader sees the old directory or the new one, never a mix.
+whole (`staged_directory`): a reader sees the old directory or the new one, never a mix. A writer killed without
+clean-up (SIGKILL) leaves only hidden temporaries, which the output's next writer removes (`_remove_leftovers`).
 """
 
 from __future__ import annotations
@@ -101,11 +102,39 @@ def _public_temp(prefix: str, directory: Path) -> str:
     return tmp
 
 
+_LEFTOVERS: dict[Path, set[str]] = {}  # per folder, the leftovers found there when this process first wrote in it
+
+
+def _remove_leftovers(target: Path) -> None:
+    """Remove what a killed writer of `target` left beside it: its temporary file or folder (`.NAME.xxxxxxxx.tmp`)
+    and a replaced folder on its way out (`.NAME.xxxxxxxx.old`). None is ever read (hidden names; a part
+    directory's reader skips them), but a shards folder's may be gigabytes. Only those names, and only by the
+    output's one writer (lock.held): the processes of a multi-rank embed write side by side, unlocked. A folder is
+    listed once per process, before this process made a temporary file there."""
+    from cluster_curate.io.lock import held
+    if not held():
+        return
+    folder = target.parent
+    if folder not in _LEFTOVERS:
+        try:
+            _LEFTOVERS[folder] = {n for n in os.listdir(folder) if _LEFTOVER.match(n)}
+        except OSError:
+            _LEFTOVERS[folder] = set()
+    for name in [n for n in _LEFTOVERS[folder] if _LEFTOVER.match(n).group(1) == target.name]:
+        _LEFTOVERS[folder].discard(name)
+        stale = folder / name
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
 @contextmanager
 def _atomic_file(path: str | os.PathLike) -> Iterator[str]:
     """A temporary file beside `path` that becomes it when the block ends without an error, and is removed when
     it does not (through a link: at the link's target, artifacts.written_at, so the link stays)."""
     p = written_at(path)
+    _remove_leftovers(p)
     with _room_to_write(p):
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = _public_temp(f".{p.name}.", p.parent)
@@ -171,16 +200,9 @@ def parquet_stream(path: str | os.PathLike, schema: pa.Schema) -> Iterator[pq.Pa
     if target.is_dir():
         _refuse_foreign(target, _schema_kind(schema))
         shutil.rmtree(target)
-    tmp = target.with_name(f".{target.name}.tmp")
-    with _room_to_write(target):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with pq.ParquetWriter(tmp, schema, use_dictionary=_dictionary_columns(schema)) as writer:
-                yield writer
-            os.replace(tmp, target)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+    with _atomic_file(target) as tmp, \
+            pq.ParquetWriter(tmp, schema, use_dictionary=_dictionary_columns(schema)) as writer:
+        yield writer
 
 
 def write_artifact(table: pa.Table, path: str | os.PathLike, meta: ArtifactMeta, *, overwrite: bool = False) -> ArtifactMeta:
@@ -251,6 +273,7 @@ def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool])
             why = replace_refusal(out_dir, kind)
         if why:
             raise CurateError(f"{out_dir}: {why}")
+    _remove_leftovers(out_dir)
     with _room_to_write(out_dir):  # what the block writes into `work` (shards, an export) is named by its folder
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
@@ -259,13 +282,38 @@ def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool])
             os.chmod(work, umask_mode(directory=True))
             for f in work.rglob("*"):
                 os.chmod(f, umask_mode(directory=f.is_dir()))
-            if out_dir.exists():
-                trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
-                os.replace(out_dir, trash / "old")
+            if not out_dir.exists():
                 os.replace(work, out_dir)
-                shutil.rmtree(trash, ignore_errors=True)
+            elif _exchange(work, out_dir):  # the old folder is at `work` now
+                shutil.rmtree(work, ignore_errors=True)
             else:
-                os.replace(work, out_dir)
+                trash = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+                try:
+                    os.replace(out_dir, trash / "old")
+                    try:
+                        os.replace(work, out_dir)
+                    except BaseException:
+                        os.replace(trash / "old", out_dir)  # the old folder back in place
+                        raise
+                finally:
+                    shutil.rmtree(trash, ignore_errors=True)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the folders `a` and `b` in one step (Linux renameat2 RENAME_EXCHANGE), so that no moment, nor a kill,
+    finds `b` missing; False where the system or the file system cannot (the caller then renames twice)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_cwd, rename_exchange = -100, 2
+    if renameat2(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
