@@ -6,6 +6,7 @@ next run of that output."""
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import re
@@ -103,6 +104,32 @@ def _file_size_limit(limit: int):
     return pre
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_PR_CAPBSET_DROP, _CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH = 24, 1, 2
+
+
+def _as_a_user():
+    """The command as a user whom file modes bind: root gives up the capabilities that override them."""
+    if os.geteuid() == 0:
+        for cap in (_CAP_DAC_OVERRIDE, _CAP_DAC_READ_SEARCH):
+            if _LIBC.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "cannot drop the capability")
+
+
+def _modes_bind() -> bool:
+    """Whether _as_a_user's commands are refused by a mode (not as root that keeps its capabilities)."""
+    import tempfile
+    if os.geteuid() != 0:
+        return True
+    with tempfile.NamedTemporaryFile() as f:
+        os.chmod(f.name, 0)
+        return subprocess.run(["test", "-r", f.name], preexec_fn=_as_a_user).returncode != 0
+
+
+modes_bind = pytest.mark.skipif(not _modes_bind(), reason="root that cannot give up its capabilities reads and "
+                                                          "writes any file")
+
+
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_a_write_the_disk_refuses_is_one_line_and_the_previous_output_stays_whole(pipeline, tmp_path, name):
     """A write past the file-size limit (EFBIG, as ENOSPC or EDQUOT on a full disk or quota) was an INTERNAL ERROR
@@ -117,6 +144,50 @@ def test_a_write_the_disk_refuses_is_one_line_and_the_previous_output_stays_whol
     assert _files(out) == before
     left = _entries(work) - entries
     assert left == ({"r/embeddings.partial", "r/embeddings.partial/plan.json"} if name == "embed" else set())
+
+
+@modes_bind
+@pytest.mark.parametrize("name", ["shard", "export-torchtune"])
+def test_a_read_only_folder_output_is_refused_before_any_work(pipeline, tmp_path, name):
+    """`--overwrite` of shards or an export whose folder is read-only (chmod 0500): the new folder was built,
+    then swapping it in failed, an INTERNAL ERROR `Permission denied: 'sh' -> '.sh.xxxxxxxx.old/old'` that left
+    that hidden folder behind."""
+    work = _copy(pipeline, tmp_path)
+    out = work / COMMANDS[name][1]
+    before, entries = _files(out), _entries(work)
+    out.chmod(0o500)
+    try:
+        r = _cli(_again(name), work, preexec_fn=_as_a_user)
+    finally:
+        out.chmod(0o755)
+    shown = COMMANDS[name][1]
+    assert _one_error_line(r) == (f"ERROR: {shown}: cannot replace it: cannot write in it (permission denied); "
+                                  f"make it writable (chmod u+w {shown}) or choose another --out")
+    assert _files(out) == before and _entries(work) == entries
+
+
+@modes_bind
+def test_a_read_only_output_folder_and_an_unreadable_input_are_one_line(pipeline, tmp_path):
+    """The folder that holds an output read-only, an input artifact that cannot be read (chmod 000): one line
+    naming the path and what to do (the artifact's was `not a readable Parquet file ([Errno 13] ...)`)."""
+    work = _copy(pipeline, tmp_path)
+    r_dir, selection = work / "r", work / "r" / "selection.parquet"
+    before, entries = _files(selection), _entries(work)
+    r_dir.chmod(0o500)
+    try:
+        r = _cli(_again("select"), work, preexec_fn=_as_a_user)
+    finally:
+        r_dir.chmod(0o755)
+    assert _one_error_line(r) == (f"ERROR: r/selection.parquet: cannot create it: cannot write in {r_dir} "
+                                  "(permission denied); make it writable or choose another output")
+    (r_dir / "clusters.parquet").chmod(0)
+    try:
+        r = _cli(_again("select"), work, preexec_fn=_as_a_user)
+    finally:
+        (r_dir / "clusters.parquet").chmod(0o644)
+    assert _one_error_line(r) == ("ERROR: r/clusters.parquet: cannot read it (permission denied); make it readable "
+                                  "(chmod u+r) or run as a user who may read it")
+    assert _files(selection) == before and _entries(work) == entries
 
 
 @pytest.mark.parametrize("in_one_step", [True, False])

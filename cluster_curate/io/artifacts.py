@@ -140,6 +140,9 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
             why = replace_refusal(p, kind)
             if why:
                 raise CurateError(f"{label}: {why}")
+        if p.is_dir() and (reason := _cannot_write_in(p)):  # replaced whole: its entries are moved or deleted
+            raise CurateError(f"{p}: cannot replace it: cannot write in it ({reason}); make it writable "
+                              f"(chmod u+w {p}) or choose another --out")
     if kind in _PARQUET_KINDS and p.suffix.lower() in _DATA_SUFFIXES:
         raise CurateError(f"{label}: {_article(kind)} {kind} artifact is a Parquet file: name it "
                           f"{p.with_suffix('.parquet').name}")
@@ -158,23 +161,30 @@ def written_at(path: str | os.PathLike) -> Path:
 
 def check_creatable(path: str | os.PathLike) -> None:
     """One line (CurateError) unless `path`, and the temporary and sidecar files beside it, can be created:
-    every existing ancestor is a directory, and the nearest one is writable. Probed by creating and removing a
-    hidden file there, because permission bits do not tell (root, read-only mounts, /proc, /sys)."""
-    import tempfile
-
+    every existing ancestor is a directory, and the nearest one is writable."""
     p = Path(path)
     where = Path(os.path.abspath(p)).parent
     while not where.exists() and where != where.parent:
         where = where.parent
     if not where.is_dir():
         raise CurateError(f"{p}: cannot create it: {where} is a file, not a directory")
+    reason = _cannot_write_in(where)
+    if reason:
+        raise CurateError(f"{p}: cannot create it: cannot write in {where} ({reason}); make it writable or choose "
+                          "another output")
+
+
+def _cannot_write_in(folder: Path) -> str | None:
+    """Why no file can be created in `folder` (None: one can). Probed by creating and removing a hidden file there,
+    because permission bits do not tell (root, read-only mounts, /proc, /sys)."""
+    import tempfile
     try:
-        fd, probe = tempfile.mkstemp(prefix=".cluster-curate-probe-", dir=where)
+        fd, probe = tempfile.mkstemp(prefix=".cluster-curate-probe-", dir=folder)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        reason = "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
-        raise CurateError(f"{p}: cannot create it: cannot write in {where} ({reason})") from None
+        return "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
+    return None
 
 
 # ------------------------------------------------------------------------------ what --overwrite replaces
@@ -362,6 +372,9 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
     files = artifact_files(path)
     try:
         schema_meta = pq.read_schema(files[0]).metadata or {}
+    except PermissionError:
+        raise CurateError(f"{files[0]}: cannot read it (permission denied); make it readable (chmod u+r) or run as "
+                          "a user who may read it") from None
     except (pa.ArrowInvalid, OSError) as e:
         raise CurateError(f"{files[0]}: not a readable Parquet file ({e})") from None
     if META_KEY not in schema_meta:
