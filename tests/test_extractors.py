@@ -214,7 +214,7 @@ def test_chat_and_plain_templates(tmp_path):
     (e,), _ = encode_examples(chat, [ex], None)
     prompt_text = chat.apply_chat_template(ex.prompt, tokenize=False, add_generation_prompt=True)
     assert chat.decode(e.input_ids[:e.response_start]) == prompt_text
-    assert chat.decode(e.input_ids[e.response_start:]) == ex.response + "<|im_end|>"
+    assert chat.decode(e.input_ids[e.response_start:]) == ex.response + "<|im_end|>\n"
     plain = build_tokenizer(chat_template=False)
     (p,), _ = encode_examples(plain, [ex], None)
     assert plain.decode(p.input_ids[:p.response_start]) == (

@@ -647,6 +647,12 @@ def test_a_preference_row_counts_its_prompt_chosen_and_rejected_tokens(tmp_path)
     assert pref["id"] == sft["id"] == list(range(40))
     assert [a - b for a, b in zip(pref["n_tokens"], sft["n_tokens"])] == rejected
     assert pref["n_response_tokens"] == sft["n_response_tokens"]
+    # the model's counts are TRL's: the chosen answer with the template's end of turn and the newline after it
+    whole = [i for i in pref["id"] if len(trl["prompt_ids"][i]) + len(trl["chosen_ids"][i]) <= 512]  # not cut
+    assert len(whole) >= 20
+    assert [pref["n_response_tokens"][i] for i in whole] == [len(trl["chosen_ids"][i]) for i in whole]
+    assert [pref["n_tokens"][i] for i in whole] == [
+        sum(len(trl[f"{part}_ids"][i]) for part in ("prompt", "chosen", "rejected")) for i in whole]
     from tiny_encoder import build_bert  # an encoder feature counts with the encoder's tokenizer
     bert = build_bert(tmp_path / "bert")
     rejected = [len(ids) for ids in AutoTokenizer.from_pretrained(bert)([r["rejected"] for r in rows],

@@ -118,7 +118,7 @@ def test_smollm2_gguf_loads_and_gives_batch_invariant_features():
                    "def add(a, b):\n    return a + b")]
     enc, skipped = encode_examples(fm.tokenizer, exs, None)
     assert not skipped
-    assert fm.tokenizer.decode(enc[1].input_ids[enc[1].response_start:]) == exs[1].response + "<|im_end|>"
+    assert fm.tokenizer.decode(enc[1].input_ids[enc[1].response_start:]) == exs[1].response + "<|im_end|>\n"
     both = extract(fm, collate(enc, fm.pad_id, fm.device), "gradient")
     alone = extract(fm, collate(enc[1:], fm.pad_id, fm.device), "gradient")
     assert both["embedding"].shape == (2, 576)

@@ -39,8 +39,9 @@ DEFAULT_TEXT_DIM = 256
 # explicit `prompt` turns may end with a tool's result (a bad row before). 4: alpaca's input is dolly-15k's `context`
 # column where there is no `input`, and a `system_prompt` column (Open-Orca) is the system turn: both were dropped; a
 # pair's rejected answer counts in n_tokens with its chat template's end-of-turn tokens, as the chosen one does
-# (models.answer_token_counts)
-ALGORITHM_VERSION = 4
+# (models.answer_token_counts). 5: a chosen answer's tokens (loss, model features, n_tokens) keep what the chat
+# template puts after its end-of-turn token (a newline), as TRL trains on it and counts the rejected answer
+ALGORITHM_VERSION = 5
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
 # version bump: the features are the same, and embeddings written without these columns stay valid (those

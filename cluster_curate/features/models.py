@@ -10,11 +10,11 @@ Prompt/response layout (`encode_examples`):
 * When the tokenizer has a chat template, the prompt is the template applied to the prompt turns with
   `add_generation_prompt=True`, and the whole is the template applied to the prompt turns plus
   `{"role": "assistant", "content": response}`. The response tokens are the part of the whole after the
-  prompt: the response text and the end-of-turn token (e.g. `<|im_end|>`), as SFT losses count them.
-  Whitespace the template puts after the end-of-turn token (a trailing newline) is dropped: it carries no
-  learning signal and SFT collators mask it. The whole text is tokenized once, as the model sees it in
-  training, and split where the prompt text ends (fast tokenizers' offsets); so the prompt ids are always a
-  prefix of the example's ids, and no spurious word-start token appears at the response's first word.
+  prompt: the response text, the end-of-turn token (e.g. `<|im_end|>`) and what the template puts after it (a
+  newline), as TRL's SFTTrainer and DPOTrainer train on them (`answer_token_counts` counts alike). The whole
+  text is tokenized once, as the model sees it in training, and split where the prompt text ends (fast
+  tokenizers' offsets); so the prompt ids are always a prefix of the example's ids, and no spurious word-start
+  token appears at the response's first word.
 * Otherwise the documented plain template is used::
 
       [bos]### System:\n{system}\n\n### User:\n{user}\n\n### Assistant:\n{assistant}\n\n ... ### Assistant:\n
@@ -327,10 +327,7 @@ def _render(tokenizer, prompt: list[dict], response: str) -> tuple[str, str]:
                 break
             n += 1
         prompt_text = full_text[:n]
-    rest = full_text[len(prompt_text):]
-    if rest.strip():  # drop whitespace after the end-of-turn token (keep it when that is all there is)
-        rest = rest.rstrip()
-    return prompt_text, prompt_text + rest
+    return prompt_text, full_text
 
 
 def answer_token_counts(tokenizer, examples: list, answers: list[str], prompts: list[str] | None = None) -> list[int]:
