@@ -81,6 +81,7 @@ _ARTIFACT = {"path": str, "kind": str, "rows": int, "version": str,
              "dataset": {"source": (str, None), "fingerprint": (str, None)}, "fingerprint": str}
 _STATS = Map(NUMBER)
 _FIELDS = Map((str, None))  # inspect's field mapping of one input: {prompt, response, ...: column}
+_CHOSEN_FROM = Map(int)  # labelled pairs: {answer column: pairs whose chosen answer it holds}
 
 SCHEMAS = {
     "inspect": {
@@ -90,8 +91,9 @@ SCHEMAS = {
         "rejects": [{"id": int, "location": str, "field": (str, None), "reason": str}],
         "duplicates": int, "duplicate_prompts": int, "with_system_prompt": int, "with_tools": int, "multi_turn": int,
         "tokenizer": (str, None), "lengths": Map(_LENGTH), "fingerprint": str, "same_answer_pairs?": int,
-        "same_answer_ids?": [int], "inputs?": [{"input": str, "source": str, "format": str, "rows": int,
-                                                "bad_rows": int, "rejected": int, "first_id": int, "fields": _FIELDS}],
+        "same_answer_ids?": [int], "chosen_from?": _CHOSEN_FROM,
+        "inputs?": [{"input": str, "source": str, "format": str, "rows": int, "bad_rows": int, "rejected": int,
+                     "first_id": int, "fields": _FIELDS, "chosen_from?": _CHOSEN_FROM}],
         "decontamination?": [_EVAL_SET],
     },
     "embed": _EMBED,

@@ -286,3 +286,45 @@ def test_a_mixture_input_reads_its_pairs_by_its_label_field(tmp_path):
         else:
             good, bad = trl[i]["chosen"], trl[i]["rejected"]
         assert (row["chosen"][0]["content"], row["rejected"][0]["content"]) == (good, bad), (name, i)
+
+
+def test_inspect_says_how_many_pairs_each_answer_column_gave_the_chosen_answer(tmp_path):
+    """With --label-field, inspect (text and --json) counts the pairs whose chosen answer is the response
+    column's (label 1) and those whose is the rejected column's (label 0: the two swapped); a bad label is a bad
+    row, in neither count. A mixture's input says it in its row; an input without a label does not."""
+    rows = shp_rows(40)
+    rows[5]["labels"] = "tie"
+    write_jsonl(tmp_path / "shp.jsonl", rows)
+    from_a = sum(r["labels"] == 1 for r in rows)
+    from_b = sum(r["labels"] == 0 for r in rows)
+    assert from_a and from_b and from_a + from_b == 39
+    flags = [*SHP_FLAGS, "--label-field", "labels", "--on-bad-row", "skip"]
+    summary = json.loads(_ok("inspect", "shp.jsonl", *flags, "--json", cwd=tmp_path).stdout)
+    assert (summary["examples"], summary["bad_rows"]) == (39, 1)
+    assert summary["chosen_from"] == {"human_ref_A": from_a, "human_ref_B": from_b}
+    text = _wide("inspect", "shp.jsonl", *flags, cwd=tmp_path)
+    assert f"{from_a} chosen from human_ref_A (labels 1), {from_b} from human_ref_B (labels 0)" in text, text
+    pq.write_table(pku_table(12), tmp_path / "pku.parquet")  # PKU-SafeRLHF: response_1 chosen where it is better
+    pku = json.loads(_ok("inspect", "pku.parquet", "--prompt-field", "prompt", *PKU_FLAGS, "--json",
+                         cwd=tmp_path).stdout)
+    better = pku_table(12).column("better_response_id").to_pylist()
+    assert pku["chosen_from"] == {"response_1": better.count(1), "response_0": better.count(0)}
+    write_jsonl(tmp_path / "trl.jsonl", [{"prompt": r["question"], "chosen": r["answer"], "rejected": "No idea."}
+                                         for r in _gsm(10)])
+    unlabelled = json.loads(_ok("inspect", "trl.jsonl", "--json", cwd=tmp_path).stdout)
+    assert "chosen_from" not in unlabelled
+    keys = "prompt_field: history, response_field: human_ref_A, rejected_field: human_ref_B, label_field: labels"
+    (tmp_path / "mix.yaml").write_text(f"inputs:\n  - {{path: shp.jsonl, {keys}, on_bad_row: skip}}\n"
+                                       "  - {path: trl.jsonl}\n")
+    mix = json.loads(_ok("inspect", "mix.yaml", "--json", cwd=tmp_path).stdout)
+    assert [i.get("chosen_from") for i in mix["inputs"]] == [{"human_ref_A": from_a, "human_ref_B": from_b}, None]
+    text = _wide("inspect", "mix.yaml", cwd=tmp_path)
+    assert f"{from_a} chosen from human_ref_A (labels 1), {from_b} from human_ref_B (labels 0)" in text, text
+
+
+def _wide(*argv, cwd) -> str:
+    """What a command prints on a terminal wide enough for its tables' rows not to wrap."""
+    from test_rough_edges import _cli as _cli_with_env
+    r = _cli_with_env(*argv, cwd=cwd, COLUMNS="250")
+    assert r.returncode == 0, r.stderr
+    return r.stdout

@@ -140,6 +140,7 @@ def inspect(data, **options) -> dict:
         "lengths": lengths, "fingerprint": ds.fingerprint(),
         **({"same_answer_pairs": len(c.same_answer), "same_answer_ids": c.same_answer[:INSPECT_LISTED_SAME_ANSWER]}
            if c.rejected_chars else {}),
+        **({"chosen_from": ds.chosen_from} if not isinstance(ds, Mixture) and ds.chosen_from else {}),
         **({"inputs": _inputs(ds)} if isinstance(ds, Mixture) else {}),
         **({"decontamination": asks.records(opts["decontaminate"])} if evals else {}),
     }
@@ -203,7 +204,8 @@ def _inputs(mix) -> list[dict]:
     """A mixture's inputs, one row each (after the reading pass); then the shards' typed columns are checked
     (inputs that disagree on a column's type are an error here, as in embed and shard)."""
     rows = [{"input": inp.name, "source": d.source, "format": d.format, "rows": d.rows, "bad_rows": len(d.rejects),
-             "rejected": len(d.rejects), "first_id": int(first), "fields": d.fields}  # (rejected: as above)
+             "rejected": len(d.rejects), "first_id": int(first), "fields": d.fields,  # (rejected: as above)
+             **({"chosen_from": d.chosen_from} if d.chosen_from else {})}
             for inp, d, first in zip(mix.inputs, mix.datasets, mix.offsets())]
     mix.check_columns()
     return rows
@@ -234,6 +236,8 @@ def render(r: dict, options: dict) -> None:
         n, ids = r["same_answer_pairs"], r["same_answer_ids"]
         shown = ", ".join(map(str, ids[:10])) + (", ..." if n > 10 else "")
         data_rows["pairs with the same answer"] = f"{n} (ids {shown})" if n else 0
+    if "chosen_from" in r:
+        data_rows["labelled pairs"] = _chosen_text(r["chosen_from"], r["fields"]["label"])
     from cluster_curate.commands.select_parts import eval_set_text
     for d in r.get("decontamination", []):
         ids = ", ".join(map(str, d["ids"][:5])) + (", ..." if d["rows"] > 5 else "")
@@ -245,12 +249,23 @@ def render(r: dict, options: dict) -> None:
     console.summary(f"inspect {r['source']}", data_rows, table)
     if r.get("inputs"):
         console.summary("inputs", {"inputs": len(r["inputs"])},
-                        [{**{k: v for k, v in i.items() if k != "rejected"}, "fields": _fields_text(i["fields"])}
+                        [{**{k: v for k, v in i.items() if k not in ("rejected", "chosen_from")},
+                          "fields": _fields_text(i["fields"]),
+                          **({"labelled pairs": _chosen_text(i.get("chosen_from"), i["fields"].get("label"))}
+                             if any("chosen_from" in j for j in r["inputs"]) else {})}
                          for i in r["inputs"]])
 
 
 def _fields_text(fields: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def _chosen_text(chosen_from: dict | None, label: str | None) -> str:
+    """Labelled pairs by the column of their chosen answer: {response column: n (label 1), rejected column: n}."""
+    if not chosen_from:
+        return "-"
+    (kept, n_kept), (swapped, n_swapped) = chosen_from.items()
+    return f"{n_kept} chosen from {kept} ({label} 1), {n_swapped} from {swapped} ({label} 0)"
 
 
 def as_json(r: dict) -> dict:

@@ -64,7 +64,7 @@ from cluster_curate.io.containers import JsonRow, file_fingerprint, open_contain
 from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.fields import resolve_fields
 from cluster_curate.io.formats import FieldMap, RecordError
-from cluster_curate.io.preference import to_preference
+from cluster_curate.io.preference import _labelled, to_preference
 from cluster_curate.io.records import to_example
 
 __all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset", "default_rejects_path",
@@ -248,6 +248,7 @@ class Dataset:
             self.path, self._src = open_container(str(source))
         self.container = self._src.kind
         self.rejects: list[Reject] = []
+        self.chosen_from: dict[str, int] = {}  # labelled pairs: {answer column: pairs whose chosen answer it holds}
         self.rows: int | None = getattr(self._src, "rows", None)
         self._fingerprint: str | None = None
         self._key_column = "key"
@@ -395,7 +396,10 @@ class Dataset:
             return
         try:
             if self.field_map.rejected:
-                examples.append(Example(id_, *to_preference(rec, self.field_map)))
+                fields = _labelled(rec, self.field_map)  # the row's answers in the order of its label, if any
+                examples.append(Example(id_, *to_preference(rec, fields)))
+                if self.field_map.label:
+                    self.chosen_from[fields.response or fields.prompt] += 1
                 return
             prompt, response = to_example(rec, self.field_map)
         except RecordError as e:
@@ -404,12 +408,14 @@ class Dataset:
         examples.append(Example(id_, prompt, response))
 
     def iter_batches(self, batch_rows: int = 2048, examples: bool = True) -> Iterator[Batch]:
-        """Batches of up to `batch_rows` source rows, in order. Resets `rejects`; sets `rows` at the end.
-        examples=False: raw rows only (no Example conversion, no row checks), for a pass that only copies rows
-        already validated (shard); a third of the reader's time on columnar sources."""
+        """Batches of up to `batch_rows` source rows, in order. Resets `rejects` and `chosen_from`; sets `rows` at
+        the end. examples=False: raw rows only (no Example conversion, no row checks), for a pass that only copies
+        rows already validated (shard); a third of the reader's time on columnar sources."""
         if batch_rows < 1:
             raise ValueError("batch_rows must be >= 1")
         self.rejects = []
+        fm = self.field_map
+        self.chosen_from = dict.fromkeys((fm.response or fm.prompt, fm.rejected), 0) if fm.label else {}
         self._built_nested, self.late_text_columns = set(), []
         with _read_errors(self.source):
             if hasattr(self._src, "iter_rows"):
