@@ -861,12 +861,49 @@ def test_xlam_rows_are_read_as_a_question_and_its_calls(tmp_path):
     cases = {"no-name": ('[{"arguments": {"city": "Oslo"}}]', "field 'answers[0]': no name"),
              "not-json": ('[{"name": "get_weather", ', "field 'answers': tool calls are text that is not valid JSON"),
              "an-object": ('{"name": "get_weather"}', "field 'answers': tool calls are an object, expected a list"),
-             "no-call": ("[]", "field 'answers': empty response (an empty list of tool calls)")}
+             "no-call": ("[]", "field 'answers': an empty list of tool calls (an xLAM irrelevance row")}
     for name, (answers, expected) in cases.items():
         path = write_jsonl(tmp_path / f"{name}.jsonl", [rows[0], dict(rows[1], answers=answers), rows[2]])
         r = _cli("embed", str(path), "--out", str(tmp_path / f"{name}.parquet"), "--features", "text")
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert f"{path}:2: {expected}" in r.stderr.strip().splitlines()[-1], r.stderr
+
+
+def xlam_irrelevance_rows(n: int) -> list[dict]:
+    """Rows as MadeAgents/xlam-irrelevance-7.5k has them (one JSON array, `xlam-7.5k-irrelevancek.json`): xLAM's
+    rows whose right tool was taken out of `tools`, relabelled `answers: "[]"` (no tool fits: call none)."""
+    rows = xlam_rows(n)
+    for r in rows:
+        r["tools"] = json.dumps([t for t in json.loads(r["tools"]) if not t["name"].startswith("get_")])
+        r["answers"] = "[]"
+    return rows
+
+
+def test_xlam_irrelevance_rows_are_refused_in_one_line_saying_why_and_how(tmp_path):
+    """An xLAM irrelevance row (`answers: "[]"`) teaches "call no tool", which an OpenAI chat writes as a text
+    reply: an assistant turn with no call and no text has no faithful form (the chat templates that trainers apply
+    render it as an empty answer, or raise), so a trainer would learn to say nothing. Such a row is refused in one
+    line naming the file, row and field, saying so and how to fix it, before any work (not a generic empty
+    response); --on-bad-row skip leaves them out and counts them. The same question with a text answer is read."""
+    path = tmp_path / "xlam-7.5k-irrelevancek.json"
+    path.write_text(json.dumps([*xlam_rows(6), *xlam_irrelevance_rows(4)], indent=4))
+    r = _cli("embed", str(path), "--out", str(tmp_path / "e.parquet"), "--features", "text", "--dim", "4")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    first = 1 + 6 * 6 + 1  # the line that opens row 6 (each row's object is 6 lines)
+    assert line.startswith(f"ERROR: {path}:{first}: field 'answers': an empty list of tool calls (an xLAM "
+                           "irrelevance row: no tool fits the query) has no chat form"), line
+    assert "give such rows a text answer that says no tool fits" in line and "(id 6;" in line, line
+    assert not (tmp_path / "e.parquet").exists()
+    summary = _inspect(path, "--on-bad-row", "skip")
+    assert (summary["format"], summary["examples"], summary["bad_rows"]) == ("xlam", 6, 4)
+    # the fix the message gives: the question, its tools and a text answer, as an OpenAI chat writes it
+    fixed = [{"messages": [{"role": "user", "content": r["query"]},
+                           {"role": "assistant", "content": "None of the tools I have can look that up."}],
+              "tools": json.loads(r["tools"])} for r in xlam_irrelevance_rows(4)]
+    summary = _inspect(write_jsonl(tmp_path / "fixed.jsonl", fixed))
+    assert (summary["format"], summary["examples"], summary["bad_rows"], summary["with_tools"]) == \
+        ("messages", 4, 0, 4)
 
 
 @pytest.mark.slow

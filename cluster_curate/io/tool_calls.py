@@ -83,9 +83,19 @@ def answer_calls(value, field: str) -> list[dict]:
     if value is None:
         raise RecordError(field, "missing response")
     calls = [_call(where, call) for where, call in _listed_calls(value, field)]
-    if not calls:  # xLAM's irrelevance rows: no call, and no text to learn either
-        raise RecordError(field, "empty response (an empty list of tool calls)")
+    if not calls:
+        raise RecordError(field, NO_CALL)
     return calls
+
+
+# MadeAgents/xlam-irrelevance-7.5k's rows (xLAM's, the right tool taken out of `tools`) answer "[]": call no tool.
+# An OpenAI chat says that with a text reply; an assistant turn with an empty call list and no text is no message
+# a chat template renders as such (Qwen's render an empty answer, Llama 3's and gpt-oss' raise), so a trainer
+# would learn to end the turn at once. No faithful reading: the row is refused, saying how to give it one.
+NO_CALL = ("an empty list of tool calls (an xLAM irrelevance row: no tool fits the query) has no chat form: chat "
+           "templates render an assistant turn with no call and no text as an empty answer or refuse it, so a "
+           "trainer would learn to say nothing; give such rows a text answer that says no tool fits (e.g. "
+           "`messages` with the question and that reply, and `tools`)")
 
 
 def calls_text(calls: list[dict]) -> str:
