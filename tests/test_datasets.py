@@ -610,6 +610,40 @@ def test_json_object_that_is_not_a_mapping_of_records(tmp_path):
         open_dataset(p)
 
 
+def test_json_object_with_the_rows_under_a_key_names_the_key_and_how_to_extract_it(tmp_path):
+    """A .json file of one object holding the rows under a key (SQuAD's `{"version", "data": [...]}`, splits as
+    `{"train": [...], "test": [...]}`), pretty-printed or on one line, is refused before any work in one line that
+    names the key(s) holding lists of records, how many each holds, and the jq command that extracts one; which
+    key holds the rows is not guessed (two keys are splits that must not be mixed, as datasets' json loader asks
+    for its `field`). A one-line chat record (its turns a list of objects) is still one record."""
+    from test_outputs import _cli
+    gsm = [json.loads(line) for line in GSM8K.read_text().splitlines()[:5]] if GSM8K.exists() else [
+        {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(5)]
+    cases = {"squad.json": ({"version": "v2.0", "data": gsm}, 2, "key 'data' holds a list of 5 records",
+                            "jq '.data' squad.json > rows.json"),
+             "oneline.json": ({"version": "v2.0", "data": gsm}, None, "key 'data' holds a list of 5 records",
+                              "jq '.data' oneline.json > rows.json"),
+             "splits.json": ({"train": gsm, "test": gsm[:2]}, 2, "keys 'train' (5 records) and 'test' (2 records) "
+                             "hold lists of records", "jq '.train' splits.json > rows.json"),
+             "splits-oneline.json": ({"train": gsm, "test": gsm[:2]}, None, "keys 'train' (5 records) and 'test' "
+                                     "(2 records) hold lists of records", "jq '.train' splits-oneline.json > "
+                                                                          "rows.json")}
+    for name, (doc, indent, keys, extract) in cases.items():
+        (tmp_path / name).write_text(json.dumps(doc, indent=indent) + "\n")
+        with pytest.raises(CurateError) as e:
+            open_dataset(tmp_path / name)
+        message = str(e.value)
+        assert message.startswith(f"{tmp_path / name}: one JSON object whose {keys}") and extract in message, message
+        r = _cli("embed", name, "--out", "e.parquet", "--features", "text", "--dim", "4", cwd=tmp_path)
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+            f"ERROR: {message.replace(str(tmp_path / name), name)}"], r.stderr
+        assert not (tmp_path / "e.parquet").exists()
+    chat = {"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]}
+    (tmp_path / "chat.json").write_text(json.dumps(chat) + "\n")
+    _, _, examples = read_all(tmp_path / "chat.json")
+    assert [(e.prompt, e.response) for e in examples] == [([{"role": "user", "content": "Hi?"}], "Hello.")]
+
+
 def test_raw_batches_combine_when_a_column_widens(tmp_path):
     p = write_jsonl(tmp_path / "w.jsonl", [{"question": "a", "answer": "b", "note": None},
                                            {"question": "c", "answer": "d", "note": "n", "extra": 1}])

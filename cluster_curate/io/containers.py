@@ -287,7 +287,9 @@ class _JsonDocument:
                 start_line = sc.line_at(sc.pos)
                 key, value = self._entry(sc, opener)
                 index += 1
-                yield self._row(start_line, key, value, first=index == 1 and opener == "{")
+                if index == 1 and opener == "{" and not isinstance(value, dict):
+                    raise self._not_records(sc, key, value)
+                yield self._row(start_line, key, value)
             sc.skip_ws()
             if not sc.at_end():
                 sc.invalid(sc.pos, "extra data after the end of the top-level value")
@@ -295,8 +297,8 @@ class _JsonDocument:
             f.close()
 
     @staticmethod
-    def _entry(sc: _JsonScanner, opener: str):
-        """(key, value) of the next array element or mapping entry."""
+    def _entry(sc: _JsonScanner, opener: str, value: bool = True):
+        """(key, value) of the next array element or mapping entry (value=False: the key, the value left to read)."""
         key = None
         if opener == "{":
             if sc.at_end() or sc.peek() != '"':
@@ -305,15 +307,40 @@ class _JsonDocument:
             sc.skip_ws()
             sc.expect(":", "expected ':' after a key")
             sc.skip_ws()
-        return key, sc.decode_value()
+        return key, sc.decode_value() if value else None
 
-    def _row(self, start_line: int, key, value, first: bool) -> JsonRow:
-        if first and not isinstance(value, dict):
-            # not a mapping of id -> record: one pretty-printed record, or records nested under a key
-            nested = " (records nested under this key? extract that list first)" if isinstance(value, list) else ""
-            raise CurateError(f"{self.path}: a JSON object whose values are not records (key {key!r} holds "
-                              f"{_json_type(value)}){nested}; expected a list of records, an object mapping "
-                              "ids to records, or JSON Lines")
+    def _not_records(self, sc: _JsonScanner, key: str, value) -> CurateError:
+        """An object whose first value is no record: the rows nested under a key (SQuAD's `data`, splits), named
+        with how many each holds and how to extract one (the rest of the object scanned a list element at a time),
+        or one pretty-printed record. Which key holds the rows is not guessed: two are splits, not to be mixed
+        (datasets' json loader is told its `field` too)."""
+        lists = _record_lists({key: value})
+        while True:
+            sc.skip_ws()
+            if sc.at_end() or sc.peek() == "}":
+                break
+            sc.expect(",", "expected ',' or '}' between records")
+            sc.skip_ws()
+            name, _ = self._entry(sc, "{", value=False)
+            if not sc.at_end() and sc.peek() == "[":
+                length, records = _scan_list(sc)
+                if records:
+                    lists[name] = length
+            else:
+                sc.decode_value()
+        if not lists:
+            return CurateError(f"{self.path}: a JSON object whose values are not records (key {key!r} holds "
+                               f"{_json_type(value)}); expected a list of records, an object mapping ids to "
+                               "records, or JSON Lines")
+        held = " and ".join(f"{name!r} ({n} records)" for name, n in lists.items())
+        first = next(iter(lists))
+        what = (f"key {first!r} holds a list of {lists[first]} records" if len(lists) == 1
+                else f"keys {held} hold lists of records (one each, as splits?)")
+        return CurateError(f"{self.path}: one JSON object whose {what}: the rows nested under a key, which this "
+                           f"reader does not guess; extract one list as its own file (jq '.{first}' "
+                           f"{self.path.name} > rows.json) and give that file")
+
+    def _row(self, start_line: int, key, value) -> JsonRow:
         if isinstance(value, dict):
             return JsonRow(start_line, value, key=key)
         what = f"the value of key {key!r}" if key is not None else "the array element"
@@ -321,6 +348,34 @@ class _JsonDocument:
 
     def count(self) -> int:
         return sum(1 for _ in self.iter_rows())
+
+
+def _scan_list(sc: _JsonScanner) -> tuple[int, bool]:
+    """Read past the JSON array at the scanner, one element at a time: (its length, whether it holds records)."""
+    sc.pos += 1  # '['
+    length, records = 0, False
+    while True:
+        sc.skip_ws()
+        if not sc.at_end() and sc.peek() == "]":
+            sc.pos += 1
+            return length, records
+        if length:
+            sc.expect(",", "expected ',' or ']' between values")
+            sc.skip_ws()
+        element = sc.decode_value()
+        records = records or (length == 0 and _is_record(element))
+        length += 1
+
+
+def _is_record(value) -> bool:
+    """A list's first element that makes it a list of records: an object, not a chat's turn (one record holds its
+    turns)."""
+    return isinstance(value, dict) and not {"role", "from"} & value.keys()
+
+
+def _record_lists(obj: dict) -> dict:
+    """{key: length} of the values of a JSON object that are lists of records: rows nested under a key."""
+    return {key: len(value) for key, value in obj.items() if isinstance(value, list) and value and _is_record(value[0])}
 
 
 def _looks_like_json_lines(path: Path) -> bool:
@@ -341,7 +396,8 @@ def _looks_like_json_lines(path: Path) -> bool:
         rest = f.read(4096)
         if rest.strip():
             return True
-        return not (obj and all(isinstance(v, dict) for v in obj.values()))
+        # the whole file on one line: a mapping of id -> record, or rows nested under a key, is one document
+        return not (obj and all(isinstance(v, dict) for v in obj.values())) and not _record_lists(obj)
 
 
 class _Csv:
