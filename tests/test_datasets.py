@@ -611,23 +611,24 @@ def test_json_object_that_is_not_a_mapping_of_records(tmp_path):
 
 
 def test_json_object_with_the_rows_under_a_key_names_the_key_and_how_to_extract_it(tmp_path):
-    """A .json file of one object holding the rows under a key (SQuAD's `{"version", "data": [...]}`, splits as
-    `{"train": [...], "test": [...]}`), pretty-printed or on one line, is refused before any work in one line that
-    names the key(s) holding lists of records, how many each holds, and the jq command that extracts one; which
-    key holds the rows is not guessed (two keys are splits that must not be mixed, as datasets' json loader asks
-    for its `field`). A one-line chat record (its turns a list of objects) is still one record."""
+    """A .json file of one object holding the rows under a key (SQuAD's `{"version", "data": [...]}`, written on
+    one line of megabytes; splits as `{"train": [...], "test": [...]}`, pretty-printed) is refused before any work in
+    one line that names the key(s) holding lists of records, how many each holds, and the jq command that extracts
+    one; which key holds the rows is not guessed (two keys are splits that must not be mixed, as datasets' json
+    loader asks for its `field`). A one-line chat record (its turns a list of objects) is still one record."""
     from test_outputs import _cli
     gsm = [json.loads(line) for line in GSM8K.read_text().splitlines()[:5]] if GSM8K.exists() else [
         {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(5)]
-    cases = {"squad.json": ({"version": "v2.0", "data": gsm}, 2, "key 'data' holds a list of 5 records",
+    many = gsm * 1000  # a line longer than the 1 MiB a one-line record is read within
+    cases = {"squad.json": ({"version": "v2.0", "data": many}, None, "key 'data' holds a list of 5000 records",
                             "jq '.data' squad.json > rows.json"),
-             "oneline.json": ({"version": "v2.0", "data": gsm}, None, "key 'data' holds a list of 5 records",
-                              "jq '.data' oneline.json > rows.json"),
+             "pretty.json": ({"version": "v2.0", "data": gsm}, 2, "key 'data' holds a list of 5 records",
+                             "jq '.data' pretty.json > rows.json"),
              "splits.json": ({"train": gsm, "test": gsm[:2]}, 2, "keys 'train' (5 records) and 'test' (2 records) "
                              "hold lists of records", "jq '.train' splits.json > rows.json"),
-             "splits-oneline.json": ({"train": gsm, "test": gsm[:2]}, None, "keys 'train' (5 records) and 'test' "
-                                     "(2 records) hold lists of records", "jq '.train' splits-oneline.json > "
-                                                                          "rows.json")}
+             "splits-oneline.json": ({"train": many, "test": gsm[:2]}, None, "keys 'train' (5000 records) and "
+                                     "'test' (2 records) hold lists of records", "jq '.train' splits-oneline.json > "
+                                                                                 "rows.json")}
     for name, (doc, indent, keys, extract) in cases.items():
         (tmp_path / name).write_text(json.dumps(doc, indent=indent) + "\n")
         with pytest.raises(CurateError) as e:

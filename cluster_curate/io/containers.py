@@ -396,8 +396,7 @@ def _looks_like_json_lines(path: Path) -> bool:
         rest = f.read(4096)
         if rest.strip():
             return True
-        # the whole file on one line: a mapping of id -> record, or rows nested under a key, is one document
-        return not (obj and all(isinstance(v, dict) for v in obj.values())) and not _record_lists(obj)
+        return not (obj and all(isinstance(v, dict) for v in obj.values()))
 
 
 class _Csv:
