@@ -64,7 +64,7 @@ from cluster_curate.io.containers import JsonRow, file_fingerprint, open_contain
 from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.fields import resolve_fields
 from cluster_curate.io.formats import FieldMap, RecordError
-from cluster_curate.io.preference import _labelled, to_preference
+from cluster_curate.io.preference import labelled_fields, to_preference
 from cluster_curate.io.records import to_example
 
 __all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset", "default_rejects_path",
@@ -396,7 +396,7 @@ class Dataset:
             return
         try:
             if self.field_map.rejected:
-                fields = _labelled(rec, self.field_map)  # the row's answers in the order of its label, if any
+                fields = labelled_fields(rec, self.field_map)  # the row's answers in the order of its label, if any
                 examples.append(Example(id_, *to_preference(rec, fields)))
                 if self.field_map.label:
                     self.chosen_from[fields.response or fields.prompt] += 1
