@@ -128,7 +128,7 @@ def main():
       embed DATA --out E            one feature vector per example (--features)
       cluster E --out C             k-means (faiss) over the features
       select C --out S              a balanced, budgeted subset of every cluster
-      shard S --data DATA --out D   N equal, stratified, token-balanced shards
+      shard S --out D               N equal, stratified, token-balanced shards
     `run` does all four; `inspect` looks at a dataset first; `report` explains any
     artifact; `export` writes the shards in a trainer's layout, and `verify`
     checks, after training, that each rank consumed its shard.

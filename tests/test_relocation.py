@@ -190,8 +190,10 @@ def test_an_artifact_without_the_absolute_path_reads_its_data_as_before(tmp_path
     a, b = _embedded_in_a(tmp_path, monkeypatch)
     _as_written_before(a / "e.parquet")
     _cluster_reads_answers("e.parquet", a / "c.parquet")  # from where it was embedded
-    monkeypatch.chdir(b)  # from elsewhere: kinds off, saying why and what to pass
-    res = _invoke("cluster", "../a/e.parquet", "--out", "c.parquet", "--k", "6", "--json")
+    monkeypatch.chdir(b)  # from elsewhere: found beside the embeddings, which sit in the folder it was read from
+    _cluster_reads_answers("../a/e.parquet", b / "c.parquet")
+    (a / "data.jsonl").rename(a / "moved.jsonl")  # gone: kinds off, saying why and what to pass
+    res = _invoke("cluster", "../a/e.parquet", "--out", "c2.parquet", "--k", "6", "--json")
     why = _summary(res)["kinds_why_not"]
     assert "answers were not read (data.jsonl (the dataset e.parquet records): no such file or directory; " \
         "pass --data DATA)" in why

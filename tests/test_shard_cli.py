@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -327,3 +328,40 @@ def test_loading_with_datasets_pyarrow_and_the_loader(tmp_path, data, cli_runner
     # a plain process (no torchrun, no process group) read shard 0 of the 2 without a word: half the selection
     with pytest.raises(CurateError, match=r"holds 2 shards, one per rank.*torchrun --nproc-per-node 2, or pass rank="):
         load_shard(out)
+
+
+def test_data_defaults_to_the_dataset_the_selection_records(tmp_path, data, cli_runner, monkeypatch):
+    """--data left out: the dataset the selection's lineage records, found as written, at its recorded absolute
+    path, or beside the selection; the shards are the same bytes as with --data. Gone or changed: one line naming
+    the recorded path and --data."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.jsonl").write_bytes(data.read_bytes())
+    make_selection(tmp_path / "sel.parquet", Path("d.jsonl"), k=3, fraction=0.5)  # recorded as written: relative
+    for name, given in (("given", ["--data", "d.jsonl"]), ("found", [])):
+        r = _run(cli_runner, "sel.parquet", *given, "--out", name, "-n", "2", "-m", "2", "-q")
+        assert r.exit_code == 0, r.output
+    digests = [{p.name: _sha(p) for p in (tmp_path / n).iterdir()} for n in ("given", "found")]
+    assert digests[0] == digests[1] and "manifest.json" in digests[0]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the relative path is found at its recorded absolute path
+    r = _run(cli_runner, "../sel.parquet", "--out", "sh", "-n", "2", "-m", "2", "-q")
+    assert r.exit_code == 0, r.output
+    assert read_manifest(elsewhere / "sh")["fingerprint"] == read_manifest(tmp_path / "given")["fingerprint"]
+    moved = tmp_path / "moved"  # data and selection moved together: the data is found beside the selection
+    moved.mkdir()
+    for f in ("d.jsonl", "sel.parquet"):
+        (tmp_path / f).rename(moved / f)
+    r = _run(cli_runner, moved / "sel.parquet", "--out", "sh2", "-n", "2", "-m", "2", "-q")
+    assert r.exit_code == 0, r.output
+    assert read_manifest(elsewhere / "sh2")["fingerprint"] == read_manifest(tmp_path / "given")["fingerprint"]
+    with open(moved / "d.jsonl", "a") as f:  # changed since
+        f.write(json.dumps({"question": "q?", "answer": "a", "meta": {"i": -1}}) + "\n")
+    r = _run(cli_runner, moved / "sel.parquet", "--out", "sh3", "-n", "2")
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "d.jsonl" in r.output and "changed" in r.output and "pass --data" in r.output, r.output
+    (moved / "d.jsonl").unlink()  # gone
+    r = _run(cli_runner, moved / "sel.parquet", "--out", "sh3", "-n", "2")
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "d.jsonl (the dataset sel.parquet records" in r.output and "pass --data DATA" in r.output, r.output
+    assert not (elsewhere / "sh3").exists()

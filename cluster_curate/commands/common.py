@@ -7,21 +7,60 @@ from cluster_curate.errors import CurateError
 
 
 def open_recorded_data(o: dict, name: str, meta):
-    """The raw data behind artifact `name`: --data, else the dataset (or mixture) its lineage `meta` records; it
-    must be the one the artifact was made from when the artifact records one. None when there is neither."""
+    """The raw data behind artifact `name`: --data, else the dataset (or mixture) its lineage `meta` records (as
+    written, at its recorded absolute path, else beside `name`: a folder moved with its data); it must be the one
+    the artifact was made from when the artifact records one. None when there is neither."""
+    from pathlib import Path
+
     from cluster_curate.io.artifacts import check_dataset_matches
     from cluster_curate.io.mixture import is_mixture_record, open_lineage_data
     from cluster_curate.options import read_options
     record = meta.dataset or {}
     try:
-        ds = open_lineage_data(o["data"], record, read_options(o))
+        ds = open_lineage_data(o["data"], record if o["data"] else relocated(record, Path(str(name)).parent),
+                               read_options(o))
     except CurateError as e:
         if o["data"] or not (record.get("source") or is_mixture_record(record)):
             raise  # --data given: its own error says which path
         raise CurateError(recorded_data_error(str(e), name, record)) from None
-    if ds is not None and record.get("fingerprint"):
-        check_dataset_matches(meta, name, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"])
+    if ds is None or not record.get("fingerprint"):
+        return ds
+    if not o["data"] and not o["force"] and ds.fingerprint() != record["fingerprint"]:
+        raise CurateError(f"{ds.source} (the {'mixture' if is_mixture_record(record) else 'dataset'} "
+                          f"{Path(str(name)).name} records) has changed since (fingerprint {ds.fingerprint()}, "
+                          f"{record['fingerprint']} when recorded); pass --data DATA (the data it was made from), or "
+                          f"--force to use it as it is now")
+    check_dataset_matches(meta, name, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"])
     return ds
+
+
+def recorded_paths(record: dict) -> list[str]:
+    """The paths a lineage record's data is read from (each input's, for a mixture)."""
+    from cluster_curate.io.datasets import recorded_source
+    from cluster_curate.io.mixture import is_mixture_record
+    items = record["inputs"] if is_mixture_record(record) else [record] if record.get("source") else []
+    return [p for p in (recorded_source(i) for i in items) if p]
+
+
+def relocated(record: dict, beside) -> dict:
+    """`record` with each recorded path that is not there (as written, nor at its absolute path) but is relative
+    to `beside` pointed there."""
+    import os
+
+    from cluster_curate.io.datasets import recorded_source
+    from cluster_curate.io.mixture import is_mixture_record
+
+    def move(item: dict) -> dict:
+        path = recorded_source(item)
+        if path and not path.startswith("hf:") and not os.path.exists(path) and not os.path.isabs(path):
+            there = beside / path
+            if there.exists():
+                return {**item, "source": str(there)}
+        return item
+
+    if is_mixture_record(record):
+        return {**record, "inputs": [move(i) for i in record["inputs"]]}
+    return move(record) if record.get("source") else record
 
 
 def check_every_id_read(ds, ids, found) -> None:

@@ -97,6 +97,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
 
     import pyarrow as pa
 
+    from cluster_curate.commands.common import recorded_paths, relocated
     from cluster_curate.io.datasets import data_paths, settled_pass
     from cluster_curate.io.mixture import Mixture, is_mixture_record, open_lineage_data
     ids = sorted(int(i) for i in manifest.get("leftover_ids") or [])
@@ -104,8 +105,8 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
         return None
     recorded = manifest.get("inputs", {}).get("data") or manifest.get("dataset") or {}
     data = data_paths(o["data"])
-    record = recorded if data else _relocated(recorded, Path(source).parent)
-    paths = data or _recorded_paths(record)
+    record = recorded if data else relocated(recorded, Path(source).parent)
+    paths = data or recorded_paths(record)
     missing = [p for p in paths if not p.startswith("hf:") and not Path(p).exists()]
 
     def unreadable(why: str) -> CurateError:
@@ -161,35 +162,6 @@ def _leftover_parts(ds, wanted: pa.Array, mixture: bool) -> list[pa.Table]:
                 t = t.add_column(at + k, name, column)
         parts.append(t)
     return parts
-
-
-def _recorded_paths(record: dict) -> list[str]:
-    """The paths a lineage record's data is read from (each input's, for a mixture)."""
-    from cluster_curate.io.datasets import recorded_source
-    from cluster_curate.io.mixture import is_mixture_record
-    items = record["inputs"] if is_mixture_record(record) else [record] if record.get("source") else []
-    return [p for p in (recorded_source(i) for i in items) if p]
-
-
-def _relocated(record: dict, beside) -> dict:
-    """`record` with each recorded path that is not there (as written, nor at its absolute path) but is relative
-    to `beside` pointed there."""
-    import os
-
-    from cluster_curate.io.datasets import recorded_source
-    from cluster_curate.io.mixture import is_mixture_record
-
-    def move(item: dict) -> dict:
-        path = recorded_source(item)
-        if path and not path.startswith("hf:") and not os.path.exists(path) and not os.path.isabs(path):
-            there = beside / path
-            if there.exists():
-                return {**item, "source": str(there)}
-        return item
-
-    if is_mixture_record(record):
-        return {**record, "inputs": [move(i) for i in record["inputs"]]}
-    return move(record) if record.get("source") else record
 
 
 def render(result: dict, options: dict) -> None:

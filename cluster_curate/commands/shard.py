@@ -1,4 +1,4 @@
-"""`shard S --data DATA --out D`: plan the allocation on ids and small columns, then stream the raw data once
+"""`shard S [--data DATA] --out D`: plan the allocation on ids and small columns, then stream the raw data once
 and write N Parquet shards in planned order (bounded memory: io/shard_writer.py), manifest.json and
 leftover_ids.txt, swapped into place as one directory."""
 
@@ -8,7 +8,7 @@ import time
 
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
-                                    read_options, recorded, resolve, seed_type)
+                                    recorded, resolve, seed_type)
 
 BATCH_ROWS = 4096  # raw rows read at a time
 
@@ -19,9 +19,10 @@ def _allocation_help():
 
 
 OPTIONS = (
-    Option("data", path=True, required=True, run=False, multiple=True,
+    Option("data", path=True, run=False, multiple=True,
            help="The raw dataset the selection was made from (every source column is kept); a mixture: each "
-                "input (--data a.jsonl --data b.parquet, in the order embedded) or its mixture file."),
+                "input (--data a.jsonl --data b.parquet, in the order embedded) or its mixture file. Default: "
+                "the dataset or mixture the selection records, while it is unchanged."),
     Option("out", path=True, required=True, run=False, help="Output directory for the shards and manifest.json."),
     Option("num_shards", record=True, flags=("--num-shards", "-n"), type=int, required=True,
            help="Number of data-parallel ranks (one shard each)."),
@@ -60,13 +61,16 @@ OPTIONS = (
 
 def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer_bytes: int = 128 << 20,
           batch_rows: int = BATCH_ROWS, **options) -> dict:
-    """Write the shards, manifest.json and leftover_ids.txt of `selection` into the directory `out`.
+    """Write the shards, manifest.json and leftover_ids.txt of `selection` into the directory `out`; `data` None:
+    the dataset or mixture the selection records.
     Returns the manifest (plus timings, which manifest.json leaves out: it is deterministic)."""
 
     from cluster_curate import sharding
     from cluster_curate.commands import shard_parts as parts
-    from cluster_curate.io.artifacts import SHARDS, check_dataset_matches, check_writable, output_inputs
-    from cluster_curate.io.mixture import Mixture, open_lineage_data, source_index
+    from cluster_curate.commands.common import open_recorded_data, recorded_paths
+    from cluster_curate.errors import CurateError
+    from cluster_curate.io.artifacts import SHARDS, check_writable, output_inputs
+    from cluster_curate.io.mixture import Mixture, source_index
     from cluster_curate.io.readers import read_selection
     from cluster_curate.shard_balance import balance_figures, balance_warning
 
@@ -75,11 +79,14 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     check_writable(out, o["overwrite"], inputs=output_inputs(selection, data, o["embeddings"], o["tokenizer"]),
                    kind=SHARDS)
     sel = read_selection(selection, force=o["force"])
-    ds = open_lineage_data(data, sel.meta.dataset, read_options(o))  # read as the selection's data was
+    ds = open_recorded_data(o, selection, sel.meta)  # --data, else the selection's; read as its data was
+    if ds is None:
+        raise CurateError(f"{selection}: records no dataset; pass --data DATA (the data it was made from)")
     if isinstance(ds, Mixture):  # one typed column per name in the shards: refused before any work
         ds.check_columns()
     dataset = ds.record()
-    check_dataset_matches(sel.meta, selection, dataset, o["force"])
+    if not data:  # the recorded data is an input too: never the output
+        check_writable(out, o["overwrite"], inputs=output_inputs(recorded_paths(dataset)), kind=SHARDS)
     inputs = {"selection": sel.meta.as_input(selection, out), "data": dataset}
     tokens, token_source = parts.token_counts(o, selection, sel, ds, inputs)
     t_plan = time.monotonic()
