@@ -232,7 +232,8 @@ def _command(spec: CommandSpec) -> click.Command:
     params: list[click.Parameter] = []
     for a in spec.arguments:
         params.append(click.Argument([a.name], nargs=a.nargs, required=True,
-                                     type=click.Path() if a.nargs != 1 else None))
+                                     # readable=False: an unreadable DATA gets the readers' line, which says what to do
+                                     type=click.Path(readable=False) if a.nargs != 1 else None))
     for o in spec.options:
         params += _click_option(o)
     params += [click.Option(["--quiet", "-q"], is_flag=True,

@@ -14,6 +14,17 @@ def counted(n, noun: str, plural: str | None = None) -> str:
     return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
+def cannot_read(path, e: BaseException, what: str = "it") -> CurateError:
+    """An input that cannot be read, one wording for data, artifacts and shards: `PATH: cannot read it (permission
+    denied); make it readable (chmod u+r) or run as a user who may read it`; `what` names it (`the shard`). The
+    reason is the error's own words without the path it repeats (`[Errno 13] Failed to open local file 'PATH'`)."""
+    if isinstance(e, PermissionError):
+        return CurateError(f"{path}: cannot read {what} (permission denied); make it readable (chmod u+r) or run as "
+                           "a user who may read it")
+    reason = e.strerror.lower() if isinstance(e, OSError) and e.strerror else str(e).strip("'\"")
+    return CurateError(f"{path}: cannot read {what} ({reason})")
+
+
 def not_a_share(flag: str, value: float) -> CurateError:
     """The error of a share option (`--fraction`, ...) outside (0, 1]; a whole number up to 100 (`--fraction 31`)
     was meant as a percentage, which the message writes as the share."""

@@ -32,7 +32,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, cannot_read
 
 from cluster_curate.io.names import MANIFEST  # noqa: E402 - light (no imports)
 
@@ -63,7 +63,7 @@ class Shard:
         try:
             self.table: pa.Table = pq.read_table(self.path, columns=list(columns) if columns else None, memory_map=True)
         except (OSError, pa.ArrowInvalid, KeyError) as e:
-            raise CurateError(f"{self.path}: cannot read shard ({e})") from None
+            raise cannot_read(self.path, e, "the shard") from None
         if self.table.num_rows != manifest["rows_per_shard"]:
             raise CurateError(f"{self.path}: {self.table.num_rows} rows, the manifest says {manifest['rows_per_shard']}")
         # JSON text in the file (one Parquet type per column cannot hold objects of other keys): decoded when read

@@ -488,7 +488,7 @@ def test_non_utf8_inside_a_json_document_names_the_line(tmp_path):
 def test_unreadable_file(tmp_path, monkeypatch):
     p = write_jsonl(tmp_path / "secret.jsonl", [{"question": "a", "answer": "b"}])
     make_unreadable(p, monkeypatch)
-    with pytest.raises(CurateError, match=r"secret.jsonl: cannot read the file \(permission denied\)"):
+    with pytest.raises(CurateError, match=r"secret.jsonl: cannot read it \(permission denied\); make it readable"):
         read_all(p)
 
 

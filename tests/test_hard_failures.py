@@ -255,3 +255,45 @@ def test_a_command_killed_mid_write_leaves_the_previous_output_whole_and_the_rer
     assert r.returncode == 0, r.stderr
     assert {e for e in _entries(work) - entries if Path(e).name.startswith(".")} == set()
     assert _cli(["report", "r"], work).returncode == 0  # the pipeline reads as whole
+
+
+UNREADABLE = "cannot read it (permission denied); make it readable (chmod u+r) or run as a user who may read it"
+
+
+@modes_bind
+@pytest.mark.parametrize("name", ["embed", "run"])
+def test_an_unreadable_data_file_says_what_an_unreadable_artifact_says(pipeline, tmp_path, name):
+    """DATA that cannot be read (chmod 000) was click's `Path 'data.jsonl' is not readable.`, with no hint, while
+    an artifact's says what to do: one wording for both."""
+    work = _copy(pipeline, tmp_path)
+    (work / "data.jsonl").chmod(0)
+    try:
+        r = _cli(_again(name), work, preexec_fn=_as_a_user)
+    finally:
+        (work / "data.jsonl").chmod(0o644)
+    assert _one_error_line(r) == f"ERROR: data.jsonl: {UNREADABLE}"
+
+
+@modes_bind
+@pytest.mark.parametrize("argv", [["export", "r/shards", "--for", "trl", "--out", "ex"], ["verify", "r/shards", "--log", "logs"],
+                                  ["-c", "from cluster_curate.loader import load_shard; load_shard('r/shards', 1)"]],
+                         ids=["export", "verify", "load_shard"])
+def test_an_unreadable_shard_is_one_wording_wherever_it_is_read(pipeline, tmp_path, argv):
+    """A shard that cannot be read was `cannot read shard ([Errno 13] Permission denied: '...')`, built in three
+    places: the path once, and what to do, as for any input."""
+    work = _copy(pipeline, tmp_path)
+    shard = work / "r" / "shards" / "shard-00001-of-00002.parquet"
+    shard.chmod(0)
+    try:
+        if argv[0] == "-c":
+            env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+            r = subprocess.run([sys.executable, *argv], cwd=work, capture_output=True, text=True, env=env,
+                               preexec_fn=_as_a_user, timeout=300)
+            line = r.stderr.strip().splitlines()[-1]
+        else:
+            line = _one_error_line(_cli(argv, work, preexec_fn=_as_a_user))
+    finally:
+        shard.chmod(0o644)
+    assert line.endswith(f"r/shards/shard-00001-of-00002.parquet: cannot read the shard (permission denied); make "
+                         f"it readable (chmod u+r) or run as a user who may read it"), line
+    assert line.count("shard-00001") == 1, line

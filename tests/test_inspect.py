@@ -233,7 +233,8 @@ def test_inspect_unreadable_file(cli_runner, tmp_path, monkeypatch):
     make_unreadable(p, monkeypatch)
     result = run(cli_runner, p)
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"ERROR: {p}: cannot read the file (permission denied)"
+    assert result.stderr.strip() == (f"ERROR: {p}: cannot read it (permission denied); make it readable (chmod u+r) "
+                                     "or run as a user who may read it")
 
 
 def test_inspect_mixture_exit_status_follows_each_inputs_on_bad_row(cli_runner, tmp_path):

@@ -3,7 +3,7 @@ with the settings that keep the plan and a README of its traps (the layouts: clu
 
 from __future__ import annotations
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, int_range, lazy,
                                     read_options, resolve)
 
@@ -83,7 +83,7 @@ def _read_shards(shards: str):
         try:
             tables.append(read_parquet(path))
         except (OSError, pa.ArrowInvalid) as e:
-            raise CurateError(f"{path}: cannot read shard ({e})") from None
+            raise cannot_read(path, e, "the shard") from None
     return pa.concat_tables(tables, promote_options="permissive")
 
 

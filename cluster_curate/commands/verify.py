@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.options import Argument, CommandSpec, Option, resolve
 
 OPTIONS = (
@@ -48,7 +48,7 @@ def planned_grid(shard_dir: str | os.PathLike):
         try:
             t = read_parquet(path, columns=["id", "weight"])
         except (OSError, KeyError, pa.ArrowInvalid) as e:
-            raise CurateError(f"{path}: cannot read shard ({e})") from None
+            raise cannot_read(path, e, "the shard") from None
         if t.num_rows != steps * m:
             raise CurateError(f"{path}: {t.num_rows} rows, the manifest plans {steps * m}")
         ids[:, r, :] = t.column("id").to_numpy().reshape(steps, m)

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cluster_curate import __version__
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io import names
 
 META_KEY = b"cluster_curate"
@@ -372,9 +372,8 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
     files = artifact_files(path)
     try:
         schema_meta = pq.read_schema(files[0]).metadata or {}
-    except PermissionError:
-        raise CurateError(f"{files[0]}: cannot read it (permission denied); make it readable (chmod u+r) or run as "
-                          "a user who may read it") from None
+    except PermissionError as e:
+        raise cannot_read(files[0], e) from None
     except (pa.ArrowInvalid, OSError) as e:
         raise CurateError(f"{files[0]}: not a readable Parquet file ({e})") from None
     if META_KEY not in schema_meta:

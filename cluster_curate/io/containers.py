@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io import names
 from cluster_curate.io.hf_datasets import load_from_disk, load_hub
 
@@ -75,12 +75,12 @@ def _open_binary(path: Path):
             f = gzip.open(path, "rb")
         else:
             f = open(path, "rb")
-    except PermissionError:
-        raise CurateError(f"{path}: cannot read the file (permission denied)") from None
+    except PermissionError as e:
+        raise cannot_read(path, e) from None
     except IsADirectoryError:
         raise CurateError(f"{path}: is a directory, expected a file") from None
     except OSError as e:
-        raise CurateError(f"{path}: cannot read the file ({e.strerror or e})") from None
+        raise cannot_read(path, e) from None
     if f.peek(2)[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
         f.close()
         raise CurateError(f"{path}: UTF-16 text (it starts with a UTF-16 byte-order mark); re-encode the file as "
