@@ -128,7 +128,8 @@ SCHEMAS = {
         "plots": [str],
     },
     "export": {
-        "for": str, "layout": str, "rows": int, "columns": [str], "ranks": int, "micro_batch_size": int,
+        "for": str, "layout": str, "rows": int, "selected_rows": int, "leftover_rows": int, "wrapped_rows": int,
+        "columns": [str], "ranks": int, "micro_batch_size": int,
         "steps": int, "loss_weights_applied": bool, "files": [str], "readme": str,
     },
     "verify": {

@@ -4,6 +4,7 @@ classification of what ranks consumed (pure functions; the real trainer runs are
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -118,6 +119,30 @@ def test_export_selected_rows_in_original_format(shards, tmp_path):
         export(shards["qa"], "jsonl", tmp_path / "x", data=tmp_path / "gone.jsonl")
     with pytest.raises(CurateError, match="not the data the shards were made from"):
         export(shards["qa"], "jsonl", tmp_path / "x", data=FIXTURES / "chat" / "messages-300.jsonl")
+
+
+def test_every_export_says_how_many_rows_it_wrote_and_which_it_left_out(shards, tmp_path, cli_runner):
+    """The trainers' exports write the planned steps (the rows `--remainder drop` left over are in no step); jsonl
+    and parquet every selected row, and need no job sizes (they write no plan). Each summary says which."""
+    from cluster_curate.cli import main
+    from cluster_curate.loader import read_manifest
+    m = read_manifest(shards["qa"])
+    assert m["leftover_rows"] == 2
+    got = {}
+    for trainer in ("trl", "torchrun", "jsonl", "parquet"):
+        r = cli_runner.invoke(main, ["export", str(shards["qa"]), "--for", trainer, "--out", str(tmp_path / trainer),
+                                     "--json"])
+        assert r.exit_code == 0, r.output
+        got[trainer] = json.loads(r.stdout.strip().splitlines()[-1])
+    for trainer in ("trl", "torchrun"):
+        s = got[trainer]
+        assert (s["rows"], s["selected_rows"], s["leftover_rows"]) == (m["sharded_rows"], m["selected_rows"], 2)
+    for trainer in ("jsonl", "parquet"):
+        s = got[trainer]
+        assert (s["rows"], s["selected_rows"], s["leftover_rows"]) == (m["selected_rows"], m["selected_rows"], 0)
+    r = cli_runner.invoke(main, ["export", str(shards["qa"]), "--for", "trl", "--out", str(tmp_path / "t2")])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"left over \(not written\) +│ 2 \(beyond the last whole step of 2 × 2", r.output), r.output
 
 
 def test_export_refuses_mismatched_job(shards, tmp_path):

@@ -63,7 +63,16 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
         for fname, text in files.items():
             atomic_write_bytes(work / fname, text.encode())
     from cluster_curate.console import Shown
+    # jsonl, parquet: every selected row once; a trainer's layout: the planned steps, so not the rows left over
+    # past the last whole step (--remainder drop), and wrap's repeats (README, "Training with your trainer")
+    whole = tgt.columns == "source"
+    left_over, repeats = (0, 0) if whole else (int(manifest["leftover_rows"]), int(manifest["wrapped_rows"]))
+    why = (f"{left_over:,} (beyond the last whole step of {manifest['num_shards']} × {manifest['micro_batch_size']}, "
+           f"shard --remainder drop: ids in {names.LEFTOVER}; --for jsonl|parquet write them)") if left_over else None
     return {"for": tgt.name, "out": out, "layout": tgt.layout or "dataset order", "rows": rows.num_rows,
+            "selected_rows": Shown(int(manifest["selected_rows"]), label="selected rows"),
+            "leftover_rows": Shown(left_over, why, "left over (not written)"),
+            "wrapped_rows": Shown(repeats, label="wrapped (repeats)"),
             "columns": rows.column_names, "ranks": manifest["num_shards"],
             "micro_batch_size": Shown(manifest["micro_batch_size"], label="micro-batch size"),
             "steps": manifest["steps"],
