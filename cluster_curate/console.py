@@ -4,6 +4,7 @@ and end-of-command summaries (a rich table, or one JSON object with --json)."""
 from __future__ import annotations
 
 import json
+import numbers
 import sys
 import time
 from contextlib import contextmanager
@@ -72,6 +73,15 @@ class Shown:
     in_json: bool = True  # False: a line for the table only (its value is in another key)
 
 
+def min_median_max(values, label: str) -> Shown:
+    """Counts' min / median / max (cluster sizes, quotas), as a table shows counts: `217 / 390.5 / 1,909`."""
+    import numpy as np
+    v = np.asarray(values)
+    lo, mid, hi = (int(v.min()), float(np.median(v)), int(v.max())) if v.size else (0, 0.0, 0)
+    return Shown({"min": lo, "median": mid, "max": hi}, f"{lo:,} / {mid:,.{0 if mid.is_integer() else 1}f} / {hi:,}",
+                 label)
+
+
 def line(text: str) -> Shown:
     """A table line whose figures --json gives under another key."""
     return Shown(None, text, in_json=False)
@@ -105,9 +115,10 @@ class _Plain:
             self.last = now
             rate = self.done / max(now - self.start, 1e-9)
             eta = f", ETA {((self.total - self.done) / rate):.0f}s" if self.total and rate > 0 else ""
-            total = f"/{self.total:g}" if self.total else ""
+            total = f"/{_fmt(float(self.total))}" if self.total else ""  # 1,000,000, not :g's 1e+06
             # "so far": the rate of this step's work up to now, not a command summary's end-to-end rate
-            print(f"{self.description}: {self.done:g}{total} {self.unit} ({rate_text(rate)} {self.unit}/s so far{eta})",
+            print(f"{self.description}: {_fmt(float(self.done))}{total} {self.unit} ({rate_text(rate)} {self.unit}/s "
+                  f"so far{eta})",
                   file=sys.stderr, flush=True)
 
 
@@ -251,6 +262,8 @@ def print_json(obj: dict) -> None:
 
 
 def _shown(key, v) -> tuple[str, str]:
+    if key == "out":  # what --json calls `output` (json_object), by one name on every screen too
+        key = "output"
     if isinstance(v, Shown):
         return (v.label or str(key).replace("_", " ")), (v.text if v.text is not None else _fmt(v.value))
     return str(key).replace("_", " "), _fmt(v)
@@ -259,8 +272,10 @@ def _shown(key, v) -> tuple[str, str]:
 def _fmt(v) -> str:
     if isinstance(v, bool):  # a table is read by people: "plan followed  no", not Python's False
         return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.4g}"
+    if isinstance(v, numbers.Integral):  # counts as the messages write them (errors.counted): 7,473
+        return f"{v:,}"
+    if isinstance(v, float):  # 4 significant digits, and a large one whole, not 1.235e+05
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
     if isinstance(v, (dict, list)):
         return json.dumps(v, default=json_default)
     return str(v)

@@ -39,7 +39,7 @@ def test_a_table_wider_than_the_screen_keeps_every_number_whole(narrow, capsys):
     words = _words(out)
     for r in rows:
         for v in r.values():
-            assert str(v) in words, (v, out)
+            assert (f"{v:,}" if isinstance(v, int) else str(v)) in words, (v, out)
     assert words.count("code_alpaca") >= 2  # each part names its rows
     header_lines = [line for line in out.splitlines() if line.startswith("┃")]
     assert all(line.split("┃")[1].strip() in ("", "source") for line in header_lines)  # the first column each time
@@ -85,7 +85,7 @@ def test_report_sources_table_starts_with_the_source_and_keeps_every_number(mixt
     words = _words(text)
     for row in table:
         for v in row.values():
-            assert str(v) in words, (v, text)
+            assert (f"{v:,}" if isinstance(v, int) else str(v)) in words, (v, text)
     sources = text[text.index("\nsources"):]
     first_header = next(line for line in sources.splitlines() if line.startswith("┃") and "source" in line)
     assert first_header.split("┃")[1].strip() == "source"
@@ -198,3 +198,16 @@ def test_report_selection_table_has_every_cluster_in_json_and_both_ends_on_a_scr
     by_size = sorted(table, key=lambda r: (r["size"], r["cluster"]))
     assert [int(r[0]) for r in shown] == [r["cluster"] for r in by_size[:16] + by_size[-16:]]
     assert "..." in _words(text)
+
+
+def test_summaries_write_counts_with_thousands_separators_and_name_the_output_alike(narrow, capsys):
+    """Summaries printed `7473` in one place and `7,473` in another, `out` in some and `output` in others (the
+    --json key is `output` for all)."""
+    console.summary("t", {"out": "p/shards", "rows": 7473, "seed": 0, "tokens_per_s": 123456.7, "kept": 0.3127,
+                          "shown": console.Shown(7473, label="selected rows")},
+                    [{"cluster": 3, "size": 1234, "kept": 0.5}])
+    out = capsys.readouterr().out
+    pairs = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines()[2:8]}
+    assert pairs == {"output": "p/shards", "rows": "7,473", "seed": "0", "tokens per s": "123,457",
+                     "kept": "0.3127", "selected rows": "7,473"}, out
+    assert "│       3 │ 1,234 │  0.5 │" in out, out

@@ -240,7 +240,7 @@ def _kmeans(o: dict, embeddings: str, ngpu: int):
                      f"{shared:.3f}; cosine similarities are all near 1): consider --center")
     size = K.training_sample_size(n, k) if o["sample_size"] is None else int(min(max(o["sample_size"], k), n))
     device = f"{ngpu} GPU(s)" if ngpu else "cpu"
-    console.info(f"k-means: {n} rows x {d} dims, k = {k}, training on {size} rows, {o['iters']} iterations, {device}")
+    console.info(f"k-means: {n:,} rows x {d} dims, k = {k}, training on {size:,} rows, {o['iters']} iterations, {device}")
     res = C.cluster_features(x, k, iters=o["iters"], seed=o["seed"], sample_size=size, gpus=ngpu,
                              max_size_factor=o["max_size_factor"], batch_rows=o["batch_rows"])
     split = None
@@ -348,20 +348,18 @@ def _summary(o, r, group_of, groups_rule, kind_of_group, no_kinds, out, centroid
                                  f"({'all' if res.sample_size == n else f'{res.sample_size / n:.1%}'})", "trained on"),
         "iterations": o["iters"], "seed": o["seed"], "device": r["device"],
         "objective": Shown(round(res.objective, 5), label="objective (mean cosine)"),
-        "cluster_size": Shown({"min": int(stats["min"]), "median": float(stats["median"]), "max": int(stats["max"])},
-                              f"{stats['min']} / {stats['median']:g} / {stats['max']}",
-                              "cluster size min / median / max"),
+        "cluster_size": console.min_median_max(res.sizes, "cluster size min / median / max"),
         "max_over_min_size": Shown(round(stats["max_over_min"], 2), label="max / min size"),
         "empty_clusters": stats["empty"],
     }
     if group_of is not None:
         group_sizes = np.bincount(group_of, weights=res.sizes).astype(int)
+        per_group = console.min_median_max(group_sizes, "rows per group min / median / max")
         summary["groups"] = Shown(len(group_sizes), f"{console.counted(len(group_sizes), 'group')} of clusters "
-                                  f"(average linkage of the centroids; {groups_rule}), rows per group min / median / "
-                                  f"max {group_sizes.min()} / {np.median(group_sizes):g} / {group_sizes.max()}")
+                                  f"(average linkage of the centroids; {groups_rule}), {per_group.label} "
+                                  f"{per_group.text}")
         summary["groups_rule"] = Shown(groups_rule, hidden=True)  # in the groups line above
-        summary["rows_per_group"] = Shown({"min": int(group_sizes.min()), "median": float(np.median(group_sizes)),
-                                           "max": int(group_sizes.max())}, hidden=True)
+        summary["rows_per_group"] = Shown(per_group.value, hidden=True)
     if kind_of_group is not None:
         n_kinds = int(kind_of_group.max()) + 1
         summary["kinds"] = Shown(n_kinds, f"{console.counted(n_kinds, 'kind')} of groups ({AK.KINDS_RULE}); "

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from cluster_curate.console import Shown
+from cluster_curate.console import Shown, min_median_max
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
 from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES
@@ -155,7 +155,7 @@ def _describe_embeddings(path: Path, sections: list) -> None:
             stats = {"mean": v.mean(), "p50": np.median(v), "p95": np.percentile(v, 95), "max": v.max()}
             stats = {k: int(round(float(x))) if counts and k != "mean" else round(float(x), 4)
                      for k, x in stats.items()}
-            data[col] = Shown(stats, ", ".join(f"{k} {x}" if isinstance(x, int) else f"{k} {x:.1f}"
+            data[col] = Shown(stats, ", ".join(f"{k} {x:,}" if isinstance(x, int) else f"{k} {x:,.1f}"
                                                for k, x in stats.items()), col)
     sections.append(("embeddings", data, None))
 
@@ -169,10 +169,7 @@ def _describe_clusters(path: Path, sections: list) -> None:
                  "mixed_clusters_cut": Shown(split["cuts"] if split else 0,
                                              f"{split['cuts']} (k-means k = {split['k_means']})" if split
                                              else "no"),
-                 "cluster_size": Shown({"min": int(sizes.min()), "median": float(np.median(sizes)),
-                                        "max": int(sizes.max())},
-                                       f"{sizes.min()} / {np.median(sizes):g} / {sizes.max()}",
-                                       "sizes min / median / max"),
+                 "cluster_size": min_median_max(sizes, "sizes min / median / max"),
                  "max_over_min_size": Shown(round(float(sizes.max() / max(sizes.min(), 1)), 2),
                                             label="largest ÷ smallest"),
                  "objective": meta.params.get("objective"),

@@ -535,18 +535,16 @@ def target_summary(service: dict, path) -> dict:
     pulled = [r for r in service["clusters"] if r["target_rows"]]
     shown = ", ".join(f"{r['cluster']} ({counted(r['target_rows'], 'target row')}, {r['selected']} selected)"
                       for r in pulled[:5])
-    from cluster_curate.console import Shown
+    from cluster_curate.console import Shown, min_median_max
     return {
         "target": Shown({"path": None if path is None else str(path), "rows": service["target_rows"],
                          "served": service["served"], "far": service["far"]},
                         f"{path}: {counted(service['target_rows'], 'row')}, {service['served']} served, "
                         f"{service['far']} far from the pool"),
         "target_weight": Shown({"weight": service["target_weight"], "relevant_rows": service["relevant_rows"]},
-                               f"{service['target_weight']} (relevant part: {service['relevant_rows']} rows)"),
-        "selected_nearest_each_target_row": Shown(
-            {"min": int(counts.min()), "median": float(np.median(counts)), "max": int(counts.max())},
-            f"{int(counts.min())} / {float(np.median(counts)):g} / {int(counts.max())}",
-            "selected rows nearest each target row min / median / max"),
+                               f"{service['target_weight']} (relevant part: {service['relevant_rows']:,} rows)"),
+        "selected_nearest_each_target_row": min_median_max(
+            counts, "selected rows nearest each target row min / median / max"),
         "clusters_the_target_pulled_from": Shown(
             [r["cluster"] for r in pulled], f"{len(pulled)}: {shown}" + (", ..." if len(pulled) > 5 else "")),
     }
@@ -572,7 +570,7 @@ def _params(o, mode, sel, c, x) -> dict:
 def _summary(o, mode, sel, c, x, out) -> dict:
     import numpy as np
 
-    from cluster_curate.console import Shown, line
+    from cluster_curate.console import Shown, line, min_median_max
     n, chosen = len(c.ids), len(sel.rows)
     value = o[mode.replace("-", "_")]
     nonempty, covered = int((sel.sizes > 0).sum()), int((sel.quotas > 0).sum())
@@ -580,15 +578,13 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     budget = {"mode": mode, "value": value, "rows": None if sel.requested is None else int(sel.requested)}
     summary = {
         "out": out, "rows": n, "clusters": c.k,
-        "budget": Shown(budget, f"--{mode} {value}" + (f" = {sel.requested} rows" if mode == "fraction" else "")),
+        "budget": Shown(budget, f"--{mode} {value}" + (f" = {sel.requested:,} rows" if mode == "fraction" else "")),
         "selected": chosen, "kept": Shown(round(chosen / n, 4), label=P.kept_label(x.get("decontaminated"))),
         "exact_duplicates_left_out": Shown((c.meta.params.get("exact_duplicates") or {}).get("dropped"),
                                            label="exact duplicates left out"),
         "clusters_covered": Shown({"covered": covered, "nonempty": nonempty},
                                   f"{covered} / {nonempty} ({covered / max(nonempty, 1):.1%})"),
-        "per_cluster_quota": Shown({"min": int(q.min()), "median": float(np.median(q)), "max": int(q.max())},
-                                   f"{int(q.min())} / {float(np.median(q)):g} / {int(q.max())}",
-                                   "per-cluster quota min / median / max"),
+        "per_cluster_quota": min_median_max(q, "per-cluster quota min / median / max"),
         "within": (Shown(x["auto"]["order"], f"auto: {x['auto']['order']} ({x['auto']['why']})")
                    if x.get("auto") else o["within"]),
     }
@@ -611,7 +607,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
             summary["quotas"] = (f"over {counted(max(c.groups) + 1, 'group')} of clusters first, then the "
                                  "clusters inside each")
     if o["dedup"] is not None:
-        summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped), f"{sel.dedup_dropped} (cosine > {o['dedup']})",
+        summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped), f"{sel.dedup_dropped:,} (cosine > {o['dedup']})",
                                                    "near-duplicates dropped")
     summary.update(P.decontaminated_lines(x.get("decontaminated")))
     has_tokens = bool(x["n_tokens"] is not None or x.get("counted_by"))

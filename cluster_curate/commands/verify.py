@@ -25,7 +25,7 @@ def verify(shards: str, *, log: str, **options) -> dict:
     manifest, ids, weights = planned_grid(shards)
     check = plan_check.check_plan(ids, read_consumed(log, int(manifest["num_shards"])), weights)
     from cluster_curate.console import Shown
-    rows = [{"rank": rc.rank, "steps": Shown(rc.steps_logged, f"{rc.steps_logged}/{check.steps}"),
+    rows = [{"rank": rc.rank, "steps": Shown(rc.steps_logged, f"{rc.steps_logged:,}/{check.steps:,}"),
              "rows": rc.rows_logged, "in_plan": rc.in_plan,
              **{k.replace(" ", "_"): rc.counts[k] for k in plan_check.KINDS}} for rc in check.ranks]
     return {"ok": check.ok, "shards": shards, "log": log, "steps": check.steps, "ranks": rows, "problem_count": check.problem_count,
