@@ -8,6 +8,7 @@ import csv
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -576,3 +577,28 @@ def test_shard_given_one_input_of_a_mixture_says_which_inputs_in_which_order(tmp
                                 "--out", tmp_path / "sh", "--num-shards", "2"], code=2)
         assert f"pass --data once per input, in this order: {paths[0]} {paths[1]} (or its mixture file), or " \
                "--force to use it anyway" in res.output, res.output
+
+
+@pytest.mark.parametrize("by_file", [False, True], ids=["inputs", "mixture-file"])
+def test_shard_without_data_reads_the_mixture_the_selection_records(tmp_path, cli_runner, monkeypatch, by_file):
+    """--data left out: a mixture's inputs (or its file), given by relative paths, are found from another working
+    directory and from a moved folder; the shards are the same as `run`'s, which passed the data itself."""
+    work = tmp_path / "work"
+    work.mkdir()
+    names = [Path(p).name for p in _three(work)[:2]]
+    monkeypatch.chdir(work)
+    if by_file:
+        (work / "mix.yaml").write_text("inputs:\n" + "".join(f"  - path: {n}\n" for n in names))
+    _cli(cli_runner, ["run", *(["mix.yaml"] if by_file else names), "--out", "curated", "--features", "text", "--dim",
+                      "16", "--k", "6", "--fraction", "0.3", "--num-shards", "2", "-q"])
+    ran = json.loads((work / "curated" / "shards" / "manifest.json").read_text())
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "b")
+    _cli(cli_runner, ["shard", "../work/curated/selection.parquet", "--out", "sh", "--num-shards", "2", "-q"])
+    shard_ids = [pq.read_table(tmp_path / "b" / "sh" / f["file"]).column("id").to_pylist() for f in ran["files"]]
+    assert shard_ids == [pq.read_table(work / "curated" / "shards" / f["file"]).column("id").to_pylist()
+                         for f in ran["files"]]
+    assert json.loads((tmp_path / "b" / "sh" / "manifest.json").read_text())["fingerprint"] == ran["fingerprint"]
+    work.rename(tmp_path / "moved")  # the folder with its data: found beside the selection
+    _cli(cli_runner, ["shard", "../moved/curated/selection.parquet", "--out", "sh2", "--num-shards", "2", "-q"])
+    assert json.loads((tmp_path / "b" / "sh2" / "manifest.json").read_text())["fingerprint"] == ran["fingerprint"]

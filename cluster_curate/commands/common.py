@@ -44,7 +44,8 @@ def recorded_paths(record: dict) -> list[str]:
 
 def relocated(record: dict, beside) -> dict:
     """`record` with each recorded path that is not there (as written, nor at its absolute path) but is relative
-    to `beside` pointed there."""
+    to `beside` or the folder above it pointed there: a folder moved with its data (`run data.jsonl --out r` in
+    it: r/'s artifacts and the data one level apart)."""
     import os
 
     from cluster_curate.io.datasets import recorded_source
@@ -53,8 +54,8 @@ def relocated(record: dict, beside) -> dict:
     def move(item: dict) -> dict:
         path = recorded_source(item)
         if path and not path.startswith("hf:") and not os.path.exists(path) and not os.path.isabs(path):
-            there = beside / path
-            if there.exists():
+            there = next((p for p in (beside / path, beside.parent / path) if p.exists()), None)
+            if there is not None:
                 return {**item, "source": str(there)}
         return item
 
