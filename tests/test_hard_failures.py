@@ -275,7 +275,8 @@ def test_an_unreadable_data_file_says_what_an_unreadable_artifact_says(pipeline,
 
 
 @modes_bind
-@pytest.mark.parametrize("argv", [["export", "r/shards", "--for", "trl", "--out", "ex"], ["verify", "r/shards", "--log", "logs"],
+@pytest.mark.parametrize("argv", [["export", "r/shards", "--for", "trl", "--out", "ex"],
+                                  ["verify", "r/shards", "--log", "logs"],
                                   ["-c", "from cluster_curate.loader import load_shard; load_shard('r/shards', 1)"]],
                          ids=["export", "verify", "load_shard"])
 def test_an_unreadable_shard_is_one_wording_wherever_it_is_read(pipeline, tmp_path, argv):

@@ -240,7 +240,8 @@ def _kmeans(o: dict, embeddings: str, ngpu: int):
                      f"{shared:.3f}; cosine similarities are all near 1): consider --center")
     size = K.training_sample_size(n, k) if o["sample_size"] is None else int(min(max(o["sample_size"], k), n))
     device = f"{ngpu} GPU(s)" if ngpu else "cpu"
-    console.info(f"k-means: {n:,} rows x {d} dims, k = {k}, training on {size:,} rows, {o['iters']} iterations, {device}")
+    console.info(f"k-means: {n:,} rows x {d} dims, k = {k}, training on {size:,} rows, {o['iters']} iterations, "
+                 f"{device}")
     res = C.cluster_features(x, k, iters=o["iters"], seed=o["seed"], sample_size=size, gpus=ngpu,
                              max_size_factor=o["max_size_factor"], batch_rows=o["batch_rows"])
     split = None

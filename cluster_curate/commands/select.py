@@ -607,7 +607,8 @@ def _summary(o, mode, sel, c, x, out) -> dict:
             summary["quotas"] = (f"over {counted(max(c.groups) + 1, 'group')} of clusters first, then the "
                                  "clusters inside each")
     if o["dedup"] is not None:
-        summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped), f"{sel.dedup_dropped:,} (cosine > {o['dedup']})",
+        summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped),
+                                                   f"{sel.dedup_dropped:,} (cosine > {o['dedup']})",
                                                    "near-duplicates dropped")
     summary.update(P.decontaminated_lines(x.get("decontaminated")))
     has_tokens = bool(x["n_tokens"] is not None or x.get("counted_by"))
