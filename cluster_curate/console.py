@@ -266,6 +266,8 @@ def _shown(key, v) -> tuple[str, str]:
         key = "output"
     if isinstance(v, Shown):
         return (v.label or str(key).replace("_", " ")), (v.text if v.text is not None else _fmt(v.value))
+    if key == "seed":  # a value to pass back as --seed, not a count: 1234, not 1,234
+        return "seed", str(v)
     return str(key).replace("_", " "), _fmt(v)
 
 

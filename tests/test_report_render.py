@@ -202,12 +202,12 @@ def test_report_selection_table_has_every_cluster_in_json_and_both_ends_on_a_scr
 
 def test_summaries_write_counts_with_thousands_separators_and_name_the_output_alike(narrow, capsys):
     """Summaries printed `7473` in one place and `7,473` in another, `out` in some and `output` in others (the
-    --json key is `output` for all)."""
-    console.summary("t", {"out": "p/shards", "rows": 7473, "seed": 0, "tokens_per_s": 123456.7, "kept": 0.3127,
+    --json key is `output` for all). A seed is a value to pass back, not a count: no separator."""
+    console.summary("t", {"out": "p/shards", "rows": 7473, "seed": 1234, "tokens_per_s": 123456.7, "kept": 0.3127,
                           "shown": console.Shown(7473, label="selected rows")},
                     [{"cluster": 3, "size": 1234, "kept": 0.5}])
     out = capsys.readouterr().out
     pairs = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in out.splitlines()[2:8]}
-    assert pairs == {"output": "p/shards", "rows": "7,473", "seed": "0", "tokens per s": "123,457",
+    assert pairs == {"output": "p/shards", "rows": "7,473", "seed": "1234", "tokens per s": "123,457",
                      "kept": "0.3127", "selected rows": "7,473"}, out
     assert "│       3 │ 1,234 │  0.5 │" in out, out
