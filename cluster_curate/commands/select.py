@@ -568,8 +568,6 @@ def _params(o, mode, sel, c, x) -> dict:
 
 
 def _summary(o, mode, sel, c, x, out) -> dict:
-    import numpy as np
-
     from cluster_curate.console import Shown, line, min_median_max
     n, chosen = len(c.ids), len(sel.rows)
     value = o[mode.replace("-", "_")]
