@@ -295,6 +295,6 @@ def test_an_unreadable_shard_is_one_wording_wherever_it_is_read(pipeline, tmp_pa
             line = _one_error_line(_cli(argv, work, preexec_fn=_as_a_user))
     finally:
         shard.chmod(0o644)
-    assert line.endswith(f"r/shards/shard-00001-of-00002.parquet: cannot read the shard (permission denied); make "
-                         f"it readable (chmod u+r) or run as a user who may read it"), line
+    assert line.endswith("r/shards/shard-00001-of-00002.parquet: cannot read the shard (permission denied); make "
+                         "it readable (chmod u+r) or run as a user who may read it"), line
     assert line.count("shard-00001") == 1, line
