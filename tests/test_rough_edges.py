@@ -108,6 +108,20 @@ def test_a_path_outside_ascii_under_a_locale_that_is_not_utf8_is_refused_before_
     assert _cli("report", "sortie-é", "-q", cwd=tmp_path, **{**c_locale, "PYTHONUTF8": "1"}).returncode == 0
 
 
+def test_a_home_folder_that_cannot_be_written_adds_no_line_to_a_quiet_report(tmp_path):
+    """A CI runner's or container's read-only HOME (here a file, which no user, root included, can make folders
+    in), no XDG_* nor MPLCONFIGDIR: matplotlib said two WARNING lines about its config folder on every `report`,
+    through --quiet, though the plots were drawn."""
+    assert _cli("run", GSM, "--out", "r", *FAST, cwd=tmp_path).returncode == 0
+    (tmp_path / "home").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_") and k != "MPLCONFIGDIR"}
+    env.update(HOME=str(tmp_path / "home"), OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "cluster_curate", "report", "r", "--out", "plots", "-q"], cwd=tmp_path,
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
+    assert (tmp_path / "plots" / "rank_loads.png").is_file()
+
+
 def test_a_mistake_of_the_whole_file_is_named_as_one_not_told_to_skip_its_rows(tmp_path):
     """A UTF-16 file (a Windows export) and a .jsonl that holds one JSON array: each line was a bad row (a UTF-16
     CSV's: `1 field where the header has 2`), and the error said `--on-bad-row skip`, which leaves nothing."""

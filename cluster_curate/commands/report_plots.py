@@ -15,9 +15,19 @@ MAX_TICK_LABELS = 128   # up to this many clusters every bar is labelled with it
 
 
 def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Imported with matplotlib's warnings held back: the ones it gives while importing are about its config and
+    cache folders (a read-only HOME on a CI runner: two WARNING lines, even under --quiet, each `report`), and it
+    falls back to a temporary folder, which the plots do not depend on."""
+    import logging
+    log = logging.getLogger("matplotlib")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    finally:
+        log.setLevel(level)
     return plt
 
 
