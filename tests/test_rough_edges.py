@@ -122,6 +122,22 @@ def test_a_home_folder_that_cannot_be_written_adds_no_line_to_a_quiet_report(tmp
     assert (tmp_path / "plots" / "rank_loads.png").is_file()
 
 
+def test_a_json_mixture_file_with_a_column_outside_ascii_is_one_under_a_locale_that_is_not_utf8(tmp_path):
+    """A mixture file names a column of a Spanish dataset (`respuesta_é`): under LC_ALL=C with PYTHONUTF8=0 its
+    detection read it in the locale's encoding, failed, and took it for a dataset (`unrecognised record format;
+    columns found: [inputs]`), though the file itself is read as UTF-8."""
+    rows = [json.loads(line) for line in GSM.read_text().splitlines()[:30]]
+    (tmp_path / "es.jsonl").write_text("".join(
+        json.dumps({"pregunta": r["question"], "respuesta_é": r["answer"]}) + "\n" for r in rows))
+    (tmp_path / "mix.json").write_text(json.dumps({"inputs": [
+        {"path": str(GSM)}, {"path": "es.jsonl", "prompt_field": "pregunta", "response_field": "respuesta_é"}]},
+        ensure_ascii=False), encoding="utf-8")
+    r = _cli("inspect", "mix.json", "--json", cwd=tmp_path, LC_ALL="C", LANG="C", PYTHONUTF8="0",
+             PYTHONCOERCECLOCALE="0")
+    assert r.returncode == 0, r.stderr
+    assert [i["rows"] for i in json.loads(r.stdout)["inputs"]] == [300, 30]
+
+
 def test_a_mistake_of_the_whole_file_is_named_as_one_not_told_to_skip_its_rows(tmp_path):
     """A UTF-16 file (a Windows export) and a .jsonl that holds one JSON array: each line was a bad row (a UTF-16
     CSV's: `1 field where the header has 2`), and the error said `--on-bad-row skip`, which leaves nothing."""

@@ -93,7 +93,7 @@ def is_mixture_file(arg: str) -> bool:
                 head = f.read(4096).lstrip()
             if not head.startswith(b"{"):
                 return False
-            doc = json.loads(p.read_text())
+            doc = json.loads(p.read_text(encoding="utf-8"))  # as read_mixture_file reads it, whatever the locale
         except (OSError, ValueError, UnicodeDecodeError):
             return False
         return isinstance(doc, dict) and isinstance(doc.get("inputs"), list)
