@@ -22,7 +22,7 @@ OUTPUTS = ["embeddings.parquet", "clusters.parquet", "selection.parquet", "shard
 
 
 def readme_makefile() -> str:
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Makefile pipelines", 1)[1]
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## In a Makefile or CI", 1)[1]
     return re.search(r"```make\n(.*?)```", section, re.S).group(1)
 
 
@@ -81,7 +81,7 @@ FORCE:
 
 
 def test_a_rule_that_always_calls_run_rebuilds_what_follows_only_when_run_remade_it(tmp_path):
-    """README, "Makefile pipelines": `run` skips by content and leaves an up-to-date output's time alone, so a
+    """README, "In a Makefile or CI": `run` skips by content and leaves an up-to-date output's time alone, so a
     rule that always calls it does not make the targets after it stale (a touched DATA included)."""
     (tmp_path / "Makefile").write_text(RUN_MAKEFILE)
     shutil.copy(FIXTURES / "gsm8k" / "train-300.jsonl", tmp_path / "train.jsonl")
