@@ -189,6 +189,18 @@ def _check_encodable(value) -> None:
                               f"{sys.getfilesystemencoding()}, not UTF-8; run with LC_ALL=C.UTF-8 (or PYTHONUTF8=1)")
 
 
+def _as_utf8(value):
+    """A column name (`--response-field respuesta_é`) as the UTF-8 its bytes spell: under a locale that is not
+    UTF-8 Python keeps an argument's bytes outside ASCII as surrogates, and no column of data read as UTF-8 has
+    that name. Bytes that are not UTF-8 are left as they came."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            return os.fsencode(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
 def _one_writer(command: str, kw: dict):
     """The output's lock (io/lock.py) for a command writing one output; `run` takes its own, and the processes
     of a torchrun or job-array embed write one directory together (each its part)."""
@@ -215,6 +227,9 @@ def _command(spec: CommandSpec) -> click.Command:
             if name in kw:
                 kw[name] = _expand_home(kw[name])
                 _check_encodable(kw[name])
+        for name in (o.name for o in spec.options if o.name.endswith("_field")):  # columns of data read as UTF-8
+            if name in kw:
+                kw[name] = _as_utf8(kw[name])
         data = kw.get("data")  # one input, or several (a DATA... argument, --data given more than once)
         from cluster_curate.io.datasets import data_paths
         _let_pyarrow_skip_pandas(*data_paths(data))

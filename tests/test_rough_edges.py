@@ -122,7 +122,7 @@ def test_a_home_folder_that_cannot_be_written_adds_no_line_to_a_quiet_report(tmp
     assert (tmp_path / "plots" / "rank_loads.png").is_file()
 
 
-def test_a_json_mixture_file_with_a_column_outside_ascii_is_one_under_a_locale_that_is_not_utf8(tmp_path):
+def test_a_column_outside_ascii_is_found_under_a_locale_that_is_not_utf8(tmp_path):
     """A mixture file names a column of a Spanish dataset (`respuesta_é`): under LC_ALL=C with PYTHONUTF8=0 its
     detection read it in the locale's encoding, failed, and took it for a dataset (`unrecognised record format;
     columns found: [inputs]`), though the file itself is read as UTF-8."""
@@ -136,6 +136,11 @@ def test_a_json_mixture_file_with_a_column_outside_ascii_is_one_under_a_locale_t
              PYTHONCOERCECLOCALE="0")
     assert r.returncode == 0, r.stderr
     assert [i["rows"] for i in json.loads(r.stdout)["inputs"]] == [300, 30]
+    # the same column named on the command line: its bytes arrive as surrogates, and the column was not found
+    r = _cli("inspect", "es.jsonl", "--prompt-field", "pregunta", "--response-field", "respuesta_é", "--json",
+             cwd=tmp_path, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["fields"] == {"prompt": "pregunta", "response": "respuesta_é"}
 
 
 def test_a_mistake_of_the_whole_file_is_named_as_one_not_told_to_skip_its_rows(tmp_path):
