@@ -143,6 +143,34 @@ def test_a_column_outside_ascii_is_found_under_a_locale_that_is_not_utf8(tmp_pat
     assert json.loads(r.stdout)["fields"] == {"prompt": "pregunta", "response": "respuesta_é"}
 
 
+def test_every_json_object_alone_on_a_piped_stdout_strict_json_with_its_warnings_on_stderr(tmp_path):
+    """What a CI job reads with `cluster-curate CMD --json > summary.json`: stdout one object a strict parser reads
+    (no NaN), the warnings in it and on stderr, no escape code on either stream even with a colour TERM."""
+    (tmp_path / "dup.jsonl").write_text(GSM.read_text() + "".join(GSM.read_text().splitlines(True)[:5]))
+    commands = [["inspect", "dup.jsonl"],
+                ["embed", "dup.jsonl", "--out", "e.parquet", "--num-shards", "1"],  # deprecated spelling: a warning
+                ["cluster", "e.parquet", "--out", "c.parquet", "--k", "6"],
+                ["select", "c.parquet", "--out", "s.parquet", "--fraction", "0.31"],
+                ["shard", "s.parquet", "--data", "dup.jsonl", "--out", "sh", "--num-shards", "2"],
+                ["run", "dup.jsonl", "--out", "r", *FAST],
+                ["report", "r", "--out", "plots"],
+                ["export", "sh", "--for", "trl", "--out", "x"]]
+
+    def strict(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    for argv in commands:
+        r = _cli(*argv, "--json", cwd=tmp_path, TERM="xterm-256color")
+        assert r.returncode == 0, (argv, r.stderr)
+        obj = json.loads(r.stdout, parse_constant=strict)
+        assert obj["command"] == argv[0]
+        warned = [line.removeprefix("WARNING: ") for line in r.stderr.splitlines() if line.startswith("WARNING: ")]
+        assert obj["warnings"] == warned, (argv, r.stderr)
+        assert "\x1b" not in r.stdout + r.stderr, argv
+        if argv[0] in ("embed", "run"):  # the 5 exact copies, and embed's --num-shards
+            assert obj["warnings"], argv
+
+
 def test_a_mistake_of_the_whole_file_is_named_as_one_not_told_to_skip_its_rows(tmp_path):
     """A UTF-16 file (a Windows export) and a .jsonl that holds one JSON array: each line was a bad row (a UTF-16
     CSV's: `1 field where the header has 2`), and the error said `--on-bad-row skip`, which leaves nothing."""
