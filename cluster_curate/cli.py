@@ -46,13 +46,17 @@ def _let_pyarrow_skip_pandas(*sources: str) -> None:
 
 
 class _Terminated(KeyboardInterrupt):
-    """SIGTERM (a job's time limit, `timeout`, `kill`, torchrun stopping its workers) raised as an interruption,
-    so the writers clean up as on Ctrl-C: by default Python dies at once, leaving their temporary files and
-    the output's lock file in the user's folder, and saying nothing."""
+    """SIGTERM (a job's time limit, `timeout`, `kill`, torchrun stopping its workers) or SIGHUP (the terminal or
+    ssh session closed) raised as an interruption, so the writers clean up as on Ctrl-C: by default Python dies
+    at once, leaving their temporary files and the output's lock file in the user's folder, and saying nothing."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _terminate(signum, frame):
-    raise _Terminated
+    raise _Terminated(signum)
 
 
 def _dash_file_hint(e: click.UsageError, argv) -> str:
@@ -91,6 +95,8 @@ class _Group(click.Group):
         # from here on an interruption is an exception the writers clean up after (__main__ ended the process
         # at once while it was still importing)
         signal.signal(signal.SIGTERM, _terminate)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup it stays ignored
+            signal.signal(signal.SIGHUP, _terminate)
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
@@ -101,9 +107,13 @@ class _Group(click.Group):
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
         except KeyboardInterrupt as e:
-            terminated = isinstance(e, _Terminated)
-            click.echo("terminated (SIGTERM)" if terminated else "interrupted", err=True)
-            sys.exit(128 + (signal.SIGTERM if terminated else signal.SIGINT))
+            signum = e.signum if isinstance(e, _Terminated) else signal.SIGINT
+            try:  # after SIGHUP the terminal may be gone: the exit status still says what happened
+                click.echo(f"terminated ({signal.Signals(signum).name})" if signum != signal.SIGINT else "interrupted",
+                           err=True)
+            except OSError:
+                pass
+            sys.exit(128 + signum)
         except BrokenPipeError:
             # the reader of stdout went away (`| head`): the summary comes after the outputs are written, so
             # nothing is lost; end silently with 1, as rich does when the tables meet a closed pipe, and keep

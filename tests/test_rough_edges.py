@@ -56,9 +56,11 @@ def test_a_pipe_closed_by_head_is_no_internal_error(tmp_path):
         assert p.returncode == 1 and err == "", err
 
 
-def test_sigterm_mid_embed_cleans_up_like_ctrl_c_and_the_rerun_resumes(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_mid_embed_cleans_up_like_ctrl_c_and_the_rerun_resumes(tmp_path, signum):
     """SIGTERM (a job's time limit, `timeout`) killed the command at once: no word, and the output's lock file
-    left in the user's folder. It now ends as Ctrl-C does: one line, exit 143, only the committed chunks kept."""
+    left in the user's folder. It now ends as Ctrl-C does: one line, exit 143, only the committed chunks kept.
+    So does SIGHUP (the terminal or ssh session closed), exit 129: it left the temporaries too."""
     rows = GSM.read_text().splitlines()
     (tmp_path / "data.jsonl").write_text("".join(f'{r[:-1]}, "copy": {k}}}\n' for k in range(20) for r in rows))
     embed = [sys.executable, "-m", "cluster_curate", "embed", "data.jsonl", "--out", "e.parquet", "--features",
@@ -66,10 +68,10 @@ def test_sigterm_mid_embed_cleans_up_like_ctrl_c_and_the_rerun_resumes(tmp_path)
     p = subprocess.Popen(embed, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not (tmp_path / "e.partial" / "chunk-000000.parquet").exists() and p.poll() is None:
         time.sleep(0.01)
-    p.terminate()
+    p.send_signal(signum)
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 143, err
-    assert err.strip().splitlines()[-1] == "terminated (SIGTERM)"
+    assert p.returncode == 128 + signum, err
+    assert err.strip().splitlines()[-1] == f"terminated ({signal.Signals(signum).name})"
     assert sorted(f.name for f in tmp_path.iterdir() if f.name.startswith(".")) == []  # no lock, no temporary
     assert not [f for f in (tmp_path / "e.partial").iterdir() if f.name.startswith(".")]
     r = _cli(*embed[3:], "--resume", "--json", cwd=tmp_path)
@@ -77,7 +79,8 @@ def test_sigterm_mid_embed_cleans_up_like_ctrl_c_and_the_rerun_resumes(tmp_path)
     assert json.loads(r.stdout)["rows"] == 20 * len(rows)
 
 
-@pytest.mark.parametrize("signum,line", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated (SIGTERM)")])
+@pytest.mark.parametrize("signum,line", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated (SIGTERM)"),
+                                         (signal.SIGHUP, "terminated (SIGHUP)")])
 def test_an_interruption_while_the_command_starts_is_one_line_not_a_traceback(tmp_path, signum, line):
     """Ctrl-C in the second or more the commands take to import printed a traceback of the import (and SIGTERM
     killed the process without a word): the handlers were set only once the command ran."""
