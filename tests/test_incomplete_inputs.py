@@ -100,6 +100,10 @@ def test_moved_recorded_data_says_where_the_path_came_from_and_suggests_data(tmp
     _ok("run", "data.jsonl", "--out", "cur", "--features", "text", "--dim", "16", "--k", "6", "--fraction", "0.3",
         "--num-shards", "2", "--micro-batch-size", "2", "-q", cwd=proj)
     shutil.move(proj, tmp_path / "proj_b")
+    # the folder moved with its data: the data is found beside it (commands/common.relocated)
+    _ok("cluster", "proj_b/cur/embeddings.parquet", "--out", "c0.parquet", "--k", "4", "--kinds", "answers", "-q",
+        cwd=tmp_path)
+    shutil.move(tmp_path / "proj_b" / "data.jsonl", tmp_path / "elsewhere.jsonl")  # moved apart: not found
     r = _cli("cluster", "proj_b/cur/embeddings.parquet", "--out", "c.parquet", "--k", "4", "--kinds", "answers",
              cwd=tmp_path)
     assert r.returncode == 2
@@ -107,6 +111,7 @@ def test_moved_recorded_data_says_where_the_path_came_from_and_suggests_data(tmp
                                f"{proj / 'data.jsonl'}): no such file or directory; pass --data DATA"), r.stderr
     # --data is the way out; from inside the moved folder the relative path is found again
     _ok("cluster", "proj_b/cur/embeddings.parquet", "--out", "c.parquet", "--k", "4", "--kinds", "answers",
-        "--data", "proj_b/data.jsonl", "-q", cwd=tmp_path)
+        "--data", "elsewhere.jsonl", "-q", cwd=tmp_path)
+    shutil.move(tmp_path / "elsewhere.jsonl", tmp_path / "proj_b" / "data.jsonl")
     _ok("cluster", "cur/embeddings.parquet", "--out", "c2.parquet", "--k", "4", "--kinds", "answers", "-q",
         cwd=tmp_path / "proj_b")
