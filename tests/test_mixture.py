@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -132,12 +133,12 @@ def test_an_input_of_unknown_columns_is_told_the_mixture_file_keys(tmp_path):
     assert mix.formats["gsm"] == "qa" and sum(len(b.examples) for b in mix.iter_batches()) == 301
 
 
-def _spreadsheet_pairs(path):
+def _spreadsheet_pairs(path, question="Question"):
     """Preference pairs as a spreadsheet's CSV export has them: headers of words with spaces."""
     gsm = list(csv.DictReader(open(GSM_CSV, newline="")))[:20]
     with open(path, "w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["Question", "Chosen response", "Rejected response"])
+        out.writerow([question, "Chosen response", "Rejected response"])
         out.writerows([r["question"], r["answer"], f"I would guess {i + 41}."] for i, r in enumerate(gsm))
 
 
@@ -197,9 +198,11 @@ def test_each_kind_of_fields_hint_names_a_mixture_input_its_keys(tmp_path, kind)
             f"{', '.join(flags[:-1])} and {flags[-1]} apply to every input") in str(err.value), str(err.value)
     assert "pass --" not in str(err.value) and "\n" not in str(err.value)
     single = ReadOptions(**own_keys)
-    with pytest.raises(CurateError, match=re.escape(
-            "pass " + " ".join(f"{flag} {value}" for flag, value in zip(flags, keys.values())) + f" ({note})")):
+    with pytest.raises(CurateError) as err:
         open_dataset(tmp_path / name, single)
+    hint = "pass " + " ".join(f"{flag} {shlex.quote(value)}" for flag, value in zip(flags, keys.values()))
+    assert f"{hint} ({note})" in str(err.value), str(err.value)  # a column with a space quoted: it can be pasted
+    assert shlex.split(hint)[2::2] == list(keys.values())
     entry = ", ".join(f"{key}: {value}" for key, value in {"path": name, **own_keys, **keys}.items())
     mix_file.write_text(f"inputs:\n  - {{{entry}}}\n  - path: gsm.csv\n")
     mix = Mixture(mixture_inputs([str(mix_file)]))

@@ -13,6 +13,7 @@ PKU-SafeRLHF) are read with their label alone, and HelpSteer2's signed preferenc
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from cluster_curate.errors import CurateError
@@ -28,7 +29,8 @@ class ColumnsHint:
     note: str | None = None
 
     def as_flags(self) -> str:
-        flags = " ".join(f"--{field}-field {column}" for field, column in self.fields)
+        # a column quoted as a shell needs (a CSV header `Question Text`), so that the hint can be pasted
+        flags = " ".join(f"--{field}-field {shlex.quote(column)}" for field, column in self.fields)
         return f"pass {flags}" + (f" ({self.note})" if self.note else "")
 
 
@@ -149,8 +151,9 @@ def _fix_hint(columns) -> tuple[str | ColumnsHint, ...]:
         prompt = next((p for p in prompts if p not in pair), None)
         return ((ColumnsHint((("prompt", prompt), ("response", pair[0]), ("rejected", pair[1])),
                              "or other columns; the chosen answer's, then the rejected one's"),) if prompt else
-                (f"pass --response-field {pair[0]} --rejected-field {pair[1]} (the chosen answer's column, then the "
-                 "rejected one's) and --prompt-field COLUMN, unless each holds the whole conversation",))
+                (f"pass --response-field {shlex.quote(pair[0])} --rejected-field {shlex.quote(pair[1])} (the chosen "
+                 "answer's column, then the rejected one's) and --prompt-field COLUMN, unless each holds the whole "
+                 "conversation",))
     responses = (_by_lower_name(columns, _RESPONSE_NAMES, exclude=prompts[:1])
                  or [c for end in _RESPONSE_SUFFIXES for c in columns if c.lower().endswith("_" + end)])
     if prompts and responses:
@@ -239,7 +242,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                 found = _by_lower_name(cols, _RESPONSE_NAMES, exclude=prompts)
                 if len(found) != 1:
                     pair = _answer_pair(cols)
-                    which = (f"preference pairs? pass --response-field {pair[0]} --rejected-field {pair[1]}" if pair
+                    which = (f"preference pairs? pass --response-field {shlex.quote(pair[0])} --rejected-field "
+                             f"{shlex.quote(pair[1])}" if pair
                              else "no column looks like one" if not found else "several could be: " + ", ".join(found))
                     raise CurateError(f"{source}: --prompt-field {prompt_field} needs --response-field COLUMN too "
                                       f"({which}); columns found: [{shown}]")
