@@ -211,6 +211,72 @@ def test_each_kind_of_fields_hint_names_a_mixture_input_its_keys(tmp_path, kind)
     assert mix.num_rows() == (len(make_rows()) if make_rows else 20) + 300
 
 
+def _sharegpt_speakers(n: int = 20) -> list[dict]:
+    """A `messages` column of ShareGPT speakers under `role` (human / gpt), as a conversion to OpenAI keys that
+    kept the speakers leaves it: GSM8K's questions and answers."""
+    gsm = list(csv.DictReader(open(GSM_CSV, newline="")))[:n]
+    return [{"messages": [{"role": "human", "content": r["question"]}, {"role": "gpt", "content": r["answer"]}]}
+            for r in gsm]
+
+
+# hints that were text with flags inside: (the input's file, its rows, the keys the mixture file gives it, how a
+# mixture words the hint, how one input does, the keys that then read it, the fields they read)
+_TEXT_HINTS = {
+    "a pair with no prompt column": (
+        "sheet.csv", None, {},
+        "give this input `response_field: Chosen response` and `rejected_field: Rejected response` (the chosen "
+        "answer's column, then the rejected one's) and `prompt_field: COLUMN` (unless each holds the whole "
+        "conversation) in a mixture file: --response-field, --rejected-field and --prompt-field apply to every input",
+        "pass --response-field 'Chosen response' --rejected-field 'Rejected response' (the chosen answer's column, "
+        "then the rejected one's) and --prompt-field COLUMN, unless each holds the whole conversation",
+        {"response_field": "Chosen response", "rejected_field": "Rejected response", "prompt_field": "Post"},
+        ("preference", "Post", "Chosen response", "Rejected response")),
+    "a prompt column and preference pairs": (
+        "se.jsonl", stack_exchange_paired_rows, {"prompt_field": "question"},
+        "(preference pairs? give this input `response_field: response_j` and `rejected_field: response_k` in a "
+        "mixture file: --response-field and --rejected-field apply to every input)",
+        "(preference pairs? pass --response-field response_j --rejected-field response_k)",
+        {"response_field": "response_j", "rejected_field": "response_k"},
+        ("preference", "question", "response_j", "response_k")),
+    "ShareGPT speakers under role": (
+        "speakers.jsonl", _sharegpt_speakers, {},
+        "(roles: human, gpt; ShareGPT speakers: give this input `format: sharegpt` and `prompt_field: messages` in "
+        "a mixture file: --format and --prompt-field apply to every input)",
+        "(roles: human, gpt; ShareGPT speakers: pass --format sharegpt --prompt-field messages)",
+        {"format": "sharegpt", "prompt_field": "messages"}, ("sharegpt", "messages", None, None)),
+}
+
+
+@pytest.mark.parametrize("kind", list(_TEXT_HINTS))
+def test_hints_that_were_text_with_flags_name_a_mixture_input_its_keys(tmp_path, kind):
+    """A pair whose prompt column the user names, preference pairs beside a named prompt column and ShareGPT speakers
+    in a `messages` column (a bad row's hint) were hints of text with flags inside, which reached a mixture's input
+    as flags that would apply to every input. They name its mixture file's keys now, which read it; alone, the same
+    input is told the flags, as before."""
+    name, make_rows, own_keys, as_keys, as_flags, keys, fields = _TEXT_HINTS[kind]
+    if make_rows is None:
+        _spreadsheet_pairs(tmp_path / name, question="Post")
+    else:
+        write_jsonl(tmp_path / name, make_rows())
+    shutil.copy(GSM_CSV, tmp_path / "gsm.csv")
+    mix_file = tmp_path / "mix.yaml"
+    entry = ", ".join(f"{key}: {value}" for key, value in {"path": name, **own_keys}.items())
+    mix_file.write_text(f"inputs:\n  - {{{entry}}}\n  - path: gsm.csv\n")
+    with pytest.raises(CurateError) as err:
+        list(Mixture(mixture_inputs([str(mix_file)])).iter_batches())
+    # (--on-bad-row skip, a mixture file's default for every input, is a flag still)
+    assert as_keys in str(err.value) and not re.search("pass --(?!on-bad-row)", str(err.value)), str(err.value)
+    with pytest.raises(CurateError) as err:
+        list(open_dataset(tmp_path / name, ReadOptions(**own_keys)).iter_batches())
+    assert as_flags in str(err.value), str(err.value)
+    entry = ", ".join(f"{key}: {value}" for key, value in {"path": name, **own_keys, **keys}.items())
+    mix_file.write_text(f"inputs:\n  - {{{entry}}}\n  - path: gsm.csv\n")
+    mix = Mixture(mixture_inputs([str(mix_file)]))
+    read = mix.datasets[0].field_map
+    assert (read.format, read.prompt, read.response, read.rejected) == fields
+    assert sum(len(b.examples) for b in mix.iter_batches()) == (len(make_rows()) if make_rows else 20) + 300
+
+
 @pytest.mark.parametrize("text, message", [
     ("inputs: []\n", "field 'inputs': expected a non-empty list"),
     ("inputs:\n  - path: a.jsonl\n    formt: qa\n", r"inputs\[0\]: unknown field 'formt'"),

@@ -62,7 +62,7 @@ import pyarrow as pa
 from cluster_curate.errors import CurateError
 from cluster_curate.io.containers import JsonRow, file_fingerprint, open_container
 from cluster_curate.io.hf_datasets import HFDataset
-from cluster_curate.io.fields import resolve_fields
+from cluster_curate.io.fields import ColumnsHint, resolve_fields
 from cluster_curate.io.formats import FieldMap, RecordError
 from cluster_curate.io.preference import labelled_fields, to_preference
 from cluster_curate.io.records import to_example
@@ -262,6 +262,8 @@ class Dataset:
         self._built_nested: set[str] = set()
         self.late_text_columns: list[str] = []
         self.skip_ids: frozenset[int] = frozenset()  # rows left out of `examples` (embed: exact copies)
+        # how a bad row's hint of columns is worded: flags for one input, a mixture file's keys (io/mixture.py)
+        self.hint_wording = ColumnsHint.as_flags
         with _read_errors(self.source):
             self.field_map: FieldMap = self._detect()
         self.format = self.field_map.format
@@ -403,7 +405,7 @@ class Dataset:
                 return
             prompt, response = to_example(rec, self.field_map)
         except RecordError as e:
-            self._bad(id_, row, e.field, e.reason)
+            self._bad(id_, row, e.field, e.worded(self.hint_wording))
             return
         examples.append(Example(id_, prompt, response))
 

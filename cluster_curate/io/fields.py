@@ -17,21 +17,27 @@ import shlex
 from dataclasses import dataclass
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.formats import FORMAT, FORMATS, TURNS, FieldMap
+from cluster_curate.io.formats import FORMAT, FORMATS, TURNS, FieldMap, worded_parts
 
 
 @dataclass(frozen=True)
 class ColumnsHint:
     """Columns that would read a dataset: `fields`, (field, column) in the flags' order (`prompt`, `response`,
-    `rejected`, `label`), and `note`, what the hint says of them. Data, not words: a single input's message words it
-    as flags (`as_flags`), a mixture's input as its mixture file's keys (io/mixture.py)."""
+    `rejected`, `label`), and `note`, what the hint says of them; `format`, the format that reads them, when the
+    hint names one; `left_to_user`, (field, when it is needed) of a column the hint cannot name (COLUMN). Data, not
+    words: a single input's message words it as flags (`as_flags`), a mixture's input as its mixture file's keys
+    (io/mixture.py)."""
     fields: tuple[tuple[str, str], ...]
     note: str | None = None
+    format: str | None = None
+    left_to_user: tuple[str, str] | None = None
 
     def as_flags(self) -> str:
         # a column quoted as a shell needs (a CSV header `Question Text`), so that the hint can be pasted
-        flags = " ".join(f"--{field}-field {shlex.quote(column)}" for field, column in self.fields)
-        return f"pass {flags}" + (f" ({self.note})" if self.note else "")
+        flags = [f"--format {self.format}"] * bool(self.format) + [f"--{field}-field {shlex.quote(column)}"
+                                                                   for field, column in self.fields]
+        left = f" and --{self.left_to_user[0]}-field COLUMN, {self.left_to_user[1]}" if self.left_to_user else ""
+        return f"pass {' '.join(flags)}" + (f" ({self.note})" if self.note else "") + left
 
 
 class FieldsRefusal(CurateError):
@@ -43,7 +49,7 @@ class FieldsRefusal(CurateError):
         super().__init__(self.worded(ColumnsHint.as_flags))
 
     def worded(self, wording) -> str:
-        return "".join(part if isinstance(part, str) else wording(part) for part in self.parts)
+        return worded_parts(self.parts, wording)
 
 
 FIX_HINT = ("pass --prompt-field COLUMN --response-field COLUMN (several prompt columns: --prompt-field A,B; a column "
@@ -151,9 +157,9 @@ def _fix_hint(columns) -> tuple[str | ColumnsHint, ...]:
         prompt = next((p for p in prompts if p not in pair), None)
         return ((ColumnsHint((("prompt", prompt), ("response", pair[0]), ("rejected", pair[1])),
                              "or other columns; the chosen answer's, then the rejected one's"),) if prompt else
-                (f"pass --response-field {shlex.quote(pair[0])} --rejected-field {shlex.quote(pair[1])} (the chosen "
-                 "answer's column, then the rejected one's) and --prompt-field COLUMN, unless each holds the whole "
-                 "conversation",))
+                (ColumnsHint((("response", pair[0]), ("rejected", pair[1])),
+                             "the chosen answer's column, then the rejected one's",
+                             left_to_user=("prompt", "unless each holds the whole conversation")),))
     responses = (_by_lower_name(columns, _RESPONSE_NAMES, exclude=prompts[:1])
                  or [c for end in _RESPONSE_SUFFIXES for c in columns if c.lower().endswith("_" + end)])
     if prompts and responses:
@@ -242,11 +248,11 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                 found = _by_lower_name(cols, _RESPONSE_NAMES, exclude=prompts)
                 if len(found) != 1:
                     pair = _answer_pair(cols)
-                    which = (f"preference pairs? pass --response-field {shlex.quote(pair[0])} --rejected-field "
-                             f"{shlex.quote(pair[1])}" if pair
-                             else "no column looks like one" if not found else "several could be: " + ", ".join(found))
-                    raise CurateError(f"{source}: --prompt-field {prompt_field} needs --response-field COLUMN too "
-                                      f"({which}); columns found: [{shown}]")
+                    which = (("preference pairs? ", ColumnsHint((("response", pair[0]), ("rejected", pair[1]))))
+                             if pair else ("no column looks like one" if not found
+                                           else "several could be: " + ", ".join(found),))
+                    raise FieldsRefusal(f"{source}: --prompt-field {prompt_field} needs --response-field COLUMN too (",
+                                        *which, f"); columns found: [{shown}]")
                 response_field = found[0]
             fmt = "prompt-completion"  # a custom pair of columns behaves like prompt/completion
         if fmt is None:

@@ -92,11 +92,22 @@ TURNS = "turns"  # questions alone: a column of the user's questions, no registe
 
 
 class RecordError(ValueError):
-    """A record that cannot become an example: which field, and why."""
+    """A record that cannot become an example: which field, and why. The why is text and io/fields.py's
+    ColumnsHints: `reason` words each hint as flags, `worded(wording)` as the reader words them (a mixture's input
+    as its mixture file's keys)."""
 
-    def __init__(self, field: str | None, reason: str):
-        super().__init__(reason)
-        self.field, self.reason = field, reason
+    def __init__(self, field: str | None, *parts):
+        self.field, self.parts = field, parts
+        self.reason = self.worded(lambda hint: hint.as_flags())
+        super().__init__(self.reason)
+
+    def worded(self, wording) -> str:
+        return worded_parts(self.parts, wording)
+
+
+def worded_parts(parts, wording) -> str:
+    """Text and ColumnsHints (io/fields.py) as one message, each hint worded by `wording`."""
+    return "".join(part if isinstance(part, str) else wording(part) for part in parts)
 
 
 @dataclass(frozen=True)

@@ -220,20 +220,26 @@ def reserved_rename(name: str) -> str:
 
 
 def _open_input(item: MixtureInput):
-    """One input of a mixture. The columns a refusal of its fields suggests are its mixture file's keys: a
-    --prompt-field (--rejected-field, --label-field) would apply to every input."""
+    """One input of a mixture. The columns a refusal of its fields, or a bad row's hint, suggests are its mixture
+    file's keys: a --prompt-field (--format, --rejected-field, --label-field) would apply to every input."""
     try:
-        return open_dataset(item.path, item.options)
+        ds = open_dataset(item.path, item.options)
     except FieldsRefusal as e:
         raise CurateError(e.worded(_as_keys)) from None
+    ds.hint_wording = _as_keys  # a bad row's hint too
+    return ds
 
 
 def _as_keys(hint: ColumnsHint) -> str:
     """A hint's columns as this input's keys in a mixture file (`prompt_field: A`), and why not as flags."""
-    keys = _listed([f"`{field}_field: {column}`" for field, column in hint.fields])
-    flags = _listed([f"--{field}-field" for field, _ in hint.fields])
-    return (f"give this input {keys}{f' ({hint.note})' if hint.note else ''} in a mixture file: {flags} apply to "
-            "every input")
+    named = [("format", hint.format)] * bool(hint.format) + [(f"{field}_field", c) for field, c in hint.fields]
+    keys = _listed([f"`{key}: {value}`" for key, value in named]) + (f" ({hint.note})" if hint.note else "")
+    if hint.left_to_user:
+        field, when = hint.left_to_user
+        named.append((f"{field}_field", "COLUMN"))
+        keys += f" and `{field}_field: COLUMN` ({when})"
+    flags = _listed([f"--{key.replace('_', '-')}" for key, _ in named])
+    return f"give this input {keys} in a mixture file: {flags} apply to every input"
 
 
 def _listed(items: list[str]) -> str:

@@ -156,4 +156,4 @@ def _as_openai(read, rec: dict, fields: FieldMap):
     try:
         return read(record, as_messages)
     except RecordError as e:
-        raise RecordError(fields.prompt, e.reason) from None
+        raise RecordError(fields.prompt, *e.parts) from None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from cluster_curate.io.fields import ColumnsHint
 from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value, kind_of
 from cluster_curate.io.tool_calls import (TOOL_RESULT_ROLES, calls_text, openai_message, turn_tool_calls,
                                           with_tool_schemas)
@@ -156,10 +157,10 @@ def split_turns(turns: list[dict], conv: str, turn_field=None):
     if last is None:
         roles = list(dict.fromkeys(t["role"] for t in turns))
         # ShareGPT speakers (human/gpt) under `role`: the sharegpt format maps them, the messages format does not
-        hint = (f"; ShareGPT speakers: pass --format sharegpt --prompt-field {conv}"
-                if any(_SHAREGPT_ROLES.get(r.lower()) == "assistant" for r in roles) else "")
-        raise RecordError(conv, "missing response: no assistant turn in the conversation"
-                          + (f" (roles: {', '.join(roles)}{hint})" if roles else ""))
+        hint = (("; ShareGPT speakers: ", ColumnsHint((("prompt", conv),), format="sharegpt"))
+                if any(_SHAREGPT_ROLES.get(r.lower()) == "assistant" for r in roles) else ())
+        raise RecordError(conv, "missing response: no assistant turn in the conversation",
+                          *((f" (roles: {', '.join(roles)}", *hint, ")") if roles else ()))
     response = turns[last]["content"]
     if not response.strip():
         raise RecordError(turn_field(last) if turn_field else f"{conv}[{last}]",
