@@ -294,10 +294,8 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
     sizes = np.bincount(clusters, minlength=k).astype(np.int64)
     relevant = np.bincount(clusters[relevant_mask], minlength=k).astype(np.int64)
     hits = target_hits(search, clusters, k)
-    if w == 0 or min_hits <= 0:
-        open_ = relevant
-    else:  # the clusters the target pulls from; the relevant rows elsewhere only fill what these cannot hold
-        open_ = np.where(hits >= min_hits, relevant, 0)
+    # the clusters the target pulls from; the relevant rows elsewhere only fill what these cannot hold
+    open_ = relevant if w == 0 else np.where(pulled_clusters(hits, w, min_hits), relevant, 0)
     by_hits = quota_by == "hits" and w > 0
     picked = np.zeros(n, dtype=bool)
     if token_mode:
@@ -367,6 +365,13 @@ def targeted_sequence(rank: np.ndarray, clusters: np.ndarray, open_rows: np.ndar
     rest[open_pos] = False
     rest = np.flatnonzero(rest)
     return np.concatenate([seq, rest[np.argsort(rank[rest], kind="stable")]])
+
+
+def pulled_clusters(hits, target_weight: float, min_hits: int = MIN_TARGET_HITS) -> np.ndarray:
+    """Per cluster (of `hits`, target_hits' counts): whether the target pulls from it, the budget spread over it
+    by its target rows: it holds the nearest pool row of at least `min_hits` target rows. None at target_weight 0,
+    the balance over every cluster alone (the module docstring)."""
+    return (np.asarray(hits) >= min_hits) & (target_weight > 0)
 
 
 def target_hits(search: TargetSearch, clusters: np.ndarray, k: int) -> np.ndarray:

@@ -193,6 +193,28 @@ def test_target_service_reports_each_target_row_and_the_pulled_clusters():
     assert sum(c["selected"] for c in rep["clusters"]) == 300
 
 
+@pytest.mark.parametrize("weight", [0.6, 0.0])
+def test_the_summary_names_the_clusters_the_budget_was_spread_over(weight):
+    """The summary's 'clusters the target pulled from' counted every cluster holding a single target row's nearest
+    pool row, though the budget is spread only over those holding at least MIN_TARGET_HITS (README: Balance):
+    8 of 21 clusters it named in a GSM8K run got no rows from it. It names those the selection pulled from now,
+    and none at --target-weight 0, the balance over every cluster alone."""
+    from cluster_curate.commands.select import target_summary
+    x, g = _blobs(3000, seed=8)
+    t, _ = _target_from(x, g, [0, 5], 6)
+    stray, _ = _target_from(x, g, [3], 1, seed=2)  # a single target row of its kind: a stray, not a kind
+    t = np.concatenate([t, stray])
+    search = T.search_target(x, t, depth=T.list_depth(300, max(weight, 0.1), len(t), len(x)))
+    sel = T.select_targeted(g, search, budget=300, target_weight=weight)
+    line = target_summary(T.target_service(x, t, search, sel, g), "t.jsonl")["clusters_the_target_pulled_from"]
+    assert sel.hits[3] == 1 and sel.hits[0] >= 2 and sel.hits[5] >= 2
+    if weight:
+        assert sorted(line.value) == [0, 5] and line.text.startswith("2: ")
+        assert sel.quotas[[0, 5]].sum() == 300  # the budget went there, none of it to the stray's cluster
+    else:
+        assert line.value == [] and line.text == "0 (--target-weight 0: the balance over every cluster alone)"
+
+
 def _token_problem(seed=9):
     """Two target kinds, each in a blob of its own; rows' token counts spread from 1 to 2000."""
     x, g = _blobs(3000, groups=8, seed=seed, noise=0.5)
@@ -906,7 +928,9 @@ def test_a_one_row_target_is_worded_in_the_singular(tmp_path, cli_runner, pool):
     from cluster_curate.io.artifacts import read_meta
     lines = target_summary(read_meta(tmp_path / "s.parquet").params["target_service"], target)
     assert lines["target"].text.startswith(f"{target}: 1 row, 1 served")
-    assert "(1 target row, " in lines["clusters_the_target_pulled_from"].text
+    # a single target row pulls from no cluster (README: Balance): the summary says so
+    assert lines["clusters_the_target_pulled_from"].text == ("0 (no cluster holds the nearest pool row of 2 target "
+                                                             "rows or more: the budget went in relevance order)")
 
 
 def test_run_says_a_step_is_not_filled_because_decontaminate_left_rows_out(tmp_path, cli_runner, pool):

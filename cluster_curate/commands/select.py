@@ -530,11 +530,17 @@ def _target_budget(o: dict, mode: str, n: int, tokens, counted_by: str | None) -
 def target_summary(service: dict, path) -> dict:
     """The summary lines (and `report`'s) of how a targeted selection serves its target."""
     import numpy as np
+
+    from cluster_curate.targeting import MIN_TARGET_HITS, pulled_clusters
     per = service["per_target"]
     counts = np.array([r["selected_nearest_to_it"] for r in per])
-    pulled = [r for r in service["clusters"] if r["target_rows"]]
+    weight = service["target_weight"]
+    pulled = [r for r in service["clusters"] if pulled_clusters(r["target_rows"], weight)]
     shown = ", ".join(f"{r['cluster']} ({counted(r['target_rows'], 'target row')}, {r['selected']} selected)"
                       for r in pulled[:5])
+    none = ("--target-weight 0: the balance over every cluster alone" if not weight else
+            f"no cluster holds the nearest pool row of {MIN_TARGET_HITS} target rows or more: the budget went in "
+            "relevance order")
     from cluster_curate.console import Shown, min_median_max
     return {
         "target": Shown({"path": None if path is None else str(path), "rows": service["target_rows"],
@@ -546,7 +552,8 @@ def target_summary(service: dict, path) -> dict:
         "selected_nearest_each_target_row": min_median_max(
             counts, "selected rows nearest each target row min / median / max"),
         "clusters_the_target_pulled_from": Shown(
-            [r["cluster"] for r in pulled], f"{len(pulled)}: {shown}" + (", ..." if len(pulled) > 5 else "")),
+            [r["cluster"] for r in pulled],
+            f"{len(pulled)}: {shown}" + (", ..." if len(pulled) > 5 else "") if pulled else f"0 ({none})"),
     }
 
 
