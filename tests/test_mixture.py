@@ -219,6 +219,14 @@ def _sharegpt_speakers(n: int = 20) -> list[dict]:
             for r in gsm]
 
 
+def _orca_dpo_pairs(n: int = 20) -> list[dict]:
+    """Rows shaped as Intel/orca_dpo_pairs': `system`, `question`, `chosen`, `rejected`, plain text (no `prompt`
+    column: read as whole conversations unless the question's column is named): GSM8K's, a wrong answer rejected."""
+    gsm = list(csv.DictReader(open(GSM_CSV, newline="")))[:n]
+    return [{"system": "You are an AI assistant. Solve the problem step by step.", "question": r["question"],
+             "chosen": r["answer"], "rejected": f"I would guess {i + 41}."} for i, r in enumerate(gsm)]
+
+
 # hints that were text with flags inside: (the input's file, its rows, the keys the mixture file gives it, how a
 # mixture words the hint, how one input does, the keys that then read it, the fields they read)
 _TEXT_HINTS = {
@@ -244,15 +252,21 @@ _TEXT_HINTS = {
         "a mixture file: --format and --prompt-field apply to every input)",
         "(roles: human, gpt; ShareGPT speakers: pass --format sharegpt --prompt-field messages)",
         {"format": "sharegpt", "prompt_field": "messages"}, ("sharegpt", "messages", None, None)),
+    "plain-text pairs with no prompt column": (
+        "orca.jsonl", _orca_dpo_pairs, {},
+        "add a `prompt` column (or give this input `prompt_field: COLUMN` in a mixture file: --prompt-field applies "
+        "to every input), or give chosen and rejected",
+        "add a `prompt` column (or pass --prompt-field COLUMN), or give chosen and rejected",
+        {"prompt_field": "question"}, ("preference", "question", "chosen", "rejected")),
 }
 
 
 @pytest.mark.parametrize("kind", list(_TEXT_HINTS))
 def test_hints_that_were_text_with_flags_name_a_mixture_input_its_keys(tmp_path, kind):
-    """A pair whose prompt column the user names, preference pairs beside a named prompt column and ShareGPT speakers
-    in a `messages` column (a bad row's hint) were hints of text with flags inside, which reached a mixture's input
-    as flags that would apply to every input. They name its mixture file's keys now, which read it; alone, the same
-    input is told the flags, as before."""
+    """A pair whose prompt column the user names, preference pairs beside a named prompt column, and bad rows' hints
+    (ShareGPT speakers in a `messages` column, plain-text pairs with no prompt) were hints of text with flags
+    inside, which reached a mixture's input as flags that would apply to every input. They name its mixture file's
+    keys now, which read it; alone, the same input is told the flags, as before."""
     name, make_rows, own_keys, as_keys, as_flags, keys, fields = _TEXT_HINTS[kind]
     if make_rows is None:
         _spreadsheet_pairs(tmp_path / name, question="Post")

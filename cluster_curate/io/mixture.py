@@ -239,7 +239,7 @@ def _as_keys(hint: ColumnsHint) -> str:
         named.append((f"{field}_field", "COLUMN"))
         keys += f" and `{field}_field: COLUMN` ({when})"
     flags = _listed([f"--{key.replace('_', '-')}" for key, _ in named])
-    return f"give this input {keys} in a mixture file: {flags} apply to every input"
+    return f"give this input {keys} in a mixture file: {flags} appl{'ies' if len(named) == 1 else 'y'} to every input"
 
 
 def _listed(items: list[str]) -> str:

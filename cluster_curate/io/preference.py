@@ -16,6 +16,7 @@ import json
 import re
 from dataclasses import replace
 
+from cluster_curate.io.fields import ColumnsHint
 from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value
 from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES, with_tool_schemas
 from cluster_curate.io.turns import chat_turns, is_turn_list, split_turns
@@ -125,10 +126,10 @@ def _conversation_turns(value, field: str, fmt: str):
     if isinstance(value, str) and not value.lstrip().startswith("["):
         value = value.replace("\r\n", "\n")  # CRLF line ends (a file that went through Windows tools): the LF form
         if not _is_transcript(value):
-            raise RecordError(field, "plain text with no prompt column to answer: add a `prompt` column (or pass "
-                                     "--prompt-field COLUMN), or give chosen and rejected as lists of chat turns or as "
-                                     "Anthropic HH transcripts (each turn opened by a blank line and Human: or "
-                                     "Assistant:)")
+            raise RecordError(field, "plain text with no prompt column to answer: add a `prompt` column (or ",
+                              ColumnsHint((("prompt", "COLUMN"),)), "), or give chosen and rejected as lists of chat "
+                              "turns or as Anthropic HH transcripts (each turn opened by a blank line and Human: or "
+                              "Assistant:)")
         turns = _transcript_turns(value)
         return turns, lambda i: f"{field} (transcript turn {i + 1}: {_TRANSCRIPT_SPEAKERS[turns[i]['role']]})"
     return chat_turns(value, field, fmt), None
