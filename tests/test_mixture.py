@@ -175,6 +175,20 @@ _HINTS = {
 }
 
 
+def _input_beside_gsm8k(tmp_path, name, make_rows, own_keys, **spreadsheet):
+    """A mixture file of the input `name` (its rows from make_rows, else spreadsheet pairs) with its own keys,
+    beside GSM8K's CSV."""
+    if make_rows is None:
+        _spreadsheet_pairs(tmp_path / name, **spreadsheet)
+    else:
+        write_jsonl(tmp_path / name, make_rows())
+    shutil.copy(GSM_CSV, tmp_path / "gsm.csv")
+    mix_file = tmp_path / "mix.yaml"
+    entry = ", ".join(f"{key}: {value}" for key, value in {"path": name, **own_keys}.items())
+    mix_file.write_text(f"inputs:\n  - {{{entry}}}\n  - path: gsm.csv\n")
+    return mix_file
+
+
 @pytest.mark.parametrize("kind", list(_HINTS))
 def test_each_kind_of_fields_hint_names_a_mixture_input_its_keys(tmp_path, kind):
     """The columns a refusal of an input's fields suggests are worded as its keys in a mixture file, whatever the
@@ -182,14 +196,7 @@ def test_each_kind_of_fields_hint_names_a_mixture_input_its_keys(tmp_path, kind)
     would apply to every input. Those keys read the input; alone, the same input is told the flags. The wording was
     a regex over the flags' text, which missed a column name with a space in it and gave flags."""
     name, make_rows, own_keys, keys, note, fields = _HINTS[kind]
-    if make_rows is None:
-        _spreadsheet_pairs(tmp_path / name)
-    else:
-        write_jsonl(tmp_path / name, make_rows())
-    shutil.copy(GSM_CSV, tmp_path / "gsm.csv")
-    mix_file = tmp_path / "mix.yaml"
-    entry = ", ".join(f"{key}: {value}" for key, value in {"path": name, **own_keys}.items())
-    mix_file.write_text(f"inputs:\n  - {{{entry}}}\n  - path: gsm.csv\n")
+    mix_file = _input_beside_gsm8k(tmp_path, name, make_rows, own_keys)
     with pytest.raises(CurateError) as err:
         Mixture(mixture_inputs([str(mix_file)]))
     listed = [f"`{key}: {value}`" for key, value in keys.items()]
@@ -268,14 +275,7 @@ def test_hints_that_were_text_with_flags_name_a_mixture_input_its_keys(tmp_path,
     inside, which reached a mixture's input as flags that would apply to every input. They name its mixture file's
     keys now, which read it; alone, the same input is told the flags, as before."""
     name, make_rows, own_keys, as_keys, as_flags, keys, fields = _TEXT_HINTS[kind]
-    if make_rows is None:
-        _spreadsheet_pairs(tmp_path / name, question="Post")
-    else:
-        write_jsonl(tmp_path / name, make_rows())
-    shutil.copy(GSM_CSV, tmp_path / "gsm.csv")
-    mix_file = tmp_path / "mix.yaml"
-    entry = ", ".join(f"{key}: {value}" for key, value in {"path": name, **own_keys}.items())
-    mix_file.write_text(f"inputs:\n  - {{{entry}}}\n  - path: gsm.csv\n")
+    mix_file = _input_beside_gsm8k(tmp_path, name, make_rows, own_keys, question="Post")
     with pytest.raises(CurateError) as err:
         list(Mixture(mixture_inputs([str(mix_file)])).iter_batches())
     # (--on-bad-row skip, a mixture file's default for every input, is a flag still)
