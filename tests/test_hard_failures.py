@@ -298,3 +298,22 @@ def test_an_unreadable_shard_is_one_wording_wherever_it_is_read(pipeline, tmp_pa
     assert line.endswith("r/shards/shard-00001-of-00002.parquet: cannot read the shard (permission denied); make "
                          "it readable (chmod u+r) or run as a user who may read it"), line
     assert line.count("shard-00001") == 1, line
+
+
+@modes_bind
+def test_an_unreadable_mixture_file_or_part_of_a_parquet_folder_says_what_unreadable_data_says(tmp_path):
+    """A mixture file and a file of a Parquet folder that cannot be read said `cannot read ([Errno 13] ...)` and
+    `cannot read (Permission denied)`, with no hint, where unreadable DATA says what to do: one wording for all."""
+    import pyarrow.json as pj
+    import pyarrow.parquet as pq
+    shutil.copy(GSM, tmp_path / "data.jsonl")
+    (tmp_path / "mix.yaml").write_text("inputs:\n  - path: data.jsonl\n")
+    (tmp_path / "folder").mkdir()
+    pq.write_table(pj.read_json(GSM), tmp_path / "folder" / "part-0.parquet")
+    for data, unreadable in (("mix.yaml", "mix.yaml"), ("folder", "folder/part-0.parquet")):
+        (tmp_path / unreadable).chmod(0)
+        try:
+            r = _cli(["inspect", data], tmp_path, preexec_fn=_as_a_user)
+        finally:
+            (tmp_path / unreadable).chmod(0o644)
+        assert _one_error_line(r) == f"ERROR: {unreadable}: {UNREADABLE}"

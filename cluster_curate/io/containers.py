@@ -42,7 +42,7 @@ def file_fingerprint(path: Path) -> str:
                 while chunk := fh.read(1 << 22):
                     h.update(chunk)
         except OSError as e:
-            raise CurateError(f"{f}: cannot read ({e.strerror or e})") from None
+            raise cannot_read(f, e) from None
     return h.hexdigest()
 
 
@@ -75,8 +75,6 @@ def _open_binary(path: Path):
             f = gzip.open(path, "rb")
         else:
             f = open(path, "rb")
-    except PermissionError as e:
-        raise cannot_read(path, e) from None
     except IsADirectoryError:
         raise CurateError(f"{path}: is a directory, expected a file") from None
     except OSError as e:

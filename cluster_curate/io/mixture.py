@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io.datasets import (Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source,
                                         same_keys)
 from cluster_curate.io.fields import ColumnsHint, FieldsRefusal
@@ -129,7 +129,7 @@ def read_mixture_file(path: str, defaults: ReadOptions | None = None) -> list[Mi
     except FileNotFoundError:
         raise CurateError(f"{path}: no such mixture file") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise CurateError(f"{path}: cannot read ({e})") from None
+        raise cannot_read(path, e) from None
     try:
         doc = yaml.safe_load(text)  # JSON is YAML
     except yaml.YAMLError as e:
