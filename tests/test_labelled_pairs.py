@@ -328,3 +328,10 @@ def _wide(*argv, cwd) -> str:
     r = _cli_with_env(*argv, cwd=cwd, COLUMNS="250")
     assert r.returncode == 0, r.stderr
     return r.stdout
+
+
+def test_inspect_writes_the_labelled_pairs_counts_as_every_summary_writes_counts():
+    """Summaries write counts with thousands separators (console._fmt); the labelled-pairs line wrote `1234`."""
+    from cluster_curate.commands.inspect import _chosen_text
+    assert _chosen_text({"human_ref_A": 1234, "human_ref_B": 5}, "labels") == \
+        "1,234 chosen from human_ref_A (labels 1), 5 from human_ref_B (labels 0)"

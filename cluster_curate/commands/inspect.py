@@ -265,7 +265,7 @@ def _chosen_text(chosen_from: dict | None, label: str | None) -> str:
     if not chosen_from:
         return "-"
     (kept, n_kept), (swapped, n_swapped) = chosen_from.items()
-    return f"{n_kept} chosen from {kept} ({label} 1), {n_swapped} from {swapped} ({label} 0)"
+    return f"{n_kept:,} chosen from {kept} ({label} 1), {n_swapped:,} from {swapped} ({label} 0)"
 
 
 def as_json(r: dict) -> dict:
