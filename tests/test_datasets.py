@@ -618,7 +618,8 @@ def test_json_object_with_the_rows_under_a_key_names_the_key_and_how_to_extract_
     loader asks for its `field`). A one-line chat record (its turns a list of objects) is still one record."""
     from test_outputs import _cli
     gsm = [json.loads(line) for line in GSM8K.read_text().splitlines()[:5]] if GSM8K.exists() else [
-        {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"} for i in range(5)]
+        {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}. " * 25 + f"\n#### {2 * i}"}
+        for i in range(5)]  # (as long as GSM8K's rows: 1,000 copies of the 5 make a line over 1 MiB)
     many = gsm * 1000  # a line longer than the 1 MiB a one-line record is read within
     cases = {"squad.json": ({"version": "v2.0", "data": many}, None, "key 'data' holds a list of 5000 records",
                             "jq '.data' squad.json > rows.json"),
