@@ -1,4 +1,4 @@
-"""k-means over learning-effect features (docs/architecture.md, "Stages"): pure functions on numpy arrays.
+"""k-means over learning-effect features (docs/architecture.md, "Layers"): pure functions on numpy arrays.
 
 The stage, in the order commands/cluster.py calls it (the matrix comes from io/readers.read_embeddings; the
 k-means itself is in kmeans.py; the groups of clusters and the split of mixed ones in cluster_groups.py):

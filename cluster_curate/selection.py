@@ -1,4 +1,4 @@
-"""Balanced, budgeted selection from clusters (docs/architecture.md, "Stages"): pure functions on numpy arrays.
+"""Balanced, budgeted selection from clusters (docs/architecture.md, "Layers"): pure functions on numpy arrays.
 
     quotas = water_fill_quotas(sizes, budget, balance_power)   # how many rows each cluster gives
     quotas = token_water_fill(...)                             # the same, for a budget in tokens (budget_sequence.py)

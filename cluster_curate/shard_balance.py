@@ -24,7 +24,7 @@ def _rank_loads(lengths: np.ndarray, balance: str) -> np.ndarray:
 
 def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.ndarray,
                     sources: np.ndarray | None = None) -> dict:
-    """How well a plan balances (docs/architecture.md, "Stages"):
+    """How well a plan balances (README, "shard SELECTION", whose table defines each figure):
 
     token_imbalance     per step, max over ranks of the rank's tokens ÷ mean over ranks (mean, p95, max)
     padded_imbalance    the same with a rank's load = M × its longest row (for padding trainers)

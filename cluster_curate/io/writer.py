@@ -1,4 +1,4 @@
-"""The one place files are written (docs/architecture.md, "Writing"): every artifact, sidecar, manifest and
+"""The one place files are written (docs/architecture.md, "Artifacts": Writing): every artifact, sidecar, manifest and
 part goes through these functions, so every write is atomic (a temporary file in the same directory, then a
 rename), an existing output is replaced only when asked, and the metadata is attached in one way.
 
