@@ -81,6 +81,11 @@ class Layout:
         return ", ".join(bits) or "single process"
 
 
+def launched_by_torchrun() -> bool:
+    """Whether torchrun started this process (it sets RANK and WORLD_SIZE)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
 def detect(num_shards: int = 1, shard_index: int = 0) -> Layout:
     """The layout of this process from torchrun's environment and the job-array options."""
     if num_shards < 1:
@@ -88,7 +93,7 @@ def detect(num_shards: int = 1, shard_index: int = 0) -> Layout:
     if not 0 <= shard_index < num_shards:
         raise CurateError(f"--part-index must be in [0, {num_shards - 1}], got {shard_index}")
     env = os.environ
-    torchrun = "RANK" in env and "WORLD_SIZE" in env
+    torchrun = launched_by_torchrun()
     try:
         rank = int(env.get("RANK", 0)) if torchrun else 0
         world = int(env.get("WORLD_SIZE", 1)) if torchrun else 1
