@@ -177,3 +177,46 @@ def test_only_distributed_reads_ranks_from_the_environment():
                and re.search(r"""environ[^\n]{0,40}["'](RANK|WORLD_SIZE|LOCAL_RANK)["']|["'](RANK|WORLD_SIZE|LOCAL_RANK)["']"""
                              r"""\s+(not )?in\s+(os\.)?environ""", p.read_text(encoding="utf-8"))]
     assert not readers, f"modules reading torchrun's rank variables themselves: {readers}"
+
+
+def _has(module, name: str) -> bool:
+    """`module.name` exists; a name the module makes on first use from a package not installed here
+    (integrations/axolotl.py builds its trainer where axolotl is) counts when its `__getattr__` names it."""
+    import inspect
+    try:
+        return hasattr(module, name)
+    except ImportError:
+        return f'"{name}"' in inspect.getsource(module.__getattr__)
+
+
+def _has_member(cls: type, name: str) -> bool:
+    """A class's attribute, field, or attribute its instances set (`self.name = ...`, `self.name: T = ...`)."""
+    import inspect
+    return hasattr(cls, name) or bool(re.search(rf"self\.{name}\b\s*[:=]", inspect.getsource(cls)))
+
+
+def test_the_names_the_docs_give_exist():
+    """README's `cluster_curate.module.name` and docs/architecture.md's `module.name` / `path/module.name` /
+    `Class.method` (a module of the package, a class of one) name what the code has: a rename shows here."""
+    import importlib
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        dotted = ".".join(("cluster_curate", *parts[:-1], *([] if parts[-1] == "__init__" else parts[-1:])))
+        module = importlib.import_module(dotted)
+        modules[dotted] = module
+        for key in ("/".join(parts), parts[-1]) if parts[-1] != "__init__" else ("/".join(parts[:-1]),):
+            modules.setdefault(key, module)
+    classes = {n: c for m in list(modules.values()) for n, c in vars(m).items()
+               if isinstance(c, type) and c.__module__ == m.__name__}
+    missing = [name for name in set(re.findall(r"cluster_curate(?:\.\w+)+", README))
+               if name not in modules and not _has(modules[name.rsplit(".", 1)[0]], name.rsplit(".", 1)[1])]
+    files = r"py|npz|npy|parquet|jsonl?|yaml|lock|tmp|old|md"
+    for span in _code_spans(ARCHITECTURE):
+        for owner, name in re.findall(r"((?:\w+/)*\w+)(?:\.py)?\.(\w+)", span):
+            if re.fullmatch(files, name) or name.isupper() and "register" in span:
+                continue
+            if owner in modules and not _has(modules[owner], name) or owner in classes and not _has_member(
+                    classes[owner], name):
+                missing.append(f"{owner}.{name}")
+    assert not missing, f"names the docs give that the code does not have: {sorted(missing)}"
