@@ -5,8 +5,8 @@ a module the architecture's map does not name, rank logic outside distributed.py
 
 from __future__ import annotations
 
+import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -19,6 +19,8 @@ SOURCES = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 # flags of other programs that README's commands and prose name: torchrun's, the golden outputs' script
 OTHER_PROGRAMS = {"--nnodes", "--nproc-per-node", "--regenerate"}
+# a command line or a span opening with a command's name; a span `shard = load_shard(...)` is Python
+COMMAND_LINE = re.compile(r"(?:^|cluster-curate |-m cluster_curate )(\w+)(?= )(?! =)(.*?)(?=cluster-curate |$)")
 
 
 def _commands() -> dict:
@@ -48,7 +50,7 @@ def test_every_flag_readme_gives_a_command_is_one_that_command_takes():
     commands = _commands()
     wrong, checked = [], 0
     for span in _code_spans(README):
-        for m in re.finditer(r"(?:^|cluster-curate |-m cluster_curate )(\w+)(?= )(?! =)(.*?)(?=cluster-curate |$)", span):
+        for m in COMMAND_LINE.finditer(span):
             name, rest = m.groups()
             if name not in commands:
                 continue
@@ -84,10 +86,27 @@ def _as_pattern(quoted: str) -> re.Pattern:
 
 BAD = FIXTURES / "bad"
 GSM8K = FIXTURES / "gsm8k" / "train-300.jsonl"
+_ROWS = [json.loads(line) for line in GSM8K.read_text(encoding="utf-8").splitlines()[:20]]
+# files whose whole is a mistake, written by the test (name -> bytes)
+MADE = {
+    "data.tsv": "question\tanswer\n" + "".join(f"q{i}\ta{i}{chr(9) + 'x' if i == 10 else ''}\n" for i in range(12)),
+    "nested.jsonl": "".join(json.dumps({"data": {"question": r["question"]}}) + "\n" for r in _ROWS),
+    "utf16.jsonl": "".join(json.dumps(r) + "\n" for r in _ROWS).encode("utf-16"),
+    "array.jsonl": json.dumps(_ROWS),
+    "squad.json": json.dumps({"version": "1.1", "data": _ROWS}, indent=1),
+}
 
 
 @pytest.mark.parametrize("argv, quoted", [
+    (["inspect", "data.tsv"], "data.tsv:12: 3 fields where the header has 2"),
+    (["inspect", "nested.jsonl", "--prompt-field", "data.question", "--response-field", "data.answer"],
+     "field 'data.answer': missing ('data' has no key 'answer')"),
+    (["inspect", "utf16.jsonl"], "UTF-16 text (it starts with a UTF-16 byte-order mark)"),
+    (["inspect", "array.jsonl"], "holds one JSON array, not JSON lines"),
+    (["inspect", "squad.json"], "one JSON object whose key 'data' holds a list of N records"),
     (["inspect", BAD / "invalid_json.jsonl"], "ERROR: data.jsonl:1234: invalid JSON (…)"),
+    (["run", GSM8K, "--out", "r", "--token-fraction", "0.02", "--num-shards", "8", "--micro-batch-size", "4"],
+     "… rows, but --token-fraction F … selects at most …"),
     (["inspect", BAD / "empty_response.jsonl"], "field 'output': empty response"),
     (["inspect", BAD / "unknown_format.jsonl"], "unrecognised record format; columns found: [...]"),
     (["inspect", "someone/no-such-dataset"], "the hub is offline (…) and '…' is not in the local cache"),
@@ -101,12 +120,16 @@ def test_troubleshooting_quotes_what_the_tool_prints(argv, quoted, cli_runner, t
     assert f"`{quoted}`" in table, f"README's Troubleshooting quotes no {quoted!r}"
     from cluster_curate.cli import main
     monkeypatch.chdir(tmp_path)
+    for name, content in MADE.items():
+        (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
     res = cli_runner.invoke(main, [str(a) for a in argv] + ["-q"])
     assert res.exit_code == 2, res.output
     said = res.output.strip().splitlines()[-1]
     generic = re.sub(r"\S*/(\w+\.jsonl)", "data.jsonl", said)
     generic = re.sub(r"(data\.jsonl):\d+", r"\1:1234", generic)
-    generic = re.sub(r"field '\w+'", "field 'output'", generic)
+    generic = re.sub(r"field '(answer|question)'", "field 'output'", generic)
+    generic = re.sub(r"a list of \d+ records", "a list of N records", generic)
+    generic = re.sub(r"--token-fraction [\d.]+", "--token-fraction F", generic)
     assert _as_pattern(quoted).search(generic), f"README quotes {quoted!r}; the tool prints {said!r}"
 
 
@@ -173,9 +196,10 @@ def test_every_module_is_in_the_module_maps(where):
 
 def test_only_distributed_reads_ranks_from_the_environment():
     """docs/architecture.md, "Ranks": distributed.py is the only module that knows ranks and world size."""
-    readers = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py") if p.name != "distributed.py"
-               and re.search(r"""environ[^\n]{0,40}["'](RANK|WORLD_SIZE|LOCAL_RANK)["']|["'](RANK|WORLD_SIZE|LOCAL_RANK)["']"""
-                             r"""\s+(not )?in\s+(os\.)?environ""", p.read_text(encoding="utf-8"))]
+    variable = r"""["'](?:RANK|WORLD_SIZE|LOCAL_RANK)["']"""
+    reads = re.compile(rf"environ[^\n]{{0,40}}{variable}|{variable}\s+(?:not )?in\s+(?:os\.)?environ")
+    readers = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")
+               if p.name != "distributed.py" and reads.search(p.read_text(encoding="utf-8"))]
     assert not readers, f"modules reading torchrun's rank variables themselves: {readers}"
 
 
