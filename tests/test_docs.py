@@ -79,6 +79,13 @@ def test_every_flag_readme_names_exists_and_every_option_is_documented():
     assert not undocumented, f"options README does not mention: {undocumented}"
 
 
+def test_every_option_in_help_says_what_it_does():
+    """No option of a command's --help is a bare flag and default: each has its line of help."""
+    bare = sorted(f"{name} {p.opts[-1]}" for name, c in _commands().items() for p in c.params
+                  if p.param_type_name == "option" and not getattr(p, "hidden", False) and not (p.help or "").strip())
+    assert not bare, f"options without help: {bare}"
+
+
 def _as_pattern(quoted: str) -> re.Pattern:
     """A message as README quotes it: `…` / `...` stand for any text, `[...]` for a list."""
     parts = re.split(r"\s*(?:…|\.\.\.)\s*", quoted.replace("[...]", "…"))

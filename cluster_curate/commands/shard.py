@@ -53,7 +53,9 @@ OPTIONS = (
     Option("embeddings", path=True, run=False,
            help="Embeddings artifact to take n_tokens from, made from the selection's dataset (default: the "
                 "selection's own n_tokens, or its lineage's embeddings when reachable)."),
-    Option("seed", record=True, type=seed_type(), default=0, show_default=True),
+    Option("seed", record=True, type=seed_type(), default=0, show_default=True,
+           help="Seeds the order of each cluster's rows in the stream (which rows a dropped remainder leaves out) "
+                "and --allocation random's shuffle."),
     *DATASET_OPTIONS,
     *OUTPUT_OPTIONS,
 )
