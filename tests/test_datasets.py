@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io import containers
-from cluster_curate.io.datasets import ReadOptions, default_rejects_path, open_dataset
+from cluster_curate.io import containers, names
+from cluster_curate.io.artifacts import sidecar_path
+from cluster_curate.io.datasets import ReadOptions, open_dataset
 
 from conftest import FIXTURES, SHARED_DATA, make_unreadable
 
@@ -381,7 +382,7 @@ def test_rejected_rows_keep_their_ids(tmp_path):
     assert [r.reason for r in ds.rejects] == ["empty response", "missing response"]
     raw = pa.Table.from_batches([b.raw for b in batches])  # raw keeps the rejected rows
     assert raw.column("id").to_pylist() == list(range(8))
-    out = default_rejects_path(tmp_path / "emb.parquet")
+    out = sidecar_path(tmp_path / "emb.parquet", names.REJECTS)
     assert out == tmp_path / "emb.rejects.jsonl"
     ds.write_rejects(out)
     lines = [json.loads(line) for line in out.read_text().splitlines()]

@@ -41,7 +41,8 @@ Details of the contract:
 - `ds.rows` is None until a full pass has run (known at once for Parquet and HF datasets);
   `ds.num_rows()` counts them if needed. `ds.record()` counts rows and hashes the bytes of the source
   (streamed blake2b: same bytes => same fingerprint).
-- Skipped rows go, by convention, to `default_rejects_path(OUT)` beside a command's output: `OUT.rejects.jsonl`.
+- Skipped rows go beside a command's output, `OUT.rejects.jsonl` (`sidecar_path(OUT, names.REJECTS)`, written by
+  `ds.write_rejects`).
 - Memory does not grow with the size of the source: every container is read in chunks
   (benchmarks/bench_reader_memory.py).
 """
@@ -67,7 +68,7 @@ from cluster_curate.io.formats import FieldMap, RecordError
 from cluster_curate.io.preference import labelled_fields, to_preference
 from cluster_curate.io.records import to_example
 
-__all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset", "default_rejects_path",
+__all__ = ["Example", "Reject", "ReadOptions", "Batch", "Dataset", "open_dataset",
            "file_fingerprint", "recorded_source", "data_paths"]
 
 _PEEK_ROWS = 200          # rows read at open time to detect the format
@@ -136,14 +137,6 @@ class Batch:
 
     def __repr__(self) -> str:
         return f"Batch(examples={len(self.examples)})"
-
-
-def default_rejects_path(out: str | os.PathLike) -> Path:
-    """Where a command writing `out` puts its rejects: `OUT.rejects.jsonl` beside it (`x.parquet` -> `x.rejects.jsonl`,
-    a directory `d` -> `d.rejects.jsonl`)."""
-    p = Path(out)
-    stem = p.name[: -len(".parquet")] if p.name.endswith(".parquet") else p.name.rstrip("/")
-    return p.with_name(f"{stem}.rejects.jsonl")
 
 
 # ================================================================================================ dataset
