@@ -213,7 +213,7 @@ CASES = [
     ("cluster-wrong-kind", ["cluster", "p/clusters.parquet", "--out", "c.parquet"],
      "is a 'clusters' artifact, expected 'embeddings'"),
     ("cluster-k-too-large", ["cluster", "p/embeddings.parquet", "--out", "c.parquet", "--k", "5000"],
-     "--k 5000 is larger than the number of rows (120)"),
+     "--k 5,000 is larger than the number of rows (120)"),
     ("cluster-iters-zero", ["cluster", "p/embeddings.parquet", "--out", "c.parquet", "--iters", "0"],
      "Invalid value for '--iters': 0 is not in the range x>=1"),
     ("cluster-out-proc", ["cluster", "p/embeddings.parquet", "--out", "/proc/c.parquet"], "cannot create it"),

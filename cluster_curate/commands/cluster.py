@@ -73,7 +73,7 @@ def _choose_k(o: dict, n: int, embeddings: str):
     if k < 1:
         raise CurateError(f"--k must be >= 1 or 'auto', got {k}")
     if k > n:
-        raise CurateError(f"{embeddings}: --k {k} is larger than the number of rows ({n})")
+        raise CurateError(f"{embeddings}: --k {k:,} is larger than the number of rows ({n:,})")
     return k, "given"
 
 
