@@ -347,7 +347,7 @@ def test_verify_of_a_folder_without_any_rank_log_says_where_the_logs_are(shards,
     _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "empty")]),
                     "empty: no rank log here", "pass the directory the training job's ConsumedLog")
     ran = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "consumed" / "run1")])
-    assert ran.exit_code == 1 and "ERROR" not in ran.output  # the right folder: checked (one step of 4 ran)
+    assert ran.exit_code == 3 and "ERROR" not in ran.output  # the right folder: checked (one step of 4 ran)
 
 
 def test_consumed_log_round_trip_and_bad_lines(shards, tmp_path):
@@ -408,7 +408,10 @@ def test_cli_export_refuses_a_mismatched_job_in_one_line(shards, tmp_path, cli_r
     assert summary["rows"] == pq.read_metadata(tmp_path / "t" / "train.parquet").num_rows
 
 
-def test_cli_verify_exit_codes(shards, tmp_path, cli_runner):
+def test_cli_verify_exit_codes(shards, tmp_path, cli_runner, monkeypatch):
+    """0 the plan was followed, 3 it was not, 2 bad input, 1 verify itself failed (an INTERNAL ERROR): a CI job
+    tells a training that broke the plan from a check that did not run (README, "In a Makefile or CI")."""
+    from cluster_curate import plan_check
     from cluster_curate.cli import main
     from cluster_curate.commands.verify import planned_grid
     _, g, w = planned_grid(shards["qa"])
@@ -420,12 +423,16 @@ def test_cli_verify_exit_codes(shards, tmp_path, cli_runner):
     good = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "good")])
     assert good.exit_code == 0, good.output
     bad = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped")])
-    assert bad.exit_code == 1 and "wrong rank" in bad.output and "planned for rank 1" in bad.output, bad.output
+    assert bad.exit_code == 3 and "wrong rank" in bad.output and "planned for rank 1" in bad.output, bad.output
     followed = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in bad.stdout.splitlines()
                 if line.count("│") == 3}["plan followed"]
     assert followed == "no"  # was Python's False
     as_json = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "swapped"), "--json"])
-    assert as_json.exit_code == 1 and json.loads(as_json.stdout)["ok"] is False
+    assert as_json.exit_code == 3 and json.loads(as_json.stdout)["ok"] is False
+    with monkeypatch.context() as m:
+        m.setattr(plan_check, "check_plan", lambda *a, **k: 1 / 0)
+        failed = cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "good")])
+    assert failed.exit_code == 1 and "INTERNAL ERROR: ZeroDivisionError" in failed.stderr, failed.output
     (tmp_path / "good" / "rank-00000.jsonl").write_text('{"step": 0, "ids": [1], "weights": ["a"]}\n')
     _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "good")]),
                     "rank-00000.jsonl:1: field weights")
@@ -434,7 +441,7 @@ def test_cli_verify_exit_codes(shards, tmp_path, cli_runner):
 
 
 def test_verify_runs_as_a_process(shards, tmp_path):
-    """The installed entry point, as a job's last step runs it: exit status 1 on a broken plan."""
+    """The installed entry point, as a job's last step runs it: exit status 3 on a broken plan."""
     import subprocess
     import sys
     from cluster_curate.commands.verify import planned_grid
@@ -443,7 +450,7 @@ def test_verify_runs_as_a_process(shards, tmp_path):
         log.record(g[0, 0])  # one step, then the job stopped; rank 1 never logged
     proc = subprocess.run([sys.executable, "-m", "cluster_curate", "verify", str(shards["qa"]), "--log",
                            str(tmp_path / "log")], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "no log from this rank" in proc.stdout + proc.stderr
+    assert proc.returncode == 3 and "no log from this rank" in proc.stdout + proc.stderr
 
 
 def test_wrapped_repeats_verify_and_export_once(tmp_path):

@@ -1,6 +1,6 @@
 """`verify SHARDS --log LOGDIR`: did every rank consume exactly its shard, in order? Reads what each rank logged
 (cluster_curate.loader.ConsumedLog or the HF callback) and the planned grid, and checks one against the other
-(cluster_curate/plan_check.py); the CLI exits 1 with a short table when the plan was not followed."""
+(cluster_curate/plan_check.py); the CLI exits 3 with a short table when the plan was not followed."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ OPTIONS = (
            help="Directory of rank-RRRRR.jsonl files, one line per micro-batch a rank trained on."),
 )
 MAX_PROBLEMS = 10  # problem lines shown
+# the exit status of a plan not followed: neither 1 (an internal error: verify itself failed) nor 2 (bad input), so
+# that a CI job tells a training that broke the plan from a check that did not run (README, "In a Makefile or CI")
+PLAN_NOT_FOLLOWED = 3
 
 
 def verify(shards: str, *, log: str, **options) -> dict:
@@ -114,18 +117,18 @@ def render(result: dict, options: dict) -> None:
 
 def exit_status(result: dict, options: dict) -> None:
     if not result["ok"]:
-        raise SystemExit(1)
+        raise SystemExit(PLAN_NOT_FOLLOWED)
 
 
 SPEC = CommandSpec(
     "verify", verify, (Argument("shards"),), OPTIONS, render,
     check=exit_status,
-    short_help="Check that every rank consumed exactly its shard, in order (exit 1 if not).",
+    short_help="Check that every rank consumed exactly its shard, in order (exit 3 if not).",
     help="""Check what each rank of a training job consumed (LOGDIR/rank-RRRRR.jsonl, one line per micro-batch:
     {"step": t, "ids": [...], "weights": [...]}) against the shards: per rank and step, any id out of order, on
     the wrong rank, out of plan, duplicated or missing, a weight other than planned, and the likely cause
-    (shuffling, the wrong export layout, double sharding, packing). Exit 1 with a short table if the plan was not
-    followed.
+    (shuffling, the wrong export layout, double sharding, packing). Exit 3 with a short table if the plan was not
+    followed (1 is an internal error of verify itself, 2 bad input).
 
     \b
     Write the logs with cluster_curate.loader.ConsumedLog (a plain loop) or
