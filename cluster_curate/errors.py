@@ -21,7 +21,7 @@ def cannot_read(path, e: BaseException, what: str = "it") -> CurateError:
     if isinstance(e, PermissionError):
         return CurateError(f"{path}: cannot read {what} (permission denied); make it readable (chmod u+r) or run as "
                            "a user who may read it")
-    reason = e.strerror.lower() if isinstance(e, OSError) and e.strerror else str(e).strip("'\"")
+    reason = e.strerror.lower() if isinstance(e, OSError) and e.strerror else str(e).strip("'\"") or type(e).__name__
     return CurateError(f"{path}: cannot read {what} ({reason})")
 
 

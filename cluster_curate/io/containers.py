@@ -70,8 +70,10 @@ def _open_binary(path: Path):
     try:
         if path.name.lower().endswith(".gz"):
             import gzip
-            with open(path, "rb"):
-                pass  # permission / directory errors with our message
+            with open(path, "rb") as raw:  # permission / directory errors with our message
+                magic = raw.read(2)
+            if magic and magic != _GZIP_MAGIC:  # else gzip's `Not a gzipped file (b'{"')`, and no fix
+                raise CurateError(f"{path}: not gzip-compressed, but its name ends in .gz; rename it {path.name[:-3]}")
             f = gzip.open(path, "rb")
         else:
             f = open(path, "rb")
@@ -92,7 +94,8 @@ def _open_binary(path: Path):
 
 # compressed bytes under a text file's name (a download saved as .jsonl): named with the fix, not as a line 1 that
 # is "not valid UTF-8" or a file with "no readable record"
-_PACKED = {b"\x1f\x8b": "gzip-compressed, but its name does not end in .gz; rename it {name}.gz",
+_GZIP_MAGIC = b"\x1f\x8b"
+_PACKED = {_GZIP_MAGIC: "gzip-compressed, but its name does not end in .gz; rename it {name}.gz",
            b"PK\x03\x04": "a zip archive, not text; extract it and give the file inside",
            b"\x28\xb5\x2f\xfd": "zstd-compressed, not text; decompress it (zstd -d) or recompress it as .gz"}
 

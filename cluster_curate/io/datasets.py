@@ -60,7 +60,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io.containers import JsonRow, file_fingerprint, open_container
 from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.fields import ColumnsHint, resolve_fields
@@ -143,12 +143,12 @@ class Batch:
 
 @contextmanager
 def _read_errors(source: str):
-    """A failing read (a corrupt or truncated .gz file, a disk error) becomes one line naming the source."""
+    """A failing read (a corrupt or truncated .gz file, a disk error) becomes one line naming the source, worded as
+    any input that cannot be read is (errors.cannot_read)."""
     try:
         yield
     except (OSError, EOFError) as e:
-        detail = (e.strerror if isinstance(e, OSError) and e.strerror else str(e)) or type(e).__name__
-        raise CurateError(f"{source}: cannot read ({detail})") from None
+        raise cannot_read(source, e) from None
 
 
 def _rename_id(names: list[str]) -> dict[str, str]:
