@@ -333,7 +333,7 @@ def test_loading_with_datasets_pyarrow_and_the_loader(tmp_path, data, cli_runner
 def test_data_defaults_to_the_dataset_the_selection_records(tmp_path, data, cli_runner, monkeypatch):
     """--data left out: the dataset the selection's lineage records, found as written, at its recorded absolute
     path, or beside the selection; the shards are the same bytes as with --data. Gone or changed: one line naming
-    the recorded path and --data."""
+    the recorded path and --data, the same line whether --data names it or not."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d.jsonl").write_bytes(data.read_bytes())
     make_selection(tmp_path / "sel.parquet", Path("d.jsonl"), k=3, fraction=0.5)  # recorded as written: relative
@@ -359,7 +359,12 @@ def test_data_defaults_to_the_dataset_the_selection_records(tmp_path, data, cli_
         f.write(json.dumps({"question": "q?", "answer": "a", "meta": {"i": -1}}) + "\n")
     r = _run(cli_runner, moved / "sel.parquet", "--out", "sh3", "-n", "2")
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
-    assert "d.jsonl" in r.output and "changed" in r.output and "pass --data" in r.output, r.output
+    assert f"{moved / 'd.jsonl'} (the dataset sel.parquet records) has changed since (fingerprint " in r.output
+    assert "when recorded); pass --data DATA (the data it was made from), or --force to use it as it is now" in r.output
+    # --data naming that same file finds the same change: the same line (was 'sel.parquet: was made from d.jsonl
+    # (fingerprint …), not from …/d.jsonl (fingerprint …)', as if it were another file)
+    given = _run(cli_runner, moved / "sel.parquet", "--data", moved / "d.jsonl", "--out", "sh3", "-n", "2")
+    assert given.exit_code == 2 and given.output == r.output, given.output
     (moved / "d.jsonl").unlink()  # gone
     r = _run(cli_runner, moved / "sel.parquet", "--out", "sh3", "-n", "2")
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output

@@ -124,7 +124,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     emeta = read_meta(embeddings, None if o["force"] else names.EMBEDDINGS)  # as k-means reads it: its errors
     ids, keys, words = [], [], []
     try:
-        ds = open_recorded_data(o, embeddings, emeta)
+        ds = open_recorded_data(o, embeddings, emeta.dataset)
         if ds is None:
             raise CurateError(f"{embeddings}: records no dataset")
         stored = _stored_answers(o, embeddings, emeta, ds)

@@ -6,32 +6,45 @@ from __future__ import annotations
 from cluster_curate.errors import CurateError
 
 
-def open_recorded_data(o: dict, name: str, meta):
-    """The raw data behind artifact `name`: --data, else the dataset (or mixture) its lineage `meta` records (as
+def open_recorded_data(o: dict, name: str, record: dict, hint: str | None = None):
+    """The raw data behind artifact `name`: --data, else the dataset (or mixture) its lineage `record` names (as
     written, at its recorded absolute path, else beside `name`: a folder moved with its data); it must be the one
-    the artifact was made from when the artifact records one. None when there is neither."""
+    the artifact was made from when the artifact records one (--force: used as it is). None when there is neither.
+    `hint` (why the caller reads it) is added to an error in reading or matching the data."""
+    try:
+        return _open_recorded(o, name, record or {})
+    except CurateError as e:
+        if hint is None:
+            raise
+        raise CurateError(f"{e} ({hint})") from None
+
+
+def _open_recorded(o: dict, name: str, record: dict):
     from pathlib import Path
 
     from cluster_curate.io.artifacts import check_dataset_matches
+    from cluster_curate.io.datasets import data_paths
     from cluster_curate.io.mixture import is_mixture_record, open_lineage_data
     from cluster_curate.options import read_options
-    record = meta.dataset or {}
+    found = relocated(record, Path(str(name)).parent)
     try:
-        ds = open_lineage_data(o["data"], record if o["data"] else relocated(record, Path(str(name)).parent),
-                               read_options(o))
+        ds = open_lineage_data(o["data"], record if o["data"] else found, read_options(o))
     except CurateError as e:
         if o["data"] or not (record.get("source") or is_mixture_record(record)):
             raise  # --data given: its own error says which path
         raise CurateError(recorded_data_error(str(e), name, record)) from None
-    if ds is None or not record.get("fingerprint"):
-        return ds
-    if not o["data"] and not o["force"] and ds.fingerprint() != record["fingerprint"]:
-        raise CurateError(f"{ds.source} (the {'mixture' if is_mixture_record(record) else 'dataset'} "
-                          f"{Path(str(name)).name} records) has changed since (fingerprint {ds.fingerprint()}, "
-                          f"{record['fingerprint']} when recorded); pass --data DATA (the data it was made from), or "
-                          f"--force to use it as it is now")
-    check_dataset_matches(meta, name, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"])
+    if ds is not None and record.get("fingerprint"):
+        # read where the record says (--data naming that place too): a mismatch is that data changed since
+        same_place = not o["data"] or _resolved(data_paths(o["data"])) == _resolved(recorded_paths(found))
+        check_dataset_matches(record, name, {"source": ds.source, "fingerprint": ds.fingerprint()}, o["force"],
+                              same_place)
     return ds
+
+
+def _resolved(paths: list[str]) -> list:
+    """Local paths as the files they name (a hub id as written)."""
+    from pathlib import Path
+    return [p if p.startswith("hf:") else Path(p).expanduser().resolve() for p in paths]
 
 
 def recorded_paths(record: dict) -> list[str]:
@@ -73,14 +86,9 @@ def check_every_id_read(ds, ids, found) -> None:
 
 
 def open_clusters_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):
-    """The raw data behind clusters artifact `clusters` (c: as read_clusters read it; open_recorded_data). `hint`
-    is added to an error in reading or matching the data (the record-less case already says what to pass)."""
-    try:
-        ds = open_recorded_data(o, clusters, c.meta)
-    except CurateError as e:
-        if hint is None:
-            raise
-        raise CurateError(f"{e} ({hint})") from None
+    """The raw data behind clusters artifact `clusters` (c: as read_clusters read it; open_recorded_data, with its
+    `hint`; the record-less case already says what to pass)."""
+    ds = open_recorded_data(o, clusters, c.meta.dataset, hint)
     if ds is None:
         raise CurateError(f"{why} needs the raw data: pass --data DATA (the clusters record no dataset)")
     return ds

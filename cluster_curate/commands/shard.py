@@ -81,7 +81,7 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     check_writable(out, o["overwrite"], inputs=output_inputs(selection, data, o["embeddings"], o["tokenizer"]),
                    kind=SHARDS)
     sel = read_selection(selection, force=o["force"])
-    ds = open_recorded_data(o, selection, sel.meta)  # --data, else the selection's; read as its data was
+    ds = open_recorded_data(o, selection, sel.meta.dataset)  # --data, else the selection's; read as its data was
     if ds is None:
         raise CurateError(f"{selection}: records no dataset; pass --data DATA (the data it was made from)")
     if isinstance(ds, Mixture):  # one typed column per name in the shards: refused before any work

@@ -443,15 +443,24 @@ def check_same_dataset(metas: dict[str, ArtifactMeta], force: bool = False) -> d
     return first.dataset
 
 
-def check_dataset_matches(meta: ArtifactMeta, name: str, dataset: dict, force: bool = False) -> None:
-    """An artifact must come from `dataset` (a record made by the dataset reader)."""
-    if meta.dataset.get("fingerprint") != dataset.get("fingerprint") and not force:
-        from cluster_curate.io.mixture import is_mixture_record
-        inputs = [str(i.get("path") or i.get("name")) for i in meta.dataset["inputs"]] \
-            if is_mixture_record(meta.dataset) else []
-        # a mixture's inputs given one short or in another order: say what it was made from, in order
-        hint = f"--data once per input, in this order: {' '.join(inputs)} (or its mixture file), or " if inputs else ""
+def check_dataset_matches(recorded: dict, name: str, dataset: dict, force: bool = False,
+                          same_place: bool = False) -> None:
+    """An artifact whose lineage records the raw data `recorded` must come from `dataset` (its source and
+    fingerprint). `same_place`: `dataset` was read where `recorded` says, so that a mismatch is that data changed
+    since (one wording wherever it is found: the recorded data, or --data naming it)."""
+    if recorded.get("fingerprint") == dataset.get("fingerprint") or force:
+        return
+    from cluster_curate.io.mixture import is_mixture_record
+    mixture = is_mixture_record(recorded)
+    if same_place:
         raise CurateError(
-            f"{name}: was made from {meta.dataset.get('source')} (fingerprint {meta.dataset.get('fingerprint')}), "
-            f"not from {dataset.get('source')} (fingerprint {dataset.get('fingerprint')}); pass {hint}--force to use "
-            "it anyway")
+            f"{dataset.get('source')} (the {'mixture' if mixture else 'dataset'} {Path(str(name)).name} records) has "
+            f"changed since (fingerprint {dataset.get('fingerprint')}, {recorded.get('fingerprint')} when recorded); "
+            "pass --data DATA (the data it was made from), or --force to use it as it is now")
+    inputs = [str(i.get("path") or i.get("name")) for i in recorded["inputs"]] if mixture else []
+    # a mixture's inputs given one short or in another order: say what it was made from, in order
+    hint = f"--data once per input, in this order: {' '.join(inputs)} (or its mixture file), or " if inputs else ""
+    raise CurateError(
+        f"{name}: was made from {recorded.get('source')} (fingerprint {recorded.get('fingerprint')}), "
+        f"not from {dataset.get('source')} (fingerprint {dataset.get('fingerprint')}); pass {hint}--force to use "
+        "it anyway")
