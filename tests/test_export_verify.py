@@ -115,10 +115,53 @@ def test_export_selected_rows_in_original_format(shards, tmp_path):
     assert rows == [json.loads(source[i]) for i in ids]  # the original records, in dataset order
     export(shards["qa"], "parquet", tmp_path / "p")
     assert pq.read_table(tmp_path / "p" / "selected.parquet").to_pylist() == rows
-    with pytest.raises(CurateError, match="2 selected rows are left over .* pass --data DATA"):
+    # --data's errors are shard's, with what export reads it for
+    with pytest.raises(CurateError, match=r"gone.jsonl: no such file or directory \(the 2 selected rows left over, in "
+                                          r"no shard, are read from it\)$"):
         export(shards["qa"], "jsonl", tmp_path / "x", data=tmp_path / "gone.jsonl")
-    with pytest.raises(CurateError, match="not the data the shards were made from"):
+    with pytest.raises(CurateError, match=r"qa: was made from .*train-300.jsonl \(fingerprint \w+\), not from "
+                                          r".*messages-300.jsonl \(fingerprint \w+\); pass --force to use it anyway "
+                                          r"\(the 2 selected rows left over"):
         export(shards["qa"], "jsonl", tmp_path / "x", data=FIXTURES / "chat" / "messages-300.jsonl")
+
+
+def test_export_reads_the_left_over_rows_as_shard_reads_the_data(tmp_path, cli_runner):
+    """The data changed since the shards were made: export said its own 'not the data the shards were made from',
+    and had no --force. Now shard's line and shard's --force (the data as it is now); a left-over row the data no
+    longer holds is one line naming its id, not a row silently missing from selected.jsonl."""
+    from cluster_curate.cli import main
+    from cluster_curate.loader import read_manifest
+    data = tmp_path / "train.jsonl"
+    lines = (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines(keepends=True)
+    data.write_text("".join(lines))
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.3, n_tokens=True)
+    assert cli_runner.invoke(main, ["shard", str(tmp_path / "sel.parquet"), "--out", str(tmp_path / "shards"),
+                                    "-n", str(N), "-m", str(M), "-q"]).exit_code == 0
+    leftover = read_manifest(tmp_path / "shards")["leftover_ids"]
+    assert len(leftover) == 2
+    with open(data, "a") as f:  # a row added since: the rows the shards hold are the same
+        f.write(lines[0])
+
+    def run(*argv, code):
+        ran = cli_runner.invoke(main, [argv[0], str(tmp_path / "sel.parquet" if argv[0] == "shard" else
+                                                     tmp_path / "shards"), *argv[1:]])
+        assert ran.exit_code == code, ran.output
+        return ran.output
+
+    changed = run("export", "--for", "jsonl", "--out", str(tmp_path / "x"), code=2)
+    assert changed == run("shard", "--out", str(tmp_path / "sh"), "-n", "2", code=2).replace(
+        "sel.parquet records", "shards records").replace("\n", " (the 2 selected rows left over, in no shard, are "
+                                                          "read from it)\n"), changed
+    assert not (tmp_path / "x").exists() and not (tmp_path / "sh").exists()
+    run("export", "--for", "jsonl", "--out", str(tmp_path / "x"), "--force", "-q", code=0)
+    rows = [json.loads(line) for line in (tmp_path / "x" / "selected.jsonl").read_text().splitlines()]
+    ids = sorted(_ids(tmp_path / "shards", 0) + _ids(tmp_path / "shards", 1) + leftover)
+    assert rows == [json.loads(lines[i]) for i in ids]  # every selected row, in dataset order
+    data.write_text("".join(lines[:max(leftover)]))  # the last left-over row is gone
+    gone = run("export", "--for", "jsonl", "--out", str(tmp_path / "y"), "--force", code=2)
+    assert gone == (f"ERROR: {data}: left-over id {max(leftover)} is not in this dataset (1 left-over id missing; "
+                    f"were the shards made from {data}?)\n"), gone
+    assert not (tmp_path / "y").exists()
 
 
 def test_every_export_says_how_many_rows_it_wrote_and_which_it_left_out(shards, tmp_path, cli_runner):

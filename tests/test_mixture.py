@@ -646,7 +646,10 @@ def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, c
     # the inputs in another order are another mixture: refused, with what to pass instead
     res = _cli(cli_runner, ["export", out / "shards", "--for", "jsonl", "--out", tmp_path / "x",
                             "--data", tmp_path / "code.parquet", "--data", tmp_path / "train-300.csv"], code=2)
-    assert "not the data the shards were made from" in res.output and "pass its mixture file" in res.output
+    assert (f"shards: was made from mixture of math, code (fingerprint {manifest['dataset']['fingerprint']}), not "
+            "from mixture of code, train-300") in res.output, res.output  # shard's line: what to pass, in order
+    assert (f"pass --data once per input, in this order: {tmp_path / 'train-300.csv'} {tmp_path / 'code.parquet'} (or "
+            "its mixture file), or --force to use it anyway (the 2 selected rows left over") in res.output, res.output
 
 
 def test_shard_given_one_input_of_a_mixture_says_which_inputs_in_which_order(tmp_path, cli_runner):

@@ -19,7 +19,7 @@ OPTIONS = (
            help="--for jsonl|parquet: the data to read the left-over rows from (a mixture: its mixture file, or each "
                 "input in the order embedded); default: the dataset or mixture recorded in the manifest."),
     *(o for o in DATASET_OPTIONS if o.name != "on_bad_row"),
-    *(o for o in OUTPUT_OPTIONS if o.name == "overwrite"),
+    *OUTPUT_OPTIONS,
 )
 
 
@@ -98,50 +98,35 @@ def _read_shards(shards: str):
 
 def _read_leftovers(manifest: dict, o: dict, source: str):
     """The raw rows of the manifest's left-over ids (in no shard), from --data (a dataset, a mixture file or each
-    input of a mixture) or else the data the manifest's lineage records, read as it was (a mixture's inputs with
-    their own options; a recorded path as written, else at its recorded absolute path, else relative to the shard
-    directory, like io/lineage.py); its fingerprint must match. A mixture's rows get the normalised columns its
+    input of a mixture) or else the data the shards were made from, read and checked as shard read it
+    (common.open_recorded_data: --force, the data as it is now). A mixture's rows get the normalised columns its
     shards have. None when there are none."""
-    from pathlib import Path
-
     import pyarrow as pa
 
-    from cluster_curate.commands.common import recorded_paths, relocated
-    from cluster_curate.io.datasets import data_paths, settled_pass
-    from cluster_curate.io.mixture import Mixture, is_mixture_record, open_lineage_data
+    from cluster_curate.commands.common import open_recorded_data
+    from cluster_curate.errors import counted
+    from cluster_curate.io.datasets import settled_pass
+    from cluster_curate.io.mixture import Mixture
     ids = sorted(int(i) for i in manifest.get("leftover_ids") or [])
     if not ids:
         return None
+    rows, are = counted(len(ids), "selected row"), "is" if len(ids) == 1 else "are"
+    # the data shard read (its inputs), else the selection's (older manifests)
     recorded = manifest.get("inputs", {}).get("data") or manifest.get("dataset") or {}
-    data = data_paths(o["data"])
-    record = recorded if data else relocated(recorded, Path(source).parent)
-    paths = data or recorded_paths(record)
-    missing = [p for p in paths if not p.startswith("hf:") and not Path(p).exists()]
-
-    def unreadable(why: str) -> CurateError:
-        return CurateError(f"{source}: {len(ids)} selected rows are left over (not in any shard) and the data they "
-                           f"come from ({why}) is not readable; pass --data DATA")
-
-    if not paths or missing:
-        raise unreadable(", ".join(missing) or recorded.get("source") or "unknown")
-    try:
-        ds = open_lineage_data(data or None, record, read_options(o))
-    except CurateError as e:
-        raise unreadable(f"{', '.join(paths)}: {e}") from None
+    ds = open_recorded_data(o, source, recorded, f"the {rows} left over, in no shard, {are} read from it")
     if ds is None:
-        raise unreadable(recorded.get("source") or "unknown")
-    if recorded.get("fingerprint") and ds.fingerprint() != recorded["fingerprint"]:
-        hint = ("; a mixture: pass its mixture file, or each input's path in the order embedded"
-                if is_mixture_record(recorded) else "")
-        raise CurateError(f"{', '.join(data) or ds.source}: not the data the shards were made from (fingerprint "
-                          f"{ds.fingerprint()}, the manifest says {recorded['fingerprint']}){hint}")
+        raise CurateError(f"{source}: {rows} {are} left over (not in any shard) and the shards record no dataset; "
+                          "pass --data DATA (the data they were made from)")
     mixture = isinstance(ds, Mixture)  # its shards carry the normalised prompt/response/messages/system columns
     if mixture:  # which inputs' text is JSON text in the shards (io/mixture.py `text_as_json`), as shard wrote it
         ds.check_columns()
     wanted = pa.array(ids, pa.int64())
     parts = settled_pass(ds, lambda: _leftover_parts(ds, wanted, mixture))
-    if not parts:
-        raise CurateError(f"{source}: the left-over ids {ids[:5]} are not rows of {ds.source}")
+    found = {i for t in parts for i in t.column("id").to_pylist()}
+    missing = [i for i in ids if i not in found]  # data changed since, used with --force: no row silently lost
+    if missing:
+        raise CurateError(f"{ds.source}: left-over id {missing[0]} is not in this dataset "
+                          f"({counted(len(missing), 'left-over id')} missing; were the shards made from {ds.source}?)")
     import json
 
     from cluster_curate.io.shard_writer import json_text_aligned
