@@ -688,3 +688,9 @@ def test_shard_without_data_reads_the_mixture_the_selection_records(tmp_path, cl
     work.rename(tmp_path / "moved")  # the folder with its data: found beside the selection
     _cli(cli_runner, ["shard", "../moved/curated/selection.parquet", "--out", "sh2", "--num-shards", "2", "-q"])
     assert json.loads((tmp_path / "b" / "sh2" / "manifest.json").read_text())["fingerprint"] == ran["fingerprint"]
+    changed = tmp_path / "moved" / names[0]  # one input changed since: named as a missing one is, not the mixture
+    changed.write_text(changed.read_text() + '"What is 1 + 1?","1 + 1 = 2\n#### 2"\n')
+    res = _cli(cli_runner, ["shard", "../moved/curated/selection.parquet", "--out", "sh3", "--num-shards", "2"], code=2)
+    assert re.fullmatch(r"ERROR: \.\./moved/train-300.csv \(input train-300 of the mixture selection.parquet records\) "
+                        r"has changed since \(fingerprint \w+, \w+ when recorded\); pass --data DATA \(the data it "
+                        r"was made from\), or --force to use it as it is now\n", res.output), res.output

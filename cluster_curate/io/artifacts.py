@@ -446,17 +446,25 @@ def check_same_dataset(metas: dict[str, ArtifactMeta], force: bool = False) -> d
 def check_dataset_matches(recorded: dict, name: str, dataset: dict, force: bool = False,
                           same_place: bool = False) -> None:
     """An artifact whose lineage records the raw data `recorded` must come from `dataset` (its source and
-    fingerprint). `same_place`: `dataset` was read where `recorded` says, so that a mismatch is that data changed
-    since (one wording wherever it is found: the recorded data, or --data naming it)."""
+    fingerprint; a mixture's, its inputs' too). `same_place`: `dataset` was read where `recorded` says, so that a
+    mismatch is that data changed since (one wording wherever it is found: the recorded data, or --data naming it;
+    of a mixture, the first input that changed)."""
     if recorded.get("fingerprint") == dataset.get("fingerprint") or force:
         return
     from cluster_curate.io.mixture import is_mixture_record
     mixture = is_mixture_record(recorded)
     if same_place:
+        what, now, then = f"the {'mixture' if mixture else 'dataset'}", dataset, recorded
+        if mixture and len(dataset.get("inputs") or ()) == len(recorded["inputs"]):
+            changed = [(i, d) for i, d in zip(recorded["inputs"], dataset["inputs"])
+                       if i.get("fingerprint") != d.get("fingerprint")]
+            if changed:
+                then, now = changed[0]
+                what = f"input {then.get('name')} of the mixture"
         raise CurateError(
-            f"{dataset.get('source')} (the {'mixture' if mixture else 'dataset'} {Path(str(name)).name} records) has "
-            f"changed since (fingerprint {dataset.get('fingerprint')}, {recorded.get('fingerprint')} when recorded); "
-            "pass --data DATA (the data it was made from), or --force to use it as it is now")
+            f"{now.get('source')} ({what} {Path(str(name)).name} records) has changed since (fingerprint "
+            f"{now.get('fingerprint')}, {then.get('fingerprint')} when recorded); pass --data DATA (the data it was "
+            "made from), or --force to use it as it is now")
     inputs = [str(i.get("path") or i.get("name")) for i in recorded["inputs"]] if mixture else []
     # a mixture's inputs given one short or in another order: say what it was made from, in order
     hint = f"--data once per input, in this order: {' '.join(inputs)} (or its mixture file), or " if inputs else ""
