@@ -190,6 +190,30 @@ def test_a_read_only_output_folder_and_an_unreadable_input_are_one_line(pipeline
     assert _files(selection) == before and _entries(work) == entries
 
 
+def test_an_artifact_cut_short_is_named_damaged_and_its_stage_or_run_makes_it_again(pipeline, tmp_path):
+    """A selection.parquet cut to half its bytes (a full disk in another tool, a copy stopped part-way) was
+    `not a file cluster-curate wrote ... choose another --out` on `select --overwrite` and `run`, and `not a
+    readable Parquet file (Parquet magic bytes not found ...)` where it was read: the wrong way for the user."""
+    import json
+    work = _copy(pipeline, tmp_path)
+    selection = work / "r" / "selection.parquet"
+    whole = selection.read_bytes()
+    damaged = (f"ERROR: r/selection.parquet: damaged: cut short at {len(whole) // 2:,} bytes, no Parquet footer (a "
+               "full disk or a copy stopped part-way); make it again: `select ... --overwrite`, or the same `run`")
+    selection.write_bytes(whole[:len(whole) // 2])
+    assert _one_error_line(_cli(_again("shard"), work)) == damaged  # where it is read
+    assert _cli(["report", "r"], work).returncode == 2
+    r = _cli(_again("select"), work)
+    assert r.returncode == 0, r.stderr
+    assert selection.read_bytes() == whole
+    selection.write_bytes(whole[:len(whole) // 2])
+    r = _cli([*COMMANDS["run"][0], "--json"], work)  # run re-runs the stage whose output is damaged, no more
+    assert r.returncode == 0, r.stderr
+    assert [(s["stage"], s.get("reason")) for s in json.loads(r.stdout)["stages"]] == [
+        ("embed", None), ("cluster", None), ("select", "its output is damaged (cut short)"), ("shard", None)]
+    assert selection.read_bytes() == whole
+
+
 @pytest.mark.parametrize("in_one_step", [True, False])
 def test_a_folder_output_is_swapped_in_whole_with_or_without_an_exchange_of_folders(tmp_path, monkeypatch,
                                                                                      in_one_step):

@@ -119,7 +119,8 @@ class RunState:
         if rec["input"] != request["input"]:
             return "its input changed" + _named_input_change(rec, request)
         if rec["fingerprint"] != output_fingerprint(stage, output):
-            return "its output is missing or was changed"
+            from cluster_curate.io.artifacts import cut_short
+            return "its output is damaged (cut short)" if cut_short(output) else "its output is missing or was changed"
         return None
 
     def record(self, stage: str, request: dict, output) -> None:

@@ -266,6 +266,8 @@ def replace_refusal(path: str | os.PathLike, kind: str) -> str | None:
         return f"a file, not a directory cluster-curate wrote; {_KEEP_ONLY}: choose a new or empty directory"
     if not p.is_file():
         return f"not a file cluster-curate wrote; {_KEEP_ONLY}: choose another --out"
+    if cut_short(p):
+        return None  # no reader can use it: it is made again in its place
     try:
         meta = read_meta(p)
     except (CurateError, ValueError, TypeError):
@@ -295,6 +297,8 @@ def _parts_refusal(p: Path, entries: list[str], kind: str) -> str | None:
     if foreign:
         return _foreign(foreign)
     for name in parts:
+        if cut_short(p / name):
+            continue
         try:
             meta = read_meta(p / name)
         except (CurateError, ValueError, TypeError):
@@ -375,6 +379,8 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
     except PermissionError as e:
         raise cannot_read(files[0], e) from None
     except (pa.ArrowInvalid, OSError) as e:
+        if cut_short(files[0]):
+            raise damaged(files[0]) from None
         raise CurateError(f"{files[0]}: not a readable Parquet file ({e})") from None
     if META_KEY not in schema_meta:
         raise CurateError(f"{path}: not a cluster-curate artifact (no '{META_KEY.decode()}' metadata)")
@@ -387,6 +393,35 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
             raise CurateError(f"{path}: is {_article(meta.kind)} '{meta.kind}' artifact, expected "
                               f"{' or '.join(repr(k) for k in kinds)}")
     return meta
+
+
+def cut_short(path: str | os.PathLike) -> bool:
+    """Whether `path` is a Parquet file cut short (a full disk in another tool, a copy stopped part-way): it
+    begins as every Parquet file does (PAR1) but lacks the footer that ends a whole one, which holds its schema
+    and metadata; or it is empty. No reader can use it, so an output's --overwrite makes it again in its place."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(4)
+            f.seek(max(size - 4, 0))
+            tail = f.read(4)
+    except OSError:
+        return False
+    return size == 0 or (head == _PARQUET_MAGIC and (size < 12 or tail != _PARQUET_MAGIC))
+
+
+_PARQUET_MAGIC = b"PAR1"
+
+
+def damaged(path: str | os.PathLike) -> CurateError:
+    """The error of an artifact cut short (cut_short), naming the stage that makes it again where its name is a
+    `run` folder's: `select ... --overwrite`, or the same `run`, which re-runs a stage whose output is damaged."""
+    p = Path(path)
+    stage = next((s for s, name in names.RUN_OUTPUTS.items() if name == p.name), None)
+    again = f"`{stage} ... --overwrite`, or the same `run`" if stage else "the command that wrote it, with --overwrite"
+    size = p.stat().st_size
+    how = "empty" if size == 0 else f"cut short at {size:,} bytes, no Parquet footer"
+    return CurateError(f"{p}: damaged: {how} (a full disk or a copy stopped part-way); make it again: {again}")
 
 
 def _article(word: str) -> str:
