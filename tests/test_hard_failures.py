@@ -190,6 +190,25 @@ def test_a_read_only_output_folder_and_an_unreadable_input_are_one_line(pipeline
     assert _files(selection) == before and _entries(work) == entries
 
 
+def test_a_report_whose_plot_the_disk_refuses_keeps_the_earlier_plots_all(pipeline, tmp_path):
+    """`report --out plots` whose second plot hits the file-size limit (EFBIG, as a full disk): the first plot
+    was the new one and the others the earlier report's, a mix; now they are all the earlier ones, and the next
+    report replaces them all."""
+    work = _copy(pipeline, tmp_path)
+    plots = work / COMMANDS["report"][1]
+    sizes = {p.name: p.stat().st_size for p in plots.iterdir()}
+    largest = max(sizes, key=sizes.get)  # the plot the limit refuses; cluster_sizes.png, smaller, comes first
+    assert sizes["cluster_sizes.png"] < sizes[largest]
+    for p in plots.iterdir():
+        p.write_bytes(b"an earlier report's " + p.name.encode())
+    before, entries = _files(plots), _entries(work)
+    line = _one_error_line(_cli(_again("report"), work, preexec_fn=_file_size_limit(sizes[largest] - 1)))
+    assert line.startswith(f"ERROR: plots/{largest}: cannot write it: file too large"), line
+    assert _files(plots) == before and _entries(work) == entries
+    assert _cli(_again("report"), work).returncode == 0
+    assert {p.name: p.stat().st_size for p in plots.iterdir()} == sizes
+
+
 def test_an_artifact_cut_short_is_named_damaged_and_its_stage_or_run_makes_it_again(pipeline, tmp_path):
     """A selection.parquet cut to half its bytes (a full disk in another tool, a copy stopped part-way) was
     `not a file cluster-curate wrote ... choose another --out` on `select --overwrite` and `run`, and `not a

@@ -250,8 +250,6 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
     from cluster_curate.commands.report_plots import (plot_cluster_sizes, plot_features_pca, plot_rank_loads,
                                                       plot_source_shares, rank_loads)
 
-    created = [d for d in (out_dir, *out_dir.parents) if not d.exists()]  # what mkdir makes, deepest first
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     sel_ids = sel_table = None
     if "selection" in found:
@@ -300,10 +298,26 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
             sel_tokens = tokens_of(sel_ids)
             random = sel_tokens[plan.rows].sum(-1)
             written.append(plot_rank_loads(planned, random, out_dir / "rank_loads.png"))
-    if not written:
+    return written
+
+
+def _only_plots(folder: Path) -> bool:
+    """Whether `folder` holds report's plots alone: an earlier report's, replaced whole by the new one."""
+    return all(p.name in PLOTS for p in folder.iterdir())
+
+
+def _draw_into(out: Path, found: dict[str, Path], seed: int) -> list[Path]:
+    """The plots drawn into `out` all at once: staged beside it and swapped in (into a folder of the user's:
+    renamed in once all are written), so that a plot the system refuses to write (a full disk, a file-size limit)
+    leaves the earlier report's plots, none of them replaced, and a kill leaves them whole (io/writer.py)."""
+    from cluster_curate.io.writer import staged_directory
+    created = [d for d in (out, *out.parents) if not d.exists()]  # what the swap makes, deepest first
+    with staged_directory(out, _only_plots, into_others=True) as work:
+        drawn = make_plots(found, work, seed)
+    if not drawn:
         for d in created:
             d.rmdir()  # no folder left behind for nothing
-    return written
+    return [out / p.name for p in drawn]
 
 
 def _token_lookup(found: dict[str, Path], sel_table):
@@ -349,7 +363,7 @@ def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool 
         for plot in PLOTS:
             check_not_input(Path(out) / plot, inputs, f"--out {out}")
         check_creatable(Path(out) / "cluster_sizes.png")
-    plots = make_plots(found, Path(out), seed) if out else []
+    plots = _draw_into(Path(out), found, seed) if out else []
     if out and not plots:
         from cluster_curate import console
         console.warn(f"--out {out}: no plot for {', '.join(found)} alone (the plots are drawn from clusters, a "

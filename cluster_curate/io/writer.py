@@ -252,26 +252,31 @@ def npy_bytes(array) -> bytes:
 
 
 @contextmanager
-def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool]) -> Iterator[Path]:
+def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool], *,
+                     into_others: bool = False) -> Iterator[Path]:
     """Build a directory output in a temporary directory beside `out`; on success it replaces `out` (an
     existing one only goes once the new one is complete), on an error it is removed. Everything in it gets the
     umask's permissions: mkdtemp/mkstemp and some writers (safetensors) make private files, and outputs are for
     the job. An existing `out` is replaced only when it is an empty directory or the tool's own output of
     `kind` (SHARDS, EXPORT: artifacts.replace_refusal; or a test of the directory, e.g. the proxy's): the
-    command checked it before any work (artifacts.check_writable), this is the second guard."""
+    command checked it before any work (artifacts.check_writable), this is the second guard. `into_others`: a
+    folder holding files of the user's stays, and the new files are renamed into it once all are written
+    (report's plots: the earlier ones stay, all of them, when one cannot be written)."""
     out_dir = Path(out)
     if out_dir.is_symlink() and out_dir.is_dir():
         # a link to a folder elsewhere (a bigger disk): the new folder goes there, and the link stays. Swapped
         # at the link itself, the folder landed beside the link and the link was gone.
         out_dir = written_at(out_dir)
         check_creatable(out_dir)  # the new folder is built beside the one it replaces: one line if it cannot be
+    into = False  # the new files go into the existing folder, one by one
     if out_dir.exists() or out_dir.is_symlink():
         if callable(kind):
             why = None if out_dir.is_dir() and (not any(out_dir.iterdir()) or kind(out_dir)) else \
                 "not a directory cluster-curate wrote"
         else:
             why = replace_refusal(out_dir, kind)
-        if why:
+        into = bool(why) and into_others and out_dir.is_dir()
+        if why and not into:
             raise CurateError(f"{out_dir}: {why}")
     _remove_leftovers(out_dir)
     with _room_to_write(out_dir):  # what the block writes into `work` (shards, an export) is named by its folder
@@ -284,6 +289,10 @@ def staged_directory(out: str | os.PathLike, kind: str | Callable[[Path], bool])
                 os.chmod(f, umask_mode(directory=f.is_dir()))
             if not out_dir.exists():
                 os.replace(work, out_dir)
+            elif into:
+                for f in sorted(work.iterdir()):
+                    os.replace(f, out_dir / f.name)
+                work.rmdir()
             elif _exchange(work, out_dir):  # the old folder is at `work` now
                 shutil.rmtree(work, ignore_errors=True)
             else:
