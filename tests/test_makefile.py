@@ -94,3 +94,30 @@ def test_a_rule_that_always_calls_run_rebuilds_what_follows_only_when_run_remade
     assert again.returncode == 0, again.stderr
     assert re.findall(r"^cluster-curate (\w+)", again.stdout, re.M) == ["run"], again.stdout
     assert _times(tmp_path / "out") == made
+
+
+FOLDER_MAKEFILE = """\
+out: FORCE
+\tcluster-curate run train.jsonl --out out --features text --dim 16 --fraction 0.31 --num-shards 2 \\
+\t  --micro-batch-size 2
+summary.json: out
+\tcluster-curate report out --json > summary.json
+.PHONY: FORCE
+FORCE:
+"""
+
+
+def test_a_run_with_nothing_to_do_leaves_its_folder_and_the_one_around_it_as_they_were(tmp_path):
+    """A `run` folder as a prerequisite: a `run` with nothing to do changed its time (a probe for write access
+    made and removed in it) and that of the folder around it (the lock file `.out.lock`), so make remade what
+    depends on it, and rsync saw a change that was none."""
+    (tmp_path / "Makefile").write_text(FOLDER_MAKEFILE)
+    shutil.copy(FIXTURES / "gsm8k" / "train-300.jsonl", tmp_path / "train.jsonl")
+    first = _make(tmp_path, {}, "summary.json")
+    assert first.returncode == 0, first.stderr
+    assert re.findall(r"^cluster-curate (\w+)", first.stdout, re.M) == ["run", "report"]
+    folders = {f: f.stat().st_mtime_ns for f in (tmp_path, tmp_path / "out")}
+    again = _make(tmp_path, {}, "summary.json")
+    assert again.returncode == 0, again.stderr
+    assert re.findall(r"^cluster-curate (\w+)", again.stdout, re.M) == ["run"], again.stdout
+    assert {f: f.stat().st_mtime_ns for f in folders} == folders

@@ -175,16 +175,25 @@ def check_creatable(path: str | os.PathLike) -> None:
 
 
 def _cannot_write_in(folder: Path) -> str | None:
-    """Why no file can be created in `folder` (None: one can). Probed by creating and removing a hidden file there,
-    because permission bits do not tell (root, read-only mounts, /proc, /sys)."""
+    """Why no file can be created in `folder` (None: one can). Probed by creating a file there, because permission
+    bits do not tell (root, read-only mounts, /proc, /sys): one without a name where the file system makes them
+    (O_TMPFILE), which leaves the folder's time alone (make and rsync go by it), else a hidden one, then removed."""
+    import errno
     import tempfile
     try:
-        fd, probe = tempfile.mkstemp(prefix=".cluster-curate-probe-", dir=folder)
-        os.close(fd)
-        os.unlink(probe)
+        os.close(os.open(folder, getattr(os, "O_TMPFILE", 0) | os.O_WRONLY, 0o600))
+        return None
     except OSError as e:
-        return "permission denied" if isinstance(e, PermissionError) else (e.strerror or str(e)).lower()
-    return None
+        cannot = e
+    if cannot.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL):  # no O_TMPFILE on this file system
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".cluster-curate-probe-", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+            return None
+        except OSError as e:
+            cannot = e
+    return "permission denied" if isinstance(cannot, PermissionError) else (cannot.strerror or str(cannot)).lower()
 
 
 # ------------------------------------------------------------------------------ what --overwrite replaces

@@ -2,7 +2,8 @@
 
 A second command writing the same output fails at once with a line naming the holder, instead of both
 running and the later rename silently winning. The lock file is hidden beside the output (`.NAME.lock`) and
-removed when released; a lock whose holder died is free again (the kernel drops flock locks of dead processes).
+removed when released, the folder's time set back when nothing else was written there (make and rsync go by it);
+a lock whose holder died is free again (the kernel drops flock locks of dead processes).
 A folder's lock covers what is in it: `embed --out cur/embeddings.parquet` is refused while `run --out cur`
 writes, and `run --out cur` while a command writes something in `cur/`.
 """
@@ -49,6 +50,7 @@ def output_lock(out: str | os.PathLike, command: str):
         if not parent.exists():
             parent.mkdir()
             created.append(parent)
+    folder = None if created else _folder_state(path.parent)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
@@ -78,11 +80,30 @@ def output_lock(out: str | os.PathLike, command: str):
             path.unlink(missing_ok=True)
         finally:
             os.close(fd)
+        if folder is not None:
+            _keep_time(path.parent, *folder)
         for parent in reversed(created):
             try:
                 parent.rmdir()  # only when empty: a failed command leaves no folder behind
             except OSError:
                 break
+
+
+def _folder_state(folder: Path) -> tuple[int, dict[str, int]]:
+    """A folder's time and its entries (name: inode; a file renamed into place is another inode)."""
+    mtime = os.stat(folder).st_mtime_ns
+    with os.scandir(folder) as entries:
+        return mtime, {e.name: e.inode() for e in entries}
+
+
+def _keep_time(folder: Path, mtime: int, entries: dict[str, int]) -> None:
+    """The folder's time set back to `mtime` when its entries are those it had: the lock file came and went, and
+    nothing else was written there, which make -j and rsync would take for a change (a `run` with nothing to do)."""
+    try:
+        if _folder_state(folder)[1] == entries:
+            os.utime(folder, ns=(os.stat(folder).st_atime_ns, mtime))
+    except OSError:
+        pass  # a folder we may no longer change: its time is only a hint
 
 
 def _covering_locks(out: Path) -> list[Path]:
