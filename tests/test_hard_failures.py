@@ -258,30 +258,64 @@ def big_pipeline(tmp_path_factory) -> Path:
     return _pipeline(tmp_path_factory.mktemp("hard-big") / "pipeline", GSM_FULL)
 
 
-def _kill_mid_write(argv: list[str], work: Path, temporary: re.Pattern) -> str:
-    """Start the command and SIGKILL it the moment a temporary file or folder matching `temporary` (its path under
-    `work`) exists: no handler runs, as under the OOM killer. Returns that temporary's path."""
+def _find(work: Path, temporary: list[re.Pattern]) -> Path | None:
+    """The path under `work` whose parts match `temporary`'s, one folder listed per part: a tight loop, where a walk
+    of the whole work folder missed a temporary that lived between two walks on a loaded machine."""
+    found = [work]
+    for part in temporary:
+        below = []
+        for folder in found:
+            try:
+                with os.scandir(folder) as entries:
+                    below += [Path(e.path) for e in entries if part.fullmatch(e.name)]
+            except OSError:  # gone meanwhile (renamed into place)
+                pass
+        found = below
+    return found[0] if found else None
+
+
+def _kill_mid_write(argv: list[str], work: Path, temporary: str) -> str:
+    """Start the command and SIGKILL it while a temporary file or folder matching `temporary` (its path under
+    `work`, one pattern per part) exists: no handler runs, as under the OOM killer. Returns that temporary's path."""
+    p, hit = _stop_mid_write(argv, work, temporary)
+    p.kill()
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL, err
+    return hit
+
+
+def _stop_mid_write(argv: list[str], work: Path, temporary: str) -> tuple[subprocess.Popen, str]:
+    """Start the command and stop it (SIGSTOP) the moment a temporary matching `temporary` is seen, once it is seen
+    still there, so that the command cannot finish in between however loaded the machine is. Returns the stopped
+    process and that temporary's path under `work`."""
+    parts = [re.compile(part) for part in temporary.split("/")]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     p = subprocess.Popen([sys.executable, "-m", "cluster_curate", *argv, "-q"], cwd=work,
                          env=dict(env, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
     hit = None
     while hit is None and p.poll() is None:
-        hit = next((str(Path(d, n).relative_to(work)) for d, dirs, files in os.walk(work) for n in dirs + files
-                    if temporary.search(str(Path(d, n).relative_to(work)))), None)
-    p.kill()
-    _, err = p.communicate(timeout=60)
-    assert hit is not None and p.returncode == -signal.SIGKILL, f"finished before it was killed: {err}"
-    return hit
+        seen = _find(work, parts)
+        if seen is None:
+            continue
+        p.send_signal(signal.SIGSTOP)
+        if os.path.lexists(seen):
+            hit = str(seen.relative_to(work))
+        else:  # renamed between the look and the stop: on to the next one
+            p.send_signal(signal.SIGCONT)
+    if hit is None:
+        _, err = p.communicate(timeout=60)
+        raise AssertionError(f"finished before it was stopped: {err}")
+    return p, hit
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,temporary", [
-    ("embed", r"^r/embeddings\.partial/\.chunk-\d+\.parquet\.\w{8}\.tmp$"),  # a chunk being committed
-    ("shard", r"^r/\.shards\.\w{8}\.tmp$"),                                     # the shards' folder being built
-    ("export-trl", r"^\.ex_trl\.\w{8}\.tmp/\.train\.parquet\.\w{8}\.tmp$"),
-    ("export-jsonl", r"^\.ex_jsonl\.\w{8}\.tmp$"),
-    ("run", r"^r/\.shards\.\w{8}\.tmp$"),                             # run's last stage
+    ("embed", r"r/embeddings\.partial/\.chunk-\d+\.parquet\.\w{8}\.tmp"),  # a chunk being committed
+    ("shard", r"r/\.shards\.\w{8}\.tmp"),                                     # the shards' folder being built
+    ("export-trl", r"\.ex_trl\.\w{8}\.tmp/\.train\.parquet\.\w{8}\.tmp"),
+    ("export-jsonl", r"\.ex_jsonl\.\w{8}\.tmp"),
+    ("run", r"r/\.shards\.\w{8}\.tmp"),                             # run's last stage
 ])
 def test_a_command_killed_mid_write_leaves_the_previous_output_whole_and_the_rerun_removes_its_leftovers(
         big_pipeline, tmp_path, name, temporary):
@@ -291,7 +325,7 @@ def test_a_command_killed_mid_write_leaves_the_previous_output_whole_and_the_rer
     work = _copy(big_pipeline, tmp_path)
     out = work / COMMANDS[name][1]
     before, entries = _files(out / "shards" if name == "run" else out), _entries(work)
-    left = _kill_mid_write(_again(name), work, re.compile(temporary))
+    left = _kill_mid_write(_again(name), work, temporary)
     assert _files(out / "shards" if name == "run" else out) == before  # run: its stages before shard ran again
     assert left in _entries(work) - entries
     r = _cli(_again(name) + (["--resume"] if name == "embed" else []), work)
