@@ -156,6 +156,22 @@ def leader_prepares(layout: Layout, is_ready, prepare) -> None:
     barrier(layout)
 
 
+def worker_lock(layout: Layout, out: str | os.PathLike):
+    """The lock a worker of a multi-rank embed holds while it runs (io/lock.py): its part's, beside the output
+    (`.OUT.part-WWWWW-of-NNNNN.parquet.lock`: the output may be a file its leader replaces), so that another
+    process of the same part is refused and what a killed run of this worker left is this worker's to remove
+    (ChunkedOutput). The workers write side by side: none is the output's one writer. One process: the command
+    holds the output's lock (cli.py), none here."""
+    from contextlib import nullcontext
+
+    from cluster_curate.io.lock import output_lock
+    if not layout.multi:
+        return nullcontext()
+    out = Path(out)
+    return output_lock(out.with_name(f"{out.name}.{layout.part_name()}"), "embed", sole_writer=False,
+                       shown=out / layout.part_name())
+
+
 def shutdown(layout: Layout) -> None:
     if layout.torchrun:
         import torch.distributed as dist
@@ -180,6 +196,8 @@ class ChunkedOutput:
         self.staging = sidecar_path(self.out, names.STAGING)
         self.resume = resume
         self._check_output(overwrite)
+        if layout.multi:
+            self._remove_stale()
         self._open_staging(overwrite)
 
     # -------------------------------------------------------------------------------- set-up
@@ -207,6 +225,16 @@ class ChunkedOutput:
                               "pass --overwrite or use a fresh output")
         for p in stale + [q for q in out.glob("rejects-*.jsonl") if not q.name.endswith(f"-of-{lay.workers:05d}.jsonl")]:
             p.unlink(missing_ok=True)  # --overwrite: files of another layout would mix with ours
+
+    def _remove_stale(self) -> None:
+        """Remove what a killed run of this worker left: the temporaries of its chunks, part and rejects. Only its
+        own, under its lock (worker_lock): the other workers' may be at work beside it; the staging folder, theirs
+        included, goes once the artifact is complete (_cleanup_if_done)."""
+        from cluster_curate.io.writer import remove_leftovers
+        lay = self.layout
+        remove_leftovers(self.out, {lay.part_name(), names.part_rejects_name(lay.worker, lay.workers)}.__contains__)
+        remove_leftovers(self.staging, lambda name: (m := _CHUNK_RE.match(name)) is not None
+                         and lay.owns(int(m.group(1))))
 
     def _open_staging(self, overwrite: bool) -> None:
         plan_file = self.staging / names.STAGING_PLAN

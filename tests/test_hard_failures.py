@@ -334,6 +334,41 @@ def test_a_command_killed_mid_write_leaves_the_previous_output_whole_and_the_rer
     assert _cli(["report", "r"], work).returncode == 0  # the pipeline reads as whole
 
 
+@pytest.mark.slow
+def test_a_killed_worker_of_a_job_array_embed_leaves_what_its_rerun_removes_and_a_worker_at_work_keeps_its_own(
+        tmp_path):
+    """The workers of a multi-process embed (job-array pieces, torchrun ranks) hold no output lock, so what a
+    killed one left (a chunk's temporary) stayed until an --overwrite. Each now holds its part's lock: its rerun
+    (--resume, from the chunks it committed) removes its own leftovers, never those of a worker at work beside it,
+    and a second process of the same part is refused."""
+    import json
+    if not GSM_FULL.exists():
+        pytest.skip(f"{GSM_FULL} is not here")
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(GSM_FULL, work / "data.jsonl")
+    embed = ["embed", "data.jsonl", "--out", "e", "--features", "text", "--dim", "16", "--num-parts", "2",
+             "--commit-every", "500"]  # 15 chunks: piece 0 owns the even ones, piece 1 the odd ones
+    left = _kill_mid_write([*embed, "--part-index", "0"], work,  # piece 0 killed after its first chunks
+                           r"e\.partial/\.chunk-0000(0[68]|1[024])\.parquet\.\w{8}\.tmp")
+    at_work, its_own = _stop_mid_write([*embed, "--part-index", "1"], work,
+                                       r"e\.partial/\.chunk-\d{5}[13579]\.parquet\.\w{8}\.tmp")
+    try:
+        line = _one_error_line(_cli([*embed, "--part-index", "1", "--resume"], work))
+        assert line.startswith("ERROR: e/part-00001-of-00002.parquet: in use by another cluster-curate (`embed`, "
+                               f"pid {at_work.pid} on "), line
+        again = _cli([*embed, "--part-index", "0", "--resume", "--json"], work)
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["chunks_resumed"] >= 3  # chunks 0, 2 and 4 at least
+        assert not (work / left).exists() and (work / its_own).exists()
+    finally:
+        at_work.send_signal(signal.SIGCONT)
+        _, err = at_work.communicate(timeout=300)
+    assert at_work.returncode == 0, err
+    assert sorted(_entries(work)) == ["data.jsonl", "e", "e.text.key", "e.text.npz", "e/part-00000-of-00002.parquet",
+                                      "e/part-00001-of-00002.parquet"]
+
+
 UNREADABLE = "cannot read it (permission denied); make it readable (chmod u+r) or run as a user who may read it"
 
 

@@ -316,16 +316,17 @@ def embed(data, out: str, **options) -> dict:
     # under torchrun device_for has already turned auto into this rank's GPU when there is one
     distributed.init(layout, use_cuda=str(device or "").startswith("cuda"))
     try:
-        run = _Run(data, out, opts, layout, device, features=features, like=like)
-        parts.scan(run, read_options(opts))
-        models = parts.prepare(run)
-        embedder, params = parts.embedder_and_params(run, models)
-        if like:
-            _check_same_dims(like, params)
-            from cluster_curate.features.like import like_record
-            params["like"] = like_record(*like)
-        done = parts.feature_pass(run, embedder, params)
-        return parts.finish(run, models, done, t_start)
+        with distributed.worker_lock(layout, out):
+            run = _Run(data, out, opts, layout, device, features=features, like=like)
+            parts.scan(run, read_options(opts))
+            models = parts.prepare(run)
+            embedder, params = parts.embedder_and_params(run, models)
+            if like:
+                _check_same_dims(like, params)
+                from cluster_curate.features.like import like_record
+                params["like"] = like_record(*like)
+            done = parts.feature_pass(run, embedder, params)
+            return parts.finish(run, models, done, t_start)
     finally:
         distributed.shutdown(layout)
 

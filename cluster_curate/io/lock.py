@@ -37,14 +37,17 @@ def lock_path(out: str | os.PathLike) -> Path:
 
 
 @contextmanager
-def output_lock(out: str | os.PathLike, command: str):
-    """Hold the lock of `out` for the block; CurateError at once when another process holds it."""
+def output_lock(out: str | os.PathLike, command: str, *, sole_writer: bool = True, shown=None):
+    """Hold the lock of `out` for the block; CurateError at once when another process holds it, naming `shown`
+    (default `out`). `sole_writer=False`: files beside `out` are written by other processes too (a worker of a
+    multi-rank embed, which holds its part's lock): this one is not the one writer that `held` tells."""
     import fcntl
 
     from cluster_curate.io.artifacts import check_creatable
     check_creatable(out)
     path = lock_path(out)
-    _refuse_if_held(_covering_locks(Path(os.path.realpath(out))), out)
+    named = out if shown is None else shown
+    _refuse_if_held(_covering_locks(Path(os.path.realpath(out))), named)
     created = []  # directories made for the lock, removed again when the command leaves them empty
     for parent in reversed(path.parents):
         if not parent.exists():
@@ -58,7 +61,7 @@ def output_lock(out: str | os.PathLike, command: str):
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            raise CurateError(f"{out}: in use by another cluster-curate {holder}; wait for it to finish or "
+            raise CurateError(f"{named}: in use by another cluster-curate {holder}; wait for it to finish or "
                               "choose another --out") from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino  # not a file its last holder just removed
@@ -72,7 +75,8 @@ def output_lock(out: str | os.PathLike, command: str):
                 "since": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": " ".join(sys.argv[1:])[:200]}
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(info).encode())
-        _HELD.add(path)
+        if sole_writer:
+            _HELD.add(path)
         yield
     finally:
         _HELD.discard(path)

@@ -122,11 +122,26 @@ def _remove_leftovers(target: Path) -> None:
             _LEFTOVERS[folder] = set()
     for name in [n for n in _LEFTOVERS[folder] if _LEFTOVER.match(n).group(1) == target.name]:
         _LEFTOVERS[folder].discard(name)
-        stale = folder / name
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
-        else:
-            stale.unlink(missing_ok=True)
+        _remove(folder / name)
+
+
+def remove_leftovers(folder: Path, ours: Callable[[str], bool]) -> None:
+    """Remove what killed writers left in `folder` (as _remove_leftovers) of the names `ours` picks, for a process
+    that is not the output's one writer but holds the lock of those names (a worker of a multi-rank embed: its
+    chunks, part and rejects), so that none is another process's at work."""
+    try:
+        left = [n for n in os.listdir(folder) if (m := _LEFTOVER.match(n)) and ours(m.group(1))]
+    except OSError:
+        return
+    for name in left:
+        _remove(folder / name)
+
+
+def _remove(stale: Path) -> None:
+    if stale.is_dir() and not stale.is_symlink():
+        shutil.rmtree(stale, ignore_errors=True)
+    else:
+        stale.unlink(missing_ok=True)
 
 
 @contextmanager
