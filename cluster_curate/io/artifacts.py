@@ -424,10 +424,12 @@ _PARQUET_MAGIC = b"PAR1"
 
 def damaged(path: str | os.PathLike) -> CurateError:
     """The error of an artifact cut short (cut_short), naming the stage that makes it again where its name is a
-    `run` folder's: `select ... --overwrite`, or the same `run`, which re-runs a stage whose output is damaged."""
+    `run` folder's (`select ... --overwrite`), and in a `run` folder the same `run`, which re-runs such a stage."""
     p = Path(path)
     stage = next((s for s, name in names.RUN_OUTPUTS.items() if name == p.name), None)
-    again = f"`{stage} ... --overwrite`, or the same `run`" if stage else "the command that wrote it, with --overwrite"
+    again = f"`{stage} ... --overwrite`" if stage else "the command that wrote it, with --overwrite"
+    if (p.parent / names.RUN_STATE).is_file():
+        again += ", or the same `run`"
     size = p.stat().st_size
     how = "empty" if size == 0 else f"cut short at {size:,} bytes, no Parquet footer"
     return CurateError(f"{p}: damaged: {how} (a full disk or a copy stopped part-way); make it again: {again}")
