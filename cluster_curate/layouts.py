@@ -448,9 +448,23 @@ def uses_tools(rows: pa.Table | None) -> bool:
     return False
 
 
-# axolotl's DPO trainer (TRL's DPOTrainer) samples at random whatever `curriculum_sampling` says: `trainer_cls`
-# names it with the plan's sampler (integrations/axolotl.py)
+# integrations/axolotl.py: axolotl's trainers with the plan's sampler (its DPO trainer, TRL's DPOTrainer, samples
+# at random whatever `curriculum_sampling` says), the plugin that logs each rank's ids for `verify`, and the SFT
+# dataset type that keeps each row's id through axolotl's tokenization
 AXOLOTL_TRAINER = "cluster_curate.integrations.axolotl.PlanDPOTrainer"
+AXOLOTL_SFT_TRAINER = "cluster_curate.integrations.axolotl.PlanSFTTrainer"
+AXOLOTL_PLUGIN = "cluster_curate.integrations.axolotl.ConsumedIdsPlugin"
+AXOLOTL_SFT_TYPE = "cluster_curate.integrations.axolotl"
+AXOLOTL_VERIFY = (f"`plugins: [{AXOLOTL_PLUGIN}]` has each rank log the ids it trained on in "
+                  "OUTPUT_DIR/consumed/ (OUTPUT_DIR: axolotl's `output_dir`): check the run with `cluster-curate "
+                  "verify SHARDS --log OUTPUT_DIR/consumed`")
+_AXOLOTL_ORDER_NOTE = (
+    "# the plan's order, kept: axolotl concatenates the `datasets:` in list order, so this one goes first (alone,\n"
+    "# for `verify`: another dataset's rows are out of the plan); after another's rows the planned rows would reach\n"
+    "# other ranks and steps than planned. It shuffles the concatenation unless `shuffle_merged_datasets: false`\n"
+    "# (and each dataset before with `shuffle_before_merging_datasets: true`), its sampler shuffles unless\n"
+    "# `curriculum_sampling: true` (trainer_cls's sampler is sequential either way), and `sample_packing: true`\n"
+    "# packs rows several to a sequence, in another order\n")
 # a recipe config may give `dataset:` as a list, whose datasets the recipes concatenate (ConcatDataset): a dict
 # does not merge into it, and the sampler deals the plan's rows to their ranks only at the head of the list
 _TORCHTUNE_LIST_NOTE = (
@@ -532,6 +546,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
         files[names.TRAINER_CONFIG] = (
             "# merge into your axolotl config (DPO; for IPO add dpo_loss_type: [\"ipo\"])\n"
             "rl: dpo\n"
+            f"plugins:\n  - {AXOLOTL_PLUGIN}\n"
             f"trainer_cls: {AXOLOTL_TRAINER}\n"
             "datasets:\n"
             f"  - path: {data_path}\n"
@@ -545,10 +560,13 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
     elif tgt.name == "axolotl":
         files[names.TRAINER_CONFIG] = (
             "# merge into your axolotl config\n"
+            f"{_AXOLOTL_ORDER_NOTE}"
+            f"plugins:\n  - {AXOLOTL_PLUGIN}\n"
+            f"trainer_cls: {AXOLOTL_SFT_TRAINER}\n"
             "datasets:\n"
             f"  - path: {data_path}\n"
             "    ds_type: parquet\n"
-            "    type: chat_template\n"
+            f"    type: {AXOLOTL_SFT_TYPE}\n"
             "    field_messages: messages\n"
             + ("    field_tools: tools\n" if rows is not None and "tools" in rows.column_names else "") +
             "    message_property_mappings:\n"
@@ -616,9 +634,15 @@ _TRAPS = {
     "llamafactory": ["`disable_shuffling: true` (else the HF Trainer's random sampler shuffles)",
                      "`packing` / `neat_packing` reorder and merge rows",
                      "LLaMA-Factory has no per-example loss weight: `weight` is not applied"],
-    "axolotl": ["`shuffle_merged_datasets: false` and `curriculum_sampling: true` (sequential sampler)",
+    "axolotl": ["`shuffle_merged_datasets: false` and `curriculum_sampling: true` (sequential sampler); "
+                f"`trainer_cls: {AXOLOTL_SFT_TRAINER}` keeps the order whatever they say (install cluster-curate "
+                "where axolotl runs)",
                 "`sample_packing: true` reorders rows (multipack)",
                 "rows longer than `sequence_len` are dropped by default: make it longer than the longest row",
+                "this file first in `datasets:` (alone, for `verify`): axolotl concatenates them in list order",
+                AXOLOTL_VERIFY,
+                f"`type: {AXOLOTL_SFT_TYPE}` is axolotl's `chat_template` strategy (the same keys) keeping each "
+                "row's `id`, which axolotl's tokenization drops, for the log",
                 "axolotl has no per-example loss weight: `weight` is not applied"],
     "jsonl": ["the selected rows in their original columns, in dataset order: no plan, no weights"],
     # with tool calling only
@@ -655,6 +679,7 @@ _PREFERENCE_TRAPS = {
                 "longest pair",
                 "`val_set_size` and `dataset_exact_deduplication` take rows out of the file: leave them unset (an "
                 "evaluation set goes in `test_datasets`)",
+                AXOLOTL_VERIFY,
                 "chat_template.default looks each answer up in the chat template's rendering of it: under a "
                 "template that trims each turn (Llama 3's) an answer with spaces or newlines at its ends is not "
                 "found and axolotl stops (\"Prompt, chosen and rejected keys are required\")",

@@ -4,7 +4,7 @@ tests/tiny_lm.py through each trainer recipe of the README ("Training with your 
 
     torchrun --nproc-per-node 2 tests/plan_trainers_job.py MODEL EXPORTS LOGROOT SCENARIO [SCENARIO ...]
 
-EXPORTS/<target>/ is `export --for <target>` of the shards (hf, trl, accelerate, torchrun; shards/ and
+EXPORTS/<target>/ is `export --for <target>` of the shards (hf, trl, accelerate, torchrun, axolotl; shards/ and
 chat-shards/ beside them; trl-dpo/: `export --for trl` of preference pairs). The scenarios run one after the other in the same two processes (one start-up)."""
 
 from __future__ import annotations
@@ -141,6 +141,37 @@ def run_trl_dpo(model_dir, exports, log_dir):
     trainer.train()
 
 
+def run_axolotl(model_dir, exports, log_dir, shuffled=False):
+    """`export --for axolotl` (SFT) as axolotl reads its config.yaml: the plugin, trainer_cls and dataset type it
+    names, resolved as axolotl resolves them (tests/axolotl_stand_ins.py: axolotl is not installed; its trainer is
+    a transformers Trainer), the rows tokenized as axolotl does, the plugin's callbacks on the trainer; OUTPUT_DIR
+    is `log_dir`. With `shuffled`, the trap: `shuffle_merged_datasets` left at axolotl's default (true), which
+    shuffles the tokenized dataset (`ds.shuffle(seed=cfg.seed)`) before the trainer sees it."""
+    import types
+
+    import yaml
+    from transformers import DataCollatorForSeq2Seq, TrainingArguments
+
+    import axolotl_stand_ins as axolotl
+
+    axolotl.install(sys.modules.__setitem__)
+    cfg = yaml.safe_load((exports / "axolotl" / "config.yaml").read_text())
+    model, tok = _load(model_dir)
+    (entry,) = cfg["datasets"]
+    ds = axolotl.tokenize_dataset(axolotl.load_strategy(entry["type"], tok, cfg, entry), _parquet(entry["path"]))
+    if shuffled:
+        ds = ds.shuffle(seed=42)
+    plugin = axolotl.load_plugin(cfg["plugins"][0])
+    trainer_cls = axolotl.get_cls_from_module_str(cfg["trainer_cls"])
+    args = _args(TrainingArguments, log_dir)
+    assert args.per_device_train_batch_size == cfg["micro_batch_size"]
+    trainer = trainer_cls(model=model, args=args, train_dataset=ds, processing_class=tok,
+                          data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100),
+                          callbacks=plugin.add_callbacks_pre_trainer(types.SimpleNamespace(output_dir=str(log_dir)),
+                                                                     model))
+    trainer.train()
+
+
 def run_torchrun(model_dir, exports, log_dir, target="torchrun"):
     """A plain DDP loop: DistributedSampler(shuffle=False) over `export --for torchrun` (or, the trap, over the
     batch-interleaved `export --for hf`)."""
@@ -201,6 +232,8 @@ SCENARIOS = {
     "trl": lambda a: run_trl(a.model, a.exports, a.log),
     "trl-packing": lambda a: run_trl(a.model, a.exports, a.log, packing=True),
     "trl-dpo": lambda a: run_trl_dpo(a.model, a.exports, a.log),
+    "axolotl": lambda a: run_axolotl(a.model, a.exports, a.log),
+    "axolotl-shuffled": lambda a: run_axolotl(a.model, a.exports, a.log, shuffled=True),
     "torchrun": lambda a: run_torchrun(a.model, a.exports, a.log),
     "torchrun-on-hf-export": lambda a: run_torchrun(a.model, a.exports, a.log, target="hf"),
     "accelerate": lambda a: run_accelerate(a.model, a.exports, a.exports / "shards", a.log),

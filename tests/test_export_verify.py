@@ -3,6 +3,7 @@ classification of what ranks consumed (pure functions; the real trainer runs are
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from pathlib import Path
@@ -210,11 +211,12 @@ LLAMAFACTORY_COLUMNS = {"prompt", "query", "response", "history", "messages", "s
 LLAMAFACTORY_TAGS = {"role_tag", "content_tag", "user_tag", "assistant_tag", "observation_tag", "function_tag",
                      "system_tag"}
 # axolotl's config keys used (AxolotlInputConfig / SFTDataset in axolotl/utils/schemas, 0.19.0)
-AXOLOTL_TOP = {"datasets", "shuffle_merged_datasets", "curriculum_sampling", "sample_packing", "micro_batch_size"}
+AXOLOTL_TOP = {"plugins", "trainer_cls", "datasets", "shuffle_merged_datasets", "curriculum_sampling",
+               "sample_packing", "micro_batch_size"}
 AXOLOTL_DATASET = {"path", "ds_type", "type", "field_messages", "message_property_mappings", "roles_to_train",
                    "split", "data_files"}
 # with `rl: dpo` (validate_config makes each dataset entry a DPODataset, dropping other keys), 0.19.0
-AXOLOTL_DPO_TOP = {"rl", "trainer_cls", "datasets", "shuffle_merged_datasets", "excess_length_strategy",
+AXOLOTL_DPO_TOP = {"rl", "plugins", "trainer_cls", "datasets", "shuffle_merged_datasets", "excess_length_strategy",
                    "micro_batch_size"}
 AXOLOTL_DPO_DATASET = {"path", "split", "type", "data_files", "revision", "field_messages", "field_chosen",
                        "field_rejected"}
@@ -231,6 +233,7 @@ def axolotl_pairs(folder: Path) -> dict[int, tuple[list[dict], str, str]]:
     assert set(cfg) <= AXOLOTL_DPO_TOP and cfg["rl"] == "dpo" and cfg["shuffle_merged_datasets"] is False
     assert cfg["excess_length_strategy"] == "raise" and isinstance(cfg["micro_batch_size"], int)
     assert cfg["trainer_cls"] == "cluster_curate.integrations.axolotl.PlanDPOTrainer"
+    assert cfg["plugins"] == ["cluster_curate.integrations.axolotl.ConsumedIdsPlugin"]
     (entry,) = cfg["datasets"]
     assert set(entry) <= AXOLOTL_DPO_DATASET and entry["type"] == "chat_template.default"
     rows = pq.read_table(entry["path"]).to_pylist()
@@ -269,6 +272,25 @@ def test_axolotl_yaml_uses_documented_keys(shards, tmp_path):
     assert cfg["shuffle_merged_datasets"] is False and cfg["curriculum_sampling"] is True
     assert cfg["sample_packing"] is False and cfg["micro_batch_size"] == M
     assert Path(cfg["datasets"][0]["path"]).is_file()
+    assert cfg["plugins"] == ["cluster_curate.integrations.axolotl.ConsumedIdsPlugin"]
+    assert cfg["trainer_cls"] == "cluster_curate.integrations.axolotl.PlanSFTTrainer"
+    assert cfg["datasets"][0]["type"] == "cluster_curate.integrations.axolotl"
+
+
+def test_axolotl_sft_config_says_what_reorders_rows(shards, tmp_path):
+    """The SFT config.yaml says, before its keys, what in axolotl would move a planned row to another rank or step
+    (the list order of `datasets:`, its shuffles, sampler and packing) and which keys keep the order; its README
+    says how to check the run."""
+    export(shards["chat"], "axolotl", tmp_path / "ax")
+    text = (tmp_path / "ax" / "config.yaml").read_text()
+    note = text[:text.index("\nplugins:")]
+    assert all(line.startswith("# ") for line in note.splitlines())
+    for said in ("`datasets:` in list order", "first", "`shuffle_merged_datasets: false`",
+                 "`shuffle_before_merging_datasets: true`", "`curriculum_sampling: true`", "trainer_cls",
+                 "`sample_packing: true`"):
+        assert said in note, said
+    readme = (tmp_path / "ax" / "README.md").read_text()
+    assert "verify SHARDS --log OUTPUT_DIR/consumed" in readme and "`output_dir`" in readme
 
 
 # --------------------------------------------------------------------------------------------- verify
@@ -619,7 +641,7 @@ def test_axolotl_trainer_cls_is_its_dpo_trainer_in_the_planned_order(monkeypatch
     module_name, class_name = AXOLOTL_TRAINER.rsplit(".", 1)
     module = importlib.import_module(module_name)  # imports where axolotl is not installed
     with pytest.raises(AttributeError):
-        module.PlanSFTTrainer
+        module.PlanTrainer
     if importlib.util.find_spec("axolotl") is None:
         with pytest.raises(ModuleNotFoundError, match="axolotl"):
             getattr(module, class_name)
@@ -636,6 +658,75 @@ def test_axolotl_trainer_cls_is_its_dpo_trainer_in_the_planned_order(monkeypatch
         assert isinstance(trainer._get_train_sampler(types.SimpleNamespace(), list(range(6))), PlannedOrderSampler)
     finally:
         vars(module).pop(class_name, None)  # built on the stand-in: not kept for later tests
+
+
+def _axolotl_names(monkeypatch):
+    """axolotl's stand-ins installed where it is missing; our module with nothing built on them kept after."""
+    import sys
+
+    from axolotl_stand_ins import install
+    install(lambda name, module: monkeypatch.setitem(sys.modules, name, module))
+    module = importlib.import_module("cluster_curate.integrations.axolotl")
+    for name in ("ConsumedIdsPlugin", "PlanSFTTrainer"):
+        monkeypatch.delitem(vars(module), name, raising=False)  # built on the stand-ins: not kept for later tests
+    return module
+
+
+def test_axolotl_plugin_resolves_as_axolotl_loads_it_and_adds_the_consumed_ids_callback(shards, tmp_path,
+                                                                                      monkeypatch):
+    """The `plugins:` item of both configs, loaded as axolotl's plugin manager loads one (import the module,
+    getattr the class, instantiate it): an axolotl BasePlugin whose add_callbacks_pre_trainer hook gives the
+    trainer a ConsumedIdsCallback writing under axolotl's output_dir, where the README sends `verify --log`."""
+    import types
+
+    from axolotl_stand_ins import load_plugin
+    from cluster_curate.integrations.hf import ConsumedIdsCallback
+    yaml = pytest.importorskip("yaml")
+    export(shards["chat"], "axolotl", tmp_path / "ax")
+    (name,) = yaml.safe_load((tmp_path / "ax" / "config.yaml").read_text())["plugins"]
+    module = _axolotl_names(monkeypatch)
+    plugin = load_plugin(name)
+    assert type(plugin).__mro__[1] is importlib.import_module("axolotl.integrations.base").BasePlugin
+    assert f"{type(plugin).__module__}.{type(plugin).__name__}" == name
+    (callback,) = plugin.add_callbacks_pre_trainer(types.SimpleNamespace(output_dir=str(tmp_path / "model-out")),
+                                                   model=None)
+    assert isinstance(callback, ConsumedIdsCallback)
+    assert Path(callback.log_dir) == module.consumed_log_dir(tmp_path / "model-out")
+    assert module.consumed_log_dir(tmp_path / "model-out") == tmp_path / "model-out" / "consumed"
+
+
+def test_axolotl_sft_names_resolve_and_keep_each_rows_id_through_its_tokenization(shards, tmp_path, monkeypatch):
+    """The SFT config's `trainer_cls`, resolved as axolotl resolves it: its AxolotlTrainer under PlanTrainerMixin.
+    Its dataset `type`, resolved as axolotl resolves a dotted type (the module's `load`): axolotl's chat_template
+    strategy, whose tokenized rows hold the row's `id` (axolotl's tokenization removes every column of the file),
+    in file order, the tokens the strategy's own."""
+    import types
+
+    from axolotl_stand_ins import get_cls_from_module_str, load_strategy, tokenize_dataset
+    from cluster_curate.integrations.hf import PlannedOrderSampler, PlanTrainerMixin
+    from tiny_lm import build_tokenizer
+    datasets = pytest.importorskip("datasets")
+    yaml = pytest.importorskip("yaml")
+    export(shards["chat"], "axolotl", tmp_path / "ax")
+    cfg = yaml.safe_load((tmp_path / "ax" / "config.yaml").read_text())
+    _axolotl_names(monkeypatch)
+    trainer = get_cls_from_module_str(cfg["trainer_cls"])
+    base = importlib.import_module("axolotl.core.trainers.base").AxolotlTrainer
+    assert trainer.__mro__[1:3] == (PlanTrainerMixin, base)
+    assert isinstance(trainer._get_train_sampler(types.SimpleNamespace(), list(range(6))), PlannedOrderSampler)
+
+    (entry,) = cfg["datasets"]
+    tok = build_tokenizer()
+    strategy = load_strategy(entry["type"], tok, cfg, entry)
+    own = importlib.import_module("axolotl.prompt_strategies.chat_template").load(tok, cfg, ds_cfg=entry)
+    rows = datasets.Dataset.from_parquet(entry["path"])
+    tokenized = tokenize_dataset(strategy, rows)
+    assert tokenized["id"] == rows["id"] and set(tokenized.column_names) == {"input_ids", "attention_mask", "labels",
+                                                                              "id"}
+    assert tokenized.remove_columns("id").to_list() == tokenize_dataset(own, rows).to_list()
+    one = rows[0]  # a row alone (axolotl's unbatched path)
+    assert strategy.tokenize_prompt({k: [v] for k, v in one.items()})["id"] == [one["id"]]
+    assert strategy.supports_batched is own.supports_batched
 
 
 def test_export_keeps_every_column_of_preference_pairs_for_hf(preference_shards, tmp_path):

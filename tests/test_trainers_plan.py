@@ -25,8 +25,8 @@ from tiny_lm import build_llama
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 WORLD, M = 2, 2
-SCENARIOS = ["hf", "hf-sequential", "hf-random", "trl", "trl-packing", "trl-dpo", "torchrun",
-             "torchrun-on-hf-export", "accelerate", "accelerate-rank-local"]
+SCENARIOS = ["hf", "hf-sequential", "hf-random", "trl", "trl-packing", "trl-dpo", "axolotl", "axolotl-shuffled",
+             "torchrun", "torchrun-on-hf-export", "accelerate", "accelerate-rank-local"]
 
 pytestmark = pytest.mark.slow
 
@@ -77,7 +77,8 @@ def _run_job(tmp: Path) -> None:
     chat = _shards(tmp, "chat-shards", FIXTURES / "chat" / "messages-300.jsonl")
     for target in ("hf", "accelerate", "torchrun"):
         cc.export(str(qa), trainer=target, out=str(tmp / target), world_size=WORLD, micro_batch_size=M)
-    cc.export(str(chat), trainer="trl", out=str(tmp / "trl"), world_size=WORLD, micro_batch_size=M)
+    for target in ("trl", "axolotl"):
+        cc.export(str(chat), trainer=target, out=str(tmp / target), world_size=WORLD, micro_batch_size=M)
     from test_input_formats import preference_rows  # GSM8K questions, the right answer chosen, a wrong one rejected
     pref_data = tmp / "preference.jsonl"
     pref_data.write_text("".join(json.dumps(r) + "\n" for r in preference_rows(40, "conversational")))
@@ -193,6 +194,26 @@ def test_trl_dpo_trainer_keeps_the_plan(job):
                                                                             for i in rec["ids"]])
         assert log[0]["loss"] == pytest.approx(math.log(2), rel=1e-5)
     assert "`weight` is NOT applied" in (job["tmp"] / "trl-dpo" / "README.md").read_text()
+
+
+def test_axolotl_plugin_logs_a_run_that_verify_accepts(job):
+    """`export --for axolotl` trained as its config.yaml says (plugin, trainer_cls, dataset type, resolved as axolotl
+    resolves them): each rank logged its shard's ids in order, M per step, under OUTPUT_DIR/consumed, and `verify`
+    accepts the run; no weight is logged (axolotl's loss is its own)."""
+    check, table = _check(job, "axolotl/consumed", "chat")
+    assert check["ok"], table
+    for rank in range(WORLD):
+        log = _consumed(job, "axolotl/consumed", rank)
+        assert [i for rec in log for i in rec["ids"]] == _shard_ids(job["chat"], rank)
+        assert all(len(rec["ids"]) == M and "weights" not in rec for rec in log)
+
+
+def test_axolotl_shuffled_merged_dataset_fails_verify(job):
+    """The same run with `shuffle_merged_datasets` at axolotl's default: the rows reach other ranks, and the
+    plugin's log shows it."""
+    check, table = _check(job, "axolotl-shuffled/consumed", "chat")
+    assert not check["ok"]
+    assert _total(check, "wrong_rank") > 0 and "shuffling sampler" in table
 
 
 def test_torchrun_distributed_sampler_keeps_the_plan(job):

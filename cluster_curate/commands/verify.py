@@ -132,5 +132,6 @@ SPEC = CommandSpec(
 
     \b
     Write the logs with cluster_curate.loader.ConsumedLog (a plain loop) or
-    cluster_curate.integrations.hf.ConsumedIdsCallback (HF Trainer / TRL with PlanTrainerMixin).
+    cluster_curate.integrations.hf.ConsumedIdsCallback (HF Trainer / TRL with PlanTrainerMixin; axolotl's
+    export config adds it: --log OUTPUT_DIR/consumed).
     """)
