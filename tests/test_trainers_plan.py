@@ -274,3 +274,16 @@ def test_mixin_refuses_length_grouping(tmp_path):
                              train_sampling_strategy="group_by_length")
     with pytest.raises(ValueError, match="reorders the planned rows"):
         PlanTrainer(model=model, args=args, train_dataset=ds)
+
+
+def test_a_row_without_an_id_is_refused_in_words():
+    """A dataset mixed in beside the export (axolotl's `datasets:` list holds both) gives rows whose id is None:
+    the collator said `TypeError: 'NoneType' object cannot be interpreted as an integer` from torch.tensor."""
+    from transformers import default_data_collator
+
+    from cluster_curate.integrations.hf import _KeepPlanColumns
+
+    collate = _KeepPlanColumns(default_data_collator)
+    assert collate([{"input_ids": [1, 2], "id": 4}, {"input_ids": [3, 4], "id": 5}])["id"].tolist() == [4, 5]
+    with pytest.raises(ValueError, match="rows of another dataset are mixed with the export's"):
+        collate([{"input_ids": [1, 2], "id": 4}, {"input_ids": [3, 4], "id": None}])

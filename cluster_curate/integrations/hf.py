@@ -82,6 +82,10 @@ class _KeepPlanColumns:
 
     def __call__(self, features):
         kept = {k: [f.pop(k) for f in features] for k in PLAN_KEYS if features and k in features[0]}
+        if None in kept.get("id", ()):
+            # a dataset mixed in beside the export (axolotl's `datasets:` list) has no ids: say so, not a TypeError
+            raise ValueError("PlanTrainerMixin: a row without an id reached the trainer: rows of another dataset are "
+                             "mixed with the export's; train the export alone (its ids are what verify checks)")
         batch = self.collator(features)
         if "id" in kept:
             batch["id"] = torch.tensor(kept["id"], dtype=torch.long)
