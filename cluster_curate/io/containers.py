@@ -288,7 +288,8 @@ class _JsonDocument:
                 start_line = sc.line_at(sc.pos)
                 key, value = self._entry(sc, opener)
                 index += 1
-                if index == 1 and opener == "{" and not isinstance(value, dict):
+                if opener == "{" and not isinstance(value, dict) and (index == 1 or _record_lists({key: value})):
+                    # a list of records after records: `{"meta": {...}, "data": [...]}`, no mapping of id -> record
                     raise self._not_records(sc, key, value)
                 yield self._row(start_line, key, value)
             sc.skip_ws()
