@@ -56,6 +56,34 @@ class JsonRow:
     error: str | None = None  # why it could not be parsed
     key: str | None = None  # the key of a JSON mapping entry
     file: Path | None = None  # the file it is read from, in a directory of files (_JsonFiles)
+    field: str | None = None  # the field that made it unreadable, when one did
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(line: int | None, value, key: str | None = None) -> JsonRow | None:
+    """The bad row of a record holding a lone UTF-16 surrogate (an escape `\\ud83d` without its pair: no
+    character, which no UTF-8 text, Parquet's or a tokenizer's, can hold), naming its first field that does;
+    None for a record without one."""
+    def find(v, path: str):
+        if isinstance(v, str):
+            found = _SURROGATE.search(v)
+            return found and (path, found.group())
+        for k, x in v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ():
+            found = isinstance(k, str) and _SURROGATE.search(k)
+            found = (path or k, found.group()) if found else find(
+                x, f"{path}[{k}]" if isinstance(k, int) else f"{path}.{k}" if path else k)
+            if found:
+                return found
+        return None
+    found = find(value, "")
+    if not found:
+        return None
+    field, char = found
+    return JsonRow(line, None, f"a lone UTF-16 surrogate ({char!r}), half of a pair: no character, and no UTF-8 text "
+                               "can hold it; write the character itself, or both halves of its escape",
+                   key=key, field=field or None)
 
 
 def _utf8_error(path, line: int, exc: UnicodeDecodeError, data: bytes, start: int) -> str:
@@ -139,7 +167,7 @@ class _JsonLines:
                 except (StopIteration, ValueError):
                     end = -1
                 if end == len(text) and type(rec) is dict:
-                    yield JsonRow(lineno, rec)
+                    yield ("\\u" in text and _lone_surrogate(lineno, rec)) or JsonRow(lineno, rec)
                     continue
                 try:  # anything else as json.loads reads it: its value, or its error
                     rec = json.loads(text)
@@ -149,7 +177,7 @@ class _JsonLines:
                 if not isinstance(rec, dict):
                     yield JsonRow(lineno, None, f"expected a JSON object, found {_json_type(rec)}")
                     continue
-                yield JsonRow(lineno, rec)
+                yield ("\\u" in text and _lone_surrogate(lineno, rec)) or JsonRow(lineno, rec)
 
     def count(self) -> int:
         n = 0
@@ -344,7 +372,7 @@ class _JsonDocument:
 
     def _row(self, start_line: int, key, value) -> JsonRow:
         if isinstance(value, dict):
-            return JsonRow(start_line, value, key=key)
+            return _lone_surrogate(start_line, value, key) or JsonRow(start_line, value, key=key)
         what = f"the value of key {key!r}" if key is not None else "the array element"
         return JsonRow(start_line, None, f"{what} is {_json_type(value)}, expected a record (a JSON object)", key=key)
 

@@ -300,9 +300,9 @@ class Dataset:
             if not seen:
                 id_, row = first_bad
                 if n == 1 or self.opts.on_bad_row != "skip":
-                    self._raise_row(id_, row, None, row.error)
+                    self._raise_row(id_, row, row.field, row.error)
                 raise CurateError(f"{self.source}: no readable record in the first {n} rows (the first: "
-                                  f"{self._message(id_, row, None, row.error, hint=False)})")
+                                  f"{self._message(id_, row, row.field, row.error, hint=False)})")
             names = list(seen)
             if "key" in names:
                 self._key_column = "source_key"
@@ -436,7 +436,7 @@ class Dataset:
         examples: list[Example] = []
         for i, row in enumerate(rows if convert else ()):
             if row.record is None:
-                self._bad(first_id + i, row, None, row.error)
+                self._bad(first_id + i, row, row.field, row.error)
             else:
                 self._convert(first_id + i, row, row.record, examples)
         return Batch(examples=examples, raw_fn=lambda: self._json_raw(rows, first_id), num_rows=len(rows))
