@@ -32,9 +32,11 @@ Details of the contract:
   called `id` is renamed `source_id`; the keys of a JSON mapping become a column `key`. For JSON sources the
   column types are inferred per batch, so a later batch may have a wider schema (a column that was all-null, a
   new column): combine batches with `pa.concat_tables(tables, promote_options="permissive")`. A column whose
-  values mix types is text; one of lists and objects whose keys (or items' types) differ from row to row, or from
-  an earlier batch's, is JSON text from then on (`ds.json_columns`): one struct of every key would add null keys
-  to the records. Its earlier batches' lists and structs are not the records' JSON (Arrow's key order, 1 as 1.0):
+  values mix text and other types is text; one of other values that one Arrow type would change (README, "What is
+  kept exactly": lists and objects whose keys, key order or items' types differ from row to row or from an earlier
+  batch's, whole numbers beside floats inside them, empty objects, numbers past 64 bits) is JSON text from then on
+  (`ds.json_columns`): one struct of every key would add null keys to the records, one float type make 3 3.0.
+  Its earlier batches' lists and structs are not the records' JSON (Arrow's key order, 1 as 1.0):
   `ds.late_text_columns` names, after a pass, the columns it learned to be text part-way, and the next pass makes
   them text from the first row (`settled_pass`: shard's write and export's left-over rows read again;
   shard_writer.json_text_aligned turns structs into JSON text where one pass is all there is).
@@ -54,7 +56,7 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 from pathlib import Path
 from typing import Iterator
 
@@ -172,25 +174,26 @@ def _as_text(values: list) -> pa.Array:
 
 
 def _column_array(values: list) -> tuple[pa.Array, bool]:
-    """The column as Arrow, and whether its values had to become text: mixed types, or objects whose keys differ
-    (Arrow would give them one struct of every key, null where a row lacks one: a record changed)."""
+    """The column as Arrow, and whether its values had to become text: mixed types, numbers past 64 bits, or
+    values Arrow's type would change (`_arrow_changes`: a record changed)."""
     try:
         array = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         # mixed types in one column (e.g. a number here, a string there): keep it as JSON text
         return _as_text(values), True
-    if has_struct(array.type) and _keys_differ(values, array.type):
+    if _may_change(array.type) and _arrow_changes(values, array.type, column=True):
         return _as_text(values), True
     return array, False
 
 
-def has_struct(t: pa.DataType) -> bool:
-    """Whether an Arrow type holds objects (a struct, at any depth of lists)."""
-    if pa.types.is_struct(t):
+_LISTS = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+
+
+def _may_change(t: pa.DataType) -> bool:
+    """Whether an Arrow type holds objects or floats (at any depth of lists), which `_arrow_changes` checks."""
+    if pa.types.is_struct(t) or pa.types.is_floating(t):
         return True
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return has_struct(t.value_type)
-    return False
+    return any(f(t) for f in _LISTS) and _may_change(t.value_type)
 
 
 def settled_pass(ds, read_pass):
@@ -202,31 +205,40 @@ def settled_pass(ds, read_pass):
     return read_pass() if ds.late_text_columns else out
 
 
-def same_keys(a: pa.DataType, b: pa.DataType) -> bool:
-    """Whether two Arrow types give their objects the same keys wherever both hold objects (a null type, all
-    nulls, fits anything): permissive promotion merges two structs into one of every key, so a struct of other
-    keys is another shape of record, not a wider type."""
+def same_shape(a: pa.DataType, b: pa.DataType, inside: bool = False) -> bool:
+    """Whether two Arrow types give their objects the same keys, in the same order, and the numbers inside their
+    objects and lists the same kind (whole or float) wherever both hold them (a null type, all nulls, fits
+    anything): permissive promotion merges two structs into one of every key, and whole numbers with floats into
+    floats (3 as 3.0), so a struct of other keys or a float where the other has integers is another shape of
+    record, not a wider type. A column of numbers is one of floats (README, "What is kept exactly")."""
     if pa.types.is_struct(a) and pa.types.is_struct(b):
         names = [a.field(i).name for i in range(a.num_fields)]
         return names == [b.field(i).name for i in range(b.num_fields)] and all(
-            same_keys(a.field(i).type, b.field(i).type) for i in range(a.num_fields))
-    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
-    if any(f(a) for f in lists) and any(f(b) for f in lists):
-        return same_keys(a.value_type, b.value_type)
-    return True
+            same_shape(a.field(i).type, b.field(i).type, True) for i in range(a.num_fields))
+    if any(f(a) for f in _LISTS) and any(f(b) for f in _LISTS):
+        return same_shape(a.value_type, b.value_type, True)
+    whole_beside_float = (pa.types.is_integer(a) and pa.types.is_floating(b)) or (
+        pa.types.is_floating(a) and pa.types.is_integer(b))
+    return not (inside and whole_beside_float)
 
 
-def _keys_differ(values: list, t: pa.DataType) -> bool:
-    """Whether objects at the same place in these values (an object's key, a list's items) have different keys.
-    `t`: the values' Arrow type, which says where objects are: places that hold none are not walked."""
+def _arrow_changes(values: list, t: pa.DataType, column: bool = False) -> bool:
+    """Whether Arrow's type `t` for these values (a `column`'s, or those at one place of its objects and lists)
+    would change them: objects there with other keys, or the same keys in another order (one struct holds every
+    key, in one order: null keys added, a rendered tool call's arguments reordered), whole numbers beside floats
+    inside objects and lists (one float type: a call's `{"days": 3}` as 3.0; a column of numbers is one of floats,
+    unless a float would round a whole number past 2**53), or objects with no key at all (a struct Parquet cannot
+    write). Places that hold no object and no float are not walked."""
     values = [v for v in values if v is not None]
+    if pa.types.is_floating(t):
+        whole = [v for v in values if type(v) is int]
+        return any(abs(v) > 2 ** 53 for v in whole) if column else bool(whole)
     if pa.types.is_struct(t):
-        shapes = {tuple(v) for v in values}  # keys in order: one shape, or several orders of the same keys
-        if len(shapes) > 1 and len({frozenset(k) for k in shapes}) > 1:
+        if t.num_fields == 0 or len({tuple(v) for v in values}) > 1:
             return True
-        return any(_keys_differ([v.get(f.name) for v in values], f.type) for f in t if has_struct(f.type))
-    if has_struct(t):  # a list of (lists of) objects
-        return _keys_differ([x for v in values for x in v], t.value_type)
+        return any(_arrow_changes([v.get(f.name) for v in values], f.type) for f in t if _may_change(f.type))
+    if _may_change(t):  # a list of (lists of) objects or floats
+        return _arrow_changes(list(chain.from_iterable(values)), t.value_type)
     return False
 
 
@@ -247,12 +259,14 @@ class Dataset:
         self._key_column = "key"
         self._column_types: dict[str, pa.DataType] = {}  # JSON sources: each column's type in the batches so far
         self.text_columns: list[str] = []  # JSON columns kept as text because their values mix types
-        # ... of which those holding lists and objects (types or keys that differ from row to row): JSON text
-        # (`json_columns`, raw names), unless a row holds plain text or a number there (`_plain_columns`)
+        # ... of which those holding no text (lists and objects whose types or keys differ from row to row, numbers
+        # a Parquet type would change): JSON text (`json_columns`, raw names), unless a row holds plain text there
+        # (`_plain_columns`)
         self._json_flagged: list[str] = []
         self._plain_columns: set[str] = set()
-        # this pass: the columns a batch built as lists or objects, and those of them a later batch made text
-        self._built_nested: set[str] = set()
+        # this pass: the columns a batch built as lists, objects or floats (whose Arrow text is not their JSON), and
+        # those of them a later batch made text
+        self._built_typed: set[str] = set()
         self.late_text_columns: list[str] = []
         self.skip_ids: frozenset[int] = frozenset()  # rows left out of `examples` (embed: exact copies)
         # how a bad row's hint of columns is worded: flags for one input, a mixture file's keys (io/mixture.py)
@@ -411,7 +425,7 @@ class Dataset:
         self.rejects = []
         fm = self.field_map
         self.chosen_from = dict.fromkeys((fm.response or fm.prompt, fm.rejected), 0) if fm.label else {}
-        self._built_nested, self.late_text_columns = set(), []
+        self._built_typed, self.late_text_columns = set(), []
         with _read_errors(self.source):
             if hasattr(self._src, "iter_rows"):
                 yield from self._iter_json(batch_rows, examples)
@@ -456,32 +470,35 @@ class Dataset:
             array, mixed = _column_array(values)
             before = self._column_types.setdefault(name, array.type)
             nested = all(isinstance(v, (list, dict)) for v in values if v is not None)
-            if not nested:
+            # no value is text: their JSON text reads back as they were (README, "What is kept exactly")
+            decoded = not any(isinstance(v, str) for v in values)
+            if not decoded:
                 self._plain_columns.add(rename[name])
             known_text = rename[name] in self._json_flagged or name in self.text_columns
-            if not mixed and nested and (known_text or not same_keys(before, array.type)):
-                # text in an earlier batch (of this pass or one before), or objects of other keys than an earlier
-                # batch's: text here too, each value's JSON as the record holds it
+            if not mixed and decoded and (known_text or not same_shape(before, array.type)):
+                # text in an earlier batch (of this pass or one before), or objects of other keys (floats where it
+                # had whole numbers) than an earlier batch's: text here too, each value's JSON as the record holds it
                 array, mixed = _as_text(values), True
             if mixed or (before != array.type and pa.types.is_string(array.type) != pa.types.is_string(before)
                          and not pa.types.is_null(before) and not pa.types.is_null(array.type)):
-                self._mixed_column(name, nested, rename[name])
-                if nested and not pa.types.is_string(array.type):  # objects after text in an earlier batch
+                self._mixed_column(name, decoded, nested, rename[name])
+                if decoded and not pa.types.is_string(array.type):  # values after text in an earlier batch
                     array = _as_text(values)
-            if pa.types.is_string(array.type) and name in self._built_nested:
+            if pa.types.is_string(array.type) and name in self._built_typed:
                 if rename[name] not in self.late_text_columns:
                     self.late_text_columns.append(rename[name])
-            elif nested and not pa.types.is_null(array.type):
-                self._built_nested.add(name)
+            elif (nested or _may_change(array.type)) and not pa.types.is_null(array.type):
+                self._built_typed.add(name)
             cols[rename[name]] = array
         return pa.RecordBatch.from_pydict(cols)
 
-    def _mixed_column(self, name: str, nested: bool = False, raw_name: str | None = None) -> None:
-        """Say once (per command: console.warn's `once`) that a column holds text and other values, or (`nested`)
-        lists or objects whose items differ in type or keys: Parquet keeps one type per column, so the shards store
-        it as text (a number 17 as '17', a list as its JSON); a column that is all numbers stays numbers."""
-        if nested and (raw_name or name) not in self._json_flagged:
-            self._json_flagged.append(raw_name or name)
+    def _mixed_column(self, name: str, decoded: bool, nested: bool, raw_name: str) -> None:
+        """Say once (per command: console.warn's `once`) that a column holds text and other values, lists or
+        objects whose items differ in type or keys (`nested`), or other values one Parquet type would change
+        (`decoded`: no text among them): Parquet keeps one type per column, so the shards store it as text (a
+        number 17 as '17', a list as its JSON), JSON text that readers decode where no value was text."""
+        if decoded and raw_name not in self._json_flagged:
+            self._json_flagged.append(raw_name)
         if name in self.text_columns:
             return
         self.text_columns.append(name)
@@ -491,6 +508,11 @@ class Dataset:
                          "from row to row (e.g. a message `content` that is a list of parts where others are text, "
                          "`tool_calls` in some turns only); shards keep the column as JSON text, which `export --for "
                          "jsonl` writes back as it was", once=True)
+        elif decoded:
+            console.warn(f"{self.source}: column {name!r} holds numbers no Parquet type keeps as written (whole "
+                         "numbers past 64 bits, or past 2**53 beside fractions, which a float rounds) or beside "
+                         "booleans, lists or objects; shards keep the column as JSON text, which load_shard and "
+                         "`export --for jsonl|parquet` give back as written", once=True)
         else:
             console.warn(f"{self.source}: column {name!r} holds text in some rows and other values in others; "
                          "shards keep it as text (numbers and lists as their JSON text)", once=True)

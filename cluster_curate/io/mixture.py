@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io.datasets import (Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source,
-                                        same_keys)
+                                        same_shape)
 from cluster_curate.io.fields import ColumnsHint, FieldsRefusal
 from cluster_curate.io.tool_calls import own_system_prompt
 
@@ -390,7 +390,7 @@ class Mixture:
                     # input, the text as a JSON string (`text_as_json`)
                     owner[name] = (inp.name, pa.string(), True)
                 elif prev[1] != f.type and prev[2] and objects and (
-                        pa.types.is_string(prev[1]) or pa.types.is_string(f.type) or not same_keys(prev[1], f.type)):
+                        pa.types.is_string(prev[1]) or pa.types.is_string(f.type) or not same_shape(prev[1], f.type)):
                     # objects of other keys (tool_calls in some turns only) or one input's JSON text of them: JSON
                     # text in every input's rows, as in one input's batches (io/shard_writer.py `json_columns`),
                     # each row loaded back as its input held it

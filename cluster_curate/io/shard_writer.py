@@ -184,15 +184,15 @@ def nested_type(t: pa.DataType) -> bool:
 def _json_text(types: list[pa.DataType]) -> bool:
     """Whether a column of these types (one per batch) must be JSON text: lists or objects in some batches, and
     text in others or objects of other keys."""
-    from cluster_curate.io.datasets import same_keys
+    from cluster_curate.io.datasets import same_shape
     types = [t for t in types if not pa.types.is_null(t)]
     if not any(nested_type(t) for t in types):
         return False
-    return any(pa.types.is_string(t) for t in types) or not all(same_keys(types[0], t) for t in types[1:])
+    return any(pa.types.is_string(t) for t in types) or not all(same_shape(types[0], t) for t in types[1:])
 
 
 def json_text_array(column) -> pa.Array:
-    """A column of lists or objects as JSON text, one value per row."""
+    """A column of lists, objects or numbers as JSON text, one value per row."""
     return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in column.to_pylist()],
                     pa.string())
 
@@ -210,7 +210,8 @@ def json_text_aligned(tables: list[pa.Table], json_columns=()) -> tuple[list[pa.
     out = []
     for t in tables:
         for n in names:
-            if n in t.column_names and nested_type(t.schema.field(n).type):
+            held = t.schema.field(n).type if n in t.column_names else pa.string()
+            if not (pa.types.is_string(held) or pa.types.is_null(held)):  # lists, objects, or numbers of a batch
                 t = t.set_column(t.column_names.index(n), n, json_text_array(t.column(n)))
         out.append(t)
     return out, names
