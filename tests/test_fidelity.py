@@ -2,8 +2,8 @@
 -> shard, `load_shard` and each `export --for` layout that keeps the rows' columns (README, "What is kept
 exactly"). Arrow keeps one type per column: a whole number beside a fraction inside an object became a float (a
 tool call's `{"days": 3}` trained as `{"days": 3.0}`), a number past 64 bits text, an object's keys the first row's
-order, and an empty object could not be written. Nothing is dropped on the way: no rows nested under a key of a JSON
-file."""
+order, and an empty object could not be written. Nothing is dropped on the way: no system prompt, no rows nested
+under a key of a JSON file."""
 
 from __future__ import annotations
 
@@ -256,6 +256,40 @@ def test_a_json_object_of_metadata_and_a_list_of_rows_is_refused_naming_the_key(
     mapping.write_text(json.dumps({f"q{i}": row for i, row in enumerate(rows)}, indent=indent))
     r = _cli("inspect", str(mapping), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["examples"] == 30, r.stderr
+
+
+def test_openhermes_system_prompt_column_is_the_conversations_system_turn(tmp_path):
+    """OpenHermes-2.5 rows keep a system prompt in `conversations` (`from: system`, as SlimOrca does) or in their
+    `system_prompt` column: the column's was dropped without a word, from the text embedded and counted and from
+    the turns a trainer's export writes. Both are read now; a row whose system turn and column disagree is a bad
+    row naming the column (neither is dropped)."""
+    from popular_datasets import openhermes
+    rows = openhermes(40)
+    for i, row in enumerate(rows):
+        if i % 3 == 1:
+            row["system_prompt"] = f"You are a pirate; answer in rhyme, case {i}."
+        elif i % 3 == 0 and i % 2:  # the conversation's own system turn, the same text in the column
+            row["system_prompt"] = row["conversations"][0]["value"]
+    expected = {i: (row["system_prompt"] or (row["conversations"][0]["value"] if i % 3 == 0 else None))
+                for i, row in enumerate(rows)}
+    _run(tmp_path, rows, "--fraction", "0.9")
+    r = _cli("inspect", "data.jsonl", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert (summary["format"], summary["fields"].get("system")) == ("sharegpt", "system_prompt")
+    assert summary["with_system_prompt"] == sum(map(bool, expected.values()))
+    r = _cli("export", "out/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    exported = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
+    assert {bool(expected[row["id"]]) for row in exported} == {True, False}
+    for row in exported:
+        system = [t["content"] for t in row["prompt"] if t["role"] == "system"]
+        assert system == ([expected[row["id"]]] if expected[row["id"]] else []), row["id"]
+    rows[3]["system_prompt"] = "Be terse."
+    write_jsonl(tmp_path / "both.jsonl", rows)
+    r = _cli("inspect", "both.jsonl", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "both.jsonl:4: field 'system_prompt'" in r.stderr and "opens with a different system turn" in r.stderr
 
 
 # ------------------------------------------------------------------------------------------------ property

@@ -40,8 +40,9 @@ DEFAULT_TEXT_DIM = 256
 # column where there is no `input`, and a `system_prompt` column (Open-Orca) is the system turn: both were dropped; a
 # pair's rejected answer counts in n_tokens with its chat template's end-of-turn tokens, as the chosen one does
 # (models.answer_token_counts). 5: a chosen answer's tokens (loss, model features, n_tokens) keep what the chat
-# template puts after its end-of-turn token (a newline), as TRL trains on it and counts the rejected answer
-ALGORITHM_VERSION = 5
+# template puts after its end-of-turn token (a newline), as TRL trains on it and counts the rejected answer. 6:
+# OpenHermes-2.5's `system_prompt` column beside ShareGPT `conversations` is the system turn (it was dropped)
+ALGORITHM_VERSION = 6
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
 # version bump: the features are the same, and embeddings written without these columns stay valid (those

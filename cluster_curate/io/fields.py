@@ -268,10 +268,11 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         if _root_column(conv, colset) is None:
             raise CurateError(f"{source}: format {fmt} needs a conversation column {conv!r}; columns found: "
                               f"[{shown}]. Pass --prompt-field COLUMN naming the column that holds the turns")
-        # a `system` column beside ShareGPT turns: LLaMA-Factory's sharegpt keeps the system prompt there (a
-        # mixture's shards hold `messages` and a `system` column read from them: not read twice)
-        # (glaive's `system` column holds the tool schemas too: io/glaive.py reads it)
-        system = "system" if fmt in ("sharegpt", "glaive") and "system" in colset and conv != "system" else None
+        # a `system` column beside ShareGPT turns: LLaMA-Factory's sharegpt keeps the system prompt there, and
+        # OpenHermes-2.5 in `system_prompt` (a mixture's shards hold `messages` and a `system` column read from them:
+        # not read twice); glaive's `system` column holds the tool schemas too: io/glaive.py reads it
+        system = (_system_column(colset, {conv}) if fmt == "sharegpt" else
+                  "system" if fmt == "glaive" and "system" in colset and conv != "system" else None)
         return FieldMap(fmt, conv, system=system, prompts_only=prompts_only, tools=_tools_column(colset, {conv}))
 
     if response_field and response_field in prompts:
@@ -309,7 +310,8 @@ def _alpaca_input(prompt: str, columns: set, used: set) -> str | None:
 
 
 def _system_column(columns: set, used: set) -> str | None:
-    """The system prompt's column beside a prompt and a response: `system`, or Open-Orca's `system_prompt`."""
+    """The system prompt's column beside a prompt and a response, or ShareGPT turns: `system`, or Open-Orca's and
+    OpenHermes-2.5's `system_prompt`."""
     return next((c for c in ("system", "system_prompt") if c in columns and c not in used), None)
 
 
