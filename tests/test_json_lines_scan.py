@@ -23,12 +23,16 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 
 
 def _as_json_loads(line: bytes):
-    """What json.loads made of a line (the reader before the scanner): its record, or its error's text."""
+    """What json.loads made of a line (the reader before the scanner): its record, or its error's text; a record
+    holding a lone surrogate, which no UTF-8 text holds, is a bad row (test_fidelity.py)."""
     try:
         value = json.loads(line.decode("utf-8").rstrip("\r\n"))
     except json.JSONDecodeError as e:
         return f"invalid JSON ({e.msg}: column {e.colno})"
-    return value if isinstance(value, dict) else f"expected a JSON object, found {containers._json_type(value)}"
+    if not isinstance(value, dict):
+        return f"expected a JSON object, found {containers._json_type(value)}"
+    lone = containers._lone_surrogate(None, value)
+    return lone.error if lone else value
 
 
 def _rows(path):
