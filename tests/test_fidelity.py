@@ -1,9 +1,9 @@
-"""Data fidelity: every value of a user's rows reaches the trainer as written, through embed -> cluster -> select
--> shard, `load_shard` and each `export --for` layout that keeps the rows' columns (README, "What is kept
-exactly"). Arrow keeps one type per column: a whole number beside a fraction inside an object became a float (a
-tool call's `{"days": 3}` trained as `{"days": 3.0}`), a number past 64 bits text, an object's keys the first row's
-order, and an empty object could not be written. Nothing is dropped on the way: no system prompt, no rows nested
-under a key of a JSON file."""
+"""Data fidelity: every value of a user's rows reaches the trainer as written, through embed -> cluster -> select ->
+shard, `load_shard` and each `export --for` layout that keeps the rows' columns (README, "inspect DATA", what is kept
+exactly). Arrow keeps one type per column: a whole number beside a fraction inside an object became a float (a tool
+call's `{"days": 3}` trained as `{"days": 3.0}`), a number past 64 bits text, an object's keys the first row's order,
+and an empty object could not be written. Nothing is dropped on the way: no system prompt, no rows nested under a key
+of a JSON file."""
 
 from __future__ import annotations
 

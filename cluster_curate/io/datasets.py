@@ -32,10 +32,11 @@ Details of the contract:
   called `id` is renamed `source_id`; the keys of a JSON mapping become a column `key`. For JSON sources the
   column types are inferred per batch, so a later batch may have a wider schema (a column that was all-null, a
   new column): combine batches with `pa.concat_tables(tables, promote_options="permissive")`. A column whose
-  values mix text and other types is text; one of other values that one Arrow type would change (README, "What is
-  kept exactly": lists and objects whose keys, key order or items' types differ from row to row or from an earlier
-  batch's, whole numbers beside floats inside them, empty objects, numbers past 64 bits) is JSON text from then on
-  (`ds.json_columns`): one struct of every key would add null keys to the records, one float type make 3 3.0.
+  values mix text and other types is text; one of other values that one Arrow type would change (README, "inspect
+  DATA", what is kept exactly: lists and objects whose keys, key order or items' types differ from row to row or
+  from an earlier batch's, whole numbers beside floats inside them, empty objects, numbers past 64 bits) is JSON
+  text from then on (`ds.json_columns`): one struct of every key would add null keys to the records, one float
+  type make 3 3.0.
   Its earlier batches' lists and structs are not the records' JSON (Arrow's key order, 1 as 1.0):
   `ds.late_text_columns` names, after a pass, the columns it learned to be text part-way, and the next pass makes
   them text from the first row (`settled_pass`: shard's write and export's left-over rows read again;
@@ -210,7 +211,7 @@ def same_shape(a: pa.DataType, b: pa.DataType, inside: bool = False) -> bool:
     objects and lists the same kind (whole or float) wherever both hold them (a null type, all nulls, fits
     anything): permissive promotion merges two structs into one of every key, and whole numbers with floats into
     floats (3 as 3.0), so a struct of other keys or a float where the other has integers is another shape of
-    record, not a wider type. A column of numbers is one of floats (README, "What is kept exactly")."""
+    record, not a wider type. A column of numbers is one of floats (README, "inspect DATA", what is kept)."""
     if pa.types.is_struct(a) and pa.types.is_struct(b):
         names = [a.field(i).name for i in range(a.num_fields)]
         return names == [b.field(i).name for i in range(b.num_fields)] and all(
@@ -472,7 +473,7 @@ class Dataset:
             array, mixed = _column_array(values)
             before = self._column_types.setdefault(name, array.type)
             nested = all(isinstance(v, (list, dict)) for v in values if v is not None)
-            # no value is text: their JSON text reads back as they were (README, "What is kept exactly")
+            # no value is text: their JSON text reads back as they were (README, "inspect DATA", what is kept)
             decoded = not any(isinstance(v, str) for v in values)
             if not decoded:
                 self._plain_columns.add(rename[name])
