@@ -10,9 +10,12 @@ process; its peak RSS is GNU time's (/usr/bin/time). With --baseline (another ch
 run on it, stage by stage next to this checkout's, and the outputs are compared (shard ids, selection ids). With
 --profile each of this checkout's commands runs once more under cProfile (into another folder; its times are not
 the table's) and the table names the three functions with the most time of their own (`run`: those of its stages).
+With --baseline and --repeats N, the --stages then run N times more by each checkout in turn (A B A B), and a
+second table gives their medians of CPU (user + system) and wall seconds, peak RSS and the pairs' median ratios.
 
     python benchmarks/bench_scale.py --rows 200000 --baseline /tmp/base-checkout
     python benchmarks/bench_scale.py --rows 100000 --profile --name scale_100k
+    python benchmarks/bench_scale.py --rows 20000 --baseline /tmp/base-checkout --repeats 5 --stages embed,shard
 """
 
 from __future__ import annotations
@@ -62,31 +65,29 @@ def make_data(path: Path, rows: int) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in out))
 
 
-def timed(tree: Path, args: list[str], profile: Path | None = None) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one command in a fresh process, run by the checkout `tree` (under cProfile,
-    its statistics written to `profile`, when given). The peak is GNU time's: a child of this (large) process
-    would count this process's pages in its own peak."""
+def timed(tree: Path, args: list[str], profile: Path | None = None) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MiB, CPU seconds: user + system) of one command in a fresh process, run by the
+    checkout `tree` (under cProfile, its statistics written to `profile`, when given). The peak and the CPU are
+    GNU time's: a child of this (large) process would count this process's pages in its own peak."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     tool = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "cluster_curate"] if profile else tool_cmd()
     with tempfile.NamedTemporaryFile("r") as peak, tempfile.TemporaryFile() as err:  # a file: a full pipe blocks
         t0 = time.perf_counter()
-        proc = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", peak.name, *tool, *args, "-q"], env=env,
+        proc = subprocess.run(["/usr/bin/time", "-f", "%M %U %S", "-o", peak.name, *tool, *args, "-q"], env=env,
                               stdout=subprocess.DEVNULL, stderr=err)
         seconds = time.perf_counter() - t0
         if proc.returncode != 0:
             err.seek(0)
             raise RuntimeError(f"{args[0]} failed ({proc.returncode}): {err.read().decode()[-2000:]}")
-        return seconds, int(peak.read().split()[-1]) / 1024
+        kib, user, system = peak.read().split()[-3:]
+        return seconds, int(kib) / 1024, float(user) + float(system)
 
 
-def stages(tree: Path, data: Path, out: Path, profiles: Path | None = None) -> dict[str, tuple[float, float]]:
-    """Each command's (wall seconds, peak MiB), writing under `out`; with `profiles`, each under cProfile, its
-    statistics written there as STAGE.prof."""
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
+def commands(data: Path, out: Path) -> dict[str, list]:
+    """Each stage's command line, writing under `out`."""
     e, c, s = out / "embeddings.parquet", out / "clusters.parquet", out / "selection.parquet"
     skip = ["--on-bad-row", "skip"]
-    commands = {"inspect": ["inspect", data, *skip],
+    return {"inspect": ["inspect", data, *skip],
                 "embed": ["embed", data, "--out", e, *skip],
                 "cluster": ["cluster", e, "--out", c],
                 "select": ["select", c, "--out", s, "--fraction", "0.3"],
@@ -94,10 +95,57 @@ def stages(tree: Path, data: Path, out: Path, profiles: Path | None = None) -> d
                 "report": ["report", out, "--out", out / "report"],
                 # the whole job as a user types it, in its own folder (its four stages again, in one process)
                 "run": ["run", data, "--out", out / "run", "--fraction", "0.3", "--num-shards", "8", *skip]}
+
+
+# what each stage writes in its folder (`commands`): removed before a stage runs again
+OUTPUTS = {"embed": "embeddings.*", "cluster": "clusters.*", "select": "selection.*",
+           "shard": "shards", "report": "report", "run": "run"}
+
+
+def stages(tree: Path, data: Path, out: Path, profiles: Path | None = None) -> dict[str, tuple]:
+    """Each command's (wall seconds, peak MiB, CPU seconds), writing under `out`; with `profiles`, each under
+    cProfile, its statistics written there as STAGE.prof."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    lines = commands(data, out)
     if profiles:  # the stages; `run` is them again
-        commands.pop("run")
+        lines.pop("run")
     return {name: timed(tree, [str(a) for a in args], profiles and profiles / f"{name}.prof")
-            for name, args in commands.items()}
+            for name, args in lines.items()}
+
+
+def paired(trees: dict[str, Path], data: Path, work: Path, names: list[str], repeats: int) -> dict:
+    """`repeats` runs of each named stage by each checkout in turn (A B A B: a drift of the machine's speed
+    falls on both), each checkout in its folder of the first run (its inputs there), the stage's own output
+    removed first (embed's text basis too: it is fitted each run). {stage: {checkout: [(wall, peak, cpu)]}}."""
+    found: dict = {name: {tree: [] for tree in trees} for name in names}
+    for _ in range(repeats):
+        for name in names:
+            for i, (tree, root) in enumerate(reversed(trees.items())):
+                out = work / f"run-{i}"
+                for made in out.glob(OUTPUTS[name]) if name in OUTPUTS else ():
+                    shutil.rmtree(made) if made.is_dir() else made.unlink()
+                found[name][tree].append(timed(root, [str(a) for a in commands(data, out)[name]]))
+    return found
+
+
+def paired_table(found: dict) -> list[str]:
+    """Medians of the paired runs, and the median of the pairs' ratios (this checkout / baseline)."""
+    from statistics import median
+    lines = ["| stage | runs | this checkout CPU s | baseline CPU s | CPU ratio | this checkout wall s | "
+             "baseline wall s | wall ratio | peak MiB (this / baseline) |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, runs in found.items():
+        here, base = runs["this checkout"], runs["baseline"]
+
+        def mid(rows, at):
+            return median(r[at] for r in rows)
+
+        def ratio(at):
+            return median(a[at] / b[at] for a, b in zip(here, base))
+        lines.append(f"| {name} | {len(here)} | {mid(here, 2):.2f} | {mid(base, 2):.2f} | {ratio(2):.3f}x | "
+                     f"{mid(here, 0):.2f} | {mid(base, 0):.2f} | {ratio(0):.3f}x | {mid(here, 1):.0f} / "
+                     f"{mid(base, 1):.0f} |")
+    return lines
 
 
 def hotspots(profile: Path, top: int = 3) -> list[str]:
@@ -143,6 +191,9 @@ def main(argv=None) -> None:
     ap.add_argument("--baseline", type=Path, help="another checkout's root, run stage by stage next to this one")
     ap.add_argument("--name", default="scale")
     ap.add_argument("--profile", action="store_true", help="run this checkout's commands once more under cProfile")
+    ap.add_argument("--repeats", type=int, default=0,
+                    help="with --baseline: then run --stages this many times more, the two checkouts in turn")
+    ap.add_argument("--stages", default="embed,shard", help="the stages --repeats runs (comma-separated)")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     data = args.work / f"instructions-{args.rows}.jsonl"
@@ -186,11 +237,21 @@ def main(argv=None) -> None:
     if args.baseline:
         same = all(books["baseline"][k] == b[k] for k in ("shard_ids_sha256", "selection_ids_sha256"))
         lines.append(f"Shard and selection ids the same as the baseline's: {same}.")
+    found_pairs = {}
+    if args.baseline and args.repeats:
+        found_pairs = paired(trees, data, args.work, args.stages.split(","), args.repeats)
+        lines += ["", f"Paired runs: each stage again {args.repeats} times by each checkout in turn (A B A B), in "
+                  "its folder above, its own output removed first (embed fits its text basis each run); medians, "
+                  "and the median of the pairs' ratios (this checkout / baseline). CPU = user + system seconds, "
+                  "peak = GNU time's.", "", *paired_table(found_pairs)]
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     lines += ["", f"Load average at the end: {load}."]
-    payload = {"rows": args.rows, "stages": {n: {s: {"seconds": round(t, 2), "peak_mib": round(m)}
-                                                 for s, (t, m) in r.items()} for n, r in runs.items()},
-               "accounting": books, "hotspots": found}
+    payload = {"rows": args.rows,
+               "stages": {n: {s: {"seconds": round(t, 2), "peak_mib": round(m), "cpu_seconds": round(c, 2)}
+                              for s, (t, m, c) in r.items()} for n, r in runs.items()},
+               "accounting": books, "hotspots": found,
+               "paired": {s: {n: [{"seconds": round(t, 2), "peak_mib": round(m), "cpu_seconds": round(c, 2)}
+                                  for t, m, c in rows] for n, rows in by.items()} for s, by in found_pairs.items()}}
     write_results(args.name, lines, payload, argv)
 
 

@@ -264,6 +264,16 @@ def test_scale_data_is_near_duplicates_with_some_exact_copies(tmp_path):
     assert bench_scale._perturb("Tom has 3 apples", 2) == "Carmen has 5 apples"
 
 
+def test_scale_paired_runs_give_medians_and_the_median_of_the_pairs_ratios():
+    import bench_scale
+
+    # (wall s, peak MiB, CPU s) of three A B pairs: the ratios' median is not the medians' ratio
+    found = {"embed": {"this checkout": [(10.0, 400, 8.0), (12.0, 410, 9.0), (30.0, 420, 10.0)],
+                       "baseline": [(20.0, 430, 10.0), (15.0, 400, 12.0), (40.0, 420, 10.0)]}}
+    lines = bench_scale.paired_table(found)
+    assert lines[2] == "| embed | 3 | 9.00 | 10.00 | 0.800x | 12.00 | 20.00 | 0.750x | 410 / 420 |"
+
+
 def test_scale_hotspots_name_the_functions_with_the_most_own_time(tmp_path):
     import cProfile
 
