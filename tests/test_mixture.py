@@ -658,8 +658,8 @@ def test_shard_given_one_input_of_a_mixture_says_which_inputs_in_which_order(tmp
     paths = _three(tmp_path)[:2]
     out = tmp_path / "curated"
     _cli(cli_runner, ["run", *paths, "--out", out, "--fraction", "0.3", "--num-shards", "2", "-q"])
-    for given in ([paths[0]], [paths[1], paths[0]]):
-        res = _cli(cli_runner, ["shard", out / "selection.parquet", *[a for p in given for a in ("--data", p)],
+    for inputs in ([paths[0]], [paths[1], paths[0]]):
+        res = _cli(cli_runner, ["shard", out / "selection.parquet", *[a for p in inputs for a in ("--data", p)],
                                 "--out", tmp_path / "sh", "--num-shards", "2"], code=2)
         assert f"pass --data once per input, in this order: {paths[0]} {paths[1]} (or its mixture file), or " \
                "--force to use it anyway" in res.output, res.output
