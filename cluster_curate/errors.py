@@ -1,5 +1,7 @@
 """The one exception type users see: a one-line message, exit code 2, never a traceback."""
 
+import os
+
 
 class CurateError(Exception):
     """Bad input or usage. The message names the file, line/row and field when there is one."""
@@ -19,9 +21,11 @@ def cannot_read(path, e: BaseException, what: str = "it") -> CurateError:
     denied); make it readable (chmod u+r) or run as a user who may read it`; `what` names it (`the shard`). The
     reason is the error's own words without the path it repeats (`[Errno 13] Failed to open local file 'PATH'`)."""
     if isinstance(e, PermissionError):
-        return CurateError(f"{path}: cannot read {what} (permission denied); make it readable (chmod u+r) or run as "
-                           "a user who may read it")
-    reason = e.strerror.lower() if isinstance(e, OSError) and e.strerror else str(e).strip("'\"") or type(e).__name__
+        mode = "u+rx" if os.path.isdir(path) else "u+r"  # a folder is listed and entered
+        return CurateError(f"{path}: cannot read {what} (permission denied); make it readable (chmod {mode}) or run "
+                           "as a user who may read it")
+    first = (str(e).splitlines() or [""])[0]  # Arrow's errors go on with detail lines
+    reason = e.strerror.lower() if isinstance(e, OSError) and e.strerror else first.strip("'\"") or type(e).__name__
     return CurateError(f"{path}: cannot read {what} ({reason})")
 
 

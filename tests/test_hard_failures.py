@@ -387,6 +387,22 @@ def test_an_unreadable_data_file_says_what_an_unreadable_artifact_says(pipeline,
 
 
 @modes_bind
+def test_an_unreadable_folder_of_data_files_says_what_to_do(tmp_path):
+    """A folder of data files that cannot be listed (chmod 000) said `cannot read the directory (permission
+    denied)` with no hint, where an unreadable file says what to do: a folder's hint is u+rx (listed and entered)."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"prompt": "2+2?", "response": "4"}\n')
+    folder.chmod(0)
+    try:
+        r = _cli(["inspect", "data"], tmp_path, preexec_fn=_as_a_user)
+    finally:
+        folder.chmod(0o755)
+    assert _one_error_line(r) == ("ERROR: data: cannot read the directory (permission denied); make it readable "
+                                  "(chmod u+rx) or run as a user who may read it")
+
+
+@modes_bind
 @pytest.mark.parametrize("argv", [["export", "r/shards", "--for", "trl", "--out", "ex"],
                                   ["verify", "r/shards", "--log", "logs"],
                                   ["-c", "from cluster_curate.loader import load_shard; load_shard('r/shards', 1)"]],

@@ -458,7 +458,7 @@ def read_artifact(path: str | os.PathLike, kind: str | tuple[str, ...] | None = 
     try:
         tables = [read_parquet(f, columns) for f in files]
     except (pa.ArrowInvalid, OSError, KeyError) as e:
-        raise CurateError(f"{path}: cannot read artifact ({e})") from None
+        raise cannot_read(path, e, "the artifact") from None
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     if len(files) > 1 and "id" in table.column_names:
         table = table.sort_by("id")

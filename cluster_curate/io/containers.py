@@ -556,7 +556,7 @@ class _Parquet:
                     if b.num_rows:
                         yield b
             except (pa.ArrowInvalid, OSError) as e:
-                raise CurateError(f"{f}: cannot read Parquet data ({str(e).splitlines()[0]})") from None
+                raise cannot_read(f, e, "its Parquet data") from None
 
     def count(self) -> int:
         return self.rows
@@ -680,7 +680,7 @@ def open_container(source: str):
         raise CurateError(f"{source}: no such file or directory")
     if path.is_dir():
         if not os.access(path, os.R_OK | os.X_OK):
-            raise CurateError(f"{path}: cannot read the directory (permission denied)")
+            raise cannot_read(path, PermissionError(), "the directory")
         if _is_saved_hf_dataset(path):
             return path, load_from_disk(path)
         return path, _directory(path)

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.features.proxy import CHAT_TEMPLATE, PROXY_MARKER
 from cluster_curate.io.writer import staged_directory
 
@@ -78,7 +78,7 @@ def load_proxy_gpt(path, step: int | None = None) -> tuple:
     try:
         state = load_file(file)
     except (OSError, RuntimeError) as e:
-        raise CurateError(f"{file}: cannot read proxy weights ({e})") from None
+        raise cannot_read(file, e, "the proxy weights") from None
     state["lm_head.weight"] = state["embed.weight"]
     gpt.load_state_dict(state)
     gpt.lm_head.weight = gpt.embed.weight  # keep them tied after loading

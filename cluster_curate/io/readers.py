@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from cluster_curate.budget_sequence import Kinds
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io import names
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_files, artifact_schema, read_meta, read_parquet
 
@@ -28,7 +28,7 @@ def read_columns(path, columns) -> pa.Table:
     try:
         tables = [read_parquet(f, columns) for f in artifact_files(path)]
     except (pa.ArrowInvalid, OSError, KeyError) as e:
-        raise CurateError(f"{path}: cannot read columns {', '.join(columns)} ({e})") from None
+        raise cannot_read(path, e, f"columns {', '.join(columns)}") from None
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
