@@ -160,9 +160,13 @@ def test_export_reads_the_left_over_rows_as_shard_reads_the_data(tmp_path, cli_r
     assert rows == [json.loads(lines[i]) for i in ids]  # every selected row, in dataset order
     data.write_text("".join(lines[:max(leftover)]))  # the last left-over row is gone
     gone = run("export", "--for", "jsonl", "--out", str(tmp_path / "y"), "--force", code=2)
-    assert gone == (f"ERROR: {data}: left-over id {max(leftover)} is not in this dataset (1 left-over id missing; "
-                    f"were the shards made from {data}?)\n"), gone
+    assert gone == (f"ERROR: {data}: left-over id {max(leftover)} is not a readable example of this dataset "
+                    f"(1 left-over id missing; were the shards made from {data}?)\n"), gone
     assert not (tmp_path / "y").exists()
+    cut = [i for i in sorted(pq.read_table(tmp_path / "sel.parquet").column("id").to_pylist()) if i >= max(leftover)]
+    gone = run("shard", "--out", str(tmp_path / "sh"), "-n", "2", "--force", "-q", code=2)  # as export words it
+    assert gone == (f"ERROR: {data}: selected id {cut[0]} is not a readable example of this dataset "
+                    f"({len(cut)} selected ids missing; was the selection made from {data}?)\n"), gone
 
 
 def test_every_export_says_how_many_rows_it_wrote_and_which_it_left_out(shards, tmp_path, cli_runner):

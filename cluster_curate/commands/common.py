@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 
 
 def open_recorded_data(o: dict, name: str, record: dict, hint: str | None = None):
@@ -85,12 +85,18 @@ def relocated(record: dict, beside) -> dict:
     return move(record) if record.get("source") else record
 
 
+def ids_not_read(source, missing, whose: str, made: str) -> CurateError:
+    """One line naming the first of the `missing` ids (`whose`: selected, left-over, clustered) that a pass over the
+    data at `source` did not read, and asking whether `made` ('was the selection') was made from that data."""
+    return CurateError(f"{source}: {whose} id {int(missing[0])} is not a readable example of this dataset "
+                       f"({counted(len(missing), whose + ' id')} missing; {made} made from {source}?)")
+
+
 def check_every_id_read(ds, ids, found) -> None:
     """One line naming the first of `ids` that the pass over `ds` did not find (found: a bool per id)."""
     import numpy as np
     if not found.all():
-        raise CurateError(f"{ds.source}: id {int(ids[np.flatnonzero(~found)[0]])} of the clusters is not a readable "
-                          f"example of this data ({int((~found).sum())} ids missing)")
+        raise ids_not_read(ds.source, ids[np.flatnonzero(~found)], "clustered", "were the clusters")
 
 
 def open_clusters_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):

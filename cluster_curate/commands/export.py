@@ -103,7 +103,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     shards have. None when there are none."""
     import pyarrow as pa
 
-    from cluster_curate.commands.common import open_recorded_data
+    from cluster_curate.commands.common import ids_not_read, open_recorded_data
     from cluster_curate.errors import counted
     from cluster_curate.io.datasets import settled_pass
     from cluster_curate.io.mixture import Mixture
@@ -125,8 +125,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     found = {i for t in parts for i in t.column("id").to_pylist()}
     missing = [i for i in ids if i not in found]  # data changed since, used with --force: no row silently lost
     if missing:
-        raise CurateError(f"{ds.source}: left-over id {missing[0]} is not in this dataset "
-                          f"({counted(len(missing), 'left-over id')} missing; were the shards made from {ds.source}?)")
+        raise ids_not_read(ds.source, missing, "left-over", "were the shards")
     import json
 
     from cluster_curate.io.shard_writer import json_text_aligned

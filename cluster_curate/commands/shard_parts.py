@@ -42,12 +42,11 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
                 return tokens, f"embeddings n_tokens ({cand})"
             if cand == embeddings:
                 raise CurateError(f"{cand}: no 'n_tokens' column")
-    from cluster_curate.commands.common import count_tokens_pass
+    from cluster_curate.commands.common import count_tokens_pass, ids_not_read
     tokens = count_tokens_pass(ds, sel.ids, tokenizer, "shard: count tokens")
     missing = np.flatnonzero(tokens < 0)
     if missing.size:
-        raise CurateError(f"{ds.source}: selected id {int(sel.ids[missing[0]])} is not a readable example of this "
-                          f"dataset ({missing.size} selected ids missing; was the selection made from {ds.source}?)")
+        raise ids_not_read(ds.source, sel.ids[missing], "selected", "was the selection")
     if tokenizer:
         return tokens, f"tokenizer {tokenizer}"
     console.warn("no token counts in the selection or its embeddings and no --tokenizer: balancing on "
@@ -198,8 +197,8 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
     planned = np.unique(cells.row)
     missing = planned[~found[planned]]
     if missing.size:
-        raise CurateError(f"{ds.source}: selected id {int(sel.ids[missing[0]])} is not in this dataset "
-                          f"({missing.size} selected ids missing; was the selection made from {ds.source}?)")
+        from cluster_curate.commands.common import ids_not_read
+        raise ids_not_read(ds.source, sel.ids[missing], "selected", "was the selection")
     return renamed, source_columns
 
 
