@@ -160,16 +160,15 @@ def worker_lock(layout: Layout, out: str | os.PathLike):
     """The lock a worker of a multi-rank embed holds while it runs (io/lock.py): its part's, beside the output
     (`.OUT.part-WWWWW-of-NNNNN.parquet.lock`: the output may be a file its leader replaces), so that another
     process of the same part is refused and what a killed run of this worker left is this worker's to remove
-    (ChunkedOutput). The workers write side by side: none is the output's one writer. One process: the command
+    (ChunkedOutput). The workers write side by side: none is the output's one writer, and none runs while one
+    process writes the output, nor that process while one of them runs (io/lock.py). One process: the command
     holds the output's lock (cli.py), none here."""
     from contextlib import nullcontext
 
     from cluster_curate.io.lock import output_lock
     if not layout.multi:
         return nullcontext()
-    out = Path(out)
-    return output_lock(out.with_name(f"{out.name}.{layout.part_name()}"), "embed", sole_writer=False,
-                       shown=out / layout.part_name())
+    return output_lock(out, "embed", part=layout.part_name())
 
 
 def shutdown(layout: Layout) -> None:

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -340,7 +341,7 @@ def test_a_killed_worker_of_a_job_array_embed_leaves_what_its_rerun_removes_and_
     """The workers of a multi-process embed (job-array pieces, torchrun ranks) hold no output lock, so what a
     killed one left (a chunk's temporary) stayed until an --overwrite. Each now holds its part's lock: its rerun
     (--resume, from the chunks it committed) removes its own leftovers, never those of a worker at work beside it,
-    and a second process of the same part is refused."""
+    and a second process of the same part is refused, as is a single-process embed of the whole output."""
     import json
     if not GSM_FULL.exists():
         pytest.skip(f"{GSM_FULL} is not here")
@@ -357,6 +358,10 @@ def test_a_killed_worker_of_a_job_array_embed_leaves_what_its_rerun_removes_and_
         line = _one_error_line(_cli([*embed, "--part-index", "1", "--resume"], work))
         assert line.startswith("ERROR: e/part-00001-of-00002.parquet: in use by another cluster-curate (`embed`, "
                                f"pid {at_work.pid} on "), line
+        before = _files(work)
+        line = _one_error_line(_cli([*embed[:8], "--overwrite"], work))  # all of `e` in one process, over the pieces
+        assert line.startswith(f"ERROR: e: in use by another cluster-curate (`embed`, pid {at_work.pid} on "), line
+        assert _files(work) == before
         again = _cli([*embed, "--part-index", "0", "--resume", "--json"], work)
         assert again.returncode == 0, again.stderr
         assert json.loads(again.stdout)["chunks_resumed"] >= 3  # chunks 0, 2 and 4 at least
@@ -367,6 +372,70 @@ def test_a_killed_worker_of_a_job_array_embed_leaves_what_its_rerun_removes_and_
     assert at_work.returncode == 0, err
     assert sorted(_entries(work)) == ["data.jsonl", "e", "e.text.key", "e.text.npz", "e/part-00000-of-00002.parquet",
                                       "e/part-00001-of-00002.parquet"]
+
+
+@contextmanager
+def _held_by_a_child(work: Path, lock: str):
+    """A python child in `work` holding the lock made by the expression `lock` (io/lock.py) until the block ends,
+    as a command writing there holds it; yields the child (its pid is the holder's)."""
+    code = ("import sys\nfrom cluster_curate import distributed\nfrom cluster_curate.io.lock import output_lock\n"
+            f"with {lock}:\n    print('held', flush=True)\n    sys.stdin.readline()")
+    child = subprocess.Popen([sys.executable, "-c", code], cwd=work, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        yield child
+    finally:
+        child.communicate("\n", timeout=60)
+    assert child.returncode == 0
+
+
+PIECE = ["embed", "data.jsonl", "--out", "e", "--features", "text", "--dim", "16", "--overwrite", "--num-parts", "2",
+         "--part-index"]  # a job array's worker, with its index to come, into `e`, over the output there
+
+
+def _two_pieces(tmp_path: Path) -> Path:
+    """A folder holding data.jsonl and `e`, the output of a job array of two workers (PIECE)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(GSM, work / "data.jsonl")
+    for index in "01":
+        r = _cli([*PIECE, index], work)
+        assert r.returncode == 0, r.stderr
+    return work
+
+
+def test_a_single_process_embed_is_refused_while_a_worker_of_a_multi_process_one_writes_that_output(tmp_path):
+    """A single-process `embed --overwrite` of the output a job array's workers were writing went ahead (it held
+    the output's lock, they their parts'), replacing the parts under them: now it is refused at once, naming the
+    worker, and touches nothing. The workers of one job still run side by side."""
+    work = _two_pieces(tmp_path)
+    before, entries = _files(work / "e"), _entries(work)
+    with _held_by_a_child(work, "distributed.worker_lock(distributed.Layout(num_shards=2, shard_index=1), 'e')") \
+            as worker:
+        line = _one_error_line(_cli(PIECE[:-3], work))  # the same embed in one process
+        assert line.startswith(f"ERROR: e: in use by another cluster-curate (`embed`, pid {worker.pid} on "), line
+        assert line.endswith(f") writing {work / 'e' / 'part-00001-of-00002.parquet'}; wait for it to finish or "
+                             "choose another --out"), line
+        assert _files(work / "e") == before and _entries(work) - {".e.part-00001-of-00002.parquet.lock"} == entries
+        r = _cli([*PIECE, "0"], work)  # the other worker of its job
+        assert r.returncode == 0, r.stderr
+    assert _entries(work) == entries  # no lock left behind
+
+
+def test_a_worker_of_a_multi_process_embed_is_refused_while_a_single_process_one_writes_that_output(tmp_path):
+    """A worker of a job array started while a single-process `embed` wrote its output (each held its own lock)
+    and wrote its part beside it: now each worker is refused at once, naming that process, and touches nothing."""
+    work = _two_pieces(tmp_path)
+    before, entries = _files(work / "e"), _entries(work)
+    with _held_by_a_child(work, "output_lock('e', 'embed')") as single:
+        for index in "01":
+            line = _one_error_line(_cli([*PIECE, index], work))
+            assert line.startswith(f"ERROR: e/part-0000{index}-of-00002.parquet: in use by another cluster-curate "
+                                   f"(`embed`, pid {single.pid} on "), line
+            assert line.endswith(f") writing {work / 'e'}; wait for it to finish or choose another --out"), line
+        assert _files(work / "e") == before and _entries(work) - {".e.lock"} == entries
+    assert _entries(work) == entries  # no lock left behind
 
 
 UNREADABLE = "cannot read it (permission denied); make it readable (chmod u+r) or run as a user who may read it"

@@ -5,13 +5,18 @@ running and the later rename silently winning. The lock file is hidden beside th
 removed when released, the folder's time set back when nothing else was written there (make and rsync go by it);
 a lock whose holder died is free again (the kernel drops flock locks of dead processes).
 A folder's lock covers what is in it: `embed --out cur/embeddings.parquet` is refused while `run --out cur`
-writes, and `run --out cur` while a command writes something in `cur/`.
+writes, and `run --out cur` while a command writes something in `cur/`. The workers of a multi-process `embed`
+write an output in parts, each under its part's lock (`.OUT.part-WWWWW-of-NNNNN.parquet.lock`): one is refused
+while one process writes OUT, and that process while a worker writes a part of it; the workers do not refuse each
+other.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -21,6 +26,7 @@ from pathlib import Path
 from cluster_curate.errors import CurateError
 
 _HELD: set[Path] = set()  # the locks this process holds
+_PART_LOCK = re.compile(r"\.(.+)\.(part-\d+-of-\d+\.parquet)\.lock")  # .OUT.PART.lock: _part_lock_path
 
 
 def held() -> bool:
@@ -36,18 +42,26 @@ def lock_path(out: str | os.PathLike) -> Path:
     return p.with_name(f".{p.name}.lock")
 
 
+def _part_lock_path(out: Path, part: str) -> Path:
+    """The lock of the part `part` of `out` (links resolved): beside `out`, which may be a file its leader
+    replaces, named after it, where the writer of all of `out` looks for it (_covering_locks)."""
+    return out.with_name(f".{out.name}.{part}.lock")
+
+
 @contextmanager
-def output_lock(out: str | os.PathLike, command: str, *, sole_writer: bool = True, shown=None):
-    """Hold the lock of `out` for the block; CurateError at once when another process holds it, naming `shown`
-    (default `out`). `sole_writer=False`: files beside `out` are written by other processes too (a worker of a
-    multi-rank embed, which holds its part's lock): this one is not the one writer that `held` tells."""
+def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None):
+    """Hold the lock of `out` for the block; CurateError at once when another process holds it, or one that
+    covers it (_covering_locks). `part`: this process writes only that part of `out` (a worker of a multi-rank
+    embed; named `out/part`), beside other workers: it holds the part's lock, and is not the one writer that `held`
+    tells."""
     import fcntl
 
     from cluster_curate.io.artifacts import check_creatable
     check_creatable(out)
-    path = lock_path(out)
-    named = out if shown is None else shown
-    _refuse_if_held(_covering_locks(Path(os.path.realpath(out))), named)
+    real = Path(os.path.realpath(out))
+    path = lock_path(out) if part is None else _part_lock_path(real, part)
+    named = out if part is None else Path(out) / part
+    _refuse_if_held(_covering_locks(real, part), named)
     created = []  # directories made for the lock, removed again when the command leaves them empty
     for parent in reversed(path.parents):
         if not parent.exists():
@@ -75,7 +89,7 @@ def output_lock(out: str | os.PathLike, command: str, *, sole_writer: bool = Tru
                 "since": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": " ".join(sys.argv[1:])[:200]}
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(info).encode())
-        if sole_writer:
+        if part is None:
             _HELD.add(path)
         yield
     finally:
@@ -110,12 +124,21 @@ def _keep_time(folder: Path, mtime: int, entries: dict[str, int]) -> None:
         pass  # a folder we may no longer change: its time is only a hint
 
 
-def _covering_locks(out: Path) -> list[Path]:
+def _covering_locks(out: Path, part: str | None) -> list[Path]:
     """The other locks that cover files of `out` (links resolved): those of the folders around it (a `run` writing
-    there) and those in it, when it is a folder (commands writing a file in it)."""
+    there), those in it, when it is a folder (commands writing a file in it), and, for a writer of all of `out`,
+    its parts' (the workers of a multi-rank embed), for a worker writing `part` of it, the lock of all of `out`
+    (not the other workers': they write beside it)."""
     around = [lock_path(folder) for folder in out.parents if folder != folder.parent]
     inside = sorted(out.glob(".*.lock")) if out.is_dir() else []
-    return [p for p in around + inside if p.exists()]
+    whole = [lock_path(out)] if part else sorted(out.parent.glob(f".{glob.escape(out.name)}.part-*-of-*.parquet.lock"))
+    return [p for p in around + inside + whole if p.exists()]
+
+
+def _locked(lock: Path) -> Path:
+    """What the holder of `lock` writes: NAME for `.NAME.lock`, OUT/PART for a part's (_part_lock_path)."""
+    part = _PART_LOCK.fullmatch(lock.name)
+    return lock.parent / part[1] / part[2] if part else lock.with_name(lock.name[1:-len(".lock")])
 
 
 def _refuse_if_held(locks: list[Path], out) -> None:
@@ -129,9 +152,8 @@ def _refuse_if_held(locks: list[Path], out) -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise CurateError(f"{out}: in use by another cluster-curate {_holder(fd)} writing "
-                              f"{lock.with_name(lock.name[1:-len('.lock')])}; wait for it to finish or choose "
-                              "another --out") from None
+            raise CurateError(f"{out}: in use by another cluster-curate {_holder(fd)} writing {_locked(lock)}; wait "
+                              "for it to finish or choose another --out") from None
         finally:
             os.close(fd)
 
