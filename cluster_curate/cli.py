@@ -216,9 +216,9 @@ def _one_writer(command: str, kw: dict):
     of a torchrun or job-array embed write one directory together (each its part)."""
     from contextlib import nullcontext
 
-    from cluster_curate.distributed import launched_by_torchrun
+    from cluster_curate.distributed import torchrun_processes
     from cluster_curate.io.lock import output_lock
-    shared = launched_by_torchrun() or (kw.get("num_parts") or 1) > 1
+    shared = torchrun_processes() > 1 or (kw.get("num_parts") or 1) > 1  # one torchrun process writes alone
     if command == "run" or not kw.get("out") or shared:
         return nullcontext()
     return output_lock(kw["out"], command)

@@ -86,6 +86,15 @@ def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def torchrun_processes() -> int:
+    """How many processes the torchrun that started this one started (1 outside torchrun; a malformed WORLD_SIZE
+    counts as 1 here, and detect() says what is wrong with it)."""
+    try:
+        return int(os.environ["WORLD_SIZE"]) if launched_by_torchrun() else 1
+    except ValueError:
+        return 1
+
+
 def detect(num_shards: int = 1, shard_index: int = 0) -> Layout:
     """The layout of this process from torchrun's environment and the job-array options."""
     if num_shards < 1:

@@ -438,6 +438,20 @@ def test_a_worker_of_a_multi_process_embed_is_refused_while_a_single_process_one
     assert _entries(work) == entries  # no lock left behind
 
 
+def test_a_torchrun_of_one_process_holds_the_output_as_a_plain_process_does(tmp_path):
+    """`torchrun --nproc-per-node 1 cluster-curate embed` took no lock at all (a torchrun's processes write one
+    output together, but one process writes it alone): it replaced an output another command was writing."""
+    work = _two_pieces(tmp_path)
+    before = _files(work / "e")
+    one = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29533"}
+    with _held_by_a_child(work, "output_lock('e', 'embed')") as single:
+        r = subprocess.run([sys.executable, "-m", "cluster_curate", *PIECE[:-3], "-q"], cwd=work, capture_output=True,
+                           text=True, env=dict(os.environ, OMP_NUM_THREADS="1", **one), timeout=300)
+        line = _one_error_line(r)
+        assert line.startswith(f"ERROR: e: in use by another cluster-curate (`embed`, pid {single.pid} on "), line
+        assert _files(work / "e") == before
+
+
 UNREADABLE = "cannot read it (permission denied); make it readable (chmod u+r) or run as a user who may read it"
 
 
