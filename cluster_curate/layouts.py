@@ -458,13 +458,35 @@ AXOLOTL_SFT_TYPE = "cluster_curate.integrations.axolotl"
 AXOLOTL_VERIFY = (f"`plugins: [{AXOLOTL_PLUGIN}]` has each rank log the ids it trained on in "
                   "OUTPUT_DIR/consumed/ (OUTPUT_DIR: axolotl's `output_dir`): check the run with `cluster-curate "
                   "verify SHARDS --log OUTPUT_DIR/consumed`")
-_AXOLOTL_ORDER_NOTE = (
+# utils/data/shared.py create_train_validation_split: `val_set_size` rows off the end (train_test_split,
+# shuffle=False), for SFT and DPO alike; 0 is axolotl's default, said so that a merged config's value gives way
+_AXOLOTL_VAL_SET = ("`val_set_size: 0`: axolotl splits `val_set_size` of the rows off the file's end for "
+                    "evaluation, rows the plan's last steps then lack; an evaluation set goes in `test_datasets`")
+# what in axolotl 0.19.0 moves or takes out a row of the file, said in each config before its keys: the list
+# order and the shuffles (utils/data/shared.py merge_datasets, a lone dataset shuffled too), then the rest
+_AXOLOTL_LIST_NOTE = (
     "# the plan's order, kept: axolotl concatenates the `datasets:` in list order, so this one goes first (alone,\n"
     "# for `verify`: another dataset's rows are out of the plan); after another's rows the planned rows would reach\n"
-    "# other ranks and steps than planned. It shuffles the concatenation unless `shuffle_merged_datasets: false`\n"
-    "# (and each dataset before with `shuffle_before_merging_datasets: true`), its sampler shuffles unless\n"
-    "# `curriculum_sampling: true` (trainer_cls's sampler is sequential either way), and `sample_packing: true`\n"
-    "# packs rows several to a sequence, in another order\n")
+    "# other ranks and steps than planned. It shuffles the concatenation (this file alone too) unless\n"
+    "# `shuffle_merged_datasets: false`, and each dataset before with `shuffle_before_merging_datasets: true`.\n")
+_AXOLOTL_VAL_NOTE = (
+    "# A `val_set_size` takes the file's last rows for evaluation (`val_set_size: 0`; an evaluation set goes in\n"
+    "# `test_datasets`).\n")
+_AXOLOTL_ORDER_NOTE = (
+    f"{_AXOLOTL_LIST_NOTE}"
+    "# Its sampler shuffles unless `curriculum_sampling: true` (trainer_cls's sampler is sequential either way),\n"
+    "# and `sample_packing: true` packs rows several to a sequence, in another order.\n"
+    f"{_AXOLOTL_VAL_NOTE}")
+# under `rl: dpo` (utils/data/rl.py): core/builders/rl.py passes no curriculum_sampling to the trainer, whose
+# sampler is TRL's (random); _load_split filters each dataset by `excess_length_strategy` (_drop_long_sequences,
+# _raise_on_long_sequences); deduplication hashes str(row) after chat_template.default, which keeps `id`
+_AXOLOTL_DPO_ORDER_NOTE = (
+    f"{_AXOLOTL_LIST_NOTE}"
+    "# Its DPO trainer samples at random, `curriculum_sampling` or not (trainer_cls's sampler is sequential). A pair\n"
+    "# longer than `sequence_len` is dropped (the default `excess_length_strategy`; truncate drops one whose\n"
+    "# prompt alone exceeds it): `excess_length_strategy: raise` stops instead. `dataset_exact_deduplication`\n"
+    "# compares whole rows, `id` included: it finds no copy here.\n"
+    f"{_AXOLOTL_VAL_NOTE}")
 # a recipe config may give `dataset:` as a list, whose datasets the recipes concatenate (ConcatDataset): a dict
 # does not merge into it, and the sampler deals the plan's rows to their ranks only at the head of the list
 _TORCHTUNE_LIST_NOTE = (
@@ -545,6 +567,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
         # the SFT entry's ds_type or message_property_mappings: chat_template.default reads role and content
         files[names.TRAINER_CONFIG] = (
             "# merge into your axolotl config (DPO; for IPO add dpo_loss_type: [\"ipo\"])\n"
+            f"{_AXOLOTL_DPO_ORDER_NOTE}"
             "rl: dpo\n"
             f"plugins:\n  - {AXOLOTL_PLUGIN}\n"
             f"trainer_cls: {AXOLOTL_TRAINER}\n"
@@ -555,6 +578,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
             "    field_chosen: chosen\n"
             "    field_rejected: rejected\n"
             "shuffle_merged_datasets: false\n"
+            "val_set_size: 0\n"
             "excess_length_strategy: raise\n"
             f"micro_batch_size: {m}\n")
     elif tgt.name == "axolotl":
@@ -577,6 +601,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
             "shuffle_merged_datasets: false\n"
             "curriculum_sampling: true\n"
             "sample_packing: false\n"
+            "val_set_size: 0\n"
             f"micro_batch_size: {m}\n")
     files[names.EXPORT_README] = _traps(tgt, n, m, steps, manifest.get("json_columns") or (), tools, preference,
                                         labels)
@@ -639,6 +664,7 @@ _TRAPS = {
                 "where axolotl runs)",
                 "`sample_packing: true` reorders rows (multipack)",
                 "rows longer than `sequence_len` are dropped by default: make it longer than the longest row",
+                _AXOLOTL_VAL_SET,
                 "this file first in `datasets:` (alone, for `verify`): axolotl concatenates them in list order",
                 AXOLOTL_VERIFY,
                 f"`type: {AXOLOTL_SFT_TYPE}` is axolotl's `chat_template` strategy (the same keys) keeping each "
@@ -677,8 +703,7 @@ _PREFERENCE_TRAPS = {
                 "`excess_length_strategy: raise`: by default axolotl drops a pair whose prompt and answer exceed "
                 "`sequence_len`, and every later row moves to another rank and step; make it longer than the "
                 "longest pair",
-                "`val_set_size` and `dataset_exact_deduplication` take rows out of the file: leave them unset (an "
-                "evaluation set goes in `test_datasets`)",
+                _AXOLOTL_VAL_SET,
                 AXOLOTL_VERIFY,
                 "chat_template.default looks each answer up in the chat template's rendering of it: under a "
                 "template that trims each turn (Llama 3's) an answer with spaces or newlines at its ends is not "

@@ -216,12 +216,12 @@ LLAMAFACTORY_TAGS = {"role_tag", "content_tag", "user_tag", "assistant_tag", "ob
                      "system_tag"}
 # axolotl's config keys used (AxolotlInputConfig / SFTDataset in axolotl/utils/schemas, 0.19.0)
 AXOLOTL_TOP = {"plugins", "trainer_cls", "datasets", "shuffle_merged_datasets", "curriculum_sampling",
-               "sample_packing", "micro_batch_size"}
+               "sample_packing", "val_set_size", "micro_batch_size"}
 AXOLOTL_DATASET = {"path", "ds_type", "type", "field_messages", "message_property_mappings", "roles_to_train",
                    "split", "data_files"}
 # with `rl: dpo` (validate_config makes each dataset entry a DPODataset, dropping other keys), 0.19.0
 AXOLOTL_DPO_TOP = {"rl", "plugins", "trainer_cls", "datasets", "shuffle_merged_datasets", "excess_length_strategy",
-                   "micro_batch_size"}
+                   "val_set_size", "micro_batch_size"}
 AXOLOTL_DPO_DATASET = {"path", "split", "type", "data_files", "revision", "field_messages", "field_chosen",
                        "field_rejected"}
 # the roles axolotl/prompt_strategies/dpo/chat_template.py `default` maps when the config gives no `roles`
@@ -236,6 +236,7 @@ def axolotl_pairs(folder: Path) -> dict[int, tuple[list[dict], str, str]]:
     cfg = yaml.safe_load((folder / "config.yaml").read_text())
     assert set(cfg) <= AXOLOTL_DPO_TOP and cfg["rl"] == "dpo" and cfg["shuffle_merged_datasets"] is False
     assert cfg["excess_length_strategy"] == "raise" and isinstance(cfg["micro_batch_size"], int)
+    assert cfg["val_set_size"] == 0
     assert cfg["trainer_cls"] == "cluster_curate.integrations.axolotl.PlanDPOTrainer"
     assert cfg["plugins"] == ["cluster_curate.integrations.axolotl.ConsumedIdsPlugin"]
     (entry,) = cfg["datasets"]
@@ -274,7 +275,7 @@ def test_axolotl_yaml_uses_documented_keys(shards, tmp_path):
     cfg = yaml.safe_load((tmp_path / "ax" / "config.yaml").read_text())
     assert set(cfg) <= AXOLOTL_TOP and all(set(d) <= AXOLOTL_DATASET for d in cfg["datasets"])
     assert cfg["shuffle_merged_datasets"] is False and cfg["curriculum_sampling"] is True
-    assert cfg["sample_packing"] is False and cfg["micro_batch_size"] == M
+    assert cfg["sample_packing"] is False and cfg["micro_batch_size"] == M and cfg["val_set_size"] == 0
     assert Path(cfg["datasets"][0]["path"]).is_file()
     assert cfg["plugins"] == ["cluster_curate.integrations.axolotl.ConsumedIdsPlugin"]
     assert cfg["trainer_cls"] == "cluster_curate.integrations.axolotl.PlanSFTTrainer"
@@ -295,6 +296,36 @@ def test_axolotl_sft_config_says_what_reorders_rows(shards, tmp_path):
         assert said in note, said
     readme = (tmp_path / "ax" / "README.md").read_text()
     assert "verify SHARDS --log OUTPUT_DIR/consumed" in readme and "`output_dir`" in readme
+
+
+def test_axolotl_dpo_config_says_what_reorders_or_drops_rows(preference_shards, tmp_path):
+    """The DPO config.yaml says, before its keys, what in axolotl's preference data path (utils/data/rl.py,
+    0.19.0) would move a planned pair to another rank or step or take it out (the list order of `datasets:`, its
+    shuffles, the validation split, the length filter, the sampler) and which keys keep the plan; its README says
+    the same of `val_set_size`, and its keys are axolotl's (`axolotl_pairs`)."""
+    export(preference_shards["standard"], "axolotl", tmp_path / "ax")
+    axolotl_pairs(tmp_path / "ax")
+    text = (tmp_path / "ax" / "config.yaml").read_text()
+    note = text[:text.index("\nrl: dpo\n")]
+    assert all(line.startswith("# ") for line in note.splitlines())
+    for said in ("`datasets:` in list order", "first", "`shuffle_merged_datasets: false`",
+                 "`shuffle_before_merging_datasets: true`", "`val_set_size: 0`", "`test_datasets`",
+                 "`excess_length_strategy: raise`", "`sequence_len`", "`curriculum_sampling`", "trainer_cls",
+                 "`dataset_exact_deduplication`"):
+        assert said in note, said
+    readme = (tmp_path / "ax" / "README.md").read_text()
+    assert "`val_set_size: 0`" in readme and "verify SHARDS --log OUTPUT_DIR/consumed" in readme
+
+
+def test_axolotl_sft_config_keeps_every_row_out_of_the_validation_split(shards, tmp_path):
+    """axolotl splits `val_set_size` rows off the end of the training data (create_train_validation_split,
+    shuffle=False): a merged config's `val_set_size: 0.05` would take the plan's last steps away. The SFT config
+    sets it to 0, its README says why and where an evaluation set goes."""
+    yaml = pytest.importorskip("yaml")
+    export(shards["chat"], "axolotl", tmp_path / "ax")
+    assert yaml.safe_load((tmp_path / "ax" / "config.yaml").read_text())["val_set_size"] == 0
+    readme = (tmp_path / "ax" / "README.md").read_text()
+    assert "`val_set_size: 0`" in readme and "`test_datasets`" in readme
 
 
 # --------------------------------------------------------------------------------------------- verify
