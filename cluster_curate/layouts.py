@@ -659,9 +659,9 @@ _TRAPS = {
     "llamafactory": ["`disable_shuffling: true` (else the HF Trainer's random sampler shuffles)",
                      "`packing` / `neat_packing` reorder and merge rows",
                      "LLaMA-Factory has no per-example loss weight: `weight` is not applied"],
-    "axolotl": ["`shuffle_merged_datasets: false` and `curriculum_sampling: true` (sequential sampler); "
-                f"`trainer_cls: {AXOLOTL_SFT_TRAINER}` keeps the order whatever they say (install cluster-curate "
-                "where axolotl runs)",
+    "axolotl": ["`shuffle_merged_datasets: false` (else axolotl shuffles the file itself, before any sampler) and "
+                f"`curriculum_sampling: true` (sequential sampler; `trainer_cls: {AXOLOTL_SFT_TRAINER}` keeps the "
+                "order whatever it says: install cluster-curate where axolotl runs)",
                 "`sample_packing: true` reorders rows (multipack)",
                 "rows longer than `sequence_len` are dropped by default: make it longer than the longest row",
                 _AXOLOTL_VAL_SET,

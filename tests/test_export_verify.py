@@ -296,6 +296,8 @@ def test_axolotl_sft_config_says_what_reorders_rows(shards, tmp_path):
         assert said in note, said
     readme = (tmp_path / "ax" / "README.md").read_text()
     assert "verify SHARDS --log OUTPUT_DIR/consumed" in readme and "`output_dir`" in readme
+    # merge_datasets shuffles the rows themselves, before any sampler: trainer_cls does not undo it
+    assert "`shuffle_merged_datasets: false` (else axolotl shuffles the file itself" in readme
 
 
 def test_axolotl_dpo_config_says_what_reorders_or_drops_rows(preference_shards, tmp_path):
