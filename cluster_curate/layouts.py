@@ -469,14 +469,18 @@ _AXOLOTL_LIST_NOTE = (
     "# for `verify`: another dataset's rows are out of the plan); after another's rows the planned rows would reach\n"
     "# other ranks and steps than planned. It shuffles the concatenation (this file alone too) unless\n"
     "# `shuffle_merged_datasets: false`, and each dataset before with `shuffle_before_merging_datasets: true`.\n")
-_AXOLOTL_VAL_NOTE = (
+# the validation split (create_train_validation_split, above); load_preprocessed_dataset (utils/data/shared.py)
+# finds the prepared rows by generate_dataset_hash_from_config, a hash of the config's keys (the path, not the
+# file), so a new file at the same path is not read
+_AXOLOTL_SPLIT_AND_CACHE_NOTE = (
     "# A `val_set_size` takes the file's last rows for evaluation (`val_set_size: 0`; an evaluation set goes in\n"
-    "# `test_datasets`).\n")
+    "# `test_datasets`). After an `export --overwrite` axolotl trains the rows it prepared from the old file,\n"
+    "# found under `dataset_prepared_path` (default last_run_prepared) by this config: delete them first.\n")
 _AXOLOTL_ORDER_NOTE = (
     f"{_AXOLOTL_LIST_NOTE}"
     "# Its sampler shuffles unless `curriculum_sampling: true` (trainer_cls's sampler is sequential either way),\n"
     "# and `sample_packing: true` packs rows several to a sequence, in another order.\n"
-    f"{_AXOLOTL_VAL_NOTE}")
+    f"{_AXOLOTL_SPLIT_AND_CACHE_NOTE}")
 # under `rl: dpo` (utils/data/rl.py): core/builders/rl.py passes no curriculum_sampling to the trainer, whose
 # sampler is TRL's (random); _load_split filters each dataset by `excess_length_strategy` (_drop_long_sequences,
 # _raise_on_long_sequences); deduplication hashes str(row) after chat_template.default, which keeps `id`
@@ -486,7 +490,7 @@ _AXOLOTL_DPO_ORDER_NOTE = (
     "# longer than `sequence_len` is dropped (the default `excess_length_strategy`; truncate drops one whose\n"
     "# prompt alone exceeds it): `excess_length_strategy: raise` stops instead. `dataset_exact_deduplication`\n"
     "# compares whole rows, `id` included: it finds no copy here.\n"
-    f"{_AXOLOTL_VAL_NOTE}")
+    f"{_AXOLOTL_SPLIT_AND_CACHE_NOTE}")
 # a recipe config may give `dataset:` as a list, whose datasets the recipes concatenate (ConcatDataset): a dict
 # does not merge into it, and the sampler deals the plan's rows to their ranks only at the head of the list
 _TORCHTUNE_LIST_NOTE = (

@@ -292,7 +292,7 @@ def test_axolotl_sft_config_says_what_reorders_rows(shards, tmp_path):
     assert all(line.startswith("# ") for line in note.splitlines())
     for said in ("`datasets:` in list order", "first", "`shuffle_merged_datasets: false`",
                  "`shuffle_before_merging_datasets: true`", "`curriculum_sampling: true`", "trainer_cls",
-                 "`sample_packing: true`"):
+                 "`sample_packing: true`", "`dataset_prepared_path`", "--overwrite"):
         assert said in note, said
     readme = (tmp_path / "ax" / "README.md").read_text()
     assert "verify SHARDS --log OUTPUT_DIR/consumed" in readme and "`output_dir`" in readme
@@ -313,7 +313,7 @@ def test_axolotl_dpo_config_says_what_reorders_or_drops_rows(preference_shards, 
     for said in ("`datasets:` in list order", "first", "`shuffle_merged_datasets: false`",
                  "`shuffle_before_merging_datasets: true`", "`val_set_size: 0`", "`test_datasets`",
                  "`excess_length_strategy: raise`", "`sequence_len`", "`curriculum_sampling`", "trainer_cls",
-                 "`dataset_exact_deduplication`"):
+                 "`dataset_exact_deduplication`", "`dataset_prepared_path`", "--overwrite"):
         assert said in note, said
     readme = (tmp_path / "ax" / "README.md").read_text()
     assert "`val_set_size: 0`" in readme and "verify SHARDS --log OUTPUT_DIR/consumed" in readme
