@@ -25,7 +25,8 @@ def test_a_missing_column_is_one_line_naming_it(tmp_path):
     p = tmp_path / "e.parquet"
     W.write_artifact(pa.table({"id": [0, 1], "x": [1.0, 2.0]}), p, _meta())
     assert A.read_artifact(p, columns=["x"])[0].column_names == ["x"]
-    with pytest.raises(CurateError, match=r"e.parquet: cannot read the artifact \(no column 'cluster' in .*e.parquet\)"):
+    with pytest.raises(CurateError,
+                       match=r"e.parquet: cannot read the artifact \(no column 'cluster' in .*e.parquet\)"):
         A.read_artifact(p, columns=["id", "cluster"])
 
 
