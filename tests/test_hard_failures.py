@@ -300,6 +300,12 @@ def _stop_mid_write(argv: list[str], work: Path, temporary: str) -> tuple[subpro
         if seen is None:
             continue
         p.send_signal(signal.SIGSTOP)
+        # the signal is only sent: wait until the process has stopped, or it may still rename the temporary while we
+        # look (CI saw a worker's temporary gone after this returned it)
+        _, status = os.waitpid(p.pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):  # it ended before the stop took hold
+            p.returncode = os.waitstatus_to_exitcode(status)
+            break
         if os.path.lexists(seen):
             hit = str(seen.relative_to(work))
         else:  # renamed between the look and the stop: on to the next one
