@@ -146,6 +146,77 @@ def test_a_folder_named_through_a_link_has_the_folders_lock(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur", "link"]  # nothing written, no lock left
 
 
+# A process taking the lock `{lock}` names (its round's folder for {d}) round after round, each round when the
+# starting gun (a byte on the pipe `gun`) fires; it says `held` or the refusal line, and lets go when told.
+_AT_ONCE = """import os, sys
+from cluster_curate import distributed
+from cluster_curate.errors import CurateError
+from cluster_curate.io.lock import output_lock
+print('ready', flush=True)
+for d in sys.argv[1:]:
+    if not os.read({gun}, 1):
+        break  # the test ended early
+    try:
+        with {lock}:
+            print('held', flush=True)
+            sys.stdin.readline()
+    except CurateError as e:
+        print(e, flush=True)
+        sys.stdin.readline()
+"""
+
+
+def _at_once(folder, locks: list[str], rounds: int) -> list[list[tuple[int, str]]]:
+    """Per round, the pid and line of each process taking one of `locks` (_AT_ONCE), in their order, when all try
+    at the same moment: they are started, imported and waiting on one pipe, which fires once they all are."""
+    gun, fire = os.pipe()
+    names = [f"r{i}" for i in range(rounds)]
+    children = [subprocess.Popen([sys.executable, "-c", _AT_ONCE.format(gun=gun, lock=lock), *names], cwd=folder,
+                                 pass_fds=[gun], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for lock in locks]
+    os.close(gun)
+    try:
+        assert [c.stdout.readline() for c in children] == ["ready\n"] * len(children)
+        lines = []
+        for _ in names:
+            os.write(fire, b"x" * len(children))
+            lines.append([(c.pid, c.stdout.readline().strip()) for c in children])
+            for c in children:
+                c.stdin.write("\n")
+                c.stdin.flush()
+    finally:
+        os.close(fire)
+        for c in children:
+            c.communicate(timeout=60)
+    assert [c.returncode for c in children] == [0] * len(children)
+    assert not list(folder.rglob(".*.lock"))  # every lock let go and removed
+    return lines
+
+
+WORKER = "distributed.worker_lock(distributed.Layout(num_shards=2, shard_index=1), d + '/e')"
+
+
+@pytest.mark.parametrize("locks, refused", [
+    (["output_lock(d + '/e', 'embed')"] * 6, "{d}/e: in use by another cluster-curate (`embed`, pid {pid} on "),
+    (["output_lock(d + '/cur', 'run')", "output_lock(d + '/cur/embeddings.parquet', 'embed')"],
+     ": in use by another cluster-curate (`{command}`, pid {pid} on "),
+    (["output_lock(d + '/e', 'embed')", WORKER], ": in use by another cluster-curate (`embed`, pid {pid} on ")],
+    ids=["one output", "a folder and a file in it", "an output and a worker's part of it"])
+def test_writers_starting_at_the_same_moment_one_writes_the_others_are_refused_naming_it(tmp_path, locks, refused):
+    """The lock is taken with flock, atomic for one output. A folder's writer and a writer in it, or an output's
+    and a worker's of a part of it, take two locks: each looked at the other's before taking its own, so when both
+    started at the same moment both could pass the look and both write (5 rounds in 30 of the second, 2 in 20 of
+    the third). Each now looks again once it holds its own, and the later gives way."""
+    commands = ["run" if "'run'" in lock else "embed" for lock in locks]
+    for i, round_ in enumerate(_at_once(tmp_path, locks, 30 if len(locks) == 2 else 10)):
+        held = [n for n, (_, line) in enumerate(round_) if line == "held"]
+        assert len(held) == 1, (i, round_)
+        pid, command = round_[held[0]][0], commands[held[0]]
+        for _, line in round_[:held[0]] + round_[held[0] + 1:]:
+            assert line.startswith(f"r{i}/") and refused.format(d=f"r{i}", pid=pid, command=command) in line \
+                and line.endswith("; wait for it to finish or choose another --out"), (i, round_)
+
+
 @pytest.mark.slow
 def test_two_concurrent_runs_into_one_folder(tmp_path):
     out = tmp_path / "r"

@@ -8,7 +8,8 @@ A folder's lock covers what is in it: `embed --out cur/embeddings.parquet` is re
 writes, and `run --out cur` while a command writes something in `cur/`. The workers of a multi-process `embed`
 write an output in parts, each under its part's lock (`.OUT.part-WWWWW-of-NNNNN.parquet.lock`): one is refused
 while one process writes OUT, and that process while a worker writes a part of it; the workers do not refuse each
-other.
+other. Writers started at the same moment: of those of one output, flock lets one take the lock; of two whose locks
+cover each other (two files), each looks at the other's again once it holds its own, and the later gives way.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cluster_curate.errors import CurateError
 
 _HELD: set[Path] = set()  # the locks this process holds
 _PART_LOCK = re.compile(r"\.(.+)\.(part-\d+-of-\d+\.parquet)\.lock")  # .OUT.PART.lock: _part_lock_path
+_WAIT = 5.0  # seconds: the most a writer waits for a holder to say who it is, or for a later one to give way
 
 
 def held() -> bool:
@@ -53,42 +55,25 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
     """Hold the lock of `out` for the block; CurateError at once when another process holds it, or one that
     covers it (_covering_locks). `part`: this process writes only that part of `out` (a worker of a multi-rank
     embed; named `out/part`), beside other workers: it holds the part's lock, and is not the one writer that `held`
-    tells."""
-    import fcntl
-
+    tells. The covering locks are looked at before this one is taken (nothing is made when one is held) and again
+    once it is: two writers started at the same moment both pass the first look, and the later gives way."""
     from cluster_curate.io.artifacts import check_creatable
     check_creatable(out)
     real = Path(os.path.realpath(out))
     path = lock_path(out) if part is None else _part_lock_path(real, part)
-    named = out if part is None else Path(out) / part
+    named = out if part is None else os.path.join(out, part)  # as typed: Path would drop a leading ./
     _refuse_if_held(_covering_locks(real, part), named)
     created = []  # directories made for the lock, removed again when the command leaves them empty
-    for parent in reversed(path.parents):
-        if not parent.exists():
-            parent.mkdir()
-            created.append(parent)
-    folder = None if created else _folder_state(path.parent)
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(fd)
-            os.close(fd)
-            raise CurateError(f"{named}: in use by another cluster-curate {holder}; wait for it to finish or "
-                              "choose another --out") from None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino  # not a file its last holder just removed
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
+    folder = _folder_state(path.parent) if path.parent.exists() else None
+    fd, order = _take(path, named, created)
+    if created:
+        folder = None
     try:
         info = {"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                "since": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": " ".join(sys.argv[1:])[:200]}
+                "since": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": " ".join(sys.argv[1:])[:200], "order": order}
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(info).encode())
+        _refuse_if_held(_covering_locks(real, part), named, order)
         if part is None:
             _HELD.add(path)
         yield
@@ -105,6 +90,42 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
                 parent.rmdir()  # only when empty: a failed command leaves no folder behind
             except OSError:
                 break
+
+
+def _take(path: Path, named, created: list[Path]) -> tuple[int, int]:
+    """The open lock file `path`, locked (flock: of two processes only one gets it, however close they come), and
+    when (`order`: which of two writers of covering locks gives way, _refuse_if_held). CurateError naming the
+    holder when another process holds it. Folders missing on the way are made and added to `created`."""
+    import fcntl
+    deadline = time.monotonic() + _WAIT
+    while True:
+        for parent in reversed(path.parents):
+            try:
+                parent.mkdir()
+                created.append(parent)
+            except FileExistsError:
+                pass  # there already, or made at this moment by another writer
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:
+            continue  # a folder made for a lock by another writer, which removed it as it gave up
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            if holder is None and time.monotonic() < deadline:
+                time.sleep(0.001)  # the holder has yet to say who it is, or another writer is looking at it
+                continue
+            raise CurateError(f"{named}: in use by another cluster-curate {_described(holder)}; wait for it to "
+                              "finish or choose another --out") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino  # not a file its last holder just removed
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd, time.monotonic_ns()
+        os.close(fd)
 
 
 def _folder_state(folder: Path) -> tuple[int, dict[str, int]]:
@@ -141,28 +162,54 @@ def _locked(lock: Path) -> Path:
     return lock.parent / part[1] / part[2] if part else lock.with_name(lock.name[1:-len(".lock")])
 
 
-def _refuse_if_held(locks: list[Path], out) -> None:
-    """CurateError naming the holder when another process holds one of `locks` (each tried, then let go)."""
+def _refuse_if_held(locks: list[Path], out, order: int | None = None) -> None:
+    """CurateError naming the holder when another process holds one of `locks` (each tried, then let go). `order`:
+    this process holds its own lock, taken then (_take); a holder that took its own later gives way (it looks, as
+    this one does, once it holds its lock, and finds this one's held and earlier), so this one waits for it to."""
     import fcntl
     for lock in locks:
-        try:
-            fd = os.open(lock, os.O_RDONLY)
-        except OSError:
-            continue  # released meanwhile
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise CurateError(f"{out}: in use by another cluster-curate {_holder(fd)} writing {_locked(lock)}; wait "
-                              "for it to finish or choose another --out") from None
-        finally:
-            os.close(fd)
+        deadline = time.monotonic() + _WAIT
+        while True:
+            try:
+                fd = os.open(lock, os.O_RDONLY)
+            except OSError:
+                break  # released meanwhile
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = _holder(fd)
+            finally:
+                os.close(fd)
+            later = holder is not None and order is not None and (holder.get("order", -1), holder["pid"]) > (
+                order, os.getpid())
+            if (holder is None or later) and time.monotonic() < deadline:
+                time.sleep(0.001)  # its holder has yet to say who it is, or is giving way to this one
+                continue
+            raise CurateError(f"{out}: in use by another cluster-curate {_described(holder)} writing {_locked(lock)}; "
+                              "wait for it to finish or choose another --out")
 
 
-def _holder(fd: int) -> str:
+def _holder(fd: int) -> dict | None:
+    """Who holds the lock file open as `fd`, as it wrote; None until it has (it writes once it holds it; what is
+    there before is the last holder's, a dead process on this host)."""
     try:
         info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
     except (OSError, ValueError):
-        info = {}
-    if not info:
+        return None
+    if not isinstance(info, dict) or "pid" not in info:
+        return None
+    if info.get("host") == socket.gethostname():
+        try:
+            os.kill(info["pid"], 0)
+        except ProcessLookupError:
+            return None
+        except (PermissionError, TypeError, ValueError, OverflowError):
+            pass  # another user's process: alive
+    return info
+
+
+def _described(holder: dict | None) -> str:
+    if holder is None:
         return "(holder unknown)"
-    return f"(`{info.get('command')}`, pid {info.get('pid')} on {info.get('host')}, since {info.get('since')})"
+    return f"(`{holder.get('command')}`, pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')})"
