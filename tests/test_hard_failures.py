@@ -444,6 +444,42 @@ def test_a_worker_of_a_multi_process_embed_is_refused_while_a_single_process_one
     assert _entries(work) == entries  # no lock left behind
 
 
+# one output `elsewhere/e` as typed from work/: through a link to it, its own path, a second spelling through a
+# folder, a linked parent folder
+SPELLINGS = ["e", "../elsewhere/e", "./sub/../../elsewhere/e", "lp/e"]
+# the lock of a single-process writer of an output, and of the worker of part 1 of 2 of it
+LOCKS = {"single": "output_lock({!r}, 'embed')",
+         "worker": "distributed.worker_lock(distributed.Layout(num_shards=2, shard_index=1), {!r})"}
+
+
+@pytest.mark.parametrize("holder, other", [("single", "worker"), ("worker", "single"), ("worker", "worker")])
+def test_one_output_has_one_lock_however_it_is_spelled(tmp_path, monkeypatch, holder, other):
+    """A single-process writer and the workers of a multi-process embed find each other's locks whichever way each
+    names the output (through a link, a linked folder, `sub/..`), and the refusal names it as the user typed it: a
+    worker's line was `sub/../../elsewhere/e/part-...` for `--out ./sub/../../elsewhere/e` (Path drops a `./`)."""
+    from cluster_curate import distributed
+    from cluster_curate.errors import CurateError
+    from cluster_curate.io.lock import output_lock
+    take = {"single": lambda out: output_lock(out, "embed"),
+            "worker": lambda out: distributed.worker_lock(distributed.Layout(num_shards=2, shard_index=1), out)}
+    work = tmp_path / "work"
+    for folder in (work / "sub", tmp_path / "elsewhere" / "e"):
+        folder.mkdir(parents=True)
+    (work / "e").symlink_to("../elsewhere/e")
+    (work / "lp").symlink_to("../elsewhere")
+    monkeypatch.chdir(work)
+    part = "/part-00001-of-00002.parquet" if other == "worker" else ""
+    for held_as in SPELLINGS:
+        with _held_by_a_child(work, LOCKS[holder].format(held_as)) as child:
+            for typed in [s for s in SPELLINGS if s != held_as]:
+                with pytest.raises(CurateError) as refused:
+                    with take[other](typed):
+                        pass
+                assert str(refused.value).startswith(f"{typed}{part}: in use by another cluster-curate (`embed`, "
+                                                     f"pid {child.pid} on "), (held_as, str(refused.value))
+    assert sorted(_entries(tmp_path)) == ["elsewhere", "elsewhere/e", "work", "work/e", "work/lp", "work/sub"]
+
+
 def test_a_torchrun_of_one_process_holds_the_output_as_a_plain_process_does(tmp_path):
     """`torchrun --nproc-per-node 1 cluster-curate embed` took no lock at all (a torchrun's processes write one
     output together, but one process writes it alone): it replaced an output another command was writing."""

@@ -139,7 +139,9 @@ def test_a_folder_named_through_a_link_has_the_folders_lock(tmp_path):
     link.symlink_to(run_dir)
     with output_lock(run_dir, "run"):
         for argv in (["run", str(GSM), "--out", str(link), *FAST, "-q"],
-                     ["embed", str(GSM), "--out", str(link / "embeddings.parquet"), "--features", "text"]):
+                     ["embed", str(GSM), "--out", str(link / "embeddings.parquet"), "--features", "text"],
+                     ["shard", str(link / "selection.parquet"), "--out", str(link / "shards"), "--num-shards", "2"],
+                     ["export", str(link / "shards"), "--for", "trl", "--out", str(link / "trl")]):
             r = _cli(*argv)
             assert r.returncode == 2, r.stderr
             assert f"in use by another cluster-curate (`run`, pid {os.getpid()}" in r.stderr, r.stderr
