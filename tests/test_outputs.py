@@ -220,6 +220,34 @@ def test_writers_starting_at_the_same_moment_one_writes_the_others_are_refused_n
 
 
 @pytest.mark.slow
+def test_commands_writing_one_output_started_at_the_same_moment_one_writes(tmp_path):
+    """Four `embed --out new/e.parquet` (a folder none has made yet) started at the same moment, twice: one writes,
+    each other is refused with one line, naming it, or, when it came after it had finished, the output it wrote."""
+    from cluster_curate.io.readers import read_embeddings
+    code = "import os\nfrom cluster_curate.cli import main\nprint('ready', flush=True)\nos.read({}, 1)\nmain()"
+    for round_ in ("a", "b"):
+        (tmp_path / round_).mkdir()
+        gun, fire = os.pipe()
+        commands = [subprocess.Popen([sys.executable, "-c", code.format(gun), "embed", str(GSM), "--out",
+                                      "new/e.parquet", "--features", "text", "--dim", "8", "-q"], cwd=tmp_path / round_,
+                                     pass_fds=[gun], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    for _ in range(4)]
+        os.close(gun)
+        assert [c.stdout.readline() for c in commands] == ["ready\n"] * 4
+        os.write(fire, b"xxxx")
+        os.close(fire)
+        ended = [(c.pid, c.communicate(timeout=300)[1], c.returncode) for c in commands]
+        [winner] = [pid for pid, _, rc in ended if rc == 0]
+        for pid, err, rc in ended:
+            if pid != winner:
+                assert rc == 2 and err.count("\n") == 1 and (
+                    err.startswith(f"ERROR: new/e.parquet: in use by another cluster-curate (`embed`, pid {winner} on ")
+                    or err == "ERROR: new/e.parquet: already exists (pass --overwrite to replace it)\n"), err
+        assert len(read_embeddings(tmp_path / round_ / "new" / "e.parquet")[0]) == 300
+        assert not [p.name for p in (tmp_path / round_).rglob(".*")]  # no lock or temporary left
+
+
+@pytest.mark.slow
 def test_two_concurrent_runs_into_one_folder(tmp_path):
     out = tmp_path / "r"
     # another process holds the folder as a `run` does, until told to stop (a real `run` as the holder raced:
