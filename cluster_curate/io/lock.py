@@ -114,7 +114,7 @@ def _take(path: Path, named, created: list[Path]) -> tuple[int, int]:
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            if holder is None and time.monotonic() < deadline:
+            if not _alive(holder) and time.monotonic() < deadline:
                 time.sleep(0.001)  # the holder has yet to say who it is, or another writer is looking at it
                 continue
             raise CurateError(f"{named}: in use by another cluster-curate {_described(holder)}; wait for it to "
@@ -183,7 +183,7 @@ def _refuse_if_held(locks: list[Path], out, order: int | None = None) -> None:
                 os.close(fd)
             later = holder is not None and order is not None and (holder.get("order", -1), holder["pid"]) > (
                 order, os.getpid())
-            if (holder is None or later) and time.monotonic() < deadline:
+            if (not _alive(holder) or later) and time.monotonic() < deadline:
                 time.sleep(0.001)  # its holder has yet to say who it is, or is giving way to this one
                 continue
             raise CurateError(f"{out}: in use by another cluster-curate {_described(holder)} writing {_locked(lock)}; "
@@ -191,22 +191,27 @@ def _refuse_if_held(locks: list[Path], out, order: int | None = None) -> None:
 
 
 def _holder(fd: int) -> dict | None:
-    """Who holds the lock file open as `fd`, as it wrote; None until it has (it writes once it holds it; what is
-    there before is the last holder's, a dead process on this host)."""
+    """Who holds the lock file open as `fd`, as it wrote; None until it has (it writes once it holds it)."""
     try:
         info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
     except (OSError, ValueError):
         return None
-    if not isinstance(info, dict) or "pid" not in info:
-        return None
-    if info.get("host") == socket.gethostname():
+    return info if isinstance(info, dict) and "pid" in info else None
+
+
+def _alive(holder: dict | None) -> bool:
+    """Whether `holder` is a live process: what a lock file holds before its new holder has written is the last
+    holder's, dead (a lock is left behind only by a killed process). Another machine's processes count as live."""
+    if holder is None:
+        return False
+    if holder.get("host") == socket.gethostname():
         try:
-            os.kill(info["pid"], 0)
+            os.kill(holder["pid"], 0)
         except ProcessLookupError:
-            return None
+            return False
         except (PermissionError, TypeError, ValueError, OverflowError):
-            pass  # another user's process: alive
-    return info
+            pass  # another user's process, or not a pid: taken as said
+    return True
 
 
 def _described(holder: dict | None) -> str:
