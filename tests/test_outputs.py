@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -267,6 +268,47 @@ def test_two_concurrent_runs_into_one_folder(tmp_path):
     again = _cli("run", str(GSM), "--out", str(out), *FAST, "-q")
     assert again.returncode == 0, again.stderr
     assert (out / "shards" / "manifest.json").is_file() and not lock_path(out).exists()
+
+
+def test_a_refused_run_leaves_the_folder_the_holder_made(tmp_path):
+    """A `run --out new` refused while another held `new` removed `new`, empty, on its way out, as a failed run
+    removes the folder it made: it had looked for `new` before the lock, and the holder had made it since. Only a
+    run that holds the lock removes what it made, and before it lets go."""
+    holder = subprocess.Popen([sys.executable, "-c", """import fcntl, json, os, socket, sys, time
+fd = os.open('.new.lock', os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print('locked', flush=True)
+sys.stdin.readline()  # taken, not yet written who holds it (output_lock writes it next)
+os.mkdir('new')
+os.write(fd, json.dumps({'pid': os.getpid(), 'host': socket.gethostname(), 'command': 'run', 'since': 'now',
+                         'order': time.monotonic_ns()}).encode())
+sys.stdin.readline()
+os.unlink('.new.lock')"""], cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "locked\n"
+        refused = subprocess.Popen([sys.executable, "-m", "cluster_curate", "run", str(GSM), "--out", "new", *FAST],
+                                   cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+        while refused.poll() is None and not _waiting_on(refused.pid, tmp_path / ".new.lock"):
+            pass  # until it waits for the holder to say who it is: it has looked for `new` (not there) before
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        _, err = refused.communicate(timeout=120)
+        assert refused.returncode == 2 and err.startswith(f"ERROR: new: in use by another cluster-curate (`run`, pid "
+                                                          f"{holder.pid} on "), err
+        assert (tmp_path / "new").is_dir()
+    finally:
+        holder.communicate("\n", timeout=60)
+
+
+def _waiting_on(pid: int, lock: Path) -> bool:
+    """Whether the process `pid` waits for the holder of `lock` to say who it is: it sleeps (the only sleep in
+    cluster_curate is that wait, io/lock.py), or has `lock` open (where the kernel does not tell where one sleeps)."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        return "sleep" in (proc / "wchan").read_text() or any(os.readlink(fd) == str(lock)
+                                                                for fd in (proc / "fd").iterdir())
+    except OSError:  # an fd closed while listed, or the process gone
+        return False
 
 
 @pytest.mark.slow

@@ -403,14 +403,14 @@ def run(data, out: str, *, overwrite: bool = False, force: bool = False, default
     d = Path(out)
     check_creatable(d / names.RUN_STATE)
     check_not_input(d, output_inputs(data), f"--out {out}", holds=False)  # a DIR holding its data is fine
-    created = not d.exists()
-    try:
-        with output_lock(d, "run"):
+    with output_lock(d, "run"):  # looked for under it: another run may make `d` until then, and after
+        created = not d.exists()
+        try:
             return _run(data, d, overwrite, force, options, frozenset(options) - (defaulted or frozenset()))
-    except BaseException:
-        if created and d.is_dir() and not any(d.iterdir()):
-            shutil.rmtree(d, ignore_errors=True)
-        raise
+        except BaseException:
+            if created and d.is_dir() and not any(d.iterdir()):
+                shutil.rmtree(d, ignore_errors=True)
+            raise
 
 
 def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given: frozenset) -> dict:
