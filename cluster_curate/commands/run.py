@@ -403,7 +403,7 @@ def run(data, out: str, *, overwrite: bool = False, force: bool = False, default
     d = Path(out)
     check_creatable(d / names.RUN_STATE)
     check_not_input(d, output_inputs(data), f"--out {out}", holds=False)  # a DIR holding its data is fine
-    with output_lock(d, "run"):  # looked for under it: another run may make `d` until then, and after
+    with output_lock(d, "run"):  # `created` looked at under it: before, another run may be making `d`
         created = not d.exists()
         try:
             return _run(data, d, overwrite, force, options, frozenset(options) - (defaulted or frozenset()))
