@@ -132,6 +132,36 @@ def test_a_folders_lock_covers_what_is_in_it(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur"]  # neither wrote anything, no lock left
 
 
+_NO_LOCKS = """
+import errno, fcntl, sys
+def refused(*args):  # what flock gets from NFS mounted without its lock service
+    raise OSError(errno.ENOLCK, "No locks available")
+fcntl.flock = refused
+sys.argv = ["cluster-curate", *sys.argv[1:]]
+from cluster_curate.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("argv,written", [
+    (["run", str(GSM), "--out", "r", *FAST, "-q"], "r/shards/manifest.json"),
+    (["embed", str(GSM), "--out", "e", "--features", "text", "--dim", "8", "--num-parts", "2", "--part-index", "0",
+      "-q"], "e/part-00000-of-00002.parquet"),
+])
+def test_a_file_system_that_refuses_locks_is_a_warning_not_an_internal_error(tmp_path, argv, written):
+    """On a file system that refuses flock (ENOLCK) every writing command ended in an INTERNAL ERROR. It now says
+    once that it writes without the one-writer check, and writes."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    r = subprocess.run([sys.executable, "-c", _NO_LOCKS, *argv], cwd=tmp_path, capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    named = argv[3] if argv[0] == "run" else "e/part-00000-of-00002.parquet"
+    assert r.stderr.splitlines() == [f"WARNING: {named}: its file system refuses locks (No locks available); going "
+                                     "on without the check that no other cluster-curate writes it at the same time"]
+    assert (tmp_path / written).is_file()
+    assert not [p for p in tmp_path.rglob(".*.lock")]
+
+
 def test_a_folder_named_through_a_link_has_the_folders_lock(tmp_path):
     """`run --out link` (a link to the folder a `run` was writing) took a lock of its own beside the link: both
     wrote the same files, and one ended in an INTERNAL ERROR when the other had renamed its temporary file."""

@@ -14,6 +14,7 @@ cover each other (two files), each looks at the other's again once it holds its 
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
@@ -28,6 +29,7 @@ from cluster_curate.errors import CurateError
 
 _HELD: set[Path] = set()  # the locks this process holds
 _PART_LOCK = re.compile(r"\.(.+)\.(part-\d+-of-\d+\.parquet)\.lock")  # .OUT.PART.lock: _part_lock_path
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # a file system that refuses flock (NFS, no lock service)
 _WAIT = 5.0  # seconds: the most a writer waits for a holder to say who it is, or for a later one to give way
 
 
@@ -110,7 +112,7 @@ def _take(path: Path, named, created: list[Path]) -> tuple[int, int]:
         except FileNotFoundError:
             continue  # a folder made for a lock by another writer, which removed it as it gave up
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, named)
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
@@ -126,6 +128,23 @@ def _take(path: Path, named, created: list[Path]) -> tuple[int, int]:
         if same:
             return fd, time.monotonic_ns()
         os.close(fd)
+
+
+def _flock(fd: int, operation: int, named) -> None:
+    """flock (BlockingIOError when another process holds it), or nothing, with a warning, where the file system
+    refuses locks (ENOLCK: NFS without its lock service): the command then writes unguarded, as it says, where it
+    was an INTERNAL ERROR."""
+    import fcntl
+    try:
+        fcntl.flock(fd, operation)
+    except BlockingIOError:
+        raise
+    except OSError as e:
+        if e.errno not in _NO_LOCKS:
+            raise
+        from cluster_curate.console import warn
+        warn(f"{named}: its file system refuses locks ({e.strerror}); going on without the check that no other "
+             "cluster-curate writes it at the same time", once=True)
 
 
 def _folder_state(folder: Path) -> tuple[int, dict[str, int]]:
@@ -175,7 +194,7 @@ def _refuse_if_held(locks: list[Path], out, order: int | None = None) -> None:
             except OSError:
                 break  # released meanwhile
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                _flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, out)
                 break
             except BlockingIOError:
                 holder = _holder(fd)
