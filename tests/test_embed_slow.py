@@ -9,13 +9,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cluster_curate.io.artifacts import read_artifact
+from process_helpers import stop_when
 
 pytestmark = pytest.mark.slow
 GSM8K = Path(__file__).resolve().parents[1] / "fixtures" / "gsm8k" / "train-300.jsonl"  # real rows, in the repo
@@ -70,19 +70,11 @@ def _kill_after_first_chunk(args, staging) -> list:
     """Start `embed ARGS`, SIGKILL it as soon as a chunk is committed in `staging`; the committed chunks."""
     cmd = [sys.executable, "-m", "cluster_curate", "embed", *args, "-q"]
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
     try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if staging.is_dir() and any(staging.glob("chunk-*.parquet")):
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        stop_when(proc, lambda: staging.is_dir() and any(staging.glob("chunk-*.parquet")), interval=0.05)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        proc.kill()
+        proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     return sorted(staging.glob("chunk-*.parquet"))
 

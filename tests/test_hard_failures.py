@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, SHARED_DATA
+from process_helpers import stop_when
 
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
 GSM_FULL = SHARED_DATA / "gsm8k" / "train.jsonl"
@@ -294,26 +295,7 @@ def _stop_mid_write(argv: list[str], work: Path, temporary: str) -> tuple[subpro
     p = subprocess.Popen([sys.executable, "-m", "cluster_curate", *argv, "-q"], cwd=work,
                          env=dict(env, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
-    hit = None
-    while hit is None and p.poll() is None:
-        seen = _find(work, parts)
-        if seen is None:
-            continue
-        p.send_signal(signal.SIGSTOP)
-        # the signal is only sent: wait until the process has stopped, or it may still rename the temporary while we
-        # look (CI saw a worker's temporary gone after this returned it)
-        _, status = os.waitpid(p.pid, os.WUNTRACED)
-        if not os.WIFSTOPPED(status):  # it ended before the stop took hold
-            p.returncode = os.waitstatus_to_exitcode(status)
-            break
-        if os.path.lexists(seen):
-            hit = str(seen.relative_to(work))
-        else:  # renamed between the look and the stop: on to the next one
-            p.send_signal(signal.SIGCONT)
-    if hit is None:
-        _, err = p.communicate(timeout=60)
-        raise AssertionError(f"finished before it was stopped: {err}")
-    return p, hit
+    return p, str(stop_when(p, lambda: _find(work, parts)).relative_to(work))
 
 
 @pytest.mark.slow

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from cluster_curate.cli import main
+from process_helpers import stop_when
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "fixtures" / "gsm8k" / "train-300.jsonl"
@@ -228,14 +227,11 @@ def test_run_killed_during_embed_resumes_to_the_same_shards(tmp_path):
     subprocess.run(cmd + ["--out", str(reference)] + opts, check=True, env=env, timeout=600)
 
     out = tmp_path / "killed"
-    proc = subprocess.Popen(cmd + ["--out", str(out)] + opts, env=env)
+    proc = subprocess.Popen(cmd + ["--out", str(out)] + opts, env=env, stderr=subprocess.PIPE, text=True)
     partial = out / "embeddings.partial"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(list(partial.glob("chunk-*.parquet"))) < 2:
-        assert proc.poll() is None, "run finished before it could be killed"
-        time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    stop_when(proc, lambda: len(list(partial.glob("chunk-*.parquet"))) >= 2, interval=0.05)
+    proc.kill()
+    proc.communicate(timeout=60)
     committed = len(list(partial.glob("chunk-*.parquet")))
     assert 2 <= committed < 15 and not (out / "embeddings.parquet").exists()
 
