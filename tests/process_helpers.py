@@ -49,3 +49,12 @@ def signal_stopped(process: subprocess.Popen, signum: int) -> None:
     process.send_signal(signum)
     process.send_signal(signal.SIGCONT)
 
+
+def at_default(*signums: int) -> Callable[[], None]:
+    """A preexec_fn that gives the command `signums` at their default disposition, as a terminal starts it. One
+    ignored where the suite runs (a shell's background job ignores SIGINT and SIGQUIT, nohup SIGHUP) would be
+    ignored by the command too, by design (__main__.py), and a test sending it would see the command run on."""
+    def reset() -> None:
+        for signum in signums:
+            signal.signal(signum, signal.SIG_DFL)
+    return reset

@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES
+from process_helpers import at_default, signal_stopped, stop_when
 
 pytestmark = pytest.mark.slow  # real subprocesses
 
@@ -65,10 +65,10 @@ def test_sigterm_mid_embed_cleans_up_like_ctrl_c_and_the_rerun_resumes(tmp_path,
     (tmp_path / "data.jsonl").write_text("".join(f'{r[:-1]}, "copy": {k}}}\n' for k in range(20) for r in rows))
     embed = [sys.executable, "-m", "cluster_curate", "embed", "data.jsonl", "--out", "e.parquet", "--features",
              "text", "--dim", "16", "--commit-every", "300", "--keep-duplicates"]
-    p = subprocess.Popen(embed, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while not (tmp_path / "e.partial" / "chunk-000000.parquet").exists() and p.poll() is None:
-        time.sleep(0.01)
-    p.send_signal(signum)
+    p = subprocess.Popen(embed, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=at_default(signum))
+    stop_when(p, lambda: (tmp_path / "e.partial" / "chunk-000000.parquet").exists(), interval=0.01)
+    signal_stopped(p, signum)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 128 + signum, err
     assert err.strip().splitlines()[-1] == f"terminated ({signal.Signals(signum).name})"
@@ -87,11 +87,10 @@ def test_an_interruption_while_the_command_starts_is_one_line_not_a_traceback(tm
     rows = GSM.read_text().splitlines()  # long enough to read that a signal late on a busy machine still lands
     (tmp_path / "data.jsonl").write_text("".join(f'{r[:-1]}, "copy": {k}}}\n' for k in range(40) for r in rows))
     p = subprocess.Popen([sys.executable, "-m", "cluster_curate", "inspect", "data.jsonl"], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=at_default(signum))
     maps = Path(f"/proc/{p.pid}/maps")
-    while p.poll() is None and "libarrow" not in maps.read_text():  # importing: pyarrow comes first
-        time.sleep(0.001)
-    p.send_signal(signum)
+    stop_when(p, lambda: "libarrow" in maps.read_text(), interval=0.001)  # importing: pyarrow comes first
+    signal_stopped(p, signum)
     _, err = p.communicate(timeout=60)
     assert (p.returncode, err) == (128 + signum, f"{line}\n")
 
