@@ -46,7 +46,6 @@ import math
 import os
 import shlex
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -161,12 +160,6 @@ def shard_ids(shard_dir: Path) -> dict[str, list[int]]:
 
 # ============================================================================================ the DDP trainer
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _worker(rank: int, port: int, shard_dir: str, data: str, cfg: dict, result_path: str):
     import torch
     import torch.distributed as dist
@@ -177,8 +170,8 @@ def _worker(rank: int, port: int, shard_dir: str, data: str, cfg: dict, result_p
     from cluster_curate.loader import load_shard
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=600))
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=600))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD, timeout=timedelta(seconds=600))
     tok = train_eval.build_tokenizer(train_eval.load_rows(data), max_vocab=cfg["max_vocab"])
     shard = load_shard(shard_dir)  # rank / world size from torch.distributed
     prompt_col, response_col = cfg["prompt_field"], cfg["response_field"]
@@ -248,9 +241,13 @@ def _worker(rank: int, port: int, shard_dir: str, data: str, cfg: dict, result_p
 
 def train_distributed(shard_dir: str, data: str, cfg: dict, result_path: Path, timeout: float = 1800) -> dict:
     """One 2-process gloo job; returns the per-rank records (rank 0 first)."""
+    import torch.distributed as dist
     import torch.multiprocessing as mp
     result_path.unlink(missing_ok=True)
-    ctx = mp.start_processes(_worker, args=(_free_port(), shard_dir, data, cfg, str(result_path)), nprocs=WORLD,
+    # the ranks meet at a store served here on a port the OS chose and that stays bound (as torchrun's agent
+    # does): a port found free and let go before rank 0 bound it could be taken meanwhile by another job
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    ctx = mp.start_processes(_worker, args=(store.port, shard_dir, data, cfg, str(result_path)), nprocs=WORLD,
                              join=False, start_method="spawn")
     deadline = time.monotonic() + timeout
     try:

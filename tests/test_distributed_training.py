@@ -3,7 +3,6 @@ every rank runs the same number of steps, no rank hangs, and each selected examp
 
 import json
 import os
-import socket
 import time
 from datetime import timedelta
 
@@ -14,12 +13,6 @@ from shard_helpers import make_dataset, make_selection
 
 WORLD = 2
 VOCAB = 256
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _encode(texts, max_len=64):
@@ -47,8 +40,8 @@ def _worker(rank: int, port: int, shard_dir: str, result_dir: str):
     from cluster_curate.loader import load_shard
 
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=30))
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD, timeout=timedelta(seconds=30))
     torch.manual_seed(0)
     model = DDP(GPT(GPTConfig(vocab_size=VOCAB, n_layer=1, n_head=2, d_model=32, max_len=64)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -85,6 +78,7 @@ def _worker(rank: int, port: int, shard_dir: str, result_dir: str):
 
 @pytest.mark.slow
 def test_two_rank_gloo_training_sees_every_example_once(tmp_path):
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
     from cluster_curate.commands.shard import shard
@@ -95,8 +89,12 @@ def test_two_rank_gloo_training_sees_every_example_once(tmp_path):
     shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=WORLD, micro_batch_size=4)
     manifest = read_manifest(tmp_path / "shards")
 
+    # the ranks meet at a store this process serves on a port the OS chose and that stays bound, as torchrun's
+    # agent does: a port found free and let go (then bound by a rank) could be taken meanwhile by a test running
+    # beside this one
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     start = time.monotonic()
-    ctx = mp.start_processes(_worker, args=(_free_port(), str(tmp_path / "shards"), str(tmp_path)), nprocs=WORLD,
+    ctx = mp.start_processes(_worker, args=(store.port, str(tmp_path / "shards"), str(tmp_path)), nprocs=WORLD,
                              join=False, start_method="spawn")
     deadline = time.monotonic() + 120
     while not ctx.join(timeout=5):

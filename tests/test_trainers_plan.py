@@ -31,13 +31,6 @@ SCENARIOS = ["hf", "hf-sequential", "hf-random", "trl", "trl-packing", "trl-dpo"
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _shards(tmp: Path, name: str, data: Path) -> Path:
     from cluster_curate.commands.shard import shard
     make_selection(tmp / f"{name}-sel.parquet", data, k=3, fraction=0.3, n_tokens=True)
@@ -88,8 +81,10 @@ def _run_job(tmp: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)]),
            "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
-                           "--master-port", str(_free_port()), str(ROOT / "tests" / "plan_trainers_job.py"),
+    # --standalone: torchrun binds a port the OS chooses and keeps it; a port found free here and let go could be
+    # taken by a test running beside this one before torchrun bound it
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                           str(WORLD), str(ROOT / "tests" / "plan_trainers_job.py"),
                            str(model), str(tmp), str(tmp / "logs"), *SCENARIOS],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
