@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, SHARED_DATA
-from process_helpers import stop_when
 
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
 GSM_FULL = SHARED_DATA / "gsm8k" / "train.jsonl"
@@ -260,25 +259,27 @@ def big_pipeline(tmp_path_factory) -> Path:
     return _pipeline(tmp_path_factory.mktemp("hard-big") / "pipeline", GSM_FULL)
 
 
-def _find(work: Path, temporary: list[re.Pattern]) -> Path | None:
-    """The path under `work` whose parts match `temporary`'s, one folder listed per part: a tight loop, where a walk
-    of the whole work folder missed a temporary that lived between two walks on a loaded machine."""
-    found = [work]
-    for part in temporary:
-        below = []
-        for folder in found:
-            try:
-                with os.scandir(folder) as entries:
-                    below += [Path(e.path) for e in entries if part.fullmatch(e.name)]
-            except OSError:  # gone meanwhile (renamed into place)
-                pass
-        found = below
-    return found[0] if found else None
+# Run in the command's process: it stops itself (SIGSTOP) the first time it acts on an existing path (under its
+# working folder) that the pattern in argv[1] matches, at that moment's audit event: a temporary file about to be
+# renamed into place, a built folder about to get its mode. A watcher polling from outside missed temporaries that
+# live a few milliseconds on a loaded machine (CI: the command ran to its end before it was seen).
+_STOP_AT = """
+import os, re, runpy, signal, sys
+pattern, stopped = re.compile(sys.argv.pop(1)), []
+def stop_at(event, args):
+    if (event in ("open", "os.rename", "os.chmod") and not stopped and isinstance(args[0], (str, bytes, os.PathLike))
+            and pattern.fullmatch(os.path.relpath(os.fsdecode(args[0]))) and os.path.lexists(args[0])):
+        stopped.append(args[0])
+        signal.raise_signal(signal.SIGSTOP)
+sys.addaudithook(stop_at)
+sys.argv[0] = "cluster-curate"
+runpy.run_module("cluster_curate", run_name="__main__", alter_sys=True)
+"""
 
 
 def _kill_mid_write(argv: list[str], work: Path, temporary: str) -> str:
     """Start the command and SIGKILL it while a temporary file or folder matching `temporary` (its path under
-    `work`, one pattern per part) exists: no handler runs, as under the OOM killer. Returns that temporary's path."""
+    `work`) exists: no handler runs, as under the OOM killer. Returns that temporary's path."""
     p, hit = _stop_mid_write(argv, work, temporary)
     p.kill()
     _, err = p.communicate(timeout=60)
@@ -287,15 +288,20 @@ def _kill_mid_write(argv: list[str], work: Path, temporary: str) -> str:
 
 
 def _stop_mid_write(argv: list[str], work: Path, temporary: str) -> tuple[subprocess.Popen, str]:
-    """Start the command and stop it (SIGSTOP) the moment a temporary matching `temporary` is seen, once it is seen
-    still there, so that the command cannot finish in between however loaded the machine is. Returns the stopped
-    process and that temporary's path under `work`."""
-    parts = [re.compile(part) for part in temporary.split("/")]
+    """Start the command and have it stop itself (_STOP_AT) when it acts on a temporary matching `temporary` (its
+    path under `work`), however loaded the machine is. Returns the stopped process and that temporary's path."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    p = subprocess.Popen([sys.executable, "-m", "cluster_curate", *argv, "-q"], cwd=work,
+    p = subprocess.Popen([sys.executable, "-c", _STOP_AT, temporary, *argv, "-q"], cwd=work,
                          env=dict(env, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
-    return p, str(stop_when(p, lambda: _find(work, parts)).relative_to(work))
+    _, status = os.waitpid(p.pid, os.WUNTRACED)
+    if not os.WIFSTOPPED(status):
+        p.returncode = os.waitstatus_to_exitcode(status)
+        raise AssertionError(f"the command ended (exit {p.returncode}) before it reached {temporary}: "
+                             f"{p.stderr.read()}")
+    pattern = re.compile(temporary)
+    [hit] = [str(f.relative_to(work)) for f in work.rglob("*") if pattern.fullmatch(str(f.relative_to(work)))]
+    return p, hit
 
 
 @pytest.mark.slow
