@@ -106,10 +106,17 @@ def test_corrupt_gguf_is_a_clear_error(tmp_path):
         load_model(str(fake))
 
 
+@pytest.fixture(scope="module")
+def smollm2():
+    """The real model, loaded once for the tests that read it (half a minute: its GGUF weights are dequantized)."""
+    if not SMOLLM2.is_file():
+        pytest.skip(f"SmolLM2 GGUF absent ({SMOLLM2}); run `make smollm2` to fetch it")
+    return load_model(str(SMOLLM2))
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"SmolLM2 GGUF absent ({SMOLLM2}); run `make smollm2` to fetch it")
-def test_smollm2_gguf_loads_and_gives_batch_invariant_features():
-    fm = load_model(str(SMOLLM2))
+def test_smollm2_gguf_loads_and_gives_batch_invariant_features(smollm2):
+    fm = smollm2
     assert fm.hidden_size == 576 and fm.tokenizer.chat_template
     exs = [Example(0, [{"role": "user", "content": "Natalia sold 48 clips in April and half as many in May. "
                                                    "How many in total?"}],
@@ -128,11 +135,10 @@ def test_smollm2_gguf_loads_and_gives_batch_invariant_features():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not SMOLLM2.is_file(), reason=f"SmolLM2 GGUF absent ({SMOLLM2}); run `make smollm2` to fetch it")
-def test_tokenizer_option_takes_the_gguf_file_the_model_option_takes():
+def test_tokenizer_option_takes_the_gguf_file_the_model_option_takes(smollm2):
     from cluster_curate.commands.common import load_tokenizer
     tok = load_tokenizer(str(SMOLLM2))
     text = "Natalia sold 48 clips in April and half as many in May."
-    assert tok(text)["input_ids"] == load_model(str(SMOLLM2)).tokenizer(text)["input_ids"]
+    assert tok(text)["input_ids"] == smollm2.tokenizer(text)["input_ids"]
     with pytest.raises(CurateError, match="not a directory nor a .gguf file"):
         load_tokenizer(str(SMOLLM2.with_suffix(".txt")))
