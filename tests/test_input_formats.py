@@ -9,6 +9,7 @@ import shutil
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from cluster_curate.io.artifacts import read_meta
 from conftest import FIXTURES
@@ -618,6 +619,7 @@ def _trl_dpo_token_ids(model_dir, rows: list[dict]) -> dict:
     return trainer.train_dataset.to_dict()
 
 
+@pytest.mark.slow  # a minute: a tiny Llama and a tiny BERT embed in their own processes, and TRL's DPOTrainer
 def test_a_preference_row_counts_its_prompt_chosen_and_rejected_tokens(tmp_path):
     """A DPO step runs the prompt with each answer: the row's n_tokens (embed: words, a model's tokenizer), select's
     and shard's counts with --tokenizer, all add the rejected answer; n_response_tokens stays the chosen one's.
@@ -705,6 +707,7 @@ def _mixture_pairs(folder, trl: str) -> list[tuple[str, int, dict]]:
             for row in pq.read_table(folder.parent / trl / "train.parquet").to_pylist()]
 
 
+@pytest.mark.slow  # a mixture's run and exports, each a process of its own
 def test_a_mixture_of_pairs_in_three_shapes_exports_each_pair_with_its_prompt_turns_and_both_answers(tmp_path):
     """UltraFeedback / Capybara pairs (a prompt column, chosen and rejected whole conversations, several turns),
     Anthropic HH transcripts and GSM8K text pairs in one mixture. Export read a mixture's pairs from the shards'

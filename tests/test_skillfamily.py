@@ -209,6 +209,7 @@ def test_difficulty_statistics_of_a_skill():
     assert got["word_join"] == pytest.approx((1 + 1 / 3 + 1 + 1 / 3) / 4)
 
 
+@pytest.mark.slow  # the proxy's fit and the longer held-out fit on every skill of an instance
 def test_difficulty_signal_runs_on_the_oracles_runs(tmp_path):
     import bench_difficulty_signal
 
