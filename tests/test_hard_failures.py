@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, SHARED_DATA
+from process_helpers import cli_in_child, wait_stopped
 
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
 GSM_FULL = SHARED_DATA / "gsm8k" / "train.jsonl"
@@ -264,7 +265,7 @@ def big_pipeline(tmp_path_factory) -> Path:
 # renamed into place, a built folder about to get its mode. A watcher polling from outside missed temporaries that
 # live a few milliseconds on a loaded machine (CI: the command ran to its end before it was seen).
 _STOP_AT = """
-import os, re, runpy, signal, sys
+import os, re, signal, sys
 pattern, stopped = re.compile(sys.argv.pop(1)), []
 def stop_at(event, args):
     if (event in ("open", "os.rename", "os.chmod") and not stopped and isinstance(args[0], (str, bytes, os.PathLike))
@@ -272,8 +273,6 @@ def stop_at(event, args):
         stopped.append(args[0])
         signal.raise_signal(signal.SIGSTOP)
 sys.addaudithook(stop_at)
-sys.argv[0] = "cluster-curate"
-runpy.run_module("cluster_curate", run_name="__main__", alter_sys=True)
 """
 
 
@@ -291,12 +290,10 @@ def _stop_mid_write(argv: list[str], work: Path, temporary: str) -> tuple[subpro
     """Start the command and have it stop itself (_STOP_AT) when it acts on a temporary matching `temporary` (its
     path under `work`), however loaded the machine is. Returns the stopped process and that temporary's path."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    p = subprocess.Popen([sys.executable, "-c", _STOP_AT, temporary, *argv, "-q"], cwd=work,
+    p = subprocess.Popen([*cli_in_child(_STOP_AT), temporary, *argv, "-q"], cwd=work,
                          env=dict(env, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
-    _, status = os.waitpid(p.pid, os.WUNTRACED)
-    if not os.WIFSTOPPED(status):
-        p.returncode = os.waitstatus_to_exitcode(status)
+    if not wait_stopped(p):
         raise AssertionError(f"the command ended (exit {p.returncode}) before it reached {temporary}: "
                              f"{p.stderr.read()}")
     pattern = re.compile(temporary)

@@ -17,6 +17,7 @@ from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import check_creatable
 from cluster_curate.io.lock import lock_path, output_lock
 from conftest import FIXTURES
+from process_helpers import cli_in_child
 
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
 FAST = ["--features", "text", "--dim", "16", "--k", "6", "--fraction", "0.31", "--num-shards", "2",
@@ -133,13 +134,10 @@ def test_a_folders_lock_covers_what_is_in_it(tmp_path):
 
 
 _NO_LOCKS = """
-import errno, fcntl, sys
+import errno, fcntl
 def refused(*args):  # what flock gets from NFS mounted without its lock service
     raise OSError(errno.ENOLCK, "No locks available")
 fcntl.flock = refused
-sys.argv = ["cluster-curate", *sys.argv[1:]]
-from cluster_curate.__main__ import main
-main()
 """
 
 
@@ -152,7 +150,7 @@ def test_a_file_system_that_refuses_locks_is_a_warning_not_an_internal_error(tmp
     """On a file system that refuses flock (ENOLCK) every writing command ended in an INTERNAL ERROR. It now says
     once that it writes without the one-writer check, and writes."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    r = subprocess.run([sys.executable, "-c", _NO_LOCKS, *argv], cwd=tmp_path, capture_output=True, text=True,
+    r = subprocess.run([*cli_in_child(_NO_LOCKS), *argv], cwd=tmp_path, capture_output=True, text=True,
                        env=env, timeout=300)
     assert r.returncode == 0, r.stderr
     named = argv[3] if argv[0] == "run" else "e/part-00000-of-00002.parquet"
