@@ -11,6 +11,7 @@ test split (first --test-rows) and Code Alpaca rows outside the training pool (-
     make smollm2
     python benchmarks/bench_smollm2_mix.py --device cuda            # pool 4,000 rows, 2 epochs
     python benchmarks/bench_smollm2_mix.py --device cpu --quick     # smoke: 64 rows, 1 step each
+    python benchmarks/bench_smollm2_mix.py --device cpu --quick --model DIR   # the same with another model
 
 Writes benchmarks/results/smollm2_mix.md and .json. Data: ../shared/data (GSM8K: MIT; Code Alpaca: CC BY-NC
 4.0), read in place.
@@ -62,13 +63,16 @@ def tool_selection(pool: list[dict], budget: int, work: Path, log: list) -> list
     return sorted(pq.read_table(work / "s.parquet", columns=["id"]).column("id").to_pylist())
 
 
-def load_model(device: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    if not SMOLLM2.exists():
-        raise SystemExit(f"{SMOLLM2} is missing: run `make smollm2`")
-    tok = AutoTokenizer.from_pretrained(SMOLLM2.parent, gguf_file=SMOLLM2.name)
+def load_model(path: Path, device: str):
+    """A GGUF file (dequantised to float32) or a model folder, as `embed --model` takes either."""
     import torch
-    model = AutoModelForCausalLM.from_pretrained(SMOLLM2.parent, gguf_file=SMOLLM2.name, dtype=torch.float32).to(device)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if not path.exists():
+        raise SystemExit(f"{path} is missing" + (": run `make smollm2`" if path == SMOLLM2 else ""))
+    where = dict(pretrained_model_name_or_path=path.parent, gguf_file=path.name) if path.is_file() else dict(
+        pretrained_model_name_or_path=path)
+    tok = AutoTokenizer.from_pretrained(**where)
+    model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32).to(device)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok, model
@@ -109,7 +113,7 @@ def train_and_score(rows, held, a, seed: int) -> dict:
     import torch
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    tok, model = load_model(a.device)
+    tok, model = load_model(Path(a.model), a.device)
     enc = encode(tok, rows, a.max_len)
     steps = a.max_steps or a.epochs * math.ceil(len(enc) / a.batch_size)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
@@ -167,6 +171,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--quick", action="store_true", help="smoke: 64 pool rows, 16 held out, 1 step per run")
+    ap.add_argument("--model", default=str(SMOLLM2), help="the GGUF file or model folder to fine-tune")
+    ap.add_argument("--results", default=None, help="where the table goes (default benchmarks/results)")
     a = ap.parse_args(argv)
     if a.quick:
         a.rows, a.test_rows, a.max_steps, a.batch_size = 64, 16, 1, 4
@@ -187,7 +193,8 @@ def main(argv=None):
         results[name] = res
         print(f"{name}: {json.dumps(res)}", flush=True)
     sources = sorted(next(iter(results.values()))["held_out_loss"])
-    lines = ["# SmolLM2-135M fine-tuned on GSM8K + Code Alpaca: held-out response loss per source", "",
+    model = "SmolLM2-135M" if Path(a.model) == SMOLLM2 else Path(a.model).name
+    lines = [f"# {model} fine-tuned on GSM8K + Code Alpaca: held-out response loss per source", "",
              f"Pool {len(pool)} rows ({a.code_share:.0%} code), budget {budget} ({FRACTION:.0%}); {a.epochs} epochs "
              f"(same for every contender), batch {a.batch_size}, lr {a.lr}, seed {a.seed}, device {a.device}; tool "
              f"curation {curate_s:.1f} s.", "",
@@ -198,7 +205,7 @@ def main(argv=None):
                      + " | ".join(f"{r['held_out_loss'][s]:.4f}" for s in sources) + f" | {r['train_seconds']:.0f} |")
     lines += ["", "Tool commands:", *[f"- `{c}`" for c in log]]
     common.write_results("smollm2_mix" + ("_quick" if a.quick else ""), lines, {"config": vars(a), "results": results,
-                                                                           "commands": log}, argv)
+                                                                           "commands": log}, argv, a.results)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import SHARED_DATA
@@ -318,3 +319,29 @@ def test_bench_preference_balance_plans_the_rejected_answers_tokens(tmp_path):
     ignored = got["independent / rejected ignored (prompt -> chosen)"]
     assert counted["rows"] == ignored["rows"] == 400
     assert 1.0 <= counted["mean"] < ignored["mean"]  # the plan that counts what a DPO step reads balances it
+
+
+@pytest.mark.skipif(not ((SHARED_DATA / "gsm8k" / "test.jsonl").exists()
+                         and (SHARED_DATA / "code_alpaca" / "code_alpaca_2k.json").exists()),
+                    reason="the shared real datasets are not here (bench_smollm2_mix mixes GSM8K and Code Alpaca)")
+def test_bench_smollm2_mix_runs_end_to_end_for_the_gpu_machine(tmp_path):
+    """The GPU machine's script (a few minutes of lent time, no second try) runs its whole path here: the real
+    mixture, the tool's 31% through the CLI, a fine-tune of each contender and the held-out loss per source; a tiny
+    Llama stands in for SmolLM2, which takes minutes to fine-tune on a CPU."""
+    import bench_smollm2_mix
+    from tiny_lm import build_llama
+
+    model = build_llama(tmp_path / "llama")
+    bench_smollm2_mix.main(["--quick", "--device", "cpu", "--model", str(model), "--results", str(tmp_path)])
+    got = json.loads((tmp_path / "smollm2_mix_quick.json").read_text())
+    res, budget = got["results"], round(0.31 * 64)
+    assert list(res) == ["full", "random 31%", "tool 31%"]
+    assert [res[n]["rows"] for n in res] == [64, budget, budget]
+    pool, _ = bench_smollm2_mix.load_mix(64, 0.07, 16)
+    assert res["full"]["code_rows"] == sum(r["source"] == "code" for r in pool) == round(0.07 * 64)
+    for r in res.values():
+        assert r["steps"] == 1 and np.isfinite(r["final_train_loss"])
+        assert set(r["held_out_loss"]) == {"code", "gsm8k"} and all(0 < v < 50 for v in r["held_out_loss"].values())
+    assert [c.split()[1] for c in got["commands"]] == ["embed", "cluster", "select"]
+    assert f"--budget {budget}" in got["commands"][-1]
+    assert (tmp_path / "smollm2_mix_quick.md").read_text().startswith("# llama fine-tuned on GSM8K + Code Alpaca")
