@@ -1,4 +1,5 @@
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,27 @@ def fixtures_dir() -> Path:
 def cli_runner():
     from click.testing import CliRunner
     return CliRunner()
+
+
+def cli_in_process(*argv, cwd=None, **env) -> subprocess.CompletedProcess:
+    """`python -m cluster_curate ARGV` run from `cwd` with `env` added, in this process (click's CliRunner): the
+    exit status and the two streams a subprocess gives, without an interpreter's start-up and imports (one to
+    three seconds a command on a loaded machine). For tests of what a command does; a test of the process itself
+    (signals, exit codes the interpreter sets, start-up, locks between processes) starts a real one. An exception
+    the command let through, which a process would print as a traceback, fails the test with its traceback."""
+    from click.testing import CliRunner
+
+    from cluster_curate.cli import main
+    before = os.getcwd()
+    os.chdir(cwd or before)
+    try:
+        runner = CliRunner(env={"RANK": None, "WORLD_SIZE": None, "LOCAL_RANK": None, **env})  # one process
+        r = runner.invoke(main, [str(a) for a in argv], prog_name="python -m cluster_curate")
+    finally:
+        os.chdir(before)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception.with_traceback(r.exc_info[2])
+    return subprocess.CompletedProcess(["cluster-curate", *map(str, argv)], r.exit_code, r.stdout, r.stderr)
 
 
 @pytest.fixture

@@ -617,7 +617,7 @@ def test_json_object_with_the_rows_under_a_key_names_the_key_and_how_to_extract_
     one line that names the key(s) holding lists of records, how many each holds, and the jq command that extracts
     one; which key holds the rows is not guessed (two keys are splits that must not be mixed, as datasets' json
     loader asks for its `field`). A one-line chat record (its turns a list of objects) is still one record."""
-    from test_outputs import _cli
+    from conftest import cli_in_process as _cli
     gsm = [json.loads(line) for line in GSM8K.read_text().splitlines()[:5]] if GSM8K.exists() else [
         {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}. " * 25 + f"\n#### {2 * i}"}
         for i in range(5)]  # (as long as GSM8K's rows: 1,000 copies of the 5 make a line over 1 MiB)

@@ -19,8 +19,9 @@ import cluster_curate as cc
 from cluster_curate.layouts import KEEP_COLUMNS_TARGETS, source_records
 from cluster_curate.loader import decoded_json, load_shard, read_manifest
 from conftest import SHARED_DATA
+from conftest import cli_in_process as _cli
 from test_datasets import write_jsonl
-from test_outputs import FAST, _cli
+from test_outputs import FAST
 from test_tool_calling import xlam_rows
 
 CODE_ALPACA = SHARED_DATA / "code_alpaca" / "code_alpaca_2k.json"

@@ -1,4 +1,4 @@
-"""TSV files and nested fields (`--prompt-field data.question`) through real `cluster-curate` processes: the same
+"""TSV files and nested fields (`--prompt-field data.question`) through the `cluster-curate` command: the same
 selection as the same data in CSV, lineage that reads the data again the same way, and shards that carry the
 original columns unchanged."""
 
@@ -13,9 +13,10 @@ import pytest
 
 from cluster_curate.io.artifacts import read_meta
 from conftest import FIXTURES
+from conftest import cli_in_process as _cli
 from test_datasets import nest_gsm8k, write_jsonl, write_tsv
 from test_export_verify import axolotl_pairs
-from test_outputs import FAST, _cli
+from test_outputs import FAST
 
 GSM_CSV = FIXTURES / "gsm8k" / "train-300.csv"
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
@@ -619,7 +620,7 @@ def _trl_dpo_token_ids(model_dir, rows: list[dict]) -> dict:
     return trainer.train_dataset.to_dict()
 
 
-@pytest.mark.slow  # a minute: a tiny Llama and a tiny BERT embed in their own processes, and TRL's DPOTrainer
+@pytest.mark.slow  # a tiny Llama and a tiny BERT embed, and TRL's DPOTrainer
 def test_a_preference_row_counts_its_prompt_chosen_and_rejected_tokens(tmp_path):
     """A DPO step runs the prompt with each answer: the row's n_tokens (embed: words, a model's tokenizer), select's
     and shard's counts with --tokenizer, all add the rejected answer; n_response_tokens stays the chosen one's.
@@ -707,7 +708,7 @@ def _mixture_pairs(folder, trl: str) -> list[tuple[str, int, dict]]:
             for row in pq.read_table(folder.parent / trl / "train.parquet").to_pylist()]
 
 
-@pytest.mark.slow  # a mixture's run and exports, each a process of its own
+@pytest.mark.slow  # a mixture's runs and exports
 def test_a_mixture_of_pairs_in_three_shapes_exports_each_pair_with_its_prompt_turns_and_both_answers(tmp_path):
     """UltraFeedback / Capybara pairs (a prompt column, chosen and rejected whole conversations, several turns),
     Anthropic HH transcripts and GSM8K text pairs in one mixture. Export read a mixture's pairs from the shards'

@@ -1,7 +1,7 @@
 """Preference pairs whose preferred answer a label column names row by row (`--label-field`): stanfordnlp/SHP
 (`human_ref_A`, `human_ref_B`, `labels`) and PKU-Alignment/PKU-SafeRLHF (`response_0`, `response_1`,
-`better_response_id`), read, curated and exported with every pair in the order its label gives, through real
-`cluster-curate` processes."""
+`better_response_id`), read, curated and exported with every pair in the order its label gives, through the
+`cluster-curate` command."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 from test_datasets import write_jsonl
 from test_export_verify import axolotl_pairs
 from test_input_formats import GSM, _ok, _shards
-from test_outputs import FAST, _cli
+from conftest import cli_in_process as _cli
+from test_outputs import FAST
 
 SHP_FLAGS = ["--prompt-field", "history", "--response-field", "human_ref_A", "--rejected-field", "human_ref_B"]
 PKU_FLAGS = ["--response-field", "response_1", "--rejected-field", "response_0", "--label-field", "better_response_id"]
@@ -324,8 +325,7 @@ def test_inspect_says_how_many_pairs_each_answer_column_gave_the_chosen_answer(t
 
 def _wide(*argv, cwd) -> str:
     """What a command prints on a terminal wide enough for its tables' rows not to wrap."""
-    from test_rough_edges import _cli as _cli_with_env
-    r = _cli_with_env(*argv, cwd=cwd, COLUMNS="250")
+    r = _cli(*argv, cwd=cwd, COLUMNS="250")
     assert r.returncode == 0, r.stderr
     return r.stdout
 

@@ -16,7 +16,7 @@ import pytest
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import check_creatable
 from cluster_curate.io.lock import lock_path, output_lock
-from conftest import FIXTURES
+from conftest import FIXTURES, cli_in_process
 from process_helpers import cli_in_child
 
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
@@ -31,6 +31,30 @@ def _cli(*argv, cwd=None, umask=None):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     return subprocess.run([sys.executable, "-m", "cluster_curate", *argv], cwd=cwd, capture_output=True, text=True,
                           preexec_fn=pre, env=env, timeout=300)
+
+
+def test_a_command_run_in_process_gives_what_its_process_gives(tmp_path):
+    """Most tests run the commands in the suite's own process (conftest.cli_in_process), sparing an interpreter's
+    start-up and imports each: the exit status and both streams are what `python -m cluster_curate` gives, for a
+    usage error, an error in the data, a table, and a JSON summary with a warning (its times and rates aside)."""
+    lines = GSM.read_text().splitlines(keepends=True)
+    for where in ("process", "in-process"):
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "dup.jsonl").write_text("".join(lines[:40] + lines[:3]))
+    for argv in (["run", "dup.jsonl", "--bogus"], ["inspect", FIXTURES / "bad" / "invalid_json.jsonl"],
+                 ["inspect", "dup.jsonl"],
+                 ["embed", "dup.jsonl", "--out", "e.parquet", "--features", "text", "--dim", "8", "--json"]):
+        process = _cli(*map(str, argv), cwd=tmp_path / "process")
+        here = cli_in_process(*argv, cwd=tmp_path / "in-process")
+        if "--json" in argv:
+            timed = ("seconds", "_per_s")  # how long it took, and the rates it ran at
+            summary = [{k: v for k, v in json.loads(r.stdout).items() if not k.endswith(timed)}
+                       for r in (process, here)]
+            assert summary[0] == summary[1] and summary[0]["rows"] == 40
+        else:
+            assert here.stdout == process.stdout, argv
+        assert (here.returncode, here.stderr) == (process.returncode, process.stderr), argv
+        assert process.stderr if process.returncode else process.stdout, argv  # each said something
 
 
 def test_check_creatable(tmp_path):
@@ -349,7 +373,7 @@ def test_run_replacement_rules(tmp_path):
     out = tmp_path / "p"
 
     def run(*extra):
-        r = _cli("run", str(data), "--out", str(out), *FAST, *extra, "--json")
+        r = cli_in_process("run", data, "--out", out, *FAST, *extra, "--json")
         return r, (json.loads(r.stdout) if r.returncode == 0 else None)
 
     r, first = run()
@@ -364,7 +388,7 @@ def test_run_replacement_rules(tmp_path):
     r, replaced = run("--fraction", "0.5", "--overwrite")
     assert {s["stage"]: s["status"] for s in replaced["stages"]} == {
         "embed": "up to date", "cluster": "up to date", "select": "ran", "shard": "ran"}
-    failed = _cli("run", str(FIXTURES / "bad" / "invalid_json.jsonl"), "--out", str(tmp_path / "new"), *FAST)
+    failed = cli_in_process("run", FIXTURES / "bad" / "invalid_json.jsonl", "--out", tmp_path / "new", *FAST)
     assert failed.returncode == 2 and not (tmp_path / "new").exists()
 
 

@@ -15,7 +15,7 @@ import popular_datasets as P
 from cluster_curate.errors import CurateError
 from cluster_curate.io.fields import resolve_fields
 from cluster_curate.io.records import to_example
-from test_outputs import _cli
+from conftest import cli_in_process as _cli
 
 # dataset -> (format detected, fields as inspect shows them); None: refused, with these flags in the message
 DETECTED = {

@@ -1,5 +1,5 @@
 """Tool-calling chat data (OpenAI `tool_calls` and `tool` turns with a `tools` column, LLaMA-Factory's ShareGPT
-with function_call / observation turns) through real `cluster-curate` processes: read as examples whose text
+with function_call / observation turns) through the `cluster-curate` command: read as examples whose text
 holds the calls and the tool schemas, bad tool rows named in one line, and the selected rows exported unchanged."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from cluster_curate.io.datasets import ReadOptions, open_dataset
 from test_datasets import write_jsonl
-from test_outputs import _cli
+from conftest import cli_in_process as _cli
 
 CITIES = ["Paris", "Oslo", "Lima", "Rome", "Quito", "Hanoi", "Accra", "Perth"]
 TOPICS = ["weather", "time", "population", "currency", "altitude"]
