@@ -87,19 +87,16 @@ def test_a_dataset_of_rows_each_present_twice(tmp_path):
     by default no copy reaches the shards; the count and ids are in the summary, the metadata of every artifact
     and the manifest; --keep-duplicates opts out."""
     import json
-    import subprocess
-    import sys
 
     import pyarrow.parquet as pq
 
     from cluster_curate.io.artifacts import read_meta
-    from conftest import FIXTURES
+    from conftest import FIXTURES, cli_in_process
     rows = (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines(keepends=True)[:200]
     data = tmp_path / "twice.jsonl"
     data.write_text("".join(rows + rows))
     fast = ["--features", "text", "--dim", "16", "--fraction", "0.31", "--num-shards", "2", "--micro-batch-size", "2"]
-    r = subprocess.run([sys.executable, "-m", "cluster_curate", "run", str(data), "--out", str(tmp_path / "p"), *fast,
-                        "--json"], capture_output=True, text=True)
+    r = cli_in_process("run", data, "--out", tmp_path / "p", *fast, "--json")
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)["summaries"]
     assert summary["embed"]["exact_duplicates_dropped"] == 200
@@ -112,8 +109,7 @@ def test_a_dataset_of_rows_each_present_twice(tmp_path):
     ids = [i for f in sorted((tmp_path / "p" / "shards").glob("shard-*.parquet"))
            for i in pq.read_table(f).column("id").to_pylist()]
     assert ids and max(ids) < 200  # only the lowest id of each pair
-    r = subprocess.run([sys.executable, "-m", "cluster_curate", "run", str(data), "--out", str(tmp_path / "k"), *fast,
-                        "--keep-duplicates", "--json"], capture_output=True, text=True)
+    r = cli_in_process("run", data, "--out", tmp_path / "k", *fast, "--keep-duplicates", "--json")
     assert r.returncode == 0, r.stderr
     assert read_meta(tmp_path / "k" / "embeddings.parquet").rows == 400
     assert json.loads((tmp_path / "k" / "shards" / "manifest.json").read_text())["exact_duplicates"] == {

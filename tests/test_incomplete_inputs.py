@@ -5,25 +5,17 @@ from the artifact's lineage and that --data is the way out)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from conftest import FIXTURES
+from conftest import cli_in_process as _cli
 
-pytestmark = pytest.mark.slow  # real subprocesses
+pytestmark = pytest.mark.slow  # pipelines of several commands
 
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
 EMBED = ["--features", "text", "--dim", "16", "--commit-every", "16"]
-
-
-def _cli(*argv, cwd):
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    return subprocess.run([sys.executable, "-m", "cluster_curate", *map(str, argv)], cwd=cwd, capture_output=True,
-                          text=True, env=env, timeout=300)
 
 
 def _ok(*argv, cwd):

@@ -7,30 +7,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cluster_curate.io.artifacts import read_meta
 from conftest import FIXTURES
+from conftest import cli_in_process as _cli
 
-pytestmark = pytest.mark.slow  # a few pipelines as real subprocesses
+pytestmark = pytest.mark.slow  # a few pipelines each
 
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
 ALPACA = FIXTURES / "code_alpaca" / "code_alpaca-300.json"
 FAST = ["--features", "text", "--dim", "16", "--k", "6", "--fraction", "0.31", "--num-shards", "2",
         "--micro-batch-size", "2"]
-
-
-def _cli(*argv, cwd):
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    r = subprocess.run([sys.executable, "-m", "cluster_curate", *map(str, argv)], cwd=cwd, capture_output=True,
-                       text=True, env=env, timeout=300)
-    return r
 
 
 def _ok(*argv, cwd):

@@ -9,6 +9,7 @@ from cluster_curate import selection as S
 from cluster_curate import targeting as T
 from cluster_curate.errors import CurateError
 from cluster_curate.within_orders import random_keys
+from conftest import cli_in_process
 from embeddings_factory import mixture
 
 
@@ -751,17 +752,6 @@ def test_select_target_token_budget_counts_with_the_tokenizer(tmp_path, cli_runn
     assert summary["tokens_selected"] == {"selected": int(exact[ids].sum()), "total": int(exact.sum())}
 
 
-def _subprocess_cli(args, cwd):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-m", "cluster_curate", *map(str, args)], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
-
-
 def test_run_target_token_budget_end_to_end(tmp_path, pool):
     """`run --target --token-budget` through the real CLI: checked up front, then embed, cluster, select, shard;
     the shards hold exactly the selection, whose tokens are within one row of T; an oversized T is one line."""
@@ -773,7 +763,7 @@ def test_run_target_token_budget_end_to_end(tmp_path, pool):
     out = tmp_path / "curated"
     args = ["run", pool["data"], "--out", out, "--dim", "16", "--k", "6", "--token-budget", 600, "--target", target,
             "--num-shards", "2", "--micro-batch-size", "2", "--json"]
-    proc = _subprocess_cli(args, tmp_path)
+    proc = cli_in_process(*args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     selected = json.loads(proc.stdout)["summaries"]["select"]
     assert selected["budget"]["tokens"] == 600 and selected["target"]["rows"] == 10
@@ -790,13 +780,13 @@ def test_run_target_token_budget_end_to_end(tmp_path, pool):
     leftover = (out / "shards" / "leftover_ids.txt")
     sharded |= {int(v) for v in leftover.read_text().split()} if leftover.exists() else set()
     assert sharded == set(ids.tolist())
-    again = _subprocess_cli(args, tmp_path)
+    again = cli_in_process(*args, cwd=tmp_path)
     assert [s["status"] for s in json.loads(again.stdout)["stages"]] == ["up to date"] * 4
     for extra, message in ((["--token-budget", 10 ** 7], "is larger than the data's"),
                            (["--token-budget", 600, "--fraction", "0.1"], "give one budget"),
                            (["--token-budget", 600, "--num-shards", "400"], "one global step needs")):
-        bad = _subprocess_cli(["run", pool["data"], "--out", tmp_path / "bad", "--dim", "16", "--k", "6",
-                               "--num-shards", "2", "--target", target, *extra], tmp_path)
+        bad = cli_in_process("run", pool["data"], "--out", tmp_path / "bad", "--dim", "16", "--k", "6",
+                             "--num-shards", "2", "--target", target, *extra, cwd=tmp_path)
         assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
         assert bad.stderr.count("ERROR") == 1 and message in bad.stderr.strip().splitlines()[-1], bad.stderr
     assert not (tmp_path / "bad" / "selection.parquet").exists()
