@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, cli_in_process
 
 pytestmark = pytest.mark.slow  # ~50 interpreter start-ups
 
@@ -68,16 +68,17 @@ def work(tmp_path_factory) -> Path:
     (w / "floors.yaml").write_text("inputs:\n  - path: data.jsonl\n    min_share: 0.9\n"
                                    "  - path: other.json\n    min_share: 0.5\n")
     (w / "caps.yaml").write_text("inputs:\n  - path: data.jsonl\n    max_share: 0.3\n  - path: other.json\n")
-    run = [sys.executable, "-m", "cluster_curate", "run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31",
-           *SHARD, "-q"]
-    subprocess.run(run, cwd=w, check=True, env=_env())
+
+    def make(*argv):  # in this process: the cases are the processes
+        r = cli_in_process(*argv, cwd=w)
+        assert r.returncode == 0, r.stderr
+
+    make("run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.31", *SHARD, "-q")
     (w / "p" / "report").mkdir()  # an existing output for the --overwrite cases
     (w / "eval_gone.jsonl").write_text("".join(lines[:5]))  # an evaluation set embedded, then moved away
-    subprocess.run([sys.executable, "-m", "cluster_curate", "embed", "eval_gone.jsonl", "--like",
-                    "p/embeddings.parquet", "--out", "eval_emb.parquet", "-q"], cwd=w, check=True, env=_env())
+    make("embed", "eval_gone.jsonl", "--like", "p/embeddings.parquet", "--out", "eval_emb.parquet", "-q")
     (w / "eval_gone.jsonl").unlink()
-    subprocess.run([sys.executable, "-m", "cluster_curate", "embed", "other.json", "--out", "other_emb.parquet",
-                    *FAST[:4], "-q"], cwd=w, check=True, env=_env())  # another dataset's: its ids are 0..299 too
+    make("embed", "other.json", "--out", "other_emb.parquet", *FAST[:4], "-q")  # another dataset's: ids 0..299 too
     return w
 
 

@@ -1,5 +1,6 @@
-"""The rough edges of real machines, as a user meets them on the command line (real files, real subprocesses):
-a `~` the shell did not expand, a pipe closed by `head`, ..."""
+"""The rough edges of real machines, as a user meets them on the command line (real files; real subprocesses where
+the edge is the process's: its signals, streams, locale and start-up): a `~` the shell did not expand, a pipe closed
+by `head`, ..."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import FIXTURES, cli_in_process
 from process_helpers import at_default, signal_stopped, stop_when
 
 pytestmark = pytest.mark.slow  # real subprocesses
@@ -187,10 +188,10 @@ def test_a_mistake_of_the_whole_file_is_named_as_one_not_told_to_skip_its_rows(t
     for name, why in [("windows.jsonl", utf16), ("windows.csv", utf16), ("array.jsonl", array),
                       ("pretty.jsonl", array)]:
         for skip in ([], ["--on-bad-row", "skip"]):
-            r = _cli("inspect", name, *skip, "-q", cwd=tmp_path)
+            r = cli_in_process("inspect", name, *skip, "-q", cwd=tmp_path)
             assert r.returncode == 2 and r.stderr.splitlines() == [f"ERROR: {name}{why}"], r.stderr
     (tmp_path / "array.jsonl").rename(tmp_path / "array.json")
-    assert _cli("inspect", "array.json", "-q", cwd=tmp_path).returncode == 0
+    assert cli_in_process("inspect", "array.json", "-q", cwd=tmp_path).returncode == 0
 
 
 def test_a_named_pipe_as_data_is_refused_not_waited_on(tmp_path):
@@ -228,11 +229,11 @@ def test_a_token_budget_too_small_for_one_step_is_refused_before_embed(tmp_path)
     for budget, said in ((["--token-fraction", "0.005"], "32 rows, but --token-fraction 0.005 of 300 rows ("),
                          (["--token-budget", "20"], "--token-budget: 20 tokens is less than the smallest row"),
                          (["--token-budget", "20", "--target", GSM], "--token-budget: 20 tokens is less than the")):
-        r = _cli("run", GSM, "--out", "p", *budget, *STEP_8x4, cwd=tmp_path)
+        r = cli_in_process("run", GSM, "--out", "p", *budget, *STEP_8x4, cwd=tmp_path)
         [line] = r.stderr.splitlines()
         assert r.returncode == 2 and said in line, line
         assert not (tmp_path / "p").exists()
-    assert "use fewer shards, a smaller micro-batch or a larger budget" in _cli(
+    assert "use fewer shards, a smaller micro-batch or a larger budget" in cli_in_process(
         "run", GSM, "--out", "p", "--token-fraction", "0.005", *STEP_8x4, cwd=tmp_path).stderr
 
 
@@ -242,22 +243,22 @@ def test_a_selection_smaller_than_one_step_stops_run_before_shard_and_the_rerun_
     does not record that selection, so the rerun with a larger budget re-selects from the kept clusters."""
     (tmp_path / "data.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[:100]) * 3)
     step = ["--features", "text", "--dim", "16", "--k", "6", "--num-shards", "4", "--micro-batch-size", "4", "-q"]
-    r = _cli("run", "data.jsonl", "--out", "p", "--fraction", "0.1", *step, cwd=tmp_path)
+    r = cli_in_process("run", "data.jsonl", "--out", "p", "--fraction", "0.1", *step, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.splitlines()[-1] == (
         "ERROR: one global step needs --num-shards × --micro-batch-size = 4 × 4 = 16 rows, but --fraction 0.1 "
         "selected 10 of the 100 rows left after 200 exact duplicates (the embeddings and clusters are kept for the "
         "rerun); use fewer shards, a smaller micro-batch or a larger budget"), r.stderr  # the copies named: the
     # line said only 'selected 10' of what preflight had counted as 300 rows
     assert not (tmp_path / "p" / "shards").exists()
-    r = _cli("run", "data.jsonl", "--out", "p", "--fraction", "0.2", *step, "--json", cwd=tmp_path)
+    r = cli_in_process("run", "data.jsonl", "--out", "p", "--fraction", "0.2", *step, "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert [s["status"] for s in json.loads(r.stdout)["stages"]] == ["up to date", "up to date", "ran", "ran"]
 
 
 def test_a_targeted_token_budget_below_every_row_is_refused_before_the_target_is_embedded(tmp_path):
-    assert _cli("run", GSM, "--out", "p", *FAST, cwd=tmp_path).returncode == 0
-    r = _cli("select", "p/clusters.parquet", "--out", "s.parquet", "--target", GSM, "--token-budget", "3",
-             cwd=tmp_path)
+    assert cli_in_process("run", GSM, "--out", "p", *FAST, cwd=tmp_path).returncode == 0
+    r = cli_in_process("select", "p/clusters.parquet", "--out", "s.parquet", "--target", GSM, "--token-budget",
+                       "3", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.splitlines()[-1].startswith(
         "ERROR: --token-budget: 3 tokens is less than the smallest row ("), r.stderr
     assert sorted(f.name for f in tmp_path.iterdir()) == ["p"]  # no s.target.parquet: the target was not embedded
@@ -266,8 +267,8 @@ def test_a_targeted_token_budget_below_every_row_is_refused_before_the_target_is
 def test_report_names_each_plot_once(tmp_path):
     """`report DIR --out plots` listed each plot as `cluster_sizes.png │ plots/cluster_sizes.png`: every name
     twice. Now the folder is in the title and each name once, beside what the plot shows."""
-    assert _cli("run", GSM, "--out", "p", *FAST, cwd=tmp_path).returncode == 0
-    r = _cli("report", "p", "--out", "plots", cwd=tmp_path, COLUMNS="100")
+    assert cli_in_process("run", GSM, "--out", "p", *FAST, cwd=tmp_path).returncode == 0
+    r = cli_in_process("report", "p", "--out", "plots", cwd=tmp_path, COLUMNS="100")
     assert r.returncode == 0, r.stderr
     assert "plots → plots" in r.stdout
     for name in ("cluster_sizes.png", "features_pca.png", "rank_loads.png"):
@@ -279,13 +280,13 @@ def test_select_within_answers_says_pass_data_once_and_not_to_one_who_passed_it(
     """The data moved: '...: no such file or directory; pass --data DATA (--within answers reads the rows'
     responses: pass --data DATA)', said twice; a --data that does not exist was told to pass --data DATA too."""
     (tmp_path / "data.jsonl").write_bytes(GSM.read_bytes())
-    assert _cli("run", "data.jsonl", "--out", "p", *FAST, cwd=tmp_path).returncode == 0
+    assert cli_in_process("run", "data.jsonl", "--out", "p", *FAST, cwd=tmp_path).returncode == 0
     (tmp_path / "data.jsonl").rename(tmp_path / "moved.jsonl")
     sel = ["select", "p/clusters.parquet", "--out", "s.parquet", "--fraction", "0.3", "--within", "answers", "-q"]
-    r = _cli(*sel, cwd=tmp_path)
+    r = cli_in_process(*sel, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("pass --data DATA") == 1, r.stderr
     assert r.stderr.rstrip().endswith("pass --data DATA (--within answers reads the rows' responses)"), r.stderr
-    r = _cli(*sel, "--data", "missing.jsonl", cwd=tmp_path)
+    r = cli_in_process(*sel, "--data", "missing.jsonl", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr == "ERROR: missing.jsonl: no such file or directory\n", r.stderr
 
 
