@@ -1,5 +1,7 @@
 import os
 import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -52,12 +54,28 @@ def cli_runner():
     return CliRunner()
 
 
+def _process_warning_filters() -> None:
+    """The warning filters a new interpreter starts with (no -W, no PYTHONWARNINGS): each warning shown once per
+    place, deprecations only those of __main__ (the warnings module's documentation, "Default Warning Filter")."""
+    warnings.resetwarnings()
+    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.simplefilter("ignore", category)
+    warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+    warnings.simplefilter("default", append=True)
+
+
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """As a process prints a warning: on stderr, with its line of source."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def cli_in_process(*argv, cwd=None, **env) -> subprocess.CompletedProcess:
     """`python -m cluster_curate ARGV` run from `cwd` with `env` added, in this process (click's CliRunner): the
     exit status and the two streams a subprocess gives, without an interpreter's start-up and imports (one to
     three seconds a command on a loaded machine). For tests of what a command does; a test of the process itself
     (signals, exit codes the interpreter sets, start-up, locks between processes) starts a real one. An exception
-    the command let through, which a process would print as a traceback, fails the test with its traceback."""
+    the command let through, which a process would print as a traceback, fails the test with its traceback; a
+    Python warning is printed on its stderr as a process prints it (pytest would keep it for its summary)."""
     from click.testing import CliRunner
 
     from cluster_curate.cli import main
@@ -65,7 +83,10 @@ def cli_in_process(*argv, cwd=None, **env) -> subprocess.CompletedProcess:
     os.chdir(cwd or before)
     try:
         runner = CliRunner(env={"RANK": None, "WORLD_SIZE": None, "LOCAL_RANK": None, **env})  # one process
-        r = runner.invoke(main, [str(a) for a in argv], prog_name="python -m cluster_curate")
+        with warnings.catch_warnings():
+            _process_warning_filters()
+            warnings.showwarning = _print_warning
+            r = runner.invoke(main, [str(a) for a in argv], prog_name="python -m cluster_curate")
     finally:
         os.chdir(before)
     if r.exception is not None and not isinstance(r.exception, SystemExit):

@@ -57,6 +57,26 @@ def test_a_command_run_in_process_gives_what_its_process_gives(tmp_path):
         assert process.stderr if process.returncode else process.stdout, argv  # each said something
 
 
+def test_a_python_warning_given_in_process_is_on_the_commands_stderr_as_a_process_shows_it(monkeypatch):
+    """pytest keeps the warnings a test gives for its summary: a library's warning during an in-process command
+    would not be on its stderr, where a process prints it and where a test counting the lines looks. Shown as a new
+    interpreter shows warnings: a UserWarning is, a library's DeprecationWarning is not."""
+    import warnings
+
+    from cluster_curate import console
+    begin = console.begin_command
+
+    def warning_library():
+        warnings.warn("a library's note", UserWarning)
+        warnings.warn("a library's deprecation", DeprecationWarning)
+        begin()
+    monkeypatch.setattr(console, "begin_command", warning_library)
+    for _ in range(2):  # each command, as each process
+        r = cli_in_process("inspect", GSM, "-q")
+        assert r.returncode == 0 and r.stderr.startswith(f"{__file__}:") and "deprecation" not in r.stderr, r.stderr
+        assert r.stderr.count("UserWarning: a library's note") == 1, r.stderr
+
+
 def test_check_creatable(tmp_path):
     check_creatable(tmp_path / "new" / "deeper" / "x.parquet")  # folders to be made: fine
     assert not (tmp_path / "new").exists()
