@@ -56,7 +56,7 @@ def cli_runner():
 
 def _process_warning_filters() -> None:
     """The warning filters a new interpreter starts with (no -W, no PYTHONWARNINGS): each warning shown once per
-    place, deprecations only those of __main__ (the warnings module's documentation, "Default Warning Filter")."""
+    place, a DeprecationWarning only where __main__ gives it, pending deprecations, imports and resources never."""
     warnings.resetwarnings()
     for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
         warnings.simplefilter("ignore", category)
