@@ -156,6 +156,8 @@ def hotspots(profile: Path, top: int = 3) -> list[str]:
     def where(file: str, name: str) -> str:  # "~": a built-in, named "<built-in method x>" or "<method ...>"
         if file == "~":
             return name.strip("<>").removeprefix("built-in method ")
+        if file.startswith("<"):  # "<frozen importlib._bootstrap>" (a first import), "<string>" (code run as text)
+            return f"{file.strip('<>')}:{name}"
         path = relative(file).removeprefix("cluster_curate/")  # outside the repository: package/module.py
         return f"{'/'.join(Path(path).parts[-2:]) if path.startswith(('/', '../')) else path}:{name}"
     return [f"{where(file, name)} {own:.1f} s" for (file, _, name), (_, _, own, *_) in found]
