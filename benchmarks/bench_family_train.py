@@ -336,7 +336,8 @@ def report(a, runs: dict, argv):
               f"({', '.join(f'{i} {v}: {ok}' for (i, v), ok in sorted(validities.items()))})."]
     summary = []
     for n in dict.fromkeys(r["contender"] for r in table):
-        rec = [r for r in table if r["contender"] == n and (r["valid"] == "yes" or not n_valid)]
+        # none valid yet: those still to be decided, indicatively; never one that failed the check
+        rec = [r for r in table if r["contender"] == n and r["valid"] == ("yes" if n_valid else "?")]
         m = np.array([r["recovered_macro"] for r in rec], dtype=float)
         w = np.array([r["recovered_worst"] for r in rec], dtype=float)
         if len(m):
@@ -345,7 +346,8 @@ def report(a, runs: dict, argv):
                             "median_worst": float(np.nanmedian(w)) if np.isfinite(w).any() else float("nan")})
     if summary:
         lines += ["", "Recovered share of the oracle's advantage over random, over the "
-                  + ("valid instances:" if n_valid else "instances, none of them valid (so: indicative only):"), "",
+                  + ("valid instances:" if n_valid else "instances still to be decided, none valid yet (so: indicative "
+                                                     "only):"), "",
                   "| contender | instances | macro: median | macro: worst instance | macro below 50% | "
                   "worst skill: median |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['contender']} | {r['instances']} | {r['median_macro']:.0%} | {r['worst_macro']:.0%} | "

@@ -16,6 +16,8 @@ harnesses report them, with the 2.5–97.5 percentiles of the draws and the shar
         --contenders within-answers,default
     python benchmarks/quality_intervals.py --family family_train_test_answers_prop_short --contenders answers-prop \\
         --guard-worst 0.75
+    python benchmarks/quality_intervals.py --family family_train_dev_worked_reference --variant worked \\
+        --contenders answers --undecided      # instances whose full-data run is still to come, as context
 """
 
 from __future__ import annotations
@@ -38,13 +40,17 @@ def per_seed(runs: list[str], variant: str, contenders: list[str]) -> dict:
     return out
 
 
-def family_per_seed(stem: str, variant: str, contenders: list[str]) -> list[dict]:
-    """Per valid instance of a bench_family_train result: {contender: {metric: per-seed accuracies}}."""
+def family_per_seed(stem: str, variant: str, contenders: list[str], undecided: bool = False) -> list[dict]:
+    """Per valid instance of a bench_family_train result: {contender: {metric: per-seed accuracies}}. `undecided`:
+    also the instances not yet decided ("?") that have random's and the oracle's runs, which their worst-skill gap
+    passed (it fails an instance without its full-data run): context, while the full-data runs are to come."""
     d = json.loads((RESULTS / f"{stem}.json").read_text())
     runs = {tuple(k.split("-", 2)): v for k, v in d["runs"].items()}  # (instance, variant, contender)
     out = []
     for inst in sorted({i for i, v, _ in runs if v == variant}):
-        if d["validity"].get(f"{inst}-{variant}") == "yes":
+        valid = d["validity"].get(f"{inst}-{variant}")
+        if valid == "yes" or (undecided and valid == "?" and (inst, variant, "random") in runs
+                              and (inst, variant, "oracle") in runs):
             out.append({c: {m: np.asarray([r[m] for r in runs[(inst, variant, c)]], float) for m in METRICS}
                         for c in ("random", "oracle", *contenders)})
     return out
@@ -93,6 +99,8 @@ def main(argv=None):
     p.add_argument("--variant", default="short")
     p.add_argument("--guard", type=float, default=0.85, help="The macro share a target asks for (default 0.85).")
     p.add_argument("--guard-worst", type=float, default=None, help="The worst-skill share (default: --guard).")
+    p.add_argument("--undecided", action="store_true", help="With --family: also the instances whose validity "
+                   "waits for their full-data run (random's and the oracle's runs passed), marked as such.")
     p.add_argument("--draws", type=int, default=10_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--name", default="quality_intervals")
@@ -102,10 +110,12 @@ def main(argv=None):
     guards = {"macro": a.guard, "worst": a.guard if a.guard_worst is None else a.guard_worst}
     rng = np.random.default_rng(a.seed)
     if a.family:
-        groups = {stem: family_per_seed(stem, a.variant, contenders) for stem in a.family.split(",")}
+        groups = {stem: family_per_seed(stem, a.variant, contenders, a.undecided) for stem in a.family.split(",")}
         if len(groups) > 1:  # results on disjoint instances: their instances together
             groups["pooled"] = [inst for g in list(groups.values()) for inst in g]
-        unit, how = "instances", "the median over valid instances; bootstrap over instances, then seeds"
+        unit, how = "instances", ("the median over valid instances and those whose validity waits for a "
+                                  "full-data run" if a.undecided else "the median over valid instances") + (
+            "; bootstrap over instances, then seeds")
     else:
         runs = a.runs.split(",")
         by_run = per_seed(runs, a.variant, contenders)

@@ -249,6 +249,25 @@ def test_family_intervals_reproduce_the_stored_median_and_bracket_it():
         assert v["low"] <= v["recovered"] <= v["high"] and v["units"] == 8
 
 
+def test_family_intervals_take_undecided_instances_only_when_asked_and_never_a_failed_one(tmp_path):
+    import bench_family_train
+    import common
+    import quality_intervals
+
+    stem = "family_train_dev_worked_reference"  # stored: 5 dev instances with random and oracle, no full-data run
+    assert quality_intervals.family_per_seed(stem, "worked", ["answers"]) == []
+    undecided = quality_intervals.family_per_seed(stem, "worked", ["answers"], undecided=True)
+    assert len(undecided) == 4  # 1008 failed the worst-skill gap (0.18 < 0.20): "no", not "?"
+    # each instance's share, as the harness computes it (1002: (0.901 - 0.725) / (0.923 - 0.725))
+    shares = sorted(quality_intervals.recovered(i, "answers", "macro", np.arange(3)) for i in undecided)
+    assert [round(x, 3) for x in shares] == [0.856, 0.892, 1.016, 1.087]
+    # bench_family_train.py's own summary, with no instance valid yet, takes the same four (never 1008)
+    bench_family_train.main(["--split", "dev", "--merge", str(common.RESULTS / f"{stem}.json"), "--name", "again",
+                             "--results", str(tmp_path)])
+    summary = {s["contender"]: s for s in json.loads((tmp_path / "again.json").read_text())["summary"]}
+    assert summary["answers"]["instances"] == 4 and summary["answers"]["median_macro"] == np.median(shares)
+
+
 @pytest.mark.skipif(not (SHARED_DATA / "gsm8k" / "train.jsonl").exists(),
                     reason="the shared real datasets are not here (bench_scale builds its data from them)")
 def test_scale_data_is_near_duplicates_with_some_exact_copies(tmp_path):
