@@ -19,10 +19,11 @@ T = TypeVar("T")
 
 def stop_when(process: subprocess.Popen, look: Callable[[], T], interval: float, timeout: float = 300) -> T:
     """Stop `process` (SIGSTOP) once `look()` returns something true, and return what it returned while the
-    process was stopped: a look that holds is made again after the stop took hold (the signal is only sent, so waitpid
-    WUNTRACED waits for it), and if it no longer holds the process goes on. `interval`: seconds between looks. The caller signals the stopped process (SIGKILL, or
-    another signal then SIGCONT). AssertionError, with the command's stderr, if it ends first or the state is not
-    seen within `timeout` seconds (the command is killed then: a hung command never hangs the suite)."""
+    process was stopped: a look that holds is made again after the stop took hold (the signal is only sent, so
+    waitpid WUNTRACED waits for it), and if it no longer holds the process goes on. `interval`: seconds between
+    looks. The caller signals the stopped process (SIGKILL, or another signal then SIGCONT). AssertionError, with
+    the command's stderr, if it ends first or the state is not seen within `timeout` seconds (the command is killed
+    then: a hung command never hangs the suite)."""
     deadline = time.monotonic() + timeout
     while process.poll() is None:
         if time.monotonic() > deadline:

@@ -306,10 +306,10 @@ def test_scale_hotspots_name_the_functions_with_the_most_own_time(tmp_path):
     texts = [f"take {n} apples from the {w} basket" for n in range(40) for w in ("red", "green", "old")]
     cProfile.runctx("TextFeaturizer(dim=8).fit(texts)", globals(), {"texts": texts, "TextFeaturizer": TextFeaturizer},
                     str(tmp_path / "fit.prof"))
-    assert len(bench_scale.hotspots(tmp_path / "fit.prof")) == 3
     # every function named, whichever are the top ones (a first import inside fit makes importlib's the top
     # ones in a fresh process): a module path from the repository or a package, a built-in's or frozen module's name
     spots = bench_scale.hotspots(tmp_path / "fit.prof", top=100_000)
+    assert bench_scale.hotspots(tmp_path / "fit.prof") == spots[:3]  # the default: the top 3
     assert any(s.startswith("string:<module> ") for s in spots) and all(s.endswith(" s") for s in spots)
     assert not any(s.startswith(("<", "/")) for s in spots), [s for s in spots if s.startswith(("<", "/"))]
 
