@@ -177,6 +177,33 @@ def test_a_folders_lock_covers_what_is_in_it(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur"]  # neither wrote anything, no lock left
 
 
+def test_a_lock_file_replaced_at_every_look_is_a_refusal_not_a_hang(tmp_path, monkeypatch):
+    """Taking a lock retries when the file it locked was removed by its last holder meanwhile (another then
+    makes a new one), which has no end if that happens at every look: the retries had no deadline. They now give
+    up after the wait a holder gets to say who it is, with the refusal line, and touch nothing."""
+    from cluster_curate.io import lock
+
+    real_stat = os.stat
+
+    def replaced(path, *args, **kwargs):  # the lock file is another file at every look, as under endless churn
+        st = real_stat(path, *args, **kwargs)
+        return os.stat_result((st.st_mode, st.st_ino + 1, *st[2:10])) if str(path).endswith(".lock") else st
+
+    out = tmp_path / "e"
+    lock_path(out).touch()  # another writer's lock file, which it replaces at every look
+    monkeypatch.setattr(lock, "_WAIT", 0.5)
+    monkeypatch.setattr(os, "stat", replaced)
+    start = time.monotonic()
+    with pytest.raises(CurateError) as refused:
+        with output_lock(out, "embed"):
+            pass
+    assert time.monotonic() - start < 30
+    monkeypatch.undo()
+    assert str(refused.value) == (f"{out}: in use by another cluster-curate (holder unknown); wait for it to finish "
+                                  "or choose another --out")
+    assert [p.name for p in tmp_path.iterdir()] == [".e.lock"]  # the other writer's, as it was; nothing made
+
+
 _NO_LOCKS = """
 import errno, fcntl
 def refused(*args):  # what flock gets from NFS mounted without its lock service

@@ -97,10 +97,12 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
 def _take(path: Path, named, created: list[Path]) -> tuple[int, int]:
     """The open lock file `path`, locked (flock: of two processes only one gets it, however close they come), and
     when (`order`: which of two writers of covering locks gives way, _refuse_if_held). CurateError naming the
-    holder when another process holds it. Folders missing on the way are made and added to `created`."""
+    holder when another process holds it, or when the lock was not had within _WAIT seconds of retries (a holder
+    yet to say who it is, a file replaced under it). Folders missing on the way are made and added to `created`."""
     import fcntl
     deadline = time.monotonic() + _WAIT
-    while True:
+    holder = None  # the last holder seen, named when the lock cannot be had
+    while time.monotonic() < deadline:  # bounded: a file or folder replaced under it at every look never hangs it
         for parent in reversed(path.parents):
             try:
                 parent.mkdir()
@@ -116,11 +118,10 @@ def _take(path: Path, named, created: list[Path]) -> tuple[int, int]:
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
-            if not _alive(holder) and time.monotonic() < deadline:
-                time.sleep(0.001)  # the holder has yet to say who it is, or another writer is looking at it
-                continue
-            raise CurateError(f"{named}: in use by another cluster-curate {_described(holder)}; wait for it to "
-                              "finish or choose another --out") from None
+            if _alive(holder):
+                break
+            time.sleep(0.001)  # the holder has yet to say who it is, or another writer is looking at it
+            continue
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino  # not a file its last holder just removed
         except FileNotFoundError:
@@ -128,6 +129,8 @@ def _take(path: Path, named, created: list[Path]) -> tuple[int, int]:
         if same:
             return fd, time.monotonic_ns()
         os.close(fd)
+    raise CurateError(f"{named}: in use by another cluster-curate {_described(holder)}; wait for it to finish or "
+                      "choose another --out")
 
 
 def _flock(fd: int, operation: int, named) -> None:
