@@ -130,22 +130,6 @@ REFERENCE = ("random", "oracle", "full")  # what an instance's validity rests on
 LR = 1e-3
 
 
-def validity(got: dict) -> str:
-    """yes / no / ? (not known yet): full >= 0.85 macro; oracle - random worst-skill >= 0.20 and above the seed
-    spread. got: contender -> its runs' results. "no" as soon as random and oracle fail, without full."""
-    if not got.get("random") or len(got.get("oracle") or []) < 2:
-        return "?"
-    worst = {n: [r["worst"] for r in got[n]] for n in ("random", "oracle")}
-    # accuracies are counts over the test prompts: 0.30 - 0.10 is 20 points, not 19.999...
-    adv = round(float(np.mean(worst["oracle"]) - np.mean(worst["random"])), 9)
-    spread = max(np.std(worst["oracle"]), np.std(worst["random"]))
-    if not (adv >= 0.20 and adv > spread):
-        return "no"
-    if not got.get("full"):
-        return "?"
-    return "yes" if np.mean([r["macro"] for r in got["full"]]) >= 0.85 else "no"
-
-
 def main(argv=None):
     ap = common.parser(__doc__)
     ap.add_argument("--split", choices=sorted(skillfamily.SPLITS), default="dev")
@@ -208,7 +192,7 @@ def main(argv=None):
         jobs = []
         for (inst_seed, variant), (ids, x, skills, labels, budget, oracle, emb_dir, vdir) in instances.items():
             if stage:
-                state = validity(cached_runs(plan, inst_seed, variant))
+                state = skillfamily.validity(cached_runs(plan, inst_seed, variant))
                 if state == "no" or (stage == 2 and state != "yes"):
                     print(f"instance {inst_seed} {variant}: validity {state}, not trained on "
                           f"{', '.join(stage_names)}", flush=True)
@@ -307,12 +291,13 @@ def report(a, runs: dict, argv):
              + ("operands their skill has in the training rows." if a.test_operands == "seen" else "any operand."), "",
              "| instance | style | valid | contender | seeds | macro | worst | recovered macro / worst | coverage "
              "(cheap) | worst ratio (cheap) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    table, pairs, validities = [], [], {}
+    table, pairs, validities, gap_passed = [], [], {}, {}
     for inst, variant in sorted({k[:2] for k in runs}):
         got = {n: runs.get((inst, variant, n), []) for n in dict.fromkeys(k[2] for k in runs)}
         mean = {n: (np.mean([r["macro"] for r in v]), np.mean([r["worst"] for r in v])) for n, v in got.items() if v}
-        valid = validity(got)
+        valid = skillfamily.validity(got)
         validities[(inst, variant)] = valid
+        gap_passed[(inst, variant)] = skillfamily.worst_gap_passed(got)
         for n, v in got.items():
             if not v:
                 continue
@@ -336,8 +321,10 @@ def report(a, runs: dict, argv):
               f"({', '.join(f'{i} {v}: {ok}' for (i, v), ok in sorted(validities.items()))})."]
     summary = []
     for n in dict.fromkeys(r["contender"] for r in table):
-        # none valid yet: those still to be decided, indicatively; never one that failed the check
-        rec = [r for r in table if r["contender"] == n and r["valid"] == ("yes" if n_valid else "?")]
+        # none valid yet: those whose worst-skill gap passed, their full-data run to come, indicatively; never one
+        # that failed the check, or whose gap is still to be judged
+        rec = [r for r in table if r["contender"] == n and (
+            r["valid"] == "yes" if n_valid else gap_passed[(r["instance"], r["variant"])])]
         m = np.array([r["recovered_macro"] for r in rec], dtype=float)
         w = np.array([r["recovered_worst"] for r in rec], dtype=float)
         if len(m):

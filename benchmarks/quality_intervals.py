@@ -26,6 +26,7 @@ import json
 
 import numpy as np
 from common import LEAST_ADVANTAGE, RESULTS, parser, write_results
+from skillfamily import worst_gap_passed
 
 METRICS = ("macro", "worst")
 
@@ -42,15 +43,15 @@ def per_seed(runs: list[str], variant: str, contenders: list[str]) -> dict:
 
 def family_per_seed(stem: str, variant: str, contenders: list[str], undecided: bool = False) -> list[dict]:
     """Per valid instance of a bench_family_train result: {contender: {metric: per-seed accuracies}}. `undecided`:
-    also the instances not yet decided ("?") that have random's and the oracle's runs, which their worst-skill gap
-    passed (it fails an instance without its full-data run): context, while the full-data runs are to come."""
+    also the instances not yet decided ("?") whose worst-skill gap passed (skillfamily.worst_gap_passed: random's
+    and at least two of the oracle's runs): context, while their full-data runs are to come."""
     d = json.loads((RESULTS / f"{stem}.json").read_text())
     runs = {tuple(k.split("-", 2)): v for k, v in d["runs"].items()}  # (instance, variant, contender)
     out = []
     for inst in sorted({i for i, v, _ in runs if v == variant}):
         valid = d["validity"].get(f"{inst}-{variant}")
-        if valid == "yes" or (undecided and valid == "?" and (inst, variant, "random") in runs
-                              and (inst, variant, "oracle") in runs):
+        reference = {c: runs.get((inst, variant, c)) for c in ("random", "oracle")}
+        if valid == "yes" or (undecided and valid == "?" and worst_gap_passed(reference)):
             out.append({c: {m: np.asarray([r[m] for r in runs[(inst, variant, c)]], float) for m in METRICS}
                         for c in ("random", "oracle", *contenders)})
     return out

@@ -31,6 +31,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 SPLITS = {"dev": range(1000, 2000), "test": range(2000, 3000)}
 TEST_OPERANDS = ("seen", "new")
 VARIANTS = ("short", "worked")  # response styles: one-word answers, worked solutions
@@ -353,6 +355,28 @@ def generate(inst: Instance, variant: str = "short", test_per_skill: int = 100, 
             test.append(r)
             got += 1
     return train, test
+
+
+def worst_gap_passed(got: dict) -> bool | None:
+    """Whether the oracle beats random on worst-skill accuracy by >= 0.20 and by more than the seed spread (the
+    std over seeds); None until random has a run and the oracle two. got: contender -> its runs' results."""
+    if not got.get("random") or len(got.get("oracle") or []) < 2:
+        return None
+    worst = {n: [r["worst"] for r in got[n]] for n in ("random", "oracle")}
+    # accuracies are counts over the test prompts: 0.30 - 0.10 is 20 points, not 19.999...
+    adv = round(float(np.mean(worst["oracle"]) - np.mean(worst["random"])), 9)
+    return bool(adv >= 0.20 and adv > max(np.std(worst["oracle"]), np.std(worst["random"])))
+
+
+def validity(got: dict) -> str:
+    """An instance's validity check, yes / no / ? (not known yet): full >= 0.85 macro and the worst-skill gap
+    (worst_gap_passed). "no" as soon as random and the oracle fail it, without full. got: as worst_gap_passed."""
+    gap = worst_gap_passed(got)
+    if gap is None or (gap and not got.get("full")):
+        return "?"
+    if not gap:
+        return "no"
+    return "yes" if np.mean([r["macro"] for r in got["full"]]) >= 0.85 else "no"
 
 
 def write_instance(out: str | Path, seed: int, variant: str = "short", test_per_skill: int = 100,
