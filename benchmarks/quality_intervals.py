@@ -17,7 +17,7 @@ harnesses report them, with the 2.5–97.5 percentiles of the draws and the shar
     python benchmarks/quality_intervals.py --family family_train_test_answers_prop_short --contenders answers-prop \\
         --guard-worst 0.75
     python benchmarks/quality_intervals.py --family family_train_dev_worked_reference --variant worked \\
-        --contenders answers --undecided      # instances whose full-data run is still to come, as context
+        --contenders answers                  # --undecided: also instances whose full-data run is to come
 """
 
 from __future__ import annotations
