@@ -86,7 +86,7 @@ def test_test_prompts_ask_for_operands_their_skill_was_trained_on():
 
 
 def test_an_instance_is_valid_only_on_its_reference_runs():
-    from bench_family_train import validity
+    validity = F.validity
     runs = lambda *xs: [{"macro": m, "worst": w} for m, w in xs]  # noqa: E731
     ref = {"random": runs((0.5, 0.1), (0.5, 0.12)), "oracle": runs((0.8, 0.5), (0.8, 0.46)), "full": runs((0.9, 0.6))}
     assert validity(ref) == "yes"
@@ -99,6 +99,10 @@ def test_an_instance_is_valid_only_on_its_reference_runs():
     # the worst-skill gap decides before the full data is trained; a passing gap waits for it
     assert validity({k: ref[k] for k in ("random", "oracle")}) == "?"
     assert validity({"random": ref["random"], "oracle": runs((0.8, 0.25), (0.8, 0.27))}) == "no"
+    # the gap alone: judged once random has a run and the oracle two, whatever the full data did
+    assert F.worst_gap_passed(ref) is True and F.worst_gap_passed({**ref, "full": runs((0.84, 0.6))}) is True
+    assert F.worst_gap_passed({**ref, "oracle": runs((0.8, 0.25), (0.8, 0.27))}) is False
+    assert F.worst_gap_passed({**ref, "oracle": runs((0.8, 0.5))}) is None and F.worst_gap_passed({}) is None
 
 
 def test_a_run_is_cached_under_its_recipe():
