@@ -322,9 +322,9 @@ def report(a, runs: dict, argv):
     summary = []
     for n in dict.fromkeys(r["contender"] for r in table):
         # none valid yet: those whose worst-skill gap passed, their full-data run to come, indicatively; never one
-        # that failed the check, or whose gap is still to be judged
+        # that failed the check (on the gap or on full data), or whose gap is still to be judged
         rec = [r for r in table if r["contender"] == n and (
-            r["valid"] == "yes" if n_valid else gap_passed[(r["instance"], r["variant"])])]
+            r["valid"] == "yes" if n_valid else r["valid"] == "?" and gap_passed[(r["instance"], r["variant"])])]
         m = np.array([r["recovered_macro"] for r in rec], dtype=float)
         w = np.array([r["recovered_worst"] for r in rec], dtype=float)
         if len(m):

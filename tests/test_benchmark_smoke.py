@@ -253,7 +253,8 @@ def test_family_intervals_take_undecided_instances_only_when_asked_and_only_with
                                                                                                    monkeypatch):
     """An instance still to be decided (its full-data run to come) is context with --undecided, and in
     bench_family_train.py's summary when none is valid yet, once random and the oracle passed its worst-skill gap:
-    never one that failed it, nor one whose oracle has a single seed (the check judges the gap on two or more)."""
+    never one that failed the check (the gap, or full data), nor one whose oracle has a single seed (the gap is
+    judged on two or more)."""
     import bench_family_train
     import common
     import quality_intervals
@@ -279,6 +280,15 @@ def test_family_intervals_take_undecided_instances_only_when_asked_and_only_with
     assert again["validity"] == validity
     summary = {s["contender"]: s for s in again["summary"]}
     assert summary["answers"]["instances"] == 3 and summary["answers"]["median_macro"] == np.median(shares)
+    # one whose full data failed (1003 at 0.80 macro, under 0.85) is decided, not counted, though its gap passed
+    runs["1003-worked-full"] = [{**ref["runs"]["1003-worked-random"][0], "macro": 0.80}]
+    (tmp_path / "full_failed.json").write_text(json.dumps({**ref, "runs": runs, "validity": validity}))
+    bench_family_train.main(["--split", "dev", "--merge", str(tmp_path / "full_failed.json"), "--name", "failed",
+                             "--results", str(tmp_path)])
+    failed = json.loads((tmp_path / "failed.json").read_text())
+    assert failed["validity"]["1003-worked"] == "no"
+    summary = {s["contender"]: s for s in failed["summary"]}
+    assert summary["answers"]["instances"] == 2
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "gsm8k" / "train.jsonl").exists(),
