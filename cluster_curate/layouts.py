@@ -38,6 +38,8 @@ Pure functions of the manifest and the shards' table; `commands/export.py` reads
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -407,6 +409,33 @@ def source_records(rows: pa.Table) -> list[dict]:
     """The rows as the records they were read from: the columns kept as JSON text (`JSON_COLUMNS_KEY` in the
     table's metadata: objects whose keys differ from row to row, lists whose items differ in type) decoded."""
     return decoded_json(rows.to_pylist(), json.loads((rows.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]")))
+
+
+def json_lines(rows: pa.Table, source: str) -> bytes:
+    """The rows as JSON Lines (--for jsonl), as they were read: dates and times as ISO 8601 text and decimals as
+    exact text, durations as seconds, which JSON has no type for; a column of bytes refused (--for parquet keeps it)."""
+    binary = next((f.name for f in rows.schema if _holds_bytes(f.type)), None)
+    if binary is not None:
+        raise CurateError(f"{source}: column {binary!r} holds bytes, which JSON Lines cannot; export --for parquet "
+                          "keeps them")
+    return "".join(json.dumps(r, ensure_ascii=False, default=_json_text) + "\n" for r in source_records(rows)).encode()
+
+
+def _holds_bytes(t: pa.DataType) -> bool:
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return True
+    return any(_holds_bytes(t.field(i).type) for i in range(t.num_fields))  # lists, structs, maps
+
+
+def _json_text(value):
+    """json.dumps's default for the Arrow values it has no type for."""
+    if isinstance(value, (datetime.date, datetime.time)):  # a datetime is a date
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def data_file(tgt: Target) -> str:

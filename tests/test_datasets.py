@@ -666,6 +666,9 @@ def test_save_to_disk_dataset_dict_and_empty(tmp_path):
     ds, _, ex = read_all(tmp_path / "dd")
     assert ds.container == "hf-disk" and [e.response for e in ex] == ["1", "2"]
     assert [e.response for e in read_all(tmp_path / "dd" / "test")[2]] == ["3"]
+    with pytest.raises(CurateError, match=rf"^{tmp_path / 'dd' / 'validation'}: the datasets.save_to_disk directory "
+                                          rf"{tmp_path / 'dd'} has no split 'validation' \(its splits: train, test\)$"):
+        open_dataset(tmp_path / "dd" / "validation")  # was the message of a hub id not in the cache
     datasets.DatasetDict({"a": datasets.Dataset.from_dict(rows), "b": datasets.Dataset.from_dict(other)}
                          ).save_to_disk(str(tmp_path / "ab"))
     with pytest.raises(CurateError, match=r"ab: a DatasetDict with splits \['a', 'b'\] and no 'train'; pass .*ab/SPLIT"):
@@ -766,9 +769,121 @@ def test_a_misshapen_row_after_a_value_over_128_kib_is_still_located(tmp_path):
     with pytest.raises(CurateError, match=rf"^{p}:3: 3 fields where the header has 2 \(a value holding a tab"):
         read_all(p)
     assert csv.field_size_limit() == limit  # the process's limit is left as it was
-    p.write_bytes(b"question\tanswer\nq0\ta\xff0\nq1\ta1\tstray\n")  # and bytes that are not UTF-8 before it
-    with pytest.raises(CurateError, match=rf"^{p}:3: 3 fields where the header has 2 \(a value holding a tab"):
+    # and bytes that are not UTF-8 before it, past the file's start (where they are named first: _Csv._check_text)
+    p.write_bytes(b"question\tanswer\nq0\t" + b"a" * 70_000 + b"\nq1\ta\xff1\nq2\ta2\tstray\n")
+    with pytest.raises(CurateError, match=rf"^{p}:4: 3 fields where the header has 2 \(a value holding a tab"):
         read_all(p)
+
+
+def test_a_quote_never_closed_or_closed_inside_a_value_is_refused_with_its_line_not_read_as_one_value(tmp_path):
+    """pyarrow lets a quoted value run on over the rows after it: an unclosed quote at the start of a value made
+    every later row part of it (2 rows read of 4, no bad row), and a quote closed before more text joined the value
+    to what followed. Strict CSV refuses both, naming the row the value opens in; whole quoted values, line breaks
+    and doubled quotes in them, read as before."""
+    cases = {
+        "open.csv": ('question,answer\nWhat is 1+1?,2\nWhat is 2+2?,"4\nWhat is 3+3?,6\nWhat is 4+4?,8\n',
+                     ":3: a quote opens a value in this row and is never closed, so the rest of the file would be "
+                     'that one value; close it, and write each quote inside it twice ("")'),
+        "after.csv": ('question,answer\nWhat is 1+1?,2\nWhat is 2+2?,"4" or four\nWhat is 3+3?,6\n',
+                      ":3: more text follows a quoted value's closing quote; quote the whole value, and write each "
+                      'quote inside it twice ("")'),
+        "later.csv": ('question,answer\nq1,"a\nq2,b\nq3,c"d\nq4,e\n',
+                      ":2: a quoted value opens in this row and closes on line 4, where more text follows; quote the "
+                      "whole value"),
+        "said.tsv": ('question\tanswer\nq1\t"Hello," she said.\n', ":2: more text follows a quoted value's closing "
+                     "quote"),
+    }
+    for name, (text, said) in cases.items():
+        (tmp_path / name).write_text(text)
+        for opts in (None, SKIP):  # the file cannot be read past it: not a row to skip
+            with pytest.raises(CurateError) as e:
+                read_all(tmp_path / name, opts)
+            assert str(e.value).startswith(f"{tmp_path / name}{said}"), str(e.value)
+    ok = tmp_path / "ok.csv"
+    ok.write_text('question,answer\nq1,"two\nlines, and ""quotes"""\nq2,"whole, quoted"\nq3,a "quote" inside\n')
+    assert [e.response for e in read_all(ok)[2]] == ['two\nlines, and "quotes"', "whole, quoted", 'a "quote" inside']
+
+
+def test_csv_bytes_that_are_no_text_are_named_as_such_not_as_a_misshapen_header(tmp_path):
+    """Binary data, or UTF-16 without its byte-order mark, named .csv was 'the header is the one column ...:
+    separated by a tab' or a row of too few fields; its NUL bytes say what it is. Bytes that are not UTF-8 in the
+    header are named by line, as later ones are."""
+    (tmp_path / "img.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00,\t;" * 40)
+    (tmp_path / "u16.tsv").write_bytes("question\tanswer\nq\ta\n".encode("utf-16-le"))
+    for name in ("img.csv", "u16.tsv"):
+        with pytest.raises(CurateError, match=rf"^{tmp_path / name}: holds NUL bytes, so it is no UTF-8 text \(binary "
+                                              r"data, or UTF-16 without its byte-order mark\); write it as UTF-8 text$"):
+            open_dataset(tmp_path / name)
+    (tmp_path / "head.csv").write_bytes(b"question,r\xe9ponse\nq,a\n")
+    with pytest.raises(CurateError, match=rf"^{tmp_path / 'head.csv'}:1: not valid UTF-8 text \(byte 0xe9 at column "
+                                          r"11\)"):
+        open_dataset(tmp_path / "head.csv")
+
+
+def test_a_csv_value_longer_than_a_read_block_is_read_in_place(tmp_path):
+    """A quoted value over pyarrow's 1 MiB read block (a long document) was refused ('straddling object straddles
+    two block boundaries (try to increase block size?)'), as a first row or after thousands; the reader reads again
+    with larger blocks, past the rows it gave, and every row comes once, in order."""
+    import csv
+    with open(tmp_path / "long.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["question", "answer"])
+        w.writerow(["q0", "word " * 500_000])  # 2.5 MB, in the first block
+        for i in range(1, 20_001):
+            w.writerow([f"q{i}", f"a{i}"])
+        w.writerow(["q20001", "word,\n" * 700_000])  # 4.2 MB after 20,000 rows, with commas and line breaks
+        w.writerow(["q20002", "last"])
+    ds, batches, ex = read_all(tmp_path / "long.csv", batch_rows=4096)
+    assert [e.id for e in ex] == list(range(20_003)) and ds.rows == 20_003
+    assert [e.prompt[0]["content"] for e in ex] == [f"q{i}" for i in range(20_003)]
+    assert (ex[0].response, ex[20_001].response, ex[-1].response) == ("word " * 500_000, "word,\n" * 700_000, "last")
+
+
+def test_a_json_file_of_json_lines_whose_first_record_is_over_1_mib_reads_as_json_lines(tmp_path):
+    """A .json file reads either JSON Lines or one document; a first line over 1 MiB was taken for a mapping of
+    id -> record written on one line, and refused ('a JSON object whose values are not records'). The object's
+    values, read one at a time, tell: a first value that is no record makes it one."""
+    long = "w " * 600_000
+    p = tmp_path / "long.json"
+    p.write_text(json.dumps({"question": "q1", "answer": long}) + "\n" + json.dumps({"question": "q2", "answer": "a2"})
+                 + "\n")
+    ds, _, ex = read_all(p)
+    assert (ds.container, [e.response for e in ex]) == ("jsonl", [long, "a2"])
+    p.write_text(json.dumps({"question": "q1", "answer": long}))  # one record, no line end
+    assert [e.response for e in read_all(p)[2]] == [long]
+    p.write_text(json.dumps({f"id{i}": {"question": f"q{i}", "answer": "w " * 1000} for i in range(600)}))
+    ds, _, ex = read_all(p)  # a mapping of id -> record on one line of 1.2 MB, as before
+    assert (ds.container, len(ex)) == ("json", 600)
+
+
+def test_a_parquet_file_naming_a_column_twice_is_refused_at_open(tmp_path):
+    """pyarrow writes such a file; reading it was an INTERNAL ERROR (KeyError: 'Field "answer" exists 2 times')."""
+    table = pa.Table.from_arrays([pa.array(["q1", "q2"]), pa.array(["a1", "a2"]), pa.array(["x", "y"])],
+                                 names=["question", "answer", "answer"])
+    pq.write_table(table, tmp_path / "dup.parquet")
+    with pytest.raises(CurateError, match=rf"^{tmp_path / 'dup.parquet'}: column 'answer' appears 2 times; give each "
+                                          r"column its own name$"):
+        open_dataset(tmp_path / "dup.parquet")
+
+
+def test_nan_in_a_text_field_is_a_missing_value_not_the_text_nan(tmp_path):
+    """json.dump of pandas' records writes a missing value as NaN, which JSON readers take: its answer was the text
+    'NaN' (the same row's empty CSV cell or Parquet null is a bad row). NaN is missing now, in a column and in a
+    message's content; an infinite number is no text either."""
+    p = tmp_path / "nan.jsonl"
+    p.write_text('{"question": "q0", "answer": "a0"}\n{"question": "q1", "answer": NaN}\n'
+                 '{"question": "q2", "answer": Infinity}\n{"question": NaN, "answer": "a3"}\n{"question": "q4", '
+                 '"answer": 4.5}\n')
+    ds, _, ex = read_all(p, SKIP)
+    assert [(e.id, e.response) for e in ex] == [(0, "a0"), (4, "4.5")]
+    assert [(r.id, r.field, r.reason) for r in ds.rejects] == [
+        (1, "answer", "missing response"), (2, "answer", "response is inf, expected text"),
+        (3, "question", "missing prompt")]
+    m = tmp_path / "m.jsonl"
+    m.write_text('{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": NaN}]}\n'
+                 '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n')
+    ds, _, ex = read_all(m, SKIP)
+    assert [e.id for e in ex] == [1] and [r.id for r in ds.rejects] == [0]
 
 
 def test_raw_only_pass_copies_rows_without_checking_them(tmp_path):

@@ -126,6 +126,41 @@ def test_export_selected_rows_in_original_format(shards, tmp_path):
         export(shards["qa"], "jsonl", tmp_path / "x", data=FIXTURES / "chat" / "messages-300.jsonl")
 
 
+def test_export_jsonl_writes_dates_times_and_decimals_as_text_and_refuses_bytes(tmp_path):
+    """Parquet date, timestamp, decimal and duration columns were an INTERNAL ERROR at `export --for jsonl`
+    ('Object of type date is not JSON serializable'), after the other layouts had written them: they are written
+    as ISO 8601 text, exact decimal text and seconds. A column of bytes, which JSON cannot hold, is refused in one
+    line before anything is written (--for parquet keeps it)."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    from cluster_curate.commands.shard import shard
+    rows = [json.loads(line) for line in (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines()[:40]]
+    day = datetime.date(2024, 1, 1)
+    extra = {"day": [day + datetime.timedelta(days=i) for i in range(40)],
+             "at": [datetime.datetime(2024, 1, 1, 3, i) for i in range(40)],
+             "price": [decimal.Decimal(f"{i}.10") for i in range(40)],
+             "took": [datetime.timedelta(seconds=i / 2) for i in range(40)]}
+    for name, columns in (("typed", extra), ("bytes", {"blob": [b"\x00\x01"] * 40})):
+        data = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.Table.from_pydict({**pa.Table.from_pylist(rows).to_pydict(), **columns}), data)
+        make_selection(tmp_path / f"{name}-sel.parquet", data, k=3, fraction=1.0)
+        shard(str(tmp_path / f"{name}-sel.parquet"), str(data), str(tmp_path / f"{name}-shards"), num_shards=N,
+              micro_batch_size=M)
+    export(tmp_path / "typed-shards", "jsonl", tmp_path / "j")
+    written = [json.loads(line) for line in (tmp_path / "j" / "selected.jsonl").read_text().splitlines()]
+    assert len(written) == 40
+    assert written[3] == {**rows[3], "day": "2024-01-04", "at": "2024-01-01T03:03:00", "price": "3.10", "took": 1.5}
+    with pytest.raises(CurateError, match=r"bytes-shards: column 'blob' holds bytes, which JSON Lines cannot; export "
+                                          r"--for parquet keeps them$"):
+        export(tmp_path / "bytes-shards", "jsonl", tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    export(tmp_path / "bytes-shards", "parquet", tmp_path / "p")
+    assert pq.read_table(tmp_path / "p" / "selected.parquet").column("blob").to_pylist() == [b"\x00\x01"] * 40
+
+
 def test_export_reads_the_left_over_rows_as_shard_reads_the_data(tmp_path, cli_runner):
     """The data changed since the shards were made: export said its own 'not the data the shards were made from',
     and had no --force. Now shard's line and shard's --force (the data as it is now); a left-over row the data no

@@ -323,6 +323,25 @@ def test_inspect_says_how_many_pairs_each_answer_column_gave_the_chosen_answer(t
     assert f"{from_a} chosen from human_ref_A (labels 1), {from_b} from human_ref_B (labels 0)" in text, text
 
 
+def test_labels_read_from_a_csv_as_text_name_the_chosen_answer_as_numbers_do(tmp_path):
+    """A CSV's columns are text: SHP's labels written as CSV were every one a bad row ('label "1": expected 1 ...').
+    Their text, and true / false in any case, now reads as the number or boolean would; other text is still a bad
+    row."""
+    import pyarrow.csv as pacsv
+    rows = shp_rows(30)
+    from_a = sum(r["labels"] == 1 for r in rows)
+    text = {1: ["1", "True", " true"], 0: ["0", "FALSE", "false"]}
+    table = pa.Table.from_pylist([{**r, "labels": text[r["labels"]][i % 3]} for i, r in enumerate(rows)])
+    pacsv.write_csv(table, tmp_path / "shp.csv")
+    flags = [*SHP_FLAGS, "--label-field", "labels"]
+    summary = json.loads(_ok("inspect", "shp.csv", *flags, "--json", cwd=tmp_path).stdout)
+    assert (summary["container"], summary["examples"], summary["bad_rows"]) == ("csv", 30, 0)
+    assert summary["chosen_from"] == {"human_ref_A": from_a, "human_ref_B": 30 - from_a}
+    (tmp_path / "shp.csv").write_text((tmp_path / "shp.csv").read_text().replace('"FALSE"', '"maybe"', 1))
+    r = _cli("inspect", "shp.csv", *flags, cwd=tmp_path)
+    assert r.returncode == 2 and "field 'labels': label \"maybe\": expected 1" in r.stderr, r.stderr
+
+
 def _wide(*argv, cwd) -> str:
     """What a command prints on a terminal wide enough for its tables' rows not to wrap."""
     r = _cli(*argv, cwd=cwd, COLUMNS="250")

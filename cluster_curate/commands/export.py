@@ -53,11 +53,10 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
     labels = layouts.pair_labels(table, read, layouts.mixture_inputs(manifest))
     files = layouts.config_files(tgt, manifest, str((Path(out) / name).resolve()), rows, preference, labels)
     weighted = tgt.weights_applied and not (preference and tgt.name == "trl")
+    lines = layouts.json_lines(rows, str(shards)) if tgt.name == "jsonl" else None  # refused before any writing
     with staged_directory(out, EXPORT) as work:
-        if tgt.name == "jsonl":
-            import json
-            atomic_write_bytes(work / name, "".join(json.dumps(r, ensure_ascii=False) + "\n"
-                                                    for r in layouts.source_records(rows)).encode())
+        if lines is not None:
+            atomic_write_bytes(work / name, lines)
         else:
             write_parquet_atomic(rows, work / name)
         for fname, text in files.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -25,6 +26,8 @@ from cluster_curate.io import names
 from cluster_curate.io.hf_datasets import load_from_disk, load_hub
 
 _CHUNK_BYTES = 1 << 20     # read size for JSON / CSV
+_CSV_CHECKED: set[tuple] = set()  # the CSV files (path, size, time) _Csv._check_text passed
+_MAX_CSV_BLOCK = 1 << 30   # CSV: pyarrow's block must hold the longest row; it grows from _CHUNK_BYTES up to this
 
 
 def file_fingerprint(path: Path) -> str:
@@ -416,7 +419,7 @@ def _looks_like_json_lines(path: Path) -> bool:
         while first and not first.strip():  # leading blank lines
             first = f.readline(1 << 20)
         if not first.endswith(b"\n") and len(first) == 1 << 20:
-            return False  # one huge line: a mapping written on one line
+            return _long_first_object_is_a_record(path)  # or a mapping written on one line
         try:
             obj = json.loads(first.decode("utf-8-sig"))
         except (UnicodeDecodeError, json.JSONDecodeError):
@@ -429,6 +432,32 @@ def _looks_like_json_lines(path: Path) -> bool:
         return not (obj and all(isinstance(v, dict) for v in obj.values()))
 
 
+def _long_first_object_is_a_record(path: Path) -> bool:
+    """Whether the object a file starts with, on a line too long to read whole, is a record (JSON Lines), read one
+    value at a time: it is not when its first value is a record (a mapping of id -> record) or a value is a list of
+    records (rows nested under a key, which _JsonDocument names)."""
+    with _open_binary(path) as f:
+        sc = _JsonScanner(path, f)
+        sc.skip_ws()
+        sc.pos += 1  # '{', as the caller saw
+        try:
+            for index in itertools.count():
+                sc.skip_ws()
+                if sc.at_end() or sc.peek() == "}":
+                    return True
+                if index:
+                    sc.expect(",", "expected ',' or '}'")
+                    sc.skip_ws()
+                _JsonDocument._entry(sc, "{", value=False)
+                if not sc.at_end() and sc.peek() == "[":
+                    if _scan_list(sc)[1]:
+                        return False
+                elif isinstance(sc.decode_value(), dict) and not index:
+                    return False
+        except CurateError:
+            return False  # invalid JSON: named where _JsonDocument reads it
+
+
 class _Csv:
     """CSV, or TSV when `delimiter` is a tab: the same pyarrow reader, quoting and errors."""
 
@@ -436,12 +465,11 @@ class _Csv:
         self.path, self.delimiter = path, delimiter
         self.kind = "tsv" if delimiter == "\t" else "csv"
 
-    def _reader(self):
+    def _reader(self, block: int):
         import pyarrow.csv as pacsv
         parse = pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True)
-        read = pacsv.ReadOptions(block_size=_CHUNK_BYTES)
-        with _open_binary(self.path):
-            pass  # permission / directory errors with our message
+        read = pacsv.ReadOptions(block_size=block)
+        quoted = self._check_text()  # also permission / directory errors with our message
         try:
             names = pacsv.open_csv(self._stream(), read_options=read, parse_options=parse).schema.names
             self._check_separator(names)
@@ -450,10 +478,64 @@ class _Csv:
                 raise CurateError(f"{self.path}:1: column {repeated!r} appears {names.count(repeated)} times in the "
                                   "header; give each column its own name (unnamed pandas index columns: write with "
                                   "to_csv(..., index=False))")
+            st = os.stat(self.path)
+            key = (os.path.realpath(self.path), st.st_size, st.st_mtime_ns)
+            if quoted and key not in _CSV_CHECKED:  # once per file: a command may open a file more than once
+                self._check_quotes()
+                _CSV_CHECKED.add(key)
             convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
             return pacsv.open_csv(self._stream(), read_options=read, parse_options=parse, convert_options=convert)
         except (pa.ArrowInvalid, UnicodeDecodeError) as e:  # the latter: a header that is not UTF-8
+            if _straddles(e):
+                raise  # batches reads again with larger blocks
             self._raise(e)
+
+    def _check_text(self) -> bool:
+        """Refuse what pyarrow would read as text without a word, or refuse with another reason: bytes that are no
+        text (NUL bytes: binary data, or UTF-16 without its byte-order mark; or not UTF-8, named by line). Whether the
+        file holds a quote (_check_quotes)."""
+        with _open_binary(self.path) as f:
+            head = f.read(1 << 16)
+            if b"\0" in head:
+                raise CurateError(f"{self.path}: holds NUL bytes, so it is no UTF-8 text (binary data, or UTF-16 "
+                                  "without its byte-order mark); write it as UTF-8 text")
+            try:
+                codecs.getincrementaldecoder("utf-8")().decode(head)  # a character cut at the end is no error
+            except UnicodeDecodeError:
+                raise CurateError(_first_non_utf8_line(self.path) or f"{self.path}: not UTF-8 text") from None
+            chunk = head
+            while chunk and b'"' not in chunk:
+                chunk = f.read(_CHUNK_BYTES)
+            return bool(chunk)
+
+    def _check_quotes(self) -> None:
+        """Refuse, with the line, a quote never closed, or closed with more of the value after it: pyarrow lets that
+        value run on over the rows after it, which would be lost as rows. Strict CSV (Python's csv module, the same
+        quoting) refuses both."""
+        import csv
+        import io
+        limit = csv.field_size_limit(2 ** 31 - 1)  # a long document in one value, which pyarrow reads
+        try:
+            with _open_binary(self.path) as f:
+                rows = csv.reader(io.TextIOWrapper(f, encoding="utf-8-sig", errors="replace", newline=""),
+                                  delimiter=self.delimiter, strict=True)
+                start = 1  # the line the row being read starts on
+                try:
+                    for _ in rows:
+                        start = rows.line_num + 1
+                except csv.Error as e:
+                    end, doubled = rows.line_num, 'and write each quote inside it twice ("")'
+                    if "end of data" in str(e):
+                        raise CurateError(f"{self.path}:{start}: a quote opens a value in this row and is never "
+                                          "closed, so the rest of the file would be that one value; close it, "
+                                          f"{doubled}") from None
+                    if "expected after" in str(e):
+                        where = (f"a quoted value opens in this row and closes on line {end}, where more text "
+                                 "follows" if end > start else "more text follows a quoted value's closing quote")
+                        raise CurateError(f"{self.path}:{start}: {where}; quote the whole value, {doubled}") from None
+                    raise CurateError(f"{self.path}:{end}: cannot parse {self.kind.upper()} ({e})") from None
+        finally:
+            csv.field_size_limit(limit)
 
     def _stream(self):
         return pa.input_stream(str(self.path), compression="gzip" if self.path.name.lower().endswith(".gz") else None)
@@ -464,6 +546,9 @@ class _Csv:
             located = _first_non_utf8_line(self.path)
             if located:
                 raise CurateError(located) from None
+        if _straddles(e):
+            raise CurateError(f"{self.path}: a row is longer than {_MAX_CSV_BLOCK >> 20} MiB, the most this reader "
+                              "takes in one row; write the data as JSON Lines or Parquet") from None
         if "Empty CSV file" in msg:
             raise CurateError(f"{self.path}: dataset is empty (no rows)") from None
         if "Expected" in msg and "columns" in msg:
@@ -509,19 +594,34 @@ class _Csv:
         return None
 
     def batches(self, batch_rows: int = 0) -> Iterator[pa.RecordBatch]:
-        reader = self._reader()
+        block, reader, done, skip = _CHUNK_BYTES, None, 0, 0  # done: rows given; skip: of those, yet to read again
         while True:
             try:
+                if reader is None:
+                    reader = self._reader(block)
                 b = reader.read_next_batch()
             except StopIteration:
                 return
             except pa.ArrowInvalid as e:
-                self._raise(e)
+                if not _straddles(e) or block >= _MAX_CSV_BLOCK:
+                    self._raise(e)
+                # a row longer than pyarrow's block (a long document in one value): read again with larger blocks,
+                # past the rows already given
+                block, reader, skip = block * 4, None, done
+                continue
+            cut = min(skip, b.num_rows)
+            b, skip = b.slice(cut), skip - cut
             if b.num_rows:
+                done += b.num_rows
                 yield b
 
     def count(self) -> int:
         return sum(b.num_rows for b in self.batches())
+
+
+def _straddles(e: Exception) -> bool:
+    """pyarrow's CSV error for a row longer than its block size."""
+    return "straddl" in str(e)
 
 
 def _parquet_files(directory: Path) -> list[Path]:
@@ -545,9 +645,15 @@ class _Parquet:
         with _open_binary(f):
             pass
         try:
-            return self._pq.ParquetFile(f, pre_buffer=False)  # pre-buffering holds more than a row group
+            pf = self._pq.ParquetFile(f, pre_buffer=False)  # pre-buffering holds more than a row group
         except (pa.ArrowInvalid, OSError) as e:
             raise CurateError(f"{f}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+        names = pf.schema_arrow.names
+        repeated = next((n for n in names if names.count(n) > 1), None)
+        if repeated is not None:  # as in a CSV header: a table with two columns of one name is no dataset
+            raise CurateError(f"{f}: column {repeated!r} appears {names.count(repeated)} times; give each column "
+                              "its own name")
+        return pf
 
     def batches(self, batch_rows: int = 2048) -> Iterator[pa.RecordBatch]:
         for f in self.files:
@@ -674,6 +780,13 @@ def open_container(source: str):
     except OSError as e:
         raise CurateError(f"{source}: cannot access the path ({e.strerror or e})") from None
     if not exists:
+        if (path.parent / "dataset_dict.json").is_file():  # DIR/SPLIT of a saved DatasetDict, not a hub id
+            try:
+                splits = ", ".join(json.loads((path.parent / "dataset_dict.json").read_text())["splits"])
+            except (OSError, ValueError, KeyError, TypeError):
+                splits = "unreadable"
+            raise CurateError(f"{source}: the datasets.save_to_disk directory {path.parent} has no split "
+                              f"{path.name!r} (its splits: {splits})")
         m = _HF_ID.match(source)
         if m and looks_like_hub_id(source):
             return path, load_hub(source, m.group("name"), m.group("config"), m.group("split") or "train")

@@ -57,6 +57,7 @@ A bad record raises `RecordError(field, reason)`; the reader turns it into an er
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 from cluster_curate.registry import Registry
@@ -150,12 +151,16 @@ class FieldMap:
 def field_text(value, field: str, what: str, required: bool = True, parts: bool = False) -> str:
     """A text field: str kept, numbers turned into text (the source column keeps the number), anything else an
     error. parts=True (prompt columns): a list of texts, such as PubMedQA's CONTEXTS, is joined by blank lines."""
+    if isinstance(value, float) and math.isnan(value):
+        value = None  # pandas' missing value, as its to_json / to_dict writes it (NaN), is no text "nan"
     if value is None:
         if required:
             raise RecordError(field, f"missing {what}")
         return ""
     if isinstance(value, bool):
         raise RecordError(field, f"{what} is a boolean, expected text")
+    if isinstance(value, float) and math.isinf(value):
+        raise RecordError(field, f"{what} is {value}, expected text")
     if isinstance(value, (int, float)):
         value = str(value)
     if parts and isinstance(value, (list, tuple)):

@@ -69,14 +69,20 @@ def _whole_pair(chosen: list[dict], asked, rejected_value, fields: FieldMap, rec
     return prompt, response, rejected
 
 
+_TEXT_LABELS = {"1": 1, "true": 1, "0": 0, "false": 0}
+
+
 def labelled_fields(rec: dict, fields: FieldMap) -> FieldMap:
     """A preference record's fields in the order of its label (`fields.label`; then None): 1 or true, the response
     column's answer (the conversation column's, without a prompt column) is the chosen one; 0 or false, the
-    rejected column's is, and the two columns swap. Any other label is a RecordError."""
+    rejected column's is, and the two columns swap; as numbers, booleans or their text. Any other label is a
+    RecordError."""
     if not fields.label:
         return fields
     value = field_value(rec, fields.label)
     chosen = "response" if fields.response else "prompt"
+    if isinstance(value, str):  # a CSV's columns are text
+        value = _TEXT_LABELS.get(value.strip().lower(), value)
     if isinstance(value, (bool, int, float)) and value in (0, 1):
         if value:
             return replace(fields, label=None)

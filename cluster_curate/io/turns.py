@@ -11,6 +11,7 @@ column of the user's questions (`question_turns`), BFCL's lists of turns (`neste
 from __future__ import annotations
 
 import json
+import math
 
 from cluster_curate.io.fields import ColumnsHint
 from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value, kind_of
@@ -20,6 +21,8 @@ from cluster_curate.io.tool_calls import (TOOL_RESULT_ROLES, calls_text, openai_
 
 def _content(value, field: str) -> str | None:
     """Message content: a string, or OpenAI's list of parts ([{"type": "text", "text": ...}])."""
+    if isinstance(value, float) and math.isnan(value):
+        return None  # pandas' missing value (NaN), not the text "nan"
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list):
@@ -30,9 +33,10 @@ def _content(value, field: str) -> str | None:
             elif isinstance(part, dict) and isinstance(part.get("text"), str):
                 texts.append(part["text"])
         return "".join(texts)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isinf(value):
         return str(value)
-    raise RecordError(field, f"message content is a {type(value).__name__}, expected text")
+    raise RecordError(field, f"message content is {value!r}, expected text" if isinstance(value, float) else
+                      f"message content is a {type(value).__name__}, expected text")
 
 
 _SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
