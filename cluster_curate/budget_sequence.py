@@ -181,8 +181,13 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
             raise CurateError(f"source {names[k]}: its floor is {int(low[k]):,} {unit}"
                               f"{said(floor_from, k, ' ({})')} and it has only {int(avail[k]):,} {unit} to select from")
         if floor_rows[k] > cap_rows[k]:
-            raise CurateError(f"source {names[k]}: its floor ({int(low[k]):,} {unit}{said(floor_from, k)}) is above "
-                              f"its cap ({int(high[k]):,} {unit}{said(cap_from, k)})")
+            floor, cap = (f"its floor ({int(low[k]):,} {unit}{said(floor_from, k)})",
+                          f"its cap ({int(high[k]):,} {unit}{said(cap_from, k)})")
+            if low[k] <= high[k]:  # tokens: no prefix of its rows lands in between
+                raise CurateError(f"source {names[k]}: no number of its rows, taken in the selection's order, holds "
+                                  f"between {floor} and {cap}: the fewest that reach the floor hold "
+                                  f"{int(cum[k][floor_rows[k] - 1]):,} {unit}; set the two further apart")
+            raise CurateError(f"source {names[k]}: {floor} is above {cap}")
 
     def taken(tau: int) -> np.ndarray:
         m = np.array([int(np.searchsorted(p, tau, side="left")) for p in pos], dtype=np.int64)  # rows < tau

@@ -154,6 +154,8 @@ def _click_option(o: Option) -> list[click.Option]:
         kw["metavar"] = o.metavar
     if o.multiple:
         kw["multiple"] = True
+    if o.joined:  # --source-min-share a=0.1 --source-min-share b=0.2: both, where click kept the last alone
+        kw["multiple"], kw["callback"] = True, lambda ctx, param, values: o.joined.join(values) if values else None
     if o.is_flag:
         kw["is_flag"] = True
     elif o.choices is not None:

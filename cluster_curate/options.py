@@ -51,6 +51,7 @@ class Option:
     metavar: str | None = None
     run: bool = True                # `run` takes it and passes it to this stage
     multiple: bool = False          # may be given several times (a tuple of values)
+    joined: str | None = None       # may be given several times, its values joined with this into one (a list)
     record: bool = False            # recorded as given in the artifact's params (so in its fingerprint)
     deprecated: tuple[tuple[str, ...], ...] = ()  # old spellings kept for one release (they warn)
     path: bool = False              # names a file or folder: the CLI expands a leading `~` the shell left alone

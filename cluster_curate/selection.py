@@ -20,7 +20,7 @@ import numpy as np
 from cluster_curate.budget_sequence import TOKEN_MODES, Kinds, check_token_budget_args, source_bounded_rows, \
     take_sequence, token_budget_for, token_water_fill
 from cluster_curate.errors import CurateError, counted, not_a_share
-from cluster_curate.within_orders import WITHIN, dedup_within_cluster, order_within_cluster
+from cluster_curate.within_orders import AUTO, WITHIN, dedup_within_cluster, order_within_cluster
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
@@ -236,9 +236,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
 
     picked = None
     if sources is not None and (source_min_share is not None or source_max_share is not None):
-        if mode == "per-cluster-ratio" or order_entry.picks is not None:
-            raise CurateError(f"--source-min-share / --source-max-share need a budget taken in water-filling order: "
-                              f"not with {'--per-cluster-ratio' if mode == 'per-cluster-ratio' else '--within ' + within}")
+        check_source_bounds_order(mode, within)
         token_mode = mode in TOKEN_MODES
         weights = tokens if token_mode else np.ones(n, dtype=np.int64)
         target = min(tokens_requested, int(tokens[order].sum())) if token_mode else min(requested, n_available)
@@ -265,6 +263,15 @@ def _kind_of_row(clusters: np.ndarray, groups, kinds: Kinds | None) -> np.ndarra
         return clusters
     group = np.asarray(groups)[clusters]
     return group if kinds is None else np.asarray(kinds.of_group)[group]
+
+
+def check_source_bounds_order(mode: str, within: str) -> None:
+    """Floors and caps on a mixture's sources cut the water-filling order at the budget: a budget mode and a
+    --within order that take one (`run` checks it before embed, where `auto` is not yet an order: each it can be
+    takes one)."""
+    if mode == "per-cluster-ratio" or (within != AUTO and WITHIN.get(within).picks is not None):
+        raise CurateError(f"--source-min-share / --source-max-share need a budget taken in water-filling order: "
+                          f"not with {'--per-cluster-ratio' if mode == 'per-cluster-ratio' else '--within ' + within}")
 
 
 def _budget_mode(within: str, fraction, budget, per_cluster_ratio, tokens, token_budget, token_fraction,

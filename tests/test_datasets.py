@@ -811,8 +811,9 @@ def test_csv_bytes_that_are_no_text_are_named_as_such_not_as_a_misshapen_header(
     (tmp_path / "img.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00,\t;" * 40)
     (tmp_path / "u16.tsv").write_bytes("question\tanswer\nq\ta\n".encode("utf-16-le"))
     for name in ("img.csv", "u16.tsv"):
-        with pytest.raises(CurateError, match=rf"^{tmp_path / name}: holds NUL bytes, so it is no UTF-8 text \(binary "
-                                              r"data, or UTF-16 without its byte-order mark\); write it as UTF-8 text$"):
+        with pytest.raises(CurateError, match=rf"^{tmp_path / name}: holds NUL bytes, so it is no UTF-8 text "
+                                              r"\(binary data, or UTF-16 without its byte-order mark\); write it as "
+                                              r"UTF-8 text$"):
             open_dataset(tmp_path / name)
     (tmp_path / "head.csv").write_bytes(b"question,r\xe9ponse\nq,a\n")
     with pytest.raises(CurateError, match=rf"^{tmp_path / 'head.csv'}:1: not valid UTF-8 text \(byte 0xe9 at column "

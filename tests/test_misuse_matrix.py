@@ -305,6 +305,10 @@ CASES = [
     ("run-step-too-big", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.31", "--num-shards", "16",
                           "--micro-batch-size", "16"],
      "16 × 16 = 256 rows, but --fraction 0.31 of 120 rows selects at most 37"),
+    # --remainder wrap fills no step the selection is short of (its repeats never share one): refused by shard, after
+    # embed, cluster and select, whose selection then needed --overwrite for the rerun with a larger budget
+    ("run-step-too-big-with-wrap", ["run", "data.jsonl", "--out", "r", *FAST, "--budget", "3", *SHARD, "--remainder",
+                                    "wrap"], "2 × 2 = 4 rows, but --budget 3 of 120 rows selects at most 3"),
     ("run-k-too-large", ["run", "small.jsonl", "--out", "r", "--k", "50", "--fraction", "0.5", *SHARD],
      "--k 50 is larger than the number of examples (20)"),
     ("run-bad-row-first", ["run", "invalid_json.jsonl", "--out", "r", "--fraction", "0.5", *SHARD],
@@ -331,6 +335,17 @@ CASES = [
     ("run-floors-above-all", ["run", "floors.yaml", "--out", "r", *FAST, "--fraction", "0.3", *SHARD],
      "the sources' floors (data 0.9 from floors.yaml: inputs[0].min_share, other 0.5 from floors.yaml: "
      "inputs[1].min_share) add up to 140% of the selection"),
+    # caps that hold less than the selection, or bounds with an order they cannot cut: refused after embed and cluster
+    ("run-caps-below-all", ["run", "data.jsonl", "other.json", "--out", "r", *FAST, "--fraction", "0.3",
+                            "--source-max-share", "0.4", *SHARD],
+     "the sources' caps (data 0.4 from --source-max-share, other 0.4 from --source-max-share) add up to 80% of the "
+     "selection, less than all of it"),
+    ("run-bounds-with-diverse", ["run", "data.jsonl", "other.json", "--out", "r", *FAST, "--fraction", "0.3",
+                                 "--within", "diverse", "--source-max-share", "other=0.5", *SHARD],
+     "--source-min-share / --source-max-share need a budget taken in water-filling order: not with --within diverse"),
+    ("run-bounds-with-per-cluster-ratio", ["run", "data.jsonl", "other.json", "--out", "r", *FAST,
+                                           "--per-cluster-ratio", "0.5", "--source-min-share", "other=0.2", *SHARD],
+     "need a budget taken in water-filling order: not with --per-cluster-ratio"),
     ("run-floor-above-a-files-cap", ["run", "caps.yaml", "--out", "r", *FAST, "--fraction", "0.3",
                                      "--source-min-share", "data=0.5", *SHARD],
      "source data: its floor 0.5 (--source-min-share) is above its cap 0.3 (caps.yaml: inputs[0].max_share)"),

@@ -382,6 +382,13 @@ def test_source_bounds_keep_the_water_filling_and_work_in_tokens():
                       source_min_share=[np.nan, np.nan, 0.2], source_names=["a", "b", "c"])
     per_tokens = np.bincount(sources[t.rows], weights=tokens[t.rows], minlength=3)
     assert 0 <= 30_000 - per_tokens.sum() < tokens.max() and per_tokens[2] >= 0.2 * 30_000
+    # a floor and cap in tokens closer than one row: 'its floor (6,000 tokens) is above its cap (6,003 tokens)'
+    with pytest.raises(CurateError, match=r"^source c: no number of its rows, taken in the selection's order, holds "
+                                          r"between its floor \(6,000 tokens\) and its cap \(6,003 tokens\): the "
+                                          r"fewest that reach the floor hold 6,014 tokens; set the two further apart$"):
+        S.select_rows(clusters, token_budget=30_000, tokens=tokens, seed=1, sources=sources,
+                      source_min_share=[np.nan, np.nan, 0.2], source_max_share=[np.nan, np.nan, 0.2001],
+                      source_names=["a", "b", "c"])
     with pytest.raises(CurateError, match="source c: its floor is 60 rows and it has only 50 rows"):
         S.select_rows(clusters, budget=120, sources=sources, source_min_share=[np.nan, np.nan, 0.5],
                       source_names=["a", "b", "c"])
@@ -513,6 +520,55 @@ def test_a_job_array_piece_with_no_row_has_the_mixtures_columns(tmp_path, cli_ru
     assert all(s.equals(schemas[0]) for s in schemas) and {"source", "source_row"} <= set(schemas[0].names)
     table, _ = read_artifact(tmp_path / "e")
     assert set(table.column("source").to_pylist()) == {"g", "code_alpaca-300"}
+
+
+def test_a_share_option_given_twice_bounds_both_inputs(tmp_path, cli_runner):
+    """`--source-min-share a=0.5 --source-min-share code=0.3` kept the last alone (click's way with an option given
+    twice): train-300 got 4 of 30 rows, its floor silently dropped. Each time adds its bounds, as one comma list
+    would (a later one for the same input wins, as in the list); select and run alike."""
+    paths = _three(tmp_path)
+    args = ["--budget", "30", "--source-min-share", "train-300=0.5", "--source-min-share", "code=0.3",
+            "--source-max-share", "messages-300=0.1", "--source-max-share", "code=0.4"]
+    res = json.loads(_cli(cli_runner, ["run", *paths, "--out", tmp_path / "c", "-n", "2", "--k", "6", *args,
+                                       "--json"]).stdout)
+    assert res["stages"][2]["status"] == "ran"
+    from cluster_curate.io.artifacts import read_artifact
+    _, meta = read_artifact(tmp_path / "c" / "selection.parquet")
+    got = {r["source"]: r["selected"] for r in meta.params["sources"]}
+    assert got["train-300"] >= 15 and 9 <= got["code"] <= 12 and got["messages-300"] <= 3 and sum(got.values()) == 30
+    state = json.loads((tmp_path / "c" / "run-state.json").read_text())["select"]["option_values"]
+    assert (state["source_min_share"], state["source_max_share"]) == ("train-300=0.5,code=0.3",
+                                                                      "messages-300=0.1,code=0.4")
+    _cli(cli_runner, ["select", tmp_path / "c" / "clusters.parquet", "--out", tmp_path / "s.parquet", *args, "-q"])
+    _, alone = read_artifact(tmp_path / "s.parquet")
+    assert {r["source"]: r["selected"] for r in alone.params["sources"]} == got
+
+
+def test_force_takes_changed_inputs_but_not_ids_that_name_other_rows(tmp_path, cli_runner):
+    """`shard --data` naming a mixture's inputs in another order is refused with the order to give them and
+    `--force to use it anyway`: with --force it wrote other rows under the selected ids (a code row where a GSM8K
+    row was selected, with that row's cluster and weight), and so did an input holding fewer rows before the last.
+    --force takes an input whose rows changed in place, as it always has."""
+    paths = _three(tmp_path)
+    _cli(cli_runner, ["run", *paths, "--out", tmp_path / "c", "--budget", "60", "-n", "2", "--k", "6", "-q"])
+    sel = tmp_path / "c" / "selection.parquet"
+    swapped = [paths[1], paths[0], paths[2]]
+    res = _cli(cli_runner, ["shard", sel, *(a for p in swapped for a in ("--data", p)), "--out", tmp_path / "s",
+                            "-n", "2", "--force"], code=2)
+    assert ("selection.parquet: its ids name the rows of the inputs train-300 from id 0, code from id 300, "
+            "messages-300 from id 600, and the data given holds code from id 0, train-300 from id 300, messages-300 "
+            "from id 600: other rows under the same ids, which --force cannot use; give the inputs as they were "
+            f"embedded, in this order: {' '.join(paths)}") in res.stderr, res.stderr
+    assert not (tmp_path / "s").exists()
+    rows = list(csv.reader(open(paths[0], newline="")))
+    with open(paths[0], "w", newline="") as f:
+        csv.writer(f).writerows(rows[:-5])  # 5 rows fewer: the later inputs' ids move
+    res = _cli(cli_runner, ["shard", sel, "--out", tmp_path / "s", "-n", "2", "--force"], code=2)
+    assert "and the data given holds train-300 from id 0, code from id 295, messages-300 from id 595" in res.stderr
+    with open(paths[0], "w", newline="") as f:
+        csv.writer(f).writerows(rows[:-1] + [[rows[-1][0] + " Please.", rows[-1][1]]])  # a row changed in place
+    _cli(cli_runner, ["shard", sel, "--out", tmp_path / "s", "-n", "2", "--force", "-q"])
+    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["selected_rows"] == 60
 
 
 def test_three_input_mixture_through_run(tmp_path, cli_runner):

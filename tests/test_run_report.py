@@ -66,6 +66,26 @@ def test_run_writes_every_stage_then_skips_what_is_up_to_date(cli_runner, tmp_pa
     assert json.loads((out / "shards" / "manifest.json").read_text())["selected_rows"] == 150
 
 
+def test_options_given_at_the_value_a_stage_takes_without_them_keep_a_run_up_to_date(cli_runner, tmp_path):
+    """`--features text`, `--commit-every 2048`, `--batch-tokens 16384`, `--dim 256` (text), `--length-window 64`:
+    each the value its stage settles when it is not given, and each refused as 'other options (--features (not
+    given) -> text)', pushing a user to --overwrite and a run from scratch; so was leaving one out after giving it.
+    They are the same run now, and another value is still a change, named with the value the stage took."""
+    base = ["run", str(DATA), "--out", str(tmp_path / "c"), "--k", "8", "--fraction", "0.31", "-n", "2", "--json"]
+    assert cli_runner.invoke(main, base).exit_code == 0
+    for given in (["--features", "text"], ["--commit-every", "2048"], ["--batch-tokens", "16384"], ["--dim", "256"],
+                  ["--max-length", "1024"], ["--proxy-size", "small"], ["--length-window", "64"]):
+        r = cli_runner.invoke(main, [*base, *given])
+        assert r.exit_code == 0, (given, r.output)
+        assert [s["status"] for s in json.loads(r.stdout)["stages"]] == ["up to date"] * 4, given
+    r = cli_runner.invoke(main, [*base, "--dim", "128"])
+    assert r.exit_code == 2 and "other embed options (--dim 256 -> 128); pass --overwrite" in r.stderr, r.stderr
+    given = ["run", str(DATA), "--out", str(tmp_path / "g"), *FAST, "--length-window", "64"]
+    assert cli_runner.invoke(main, given).exit_code == 0
+    r = cli_runner.invoke(main, [*given[:-2], "--json"])  # left out after it was given
+    assert r.exit_code == 0 and [s["status"] for s in json.loads(r.stdout)["stages"]] == ["up to date"] * 4
+
+
 def test_run_reruns_a_stage_whose_default_changed_and_refuses_a_changed_choice(cli_runner, tmp_path):
     from cluster_curate.commands.run import RunState
 

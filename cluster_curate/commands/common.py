@@ -36,14 +36,17 @@ def _open_recorded(o: dict, name: str, record: dict):
     if ds is not None and record.get("fingerprint"):
         # read where the record says (--data naming that place too): a mismatch is that data changed since
         same_place = not o["data"] or _resolved(data_paths(o["data"])) == _resolved(recorded_paths(found))
-        check_dataset_matches(record, name, _fingerprints(ds), o["force"], same_place)
+        check_dataset_matches(record, name, _fingerprints(ds, o["force"]), o["force"], same_place)
     return ds
 
 
-def _fingerprints(ds) -> dict:
+def _fingerprints(ds, forced: bool = False) -> dict:
     """The source and fingerprint of data as read now (a mixture's inputs' too), to check against a lineage record
-    without the pass over the rows that a full record (`ds.record()`: their counts) may take."""
+    without the pass over the rows that a full record (`ds.record()`: their counts) may take; `forced` (--force):
+    a mixture's inputs' names and first ids too, which must still be the record's (artifacts._check_same_ids)."""
     from cluster_curate.io.mixture import Mixture
+    if forced and isinstance(ds, Mixture):
+        return ds.record()
     inputs = [{"source": d.source, "fingerprint": d.fingerprint()} for d in ds.datasets] \
         if isinstance(ds, Mixture) else None
     return {"source": ds.source, "fingerprint": ds.fingerprint(), **({"inputs": inputs} if inputs else {})}

@@ -86,7 +86,7 @@ class RunState:
         now = request["option_values"]
         # an ADDED_LATER option left out of either side (made before it, or recorded at its value) is at its value
         later = {k: v for k, v in ADDED_LATER.items() if k in rec or k in now}
-        rec, now = {**later, **rec}, {**later, **now}
+        rec, now = _settled({**later, **rec}), _settled({**later, **now})
         return {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now)) if rec.get(k) != now.get(k)}
 
     def option_changes(self, stage: str, request: dict) -> tuple[dict, dict]:
@@ -111,10 +111,10 @@ class RunState:
             return "recorded by an earlier version of cluster-curate"
         if rec["algorithm"] != request["algorithm"]:
             return f"its algorithm changed (version {rec['algorithm']} -> {request['algorithm']})"
-        if rec["options"] != request["options"]:
-            mine, moved = self.option_changes(stage, request)
-            if moved and not mine:
-                return f"its default{'s' if len(moved) > 1 else ''} changed ({_named(moved)})"
+        mine, moved = self.option_changes(stage, request) if rec["options"] != request["options"] else ({}, {})
+        if moved and not mine:
+            return f"its default{'s' if len(moved) > 1 else ''} changed ({_named(moved)})"
+        if mine:  # none: options given now at the values the stage took without them (_settled)
             return "its options changed"
         if rec["input"] != request["input"]:
             return "its input changed" + _named_input_change(rec, request)
@@ -138,6 +138,25 @@ ADDED_LATER = {"kinds": "none", "decontaminate": (), "decontaminate_ngrams": Non
 # The defaults that changed since `run` recorded option values, with the values they had: in a directory
 # recorded before `run` noted which options the user gave, an option at one of these was taken by default.
 FORMER_DEFAULTS = {"text_weighting": ("tf",), "kinds": ("none",), "target_weight": (0.75,), "within": ("random",)}
+
+
+def _settled(values: dict) -> dict:
+    """A stage's option values (recorded or asked for) with those it was not given, which the stage settles itself,
+    at the value it takes (embed.settle_options, the proxy's, --dim of text features, shard's --length-window):
+    an option given at that value asks for the run made without it, not for other options."""
+    from cluster_curate.commands.embed import _PROXY_FIELDS
+    from cluster_curate.distributed import DEFAULT_COMMIT_EVERY
+    from cluster_curate.features.embed import DEFAULT_BATCH_TOKENS, DEFAULT_FEATURES, DEFAULT_MAX_LENGTH, \
+        DEFAULT_TEXT_DIM
+    from cluster_curate.features.proxy import ProxyOptions
+    from cluster_curate.sharding import DEFAULT_LENGTH_WINDOW
+    proxy = ProxyOptions()
+    taken = {"features": DEFAULT_FEATURES, "max_length": DEFAULT_MAX_LENGTH, "batch_tokens": DEFAULT_BATCH_TOKENS,
+             "commit_every": DEFAULT_COMMIT_EVERY, **{k: getattr(proxy, a) for k, a in _PROXY_FIELDS.items()},
+             "length_window": DEFAULT_LENGTH_WINDOW.get(values.get("balance"))}
+    if "features" in values and str(values["features"] or DEFAULT_FEATURES).replace(" ", "") == "text":
+        taken["dim"] = DEFAULT_TEXT_DIM
+    return {k: taken[k] if v is None and taken.get(k) is not None else v for k, v in values.items()}
 
 
 def _named(changed: dict, most: int | None = None) -> str:
@@ -268,7 +287,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         check_budget_buys_a_row(word_counts, requested, mode, N_TOKENS_WORDS)
         most = most_rows_within(word_counts, requested)
         budget += f" ({requested:,} of their {int(word_counts.sum()):,} words)"
-    _check_source_floors(ds, s, most if mode in ("fraction", "budget") else None,
+    _check_source_bounds(ds, s, mode, most if mode in ("fraction", "budget") else None,
                          (np.concatenate(ids), asking) if asking is not None and asking.size else None)
     h = resolved["shard"]
     for name in ("num_shards", "micro_batch_size"):
@@ -297,9 +316,10 @@ def _counts_words(features: list[str], select_opts: dict) -> bool:
 
 def _check_one_step(shard_opts: dict, rows: int, selects: str) -> None:
     """One global step of --num-shards × --micro-batch-size rows within the selection (`rows`, which `selects`
-    words), unless --remainder wrap fills it: else shard would refuse it after the stages before it."""
+    words), --remainder wrap or not (its repeats never share a step with their rows): else shard would refuse it
+    after the stages before it."""
     step = shard_opts["num_shards"] * shard_opts["micro_batch_size"]
-    if step > rows and shard_opts.get("remainder") != "wrap":
+    if step > rows:
         raise CurateError(f"one global step needs --num-shards × --micro-batch-size = {shard_opts['num_shards']} × "
                           f"{shard_opts['micro_batch_size']} = {step} rows, but {selects}; use fewer shards, a "
                           "smaller micro-batch or a larger budget")
@@ -323,11 +343,13 @@ def _check_target(s: dict) -> str | None:
     return target.fingerprint()
 
 
-def _check_source_floors(ds, s: dict, budget_rows: int | None, asking=None) -> None:
-    """A mixture's floors (--source-min-share, else each input's min_share) that no selection can meet: more
-    than the whole selection together, or (a budget in rows) more rows than an input has: with --decontaminate
-    (`asking`: the examples' ids, and whether each asks a set's question), its examples that do not. select
-    checks the exact floors on the rows it can take; these are the failures certain from the options and counts."""
+def _check_source_bounds(ds, s: dict, mode: str, budget_rows: int | None, asking=None) -> None:
+    """A mixture's floors (--source-min-share, else each input's min_share) and caps (likewise) that no selection
+    can meet: with a budget mode or --within order that takes no water-filling order (`mode`), floors more than
+    the whole selection together, caps on every input less than it, or (a budget in rows) a floor of more rows than
+    an input has: with --decontaminate (`asking`: the examples' ids, and whether each asks a set's question), its
+    examples that do not. select checks the exact bounds on the rows it can take; these are the failures certain
+    from the options and counts."""
     from cluster_curate.commands.select import check_no_share_options, check_no_source_bounds
     from cluster_curate.io.mixture import Mixture, source_bounds
     if not isinstance(ds, Mixture):
@@ -338,12 +360,19 @@ def _check_source_floors(ds, s: dict, budget_rows: int | None, asking=None) -> N
                                                    [i.where for i in ds.inputs])
     if s["target"] is not None:
         check_no_source_bounds(ds.names, low, high, (low_from, high_from))
+    if any(bound is not None for bound in low + high):
+        from cluster_curate.selection import check_source_bounds_order
+        check_source_bounds_order(mode, s["within"])
     floors = {name: share or 0.0 for name, share in zip(ds.names, low)}
     if sum(floors.values()) > 1 + 1e-9:
         named = ", ".join(f"{name} {share:g} from {origin}" for (name, share), origin in zip(floors.items(), low_from)
                           if share)
         raise CurateError(f"the sources' floors ({named}) add up to {sum(floors.values()):.0%} of the selection, "
                           "more than all of it; lower them where they are set")
+    if all(cap is not None for cap in high) and sum(high) < 1 - 1e-9:  # every input capped, short of the whole
+        named = ", ".join(f"{name} {cap:g} from {origin}" for name, cap, origin in zip(ds.names, high, high_from))
+        raise CurateError(f"the sources' caps ({named}) add up to {sum(high):.0%} of the selection, less than all "
+                          "of it; raise them where they are set")
     if budget_rows is not None:
         import numpy as np
         rows, out = [d.num_rows() for d in ds.datasets], [0] * len(ds.datasets)

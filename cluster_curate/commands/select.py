@@ -37,11 +37,11 @@ OPTIONS = (
     Option("data", path=True, run=False, multiple=True,
            help="The raw data, for --tokenizer, word counts or --within answers and auto (default: the dataset, or "
                 "every input of a mixture, that the clusters' lineage records)."),
-    Option("source_min_share", metavar="[NAME=]SHARE,...",
+    Option("source_min_share", metavar="[NAME=]SHARE,...", joined=",",
            help="A mixture's inputs: each gives at least this share of the budget (rows, or tokens with a token "
-                "budget), met exactly or refused; SHARE for every input or NAME=SHARE (mixture files can set "
-                "min_share per input)."),
-    Option("source_max_share", metavar="[NAME=]SHARE,...",
+                "budget), met exactly or refused; SHARE for every input or NAME=SHARE, a comma list or the option "
+                "given again (mixture files can set min_share per input)."),
+    Option("source_max_share", metavar="[NAME=]SHARE,...", joined=",",
            help="A mixture's inputs: each gives at most this share of the budget (as --source-min-share)."),
     Option("balance_power", type=float, default=0.0, show_default=True,
            help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional."),

@@ -489,16 +489,36 @@ def check_same_dataset(metas: dict[str, ArtifactMeta], force: bool = False) -> d
     return first.dataset
 
 
+def _check_same_ids(recorded: dict, name: str, dataset: dict) -> None:
+    """--force takes changed data, but not a mixture whose ids name other rows: a mixture's ids count on from
+    input to input, so inputs in another order, or one holding another number of rows before the last, put other
+    rows under the ids the artifact names (shard would write them, with another row's cluster and weight)."""
+    def layout(record):
+        return [(i.get("name"), i.get("first_id")) for i in record["inputs"]]
+    full = all("first_id" in i for i in dataset["inputs"])  # a full record (commands/common._fingerprints)
+    if full and layout(recorded) != layout(dataset):
+        def said(record):
+            return ", ".join(f"{n} from id {f}" for n, f in layout(record))
+        paths = " ".join(str(i.get("path") or i.get("name")) for i in recorded["inputs"])
+        raise CurateError(f"{name}: its ids name the rows of the inputs {said(recorded)}, and the data given holds "
+                          f"{said(dataset)}: other rows under the same ids, which --force cannot use; give the inputs "
+                          f"as they were embedded, in this order: {paths}")
+
+
 def check_dataset_matches(recorded: dict, name: str, dataset: dict, force: bool = False,
                           same_place: bool = False) -> None:
     """An artifact whose lineage records the raw data `recorded` must come from `dataset` (its source and
     fingerprint; a mixture's, its inputs' too). `same_place`: `dataset` was read where `recorded` says, so that a
     mismatch is that data changed since (one wording wherever it is found: the recorded data, or --data naming it;
     of a mixture, the first input that changed)."""
-    if recorded.get("fingerprint") == dataset.get("fingerprint") or force:
-        return
     from cluster_curate.io.mixture import is_mixture_record
+    if recorded.get("fingerprint") == dataset.get("fingerprint"):
+        return
     mixture = is_mixture_record(recorded)
+    if force:
+        if mixture and is_mixture_record(dataset):
+            _check_same_ids(recorded, name, dataset)
+        return
     if same_place:
         what, now, then = f"the {'mixture' if mixture else 'dataset'}", dataset, recorded
         if mixture and len(dataset.get("inputs") or ()) == len(recorded["inputs"]):
