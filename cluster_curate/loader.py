@@ -231,15 +231,23 @@ class ConsumedLog:
             log.record(batch["id"], batch["weight"], loss)    # `cluster-curate verify SHARDS --log consumed/`
     """
 
-    def __init__(self, log_dir: str | os.PathLike, rank: int | None = None):
+    def __init__(self, log_dir: str | os.PathLike, rank: int | None = None, resume_at: int = 0):
+        """`resume_at`: the micro-batches trained before a run resumed from a checkpoint: the log keeps its first
+        `resume_at` lines (those after them were trained after the checkpoint and are trained again) and goes on
+        after them; 0, a new run, starts it afresh."""
         if rank is None:
             from cluster_curate.distributed import trainer_rank_and_world
             found = trainer_rank_and_world()
             rank = found[0] if found is not None else 0
-        self.rank, self.step = rank, 0
+        self.rank = rank
         self.path = log_file(log_dir, rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        kept = self.path.read_text(encoding="utf-8").splitlines(keepends=True)[:resume_at] \
+            if resume_at and self.path.is_file() else []
         self._f = open(self.path, "w", encoding="utf-8")
+        self._f.writelines(kept)
+        self._f.flush()
+        self.step = len(kept)
 
     def record(self, ids, weights=None, loss=None) -> None:
         rec = {"step": self.step, "ids": None if ids is None else [int(i) for i in _as_list(ids)]}

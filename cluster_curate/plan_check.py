@@ -159,6 +159,9 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             rc.counts["missing"] += int((plan_c[short] - seen[short]).sum())
             problem(r, None, "missing", f"{short.size} planned ids never consumed (first: id {plan_ids[short[0]]})")
         ranks.append(rc)
+    for r in sorted(k for k in consumed if k >= n):  # a job run on more processes than planned
+        problem(r, None, "beyond the plan", f"a log of {len(consumed[r] or ())} micro-batches from a rank the plan "
+                                            f"does not have (it has {n})")
     return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes), steps, m)
 
 
@@ -196,6 +199,10 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     steps, n, m = planned.shape
     total = lambda kind: sum(rc.counts[kind] for rc in ranks)  # noqa: E731
     causes = []
+    beyond = sorted(k for k in consumed if k >= n)
+    if beyond:
+        causes.append(f"the job ran on more processes than the {n} the shards were planned for (rank {beyond[-1]} "
+                      f"logged): launch it on {n}, or shard again with --num-shards for the processes you have")
     if any(consumed.get(r) is None for r in range(n)):
         causes.append("a rank wrote no log: was the job run on the planned number of processes, each logging?")
     if total("no ids"):

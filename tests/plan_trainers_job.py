@@ -71,15 +71,15 @@ def _parquet(path):
 
 
 def _args(cls, out, **kw):
-    return cls(output_dir=str(out), per_device_train_batch_size=M, num_train_epochs=1, learning_rate=1e-3,
-               report_to="none", save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
-               dataloader_num_workers=0, seed=0, ddp_backend="gloo", **kw)
+    return cls(**{**dict(output_dir=str(out), per_device_train_batch_size=M, num_train_epochs=1, learning_rate=1e-3,
+                         report_to="none", save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True,
+                         dataloader_num_workers=0, seed=0, ddp_backend="gloo"), **kw})
 
 
-def run_hf(model_dir, exports, log_dir, strategy=None):
+def run_hf(model_dir, exports, log_dir, strategy=None, resume=None, **kw):
     """HF Trainer + PlanTrainerMixin on `export --for hf`, accumulating 2 micro-batches per optimizer step. With
     `strategy`, the Trainer's own sampler for that train_sampling_strategy ("sequential": the version's switch;
-    "random": the default, which shuffles)."""
+    "random": the default, which shuffles). `resume`: a checkpoint to resume from; `kw`: TrainingArguments."""
     from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments
 
     from cluster_curate.integrations.hf import ConsumedIdsCallback, PlanTrainerMixin
@@ -95,11 +95,18 @@ def run_hf(model_dir, exports, log_dir, strategy=None):
     ds = ds.map(lambda r: encode_qa(tok, r["question"], r["answer"]))
     cls = PlanTrainer if strategy is None else OwnSamplerTrainer
     args = _args(TrainingArguments, log_dir / "out", train_sampling_strategy=strategy or "sequential",
-                 gradient_accumulation_steps=2 if strategy is None else 1)
+                 gradient_accumulation_steps=2 if strategy is None else 1, **kw)
     trainer = cls(model=model, args=args, train_dataset=ds, processing_class=tok,
                   data_collator=DataCollatorForSeq2Seq(tok, padding=True, label_pad_token_id=-100),
                   callbacks=[ConsumedIdsCallback(log_dir)])
-    trainer.train()
+    trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
+
+
+def run_hf_resumed(model_dir, exports, log_dir):
+    """The HF recipe stopped one optimizer step after its checkpoint at step 2 (as a crash would), then resumed from
+    that checkpoint to the end of the epoch: the log keeps what was trained up to the checkpoint and goes on."""
+    run_hf(model_dir, exports, log_dir, max_steps=3, save_strategy="steps", save_steps=2)
+    run_hf(model_dir, exports, log_dir, resume=log_dir / "out" / "checkpoint-2")
 
 
 def run_trl(model_dir, exports, log_dir, packing=False):
@@ -229,6 +236,7 @@ SCENARIOS = {
     "hf": lambda a: run_hf(a.model, a.exports, a.log),
     "hf-sequential": lambda a: run_hf(a.model, a.exports, a.log, strategy="sequential"),
     "hf-random": lambda a: run_hf(a.model, a.exports, a.log, strategy="random"),
+    "hf-resumed": lambda a: run_hf_resumed(a.model, a.exports, a.log),
     "trl": lambda a: run_trl(a.model, a.exports, a.log),
     "trl-packing": lambda a: run_trl(a.model, a.exports, a.log, packing=True),
     "trl-dpo": lambda a: run_trl_dpo(a.model, a.exports, a.log),

@@ -499,9 +499,15 @@ def test_consumed_log_round_trip_and_bad_lines(shards, tmp_path):
     with pytest.raises(CurateError, match=r"rank-00001.jsonl:2: field ids: not a list of integers"):
         read_consumed(tmp_path / "log", N)
     (tmp_path / "log" / "rank-00001.jsonl").unlink()
-    (tmp_path / "log" / "rank-00002.jsonl").write_text("")
-    with pytest.raises(CurateError, match="beyond the plan's 2 ranks"):
-        read_consumed(tmp_path / "log", N)
+    # a job run on 3 processes was a bad input (exit 2, no --json); the plan not followed, said so (exit 3)
+    (tmp_path / "log" / "rank-00002.jsonl").write_text('{"step": 0, "ids": [1, 2]}\n')
+    assert read_consumed(tmp_path / "log", N) == {0: read_consumed(tmp_path / "log", N)[0], 1: None,
+                                                  2: [{"step": 0, "ids": [1, 2]}]}
+    got = verify(str(shards["qa"]), log=str(tmp_path / "log"))
+    assert not got["ok"] and "rank 2: beyond the plan: a log of 1 micro-batches from a rank the plan does not have " \
+        "(it has 2)" in got["problems"]
+    assert got["causes"][0] == ("the job ran on more processes than the 2 the shards were planned for (rank 2 "
+                                "logged): launch it on 2, or shard again with --num-shards for the processes you have")
 
 
 

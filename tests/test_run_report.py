@@ -230,6 +230,37 @@ def test_report_follows_lineage_from_the_shards(cli_runner, tmp_path):
     assert set(json.loads(result.stdout)) >= {"embeddings", "clusters", "selection", "shards"}
 
 
+def test_report_of_one_shard_file_reports_its_directory_and_an_export_is_refused(cli_runner, tmp_path):
+    """A shard file (or an export's data, which is a shard's kind) printed nothing and exited 0: no section
+    describes one rank's file. Its directory's report is given; an export's, with no manifest beside it, is refused
+    in a line saying what to report."""
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    shard = sorted((out / "shards").glob("shard-*.parquet"))[0]
+    result = cli_runner.invoke(main, ["report", str(shard), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["shards"]["shards"] == 2
+    assert cli_runner.invoke(main, ["export", str(out / "shards"), "--for", "hf", "--out", str(tmp_path / "e"),
+                                    "-q"]).exit_code == 0
+    refused = cli_runner.invoke(main, ["report", str(tmp_path / "e" / "train.parquet")])
+    assert refused.exit_code == 2 and refused.stderr.strip() == (
+        f"ERROR: {tmp_path / 'e' / 'train.parquet'}: one shard's rows, with no manifest.json beside it (a trainer "
+        "export's data?); report the shard directory they were written in")
+
+
+def test_a_report_into_a_folder_of_the_users_leaves_no_plot_of_an_earlier_report(cli_runner, tmp_path):
+    """Plots go into a folder holding the user's own files beside them; an earlier report's plot that the new one
+    does not draw (rank_loads.png, after a report of the selection alone) stayed, as if it were the new one's."""
+    out, rep = tmp_path / "curated", tmp_path / "rep"
+    _run(cli_runner, out)
+    rep.mkdir()
+    (rep / "notes.txt").write_text("mine")
+    assert cli_runner.invoke(main, ["report", str(out), "--out", str(rep), "-q"]).exit_code == 0
+    assert {p.name for p in rep.iterdir()} == {"notes.txt", "cluster_sizes.png", "features_pca.png", "rank_loads.png"}
+    assert cli_runner.invoke(main, ["report", str(out / "selection.parquet"), "--out", str(rep), "-q"]).exit_code == 0
+    assert {p.name for p in rep.iterdir()} == {"notes.txt", "cluster_sizes.png", "features_pca.png"}
+
+
 def test_report_rejects_what_is_not_an_artifact(cli_runner, tmp_path):
     result = cli_runner.invoke(main, ["report", str(DATA)])
     assert result.exit_code == 2

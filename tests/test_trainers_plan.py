@@ -25,7 +25,7 @@ from tiny_lm import build_llama
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 WORLD, M = 2, 2
-SCENARIOS = ["hf", "hf-sequential", "hf-random", "trl", "trl-packing", "trl-dpo", "axolotl", "axolotl-shuffled",
+SCENARIOS = ["hf", "hf-sequential", "hf-random", "hf-resumed", "trl", "trl-packing", "trl-dpo", "axolotl", "axolotl-shuffled",
              "torchrun", "torchrun-on-hf-export", "accelerate", "accelerate-rank-local"]
 
 pytestmark = pytest.mark.slow
@@ -167,6 +167,15 @@ def test_hf_trainer_with_the_mixin_keeps_the_plan(job):
 
 def test_hf_trainer_sequential_switch_keeps_the_plan(job):
     _assert_plan_held(job, "hf-sequential", "qa", _qa, job["tmp"] / "hf" / "train.parquet")
+
+
+def test_hf_trainer_resumed_from_a_checkpoint_keeps_the_plan_and_its_log(job):
+    """A run resumed from its checkpoint wiped each rank's log (ConsumedIdsCallback opened it afresh), and verify
+    blamed a rank that 'consumed only 1/2 of its own shard'. The log keeps the micro-batches up to the checkpoint
+    (not the one step trained after it and again on resuming), and the whole run verifies as the plan."""
+    _assert_plan_held(job, "hf-resumed", "qa", _qa, job["tmp"] / "hf" / "train.parquet")
+    for rank in range(WORLD):
+        assert [r["step"] for r in _consumed(job, "hf-resumed", rank)] == list(range(len(_consumed(job, "hf", rank))))
 
 
 def test_trl_sft_trainer_keeps_the_plan(job):

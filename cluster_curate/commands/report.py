@@ -40,6 +40,11 @@ def find_artifacts(paths: list[str]) -> dict[str, Path]:
                 raise CurateError(f"{p}: holds no cluster-curate artifacts ({', '.join(PIPELINE_NAMES.values())})")
             for kind, q in inside.items():
                 found.setdefault(kind, q)
+        elif read_meta(p).kind == "shard":  # one rank's rows (or an export's): reported as its whole directory
+            if not (p.parent / MANIFEST).is_file():
+                raise CurateError(f"{p}: one shard's rows, with no {MANIFEST} beside it (a trainer export's data?); "
+                                  "report the shard directory they were written in")
+            found["shards"] = p.parent
         else:
             meta = read_meta(p)
             if meta.kind in found:
@@ -317,6 +322,8 @@ def _draw_into(out: Path, found: dict[str, Path], seed: int) -> list[Path]:
     if not drawn:
         for d in created:
             d.rmdir()  # no folder left behind for nothing
+    for name in set(PLOTS) - {p.name for p in drawn}:  # an earlier report's, in a folder holding the user's files
+        (out / name).unlink(missing_ok=True)
     return [out / p.name for p in drawn]
 
 

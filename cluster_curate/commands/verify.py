@@ -60,32 +60,29 @@ def planned_grid(shard_dir: str | os.PathLike):
 
 
 def read_consumed(log_dir: str | os.PathLike, num_ranks: int) -> dict[int, list[dict] | None]:
-    """rank -> its logged micro-batches (None when the rank wrote no log). A bad line is a one-line error."""
+    """rank -> its logged micro-batches (None when the rank wrote no log), for the plan's ranks and any beyond them
+    (a job run on more processes: the plan not followed, plan_check says so). A bad line is a one-line error."""
+    import re
+
     from cluster_curate.io.names import consumed_log_name
     d = Path(log_dir)
     if not d.is_dir():
         raise CurateError(f"{log_dir}: no such log directory")
-    out: dict[int, list[dict] | None] = {}
-    for r in range(num_ranks):
-        path = d / consumed_log_name(r)
-        if not path.is_file():
-            out[r] = None
-            continue
-        out[r] = [_record(path, line_no, line)
-                  for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
     pattern = consumed_log_name(0).replace("00000", "*")
-    if all(log is None for log in out.values()) and not any(d.glob(pattern)):
+    logged = {int(m[1]): p for p in d.glob(pattern)
+              if (m := re.fullmatch(r"rank-(\d+)\.jsonl", p.name)) and p.name == consumed_log_name(int(m[1]))}
+    if not logged:
         # no rank logged here at all: the wrong folder (or a parent of the right one), not N ranks that never ran
         below = next((p.parent for depth in ("*/", "*/*/") for p in sorted(d.glob(depth + pattern))), None)
         raise CurateError(f"{log_dir}: no rank log here ({consumed_log_name(0)} ...)"
                           + (f"; found some in {below}: pass that as --log" if below else
                              "; pass the directory the training job's ConsumedLog or ConsumedIdsCallback wrote"))
-    known = {consumed_log_name(r) for r in range(num_ranks)}
-    extra = sorted(p.name for p in d.glob(pattern) if p.name not in known)
-    if extra:
-        raise CurateError(f"{log_dir}: {extra[0]} is from a rank beyond the plan's {num_ranks} ranks "
-                          "(the job ran on more processes than the shards were planned for)")
-    return out
+    return {r: _read_log(logged[r]) if r in logged else None for r in sorted(set(range(num_ranks)) | set(logged))}
+
+
+def _read_log(path: Path) -> list[dict]:
+    return [_record(path, line_no, line)
+            for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
 
 
 def _record(path: Path, line_no: int, line: str) -> dict:

@@ -43,8 +43,9 @@ DEFAULT_TEXT_DIM = 256
 # template puts after its end-of-turn token (a newline), as TRL trains on it and counts the rejected answer. 6:
 # OpenHermes-2.5's `system_prompt` column beside ShareGPT `conversations` is the system turn (it was dropped). 7:
 # the text basis's last step by the QR of its [rows, k + 10] product (features/text._randomized_svd_basis): the
-# same basis to 1e-12, a few of its float32 values at the last bit
-ALGORITHM_VERSION = 7
+# same basis to 1e-12, a few of its float32 values at the last bit. 8: NaN in a text field is a missing value (it
+# was the text "nan"), and a label column's text ("1", "true", a CSV's) names the chosen answer (a bad row before)
+ALGORITHM_VERSION = 8
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
 # version bump: the features are the same, and embeddings written without these columns stay valid (those

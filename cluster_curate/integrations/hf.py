@@ -63,7 +63,9 @@ class ConsumedIdsCallback(TrainerCallback):
         self.log_dir, self.log = log_dir, None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.log = ConsumedLog(self.log_dir, rank=args.process_index)
+        # resumed from a checkpoint (its state loaded by now): the micro-batches trained up to it stay logged
+        self.log = ConsumedLog(self.log_dir, rank=args.process_index,
+                               resume_at=state.global_step * args.gradient_accumulation_steps)
 
     def record(self, ids, weights=None, loss=None):
         if self.log is not None:
