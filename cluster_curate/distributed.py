@@ -252,6 +252,17 @@ class ChunkedOutput:
                 old = json.loads(plan_file.read_text())
             except (OSError, ValueError):
                 old = None
+            if lay.multi and old != self.plan and self._others_written():
+                # a part of a job array run with another --model, --features, ... or data: its parts would be read
+                # as one artifact of two feature spaces
+                if not overwrite:
+                    raise CurateError(f"{self.out}: holds parts of a run with other parameters or data; every part "
+                                      "of a job runs the same command (pass --overwrite to start the artifact over, "
+                                      "or use a fresh output)")
+                for q in [*self.out.glob("part-*.parquet"), *self.out.glob("rejects-*.jsonl")]:
+                    q.unlink(missing_ok=True)
+                shutil.rmtree(self.staging)
+                old = None
             mine = [c for c in self.committed() if lay.owns(c)]
             if mine and not overwrite and not self.resume:  # committed work is discarded only when asked
                 same = "of this command" if old == self.plan else "with other parameters or data"
@@ -273,6 +284,12 @@ class ChunkedOutput:
             for c in self.committed():
                 if lay.owns(c):
                     self._chunk_path(c).unlink(missing_ok=True)
+
+    def _others_written(self) -> bool:
+        """Whether other workers of this layout wrote a part or committed a chunk here."""
+        lay = self.layout
+        parts = [p for p in self.out.glob(f"part-*-of-{lay.workers:05d}.parquet") if p.name != lay.part_name()]
+        return bool(parts) or any(not lay.owns(c) for c in self.committed())
 
     # -------------------------------------------------------------------------------- chunks
     def chunk_of(self, row_id: int) -> int:

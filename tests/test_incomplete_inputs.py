@@ -24,6 +24,25 @@ def _ok(*argv, cwd):
     return r
 
 
+def test_a_job_array_piece_run_with_other_options_is_refused_not_mixed_in(tmp_path):
+    """A piece run with another --dim (or --model, --features: any option or data of the plan) wrote its part
+    beside the first piece's, and `cluster` read the two feature spaces as one artifact without a word. It is
+    refused in one line, its part not written; --overwrite starts the artifact over with its options."""
+    (tmp_path / "d.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[:120]))
+    _ok("embed", "d.jsonl", "--out", "emb", "--num-parts", "2", "--part-index", "0", *EMBED, "-q", cwd=tmp_path)
+    other = [a if a != "16" else "24" for a in EMBED[:4]] + EMBED[4:]  # --dim 24
+    r = _cli("embed", "d.jsonl", "--out", "emb", "--num-parts", "2", "--part-index", "1", *other, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "ERROR: emb: holds parts of a run with other parameters or data; every part of a job runs the same command "
+        "(pass --overwrite to start the artifact over, or use a fresh output)"), r.stderr
+    assert sorted(p.name for p in (tmp_path / "emb").iterdir()) == ["part-00000-of-00002.parquet"]
+    _ok("embed", "d.jsonl", "--out", "emb", "--num-parts", "2", "--part-index", "1", *other, "--overwrite", "-q",
+        cwd=tmp_path)
+    assert sorted(p.name for p in (tmp_path / "emb").iterdir()) == ["part-00001-of-00002.parquet"]
+    _ok("embed", "d.jsonl", "--out", "emb", "--num-parts", "2", "--part-index", "0", *other, "-q", cwd=tmp_path)
+    _ok("cluster", "emb", "--out", "c.parquet", "--k", "4", "-q", cwd=tmp_path)  # one feature space, whole
+
+
 def test_a_job_array_embedding_is_refused_until_every_piece_is_written(tmp_path):
     (tmp_path / "d.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[:120]))
     (tmp_path / "t.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[200:240]))

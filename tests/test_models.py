@@ -106,6 +106,64 @@ def test_corrupt_gguf_is_a_clear_error(tmp_path):
         load_model(str(fake))
 
 
+def test_a_model_or_encoder_folder_without_its_tokenizer_says_so(tmp_path):
+    """A folder holding a model's config and weights but no tokenizer said "could not be loaded: Couldn't
+    instantiate the backend tokenizer from one of:" and stopped there (transformers' first line): it says what is
+    missing now, for --model and --encoder alike."""
+    from tiny_encoder import build_bert
+    from tiny_lm import build_llama
+
+    from cluster_curate.features.semantic import load_encoder
+    for folder, load, flag in ((build_llama(tmp_path / "lm", layers=1, hidden=32), load_model, "--model"),
+                               (build_bert(tmp_path / "enc"), load_encoder, "--encoder")):
+        for f in folder.iterdir():
+            if f.name.startswith(("tokenizer", "vocab", "special_tokens")):
+                f.unlink()
+        with pytest.raises(CurateError) as e:
+            load(str(folder))
+        assert str(e.value) == (f"{flag} {folder}: could not be loaded: no tokenizer in the folder (none of "
+                                "tokenizer.json, tokenizer_config.json, tokenizer.model, ...): save it beside the model")
+
+
+def test_a_model_saved_again_under_the_same_path_is_another_model(tmp_path):
+    """A local --model was recorded by its path alone: its weights saved again under that path, `run` kept the
+    embeddings of the old ones ('up to date'), a job-array piece (or --resume) added chunks of the new ones to
+    those of the old, and `--like` embedded a target with the new ones. Its files' fingerprint is recorded now: run
+    embeds again, saying why, and a piece or --like of the other weights is refused; a copy of the folder is the
+    same model."""
+    import json
+    import shutil
+
+    from conftest import FIXTURES
+    from conftest import cli_in_process as cli
+    from tiny_lm import build_llama
+
+    from cluster_curate.features.models import model_fingerprint
+    build_llama(tmp_path / "m", layers=1, hidden=32)
+    shutil.copytree(tmp_path / "m", tmp_path / "copy")
+    assert model_fingerprint(tmp_path / "copy") == model_fingerprint(tmp_path / "m") is not None
+    (tmp_path / "d.jsonl").write_text("".join(open(FIXTURES / "gsm8k" / "train-300.jsonl").readlines()[:40]))
+    (tmp_path / "t.jsonl").write_text("".join(open(FIXTURES / "gsm8k" / "train-300.jsonl").readlines()[40:50]))
+    emb = ["--model", "m", "--features", "hidden", "--dim", "16"]
+    run = ["run", "d.jsonl", "--out", "r", *emb, "--budget", "12", "-n", "2", "--json"]
+    assert cli(*run, cwd=tmp_path).returncode == 0
+    assert cli("embed", "d.jsonl", "--out", "parts", *emb, "--num-parts", "2", "--part-index", "0", "--commit-every",
+               "10", "-q", cwd=tmp_path).returncode == 0
+    build_llama(tmp_path / "m", layers=1, hidden=32, seed=1)  # saved again: other weights, the same path
+    again = cli(*run, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    stages = json.loads(again.stdout)["stages"]
+    assert [s["status"] for s in stages] == ["ran"] * 4
+    assert stages[0]["reason"] == "its input changed (--model m: its content changed)"
+    piece = cli("embed", "d.jsonl", "--out", "parts", *emb, "--num-parts", "2", "--part-index", "1", "--commit-every",
+                "10", cwd=tmp_path)
+    assert piece.returncode == 2 and "parts: holds parts of a run with other parameters or data" in piece.stderr
+    like = cli("embed", "t.jsonl", "--like", "parts/part-00000-of-00002.parquet", "--out", "t.parquet", cwd=tmp_path)
+    assert like.returncode == 2 and like.stderr.strip().endswith(
+        "its --model m is not the model it was embedded with (its files changed since, or are gone): its feature "
+        "space cannot be reproduced"), like.stderr
+
+
 @pytest.fixture(scope="module")
 def smollm2():
     """The real model, loaded once for the tests that read it (half a minute: its GGUF weights are dequantized)."""

@@ -90,6 +90,7 @@ class Models:
     proxy_dir: object = None
     warmup_s: float = 0.0
     model_name: str | None = None
+    model_fingerprint: str | None = None  # a local --model's files (models.model_fingerprint)
     trajectory: list = field(default_factory=list)
     trajectory_names: list = field(default_factory=list)
     featurizers: dict = field(default_factory=dict)
@@ -104,7 +105,7 @@ def prepare(run) -> Models:
     m, opts = Models(), run.opts
     t_load = time.perf_counter()
     if any(f in MODEL_FEATURES for f in run.features):
-        from cluster_curate.features.models import load_model, resolve_device
+        from cluster_curate.features.models import load_model, model_fingerprint, resolve_device
         if opts["model"] == "proxy":
             m.proxy_dir, m.warmup_s = _proxy(run)
             m.fm = store.load_proxy(m.proxy_dir, device=resolve_device(run.device))
@@ -116,7 +117,7 @@ def prepare(run) -> Models:
         else:
             m.fm = load_model(opts["model"], device=run.device, dtype=opts["dtype"],
                               trust_remote_code=opts["trust_remote_code"])
-            m.model_name = opts["model"]
+            m.model_name, m.model_fingerprint = opts["model"], model_fingerprint(opts["model"])
         if "loss-trajectory" in run.features:
             m.trajectory, m.trajectory_names = _trajectory(opts, m.proxy_dir, m.fm)
     for kind in run.features:
@@ -344,6 +345,8 @@ def embedder_and_params(run, m: Models):
               "n_tokens": "model tokens" if fm else N_TOKENS_ENCODER if semantic else N_TOKENS_WORDS}
     if semantic:
         params["semantic"] = semantic.encoder.describe()
+    if m.model_fingerprint:  # weights saved again under the same path: another model (--resume, --like, run)
+        params["model_fingerprint"] = m.model_fingerprint
     return embedder, params
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from cluster_curate.errors import CurateError
 
 # The recorded `embed` params that define the space (others, e.g. `text_sample`, only say how it was fitted)
-SPACE_PARAMS = ("model", "features", "feature_weights", "dim", "dims", "pool", "layers", "checkpoints",
-                "text_field", "text_weighting", "max_length", "seed", "proxy_key")
+SPACE_PARAMS = ("model", "model_fingerprint", "features", "feature_weights", "dim", "dims", "pool", "layers",
+                "checkpoints", "text_field", "text_weighting", "max_length", "seed", "proxy_key")
 # the `embed` options --like takes from the pool (param name = option name)
 LIKE_OPTIONS = ("features", "feature_weights", "dim", "pool", "layers", "text_field", "text_weighting",
                 "text_sample", "max_length", "seed")
@@ -50,6 +50,12 @@ def check_like(pool_path, params: dict) -> None:
     if "loss-trajectory" in features:
         raise CurateError(f"{pool_path}: --features loss-trajectory: embedding other data --like it is not supported "
                           "(its checkpoint models are not recorded in full)")
+    recorded = params.get("model_fingerprint")
+    if recorded:
+        from cluster_curate.features.models import model_fingerprint
+        if model_fingerprint(params.get("model")) != recorded:
+            raise CurateError(f"{pool_path}: its --model {params.get('model')} is not the model it was embedded with "
+                              "(its files changed since, or are gone): its feature space cannot be reproduced")
 
 
 def same_space(pool_meta, target_meta, *, target_name: str = "target") -> None:

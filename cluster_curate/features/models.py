@@ -164,6 +164,50 @@ def _loading_bars(gguf: bool):
             reader.tqdm = reader_tqdm
 
 
+# the files a tokenizer is loaded from, one of which a model folder holds (transformers' and sentencepiece's names)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                    "spiece.model", "sentencepiece.bpe.model")
+
+
+def model_fingerprint(spec) -> str | None:
+    """A cheap fingerprint of a local model's files (a folder's own files, or a .gguf file): each one's name, size,
+    and its first and last MiB, so that weights saved again under the same path (a checkpoint written over) are
+    another model, and a copy of the folder is the same one. None for what is no local path (a hub id, the proxy:
+    recorded by their own keys)."""
+    import hashlib
+    path = Path(str(spec)).expanduser()
+    files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(".")) if path.is_dir() \
+        else [path] if path.is_file() else []
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        h.update(f"{f.name if path.is_dir() else ''}\0{size}\0".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(1 << 20))
+            if size > 2 << 20:
+                fh.seek(-(1 << 20), os.SEEK_END)
+                h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def check_tokenizer_files(path: Path, named: str) -> None:
+    """A local model or encoder folder must hold its tokenizer: without one transformers either fails ("Couldn't
+    instantiate the backend tokenizer from one of:") or, for some models (BERT), builds one of its 5 special
+    tokens alone, which reads every word as [UNK] and gives every row one embedding, without a word."""
+    if path.is_dir() and not any((path / name).is_file() for name in _TOKENIZER_FILES):
+        raise CurateError(f"{named}: could not be loaded: no tokenizer in the folder (none of "
+                          f"{', '.join(_TOKENIZER_FILES[:3])}, ...): save it beside the model")
+
+
+def loading_error(e: Exception) -> str:
+    """What transformers said when it could not load a model or encoder, in one line: its first line, with the next
+    one where the first ends on a colon."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()] or [type(e).__name__]
+    return lines[0] + (f" {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else "")
+
+
 def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
                trust_remote_code: bool = False) -> FeatureModel:
     """Load a causal LM as a FeatureModel.
@@ -204,6 +248,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
                 raise CurateError(_not_cached(spec, True))
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_tokenizer_files(path, f"--model {spec}")
     try:
         with _loading_bars(gguf="gguf_file" in kwargs):
             tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
@@ -211,7 +256,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
         if where == spec and not path.exists() and (unreachable or hub_is_offline()):
             raise CurateError(_not_cached(spec, unreachable)) from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = loading_error(e)
         if trust_remote_code is False and "trust_remote_code" in str(e):
             first += " (pass --trust-remote-code if you trust this model's code)"
         raise CurateError(f"--model {spec}: could not be loaded: {first}") from None

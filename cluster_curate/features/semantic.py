@@ -267,6 +267,8 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         path = Path(spec).expanduser()
         directory = path if path.exists() else None
         where, name = (str(path), str(path.resolve())) if directory is not None else (spec, spec)
+        from cluster_curate.features.models import check_tokenizer_files
+        check_tokenizer_files(path, f"--encoder {spec}")
     from transformers.utils import logging as hf_logging
 
     kwargs = {"trust_remote_code": bool(trust_remote_code)}
@@ -280,8 +282,8 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         if directory is None and hub_is_offline():
             raise CurateError(f"--encoder {spec}: not found locally or in the Hugging Face cache, and the hub "
                               f"is offline (HF_HUB_OFFLINE=1): download it first or pass a local path") from None
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CurateError(f"--encoder {spec}: could not be loaded: {first}") from None
+        from cluster_curate.features.models import loading_error
+        raise CurateError(f"--encoder {spec}: could not be loaded: {loading_error(e)}") from None
     finally:
         if bar:
             hf_logging.enable_progress_bar()
