@@ -135,6 +135,12 @@ class ShardPlan:
         return self.wrapped[:, rank, :].reshape(-1)
 
 
+def min_length_window(k: int, b: int) -> int:
+    """The fewest steps a --length-window window takes: about 16 rows of each of `k` clusters, in steps of `b`
+    rows (a window of fewer has too few rows of a cluster to pair by length)."""
+    return -(-16 * k // b)
+
+
 def _check_sizes(s: int, num_shards: int, micro_batch_size: int) -> int:
     if num_shards < 1:
         raise CurateError(f"--num-shards must be at least 1 (got {num_shards})")
@@ -603,7 +609,7 @@ def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards:
     repeat = np.arange(kept.shape[0]) >= s
     # where: every step holds each cluster's share, floor or ceil (compose_steps)
     k = np.unique(clusters).shape[0]
-    steps_per_window = max(length_window, -(-16 * k // b)) if length_window else 0  # ~16 rows a cluster a window
+    steps_per_window = max(length_window, min_length_window(k, b)) if length_window else 0
     step_of = compose_steps(clusters[kept], t_count, rng, lengths[kept] if length_window else None, steps_per_window)
     if length_window and pair_lengths:
         step_of = pair_by_length(step_of, clusters[kept], t_count, lengths[kept], steps_per_window,

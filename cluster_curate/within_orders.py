@@ -210,6 +210,8 @@ def dedup_within_cluster(features: np.ndarray, order: np.ndarray, sizes: np.ndar
     """
     n, d = features.shape
     keep = np.ones(n, dtype=bool)
+    if threshold >= 1:  # no cosine exceeds 1: identical rows' float32 products (1.0000001, or 0.9999999) must not
+        return keep     # drop some of them and keep others
     starts = np.concatenate([[0], np.cumsum(sizes)])
     thr = np.float32(threshold)
     for c in range(len(sizes)):

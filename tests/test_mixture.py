@@ -30,6 +30,7 @@ from test_input_formats import stack_exchange_paired_rows
 from test_labelled_pairs import shp_rows
 
 GSM_CSV = FIXTURES / "gsm8k" / "train-300.csv"
+GSM_JSONL = FIXTURES / "gsm8k" / "train-300.jsonl"
 ALPACA_PARQUET = FIXTURES / "code_alpaca" / "code_alpaca-300.parquet.d"
 CHAT = FIXTURES / "chat" / "messages-300.jsonl"
 
@@ -310,6 +311,46 @@ def test_bad_mixture_files_are_one_line(tmp_path, text, message):
     assert "\n" not in str(err.value)
 
 
+def test_a_mixture_files_keys_are_named_in_its_refusals_before_any_work(tmp_path, cli_runner, monkeypatch):
+    """What a mixture file's entry says wrong is named by its file and key, before embed reads a row: a rename
+    onto a column the input has (both columns one name: an INTERNAL ERROR at shard, after embed, cluster and
+    select), an unknown format and a column a key names that is not there (both were worded as flags, which apply
+    to every input), an input whose columns cannot be guessed (told flags, which broke the other input), and a
+    path that is not there beside the file but is in the working directory (read from there: the same file read
+    other data from elsewhere)."""
+    from cluster_curate.cli import main
+    mx = tmp_path / "mx"
+    (mx / "data").mkdir(parents=True)
+    rows = [json.loads(line) for line in GSM_JSONL.read_text().splitlines()[:20]]
+    write_jsonl(mx / "data" / "math.jsonl", rows)
+    write_jsonl(mx / "data" / "odd.jsonl", [{"problem_text": r["question"], "solution_text": r["answer"]}
+                                            for r in rows])
+    (tmp_path / "data").mkdir()
+    write_jsonl(tmp_path / "data" / "here.jsonl", rows)  # in the working directory, not beside the mixture file
+    monkeypatch.chdir(tmp_path)
+    cases = {
+        "{path: data/math.jsonl, rename: {question: answer}}":
+            "inputs[0].rename: input math's columns 'question' and 'answer' would both be 'answer'; rename to a "
+            "name none of its other columns has",
+        "{path: data/math.jsonl, format: qax}": "inputs[0].format: unknown format 'qax'; choose one of alpaca, ",
+        "{path: data/math.jsonl, response_field: nope}":
+            f"inputs[0].response_field: 'nope': no such column in {mx / 'data' / 'math.jsonl'}; columns found: "
+            "[question, answer]",
+        "{path: data/odd.jsonl}": "give this input `prompt_field: COLUMN` and `response_field: COLUMN` (",
+        "{path: data/here.jsonl}": "inputs[0].path: data/here.jsonl is relative to the mixture file, and "
+                                   f"{mx / 'data' / 'here.jsonl'} does not exist",
+    }
+    for entry, said in cases.items():
+        (mx / "mix.yaml").write_text(f"inputs:\n  - {entry}\n  - {{path: data/math.jsonl, name: again}}\n")
+        r = cli_runner.invoke(main, ["run", str(mx / "mix.yaml"), "--out", str(tmp_path / "out"), "--budget", "10",
+                                     "-n", "2"], env={"COLUMNS": "250"})
+        assert r.exit_code == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) <= 2, (entry, r.stderr)
+        assert not (tmp_path / "out").exists(), entry
+    swap = "{path: data/math.jsonl, rename: {question: answer, answer: question}}"  # a swap stays fine
+    (mx / "mix.yaml").write_text(f"inputs:\n  - {swap}\n")
+    assert cli_runner.invoke(main, ["inspect", str(mx / "mix.yaml"), "-q"]).exit_code == 0
+
+
 def test_a_file_given_twice_on_the_command_line_is_named_a_repeat(tmp_path):
     """`run a.jsonl a.jsonl`: 'input name 'a' is also the name of a.jsonl; name them apart in a mixture file'."""
     shutil.copy(GSM_CSV, tmp_path / "gsm.csv")
@@ -539,9 +580,13 @@ def test_a_share_option_given_twice_bounds_both_inputs(tmp_path, cli_runner):
     state = json.loads((tmp_path / "c" / "run-state.json").read_text())["select"]["option_values"]
     assert (state["source_min_share"], state["source_max_share"]) == ("train-300=0.5,code=0.3",
                                                                       "messages-300=0.1,code=0.4")
-    _cli(cli_runner, ["select", tmp_path / "c" / "clusters.parquet", "--out", tmp_path / "s.parquet", *args, "-q"])
+    from cluster_curate.cli import main
+    shown = cli_runner.invoke(main, ["select", str(tmp_path / "c" / "clusters.parquet"), "--out",
+                                     str(tmp_path / "s.parquet"), *args], env={"COLUMNS": "250"}).stdout  # no wrap
     _, alone = read_artifact(tmp_path / "s.parquet")
     assert {r["source"]: r["selected"] for r in alone.params["sources"]} == got
+    for r in alone.params["sources"]:  # each share from the counts (the recorded one is rounded to 4 decimals)
+        assert f"{r['selected']} of {r['rows']} rows selected ({r['selected'] / 30:.1%} of the selection)" in shown
 
 
 def test_force_takes_changed_inputs_but_not_ids_that_name_other_rows(tmp_path, cli_runner):

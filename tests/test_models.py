@@ -122,7 +122,8 @@ def test_a_model_or_encoder_folder_without_its_tokenizer_says_so(tmp_path):
         with pytest.raises(CurateError) as e:
             load(str(folder))
         assert str(e.value) == (f"{flag} {folder}: could not be loaded: no tokenizer in the folder (none of "
-                                "tokenizer.json, tokenizer_config.json, tokenizer.model, ...): save it beside the model")
+                                "tokenizer.json, tokenizer_config.json, tokenizer.model, ...): save it beside the "
+                                "model")
 
 
 def test_a_model_saved_again_under_the_same_path_is_another_model(tmp_path):

@@ -63,13 +63,14 @@ def test_a_copied_pipeline_folder_works_from_another_directory(tmp_path):
     sel = read_meta(elsewhere / "s.parquet")
     assert sel.inputs["embeddings"]["fingerprint"] == read_meta(moved / "embeddings.parquet").fingerprint
     assert sel.inputs["embeddings"]["path"] == "../reloc/p/embeddings.parquet"
-    # with the default order the copy's n_tokens still reach shard: tokens, not whitespace words
+    # with the default order the copy's n_tokens still reach shard (not the words of a pass over the data)
     _ok("select", rel / "clusters.parquet", "--out", "s2.parquet", "--fraction", "0.31", "-q", cwd=elsewhere)
     r = _ok("shard", "s2.parquet", "--data", data, "--out", "sh", "--num-shards", "2", "--micro-batch-size", "2",
             "--json", cwd=elsewhere)
-    assert "whitespace" not in r.stderr
+    assert "no token counts in the selection" not in r.stderr  # the selection's, found through the copy's lineage
     manifest = json.loads((elsewhere / "sh" / "manifest.json").read_text())
-    assert manifest["tokens"]["source"] == "selection n_tokens", manifest["tokens"]
+    assert manifest["tokens"]["source"] == "selection n_tokens: whitespace words (no model tokenizer)", \
+        manifest["tokens"]  # text features: the embeddings' n_tokens are words, as select said and shard says now
     # report follows the copy's lineage from the shards back to its embeddings
     r = _ok("report", rel, "--out", "rep", "--json", cwd=elsewhere)
     assert sorted(p.name for p in (elsewhere / "rep").iterdir()) == ["cluster_sizes.png", "features_pca.png",

@@ -262,6 +262,21 @@ def test_dedup_is_greedy_against_kept_rows():
         S.select_rows(np.zeros(5, int), budget=3, dedup=0.9)
 
 
+def test_dedup_1_drops_no_copy_whatever_float32_rounding_makes_of_it():
+    """No cosine exceeds 1, but identical unit rows' float32 products come out at 1.0000001 for some and 0.9999999
+    for others: `--dedup 1` dropped a seed-dependent part of 30 planted copies ('9 (cosine > 1.0)', then 8). It
+    drops none; a threshold under 1 drops every copy."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((60, 64)).astype(np.float32)
+    C.normalise_features(x)
+    x = np.vstack([x, x[:30]])  # 30 exact copies
+    above_one = int(((x[60:] * x[:30]).sum(axis=1, dtype=np.float32) > np.float32(1)).sum())
+    assert 0 < above_one < 30  # the rounding the test is about, on these rows
+    order, sizes = np.arange(90), np.array([90])
+    assert O.dedup_within_cluster(x, order, sizes, 1.0).all()
+    assert O.dedup_within_cluster(x, order, sizes, 0.999).tolist() == [True] * 60 + [False] * 30
+
+
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10 ** 6), thr=st.sampled_from([0.5, 0.8, 0.95]), block=st.integers(1, 9))
 def test_dedup_matches_a_plain_loop(seed, thr, block):

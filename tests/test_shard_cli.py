@@ -72,6 +72,20 @@ def test_end_to_end_invariants(tmp_path, data, cli_runner):
     assert manifest["tokens"]["source"].startswith("whitespace")
 
 
+def test_a_length_window_under_its_floor_is_said(tmp_path, data, cli_runner):
+    """A window of fewer steps than hold about 16 rows of each cluster is raised to that floor: windows of 1, 2 or
+    16 steps gave the same shards, and nothing said so."""
+    make_selection(tmp_path / "sel.parquet", data, k=6, fraction=0.5, n_tokens=True)
+    said = []
+    for window in ("1", "48"):
+        r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / f"w{window}", "-n", "2",
+                 "-m", "1", "--length-window", window)
+        assert r.exit_code == 0, r.output
+        said.append(r.stderr)
+    assert "WARNING: --length-window 1: windows of 48 steps here, the fewest that hold about 16 rows of each of " \
+        "the 6 clusters" in said[0] and "--length-window" not in said[1]
+
+
 def test_order_in_each_shard_is_the_planned_order(tmp_path, data, cli_runner):
     sel = make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.4, n_tokens=True)
     out = tmp_path / "shards"

@@ -25,8 +25,8 @@ from tiny_lm import build_llama
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 WORLD, M = 2, 2
-SCENARIOS = ["hf", "hf-sequential", "hf-random", "hf-resumed", "trl", "trl-packing", "trl-dpo", "axolotl", "axolotl-shuffled",
-             "torchrun", "torchrun-on-hf-export", "accelerate", "accelerate-rank-local"]
+SCENARIOS = ["hf", "hf-sequential", "hf-random", "hf-resumed", "trl", "trl-packing", "trl-dpo", "axolotl",
+             "axolotl-shuffled", "torchrun", "torchrun-on-hf-export", "accelerate", "accelerate-rank-local"]
 
 pytestmark = pytest.mark.slow
 

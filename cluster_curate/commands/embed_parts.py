@@ -365,6 +365,7 @@ class Pass:
     done_tokens: int = 0
     seconds: float = 0.0
     truncated: int = 0  # rows an encoder feature cut to its max length (chunks computed by this process)
+    model_cut: int = 0  # rows cut to --max-length for the causal LM's features (likewise)
 
 
 def feature_pass(run, embedder, params) -> Pass:
@@ -396,6 +397,7 @@ def feature_pass(run, embedder, params) -> Pass:
                 return
             result = embedder.embed(examples, on_batch=on_batch)
             p.truncated += result.truncated
+            p.model_cut += result.model_cut
             skipped = [{"id": int(i), "reason": r} for i, r in result.skipped]
             if skipped:
                 bar.advance(len(skipped))
@@ -507,6 +509,10 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
                      f"(the first {LISTED_COPIES} in the artifact's metadata; --keep-duplicates keeps them)")
     if m.proxy_dir is not None:
         summary["proxy"] = str(m.proxy_dir)
+    if p.model_cut:  # else silent: what the model saw of them is not all the trainer will
+        console.warn(f"{p.model_cut} row(s) longer than --max-length {run.opts['max_length']} tokens: the model's "
+                     "features see them cut (the prompt's start first); their n_tokens count them whole, as a "
+                     "trainer reads them")
     sem = p.meta.params.get("semantic")
     if sem:
         summary["encoder"] = sem["encoder"]

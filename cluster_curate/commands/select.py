@@ -633,12 +633,15 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     sources = x.get("sources") or []
     if sources:
         summary["sources"] = Shown(sources, hidden=True)  # one line per input below
+    # shares from the counts: the recorded ones are rounded to 4 decimals, and rounded again they could say 17.0%
+    # of 10 rows in 59 (16.9%)
+    rows_in, tokens_in = (max(1, sum(r.get(k) or 0 for r in sources)) for k in ("selected", "selected_tokens"))
     for row in sources:
-        tok = (f", {row['selected_tokens']:,} tokens ({row['selected_share_tokens']:.1%})"
+        tok = (f", {row['selected_tokens']:,} tokens ({row['selected_tokens'] / tokens_in:.1%})"
                if "selected_tokens" in row else "")
         # the label given, not made from the key: the input's name as the user wrote it (no "_" -> " ")
         summary[f"source {row['source']}"] = Shown(None, f"{row['selected']:,} of {row['rows']:,} rows selected "
-                                                         f"({row['selected_share_rows']:.1%} of the selection){tok}",
+                                                         f"({row['selected'] / rows_in:.1%} of the selection){tok}",
                                                    label=f"source {row['source']}", in_json=False)
     if sel.notes:
         summary["notes"] = Shown(list(sel.notes), hidden=True)

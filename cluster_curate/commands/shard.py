@@ -34,7 +34,8 @@ OPTIONS = (
            show_default=True,
            help="Rank load to balance: sum of tokens, or micro-batch size × longest row (trainers that pad)."),
     Option("length_window", record=True, type=int,
-           help="Group rows of similar length into steps inside windows of this many steps (0 = off; default 64)."),
+           help="Group rows of similar length into steps inside windows of this many steps, at least ⌈16·k / (N·M)⌉ "
+                "(about 16 rows of each cluster) (0 = off; default 64)."),
     Option("pair_lengths", record=True, negatable=True, default=True, show_default=True,
            help="Inside a window, rows of similar length share a step across clusters too (each step keeps its "
                 "cluster counts): what balances micro-batch 1 and 2; since length often tells inputs apart "
@@ -95,6 +96,11 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],
                                allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],
                                length_window=o["length_window"], pair_lengths=o["pair_lengths"], seed=o["seed"])
+    k, b = len(set(sel.clusters.tolist())), o["num_shards"] * o["micro_batch_size"]
+    if o["length_window"] and o["length_window"] < sharding.min_length_window(k, b):  # else silently other windows
+        from cluster_curate import console
+        console.warn(f"--length-window {o['length_window']}: windows of {sharding.min_length_window(k, b)} steps "
+                     f"here, the fewest that hold about 16 rows of each of the {k} clusters")
     # warned about here, recorded in the manifest
     figures = balance_figures(plan, tokens, sel.clusters, source_index(sel.meta.dataset, sel.ids))
     if o["allocation"] == "stratified":  # the others are baselines: their balance is what they are for

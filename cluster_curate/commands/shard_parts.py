@@ -20,7 +20,8 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
     from cluster_curate.io.readers import read_embedding_tokens
     tokenizer, embeddings = o["tokenizer"], o["embeddings"]
     if not tokenizer and not embeddings and sel.n_tokens is not None:
-        return sel.n_tokens, "selection n_tokens"
+        what = _selection_counts(selection, sel.meta)  # whitespace words (the default text features), model tokens
+        return sel.n_tokens, "selection n_tokens" + (f": {what}" if what else "")
     if tokenizer and sel.n_tokens is not None and _counted_by(sel.meta.params, tokenizer):
         console.info(f"token counts: the selection's n_tokens, counted by --tokenizer {tokenizer} (unchanged since)")
         return sel.n_tokens, f"tokenizer {tokenizer}"  # what counting them again here would give, and say
@@ -52,6 +53,18 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
     console.warn("no token counts in the selection or its embeddings and no --tokenizer: balancing on "
                  "whitespace-separated words (recorded in the manifest as token_source)")
     return tokens, "whitespace words (no n_tokens, embeddings or --tokenizer)"
+
+
+def _selection_counts(selection, meta) -> str | None:
+    """What the selection's n_tokens count, in words: what select counted them with, else what its embeddings
+    say of theirs (their params' n_tokens: whitespace words, model tokens, ...); None when neither is known."""
+    from cluster_curate.io.lineage import upstream
+    counted = (meta.params.get("tokens") or {}).get("counted_by")
+    if counted:
+        return counted.removeprefix("the embeddings' n_tokens: ")
+    path, cmeta = upstream(selection, meta, "clusters")
+    path, emeta = upstream(path, cmeta, "embeddings") if path is not None else (None, None)
+    return emeta.params.get("n_tokens") if path is not None else None
 
 
 def _counted_by(params: dict, tokenizer: str) -> bool:

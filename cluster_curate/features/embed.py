@@ -44,7 +44,8 @@ DEFAULT_TEXT_DIM = 256
 # OpenHermes-2.5's `system_prompt` column beside ShareGPT `conversations` is the system turn (it was dropped). 7:
 # the text basis's last step by the QR of its [rows, k + 10] product (features/text._randomized_svd_basis): the
 # same basis to 1e-12, a few of its float32 values at the last bit. 8: NaN in a text field is a missing value (it
-# was the text "nan"), and a label column's text ("1", "true", a CSV's) names the chosen answer (a bad row before)
+# was the text "nan"), a label column's text ("1", "true", a CSV's) names the chosen answer (a bad row before), and
+# a causal LM's n_tokens / n_response_tokens count a row longer than --max-length whole (they were its cut length)
 ALGORITHM_VERSION = 8
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
@@ -180,6 +181,7 @@ class ChunkResult:
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (id, reason): no response token
     tokens: int = 0  # real (unpadded) tokens processed
     truncated: int = 0  # rows whose text an encoder feature cut to its max length
+    model_cut: int = 0  # rows cut to --max-length for the causal LM's features (n_tokens counts them whole)
     answer_key: np.ndarray | None = None  # int64 [n]: answer_kinds.answer_key of each row's response
     response_words: np.ndarray | None = None  # int64 [n]: whitespace words of each row's response
     prompt_key: np.ndarray | None = None  # int64 [n]: exact_dedup.prompt_keys of each row's prompt
@@ -243,8 +245,9 @@ class Embedder:
         prompts = [ex.prompt for ex in rows.kept]
         return ChunkResult(ids=ids, embedding=embedding, n_tokens=rows.n_tokens, n_response_tokens=rows.n_resp,
                            loss=rows.loss.astype(np.float32), skipped=list(rows.skipped), tokens=rows.tokens,
-                           truncated=rows.truncated, answer_key=answer_key, response_words=response_words,
-                           prompt_key=prompt_keys(prompts), prompt_turn_keys=user_turn_keys(prompts))
+                           truncated=rows.truncated, model_cut=rows.model_cut, answer_key=answer_key,
+                           response_words=response_words, prompt_key=prompt_keys(prompts),
+                           prompt_turn_keys=user_turn_keys(prompts))
 
     def _model_pass(self, examples: list, on_batch) -> _Rows:
         """The causal-LM blocks and the loss of `examples`, in batches of about `batch_tokens` tokens."""
@@ -255,13 +258,15 @@ class Embedder:
         encoded, skipped = encode_examples(self.fm.tokenizer, examples, self.max_length)
         kept_ids = {e.id for e in encoded}
         n = len(encoded)
-        n_tokens = np.array([e.n_tokens for e in encoded], dtype=np.int64)
+        n_tokens = np.array([e.n_tokens for e in encoded], dtype=np.int64)  # as the model reads them (batches)
+        whole = np.array([e.whole_tokens for e in encoded], dtype=np.int64)  # as a trainer does: not cut
         kept = [ex for ex in examples if ex.id in kept_ids]
         from cluster_curate.features.text import rejected_counts
         rejected = rejected_counts(self.fm.tokenizer, kept)  # a preference pair's row counts its rejected answer
         rows = _Rows(kept=kept, loss=np.full(n, np.nan, dtype=np.float32),
-                     n_tokens=n_tokens if rejected is None else n_tokens + rejected,
-                     n_resp=np.array([e.n_response_tokens for e in encoded], dtype=np.int64), skipped=skipped)
+                     n_tokens=whole if rejected is None else whole + rejected,
+                     n_resp=np.array([e.whole_response_tokens for e in encoded], dtype=np.int64), skipped=skipped,
+                     model_cut=sum(e.truncated for e in encoded))
         parts: dict[str, list] = {f: [] for f in self.features if f in MODEL_FEATURES}
         positions: list[np.ndarray] = []
         for idx in plan_batches(n_tokens, self.batch_tokens):
@@ -346,6 +351,7 @@ class _Rows:
     skipped: list = field(default_factory=list)
     tokens: int = 0
     truncated: int = 0
+    model_cut: int = 0  # rows longer than --max-length, cut for the causal LM's features
 
 
 def _word_counted(examples: list, on_batch) -> _Rows:

@@ -302,6 +302,8 @@ class Encoded:
     n_tokens: int             # len(input_ids) after truncation
     n_response_tokens: int    # response tokens the loss/features use (each has a predecessor position)
     truncated: bool
+    whole_tokens: int = 0     # prompt + response tokens before truncation: what a trainer reads (n_tokens column)
+    whole_response_tokens: int = 0  # likewise, of the response
 
 
 def pad_token_id(tokenizer) -> int:
@@ -432,6 +434,7 @@ def _truncate(ex_id: int, prompt_ids: list[int], response_ids: list[int], max_le
     if not response_ids:
         return (int(ex_id), "the response is empty after tokenization")
     truncated = False
+    whole, whole_response = len(prompt_ids) + len(response_ids), len(response_ids) - (0 if prompt_ids else 1)
     if max_length is not None and len(prompt_ids) + len(response_ids) > max_length:
         truncated = True
         keep_prompt = max(max_length - len(response_ids), 1 if prompt_ids else 0)
@@ -445,7 +448,8 @@ def _truncate(ex_id: int, prompt_ids: list[int], response_ids: list[int], max_le
                else "the response has no token after the prompt")
         return (int(ex_id), why)
     return Encoded(id=int(ex_id), input_ids=ids, response_start=start, n_tokens=len(ids),
-                   n_response_tokens=n_resp, truncated=truncated)
+                   n_response_tokens=n_resp, truncated=truncated, whole_tokens=whole if truncated else len(ids),
+                   whole_response_tokens=whole_response if truncated else n_resp)
 
 
 def encode_examples(tokenizer, examples: list, max_length: int | None

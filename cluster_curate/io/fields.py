@@ -52,8 +52,9 @@ class FieldsRefusal(CurateError):
         return worded_parts(self.parts, wording)
 
 
-FIX_HINT = ("pass --prompt-field COLUMN --response-field COLUMN (several prompt columns: --prompt-field A,B; a column "
-            "of chat turns: --format messages --prompt-field COLUMN)")
+# columns the hint cannot guess: worded as flags for one input, as its keys for a mixture's (io/mixture.py)
+FIX_HINT = ColumnsHint((("prompt", "COLUMN"), ("response", "COLUMN")),
+                       "several prompt columns: A,B; a column of chat turns: format messages, that column the prompt")
 
 # Column names, compared ignoring case, that a hint may suggest (the detection itself only takes the exact ones).
 _PROMPT_NAMES = ("instruction", "prompt", "question", "query", "problem", "input", "text")
@@ -166,7 +167,7 @@ def _fix_hint(columns) -> tuple[str | ColumnsHint, ...]:
         return (ColumnsHint((("prompt", prompts[0]), ("response", responses[0])), "or other columns"),)
     if not responses and (TURNS in columns or any(p.lower() not in ("text", "input") for p in prompts)):
         return ("no column looks like a response: questions alone (an evaluation set) are no training data, give "
-                "them to select or run --decontaminate as they are; else " + FIX_HINT,)
+                "them to select or run --decontaminate as they are; else ", FIX_HINT)
     return (FIX_HINT,)
 
 

@@ -73,6 +73,7 @@ class MixtureInput:
     min_share: float | None = None
     max_share: float | None = None
     where: str = ""  # where it was declared, for messages ("mix.yaml: inputs[1]" or the argument)
+    fields: dict = field(default_factory=dict)  # the column keys its mixture file gave it (prompt_field: ...)
 
     def describe(self) -> dict:
         opts = self.options.given()
@@ -157,7 +158,12 @@ def read_mixture_file(path: str, defaults: ReadOptions | None = None) -> list[Mi
             raise CurateError(f"{where}.path: required (the input's file, directory or hf: id)")
         src = item["path"]
         local = (p.parent / src) if not Path(src).is_absolute() and not src.startswith("hf:") else Path(src)
-        if not src.startswith("hf:") and (local.exists() or not Path(src).exists()):
+        if not src.startswith("hf:"):
+            if not local.exists() and Path(src).exists():  # the working directory's: the same mixture file would
+                # read other data from elsewhere; refused, as its paths are the file's (README, "Mixtures")
+                raise CurateError(f"{where}.path: {src} is relative to the mixture file, and {local} does not exist "
+                                  f"({src} from the working directory is not read); write the path from "
+                                  f"{p.parent}, or an absolute one")
             src = str(local)
         rename = item.get("rename") or {}
         if not isinstance(rename, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
@@ -174,9 +180,13 @@ def read_mixture_file(path: str, defaults: ReadOptions | None = None) -> list[Mi
                            on_bad_row=item.get("on_bad_row", defaults.on_bad_row))
         if opts.on_bad_row not in ("error", "skip"):
             raise CurateError(f"{where}.on_bad_row: must be 'error' or 'skip', not {opts.on_bad_row!r}")
+        from cluster_curate.io.formats import FORMATS
+        if item.get("format") is not None and item["format"] not in FORMATS:
+            raise CurateError(f"{where}.format: unknown format {item['format']!r}; choose one of {', '.join(FORMATS)}")
         out.append(MixtureInput(path=src, name=item.get("name") or default_name(item["path"]), options=opts,
                                 rename=dict(rename), min_share=_share(item.get("min_share"), where, "min_share"),
-                                max_share=_share(item.get("max_share"), where, "max_share"), where=where))
+                                max_share=_share(item.get("max_share"), where, "max_share"), where=where,
+                                fields={k: item[k] for k in _FIELD_KEYS if item.get(k) is not None}))
     return out
 
 
@@ -219,13 +229,24 @@ def reserved_rename(name: str) -> str:
     return f"source_{name}" if name in IDENTITY_COLUMNS + NORMALISED_COLUMNS else name
 
 
+_FIELD_KEYS = ("prompt_field", "response_field", "rejected_field", "label_field")
+
+
 def _open_input(item: MixtureInput):
     """One input of a mixture. The columns a refusal of its fields, or a bad row's hint, suggests are its mixture
-    file's keys: a --prompt-field (--format, --rejected-field, --label-field) would apply to every input."""
+    file's keys: a --prompt-field (--format, --rejected-field, --label-field) would apply to every input; a column
+    its file's key names and it lacks is named as that key."""
     try:
         ds = open_dataset(item.path, item.options)
     except FieldsRefusal as e:
         raise CurateError(e.worded(_as_keys)) from None
+    except CurateError as e:
+        for key, column in item.fields.items():
+            flag = f"--{key.replace('_', '-')} {column!r}: no such column"
+            if flag in str(e):
+                raise CurateError(f"{item.where}.{key}: {column!r}: no such column in {item.path}"
+                                  + str(e).split(flag, 1)[1]) from None
+        raise
     ds.hint_wording = _as_keys  # a bad row's hint too
     return ds
 
@@ -374,6 +395,14 @@ class Mixture:
             if renamed:
                 raise CurateError(f"{inp.where}.rename: input {inp.name} has no column '{renamed[0]}' "
                                   f"(its columns: {', '.join(schema.names)})")
+            after: dict[str, list[str]] = {}  # each column's name in the shards -> the input's columns it names
+            for n in schema.names:
+                after.setdefault(self._column_name(k, n), []).append(n)
+            both = next((named for named in after.values() if len(named) > 1), None)
+            if both:  # the shards cannot hold two columns of one name (an INTERNAL ERROR at shard, after select)
+                raise CurateError(f"{inp.where}.rename: input {inp.name}'s columns {' and '.join(map(repr, both))} "
+                                  f"would both be '{self._column_name(k, both[0])}'; rename to a name none of its "
+                                  "other columns has")
             for f in schema:
                 name = self._column_name(k, f.name)
                 objects = nested_type(f.type) or name in json_text  # lists or objects, or their JSON text
