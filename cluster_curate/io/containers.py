@@ -26,7 +26,7 @@ from cluster_curate.io import names
 from cluster_curate.io.hf_datasets import load_from_disk, load_hub
 
 _CHUNK_BYTES = 1 << 20     # read size for JSON / CSV
-_CSV_CHECKED: set[tuple] = set()  # the CSV files (path, size, time) _Csv._check_text passed
+_CSV_CHECKED: set[tuple] = set()  # the CSV files (path, size, time) _Csv._check_quotes passed
 _MAX_CSV_BLOCK = 1 << 30   # CSV: pyarrow's block must hold the longest row; it grows from _CHUNK_BYTES up to this
 
 
@@ -491,9 +491,9 @@ class _Csv:
             self._raise(e)
 
     def _check_text(self) -> bool:
-        """Refuse what pyarrow would read as text without a word, or refuse with another reason: bytes that are no
-        text (NUL bytes: binary data, or UTF-16 without its byte-order mark; or not UTF-8, named by line). Whether the
-        file holds a quote (_check_quotes)."""
+        """Refuse bytes that are no text, which pyarrow reads as a header of one odd column (NUL bytes: binary data,
+        or UTF-16 without its byte-order mark; or bytes that are not UTF-8, named by line). Returns whether the file
+        holds a quote (_check_quotes)."""
         with _open_binary(self.path) as f:
             head = f.read(1 << 16)
             if b"\0" in head:
