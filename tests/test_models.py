@@ -161,8 +161,18 @@ def test_a_model_saved_again_under_the_same_path_is_another_model(tmp_path):
     assert piece.returncode == 2 and "parts: holds parts of a run with other parameters or data" in piece.stderr
     like = cli("embed", "t.jsonl", "--like", "parts/part-00000-of-00002.parquet", "--out", "t.parquet", cwd=tmp_path)
     assert like.returncode == 2 and like.stderr.strip().endswith(
-        "its --model m is not the model it was embedded with (its files changed since, or are gone): its feature "
+        "its --model m is not the one it was embedded with (its files changed since, or are gone): its feature "
         "space cannot be reproduced"), like.stderr
+    # a local --encoder (--features semantic) likewise
+    from tiny_encoder import build_bert
+    build_bert(tmp_path / "enc")
+    sem = ["run", "d.jsonl", "--out", "s", "--features", "semantic", "--encoder", "enc", "--budget", "12", "-n", "2",
+           "--json"]
+    assert cli(*sem, cwd=tmp_path).returncode == 0
+    build_bert(tmp_path / "enc", seed=1)
+    again = cli(*sem, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["stages"][0]["reason"] == "its input changed (--encoder enc: its content changed)"
 
 
 @pytest.fixture(scope="module")

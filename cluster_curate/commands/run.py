@@ -182,7 +182,7 @@ def _named_input_change(rec: dict, request: dict) -> str:
         return named if isinstance(named, dict) else {"target": named, "decontaminate": []}
     a, b = parts(was["named"]), parts(now["named"])
     said = [f"--target {request['option_values'].get('target')}"] if a.get("target") != b.get("target") else []
-    said += [f"--model {request['option_values'].get('model')}"] if a.get("model") != b.get("model") else []
+    said += [f"--{k} {request['option_values'].get(k)}" for k in ("model", "encoder") if a.get(k) != b.get(k)]
     sets, before = request["option_values"].get("decontaminate") or [], a.get("decontaminate") or []
     said += [f"--decontaminate {path}" for i, path in enumerate(sets)
              if i >= len(before) or before[i] != (b.get("decontaminate") or [])[i]]
@@ -209,17 +209,21 @@ def _check_options(stage_opts: dict, named_inputs) -> tuple[dict, str | dict | N
     return stage_opts, named_inputs
 
 
-def _model_files(opts: dict) -> str | None:
-    """The fingerprint of the local --model embed's features use (models.model_fingerprint), else None."""
+def _model_files(opts: dict) -> dict | None:
+    """{"model": ..., "encoder": ...}: the fingerprints of the local --model and --encoder embed's features use
+    (models.model_fingerprint); None when they use neither."""
     from cluster_curate.features.embed import DEFAULT_FEATURES, MODEL_FEATURES, parse_features
     from cluster_curate.features.models import model_fingerprint
     from cluster_curate.io import proxy_store
-    model = opts.get("model")
-    if model in (None, "proxy") or proxy_store.is_proxy_dir(model):
-        return None
-    if not set(parse_features(opts.get("features") or DEFAULT_FEATURES)) & set(MODEL_FEATURES):
-        return None
-    return model_fingerprint(model)
+    features = set(parse_features(opts.get("features") or DEFAULT_FEATURES))
+    model, encoder = opts.get("model"), opts.get("encoder")
+    found = {}
+    if features & set(MODEL_FEATURES) and model not in (None, "proxy") and not proxy_store.is_proxy_dir(model):
+        found["model"] = model_fingerprint(model)
+    if "semantic" in features and encoder:
+        found["encoder"] = model_fingerprint(encoder)
+    found = {k: v for k, v in found.items() if v}
+    return found or None
 
 
 def _stage_extra(spec) -> dict:
@@ -471,8 +475,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
     checked = {stage: _check_options({n: opts[n] for n in by_stage[stage]}, named_inputs)
                for stage in names.STAGES}
     model_files = _model_files(opts)
-    if model_files:  # a local --model counts as an input of embed, by its files: saved again, embed runs again
-        checked["embed"] = (checked["embed"][0], {"model": model_files})
+    if model_files:  # a local --model or --encoder is an input of embed, by its files: saved again, embed runs again
+        checked["embed"] = (checked["embed"][0], model_files)
     given_by_stage = {stage: given & set(by_stage[stage]) for stage in names.STAGES}
     if not overwrite:  # other options for a stage already run here: a replacement
         _refuse_replacement(state, d, {stage: state.request(stage, checked[stage][0], None, specs[stage].algorithm(),

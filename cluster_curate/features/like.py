@@ -50,12 +50,13 @@ def check_like(pool_path, params: dict) -> None:
     if "loss-trajectory" in features:
         raise CurateError(f"{pool_path}: --features loss-trajectory: embedding other data --like it is not supported "
                           "(its checkpoint models are not recorded in full)")
-    recorded = params.get("model_fingerprint")
-    if recorded:
-        from cluster_curate.features.models import model_fingerprint
-        if model_fingerprint(params.get("model")) != recorded:
-            raise CurateError(f"{pool_path}: its --model {params.get('model')} is not the model it was embedded with "
-                              "(its files changed since, or are gone): its feature space cannot be reproduced")
+    from cluster_curate.features.models import model_fingerprint
+    semantic = params.get("semantic") or {}
+    for flag, spec, recorded in (("--model", params.get("model"), params.get("model_fingerprint")),
+                                 ("--encoder", semantic.get("encoder"), semantic.get("files"))):
+        if recorded and model_fingerprint(spec) != recorded:
+            raise CurateError(f"{pool_path}: its {flag} {spec} is not the one it was embedded with (its files changed "
+                              "since, or are gone): its feature space cannot be reproduced")
 
 
 def same_space(pool_meta, target_meta, *, target_name: str = "target") -> None:

@@ -85,6 +85,7 @@ class SemanticEncoder:
     hidden_size: int
     causal_lm: bool = False
     sha256: str | None = None  # of the weights, when pinned (bundled encoders)
+    files: str | None = None  # a local folder's files (models.model_fingerprint): saved again, another encoder
     notice: str | None = None  # one line the command shows (e.g. a causal LM used as an encoder)
     pooling_source: str = "default (masked mean)"
 
@@ -99,7 +100,7 @@ class SemanticEncoder:
                 "max_length": self.max_length, "model_max_length": self.model_max_length,
                 "truncation_side": self.truncation_side, "dim": self.hidden_size, "causal_lm": self.causal_lm,
                 "dtype": str(self.dtype).replace("torch.", ""),
-                "weights_sha256": self.sha256, "normalised": "L2"}
+                "weights_sha256": self.sha256, "normalised": "L2", **({"files": self.files} if self.files else {})}
 
 
 @dataclass
@@ -258,7 +259,7 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         raise CurateError(f"--max-length {max_length}: must be at least 1")
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
-    sha = None
+    sha = files = None
     if spec in BUNDLED_ENCODERS:
         directory = bundled_encoder_dir(spec)
         sha, name, where = BUNDLED_ENCODERS[spec].sha256, BUNDLED_ENCODERS[spec].name, str(directory)
@@ -267,8 +268,9 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         path = Path(spec).expanduser()
         directory = path if path.exists() else None
         where, name = (str(path), str(path.resolve())) if directory is not None else (spec, spec)
-        from cluster_curate.features.models import check_tokenizer_files
+        from cluster_curate.features.models import check_tokenizer_files, model_fingerprint
         check_tokenizer_files(path, f"--encoder {spec}")
+        files = model_fingerprint(path)  # None for a hub id
     from transformers.utils import logging as hf_logging
 
     kwargs = {"trust_remote_code": bool(trust_remote_code)}
@@ -307,7 +309,8 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
     return SemanticEncoder(module=module, tokenizer=tokenizer, device=dev, dtype=dt, name=name, pooling=pooling,
                            max_length=min(model_max, max_length) if max_length else model_max,
                            model_max_length=model_max, truncation_side=side, hidden_size=int(hidden),
-                           causal_lm=causal, sha256=sha, notice=notice, pooling_source=pooling_source)
+                           causal_lm=causal, sha256=sha, notice=notice, pooling_source=pooling_source,
+                           files=files)
 
 
 def _cached_snapshot(spec: str) -> Path | None:
