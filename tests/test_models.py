@@ -139,7 +139,7 @@ def test_a_model_saved_again_under_the_same_path_is_another_model(tmp_path):
     from conftest import cli_in_process as cli
     from tiny_lm import build_llama
 
-    from cluster_curate.features.models import model_fingerprint
+    from cluster_curate.io.lineage import model_fingerprint
     build_llama(tmp_path / "m", layers=1, hidden=32)
     shutil.copytree(tmp_path / "m", tmp_path / "copy")
     assert model_fingerprint(tmp_path / "copy") == model_fingerprint(tmp_path / "m") is not None

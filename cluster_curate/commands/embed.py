@@ -129,14 +129,20 @@ class _Run:
     like: tuple | None = None  # --like: (the pool's path, its meta)
 
 
+def stage_defaults() -> dict:
+    """The options embed takes at a default of its own when they are not given (None): settle_options fills them,
+    and `run` reads a run made with them given at that value as the same run."""
+    from cluster_curate.distributed import DEFAULT_COMMIT_EVERY
+    from cluster_curate.features.embed import DEFAULT_BATCH_TOKENS, DEFAULT_FEATURES, DEFAULT_MAX_LENGTH
+    return {"features": DEFAULT_FEATURES, "max_length": DEFAULT_MAX_LENGTH, "batch_tokens": DEFAULT_BATCH_TOKENS,
+            "commit_every": DEFAULT_COMMIT_EVERY}
+
+
 def settle_options(opts: dict) -> list[str]:
     """Fill the defaults that live in the stages, build the proxy options, validate (here and in run's
     preflight); returns the features."""
-    from cluster_curate.distributed import DEFAULT_COMMIT_EVERY
     from cluster_curate.features import proxy as P
-    from cluster_curate.features.embed import DEFAULT_BATCH_TOKENS, DEFAULT_FEATURES, DEFAULT_MAX_LENGTH
-    for name, default in (("features", DEFAULT_FEATURES), ("max_length", DEFAULT_MAX_LENGTH),
-                          ("batch_tokens", DEFAULT_BATCH_TOKENS), ("commit_every", DEFAULT_COMMIT_EVERY)):
+    for name, default in stage_defaults().items():
         if opts[name] is None:
             opts[name] = default
     proxy = P.ProxyOptions()

@@ -90,7 +90,7 @@ class Models:
     proxy_dir: object = None
     warmup_s: float = 0.0
     model_name: str | None = None
-    model_fingerprint: str | None = None  # a local --model's files (models.model_fingerprint)
+    model_fingerprint: str | None = None  # a local --model's files (io/lineage.model_fingerprint)
     trajectory: list = field(default_factory=list)
     trajectory_names: list = field(default_factory=list)
     featurizers: dict = field(default_factory=dict)
@@ -105,7 +105,8 @@ def prepare(run) -> Models:
     m, opts = Models(), run.opts
     t_load = time.perf_counter()
     if any(f in MODEL_FEATURES for f in run.features):
-        from cluster_curate.features.models import load_model, model_fingerprint, resolve_device
+        from cluster_curate.features.models import load_model, resolve_device
+        from cluster_curate.io.lineage import model_fingerprint
         if opts["model"] == "proxy":
             m.proxy_dir, m.warmup_s = _proxy(run)
             m.fm = store.load_proxy(m.proxy_dir, device=resolve_device(run.device))

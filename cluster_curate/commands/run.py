@@ -142,19 +142,16 @@ FORMER_DEFAULTS = {"text_weighting": ("tf",), "kinds": ("none",), "target_weight
 
 def _settled(values: dict) -> dict:
     """A stage's option values (recorded or asked for) with those it was not given, which the stage settles itself,
-    at the value it takes (embed.settle_options, the proxy's, --dim of text features, shard's --length-window):
+    at the value it takes (embed.stage_defaults, the proxy's, --dim of text features, shard's --length-window):
     an option given at that value asks for the run made without it, not for other options."""
-    from cluster_curate.commands.embed import _PROXY_FIELDS
-    from cluster_curate.distributed import DEFAULT_COMMIT_EVERY
-    from cluster_curate.features.embed import DEFAULT_BATCH_TOKENS, DEFAULT_FEATURES, DEFAULT_MAX_LENGTH, \
-        DEFAULT_TEXT_DIM
+    from cluster_curate.commands.embed import _PROXY_FIELDS, stage_defaults
+    from cluster_curate.features.embed import DEFAULT_TEXT_DIM
     from cluster_curate.features.proxy import ProxyOptions
     from cluster_curate.sharding import DEFAULT_LENGTH_WINDOW
     proxy = ProxyOptions()
-    taken = {"features": DEFAULT_FEATURES, "max_length": DEFAULT_MAX_LENGTH, "batch_tokens": DEFAULT_BATCH_TOKENS,
-             "commit_every": DEFAULT_COMMIT_EVERY, **{k: getattr(proxy, a) for k, a in _PROXY_FIELDS.items()},
+    taken = {**stage_defaults(), **{k: getattr(proxy, a) for k, a in _PROXY_FIELDS.items()},
              "length_window": DEFAULT_LENGTH_WINDOW.get(values.get("balance"))}
-    if "features" in values and str(values["features"] or DEFAULT_FEATURES).replace(" ", "") == "text":
+    if "features" in values and str(values["features"] or taken["features"]).replace(" ", "") == "text":
         taken["dim"] = DEFAULT_TEXT_DIM
     return {k: taken[k] if v is None and taken.get(k) is not None else v for k, v in values.items()}
 
@@ -211,9 +208,9 @@ def _check_options(stage_opts: dict, named_inputs) -> tuple[dict, str | dict | N
 
 def _model_files(opts: dict) -> dict | None:
     """{"model": ..., "encoder": ...}: the fingerprints of the local --model and --encoder embed's features use
-    (models.model_fingerprint); None when they use neither."""
+    (io/lineage.model_fingerprint); None when they use neither."""
     from cluster_curate.features.embed import DEFAULT_FEATURES, MODEL_FEATURES, parse_features
-    from cluster_curate.features.models import model_fingerprint
+    from cluster_curate.io.lineage import model_fingerprint
     from cluster_curate.io import proxy_store
     features = set(parse_features(opts.get("features") or DEFAULT_FEATURES))
     model, encoder = opts.get("model"), opts.get("encoder")

@@ -96,11 +96,12 @@ def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer
     plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],
                                allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],
                                length_window=o["length_window"], pair_lengths=o["pair_lengths"], seed=o["seed"])
-    k, b = len(set(sel.clusters.tolist())), o["num_shards"] * o["micro_batch_size"]
-    if o["length_window"] and o["length_window"] < sharding.min_length_window(k, b):  # else silently other windows
+    k = len(set(sel.clusters.tolist()))
+    floor = sharding.min_length_window(k, o["num_shards"] * o["micro_batch_size"])
+    if o["length_window"] and o["length_window"] < floor:  # else silently other windows than asked
         from cluster_curate import console
-        console.warn(f"--length-window {o['length_window']}: windows of {sharding.min_length_window(k, b)} steps "
-                     f"here, the fewest that hold about 16 rows of each of the {k} clusters")
+        console.warn(f"--length-window {o['length_window']}: windows of {floor} steps here, the fewest that hold "
+                     f"about 16 rows of each of the {k} clusters")
     # warned about here, recorded in the manifest
     figures = balance_figures(plan, tokens, sel.clusters, source_index(sel.meta.dataset, sel.ids))
     if o["allocation"] == "stratified":  # the others are baselines: their balance is what they are for

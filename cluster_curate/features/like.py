@@ -50,7 +50,7 @@ def check_like(pool_path, params: dict) -> None:
     if "loss-trajectory" in features:
         raise CurateError(f"{pool_path}: --features loss-trajectory: embedding other data --like it is not supported "
                           "(its checkpoint models are not recorded in full)")
-    from cluster_curate.features.models import model_fingerprint
+    from cluster_curate.io.lineage import model_fingerprint
     semantic = params.get("semantic") or {}
     for flag, spec, recorded in (("--model", params.get("model"), params.get("model_fingerprint")),
                                  ("--encoder", semantic.get("encoder"), semantic.get("files"))):

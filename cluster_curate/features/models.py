@@ -169,29 +169,6 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"
                     "spiece.model", "sentencepiece.bpe.model")
 
 
-def model_fingerprint(spec) -> str | None:
-    """A cheap fingerprint of a local model's files (a folder's own files, or a .gguf file): each one's name, size,
-    and its first and last MiB, so that weights saved again under the same path (a checkpoint written over) are
-    another model, and a copy of the folder is the same one. None for what is no local path (a hub id, the proxy:
-    recorded by their own keys)."""
-    import hashlib
-    path = Path(str(spec)).expanduser()
-    files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(".")) if path.is_dir() \
-        else [path] if path.is_file() else []
-    if not files:
-        return None
-    h = hashlib.sha256()
-    for f in files:
-        size = f.stat().st_size
-        h.update(f"{f.name if path.is_dir() else ''}\0{size}\0".encode())
-        with open(f, "rb") as fh:
-            h.update(fh.read(1 << 20))
-            if size > 2 << 20:
-                fh.seek(-(1 << 20), os.SEEK_END)
-                h.update(fh.read())
-    return h.hexdigest()[:16]
-
-
 def check_tokenizer_files(path: Path, named: str) -> None:
     """A local model or encoder folder must hold its tokenizer: without one transformers either fails ("Couldn't
     instantiate the backend tokenizer from one of:") or, for some models (BERT), builds one of its 5 special

@@ -85,7 +85,7 @@ class SemanticEncoder:
     hidden_size: int
     causal_lm: bool = False
     sha256: str | None = None  # of the weights, when pinned (bundled encoders)
-    files: str | None = None  # a local folder's files (models.model_fingerprint): saved again, another encoder
+    files: str | None = None  # a local folder's files (io/lineage.model_fingerprint): saved again, another encoder
     notice: str | None = None  # one line the command shows (e.g. a causal LM used as an encoder)
     pooling_source: str = "default (masked mean)"
 
@@ -268,7 +268,8 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         path = Path(spec).expanduser()
         directory = path if path.exists() else None
         where, name = (str(path), str(path.resolve())) if directory is not None else (spec, spec)
-        from cluster_curate.features.models import check_tokenizer_files, model_fingerprint
+        from cluster_curate.features.models import check_tokenizer_files
+        from cluster_curate.io.lineage import model_fingerprint
         check_tokenizer_files(path, f"--encoder {spec}")
         files = model_fingerprint(path)  # None for a hub id
     from transformers.utils import logging as hf_logging

@@ -26,7 +26,7 @@ from cluster_curate.io import names
 from cluster_curate.io.hf_datasets import load_from_disk, load_hub
 
 _CHUNK_BYTES = 1 << 20     # read size for JSON / CSV
-_CSV_CHECKED: set[tuple] = set()  # the CSV files (path, size, time) _Csv._check_quotes passed
+_CSV_CHECKED: set[tuple] = set()  # the CSV files (path, size, time) _Csv._check_text and _check_quotes passed
 _MAX_CSV_BLOCK = 1 << 30   # CSV: pyarrow's block must hold the longest row; it grows from _CHUNK_BYTES up to this
 
 
@@ -469,7 +469,12 @@ class _Csv:
         import pyarrow.csv as pacsv
         parse = pacsv.ParseOptions(delimiter=self.delimiter, newlines_in_values=True)
         read = pacsv.ReadOptions(block_size=block)
-        quoted = self._check_text()  # also permission / directory errors with our message
+        with _open_binary(self.path):
+            pass  # permission / directory errors with our message
+        st = os.stat(self.path)
+        key = (os.path.realpath(self.path), st.st_size, st.st_mtime_ns)
+        # once per file: a command opens a file more than once, and batches again for larger blocks
+        quoted = key not in _CSV_CHECKED and self._check_text()
         try:
             names = pacsv.open_csv(self._stream(), read_options=read, parse_options=parse).schema.names
             self._check_separator(names)
@@ -478,11 +483,9 @@ class _Csv:
                 raise CurateError(f"{self.path}:1: column {repeated!r} appears {names.count(repeated)} times in the "
                                   "header; give each column its own name (unnamed pandas index columns: write with "
                                   "to_csv(..., index=False))")
-            st = os.stat(self.path)
-            key = (os.path.realpath(self.path), st.st_size, st.st_mtime_ns)
-            if quoted and key not in _CSV_CHECKED:  # once per file: a command may open a file more than once
+            if quoted:
                 self._check_quotes()
-                _CSV_CHECKED.add(key)
+            _CSV_CHECKED.add(key)
             convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in names})
             return pacsv.open_csv(self._stream(), read_options=read, parse_options=parse, convert_options=convert)
         except (pa.ArrowInvalid, UnicodeDecodeError) as e:  # the latter: a header that is not UTF-8

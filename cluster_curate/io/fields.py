@@ -53,6 +53,15 @@ class FieldsRefusal(CurateError):
 
 
 # columns the hint cannot guess: worded as flags for one input, as its keys for a mixture's (io/mixture.py)
+class MissingColumn(CurateError):
+    """A column a field option names (`option`: --response-field) that the data lacks; a mixture words it as the
+    key of its file that named the column (io/mixture.py)."""
+
+    def __init__(self, source, option: str, column: str, columns: str):
+        self.option, self.column, self.columns = option, column, columns
+        super().__init__(f"{source}: {option} {column!r}: no such column; columns found: [{columns}]")
+
+
 FIX_HINT = ColumnsHint((("prompt", "COLUMN"), ("response", "COLUMN")),
                        "several prompt columns: A,B; a column of chat turns: format messages, that column the prompt")
 
@@ -228,7 +237,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                                                                     ("--rejected-field", rejected_field),
                                                                     ("--label-field", label_field)]:
         if name and _root_column(name, colset) is None:
-            raise CurateError(f"{source}: {option} {name!r}: no such column; columns found: [{shown}]")
+            raise MissingColumn(source, option, name, shown)
     if fmt is None:
         fmt = "preference" if rejected_field or label_field else detect_format(colset)
         if fmt is None and not prompts and response_field is None and not prompts_only:

@@ -7,6 +7,8 @@ when its fingerprint is still the recorded one (an artifact rewritten since is n
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 
 from cluster_curate.errors import CurateError
@@ -35,3 +37,25 @@ def upstream(referrer, meta: ArtifactMeta | dict, name: str):
                               f"{rec['fingerprint']})")
             return str(cand), found
     return None, f"the recorded {name} {path} is not there"
+
+
+def model_fingerprint(spec) -> str | None:
+    """A cheap fingerprint of a local model's files (a folder's own files, or a .gguf file): each one's name, size,
+    and its first and last MiB, so that weights saved again under the same path (a checkpoint written over) are
+    another model, and a copy of the folder is the same one. None for what is no local path (a hub id, the proxy:
+    recorded by their own keys). Torch-free: `run` calls it before any stage, for every run."""
+    path = Path(str(spec)).expanduser()
+    files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(".")) if path.is_dir() \
+        else [path] if path.is_file() else []
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        size = f.stat().st_size
+        h.update(f"{f.name if path.is_dir() else ''}\0{size}\0".encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(1 << 20))
+            if size > 2 << 20:
+                fh.seek(-(1 << 20), os.SEEK_END)
+                h.update(fh.read())
+    return h.hexdigest()[:16]

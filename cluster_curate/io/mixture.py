@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io.datasets import (Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source,
                                         same_shape)
-from cluster_curate.io.fields import ColumnsHint, FieldsRefusal
+from cluster_curate.io.fields import ColumnsHint, FieldsRefusal, MissingColumn
 from cluster_curate.io.tool_calls import own_system_prompt
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
@@ -240,13 +240,12 @@ def _open_input(item: MixtureInput):
         ds = open_dataset(item.path, item.options)
     except FieldsRefusal as e:
         raise CurateError(e.worded(_as_keys)) from None
-    except CurateError as e:
-        for key, column in item.fields.items():
-            flag = f"--{key.replace('_', '-')} {column!r}: no such column"
-            if flag in str(e):
-                raise CurateError(f"{item.where}.{key}: {column!r}: no such column in {item.path}"
-                                  + str(e).split(flag, 1)[1]) from None
-        raise
+    except MissingColumn as e:
+        key = e.option[2:].replace("-", "_")  # --response-field: response_field
+        if item.fields.get(key) != e.column:
+            raise  # given by a flag, for every input
+        raise CurateError(f"{item.where}.{key}: {e.column!r}: no such column in {item.path}; columns found: "
+                          f"[{e.columns}]") from None
     ds.hint_wording = _as_keys  # a bad row's hint too
     return ds
 
