@@ -152,10 +152,44 @@ def _decoded(value):
     return json.loads(value) if isinstance(value, str) else value
 
 
-def shard_files(directory: str | os.PathLike) -> list[str]:
-    """Paths of all shards, rank 0 first (the manifest's order)."""
+def shard_files(directory: str | os.PathLike, *, check_content: bool = False) -> list[str]:
+    """Paths of all shards, rank 0 first (the manifest's order). check_content: each file must be the one shard
+    wrote (the sha256 its manifest records), else a one-line error naming it, for the commands that read a whole
+    shard directory once (export, verify); a training's start is not made to hash its data."""
     manifest = read_manifest(directory)
-    return [str(Path(directory) / f["file"]) for f in manifest["files"]]
+    paths = [str(Path(directory) / f["file"]) for f in manifest["files"]]
+    if check_content:
+        _check_shard_content(paths, [f.get("sha256") for f in manifest["files"]])
+    return paths
+
+
+def _check_shard_content(paths: list[str], recorded: list[str | None]) -> None:
+    """A file changed, replaced or swapped with another since shard wrote it would pass for a plan it is not."""
+    for rank, (path, expected) in enumerate(zip(paths, recorded)):
+        if expected is None:  # a manifest written by hand, or by a version that recorded none
+            continue
+        try:
+            actual = _sha256(path)
+        except OSError as e:
+            raise cannot_read(path, e, "the shard") from None
+        if actual == expected:
+            continue
+        other = recorded.index(actual) if actual in recorded else None
+        raise CurateError(f"{path}: not the file `shard` wrote for rank {rank} ("
+                          + (f"it holds rank {other}'s shard, {Path(paths[other]).name}: the files were swapped or "
+                             "renamed" if other is not None else "its sha256 is not the manifest's: the file was "
+                             "changed or replaced")
+                          + " since); write the shards again or put the files back")
+
+
+def _sha256(path: str) -> str:
+    """sha256 of a file, read in 16 MiB blocks (a shard can be larger than memory would like)."""
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            h.update(block)
+    return h.hexdigest()
 
 
 LAYOUTS = ("batch", "sample")

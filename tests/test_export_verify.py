@@ -583,6 +583,38 @@ def test_cli_verify_exit_codes(shards, tmp_path, cli_runner, monkeypatch):
                     "no such log directory")
 
 
+def test_shard_files_swapped_or_changed_since_shard_are_refused_by_verify_and_export(shards, tmp_path, cli_runner):
+    """The manifest records each file's sha256: two files swapped (the training would read the other rank's plan
+    and verify would call it followed) or one rewritten is one line naming the file, before verify or export
+    reads anything."""
+    import shutil
+
+    from cluster_curate.cli import main
+    from cluster_curate.commands.verify import planned_grid
+    copy = tmp_path / "shards"
+    shutil.copytree(shards["qa"], copy)
+    _, g, w = planned_grid(copy)  # the copy is the same shards
+    for r in range(N):
+        with ConsumedLog(tmp_path / "log", rank=r) as log:
+            for t in range(g.shape[0]):
+                log.record(g[t, 1 - r], w[t, 1 - r])  # what the ranks read from the swapped files
+    first, second = shard_files(copy)
+    Path(first).rename(tmp_path / "aside")
+    Path(second).rename(first)
+    (tmp_path / "aside").rename(second)
+    for args in (["verify", str(copy), "--log", str(tmp_path / "log")],
+                 ["export", str(copy), "--for", "hf", "--out", str(tmp_path / "hf")]):
+        _one_error_line(cli_runner.invoke(main, args), f"{first}: not the file `shard` wrote for rank 0 (it holds "
+                                                       f"rank 1's shard, {Path(second).name}: the files were swapped")
+    assert not (tmp_path / "hf").exists()
+    for path in (first, second):  # put back, then the second one's rows written again: the same rows, other bytes
+        shutil.copy2(shards["qa"] / Path(path).name, path)
+    pq.write_table(pq.read_table(second), second, compression="none")
+    _one_error_line(cli_runner.invoke(main, ["verify", str(copy), "--log", str(tmp_path / "log")]),
+                    f"{second}: not the file `shard` wrote for rank 1 (its sha256 is not the manifest's: the file "
+                    "was changed or replaced since)")
+
+
 def test_verify_runs_as_a_process(shards, tmp_path):
     """The installed entry point, as a job's last step runs it: exit status 3 on a broken plan."""
     import subprocess

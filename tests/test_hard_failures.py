@@ -23,6 +23,8 @@ import pytest
 from conftest import FIXTURES, SHARED_DATA
 from process_helpers import cli_in_child, wait_stopped
 
+# one worker runs the module: its pipelines (module fixtures) are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("hard-failures")
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
 GSM_FULL = SHARED_DATA / "gsm8k" / "train.jsonl"
 

@@ -11,6 +11,8 @@ import pytest
 from cluster_curate.summary_schema import COMMON, SCHEMAS, check, schema_of
 from conftest import FIXTURES
 
+pytestmark = pytest.mark.xdist_group("json-schema")  # one worker makes the objects, once
+
 DATA = str(FIXTURES / "gsm8k" / "train-300.jsonl")
 FAST = ["--features", "text", "--dim", "16"]
 

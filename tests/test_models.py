@@ -184,6 +184,7 @@ def smollm2():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("smollm2")  # one worker loads the model
 def test_smollm2_gguf_loads_and_gives_batch_invariant_features(smollm2):
     fm = smollm2
     assert fm.hidden_size == 576 and fm.tokenizer.chat_template
@@ -204,6 +205,7 @@ def test_smollm2_gguf_loads_and_gives_batch_invariant_features(smollm2):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("smollm2")
 def test_tokenizer_option_takes_the_gguf_file_the_model_option_takes(smollm2):
     from cluster_curate.commands.common import load_tokenizer
     tok = load_tokenizer(str(SMOLLM2))

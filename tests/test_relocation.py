@@ -75,6 +75,12 @@ def test_a_copied_pipeline_folder_works_from_another_directory(tmp_path):
     r = _ok("report", rel, "--out", "rep", "--json", cwd=elsewhere)
     assert sorted(p.name for p in (elsewhere / "rep").iterdir()) == ["cluster_sizes.png", "features_pca.png",
                                                                      "rank_loads.png"]
+    # a shard folder copied away from its selection: what report cannot reach is said, not silently left out
+    shutil.copytree(elsewhere / "sh", tmp_path / "copied-sh")
+    r = _ok("report", tmp_path / "copied-sh", "--json", cwd=tmp_path)
+    assert "shards" in json.loads(r.stdout) and "selection" not in json.loads(r.stdout)
+    assert r.stderr.strip() == (f"WARNING: {tmp_path / 'copied-sh'}: its selection artifact is not reported (the recorded "
+                                "selection s2.parquet is not there); pass it to report beside it"), r.stderr
     # the original folder now holds embeddings of another dataset: report refuses to mix them
     r = _cli("report", tmp_path / "p" / "embeddings.parquet", moved / "clusters.parquet", cwd=elsewhere)
     assert r.returncode == 2 and "was made from another embeddings artifact than" in r.stderr, r.stderr

@@ -28,7 +28,8 @@ WORLD, M = 2, 2
 SCENARIOS = ["hf", "hf-sequential", "hf-random", "hf-resumed", "trl", "trl-packing", "trl-dpo", "axolotl",
              "axolotl-shuffled", "torchrun", "torchrun-on-hf-export", "accelerate", "accelerate-rank-local"]
 
-pytestmark = pytest.mark.slow
+# one worker runs the whole module: the other would wait the job out on its lock
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trainers-job")]
 
 
 def _shards(tmp: Path, name: str, data: Path) -> Path:
@@ -40,8 +41,8 @@ def _shards(tmp: Path, name: str, data: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    """The one torchrun job, run once per test session: under pytest-xdist the workers share it (a file lock in
-    the session's base temporary directory), so the tests of this module may land on any worker."""
+    """The one torchrun job, run once per test session. The module's xdist group keeps its tests on one worker;
+    the file lock in the session's base temporary directory shares the job when another --dist spreads them."""
     from filelock import FileLock
 
     base = tmp_path_factory.getbasetemp()

@@ -87,7 +87,7 @@ def _read_shards(shards: str):
     from cluster_curate.io.artifacts import read_parquet
     from cluster_curate.loader import shard_files
     tables = []
-    for path in shard_files(shards):
+    for path in shard_files(shards, check_content=True):
         try:
             tables.append(read_parquet(path))
         except (OSError, pa.ArrowInvalid) as e:

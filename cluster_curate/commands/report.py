@@ -25,9 +25,11 @@ PLOTS = {
 }
 
 
-def find_artifacts(paths: list[str]) -> dict[str, Path]:
-    """Map each given path to its kind: an artifact, a shard directory, or a pipeline directory (all inside)."""
+def find_artifacts(paths: list[str]) -> tuple[dict[str, Path], list[str]]:
+    """Map each given path to its kind: an artifact, a shard directory, or a pipeline directory (all inside), and
+    those of their lineage; with a line for each recorded upstream artifact that could not be reached."""
     found: dict[str, Path] = {}
+    unreached: list[str] = []
     for raw in paths:
         p = Path(raw)
         if not p.exists():
@@ -51,17 +53,17 @@ def find_artifacts(paths: list[str]) -> dict[str, Path]:
                 raise CurateError(f"{p}: two '{meta.kind}' artifacts given ({found[meta.kind]} and {p})")
             found[meta.kind] = p
     # follow the lineage recorded in metadata for what was not given
-    from cluster_curate.io.lineage import upstream
-    if "shards" in found and "selection" not in found:
-        path, _ = upstream(found["shards"], _manifest(found["shards"]), "selection")
-        if path is not None:
-            found["selection"] = Path(path)
-    for kind, name in (("selection", "clusters"), ("clusters", "embeddings")):
+    from cluster_curate.io.lineage import recorded_input, upstream
+    for kind, name in (("shards", "selection"), ("selection", "clusters"), ("clusters", "embeddings")):
         if kind in found and name not in found:
-            path, _ = upstream(found[kind], read_meta(found[kind]), name)
+            meta = _manifest(found[kind]) if kind == "shards" else read_meta(found[kind])
+            path, why = upstream(found[kind], meta, name)
             if path is not None:
                 found[name] = Path(path)
-    return found
+            elif recorded_input(meta, name).get("path"):  # moved, copied or changed since: said, not left out
+                unreached.append(f"{found[kind]}: its {name} artifact is not reported ({why}); pass it to report "
+                                 "beside it")
+    return found, unreached
 
 
 # (downstream, the input it records, upstream): the pairs of artifacts that must belong together
@@ -74,6 +76,7 @@ def check_lineage(found: dict[str, Path], force: bool = False) -> None:
     the fingerprint of the upstream one given beside it, and all come from one dataset. --force draws anyway."""
     if force:
         return
+    from cluster_curate.io.lineage import recorded_input
     metas = {kind: (_manifest(p) if kind == "shards" else read_meta(p)) for kind, p in found.items()}
 
     def fingerprint(kind):
@@ -82,8 +85,7 @@ def check_lineage(found: dict[str, Path], force: bool = False) -> None:
 
     for down, name, up in _LINKS:
         if down in found and up in found:
-            m = metas[down]
-            rec = ((m.get("inputs") if isinstance(m, dict) else m.inputs) or {}).get(name) or {}
+            rec = recorded_input(metas[down], name)
             if rec.get("fingerprint") and rec["fingerprint"] != fingerprint(up):
                 raise CurateError(f"{found[down]}: was made from another {up} artifact than {found[up]} (recorded "
                                   f"fingerprint {rec['fingerprint']}, given {fingerprint(up)}); pass --force to "
@@ -355,7 +357,7 @@ OPTIONS = (
 def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool = False) -> tuple[list, list[Path]]:
     """Tables (title, key/values, rows) of the given artifacts and those their lineage reaches, and the plots
     written into `out` (when given). Artifacts that do not belong together are refused unless `force`."""
-    found = find_artifacts(list(paths))
+    found, unreached = find_artifacts(list(paths))
     check_lineage(found, force)
     sections = describe(found)
     if out:
@@ -370,9 +372,11 @@ def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool 
         for plot in PLOTS:
             check_not_input(Path(out) / plot, inputs, f"--out {out}")
         check_creatable(Path(out) / "cluster_sizes.png")
+    from cluster_curate import console
+    for line in unreached:  # once the report is going ahead: a refusal stays its one line
+        console.warn(line)
     plots = _draw_into(Path(out), found, seed) if out else []
     if out and not plots:
-        from cluster_curate import console
         console.warn(f"--out {out}: no plot for {', '.join(found)} alone (the plots are drawn from clusters, a "
                      "mixture's selection and shards with token counts); nothing written there")
     return sections, plots

@@ -47,7 +47,7 @@ def planned_grid(shard_dir: str | os.PathLike):
     n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
     ids = np.empty((steps, n, m), dtype=np.int64)
     weights = np.empty((steps, n, m), dtype=np.float64)
-    for r, path in enumerate(shard_files(shard_dir)):
+    for r, path in enumerate(shard_files(shard_dir, check_content=True)):
         try:
             t = read_parquet(path, columns=["id", "weight"])
         except (OSError, KeyError, pa.ArrowInvalid) as e:

@@ -15,11 +15,16 @@ from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, read_meta
 
 
+def recorded_input(meta: ArtifactMeta | dict, name: str) -> dict:
+    """What an artifact's meta (or a shard manifest) records of its input `name`: {path, fingerprint}, or {}."""
+    inputs = meta.get("inputs") if isinstance(meta, dict) else meta.inputs
+    return (inputs or {}).get(name) or {}
+
+
 def upstream(referrer, meta: ArtifactMeta | dict, name: str):
     """The input `name` recorded in `meta` (an artifact's meta, or a manifest dict) of the artifact at
     `referrer`: (path, its meta) when it is there and unchanged, else (None, why not)."""
-    inputs = meta.get("inputs") if isinstance(meta, dict) else meta.inputs
-    rec = (inputs or {}).get(name) or {}
+    rec = recorded_input(meta, name)
     path = rec.get("path")
     what = "shard manifest" if isinstance(meta, dict) else f"{meta.kind} artifact"
     if not path:
