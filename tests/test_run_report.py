@@ -160,6 +160,27 @@ def test_run_redoes_a_stage_whose_output_was_removed(cli_runner, tmp_path):
     assert status["embed"] == "up to date" and status["cluster"] == "ran"
 
 
+def test_run_redoes_shards_whose_files_were_swapped_rewritten_or_removed(cli_runner, tmp_path):
+    """The manifest alone said the shards were up to date: a training would then read another rank's plan."""
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    shards = sorted((out / "shards").glob("shard-*.parquet"))
+    written = [p.read_bytes() for p in shards]
+    for change in ("swap", "rewrite", "remove"):
+        if change == "swap":
+            shards[0].write_bytes(written[1])
+            shards[1].write_bytes(written[0])
+        elif change == "rewrite":
+            shards[1].write_bytes(written[1] + b"\0")
+        else:
+            shards[0].unlink()
+        result = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--json"])
+        stages = {s["stage"]: s for s in json.loads(result.stdout)["stages"]}
+        assert [stages[s]["status"] for s in ("embed", "cluster", "select", "shard")] == ["up to date"] * 3 + ["ran"]
+        assert stages["shard"]["reason"] == "its output is missing or was changed", change
+        assert [p.read_bytes() for p in shards] == written, change  # the same shards again
+
+
 def test_run_bad_input_is_one_line_exit_2(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": "a"}\n{"question": oops}\n')

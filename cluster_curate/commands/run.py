@@ -39,14 +39,19 @@ def stage_options() -> tuple[list[Option], dict[str, list[str]]]:
     return options, by_stage
 
 
-def output_fingerprint(stage: str, path) -> str | None:
-    """Fingerprint of a stage's finished output, or None when it is missing or incomplete."""
+def output_fingerprint(stage: str, path, check_content: bool = False) -> str | None:
+    """Fingerprint of a stage's finished output, or None when it is missing or incomplete (`check_content`: or a
+    shard file is not the one its manifest records: removed, rewritten or swapped with another since)."""
     from cluster_curate.io.artifacts import read_meta
-    from cluster_curate.loader import read_manifest
+    from cluster_curate.loader import read_manifest, shard_files
     p = Path(path)
     try:
         if stage == "shard":
-            return read_manifest(p).get("fingerprint") if p.is_dir() else None
+            if not p.is_dir():
+                return None
+            if check_content:
+                shard_files(p, check_content=True)
+            return read_manifest(p).get("fingerprint")
         return read_meta(p).fingerprint if p.exists() else None
     except CurateError:
         return None
@@ -118,7 +123,7 @@ class RunState:
             return "its options changed"
         if rec["input"] != request["input"]:
             return "its input changed" + _named_input_change(rec, request)
-        if rec["fingerprint"] != output_fingerprint(stage, output):
+        if rec["fingerprint"] != output_fingerprint(stage, output, check_content=True):
             from cluster_curate.io.artifacts import cut_short
             return "its output is damaged (cut short)" if cut_short(output) else "its output is missing or was changed"
         return None
