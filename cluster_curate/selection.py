@@ -236,7 +236,9 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
 
     picked = None
     if sources is not None and (source_min_share is not None or source_max_share is not None):
-        check_source_bounds_order(mode, within)
+        check_source_bounds_order(mode, within, binding_source_bound(
+            source_names or [], _listed(source_min_share), _listed(source_max_share), source_bound_origins or ([], []))
+            or "a floor or cap on the sources")
         token_mode = mode in TOKEN_MODES
         weights = tokens if token_mode else np.ones(n, dtype=np.int64)
         target = min(tokens_requested, int(tokens[order].sum())) if token_mode else min(requested, n_available)
@@ -265,13 +267,30 @@ def _kind_of_row(clusters: np.ndarray, groups, kinds: Kinds | None) -> np.ndarra
     return group if kinds is None else np.asarray(kinds.of_group)[group]
 
 
-def check_source_bounds_order(mode: str, within: str) -> None:
+def _listed(shares) -> list:
+    return [] if shares is None else list(shares)
+
+
+def binding_source_bound(names: list[str], low, high, origins: tuple[list, list]) -> str | None:
+    """The first floor above 0 or cap below 1 on a mixture's sources, said with where it was set (`origins`,
+    io/mixture.source_bounds), as `source code: floor 0.2 (mix.yaml: inputs[1].min_share)`; None when none binds:
+    a floor of 0 and a cap of 1 bound nothing (they are how a mixture file's bounds are lifted)."""
+    for what, values, froms, binds in (("floor", low, origins[0], lambda v: v > 0),
+                                       ("cap", high, origins[1], lambda v: v < 1)):
+        for name, v, origin in zip(names, values, froms):
+            if v is not None and v == v and binds(v):  # NaN: none
+                return f"source {name}: its {what} {v:g} ({origin})"
+    return None
+
+
+def check_source_bounds_order(mode: str, within: str, bound: str) -> None:
     """Floors and caps on a mixture's sources cut the water-filling order at the budget: a budget mode and a
     --within order that take one (`run` checks it before embed, where `auto` is not yet an order: each it can be
-    takes one)."""
+    takes one). `bound`: the first that binds (binding_source_bound)."""
     if mode == "per-cluster-ratio" or (within != AUTO and WITHIN.get(within).picks is not None):
-        raise CurateError(f"--source-min-share / --source-max-share need a budget taken in water-filling order: "
-                          f"not with {'--per-cluster-ratio' if mode == 'per-cluster-ratio' else '--within ' + within}")
+        raise CurateError(f"{bound} needs a budget taken in water-filling order, not "
+                          f"{'--per-cluster-ratio' if mode == 'per-cluster-ratio' else '--within ' + within}; lift "
+                          "the bounds with --source-min-share 0 --source-max-share 1, or choose another budget or order")
 
 
 def _budget_mode(within: str, fraction, budget, per_cluster_ratio, tokens, token_budget, token_fraction,

@@ -65,6 +65,7 @@ def work(tmp_path_factory) -> Path:
     (w / "two_index_columns.tsv").write_text("\t\tquestion\tanswer\n0\t0\tq0\ta0\n1\t1\tq1\ta1\n")  # pandas'
     (w / "nested.jsonl").write_text(json.dumps({"data": {"question": "q0", "answer": "a0"}}) + "\n"
                                     + json.dumps({"data": {"question": "q1"}}) + "\n")
+    (w / "twice.jsonl").write_text((w / "small.jsonl").read_text() * 2)
     (w / "floors.yaml").write_text("inputs:\n  - path: data.jsonl\n    min_share: 0.9\n"
                                    "  - path: other.json\n    min_share: 0.5\n")
     (w / "caps.yaml").write_text("inputs:\n  - path: data.jsonl\n    max_share: 0.3\n  - path: other.json\n")
@@ -311,6 +312,11 @@ CASES = [
                                     "wrap"], "2 × 2 = 4 rows, but --budget 3 of 120 rows selects at most 3"),
     ("run-k-too-large", ["run", "small.jsonl", "--out", "r", "--k", "50", "--fraction", "0.5", *SHARD],
      "--k 50 is larger than the number of examples (20)"),
+    # embed leaves the exact copies out: cluster refused the --k after embed had run
+    ("run-k-too-large-after-exact-copies", ["run", "twice.jsonl", "--out", "r", "--k", "30", "--fraction", "0.5",
+                                            *SHARD],
+     "--k 30 is larger than the number of examples embed keeps (20: 20 exact duplicates of others left out; "
+     "--keep-duplicates keeps them)"),
     ("run-bad-row-first", ["run", "invalid_json.jsonl", "--out", "r", "--fraction", "0.5", *SHARD],
      "invalid_json.jsonl:4: invalid JSON"),
     ("run-other-options", ["run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.5", *SHARD],
@@ -342,10 +348,12 @@ CASES = [
      "selection, less than all of it"),
     ("run-bounds-with-diverse", ["run", "data.jsonl", "other.json", "--out", "r", *FAST, "--fraction", "0.3",
                                  "--within", "diverse", "--source-max-share", "other=0.5", *SHARD],
-     "--source-min-share / --source-max-share need a budget taken in water-filling order: not with --within diverse"),
+     "source other: its cap 0.5 (--source-max-share) needs a budget taken in water-filling order, not --within "
+     "diverse; lift the bounds with --source-min-share 0 --source-max-share 1, or choose another budget or order"),
     ("run-bounds-with-per-cluster-ratio", ["run", "data.jsonl", "other.json", "--out", "r", *FAST,
                                            "--per-cluster-ratio", "0.5", "--source-min-share", "other=0.2", *SHARD],
-     "need a budget taken in water-filling order: not with --per-cluster-ratio"),
+     "source other: its floor 0.2 (--source-min-share) needs a budget taken in water-filling order, not "
+     "--per-cluster-ratio"),
     ("run-floor-above-a-files-cap", ["run", "caps.yaml", "--out", "r", *FAST, "--fraction", "0.3",
                                      "--source-min-share", "data=0.5", *SHARD],
      "source data: its floor 0.5 (--source-min-share) is above its cap 0.3 (caps.yaml: inputs[0].max_share)"),

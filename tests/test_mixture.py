@@ -589,6 +589,25 @@ def test_a_share_option_given_twice_bounds_both_inputs(tmp_path, cli_runner):
         assert f"{r['selected']} of {r['rows']} rows selected ({r['selected'] / 30:.1%} of the selection)" in shown
 
 
+def test_a_mixture_files_bound_is_lifted_by_a_floor_of_0_and_a_cap_of_1(tmp_path, cli_runner):
+    """A file's `min_share` barred --per-cluster-ratio and --within diverse on its clusters for good: a floor of 0
+    and a cap of 1 (README's way to lift the file's bounds) still counted as bounds, and the refusal named options
+    that were never given. They bound nothing now; the refusal names the bound and where it was set."""
+    paths = _three(tmp_path)
+    (tmp_path / "mix.yaml").write_text(f"inputs:\n  - path: {paths[0]}\n  - path: {paths[1]}\n    min_share: 0.2\n")
+    _cli(cli_runner, ["run", tmp_path / "mix.yaml", "--out", tmp_path / "c", "--budget", "30", "-n", "2", "--k", "6",
+                      "-q"])
+    clusters, lifted = tmp_path / "c" / "clusters.parquet", ["--source-min-share", "0", "--source-max-share", "1"]
+    for i, budget in enumerate((["--per-cluster-ratio", "0.3"], ["--budget", "30", "--within", "diverse"])):
+        out = tmp_path / f"s{i}.parquet"
+        refused = _cli(cli_runner, ["select", clusters, "--out", out, *budget], code=2)
+        assert ("ERROR: source code: its floor 0.2 (the mixture file's min_share) needs a budget taken in "
+                "water-filling order, not ") in refused.output, refused.output
+        _cli(cli_runner, ["select", clusters, "--out", out, *budget, *lifted, "-q"])
+    _cli(cli_runner, ["run", tmp_path / "mix.yaml", "--out", tmp_path / "c", "--per-cluster-ratio", "0.3", "-n", "2",
+                      "--k", "6", *lifted, "--overwrite", "-q"])
+
+
 def test_force_takes_changed_inputs_but_not_ids_that_name_other_rows(tmp_path, cli_runner):
     """`shard --data` naming a mixture's inputs in another order is refused with the order to give them and
     `--force to use it anyway`: with --force it wrote other rows under the selected ids (a code row where a GSM8K

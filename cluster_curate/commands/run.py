@@ -249,6 +249,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     from cluster_curate.commands import select_parts
     from cluster_curate.commands.embed_parts import N_TOKENS_WORDS
     from cluster_curate.decontamination import RowQuestions
+    from cluster_curate.exact_dedup import example_key
     from cluster_curate.features.embed import MODEL_FEATURES
     from cluster_curate.features.text import word_counts as word_count
     specs = stage_specs()
@@ -262,8 +263,14 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     words = _counts_words(features, resolved["select"]) and mode in TOKEN_MODES
     decontaminate = resolved["select"]["decontaminate"] or ()
     data_rows, word_counts, questions, ids = 0, [], [], []
+    c = resolved["cluster"]
+    # a --k given is checked against the rows embed keeps: exact duplicates left out (else cluster refuses it after
+    # embed has run)
+    distinct = set() if c.get("k") not in (None, "auto") and not resolved["embed"]["keep_duplicates"] else None
     for batch in ds.iter_batches():
         data_rows += len(batch.examples)
+        if distinct is not None:
+            distinct.update(example_key(e.prompt, e.response, e.rejected) for e in batch.examples)
         if words:
             word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
         if decontaminate:  # the rows' questions: EVAL given as the data itself is refused before embed
@@ -283,12 +290,15 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         if asking.size and asking.all():
             raise select_parts.nothing_left(decontaminate, data_rows)
         selectable -= int(asking.sum())
-    c = resolved["cluster"]
     for name, low in (("iters", 1), ("seed", 0)):
         if c.get(name) is not None and c[name] < low:
             raise CurateError(f"--{name} must be >= {low}, got {c[name]}")
     if c.get("k") not in (None, "auto") and int(c["k"]) > data_rows:
         raise CurateError(f"--k {c['k']} is larger than the number of examples ({data_rows})")
+    if distinct is not None and int(c["k"]) > len(distinct):
+        raise CurateError(f"--k {c['k']} is larger than the number of examples embed keeps ({len(distinct)}: "
+                          f"{counted(data_rows - len(distinct), 'exact duplicate')} of others left out; "
+                          "--keep-duplicates keeps them)")
     cluster_cmd.check_kinds(c)
     cluster_cmd.check_groups(c)
     s = resolved["select"]
@@ -380,9 +390,10 @@ def _check_source_bounds(ds, s: dict, mode: str, budget_rows: int | None, asking
                                                    [i.where for i in ds.inputs])
     if s["target"] is not None:
         check_no_source_bounds(ds.names, low, high, (low_from, high_from))
-    if any(bound is not None for bound in low + high):
-        from cluster_curate.selection import check_source_bounds_order
-        check_source_bounds_order(mode, s["within"])
+    from cluster_curate.selection import binding_source_bound, check_source_bounds_order
+    bound = binding_source_bound(ds.names, low, high, (low_from, high_from))
+    if bound is not None:
+        check_source_bounds_order(mode, s["within"], bound)
     floors = {name: share or 0.0 for name, share in zip(ds.names, low)}
     if sum(floors.values()) > 1 + 1e-9:
         named = ", ".join(f"{name} {share:g} from {origin}" for (name, share), origin in zip(floors.items(), low_from)

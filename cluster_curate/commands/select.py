@@ -242,7 +242,8 @@ def _sources(o: dict, c):
     names_ = [i["name"] for i in inputs]
     lo, hi, lo_from, hi_from = source_bounds(o["source_min_share"], o["source_max_share"], names_,
                                              [i.get("min_share") for i in inputs], [i.get("max_share") for i in inputs])
-    bounded = any(v is not None for v in lo + hi)
+    from cluster_curate.selection import binding_source_bound
+    bounded = binding_source_bound(names_, lo, hi, (lo_from, hi_from)) is not None
     as_array = (lambda v: np.array([np.nan if s is None else s for s in v], dtype=np.float64))
     return (source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None,
             (lo_from, hi_from))
@@ -252,13 +253,11 @@ def check_no_source_bounds(names: list[str], low, high, origins: tuple[list, lis
     """--target takes rows in order of relevance to the target and does not meet a mixture's floors or caps on
     its sources: any floor above 0 or cap below 1 is refused rather than silently left unmet, naming the first
     and where it was set (`origins`, io/mixture.source_bounds)."""
-    for what, values, froms, unmet in (("floor", low, origins[0], lambda v: v > 0),
-                                       ("cap", high, origins[1], lambda v: v < 1)):
-        for name, v, origin in zip(names, values, froms):
-            if v is not None and v == v and unmet(v):
-                raise CurateError(f"source {name}: its {what} {v:g} ({origin}) is not met by --target (rows come in "
-                                  "order of relevance to the target); select without --target, or lift the bounds "
-                                  "with --source-min-share 0 --source-max-share 1")
+    from cluster_curate.selection import binding_source_bound
+    bound = binding_source_bound(names, low, high, origins)
+    if bound is not None:
+        raise CurateError(f"{bound} is not met by --target (rows come in order of relevance to the target); select "
+                          "without --target, or lift the bounds with --source-min-share 0 --source-max-share 1")
 
 
 def check_options(o: dict):
