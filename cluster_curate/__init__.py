@@ -1,6 +1,7 @@
 """cluster-curate: learning-effect clustering, balanced selection and data-parallel allocation.
 
-The Python API (the CLI is a thin layer over it; options are the CLI's, spelled as keywords):
+The Python API (the CLI is a thin layer over it; options are the CLI's, spelled as keywords, their values checked
+and converted by the CLI's types: fraction="0.3" or np.float64(0.3) is 0.3, k=10.5 is refused):
 
     import cluster_curate as cc
     cc.run("train.jsonl", "curated/", fraction=0.31, num_shards=8, micro_batch_size=4)
@@ -8,7 +9,7 @@ The Python API (the CLI is a thin layer over it; options are the CLI's, spelled 
     cc.cluster("emb.parquet", "clusters.parquet", k=64)    # -> (summary, size table)
     cc.select("clusters.parquet", "sel.parquet", fraction=0.31)
     cc.shard("sel.parquet", "train.jsonl", "shards/", num_shards=8)   # -> manifest
-    cc.inspect("train.jsonl"); cc.report(["curated/"])
+    cc.inspect("train.jsonl"); cc.report("curated/")            # one path or a list
     cc.export("shards/", trainer="hf", out="export-hf/")        # the plan in the layout a trainer deals
     cc.verify("shards/", log="consumed/")                       # -> {"ok": ..., "problems": [...], ...}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import numbers
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -88,9 +89,12 @@ def line(text: str) -> Shown:
 
 
 def machine(obj):
-    """`obj` with every Shown replaced by its value (the --json form)."""
+    """`obj` with every Shown replaced by its value, and a path as a string (the --json form: an API caller's
+    pathlib.Path `out`, echoed by the summary, is no JSON)."""
     if isinstance(obj, Shown):
         return machine(obj.value)
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
     if isinstance(obj, dict):
         return {k: machine(v) for k, v in obj.items() if not (isinstance(v, Shown) and not v.in_json)}
     if isinstance(obj, (list, tuple)):

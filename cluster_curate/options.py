@@ -72,9 +72,19 @@ class Option:
         shown = self.shown_default() if callable(self.shown_default) else self.shown_default
         return f"{text}  [default: {shown}]"
 
+    def click_type(self):
+        """The click type the CLI converts this option's text with (cli.py): BOOL for a flag, else the declared
+        type, or the one click infers from the default (a Choice's values are `check`'s)."""
+        import click
+        if self.is_flag or self.negatable:
+            return click.BOOL
+        return click.types.convert_type(self.type, self.default)
+
     def check(self, value):
-        """The Python API's check of a value (the CLI's click types already did it). An option given several times
-        takes one path (a str or os.PathLike) as one value, not as its letters, and a list as a tuple."""
+        """The Python API's check of a value: converted by the option's click type as the CLI's text is, so that
+        both accept the same values and record the same ones (a value the CLI converted stays as it is). An
+        option given several times takes one path (a str or os.PathLike) as one value, not as its letters, and
+        a list as a tuple."""
         if self.multiple and isinstance(value, (str, os.PathLike)):
             value = (value,)
         elif self.multiple and isinstance(value, list):
@@ -83,7 +93,43 @@ class Option:
         if choices is not None and value is not None and value not in choices:
             flag = self.cli_flags[0]
             raise CurateError(f"{flag} must be one of {', '.join(choices)}, got {value!r}")
-        return value
+        if value is None or choices is not None:
+            return value
+        if self.multiple and isinstance(value, tuple):
+            return tuple(self._converted(v) for v in value)
+        return self._converted(value)
+
+    def _converted(self, value):
+        """One API value as the option's click type makes the CLI's text: "0.3" or numpy's 0.3 a float, 2.0 or
+        np.int64(2) an int (numpy's scalars were recorded as text, another fingerprint than the CLI's). A bool is
+        no number (budget=True selected 1 row), nor is 10.5 a count (k=10.5 made 10 clusters)."""
+        import numbers
+
+        import click
+        kind = self.click_type()
+        if isinstance(kind, click.types.StringParamType):  # paths and names: taken as given
+            return value
+        flag = self.cli_flags[0]
+        whole = isinstance(kind, (click.types.IntParamType, _CountOrWordBase))
+        if whole or isinstance(kind, click.types.FloatParamType):
+            if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):
+                raise CurateError(f"{flag}: {value!r} is not a number")
+            if whole and isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+                if not float(value).is_integer():
+                    raise CurateError(f"{flag}: {value!r} is not a whole number")
+                value = int(value)
+            elif isinstance(value, numbers.Integral):
+                value = int(value)  # np.int64 as a Python int (json.dumps refuses numpy's)
+        elif isinstance(kind, click.types.BoolParamType) and not isinstance(value, str):
+            # click's takes a bool or its text; 1 and 0 (and numpy's bools) as the API always took them
+            if not (isinstance(value, numbers.Number) or type(value).__name__ in ("bool", "bool_")) \
+                    or value not in (False, True):
+                raise CurateError(f"{flag}: {value!r} is not true or false")
+            return bool(value)
+        try:
+            return kind.convert(value, None, None)
+        except click.BadParameter as e:
+            raise CurateError(f"{flag}: {e.message.rstrip('.')}") from None
 
 
 @dataclass(frozen=True)
@@ -129,7 +175,11 @@ def resolve(options: Sequence[Option], given: dict, command: str) -> dict:
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise CurateError(f"{command}: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    return {name: o.check(given.get(name, o.default)) for name, o in known.items()}
+    resolved = {name: o.check(given.get(name, o.default)) for name, o in known.items()}
+    for name, o in known.items():  # those `run` does not take may be left out: run resolves a stage's without them
+        if o.required and resolved[name] is None and (name in given or o.run):
+            raise CurateError(f"{command}: missing option {o.cli_flags[0]}")
+    return resolved
 
 
 def _deprecated_names(options: Sequence[Option]) -> dict[str, str]:
@@ -162,27 +212,32 @@ def run_options(spec: CommandSpec) -> list[Option]:
     return [o for o in spec.options if o.run]
 
 
+class _CountOrWordBase:
+    """What CountOrWord's click types are (a count: Option.check refuses 10.5 for one)."""
+
+
 class CountOrWord:
     """A positive count (of `what`), or one of a few words: --k N|auto, --groups G|auto|none (a click type)."""
 
     def __new__(cls, what: str, words: tuple[str, ...]):
         import click
 
-        class _CountOrWord(click.ParamType):
+        class _CountOrWord(_CountOrWordBase, click.ParamType):
             name = "|".join(("N",) + words)
 
             def convert(self, value, param, ctx):
-                if isinstance(value, int):
-                    return value
-                if str(value).lower() in words:
+                if isinstance(value, int):  # the API's (k=0 is refused as --k 0 is)
+                    n = value
+                elif str(value).lower() in words:
                     return str(value).lower()
-                try:
-                    n = int(value)
-                except ValueError:
-                    quoted = [repr(w) for w in words]
-                    choices = ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
-                    self.fail(f"expected a number of {what}{',' if len(quoted) > 1 else ' or'} {choices}, "
-                              f"got {value!r}", param, ctx)
+                else:
+                    try:
+                        n = int(value)
+                    except ValueError:
+                        quoted = [repr(w) for w in words]
+                        choices = ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
+                        self.fail(f"expected a number of {what}{',' if len(quoted) > 1 else ' or'} {choices}, "
+                                  f"got {value!r}", param, ctx)
                 if n < 1:
                     self.fail(f"must be >= 1, got {n}", param, ctx)
                 return n

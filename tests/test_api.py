@@ -125,3 +125,96 @@ def test_run_takes_a_token_budget(tmp_path):
     assert [s["status"] for s in result["stages"]] == ["ran"] * 4
     tokens = result["summaries"]["select"]["tokens_selected"]
     assert 0.28 * tokens["total"] < tokens["selected"] <= 0.3 * tokens["total"]  # within a row of the budget
+
+
+TEXT = {"features": "text", "dim": 16}
+
+
+@pytest.fixture(scope="module")
+def clustered(tmp_path_factory):
+    """Embeddings and 40 clusters of the 300 rows (more than a screen's 32 rows of select's table)."""
+    from cluster_curate import console
+    console.configure(quiet=True)
+    d = tmp_path_factory.mktemp("clustered")
+    cc.embed(str(DATA), str(d / "e.parquet"), **TEXT)
+    cc.cluster(str(d / "e.parquet"), str(d / "c.parquet"), k=40)
+    return d
+
+
+def _cli_json(cli_runner, *args):
+    result = cli_runner.invoke(main, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_the_api_gets_every_cluster_of_the_table_as_json_does(cli_runner, clustered, tmp_path):
+    """select's table was cut to a screen's 33 rows (a '...' row among them) for the API and run's summaries;
+    only the screen condenses it now."""
+    summary, table = cc.select(str(clustered / "c.parquet"), str(tmp_path / "s.parquet"), fraction=0.3)
+    assert len(table) == summary["clusters"] == 40 and "..." not in [r["cluster"] for r in table]
+    assert sum(r["selected"] for r in table) == summary["selected"]
+    cli = _cli_json(cli_runner, "select", str(clustered / "c.parquet"), "--out", str(tmp_path / "cli.parquet"),
+                    "--fraction", "0.3")
+    assert cli["per_cluster"] == table
+    run = cc.run(str(DATA), str(tmp_path / "run"), k=40, fraction=0.3, num_shards=2, **TEXT)
+    assert len(run["summaries"]["select"]["per_cluster"]) == 40
+    screen = cli_runner.invoke(main, ["select", str(clustered / "c.parquet"), "--out", str(tmp_path / "screen.parquet"),
+                                      "--fraction", "0.3"])
+    assert screen.exit_code == 0 and "..." in screen.stdout.split()  # the smallest and largest 16 on a screen
+
+
+@pytest.mark.parametrize("call, line", [
+    (lambda c, o: cc.select(c / "c.parquet", o, budget=True), "--budget: True is not a number"),
+    (lambda c, o: cc.select(c / "c.parquet", o, fraction=0.3, seed=1.5), "--seed: 1.5 is not a whole number"),
+    (lambda c, o: cc.select(c / "c.parquet", o, fraction="a third"), "--fraction: 'a third' is not a valid float"),
+    (lambda c, o: cc.cluster(c / "e.parquet", o, k=10.5), "--k: 10.5 is not a whole number"),
+    (lambda c, o: cc.cluster(c / "e.parquet", o, k=0), "--k: must be >= 1, got 0"),
+    (lambda c, o: cc.run(DATA, o, fraction=0.3, num_shards=2, seed=2**40),
+     "--seed: 1099511627776 is not in the range 0<=x<=4294967295"),
+    (lambda c, o: cc.run(DATA, o, fraction=0.3, num_shards=[2]), "--num-shards: [2] is not a number"),
+    (lambda c, o: cc.run(DATA, o, fraction=0.3), "run: missing option --num-shards"),
+    (lambda c, o: cc.shard(c / "c.parquet", num_shards=2), "shard: missing option --out"),
+])
+def test_the_api_refuses_what_the_cli_refuses_before_any_stage_runs(clustered, tmp_path, call, line):
+    with pytest.raises(CurateError) as e:
+        call(clustered, tmp_path / "out")
+    assert str(e.value) == line
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_api_records_the_values_the_cli_does(cli_runner, clustered, tmp_path):
+    """Text, a float for a count and numpy's scalars converted as click converts the CLI's text: the same params
+    and fingerprint (np.int64(90) was recorded as "90"), and a summary json.dumps takes."""
+    import numpy as np
+
+    from cluster_curate.console import machine
+    from cluster_curate.io.artifacts import read_meta
+    summary, _ = cc.select(clustered / "c.parquet", tmp_path / "api.parquet", budget=np.int64(300) * 3 // 10,
+                           seed=np.int64(3), dedup="0.9", balance_power=np.float64(0.5))
+    _cli_json(cli_runner, "select", str(clustered / "c.parquet"), "--out", str(tmp_path / "cli.parquet"),
+              "--budget", "90", "--seed", "3", "--dedup", "0.9", "--balance-power", "0.5")
+    api, cli = read_meta(tmp_path / "api.parquet"), read_meta(tmp_path / "cli.parquet")
+    assert api.params == cli.params and api.fingerprint == cli.fingerprint
+    assert json.loads(json.dumps(machine(summary)))["out"] == str(tmp_path / "api.parquet")
+    opts = {"k": 8.0, "fraction": "0.31", "num_shards": 2.0, "micro_batch_size": np.int64(2), "seed": "4"}
+    cc.run(str(DATA), str(tmp_path / "api"), **opts, **TEXT)
+    _cli_json(cli_runner, "run", str(DATA), "--out", str(tmp_path / "cli"), "--features", "text", "--dim", "16",
+              "--k", "8", "--fraction", "0.31", "--num-shards", "2", "--micro-batch-size", "2", "--seed", "4")
+    assert (json.loads((tmp_path / "api" / "run-state.json").read_text())
+            == json.loads((tmp_path / "cli" / "run-state.json").read_text()))
+
+
+def test_report_and_shard_take_their_inputs_as_the_cli_does(clustered, tmp_path):
+    """report took one path's letters for paths, a Path or an unknown keyword raised TypeError; shard's data is
+    optional as --data is; a pathlib.Path `out` is a string in the JSON form of the summary."""
+    from cluster_curate.console import machine
+    cc.select(str(clustered / "c.parquet"), str(tmp_path / "s.parquet"), fraction=0.3)
+    sections, plots = cc.report(str(tmp_path / "s.parquet"))
+    assert cc.report(tmp_path / "s.parquet") == cc.report([str(tmp_path / "s.parquet")]) == (sections, plots)
+    assert [title for title, _, _ in sections][:1] and plots == []
+    with pytest.raises(CurateError) as e:
+        cc.report([str(tmp_path / "s.parquet")], plots="p")
+    assert str(e.value) == "report: unknown option(s) plots (known: force, out, seed)"
+    manifest = cc.shard(str(tmp_path / "s.parquet"), out=tmp_path / "shards", num_shards=2)
+    assert json.loads(json.dumps(machine(manifest)))["out"] == str(tmp_path / "shards")
+    assert len(list((tmp_path / "shards").glob("shard-*.parquet"))) == 2

@@ -5,6 +5,7 @@ Tables come from the artifacts' metadata and small columns; plots (PLOTS) are dr
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ from cluster_curate.console import Shown, min_median_max
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
 from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES
-from cluster_curate.options import Argument, CommandSpec, Option, seed_type
+from cluster_curate.options import Argument, CommandSpec, Option, resolve, seed_type
 MAX_PCA_POINTS = 20000
 # each plot's file and what it shows (the summary's `plots` table says it beside the name)
 PLOTS = {
@@ -354,10 +355,14 @@ OPTIONS = (
 )
 
 
-def report(paths: list[str], out: str | None = None, seed: int = 0, force: bool = False) -> tuple[list, list[Path]]:
-    """Tables (title, key/values, rows) of the given artifacts and those their lineage reaches, and the plots
-    written into `out` (when given). Artifacts that do not belong together are refused unless `force`."""
-    found, unreached = find_artifacts(list(paths))
+def report(paths, out: str | None = None, **options) -> tuple[list, list[Path]]:
+    """Tables (title, key/values, rows) of the given artifacts (one path, or a list) and those their lineage
+    reaches, and the plots written into `out` (when given). Artifacts that do not belong together are refused
+    unless `force`."""
+    paths = [os.fspath(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]  # not its letters
+    o = resolve(OPTIONS, dict(options, out=out), "report")
+    seed, force = o["seed"], o["force"]
+    found, unreached = find_artifacts(paths)
     check_lineage(found, force)
     sections = describe(found)
     if out:

@@ -297,9 +297,10 @@ def check_options(o: dict):
     return mode
 
 
-def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -> tuple[dict, list[dict]]:
+def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
     """Read a clusters artifact (and the embeddings when an order, dedup or n_tokens needs them), choose the
-    rows, write the selection artifact. Returns the summary dict and the per-cluster table."""
+    rows, write the selection artifact. Returns the summary dict and the per-cluster table (every cluster's row:
+    render() condenses it for a screen)."""
     import numpy as np
     import pyarrow as pa
 
@@ -326,7 +327,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
     if o["target"] is not None:
-        return _select_targeted(o, mode, clusters, c, out, t0, summary_limit, evals)
+        return _select_targeted(o, mode, clusters, c, out, t0, evals)
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
     c, x["decontaminated"] = P.decontaminate(o, clusters, c, x, evals)
@@ -363,7 +364,7 @@ def select(clusters: str, out: str, summary_limit: int | None = 32, **options) -
     _write_selection(o, c, x, clusters, out, columns, params, S.ALGORITHM_VERSION)
     summary = _summary(o, mode, sel, c, x, out)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
-    return summary, S.selection_summary_rows(sel, limit=summary_limit)
+    return summary, S.selection_summary_rows(sel, limit=None)
 
 
 def _write_selection(o: dict, c, x: dict, clusters: str, out: str, columns: dict, params: dict, algorithm: int,
@@ -409,7 +410,7 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
     return path, ids, rows, tmeta
 
 
-def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, summary_limit, evals: list):
+def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, evals: list):
     """`select --target`: targeting.py's relevance and balance over the clusters; the artifact also records, per
     selected row, its nearest target row and the cosine to it, and in its params how each target row is served."""
     import numpy as np
@@ -475,7 +476,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     summary.update(target_summary(service, tpath))
     summary["target_copies"] = P.target_copies_line(copies, x["decontaminated"])
     summary["seconds"] = round(time.perf_counter() - t0, 2)
-    return summary, service["clusters"][:summary_limit] if summary_limit else service["clusters"]
+    return summary, service["clusters"]
 
 
 def _source_figures(names: list[str], sources, tokens, rows) -> list[dict]:
@@ -649,19 +650,19 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     return summary
 
 
-def _summary_limit():
-    """The CLI's table: every cluster in JSON, the smallest and largest 16 on a screen."""
-    from cluster_curate import console
-    return None if console.JSON_MODE else 32
+SCREEN_ROWS = 32  # the table on a screen: the smallest and largest 16 clusters (--json and the API: every one)
 
 
 def render(result, options: dict) -> None:
     from cluster_curate import console
+    from cluster_curate.selection import condensed
     summary, rows = result
     decontaminated = getattr(summary.get("decontaminated"), "value", None) or {}
     if left := decontaminated.get("rows_left_out"):  # where the other rows went
         n = summary["rows"]
         summary = {**summary, "rows": f"{n:,} ({n + left:,} clustered, {left:,} left out by --decontaminate)"}
+    # a targeted selection's rows come most pulled first: its first ones; else the smallest and largest clusters
+    rows = rows[:SCREEN_ROWS] if rows and "target_rows" in rows[0] else condensed(rows, SCREEN_ROWS)
     shown = [dict(r, kept=f"{r['kept']:.1%}" if isinstance(r["kept"], float) else "-" if r["kept"] is None
                   else r["kept"]) if "kept" in r else r for r in rows]
     console.summary(f"select → {summary['out']}", summary, shown)
@@ -669,7 +670,6 @@ def render(result, options: dict) -> None:
 
 SPEC = CommandSpec(
     "select", select, (Argument("clusters"),), OPTIONS, render, table="per_cluster",
-    extra={"summary_limit": _summary_limit},
     algorithm=lazy("cluster_curate.selection", "ALGORITHM_VERSION"),
     help="""A balanced, budgeted subset of every cluster: --fraction F | --budget N | --per-cluster-ratio R.
 

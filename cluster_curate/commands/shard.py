@@ -62,10 +62,10 @@ OPTIONS = (
 )
 
 
-def shard(selection: str, data, out: str, *, chunk_bytes: int = 64 << 20, buffer_bytes: int = 128 << 20,
-          batch_rows: int = BATCH_ROWS, **options) -> dict:
-    """Write the shards, manifest.json and leftover_ids.txt of `selection` into the directory `out`; `data` None:
-    the dataset or mixture the selection records.
+def shard(selection: str, data=None, out: str | None = None, *, chunk_bytes: int = 64 << 20,
+          buffer_bytes: int = 128 << 20, batch_rows: int = BATCH_ROWS, **options) -> dict:
+    """Write the shards, manifest.json and leftover_ids.txt of `selection` into the directory `out` (required:
+    resolve refuses it missing); `data` None, as --data left out: the dataset or mixture the selection records.
     Returns the manifest (plus timings, which manifest.json leaves out: it is deterministic)."""
 
     from cluster_curate import sharding
