@@ -42,6 +42,7 @@ import datetime
 import decimal
 import json
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,6 +61,8 @@ from cluster_curate.sharding import SHARD_COLUMNS
 PLAN_COLUMNS = ("id", "weight", "step")          # kept in every trainer layout, for `verify`
 # Parquet metadata of `export --for parquet`: the columns kept as JSON text (a list of names, JSON)
 JSON_COLUMNS_KEY = b"json_columns"
+# ... and a mixture's: each input's rows, in order, and the columns they hold (`_input_columns`)
+INPUT_COLUMNS_KEY = b"input_columns"
 
 
 @dataclass(frozen=True)
@@ -206,10 +209,10 @@ def _input_readings(table: pa.Table, read, source: str, inputs: list[dict] | Non
     """A mixture's inputs that have rows here: name -> ({shard column: its name in the input}, the fields of the
     input's own columns, read with its recorded options under those given now); None for one dataset."""
     from cluster_curate.io.datasets import ReadOptions
-    from cluster_curate.io.mixture import IDENTITY_COLUMNS, NORMALISED_COLUMNS, as_recorded
+    from cluster_curate.io.datasets import original_name
+    from cluster_curate.io.mixture import IDENTITY_COLUMNS, MIXTURE_RESERVED, NORMALISED_COLUMNS, as_recorded
     if not inputs or "source" not in table.column_names:
         return None
-    reserved = tuple(c for c in IDENTITY_COLUMNS + NORMALISED_COLUMNS if c != "id")
     source_of = table.column("source").cast(pa.string())
     readings = {}
     for item in inputs:
@@ -222,7 +225,7 @@ def _input_readings(table: pa.Table, read, source: str, inputs: list[dict] | Non
             if c in IDENTITY_COLUMNS + NORMALISED_COLUMNS or mine.column(c).null_count == mine.num_rows:
                 continue  # the mixture's own columns, and the other inputs' (null in this input's rows)
             # mixture.reserved_rename undone (`source_id` stays: a single source's shards hold it so too)
-            base = c.removeprefix("source_") if c.removeprefix("source_") in reserved else c
+            base = original_name(c, MIXTURE_RESERVED)
             names_of[c] = renamed.get(base, base)
         given = as_recorded(item, read or ReadOptions())  # its recorded options, under those given now
         readings[item["name"]] = (names_of, resolve_fields(
@@ -385,30 +388,75 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
     `shard` added. `leftovers`: raw rows (`id` + source columns as the reader names them)."""
     if "wrapped" in table.column_names:
         table = table.filter(pc.invert(table.column("wrapped")))
+    from cluster_curate.io.datasets import RAW_RESERVED, original_name
+    from cluster_curate.io.mixture import NORMALISED_COLUMNS
     renamed = {new: old for old, new in (manifest.get("renamed_source_columns") or {}).items()}
-    keep = _source_names(table)
-    rows = table.select(["id"] + keep).rename_columns(["id"] + [renamed.get(c, c) for c in keep])
-    json_columns = [renamed.get(c, c) for c in manifest.get("json_columns") or ()]
+    mixture = mixture_inputs(manifest) is not None and "source" in table.column_names
+    # a mixture's normalised columns are no input's; its `source` and `source_row` name each row's input and row
+    ours = NORMALISED_COLUMNS if mixture else ()
+
+    def input_name(c: str) -> str:
+        # a reader's name as the input has it: a source `id` is `source_id`, a mixture input's `prompt`
+        # `source_prompt` (io/datasets.py `reserved_rename`; a mixture file's `rename` is kept, and so is
+        # `source_source`: an input's `source` beside the mixture's)
+        return original_name(original_name(c, NORMALISED_COLUMNS) if mixture else c, RAW_RESERVED)
+
+    def source_name(c: str) -> str:
+        # shard's renames as the manifest records them (one dataset's by its names in the data, a mixture's by
+        # its names in the mixture); else a reader's name (manifests that recorded shard's renames alone)
+        if mixture:
+            return input_name(renamed.get(c, c))
+        return renamed[c] if c in renamed else input_name(c)
+
+    keep = [c for c in _source_names(table) if c not in ours]
+    # our `id` apart: a source column of that name is back under its name
+    ids = table.column("id").chunks
+    rows = table.select(keep).rename_columns([source_name(c) for c in keep])
+    json_columns = [source_name(c) for c in manifest.get("json_columns") or () if c not in ours]
     if leftovers is not None and leftovers.num_rows:
         # the leftovers' reader says which of its columns are JSON text of objects (_read_leftovers)
-        json_columns += [c for c in json.loads((leftovers.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]"))
-                         if c not in json_columns]
+        json_columns += [input_name(c)
+                         for c in json.loads((leftovers.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]"))
+                         if c not in ours and input_name(c) not in json_columns]
+        ids += leftovers.column("id").chunks
+        theirs = [c for c in leftovers.column_names if c not in ("id",) + ours]
+        leftovers = leftovers.select(theirs).rename_columns([input_name(c) for c in theirs])
         (rows, leftovers), _ = json_text_aligned([rows, leftovers], json_columns)
         rows = pa.concat_tables([rows, leftovers], promote_options="permissive")
-    rows = rows.sort_by("id").drop_columns(["id"])
-    if "source_id" in rows.column_names:  # the source's own `id` column (ours is the row index)
-        rows = rows.rename_columns(["id" if c == "source_id" else c for c in rows.column_names])
-        json_columns = ["id" if c == "source_id" else c for c in json_columns]
+    rows = rows.take(pc.sort_indices(pa.chunked_array(ids, pa.int64())))
+    if mixture:  # each input's rows (one run in id order) and its columns: a row is written with its own alone
+        rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}), INPUT_COLUMNS_KEY: json.dumps(
+            _input_columns(rows, rows.column("source").cast(pa.string()).to_pylist())).encode()})
     if json_columns:  # said in the file: a reader decodes them (`export --for jsonl` writes them as they were)
         rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}),
                                              JSON_COLUMNS_KEY: json.dumps(json_columns).encode()})
     return rows
 
 
+def _input_columns(rows: pa.Table, sources: list[str]) -> list[dict]:
+    """A mixture's rows in id order, input by input: [{source, rows, columns}], the columns those rows hold (the
+    other inputs' are null in them)."""
+    runs, start = [], 0
+    for name, run in groupby(sources):
+        n = len(list(run))
+        part = rows.slice(start, n)
+        runs.append({"source": name, "rows": n, "columns": [c for c in part.column_names
+                                                            if part.column(c).null_count < n]})
+        start += n
+    return runs
+
+
 def source_records(rows: pa.Table) -> list[dict]:
     """The rows as the records they were read from: the columns kept as JSON text (`JSON_COLUMNS_KEY` in the
-    table's metadata: objects whose keys differ from row to row, lists whose items differ in type) decoded."""
-    return decoded_json(rows.to_pylist(), json.loads((rows.schema.metadata or {}).get(JSON_COLUMNS_KEY, b"[]")))
+    table's metadata: objects whose keys differ from row to row, lists whose items differ in type) decoded; a
+    mixture's rows with their own input's columns alone (`INPUT_COLUMNS_KEY`)."""
+    metadata = rows.schema.metadata or {}
+    records = decoded_json(rows.to_pylist(), json.loads(metadata.get(JSON_COLUMNS_KEY, b"[]")))
+    if INPUT_COLUMNS_KEY in metadata:
+        runs = json.loads(metadata[INPUT_COLUMNS_KEY])
+        whose = (run["columns"] for run in runs for _ in range(run["rows"]))
+        records = [{c: rec[c] for c in columns} for rec, columns in zip(records, whose)]
+    return records
 
 
 def json_lines(rows: pa.Table, source: str) -> bytes:

@@ -56,11 +56,13 @@ from cluster_curate.registry import Registry
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
-ALGORITHM_VERSION = 6  # 2: pair_by_length; 3: its trades of a step's longest row; 4: a JSON-text column
+ALGORITHM_VERSION = 7  # 2: pair_by_length; 3: its trades of a step's longest row; 4: a JSON-text column
 # whose keys first differ in a later batch holds every row as its record wrote it (was Arrow's JSON of a struct);
 # 5: --tokenizer counts each answer as a trainer tokenizes it after its prompt, end-of-turn tokens and all; 6: a JSON
 # column whose objects or lists a Parquet type would change (whole numbers beside floats: 3 as 3.0; keys in another
-# order; empty objects; whole numbers a float column would round) is JSON text, each row as its record wrote it
+# order; empty objects; whole numbers a float column would round) is JSON text, each row as its record wrote it;
+# 7: a source column named like a renamed one (`source_id`, `source_weight`) gets one more `_` whatever the batch
+# holds (io/datasets.py `reserved_rename`), and the manifest records every rename
 SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # what `shard` adds to every source row of a shard
 
 BALANCES = ("tokens", "padded")

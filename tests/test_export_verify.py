@@ -842,3 +842,81 @@ def test_axolotl_sft_names_resolve_and_keep_each_rows_id_through_its_tokenizatio
 def test_export_keeps_every_column_of_preference_pairs_for_hf(preference_shards, tmp_path):
     export(preference_shards["standard"], "hf", tmp_path / "hf")  # the shards' columns, rejected among them
     assert {"prompt", "chosen", "rejected"} <= set(pq.read_table(tmp_path / "hf" / "train.parquet").column_names)
+
+
+# ------------------------------------------------------------------------------- source columns given back
+
+def _run_and_export(cli_runner, tmp_path, *data, fraction="0.55"):
+    """`run` at small size (text features, 16 dims; 0.55 leaves selected rows over for export to read back),
+    then `export --for jsonl` and `--for parquet`: (the manifest, the jsonl records, the parquet records)."""
+    from cluster_curate.cli import main
+    out = tmp_path / "cur"
+    for args in (["run", *map(str, data), "--out", str(out), "--fraction", fraction, "--num-shards", "2",
+                  "--micro-batch-size", "2", "--features", "text", "--dim", "16", "-q"],
+                 ["export", str(out / "shards"), "--for", "jsonl", "--out", str(tmp_path / "ej"), "-q"],
+                 ["export", str(out / "shards"), "--for", "parquet", "--out", str(tmp_path / "ep"), "-q"]):
+        res = cli_runner.invoke(main, args)
+        assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "shards" / "manifest.json").read_text())
+    lines = [json.loads(line) for line in (tmp_path / "ej" / "selected.jsonl").read_text().splitlines()]
+    return manifest, lines, pq.read_table(tmp_path / "ep" / "selected.parquet").to_pylist()
+
+
+def _gsm_rows(n, extra):
+    lines = (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines()[:n]
+    return [{**extra(k), **json.loads(line)} for k, line in enumerate(lines)]
+
+
+def test_export_gives_back_a_source_id_and_source_id_column_under_their_names(tmp_path, cli_runner):
+    """Data with both `id` and `source_id` came back as `{"_source_id": <its id>, "id": <its source_id>}`, and the
+    manifest recorded no rename. Each column is back under its name, in its place, left-over rows too."""
+    rows = _gsm_rows(120, lambda k: {"id": f"q-{k}", "source_id": f"gsm8k/{k}"})
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest, lines, table = _run_and_export(cli_runner, tmp_path, tmp_path / "d.jsonl")
+    assert manifest["renamed_source_columns"] == {"id": "source_id", "source_id": "_source_id"}
+    assert manifest["leftover_ids"]  # read back from the data, not the shards
+    by_id = {r["id"]: r for r in rows}
+    assert len(lines) == manifest["selected_rows"] and all(
+        list(r.items()) == list(by_id[r["id"]].items()) for r in lines)
+    assert table == lines
+
+
+def test_shard_columns_beside_their_source_names_are_all_kept(tmp_path, cli_runner):
+    """A column `weight` beside `source_weight` was an INTERNAL ERROR after three stages (both renamed
+    `source_weight`). The shards hold both under names no other column has, and export gives them back."""
+    rows = _gsm_rows(120, lambda k: {"weight": 1.0 + k, "source_weight": 0.5 * k, "_source_weight": "w"})
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest, lines, table = _run_and_export(cli_runner, tmp_path, tmp_path / "d.jsonl")
+    assert manifest["renamed_source_columns"] == {"weight": "source_weight", "source_weight": "_source_weight",
+                                                  "_source_weight": "__source_weight"}
+    by_question = {r["question"]: r for r in rows}
+    assert len(lines) == manifest["selected_rows"] and all(
+        list(r.items()) == list(by_question[r["question"]].items()) for r in lines)
+    assert table == lines
+
+
+def test_a_mixture_exports_each_row_with_its_own_inputs_columns(tmp_path, cli_runner):
+    """A mixture's `export --for jsonl` wrote every row with every input's columns and the mixture's normalised
+    `prompt` / `response` / `messages` / `system`, an input's own `prompt` under `source_prompt`. Each row now has
+    its `source`, `source_row` and its own input's columns under their own names (an input's own `source` stays
+    `source_source`, beside the mixture's)."""
+    math = _gsm_rows(60, lambda k: {"source": f"s{k}"})
+    code = [dict(json.loads(line), source_prompt=f"sp{k}") for k, line in enumerate(
+        (FIXTURES / "code_alpaca" / "prompt-completion-300.jsonl").read_text().splitlines()[:60])]
+    for name, rows in (("math", math), ("pc", code)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest, lines, table = _run_and_export(cli_runner, tmp_path, tmp_path / "math.jsonl", tmp_path / "pc.jsonl")
+    assert manifest["leftover_ids"]
+    selected = sorted(manifest["leftover_ids"] + [i for f in sorted((tmp_path / "cur" / "shards").glob("shard-*"))
+                                                  for i in _ids(tmp_path / "cur" / "shards", int(f.name[6:11]))])
+    originals = [{"source": "math", "source_row": k, **{"source_source" if c == "source" else c: v
+                                                         for c, v in r.items()}} for k, r in enumerate(math)]
+    originals += [{"source": "pc", "source_row": k, **r} for k, r in enumerate(code)]
+    assert lines == [originals[i] for i in sorted(set(selected))]
+    assert [list(r) for r in lines[-1:]] == [["source", "source_row", "prompt", "completion", "source_prompt"]]
+    # Parquet: one table, a row null in the other input's columns; the file says whose rows hold which
+    assert [{k: v for k, v in r.items() if v is not None} for r in table] == lines
+    runs = json.loads(pq.read_schema(tmp_path / "ep" / "selected.parquet").metadata[b"input_columns"])
+    assert [(r["source"], r["columns"]) for r in runs] == [
+        ("math", ["source", "source_row", "source_source", "question", "answer"]),
+        ("pc", ["source", "source_row", "prompt", "completion", "source_prompt"])]

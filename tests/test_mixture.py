@@ -711,7 +711,7 @@ def test_mixture_objects_of_the_same_keys_and_other_types_are_one_line_before_an
 
 def test_mixture_shards_export_for_a_trainer_and_as_the_selected_rows(tmp_path, cli_runner):
     """A mixture's shards go through `export` like one dataset's: TRL's columns in the planned order, and the
-    selected rows with their source and original fields."""
+    selected rows, each with its source and its own input's columns alone."""
     paths = _three(tmp_path)[:2]
     out = tmp_path / "curated"
     _cli(cli_runner, ["run", *paths, "--out", out, "--fraction", "0.3", "--num-shards", "2",
@@ -725,6 +725,8 @@ def test_mixture_shards_export_for_a_trainer_and_as_the_selected_rows(tmp_path, 
     rows = [json.loads(line) for line in (tmp_path / "rows" / "selected.jsonl").read_text().splitlines()]
     assert len(rows) == len(set(shards.column("id").to_pylist()))
     assert {r["source"] for r in rows} == {"train-300", "code"}
+    assert {tuple(r) for r in rows} == {("source", "source_row", "question", "answer"),
+                                        ("source", "source_row", "instruction", "input", "output")}
 
 
 def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, cli_runner):
@@ -745,7 +747,7 @@ def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, c
     assert mix_figures["inputs"] == 2 and 0 <= mix_figures["steps_mixing"] <= 1 and 0 < mix_figures["random"] < 1
     reported = json.loads(_cli(cli_runner, ["report", out, "--json"]).output.strip().splitlines()[-1])
     assert reported["shards"]["input_mix"] == mix_figures  # and `report` shows it
-    selected = pq.read_table(out / "selection.parquet", columns=["source", "source_row"]).to_pylist()
+    selected = pq.read_table(out / "selection.parquet", columns=["id", "source", "source_row"]).sort_by("id")
     gsm = list(csv.DictReader(open(GSM_CSV, newline="")))
     code = pq.read_table(ALPACA_PARQUET).to_pylist()
     runs = {"none": [], "mixture file": ["--data", mix],  # and its inputs' paths: read as recorded (names, options)
@@ -754,14 +756,12 @@ def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, c
         _cli(cli_runner, ["export", out / "shards", "--for", "jsonl", "--out", tmp_path / f"rows-{label}", "-q",
                           *data])
         rows = [json.loads(line) for line in (tmp_path / f"rows-{label}" / "selected.jsonl").read_text().splitlines()]
-        assert sorted((r["source"], r["source_row"]) for r in rows) == sorted(
-            (r["source"], r["source_row"]) for r in selected), label
-        for row in rows:  # the original records, value for value, left-overs included
-            original = gsm[row["source_row"]] if row["source"] == "math" else code[row["source_row"]]
-            assert {k: row[k] for k in original} == original, label
-            assert row["prompt"] is not None and row["response"] is not None, label
+        # the original records in id order, value for value and nothing else, left-overs included
+        assert rows == [{**r, **(gsm[r["source_row"]] if r["source"] == "math" else code[r["source_row"]])}
+                        for r in selected.select(["source", "source_row"]).to_pylist()], label
     _cli(cli_runner, ["export", out / "shards", "--for", "parquet", "--out", tmp_path / "pq", "-q"])
-    assert pq.read_table(tmp_path / "pq" / "selected.parquet").to_pylist() == [
+    assert [{k: v for k, v in r.items() if v is not None}  # one table: null in the other input's columns
+            for r in pq.read_table(tmp_path / "pq" / "selected.parquet").to_pylist()] == [
         json.loads(line) for line in (tmp_path / "rows-none" / "selected.jsonl").read_text().splitlines()]
     # the inputs in another order are another mixture: refused, with what to pass instead
     res = _cli(cli_runner, ["export", out / "shards", "--for", "jsonl", "--out", tmp_path / "x",

@@ -171,10 +171,11 @@ def _batch_rows(raw, cells: Cells, sel, weights: Weights, m: int, renamed: dict,
         at_col = rows.column_names.index("source_row") + 1
         for i, (name, column) in enumerate(normalised_columns([by_id[int(j)] for j in bid[take]]).items()):
             rows = rows.add_column(at_col + i, name, column)
+    from cluster_curate.io.datasets import reserved_rename
     from cluster_curate.sharding import SHARD_COLUMNS
-    for name in rows.column_names:
-        if name in SHARD_COLUMNS:
-            renamed[name] = f"source_{name}"
+    for name in rows.column_names:  # `weight` -> `source_weight`, `source_weight` -> `_source_weight`: no two alike
+        if reserved_rename(name, SHARD_COLUMNS) != name:
+            renamed[name] = reserved_rename(name, SHARD_COLUMNS)
     if renamed:
         rows = rows.rename_columns([renamed.get(c, c) for c in rows.column_names])
     sel_row = cells.row[at]
@@ -246,10 +247,27 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, f
         shutil.rmtree(work / "spill", ignore_errors=True)
         leftover_ids = np.sort(sel.ids[plan.leftover]).tolist()
         write_lines(work / names.LEFTOVER, leftover_ids)
-        manifest = _manifest(meta, params, inputs, sel, plan, weights, tokens, figures, renamed, columns,
+        manifest = _manifest(meta, params, inputs, sel, plan, weights, tokens, figures,
+                             _source_renames(ds, columns[1:-len(SHARD_COLUMNS)]), columns,
                              [(f, work / f) for f in files], leftover_ids, _json_columns(ds, writer, renamed))
         write_json(work / names.MANIFEST, manifest)
     return manifest, t_assemble, t_done
+
+
+def _source_renames(ds, stored: list[str]) -> dict[str, str]:
+    """{a source column's name: its name in the shards} where they differ (manifest `renamed_source_columns`, which
+    export undoes): shard's own columns (`weight` -> `source_weight`) and, for one dataset, the reader's `id`
+    (`source_id`); io/datasets.py `reserved_rename`. A mixture's columns by their names in the mixture."""
+    from cluster_curate.io.datasets import RAW_RESERVED, original_name
+    from cluster_curate.io.mixture import Mixture
+    from cluster_curate.sharding import SHARD_COLUMNS
+    out = {}
+    for name in stored:
+        raw = original_name(name, SHARD_COLUMNS)
+        source = raw if isinstance(ds, Mixture) else original_name(raw, RAW_RESERVED)
+        if source != name:
+            out[source] = name
+    return out
 
 
 def _json_columns(ds, writer, renamed: dict) -> list[str]:

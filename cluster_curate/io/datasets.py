@@ -29,7 +29,8 @@ Details of the contract:
   (invalid JSON, not an object, a missing or empty prompt/response, ...) still has its id, and still appears in
   `batch.raw` (its columns null when it could not be parsed), so ids of later rows never shift.
 - `batch.raw` columns: `id` (int64) first, then the source columns in order of appearance. A source column
-  called `id` is renamed `source_id`; the keys of a JSON mapping become a column `key`. For JSON sources the
+  called `id` is renamed `source_id` (and one called `source_id` `_source_id`, ...: `reserved_rename`, undone by
+  `original_name`); the keys of a JSON mapping become a column `key`. For JSON sources the
   column types are inferred per batch, so a later batch may have a wider schema (a column that was all-null, a
   new column): combine batches with `pa.concat_tables(tables, promote_options="permissive")`. A column whose
   values mix text and other types is text; one of other values that one Arrow type would change (README, "inspect
@@ -154,18 +155,33 @@ def _read_errors(source: str):
         raise cannot_read(source, e) from None
 
 
+def reserved_rename(name: str, reserved: tuple[str, ...]) -> str:
+    """A source column's stored name beside columns of ours (`reserved`): X in reserved becomes `source_X`, and a
+    column already named like that (`_`*k + `source_X`) gets one more `_`. A function of the name alone, so every
+    batch and pass names a column alike, no two columns get one name, and `original_name` undoes it."""
+    if name in reserved:
+        return f"source_{name}"
+    if name.lstrip("_") in {f"source_{r}" for r in reserved}:
+        return "_" + name
+    return name
+
+
+def original_name(stored: str, reserved: tuple[str, ...]) -> str:
+    """The source column `reserved_rename(_, reserved)` stored as `stored`."""
+    if stored.startswith("_") and stored.lstrip("_") in {f"source_{r}" for r in reserved}:
+        return stored[1:]
+    if stored in {f"source_{r}" for r in reserved}:
+        return stored.removeprefix("source_")
+    return stored
+
+
+RAW_RESERVED = ("id",)  # a raw batch's own column: the row index
+
+
 def _rename_id(names: list[str]) -> dict[str, str]:
-    """Source column -> raw column name: a source `id` becomes `source_id` (our `id` is the row index)."""
-    out = {}
-    for n in names:
-        if n == "id":
-            new = "source_id"
-            while new in names:
-                new = "_" + new
-            out[n] = new
-        else:
-            out[n] = n
-    return out
+    """Source column -> raw column name: a source `id` becomes `source_id` (our `id` is the row index), a source
+    `source_id` `_source_id` (reserved_rename)."""
+    return {n: reserved_rename(n, RAW_RESERVED) for n in names}
 
 
 def _as_text(values: list) -> pa.Array:

@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io.datasets import (Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source,
                                         same_shape)
+from cluster_curate.io.datasets import reserved_rename as _reserved_rename
 from cluster_curate.io.fields import ColumnsHint, FieldsRefusal, MissingColumn
 from cluster_curate.io.tool_calls import own_system_prompt
 
@@ -58,7 +59,7 @@ MIXTURE_SUFFIXES = (".yaml", ".yml")
 INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "rejected_field", "label_field", "on_bad_row",
               "rename", "min_share", "max_share")
 # Columns every mixture row has (artifacts and shards); an input's own column of the same name is renamed
-# `source_<name>` (as a single input's `id` becomes `source_id`).
+# `source_<name>` (as a single input's `id` becomes `source_id`; `reserved_rename`).
 IDENTITY_COLUMNS = ("id", "source", "source_row")
 NORMALISED_COLUMNS = ("prompt", "response", "messages", "system")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -224,9 +225,14 @@ def _same_file(a: str, b: str) -> bool:
         return a == b
 
 
+# the mixture's own columns an input's (raw) column may be named like: its `id` is `source_id` already
+MIXTURE_RESERVED = IDENTITY_COLUMNS[1:] + NORMALISED_COLUMNS
+
+
 def reserved_rename(name: str) -> str:
-    """An input's own column that would collide with a mixture column gets the `source_` prefix."""
-    return f"source_{name}" if name in IDENTITY_COLUMNS + NORMALISED_COLUMNS else name
+    """An input's own column that would collide with a mixture column gets the `source_` prefix, and one named like
+    that already one more `_` (io/datasets.py `reserved_rename`: no two columns of an input get one name)."""
+    return _reserved_rename(name, MIXTURE_RESERVED)
 
 
 _FIELD_KEYS = ("prompt_field", "response_field", "rejected_field", "label_field")
