@@ -273,7 +273,7 @@ def _listed(shares) -> list:
 
 def binding_source_bound(names: list[str], low, high, origins: tuple[list, list]) -> str | None:
     """The first floor above 0 or cap below 1 on a mixture's sources, said with where it was set (`origins`,
-    io/mixture.source_bounds), as `source code: floor 0.2 (mix.yaml: inputs[1].min_share)`; None when none binds:
+    io/mixture.source_bounds), as `source code: its floor 0.2 (mix.yaml: inputs[1].min_share)`; None when none binds:
     a floor of 0 and a cap of 1 bound nothing (they are how a mixture file's bounds are lifted)."""
     for what, values, froms, binds in (("floor", low, origins[0], lambda v: v > 0),
                                        ("cap", high, origins[1], lambda v: v < 1)):

@@ -174,8 +174,9 @@ def _batch_rows(raw, cells: Cells, sel, weights: Weights, m: int, renamed: dict,
     from cluster_curate.io.datasets import reserved_rename
     from cluster_curate.sharding import SHARD_COLUMNS
     for name in rows.column_names:  # `weight` -> `source_weight`, `source_weight` -> `_source_weight`: no two alike
-        if reserved_rename(name, SHARD_COLUMNS) != name:
-            renamed[name] = reserved_rename(name, SHARD_COLUMNS)
+        stored = reserved_rename(name, SHARD_COLUMNS)
+        if stored != name:
+            renamed[name] = stored
     if renamed:
         rows = rows.rename_columns([renamed.get(c, c) for c in rows.column_names])
     sel_row = cells.row[at]

@@ -52,7 +52,6 @@ class FieldsRefusal(CurateError):
         return worded_parts(self.parts, wording)
 
 
-# columns the hint cannot guess: worded as flags for one input, as its keys for a mixture's (io/mixture.py)
 class MissingColumn(CurateError):
     """A column a field option names (`option`: --response-field) that the data lacks; a mixture words it as the
     key of its file that named the column (io/mixture.py)."""
@@ -62,6 +61,7 @@ class MissingColumn(CurateError):
         super().__init__(f"{source}: {option} {column!r}: no such column; columns found: [{columns}]")
 
 
+# columns the hint cannot guess: worded as flags for one input, as its keys for a mixture's (io/mixture.py)
 FIX_HINT = ColumnsHint((("prompt", "COLUMN"), ("response", "COLUMN")),
                        "several prompt columns: A,B; a column of chat turns: format messages, that column the prompt")
 
