@@ -313,8 +313,8 @@ def test_bad_mixture_files_are_one_line(tmp_path, text, message):
 
 def test_a_mixture_files_keys_are_named_in_its_refusals_before_any_work(tmp_path, cli_runner, monkeypatch):
     """What a mixture file's entry says wrong is named by its file and key, before embed reads a row: a rename
-    onto a column the input has (both columns one name: an INTERNAL ERROR at shard, after embed, cluster and
-    select), an unknown format and a column a key names that is not there (both were worded as flags, which apply
+    onto a column the input has or onto a mixture's own column (both columns one name: an INTERNAL ERROR at shard,
+    after embed, cluster and select), an unknown format and a column a key names that is not there (both were worded as flags, which apply
     to every input), an input whose columns cannot be guessed (told flags, which broke the other input), and a
     path that is not there beside the file but is in the working directory (read from there: the same file read
     other data from elsewhere)."""
@@ -332,6 +332,10 @@ def test_a_mixture_files_keys_are_named_in_its_refusals_before_any_work(tmp_path
         "{path: data/math.jsonl, rename: {question: answer}}":
             "inputs[0].rename: input math's columns 'question' and 'answer' would both be 'answer'; rename to a "
             "name none of its other columns has",
+        "{path: data/math.jsonl, rename: {answer: id}}":  # was an INTERNAL ERROR at shard: two `id` columns
+            "inputs[0].rename: answer: id names one of the mixture's own columns (id, source, source_row, prompt, ",
+        "{path: data/math.jsonl, rename: {answer: source}}":
+            "inputs[0].rename: answer: source names one of the mixture's own columns",
         "{path: data/math.jsonl, format: qax}": "inputs[0].format: unknown format 'qax'; choose one of alpaca, ",
         "{path: data/math.jsonl, response_field: nope}":
             f"inputs[0].response_field: 'nope': no such column in {mx / 'data' / 'math.jsonl'}; columns found: "

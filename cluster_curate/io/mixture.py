@@ -170,6 +170,10 @@ def read_mixture_file(path: str, defaults: ReadOptions | None = None) -> list[Mi
         if not isinstance(rename, dict) or not all(isinstance(k, str) and isinstance(v, str) and v
                                                    for k, v in rename.items()):
             raise CurateError(f"{where}.rename: expected a mapping of column names to new names")
+        taken = next(((k, v) for k, v in rename.items() if v in IDENTITY_COLUMNS + NORMALISED_COLUMNS), None)
+        if taken:  # the shards would hold two columns of that name
+            raise CurateError(f"{where}.rename: {taken[0]}: {taken[1]} names one of the mixture's own columns "
+                              f"({', '.join(IDENTITY_COLUMNS + NORMALISED_COLUMNS)}); choose another name")
         for key in ("format", "prompt_field", "response_field", "rejected_field", "label_field", "on_bad_row", "name"):
             if item.get(key) is not None and not isinstance(item[key], str):
                 raise CurateError(f"{where}.{key}: expected a string, got {item[key]!r}")
