@@ -733,6 +733,26 @@ def test_mixture_shards_export_for_a_trainer_and_as_the_selected_rows(tmp_path, 
                                         ("source", "source_row", "instruction", "input", "output")}
 
 
+def test_a_rename_names_an_inputs_columns_as_its_file_does(tmp_path, cli_runner):
+    """`rename: {id: qid}` names the input's own `id` column (a raw batch holds it as `source_id`): it was refused
+    as 'no column id (its columns: question, answer, source_id)'. The shards and the export keep it as `qid`."""
+    rows = [{**json.loads(line), "id": f"q{i}"} for i, line in enumerate(GSM_JSONL.read_text().splitlines()[:30])]
+    write_jsonl(tmp_path / "math.jsonl", rows)
+    shutil.copytree(ALPACA_PARQUET, tmp_path / "code.parquet")
+    mix = tmp_path / "mix.yaml"
+    mix.write_text("inputs:\n  - {path: math.jsonl, rename: {id: qid}}\n  - {path: code.parquet}\n")
+    assert "qid" in Mixture(mixture_inputs([str(mix)])).check_columns().names
+    _cli(cli_runner, ["run", mix, "--out", tmp_path / "out", "--budget", "20", "-n", "2", "-q"])
+    _cli(cli_runner, ["export", tmp_path / "out" / "shards", "--for", "jsonl", "--out", tmp_path / "rows", "-q"])
+    got = [json.loads(line) for line in (tmp_path / "rows" / "selected.jsonl").read_text().splitlines()]
+    math = [r for r in got if r["source"] == "math"]
+    assert math and all(r == {"source": "math", "source_row": r["source_row"], "question": rows[r["source_row"]][
+        "question"], "answer": rows[r["source_row"]]["answer"], "qid": rows[r["source_row"]]["id"]} for r in math)
+    mix.write_text("inputs:\n  - {path: math.jsonl, rename: {idx: qid}}\n  - {path: code.parquet}\n")
+    with pytest.raises(CurateError, match=r"input math has no column 'idx' \(its columns: question, answer, id\)"):
+        Mixture(mixture_inputs([str(mix)])).check_columns()
+
+
 def test_mixture_shards_with_left_over_rows_export_the_selected_rows(tmp_path, cli_runner):
     """`export --for jsonl|parquet` reads a mixture's left-over rows (in no shard) from the mixture its manifest
     records, each input with its own options, or from its mixture file given as --data."""

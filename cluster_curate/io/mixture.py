@@ -49,8 +49,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError, cannot_read
-from cluster_curate.io.datasets import (Batch, Example, ReadOptions, Reject, data_paths, open_dataset, recorded_source,
-                                        same_shape)
+from cluster_curate.io.datasets import (RAW_RESERVED, Batch, Example, ReadOptions, Reject, data_paths, open_dataset,
+                                        original_name, recorded_source, same_shape)
 from cluster_curate.io.datasets import reserved_rename as _reserved_rename
 from cluster_curate.io.fields import ColumnsHint, FieldsRefusal, MissingColumn
 from cluster_curate.io.tool_calls import own_system_prompt
@@ -75,6 +75,11 @@ class MixtureInput:
     max_share: float | None = None
     where: str = ""  # where it was declared, for messages ("mix.yaml: inputs[1]" or the argument)
     fields: dict = field(default_factory=dict)  # the column keys its mixture file gave it (prompt_field: ...)
+
+    @property
+    def stored_rename(self) -> dict:
+        """`rename` keyed by the columns as a raw batch names them (the input's `id` is `source_id` there)."""
+        return {_reserved_rename(old, RAW_RESERVED): new for old, new in self.rename.items()}
 
     def describe(self) -> dict:
         opts = self.options.given()
@@ -381,7 +386,7 @@ class Mixture:
                                   for n in ds.late_text_columns))
 
     def _column_name(self, k: int, name: str) -> str:
-        return reserved_rename(self.inputs[k].rename.get(name, name))
+        return reserved_rename(self.inputs[k].stored_rename.get(name, name))
 
     def write_rejects(self, path) -> Path:
         from cluster_curate.io.artifacts import atomic_write_bytes
@@ -400,16 +405,18 @@ class Mixture:
         for k, (inp, ds) in enumerate(zip(self.inputs, self.datasets)):
             schema = _input_schema(ds, batch_rows)
             json_text = {self._column_name(k, n) for n in ds.json_columns}  # known once its rows are read
-            renamed = [n for n in inp.rename if n not in schema.names]
+            originals = [original_name(n, RAW_RESERVED) for n in schema.names]  # as the input names them
+            renamed = [n for n in inp.rename if n not in originals]
             if renamed:
                 raise CurateError(f"{inp.where}.rename: input {inp.name} has no column '{renamed[0]}' "
-                                  f"(its columns: {', '.join(schema.names)})")
+                                  f"(its columns: {', '.join(originals)})")
             after: dict[str, list[str]] = {}  # each column's name in the shards -> the input's columns it names
             for n in schema.names:
                 after.setdefault(self._column_name(k, n), []).append(n)
             both = next((named for named in after.values() if len(named) > 1), None)
             if both:  # the shards cannot hold two columns of one name (an INTERNAL ERROR at shard, after select)
-                raise CurateError(f"{inp.where}.rename: input {inp.name}'s columns {' and '.join(map(repr, both))} "
+                raise CurateError(f"{inp.where}.rename: input {inp.name}'s columns "
+                                  f"{' and '.join(repr(original_name(n, RAW_RESERVED)) for n in both)} "
                                   f"would both be '{self._column_name(k, both[0])}'; rename to a name none of its "
                                   "other columns has")
             for f in schema:
