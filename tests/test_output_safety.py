@@ -217,8 +217,26 @@ def test_select_never_embeds_its_target_over_the_target(pipeline, tmp_path, cli_
     before = _snapshot(tmp_path)
     r = _cli(cli_runner, "select", pipeline / "clusters.parquet", "--out", tmp_path / "s.parquet", "--target", target,
              "--fraction", "0.2")
-    _refused(r, f"{target} (the --target embeddings select writes beside --out): is the input {target}; choose "
+    _refused(r, f"--out {tmp_path / 's.parquet'} (its file s.target.parquet): is the input {target}; choose "
                 "another --out")
+    assert _snapshot(tmp_path) == before
+
+
+def test_no_input_is_where_a_command_writes_or_deletes_a_file_beside_its_output(pipeline, tmp_path, cli_runner):
+    """An input named like a sidecar of the output (`OUT.rejects.jsonl`, the target embeddings' rejects) was
+    deleted, exit 0: embed removes a stale rejects file beside its output when no row is rejected."""
+    data = tmp_path / "e.rejects.jsonl"
+    shutil.copy(DATA, data)
+    target = tmp_path / "s.target.rejects.jsonl"
+    target.write_text("".join(DATA.read_text().splitlines(keepends=True)[:5]))
+    before = _snapshot(tmp_path)
+    r = _cli(cli_runner, "embed", data, "--out", tmp_path / "e.parquet", *EMBED)
+    _refused(r, f"--out {tmp_path / 'e.parquet'} (its file e.rejects.jsonl): is the input {data}; choose another "
+                "--out")
+    r = _cli(cli_runner, "select", pipeline / "clusters.parquet", "--out", tmp_path / "s.parquet", "--target",
+             target, "--fraction", "0.2")
+    _refused(r, f"{tmp_path / 's.target.parquet'} (the --target embeddings select writes beside --out) (its file "
+                f"s.target.rejects.jsonl): is the input {target}; choose another --out")
     assert _snapshot(tmp_path) == before
 
 

@@ -234,6 +234,7 @@ class PrepareContext:
         every process then reads them."""
         from cluster_curate import distributed
         from cluster_curate.io.writer import atomic_write_bytes
+        assert self.kind in names.FEATURE_STATE_KINDS, self.kind  # so that no input is allowed there (sidecars)
         state, state_key = names.feature_state(self.kind)
         path, key_file = sidecar_path(self.run.out, state), sidecar_path(self.run.out, state_key)
         digest = stable_hash(key)

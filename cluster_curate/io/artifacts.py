@@ -133,6 +133,9 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
     p = Path(path)
     label = label or f"--out {p}"
     check_not_input(p, inputs, label)
+    for suffix in names.sidecars():  # written (or a stale one deleted) beside the output: no input may be there
+        side = sidecar_path(p, suffix)
+        check_not_input(side, inputs, f"{label} (its file {side.name})", holds=False)
     if p.exists() or p.is_symlink():
         if not overwrite:
             raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")

@@ -38,6 +38,7 @@ PROXY = "proxy"
 STAGING = "partial"
 REJECTS = "rejects.jsonl"
 TARGET_EMBEDDINGS = "target.parquet"  # select --target DATA: the target embedded like the pool, beside the selection
+FEATURE_STATE_KINDS = ("text",)  # the kinds whose fitted state is a sidecar (feature_state)
 
 # inside a part directory (an artifact written by several processes) and its staging directory
 STAGING_PLAN = "plan.json"
@@ -46,6 +47,12 @@ STAGING_PLAN = "plan.json"
 def feature_state(kind: str) -> tuple[str, str]:
     """Sidecar suffixes of a feature kind's fitted state and of its key: text -> (text.npz, text.key)."""
     return f"{kind}.npz", f"{kind}.key"
+
+
+def sidecars() -> tuple[str, ...]:
+    """Every sidecar suffix a command may write beside its output (each replaced or deleted there)."""
+    return (CENTROIDS, PROXY, STAGING, REJECTS, TARGET_EMBEDDINGS,
+            *(name for kind in FEATURE_STATE_KINDS for name in feature_state(kind)))
 
 
 def shard_file_name(index: int, num_shards: int) -> str:
