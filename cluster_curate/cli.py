@@ -226,6 +226,34 @@ def _one_writer(command: str, kw: dict):
     return output_lock(kw["out"], command)
 
 
+def _repeated_options(params, args) -> list[tuple[str, list[str]]]:
+    """The single-valued options given more than once with different values, each with its values in order:
+    click keeps the last silently (two --target files: the first was dropped without a word). The last still
+    wins, as a Makefile's later override expects; the caller says so."""
+    once = {flag: p for p in params if isinstance(p, click.Option) and not (p.multiple or p.is_flag or p.count)
+            for flag in p.opts}
+    given: dict[str, tuple[str, list[str]]] = {}
+    i = 0
+    while i < len(args) and args[i] != "--":
+        tok, value = args[i], None
+        if tok.startswith("--") and "=" in tok:
+            tok, value = tok.split("=", 1)
+        elif tok in once and i + 1 < len(args):
+            value, i = args[i + 1], i + 1
+        elif tok[:1] == "-" and tok[1:2] != "-" and tok[:2] in once and len(tok) > 2:  # -n2
+            tok, value = tok[:2], tok[2:]
+        if tok in once and value is not None:
+            given.setdefault(once[tok].name, (tok, []))[1].append(value)
+        i += 1
+    return [(flag, values) for flag, values in given.values() if len(set(values)) > 1]
+
+
+class _OptionsOnce(click.Command):
+    def parse_args(self, ctx, args):
+        ctx.meta["repeated_options"] = _repeated_options(self.params, args)
+        return super().parse_args(ctx, args)
+
+
 def _command(spec: CommandSpec) -> click.Command:
     """A click command built from a command's declaration (commands/*.py): its arguments, its options, and
     --quiet/--json; it calls the command's Python function and prints the result with its render()."""
@@ -235,6 +263,9 @@ def _command(spec: CommandSpec) -> click.Command:
         console.WARNINGS.clear()
         console.begin_command()
         t0 = time.perf_counter()
+        for flag, values in click.get_current_context().meta.get("repeated_options", ()):
+            console.warn(f"{flag} given {len(values)} times: the last, {values[-1]}, is used (not "
+                         f"{', '.join(dict.fromkeys(v for v in values[:-1] if v != values[-1]))})")
         _take_deprecated(spec, kw)
         for name in (*(a.name for a in spec.arguments), *(o.name for o in spec.options if o.path)):
             if name in kw:
@@ -268,8 +299,8 @@ def _command(spec: CommandSpec) -> click.Command:
                             help="Print nothing but warnings and errors (and the --json summary)."),
                click.Option(["--json", "json_mode"], is_flag=True,
                             help="Print the end-of-command summary as one JSON object.")]
-    return click.Command(spec.name, callback=callback, params=params, help=spec.help,
-                         short_help=spec.short_help or None)
+    return _OptionsOnce(spec.name, callback=callback, params=params, help=spec.help,
+                        short_help=spec.short_help or None)
 
 
 for _name in COMMANDS:

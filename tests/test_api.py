@@ -51,6 +51,22 @@ def test_deprecated_embed_spelling_warns_and_means_num_parts(cli_runner, tmp_pat
     assert sorted(p.name for p in (tmp_path / "old").iterdir()) == sorted(p.name for p in (tmp_path / "new").iterdir())
 
 
+def test_an_option_given_twice_with_other_values_warns_which_is_used(cli_runner, tmp_path):
+    """click keeps the last value of an option given twice, silently: `--target a --target b` dropped a. The last
+    still wins (a Makefile's later override), and the warning says so; the same value twice is no warning."""
+    from cluster_curate.cli import _repeated_options
+    params = main.commands["run"].params
+    assert _repeated_options(params, ["d.jsonl", "--fraction", "0.3", "--fraction=0.5", "-n4", "-n", "4", "-n", "8",
+                                      "--quiet", "--k", "5", "--k", "5", "--", "--fraction", "0.1"]) == [
+        ("--fraction", ["0.3", "0.5"]), ("-n", ["4", "4", "8"])]
+    r = cli_runner.invoke(main, ["embed", str(DATA), "--out", str(tmp_path / "e.parquet"), "--dim", "16",
+                                 "--features", "text", "--dim", "8", "--json"])
+    assert r.exit_code == 0, r.output
+    said = "--dim given 2 times: the last, 8, is used (not 16)"
+    assert said in r.stderr and json.loads(r.stdout)["warnings"] == [said]
+    assert json.loads(r.stdout)["dims"] == {"text": 8}
+
+
 def test_cli_choices_come_from_the_registries():
     from cluster_curate.features.embed import FEATURE_KINDS
     from cluster_curate.io.formats import FORMATS
