@@ -612,6 +612,34 @@ def test_a_mixture_files_bound_is_lifted_by_a_floor_of_0_and_a_cap_of_1(tmp_path
                       "--k", "6", *lifted, "--overwrite", "-q"])
 
 
+def test_run_reads_a_mixture_files_bounds_as_they_are_now(tmp_path, cli_runner):
+    """An edited `min_share` was ignored: every stage 'up to date', the selection at the old floor (select read the
+    bounds embed had recorded). run reads the file each time and selects again; select alone reads the file's with
+    --data, naming the file's key where it refuses."""
+    paths = _three(tmp_path)
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"inputs:\n  - path: {paths[0]}\n  - path: {paths[1]}\n    min_share: 0.5\n")
+    run = ["run", mix, "--out", tmp_path / "c", "--budget", "40", "-n", "2", "--k", "6", "--json"]
+
+    def code_rows(result) -> int:
+        sources = json.loads(result.stdout)["summaries"]["select"]["sources"]
+        return next(s["selected"] for s in sources if s["source"] == "code")
+
+    assert code_rows(_cli(cli_runner, run)) >= 20
+    mix.write_text(mix.read_text().replace("min_share: 0.5", "min_share: 0.75"))
+    again = _cli(cli_runner, run)
+    assert [(s["stage"], s["status"]) for s in json.loads(again.stdout)["stages"]] == [
+        ("embed", "up to date"), ("cluster", "up to date"), ("select", "ran"), ("shard", "ran")]
+    assert json.loads(again.stdout)["stages"][2]["reason"] == (
+        "its input changed (the mixture file's min_share / max_share changed)")
+    assert code_rows(again) >= 30
+    assert [s["status"] for s in json.loads(_cli(cli_runner, run).stdout)["stages"]] == ["up to date"] * 4
+    mix.write_text(mix.read_text().replace("min_share: 0.75", "min_share: 0.95"))
+    refused = _cli(cli_runner, ["select", tmp_path / "c" / "clusters.parquet", "--out", tmp_path / "s.parquet",
+                                "--budget", "400", "--data", mix], code=2)
+    assert f"source code: its floor is 380 rows ({mix}: inputs[1].min_share)" in refused.stderr, refused.stderr
+
+
 def test_force_takes_changed_inputs_but_not_ids_that_name_other_rows(tmp_path, cli_runner):
     """`shard --data` naming a mixture's inputs in another order is refused with the order to give them and
     `--force to use it anyway`: with --force it wrote other rows under the selected ids (a code row where a GSM8K

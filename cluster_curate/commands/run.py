@@ -188,7 +188,22 @@ def _named_input_change(rec: dict, request: dict) -> str:
     sets, before = request["option_values"].get("decontaminate") or [], a.get("decontaminate") or []
     said += [f"--decontaminate {path}" for i, path in enumerate(sets)
              if i >= len(before) or before[i] != (b.get("decontaminate") or [])[i]]
-    return f" ({', '.join(said)}: its content changed)" if said else ""
+    said = [f"{', '.join(said)}: its content changed"] if said else []
+    if was.get("mixture_shares") != now.get("mixture_shares"):
+        said.append("the mixture file's min_share / max_share changed")
+    return f" ({'; '.join(said)})" if said else ""
+
+
+def _file_shares(ds, data) -> list | None:
+    """A mixture file's min_share / max_share per input, which select reads from the file (select.file_shares):
+    part of select's input, so that editing one selects again. None without one (a directory made before stays
+    up to date)."""
+    from cluster_curate.io.datasets import data_paths
+    from cluster_curate.io.mixture import Mixture
+    if not isinstance(ds, Mixture) or len(data_paths(data)) != 1:  # several inputs named: no file, no shares
+        return None
+    shares = [[i.name, i.min_share, i.max_share] for i in ds.inputs]
+    return shares if any(lo is not None or hi is not None for _, lo, hi in shares) else None
 
 
 def _at_added_later_value(name: str, value) -> bool:
@@ -500,14 +515,17 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
     upstream = ds.fingerprint()  # the raw data's, then each output's
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
+    shares = _file_shares(ds, data)
     done, summaries, shown = [], {}, {}  # shown: each stage's (result, options) for its render()
     for stage, spec in specs.items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
         stage_checked, named_input = checked[stage]  # under "target", the key directories made before keep
-        request = state.request(stage, stage_checked, upstream if named_input is None else
-                                stable_hash({"upstream": upstream, "target": named_input}), spec.algorithm(),
-                                given_by_stage[stage],
-                                None if named_input is None else {"upstream": upstream, "named": named_input})
+        with_shares = {"mixture_shares": shares} if stage == "select" and shares else {}
+        request = state.request(stage, stage_checked, upstream if named_input is None and not with_shares else
+                                stable_hash({"upstream": upstream, "target": named_input, **with_shares}),
+                                spec.algorithm(), given_by_stage[stage],
+                                None if named_input is None and not with_shares else
+                                {"upstream": upstream, "named": named_input, **with_shares})
         output = paths[stage]
         t0, warned = time.monotonic(), len(console.WARNINGS)
         why = state.stale(stage, request, output)
@@ -520,6 +538,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
             extra = {"resume": True} if stage == "embed" else {}
             if stage == "cluster" and stage_opts.get("kinds") not in (None, "none"):  # it reads the rows' texts
                 extra = {"data": data, **{o.name: opts[o.name] for o in DATASET_OPTIONS}}  # as run reads them
+            if stage == "select" and shares:  # the mixture file's bounds as they are now, not as embed recorded them
+                extra = {"data": data}
             result = spec.function(*inputs[stage], out=str(output), overwrite=True, force=force, **stage_opts,
                                    **extra, **_stage_extra(spec))
             if stage == "select":  # not recorded when too small: the rerun with a larger budget needs no --overwrite

@@ -238,15 +238,30 @@ def _sources(o: dict, c):
     if source is None:
         check_no_share_options(o)
         return None, None, None, None, None
-    inputs = c.meta.dataset["inputs"]
-    names_ = [i["name"] for i in inputs]
+    names_ = [i["name"] for i in c.meta.dataset["inputs"]]
     lo, hi, lo_from, hi_from = source_bounds(o["source_min_share"], o["source_max_share"], names_,
-                                             [i.get("min_share") for i in inputs], [i.get("max_share") for i in inputs])
+                                             *file_shares(o["data"], c.meta.dataset["inputs"]))
     from cluster_curate.selection import binding_source_bound
     bounded = binding_source_bound(names_, lo, hi, (lo_from, hi_from)) is not None
     as_array = (lambda v: np.array([np.nan if s is None else s for s in v], dtype=np.float64))
     return (source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None,
             (lo_from, hi_from))
+
+
+def file_shares(data, recorded: list[dict]) -> tuple[list, list, list | None]:
+    """Each input's min_share, max_share and place in its file (for messages): a mixture file given as --data is
+    read as it is now (`run` gives its own, so an edited share selects again); else the ones the clusters' lineage
+    records (the file's when it was embedded), whose places are not known."""
+    from cluster_curate.io.datasets import data_paths
+    from cluster_curate.io.mixture import is_mixture_file, mixture_inputs
+    paths = data_paths(data) if data else []
+    if len(paths) != 1 or not is_mixture_file(paths[0]):
+        return [i.get("min_share") for i in recorded], [i.get("max_share") for i in recorded], None
+    live = mixture_inputs(paths)
+    if [i.name for i in live] != [i["name"] for i in recorded]:
+        raise CurateError(f"--data {paths[0]}: its inputs ({', '.join(i.name for i in live)}) are not those the "
+                          f"clusters were made from ({', '.join(i['name'] for i in recorded)})")
+    return [i.min_share for i in live], [i.max_share for i in live], [i.where for i in live]
 
 
 def check_no_source_bounds(names: list[str], low, high, origins: tuple[list, list]) -> None:
