@@ -213,3 +213,26 @@ def test_run_tokenizer_counts_tokens_once_and_shard_reuses_selects_counts(cli_ru
     shards = sorted(p.name for p in (tmp_path / "p" / "shards").iterdir() if p.suffix == ".parquet")
     assert shards and all(pq.read_table(tmp_path / "p" / "shards" / f).equals(pq.read_table(tmp_path / "again" / f))
                           for f in shards)
+
+
+def test_run_selects_again_when_its_tokenizer_is_saved_again(cli_runner, tmp_path, monkeypatch):
+    """`run --tokenizer DIR` kept its selection 'up to date' after another tokenizer was saved in DIR: the
+    selection's token counts were the old tokenizer's, and over the budget by the new one's. Its files are an input
+    of select now, as --model's are of embed: the selection is the one a fresh run makes."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from conftest import FIXTURES
+    monkeypatch.chdir(tmp_path)
+    build_tokenizer(vocab_size=300).save_pretrained("tok")
+    run = ["run", FIXTURES / "gsm8k" / "train-300.jsonl", "--features", "text", "--dim", "16", "--k", "6",
+           "--token-budget", "6000", "--tokenizer", "tok", "--num-shards", "2", "--json", "--out"]
+    _cli(cli_runner, [*run, "p"])
+    build_tokenizer(vocab_size=280).save_pretrained("tok")
+    stages = json.loads(_cli(cli_runner, [*run, "p"]).stdout)["stages"]
+    assert [s["status"] for s in stages] == ["up to date", "up to date", "ran", "ran"]
+    assert stages[2]["reason"] == "its input changed (--tokenizer tok: its content changed)"
+    _cli(cli_runner, [*run, "fresh"])
+    ids = [sorted(pq.read_table(f"{d}/selection.parquet").column("id").to_pylist()) for d in ("p", "fresh")]
+    assert ids[0] == ids[1]

@@ -184,7 +184,8 @@ def _named_input_change(rec: dict, request: dict) -> str:
         return named if isinstance(named, dict) else {"target": named, "decontaminate": []}
     a, b = parts(was["named"]), parts(now["named"])
     said = [f"--target {request['option_values'].get('target')}"] if a.get("target") != b.get("target") else []
-    said += [f"--{k} {request['option_values'].get(k)}" for k in ("model", "encoder") if a.get(k) != b.get(k)]
+    said += [f"--{k} {request['option_values'].get(k)}" for k in ("model", "encoder", "tokenizer")
+             if a.get(k) != b.get(k)]
     sets, before = request["option_values"].get("decontaminate") or [], a.get("decontaminate") or []
     said += [f"--decontaminate {path}" for i, path in enumerate(sets)
              if i >= len(before) or before[i] != (b.get("decontaminate") or [])[i]]
@@ -252,7 +253,8 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     then one parse of the data (a bad row is reported first, as embed would), then what needs the number of
     examples (--k, and one global step of N × M rows within the selection's size; for a budget in tokens, what it
     can buy where select will count words). Returns the fingerprints of the inputs select's options name: the
-    --target's, and with --decontaminate, {"target": it, "decontaminate": each set's} (None: neither)."""
+    --target's, and with --decontaminate or a local --tokenizer, {"target": it, "decontaminate": each set's,
+    "tokenizer": its files' fingerprint} (None: none of them)."""
     import numpy as np
 
     from cluster_curate import selection as S
@@ -348,6 +350,11 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
             raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters "
                               f"as shards: {given} and --num-shards is {h['num_shards']}; pass --k {h['num_shards']}")
     _check_one_step(h, most, f"{budget} selects at most {most:,}")
+    from cluster_curate.io.lineage import model_fingerprint
+    tokenizer = resolved["select"]["tokenizer"]
+    if tokenizer and (files := model_fingerprint(tokenizer)):  # its token counts: saved again, select runs again
+        named_inputs = {**(named_inputs if isinstance(named_inputs, dict) else
+                           {"target": named_inputs, "decontaminate": []}), "tokenizer": files}
     return named_inputs
 
 
