@@ -161,24 +161,43 @@ def test_run_redoes_a_stage_whose_output_was_removed(cli_runner, tmp_path):
 
 
 def test_run_redoes_shards_whose_files_were_swapped_rewritten_or_removed(cli_runner, tmp_path):
-    """The manifest alone said the shards were up to date: a training would then read another rank's plan."""
+    """The manifest alone said the shards were up to date: a training would then read another rank's plan. Nor
+    did a manifest edited since, or its left-over ids removed: export then wrote fewer rows than were selected."""
     out = tmp_path / "curated"
     _run(cli_runner, out)
     shards = sorted((out / "shards").glob("shard-*.parquet"))
-    written = [p.read_bytes() for p in shards]
-    for change in ("swap", "rewrite", "remove"):
+    manifest, leftover = out / "shards" / "manifest.json", out / "shards" / "leftover_ids.txt"
+    assert json.loads(manifest.read_text())["leftover_rows"] >= 1
+    written = [p.read_bytes() for p in (*shards, manifest, leftover)]
+    for change in ("swap", "rewrite", "remove", "manifest", "leftover"):
         if change == "swap":
             shards[0].write_bytes(written[1])
             shards[1].write_bytes(written[0])
         elif change == "rewrite":
             shards[1].write_bytes(written[1] + b"\0")
-        else:
+        elif change == "remove":
             shards[0].unlink()
+        elif change == "manifest":
+            manifest.write_text(json.dumps({**json.loads(written[2]), "leftover_ids": []}))
+        else:
+            leftover.unlink()
         result = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--json"])
         stages = {s["stage"]: s for s in json.loads(result.stdout)["stages"]}
         assert [stages[s]["status"] for s in ("embed", "cluster", "select", "shard")] == ["up to date"] * 3 + ["ran"]
         assert stages["shard"]["reason"] == "its output is missing or was changed", change
-        assert [p.read_bytes() for p in shards] == written, change  # the same shards again
+        assert [p.read_bytes() for p in (*shards, manifest, leftover)] == written, change  # the same shards again
+
+
+def test_shards_recorded_by_the_manifests_fingerprint_alone_stay_up_to_date(cli_runner, tmp_path):
+    """A directory whose run recorded the shards by their manifest's fingerprint alone (before the manifest's bytes
+    counted) is not sharded again for that."""
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    state = json.loads((out / "run-state.json").read_text())
+    state["shard"]["fingerprint"] = json.loads((out / "shards" / "manifest.json").read_text())["fingerprint"]
+    (out / "run-state.json").write_text(json.dumps(state))
+    result = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--json"])
+    assert [s["status"] for s in json.loads(result.stdout)["stages"]] == ["up to date"] * 4
 
 
 def test_run_bad_input_is_one_line_exit_2(tmp_path):

@@ -41,7 +41,11 @@ def stage_options() -> tuple[list[Option], dict[str, list[str]]]:
 
 def output_fingerprint(stage: str, path, check_content: bool = False) -> str | None:
     """Fingerprint of a stage's finished output, or None when it is missing or incomplete (`check_content`: or a
-    shard file is not the one its manifest records: removed, rewritten or swapped with another since)."""
+    shard file is not the one its manifest records: removed, rewritten or swapped with another since). The shards'
+    is their manifest's, then the hash of the manifest's and the left-over ids' bytes: either edited or removed,
+    the shards are written again (export trusts both)."""
+    import hashlib
+
     from cluster_curate.io.artifacts import read_meta
     from cluster_curate.loader import read_manifest, shard_files
     p = Path(path)
@@ -51,10 +55,23 @@ def output_fingerprint(stage: str, path, check_content: bool = False) -> str | N
                 return None
             if check_content:
                 shard_files(p, check_content=True)
-            return read_manifest(p).get("fingerprint")
+            manifest = read_manifest(p)
+            h = hashlib.sha256((p / names.MANIFEST).read_bytes())
+            if manifest.get("leftover_file"):
+                leftover = p / manifest["leftover_file"]
+                h.update(leftover.read_bytes() if leftover.is_file() else b"\0missing")
+            return f"{manifest.get('fingerprint')}:{h.hexdigest()[:16]}"
         return read_meta(p).fingerprint if p.exists() else None
-    except CurateError:
+    except (CurateError, OSError):
         return None
+
+
+def same_output(stage: str, recorded: str | None, now: str | None) -> bool:
+    """Whether an output is the one recorded; shards recorded before their manifest's bytes were (its fingerprint
+    alone) are compared by that."""
+    if stage == "shard" and recorded is not None and ":" not in recorded and now is not None:
+        return recorded == now.split(":")[0]
+    return recorded == now
 
 
 class RunState:
@@ -123,7 +140,7 @@ class RunState:
             return "its options changed"
         if rec["input"] != request["input"]:
             return "its input changed" + _named_input_change(rec, request)
-        if rec["fingerprint"] != output_fingerprint(stage, output, check_content=True):
+        if not same_output(stage, rec["fingerprint"], output_fingerprint(stage, output, check_content=True)):
             from cluster_curate.io.artifacts import cut_short
             return "its output is damaged (cut short)" if cut_short(output) else "its output is missing or was changed"
         return None
