@@ -205,6 +205,11 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
                       f"logged): launch it on {n}, or shard again with --num-shards for the processes you have")
     if any(consumed.get(r) is None for r in range(n)):
         causes.append("a rank wrote no log: was the job run on the planned number of processes, each logging?")
+    logs = [log for log in consumed.values() if log is not None]
+    if logs and not any(logs):  # the log files were opened (ConsumedLog, the callback's on_train_begin), never fed
+        causes.append("no rank logged any micro-batch (every log is empty): the job stopped before its first step, "
+                      "or nothing fed the logs: a Trainer without PlanTrainerMixin (ConsumedIdsCallback logs what "
+                      "the mixin hands it), or a loop that never calls ConsumedLog.record")
     if total("no ids"):
         causes.append("micro-batches lost their `id` column before the model: packing (TRL keeps only input_ids/"
                       "labels) or remove_unused_columns dropped it")

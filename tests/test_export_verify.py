@@ -468,6 +468,22 @@ def test_a_rank_without_a_log_counts_its_planned_rows_as_missing():
             in c.causes)
 
 
+def test_verify_names_a_cause_when_every_rank_log_is_empty(shards, tmp_path):
+    """Every rank's log opened (ConsumedLog, the callback's on_train_begin) and nothing recorded: exit 3 with every
+    planned id missing and no cause at all (`"causes": []`). Now it names one; a log with a step has other causes."""
+    cause = ("no rank logged any micro-batch (every log is empty): the job stopped before its first step, or nothing "
+             "fed the logs: a Trainer without PlanTrainerMixin (ConsumedIdsCallback logs what the mixin hands it), "
+             "or a loop that never calls ConsumedLog.record")
+    for r in range(N):
+        ConsumedLog(tmp_path / "log", rank=r).close()
+    got = verify(str(shards["qa"]), log=str(tmp_path / "log"))
+    assert not got["ok"] and got["causes"] == [cause], got["causes"]
+    assert f"cause: {cause}" in got["report"]
+    g = _grid()
+    assert check_plan(g, _log({0: [], 1: []})).causes == [cause]
+    assert cause not in check_plan(g, _log({0: [g[0, 0]], 1: []})).causes
+
+
 def test_verify_of_a_folder_without_any_rank_log_says_where_the_logs_are(shards, tmp_path, cli_runner):
     """`verify shards/ --log consumed/` where the job wrote consumed/run1/rank-*.jsonl (or any wrong folder): a
     table of every rank 'missing: no log from this rank', blaming the number of processes. Now one line."""
@@ -549,6 +565,55 @@ def test_cli_export_refuses_a_mismatched_job_in_one_line(shards, tmp_path, cli_r
     summary = json.loads(ok.output)
     assert summary["layout"] == "sample"
     assert summary["rows"] == pq.read_metadata(tmp_path / "t" / "train.parquet").num_rows
+
+
+def test_export_out_inside_the_shards_or_an_export_is_refused_as_report_out_is(shards, tmp_path, cli_runner):
+    """`export SHARDS --for hf --out SHARDS/hf` was written, and then `shard --out SHARDS --overwrite` and `run
+    --overwrite` refused the folder it replaces whole: "holds hf, which cluster-curate did not write". Now refused
+    first, in the line `report --out` gives there (the same check), nothing written."""
+    import shutil
+
+    from cluster_curate.cli import main
+    copy = tmp_path / "shards"
+    shutil.copytree(shards["qa"], copy)
+    before = sorted(p.name for p in copy.iterdir())
+    for out in (copy / "hf", copy / "sub" / "hf"):
+        refused = cli_runner.invoke(main, ["export", str(copy), "--for", "hf", "--out", str(out), "--overwrite"])
+        _one_error_line(refused, f"--out {out}: inside the shards directory {copy}, which `--overwrite` replaces whole",
+                        "choose a folder beside it")
+        assert refused.output == cli_runner.invoke(main, ["report", str(copy), "--out", str(out)]).output
+    assert sorted(p.name for p in copy.iterdir()) == before
+    assert cli_runner.invoke(main, ["export", str(copy), "--for", "hf", "--out", str(tmp_path / "hf"), "-q"]
+                             ).exit_code == 0  # beside it
+    _one_error_line(cli_runner.invoke(main, ["export", str(copy), "--for", "jsonl", "--out",
+                                             str(tmp_path / "hf" / "j")]),
+                    f"inside the export directory {tmp_path / 'hf'}")
+    assert not (tmp_path / "hf" / "j").exists()
+
+
+def test_export_of_every_selected_row_refuses_a_manifest_whose_counts_disagree(shards, tmp_path, cli_runner):
+    """A manifest.json edited by hand (its leftover_ids cut): `export --for jsonl` wrote 145 of the 150 selected
+    rows and said `left over (not written) 0`, exit 0. The rows it writes (the shards' once each and the left-over
+    ones) are checked against selected_rows: one line naming the manifest and the counts, nothing written."""
+    import shutil
+
+    from cluster_curate.cli import main
+    from cluster_curate.loader import read_manifest
+    copy = tmp_path / "shards"
+    shutil.copytree(shards["qa"], copy)
+    manifest = read_manifest(copy)
+    selected, leftover = manifest["selected_rows"], manifest["leftover_ids"]
+    assert len(leftover) == 2 and manifest["sharded_rows"] == selected - 2
+    for ids, said in ((leftover[:1], f"{selected - 1} rows to write, not {selected}"),
+                      ([leftover[0], _ids(copy, 0)[0]], "1 of them twice")):
+        (copy / "manifest.json").write_text(json.dumps(dict(manifest, leftover_ids=ids)))
+        for trainer in ("jsonl", "parquet"):
+            _one_error_line(cli_runner.invoke(main, ["export", str(copy), "--for", trainer, "--out",
+                                                     str(tmp_path / trainer)]),
+                            f"{copy / 'manifest.json'}: selected_rows {selected}, but the shards hold {selected - 2} "
+                            f"rows and leftover_ids {len(ids)} (leftover_rows says 2): {said}; the manifest was "
+                            "changed since `shard` wrote it")
+            assert not (tmp_path / trainer).exists()
 
 
 def test_cli_verify_exit_codes(shards, tmp_path, cli_runner, monkeypatch):

@@ -26,8 +26,9 @@ def readme_makefile() -> str:
     return re.search(r"```make\n(.*?)```", section, re.S).group(1)
 
 
-def _make(cwd: Path, variables: dict[str, str], target: str) -> subprocess.CompletedProcess:
-    """`make -j2 NAME=VALUE... TARGET` with `cluster-curate` on PATH as this checkout's command."""
+def _make(cwd: Path, variables: dict[str, str], target: str | None = None) -> subprocess.CompletedProcess:
+    """`make -j2 NAME=VALUE... [TARGET]` (none: the Makefile's default goal) with `cluster-curate` on PATH as this
+    checkout's command."""
     bin_dir = cwd / "bin"
     if not bin_dir.is_dir():
         bin_dir.mkdir()
@@ -35,7 +36,7 @@ def _make(cwd: Path, variables: dict[str, str], target: str) -> subprocess.Compl
         (bin_dir / "cluster-curate").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MAKEFLAGS")}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    argv = ["make", "-j2", *(f"{name}={value}" for name, value in variables.items()), target]
+    argv = ["make", "-j2", *(f"{name}={value}" for name, value in variables.items()), *([target] if target else [])]
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -44,23 +45,28 @@ def _times(out: Path) -> dict[str, int]:
 
 
 def test_the_readme_makefile_runs_each_stage_once_and_reruns_only_what_an_option_change_touches(tmp_path):
+    """The block as README gives it, run by a plain `make` (its default goal, no target named): its first target
+    was the embeddings, so `make` built them alone and `make SELECT_OPTS=...` re-ran nothing, silently."""
     (tmp_path / "Makefile").write_text(readme_makefile())
     shutil.copy(FIXTURES / "gsm8k" / "train-300.jsonl", tmp_path / "train.jsonl")
     opts = {"DATA": "train.jsonl", "OUT": "out", "EMBED_OPTS": "--features text --dim 16",
             "SELECT_OPTS": "--fraction 0.31", "SHARD_OPTS": "--num-shards 2 --micro-batch-size 2"}
-    first = _make(tmp_path, opts, "out/shards/manifest.json")
+    first = _make(tmp_path, opts)
     assert first.returncode == 0, first.stderr
+    assert re.findall(r"^cluster-curate (\w+)", first.stdout, re.M) == ["embed", "cluster", "select", "shard"], \
+        first.stdout
     out = tmp_path / "out"
     assert pq.read_metadata(out / "selection.parquet").num_rows == 93  # 31% of 300
+    assert len(list((out / "shards").glob("shard-*.parquet"))) == 2
     made = _times(out)
 
-    again = _make(tmp_path, opts, "out/shards/manifest.json")
+    again = _make(tmp_path, opts)
     assert again.returncode == 0, again.stderr
     assert "cluster-curate" not in again.stdout, again.stdout
     assert _times(out) == made
 
     # an option make cannot see in any file's time: the selection must follow it, and only it and shard re-run
-    changed = _make(tmp_path, opts | {"SELECT_OPTS": "--fraction 0.2"}, "out/shards/manifest.json")
+    changed = _make(tmp_path, opts | {"SELECT_OPTS": "--fraction 0.2"})
     assert changed.returncode == 0, changed.stderr
     assert pq.read_metadata(out / "selection.parquet").num_rows == 60
     ran = re.findall(r"^cluster-curate (\w+)", changed.stdout, re.M)

@@ -640,6 +640,28 @@ def test_run_reads_a_mixture_files_bounds_as_they_are_now(tmp_path, cli_runner):
     assert f"source code: its floor is 380 rows ({mix}: inputs[1].min_share)" in refused.stderr, refused.stderr
 
 
+def test_a_bad_row_of_a_later_input_is_named_by_its_id_in_the_mixture(tmp_path):
+    """A later input's bad row was named by its row in that input as its `id` (`id 2` for the mixture's id 22), and
+    its hint named --on-bad-row alone; the row in a columnar input is its row there, and its id the mixture's."""
+    rows = [json.loads(line) for line in GSM_JSONL.read_text().splitlines()[:20]]
+    write_jsonl(tmp_path / "a.jsonl", rows)
+    bad = [dict(r) for r in rows[:5]]
+    bad[2]["answer"] = ""
+    write_jsonl(tmp_path / "b.jsonl", bad)
+    pq.write_table(pa.Table.from_pylist(bad), tmp_path / "b.parquet")
+    for name, where in (("b.jsonl", f"{tmp_path / 'b.jsonl'}:3"),
+                        ("b.parquet", f"{tmp_path / 'b.parquet'}: row 2 (id 22)")):
+        mix = Mixture(mixture_inputs([str(tmp_path / "a.jsonl"), str(tmp_path / name)]))
+        with pytest.raises(CurateError) as err:
+            [b.examples for b in mix.iter_batches()]
+        assert str(err.value).startswith(f"{where}: field 'answer': empty response ("), str(err.value)
+        assert ("(id 22; " if name == "b.jsonl" else "(") + "pass --on-bad-row skip, or give the input " \
+            "`on_bad_row: skip` in its mixture file, to skip bad rows)" in str(err.value)
+        skipping = Mixture(mixture_inputs([str(tmp_path / "a.jsonl"), str(tmp_path / name)],
+                                          ReadOptions(on_bad_row="skip")))
+        assert [b.examples for b in skipping.iter_batches()] and [r.id for r in skipping.rejects] == [22]
+
+
 def test_force_takes_changed_inputs_but_not_ids_that_name_other_rows(tmp_path, cli_runner):
     """`shard --data` naming a mixture's inputs in another order is refused with the order to give them and
     `--force to use it anyway`: with --force it wrote other rows under the selected ids (a code row where a GSM8K

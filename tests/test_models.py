@@ -213,3 +213,49 @@ def test_tokenizer_option_takes_the_gguf_file_the_model_option_takes(smollm2):
     assert tok(text)["input_ids"] == smollm2.tokenizer(text)["input_ids"]
     with pytest.raises(CurateError, match="not a directory nor a .gguf file"):
         load_tokenizer(str(SMOLLM2.with_suffix(".txt")))
+
+
+def test_a_model_shorter_than_a_row_cuts_it_to_its_position_limit(tmp_path):
+    """A model with learned positions (GPT-2's n_positions) whose tokenizer declares no model_max_length: a row
+    longer than its positions was an INTERNAL ERROR (IndexError in its position embedding) unless --max-length was
+    lowered by hand. The limit is read from the model's config once: such rows are cut to it and said, as
+    --max-length cuts them, naming the limit."""
+    import json
+
+    from conftest import cli_in_process as cli
+    from tiny_lm import build_tokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tok = build_tokenizer(chat_template=False)
+    assert tok.model_max_length > 10 ** 6  # the tokenizer says nothing of the model's limit
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2, n_positions=64,
+                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)).save_pretrained(
+        tmp_path / "gpt")
+    tok.save_pretrained(tmp_path / "gpt")
+    fm = load_model(str(tmp_path / "gpt"))
+    assert fm.max_positions == 64 and models.position_limit(object()) is None  # none declared: no cut
+    long = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. " * 3
+    rows = [{"question": long if i % 2 else f"How many clips? {i}", "answer": f"#### {48 + i}"} for i in range(6)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    enc, _ = encode_examples(fm.tokenizer, [Example(i, [{"role": "user", "content": r["question"]}], r["answer"])
+                                            for i, r in enumerate(rows)], None)
+    whole = {e.id: e.n_tokens for e in enc}
+    cut = sum(n > 64 for n in whole.values())
+    assert cut == 3
+    assert models.settle_max_length(None, [fm]) == models.settle_max_length(1024, [fm, None]) == 64
+    assert models.settle_max_length(32, [fm]) == 32 and models.settle_max_length(None, []) is None
+
+    import pyarrow.parquet as pq
+    for given in (None, "100"):
+        r = cli("embed", "d.jsonl", "--out", "h.parquet", "--features", "hidden", "--model", "gpt", "--device",
+                "cpu", "--overwrite", "--json", *(["--max-length", given] if given else []), cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        warnings = json.loads(r.stdout)["warnings"]
+        assert (f"{cut} row(s) longer than the model's position limit, 64 tokens (below --max-length "
+                f"{given or 1024}): the model's features see them cut") in " ".join(warnings), warnings
+        table = pq.read_table(tmp_path / "h.parquet").to_pydict()
+        assert table["id"] == list(range(6))
+        assert np.isfinite(np.array(table["embedding"], dtype=np.float64)).all()
+        assert np.isfinite(np.array(table["loss"], dtype=np.float64)).all()
+        assert dict(zip(table["id"], table["n_tokens"])) == whole  # counted whole, as a trainer reads them

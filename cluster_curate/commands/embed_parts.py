@@ -95,6 +95,7 @@ class Models:
     trajectory_names: list = field(default_factory=list)
     featurizers: dict = field(default_factory=dict)
     prepare_s: float = 0.0
+    max_length: int | None = None  # the model features': --max-length, at most the models' position limit
 
 
 def prepare(run) -> Models:
@@ -121,6 +122,8 @@ def prepare(run) -> Models:
             m.model_name, m.model_fingerprint = opts["model"], model_fingerprint(opts["model"])
         if "loss-trajectory" in run.features:
             m.trajectory, m.trajectory_names = _trajectory(opts, m.proxy_dir, m.fm)
+        from cluster_curate.features.models import settle_max_length
+        m.max_length = settle_max_length(run.opts["max_length"], [m.fm, *m.trajectory])
     for kind in run.features:
         entry = FEATURE_KINDS.get(kind)
         if not entry.uses_model:
@@ -129,6 +132,15 @@ def prepare(run) -> Models:
                 console.warn(m.featurizers[kind].notice)
     m.prepare_s = time.perf_counter() - t_load
     return m
+
+
+def _cut_rows_note(run, m: Models, cut: int) -> str:
+    """The warning for the rows the model features saw cut (to --max-length, or to the model's position limit)."""
+    given, used = run.opts["max_length"], m.max_length
+    limit = (f"--max-length {given} tokens" if used == given
+             else f"the model's position limit, {used} tokens (below --max-length {given})")
+    return (f"{cut} row(s) longer than {limit}: the model's features see them cut (the prompt's start first); "
+            "their n_tokens count them whole, as a trainer reads them")
 
 
 class _Lazy:
@@ -331,7 +343,8 @@ def embedder_and_params(run, m: Models):
                       lora_dim=lora_dim, semantic_dim=semantic.dim if semantic else None)
     embedder = Embedder(features=features, fm=m.fm, featurizers=m.featurizers, trajectory=m.trajectory,
                         projectors=projectors, weights=weights, pool=o["pool"], layers=o["layers"],
-                        max_length=o["max_length"], batch_tokens=o["batch_tokens"], dims=dict(dims))
+                        max_length=m.max_length if m.fm is not None else o["max_length"],
+                        batch_tokens=o["batch_tokens"], dims=dict(dims))
     fm = m.fm
     from cluster_curate.commands.embed import OPTIONS
     params = {**recorded(OPTIONS, o), "exact_duplicates": _copies_record(run),
@@ -512,9 +525,7 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     if m.proxy_dir is not None:
         summary["proxy"] = str(m.proxy_dir)
     if p.model_cut:  # else silent: what the model saw of them is not all the trainer will
-        console.warn(f"{p.model_cut} row(s) longer than --max-length {run.opts['max_length']} tokens: the model's "
-                     "features see them cut (the prompt's start first); their n_tokens count them whole, as a "
-                     "trainer reads them")
+        console.warn(_cut_rows_note(run, m, p.model_cut))
     sem = p.meta.params.get("semantic")
     if sem:
         summary["encoder"] = sem["encoder"]

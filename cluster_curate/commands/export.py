@@ -40,12 +40,16 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
                           f"left over from the shards); --for {tgt.name} writes the shards' rows: leave --data out")
     manifest = read_manifest(shards)
     layouts.check_job(manifest, o["world_size"], o["micro_batch_size"], str(shards))
-    from cluster_curate.io.artifacts import EXPORT, check_writable, output_inputs
+    from cluster_curate.io.artifacts import EXPORT, check_not_inside_replaced, check_writable, output_inputs
+    check_not_inside_replaced(out, f"--out {out}")  # as `report --out`: `shard --overwrite` would refuse it there
     check_writable(out, o["overwrite"], inputs=output_inputs(shards, o["data"]), kind=EXPORT)
-    leftovers = _read_leftovers(manifest, o, str(shards)) if tgt.columns == "source" else None
+    table = _read_shards(shards)
+    leftovers = None
+    if tgt.columns == "source":  # every selected row once: the shards' rows and the left-over ids, as many
+        _check_selected_rows(table, manifest, str(shards))
+        leftovers = _read_leftovers(manifest, o, str(shards))
     from cluster_curate.io.mixture import as_recorded
     read = as_recorded(manifest.get("dataset") or {}, read_options(o))  # the fields embed read, unless given now
-    table = _read_shards(shards)
     rows = layouts.layout_table(table, manifest, tgt, str(shards), leftovers, read)
     name = layouts.data_file(tgt)
     # DPO pairs: the trainer's DPO stage, and no weights in trl
@@ -93,6 +97,32 @@ def _read_shards(shards: str):
         except (OSError, pa.ArrowInvalid) as e:
             raise cannot_read(path, e, "the shard") from None
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _check_selected_rows(table, manifest: dict, source: str) -> None:
+    """--for jsonl|parquet write each selected row once: the shards' rows (a `--remainder wrap` repeat once) and
+    the manifest's leftover_ids, distinct and as many as its selected_rows; else one line before the data is read
+    or anything written (a manifest edited since `shard` wrote it: rows silently missing or written twice)."""
+    from pathlib import Path
+
+    import numpy as np
+    import pyarrow.compute as pc
+
+    from cluster_curate.io import names
+    ids = table.column("id")
+    if "wrapped" in table.column_names:
+        ids = ids.filter(pc.invert(table.column("wrapped")))
+    ids = ids.to_numpy()
+    leftover = np.array([int(i) for i in manifest.get("leftover_ids") or []], dtype=np.int64)
+    selected, written = int(manifest["selected_rows"]), len(ids) + len(leftover)
+    twice = written - np.unique(np.concatenate([ids, leftover])).size
+    if written == selected and not twice:
+        return
+    said = f" (leftover_rows says {manifest['leftover_rows']:,})" if "leftover_rows" in manifest else ""
+    raise CurateError(f"{Path(source) / names.MANIFEST}: selected_rows {selected:,}, but the shards hold {len(ids):,} "
+                      f"rows and leftover_ids {len(leftover):,}{said}: "
+                      + (f"{twice:,} of them twice" if twice else f"{written:,} rows to write, not {selected:,}")
+                      + "; the manifest was changed since `shard` wrote it: write the shards again")
 
 
 def _read_leftovers(manifest: dict, o: dict, source: str):

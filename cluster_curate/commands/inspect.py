@@ -280,8 +280,8 @@ def exit_status(r: dict, options: dict) -> None:
     if r.get("first_reject"):
         failing = r.get("failing_rejects", r["bad_rows"])
         more = f"; {failing} bad rows in all" if failing > 1 else ""
-        hint = ("pass --on-bad-row skip, or give the input `on_bad_row: skip` in its mixture file, to skip bad rows"
-                if r.get("inputs") else "pass --on-bad-row skip to skip bad rows")
+        from cluster_curate.io.mixture import SKIP_HINT
+        hint = SKIP_HINT if r.get("inputs") else "pass --on-bad-row skip to skip bad rows"
         raise CurateError(f"{r['first_reject']} ({hint}{more})")
 
 

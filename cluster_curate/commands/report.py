@@ -366,14 +366,11 @@ def report(paths, out: str | None = None, **options) -> tuple[list, list[Path]]:
     check_lineage(found, force)
     sections = describe(found)
     if out:
-        from cluster_curate.io.artifacts import (check_creatable, check_not_input, output_inputs,
-                                                 replaced_whole_around)
+        from cluster_curate.io.artifacts import (check_creatable, check_not_input, check_not_inside_replaced,
+                                                 output_inputs)
         inputs = output_inputs(paths, [str(p) for p in found.values()])
         check_not_input(out, inputs, f"--out {out}", holds=False)  # only its plots are written there
-        around = replaced_whole_around(out)
-        if around:
-            raise CurateError(f"--out {out}: inside the {around[0]} directory {around[1]}, which `--overwrite` "
-                              "replaces whole (and refuses with files of yours in it); choose a folder beside it")
+        check_not_inside_replaced(out, f"--out {out}")
         for plot in PLOTS:
             check_not_input(Path(out) / plot, inputs, f"--out {out}")
         check_creatable(Path(out) / "cluster_sizes.png")

@@ -23,10 +23,10 @@ Prompt/response layout (`encode_examples`):
   i.e. each prompt turn as `### {Role}:\n{content}\n\n`, then `### Assistant:\n`; the response is the
   response text followed by the EOS token (when the tokenizer has one).
 
-`max_length` truncates the prompt from the left first (the response is what the features are about); only
-when the response alone does not fit is it cut at the right, keeping one prompt token so that the first
-response token is still predicted. An example that keeps no predicted response token is returned in the
-`skipped` list with a reason, never embedded as zeros.
+`max_length` (never more than the model's position limit: `settle_max_length`) truncates the prompt from the
+left first (the response is what the features are about); only when the response alone does not fit is it cut
+at the right, keeping one prompt token so that the first response token is still predicted. An example that keeps
+no predicted response token is returned in the `skipped` list with a reason, never embedded as zeros.
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ class FeatureModel:
     name: str
     hidden_fn: Callable[[Tensor, Tensor], Tensor]
     output_layer: torch.nn.Linear
+    # The longest sequence the model reads (its config's position limit; the proxy's max_len), None when it
+    # declares none (e.g. a rotary model with no max_position_embeddings): settle_max_length keeps rows within it.
+    max_positions: int | None = None
     # Extractors keep derived objects here (e.g. the default lora-gradient projector) so they are built once.
     cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -185,6 +188,36 @@ def loading_error(e: Exception) -> str:
     return lines[0] + (f" {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else "")
 
 
+# config fields that bound the positions a causal LM reads, the first one set wins (transformers maps most models'
+# own names onto max_position_embeddings: GPT-2's n_positions, GPT-J's, ...; MPT says max_seq_len, ChatGLM seq_length)
+POSITION_LIMIT_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "max_sequence_length",
+                         "seq_length")
+
+
+def position_limit(config) -> int | None:
+    """The longest sequence a model's config says it reads (a learned position table's size: one more position is
+    an index error in its embedding), or None when it declares none. A multimodal config: its text model's."""
+    get_text = getattr(config, "get_text_config", None)
+    if callable(get_text):
+        try:
+            config = get_text() or config
+        except Exception:  # noqa: BLE001 - an odd config keeps its own fields
+            pass
+    for name in POSITION_LIMIT_FIELDS:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def settle_max_length(max_length: int | None, models: list) -> int | None:
+    """The max length the model features are computed at: `max_length` (None: no cut), lowered to the shortest
+    position limit of `models` (FeatureModels; None entries ignored) so that no row reaches a position the model
+    does not have; rows longer than it are cut as --max-length cuts them (and said: embed_parts._cut_rows_note)."""
+    limits = [fm.max_positions for fm in models if fm is not None and fm.max_positions]
+    return min([max_length, *limits] if max_length is not None else limits, default=None)
+
+
 def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
                trust_remote_code: bool = False) -> FeatureModel:
     """Load a causal LM as a FeatureModel.
@@ -257,7 +290,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
 
     name = spec if not path.exists() else str(path.resolve())
     return FeatureModel(module=model, tokenizer=tokenizer, device=dev, dtype=dt, name=name,
-                        hidden_fn=hidden_fn, output_layer=output_layer)
+                        hidden_fn=hidden_fn, output_layer=output_layer, max_positions=position_limit(model.config))
 
 
 def wrap_gpt(gpt, tokenizer, device: str | torch.device | None = None, name: str = "proxy") -> FeatureModel:
@@ -267,7 +300,8 @@ def wrap_gpt(gpt, tokenizer, device: str | torch.device | None = None, name: str
     gpt.to(dev)
     gpt.eval()
     return FeatureModel(module=gpt, tokenizer=tokenizer, device=dev, dtype=next(gpt.parameters()).dtype,
-                        name=name, hidden_fn=gpt.hidden_states, output_layer=gpt.lm_head)
+                        name=name, hidden_fn=gpt.hidden_states, output_layer=gpt.lm_head,
+                        max_positions=getattr(getattr(gpt, "cfg", None), "max_len", None))
 
 
 # ----------------------------------------------------------------------------------------------- encoding

@@ -381,6 +381,15 @@ def replaced_whole_around(path) -> tuple[str, Path] | None:
     return None
 
 
+def check_not_inside_replaced(path, label: str) -> None:
+    """One line (CurateError) when the output `path` is inside a shards or export directory (replaced_whole_around):
+    the next `shard`, `run` or `export --overwrite` of that directory would refuse it as a file it did not write."""
+    around = replaced_whole_around(path)
+    if around:
+        raise CurateError(f"{label}: inside the {around[0]} directory {around[1]}, which `--overwrite` "
+                          "replaces whole (and refuses with files of yours in it); choose a folder beside it")
+
+
 # ----------------------------------------------------------------------------------------------- read
 
 def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None) -> ArtifactMeta:

@@ -272,6 +272,8 @@ class Dataset:
             self.path, self._src = open_container(str(source))
         self.container = self._src.kind
         self.rejects: list[Reject] = []
+        # a mixture's input: its first row's id among all inputs, and how a bad row is skipped there (io/mixture.py)
+        self.id_offset, self.skip_hint = 0, "pass --on-bad-row skip to skip bad rows"
         self.chosen_from: dict[str, int] = {}  # labelled pairs: {answer column: pairs whose chosen answer it holds}
         self.rows: int | None = getattr(self._src, "rows", None)
         self._fingerprint: str | None = None
@@ -402,13 +404,13 @@ class Dataset:
     def _location(self, id_: int, row: JsonRow | None) -> str:
         """Where a row is: its file (the source, or one file of a directory) and line, else its id (columnar)."""
         if row is None or row.line is None:
-            return f"{self.source}: id {id_}"
+            return f"{self.source}: " + (f"row {id_} (id {id_ + self.id_offset})" if self.id_offset else f"id {id_}")
         return f"{row.file or self.source}:{row.line}"
 
     def _message(self, id_: int, row: JsonRow | None, field: str | None, reason: str, hint: bool = True) -> str:
         what = f"field '{field}': " if field else ""
         lined = row is not None and row.line is not None
-        notes = ([f"id {id_}"] if lined else []) + (["pass --on-bad-row skip to skip bad rows"] if hint else [])
+        notes = ([f"id {id_ + self.id_offset}"] if lined else []) + ([self.skip_hint] if hint else [])
         return f"{self._location(id_, row)}: {what}{reason}" + (f" ({'; '.join(notes)})" if notes else "")
 
     def _raise_row(self, id_: int, row: JsonRow | None, field: str | None, reason: str):

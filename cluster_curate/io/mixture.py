@@ -262,7 +262,11 @@ def _open_input(item: MixtureInput):
         raise CurateError(f"{item.where}.{key}: {e.column!r}: no such column in {item.path}; columns found: "
                           f"[{e.columns}]") from None
     ds.hint_wording = _as_keys  # a bad row's hint too
+    ds.skip_hint = SKIP_HINT
     return ds
+
+
+SKIP_HINT = "pass --on-bad-row skip, or give the input `on_bad_row: skip` in its mixture file, to skip bad rows"
 
 
 def _as_keys(hint: ColumnsHint) -> str:
@@ -353,6 +357,7 @@ class Mixture:
         self.rejects = []
         offset = 0
         for k, (inp, ds) in enumerate(zip(self.inputs, self.datasets)):
+            ds.id_offset = offset  # a bad row is named by its id here
             for b in ds.iter_batches(batch_rows, examples):
                 exs = ([Example(ex.id + offset, ex.prompt, ex.response, ex.rejected) for ex in b.examples]
                        if offset else b.examples)
