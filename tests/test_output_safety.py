@@ -240,6 +240,29 @@ def test_no_input_is_where_a_command_writes_or_deletes_a_file_beside_its_output(
     assert _snapshot(tmp_path) == before
 
 
+def test_a_file_of_yours_where_a_command_keeps_a_sidecar_is_never_replaced(pipeline, tmp_path, cli_runner):
+    """`OUT.rejects.jsonl` or `OUT.text.key` of the user's were replaced by embed's (exit 0, even without
+    --overwrite); the tool's own from an earlier run are replaced as before."""
+    data = DATA
+    for name, text in (("out.rejects.jsonl", "my notes\n"), ("out.text.key", "my key\n"),
+                       ("out.text.npz", "not numpy")):
+        (tmp_path / name).write_text(text)
+        before = _snapshot(tmp_path)
+        for extra in ([], ["--overwrite"]):
+            r = _cli(cli_runner, "embed", data, "--out", tmp_path / "out.parquet", *EMBED, *extra)
+            _refused(r, f"{tmp_path / name}: not a file cluster-curate wrote, and --out {tmp_path / 'out.parquet'} "
+                        "writes (or removes) one of that name beside it; --overwrite replaces only the tool's own "
+                        "outputs: move it, or choose another --out")
+            assert _snapshot(tmp_path) == before
+        (tmp_path / name).unlink()
+    for _ in range(2):  # its own sidecars, of the first run, replaced by the second
+        assert _cli(cli_runner, "embed", data, "--out", tmp_path / "out.parquet", *EMBED, "--overwrite",
+                    "-q").exit_code == 0
+    (tmp_path / "c.centroids.npy").write_text("mine")
+    r = _cli(cli_runner, "cluster", pipeline / "embeddings.parquet", "--out", tmp_path / "c.parquet", "--k", "4")
+    assert r.exit_code == 2 and "c.centroids.npy: not a file cluster-curate wrote" in r.output
+
+
 # ------------------------------------------------------------------------------- export and report
 
 def test_export_replaces_its_own_export_only(pipeline, tmp_path, cli_runner):

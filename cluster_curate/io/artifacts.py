@@ -128,14 +128,18 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
     """Before any work: `path` is none of the command's `inputs` and holds none of them (output_inputs), is not
     in the way (or may be replaced) and can be created (check_creatable). With `kind` (an artifact kind, SHARDS,
     EXPORT) an existing output is replaced, with `overwrite`, only when it is the tool's own output of that kind
-    or an empty directory (replace_refusal): `--overwrite` never deletes what cluster-curate did not write.
-    `label` names the output in messages (default `--out PATH`)."""
+    or an empty directory (replace_refusal): `--overwrite` never deletes what cluster-curate did not write, nor
+    does a sidecar the command of that kind writes beside it (names.sidecars). `label` names the output in messages
+    (default `--out PATH`)."""
     p = Path(path)
     label = label or f"--out {p}"
     check_not_input(p, inputs, label)
-    for suffix in names.sidecars():  # written (or a stale one deleted) beside the output: no input may be there
-        side = sidecar_path(p, suffix)
+    for suffix in names.sidecars(kind):  # written (or a stale one deleted) beside the output: no input may be there,
+        side = sidecar_path(p, suffix)  # nor a file of the user's under that name
         check_not_input(side, inputs, f"{label} (its file {side.name})", holds=False)
+        if side.is_file() and not _own_sidecar(side, suffix):
+            raise CurateError(f"{side}: not a file cluster-curate wrote, and {label} writes (or removes) one of that "
+                              f"name beside it; {_KEEP_ONLY}: move it, or choose another --out")
     if p.exists() or p.is_symlink():
         if not overwrite:
             raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
@@ -152,6 +156,30 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
     check_creatable(p)
     if p.is_symlink():
         check_creatable(written_at(p))  # the output is written where the link points (io/writer.py)
+
+
+def _own_sidecar(path: Path, suffix: str) -> bool:
+    """Whether a file where a command keeps a sidecar is one it wrote, by its first bytes: a rejects list (JSON lines
+    with `id` and `reason`), a fitted state's key (a hex digest), NumPy's .npy / .npz, an artifact."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return True  # unreadable: the write that follows says why
+    if suffix == names.REJECTS:
+        first = head.split(b"\n", 1)[0].strip()
+        try:
+            row = json.loads(first) if first else {"id": 0, "reason": ""}
+        except ValueError:
+            return False
+        return isinstance(row, dict) and {"id", "reason"} <= set(row)
+    if suffix.endswith(".key"):
+        return re.fullmatch(rb"[0-9a-f]{8,64}", head.strip()) is not None
+    if suffix.endswith(".npy"):
+        return head.startswith(b"\x93NUMPY")
+    if suffix.endswith(".npz"):
+        return head.startswith(b"PK")
+    return replace_refusal(path, names.EMBEDDINGS) is None if suffix == names.TARGET_EMBEDDINGS else True
 
 
 def written_at(path: str | os.PathLike) -> Path:

@@ -49,10 +49,11 @@ def feature_state(kind: str) -> tuple[str, str]:
     return f"{kind}.npz", f"{kind}.key"
 
 
-def sidecars() -> tuple[str, ...]:
-    """Every sidecar suffix a command may write beside its output (each replaced or deleted there)."""
-    return (CENTROIDS, PROXY, STAGING, REJECTS, TARGET_EMBEDDINGS,
-            *(name for kind in FEATURE_STATE_KINDS for name in feature_state(kind)))
+def sidecars(kind: str | None) -> tuple[str, ...]:
+    """The sidecar suffixes the command writing an artifact of `kind` may write beside it (each replaced or deleted
+    there)."""
+    return {EMBEDDINGS: (PROXY, STAGING, REJECTS, *(name for k in FEATURE_STATE_KINDS for name in feature_state(k))),
+            CLUSTERS: (CENTROIDS,), SELECTION: (TARGET_EMBEDDINGS,)}.get(kind, ())
 
 
 def shard_file_name(index: int, num_shards: int) -> str:
