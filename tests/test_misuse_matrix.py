@@ -68,6 +68,8 @@ def work(tmp_path_factory) -> Path:
     (w / "twice.jsonl").write_text((w / "small.jsonl").read_text() * 2)
     (w / "floors.yaml").write_text("inputs:\n  - path: data.jsonl\n    min_share: 0.9\n"
                                    "  - path: other.json\n    min_share: 0.5\n")
+    (w / "copies.yaml").write_text("inputs:\n  - path: small.jsonl\n  - {path: twice.jsonl, name: copy, "
+                                   "min_share: 0.2}\n")
     (w / "caps.yaml").write_text("inputs:\n  - path: data.jsonl\n    max_share: 0.3\n  - path: other.json\n")
 
     def make(*argv):  # in this process: the cases are the processes
@@ -317,6 +319,13 @@ CASES = [
                                             *SHARD],
      "--k 30 is larger than the number of examples embed keeps (20: 20 exact duplicates of others left out; "
      "--keep-duplicates keeps them)"),
+    # the step checked against the rows embed keeps: select refused it after embed and cluster had run
+    ("run-step-too-big-after-exact-copies", ["run", "twice.jsonl", "--out", "r", "--fraction", "0.3",
+                                             "--num-shards", "2", "--micro-batch-size", "4"],
+     "2 × 4 = 8 rows, but --fraction 0.3 of 20 rows (of 40: 20 exact duplicates left out) selects at most 6"),
+    ("run-floor-after-exact-copies", ["run", "copies.yaml", "--out", "r", "--fraction", "0.5", *SHARD],
+     "source copy: its floor is 2 rows (0.2 of 10, copies.yaml: inputs[1].min_share) and it has only 0 rows left "
+     "after exact duplicates left out 40 rows"),
     ("run-bad-row-first", ["run", "invalid_json.jsonl", "--out", "r", "--fraction", "0.5", *SHARD],
      "invalid_json.jsonl:4: invalid JSON"),
     ("run-other-options", ["run", "data.jsonl", "--out", "p", *FAST, "--fraction", "0.5", *SHARD],

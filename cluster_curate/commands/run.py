@@ -298,41 +298,47 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     decontaminate = resolved["select"]["decontaminate"] or ()
     data_rows, word_counts, questions, ids = 0, [], [], []
     c = resolved["cluster"]
-    # a --k given is checked against the rows embed keeps: exact duplicates left out (else cluster refuses it after
-    # embed has run)
-    distinct = set() if c.get("k") not in (None, "auto") and not resolved["embed"]["keep_duplicates"] else None
+    # what needs the rows embed keeps counts them so: exact duplicates left out (else cluster refuses a --k, and
+    # select a budget short of one step, after embed has run)
+    seen, first = (None, None) if resolved["embed"]["keep_duplicates"] else (set(), [])
     for batch in ds.iter_batches():
         data_rows += len(batch.examples)
-        if distinct is not None:
-            distinct.update(example_key(e.prompt, e.response, e.rejected) for e in batch.examples)
+        if seen is not None:
+            for e in batch.examples:
+                key = example_key(e.prompt, e.response, e.rejected)
+                first.append(key not in seen)
+                seen.add(key)
         if words:
             word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
         if decontaminate:  # the rows' questions: EVAL given as the data itself is refused before embed
             questions.append(RowQuestions.of([e.prompt for e in batch.examples]))
-            ids.append(np.array([e.id for e in batch.examples], dtype=np.int64))
+        ids.append(np.array([e.id for e in batch.examples], dtype=np.int64))
+    ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+    copies = ~np.array(first, dtype=bool) if first is not None else np.zeros(data_rows, dtype=bool)
     named_inputs = _check_target(resolved["select"])
     # each read now, as select will (with --decontaminate-ngrams, the prompts: an EVAL embeddings' recorded data):
     # a bad row, or data that is gone, before the first stage
     ngrams = resolved["select"]["decontaminate_ngrams"] is not None
     evals = [select_parts.questions_of(p, resolved["select"], "--decontaminate", with_prompts=ngrams,
                                      warn_skipped=False) for p in decontaminate]
-    selectable, asking = data_rows, None  # the rows select chooses from: less those that ask an EVAL's question
+    asking = np.zeros(data_rows, dtype=bool)  # the rows that ask an EVAL's question
     if evals:
         named_inputs = {"target": named_inputs, "decontaminate": [fingerprint for _, fingerprint, _ in evals]}
         asked = np.concatenate([keys for keys, _, _ in evals])
         asking = RowQuestions.joined(questions).asking(asked)[0]
         if asking.size and asking.all():
             raise select_parts.nothing_left(decontaminate, data_rows)
-        selectable -= int(asking.sum())
+    left_out = copies | asking  # the rows select chooses from are the others
+    selectable = data_rows - int(left_out.sum())
     for name, low in (("iters", 1), ("seed", 0)):
         if c.get(name) is not None and c[name] < low:
             raise CurateError(f"--{name} must be >= {low}, got {c[name]}")
     if c.get("k") not in (None, "auto") and int(c["k"]) > data_rows:
         raise CurateError(f"--k {c['k']} is larger than the number of examples ({data_rows})")
-    if distinct is not None and int(c["k"]) > len(distinct):
-        raise CurateError(f"--k {c['k']} is larger than the number of examples embed keeps ({len(distinct)}: "
-                          f"{counted(data_rows - len(distinct), 'exact duplicate')} of others left out; "
-                          "--keep-duplicates keeps them)")
+    if c.get("k") not in (None, "auto") and int(c["k"]) > data_rows - int(copies.sum()):
+        raise CurateError(f"--k {c['k']} is larger than the number of examples embed keeps "
+                          f"({data_rows - int(copies.sum())}: {counted(int(copies.sum()), 'exact duplicate')} of "
+                          "others left out; --keep-duplicates keeps them)")
     cluster_cmd.check_kinds(c)
     cluster_cmd.check_groups(c)
     s = resolved["select"]
@@ -340,19 +346,20 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
             "budget": lambda: min(selectable, int(s["budget"])),
             "per-cluster-ratio": lambda: math.ceil(s["per_cluster_ratio"] * selectable),
             "token-budget": lambda: selectable, "token-fraction": lambda: selectable}[mode]()
+    notes = [f"{counted(int(copies.sum()), 'exact duplicate')} left out"] * bool(copies.any()) + [
+        f"{counted(int((asking & ~copies).sum()), 'row')} ask a --decontaminate set's questions"] * bool(asking.any())
     budget = f"--{mode} {s[mode.replace('-', '_')]} of {counted(selectable, 'row')}" + (
-        f" (of {data_rows:,}: {counted(data_rows - selectable, 'row')} ask a --decontaminate set's questions)"
-        if selectable != data_rows else "")
+        f" (of {data_rows:,}: {'; '.join(notes)})" if notes else "")
     if words:  # the tokens select will count: what the budget can buy is known now, not after embed
         word_counts = np.concatenate(word_counts) if word_counts else np.zeros(0, dtype=np.int64)
-        if asking is not None and asking.size:
-            word_counts = word_counts[~asking]
+        word_counts = word_counts[~left_out]
         requested = token_budget_for(int(word_counts.sum()), s["token_budget"], s["token_fraction"], N_TOKENS_WORDS)
         check_budget_buys_a_row(word_counts, requested, mode, N_TOKENS_WORDS)
         most = most_rows_within(word_counts, requested)
         budget += f" ({requested:,} of their {int(word_counts.sum()):,} words)"
+    why = " and ".join(["exact duplicates"] * bool(copies.any()) + ["--decontaminate"] * bool(asking.any()))
     _check_source_bounds(ds, s, mode, most if mode in ("fraction", "budget") else None,
-                         (np.concatenate(ids), asking) if asking is not None and asking.size else None)
+                         (ids, left_out, why) if left_out.any() else None)
     h = resolved["shard"]
     for name in ("num_shards", "micro_batch_size"):
         if h[name] < 1:
@@ -412,12 +419,12 @@ def _check_target(s: dict) -> str | None:
     return target.fingerprint()
 
 
-def _check_source_bounds(ds, s: dict, mode: str, budget_rows: int | None, asking=None) -> None:
+def _check_source_bounds(ds, s: dict, mode: str, budget_rows: int | None, left_out=None) -> None:
     """A mixture's floors (--source-min-share, else each input's min_share) and caps (likewise) that no selection
     can meet: with a budget mode or --within order that takes no water-filling order (`mode`), floors more than
     the whole selection together, caps on every input less than it, or (a budget in rows) a floor of more rows than
-    an input has: with --decontaminate (`asking`: the examples' ids, and whether each asks a set's question), its
-    examples that do not. select checks the exact bounds on the rows it can take; these are the failures certain
+    an input has: with exact duplicates or --decontaminate (`left_out`: the examples' ids, whether each is a copy
+    of an earlier one or asks a set's question, and which of the two left rows out), its examples that are neither. select checks the exact bounds on the rows it can take; these are the failures certain
     from the options and counts."""
     from cluster_curate.commands.select import check_no_share_options, check_no_source_bounds
     from cluster_curate.io.mixture import Mixture, source_bounds
@@ -446,13 +453,13 @@ def _check_source_bounds(ds, s: dict, mode: str, budget_rows: int | None, asking
     if budget_rows is not None:
         import numpy as np
         rows, out = [d.num_rows() for d in ds.datasets], [0] * len(ds.datasets)
-        if asking is not None:  # each input's examples, less those asking a question
-            source = np.searchsorted(ds.offsets(), asking[0], side="right") - 1
-            out = np.bincount(source[asking[1]], minlength=len(rows)).tolist()
+        if left_out is not None:  # each input's examples, less the copies and those asking a question
+            source = np.searchsorted(ds.offsets(), left_out[0], side="right") - 1
+            out = np.bincount(source[left_out[1]], minlength=len(rows)).tolist()
             rows = (np.bincount(source, minlength=len(rows)) - out).tolist()
         for (name, share), n, gone, origin in zip(floors.items(), rows, out, low_from):
             if math.ceil(share * budget_rows) > n:
-                said = f" left after --decontaminate left out {counted(int(gone), 'row')}" if gone else ""
+                said = f" left after {left_out[2]} left out {counted(int(gone), 'row')}" if gone else ""
                 raise CurateError(f"source {name}: its floor is {math.ceil(share * budget_rows):,} rows "
                                   f"({share:g} of {budget_rows:,}, {origin}) and it has only {counted(int(n), 'row')}"
                                   f"{said}")
