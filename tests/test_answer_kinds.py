@@ -471,8 +471,9 @@ def test_select_auto_on_worked_solutions_is_the_random_order_and_trusts_what_clu
 def test_cluster_kinds_bad_use_is_one_line(family, tmp_path, cli_runner, fixtures_dir, args, message):
     swap = {"DATA": family / "train.jsonl", "OTHER": fixtures_dir / "gsm8k" / "train-300.jsonl",
             "MISSING": tmp_path / "missing.jsonl"}
-    res = _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / "c.parquet", "--kinds", "answers",
-                            *[swap.get(a, a) for a in args]], code=2)  # a later --kinds wins
+    kinds = [] if "--kinds" in args else ["--kinds", "answers"]
+    res = _cli(cli_runner, ["cluster", family / "e.parquet", "--out", tmp_path / "c.parquet", *kinds,
+                            *[swap.get(a, a) for a in args]], code=2)
     assert str(swap.get(message, message)) in res.output and len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "c.parquet").exists()
 

@@ -622,13 +622,13 @@ def test_json_object_with_the_rows_under_a_key_names_the_key_and_how_to_extract_
         {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}. " * 25 + f"\n#### {2 * i}"}
         for i in range(5)]  # (as long as GSM8K's rows: 1,000 copies of the 5 make a line over 1 MiB)
     many = gsm * 1000  # a line longer than the 1 MiB a one-line record is read within
-    cases = {"squad.json": ({"version": "v2.0", "data": many}, None, "key 'data' holds a list of 5000 records",
+    cases = {"squad.json": ({"version": "v2.0", "data": many}, None, "key 'data' holds a list of 5,000 records",
                             "jq '.data' squad.json > rows.json"),
              "pretty.json": ({"version": "v2.0", "data": gsm}, 2, "key 'data' holds a list of 5 records",
                              "jq '.data' pretty.json > rows.json"),
              "splits.json": ({"train": gsm, "test": gsm[:2]}, 2, "keys 'train' (5 records) and 'test' (2 records) "
                              "hold lists of records", "jq '.train' splits.json > rows.json"),
-             "splits-oneline.json": ({"train": many, "test": gsm[:2]}, None, "keys 'train' (5000 records) and "
+             "splits-oneline.json": ({"train": many, "test": gsm[:2]}, None, "keys 'train' (5,000 records) and "
                                      "'test' (2 records) hold lists of records", "jq '.train' splits-oneline.json > "
                                                                                  "rows.json")}
     for name, (doc, indent, keys, extract) in cases.items():
@@ -645,6 +645,116 @@ def test_json_object_with_the_rows_under_a_key_names_the_key_and_how_to_extract_
     (tmp_path / "chat.json").write_text(json.dumps(chat) + "\n")
     _, _, examples = read_all(tmp_path / "chat.json")
     assert [(e.prompt, e.response) for e in examples] == [([{"role": "user", "content": "Hi?"}], "Hello.")]
+
+
+def test_a_short_one_line_json_object_with_the_rows_under_a_key_is_named_as_the_indented_one_is(tmp_path):
+    """SQuAD's `{"version", "data": [...]}` or splits `{"train": [...], "test": [...]}` written on one line under
+    1 MiB was read as JSON Lines, one record: 'unrecognised record format; columns found: [version, data]'. It gets
+    the message of the indented (and the over-1-MiB) file. A one-line chat record is still one record, with a list
+    of tools (objects) beside its turns too."""
+    rows = [{"question": "q", "answer": "a"}, {"question": "q2", "answer": "a2"}]
+    for name, doc, said in (("squad.json", {"version": "v2.0", "data": rows}, "key 'data' holds a list of 2 records"),
+                            ("splits.json", {"train": rows, "test": rows[:1]},
+                             "keys 'train' (2 records) and 'test' (1 record) hold lists of records")):
+        messages = []
+        for indent in (None, 1):
+            (tmp_path / name).write_text(json.dumps(doc, indent=indent) + "\n")
+            with pytest.raises(CurateError) as e:
+                open_dataset(tmp_path / name)
+            messages.append(str(e.value))
+        assert messages[0] == messages[1] and messages[0].startswith(f"{tmp_path / name}: one JSON object whose {said}")
+    chat = {"messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Sunny."}],
+            "tools": [{"type": "function", "function": {"name": "weather", "parameters": {}}}]}
+    (tmp_path / "chat.json").write_text(json.dumps(chat) + "\n")
+    assert [e.response for e in read_all(tmp_path / "chat.json")[2]] == ["Sunny."]
+    (tmp_path / "chat.json").write_text(json.dumps(chat, indent=1))  # one record indented: no rows under 'tools'
+    with pytest.raises(CurateError, match=r"chat.json: a JSON object whose values are not records \(key 'messages' "
+                                          r"holds an array\)"):
+        open_dataset(tmp_path / "chat.json")
+    bfcl = {"id": "simple_0", "question": [[{"role": "user", "content": "Area of a triangle, base 10, height 5?"}]],
+            "function": [{"name": "triangle_area", "parameters": {}}]}  # BFCL's test: turns per turn, its tools
+    (tmp_path / "bfcl.json").write_text(json.dumps(bfcl) + "\n")
+    assert len(list(containers.open_container(str(tmp_path / "bfcl.json"))[1].iter_rows())) == 1
+    # over 1 MiB (read a value at a time), where the list of tools was taken for rows under the key 'tools'
+    chat["messages"][0]["content"] = "Weather? " * 150_000
+    (tmp_path / "long-chat.json").write_text(json.dumps(chat) + "\n")
+    assert [e.response for e in read_all(tmp_path / "long-chat.json")[2]] == ["Sunny."]
+
+
+def test_rows_under_a_key_of_a_gz_file_are_extracted_through_zcat(tmp_path):
+    """jq cannot read a .gz file: the hint for `sq.json.gz` was `jq '.data' sq.json.gz > rows.json`; it is
+    `zcat sq.json.gz | jq '.data' > rows.json`. One list holds '1 record', not '1 records'; a key jq's `.KEY` cannot
+    name is quoted."""
+    import gzip
+    doc = {"version": "v2.0", "data": [{"question": "q", "answer": "a"}]}
+    (tmp_path / "sq.json.gz").write_bytes(gzip.compress(json.dumps(doc, indent=1).encode()))
+    with pytest.raises(CurateError, match=r"key 'data' holds a list of 1 record: .*\(zcat sq\.json\.gz \| jq '\.data' "
+                                          r"> rows\.json\) and give that file$"):
+        open_dataset(tmp_path / "sq.json.gz")
+    (tmp_path / "dash.json").write_text(json.dumps({"v": 1, "my-rows": doc["data"]}, indent=1))
+    with pytest.raises(CurateError, match=r"\(jq '\.\[\"my-rows\"\]' dash\.json > rows\.json\)"):
+        open_dataset(tmp_path / "dash.json")
+
+
+def test_pandas_column_oriented_json_is_refused_not_read_transposed(tmp_path):
+    """pandas' DataFrame.to_json() writes `{"question": {"0": "q1", ...}, "answer": {...}}` by default: read as an
+    object mapping ids to records, each column was a record of the row numbers ('columns found: [0, 1, 2]', and
+    `--prompt-field 0 --response-field 1` gave 2 examples of prompt 'q1', response 'q2'). It is refused in one line
+    with the fix, on one line or indented; to_json(orient='index'), a mapping of row -> record, reads as before."""
+    import pandas as pd
+    from conftest import cli_in_process as _cli
+    df = pd.DataFrame({"question": ["q1", "q2", "q3"], "answer": ["a1", "a2", "a3"]})
+    for name, indent in (("pd.json", None), ("pd-indented.json", 1)):
+        df.to_json(tmp_path / name, indent=indent)
+        for opts in (None, ReadOptions(prompt_field="0", response_field="1")):
+            with pytest.raises(CurateError, match=rf"^{tmp_path / name}: pandas' column-oriented JSON \(DataFrame"
+                                                  r"\.to_json\(\)'s default: .*; write it with to_json\(orient="
+                                                  r"'records', lines=True\) and give that file$"):
+                read_all(tmp_path / name, opts)
+    r = _cli("inspect", "pd.json", "--prompt-field", "0", "--response-field", "1", cwd=tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "column-oriented" in r.stderr, r.stderr
+    df.to_json(tmp_path / "index.json", orient="index")
+    assert [e.response for e in read_all(tmp_path / "index.json")[2]] == ["a1", "a2", "a3"]
+
+
+def test_a_row_nested_too_deeply_is_a_bad_row_not_an_internal_error(tmp_path):
+    """A value of arrays inside arrays 1,500 deep made json raise RecursionError: an INTERNAL ERROR. In JSON Lines
+    it is a bad row, skippable; in a JSON document, where nothing after it can be read, the file's error at its
+    line."""
+    deep = "[" * 1500 + "]" * 1500
+    p = tmp_path / "deep.jsonl"
+    p.write_text('{"question": "q1", "answer": "a1"}\n{"question": "q2", "answer": "a2", "x": ' + deep + "}\n")
+    with pytest.raises(CurateError, match=rf"^{p}:2: invalid JSON \(nested too deeply: .*\) \(id 1; pass "
+                                          r"--on-bad-row skip"):
+        read_all(p)
+    ds, _, ex = read_all(p, SKIP)
+    assert [e.response for e in ex] == ["a1"] and [r.location for r in ds.rejects] == [f"{p}:2"]
+    for name, text in (("deep.json", '[\n{"question": "q1", "answer": "a1"},\n{"x": ' + deep + "}\n]\n"),
+                       ("one.json", '{"question": "q", "answer": "a", "x": ' + deep + "}\n")):
+        (tmp_path / name).write_text(text)
+        for opts in (None, SKIP):
+            with pytest.raises(CurateError, match=rf"^{tmp_path / name}:{text.count(chr(10)) - 1 or 1}: invalid "
+                                                  r"JSON \(nested too deeply: "):
+                read_all(tmp_path / name, opts)
+
+
+def test_json_document_syntax_errors_near_its_end_name_their_line(tmp_path):
+    """An error within the last 64 characters of the text read reads on to the end of the file first (a record may
+    continue there), which dropped what was consumed from the buffer the error's position was in: the line named
+    was past the error ('bad3.json:4' for line 3, 13 in a 12-line file, a trailing comma on line 1 as line 2). Each
+    is the line json.loads names, near the end of the file or not."""
+    rows = [json.dumps({"question": f"q{i}", "answer": f"a{i}"}) for i in range(10)]
+    cases = {"near_end.json": "[\n" + ",\n".join(rows[:1] + [rows[1].replace(", ", " ")] + rows[2:3]) + "\n]\n",
+             "late.json": "[\n" + ",\n".join(rows[:8] + [rows[8].replace(", ", " ")] + rows[9:]) + "\n]\n",
+             "mid.json": "[\n" + ",\n".join(rows[:3] + [rows[3].replace(", ", " ")] + rows[4:]) + "\n]\n",
+             "comma.json": "[" + rows[0] + ",]\n",
+             "unterminated.json": "[\n" + rows[0] + ',\n{"question": "q1\n]\n'}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(json.JSONDecodeError) as expected:
+            json.loads(text)
+        with pytest.raises(CurateError, match=rf"^{tmp_path / name}:{expected.value.lineno}: invalid JSON "):
+            read_all(tmp_path / name)
 
 
 def test_raw_batches_combine_when_a_column_widens(tmp_path):
@@ -792,6 +902,12 @@ def test_a_quote_never_closed_or_closed_inside_a_value_is_refused_with_its_line_
                       "whole value"),
         "said.tsv": ('question\tanswer\nq1\t"Hello," she said.\n', ":2: more text follows a quoted value's closing "
                      "quote"),
+        # in a row's first value, the row is one field, which pyarrow refused first: '1 field where the header has
+        # 2 (a value holding a line break must be quoted)'
+        "first.csv": ('question,answer\n"q1,a1\nq2,a2\nq3,a3\n', ":2: a quote opens a value in this row and is never "
+                      "closed"),
+        "first.tsv": ('question\tanswer\n"q1\ta1\nq2\ta2\nq3\ta3\n', ":2: a quote opens a value in this row and is "
+                      "never closed"),
     }
     for name, (text, said) in cases.items():
         (tmp_path / name).write_text(text)

@@ -572,6 +572,53 @@ def test_missing_data_is_a_clear_error(tmp_path, cli_runner):
     assert "nope.jsonl" in res.output
 
 
+def test_every_row_bad_is_refused_with_the_first_reason_and_listed(tmp_path, cli_runner):
+    """Every row bad and skipped: the refusal said "no row parsed" (both were parsed, both were bad), with no
+    reason and no rejects file; now it says so, with the first row's reason, and lists them as a run that goes
+    on does (OUT.rejects.jsonl)."""
+    data = _write_jsonl(tmp_path / "allbad.jsonl", [{"instruction": "q", "output": ""},
+                                                     {"instruction": "", "output": "a"}])
+    out = tmp_path / "ab.parquet"
+    res = _run(cli_runner, ["embed", str(data), "--out", str(out), "--on-bad-row", "skip"], code=2)
+    (line,) = res.output.strip().splitlines()
+    assert line == (f"ERROR: {data}: all 2 rows are bad rows, skipped (--on-bad-row skip): nothing to embed; the "
+                    f"first: {data}:1: field 'output': empty response; listed in {tmp_path / 'ab.rejects.jsonl'}")
+    rejects = [json.loads(x) for x in (tmp_path / "ab.rejects.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["kind"]) for r in rejects] == [(0, "bad row"), (1, "bad row")]
+    assert not out.exists()
+    _write_jsonl(data, [{"instruction": "q", "output": ""}])
+    res = _run(cli_runner, ["embed", str(data), "--out", str(out), "--on-bad-row", "skip"], code=2)
+    assert f"its only row is a bad row, skipped (--on-bad-row skip): nothing to embed; the row: {data}:1" in res.output
+
+
+def test_skipped_bad_rows_are_warned_under_quiet_and_json(tmp_path, cli_runner):
+    """Rows skipped as bad were told only in a summary line that --quiet and --json hide (select warns of a
+    --target's): now one warning with the count and the rejects file; a mixture input that lost every row gets a
+    warning of its own."""
+    rows = _rows(30)
+    rows[3] = rows[5] = {"instruction": "no output here"}
+    data = _write_jsonl(tmp_path / "d.jsonl", rows)
+    said = (f"{data}: 2 bad rows skipped (--on-bad-row skip), so not embedded; listed in "
+            f"{tmp_path / 'e.rejects.jsonl'}")
+    res = _run(cli_runner, ["embed", str(data), "--out", str(tmp_path / "e.parquet"), "--dim", "8",
+                            "--on-bad-row", "skip", "--quiet"])
+    assert res.stderr.strip() == f"WARNING: {said}"
+    res = _run(cli_runner, ["embed", str(data), "--out", str(tmp_path / "e.parquet"), "--dim", "8",
+                            "--on-bad-row", "skip", "--json", "--overwrite"])
+    assert _summary(res)["warnings"] == [said]
+    good = _write_jsonl(tmp_path / "good.jsonl", _rows(30))
+    _write_jsonl(tmp_path / "allbad.jsonl", [{"instruction": "q", "output": ""}, {"instruction": "", "output": "a"}])
+    mix = tmp_path / "mix.yaml"
+    mix.write_text(f"inputs:\n  - path: {good}\n  - path: {tmp_path / 'allbad.jsonl'}\n    on_bad_row: skip\n")
+    res = _run(cli_runner, ["embed", str(mix), "--out", str(tmp_path / "m.parquet"), "--dim", "8", "--json"])
+    s = _summary(res)
+    assert s["bad_rows"] == 2 and s["rows"] == 30
+    assert s["warnings"] == [
+        f"mixture of good, allbad: 2 bad rows skipped (--on-bad-row skip), so not embedded; listed in "
+        f"{tmp_path / 'm.rejects.jsonl'}",
+        "source allbad: none of its 2 rows embedded (2 bad rows), so nothing of it can be selected"]
+
+
 # ------------------------------------------------------------------------------------------- model features
 
 def test_features_identical_whatever_the_batch_size(llama_dir):

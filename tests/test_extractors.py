@@ -139,6 +139,24 @@ def test_lora_layers_selection_and_dim_errors(fm):
     assert a.describe()["dim"] == 100
 
 
+def test_lora_gradient_on_a_model_without_linear_layers_does_not_blame_layers_never_given(tmp_path):
+    """GPT-2's projections are Conv1D: with no --layers given, the refusal read '--layers : matches no linear layer',
+    naming an option the user never passed; now it says the model has no nn.Linear layer for LoRA, and why."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    directory = tmp_path / "gpt"
+    GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=64, n_embd=32, n_layer=1, n_head=2)).save_pretrained(
+        directory)
+    build_tokenizer().save_pretrained(directory)
+    gpt = load_model(str(directory))
+    with pytest.raises(CurateError) as err:
+        lora_projector(gpt, 64)
+    assert str(err.value) == (f"--features lora-gradient: {gpt.name} has no nn.Linear layer besides its LM head to "
+                              "take LoRA gradients of (its projections are Conv1D, as GPT-2's); use --features "
+                              "gradient or hidden with this model")
+    with pytest.raises(CurateError, match="--layers c_attn: matches no linear layer"):  # given: as before
+        select_linear_layers(gpt, "c_attn")
+
+
 def test_lora_gradient_does_not_touch_weights_or_their_grads(fm):
     before = {n: p.detach().clone() for n, p in fm.module.named_parameters()}
     features(fm, EXAMPLES[:2], "lora-gradient", projector=lora_projector(fm, 64))

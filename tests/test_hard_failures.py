@@ -46,13 +46,16 @@ COMMANDS = {
     "report": (["report", "r", "--out", "plots"], "plots"),
 }
 MADE_BY_RUN = ("embed", "cluster", "select", "shard")
-AGAIN = {"run": ["--fraction", "0.3"]}  # `run` again with a stage to redo (select, shard), not all up to date
+AGAIN = {"run": ("--fraction", "0.3")}  # `run` again with a stage to redo (select, shard), not all up to date
 
 
 def _again(name: str) -> list[str]:
     """The command run a second time over its previous output: replacing it (report writes its plots anyway)."""
     argv, _ = COMMANDS[name]
-    return [*argv, *AGAIN.get(name, []), *([] if name == "report" else ["--overwrite"])]
+    if name in AGAIN:  # the option's value changed in place
+        flag, value = AGAIN[name]
+        argv = [value if i and argv[i - 1] == flag else a for i, a in enumerate(argv)]
+    return [*argv, *([] if name == "report" else ["--overwrite"])]
 
 
 def _cli(argv, cwd, preexec_fn=None) -> subprocess.CompletedProcess:

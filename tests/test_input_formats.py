@@ -921,3 +921,117 @@ def test_a_mixture_of_pairs_and_rows_of_one_answer_is_said_once_before_any_work(
     r = _ok("embed", "hh.jsonl", "hh2.jsonl", "--out", "e.parquet", "--features", "text", "--dim", "8", "--json",
             cwd=tmp_path)
     assert not [w for w in json.loads(r.stdout)["warnings"] if "holds preference pairs" in w]
+
+
+def test_a_conversation_whose_prompt_holds_no_text_is_a_bad_row_as_an_empty_text_prompt_is(tmp_path):
+    """`{"question": "", "answer": "a"}` is a bad row ('empty prompt'); a chat whose user turns hold no text (empty,
+    null, spaces, an image part alone) was an example of an empty prompt, with no word, in messages, ShareGPT and
+    TRL's conversational prompts (prompt-completion and preference). It is a bad row naming the column now; a
+    conversation with some prompt text (a system turn, an earlier user turn) beside an empty turn is still read."""
+    image = [{"type": "image_url", "image_url": {"url": "u"}}]
+    answer = {"role": "assistant", "content": "a cat"}
+    cases = {
+        "messages": ([{"messages": [{"role": "user", "content": c}, answer]} for c in ("", None, "  ", image)],
+                     "messages"),
+        "sharegpt": ([{"conversations": [{"from": "human", "value": c}, {"from": "gpt", "value": "g"}]}
+                      for c in ("", None, " \n")], "conversations"),
+        "trl": ([{"prompt": [{"role": "system", "content": ""}, {"role": "user", "content": c}],
+                  "completion": [answer]} for c in ("", None, image)], "prompt"),
+        "pairs": ([{"prompt": [{"role": "user", "content": c}], "chosen": "a", "rejected": "b"}
+                   for c in ("", image)], "prompt"),
+        "implicit": ([{"chosen": [{"role": "user", "content": c}, answer],
+                       "rejected": [{"role": "user", "content": c}, {"role": "assistant", "content": "a dog"}]}
+                      for c in ("", None)], "chosen")}
+    for name, (rows, field) in cases.items():
+        write_jsonl(tmp_path / f"{name}.jsonl", rows)
+        r = _cli("embed", f"{name}.jsonl", "--out", f"{name}.parquet", "--features", "text", "--dim", "8", "-q",
+                 cwd=tmp_path)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (name, r.stderr)
+        assert r.stderr.startswith(f"ERROR: {name}.jsonl:1: field '{field}': empty prompt (no text in its user "
+                                   "turns)"), (name, r.stderr)
+        summary = json.loads(_ok("inspect", f"{name}.jsonl", "--on-bad-row", "skip", "--json", cwd=tmp_path).stdout)
+        assert (summary["examples"], summary["bad_rows"]) == (0, len(rows)), name
+    write_jsonl(tmp_path / "some.jsonl", [
+        {"messages": [{"role": "system", "content": "Describe the picture."}, {"role": "user", "content": image},
+                      answer]},
+        {"messages": [{"role": "user", "content": "What is this?"}, {"role": "assistant", "content": "A cat."},
+                      {"role": "user", "content": ""}, answer]}])
+    write_jsonl(tmp_path / "some-sharegpt.jsonl", [
+        {"conversations": [{"from": "system", "value": "Greet."}, {"from": "human", "value": ""},
+                           {"from": "gpt", "value": "Hello!"}]}])
+    for name, n in (("some", 2), ("some-sharegpt", 1)):
+        summary = json.loads(_ok("inspect", f"{name}.jsonl", "--json", cwd=tmp_path).stdout)
+        assert (summary["examples"], summary["bad_rows"]) == (n, 0), name
+
+
+def test_a_pair_of_dotted_paths_into_a_conversation_column_reads_those_items_not_a_conversation(tmp_path):
+    """README's `--prompt-field conversations.0.value --response-field conversations.1.value`: the columns were
+    detected as format sharegpt (`messages.0.content`: messages), which read the path as a conversation, and every
+    row was a bad row ('conversation is text that is not valid JSON'); a flat pair of columns named beside a
+    `messages` column read the messages, the response column never. A pair of fields named is a prompt and a
+    response now (format prompt-completion), whatever conversation column the record holds too."""
+    qa = [json.loads(line) for line in GSM.read_text().splitlines()[:20]]
+    write_jsonl(tmp_path / "sharegpt.jsonl", [{"conversations": [{"from": "human", "value": r["question"]},
+                                                                 {"from": "gpt", "value": r["answer"]}]} for r in qa])
+    write_jsonl(tmp_path / "messages.jsonl", [{"messages": [{"role": "user", "content": r["question"]},
+                                                            {"role": "assistant", "content": r["answer"]}]}
+                                              for r in qa])
+    write_jsonl(tmp_path / "beside.jsonl", [{"messages": [{"role": "user", "content": "hi"},
+                                                          {"role": "assistant", "content": "hello"}],
+                                             "q": r["question"], "a": r["answer"]} for r in qa])
+    shutil.copy(GSM, tmp_path / "gsm.jsonl")
+    flat = json.loads(_ok("inspect", "gsm.jsonl", "--json", cwd=tmp_path).stdout)
+    for name, prompt, response in (("sharegpt", "conversations.0.value", "conversations.1.value"),
+                                   ("messages", "messages.0.content", "messages.1.content"), ("beside", "q", "a")):
+        r = _ok("inspect", f"{name}.jsonl", "--prompt-field", prompt, "--response-field", response, "--json",
+                cwd=tmp_path)
+        summary = json.loads(r.stdout)
+        assert (summary["format"], summary["fields"]) == ("prompt-completion", {"prompt": prompt,
+                                                                                "response": response}), name
+        assert (summary["examples"], summary["bad_rows"]) == (20, 0), name
+        for kind in ("prompt_chars", "response_chars"):
+            assert summary["lengths"][kind]["max"] == max(len(r["question" if kind == "prompt_chars" else "answer"])
+                                                          for r in qa), (name, kind)
+    assert flat["format"] == "qa"
+    # one field named, or a --format, reads the conversation column as before
+    assert json.loads(_ok("inspect", "messages.jsonl", "--prompt-field", "messages", "--json",
+                          cwd=tmp_path).stdout)["format"] == "messages"
+
+
+def test_one_field_flag_naming_the_column_the_format_reads_for_the_other_field_is_refused(tmp_path):
+    """`--response-field question` on GSM8K's columns made format qa read `question` as both the prompt and the
+    response (`--prompt-field answer` the same), where both flags naming one column are refused: the one flag is
+    refused too now, in one line, naming the flag to add. alpaca's `--response-field input` no longer reads the
+    input into the prompt too."""
+    shutil.copy(GSM, tmp_path / "gsm.jsonl")
+    for argv, message in ((["--response-field", "question"],
+                           "gsm.jsonl: --response-field 'question' is the prompt's column too (format qa reads its "
+                           "prompt from it): the answer would be part of its own question; pass --prompt-field "
+                           "COLUMN too"),
+                          (["--prompt-field", "answer"],
+                           "gsm.jsonl: --prompt-field 'answer' is the response's column too (format qa reads its "
+                           "response from it): the answer would be part of its own question; pass --response-field "
+                           "COLUMN too")):
+        for command in (["inspect"], ["embed", "--out", "e.parquet", "--features", "text", "--dim", "8"]):
+            r = _cli(*command[:1], "gsm.jsonl", *command[1:], *argv, cwd=tmp_path)
+            assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"ERROR: {message}"], (argv, r.stderr)
+            assert not (tmp_path / "e.parquet").exists()
+    write_jsonl(tmp_path / "alpaca.jsonl", [{"instruction": f"Repeat {i}.", "input": f"word{i}", "output": "x"}
+                                            for i in range(10)])
+    summary = json.loads(_ok("inspect", "alpaca.jsonl", "--response-field", "input", "--json", cwd=tmp_path).stdout)
+    assert summary["fields"] == {"prompt": "instruction", "response": "input"}
+    assert summary["lengths"]["prompt_chars"]["max"] == len("Repeat 0.")
+
+
+def test_sharegpt_speakers_under_a_messages_column_are_told_the_format_that_reads_them(tmp_path):
+    """ShareGPT turns ({from, value}) under `messages` were 'turn has no role' with no word of the format that reads
+    them, which the same speakers under `role` get; both get the hint now."""
+    write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"from": "human", "value": "hi"},
+                                                        {"from": "gpt", "value": "hello"}]}])
+    r = _cli("inspect", "chat.jsonl", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(
+        "ERROR: chat.jsonl:1: field 'messages[0].role': turn has no role (ShareGPT speakers as from/value: pass "
+        "--format sharegpt --prompt-field messages) ("), r.stderr
+    summary = json.loads(_ok("inspect", "chat.jsonl", "--format", "sharegpt", "--prompt-field", "messages", "--json",
+                             cwd=tmp_path).stdout)
+    assert (summary["examples"], summary["bad_rows"]) == (1, 0)

@@ -342,6 +342,28 @@ def test_labels_read_from_a_csv_as_text_name_the_chosen_answer_as_numbers_do(tmp
     assert r.returncode == 2 and "field 'labels': label \"maybe\": expected 1" in r.stderr, r.stderr
 
 
+def test_labels_of_a_float_column_written_as_csv_read_as_their_whole_numbers(tmp_path):
+    """pandas writes a float label column's 1 and 0 as "1.0" and "0.0": such a CSV's labels were every one a bad row
+    ('label "1.0": expected 1 ...'), though the JSON number 1.0 reads as 1. The text of a whole 1 or 0 now reads as
+    that number; the text of any other number ("0.5", "1.5", "10.0") is still a bad row."""
+    rows = shp_rows(30)
+    from_a = sum(r["labels"] == 1 for r in rows)
+    columns = ["history", "human_ref_A", "human_ref_B", "labels"]
+    lines = [",".join(columns)] + [",".join(json.dumps(r[c]) for c in columns[:3]) + f",{r['labels']:.1f}"
+                                   for r in rows]
+    (tmp_path / "shp.csv").write_text("\n".join(lines) + "\n")
+    assert lines[1].endswith((",1.0", ",0.0"))
+    flags = [*SHP_FLAGS, "--label-field", "labels"]
+    summary = json.loads(_ok("inspect", "shp.csv", *flags, "--json", cwd=tmp_path).stdout)
+    assert (summary["examples"], summary["bad_rows"]) == (30, 0)
+    assert summary["chosen_from"] == {"human_ref_A": from_a, "human_ref_B": 30 - from_a}
+    for odd in ("0.5", "1.5", "10.0"):
+        (tmp_path / "odd.csv").write_text("\n".join([*lines[:3], lines[3].rpartition(",")[0] + "," + odd,
+                                                     *lines[4:]]) + "\n")
+        r = _cli("inspect", "odd.csv", *flags, cwd=tmp_path)
+        assert r.returncode == 2 and f"odd.csv: id 2: field 'labels': label \"{odd}\": expected 1" in r.stderr, r.stderr
+
+
 def _wide(*argv, cwd) -> str:
     """What a command prints on a terminal wide enough for its tables' rows not to wrap."""
     r = _cli(*argv, cwd=cwd, COLUMNS="250")

@@ -183,6 +183,29 @@ def test_encoder_directory_without_weights_is_one_line(tmp_path):
         S.check_encoder_spec(str(tmp_path))
 
 
+def test_an_uncached_hub_encoder_with_the_hub_silent_fails_at_once_as_a_model_does(monkeypatch):
+    """--encoder ORG/NAME not in the cache, the hub not answering (offline mode off): transformers retried for ~28 s
+    and its own message came out; now the 1 s probe and the words of --model's (features/models.probe_hub), before
+    transformers is asked."""
+    import huggingface_hub.constants
+
+    import cluster_curate.io.hub as hub
+    from transformers import AutoConfig
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "hub_reachable", lambda *a, **k: False)
+
+    def asked(*a, **k):
+        raise AssertionError("transformers was asked")
+    monkeypatch.setattr(AutoConfig, "from_pretrained", asked)
+    with pytest.raises(CurateError) as err:
+        S.load_encoder("cluster-curate-tests/no-such-encoder", device="cpu")
+    assert str(err.value) == (f"--encoder cluster-curate-tests/no-such-encoder: not found locally or in the Hugging "
+                              f"Face cache, and the hub ({hub.hub_endpoint()}) did not answer within 1 s: download it "
+                              "first or pass a local path")
+
+
 def test_causal_lm_as_encoder_works_and_says_what_it_does(tmp_path):
     directory = build_llama(tmp_path / "llama", chat_template=False)
     enc = S.load_encoder(str(directory), device="cpu")

@@ -929,6 +929,24 @@ def test_a_one_row_target_is_worded_in_the_singular(tmp_path, cli_runner, pool):
                                                              "rows or more: the budget went in relevance order)")
 
 
+def test_a_targets_exact_duplicates_and_bad_rows_are_worded_as_the_targets(tmp_path, cli_runner, pool):
+    """A --target holding exact duplicate rows warned in the pool's words ('not embedded, so never selected: ids
+    ...'): these are target rows, never selected, with the target's ids; now the warning names the target and
+    says they are left out of it. Its bad rows are warned of once (select's warning; not again by its embed)."""
+    import json
+    rows = [r for r in _rows(60, seed=5) if r["kind"] == "code"]  # 10 rows
+    target = _write(tmp_path / "tdup.jsonl", rows + rows[:2] + [{"instruction": "Write a loop.", "output": ""}])
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", "--budget", "20",
+                            "--target", target, "--on-bad-row", "skip", "--json"])
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["target"]["rows"] == 10
+    assert [w for w in summary["warnings"] if str(target) in w or "never selected" in w] == [
+        f"--target {target}: 2 exact duplicate(s) (same normalised prompt and response as a lower id) left out of "
+        "the target: its ids 10, 11",
+        f"--target {target}: 1 bad row skipped (--on-bad-row skip), so not served as target rows; listed in "
+        f"{tmp_path / 's.target.rejects.jsonl'}"]
+
+
 def test_run_says_a_step_is_not_filled_because_decontaminate_left_rows_out(tmp_path, cli_runner, pool):
     """A budget that fills one global step of the data but not of the rows --decontaminate leaves: run embedded
     and clustered, then failed after select naming the rows selected alone. Now preflight counts the rows that ask

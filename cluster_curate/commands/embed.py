@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from cluster_curate.errors import CurateError, counted
+from cluster_curate.errors import CurateError
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
                                     read_options, resolve, seed_type)
 
@@ -340,6 +340,7 @@ def embed(data, out: str, **options) -> dict:
 def render(result: dict, options: dict) -> None:
     """The summary for a reader: the figures of the result (--json gives them as they are), in words."""
     from cluster_curate import console
+    from cluster_curate.commands import embed_parts as parts
     r = result
     rows = f"{r['rows']:,} of {r['rows_in_data']:,} rows in the data"
     if r["parts"] > 1 or not r["complete"]:
@@ -353,10 +354,7 @@ def render(result: dict, options: dict) -> None:
         data["rejects file"] = r["rejects"]
     data["exact duplicates left out"] = r["exact_duplicates_dropped"]
     for src in r.get("sources", []):  # a mixture: where each input's rows went
-        left = [counted(src[key], noun) for key, noun in (("bad_rows", "bad row"),
-                                                          ("exact_duplicates_dropped", "exact duplicate"),
-                                                          ("skipped_no_response", "row without a response token"))
-                if src[key]]
+        left = parts.source_losses(src)
         embedded = f"{src['rows']:,} of {src['rows_in_data']:,} rows embedded"
         embedded += f" ({', '.join(left)})" if left else ""
         data[f"source {src['source']}"] = console.Shown(None, embedded, label=f"source {src['source']}")  # as written

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 from cluster_curate.io.artifacts import sidecar_path, stable_hash
 from cluster_curate.options import recorded
@@ -50,7 +50,41 @@ def scan(run, read_options) -> None:
     run.scan_s = time.perf_counter() - t0
     parsed = run.parsed
     if parsed == 0:
-        raise CurateError(f"{ds.source}: no row parsed; nothing to embed")
+        raise CurateError(_nothing_to_embed(run))
+
+
+def _nothing_to_embed(run) -> str:
+    """Why no row is left to embed: no row at all, or every row bad (skipped: listed in the rejects file, as a run
+    that goes on lists them, when one process writes the output)."""
+    ds = run.ds
+    if not ds.rejects:
+        return f"{ds.source}: no row parsed; nothing to embed"
+    n = len(ds.rejects)
+    listed = ""
+    if not run.layout.multi:
+        path = sidecar_path(run.out, names.REJECTS)
+        write_rejects(path, [r.to_dict() for r in ds.rejects], [])
+        listed = f"; listed in {path}"
+    every = "its only row is a bad row" if n == 1 else f"all {n:,} rows are bad rows"
+    return (f"{ds.source}: {every}, skipped (--on-bad-row skip): nothing to embed; "
+            f"{'the row' if n == 1 else 'the first'}: {ds.rejects[0]}{listed}")
+
+
+def write_rejects(path, bad_rows: list[dict], skipped_rows: list[dict]) -> bool:
+    """The rows reported instead of embedded, in id order, to `path` (JSON lines: a bad row's reject, or a row
+    that kept no response token, with its `kind`); an old list there is removed when there is none. Returns
+    whether there was any."""
+    import json
+
+    from cluster_curate.io.writer import atomic_write_bytes
+    reported = [dict(r, kind="bad row") for r in bad_rows] + [dict(r, kind="no response token")
+                                                             for r in skipped_rows]
+    if reported:
+        reported.sort(key=lambda r: r["id"])
+        atomic_write_bytes(path, "".join(json.dumps(r) + "\n" for r in reported).encode())
+    elif path.exists():
+        path.unlink()
+    return bool(reported)
 
 
 PROXY_SALT = 1  # salts tell the seeded samples apart: the proxy's warm-up 1, the text basis 2 (features/text.py)
@@ -472,14 +506,29 @@ def _per_source(run, bad_ids: list, skipped_ids: list) -> dict:
                          "rows": int(i["rows"] - bad[s] - copies[s] - skipped[s])} for s, i in enumerate(inputs)]}
 
 
+def source_losses(src: dict) -> list[str]:
+    """Where a mixture input's rows that were not embedded went (one of `_per_source`'s sources), in words."""
+    return [counted(src[key], noun) for key, noun in (("bad_rows", "bad row"),
+                                                      ("exact_duplicates_dropped", "exact duplicate"),
+                                                      ("skipped_no_response", "row without a response token"))
+            if src[key]]
+
+
+def select_target(run) -> str | None:
+    """The --target when this run is select's own embedding of it (its raw rows --like the pool, into the
+    TARGET_EMBEDDINGS file beside the selection: commands/select.py): target rows, which are never selected, and
+    whose skipped bad rows select warns of itself; else None."""
+    from pathlib import Path
+    if run.like and Path(run.out).name.endswith(f".{names.TARGET_EMBEDDINGS}"):
+        return str(run.data)
+    return None
+
+
 def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     """Reported rows, then the artifact; returns the summary."""
-    import json
-
     from cluster_curate import console
     from cluster_curate.features.embed import empty_chunk_table
     from cluster_curate.io.mixture import with_source_columns
-    from cluster_curate.io.writer import atomic_write_bytes
     layout, output = run.layout, p.output
     mine = [c for c in range(len(run.per_chunk)) if layout.owns(c)]
     skipped_rows = output.skipped_rows(mine)
@@ -487,13 +536,7 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     empty = with_source_columns(empty_chunk_table(int(p.meta.params.get("dim_total", 0))), run.record)
     result = output.finish(p.meta, len(run.per_chunk), empty)
     rejects_path = output.rejects_path()
-    reported = [dict(r, kind="bad row") for r in bad_rows] + [dict(r, kind="no response token")
-                                                             for r in skipped_rows]
-    if reported:
-        reported.sort(key=lambda r: r["id"])
-        atomic_write_bytes(rejects_path, "".join(json.dumps(r) + "\n" for r in reported).encode())
-    elif rejects_path.exists():
-        rejects_path.unlink()
+    reported = write_rejects(rejects_path, bad_rows, skipped_rows)
     dims = p.meta.params["dims"]
     todo_set = set(p.todo)
     summary = {
@@ -515,13 +558,24 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     summary["exact_duplicates_dropped"] = copies["dropped"]
     if result["parts"] == 1 and result["complete"]:  # one process embedded all of it: each input's rows add up
         summary.update(_per_source(run, [r["id"] for r in bad_rows], [r["id"] for r in skipped_rows]))
+    target = select_target(run)
+    if bad_rows and not target:  # this process's, else told only in a summary line (select warns of a --target's)
+        console.warn(f"{run.ds.source}: {counted(len(bad_rows), 'bad row')} skipped (--on-bad-row skip), so not "
+                     f"embedded; listed in {rejects_path}")
+    for src in summary.get("sources", []):
+        if src["rows_in_data"] and not src["rows"]:  # a whole input gone, which one warning above does not tell
+            console.warn(f"source {src['source']}: none of its {counted(src['rows_in_data'], 'row')} embedded "
+                         f"({', '.join(source_losses(src))}), so nothing of it can be selected")
     # the copies and the same-answer pairs are counted over the whole data (every process scans it all): the leader
     # of each piece says them, once per command, not once per torchrun rank
     if copies["dropped"] and layout.leader:
-        shown = ", ".join(str(i) for i in copies["ids"][:10])
-        console.warn(f"{copies['dropped']} exact duplicate(s) (same normalised prompt and response as a lower id) "
-                     f"not embedded, so never selected: ids {shown}{', ...' if copies['dropped'] > 10 else ''} "
-                     f"(the first {LISTED_COPIES} in the artifact's metadata; --keep-duplicates keeps them)")
+        shown = ", ".join(str(i) for i in copies["ids"][:10]) + (", ..." if copies["dropped"] > 10 else "")
+        said = f"{copies['dropped']} exact duplicate(s) (same normalised prompt and response as a lower id)"
+        if target:  # rows of the target, not of the pool: the target counts each once
+            console.warn(f"--target {target}: {said} left out of the target: its ids {shown}")
+        else:
+            console.warn(f"{said} not embedded, so never selected: ids {shown} (the first {LISTED_COPIES} in the "
+                         "artifact's metadata; --keep-duplicates keeps them)")
     if m.proxy_dir is not None:
         summary["proxy"] = str(m.proxy_dir)
     if p.model_cut:  # else silent: what the model saw of them is not all the trainer will

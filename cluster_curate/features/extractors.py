@@ -240,8 +240,13 @@ def select_linear_layers(fm: FeatureModel, layers=None) -> list[tuple[str, torch
                 chosen.append((name, mod))
         elif patterns is None or _matches(name, patterns):
             chosen.append((name, mod))
+    if not chosen and patterns is None:  # no --layers given: the model has none to take
+        kinds = sorted({type(mod).__name__ for mod in fm.module.modules() if "Conv1D" in type(mod).__name__})
+        raise CurateError(f"--features lora-gradient: {fm.name} has no nn.Linear layer besides its LM head to take "
+                          "LoRA gradients of" + (f" (its projections are {', '.join(kinds)}, as GPT-2's)" if kinds
+                                                 else "") + "; use --features gradient or hidden with this model")
     if not chosen:
-        raise CurateError(f"--layers {','.join(patterns or [])}: matches no linear layer of {fm.name}")
+        raise CurateError(f"--layers {','.join(patterns)}: matches no linear layer of {fm.name}")
     return chosen
 
 

@@ -136,12 +136,27 @@ def require_gguf_extra(path: Path) -> None:
                           "pip install the gguf extra ('.[cpu,gguf]' in the checkout, or the wheel with [cpu,gguf])")
 
 
-def _not_cached(spec: str, unreachable: bool) -> str:
+def not_cached(spec: str, unreachable: bool, option: str = "--model") -> str:
     from cluster_curate.io.hub import HUB_PROBE_SECONDS, hub_endpoint
     why = (f"the hub ({hub_endpoint()}) did not answer within {HUB_PROBE_SECONDS:g} s" if unreachable
            else "the hub is offline (HF_HUB_OFFLINE=1)")
-    return (f"--model {spec}: not found locally or in the Hugging Face cache, and {why}: download it first or pass "
-            "a local path")
+    return (f"{option} {spec}: not found locally or in the Hugging Face cache, and {why}: download it first or "
+            "pass a local path")
+
+
+def probe_hub(spec: str, kwargs: dict, option: str = "--model") -> bool:
+    """Before transformers loads the hub id `spec` (not on disk; offline mode off): without a network it retries
+    for ~50 s, so the hub is probed for a second, and when it does not answer the load reads the local cache only
+    (`kwargs`' local_files_only) and a model that is not there is refused at once (`option` names it). Returns
+    whether the hub was unreachable."""
+    from cluster_curate.io.hub import hub_reachable
+    unreachable = not hub_reachable()
+    if unreachable:
+        kwargs["local_files_only"] = True
+        from huggingface_hub import try_to_load_from_cache
+        if not isinstance(try_to_load_from_cache(spec, "config.json"), str):  # before importing transformers
+            raise CurateError(not_cached(spec, True, option))
+    return unreachable
 
 
 @contextmanager
@@ -248,14 +263,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
 
     unreachable = False
     if where == spec and not path.exists() and not hub_is_offline():
-        from cluster_curate.io.hub import hub_reachable
-        # without a network transformers retries for ~50 s: probe for a second, then the local cache only
-        unreachable = not hub_reachable()
-        if unreachable:
-            kwargs["local_files_only"] = True
-            from huggingface_hub import try_to_load_from_cache
-            if not isinstance(try_to_load_from_cache(spec, "config.json"), str):  # before importing transformers
-                raise CurateError(_not_cached(spec, True))
+        unreachable = probe_hub(spec, kwargs)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_tokenizer_files(path, f"--model {spec}")
@@ -265,7 +273,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
             model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
         if where == spec and not path.exists() and (unreachable or hub_is_offline()):
-            raise CurateError(_not_cached(spec, unreachable)) from None
+            raise CurateError(not_cached(spec, unreachable)) from None
         first = loading_error(e)
         if trust_remote_code is False and "trust_remote_code" in str(e):
             first += " (pass --trust-remote-code if you trust this model's code)"

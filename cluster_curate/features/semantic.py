@@ -250,8 +250,6 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
                  max_length: int | None = None, trust_remote_code: bool = False) -> SemanticEncoder:
     """Load an encoder (see the module docstring). spec: None/"default" or a key of BUNDLED_ENCODERS, a local
     directory, or a Hugging Face id from the cache. max_length lowers the model's own limit."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
     from cluster_curate.features.models import hub_is_offline, resolve_device, resolve_dtype
 
     spec = DEFAULT_ENCODER if spec in (None, "", "default") else str(spec)
@@ -272,9 +270,14 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         from cluster_curate.io.lineage import model_fingerprint
         check_tokenizer_files(path, f"--encoder {spec}")
         files = model_fingerprint(path)  # None for a hub id
+    kwargs = {"trust_remote_code": bool(trust_remote_code)}
+    unreachable = False
+    if directory is None and not hub_is_offline():  # a hub id: probed as --model's, before importing transformers
+        from cluster_curate.features.models import probe_hub
+        unreachable = probe_hub(spec, kwargs, "--encoder")
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    kwargs = {"trust_remote_code": bool(trust_remote_code)}
     bar = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # the command shows its own progress; a weight-loading bar is noise
     try:
@@ -282,10 +285,9 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
         module = AutoModel.from_pretrained(where, dtype=dt, **kwargs)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
-        if directory is None and hub_is_offline():
-            raise CurateError(f"--encoder {spec}: not found locally or in the Hugging Face cache, and the hub "
-                              f"is offline (HF_HUB_OFFLINE=1): download it first or pass a local path") from None
-        from cluster_curate.features.models import loading_error
+        from cluster_curate.features.models import loading_error, not_cached
+        if directory is None and (unreachable or hub_is_offline()):
+            raise CurateError(not_cached(spec, unreachable, "--encoder")) from None
         raise CurateError(f"--encoder {spec}: could not be loaded: {loading_error(e)}") from None
     finally:
         if bar:

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from cluster_curate.errors import CurateError, cannot_read
+from cluster_curate.errors import CurateError, cannot_read, counted
 from cluster_curate.io import names
 from cluster_curate.io.hf_datasets import load_from_disk, load_hub
 
@@ -144,6 +144,9 @@ def _first_non_utf8_line(path: Path) -> str | None:
 
 # json.loads(text) is JSONDecoder().decode: whitespace skipped, then this C scanner, then whitespace to the end
 _SCAN = json.JSONDecoder().scan_once
+# a value nested deeper than Python's recursion limit (about 1,000 arrays or objects): json's RecursionError
+_TOO_DEEP = ("invalid JSON (nested too deeply: arrays or objects inside each other about 1,000 levels deep, more "
+             "than this reader takes)")
 
 
 class _JsonLines:
@@ -167,7 +170,7 @@ class _JsonLines:
                     continue
                 try:  # the scanner json.loads ends in, without its three Python layers: a line that is one object
                     rec, end = _SCAN(text, 0)
-                except (StopIteration, ValueError):
+                except (StopIteration, ValueError, RecursionError):
                     end = -1
                 if end == len(text) and type(rec) is dict:
                     yield ("\\u" in text and _lone_surrogate(lineno, rec)) or JsonRow(lineno, rec)
@@ -176,6 +179,9 @@ class _JsonLines:
                     rec = json.loads(text)
                 except json.JSONDecodeError as e:
                     yield JsonRow(lineno, None, f"invalid JSON ({e.msg}: column {e.colno})")
+                    continue
+                except RecursionError:
+                    yield JsonRow(lineno, None, _TOO_DEEP)
                     continue
                 if not isinstance(rec, dict):
                     yield JsonRow(lineno, None, f"expected a JSON object, found {_json_type(rec)}")
@@ -274,9 +280,12 @@ class _JsonScanner:
                 value, end = self.decoder.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as e:
                 genuine = e.pos < len(self.buf) - 64 and not e.msg.startswith("Unterminated string")
-                if genuine or not self.refill():
-                    self.invalid(e.pos, f"{e.msg}")
+                start = self.pos
+                if genuine or not self.refill():  # refill at the end of the file still drops what is consumed
+                    self.invalid(e.pos - (start - self.pos), f"{e.msg}")
                 continue
+            except RecursionError:  # no resynchronising inside a document: the file's error, at the value's line
+                raise CurateError(f"{self.path}:{self.line_at(self.pos)}: {_TOO_DEEP}") from None
             if end >= len(self.buf) and self.refill():  # a number may continue in the next chunk
                 continue
             self.pos = end
@@ -319,6 +328,11 @@ class _JsonDocument:
                 start_line = sc.line_at(sc.pos)
                 key, value = self._entry(sc, opener)
                 index += 1
+                if index == 1 and opener == "{" and _pandas_column(value):
+                    raise CurateError(f"{self.path}: pandas' column-oriented JSON (DataFrame.to_json()'s default: "
+                                      f"each key, {key!r} first, a column mapping row numbers to values), which read "
+                                      "as records would be transposed; write it with to_json(orient='records', "
+                                      "lines=True) and give that file")
                 if opener == "{" and not isinstance(value, dict) and (index == 1 or _record_lists({key: value})):
                     # a list of records after records: `{"meta": {...}, "data": [...]}`, no mapping of id -> record
                     raise self._not_records(sc, key, value)
@@ -348,6 +362,7 @@ class _JsonDocument:
         or one pretty-printed record. Which key holds the rows is not guessed: two are splits, not to be mixed
         (datasets' json loader is told its `field` too)."""
         lists = _record_lists({key: value})
+        firsts = [value[0]] if isinstance(value, list) and value else []  # of its lists (_rows_under_a_key)
         while True:
             sc.skip_ws()
             if sc.at_end() or sc.peek() == "}":
@@ -356,22 +371,26 @@ class _JsonDocument:
             sc.skip_ws()
             name, _ = self._entry(sc, "{", value=False)
             if not sc.at_end() and sc.peek() == "[":
-                length, records = _scan_list(sc)
-                if records:
+                length, first = _scan_list(sc)
+                firsts += [first] if length else []
+                if _is_record(first):
                     lists[name] = length
             else:
                 sc.decode_value()
-        if not lists:
+        if not _rows_under_a_key(firsts):  # none, or one chat record's tools beside its turns
             return CurateError(f"{self.path}: a JSON object whose values are not records (key {key!r} holds "
                                f"{_json_type(value)}); expected a list of records, an object mapping ids to "
                                "records, or JSON Lines")
-        held = " and ".join(f"{name!r} ({n} records)" for name, n in lists.items())
+        held = " and ".join(f"{name!r} ({counted(n, 'record')})" for name, n in lists.items())
         first = next(iter(lists))
-        what = (f"key {first!r} holds a list of {lists[first]} records" if len(lists) == 1
+        what = (f"key {first!r} holds a list of {counted(lists[first], 'record')}" if len(lists) == 1
                 else f"keys {held} hold lists of records (one each, as splits?)")
+        field = f".{first}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", first) else f".[{json.dumps(first)}]"
+        name = self.path.name
+        extract = (f"zcat {name} | jq '{field}'" if name.lower().endswith(".gz") else f"jq '{field}' {name}")
         return CurateError(f"{self.path}: one JSON object whose {what}: the rows nested under a key, which this "
-                           f"reader does not guess; extract one list as its own file (jq '.{first}' "
-                           f"{self.path.name} > rows.json) and give that file")
+                           f"reader does not guess; extract one list as its own file ({extract} > rows.json) and "
+                           "give that file")
 
     def _row(self, start_line: int, key, value) -> JsonRow:
         if isinstance(value, dict):
@@ -383,20 +402,20 @@ class _JsonDocument:
         return sum(1 for _ in self.iter_rows())
 
 
-def _scan_list(sc: _JsonScanner) -> tuple[int, bool]:
-    """Read past the JSON array at the scanner, one element at a time: (its length, whether it holds records)."""
+def _scan_list(sc: _JsonScanner) -> tuple[int, object]:
+    """Read past the JSON array at the scanner, one element at a time: (its length, its first element or None)."""
     sc.pos += 1  # '['
-    length, records = 0, False
+    length, first = 0, None
     while True:
         sc.skip_ws()
         if not sc.at_end() and sc.peek() == "]":
             sc.pos += 1
-            return length, records
+            return length, first
         if length:
             sc.expect(",", "expected ',' or ']' between values")
             sc.skip_ws()
         element = sc.decode_value()
-        records = records or (length == 0 and _is_record(element))
+        first = element if length == 0 else first
         length += 1
 
 
@@ -411,9 +430,32 @@ def _record_lists(obj: dict) -> dict:
     return {key: len(value) for key, value in obj.items() if isinstance(value, list) and value and _is_record(value[0])}
 
 
+def _rows_under_a_key(firsts) -> bool:
+    """Whether a JSON object, given the first elements of its lists, holds rows under a key (a list of records), so
+    is no one record: a chat record (a list of turns, or of lists of turns: BFCL's `question`) is one, whatever list
+    of objects sits beside its turns (its tools, BFCL's `function`)."""
+    firsts = list(firsts)
+    return any(_is_record(v) for v in firsts) and not any(_is_turn(v) for v in firsts)
+
+
+def _is_turn(value) -> bool:
+    """A list's first element that makes it a chat's turns: an object with a role (or ShareGPT's `from`), or a
+    list of turns (one per turn of a multi-turn test)."""
+    while isinstance(value, list) and value:
+        value = value[0]
+    return isinstance(value, dict) and not _is_record(value)
+
+
+def _pandas_column(value) -> bool:
+    """Whether the first value of a JSON object is a column of pandas' column-oriented JSON (DataFrame.to_json()'s
+    default, `{"question": {"0": "q1", "1": "q2"}, ...}`): an object keyed by row numbers, no record's field names."""
+    return isinstance(value, dict) and bool(value) and all(k.isascii() and k.isdigit() for k in value)
+
+
 def _looks_like_json_lines(path: Path) -> bool:
     """A .json file starting with '{' is JSON Lines when its first line is a whole object and more follows,
-    or when that object is one record (not a mapping of id -> record)."""
+    or when that object is one record (not a mapping of id -> record, nor rows under a key: _JsonDocument names
+    them, as it does indented)."""
     with _open_binary(path) as f:
         first = f.readline(1 << 20)
         while first and not first.strip():  # leading blank lines
@@ -422,36 +464,38 @@ def _looks_like_json_lines(path: Path) -> bool:
             return _long_first_object_is_a_record(path)  # or a mapping written on one line
         try:
             obj = json.loads(first.decode("utf-8-sig"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return False
         if not isinstance(obj, dict):
             return False
         rest = f.read(4096)
         if rest.strip():
             return True
-        return not (obj and all(isinstance(v, dict) for v in obj.values()))
+        return not (obj and all(isinstance(v, dict) for v in obj.values())) and not _rows_under_a_key(
+            v[0] for v in obj.values() if isinstance(v, list) and v)
 
 
 def _long_first_object_is_a_record(path: Path) -> bool:
     """Whether the object a file starts with, on a line too long to read whole, is a record (JSON Lines), read one
-    value at a time: it is not when its first value is a record (a mapping of id -> record) or a value is a list of
-    records (rows nested under a key, which _JsonDocument names)."""
+    value at a time: it is not when its first value is a record (a mapping of id -> record) or it holds rows nested
+    under a key (_rows_under_a_key; _JsonDocument names them)."""
     with _open_binary(path) as f:
         sc = _JsonScanner(path, f)
         sc.skip_ws()
         sc.pos += 1  # '{', as the caller saw
+        firsts = []  # the first elements of its lists
         try:
             for index in itertools.count():
                 sc.skip_ws()
                 if sc.at_end() or sc.peek() == "}":
-                    return True
+                    return not _rows_under_a_key(firsts)
                 if index:
                     sc.expect(",", "expected ',' or '}'")
                     sc.skip_ws()
                 _JsonDocument._entry(sc, "{", value=False)
                 if not sc.at_end() and sc.peek() == "[":
-                    if _scan_list(sc)[1]:
-                        return False
+                    length, first = _scan_list(sc)
+                    firsts += [first] if length else []
                 elif isinstance(sc.decode_value(), dict) and not index:
                     return False
         except CurateError:
@@ -491,6 +535,10 @@ class _Csv:
         except (pa.ArrowInvalid, UnicodeDecodeError) as e:  # the latter: a header that is not UTF-8
             if _straddles(e):
                 raise  # batches reads again with larger blocks
+            if quoted and isinstance(e, pa.ArrowInvalid):
+                # a quote never closed in a row's first value ran on to the end: its row is one field, which
+                # pyarrow refuses before the quotes are checked (as a row "a value holding a line break" broke)
+                self._check_quotes()
             self._raise(e)
 
     def _check_text(self) -> bool:

@@ -251,7 +251,13 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
             named = [c for c in _by_lower_name(cols, _PROMPT_NAMES) if c.lower() not in ("text", "input")]
             if fmt is None and named:  # MATH's `problem`, a `Question` or `query` column
                 fmt, prompts = "prompt-completion", named[:1]
-        if fmt == "glaive" and (prompts or response_field):  # a pair of columns named: read as before glaive
+        # a pair of columns named is read as a prompt and a response (prompt-completion, below), not as the
+        # conversation column that the columns hold too: `--prompt-field conversations.0.value --response-field
+        # conversations.1.value` reads two items of the turns, and a flat pair beside a `messages` column is that
+        # pair; glaive's columns are read so for one field named too
+        if fmt is not None and fmt != "preference" and FORMAT.get(fmt).response is None and (
+                (prompts or response_field) if fmt == "glaive" else
+                (prompts and response_field and response_field not in prompts)):
             fmt = None
         if fmt is None and prompts:
             if response_field is None:
@@ -285,9 +291,6 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                   "system" if fmt == "glaive" and "system" in colset and conv != "system" else None)
         return FieldMap(fmt, conv, system=system, prompts_only=prompts_only, tools=_tools_column(colset, {conv}))
 
-    if response_field and response_field in prompts:
-        raise CurateError(f"{source}: --response-field {response_field!r} is a --prompt-field column too: the "
-                          "answer would be part of its own question; name the columns of each")
     prompt, *extra = prompts or [entry.value]
     if response_field:
         response = response_field
@@ -295,6 +298,13 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         response = next((c for c in entry.response if c in colset), entry.response[0])
         if prompts_only and response not in colset:  # questions alone
             response = None
+    if response in (prompt, *extra):  # both flags, or one naming the column that the format reads for the other
+        given, other = ("response", "prompt") if response_field else ("prompt", "response")
+        raise CurateError(f"{source}: " + (
+            f"--response-field {response!r} is a --prompt-field column too: the answer would be part of its own "
+            "question; name the columns of each" if response_field and prompts else
+            f"--{given}-field {response!r} is the {other}'s column too (format {fmt} reads its {other} from it): "
+            f"the answer would be part of its own question; pass --{other}-field COLUMN too"))
     missing = [c for c in (prompt, response) if c and _root_column(c, colset) is None]
     if missing:
         which = " and ".join(repr(c) for c in missing)
@@ -304,7 +314,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
         raise FieldsRefusal(f"{source}: format {fmt} needs column{'s' * (len(missing) > 1)} {which}, not found; "
                             f"columns found: [{shown}]. ", *hint)
     used = {prompt, *extra}
-    input_field = _alpaca_input(prompt, colset, used) if fmt == "alpaca" else None
+    input_field = _alpaca_input(prompt, colset, {*used, response}) if fmt == "alpaca" else None
     system = _system_column(colset, {*used, response})
     return FieldMap(fmt, prompt, response, input_field, system, tuple(extra), prompts_only=prompts_only,
                     tools=_tools_column(colset, {*used, response, input_field, system}))

@@ -3,7 +3,7 @@
 A format maps one source record (a dict of columns) to `(prompt, response)`:
 
     prompt    list of chat turns [{"role": "system"|"user"|"assistant"|"tool"|..., "content": str}] holding a user
-              turn and ending with a user turn or a tool's result
+              turn and ending with a user turn or a tool's result; its user and system turns hold some text
     response  str, non-empty (a tool call alone is a response: the model learns to call the tool; empty for
               questions alone: below)
 

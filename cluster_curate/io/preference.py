@@ -19,7 +19,7 @@ from dataclasses import replace
 from cluster_curate.io.fields import ColumnsHint
 from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value
 from cluster_curate.io.tool_calls import TOOL_RESULT_ROLES, with_tool_schemas
-from cluster_curate.io.turns import chat_turns, is_turn_list, split_turns
+from cluster_curate.io.turns import chat_turns, is_turn_list, require_prompt_text, split_turns
 
 
 def _answer(value, field: str) -> str:
@@ -81,8 +81,9 @@ def labelled_fields(rec: dict, fields: FieldMap) -> FieldMap:
         return fields
     value = field_value(rec, fields.label)
     chosen = "response" if fields.response else "prompt"
-    if isinstance(value, str):  # a CSV's columns are text
-        value = _TEXT_LABELS.get(value.strip().lower(), value)
+    if isinstance(value, str):  # a CSV's columns are text: pandas writes a float column's 1 as 1.0
+        text = value.strip().lower()
+        value = _TEXT_LABELS.get(re.sub(r"^([01])\.0*$", r"\1", text), value)
     if isinstance(value, (bool, int, float)) and value in (0, 1):
         if value:
             return replace(fields, label=None)
@@ -165,6 +166,7 @@ def _preference_pair(rec: dict, fields: FieldMap):
             raise RecordError(fields.prompt, "the prompt's turns do not end with a user or tool turn")
         if not any(t["role"] == "user" for t in prompt):
             raise RecordError(fields.prompt, "the prompt's turns hold no user turn")
+        require_prompt_text(prompt, fields.prompt)
     else:
         prompt = [{"role": "user", "content": field_text(raw, fields.prompt, "prompt", parts=True)}]
         if fields.system:

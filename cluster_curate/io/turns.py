@@ -80,7 +80,10 @@ def parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tu
         else:
             role = t.get("role")
             if not isinstance(role, str):
-                raise RecordError(f"{field}[{i}].role", "turn has no role")
+                # ShareGPT speakers (from/value) under a `messages` column: the sharegpt format reads them
+                raise RecordError(f"{field}[{i}].role", "turn has no role",
+                                  *((" (", *_sharegpt_hint(field, "from/value"), ")")
+                                    if fmt == "messages" and "from" in t else ()))
             role = _SHAREGPT_ROLES.get(role.lower(), role.lower()) if fmt == "sharegpt" else role
             content = _content(t.get("content"), f"{field}[{i}].content")
         # most turns call no tool: their text is their content
@@ -89,6 +92,13 @@ def parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tu
         text = "\n".join(x for x in (content, calls_text(parsed)) if x) if parsed else content or ""
         turns.append((role, text, openai_message(t, role, content, f"{field}[{i}]", parsed) if messages else None))
     return turns
+
+
+def _sharegpt_hint(conv: str, keys: str = "") -> tuple:
+    """A RecordError's parts saying that ShareGPT speakers (`keys`: how they are written, when not under `role`)
+    are read by the sharegpt format, with `conv` the conversation column."""
+    return (f"ShareGPT speakers{' as ' + keys if keys else ''}: ",
+            ColumnsHint((("prompt", conv),), format="sharegpt"))
 
 
 def _alternating_turns(texts) -> list[dict]:
@@ -161,7 +171,7 @@ def split_turns(turns: list[dict], conv: str, turn_field=None):
     if last is None:
         roles = list(dict.fromkeys(t["role"] for t in turns))
         # ShareGPT speakers (human/gpt) under `role`: the sharegpt format maps them, the messages format does not
-        hint = (("; ShareGPT speakers: ", ColumnsHint((("prompt", conv),), format="sharegpt"))
+        hint = (("; ", *_sharegpt_hint(conv))
                 if any(_SHAREGPT_ROLES.get(r.lower()) == "assistant" for r in roles) else ())
         raise RecordError(conv, "missing response: no assistant turn in the conversation",
                           *((f" (roles: {', '.join(roles)}", *hint, ")") if roles else ()))
@@ -178,7 +188,16 @@ def split_turns(turns: list[dict], conv: str, turn_field=None):
     if not any(t["role"] == "user" for t in prompt):
         roles = ", ".join(dict.fromkeys(t["role"] for t in prompt))
         raise RecordError(conv, f"no user turn before the last assistant turn (roles before it: {roles})")
+    require_prompt_text(prompt, conv)
     return prompt, response
+
+
+def require_prompt_text(prompt: list[dict], field: str) -> None:
+    """A prompt's user and system turns must hold some text, as a text prompt must (`field_text`): turns that are
+    empty, null or hold no text parts (an image alone) ask nothing. One empty turn among others is no error."""
+    if not any(t["content"].strip() for t in prompt
+               if t["role"] != "assistant" and t["role"] not in TOOL_RESULT_ROLES):
+        raise RecordError(field, "empty prompt (no text in its user turns)")
 
 
 def question_turns(value, field: str) -> list[dict]:
