@@ -736,6 +736,8 @@ def test_a_row_nested_too_deeply_is_a_bad_row_not_an_internal_error(tmp_path):
             with pytest.raises(CurateError, match=rf"^{tmp_path / name}:{text.count(chr(10)) - 1 or 1}: invalid "
                                                   r"JSON \(nested too deeply: "):
                 read_all(tmp_path / name, opts)
+    from cluster_curate.io.mixture import is_mixture_file
+    assert not is_mixture_file(str(tmp_path / "one.json"))  # asked first of a .json: it raised RecursionError too
 
 
 def test_json_document_syntax_errors_near_its_end_name_their_line(tmp_path):

@@ -101,7 +101,7 @@ def is_mixture_file(arg: str) -> bool:
             if not head.startswith(b"{"):
                 return False
             doc = json.loads(p.read_text(encoding="utf-8"))  # as read_mixture_file reads it, whatever the locale
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # the data's reader says what is wrong
             return False
         return isinstance(doc, dict) and isinstance(doc.get("inputs"), list)
     return False
