@@ -107,8 +107,9 @@ def test_inspect_field_overrides(cli_runner):
     p = FIXTURES / "bad" / "unknown_format.jsonl"
     r = run_json(cli_runner, "--prompt-field", "text", "--response-field", "label", p)
     assert (r["format"], r["fields"], r["examples"]) == ("prompt-completion", {"prompt": "text", "response": "label"}, 2)
-    r = run_json(cli_runner, "--format", "qa", "--prompt-field", "answer", FIXTURES / "gsm8k" / "train-300.jsonl")
-    assert r["fields"] == {"prompt": "answer", "response": "answer"}
+    # the prompt named on the column the format reads the response from: refused (it read the answer as both)
+    r = run(cli_runner, "--format", "qa", "--prompt-field", "answer", FIXTURES / "gsm8k" / "train-300.jsonl")
+    assert r.exit_code == 2 and "--prompt-field 'answer' is the response's column too" in r.stderr
 
 
 def test_inspect_hub_id_offline(cli_runner, monkeypatch, tmp_path):

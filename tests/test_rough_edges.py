@@ -237,22 +237,21 @@ def test_a_token_budget_too_small_for_one_step_is_refused_before_embed(tmp_path)
         "run", GSM, "--out", "p", "--token-fraction", "0.005", *STEP_8x4, cwd=tmp_path).stderr
 
 
-def test_a_selection_smaller_than_one_step_stops_run_before_shard_and_the_rerun_needs_no_overwrite(tmp_path):
-    """Exact duplicates left out at embed make the selection smaller than run's preflight can know: shard refused
-    it (naming neither the budget nor that a larger one then needed --overwrite). Now run says so after select and
-    does not record that selection, so the rerun with a larger budget re-selects from the kept clusters."""
+def test_a_selection_smaller_than_one_step_after_exact_duplicates_stops_run_before_any_stage(tmp_path):
+    """Exact duplicates left out at embed made the selection smaller than run's preflight knew: shard refused it
+    (naming neither the budget nor that a larger one then needed --overwrite), later select did, after embed and
+    cluster. Preflight counts the rows embed keeps now: refused before the first stage, naming the copies."""
     (tmp_path / "data.jsonl").write_text("".join(GSM.read_text().splitlines(keepends=True)[:100]) * 3)
     step = ["--features", "text", "--dim", "16", "--k", "6", "--num-shards", "4", "--micro-batch-size", "4", "-q"]
     r = cli_in_process("run", "data.jsonl", "--out", "p", "--fraction", "0.1", *step, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.splitlines()[-1] == (
-        "ERROR: one global step needs --num-shards × --micro-batch-size = 4 × 4 = 16 rows, but --fraction 0.1 "
-        "selected 10 of the 100 rows left after 200 exact duplicates (the embeddings and clusters are kept for the "
-        "rerun); use fewer shards, a smaller micro-batch or a larger budget"), r.stderr  # the copies named: the
-    # line said only 'selected 10' of what preflight had counted as 300 rows
-    assert not (tmp_path / "p" / "shards").exists()
+        "ERROR: one global step needs --num-shards × --micro-batch-size = 4 × 4 = 16 rows, but --fraction 0.1 of 100 "
+        "rows (of 300: 200 exact duplicates left out) selects at most 10; use fewer shards, a smaller micro-batch or "
+        "a larger budget"), r.stderr
+    assert not (tmp_path / "p").exists()
     r = cli_in_process("run", "data.jsonl", "--out", "p", "--fraction", "0.2", *step, "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert [s["status"] for s in json.loads(r.stdout)["stages"]] == ["up to date", "up to date", "ran", "ran"]
+    assert [s["status"] for s in json.loads(r.stdout)["stages"]] == ["ran"] * 4
 
 
 def test_a_targeted_token_budget_below_every_row_is_refused_before_the_target_is_embedded(tmp_path):
