@@ -454,8 +454,9 @@ def _pandas_column(value) -> bool:
 
 def _looks_like_json_lines(path: Path) -> bool:
     """A .json file starting with '{' is JSON Lines when its first line is a whole object and more follows,
-    or when that object is one record (not a mapping of id -> record, nor rows under a key: _JsonDocument names
-    them, as it does indented)."""
+    or when that object is one record (not a mapping of id -> record): on one line, as datasets' json loader reads
+    it, even where a key holds a list of records (one record's tool calls, or SQuAD's rows, which indented
+    _JsonDocument names)."""
     with _open_binary(path) as f:
         first = f.readline(1 << 20)
         while first and not first.strip():  # leading blank lines
@@ -471,8 +472,7 @@ def _looks_like_json_lines(path: Path) -> bool:
         rest = f.read(4096)
         if rest.strip():
             return True
-        return not (obj and all(isinstance(v, dict) for v in obj.values())) and not _rows_under_a_key(
-            v[0] for v in obj.values() if isinstance(v, list) and v)
+        return not (obj and all(isinstance(v, dict) for v in obj.values()))
 
 
 def _long_first_object_is_a_record(path: Path) -> bool:
