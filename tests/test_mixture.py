@@ -634,7 +634,14 @@ def test_run_reads_a_mixture_files_bounds_as_they_are_now(tmp_path, cli_runner):
         "its input changed (the mixture file's min_share / max_share changed)")
     assert code_rows(again) >= 30
     assert [s["status"] for s in json.loads(_cli(cli_runner, run).stdout)["stages"]] == ["up to date"] * 4
-    mix.write_text(mix.read_text().replace("min_share: 0.75", "min_share: 0.95"))
+    bounded = mix.read_text()
+    mix.write_text(bounded.replace("    min_share: 0.75\n", ""))  # taken out: the floor embed recorded is not kept
+    again = _cli(cli_runner, run)
+    assert [s["status"] for s in json.loads(again.stdout)["stages"]][2:] == ["ran", "ran"]
+    fresh = _cli(cli_runner, [*run[:3], tmp_path / "fresh", *run[4:]])
+    assert code_rows(again) == code_rows(fresh) < 30
+    assert [s["status"] for s in json.loads(_cli(cli_runner, run).stdout)["stages"]] == ["up to date"] * 4
+    mix.write_text(bounded.replace("min_share: 0.75", "min_share: 0.95"))
     refused = _cli(cli_runner, ["select", tmp_path / "c" / "clusters.parquet", "--out", tmp_path / "s.parquet",
                                 "--budget", "400", "--data", mix], code=2)
     assert f"source code: its floor is 380 rows ({mix}: inputs[1].min_share)" in refused.stderr, refused.stderr

@@ -212,16 +212,22 @@ def _named_input_change(rec: dict, request: dict) -> str:
     return f" ({'; '.join(said)})" if said else ""
 
 
-def _file_shares(ds, data) -> list | None:
+def _file_shares(ds, data, embeddings: Path) -> list | None:
     """A mixture file's min_share / max_share per input, which select reads from the file (select.file_shares):
-    part of select's input, so that editing one selects again. None without one (a directory made before stays
-    up to date)."""
+    part of select's input, so that editing one, or taking it out, selects again. None when neither the file nor
+    the embeddings' record (the file as it was embedded) sets one: a directory made before stays up to date."""
+    from cluster_curate.io.artifacts import read_meta
     from cluster_curate.io.datasets import data_paths
     from cluster_curate.io.mixture import Mixture
     if not isinstance(ds, Mixture) or len(data_paths(data)) != 1:  # several inputs named: no file, no shares
         return None
     shares = [[i.name, i.min_share, i.max_share] for i in ds.inputs]
-    return shares if any(lo is not None or hi is not None for _, lo, hi in shares) else None
+    try:
+        recorded = read_meta(embeddings).dataset.get("inputs") or [] if embeddings.exists() else []
+    except CurateError:
+        recorded = []
+    bounded = [(lo, hi) for _, lo, hi in shares] + [(i.get("min_share"), i.get("max_share")) for i in recorded]
+    return shares if any(lo is not None or hi is not None for lo, hi in bounded) else None
 
 
 def _at_added_later_value(name: str, value) -> bool:
@@ -546,7 +552,7 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
     upstream = ds.fingerprint()  # the raw data's, then each output's
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
-    shares = _file_shares(ds, data)
+    shares = _file_shares(ds, data, paths["embed"])
     done, summaries, shown = [], {}, {}  # shown: each stage's (result, options) for its render()
     for stage, spec in specs.items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
