@@ -258,6 +258,16 @@ def test_a_file_of_yours_where_a_command_keeps_a_sidecar_is_never_replaced(pipel
     for _ in range(2):  # its own sidecars, of the first run, replaced by the second
         assert _cli(cli_runner, "embed", data, "--out", tmp_path / "out.parquet", *EMBED, "--overwrite",
                     "-q").exit_code == 0
+    (tmp_path / "out.partial").write_text("mine")  # a file where embed stages its chunks: an INTERNAL ERROR
+    r = _cli(cli_runner, "embed", data, "--out", tmp_path / "out.parquet", *EMBED, "--overwrite")
+    assert r.exit_code == 2 and "out.partial: not a file cluster-curate wrote" in r.output, r.output
+    (tmp_path / "out.partial").unlink()
+    (tmp_path / "in.partial").mkdir()  # data inside the staging folder, which embed replaces: it was deleted
+    shutil.copy(DATA, tmp_path / "in.partial" / "d.jsonl")
+    r = _cli(cli_runner, "embed", tmp_path / "in.partial" / "d.jsonl", "--out", tmp_path / "in.parquet", *EMBED)
+    _refused(r, f"--out {tmp_path / 'in.parquet'} (its file in.partial): holds the input "
+                f"{tmp_path / 'in.partial' / 'd.jsonl'}; choose another --out")
+    assert (tmp_path / "in.partial" / "d.jsonl").read_bytes() == DATA.read_bytes()
     (tmp_path / "c.centroids.npy").write_text("mine")
     r = _cli(cli_runner, "cluster", pipeline / "embeddings.parquet", "--out", tmp_path / "c.parquet", "--k", "4")
     assert r.exit_code == 2 and "c.centroids.npy: not a file cluster-curate wrote" in r.output

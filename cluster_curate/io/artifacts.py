@@ -136,8 +136,8 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
     check_not_input(p, inputs, label)
     for suffix in names.sidecars(kind):  # written (or a stale one deleted) beside the output: no input may be there,
         side = sidecar_path(p, suffix)  # nor a file of the user's under that name
-        check_not_input(side, inputs, f"{label} (its file {side.name})", holds=False)
-        if side.is_file() and not _own_sidecar(side, suffix):
+        check_not_input(side, inputs, f"{label} (its file {side.name})")  # a folder (staging, proxy) replaced whole
+        if (side.exists() or side.is_symlink()) and not _own_sidecar(side, suffix):
             raise CurateError(f"{side}: not a file cluster-curate wrote, and {label} writes (or removes) one of that "
                               f"name beside it; {_KEEP_ONLY}: move it, or choose another --out")
     if p.exists() or p.is_symlink():
@@ -160,7 +160,11 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
 
 def _own_sidecar(path: Path, suffix: str) -> bool:
     """Whether a file where a command keeps a sidecar is one it wrote, by its first bytes: a rejects list (JSON lines
-    with `id` and `reason`), a fitted state's key (a hex digest), NumPy's .npy / .npz, an artifact."""
+    with `id` and `reason`), a fitted state's key (a hex digest), NumPy's .npy / .npz, an artifact; the staging and
+    proxy sidecars are folders (a proxy one empty or the proxy's)."""
+    if suffix in (names.STAGING, names.PROXY) or path.is_dir():
+        from cluster_curate.io import proxy_store
+        return path.is_dir() and (suffix == names.STAGING or not any(path.iterdir()) or proxy_store.is_proxy_dir(path))
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
