@@ -173,9 +173,13 @@ def _click_option(o: Option) -> list[click.Option]:
 
 
 def _take_deprecated(spec: CommandSpec, kw: dict) -> None:
+    ctx = click.get_current_context()
     for o in spec.options:
         for spelling in o.deprecated:
             value = kw.pop(f"_deprecated_{o.name}", None)
+            if value is not None and ctx.get_parameter_source(o.name) == click.core.ParameterSource.COMMANDLINE:
+                raise CurateError(f"{spelling[0]} (deprecated) and {o.cli_flags[0]} both given; give "
+                                  f"{o.cli_flags[0]} alone")
             if value is not None:
                 console.warn(f"{spelling[0]} is deprecated (removed in the next release): use {o.cli_flags[0]}")
                 kw[o.name] = value
@@ -232,18 +236,24 @@ def _repeated_options(params, args) -> list[tuple[str, list[str]]]:
     wins, as a Makefile's later override expects; the caller says so."""
     once = {flag: p for p in params if isinstance(p, click.Option) and not (p.multiple or p.is_flag or p.count)
             for flag in p.opts}
+    # a flag and its negation (`--split-mixed --no-split-mixed`): the flag given is the value
+    flags = {flag: p for p in params if isinstance(p, click.Option) and p.is_flag and p.secondary_opts
+             for flag in (*p.opts, *p.secondary_opts)}
     given: dict[str, tuple[str, list[str]]] = {}
     i = 0
     while i < len(args) and args[i] != "--":
         tok, value = args[i], None
-        if tok.startswith("--") and "=" in tok:
+        if tok in flags:
+            tok = value = tok
+        elif tok.startswith("--") and "=" in tok:
             tok, value = tok.split("=", 1)
         elif tok in once and i + 1 < len(args):
             value, i = args[i + 1], i + 1
         elif tok[:1] == "-" and tok[1:2] != "-" and tok[:2] in once and len(tok) > 2:  # -n2
             tok, value = tok[:2], tok[2:]
-        if tok in once and value is not None:
-            given.setdefault(once[tok].name, (tok, []))[1].append(value)
+        param = once.get(tok) or flags.get(tok)
+        if param is not None and value is not None:
+            given.setdefault(param.name, (tok, []))[1].append(value)
         i += 1
     return [(flag, values) for flag, values in given.values() if len(set(values)) > 1]
 

@@ -65,6 +65,14 @@ def test_an_option_given_twice_with_other_values_warns_which_is_used(cli_runner,
     said = "--dim given 2 times: the last, 8, is used (not 16)"
     assert said in r.stderr and json.loads(r.stdout)["warnings"] == [said]
     assert json.loads(r.stdout)["dims"] == {"text": 8}
+    # a flag and its negation likewise; a deprecated spelling beside the current one is refused (it won, unsaid)
+    assert _repeated_options(main.commands["cluster"].params, ["e.parquet", "--split-mixed", "--no-split-mixed"]) == [
+        ("--split-mixed", ["--split-mixed", "--no-split-mixed"])]
+    r = cli_runner.invoke(main, ["embed", str(DATA), "--out", str(tmp_path / "p"), "--num-shards", "2",
+                                 "--num-parts", "1"])
+    assert r.exit_code == 2 and r.stderr.strip() == (
+        "ERROR: --num-shards (deprecated) and --num-parts both given; give --num-parts alone")
+    assert not (tmp_path / "p").exists()
 
 
 def test_cli_choices_come_from_the_registries():
