@@ -645,6 +645,10 @@ def test_run_reads_a_mixture_files_bounds_as_they_are_now(tmp_path, cli_runner):
     refused = _cli(cli_runner, ["select", tmp_path / "c" / "clusters.parquet", "--out", tmp_path / "s.parquet",
                                 "--budget", "400", "--data", mix], code=2)
     assert f"source code: its floor is 380 rows ({mix}: inputs[1].min_share)" in refused.stderr, refused.stderr
+    _cli(cli_runner, ["run", paths[0], "--out", tmp_path / "one", "--budget", "40", "-n", "2", "--k", "6", "-q"])
+    refused = _cli(cli_runner, ["select", tmp_path / "one" / "clusters.parquet", "--out", tmp_path / "s1.parquet",
+                                "--budget", "40", "--data", mix], code=2)  # its bounds were ignored without a word
+    assert f"--data {mix}: a mixture file, and the clusters were made from one dataset" in refused.stderr
 
 
 def test_a_bad_row_of_a_later_input_is_named_by_its_id_in_the_mixture(tmp_path):

@@ -237,6 +237,7 @@ def _sources(o: dict, c):
     source = source_index(c.meta.dataset, c.ids)
     if source is None:
         check_no_share_options(o)
+        file_shares(o["data"], None)  # a mixture file given: not the one dataset the clusters were made from
         return None, None, None, None, None
     names_ = [i["name"] for i in c.meta.dataset["inputs"]]
     lo, hi, lo_from, hi_from = source_bounds(o["source_min_share"], o["source_max_share"], names_,
@@ -248,7 +249,7 @@ def _sources(o: dict, c):
             (lo_from, hi_from))
 
 
-def file_shares(data, recorded: list[dict]) -> tuple[list, list, list | None]:
+def file_shares(data, recorded: list[dict] | None) -> tuple[list, list, list | None]:
     """Each input's min_share, max_share and place in its file (for messages): a mixture file given as --data is
     read as it is now (`run` gives its own, so an edited share selects again); else the ones the clusters' lineage
     records (the file's when it was embedded), whose places are not known."""
@@ -257,6 +258,8 @@ def file_shares(data, recorded: list[dict]) -> tuple[list, list, list | None]:
     paths = data_paths(data) if data else []
     if len(paths) != 1 or not is_mixture_file(paths[0]):
         return [i.get("min_share") for i in recorded], [i.get("max_share") for i in recorded], None
+    if recorded is None:
+        raise CurateError(f"--data {paths[0]}: a mixture file, and the clusters were made from one dataset")
     live = mixture_inputs(paths)
     if [i.name for i in live] != [i["name"] for i in recorded]:
         raise CurateError(f"--data {paths[0]}: its inputs ({', '.join(i.name for i in live)}) are not those the "
