@@ -257,6 +257,7 @@ def file_shares(data, recorded: list[dict] | None) -> tuple[list, list, list | N
     from cluster_curate.io.mixture import is_mixture_file, mixture_inputs
     paths = data_paths(data) if data else []
     if len(paths) != 1 or not is_mixture_file(paths[0]):
+        recorded = recorded or []
         return [i.get("min_share") for i in recorded], [i.get("max_share") for i in recorded], None
     if recorded is None:
         raise CurateError(f"--data {paths[0]}: a mixture file, and the clusters were made from one dataset")
