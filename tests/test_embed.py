@@ -823,3 +823,32 @@ def test_a_warm_up_of_a_few_steps_is_told_with_its_reason_and_what_to_do(tmp_pat
     s = _summary(_run(cli_runner, ["embed", str(data), "--out", str(tmp_path / "e2.parquet"), *common,
                                    "--proxy-steps", "3", "--json"]))
     assert not [w for w in s["warnings"] if "warm-up" in w], s["warnings"]
+
+
+def test_the_parts_of_an_artifact_come_from_one_command_and_a_damaged_one_is_named(cli_runner, tmp_path):
+    """A finished job-array piece embedded again with other data and --overwrite replaced its own part alone: the
+    artifact, said complete, held parts of two datasets, and cluster and report took it. The piece, and every reader
+    of the parts, now refuse it; a part cut short was an INTERNAL ERROR (ArrowInvalid) where a single file's is the
+    one-line 'damaged'."""
+    import shutil
+    lines = (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "a.jsonl").write_text("".join(lines[:60]))
+    (tmp_path / "b.jsonl").write_text("".join(lines[:40]))
+    piece = ["--out", str(tmp_path / "e"), "--features", "text", "--dim", "16", "--commit-every", "20", "--num-parts",
+             "2", "-q"]
+    for i in (0, 1):
+        r = cli_runner.invoke(main, ["embed", str(tmp_path / "a.jsonl"), *piece, "--part-index", str(i)])
+        assert r.exit_code == 0, r.output
+    shutil.copytree(tmp_path / "e", tmp_path / "damaged")
+    part = tmp_path / "damaged" / "part-00001-of-00002.parquet"
+    part.write_bytes(part.read_bytes()[:2000])
+    r = cli_runner.invoke(main, ["cluster", str(tmp_path / "damaged"), "--out", str(tmp_path / "c.parquet")])
+    assert r.exit_code == 2 and r.stderr.startswith(f"ERROR: {part}: damaged: cut short at 2,000 bytes"), r.output
+    r = cli_runner.invoke(main, ["embed", str(tmp_path / "b.jsonl"), *piece, "--part-index", "1", "--overwrite"])
+    said = (f"{tmp_path / 'e' / 'part-00001-of-00002.parquet'}: a part of another run than part-00000-of-00002.parquet "
+            "(other parameters or data): every part of an artifact comes from one command; embed all of it again")
+    assert r.exit_code == 2 and r.stderr.strip() == f"ERROR: {said}", r.output
+    for command in (["cluster", str(tmp_path / "e"), "--out", str(tmp_path / "c.parquet")],
+                    ["report", str(tmp_path / "e")]):
+        r = cli_runner.invoke(main, command)
+        assert r.exit_code == 2 and said in r.stderr, r.output

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, counted
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
                                     read_options, resolve, seed_type)
 
@@ -344,8 +344,8 @@ def render(result: dict, options: dict) -> None:
     r = result
     rows = f"{r['rows']:,} of {r['rows_in_data']:,} rows in the data"
     if r["parts"] > 1 or not r["complete"]:
-        rows += (f"; the artifact: {r['artifact_rows']:,} rows in {r['parts']} parts"
-                 + ("" if r["complete"] else ", not complete yet (other parts still running)"))
+        rows += (f"; the artifact: {r['artifact_rows']:,} rows in {counted(r['parts'], 'part')}"
+                 + ("" if r["complete"] else ", not complete yet (the other parts not written yet)"))
     data = {"output": r["output"], "process": r["process"], "rows embedded": rows}
     for key, label in (("bad_rows", "bad rows"), ("skipped_no_response", "skipped (no response token)")):
         if r[key]:

@@ -427,18 +427,16 @@ def check_not_inside_replaced(path, label: str) -> None:
 def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None) -> ArtifactMeta:
     """Metadata of an artifact (of its first part); checks the kind when given."""
     files = artifact_files(path)
-    try:
-        schema_meta = pq.read_schema(files[0]).metadata or {}
-    except PermissionError as e:
-        raise cannot_read(files[0], e) from None
-    except (pa.ArrowInvalid, OSError) as e:
-        if cut_short(files[0]):
-            raise damaged(files[0]) from None
-        raise CurateError(f"{files[0]}: not a readable Parquet file ({e})") from None
-    if META_KEY not in schema_meta:
+    metas = [_part_meta(f) for f in files]  # each part's: one damaged, or of another run, is named
+    if META_KEY not in metas[0]:
         raise CurateError(f"{path}: not a cluster-curate artifact (no '{META_KEY.decode()}' metadata)")
-    meta = ArtifactMeta.from_json(schema_meta[META_KEY].decode())
+    meta = ArtifactMeta.from_json(metas[0][META_KEY].decode())
     if len(files) > 1:
+        for f, m in zip(files[1:], metas[1:]):
+            other = ArtifactMeta.from_json(m[META_KEY].decode()) if META_KEY in m else None
+            if other is None or (other.fingerprint, other.params) != (meta.fingerprint, meta.params):
+                raise CurateError(f"{f}: a part of another run than {files[0].name} (other parameters or data): "
+                                  "every part of an artifact comes from one command; embed all of it again")
         meta.rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     if kind is not None:
         kinds = (kind,) if isinstance(kind, str) else tuple(kind)
@@ -446,6 +444,18 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
             raise CurateError(f"{path}: is {_article(meta.kind)} '{meta.kind}' artifact, expected "
                               f"{' or '.join(repr(k) for k in kinds)}")
     return meta
+
+
+def _part_meta(path: Path) -> dict:
+    """A Parquet file's key-value metadata, or one line: unreadable, cut short (damaged) or not Parquet."""
+    try:
+        return pq.read_schema(path).metadata or {}
+    except PermissionError as e:
+        raise cannot_read(path, e) from None
+    except (pa.ArrowInvalid, OSError) as e:
+        if cut_short(path):
+            raise damaged(path) from None
+        raise CurateError(f"{path}: not a readable Parquet file ({e})") from None
 
 
 def cut_short(path: str | os.PathLike) -> bool:
