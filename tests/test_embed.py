@@ -852,3 +852,20 @@ def test_the_parts_of_an_artifact_come_from_one_command_and_a_damaged_one_is_nam
                     ["report", str(tmp_path / "e")]):
         r = cli_runner.invoke(main, command)
         assert r.exit_code == 2 and said in r.stderr, r.output
+
+
+def test_report_says_an_artifact_of_parts_is_incomplete(cli_runner, tmp_path):
+    """`report` of a job array's artifact with one of two parts written said its rows and dataset, exit 0, no
+    warning, where cluster refuses it as incomplete."""
+    import json
+    lines = (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "a.jsonl").write_text("".join(lines[:60]))
+    r = cli_runner.invoke(main, ["embed", str(tmp_path / "a.jsonl"), "--out", str(tmp_path / "e"), "--features",
+                                 "text", "--dim", "16", "--commit-every", "20", "--num-parts", "2", "--part-index",
+                                 "0", "-q"])
+    assert r.exit_code == 0, r.output
+    r = cli_runner.invoke(main, ["report", str(tmp_path / "e"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["warnings"] == [
+        f"{tmp_path / 'e'}: incomplete: 1 of 2 parts written (part-00001-of-00002.parquet missing); this report "
+        "describes the rows embedded so far"]

@@ -151,6 +151,14 @@ def _describe_embeddings(path: Path, sections: list) -> None:
     table, _ = read_artifact(path, columns=[c for c in ("n_tokens", "n_response_tokens", "loss")
                                             if c in artifact_schema(path).names])
     data = _meta_rows(path, meta)
+    from cluster_curate.io.readers import embeddings_incomplete
+    inc = embeddings_incomplete(path)
+    if inc is not None:  # cluster refuses it: its figures are those of the parts written
+        data["incomplete"] = f"{inc['parts']} of {inc['of']} parts written"
+        from cluster_curate import console
+        console.warn(f"{path}: incomplete: {inc['parts']} of {inc['of']} parts written "
+                     f"({', '.join(inc['missing_parts'][:3])}{', ...' if len(inc['missing_parts']) > 3 else ''} "
+                     "missing); this report describes the rows embedded so far")
     p = meta.params
     data.update({k: p[k] for k in ("features", "dims", "dim_total", "seed", "max_length") if k in p})
     model = p.get("model")
