@@ -236,3 +236,33 @@ def test_run_selects_again_when_its_tokenizer_is_saved_again(cli_runner, tmp_pat
     _cli(cli_runner, [*run, "fresh"])
     ids = [sorted(pq.read_table(f"{d}/selection.parquet").column("id").to_pylist()) for d in ("p", "fresh")]
     assert ids[0] == ids[1]
+
+
+@pytest.mark.parametrize("prefix_space", [False, True])
+def test_answer_tokens_are_trls_count_whatever_the_tokenizer_does_to_a_text_alone(prefix_space):
+    """A byte-level tokenizer that adds a prefix space to a text it reads alone counted one token more per answer
+    (`Ġ`) than TRL, which counts the answer after its prompt (the whole's tokens beyond their common prefix with the
+    prompt's, the generation prompt included)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from cluster_curate.features.models import answer_token_counts
+    from cluster_curate.io.datasets import Example
+    from tiny_lm import CHATML, SENTENCES
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(SENTENCES * 4, trainer=trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|im_start|>", "<|im_end|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>")
+    fast.chat_template = CHATML
+    rows = gsm8k_rows(20)
+    examples = [Example(i, [{"role": "user", "content": r["question"]}], r["answer"]) for i, r in enumerate(rows)]
+
+    def trl(ex):
+        texts = (fast.apply_chat_template(list(ex.prompt), add_generation_prompt=True, tokenize=False),
+                 fast.apply_chat_template([*ex.prompt, {"role": "assistant", "content": ex.response}], tokenize=False))
+        p, w = (fast(text, add_special_tokens=False)["input_ids"] for text in texts)
+        return len(w) - next((j for j, (a, b) in enumerate(zip(p, w)) if a != b), min(len(p), len(w)))
+    assert answer_token_counts(fast, examples, [e.response for e in examples]) == [trl(e) for e in examples]

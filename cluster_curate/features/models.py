@@ -396,6 +396,9 @@ def _render(tokenizer, prompt: list[dict], response: str) -> tuple[str, str]:
     return prompt_text, full_text
 
 
+PROBED_ANSWERS = 16  # the rows whose answers answer_token_counts counts both ways, to choose how to count them all
+
+
 def answer_token_counts(tokenizer, examples: list, answers: list[str], prompts: list[str] | None = None) -> list[int]:
     """Tokens of each answer as a trainer tokenizes it after its example's prompt (TRL's DPOTrainer: prompt +
     chosen and prompt + rejected, each less the prompt; its SFTTrainer alike): with a chat template, the template
@@ -414,15 +417,21 @@ def answer_token_counts(tokenizer, examples: list, answers: list[str], prompts: 
     # the template's text after the prompt's: its answer, tokenized alone (what TRL's common prefix of the two
     # tokenizations leaves, as a template's prompt ends at a special token or a newline; a template that rewrites
     # the prompt once an answer follows: the whole, less that common prefix)
-    rests = [whole[len(asked):] if whole.startswith(asked) else "" for asked, whole in zip(prompts, wholes)]
+    after = [whole.startswith(asked) for asked, whole in zip(prompts, wholes)]
+    rests = [whole[len(asked):] if a else "" for a, asked, whole in zip(after, prompts, wholes)]
     counts = []
     for s in range(0, len(rests), ENCODE_SLICE):
         counts += [len(ids) for ids in tokenizer(rests[s:s + ENCODE_SLICE], add_special_tokens=False)["input_ids"]]
-    for i, (asked, whole) in enumerate(zip(prompts, wholes)):
-        if not whole.startswith(asked):
-            p, w = (tokenizer(text, add_special_tokens=False)["input_ids"] for text in (asked, whole))
-            counts[i] = len(w) - next((j for j, (a, b) in enumerate(zip(p, w)) if a != b), min(len(p), len(w)))
-    return counts
+
+    def in_context(i: int) -> int:  # TRL's count: the whole's tokens beyond their common prefix with the prompt's
+        p, w = (tokenizer(text, add_special_tokens=False)["input_ids"] for text in (prompts[i], wholes[i]))
+        return len(w) - next((j for j, (a, b) in enumerate(zip(p, w)) if a != b), min(len(p), len(w)))
+
+    # a tokenizer that reads a text alone otherwise than after the prompt (a prefix space added to it: one token
+    # more) is counted in context throughout, as the first rows show
+    if any(in_context(i) != counts[i] for i in range(min(PROBED_ANSWERS, len(rests))) if after[i]):
+        return [in_context(i) for i in range(len(rests))]
+    return [counts[i] if after[i] else in_context(i) for i in range(len(rests))]
 
 
 def _split_ids(tokenizer, prompt_texts: list[str], full_texts: list[str]) -> list[tuple[list[int], list[int]]]:
