@@ -433,6 +433,8 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
     meta = ArtifactMeta.from_json(metas[0][META_KEY].decode())
     if len(files) > 1:
         for f, m in zip(files[1:], metas[1:]):
+            if names.part_of(f.name) is None:  # a folder of other files (a `run` folder): not parts of one artifact
+                continue
             other = ArtifactMeta.from_json(m[META_KEY].decode()) if META_KEY in m else None
             if other is None or (other.fingerprint, other.params) != (meta.fingerprint, meta.params):
                 raise CurateError(f"{f}: a part of another run than {files[0].name} (other parameters or data): "
