@@ -996,6 +996,13 @@ def test_a_pair_of_dotted_paths_into_a_conversation_column_reads_those_items_not
     # one field named, or a --format, reads the conversation column as before
     assert json.loads(_ok("inspect", "messages.jsonl", "--prompt-field", "messages", "--json",
                           cwd=tmp_path).stdout)["format"] == "messages"
+    # one item of the turns named alone read the path as a conversation: every row bad ('not valid JSON')
+    for flag, path, other in (("--prompt-field", "conversations.0.value", "--response-field"),
+                              ("--response-field", "conversations.1.value", "--prompt-field")):
+        r = _cli("inspect", "sharegpt.jsonl", flag, path, cwd=tmp_path)
+        assert r.returncode == 2 and r.stderr.strip() == (
+            f"ERROR: sharegpt.jsonl: {flag} {path} names one item of a conversation (sharegpt): name the other item "
+            f"too ({other}, a dotted path as well), or the conversation's column alone"), r.stderr
 
 
 def test_one_field_flag_naming_the_column_the_format_reads_for_the_other_field_is_refused(tmp_path):

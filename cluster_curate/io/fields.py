@@ -259,6 +259,12 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                 (prompts or response_field) if fmt == "glaive" else
                 (prompts and response_field and response_field not in prompts)):
             fmt = None
+        named = [*prompts, *([response_field] if response_field else [])]
+        if fmt not in (None, "preference", "glaive") and FORMAT.get(fmt).response is None and len(named) == 1 \
+                and any(part.isdigit() for part in named[0].split(".")[1:]):  # one item of the turns: not a chat
+            flag, other = ("--prompt-field", "--response-field") if prompts else ("--response-field", "--prompt-field")
+            raise CurateError(f"{source}: {flag} {named[0]} names one item of a conversation ({fmt}): name the other "
+                              f"item too ({other}, a dotted path as well), or the conversation's column alone")
         if fmt is None and prompts:
             if response_field is None:
                 found = _by_lower_name(cols, _RESPONSE_NAMES, exclude=prompts)
