@@ -430,8 +430,9 @@ def _check_source_bounds(ds, s: dict, mode: str, budget_rows: int | None, left_o
     can meet: with a budget mode or --within order that takes no water-filling order (`mode`), floors more than
     the whole selection together, caps on every input less than it, or (a budget in rows) a floor of more rows than
     an input has: with exact duplicates or --decontaminate (`left_out`: the examples' ids, whether each is a copy
-    of an earlier one or asks a set's question, and which of the two left rows out), its examples that are neither. select checks the exact bounds on the rows it can take; these are the failures certain
-    from the options and counts."""
+    of an earlier one or asks a set's question, and which of the two left rows out), its examples that are
+    neither. select checks the exact bounds on the rows it can take; these are the failures certain from the
+    options and counts."""
     from cluster_curate.commands.select import check_no_share_options, check_no_source_bounds
     from cluster_curate.io.mixture import Mixture, source_bounds
     if not isinstance(ds, Mixture):
