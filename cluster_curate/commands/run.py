@@ -222,10 +222,12 @@ def _file_shares(ds, data, embeddings: Path) -> list | None:
     if not isinstance(ds, Mixture) or len(data_paths(data)) != 1:  # several inputs named: no file, no shares
         return None
     shares = [[i.name, i.min_share, i.max_share] for i in ds.inputs]
-    try:
-        recorded = read_meta(embeddings).dataset.get("inputs") or [] if embeddings.exists() else []
-    except CurateError:
-        recorded = []
+    recorded = []
+    if embeddings.exists():
+        try:
+            recorded = read_meta(embeddings).dataset.get("inputs") or []
+        except CurateError:  # damaged or replaced: embed runs again, and its record is then the file's
+            pass
     bounded = [(lo, hi) for _, lo, hi in shares] + [(i.get("min_share"), i.get("max_share")) for i in recorded]
     return shares if any(lo is not None or hi is not None for lo, hi in bounded) else None
 

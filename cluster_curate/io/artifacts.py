@@ -425,7 +425,8 @@ def check_not_inside_replaced(path, label: str) -> None:
 # ----------------------------------------------------------------------------------------------- read
 
 def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None) -> ArtifactMeta:
-    """Metadata of an artifact (of its first part); checks the kind when given."""
+    """Metadata of an artifact (of its first part, every other part checked to be of the same command); checks the
+    kind when given."""
     files = artifact_files(path)
     metas = [_part_meta(f) for f in files]  # each part's: one damaged, or of another run, is named
     if META_KEY not in metas[0]:
