@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.io.artifacts import ArtifactMeta, read_meta, read_parquet, sidecar_path
+from cluster_curate.io.artifacts import ArtifactMeta, read_parquet, sidecar_path
 from cluster_curate.io.writer import atomic_write_bytes, file_metadata, parquet_stream, write_parquet_atomic
 
 DEFAULT_COMMIT_EVERY = 2048  # rows per committed chunk: what a crash can lose, and what a worker holds at once
@@ -350,8 +350,6 @@ class ChunkedOutput:
             result["parts"] = len(parts)
             result["complete"] = len(parts) == lay.workers
             result["artifact_rows"] = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
-            if result["complete"]:  # the other parts of this command's (a finished job's, run again otherwise)
-                read_meta(self.out)
             self._cleanup_if_done()
         else:
             shutil.rmtree(self.staging, ignore_errors=True)

@@ -437,7 +437,8 @@ def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None
             if names.part_of(f.name) is None:  # a folder of other files (a `run` folder): not parts of one artifact
                 continue
             other = ArtifactMeta.from_json(m[META_KEY].decode()) if META_KEY in m else None
-            if other is None or (other.fingerprint, other.params) != (meta.fingerprint, meta.params):
+            if other is None or (other.fingerprint, other.params, other.dataset) != (meta.fingerprint, meta.params,
+                                                                                     meta.dataset):
                 raise CurateError(f"{f}: a part of another run than {files[0].name} (other parameters or data): "
                                   "every part of an artifact comes from one command; embed all of it again")
         meta.rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
