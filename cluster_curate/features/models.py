@@ -419,19 +419,25 @@ def answer_token_counts(tokenizer, examples: list, answers: list[str], prompts: 
     # the prompt once an answer follows: the whole, less that common prefix)
     after = [whole.startswith(asked) for asked, whole in zip(prompts, wholes)]
     rests = [whole[len(asked):] if a else "" for a, asked, whole in zip(after, prompts, wholes)]
-    counts = []
-    for s in range(0, len(rests), ENCODE_SLICE):
-        counts += [len(ids) for ids in tokenizer(rests[s:s + ENCODE_SLICE], add_special_tokens=False)["input_ids"]]
 
-    def in_context(i: int) -> int:  # TRL's count: the whole's tokens beyond their common prefix with the prompt's
-        p, w = (tokenizer(text, add_special_tokens=False)["input_ids"] for text in (prompts[i], wholes[i]))
-        return len(w) - next((j for j, (a, b) in enumerate(zip(p, w)) if a != b), min(len(p), len(w)))
+    def token_ids(texts: list[str]) -> list[list[int]]:
+        return [ids for s in range(0, len(texts), ENCODE_SLICE)
+                for ids in tokenizer(texts[s:s + ENCODE_SLICE], add_special_tokens=False)["input_ids"]]
+
+    def in_context(rows: list[int]) -> list[int]:  # TRL's count: the whole's tokens past the prompt's common prefix
+        return [len(w) - next((j for j, (a, b) in enumerate(zip(p, w)) if a != b), min(len(p), len(w)))
+                for p, w in zip(token_ids([prompts[i] for i in rows]), token_ids([wholes[i] for i in rows]))]
 
     # a tokenizer that reads a text alone otherwise than after the prompt (a prefix space added to it: one token
     # more) is counted in context throughout, as the first rows show
-    if any(in_context(i) != counts[i] for i in range(min(PROBED_ANSWERS, len(rests))) if after[i]):
-        return [in_context(i) for i in range(len(rests))]
-    return [counts[i] if after[i] else in_context(i) for i in range(len(rests))]
+    probed = [i for i in range(min(PROBED_ANSWERS, len(rests))) if after[i]]
+    if in_context(probed) != [len(ids) for ids in token_ids([rests[i] for i in probed])]:
+        return in_context(list(range(len(rests))))
+    counts = [len(ids) for ids in token_ids(rests)]
+    apart = [i for i in range(len(rests)) if not after[i]]
+    for i, n in zip(apart, in_context(apart)):
+        counts[i] = n
+    return counts
 
 
 def _split_ids(tokenizer, prompt_texts: list[str], full_texts: list[str]) -> list[tuple[list[int], list[int]]]:
