@@ -291,7 +291,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     from cluster_curate.commands import select_parts
     from cluster_curate.commands.embed_parts import N_TOKENS_WORDS
     from cluster_curate.decontamination import RowQuestions
-    from cluster_curate.exact_dedup import example_key
+    from cluster_curate.exact_dedup import example_key, first_of_each
     from cluster_curate.features.embed import MODEL_FEATURES
     from cluster_curate.features.text import word_counts as word_count
     specs = stage_specs()
@@ -308,21 +308,19 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     c = resolved["cluster"]
     # what needs the rows embed keeps counts them so: exact duplicates left out (else cluster refuses a --k, and
     # select a budget short of one step, after embed has run)
-    seen, first = (None, None) if resolved["embed"]["keep_duplicates"] else (set(), [])
+    keys = None if resolved["embed"]["keep_duplicates"] else []
     for batch in ds.iter_batches():
         data_rows += len(batch.examples)
-        if seen is not None:
-            for e in batch.examples:
-                key = example_key(e.prompt, e.response, e.rejected)
-                first.append(key not in seen)
-                seen.add(key)
+        if keys is not None:
+            keys += [example_key(e.prompt, e.response, e.rejected) for e in batch.examples]
         if words:
             word_counts.append(np.array([word_count(e)[0] for e in batch.examples], dtype=np.int64))
         if decontaminate:  # the rows' questions: EVAL given as the data itself is refused before embed
             questions.append(RowQuestions.of([e.prompt for e in batch.examples]))
         ids.append(np.array([e.id for e in batch.examples], dtype=np.int64))
     ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
-    copies = ~np.array(first, dtype=bool) if first is not None else np.zeros(data_rows, dtype=bool)
+    # embed keeps the lowest id of each key (exact_dedup)
+    copies = ~first_of_each(ids, keys)[0] if keys is not None else np.zeros(data_rows, dtype=bool)
     named_inputs = _check_target(resolved["select"])
     # each read now, as select will (with --decontaminate-ngrams, the prompts: an EVAL embeddings' recorded data):
     # a bad row, or data that is gone, before the first stage
