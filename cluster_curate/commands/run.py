@@ -559,11 +559,10 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
         stage_opts = {name: opts[name] for name in by_stage[stage]}
         stage_checked, named_input = checked[stage]  # under "target", the key directories made before keep
         with_shares = {"mixture_shares": shares} if stage == "select" and shares else {}
-        request = state.request(stage, stage_checked, upstream if named_input is None and not with_shares else
-                                stable_hash({"upstream": upstream, "target": named_input, **with_shares}),
-                                spec.algorithm(), given_by_stage[stage],
-                                None if named_input is None and not with_shares else
-                                {"upstream": upstream, "named": named_input, **with_shares})
+        parts = (None if named_input is None and not with_shares else
+                 {"upstream": upstream, "named": named_input, **with_shares})
+        key = upstream if parts is None else stable_hash({"upstream": upstream, "target": named_input, **with_shares})
+        request = state.request(stage, stage_checked, key, spec.algorithm(), given_by_stage[stage], parts)
         output = paths[stage]
         t0, warned = time.monotonic(), len(console.WARNINGS)
         why = state.stale(stage, request, output)
