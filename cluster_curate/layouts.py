@@ -208,8 +208,9 @@ def _records(table: pa.Table, read, source: str, inputs: list[dict] | None,
 def _input_readings(table: pa.Table, read, source: str, inputs: list[dict] | None) -> dict | None:
     """A mixture's inputs that have rows here: name -> ({shard column: its name in the input}, the fields of the
     input's own columns, read with its recorded options under those given now); None for one dataset."""
-    from cluster_curate.io.datasets import RAW_RESERVED, ReadOptions, original_name, reserved_rename
-    from cluster_curate.io.mixture import IDENTITY_COLUMNS, MIXTURE_RESERVED, NORMALISED_COLUMNS, as_recorded
+    from cluster_curate.io.datasets import ReadOptions, original_name
+    from cluster_curate.io.mixture import (IDENTITY_COLUMNS, MIXTURE_RESERVED, NORMALISED_COLUMNS, as_recorded,
+                                           stored_rename)
     if not inputs or "source" not in table.column_names:
         return None
     source_of = table.column("source").cast(pa.string())
@@ -218,8 +219,7 @@ def _input_readings(table: pa.Table, read, source: str, inputs: list[dict] | Non
         mine = table.filter(pc.equal(source_of, item["name"]))
         if not mine.num_rows:
             continue
-        # a mixture file's renames, by the raw batch's name of each column (an input's `id` is `source_id` there)
-        renamed = {new: reserved_rename(old, RAW_RESERVED) for old, new in (item.get("rename") or {}).items()}
+        renamed = {new: old for old, new in stored_rename(item.get("rename") or {}).items()}
         names_of = {}
         for c in _source_names(mine):
             if c in IDENTITY_COLUMNS + NORMALISED_COLUMNS or mine.column(c).null_count == mine.num_rows:

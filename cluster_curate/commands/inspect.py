@@ -280,8 +280,9 @@ def exit_status(r: dict, options: dict) -> None:
     if r.get("first_reject"):
         failing = r.get("failing_rejects", r["bad_rows"])
         more = f"; {failing} bad rows in all" if failing > 1 else ""
-        from cluster_curate.io.mixture import SKIP_HINT
-        hint = SKIP_HINT if r.get("inputs") else "pass --on-bad-row skip to skip bad rows"
+        from cluster_curate.io.datasets import SKIP_HINT
+        from cluster_curate.io.mixture import MIXTURE_SKIP_HINT
+        hint = MIXTURE_SKIP_HINT if r.get("inputs") else SKIP_HINT
         raise CurateError(f"{r['first_reject']} ({hint}{more})")
 
 

@@ -175,6 +175,7 @@ def original_name(stored: str, reserved: tuple[str, ...]) -> str:
     return stored
 
 
+SKIP_HINT = "pass --on-bad-row skip to skip bad rows"  # a bad row's hint (a mixture input's: mixture.SKIP_HINT)
 RAW_RESERVED = ("id",)  # a raw batch's own column: the row index
 
 
@@ -273,7 +274,7 @@ class Dataset:
         self.container = self._src.kind
         self.rejects: list[Reject] = []
         # a mixture's input: its first row's id among all inputs, and how a bad row is skipped there (io/mixture.py)
-        self.id_offset, self.skip_hint = 0, "pass --on-bad-row skip to skip bad rows"
+        self.id_offset, self.skip_hint = 0, SKIP_HINT
         self.chosen_from: dict[str, int] = {}  # labelled pairs: {answer column: pairs whose chosen answer it holds}
         self.rows: int | None = getattr(self._src, "rows", None)
         self._fingerprint: str | None = None

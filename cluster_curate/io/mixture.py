@@ -76,17 +76,18 @@ class MixtureInput:
     where: str = ""  # where it was declared, for messages ("mix.yaml: inputs[1]" or the argument)
     fields: dict = field(default_factory=dict)  # the column keys its mixture file gave it (prompt_field: ...)
 
-    @property
-    def stored_rename(self) -> dict:
-        """`rename` keyed by the columns as a raw batch names them (the input's `id` is `source_id` there)."""
-        return {_reserved_rename(old, RAW_RESERVED): new for old, new in self.rename.items()}
-
     def describe(self) -> dict:
         opts = self.options.given()
         return {"name": self.name, "path": self.path, **({"options": opts} if opts else {}),
                 **({"rename": dict(self.rename)} if self.rename else {}),
                 **({"min_share": self.min_share} if self.min_share is not None else {}),
                 **({"max_share": self.max_share} if self.max_share is not None else {})}
+
+
+def stored_rename(rename: dict) -> dict:
+    """A mixture file's `rename`, keyed by the columns as a raw batch names them (the input's `id` is `source_id`
+    there)."""
+    return {_reserved_rename(old, RAW_RESERVED): new for old, new in rename.items()}
 
 
 def is_mixture_file(arg: str) -> bool:
@@ -262,11 +263,11 @@ def _open_input(item: MixtureInput):
         raise CurateError(f"{item.where}.{key}: {e.column!r}: no such column in {item.path}; columns found: "
                           f"[{e.columns}]") from None
     ds.hint_wording = _as_keys  # a bad row's hint too
-    ds.skip_hint = SKIP_HINT
+    ds.skip_hint = MIXTURE_SKIP_HINT
     return ds
 
 
-SKIP_HINT = "pass --on-bad-row skip, or give the input `on_bad_row: skip` in its mixture file, to skip bad rows"
+MIXTURE_SKIP_HINT = "pass --on-bad-row skip, or give the input `on_bad_row: skip` in its mixture file, to skip bad rows"
 
 
 def _as_keys(hint: ColumnsHint) -> str:
@@ -391,7 +392,7 @@ class Mixture:
                                   for n in ds.late_text_columns))
 
     def _column_name(self, k: int, name: str) -> str:
-        return reserved_rename(self.inputs[k].stored_rename.get(name, name))
+        return reserved_rename(stored_rename(self.inputs[k].rename).get(name, name))
 
     def write_rejects(self, path) -> Path:
         from cluster_curate.io.artifacts import atomic_write_bytes
