@@ -49,25 +49,18 @@ def scan(run, read_options) -> None:
     run.parsed, run.total_rows, run.per_chunk, run.record = int(ids.size), total, per_chunk, ds.record()
     run.scan_s = time.perf_counter() - t0
     parsed = run.parsed
-    if parsed == 0:
-        raise CurateError(_nothing_to_embed(run))
-
-
-def _nothing_to_embed(run) -> str:
-    """Why no row is left to embed: no row at all, or every row bad (skipped: listed in the rejects file, as a run
-    that goes on lists them, when one process writes the output)."""
-    ds = run.ds
-    if not ds.rejects:
-        return f"{ds.source}: no row parsed; nothing to embed"
-    n = len(ds.rejects)
-    listed = ""
-    if not run.layout.multi:
-        path = sidecar_path(run.out, names.REJECTS)
-        write_rejects(path, [r.to_dict() for r in ds.rejects], [])
-        listed = f"; listed in {path}"
-    every = "its only row is a bad row" if n == 1 else f"all {n:,} rows are bad rows"
-    return (f"{ds.source}: {every}, skipped (--on-bad-row skip): nothing to embed; "
-            f"{'the row' if n == 1 else 'the first'}: {ds.rejects[0]}{listed}")
+    if parsed == 0 and not ds.rejects:
+        raise CurateError(f"{ds.source}: no row parsed; nothing to embed")
+    if parsed == 0:  # every row bad: listed in the rejects file, as a run that goes on lists them (one process)
+        listed = ""
+        if not run.layout.multi:
+            path = sidecar_path(run.out, names.REJECTS)
+            write_rejects(path, [r.to_dict() for r in ds.rejects], [])
+            listed = f"; listed in {path}"
+        n = len(ds.rejects)
+        every = "its only row is a bad row" if n == 1 else f"all {n:,} rows are bad rows"
+        raise CurateError(f"{ds.source}: {every}, skipped (--on-bad-row skip): nothing to embed; "
+                          f"{'the row' if n == 1 else 'the first'}: {ds.rejects[0]}{listed}")
 
 
 def write_rejects(path, bad_rows: list[dict], skipped_rows: list[dict]) -> bool:
