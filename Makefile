@@ -8,7 +8,7 @@ TORCH   ?= torch==2.13.0
 # faiss build: cpu (faiss-cpu) or gpu (faiss-gpu-cu12); exactly one may be installed
 FAISS   ?= cpu
 
-.PHONY: demo test test-fast test-gpu bench clean smollm2 wheel
+.PHONY: demo test test-fast test-explore test-gpu bench clean smollm2 wheel
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,11 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "not slow" tests
+
+# The property tests (hypothesis) on examples no earlier run drew: `make test` draws the same ones each time.
+test-explore: $(STAMP)
+	HYPOTHESIS_PROFILE=explore OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+	  $(BIN)/python -m pytest -n 2 -m hypothesis tests
 
 # The CUDA paths (auto device = GPU in bfloat16, features equal to the CPU's, faiss on GPU where faiss-gpu is
 # installed). They skip on a machine without CUDA, so `make test` on CI covers them only there.

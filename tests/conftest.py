@@ -5,6 +5,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
@@ -14,6 +15,13 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# The property tests draw the same examples on every run (a seed from each test), so that CI checks what was checked
+# before a change was submitted; `make test-explore` draws new ones (HYPOTHESIS_PROFILE=explore), to look for the
+# rows no example held yet.
+settings.register_profile("fixed", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
 def make_unreadable(path: Path, monkeypatch) -> None:

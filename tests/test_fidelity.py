@@ -137,6 +137,19 @@ def test_values_arrow_would_change_reach_every_reader_as_written(tmp_path):
     assert changed(rows, kept(tmp_path, tmp_path / "out", rows)) == []
 
 
+def test_booleans_after_fractions_stay_booleans(tmp_path):
+    """A column, an object's key and a list holding a fraction and then true or false (a flag column filled with
+    0.0 where unknown): Arrow made the booleans 1.0 and 0.0, which every reader got (found by the property test
+    below, on CI)."""
+    rows = code_alpaca(30)
+    for i, row in enumerate(rows):
+        row["x_a"] = None if i < 20 else (0.0 if i % 2 == 0 else bool(i % 3))
+        row["meta"] = {"flag": 0.5 if i < 25 else i % 2 == 0}
+        row["votes"] = [0.5, i % 2 == 0]
+    _run(tmp_path, rows, "--fraction", "0.9")
+    assert changed(rows, kept(tmp_path, tmp_path / "out", rows)) == []
+
+
 def test_an_objects_keys_keep_their_order(tmp_path):
     """Tool-call arguments whose keys come in another order from row to row (as a model wrote them) were one
     struct: every row's keys in the first row's order, which the call's rendered text changed with."""

@@ -245,10 +245,13 @@ def _arrow_changes(values: list, t: pa.DataType, column: bool = False) -> bool:
     would change them: objects there with other keys, or the same keys in another order (one struct holds every
     key, in one order: null keys added, a rendered tool call's arguments reordered), whole numbers beside floats
     inside objects and lists (one float type: a call's `{"days": 3}` as 3.0; a column of numbers is one of floats,
-    unless a float would round a whole number past 2**53), or objects with no key at all (a struct Parquet cannot
-    write). Places that hold no object and no float are not walked."""
+    unless a float would round a whole number past 2**53), true or false after a float (1.0 and 0.0), or objects
+    with no key at all (a struct Parquet cannot write). Places that hold no object and no float are not walked."""
     if pa.types.is_floating(t):  # the types seen first: a map at C speed over long lists of floats
-        if int not in set(map(type, values)):
+        kinds = set(map(type, values))
+        if bool in kinds:  # Arrow reads false after a float as 0.0
+            return True
+        if int not in kinds:
             return False
         return not column or any(type(v) is int and abs(v) > 2 ** 53 for v in values)
     values = [v for v in values if v is not None]
