@@ -1003,6 +1003,12 @@ def test_a_pair_of_dotted_paths_into_a_conversation_column_reads_those_items_not
         assert r.returncode == 2 and r.stderr.strip() == (
             f"ERROR: sharegpt.jsonl: {flag} {path} names one item of a conversation (sharegpt): name the other item "
             f"too ({other}, a dotted path as well), or the conversation's column alone"), r.stderr
+    # a prompt's column named alone beside the turns is read as the conversation: each row's message says it holds
+    # plain text (it said 'not valid JSON')
+    r = _cli("inspect", "beside.jsonl", "--prompt-field", "q", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(
+        f"ERROR: beside.jsonl:1: field 'q': conversation is plain text ({qa[0]['question'][:37] + '...'!r}), not a "
+        "list of turns"), r.stderr
 
 
 def test_one_field_flag_naming_the_column_the_format_reads_for_the_other_field_is_refused(tmp_path):

@@ -49,6 +49,9 @@ def _listed(value, field: str, what: str, items: str, all_text: bool = False) ->
     """A list, or its JSON text (a CSV column holding JSON; `all_text`: any text is read as JSON, else text that
     opens a list); a RecordError naming `what` when it is missing, not valid JSON or no list (of `items`)."""
     if isinstance(value, str) and (all_text or value.lstrip().startswith("[")):
+        if not value.lstrip().startswith(("[", "{")):  # a prompt's column named for the turns' (one flag given)
+            shown = value if len(value) <= 40 else value[:37] + "..."
+            raise RecordError(field, f"{what} is plain text ({shown!r}), not a list of {items}")
         try:
             value = json.loads(value)
         except json.JSONDecodeError as e:
