@@ -188,18 +188,19 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
 
 def _records(table: pa.Table, read, source: str, inputs: list[dict] | None,
              json_columns=()) -> list[tuple[dict, object]]:
-    """(record, fields) per row. One dataset's rows: their source columns, read by `_record_fields`. A mixture's
-    row: its input's own record (`_input_readings`), as that input was read: its JSON-text columns (`json_columns`,
-    the manifest's) decoded to the objects or text it held (io/mixture.py `text_as_json`), so that tool schemas of
-    a struct column lose its null keys as the input's own reading drops them; the normalised columns hold the last
-    user question alone, the calls and the tool schemas as text, and no rejected answer."""
-    rows = table.select(_source_names(table)).to_pylist()
+    """(record, fields) per row, its JSON-text columns (`json_columns`, the manifest's) decoded to the objects or
+    text it held (a conversational `prompt` whose turns' keys differ from row to row is text in the shards). One
+    dataset's rows: their source columns, read by `_record_fields`. A mixture's row: its input's own record
+    (`_input_readings`), as that input was read (io/mixture.py `text_as_json`), so that tool schemas of a struct
+    column lose its null keys as the input's own reading drops them; the normalised columns hold the last user
+    question alone, the calls and the tool schemas as text, and no rejected answer."""
+    rows = decoded_json(table.select(_source_names(table)).to_pylist(), json_columns)
     readings = _input_readings(table, read, source, inputs)
     if readings is None:
         fields = _record_fields(table, read, source)
         return [(rec, fields) for rec in rows]
     out = []
-    for rec, name in zip(decoded_json(rows, json_columns), table.column("source").cast(pa.string()).to_pylist()):
+    for rec, name in zip(rows, table.column("source").cast(pa.string()).to_pylist()):
         names_of, fields = readings[name]
         out.append(({names_of[c]: rec[c] for c in names_of}, fields))
     return out

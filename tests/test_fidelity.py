@@ -183,6 +183,30 @@ def test_xlam_calls_whose_arguments_mix_whole_numbers_and_fractions_are_trained_
     assert changed(rows, kept(tmp_path, tmp_path / "out", rows)) == []
 
 
+@pytest.mark.parametrize("pairs", [False, True])
+def test_conversational_prompts_whose_turns_differ_in_keys_reach_each_trainer_as_their_turns(tmp_path, pairs):
+    """TRL's conversational prompt/completion (and preference pairs) where one row's user turn has a `name`: the
+    shards keep `prompt` as JSON text, which every chat export (trl, llamafactory, torchtune, axolotl) wrapped, whole,
+    in one user turn of every row: the system turns lost, the model trained on JSON."""
+    rows = []
+    for i, r in enumerate(code_alpaca(40)):
+        user = {"role": "user", "content": r["instruction"], **({"name": "alice"} if i == 0 else {})}
+        answer = [{"role": "assistant", "content": r["output"]}]
+        rows.append({"prompt": [{"role": "system", "content": f"Be exact {i}."}, user],
+                     **({"chosen": answer, "rejected": [{"role": "assistant", "content": f"No idea {i}."}]}
+                        if pairs else {"completion": answer})})
+    _run(tmp_path, rows, "--fraction", "0.5")
+    for trainer in ("trl", "llamafactory", "torchtune", "axolotl"):
+        r = _cli("export", "out/shards", "--for", trainer, "--out", trainer, "-q", cwd=tmp_path)
+        assert r.returncode == 0, (trainer, r.stderr)
+        exported = pq.read_table(tmp_path / trainer / "train.parquet").to_pylist()
+        assert exported, trainer
+        for row in exported:
+            turns = row.get("prompt") or row.get("messages") or row["chosen"]  # torchtune's pairs: whole chats
+            assert [t["content"] for t in turns if t["role"] == "system"] == [f"Be exact {row['id']}."], (trainer,
+                                                                                                          row)
+
+
 def test_preference_pairs_keep_their_turns_scores_and_annotations(tmp_path):
     """UltraFeedback binarized rows as a tool like jq rewrites them (a score of 8.0 written 8, beside 7.5) with
     their annotations (whole numbers beside halves): the scores are a column of floats, the annotations and every
