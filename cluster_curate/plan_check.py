@@ -239,7 +239,9 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
                       "train_sampling_strategy='random', DistributedSampler(shuffle=True)), or the wrong export layout")
     own_only = all(not rc.counts["wrong rank"] and not rc.counts["out of plan"] for rc in ranks)
     fraction = [rc.rows_logged / max(1, steps * m) for rc in ranks]
-    if own_only and n > 1 and all(0 < f <= 1.0 / n + 1e-9 for f in fraction) and total("missing"):
+    # a run stopped early consumed the start of each shard, in order; a shard dealt again, every n-th part of it
+    prefix = all(logged[r] == planned[:, r].reshape(-1)[: len(logged[r])].tolist() for r in range(n))
+    if own_only and n > 1 and all(0 < f <= 1.0 / n + 1e-9 for f in fraction) and total("missing") and not prefix:
         causes.append(f"each rank consumed only 1/{n} of its own shard: the shard was dealt a second time (a rank's "
                       "own shard handed to accelerator.prepare or a DistributedSampler) — give the framework the "
                       "global order (export --for accelerate) or iterate the shard yourself")

@@ -22,6 +22,9 @@ What the mixin changes, and nothing else:
   per-micro-batch mean, so the Trainer divides it by the gradient-accumulation steps as usual;
 - each micro-batch's ids, weights and loss go to every `ConsumedIdsCallback` (for `cluster-curate verify`).
 
+With TRL `padding_free=True` a micro-batch is one row of its examples end to end: each example's loss is that of
+its segment (position_ids restart at 0), weighted as above.
+
 With TRL `packing=True` the `id` column does not survive (TRL packs input_ids and labels only): the mixin then
 recovers each packed segment's id from its tokens, so `verify` shows what packing did to the plan, and falls back
 to TRL's own unweighted loss.
@@ -56,16 +59,29 @@ class PlannedOrderSampler(Sampler):
         return self.n
 
 
+def trained_micro_batches(global_step: int, accumulation: int, per_epoch: int | None) -> int:
+    """The micro-batches a process trained on in `global_step` optimizer steps. The Trainer ends each epoch's last
+    accumulation early (an epoch of 6 micro-batches at 4 a step is 2 steps), so a step is not always `accumulation`
+    micro-batches; `per_epoch`: the data loader's micro-batches (None: unknown, every step a full one)."""
+    if not per_epoch:
+        return global_step * accumulation
+    steps_per_epoch = -(-per_epoch // accumulation)
+    epochs, steps = divmod(global_step, steps_per_epoch)
+    return epochs * per_epoch + min(steps * accumulation, per_epoch)
+
+
 class ConsumedIdsCallback(TrainerCallback):
     """Writes LOGDIR/rank-RRRRR.jsonl: one line per micro-batch this process trained on (fed by the mixin)."""
 
     def __init__(self, log_dir):
         self.log_dir, self.log = log_dir, None
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
         # resumed from a checkpoint (its state loaded by now): the micro-batches trained up to it stay logged
-        self.log = ConsumedLog(self.log_dir, rank=args.process_index,
-                               resume_at=state.global_step * args.gradient_accumulation_steps)
+        per_epoch = len(train_dataloader) if train_dataloader is not None and hasattr(train_dataloader, "__len__") \
+            else None
+        self.log = ConsumedLog(self.log_dir, rank=args.process_index, resume_at=trained_micro_batches(
+            state.global_step, args.gradient_accumulation_steps, per_epoch))
 
     def record(self, ids, weights=None, loss=None):
         if self.log is not None:
@@ -96,16 +112,31 @@ class _KeepPlanColumns:
         return batch
 
 
-def weighted_causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def weighted_causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor,
+                            position_ids: torch.Tensor | None = None) -> torch.Tensor:
     """mean_i weight_i × (mean cross-entropy over example i's label tokens), next-token shifted; an example with
-    no label token contributes 0."""
+    no label token contributes 0. `position_ids` of one row holding several examples end to end (TRL's
+    `padding_free`: a position 0 starts each): the examples are its segments, in order."""
     shift_logits = logits[:, :-1, :].float()
     shift_labels = labels[:, 1:]
     per_token = torch.nn.functional.cross_entropy(shift_logits.reshape(-1, shift_logits.size(-1)),
                                                   shift_labels.reshape(-1), reduction="none", ignore_index=-100)
     per_token = per_token.view(shift_labels.shape)
     mask = (shift_labels != -100).float()
-    per_example = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)
+    if labels.size(0) == 1 < weight.numel() and position_ids is not None:
+        # each label token's example: the segments counted up to it (the collator masks each segment's first token,
+        # so no token is predicted across two examples)
+        segment = (position_ids[0] == 0).cumsum(0)[1:] - 1
+        n = weight.numel()
+        if int(segment[-1]) + 1 != n:
+            raise ValueError(f"PlanTrainerMixin: a padding-free row holds {int(segment[-1]) + 1} examples (its "
+                             f"position_ids restart so often) but the micro-batch has {n} weights")
+        zeros = torch.zeros(n, dtype=per_token.dtype, device=per_token.device)
+        loss_sum = zeros.index_add(0, segment, (per_token * mask)[0])
+        counts = zeros.index_add(0, segment, mask[0])
+        per_example = loss_sum / counts.clamp(min=1)
+    else:
+        per_example = (per_token * mask).sum(1) / mask.sum(1).clamp(min=1)
     return (per_example * weight.to(per_example.dtype)).mean()
 
 
@@ -191,5 +222,5 @@ class PlanTrainerMixin:
                                         num_items_in_batch=num_items_in_batch)
         labels = inputs.pop("labels")
         outputs = model(**inputs)
-        loss = weighted_causal_lm_loss(outputs.logits, labels, weight)
+        loss = weighted_causal_lm_loss(outputs.logits, labels, weight, inputs.get("position_ids"))
         return (loss, outputs) if return_outputs else loss
