@@ -55,6 +55,29 @@ class _Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+# what the summaries and messages write outside ASCII, as ASCII: under a locale that is not UTF-8 (LC_ALL=C with
+# PYTHONUTF8=0) printing them raised UnicodeEncodeError after the outputs were written (exit 1 for a done job)
+_ASCII = {"\u2192": "->", "\u00d7": "x", "\u00f7": "/", "\u2026": "...", "\u2014": "-", "\u2013": "-",
+          "\u2264": "<=", "\u2265": ">=", "\u2248": "~", "\u2212": "-", "\u00b1": "+/-"}
+
+
+def _as_ascii(error: UnicodeEncodeError) -> tuple[str, int]:
+    text = error.object[error.start:error.end]
+    return "".join(_ASCII.get(c, "?") for c in text), error.end
+
+
+def _streams_writable_in_any_locale() -> None:
+    import codecs
+    codecs.register_error("cluster_curate_ascii", _as_ascii)
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "ascii"
+        try:
+            "\u2192\u00d7".encode(encoding)
+        except (UnicodeEncodeError, LookupError):
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="cluster_curate_ascii")
+
+
 def _terminate(signum, frame):
     raise _Terminated(signum)
 
@@ -94,6 +117,7 @@ class _Group(click.Group):
     def invoke(self, ctx):
         # from here on an interruption is an exception the writers clean up after (__main__ ended the process
         # at once while it was still importing)
+        _streams_writable_in_any_locale()
         signal.signal(signal.SIGTERM, _terminate)
         if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup it stays ignored
             signal.signal(signal.SIGHUP, _terminate)

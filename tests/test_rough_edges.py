@@ -111,6 +111,18 @@ def test_a_path_outside_ascii_under_a_locale_that_is_not_utf8_is_refused_before_
     assert _cli("report", "sortie-é", "-q", cwd=tmp_path, **{**c_locale, "PYTHONUTF8": "1"}).returncode == 0
 
 
+def test_every_command_prints_its_summary_under_a_locale_that_is_not_utf8(tmp_path):
+    """README's CI section says LC_ALL=C works: under LC_ALL=C with PYTHONUTF8=0 the summaries' titles and values
+    (`select -> S`, `2 x 38`) raised UnicodeEncodeError after the outputs were written, an INTERNAL ERROR and exit 1
+    for a job that was done. They print in ASCII there now."""
+    c_locale = dict(LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    for argv in (["run", GSM, "--out", "out", *(a for a in FAST if a != "-q")], ["report", "out"],
+                 ["export", "out/shards", "--for", "trl", "--out", "trl"]):
+        r = _cli(*argv, cwd=tmp_path, **c_locale)
+        assert r.returncode == 0 and "INTERNAL ERROR" not in r.stderr, r.stderr
+        assert r.stdout.isascii() and ("->" in r.stdout or argv[0] == "report"), argv
+
+
 def test_a_home_folder_that_cannot_be_written_adds_no_line_to_a_quiet_report(tmp_path):
     """A CI runner's or container's read-only HOME (here a file, which no user, root included, can make folders
     in), no XDG_* nor MPLCONFIGDIR: matplotlib said two WARNING lines about its config folder on every `report`,
