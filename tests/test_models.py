@@ -84,9 +84,11 @@ def test_missing_and_invalid_paths(tmp_path):
 @pytest.mark.parametrize("spec, is_path", [("gpt2", False), ("HuggingFaceTB/SmolLM2-135M", False),
                                            ("./SmolLM2-135M", True), ("~/models/m", True), ("/models/m", True),
                                            ("models/smollm/135m", True), ("smollm2-135m-q8_0.gguf", True),
-                                           ("models\\m", True)])
+                                           ("models\\m", True), ("nope/", True), ("my model", True),
+                                           ("org/my model/", True), ("org/name-1.5_b", False)])
 def test_a_spec_not_on_disk_is_a_missing_path_or_a_hub_id(spec, is_path):
-    """One public rule for --model, --encoder and --checkpoints: a missing path is refused, a hub id looked up."""
+    """One public rule for --model, --encoder and --checkpoints: a missing path is refused, a hub id looked up.
+    A spec no hub id can be (`nope/`, as a shell completes a folder) was an INTERNAL ERROR (HFValidationError)."""
     assert models.looks_like_local_path(spec) is is_path
 
 

@@ -125,8 +125,16 @@ def hub_is_offline() -> bool:
 def looks_like_local_path(spec: str) -> bool:
     """Whether a model spec (--model, --encoder, a --checkpoints item) that is not on disk names a missing local
     path rather than a Hugging Face hub id: hub ids are `name` or `org/name`; a spec starting with `/`, `.` or
-    `~`, ending in `.gguf`, with two slashes or more, or a backslash, is a path."""
-    return spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1 or "\\" in spec
+    `~`, ending in `.gguf`, with two slashes or more, or a backslash, is a path, and so is one no hub id can be
+    (`nope/`, as a shell's completion ends a folder; `my model`)."""
+    if spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1 or "\\" in spec:
+        return True
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    try:
+        validate_repo_id(spec)
+    except HFValidationError:
+        return True
+    return False
 
 
 def require_gguf_extra(path: Path) -> None:
