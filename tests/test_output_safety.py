@@ -331,6 +331,27 @@ def test_run_with_its_data_inside_its_folder_keeps_the_data_and_the_users_files(
     assert {k: v for k, v in after.items() if k in before} == before
 
 
+def test_run_refuses_a_users_file_where_a_later_stage_writes_before_the_first_stage(tmp_path, cli_runner):
+    """A `shards/` folder or a `selection.parquet` of the user's in run's folder: embed, cluster and select ran
+    (hours, with a model) before shard refused to replace it. Refused before any stage now, nothing written."""
+    for name, mine in (("shards", "mine.txt"), ("selection.parquet", None)):
+        d = tmp_path / name.split(".")[0]
+        if mine:
+            (d / name).mkdir(parents=True)
+            (d / name / mine).write_text("keep\n")
+        else:
+            d.mkdir()
+            pq.write_table(pa.table({"x": [1]}), d / name)
+        before = _snapshot(d)
+        r = _cli(cli_runner, "run", DATA, "--out", d, *EMBED, "--k", "6", "--fraction", "0.31", *SHARD)
+        stage = "shard" if mine else "select"
+        why = (NOT_TOOL_DIR.format("no manifest.json") if mine else
+               "not a file cluster-curate wrote (no 'cluster_curate' metadata); --overwrite replaces only the tool's "
+               "own outputs: choose another --out")
+        _refused(r, f"run's {stage} output {d / name}: {why}")
+        assert _snapshot(d) == before
+
+
 # ------------------------------------------------------------------------------- the Python API and the writer
 
 def test_python_api_refuses_the_same(pipeline, tmp_path):

@@ -501,6 +501,16 @@ def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
                           "another --out")
 
 
+def _check_stage_outputs(paths: dict, data) -> None:
+    """Before the first stage: a file or folder of the user's where a stage writes (a `shards/` of their own), or
+    beside it under one of its sidecars' names, which that stage refuses to replace. It was found when the stage
+    came, after the stages before it had run (embedding for hours, with a model)."""
+    from cluster_curate.io.artifacts import SHARDS, check_writable, output_inputs
+    kinds = {"embed": names.EMBEDDINGS, "cluster": names.CLUSTERS, "select": names.SELECTION, "shard": SHARDS}
+    for stage, path in paths.items():
+        check_writable(path, True, inputs=output_inputs(data), kind=kinds[stage], label=f"run's {stage} output {path}")
+
+
 def run(data, out: str, *, overwrite: bool = False, force: bool = False, defaulted: frozenset | None = None,
         **options) -> dict:
     """The whole pipeline: embed, cluster, select, shard into the directory `out`, each stage skipped while its
@@ -548,8 +558,9 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
         _refuse_replacement(state, d, {stage: state.request(stage, checked[stage][0], None, specs[stage].algorithm(),
                                                             given_by_stage[stage])
                                        for stage in names.STAGES})
-    d.mkdir(parents=True, exist_ok=True)
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
+    _check_stage_outputs(paths, data)
+    d.mkdir(parents=True, exist_ok=True)
     upstream = ds.fingerprint()  # the raw data's, then each output's
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
