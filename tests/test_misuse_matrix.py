@@ -158,6 +158,12 @@ CASES = [
     ("embed-data-is-clusters", ["embed", "p/clusters.parquet", "--out", "e.parquet"],  # told to pass --prompt-field
      "p/clusters.parquet: is a cluster-curate 'clusters' artifact, not data: give the dataset it was made from "
      "(data.jsonl)"),
+    ("embed-data-is-a-run-folder", ["embed", "p", "--out", "e.parquet"],
+     "p: is a cluster-curate `run` folder, not data: give the dataset it was made from (data.jsonl)"),
+    # a stage given run's folder read its first file (clusters.parquet) as the artifact: 'expected embeddings'
+    ("cluster-input-is-a-run-folder", ["cluster", "p", "--out", "c.parquet"],
+     "p: is a `run` folder, not one artifact: give the file in it that the command reads (p/embeddings.parquet, "
+     "p/clusters.parquet, p/selection.parquet)"),
     ("embed-unknown-format", ["embed", "unknown_format.jsonl", "--out", "e.parquet"],
      "unrecognised record format; columns found: [text, label]. pass --prompt-field COLUMN --response-field COLUMN"),
     ("embed-hint-upper-case", ["embed", "pubmed.jsonl", "--out", "e.parquet"],

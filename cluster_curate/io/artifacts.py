@@ -104,6 +104,10 @@ def artifact_files(path: str | os.PathLike) -> list[Path]:
     if p.is_file():
         return [p]
     if p.is_dir():
+        if (p / names.RUN_STATE).exists():  # its first file (clusters.parquet) was read as the artifact
+            outputs = [name for name in names.RUN_OUTPUTS.values() if name.endswith(".parquet") and (p / name).exists()]
+            raise CurateError(f"{p}: is a `run` folder, not one artifact: give the file in it that the command "
+                              f"reads ({', '.join(str(p / name) for name in outputs) or 'none written yet'})")
         parts = sorted(q for q in p.glob("*.parquet") if not q.name.startswith("."))
         if not parts:
             raise CurateError(f"{p}: directory holds no .parquet files")

@@ -359,13 +359,16 @@ class Dataset:
         from cluster_curate.io.artifacts import read_meta
         if self.container != "parquet":
             return
+        path = Path(self.path)
+        run = path.is_dir() and (path / names.RUN_STATE).exists()  # a `run` folder: its embeddings say the data
         try:
-            meta = read_meta(self.path)
+            meta = read_meta(path / names.RUN_OUTPUTS["embed"] if run else path)
         except CurateError:
             return
         if meta.kind in (names.EMBEDDINGS, names.CLUSTERS, names.SELECTION):
-            raise CurateError(f"{self.source}: is a cluster-curate '{meta.kind}' artifact, not data: give the dataset "
-                              f"it was made from ({meta.dataset.get('source')})")
+            what = "`run` folder" if run else f"'{meta.kind}' artifact"
+            raise CurateError(f"{self.source}: is a cluster-curate {what}, not data: give the dataset it was made "
+                              f"from ({meta.dataset.get('source')})")
 
     # ------------------------------------------------------------------------------------------- lineage
     def fingerprint(self) -> str:
