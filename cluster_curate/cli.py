@@ -26,7 +26,9 @@ def _let_pyarrow_skip_pandas(*sources: str) -> None:
     time it converts any array, only
     to ask whether that array is a pandas object; the commands never hand it one. So pyarrow's one probe is made to
     find no pandas. pandas still imports, and pyarrow's to_pandas/from_pandas import it when called; only pa.array
-    no longer recognises a pandas object in this process. Hence not when a source is read through Hugging Face
+    no longer recognises a pandas object in this process, and to_pylist can no longer give a nanosecond timestamp,
+    time or duration (pyarrow makes those pandas objects; it raises instead): code that hands rows' values to Python
+    converts those itself (layouts.plain_rows). Hence not when a source is read through Hugging Face
     `datasets` (which hands pyarrow pandas objects), and not once pandas is imported (nothing left to save)."""
     if "pandas" in sys.modules or any(reads_through_hf_datasets(s) for s in sources):
         return

@@ -25,7 +25,7 @@ JSON_MODE = False
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True)  # log lines never wrapped mid-path
 WARNINGS: list[str] = []  # the warnings printed since the command began (the `warnings` of its --json object)
-_SAID_ONCE: set[str] = set()  # the warn(once=True) messages given since the command began
+_SAID_ONCE: set[str] = set()  # the warn(once=True) and info(once=True) messages given since the command began
 
 
 def configure(quiet: bool = False, json_mode: bool = False) -> None:
@@ -33,8 +33,12 @@ def configure(quiet: bool = False, json_mode: bool = False) -> None:
     QUIET, JSON_MODE = quiet, json_mode
 
 
-def info(message: str) -> None:
-    """A log line on stderr (stdout is kept for the summary / JSON)."""
+def info(message: str, once: bool = False) -> None:
+    """A log line on stderr (stdout is kept for the summary / JSON); `once`: as warn's."""
+    if once:
+        if message in _SAID_ONCE:
+            return
+        _SAID_ONCE.add(message)
     if not QUIET:
         _err.print(escape(message))
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import uuid
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
@@ -158,7 +159,7 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
     records = _records(table, read, source, inputs, json_columns)
     if any(row_fields.rejected for _, row_fields in records):
         return preference_columns(table, style, records, source, trainer)
-    chats, tools = [], []
+    chats, tools, misordered = [], [], []
     for i, (rec, row_fields) in enumerate(records):
         where = f"{source}: row {i} (id {table.column('id')[i].as_py()})"
         try:
@@ -169,8 +170,11 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
             _refuse_tool_calling(where, messages, schemas)
         if trainer == "llamafactory":
             messages = _llamafactory_turns(messages, where)
+        if trainer in _TURN_ORDER:
+            misordered += [(where, *bad) for bad in [_TURN_ORDER[trainer][0](messages)] if bad]
         chats.append(messages)
         tools.append(schemas)
+    _refuse_turn_order(misordered, len(records), trainer, keeping="trl, axolotl or hf")
     turn = _turn_type(chats)
     if style == "messages":
         chat = {"messages": pa.array(chats, pa.list_(turn))}
@@ -194,7 +198,7 @@ def _records(table: pa.Table, read, source: str, inputs: list[dict] | None,
     (`_input_readings`), as that input was read (io/mixture.py `text_as_json`), so that tool schemas of a struct
     column lose its null keys as the input's own reading drops them; the normalised columns hold the last user
     question alone, the calls and the tool schemas as text, and no rejected answer."""
-    rows = decoded_json(table.select(_source_names(table)).to_pylist(), json_columns)
+    rows = decoded_json(plain_rows(table.select(_source_names(table))), json_columns)
     readings = _input_readings(table, read, source, inputs)
     if readings is None:
         fields = _record_fields(table, read, source)
@@ -280,7 +284,7 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
     calling as `chat_columns` writes them (an answer may be a call). A mixture's row of an input of other records is
     refused: a pairwise loss needs both answers of every row."""
     from cluster_curate.io.records import preference_messages
-    prompts, chosen, rejected, tools = [], [], [], []
+    prompts, chosen, rejected, tools, misordered = [], [], [], [], []
     for i, (rec, fields) in enumerate(records):
         if not fields.rejected:
             name = table.column("source")[i].as_py()
@@ -297,10 +301,13 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
             _refuse_tool_calling(where, [*prompt, good, bad], schemas, trainer, keeping="trl or llamafactory")
         if trainer == "llamafactory":  # its function_call / observation turns; an answer may be a function_call
             prompt, (good, bad) = _llamafactory_turns(prompt, where), _llamafactory_turns([good, bad], where)
+            misordered += [(where, *skip) for skip in [_llamafactory_skips(prompt, ranking=True)] if skip]
         prompts.append(prompt)
         chosen.append(good)
         rejected.append(bad)
         tools.append(schemas)
+    # torchtune's preference_dataset checks no turn order (torchtune/datasets/_preference.py)
+    _refuse_turn_order(misordered, len(records), trainer, keeping="trl, torchtune or hf")
     turn = _turn_type([*prompts, chosen, rejected])
     if trainer == "torchtune":
         chat = {"chosen": pa.array([p + [c] for p, c in zip(prompts, chosen)], pa.list_(turn)),
@@ -333,6 +340,60 @@ def _refuse_tool_calling(where: str, messages: list[dict], schemas, trainer: str
     if schemas or any(_tool_turn(m) for m in messages):
         raise CurateError(f"{where}: holds tool calls or tool turns, which {_NO_TOOL_CALLS[trainer]}; export "
                           f"--for {keeping} keeps them")
+
+
+def _llamafactory_skips(messages: list[dict], ranking: bool = False) -> tuple[int, str] | None:
+    """(turn index, why) where LLaMA-Factory's sharegpt converter (data/converter.py, SharegptDatasetConverter)
+    skips the row, logging "Skipping this abnormal example" and training on the rest: after one leading system turn
+    the turns must go user (or observation), assistant (or function_call), in turn, an even number of them (a
+    ranking prompt: odd, ending on the user's turn). None where it takes the row."""
+    start = 1 if messages and messages[0]["role"] == "system" else 0
+    for i, m in enumerate(messages[start:], start):
+        expected = ("user", "observation") if (i - start) % 2 == 0 else ("assistant", "function_call")
+        if m["role"] not in expected:
+            return i, (f"{m['role']} where it expects {' or '.join(expected)} (user and assistant turns in turn, "
+                       "after one leading system turn)")
+    if (len(messages) - start) % 2 != (1 if ranking else 0):
+        last = messages[-1]["role"] if len(messages) > start else "none"
+        return max(len(messages) - 1, 0), (f"{last}, the prompt's last, where it expects a user turn" if ranking
+                                           else f"{last}, the last, where it expects an assistant turn")
+    return None
+
+
+def _torchtune_raises(messages: list[dict]) -> tuple[int, str] | None:
+    """(turn index, why) where torchtune's SFT datasets raise (torchtune/data/_messages.py validate_messages: a
+    system turn only first, no two user turns in a row, an assistant turn only after a user turn); None where
+    they take the row."""
+    if len(messages) < 2:
+        return 0, f"{messages[0]['role'] if messages else 'none'}, the only one (it takes a user and an assistant turn)"
+    last = "assistant"
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant" and last != "user":
+            return i, f"assistant after {last}, not after user"
+        if m["role"] == "user" and last == "user":
+            return i, "user after user"
+        if m["role"] == "system" and i > 0:
+            return i, "system, not the first turn"
+        last = m["role"]
+    return None
+
+
+# the trainers that skip or refuse a row whose turns are not in their order: what checks it, and what it does
+_TURN_ORDER = {
+    "llamafactory": (_llamafactory_skips, "LLaMA-Factory's sharegpt converter skips (\"Skipping this abnormal "
+                                          "example\": it would train on the other rows alone)"),
+    "torchtune": (_torchtune_raises, "torchtune's chat dataset raises on (validate_messages)"),
+}
+
+
+def _refuse_turn_order(misordered: list[tuple[str, int, str]], rows: int, trainer: str | None, keeping: str) -> None:
+    """One line for the rows whose turns `trainer` takes in no such order (`_TURN_ORDER`): the first, its turn and
+    why, and how many; never a file the trainer silently thins. `keeping`: the layouts that keep such turns."""
+    if not misordered:
+        return
+    where, turn, why = misordered[0]
+    raise CurateError(f"{where}: turn {turn} is {why}, which {_TURN_ORDER[trainer][1]}; {len(misordered):,} of "
+                      f"{rows:,} rows are so: export --for {keeping} keeps their turns as written")
 
 
 def _tool_turn(message: dict) -> bool:
@@ -423,7 +484,7 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
         theirs = [c for c in leftovers.column_names if c not in ("id",) + ours]
         leftovers = leftovers.select(theirs).rename_columns([input_name(c) for c in theirs])
         (rows, leftovers), _ = json_text_aligned([rows, leftovers], json_columns)
-        rows = pa.concat_tables([rows, leftovers], promote_options="permissive")
+        rows = concat_rows([rows, leftovers])
     rows = rows.take(pc.sort_indices(pa.chunked_array(ids, pa.int64())))
     if mixture:  # each input's rows (one run in id order) and its columns: a row is written with its own alone
         rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}), INPUT_COLUMNS_KEY: json.dumps(
@@ -432,6 +493,33 @@ def source_rows(table: pa.Table, manifest: dict, leftovers: pa.Table | None = No
         rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}),
                                              JSON_COLUMNS_KEY: json.dumps(json_columns).encode()})
     return rows
+
+
+def concat_rows(tables: list[pa.Table]) -> pa.Table:
+    """Rows of one dataset read apart (the shards' and the left-over rows', the batches these were read in) as one
+    table, joined as `shard` joins its batches (io/shard_writer.py): Arrow's promotions, an extension type (a
+    `datasets` Array2D, which the shards hold as its storage) as its storage, and a column whose types none of
+    those joins (numbers in one, text in another) as text, or one line naming it."""
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        pass
+    tables = [_extensions_as_storage(t) for t in tables]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        pass
+    from cluster_curate.io.shard_writer import joined_tables
+    return joined_tables(tables)
+
+
+def _extensions_as_storage(table: pa.Table) -> pa.Table:
+    for i, field in enumerate(table.schema):
+        if isinstance(field.type, pa.BaseExtensionType):
+            column = table.column(i)
+            table = table.set_column(i, field.name, pa.chunked_array([c.storage for c in column.chunks],
+                                                                     field.type.storage_type))
+    return table
 
 
 def _input_columns(rows: pa.Table, sources: list[str]) -> list[dict]:
@@ -452,7 +540,7 @@ def source_records(rows: pa.Table) -> list[dict]:
     table's metadata: objects whose keys differ from row to row, lists whose items differ in type) decoded; a
     mixture's rows with their own input's columns alone (`INPUT_COLUMNS_KEY`)."""
     metadata = rows.schema.metadata or {}
-    records = decoded_json(rows.to_pylist(), json.loads(metadata.get(JSON_COLUMNS_KEY, b"[]")))
+    records = decoded_json(plain_rows(rows), json.loads(metadata.get(JSON_COLUMNS_KEY, b"[]")))
     if INPUT_COLUMNS_KEY in metadata:
         runs = json.loads(metadata[INPUT_COLUMNS_KEY])
         whose = (run["columns"] for run in runs for _ in range(run["rows"]))
@@ -461,8 +549,9 @@ def source_records(rows: pa.Table) -> list[dict]:
 
 
 def json_lines(rows: pa.Table, source: str) -> bytes:
-    """The rows as JSON Lines (--for jsonl), as they were read: dates and times as ISO 8601 text and decimals as
-    exact text, durations as seconds, which JSON has no type for; a column of bytes refused (--for parquet keeps it)."""
+    """The rows as JSON Lines (--for jsonl), as they were read: dates and times as ISO 8601 text (nanoseconds too:
+    `plain_rows`), decimals as exact text, durations as seconds and UUIDs as their text, which JSON has no type for;
+    a column of bytes refused (--for parquet keeps it)."""
     binary = next((f.name for f in rows.schema if _holds_bytes(f.type)), None)
     if binary is not None:
         raise CurateError(f"{source}: column {binary!r} holds bytes, which JSON Lines cannot; export --for parquet "
@@ -471,6 +560,10 @@ def json_lines(rows: pa.Table, source: str) -> bytes:
 
 
 def _holds_bytes(t: pa.DataType) -> bool:
+    if isinstance(t, pa.BaseExtensionType):  # a UUID is written as its text (plain_rows); another as its storage
+        return t.extension_name != "arrow.uuid" and _holds_bytes(t.storage_type)
+    if pa.types.is_dictionary(t):
+        return _holds_bytes(t.value_type)
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return True
     return any(_holds_bytes(t.field(i).type) for i in range(t.num_fields))  # lists, structs, maps
@@ -485,6 +578,80 @@ def _json_text(value):
     if isinstance(value, datetime.timedelta):
         return value.total_seconds()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+# ------------------------------------------------------------------------------------ plain values
+
+_NS_PER_S = 10**9
+
+
+def plain_rows(table: pa.Table) -> list[dict]:
+    """`table.to_pylist()`, save for the values that call cannot give without pandas (nanosecond timestamps, times
+    and durations: the CLI keeps pandas unimported, cli._let_pyarrow_skip_pandas) or gives as objects JSON has no
+    form for (a UUID): a nanosecond timestamp or time is ISO 8601 text with its nine fraction digits, a nanosecond
+    duration its seconds (a float), a UUID its canonical text, another extension type's value its storage's."""
+    if not any(_needs_plain(f.type) for f in table.schema):
+        return table.to_pylist()
+    columns = [[v for chunk in table.column(i).chunks for v in _plain_values(chunk)]
+               for i in range(table.num_columns)]
+    return [dict(zip(table.column_names, values)) for values in zip(*columns)] if columns else \
+        [{} for _ in range(table.num_rows)]
+
+
+def _needs_plain(t: pa.DataType) -> bool:
+    if isinstance(t, pa.BaseExtensionType):
+        return True
+    if pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t):
+        return t.unit == "ns"
+    if pa.types.is_dictionary(t):
+        return _needs_plain(t.value_type)
+    return any(_needs_plain(t.field(i).type) for i in range(t.num_fields))  # lists, structs, maps
+
+
+def _plain_values(arr: pa.Array) -> list:
+    """One array's `plain_rows` values."""
+    t = arr.type
+    if not _needs_plain(t):
+        return arr.to_pylist()
+    valid = arr.is_valid().to_pylist()
+    if isinstance(t, pa.BaseExtensionType):
+        if t.extension_name == "arrow.uuid":
+            return [str(uuid.UUID(bytes=b)) if b is not None else None for b in arr.storage.to_pylist()]
+        return _plain_values(arr.storage)
+    if pa.types.is_dictionary(t):
+        return _plain_values(arr.dictionary_decode())
+    if pa.types.is_timestamp(t) or pa.types.is_time64(t) or pa.types.is_duration(t):
+        ns = arr.cast(pa.int64()).to_pylist()
+        if pa.types.is_duration(t):
+            return [None if v is None else v / _NS_PER_S for v in ns]  # int / int: correctly rounded
+        if pa.types.is_time64(t):
+            return [None if v is None else _with_fraction(
+                datetime.time(v // (3600 * _NS_PER_S), v // (60 * _NS_PER_S) % 60, v // _NS_PER_S % 60).isoformat(),
+                v % _NS_PER_S, len("HH:MM:SS")) for v in ns]
+        # the whole seconds as pyarrow gives a microsecond timestamp (its time zone too), then the fraction
+        seconds = pa.array([None if v is None else v // _NS_PER_S * 10**6 for v in ns], pa.timestamp("us", t.tz))
+        return [None if v is None else _with_fraction(d.isoformat(), v % _NS_PER_S, len("YYYY-MM-DDTHH:MM:SS"))
+                for v, d in zip(ns, seconds.to_pylist())]
+    if pa.types.is_fixed_size_list(t):
+        size, start, values = t.list_size, arr.offset * t.list_size, _plain_values(arr.values)
+        return [values[start + i * size: start + (i + 1) * size] if ok else None for i, ok in enumerate(valid)]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        offsets, values = arr.offsets.to_pylist(), _plain_values(arr.values)
+        if pa.types.is_map(t):  # as to_pylist gives a map: (key, value) pairs
+            values = [None if e is None else (e["key"], e["value"]) for e in values]
+        return [values[offsets[i]:offsets[i + 1]] if ok else None for i, ok in enumerate(valid)]
+    if pa.types.is_struct(t):
+        names = [t.field(i).name for i in range(t.num_fields)]
+        children = [_plain_values(c) for c in arr.flatten()]
+        return [dict(zip(names, values)) if ok else None for ok, values in zip(valid, zip(*children))] \
+            if children else [{} if ok else None for ok in valid]
+    return arr.to_pylist()
+
+
+def _with_fraction(iso: str, nanoseconds: int, seconds_end: int) -> str:
+    """ISO 8601 text of whole seconds with the nanoseconds' nine digits after its seconds (before an offset), as
+    isoformat writes a fraction: none when there is none."""
+    return iso[:seconds_end] + (f".{nanoseconds:09d}" if nanoseconds else "") + iso[seconds_end:]
 
 
 def data_file(tgt: Target) -> str:

@@ -591,6 +591,21 @@ def test_every_row_bad_is_refused_with_the_first_reason_and_listed(tmp_path, cli
     assert f"its only row is a bad row, skipped (--on-bad-row skip): nothing to embed; the row: {data}:1" in res.output
 
 
+def test_a_dim_far_past_the_datas_directions_is_warned_and_stores_no_zeros(tmp_path, cli_runner):
+    """`--dim 100000` on 120 rows (a typo's extra 0) wrote a 2 GB basis of zeros beside the embeddings, without a
+    word: the basis holds the directions the data has, the output is still --dim wide (zeros past them), and a
+    --dim more than twice those directions is warned."""
+    data = _write_jsonl(tmp_path / "d.jsonl", _rows(30))
+    res = _run(cli_runner, ["embed", str(data), "--out", str(tmp_path / "e.parquet"), "--dim", "20000", "--json"])
+    s = _summary(res)
+    assert [w for w in s["warnings"] if w.startswith("--dim 20000: the text sample (30 rows")] and \
+        s["warnings"][0].endswith("columns are zero in every row")
+    assert (tmp_path / "e.text.npz").stat().st_size < 200_000  # 20000 x terms float32 zeros before: 9+ MB
+    from cluster_curate.io.readers import embedding_matrix
+    x = embedding_matrix(read_artifact(tmp_path / "e.parquet")[0].column("embedding"))
+    assert x.shape == (30, 20000) and np.count_nonzero(np.abs(x).sum(0)) < 30
+
+
 def test_skipped_bad_rows_are_warned_under_quiet_and_json(tmp_path, cli_runner):
     """Rows skipped as bad were told only in a summary line that --quiet and --json hide (select warns of a
     --target's): now one warning with the count and the rejects file; a mixture input that lost every row gets a

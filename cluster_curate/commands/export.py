@@ -158,9 +158,9 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     import json
 
     from cluster_curate.io.shard_writer import json_text_aligned
-    from cluster_curate.layouts import JSON_COLUMNS_KEY
+    from cluster_curate.layouts import JSON_COLUMNS_KEY, concat_rows
     parts, _ = json_text_aligned(parts, ds.json_columns)  # batches where a column's objects had other keys, or text
-    table = pa.concat_tables(parts, promote_options="permissive")
+    table = concat_rows(parts)  # batches of other types (numbers, then text), as shard joined them
     return table.replace_schema_metadata({**(table.schema.metadata or {}),
                                           JSON_COLUMNS_KEY: json.dumps(ds.json_columns).encode()})
 

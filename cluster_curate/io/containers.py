@@ -681,6 +681,96 @@ def _parquet_files(directory: Path) -> list[Path]:
                   if not any(part.startswith((".", "_")) for part in p.relative_to(directory).parts))
 
 
+# a split's name, as Hugging Face names split files and folders (`train`, `test_sft`, `validation_matched`), once a
+# part number (`-00000-of-00002`, `_3`, `0000`) is taken off
+_SPLIT_NAME = re.compile(r"(?:train|training|test|testing|validation|valid|val|dev|eval|evaluation)"
+                         r"(?:[_-][a-z][a-z0-9]*)*", re.IGNORECASE)
+_PART_NUMBER = re.compile(r"(?:-\d+-of-\d+|[-_.]?\d+)$")
+_HIVE_FOLDER = re.compile(r"([^=]+)=(.*)")
+
+
+def _split_of(relative: Path) -> tuple[str, Path] | None:
+    """The split a part's path names, and the path to give for it: its file name's (the hub's
+    `data/train-00000-of-00002.parquet`), else its innermost folder's that is one (the parquet converter's
+    `default/test/0000.parquet`); the folder named for it where there is one, else the file. None for no split."""
+    folders = [(_PART_NUMBER.sub("", part), Path(*relative.parts[:i + 1]))
+               for i, part in enumerate(relative.parts[:-1])]
+    base = _PART_NUMBER.sub("", relative.name[:-len(".parquet")])
+    if not _SPLIT_NAME.fullmatch(base):
+        base = next((name for name, _ in reversed(folders) if _SPLIT_NAME.fullmatch(name)), None)
+        if base is None:
+            return None
+    return base, next((where for name, where in reversed(folders) if name.lower() == base.lower()), relative)
+
+
+def _refuse_layouts(directory: Path, parts: list[Path]) -> None:
+    """A directory whose folders or file names carry what its rows do not: hive `key=value` folders (the column's
+    values; reading the files alone would drop it), or splits (read as one dataset, a test split's rows would be
+    trained on). Which split to read is not guessed, as a JSON file's splits are not (_JsonDocument._not_records)."""
+    relative = [p.relative_to(directory) for p in parts]
+    hive = sorted({part for r in relative for part in r.parts[:-1] if _HIVE_FOLDER.fullmatch(part)})
+    if hive:
+        keys = sorted({_HIVE_FOLDER.fullmatch(h).group(1) for h in hive})
+        shown = ", ".join(hive[:3]) + " and more" * (len(hive) > 3)
+        raise CurateError(f"{directory}: a hive-partitioned Parquet directory (folders {shown}): column"
+                          f"{'s' * (len(keys) > 1)} {', '.join(map(repr, keys))} {'are' if len(keys) > 1 else 'is'} "
+                          "in the folder names, not in the files, and reading the files would drop it; write the "
+                          f"rows with it into one file (pq.write_table(pq.read_table({str(directory)!r}), "
+                          "'data.parquet')) and give that")
+    splits: dict[str, list[tuple[Path, Path]]] = {}
+    for r in relative:
+        found = _split_of(r)
+        if found:
+            splits.setdefault(found[0].lower(), []).append((r, found[1]))
+    if len(splits) < 2:
+        return
+    held = "; ".join(f"{name}: {files[0][0]}" + f" and {counted(len(files) - 1, 'more file')}" * (len(files) > 1)
+                     for name, files in splits.items())
+    name = "train" if "train" in splits else next(iter(splits))
+    (first, where), files = splits[name][0], splits[name]
+    if where != first:  # a split folder
+        give = directory / where
+    elif len(files) == 1:
+        give = directory / first
+    else:  # a split's files by name: the shell's pattern for them
+        stem = first.name[:-len(".parquet")]
+        give = directory / first.parent / f"{stem[:len(_PART_NUMBER.sub('', stem)) + 1]}*.parquet"
+    raise CurateError(f"{directory}: a directory of Parquet splits ({held}), which read as one dataset would be "
+                      f"mixed (an evaluation split's rows trained on); which split is read is not guessed: give one, "
+                      f"e.g. {give}")
+
+
+# the kinds of type that hold the same values: one column whatever its encoding in each part (a pandas Categorical
+# is a dictionary; a view, which Table.take cannot take rows of, is read as the plain type)
+_VIEWS = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
+
+
+def _plain(t: pa.DataType, decode: bool = True) -> pa.DataType:
+    if decode and pa.types.is_dictionary(t):
+        t = t.value_type
+    return _VIEWS.get(t, t)
+
+
+def is_text(t: pa.DataType) -> bool:
+    """Text in any of Arrow's encodings but a dictionary's: string, large_string, string_view."""
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
+
+
+def _is_binary(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+
+
+def _as_text(column: pa.Array) -> pa.Array:
+    """A part's values of a column that other parts hold as text: as JSON input's column of text and other values
+    is (io/datasets.py _as_text), numbers, booleans, lists and objects as their JSON text (3.0 stays "3.0", which
+    Arrow's cast writes "3"); other values (dates, decimals) as Arrow writes them."""
+    t = column.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_nested(t):
+        return pa.array([None if v is None else json.dumps(v, ensure_ascii=False, default=str)
+                         for v in column.to_pylist()], pa.string())  # default: a date or bytes inside an object
+    return column.cast(pa.string())
+
+
 class _Parquet:
     kind = "parquet"
 
@@ -690,7 +780,14 @@ class _Parquet:
         files = files or [path]
         self.path, self.files = path, files
         self._pq = pq
-        self.rows = sum(self._file(f).metadata.num_rows for f in files)
+        footers = {}  # each part's rows and schema; not its open file: a directory may hold thousands
+        for f in files:
+            pf = self._file(f)
+            footers[f] = pf.metadata.num_rows, pf.schema_arrow
+        self.rows = sum(rows for rows, _ in footers.values())
+        # an empty part's types hold no value (pandas writes an empty `object` column as null, or as text)
+        held = {f: schema for f, (rows, schema) in footers.items() if rows} or {f: s for f, (_, s) in footers.items()}
+        self._read_as = self._column_types(held)
 
     def _file(self, f: Path):
         with _open_binary(f):
@@ -706,17 +803,145 @@ class _Parquet:
                               "its own name")
         return pf
 
+    def _column_types(self, schemas: dict[Path, pa.Schema]) -> dict[str, pa.DataType]:
+        """{column: the type it is read as} for the columns read as another type than a part stores: every part's
+        footer checked before a row is read, so that each batch of a column has one type (the shards one column),
+        and what no one type holds is refused here, not after embedding. Views are read as their plain type (Table
+        .take has none for them); encodings of text (dictionary, large, view) as text; numbers of other widths as
+        the one type that holds both, when it holds every value; text beside other values as text, said as JSON
+        input's is. Nested columns are left as they are: their shapes are the shard writer's (JSON text where they
+        differ)."""
+        by_name: dict[str, dict[Path, pa.DataType]] = {}
+        for f, schema in schemas.items():
+            for field in schema:
+                by_name.setdefault(field.name, {})[f] = field.type
+        read_as = {}
+        for name, types in by_name.items():
+            stored = {f: _plain(t, decode=False) for f, t in types.items() if not pa.types.is_null(t)}
+            if len(set(stored.values())) <= 1:  # the parts agree (one file does): as stored, views aside
+                viewed = [t for t in types.values() if _plain(t, decode=False) != t]
+                if viewed:
+                    read_as[name] = _plain(viewed[0], decode=False)
+                continue
+            plain = {f: _plain(t) for f, t in stored.items()}
+            target = self._common_type(name, plain)
+            if target is not None:
+                read_as[name] = target
+        return read_as
+
+    def _common_type(self, name: str, plain: dict[Path, pa.DataType]) -> pa.DataType | None:
+        """The type all parts' `name` column is read as (`plain`: its type in each part, encodings taken off), or
+        None to read each part's as it is (nested columns: the shard writer's); refuses what no type holds."""
+        distinct = set(plain.values())
+        if len(distinct) == 1:
+            return distinct.pop()
+        where = {t: next(f for f, held in plain.items() if held == t) for t in distinct}
+
+        def said(t):  # `int64 in part-0.parquet`
+            return f"{t} in {where[t].relative_to(self.path)}"
+
+        text = [t for t in distinct if is_text(t)]
+        binary = [t for t in distinct if _is_binary(t)]
+        if text and binary:
+            raise CurateError(f"{self.path}: column {name!r} holds text in some parts and bytes in others "
+                              f"({said(text[0])}, {said(binary[0])}): one column holds one of them; write it with "
+                              "one type in every part (text, or bytes)")
+        if text:
+            if len(text) < len(distinct):
+                from cluster_curate import console
+                others = ", ".join(said(t) for t in sorted(distinct, key=str) if not is_text(t))
+                console.warn(f"{self.path}: column {name!r} holds text in some rows and other values in others "
+                             f"({said(text[0])}, {others}); shards keep it as text (numbers and lists as their "
+                             "JSON text)", once=True)
+            return pa.large_string() if pa.large_string() in distinct else pa.string()
+        if binary and len(binary) == len(distinct):
+            return pa.large_binary() if pa.large_binary() in distinct else pa.binary()
+        try:
+            target = pa.unify_schemas([pa.schema([(name, t)]) for t in distinct],
+                                      promote_options="permissive").field(name).type
+        except (pa.ArrowTypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            first, second = sorted(distinct, key=str)[:2]
+            raise CurateError(f"{self.path}: column {name!r} has types that no one column holds ({said(first)}, "
+                              f"{said(second)}); write it with one type in every part") from None
+        if any(map(pa.types.is_nested, distinct)):
+            return None
+        for f, t in plain.items():
+            if t != target and not _always_fits(t, target):
+                self._check_fits(f, name, t, target, where[target] if target in where else None)
+        if pa.types.is_floating(target) and any(pa.types.is_integer(t) for t in distinct):
+            from cluster_curate import console
+            held = ", ".join(said(t) for t in sorted(distinct, key=str))
+            console.info(f"{self.path}: column {name!r} holds whole numbers in some parts and fractions in others "
+                         f"({held}): read as {target}, as a column of both is (3 as 3.0)", once=True)
+        return target
+
+    def _check_fits(self, f: Path, name: str, held: pa.DataType, target: pa.DataType, other: Path | None) -> None:
+        """Refuse a part whose `name` values `target` does not hold as they are (a uint64 past 2**63 beside int64,
+        an int64 past 2**53 beside floats, which would round it), naming its first such row."""
+        row = 0
+        for b in self._file(f).iter_batches(batch_size=8192, columns=[name]):
+            col = b.column(0)
+            if pa.types.is_dictionary(col.type):
+                col = col.dictionary_decode()
+            try:
+                col.cast(target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                bad = next(i for i in range(len(col)) if not _fits(col.slice(i, 1), target))
+                beside = f"the {target} that column is{f' in {other.relative_to(self.path)}' if other else ''}"
+                raise CurateError(f"{f}: row {row + bad}: column {name!r} holds {col[bad].as_py()!r} ({held}), "
+                                  f"which {beside} cannot hold as written; write the column with one type in every "
+                                  "part (as text, if no number type holds every value)") from None
+            row += len(col)
+
     def batches(self, batch_rows: int = 2048) -> Iterator[pa.RecordBatch]:
         for f in self.files:
             try:
                 for b in self._file(f).iter_batches(batch_size=batch_rows):
                     if b.num_rows:
-                        yield b
+                        yield self._read_types(b)
             except (pa.ArrowInvalid, OSError) as e:
                 raise cannot_read(f, e, "its Parquet data") from None
 
+    def _read_types(self, b: pa.RecordBatch) -> pa.RecordBatch:
+        """`b` with each column of `_read_as` in its type there."""
+        changed = {i: self._read_as[n] for i, n in enumerate(b.schema.names)
+                   if n in self._read_as and b.schema.types[i] != self._read_as[n]}
+        if not changed:
+            return b
+        columns = list(b.columns)
+        for i, target in changed.items():
+            col = columns[i]
+            if pa.types.is_dictionary(col.type):
+                col = col.dictionary_decode()
+            columns[i] = col if col.type == target else (
+                _as_text(col) if is_text(target) and not is_text(_plain(col.type)) else col).cast(target)
+        return pa.RecordBatch.from_arrays(columns, names=b.schema.names)
+
     def count(self) -> int:
         return self.rows
+
+
+def _always_fits(held: pa.DataType, target: pa.DataType) -> bool:
+    """Whether `target` holds every value of type `held` as it is (no need to read them): a wider integer, or a
+    float whose mantissa holds every integer or float of `held`."""
+    if pa.types.is_integer(held) and pa.types.is_integer(target):
+        signed = pa.types.is_signed_integer
+        return (signed(held) == signed(target) and target.bit_width >= held.bit_width) or (
+            signed(target) and not signed(held) and target.bit_width > held.bit_width)
+    if pa.types.is_floating(target):
+        mantissa = {16: 11, 32: 24, 64: 53}[target.bit_width]
+        if pa.types.is_integer(held):
+            return held.bit_width < mantissa
+        return pa.types.is_floating(held) and held.bit_width <= target.bit_width
+    return False
+
+
+def _fits(value: pa.Array, target: pa.DataType) -> bool:
+    try:
+        value.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
 
 
 _JSON_SUFFIXES = (".jsonl", ".ndjson", ".json")
@@ -764,6 +989,7 @@ def _directory(path: Path):
             raise CurateError(f"{path}: a directory of .parquet files that also holds {held}, which a Parquet "
                               "directory's reading leaves out; give the files as DATA (several files are read as "
                               "one dataset), or move them out")
+        _refuse_layouts(path, parts)
         return _Parquet(path, parts)
     files = sorted(f for f in path.iterdir() if not f.name.startswith((".", "_")))
     json_files = [f for f in files if f.is_file() and f.name.lower().removesuffix(".gz").endswith(_JSON_SUFFIXES)]

@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError, cannot_read
+from cluster_curate.io.containers import is_text
 from cluster_curate.io.datasets import (RAW_RESERVED, Batch, Example, ReadOptions, Reject, data_paths, open_dataset,
                                         original_name, recorded_source, same_shape)
 from cluster_curate.io.datasets import reserved_rename as _reserved_rename
@@ -431,17 +432,17 @@ class Mixture:
                 if pa.types.is_null(f.type):
                     owner.setdefault(name, (inp.name, f.type, False))
                     continue
-                if _is_text(f.type) and not objects:
+                if is_text(f.type) and not objects:
                     texts.setdefault(name, []).append(k)
                 prev = owner.get(name)
                 if prev is None or pa.types.is_null(prev[1]):
                     owner[name] = (inp.name, f.type, objects)
-                elif prev[2] != objects and _is_text(prev[1] if objects else f.type):
+                elif prev[2] != objects and is_text(prev[1] if objects else f.type):
                     # text in one input, lists or objects (or their JSON text) in another: JSON text for every
                     # input, the text as a JSON string (`text_as_json`)
                     owner[name] = (inp.name, pa.string(), True)
                 elif prev[1] != f.type and prev[2] and objects and (
-                        _is_text(prev[1]) or _is_text(f.type) or not same_shape(prev[1], f.type)):
+                        is_text(prev[1]) or is_text(f.type) or not same_shape(prev[1], f.type)):
                     # objects of other keys (tool_calls in some turns only) or one input's JSON text of them: JSON
                     # text in every input's rows, as in one input's batches (io/shard_writer.py `json_columns`),
                     # each row loaded back as its input held it
@@ -457,15 +458,11 @@ class Mixture:
         return pa.schema([pa.field(n, t) for n, (_, t, _) in owner.items()])
 
 
-def _is_text(t: pa.DataType) -> bool:
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)
-
-
 def _one_kind(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
     """The wider of two types of one kind of value, where every value of each is kept as it is in the other: text in
     any width (string, large_string, string_view), whole numbers in signed widths, or floats; else None (a whole
     number beside a float, or an unsigned 64-bit one, is another type of column: refused)."""
-    if _is_text(a) and _is_text(b):
+    if is_text(a) and is_text(b):
         return pa.large_string() if pa.types.is_large_string(a) or pa.types.is_large_string(b) else pa.string()
     signed = [pa.types.is_signed_integer(t) or t in (pa.uint8(), pa.uint16(), pa.uint32()) for t in (a, b)]
     if all(signed):

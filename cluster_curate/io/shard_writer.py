@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,17 @@ import pyarrow.parquet as pq
 
 from cluster_curate.errors import CurateError
 
-POSITION = "__position"
+POSITION = "__position"  # each row's place in its shard, a column of ours beside the data's while it is sorted
+# a data column named like ours, or like one renamed so, gets one more `_` while here: no two alike, undone on writing
+_LIKE_POSITION = re.compile("_*" + re.escape(POSITION))
+
+
+def _stored(name: str) -> str:
+    return "_" + name if _LIKE_POSITION.fullmatch(name) else name
+
+
+def _given(name: str) -> str:
+    return name[1:] if name != POSITION and _LIKE_POSITION.fullmatch(name) else name
 
 
 class ShardWriter:
@@ -54,6 +65,8 @@ class ShardWriter:
             per_row = max(1.0, table.nbytes / table.num_rows)
             self.chunk_rows = int(min(max(16, self.chunk_bytes // per_row), max(1, self.rows_per_shard)))
             self.n_chunks = -(-self.rows_per_shard // self.chunk_rows)
+        if any(map(_LIKE_POSITION.fullmatch, table.column_names)):
+            table = table.rename_columns([_stored(c) for c in table.column_names])
         table = table.append_column(POSITION, pa.array(position, pa.int64()))
         self._schemas.setdefault(table.schema, None)
         key = np.asarray(shard, dtype=np.int64) * self.n_chunks + np.asarray(position) // self.chunk_rows
@@ -97,7 +110,7 @@ class ShardWriter:
             return None
         if len(tables) == 1:
             return tables[0]
-        target = self.schema()
+        target = self._stored_schema()
         if self.json_columns:  # permissive concatenation would merge structs of different keys
             return pa.concat_tables([_conform(t, target) for t in tables])
         try:
@@ -106,47 +119,24 @@ class ShardWriter:
             return pa.concat_tables([_conform(t, target) for t in tables])
 
     def schema(self) -> pa.Schema:
-        """The union of the schemas seen; a column whose type differs between batches in a way Arrow cannot
-        promote (numbers in one JSON batch, text in a later one) becomes text, as within one batch (the reader
-        has warned about it); one of objects that is JSON text in some batches or has other keys in others becomes
-        JSON text (`json_columns`)."""
-        schemas = list(self._schemas)
-        fields: dict[str, list[pa.Field]] = {}
-        for schema in schemas:
-            for f in schema:
-                fields.setdefault(f.name, []).append(f)
-        self.json_columns = [name for name, same_name in fields.items() if _json_text([f.type for f in same_name])]
-        # of those, the ones that came as lists or objects in every batch: JSON text of nothing but objects
-        self.json_only = [name for name in self.json_columns
-                          if all(nested_type(f.type) or pa.types.is_null(f.type) for f in fields[name])]
-        if not self.json_columns:
-            try:
-                return pa.unify_schemas(schemas, promote_options="permissive")
-            except (pa.ArrowTypeError, pa.ArrowInvalid):
-                pass
-        unified = []
-        for name, same_name in fields.items():
-            if name in self.json_columns:
-                unified.append(pa.field(name, pa.string()))
-                continue
-            try:
-                unified.append(pa.unify_schemas([pa.schema([f]) for f in same_name],
-                                                promote_options="permissive").field(name))
-            except (pa.ArrowTypeError, pa.ArrowInvalid):
-                if not all(_castable_to_text(f.type) for f in same_name):
-                    raise CurateError(f"the data's column {name!r} changes type between rows "
-                                      f"({', '.join(sorted({str(f.type) for f in same_name}))}) and cannot be "
-                                      "combined in one Parquet shard") from None
-                unified.append(pa.field(name, pa.string()))
-        return pa.schema(unified)
+        """The data's columns in the shards (`_stored_schema`, under their own names)."""
+        unified = self._stored_schema()
+        return pa.schema([f.with_name(_given(f.name)) for f in unified if f.name != POSITION])
+
+    def _stored_schema(self) -> pa.Schema:
+        """`unified_schema` of the batches seen, under the names they are stored by here."""
+        unified, json_columns, json_only = unified_schema(list(self._schemas))
+        self.json_columns, self.json_only = list(map(_given, json_columns)), list(map(_given, json_only))
+        return unified
 
     def finish(self, paths: list[Path], columns: list[str], metadata: dict[bytes, bytes] | None = None,
                compression: str = "snappy") -> None:
         """Assemble the shards at `paths` (one per shard) with `columns` in this order."""
         if self.chunk_rows is None:
             raise CurateError("no selected row was found in the data")
-        unified = self.schema()
-        target = pa.schema([unified.field(c) for c in columns], metadata=metadata)
+        unified = self._stored_schema()
+        stored = pa.schema([unified.field(_stored(c)) for c in columns])
+        target = pa.schema([f.with_name(c) for f, c in zip(stored, columns)], metadata=metadata)
         for shard, path in enumerate(paths):
             writer = pq.ParquetWriter(str(path), target, compression=compression)
             try:
@@ -164,7 +154,7 @@ class ShardWriter:
                         raise CurateError(f"shard {shard}: position {int(missing[0]) if missing.size else int(pos[0])} "
                                           "received no row or two rows (internal plan/data mismatch)")
                     expected += table.num_rows
-                    table = _conform(table, target)
+                    table = _conform(table, stored).rename_columns(columns)
                     writer.write_table(table, row_group_size=max(1, table.num_rows))
                     self._buffers.pop(key, None)
                     for p in self._segments.pop(key, []):
@@ -220,6 +210,47 @@ def json_text_aligned(tables: list[pa.Table], json_columns=()) -> tuple[list[pa.
 def _castable_to_text(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) \
         or pa.types.is_null(t)
+
+
+def unified_schema(schemas: list[pa.Schema]) -> tuple[pa.Schema, list[str], list[str]]:
+    """The union of batches' schemas, with the columns that are JSON text in it and those of them that came as
+    lists or objects in every batch: a column whose type differs between batches in a way Arrow cannot promote
+    (numbers in one JSON batch, text in a later one) becomes text, as within one batch (the reader has warned about
+    it); one of objects that is JSON text in some batches or has other keys in others becomes JSON text."""
+    fields: dict[str, list[pa.Field]] = {}
+    for schema in schemas:
+        for f in schema:
+            fields.setdefault(f.name, []).append(f)
+    json_columns = [name for name, same_name in fields.items() if _json_text([f.type for f in same_name])]
+    json_only = [name for name in json_columns
+                 if all(nested_type(f.type) or pa.types.is_null(f.type) for f in fields[name])]
+    if not json_columns:
+        try:
+            return pa.unify_schemas(schemas, promote_options="permissive"), [], []
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            pass
+    unified = []
+    for name, same_name in fields.items():
+        if name in json_columns:
+            unified.append(pa.field(name, pa.string()))
+            continue
+        try:
+            unified.append(pa.unify_schemas([pa.schema([f]) for f in same_name],
+                                            promote_options="permissive").field(name))
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            if not all(_castable_to_text(f.type) for f in same_name):
+                raise CurateError(f"the data's column {_given(name)!r} changes type between rows "
+                                  f"({', '.join(sorted({str(f.type) for f in same_name}))}) and cannot be "
+                                  "combined in one Parquet shard") from None
+            unified.append(pa.field(name, pa.string()))
+    return pa.schema(unified), json_columns, json_only
+
+
+def joined_tables(tables: list[pa.Table]) -> pa.Table:
+    """Tables of one dataset's rows read apart as one table, joined as the shards join their batches
+    (`unified_schema`)."""
+    target = unified_schema([t.schema for t in tables])[0]
+    return pa.concat_tables([_conform(t, target) for t in tables])
 
 
 def _conform(table: pa.Table, target: pa.Schema) -> pa.Table:
