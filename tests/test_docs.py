@@ -252,3 +252,15 @@ def test_the_names_the_docs_give_exist():
                     classes[owner], name):
                 missing.append(f"{owner}.{name}")
     assert not missing, f"names the docs give that the code does not have: {sorted(missing)}"
+
+
+def test_one_short_flag_per_option_on_every_command():
+    """`export shards/ -o exp`: `-o` was no option of shard and export (embed, cluster, select, run and report took
+    it), nor `-m` of export (shard and run took it). An option's short flag is the same on every command."""
+    from cluster_curate.commands import COMMANDS, spec
+    short: dict[str, set] = {}
+    for name in COMMANDS:
+        for o in spec(name).options:
+            if o.name in ("out", "micro_batch_size", "num_shards", "world_size"):
+                short.setdefault(o.name, set()).add(next((f for f in o.cli_flags if not f.startswith("--")), None))
+    assert short == {"out": {"-o"}, "micro_batch_size": {"-m"}, "num_shards": {"-n"}, "world_size": {"-n"}}

@@ -10,10 +10,10 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
 OPTIONS = (
     Option("trainer", flags=("--for",), required=True, choices=lazy("cluster_curate.layouts", "TARGET_NAMES"),
            run=False, help="The trainer to write for: its layout (batch- or sample-interleaved), columns, settings."),
-    Option("out", path=True, required=True, run=False, help="Output directory."),
-    Option("world_size", type=int_range(1), run=False,
+    Option("out", path=True, flags=("--out", "-o"), required=True, run=False, help="Output directory."),
+    Option("world_size", type=int_range(1), flags=("--world-size", "-n"), run=False,
            help="The job's number of processes: refused unless it is the shards' --num-shards."),
-    Option("micro_batch_size", type=int_range(1), run=False,
+    Option("micro_batch_size", type=int_range(1), flags=("--micro-batch-size", "-m"), run=False,
            help="The job's per-device batch size: refused unless it is the shards' --micro-batch-size."),
     Option("data", path=True, run=False, multiple=True,
            help="--for jsonl|parquet: the data to read the left-over rows from (a mixture: its mixture file, or each "
@@ -201,6 +201,7 @@ SPEC = CommandSpec(
     keep the order and README.md with the trainer's traps. jsonl / parquet: just the selected rows, as they were.
 
     \b
-    Run the job on exactly --num-shards processes with per-device batch --micro-batch-size; check it with
-    `cluster-curate verify SHARDS --log LOGDIR`.
+    Run the job on exactly the shards' --num-shards processes, per-device batch
+    their --micro-batch-size (--world-size, --micro-batch-size: checked against
+    them); check it with `cluster-curate verify SHARDS --log LOGDIR`.
     """)

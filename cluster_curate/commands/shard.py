@@ -23,7 +23,8 @@ OPTIONS = (
            help="The raw dataset the selection was made from (every source column is kept); a mixture: each "
                 "input (--data a.jsonl --data b.parquet, in the order embedded) or its mixture file. Default: "
                 "the dataset or mixture the selection records, while it is unchanged."),
-    Option("out", path=True, required=True, run=False, help="Output directory for the shards and manifest.json."),
+    Option("out", path=True, flags=("--out", "-o"), required=True, run=False,
+           help="Output directory for the shards and manifest.json."),
     Option("num_shards", record=True, flags=("--num-shards", "-n"), type=int, required=True,
            help="Number of data-parallel ranks (one shard each)."),
     Option("micro_batch_size", record=True, flags=("--micro-batch-size", "-m"), type=int, default=1, show_default=True,
