@@ -137,6 +137,16 @@ def test_model_max_length_and_truncation_side_are_honoured(tmp_path):
     assert S.load_encoder(str(directory), device="cpu", max_length=8).max_length == 8  # --max-length lowers it
 
 
+def test_a_position_table_shorter_than_the_tokenizers_limit_is_the_limit(tmp_path):
+    """A tokenizer allowing 512 tokens for a model of 32 positions: rows past 32 tokens reached a position the model
+    does not have (an INTERNAL ERROR, a size mismatch inside it). The position table is the limit."""
+    directory = build_bert(tmp_path / "short", positions=32)
+    enc = S.load_encoder(str(directory), device="cpu")
+    assert enc.model_max_length == 32
+    got = S.semantic_rows(enc, _examples(gsm8k_rows(6)), "prompt")
+    assert got.truncated.all() and np.isfinite(got.embedding).all()
+
+
 def test_sentence_transformers_directory_with_cls_pooling(tmp_path):
     directory = build_bert(tmp_path / "st", pooling="cls", max_seq_length=12)
     enc = S.load_encoder(str(directory), device="cpu")

@@ -36,15 +36,16 @@ def build_wordpiece(model_max_length: int = 512, truncation_side: str = "right")
 
 def build_bert(path: Path, *, hidden: int = 32, layers: int = 2, seed: int = 0, model_max_length: int = 512,
                truncation_side: str = "right", pooling: str | None = None, max_seq_length: int | None = None,
-               weights: bool = True) -> Path:
+               weights: bool = True, positions: int = 512) -> Path:
     """A BertModel directory. pooling: also write a sentence-transformers configuration with that mode
-    ("cls", "mean", ...); max_seq_length: its sentence_bert_config.json. weights=False: the config only."""
+    ("cls", "mean", ...); max_seq_length: its sentence_bert_config.json. weights=False: the config only.
+    positions: the model's position table (its tokenizer may allow more: `model_max_length`)."""
     import torch
     from transformers import BertConfig, BertModel
 
     tok = build_wordpiece(model_max_length, truncation_side)
     cfg = BertConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                     num_attention_heads=4, max_position_embeddings=512, pad_token_id=tok.pad_token_id)
+                     num_attention_heads=4, max_position_embeddings=positions, pad_token_id=tok.pad_token_id)
     torch.manual_seed(seed)
     model = BertModel(cfg)
     path.mkdir(parents=True, exist_ok=True)

@@ -219,24 +219,29 @@ def read_pooling(directory: Path | None) -> tuple[str, str]:
 
 
 def _model_max_length(directory: Path | None, tokenizer, config) -> int:
-    """sentence-transformers' max_seq_length (what the encoder was trained with), else the tokenizer's limit,
-    else the position embeddings (less RoBERTa's padding offset)."""
+    """sentence-transformers' max_seq_length (what the encoder was trained with), else the tokenizer's limit, and
+    at most the position embeddings (less RoBERTa's padding offset): a tokenizer may allow more tokens than the
+    model has positions (512 against 32: a size mismatch inside the model, an INTERNAL ERROR)."""
+    declared = None
     if directory is not None and (directory / "sentence_bert_config.json").is_file():
         try:
-            value = json.loads((directory / "sentence_bert_config.json").read_text()).get("max_seq_length")
+            declared = json.loads((directory / "sentence_bert_config.json").read_text()).get("max_seq_length")
         except ValueError:
-            value = None
-        if isinstance(value, int) and value > 0:
-            return value
-    value = getattr(tokenizer, "model_max_length", None)
-    if isinstance(value, int) and 0 < value < _UNBOUNDED_LENGTH:
-        return value
+            declared = None
+    if not (isinstance(declared, int) and declared > 0):
+        declared = getattr(tokenizer, "model_max_length", None)
+        if not (isinstance(declared, int) and 0 < declared < _UNBOUNDED_LENGTH):
+            declared = None
+    table = None
     positions = getattr(config, "max_position_embeddings", None)
     if isinstance(positions, int) and positions > 0:
         offset = getattr(config, "pad_token_id", None) if config.model_type in ("roberta", "xlm-roberta",
                                                                                  "camembert") else None
-        return positions - (int(offset) + 1 if isinstance(offset, int) else 0)
-    raise CurateError("--encoder: the model declares no maximum length; pass --max-length")
+        table = positions - (int(offset) + 1 if isinstance(offset, int) else 0)
+    limits = [v for v in (declared, table) if v]
+    if not limits:
+        raise CurateError("--encoder: the model declares no maximum length; pass --max-length")
+    return min(limits)
 
 
 def _is_causal_lm(config) -> bool:
