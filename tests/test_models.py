@@ -66,6 +66,28 @@ def test_dtype_override_and_auto_choice(tiny_dir):
             resolve_device("cuda")
 
 
+def test_devices_torch_knows_but_this_machine_lacks_are_one_line(monkeypatch):
+    """`--device mps`, `xpu` and `meta` were INTERNAL ERRORs at the first tensor moved there, and a GPU index past
+    the machine's at the model's load."""
+    for device, said in (("mps", "MPS is not available"), ("xpu", "XPU is not available"),
+                         ("meta", "not a device the features are computed on")):
+        with pytest.raises(CurateError, match=f"--device {device}: {said}"):
+            resolve_device(device)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the GPU boundary: one GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("cuda:0").index == 0
+    with pytest.raises(CurateError, match=r"--device cuda:3: this machine has 1 GPU\(s\), cuda:0 to cuda:0"):
+        resolve_device("cuda:3")
+
+
+def test_a_model_without_a_causal_lm_head_is_refused_before_loading_its_weights(tmp_path):
+    """A BERT folder as --model loaded as BertLMHeadModel with a head of random weights (transformers' load report
+    on stderr, then every row embedded from it, exit 0); so did a causal LM saved without its head."""
+    from tiny_encoder import build_bert
+    with pytest.raises(CurateError, match=r"is a BertModel, not a causal LM with its LM head"):
+        load_model(str(build_bert(tmp_path / "bert")))
+
+
 def test_offline_hub_id_not_cached_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(CurateError, match="offline"):

@@ -93,6 +93,17 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
         raise CurateError(f"--device {device!r}: not a torch device (use auto, cpu, cuda, cuda:N)") from e
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise CurateError(f"--device {device}: CUDA is not available on this machine (use --device cpu)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise CurateError(f"--device {device}: this machine has {torch.cuda.device_count()} GPU(s), "
+                          f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    # the other accelerators torch knows: only where this torch build and machine have them (an INTERNAL ERROR
+    # at the first tensor moved there), and never `meta` (no data: a NotImplementedError)
+    backend = {"mps": getattr(torch.backends, "mps", None), "xpu": getattr(torch, "xpu", None)}.get(dev.type)
+    if dev.type not in ("cpu", "cuda") and not (backend is not None and backend.is_available()):
+        raise CurateError(f"--device {device}: "
+                          + (f"{dev.type.upper()} is not available in this torch build or machine"
+                             if dev.type in ("mps", "xpu") else "not a device the features are computed on")
+                          + " (use auto, cpu, cuda, cuda:N)")
     return dev
 
 
@@ -241,6 +252,13 @@ def settle_max_length(max_length: int | None, models: list) -> int | None:
     return min([max_length, *limits] if max_length is not None else limits, default=None)
 
 
+def is_causal_lm(config) -> bool:
+    """Whether a model's config is a causal LM's with its LM head saved (its architecture's name says so)."""
+    archs = getattr(config, "architectures", None) or []
+    return bool(getattr(config, "is_decoder", False)) or any(a.endswith(("ForCausalLM", "LMHeadModel"))
+                                                             for a in archs)
+
+
 def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
                trust_remote_code: bool = False) -> FeatureModel:
     """Load a causal LM as a FeatureModel.
@@ -272,13 +290,21 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     unreachable = False
     if where == spec and not path.exists() and not hub_is_offline():
         unreachable = probe_hub(spec, kwargs)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     check_tokenizer_files(path, f"--model {spec}")
     try:
         with _loading_bars(gguf="gguf_file" in kwargs):
+            config = AutoConfig.from_pretrained(where, **kwargs)
+            if config.architectures and not is_causal_lm(config):
+                # AutoModelForCausalLM would load it with an LM head of random weights (BERT's BertLMHeadModel, a
+                # causal LM saved without its head), and every feature would be of those
+                raise CurateError(f"--model {spec}: is a {config.architectures[0]}, not a causal LM with its LM "
+                                  "head (a ...ForCausalLM); its features would come from a head of random weights")
             tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
             model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs)
+    except CurateError:
+        raise
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
         if where == spec and not path.exists() and (unreachable or hub_is_offline()):
             raise CurateError(not_cached(spec, unreachable)) from None

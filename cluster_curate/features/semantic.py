@@ -244,18 +244,12 @@ def _model_max_length(directory: Path | None, tokenizer, config) -> int:
     return min(limits)
 
 
-def _is_causal_lm(config) -> bool:
-    archs = getattr(config, "architectures", None) or []
-    return bool(getattr(config, "is_decoder", False)) or any(
-        a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
-
-
 # ----------------------------------------------------------------------------------------------- loading
 def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: str | None = None,
                  max_length: int | None = None, trust_remote_code: bool = False) -> SemanticEncoder:
     """Load an encoder (see the module docstring). spec: None/"default" or a key of BUNDLED_ENCODERS, a local
     directory, or a Hugging Face id from the cache. max_length lowers the model's own limit."""
-    from cluster_curate.features.models import hub_is_offline, resolve_device, resolve_dtype
+    from cluster_curate.features.models import hub_is_offline, is_causal_lm, resolve_device, resolve_dtype
 
     spec = DEFAULT_ENCODER if spec in (None, "", "default") else str(spec)
     if max_length is not None and max_length < 1:
@@ -304,7 +298,7 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
     side = getattr(tokenizer, "truncation_side", "right") or "right"
     if side not in TRUNCATION_SIDES:
         raise CurateError(f"--encoder {spec}: tokenizer truncation_side {side!r} (expected right or left)")
-    causal = _is_causal_lm(config)
+    causal = is_causal_lm(config)
     notice = None
     if causal:
         notice = (f"--encoder {spec} is a causal LM ({(config.architectures or [config.model_type])[0]}): "
