@@ -648,6 +648,11 @@ def test_cli_verify_exit_codes(shards, tmp_path, cli_runner, monkeypatch):
                     "rank-00000.jsonl:1: field weights")
     _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / "none")]),
                     "no such log directory")
+    # one rank's log file named: it said 'no such log directory' of a file that is there
+    _one_error_line(cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log",
+                                             str(tmp_path / "good" / "rank-00000.jsonl")]),
+                    f"rank-00000.jsonl: a file; --log takes the folder of every rank's log (rank-NNNNN.jsonl): "
+                    f"{tmp_path / 'good'}")
 
 
 def test_shard_files_swapped_or_changed_since_shard_are_refused_by_verify_and_export(shards, tmp_path, cli_runner):

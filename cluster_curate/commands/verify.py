@@ -66,6 +66,9 @@ def read_consumed(log_dir: str | os.PathLike, num_ranks: int) -> dict[int, list[
 
     from cluster_curate.io.names import consumed_log_name
     d = Path(log_dir)
+    if d.is_file():  # one rank's log: verify reads every rank's, from their folder
+        raise CurateError(f"{log_dir}: a file; --log takes the folder of every rank's log (rank-NNNNN.jsonl): "
+                          f"{d.parent}")
     if not d.is_dir():
         raise CurateError(f"{log_dir}: no such log directory")
     pattern = consumed_log_name(0).replace("00000", "*")
