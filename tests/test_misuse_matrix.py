@@ -149,7 +149,7 @@ CASES = [
      "semicolons.csv:1: the header is the one column 'question;answer': the file is separated by ';', not ','"),
     ("embed-tsv-commas", ["embed", "commas.tsv", "--out", "e.parquet"], "separated by ',', not a tab; name it .csv"),
     ("run-parquet-dir-with-jsonl", ["run", "pqmix", "--out", "r", *FAST, "--fraction", "0.3", *SHARD],
-     "pqmix: a directory of .parquet files that also holds extra.jsonl, which"),
+     "pqmix: a directory of .parquet files (part-0.parquet) that also holds extra.jsonl, which"),
     ("embed-dir-of-other-types", ["embed", "textdir", "--out", "e.parquet"],
      "it holds a.jsonl, b.csv: give the files as DATA"),
     ("embed-empty", ["embed", "empty.jsonl", "--out", "e.parquet"], "empty.jsonl: dataset is empty"),

@@ -986,9 +986,10 @@ def _directory(path: Path):
                         and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts))
         if others:  # read as a Parquet dataset, they would be left out without a word
             held = f"{', '.join(others[:3])}{' and more' * (len(others) > 3)}"
-            raise CurateError(f"{path}: a directory of .parquet files that also holds {held}, which a Parquet "
-                              "directory's reading leaves out; give the files as DATA (several files are read as "
-                              "one dataset), or move them out")
+            pq_held = f"{parts[0].relative_to(path)}{f' and {len(parts) - 1} more' * (len(parts) > 1)}"
+            raise CurateError(f"{path}: a directory of .parquet files ({pq_held}) that also holds {held}, which a "
+                              "Parquet directory's reading leaves out; give the files as DATA (several files are read "
+                              "as one dataset), or move them out")
         _refuse_layouts(path, parts)
         return _Parquet(path, parts)
     files = sorted(f for f in path.iterdir() if not f.name.startswith((".", "_")))
