@@ -189,6 +189,33 @@ def shutdown(layout: Layout) -> None:
 
 # ----------------------------------------------------------------------------------------------- output
 
+def plan_changes(old, new: dict, options=(), most: int = 3) -> str:
+    """What differs between two chunk plans, as a user changed it (`--dim (not given) -> 64`, `the data`); of the
+    plans' params, those named in `options` (the others follow from them)."""
+    if not isinstance(old, dict):
+        return "its plan unreadable"
+
+    def shown(v):
+        text = "(not given)" if v is None else v if isinstance(v, str) else json.dumps(v)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    said = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if key == "params" and isinstance(a, dict) and isinstance(b, dict):
+            said += [f"--{k.replace('_', '-')} {shown(a.get(k))} -> {shown(b.get(k))}"
+                     for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k in options] or ["its options"]
+        elif key == "dataset":
+            said.append("the data")
+        elif key == "algorithm":
+            said.append(f"the feature algorithm {a} -> {b} (another release)")
+        else:
+            said.append(f"--{key.replace('_', '-')} {shown(a)} -> {shown(b)}")
+    return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "")
+
+
 class ChunkedOutput:
     """Where an `embed` worker commits its chunks and how the artifact is finished (see module docstring).
 
@@ -196,11 +223,12 @@ class ChunkedOutput:
     commit_every); `--resume` only continues a staging directory with the same plan."""
 
     def __init__(self, out: str | os.PathLike, layout: Layout, plan: dict, commit_every: int, *,
-                 resume: bool = False, overwrite: bool = False):
+                 resume: bool = False, overwrite: bool = False, options=()):
         if commit_every < 1:
             raise CurateError(f"--commit-every must be at least 1, got {commit_every}")
         self.out, self.layout, self.commit_every = Path(out), layout, commit_every
         self.plan = dict(plan, commit_every=commit_every)
+        self.options = options  # the plan's params a user gives, named when --resume finds others (plan_changes)
         self.staging = sidecar_path(self.out, names.STAGING)
         self.resume = resume
         self._check_output(overwrite)
@@ -271,8 +299,9 @@ class ChunkedOutput:
                                   + "--overwrite to start over")
             if old != self.plan:
                 if self.resume and not overwrite:
-                    raise CurateError(f"{self.staging}: holds an interrupted run with other parameters or data; "
-                                      "--resume needs the same command (or pass --overwrite to start afresh)")
+                    raise CurateError(f"{self.staging}: holds an interrupted run with other parameters or data "
+                                      f"({plan_changes(old, self.plan, self.options)}); --resume needs the same command (or pass "
+                                      "--overwrite to start afresh)")
                 if not lay.multi:
                     shutil.rmtree(self.staging)
         elif self.staging.exists() and not lay.multi:

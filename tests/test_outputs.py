@@ -454,6 +454,15 @@ def test_committed_chunks_are_not_discarded_without_being_told(tmp_path):
     assert (staging / "chunk-000000.parquet").read_bytes() == b"committed"
     with pytest.raises(CurateError, match="with other parameters or data; --overwrite to start over"):
         ChunkedOutput(out, Layout(), {"rows": 61}, 20)
+    # --resume with other options names them (it said 'other parameters or data' alone)
+    with pytest.raises(CurateError, match=r"e.partial: holds an interrupted run with other parameters or data "
+                                          r"\(--commit-every 20 -> 10, --rows 60 -> 61\); --resume needs the same"):
+        ChunkedOutput(out, Layout(), {"rows": 61}, 10, resume=True)
+    other = tmp_path / "f.parquet"
+    ChunkedOutput(other, Layout(), {"params": {"dim": None, "dims": [256]}, "dataset": "a"}, 20)
+    with pytest.raises(CurateError, match=r"\(the data, --dim \(not given\) -> 64\)"):  # dims: not an option
+        ChunkedOutput(other, Layout(), {"params": {"dim": 64, "dims": [64]}, "dataset": "b"}, 20, resume=True,
+                      options={"dim"})
     ChunkedOutput(out, Layout(), plan, 20, resume=True)  # continuing is fine
     ChunkedOutput(out, Layout(), plan, 20, overwrite=True)  # and so is starting over, when asked
     assert not (staging / "chunk-000000.parquet").exists()

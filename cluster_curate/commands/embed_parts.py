@@ -421,7 +421,8 @@ def feature_pass(run, embedder, params) -> Pass:
     plan = {"params": params, "dataset": run.record.get("fingerprint"), "algorithm": ALGORITHM_VERSION,
             "columns": list(KEPT_COLUMNS)}
     output = distributed.ChunkedOutput(run.out, run.layout, plan, run.opts["commit_every"],
-                                       resume=run.opts["resume"], overwrite=run.opts["overwrite"])
+                                       resume=run.opts["resume"], overwrite=run.opts["overwrite"],
+                                       options=set(run.opts))
     n_chunks = len(run.per_chunk)
     todo = [c for c in range(n_chunks) if output.todo(c)]
     todo_set = set(todo)
