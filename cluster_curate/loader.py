@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -133,8 +134,28 @@ class Shard:
         ds = datasets.Dataset(self.table)
         if hasattr(datasets, "Json"):
             for c in self.json_columns:
+                if _past_64_bits(self.table.column(c)):  # datasets' JSON reader raises "Value is too big!" there
+                    warnings.warn(f"to_hf_dataset: column {c!r} holds whole numbers past 64 bits, which datasets' "
+                                  "Json feature cannot read: kept as JSON text (json.loads each value; load_shard's "
+                                  "rows hold them as written)", stacklevel=2)
+                    continue
                 ds = ds.cast_column(c, datasets.Json())
         return ds
+
+
+def _past_64_bits(column) -> bool:
+    """Whether a JSON-text column holds a whole number outside int64 (its text has 19 digits or more in a row)."""
+    import pyarrow.compute as pc
+
+    def walk(v):
+        if isinstance(v, dict):
+            return any(map(walk, v.values()))
+        if isinstance(v, list):
+            return any(map(walk, v))
+        return type(v) is int and not -2 ** 63 <= v < 2 ** 63
+
+    candidates = column.filter(pc.fill_null(pc.match_substring_regex(column, r"\d{19}"), False))
+    return any(walk(json.loads(v)) for v in candidates.to_pylist() if v is not None)
 
 
 def decoded_json(records: list[dict], columns: Sequence[str]) -> list[dict]:

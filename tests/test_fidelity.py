@@ -150,6 +150,23 @@ def test_booleans_after_fractions_stay_booleans(tmp_path):
     assert changed(rows, kept(tmp_path, tmp_path / "out", rows)) == []
 
 
+def test_to_hf_dataset_keeps_a_column_of_numbers_past_64_bits_as_json_text(tmp_path):
+    """datasets' Json feature read whole numbers past 64 bits as text, or raised `Value is too big!` at a row: such
+    a column stays JSON text there, said in a warning; the other JSON-text columns are read back as objects."""
+    rows = code_alpaca(40)
+    for i, row in enumerate(rows):
+        row["big"] = 2 ** 70 + i if i % 2 else i
+        row["meta"] = {"level": i % 3 if i % 2 else i / 2}
+    _run(tmp_path, rows, "--fraction", "1.0")
+    shard = load_shard(tmp_path / "out" / "shards", rank=0, world_size=2)
+    assert set(shard.json_columns) == {"big", "meta"}
+    with pytest.warns(UserWarning, match="column 'big' holds whole numbers past 64 bits"):
+        ds = shard.to_hf_dataset()
+    got = {r["id"]: r for r in ds}
+    assert got and all(json.loads(r["big"]) == rows[r["id"]]["big"] and
+                       r["meta"] == rows[r["id"]]["meta"] for r in got.values())
+
+
 def test_an_objects_keys_keep_their_order(tmp_path):
     """Tool-call arguments whose keys come in another order from row to row (as a model wrote them) were one
     struct: every row's keys in the first row's order, which the call's rendered text changed with."""
