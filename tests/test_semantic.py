@@ -263,6 +263,11 @@ def test_embed_command_with_an_encoder_directory(tmp_path, cli_runner, bert_dir)
     assert table.column("n_tokens").to_pylist() == expected.n_tokens.tolist()
     emb = table.column("embedding").combine_chunks().values.to_numpy().reshape(300, -1)
     assert np.allclose(emb[:, 8:], expected.embedding, atol=1e-6)
+    # report names the encoder, its pooling and its own limit (it said `model: none (no model feature)` alone)
+    report = _cli(cli_runner, ["report", out, "--json"])
+    described = json.loads(report.stdout.strip().splitlines()[-1])["embeddings"]
+    assert described["encoder"]["pooling"] == "mean" and described["encoder"]["max_length"] == 512
+    assert "pooling" in _cli(cli_runner, ["report", out]).stdout  # the table wraps the rest of the line
 
 
 @pytest.mark.parametrize("extra, message", [

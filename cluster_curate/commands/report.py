@@ -160,9 +160,15 @@ def _describe_embeddings(path: Path, sections: list) -> None:
                      f"({', '.join(inc['missing_parts'][:3])}{', ...' if len(inc['missing_parts']) > 3 else ''} "
                      "missing); this report describes the rows embedded so far")
     p = meta.params
-    data.update({k: p[k] for k in ("features", "dims", "dim_total", "seed", "max_length") if k in p})
-    model = p.get("model")
+    data.update({k: p[k] for k in ("features", "dims", "dim_total", "seed") if k in p})
+    model, sem = p.get("model"), p.get("semantic")
+    if "max_length" in p:  # --max-length cuts what a model or encoder reads (the encoder's own limit below)
+        data["max_length"] = Shown(p["max_length"], f"{p['max_length']:,}" if model or sem else
+                                   f"{p['max_length']:,} (not used: no model or encoder)")
     data["model"] = Shown(model, model or "none (no model feature)")  # the text feature has no model
+    if sem:
+        data["encoder"] = Shown(sem, f"{sem.get('encoder')} ({sem.get('pooling')} pooling, at most "
+                                     f"{sem.get('max_length')} tokens, {sem.get('dim')} dims)")
     for col in table.column_names:
         counts = pa.types.is_integer(table.schema.field(col).type)  # token counts: whole numbers, as inspect's
         v = table.column(col).to_numpy(zero_copy_only=False).astype(float)
