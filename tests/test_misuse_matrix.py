@@ -407,7 +407,7 @@ CASES = [
      "--data is only used by --for jsonl|parquet (the data of the selected rows left over from the shards); --for "
      "trl writes the shards' rows: leave --data out"),  # was ignored
     ("export-world-size-zero", ["export", "p/shards", "--for", "trl", "--out", "e", "--world-size", "0"],
-     "Invalid value for '--world-size': 0 is not in the range x>=1"),  # was told to re-run shard --num-shards 0
+     "Invalid value for '--world-size' / '-n': 0 is not in the range x>=1"),  # was told to re-run shard --num-shards 0
     ("verify-missing-log", ["verify", "p/shards"], "Missing option '--log'"),
     ("verify-log-holds-no-rank-log", ["verify", "p/shards", "--log", "p/report"],
      "p/report: no rank log here (rank-00000.jsonl ...)"),

@@ -177,6 +177,8 @@ def _validate(o: dict) -> list[str]:
     if "semantic" in features:  # fail before reading the data: a missing package, directory or weights
         from cluster_curate.features.semantic import check_encoder_spec
         check_encoder_spec(o["encoder"])
+    if not o.get("like"):  # --like takes the pool's dim and pool (a user's other value is refused there)
+        _check_read_by_features(o, features)
     uses_model = any(f in MODEL_FEATURES for f in features)
     if o["model"] != "proxy" and not uses_model:
         raise CurateError(f"--model {o['model']} is not used by --features {','.join(features)} (no model); "
@@ -204,6 +206,25 @@ def _validate(o: dict) -> list[str]:
     if o["checkpoints"]:
         _check_checkpoints(o)
     return features
+
+
+# The features that read --dim (text's SVD width, the projections of gradient, lora-gradient and hidden) and
+# --pool (hidden's mean); the others' width is their own (semantic: the encoder's, loss-trajectory: checkpoints).
+DIM_FEATURES = ("text", "gradient", "lora-gradient", "hidden")
+POOL_FEATURES = ("hidden",)
+
+
+def _check_read_by_features(o: dict, features: list[str]) -> None:
+    """--dim or a --pool other than its default that no feature reads: refused (else silently ignored, and the
+    artifact recorded the --dim it was not made with)."""
+    listed = ",".join(features)
+    if o.get("dim") is not None and not set(features) & set(DIM_FEATURES):
+        raise CurateError(f"--dim {o['dim']} is not used by --features {listed} (its width is the "
+                          f"{'encoder' if 'semantic' in features else 'feature'}'s own); leave it out, or add a "
+                          f"feature it sizes ({', '.join(DIM_FEATURES)})")
+    if o.get("pool") not in (None, "all") and not set(features) & set(POOL_FEATURES):
+        raise CurateError(f"--pool {o['pool']} is not used by --features {listed} (only hidden is pooled by it); "
+                          "leave it out, or add --features hidden")
 
 
 def _check_checkpoints(o: dict) -> None:

@@ -320,6 +320,15 @@ def checkpoint_step_numbers(opts: dict) -> list[int]:
     return [int(s) for s in checkpoint_items(opts) if s.isdigit()]
 
 
+def _check_trajectory_points(points: list, said: str) -> None:
+    """One checkpoint is one loss per row: a feature of one dimension, the same direction for every row once
+    normalised, so every row fell in one cluster (a warm-up of one step on a few hundred rows)."""
+    if len(points) < 2:
+        raise CurateError(f"--features loss-trajectory: {said} one checkpoint ({points[0] if points else 'none'}): "
+                          "one loss per row, the same feature for every row once normalised; train the proxy "
+                          "longer (--proxy-steps N, N at least --proxy-checkpoints) or give --checkpoints A,B,C")
+
+
 def _trajectory(opts: dict, proxy_dir, fm):
     """The checkpoint models of `loss-trajectory`: --checkpoints (proxy warm-up steps or model specs),
     else the proxy's own warm-up checkpoints."""
@@ -331,7 +340,9 @@ def _trajectory(opts: dict, proxy_dir, fm):
             raise CurateError("--features loss-trajectory with a model other than the proxy needs --checkpoints "
                               "A,B,C (model paths or ids)")
         steps = store.proxy_checkpoint_steps(proxy_dir)
+        _check_trajectory_points(steps, "the warm-up kept")
         return [store.load_proxy(proxy_dir, s, device=fm.device) for s in steps], [f"step {s}" for s in steps]
+    _check_trajectory_points(items, "--checkpoints names")
     models, labels = [], []
     for item in items:
         if item.isdigit():

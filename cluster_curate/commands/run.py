@@ -109,7 +109,15 @@ class RunState:
         # an ADDED_LATER option left out of either side (made before it, or recorded at its value) is at its value
         later = {k: v for k, v in ADDED_LATER.items() if k in rec or k in now}
         rec, now = _settled({**later, **rec}), _settled({**later, **now})
-        return {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now)) if rec.get(k) != now.get(k)}
+        unread = _unread(rec) & _unread(now)  # what the features read neither then nor now cannot change them
+        rec_taken, now_taken = {**rec, **_compared(rec)}, {**now, **_compared(now)}
+        changed = {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now))
+                   if rec_taken.get(k) != now_taken.get(k) and k not in unread}
+        if changed.keys() & {"device", "dtype"}:  # auto is the device of this machine (torch only here)
+            resolved = _resolved_device(rec), _resolved_device(now)
+            changed = {k: v for k, v in changed.items() if k not in ("device", "dtype")
+                       or resolved[0][k] != resolved[1][k]}
+        return changed
 
     def option_changes(self, stage: str, request: dict) -> tuple[dict, dict]:
         """changed_options split in two: (the user's changes, which replace the stage's outputs; the options taken
@@ -175,7 +183,77 @@ def _settled(values: dict) -> dict:
              "length_window": DEFAULT_LENGTH_WINDOW.get(values.get("balance"))}
     if "features" in values and str(values["features"] or taken["features"]).replace(" ", "") == "text":
         taken["dim"] = DEFAULT_TEXT_DIM
-    return {k: taken[k] if v is None and taken.get(k) is not None else v for k, v in values.items()}
+    settled = {k: taken[k] if v is None and taken.get(k) is not None else v for k, v in values.items()}
+    if "features" not in values:  # not embed's options
+        return settled
+    from cluster_curate.features.semantic import DEFAULT_ENCODER
+    if "semantic" in _features_of(settled) and settled.get("encoder") in (None, "", "default"):
+        settled["encoder"] = DEFAULT_ENCODER  # what semantic loads without --encoder
+    settled.pop("batch_tokens", None)  # batching does not change the features (README, features/embed)
+    return settled
+
+
+def _compared(values: dict) -> dict:
+    """embed's options as the features take them, where other spellings make the same ones (named as the user
+    wrote them): --feature-weights as numbers (1 each is the default; 1 and 1.0 one weight), --model and --encoder
+    as the folders they name (models/x, ./models/x/, its absolute path; their files are compared as embed's input,
+    _model_files)."""
+    from cluster_curate.features.embed import parse_weights
+    from cluster_curate.features.semantic import BUNDLED_ENCODERS
+    if "features" not in values:
+        return {}
+    found = {}
+    try:
+        found["feature_weights"] = parse_weights(values.get("feature_weights"), len(_features_of(values)))
+    except CurateError:  # a record from before a check: compared as it was written
+        pass
+    for name in ("model", "encoder"):
+        spec = values.get(name)
+        if spec not in (None, "proxy") and str(spec) not in BUNDLED_ENCODERS and Path(str(spec)).expanduser().exists():
+            found[name] = str(Path(str(spec)).expanduser().resolve())
+    return found
+
+
+def _features_of(values: dict) -> list[str]:
+    from cluster_curate.features.embed import DEFAULT_FEATURES, parse_features
+    try:
+        return parse_features(values.get("features") or DEFAULT_FEATURES)
+    except CurateError:
+        return []
+
+
+def _unread(values: dict) -> set[str]:
+    """embed's options that none of `values`' features reads (text runs no model or encoder: their --max-length,
+    --device, proxy options...): given or not, they make the same features."""
+    from cluster_curate.commands.embed import _PROXY_FIELDS, DIM_FEATURES, POOL_FEATURES
+    from cluster_curate.features.embed import MODEL_FEATURES
+    if "features" not in values:
+        return set()
+    features = set(_features_of(values))
+    if not features:
+        return set()
+    runs_model, runs_encoder = bool(features & set(MODEL_FEATURES)), "semantic" in features
+    read_by = {"model": runs_model, "encoder": runs_encoder, "dim": bool(features & set(DIM_FEATURES)),
+               "pool": bool(features & set(POOL_FEATURES)), "layers": "lora-gradient" in features,
+               "checkpoints": "loss-trajectory" in features, "text_weighting": "text" in features,
+               "text_sample": "text" in features, "text_field": bool(features & {"text", "semantic"}),
+               **{k: runs_model or runs_encoder for k in ("max_length", "device", "dtype", "trust_remote_code")},
+               **{k: runs_model for k in _PROXY_FIELDS}}
+    return {k for k, read in read_by.items() if not read}
+
+
+def _resolved_device(values: dict) -> dict:
+    """{"device", "dtype"} as embed resolves them on this machine (auto: cuda when there is one, bf16 there and
+    fp32 on CPU): a value given at what auto resolves to is the same run. A value torch refuses stays as it is."""
+    from cluster_curate.features.models import resolve_device, resolve_dtype
+    device, dtype = values.get("device"), values.get("dtype")
+    try:
+        dev = resolve_device(device)
+        dtype = str(resolve_dtype(dtype, dev)).replace("torch.", "")
+        device = str(dev)
+    except CurateError:
+        pass
+    return {"device": device, "dtype": dtype}
 
 
 def _named(changed: dict, most: int | None = None) -> str:
