@@ -147,6 +147,17 @@ def test_a_position_table_shorter_than_the_tokenizers_limit_is_the_limit(tmp_pat
     assert got.truncated.all() and np.isfinite(got.embedding).all()
 
 
+def test_a_text_of_nothing_but_special_tokens_is_skipped_with_its_reason(bert_dir):
+    """A prompt of zero-width spaces or combining marks alone tokenizes to [CLS] [SEP]: it was embedded, every such
+    row the same vector, without a word. It is skipped, as a text with no token is (the module's docstring)."""
+    enc = S.load_encoder(str(bert_dir), device="cpu")
+    rows = gsm8k_rows(4)
+    rows[1]["question"], rows[3]["question"] = "\u200b\u200b", "\u0301\u0302"
+    got = S.semantic_rows(enc, _examples(rows), "prompt")
+    assert [i for i, _ in got.skipped] == [1, 3] and len(got.embedding) == 2
+    assert {why for _, why in got.skipped} == {"the prompt has no token for the encoder"}
+
+
 def test_sentence_transformers_directory_with_cls_pooling(tmp_path):
     directory = build_bert(tmp_path / "st", pooling="cls", max_seq_length=12)
     enc = S.load_encoder(str(directory), device="cpu")

@@ -368,7 +368,7 @@ def render(result: dict, options: dict) -> None:
         rows += (f"; the artifact: {r['artifact_rows']:,} rows in {counted(r['parts'], 'part')}"
                  + ("" if r["complete"] else ", not complete yet (the other parts not written yet)"))
     data = {"output": r["output"], "process": r["process"], "rows embedded": rows}
-    for key, label in (("bad_rows", "bad rows"), ("skipped_no_response", "skipped (no response token)")):
+    for key, label in (("bad_rows", "bad rows"), ("skipped_no_response", "skipped (nothing to embed)")):
         if r[key]:
             data[label] = r[key]
     if r["rejects"]:

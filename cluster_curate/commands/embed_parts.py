@@ -599,6 +599,7 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
                      f"{shown}; `inspect` counts them)")
     if skipped_rows:
         shown = ", ".join(str(r["id"]) for r in skipped_rows[:10])
-        console.warn(f"{len(skipped_rows)} row(s) kept no response token and were not embedded (ids {shown}"
+        why = "; ".join(sorted({r["reason"] for r in skipped_rows})[:2])  # the model's cut, the encoder's tokens
+        console.warn(f"{len(skipped_rows)} row(s) had nothing to embed ({why}) and were not embedded (ids {shown}"
                      f"{', ...' if len(skipped_rows) > 10 else ''}); listed in {rejects_path}")
     return summary

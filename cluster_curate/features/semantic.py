@@ -410,10 +410,12 @@ def semantic_rows(enc: SemanticEncoder, examples: list, text_field: str = "promp
         raise CurateError(f"--text-field must be one of {', '.join(TEXT_FIELDS)}, got {text_field!r}")
     texts = [example_text(ex, text_field) for ex in examples]
     ids, cut = _tokenize(enc, texts)
-    empty = [i for i, row in enumerate(ids) if not row]
+    special = set(enc.tokenizer.all_special_ids)  # [CLS] [SEP] alone: every such row had one embedding
+    empty = [i for i, row in enumerate(ids) if all(t in special for t in row)]
     skipped = [(int(examples[i].id), f"the {text_field} has no token for the encoder") for i in empty]
     if empty:
-        keep = [i for i in range(len(ids)) if ids[i]]
+        gone = set(empty)
+        keep = [i for i in range(len(ids)) if i not in gone]
         examples, ids, cut = [examples[i] for i in keep], [ids[i] for i in keep], cut[keep]
     prompts = [example_text(ex, "prompt") for ex in examples]
     responses = [ex.response for ex in examples]
