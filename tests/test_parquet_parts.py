@@ -11,6 +11,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cluster_curate.loader import load_shard
 from conftest import FIXTURES
@@ -175,9 +177,6 @@ def test_numbers_of_other_widths_are_the_type_that_holds_them_all(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ property
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _TYPES = {"int8": (pa.int8(), st.integers(-128, 127)), "int32": (pa.int32(), st.integers(-2 ** 31, 2 ** 31 - 1)),
           "int64": (pa.int64(), st.integers(-2 ** 63, 2 ** 63 - 1)), "uint64": (pa.uint64(), st.integers(0, 2 ** 64 - 1)),
