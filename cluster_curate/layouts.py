@@ -170,8 +170,8 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
             _refuse_tool_calling(where, messages, schemas)
         if trainer == "llamafactory":
             messages = _llamafactory_turns(messages, where)
-        if trainer in _TURN_ORDER:
-            misordered += [(where, *bad) for bad in [_TURN_ORDER[trainer][0](messages)] if bad]
+        if trainer in _TURN_ORDER and (bad := _TURN_ORDER[trainer][0](messages)):
+            misordered.append((where, *bad))
         chats.append(messages)
         tools.append(schemas)
     _refuse_turn_order(misordered, len(records), trainer, keeping="trl, axolotl or hf")
@@ -301,7 +301,8 @@ def preference_columns(table: pa.Table, style: str, records: list[tuple[dict, ob
             _refuse_tool_calling(where, [*prompt, good, bad], schemas, trainer, keeping="trl or llamafactory")
         if trainer == "llamafactory":  # its function_call / observation turns; an answer may be a function_call
             prompt, (good, bad) = _llamafactory_turns(prompt, where), _llamafactory_turns([good, bad], where)
-            misordered += [(where, *skip) for skip in [_llamafactory_skips(prompt, ranking=True)] if skip]
+            if skip := _llamafactory_skips(prompt, ranking=True):
+                misordered.append((where, *skip))
         prompts.append(prompt)
         chosen.append(good)
         rejected.append(bad)
