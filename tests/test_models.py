@@ -83,9 +83,17 @@ def test_devices_torch_knows_but_this_machine_lacks_are_one_line(monkeypatch):
 def test_a_model_without_a_causal_lm_head_is_refused_before_loading_its_weights(tmp_path):
     """A BERT folder as --model loaded as BertLMHeadModel with a head of random weights (transformers' load report
     on stderr, then every row embedded from it, exit 0); so did a causal LM saved without its head."""
+    from transformers import BertConfig, Gemma3Config, LlamaConfig
+
     from tiny_encoder import build_bert
     with pytest.raises(CurateError, match=r"is a BertModel, not a causal LM with its LM head"):
         load_model(str(build_bert(tmp_path / "bert")))
+    # the rule by the config alone: Gemma 3's causal LM class is its ...ForConditionalGeneration (a first version of
+    # this check refused it); a Llama saved without its head is not one
+    assert models.is_causal_lm(Gemma3Config(architectures=["Gemma3ForConditionalGeneration"]))
+    assert models.is_causal_lm(LlamaConfig(architectures=["LlamaForCausalLM"]))
+    assert not models.is_causal_lm(LlamaConfig(architectures=["LlamaModel"]))
+    assert not models.is_causal_lm(BertConfig(architectures=["BertModel"]))
 
 
 def test_offline_hub_id_not_cached_is_a_clear_error(monkeypatch):

@@ -253,10 +253,14 @@ def settle_max_length(max_length: int | None, models: list) -> int | None:
 
 
 def is_causal_lm(config) -> bool:
-    """Whether a model's config is a causal LM's with its LM head saved (its architecture's name says so)."""
+    """Whether a model's config is a causal LM's with its LM head saved: its architecture is one (...ForCausalLM,
+    ...LMHeadModel), or the class transformers loads as its type's causal LM (Gemma 3's ...ForConditionalGeneration;
+    not BERT's BertModel, which would load as BertLMHeadModel with a head of random weights)."""
     archs = getattr(config, "architectures", None) or []
-    return bool(getattr(config, "is_decoder", False)) or any(a.endswith(("ForCausalLM", "LMHeadModel"))
-                                                             for a in archs)
+    if getattr(config, "is_decoder", False) or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
+        return True
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    return bool(archs) and archs[0] == MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(getattr(config, "model_type", None))
 
 
 def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
