@@ -650,9 +650,12 @@ def _plain_values(arr: pa.Array) -> list:
 
 
 def _with_fraction(iso: str, nanoseconds: int, seconds_end: int) -> str:
-    """ISO 8601 text of whole seconds with the nanoseconds' nine digits after its seconds (before an offset), as
-    isoformat writes a fraction: none when there is none."""
-    return iso[:seconds_end] + (f".{nanoseconds:09d}" if nanoseconds else "") + iso[seconds_end:]
+    """ISO 8601 text of whole seconds with its fraction after the seconds (before an offset) as isoformat writes
+    one: none when there is none, six digits for whole microseconds (what a value of pandas' datetime64[ns] from a
+    microsecond time was written as before), nine where the nanoseconds need them."""
+    fraction = ("" if not nanoseconds else f".{nanoseconds // 1000:06d}" if nanoseconds % 1000 == 0
+                else f".{nanoseconds:09d}")
+    return iso[:seconds_end] + fraction + iso[seconds_end:]
 
 
 def data_file(tgt: Target) -> str:

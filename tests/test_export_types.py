@@ -48,6 +48,7 @@ def test_nanosecond_temporal_columns_export_as_iso_text_and_seconds(tmp_path):
         "dur": pa.array([1_500_000_001] * n, pa.duration("ns")),
         "t64": pa.array([3_723_000_000_005] * n, pa.time64("ns")),
         "stamps": pa.array([[5, None]] * n, pa.list_(pa.timestamp("ns"))),
+        "us": pa.array([1_000_000_000_123_000_000] * n, pa.timestamp("ns")),  # whole microseconds
     }), tmp_path / "data.parquet")
     r = _cli("run", "data.parquet", "--out", "out", *FAST, "--fraction", "1.0", "--num-shards", "2",
              "--micro-batch-size", "2", "-q", cwd=tmp_path)
@@ -62,6 +63,7 @@ def test_nanosecond_temporal_columns_export_as_iso_text_and_seconds(tmp_path):
     assert rows[0]["dur"] == 1.500000001
     assert rows[0]["t64"] == "01:02:03.000000005"
     assert rows[0]["stamps"] == ["1970-01-01T00:00:00.000000005", None]
+    assert rows[0]["us"] == "2001-09-09T01:46:40.123000"  # as isoformat wrote it before: six digits
     assert pq.read_table(tmp_path / "torchtune" / "train.parquet").num_rows == n
 
 

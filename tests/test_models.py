@@ -94,6 +94,10 @@ def test_a_model_without_a_causal_lm_head_is_refused_before_loading_its_weights(
     assert models.is_causal_lm(LlamaConfig(architectures=["LlamaForCausalLM"]))
     assert not models.is_causal_lm(LlamaConfig(architectures=["LlamaModel"]))
     assert not models.is_causal_lm(BertConfig(architectures=["BertModel"]))
+    # a model of its own code whose causal LM class is in its auto_map (ChatGLM's ["ChatGLMModel"]), with
+    # --trust-remote-code: it was refused by the first version too
+    own = {"AutoModelForCausalLM": "modeling.ChatGLMForConditionalGeneration"}
+    assert models.is_causal_lm(LlamaConfig(architectures=["ChatGLMModel"], auto_map=own))
 
 
 def test_offline_hub_id_not_cached_is_a_clear_error(monkeypatch):

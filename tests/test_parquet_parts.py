@@ -6,6 +6,7 @@ changed silently or found only at the shard stage (README, "inspect DATA": conta
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import pandas as pd
 import pyarrow as pa
@@ -75,6 +76,10 @@ def test_a_directory_of_splits_is_refused_naming_them_and_the_path_to_give(tmp_p
     parts(one, {}, {}, names=[f"data/test_sft-0000{i}-of-00002.parquet" for i in range(2)])  # the shell's pattern
     refused(_cli("inspect", one), "test_sft: data/test_sft-00000-of-00002.parquet and 1 more file",
             f"give one, e.g. {one / 'data' / 'train-*.parquet'}")
+    # names that start with a split's word but hold no evaluation rows beside training ones are one dataset (a first
+    # version refused them): two training sets, or evaluation sets alone
+    for names in (("train-math.parquet", "train-code.parquet"), ("testing_tools.parquet", "eval_harness.parquet")):
+        assert _cli("inspect", parts(tmp_path / names[0], {}, {}, names=names)).returncode == 0, names
 
 
 def test_a_hive_partitioned_directory_is_refused_not_read_without_its_column(tmp_path):
@@ -86,6 +91,10 @@ def test_a_hive_partitioned_directory_is_refused_not_read_without_its_column(tmp
     refused(run(tmp_path, d), f"{d}: a hive-partitioned Parquet directory (folders lang=en, lang=fr)",
             "column 'lang'")
     assert not (tmp_path / "out").exists() or not (tmp_path / "out" / "embeddings.parquet").exists()
+    # files that hold the column themselves lose nothing: read (a first version refused them)
+    own = tmp_path / "own"
+    parts(own, {"lang": ["en"] * N}, {"lang": ["fr"] * N}, names=("lang=en/p.parquet", "lang=fr/p.parquet"))
+    assert _cli("inspect", own).returncode == 0
 
 
 # ------------------------------------------------------------------------------------------------ column types
@@ -150,14 +159,23 @@ def test_numbers_beside_text_in_another_part_are_text_and_said(tmp_path):
      "part-1.parquet: row 0: column 'note' holds 9223372036854775808 (uint64)"),
     (pa.array([0.5] * N, pa.float64()), pa.array([2 ** 53 + 1 + i for i in range(N)], pa.int64()),
      "part-1.parquet: row 0: column 'note' holds 9007199254740993 (int64)"),
-    (pa.array([True] * N), pa.array([7] * N), "column 'note' has types that no one column holds (bool in part-0"),
+    (pa.array([date(2024, 1, 1)] * N), pa.array([7] * N), "column 'note' has types that no one column holds"),
 ])
 def test_what_no_one_type_holds_is_refused_before_embedding(tmp_path, a, b, said):
     """Bytes beside text (were bytes, the text rows too), numbers whose common type would change them (were an
-    INTERNAL ERROR at the shard stage), booleans beside numbers (were text): one line, before any work."""
+    INTERNAL ERROR at the shard stage), dates beside numbers: one line, before any work."""
     d = parts(tmp_path / "ds", {"note": a}, {"note": b})
     refused(run(tmp_path, d), said)
     assert not (tmp_path / "out" / "embeddings.parquet").exists()
+
+
+def test_booleans_beside_numbers_are_text_as_the_shards_made_them(tmp_path):
+    """true in one part and 1 in another: text, each value's JSON text, with a warning, as before the parts were
+    checked up front (a first version of that check refused it)."""
+    d = parts(tmp_path / "ds", {"flag": pa.array([True] * N)}, {"flag": pa.array([1] * N)})
+    r = run(tmp_path, d)
+    assert r.returncode == 0 and "column 'flag' holds booleans in some parts and numbers in others" in r.stderr
+    assert {row["flag"] for row in shard_rows(tmp_path).values()} <= {"true", "1"}
 
 
 def test_numbers_of_other_widths_are_the_type_that_holds_them_all(tmp_path):
@@ -179,7 +197,8 @@ def test_numbers_of_other_widths_are_the_type_that_holds_them_all(tmp_path):
 # ------------------------------------------------------------------------------------------------ property
 
 _TYPES = {"int8": (pa.int8(), st.integers(-128, 127)), "int32": (pa.int32(), st.integers(-2 ** 31, 2 ** 31 - 1)),
-          "int64": (pa.int64(), st.integers(-2 ** 63, 2 ** 63 - 1)), "uint64": (pa.uint64(), st.integers(0, 2 ** 64 - 1)),
+          "int64": (pa.int64(), st.integers(-2 ** 63, 2 ** 63 - 1)),
+          "uint64": (pa.uint64(), st.integers(0, 2 ** 64 - 1)),
           "float32": (pa.float32(), st.floats(width=32, allow_nan=False, allow_infinity=False)),
           "float64": (pa.float64(), st.floats(allow_nan=False, allow_infinity=False)),
           "string": (pa.string(), st.text(max_size=6)), "large_string": (pa.large_string(), st.text(max_size=6)),
@@ -215,8 +234,10 @@ def test_any_column_types_across_parts_are_read_as_written_or_refused_before_any
         assert not (tmp / "out" / "embeddings.parquet").exists()
         return
     got = {i: row["x"] for i, row in shard_rows(tmp).items()}
-    texts = any(_TYPES[kind][0] in (pa.string(), pa.large_string(), pa.string_view()) or kind == "dictionary"
-                for kind, _ in columns)
+    kinds = {kind for kind, _ in columns}
+    numbers = {"int8", "int32", "int64", "uint64", "float32", "float64"}
+    texts = bool(kinds & {"string", "large_string", "string_view", "dictionary"}) or (
+        "bool" in kinds and bool(kinds & numbers))  # booleans beside numbers: text too
     for i, x in got.items():
         want = given_x[i]
         if want is None or x == want and type(x) is type(want):

@@ -81,8 +81,7 @@ def test_text_run_still_refuses_what_text_reads(cli_runner, text_run):
 
 
 @pytest.mark.parametrize("extra", ["--model ./{model}/", "--model {absolute}", "--batch-tokens 4096",
-                                   "--device cpu",  # auto on this CPU-only machine (conftest)
-                                   "--device cpu --dtype float32", "--feature-weights 1"])
+                                   "--feature-weights 1"])
 def test_model_run_is_up_to_date_with_what_makes_the_same_features(cli_runner, model_run, extra):
     data, out, argv = model_run
     model = argv[-1]
@@ -98,7 +97,7 @@ def test_model_run_still_refuses_other_features(cli_runner, model_run):
                                                                               *argv[:-1], other)
 
 
-@pytest.mark.parametrize("extra", ["--encoder all-MiniLM-L6-v2", "--device cpu", "--batch-tokens 4096"])
+@pytest.mark.parametrize("extra", ["--encoder all-MiniLM-L6-v2", "--batch-tokens 4096"])
 def test_semantic_run_is_up_to_date_with_what_makes_the_same_features(cli_runner, semantic_run, extra):
     data, out, argv = semantic_run
     assert _statuses(cli_runner, data, out, *argv, *extra.split()) == ["up to date"] * 4
@@ -133,3 +132,15 @@ def test_dim_and_pool_no_feature_reads_are_refused_in_one_line(cli_runner, tmp_p
 def test_dim_and_pool_a_feature_reads_are_taken(features, option):
     from cluster_curate.commands.embed import _check_read_by_features
     _check_read_by_features({"dim": None, "pool": "all", **option}, features.split(","))
+
+
+def test_a_device_given_is_the_same_run_only_where_the_run_named_it(cli_runner, semantic_run, tmp_path):
+    """`auto` now after `--device cpu` on this CPU-only machine (conftest) is the same run. A run made with `auto`
+    and given `--device cpu` now is not: `auto` was the device of the machine that ran it (a GPU's bf16 features
+    re-run on a CPU were kept as up to date by a first version of this rule)."""
+    data, out, argv = semantic_run
+    assert "other embed options (--device auto -> cpu)" in _refused(cli_runner, data, out, *argv, "--device",
+                                                                   "cpu")
+    given = tmp_path / "cpu"
+    assert _statuses(cli_runner, data, given, *argv, "--device", "cpu", "--dtype", "float32") == ["ran"] * 4
+    assert _statuses(cli_runner, data, given, *argv) == ["up to date"] * 4

@@ -156,6 +156,10 @@ def test_a_text_of_nothing_but_special_tokens_is_skipped_with_its_reason(bert_di
     got = S.semantic_rows(enc, _examples(rows), "prompt")
     assert [i for i, _ in got.skipped] == [1, 3] and len(got.embedding) == 2
     assert {why for _, why in got.skipped} == {"the prompt has no token for the encoder"}
+    # [UNK] is a token of the text (Thai or emoji for an English vocabulary): embedded, as before
+    rows[1]["question"] = "\U0001F600\U0001F600"
+    assert enc.tokenizer.unk_token_id in enc.tokenizer(rows[1]["question"])["input_ids"]
+    assert [i for i, _ in S.semantic_rows(enc, _examples(rows), "prompt").skipped] == [3]
 
 
 def test_sentence_transformers_directory_with_cls_pooling(tmp_path):

@@ -65,12 +65,12 @@ def scan(run, read_options) -> None:
 
 def write_rejects(path, bad_rows: list[dict], skipped_rows: list[dict]) -> bool:
     """The rows reported instead of embedded, in id order, to `path` (JSON lines: a bad row's reject, or a row
-    that kept no response token, with its `kind`); an old list there is removed when there is none. Returns
-    whether there was any."""
+    that had nothing to embed: no response token for the model, no token for the encoder; with its `kind`); an old
+    list there is removed when there is none. Returns whether there was any."""
     import json
 
     from cluster_curate.io.writer import atomic_write_bytes
-    reported = [dict(r, kind="bad row") for r in bad_rows] + [dict(r, kind="no response token")
+    reported = [dict(r, kind="bad row") for r in bad_rows] + [dict(r, kind="nothing to embed")
                                                              for r in skipped_rows]
     if reported:
         reported.sort(key=lambda r: r["id"])

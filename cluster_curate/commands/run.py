@@ -113,7 +113,10 @@ class RunState:
         rec_taken, now_taken = {**rec, **_compared(rec)}, {**now, **_compared(now)}
         changed = {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now))
                    if rec_taken.get(k) != now_taken.get(k) and k not in unread}
-        if changed.keys() & {"device", "dtype"}:  # auto is the device of this machine (torch only here)
+        auto_before = [k for k in ("device", "dtype") if k in changed and rec.get(k) in (None, "auto")]
+        if changed.keys() & {"device", "dtype"} and not auto_before:
+            # given before, `auto` now: the same where auto resolves to it on this machine (torch only here). A
+            # recorded `auto` was the device of the machine that ran it, which need not be this one
             resolved = _resolved_device(rec), _resolved_device(now)
             changed = {k: v for k, v in changed.items() if k not in ("device", "dtype")
                        or resolved[0][k] != resolved[1][k]}

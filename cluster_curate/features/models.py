@@ -259,6 +259,8 @@ def is_causal_lm(config) -> bool:
     archs = getattr(config, "architectures", None) or []
     if getattr(config, "is_decoder", False) or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs):
         return True
+    if "AutoModelForCausalLM" in (getattr(config, "auto_map", None) or {}):  # its own code's (ChatGLM, GLM-4)
+        return True
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
     return bool(archs) and archs[0] == MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(getattr(config, "model_type", None))
 

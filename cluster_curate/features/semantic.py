@@ -410,7 +410,9 @@ def semantic_rows(enc: SemanticEncoder, examples: list, text_field: str = "promp
         raise CurateError(f"--text-field must be one of {', '.join(TEXT_FIELDS)}, got {text_field!r}")
     texts = [example_text(ex, text_field) for ex in examples]
     ids, cut = _tokenize(enc, texts)
-    special = set(enc.tokenizer.all_special_ids)  # [CLS] [SEP] alone: every such row had one embedding
+    # [CLS] [SEP] alone (zero-width spaces): every such row had one embedding. [UNK] is a token of the text (Thai or
+    # emoji for an English vocabulary): those rows are embedded as before
+    special = set(enc.tokenizer.all_special_ids) - {enc.tokenizer.unk_token_id}
     empty = [i for i, row in enumerate(ids) if all(t in special for t in row)]
     skipped = [(int(examples[i].id), f"the {text_field} has no token for the encoder") for i in empty]
     if empty:

@@ -703,14 +703,25 @@ def _split_of(relative: Path) -> tuple[str, Path] | None:
     return base, next((where for name, where in reversed(folders) if name.lower() == base.lower()), relative)
 
 
+def _column_names(part: Path) -> list[str]:
+    """A part's columns from its footer; none where it cannot be read (the reader names that file later)."""
+    import pyarrow.parquet as pq
+    try:
+        return pq.read_schema(part).names
+    except (pa.ArrowInvalid, OSError):
+        return []
+
+
 def _refuse_layouts(directory: Path, parts: list[Path]) -> None:
     """A directory whose folders or file names carry what its rows do not: hive `key=value` folders (the column's
     values; reading the files alone would drop it), or splits (read as one dataset, a test split's rows would be
     trained on). Which split to read is not guessed, as a JSON file's splits are not (_JsonDocument._not_records)."""
     relative = [p.relative_to(directory) for p in parts]
     hive = sorted({part for r in relative for part in r.parts[:-1] if _HIVE_FOLDER.fullmatch(part)})
+    keys = sorted({_HIVE_FOLDER.fullmatch(h).group(1) for h in hive})
+    if keys and all(set(keys) <= set(_column_names(p)) for p in parts):
+        hive = []  # the files hold the column themselves: nothing is dropped
     if hive:
-        keys = sorted({_HIVE_FOLDER.fullmatch(h).group(1) for h in hive})
         shown = ", ".join(hive[:3]) + " and more" * (len(hive) > 3)
         raise CurateError(f"{directory}: a hive-partitioned Parquet directory (folders {shown}): column"
                           f"{'s' * (len(keys) > 1)} {', '.join(map(repr, keys))} {'are' if len(keys) > 1 else 'is'} "
@@ -722,7 +733,10 @@ def _refuse_layouts(directory: Path, parts: list[Path]) -> None:
         found = _split_of(r)
         if found:
             splits.setdefault(found[0].lower(), []).append((r, found[1]))
-    if len(splits) < 2:
+    # a training split beside an evaluation one (test, validation, dev, eval) is refused; `train-math` beside
+    # `train-code`, or `test` beside `validation`, holds no evaluation rows to be trained on beside training ones
+    kinds = {"train" if re.match(r"train", name, re.IGNORECASE) else "eval" for name in splits}
+    if kinds != {"train", "eval"}:
         return
     held = "; ".join(f"{name}: {files[0][0]}" + f" and {counted(len(files) - 1, 'more file')}" * (len(files) > 1)
                      for name, files in splits.items())
@@ -861,6 +875,13 @@ class _Parquet:
                                       promote_options="permissive").field(name).type
         except (pa.ArrowTypeError, pa.ArrowInvalid, pa.ArrowNotImplementedError):
             first, second = sorted(distinct, key=str)[:2]
+            if all(pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_floating(t) for t in distinct):
+                # true in one part, 1 in another: text, as the shards made such a column before (and said so)
+                from cluster_curate import console
+                console.warn(f"{self.path}: column {name!r} holds booleans in some parts and numbers in others "
+                             f"({said(first)}, {said(second)}); shards keep it as text (each value's JSON text)",
+                             once=True)
+                return pa.string()
             raise CurateError(f"{self.path}: column {name!r} has types that no one column holds ({said(first)}, "
                               f"{said(second)}); write it with one type in every part") from None
         if any(map(pa.types.is_nested, distinct)):
