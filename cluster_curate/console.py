@@ -33,12 +33,18 @@ def configure(quiet: bool = False, json_mode: bool = False) -> None:
     QUIET, JSON_MODE = quiet, json_mode
 
 
+def _said_before(message: str) -> bool:
+    """Whether `message` was said (with once=True) since the command began; it counts as said from now on."""
+    if message in _SAID_ONCE:
+        return True
+    _SAID_ONCE.add(message)
+    return False
+
+
 def info(message: str, once: bool = False) -> None:
     """A log line on stderr (stdout is kept for the summary / JSON); `once`: as warn's."""
-    if once:
-        if message in _SAID_ONCE:
-            return
-        _SAID_ONCE.add(message)
+    if once and _said_before(message):
+        return
     if not QUIET:
         _err.print(escape(message))
 
@@ -57,10 +63,8 @@ def begin_command() -> None:
 def warn(message: str, once: bool = False) -> None:
     """`once`: a note about the data that each reading of it would repeat (run's stages and a mixture's checks
     open the same file again): said once per command."""
-    if once:
-        if message in _SAID_ONCE:
-            return
-        _SAID_ONCE.add(message)
+    if once and _said_before(message):
+        return
     WARNINGS.append(message)
     _err.print(f"[yellow]WARNING:[/yellow] {escape(message)}")
 

@@ -192,27 +192,23 @@ def shutdown(layout: Layout) -> None:
 def plan_changes(old, new: dict, options=(), most: int = 3) -> str:
     """What differs between two chunk plans, as a user changed it (`--dim (not given) -> 64`, `the data`); of the
     plans' params, those named in `options` (the others follow from them)."""
+    from cluster_curate.options import named_changes
     if not isinstance(old, dict):
         return "its plan unreadable"
-
-    def shown(v):
-        text = "(not given)" if v is None else v if isinstance(v, str) else json.dumps(v)
-        return text if len(text) <= 40 else text[:37] + "..."
-
     said = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
         if a == b:
             continue
         if key == "params" and isinstance(a, dict) and isinstance(b, dict):
-            said += [f"--{k.replace('_', '-')} {shown(a.get(k))} -> {shown(b.get(k))}"
-                     for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k in options] or ["its options"]
+            said += [named_changes({k: (a.get(k), b.get(k))}) for k in sorted(set(a) | set(b))
+                     if a.get(k) != b.get(k) and k in options] or ["its options"]
         elif key == "dataset":
             said.append("the data")
         elif key == "algorithm":
             said.append(f"the feature algorithm {a} -> {b} (another release)")
         else:
-            said.append(f"--{key.replace('_', '-')} {shown(a)} -> {shown(b)}")
+            said.append(named_changes({key: (a, b)}))
     return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "")
 
 

@@ -207,6 +207,19 @@ def recorded(options: Sequence[Option], opts: dict) -> dict:
     return {o.name: opts[o.name] for o in options if o.record}
 
 
+def named_changes(changed: dict, most: int | None = None) -> str:
+    """`--within random -> auto, ...`: options that changed ({name: (before, now)}), as a reason or an error names
+    them (values as the user writes them: `(not given)` and `on`/`off`, not Python's None/True/False)."""
+    def shown(v):
+        if v is None or (isinstance(v, (list, tuple)) and not v):
+            return "(not given)"
+        if isinstance(v, (list, tuple)):  # an option given several times (--decontaminate A --decontaminate B)
+            return " ".join(map(str, v))
+        return ("on" if v else "off") if isinstance(v, bool) else v
+    return ", ".join(f"--{k.replace('_', '-')} {shown(old)} -> {shown(new)}"
+                     for k, (old, new) in list(changed.items())[:most])
+
+
 def run_options(spec: CommandSpec) -> list[Option]:
     """The options of `spec` that `run` takes for it."""
     return [o for o in spec.options if o.run]

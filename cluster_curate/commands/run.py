@@ -9,8 +9,8 @@ from pathlib import Path
 from cluster_curate.console import counted
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
-from cluster_curate.options import (DATASET_OPTIONS, Argument, CommandSpec, Option, cli_defaulted, read_options,
-                                    resolve, run_options)
+from cluster_curate.options import (DATASET_OPTIONS, Argument, CommandSpec, Option, cli_defaulted, named_changes,
+                                    read_options, resolve, run_options)
 
 OWN_OPTIONS = (
     Option("out", path=True, flags=("--out", "-o"), required=True,
@@ -146,7 +146,7 @@ class RunState:
             return f"its algorithm changed (version {rec['algorithm']} -> {request['algorithm']})"
         mine, moved = self.option_changes(stage, request) if rec["options"] != request["options"] else ({}, {})
         if moved and not mine:
-            return f"its default{'s' if len(moved) > 1 else ''} changed ({_named(moved)})"
+            return f"its default{'s' if len(moved) > 1 else ''} changed ({named_changes(moved)})"
         if mine:  # none: options given now at the values the stage took without them (_settled)
             return "its options changed"
         if rec["input"] != request["input"]:
@@ -257,19 +257,6 @@ def _resolved_device(values: dict) -> dict:
     except CurateError:
         pass
     return {"device": device, "dtype": dtype}
-
-
-def _named(changed: dict, most: int | None = None) -> str:
-    """`--within random -> auto, ...`: options that changed, as a reason or an error names them (values as the
-    user writes them: `(not given)` and `on`/`off`, not Python's None/True/False)."""
-    def shown(v):
-        if v is None or (isinstance(v, (list, tuple)) and not v):
-            return "(not given)"
-        if isinstance(v, (list, tuple)):  # an option given several times (--decontaminate A --decontaminate B)
-            return " ".join(map(str, v))
-        return ("on" if v else "off") if isinstance(v, bool) else v
-    return ", ".join(f"--{k.replace('_', '-')} {shown(old)} -> {shown(new)}"
-                     for k, (old, new) in list(changed.items())[:most])
 
 
 def _named_input_change(rec: dict, request: dict) -> str:
@@ -575,7 +562,7 @@ def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
     """Re-running stale stages is run's job (a default that changed with an upgrade among them); other options
     for a stage already run in `d` replace its outputs, which needs --overwrite (issue 20 #4)."""
     changes = [(stage, state.option_changes(stage, request)[0]) for stage, request in requests.items()]
-    per_stage = [f"{stage} options ({_named(changed, 3)})" for stage, changed in changes if changed]
+    per_stage = [f"{stage} options ({named_changes(changed, 3)})" for stage, changed in changes if changed]
     if per_stage:  # every stage's: --overwrite replaces each of them (it named the first stage's alone)
         said = ", ".join(per_stage[:-1]) + " and " + per_stage[-1] if len(per_stage) > 1 else per_stage[0]
         raise CurateError(f"{d}: holds a run made with other {said}; pass --overwrite to replace it, or choose "
