@@ -67,7 +67,8 @@ def semantic_run(tmp_path_factory):
 
 
 @pytest.mark.parametrize("extra", [["--max-length", "512"], ["--batch-tokens", "4096"], ["--feature-weights", "1"],
-                                   ["--feature-weights", "1.0"], ["--trust-remote-code"], ["--proxy-size", "base"]],
+                                   ["--feature-weights", "1.0"], ["--trust-remote-code"], ["--proxy-size", "base"],
+                                   ["--commit-every", "100"], ["--batch-rows", "1000"]],
                          ids=" ".join)
 def test_text_run_is_up_to_date_with_what_makes_the_same_features(cli_runner, text_run, extra):
     data, out, argv = text_run
@@ -144,3 +145,15 @@ def test_a_device_given_is_the_same_run_only_where_the_run_named_it(cli_runner, 
     given = tmp_path / "cpu"
     assert _statuses(cli_runner, data, given, *argv, "--device", "cpu", "--dtype", "float32") == ["ran"] * 4
     assert _statuses(cli_runner, data, given, *argv) == ["up to date"] * 4
+
+
+def test_gpus_given_is_the_same_run_where_faiss_sees_as_many(cli_runner, tmp_path):
+    """`--gpus 0` before and all faiss sees now (none on this machine) cluster alike: the same run; `--gpus` given
+    after a run made without it is not (all it saw was the machine that ran it's), as for --device."""
+    data, out = _rows(tmp_path, 60), tmp_path / "r"
+    argv = ["--features", "text", "--dim", "16", "--k", "4", *STEP]
+    assert _statuses(cli_runner, data, out, *argv, "--gpus", "0") == ["ran"] * 4
+    assert _statuses(cli_runner, data, out, *argv) == ["up to date"] * 4
+    other = tmp_path / "auto"
+    assert _statuses(cli_runner, data, other, *argv) == ["ran"] * 4
+    assert "--gpus (not given) -> 0" in _refused(cli_runner, data, other, *argv, "--gpus", "0")

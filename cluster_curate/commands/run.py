@@ -113,6 +113,8 @@ class RunState:
         rec_taken, now_taken = {**rec, **_compared(rec)}, {**now, **_compared(now)}
         changed = {k: (rec.get(k), now.get(k)) for k in sorted(set(rec) | set(now))
                    if rec_taken.get(k) != now_taken.get(k) and k not in unread}
+        if "gpus" in changed and rec.get("gpus") is not None and _resolved_gpus(now) == rec["gpus"]:
+            del changed["gpus"]  # given before, all faiss sees now: the same where that is as many (as --device)
         auto_before = [k for k in ("device", "dtype") if k in changed and rec.get(k) in (None, "auto")]
         if changed.keys() & {"device", "dtype"} and not auto_before:
             # given before, `auto` now: the same where auto resolves to it on this machine (torch only here). A
@@ -187,6 +189,8 @@ def _settled(values: dict) -> dict:
     if "features" in values and str(values["features"] or taken["features"]).replace(" ", "") == "text":
         taken["dim"] = DEFAULT_TEXT_DIM
     settled = {k: taken[k] if v is None and taken.get(k) is not None else v for k, v in values.items()}
+    for k in ("commit_every", "batch_rows"):  # how the work is chunked: the same result (README, `run`)
+        settled.pop(k, None)
     if "features" not in values:  # not embed's options
         return settled
     from cluster_curate.features.semantic import DEFAULT_ENCODER
@@ -257,6 +261,15 @@ def _resolved_device(values: dict) -> dict:
     except CurateError:
         pass
     return {"device": device, "dtype": dtype}
+
+
+def _resolved_gpus(values: dict) -> int | None:
+    """cluster's --gpus as faiss resolves it on this machine (None: all it sees); None where it refuses the value."""
+    from cluster_curate.kmeans import resolve_gpus
+    try:
+        return resolve_gpus(values.get("gpus"))
+    except CurateError:
+        return None
 
 
 def _named_input_change(rec: dict, request: dict) -> str:
