@@ -779,18 +779,21 @@ def test_word_tokenizer_option():
     assert tok.unk_token_id not in ids[:2] and len(ids) >= 7  # digits are split one by one
 
 
-@pytest.mark.parametrize("extra, said", [(["--proxy-steps", "1"], "the warm-up kept one checkpoint (1)"),
-                                         (["--proxy-steps", "3", "--checkpoints", "3"],
-                                          "--checkpoints names one checkpoint (3)")])
-def test_a_loss_trajectory_of_one_checkpoint_is_refused(tmp_path, cli_runner, extra, said):
+@pytest.mark.parametrize("extra, said", [
+    (["--proxy-steps", "1"], "the warm-up (--proxy-steps 1) keeps one checkpoint (1)"),
+    (["--proxy-steps", "3", "--checkpoints", "3"], "--checkpoints names one checkpoint (3)"),
+    (["--proxy-steps", "4", "--proxy-checkpoints", "1"], "the warm-up (--proxy-steps 4) keeps one checkpoint (4)"),
+    ([], "the warm-up (1 step on 50 rows) keeps one checkpoint (1)")], ids=lambda v: (" ".join(v) or "default") if isinstance(v, list) else None)
+def test_a_loss_trajectory_of_one_checkpoint_is_refused_before_the_warm_up(tmp_path, cli_runner, extra, said):
     """A warm-up of one step (300 rows at the default budget) kept one checkpoint: a loss-trajectory of one
-    dimension, the same for every row once normalised, and `cluster` put every row in one cluster, exit 0."""
+    dimension, the same for every row once normalised, and `cluster` put every row in one cluster, exit 0. The
+    checkpoints kept are known before the proxy trains: refused then, not after its warm-up was paid for."""
     data = _write_jsonl(tmp_path / "d.jsonl", _rows(50))
     res = _run(cli_runner, ["embed", str(data), "--out", str(tmp_path / "e.parquet"), "--features",
                             "loss-trajectory", "--proxy-size", "tiny", "--proxy-vocab", "300", "--max-length", "128",
                             *extra], code=2)
     assert f"ERROR: --features loss-trajectory: {said}: one loss per row" in res.output
-    assert not (tmp_path / "e.parquet").exists()
+    assert "proxy: trained" not in res.output and sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl"]
 
 
 def test_cli_proxy_end_to_end_and_reuse(tmp_path, cli_runner):

@@ -201,7 +201,7 @@ CASES = [
                               "cuda"], "--device cuda is not used by --features text"),  # was ignored
     # --checkpoints: refused before the proxy warms up (a bad one was found after the warm-up, which was saved)
     ("embed-checkpoints-not-kept", ["embed", "data.jsonl", "--out", "e.parquet", "--features", "loss-trajectory",
-                                    "--proxy-size", "tiny", "--checkpoints", "5"],
+                                    "--proxy-size", "tiny", "--checkpoints", "1,5"],
      "--checkpoints 5: no such warm-up checkpoint; the warm-up (1 step on 120 rows) keeps those at step 1"),
     ("embed-checkpoints-not-kept-steps-given", ["embed", "data.jsonl", "--out", "e.parquet", "--features",
                                                 "loss-trajectory", "--proxy-steps", "4", "--checkpoints", "2"],

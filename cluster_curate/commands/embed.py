@@ -203,8 +203,8 @@ def _validate(o: dict) -> list[str]:
         if looks_local and not Path(spec).expanduser().exists():  # fail before reading the data
             raise CurateError(f"--model {spec}: no such file or directory")
     o["proxy"].validate()
-    if o["checkpoints"]:
-        _check_checkpoints(o)
+    if o["checkpoints"] or "loss-trajectory" in features:
+        _check_checkpoints(o, features)
     return features
 
 
@@ -227,14 +227,13 @@ def _check_read_by_features(o: dict, features: list[str]) -> None:
                           "leave it out, or add --features hidden")
 
 
-def _check_checkpoints(o: dict) -> None:
+def _check_checkpoints(o: dict, features: list[str]) -> None:
     """--checkpoints, before the proxy trains or a model loads (after them a bad item cost the warm-up): what
     can be told from the options and the files."""
     from pathlib import Path
 
-    from cluster_curate.commands.embed_parts import checkpoint_items
+    from cluster_curate.commands.embed_parts import check_kept_checkpoints, check_trajectory_points, checkpoint_items
     from cluster_curate.features.models import looks_like_local_path
-    from cluster_curate.features.proxy import check_checkpoint_steps
     from cluster_curate.io import proxy_store as store
     items, model = checkpoint_items(o), str(o["model"])
     if not all(items):
@@ -246,14 +245,16 @@ def _check_checkpoints(o: dict) -> None:
         raise CurateError(f"--checkpoints {steps[0]}: a step number only names a warm-up checkpoint of the proxy, "
                           f"and --model {model} is not one")
     if saved:
-        check_checkpoint_steps(steps, store.proxy_checkpoint_steps(model), model)
-    elif steps and o["proxy"].steps is not None:  # the steps kept are known before the warm-up
-        check_checkpoint_steps(steps, o["proxy"].checkpoint_steps(o["proxy"].steps),
+        check_kept_checkpoints(o, features, store.proxy_checkpoint_steps(model), model)
+    elif model == "proxy" and o["proxy"].steps is not None:  # the steps kept are known before the warm-up
+        check_kept_checkpoints(o, features, o["proxy"].checkpoint_steps(o["proxy"].steps),
                                f"the warm-up (--proxy-steps {o['proxy'].steps})")
     for item in items:
         if not item.isdigit() and not store.is_proxy_dir(item) and looks_like_local_path(item) \
                 and not Path(item).expanduser().exists():
             raise CurateError(f"--checkpoints {item}: no such file or directory")
+    if items:  # after what is wrong with an item: that is what to mend first
+        check_trajectory_points(items, "--checkpoints names")
 
 
 def _adopt_space(opts: dict):

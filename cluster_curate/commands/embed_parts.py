@@ -218,8 +218,8 @@ def _proxy(run):
             def on_step(step, total, loss):
                 lazy.bar("proxy warm-up", total, "steps").advance(1)
             trained = P.train_proxy(chosen, opts, device=resolve_device(run.device), on_step=on_step,
-                                    dataset_rows=run.parsed, wanted_steps=checkpoint_step_numbers(run.opts),
-                                    warn=console.warn)
+                                    dataset_rows=run.parsed, check_kept=lambda kept, whose: check_kept_checkpoints(
+                                        run.opts, run.features, kept, whose), warn=console.warn)
         # Job-array pieces started together may all train it (deterministically): the first one saved wins.
         if not ready():
             store.save_proxy(trained, directory, extra={"key": key, "dataset": run.record})
@@ -316,11 +316,17 @@ def checkpoint_items(opts: dict) -> list[str]:
     return [s.strip() for s in opts["checkpoints"].split(",")] if opts["checkpoints"] else []
 
 
-def checkpoint_step_numbers(opts: dict) -> list[int]:
-    return [int(s) for s in checkpoint_items(opts) if s.isdigit()]
+def check_kept_checkpoints(opts: dict, features, kept: list[int], whose: str) -> None:
+    """The proxy's warm-up checkpoints `kept` (known before it trains, `whose` says how) against what reads them:
+    --checkpoints' step numbers must be among them, and a loss-trajectory of its own checkpoints needs two."""
+    from cluster_curate.features.proxy import check_checkpoint_steps
+    items = checkpoint_items(opts)
+    check_checkpoint_steps([int(s) for s in items if s.isdigit()], kept, whose)
+    if "loss-trajectory" in features and not items:
+        check_trajectory_points(kept, f"{whose} keeps")
 
 
-def _check_trajectory_points(points: list, said: str) -> None:
+def check_trajectory_points(points: list, said: str) -> None:
     """One checkpoint is one loss per row: a feature of one dimension, the same direction for every row once
     normalised, so every row fell in one cluster (a warm-up of one step on a few hundred rows)."""
     if len(points) < 2:
@@ -340,9 +346,8 @@ def _trajectory(opts: dict, proxy_dir, fm):
             raise CurateError("--features loss-trajectory with a model other than the proxy needs --checkpoints "
                               "A,B,C (model paths or ids)")
         steps = store.proxy_checkpoint_steps(proxy_dir)
-        _check_trajectory_points(steps, "the warm-up kept")
+        check_trajectory_points(steps, f"{proxy_dir} keeps")
         return [store.load_proxy(proxy_dir, s, device=fm.device) for s in steps], [f"step {s}" for s in steps]
-    _check_trajectory_points(items, "--checkpoints names")
     models, labels = [], []
     for item in items:
         if item.isdigit():

@@ -187,14 +187,15 @@ def check_checkpoint_steps(wanted, kept, whose: str) -> None:
 
 
 def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: str | torch.device = "cpu",
-                on_step=None, dataset_rows: int | None = None, wanted_steps=(), warn=None) -> TrainedProxy:
+                on_step=None, dataset_rows: int | None = None, check_kept=None, warn=None) -> TrainedProxy:
     """Train the tokenizer and the GPT on `examples` (the warm-up sample, already chosen).
 
     Loss: cross-entropy on response tokens (the end token included), AdamW + cosine schedule, batches of
     about `batch_tokens` padded tokens from length-sorted buckets in a seeded random order.
     `on_step(step, total, loss)` is called after each step (progress). `dataset_rows` (the rows the
     features will be computed on) caps the steps by `options.budget` unless `options.steps` is given.
-    `wanted_steps` (`--checkpoints`' step numbers) must be among the checkpoints kept: checked before training.
+    `check_kept(steps, whose)` is told the warm-up steps whose weights will be kept before training, to refuse
+    them then (--checkpoints naming another step; one checkpoint for a loss-trajectory), not after it.
     `warn(message)` is told, before training, when the warm-up gets fewer than FEW_STEPS steps it was not asked
     for (--proxy-steps), and why."""
     import torch
@@ -229,8 +230,8 @@ def train_proxy(examples: list, options: ProxyOptions | None = None, *, device: 
         rows_per_step = len(encoded) / len(batches)
         total = max(1, min(total, int(opts.budget * dataset_rows / 3 / rows_per_step)))
     keep = opts.checkpoint_steps(total)
-    check_checkpoint_steps(wanted_steps, keep, f"the warm-up ({counted(total, 'step')} on "
-                           f"{counted(len(encoded), 'row')})")  # before the training, not after it
+    if check_kept is not None:
+        check_kept(keep, f"the warm-up ({counted(total, 'step')} on {counted(len(encoded), 'row')})")
     if opts.steps is None and total < FEW_STEPS and warn is not None:
         warn(_few_steps(total, configured, len(encoded), len(batches), dataset_rows, opts))
     rng = random.Random(opts.seed)
