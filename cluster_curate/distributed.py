@@ -332,22 +332,30 @@ class ChunkedOutput:
         """Whether this worker must compute `chunk` (it owns it and it is not committed yet)."""
         return self.layout.owns(chunk) and not (self.resume and self._chunk_path(chunk).exists())
 
-    def commit(self, chunk: int, table: pa.Table, skipped: list[dict]) -> None:
-        """Write a finished chunk atomically; `skipped` (rows reported instead of embedded) rides along in
-        the chunk's metadata so that a resumed run still reports them."""
-        meta = {b"skipped": json.dumps(skipped).encode()}
+    def commit(self, chunk: int, table: pa.Table, skipped: list[dict], counts: dict | None = None) -> None:
+        """Write a finished chunk atomically; `skipped` (rows reported instead of embedded) and `counts` (e.g. rows
+        cut) ride along in the chunk's metadata so that a resumed run still reports them."""
+        meta = {b"skipped": json.dumps(skipped).encode(), b"counts": json.dumps(counts or {}).encode()}
         table = table.replace_schema_metadata(meta)
         write_parquet_atomic(table, self._chunk_path(chunk))
 
     def _my_chunks(self) -> list[int]:
         return [c for c in self.committed() if self.layout.owns(c)]
 
+    def _chunk_metadata(self, chunks: list[int] | None, key: bytes, empty: bytes) -> list:
+        return [json.loads((pq.read_schema(self._chunk_path(c)).metadata or {}).get(key, empty))
+                for c in (self._my_chunks() if chunks is None else chunks)]
+
     def skipped_rows(self, chunks: list[int] | None = None) -> list[dict]:
-        rows: list[dict] = []
-        for c in (self._my_chunks() if chunks is None else chunks):
-            md = pq.read_schema(self._chunk_path(c)).metadata or {}
-            rows.extend(json.loads(md.get(b"skipped", b"[]")))
-        return rows
+        return [row for rows in self._chunk_metadata(chunks, b"skipped", b"[]") for row in rows]
+
+    def counts(self, chunks: list[int] | None = None) -> dict[str, int]:
+        """The chunks' `counts` added up (a chunk committed before they were kept counts none)."""
+        total: dict[str, int] = {}
+        for counts in self._chunk_metadata(chunks, b"counts", b"{}"):
+            for k, v in counts.items():
+                total[k] = total.get(k, 0) + v
+        return total
 
     # -------------------------------------------------------------------------------- finish
     def finish(self, meta: ArtifactMeta, expected_chunks: int, empty: pa.Table) -> dict:

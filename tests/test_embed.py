@@ -718,15 +718,17 @@ def test_chunks_carry_reported_rows_and_resume_skips_committed_chunks(tmp_path):
     o = D.ChunkedOutput(out, lay, plan, 10)
     res = E.ChunkResult(ids=np.array([12, 11]), embedding=np.ones((2, 3), np.float32), n_tokens=np.array([5, 6]),
                         n_response_tokens=np.array([2, 3]), loss=np.array([0.5, 0.25], np.float32))
-    o.commit(1, E.chunk_table(res), [{"id": 13, "reason": "no response token"}])
+    o.commit(1, E.chunk_table(res), [{"id": 13, "reason": "no response token"}], {"model_cut": 1, "truncated": 0})
     empty = E.ChunkResult(ids=np.zeros(0, np.int64), embedding=np.zeros((0, 3), np.float32),
                           n_tokens=np.zeros(0, np.int64), n_response_tokens=np.zeros(0, np.int64),
                           loss=np.zeros(0, np.float32))
-    o.commit(0, E.chunk_table(empty), [])
-    # a resumed run with the same plan keeps them; another plan is refused
+    o.commit(0, E.chunk_table(empty), [], {"model_cut": 2})
+    # a resumed run with the same plan keeps them, and their counts (the rows cut, said after a resume); another
+    # plan is refused
     again = D.ChunkedOutput(out, lay, plan, 10, resume=True)
     assert not again.todo(0) and not again.todo(1) and again.todo(2)
     assert again.skipped_rows() == [{"id": 13, "reason": "no response token"}]
+    assert again.counts() == {"model_cut": 3, "truncated": 0} and again.counts([0]) == {"model_cut": 2}
     with pytest.raises(CurateError, match="other parameters"):
         D.ChunkedOutput(out, lay, {"params": {"x": 2}, "dataset": "fp"}, 10, resume=True)
     meta = make_meta("embeddings", {"dim_total": 3}, {}, {"fingerprint": "fp"})

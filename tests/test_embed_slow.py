@@ -96,7 +96,9 @@ def test_two_torchrun_processes_equal_one_process(tmp_path):
 def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     data = _data(tmp_path, 300)
     out = tmp_path / "killed.parquet"
-    common = [str(data), "--features", "gradient", *PROXY, "--commit-every", "30", "--batch-tokens", "600"]
+    # rows cut to --max-length 96 (not PROXY's 256): the resumed run still counts those of the chunks it kept
+    common = [str(data), "--features", "gradient", *PROXY[:-2], "--max-length", "96", "--commit-every", "30",
+              "--batch-tokens", "600"]
     staging = tmp_path / "killed.partial"
     committed = _kill_after_first_chunk([*common, "--out", str(out)], staging)
     assert not out.exists()
@@ -109,6 +111,8 @@ def test_resume_after_sigkill_equals_uninterrupted_run(tmp_path):
     fresh = _embed([*common, "--out", str(tmp_path / "fresh.parquet")])
     assert fresh["chunks_computed"] == 10
     _assert_same(out, tmp_path / "fresh.parquet")
+    cut = [w for w in fresh["warnings"] if "longer than --max-length 96" in w]
+    assert cut and [w for w in resumed["warnings"] if "longer than --max-length 96" in w] == cut
 
 
 SMOLLM2 = Path(__file__).resolve().parents[1] / ".cache" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"

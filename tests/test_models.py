@@ -283,6 +283,8 @@ def test_a_model_shorter_than_a_row_cuts_it_to_its_position_limit(tmp_path):
     assert models.settle_max_length(32, [fm]) == 32 and models.settle_max_length(None, []) is None
 
     import pyarrow.parquet as pq
+
+    from cluster_curate.io.artifacts import read_meta
     for given in (None, "100"):
         r = cli("embed", "d.jsonl", "--out", "h.parquet", "--features", "hidden", "--model", "gpt", "--device",
                 "cpu", "--overwrite", "--json", *(["--max-length", given] if given else []), cwd=tmp_path)
@@ -295,3 +297,7 @@ def test_a_model_shorter_than_a_row_cuts_it_to_its_position_limit(tmp_path):
         assert np.isfinite(np.array(table["embedding"], dtype=np.float64)).all()
         assert np.isfinite(np.array(table["loss"], dtype=np.float64)).all()
         assert dict(zip(table["id"], table["n_tokens"])) == whole  # counted whole, as a trainer reads them
+        # the limit the model read with is recorded, and report says it
+        assert read_meta(tmp_path / "h.parquet").params["model_max_length"] == 64
+        shown = cli("report", "h.parquet", cwd=tmp_path)
+        assert f"{int(given or 1024):,} (the model's position limit: 64)" in shown.stdout, shown.stdout

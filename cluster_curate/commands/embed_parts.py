@@ -403,6 +403,8 @@ def embedder_and_params(run, m: Models):
               "n_tokens": "model tokens" if fm else N_TOKENS_ENCODER if semantic else N_TOKENS_WORDS}
     if semantic:
         params["semantic"] = semantic.encoder.describe()
+    if fm is not None and m.max_length != o["max_length"]:  # what the model read: its position limit
+        params["model_max_length"] = m.max_length
     if m.model_fingerprint:  # weights saved again under the same path: another model (--resume, --like, run)
         params["model_fingerprint"] = m.model_fingerprint
     return embedder, params
@@ -422,8 +424,6 @@ class Pass:
     done_rows: int = 0
     done_tokens: int = 0
     seconds: float = 0.0
-    truncated: int = 0  # rows an encoder feature cut to its max length (chunks computed by this process)
-    model_cut: int = 0  # rows cut to --max-length for the causal LM's features (likewise)
 
 
 def feature_pass(run, embedder, params) -> Pass:
@@ -455,12 +455,12 @@ def feature_pass(run, embedder, params) -> Pass:
             if chunk not in todo_set:
                 return
             result = embedder.embed(examples, on_batch=on_batch)
-            p.truncated += result.truncated
-            p.model_cut += result.model_cut
             skipped = [{"id": int(i), "reason": r} for i, r in result.skipped]
             if skipped:
                 bar.advance(len(skipped))
-            output.commit(chunk, with_source_columns(chunk_table(result), run.record), skipped)
+            # rows cut: by an encoder to its max length, to --max-length for the causal LM's features
+            output.commit(chunk, with_source_columns(chunk_table(result), run.record), skipped,
+                          {"truncated": int(result.truncated), "model_cut": int(result.model_cut)})
             del result
             release_free_memory()
 
@@ -541,7 +541,7 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     from cluster_curate.io.mixture import with_source_columns
     layout, output = run.layout, p.output
     mine = [c for c in range(len(run.per_chunk)) if layout.owns(c)]
-    skipped_rows = output.skipped_rows(mine)
+    skipped_rows, cut = output.skipped_rows(mine), output.counts(mine)  # resumed chunks' too
     bad_rows = [r.to_dict() for r in run.ds.rejects if layout.owns(output.chunk_of(r.id))]
     empty = with_source_columns(empty_chunk_table(int(p.meta.params.get("dim_total", 0))), run.record)
     result = output.finish(p.meta, len(run.per_chunk), empty)
@@ -588,14 +588,14 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
                          "artifact's metadata; --keep-duplicates keeps them)")
     if m.proxy_dir is not None:
         summary["proxy"] = str(m.proxy_dir)
-    if p.model_cut:  # else silent: what the model saw of them is not all the trainer will
-        console.warn(_cut_rows_note(run, m, p.model_cut))
+    if cut.get("model_cut"):  # else silent: what the model saw of them is not all the trainer will
+        console.warn(_cut_rows_note(run, m, cut["model_cut"]))
     sem = p.meta.params.get("semantic")
     if sem:
         summary["encoder"] = sem["encoder"]
         summary["semantic"] = (f"{sem['pooling']} pooling ({sem['pooling_from']}), max length {sem['max_length']} "
                                f"(model {sem['model_max_length']}), cut on the {sem['truncation_side']}; "
-                               f"{p.truncated} row(s) cut by this process")
+                               f"{cut.get('truncated', 0)} row(s) cut by this process")
         summary["n_tokens"] = p.meta.params["n_tokens"]
     if run.same_answer.size and layout.leader:  # kept: a well-formed row (the user may drop them by their ids)
         shown = ", ".join(map(str, run.same_answer[:10].tolist())) + (", ..." if run.same_answer.size > 10 else "")

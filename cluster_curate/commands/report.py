@@ -163,7 +163,9 @@ def _describe_embeddings(path: Path, sections: list) -> None:
     data.update({k: p[k] for k in ("features", "dims", "dim_total", "seed") if k in p})
     model, sem = p.get("model"), p.get("semantic")
     if "max_length" in p:  # --max-length cuts what a model or encoder reads (the encoder's own limit below)
-        data["max_length"] = Shown(p["max_length"], f"{p['max_length']:,}" if model or sem else
+        data["max_length"] = Shown(p["max_length"], f"{p['max_length']:,} (the model's position limit: "
+                                   f"{p['model_max_length']:,})" if "model_max_length" in p else
+                                   f"{p['max_length']:,}" if model or sem else
                                    f"{p['max_length']:,} (not used: no model or encoder)")
     data["model"] = Shown(model, model or "none (no model feature)")  # the text feature has no model
     if sem:
