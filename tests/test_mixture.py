@@ -764,7 +764,7 @@ def test_mixture_inputs_that_disagree_on_a_column_type_are_one_line(tmp_path, cl
 def test_mixture_inputs_storing_one_kind_of_value_in_other_widths_are_one_column(tmp_path, cli_runner):
     """A JSON Lines input beside a Parquet file pandas wrote (its text as large_string, its whole numbers int64 where
     another file has int32) was refused on `question`, then on `answer` after a rename: one kind of value, kept
-    as it is in the wider type. A whole number beside a float is still refused (test above)."""
+    as it is in the wider type. A string beside a whole number is still refused (test above)."""
     import pandas as pd
     rows = [json.loads(line) for line in GSM_JSONL.read_text().splitlines()[:80]]
     write_jsonl(tmp_path / "a.jsonl", [{**r, "level": i % 3} for i, r in enumerate(rows[:30])])
@@ -780,6 +780,34 @@ def test_mixture_inputs_storing_one_kind_of_value_in_other_widths_are_one_column
     given = ([{**r, "level": i % 3} for i, r in enumerate(rows[:60])]
              + [{"question": r["question"], "answer": r["answer"], "level": i} for i, r in enumerate(rows[60:])])
     assert [{k: r[k] for k in ("question", "answer", "level")} for r in got] == given
+
+
+def test_mixture_whole_numbers_beside_fractions_are_one_float_column_as_in_parquet_parts(tmp_path, cli_runner):
+    """A score of whole numbers in one input and fractions in another was refused (rename it) while Parquet parts
+    holding the same read it as a float (io/containers): one rule now, a float, said once; a whole number the float
+    would round is refused before any work, naming its input, row and value."""
+    (tmp_path / "i.jsonl").write_text("".join(json.dumps({"question": f"{n}+{n}?", "answer": str(2 * n), "score": n})
+                                              + "\n" for n in range(6)))
+    pq.write_table(pa.table({"question": ["2*2?", "3*3?"], "answer": ["4", "9"], "score": [0.5, 1.5]}),
+                   tmp_path / "f.parquet")
+    out = tmp_path / "o"
+    res = _cli(cli_runner, ["run", tmp_path / "i.jsonl", tmp_path / "f.parquet", "--out", out, "--fraction", "1.0",
+                            "--num-shards", "1", "--features", "text", "--dim", "4", "--k", "2"])
+    assert "column 'score' holds whole numbers in input i and fractions in another: read as double" in res.output
+    shard = pq.read_table(next((out / "shards").glob("shard-*.parquet")))
+    assert shard.schema.field("score").type == pa.float64()
+    assert sorted(zip(shard.column("source").to_pylist(), shard.column("score").to_pylist())) == \
+        [("f", 0.5), ("f", 1.5)] + [("i", float(n)) for n in range(6)]
+    pq.write_table(pa.table({"question": ["1+1?", "9+9?"], "answer": ["2", "18"],
+                             "score": pa.array([1, 2 ** 53 + 1], pa.int64())}), tmp_path / "big.parquet")
+    res = _cli(cli_runner, ["run", tmp_path / "big.parquet", tmp_path / "f.parquet", "--out", tmp_path / "o2",
+                            "--fraction", "1.0", "--num-shards", "1"], code=2)
+    errors = [line for line in res.output.splitlines() if line.startswith("ERROR")]
+    assert len(errors) == 1 and errors[0].endswith(
+        f"big.parquet: row 1: column 'score' holds {2 ** 53 + 1} (int64), which the double that column is beside the "
+        "other inputs' fractions cannot hold as written; rename one of them in a mixture file (rename: "
+        "{score: score_big})")
+    assert not (tmp_path / "o2").exists()
 
 
 def test_mixture_objects_of_the_same_keys_and_other_types_are_one_line_before_any_work(tmp_path, cli_runner):

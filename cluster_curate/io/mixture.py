@@ -409,6 +409,7 @@ class Mixture:
         from cluster_curate.io.shard_writer import nested_type
         owner: dict[str, tuple[str, pa.DataType, bool]] = {}  # name -> (input, type, holds lists or objects)
         texts: dict[str, list[int]] = {}  # name -> the inputs that hold plain text there
+        whole: dict[str, list[tuple[int, str, pa.DataType]]] = {}  # name -> the inputs holding whole numbers there
         for k, (inp, ds) in enumerate(zip(self.inputs, self.datasets)):
             schema = _input_schema(ds, batch_rows)
             json_text = {self._column_name(k, n) for n in ds.json_columns}  # known once its rows are read
@@ -434,6 +435,8 @@ class Mixture:
                     continue
                 if is_text(f.type) and not objects:
                     texts.setdefault(name, []).append(k)
+                if pa.types.is_integer(f.type):
+                    whole.setdefault(name, []).append((k, f.name, f.type))
                 prev = owner.get(name)
                 if prev is None or pa.types.is_null(prev[1]):
                     owner[name] = (inp.name, f.type, objects)
@@ -454,20 +457,44 @@ class Mixture:
                     raise CurateError(f"{inp.path}: column '{f.name}' is {f.type}, but input {prev[0]} has it as "
                                       f"{prev[1]}; the shards keep one typed column per name: rename one of them "
                                       f"in a mixture file (rename: {{{f.name}: {f.name}_{inp.name}}})")
+        for name, held in whole.items():
+            if pa.types.is_floating(owner[name][1]):  # whole numbers in some inputs, fractions in others
+                self._check_fit(name, held, owner[name][1], batch_rows)
         self.text_as_json = [{n for n, ks in texts.items() if owner[n][2] and k in ks} for k in range(len(self.inputs))]
         return pa.schema([pa.field(n, t) for n, (_, t, _) in owner.items()])
 
+    def _check_fit(self, name: str, held: list, target: pa.DataType, batch_rows: int) -> None:
+        """Whole numbers beside fractions are read as `target` (3 as 3.0), as one input's or Parquet parts' column of
+        both is (io/containers); an input's whole number a float would round is refused, naming its row."""
+        from cluster_curate import console
+        from cluster_curate.io.containers import _always_fits, _fits
+        for k, column, held_type in held:
+            if _always_fits(held_type, target):
+                continue
+            for b in self.datasets[k].iter_batches(batch_rows, examples=False):
+                values = b.raw.column(column)
+                if not _fits(values, target):
+                    bad = next(i for i in range(len(values)) if not _fits(values.slice(i, 1), target))
+                    raise CurateError(f"{self.inputs[k].path}: row {b.raw.column(0)[bad].as_py()}: column '{column}' "
+                                      f"holds {values[bad].as_py()} ({held_type}), which the {target} that column is "
+                                      "beside the other inputs' fractions cannot hold as written; rename one of them "
+                                      f"in a mixture file (rename: {{{column}: {column}_{self.inputs[k].name}}})")
+        inputs = ", ".join(self.inputs[k].name for k, _, _ in held)
+        console.info(f"column {name!r} holds whole numbers in input {inputs} and fractions in another: read as "
+                     f"{target} in every input, as a column of both is (3 as 3.0)", once=True)
+
 
 def _one_kind(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
-    """The wider of two types of one kind of value, where every value of each is kept as it is in the other: text in
-    any width (string, large_string, string_view), whole numbers in signed widths, or floats; else None (a whole
-    number beside a float, or an unsigned 64-bit one, is another type of column: refused)."""
+    """The wider of two types of one kind of value: text in any width (string, large_string, string_view), whole
+    numbers in signed widths, or numbers (a float beside whole numbers: Mixture._check_fit refuses one it would
+    round); else None (an unsigned 64-bit beside a signed whole number is another type of column: refused)."""
     if is_text(a) and is_text(b):
         return pa.large_string() if pa.types.is_large_string(a) or pa.types.is_large_string(b) else pa.string()
     signed = [pa.types.is_signed_integer(t) or t in (pa.uint8(), pa.uint16(), pa.uint32()) for t in (a, b)]
     if all(signed):
         return pa.int64()
-    if pa.types.is_floating(a) and pa.types.is_floating(b):
+    numbers = [pa.types.is_floating(t) or pa.types.is_integer(t) for t in (a, b)]
+    if all(numbers) and (pa.types.is_floating(a) or pa.types.is_floating(b)):
         return pa.float64()
     return None
 
