@@ -887,7 +887,7 @@ class _Parquet:
         if any(map(pa.types.is_nested, distinct)):
             return None
         for f, t in plain.items():
-            if t != target and not _always_fits(t, target):
+            if t != target and not always_fits(t, target):
                 self._check_fits(f, name, t, target, where[target] if target in where else None)
         if pa.types.is_floating(target) and any(pa.types.is_integer(t) for t in distinct):
             from cluster_curate import console
@@ -907,7 +907,7 @@ class _Parquet:
             try:
                 col.cast(target)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                bad = next(i for i in range(len(col)) if not _fits(col.slice(i, 1), target))
+                bad = next(i for i in range(len(col)) if not fits_as(col.slice(i, 1), target))
                 beside = f"the {target} that column is{f' in {other.relative_to(self.path)}' if other else ''}"
                 raise CurateError(f"{f}: row {row + bad}: column {name!r} holds {col[bad].as_py()!r} ({held}), "
                                   f"which {beside} cannot hold as written; write the column with one type in every "
@@ -942,7 +942,7 @@ class _Parquet:
         return self.rows
 
 
-def _always_fits(held: pa.DataType, target: pa.DataType) -> bool:
+def always_fits(held: pa.DataType, target: pa.DataType) -> bool:
     """Whether `target` holds every value of type `held` as it is (no need to read them): a wider integer, or a
     float whose mantissa holds every integer or float of `held`."""
     if pa.types.is_integer(held) and pa.types.is_integer(target):
@@ -957,7 +957,7 @@ def _always_fits(held: pa.DataType, target: pa.DataType) -> bool:
     return False
 
 
-def _fits(value: pa.Array, target: pa.DataType) -> bool:
+def fits_as(value: pa.Array, target: pa.DataType) -> bool:
     try:
         value.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

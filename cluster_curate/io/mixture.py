@@ -467,14 +467,14 @@ class Mixture:
         """Whole numbers beside fractions are read as `target` (3 as 3.0), as one input's or Parquet parts' column of
         both is (io/containers); an input's whole number a float would round is refused, naming its row."""
         from cluster_curate import console
-        from cluster_curate.io.containers import _always_fits, _fits
+        from cluster_curate.io.containers import always_fits, fits_as
         for k, column, held_type in held:
-            if _always_fits(held_type, target):
+            if always_fits(held_type, target):
                 continue
             for b in self.datasets[k].iter_batches(batch_rows, examples=False):
                 values = b.raw.column(column)
-                if not _fits(values, target):
-                    bad = next(i for i in range(len(values)) if not _fits(values.slice(i, 1), target))
+                if not fits_as(values, target):
+                    bad = next(i for i in range(len(values)) if not fits_as(values.slice(i, 1), target))
                     raise CurateError(f"{self.inputs[k].path}: row {b.raw.column(0)[bad].as_py()}: column '{column}' "
                                       f"holds {values[bad].as_py()} ({held_type}), which the {target} that column is "
                                       "beside the other inputs' fractions cannot hold as written; rename one of them "
