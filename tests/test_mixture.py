@@ -371,6 +371,52 @@ def test_source_share_options():
         parse_source_shares("poetry=0.2", names, "--source-max-share")
     with pytest.raises(CurateError, match="between 0 and 1"):
         parse_source_shares("math=2", names, "--source-max-share")
+    # a named share wins over every input's wherever it stands; one given twice alike is one
+    assert parse_source_shares("code=0.3,0.1,code=0.3", names, "--source-min-share") == {
+        "math": 0.1, "code": 0.3, "chat": 0.1}
+    # a share that would be dropped without a word (the last one won): refused, in one line
+    for spec, said in (("0.6,0.1", "two shares for every input (0.6 and 0.1)"),
+                       ("math=0.7,math=0.2", "two shares for input math (0.7 and 0.2)"),
+                       ("=0.9", "'=0.9' names no input")):
+        with pytest.raises(CurateError, match=re.escape(f"--source-min-share {spec!r}: {said}")):
+            parse_source_shares(spec, names, "--source-min-share")
+
+
+def test_run_takes_shares_in_any_order_and_refuses_caps_too_tight_before_any_work(tmp_path, cli_runner):
+    """The same shares written in another order were 'other select options' (refused; re-selected with
+    --overwrite); caps that cannot fill the budget were refused by select, after embed and cluster had run."""
+    rows = [json.loads(line) for line in GSM_JSONL.read_text().splitlines()[:60]]
+    write_jsonl(tmp_path / "math.jsonl", rows[:30])
+    write_jsonl(tmp_path / "code.jsonl", rows[30:])
+    out, data = tmp_path / "o", [tmp_path / "math.jsonl", tmp_path / "code.jsonl"]
+    common = ["run", *data, "--out", out, "--budget", "20", "--num-shards", "2", "--features", "text", "--k", "4",
+              "--json"]
+    _cli(cli_runner, [*common, "--source-min-share", "math=0.5", "--source-min-share", "code=0.2"])
+    for spec in ("code=0.2,math=0.5", "math=0.50, code=0.2"):
+        again = json.loads(_cli(cli_runner, [*common, "--source-min-share", spec]).stdout)
+        assert [s["status"] for s in again["stages"]] == ["up to date"] * 4
+    res = _cli(cli_runner, [*common[:-1], "--source-min-share", "math=0.6,code=0.2"], code=2)
+    assert "other select options (--source-min-share math=0.5,code=0.2 -> math=0.6,code=0.2)" in res.output
+    fresh = tmp_path / "fresh"
+    res = _cli(cli_runner, ["run", *data, "--out", fresh, "--budget", "55", "--num-shards", "2",
+                            "--source-max-share", "code=0.4"], code=2)  # math's 30 and code's 0.4 x 55 = 22
+    assert res.output.strip() == ("ERROR: the sources' caps allow at most 52 rows, less than the budget of 55 "
+                                  "(set by --source-max-share for code); raise them where they are set, or lower "
+                                  "the budget")
+    assert not fresh.exists()
+
+
+def test_a_share_given_twice_for_one_input_is_refused_before_any_work(tmp_path, cli_runner):
+    """`--source-min-share math=0.7 --source-min-share math=0.2` kept 0.2 alone (math got 28% of a selection its
+    user floored at 70%), and recorded it as intended."""
+    write_jsonl(tmp_path / "a.jsonl", [json.loads(line) for line in GSM_JSONL.read_text().splitlines()[:20]])
+    write_jsonl(tmp_path / "b.jsonl", [json.loads(line) for line in GSM_JSONL.read_text().splitlines()[20:40]])
+    res = _cli(cli_runner, ["run", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "--out", tmp_path / "o", "--budget",
+                            "10", "--num-shards", "1", "--source-min-share", "a=0.7", "--source-min-share", "a=0.2"],
+               code=2)
+    assert res.output.strip() == ("ERROR: --source-min-share 'a=0.7,a=0.2': two shares for input a (0.7 and 0.2); "
+                                  "give one")
+    assert not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------------------------------- source shares

@@ -201,14 +201,14 @@ def _settled(values: dict) -> dict:
 
 
 def _compared(values: dict) -> dict:
-    """embed's options as the features take them, where other spellings make the same ones (named as the user
-    wrote them): --feature-weights as numbers (1 each is the default; 1 and 1.0 one weight), --model and --encoder
-    as the folders they name (models/x, ./models/x/, its absolute path; their files are compared as embed's input,
-    _model_files)."""
+    """Options as the stage takes them, where other spellings make the same ones (named as the user wrote them):
+    embed's --feature-weights as numbers (1 each is the default; 1 and 1.0 one weight), --model and --encoder as the
+    folders they name (models/x, ./models/x/, its absolute path; their files are compared as embed's input,
+    _model_files); select's source shares in any order and spelling."""
     from cluster_curate.features.embed import parse_weights
     from cluster_curate.features.semantic import BUNDLED_ENCODERS
     if "features" not in values:
-        return {}
+        return {k: _shares(values[k]) for k in ("source_min_share", "source_max_share") if values.get(k)}
     found = {}
     try:
         found["feature_weights"] = parse_weights(values.get("feature_weights"), len(_features_of(values)))
@@ -219,6 +219,16 @@ def _compared(values: dict) -> dict:
         if spec not in (None, "proxy") and str(spec) not in BUNDLED_ENCODERS and Path(str(spec)).expanduser().exists():
             found[name] = str(Path(str(spec)).expanduser().resolve())
     return found
+
+
+def _shares(spec) -> tuple | str:
+    """--source-min-share / --source-max-share as the shares they give (`math=0.5,code=0.2` is `code=0.2, math=0.50`),
+    else as written (select refuses it)."""
+    try:
+        return tuple(sorted((name.strip(), float(value)) for name, _, value in
+                            (part.strip().rpartition("=") for part in str(spec).split(","))))
+    except ValueError:
+        return spec
 
 
 def _features_of(values: dict) -> list[str]:
@@ -551,6 +561,14 @@ def _check_source_bounds(ds, s: dict, mode: str, budget_rows: int | None, left_o
                 raise CurateError(f"source {name}: its floor is {math.ceil(share * budget_rows):,} rows "
                                   f"({share:g} of {budget_rows:,}, {origin}) and it has only {counted(int(n), 'row')}"
                                   f"{said}")
+        # each input gives at most its cap's rows (budget_sequence.source_bounded_rows: floor(cap x budget)), and
+        # never more than it has: select would refuse a budget they cannot fill, after embed and cluster
+        most = sum(n if cap is None else min(n, math.floor(cap * budget_rows + 1e-9)) for n, cap in zip(rows, high))
+        if most < budget_rows:
+            capped = "; ".join(f"{origin} for {name}" for name, cap, origin in zip(ds.names, high, high_from)
+                               if cap is not None)
+            raise CurateError(f"the sources' caps allow at most {most:,} rows, less than the budget of "
+                              f"{budget_rows:,} (set by {capped}); raise them where they are set, or lower the budget")
 
 
 def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:

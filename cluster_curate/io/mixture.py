@@ -520,27 +520,40 @@ def _input_schema(ds, batch_rows: int) -> pa.Schema:
 
 # ----------------------------------------------------------------------------------------------- shares
 def parse_source_shares(spec: str | None, names: list[str], option: str) -> dict[str, float]:
-    """`--source-min-share 0.1` (every input) or `math=0.2,code=0.1` -> {name: share}."""
+    """`--source-min-share 0.1` (every input), `math=0.2,code=0.1`, or both (`0.1,code=0.3`: code's, then every
+    other input's) -> {name: share}. Two shares for every input, or two for one input, are refused: one of them
+    would be dropped without a word (the option given again is joined into one comma list, cli.py)."""
     if spec is None or str(spec).strip() == "":
         return {}
     spec = str(spec).strip()
-    out: dict[str, float] = {}
+    named: dict[str, float] = {}
+    every: float | None = None  # a share alone: every input's not named
     for part in spec.split(","):
         part = part.strip()
-        name, _, value = part.rpartition("=")
+        name, is_pair, value = part.rpartition("=")
+        name = name.strip()
         try:
             share = float(value)
         except ValueError:
             raise CurateError(f"{option} {spec!r}: expected a share (0.1) or name=share pairs (math=0.2)") from None
         if not 0 <= share <= 1:
             raise CurateError(f"{option} {spec!r}: shares are between 0 and 1, got {share}")
-        if not name:
-            out.update(dict.fromkeys(names, share))
+        if is_pair and not name:
+            raise CurateError(f"{option} {spec!r}: {part!r} names no input; write name=share (math=0.2), or the "
+                              "share alone for every input")
+        if not is_pair:
+            if every is not None and every != share:
+                raise CurateError(f"{option} {spec!r}: two shares for every input ({every:g} and {share:g}); give "
+                                  "one, and name=share for the inputs that differ (0.1,code=0.3)")
+            every = share
         elif name not in names:
             raise CurateError(f"{option}: no input named {name!r} (inputs: {', '.join(names)})")
+        elif named.get(name, share) != share:
+            raise CurateError(f"{option} {spec!r}: two shares for input {name} ({named[name]:g} and {share:g}); "
+                              "give one")
         else:
-            out[name] = share
-    return out
+            named[name] = share
+    return {**(dict.fromkeys(names, every) if every is not None else {}), **named}
 
 
 def source_bounds(min_spec, max_spec, names: list[str], min_shares, max_shares,
