@@ -126,3 +126,6 @@ def test_moved_recorded_data_says_where_the_path_came_from_and_suggests_data(tmp
     shutil.move(tmp_path / "elsewhere.jsonl", tmp_path / "proj_b" / "data.jsonl")
     _ok("cluster", "cur/embeddings.parquet", "--out", "c2.parquet", "--k", "4", "--kinds", "answers", "-q",
         cwd=tmp_path / "proj_b")
+    # from inside the moved run folder, the artifact named alone: its data is one folder up (the folder of a bare
+    # name is '.', whose parent was '.' again)
+    _ok("shard", "selection.parquet", "--out", "../s", "--num-shards", "2", "-q", cwd=tmp_path / "proj_b" / "cur")

@@ -71,9 +71,11 @@ def relocated(record: dict, beside) -> dict:
     to `beside` or the folder above it pointed there: a folder moved with its data (`run data.jsonl --out r` in
     it: r/'s artifacts and the data one level apart)."""
     import os
+    from pathlib import Path
 
     from cluster_curate.io.datasets import recorded_source
     from cluster_curate.io.mixture import is_mixture_record
+    beside = Path(os.path.abspath(beside))  # an artifact named alone is in '.', whose parent is '.' as written
 
     def move(item: dict) -> dict:
         path = recorded_source(item)
