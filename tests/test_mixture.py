@@ -406,6 +406,25 @@ def test_run_takes_shares_in_any_order_and_refuses_caps_too_tight_before_any_wor
     assert not fresh.exists()
 
 
+def test_an_input_named_in_any_script_is_taken_and_a_space_says_how_to_name_it(tmp_path, cli_runner):
+    """`données.jsonl` was refused: 'use letters, digits, ...' (é is a letter), and the message did not say that a
+    mixture file names an input."""
+    rows = [json.loads(line) for line in GSM_JSONL.read_text().splitlines()[:40]]
+    write_jsonl(tmp_path / "données.jsonl", rows[:20])
+    write_jsonl(tmp_path / "b c.jsonl", rows[20:])
+    out = tmp_path / "o"
+    _cli(cli_runner, ["run", tmp_path / "données.jsonl", GSM_JSONL, "--out", out,
+                      "--budget", "10", "--num-shards", "1", "--features", "text", "--source-min-share",
+                      "données=0.5", "-q"])
+    shard = pq.read_table(next((out / "shards").glob("shard-*.parquet")))
+    assert shard.column("source").to_pylist().count("données") >= 5
+    res = _cli(cli_runner, ["run", tmp_path / "données.jsonl", tmp_path / "b c.jsonl", "--out", tmp_path / "o2",
+                            "--budget", "10", "--num-shards", "1"], code=2)
+    assert res.output.strip() == (f"ERROR: {tmp_path / 'b c.jsonl'}: input name 'b c': use letters, digits, '.', '_' "
+                                  f"or '-' (a file's name is its input's name: give it another in a mixture file, "
+                                  f"`inputs: [{{path: {tmp_path / 'b c.jsonl'}, name: ...}}]`)")
+
+
 def test_a_share_given_twice_for_one_input_is_refused_before_any_work(tmp_path, cli_runner):
     """`--source-min-share math=0.7 --source-min-share math=0.2` kept 0.2 alone (math got 28% of a selection its
     user floored at 70%), and recorded it as intended."""

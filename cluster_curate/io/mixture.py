@@ -63,7 +63,9 @@ INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "rejec
 # `source_<name>` (as a single input's `id` becomes `source_id`; `reserved_rename`).
 IDENTITY_COLUMNS = ("id", "source", "source_row")
 NORMALISED_COLUMNS = ("prompt", "response", "messages", "system")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME = re.compile(r"^[^\W_][\w.-]*$")  # letters (any script) or digits first, then those, '_', '.' or '-'
+
+
 
 
 @dataclass
@@ -217,7 +219,10 @@ def mixture_inputs(sources: list[str] | str, options: ReadOptions | None = None)
     seen: dict[str, MixtureInput] = {}
     for inp in inputs:
         if not _NAME.match(inp.name):
-            raise CurateError(f"{inp.where}: input name {inp.name!r}: use letters, digits, '.', '_' or '-'")
+            named = inp.where.endswith("]")  # a mixture file's input (`mix.yaml: inputs[0]`), else a file's name
+            raise CurateError(f"{inp.where}: input name {inp.name!r}: use letters, digits, '.', '_' or '-'"
+                              + ("" if named else f" (a file's name is its input's name: give it another in a "
+                                 f"mixture file, `inputs: [{{path: {inp.path}, name: ...}}]`)"))
         if inp.name in seen and _same_file(inp.path, seen[inp.name].path):  # not a naming problem: a repeat
             raise CurateError(f"{inp.where}: given twice (also as {seen[inp.name].where}); give each input once")
         if inp.name in seen:
