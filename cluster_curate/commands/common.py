@@ -75,12 +75,12 @@ def relocated(record: dict, beside) -> dict:
 
     from cluster_curate.io.datasets import recorded_source
     from cluster_curate.io.mixture import is_mixture_record
-    beside = Path(os.path.abspath(beside))  # an artifact named alone is in '.', whose parent is '.' as written
+    up = Path(os.path.normpath(os.path.join(beside, os.pardir)))  # '..' above '.' (an artifact named alone)
 
     def move(item: dict) -> dict:
         path = recorded_source(item)
         if path and not path.startswith("hf:") and not os.path.exists(path) and not os.path.isabs(path):
-            there = next((p for p in (beside / path, beside.parent / path) if p.exists()), None)
+            there = next((p for p in (Path(beside) / path, up / path) if p.exists()), None)
             if there is not None:
                 return {**item, "source": str(there)}
         return item
