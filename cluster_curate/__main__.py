@@ -20,8 +20,9 @@ def main():
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) is not signal.SIG_IGN:  # a job started with it ignored keeps ignoring it
             signal.signal(signum, _stopped_while_starting)
-    from cluster_curate.cli import main as cli_main
-    cli_main()
+    from cluster_curate import cli
+    cli.ENTRY_POINT = True
+    cli.main()
 
 
 if __name__ == "__main__":

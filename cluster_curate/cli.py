@@ -92,6 +92,11 @@ def _dash_file_hint(e: click.UsageError, argv) -> str:
     return f" To name the file {path}, write ./{path}" if path else ""
 
 
+# Set by the `cluster-curate` entry point (__main__): the process ends with the command, so the signal handlers
+# are its to change; a caller that invokes `main` in its own process keeps its own.
+ENTRY_POINT = False
+
+
 class _Group(click.Group):
     """Turns CurateError into `ERROR: ...` + exit 2, and any other exception into exit 1 with one line."""
 
@@ -126,7 +131,11 @@ class _Group(click.Group):
         if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            return super().invoke(ctx)
+            rv = super().invoke(ctx)
+            if ENTRY_POINT:  # done and said: an interruption now (Ctrl-C as it exits) must not make it a failure
+                for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                    signal.signal(signum, signal.SIG_IGN)
+            return rv
         except CurateError as e:
             click.echo(f"ERROR: {e}", err=True)
             sys.exit(e.exit_code)

@@ -96,6 +96,23 @@ def test_an_interruption_while_the_command_starts_is_one_line_not_a_traceback(tm
     assert (p.returncode, err) == (128 + signum, f"{line}\n")
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_an_interruption_once_the_command_is_done_does_not_fail_it(tmp_path, signum):
+    """Ctrl-C (or SIGTERM, SIGHUP) as a finished command exits: its outputs written and its summary said, it ended
+    with 130 and no word (a `--overwrite` already replaced), so CI counted a done job as failed. The entry point
+    ignores them once the command is done; an interruption during it still stops it (tests above)."""
+    script = ("import os, signal, sys, time\n"
+              "from cluster_curate import cli\n"
+              "cli.ENTRY_POINT = True  # as __main__ sets it\n"
+              f"cli.main(['inspect', {str(GSM)!r}, '-q'], standalone_mode=False)\n"
+              f"os.kill(os.getpid(), {int(signum)})\n"
+              "time.sleep(0.2)\n"
+              "print('exited as done')\n")
+    r = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       preexec_fn=at_default(signum))
+    assert (r.returncode, r.stdout.strip().splitlines()[-1]) == (0, "exited as done"), r.stderr
+
+
 def test_a_path_outside_ascii_under_a_locale_that_is_not_utf8_is_refused_before_any_work(tmp_path):
     """Under LC_ALL=C with PYTHONUTF8=0 Python keeps `é` of a path as surrogates, which pyarrow cannot encode:
     an INTERNAL ERROR after the work (run) or at once (report). One line saying what to set instead."""
