@@ -316,6 +316,13 @@ def test_select_within_answers_says_pass_data_once_and_not_to_one_who_passed_it(
     assert r.stderr.rstrip().endswith("pass --data DATA (--within answers reads the rows' responses)"), r.stderr
     r = cli_in_process(*sel, "--data", "missing.jsonl", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr == "ERROR: missing.jsonl: no such file or directory\n", r.stderr
+    # the recorded data is there, and an option of this command's does not fit it: that option is what to mend
+    (tmp_path / "moved.jsonl").rename(tmp_path / "data.jsonl")
+    r = cli_in_process("shard", "p/selection.parquet", "--out", "sh", "-n", "2", "--prompt-field", "nope",
+                       cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("ERROR: data.jsonl (the dataset selection.parquet records"), \
+        r.stderr
+    assert "--prompt-field 'nope': no such column" in r.stderr and "--data" not in r.stderr, r.stderr
 
 
 def test_counts_of_one_read_in_the_singular_on_small_data(tmp_path, cli_runner):

@@ -148,7 +148,9 @@ def recorded_data_error(message: str, name: str, record: dict) -> str:
         for path in dict.fromkeys(str(p) for p in (recorded_source(item), item.get("source"), absolute) if p):
             if message.startswith(f"{path}: ") or message.startswith(f"{path} "):
                 where = f"; recorded from {absolute}" if absolute and absolute != path else ""
-                return f"{path} ({what} {Path(str(name)).name} records{where}){message[len(path):]}{hint}"
+                rest = message[len(path):]
+                said = "" if rest.startswith(": --") else hint  # an option of this command's is what to mend
+                return f"{path} ({what} {Path(str(name)).name} records{where}){rest}{said}"
     return f"{name}: its recorded data: {message}{hint}"
 
 
