@@ -36,6 +36,9 @@ class RankCheck:
     rows_logged: int
     counts: Counter = field(default_factory=Counter)   # kind -> number of ids
     in_plan: int = 0
+    nan_weights: int = 0      # ids logged with a NaN weight
+    off_weights: int = 0      # ids logged at their place with a number other than the planned weight
+    odd_weights: int = 0      # micro-batches whose weights list is not one per id
 
 
 @dataclass
@@ -71,7 +74,9 @@ def _dealt(file_ids: np.ndarray, n: int, m: int, dealing: str) -> list[np.ndarra
 
 def _flatten(log: list[dict]):
     """The logged ids as flat arrays: id, the log line (step) and the slot in that micro-batch of each; the
-    logged weight of each (NaN where none was logged); the lines that had no ids."""
+    logged weight of each (NaN where none was logged, or its list was not one per id); whether one was (a logged
+    weight may be NaN itself: the loss was, and that is a problem); the lines that had no ids; the micro-batches'
+    sizes; (line, weights, ids) of each weights list of another length than its ids."""
     lens = np.array([-1 if rec.get("ids") is None else len(rec["ids"]) for rec in log], dtype=np.int64)
     has = lens >= 0
     ids = np.fromiter((i for rec in log if rec.get("ids") is not None for i in rec["ids"]), dtype=np.int64,
@@ -80,10 +85,13 @@ def _flatten(log: list[dict]):
     starts = np.concatenate(([0], np.cumsum(lens[has])[:-1])) if has.any() else np.zeros(0, dtype=np.int64)
     slot = np.arange(ids.size) - np.repeat(starts, lens[has])
     logged = [rec for rec in log if rec.get("ids") is not None]
-    weights = np.fromiter((w for rec in logged for w in (
-        rec["weights"] if rec.get("weights") is not None and len(rec["weights"]) == len(rec["ids"])
-        else [np.nan] * len(rec["ids"]))), dtype=np.float64, count=ids.size)
-    return ids, line, slot, weights, np.flatnonzero(~has), lens[has]
+    fits = np.array([rec.get("weights") is not None and len(rec["weights"]) == len(rec["ids"]) for rec in logged],
+                    dtype=bool)
+    weights = np.fromiter((w for rec, ok in zip(logged, fits) for w in (
+        rec["weights"] if ok else [np.nan] * len(rec["ids"]))), dtype=np.float64, count=ids.size)
+    odd = [(int(t), len(log[t]["weights"]), len(log[t]["ids"])) for t, ok in zip(np.flatnonzero(has), fits)
+           if not ok and log[t].get("weights") is not None]
+    return ids, line, slot, weights, np.repeat(fits, lens[has]), np.flatnonzero(~has), lens[has], odd
 
 
 def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
@@ -116,12 +124,14 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             problem(r, None, "missing", "no log from this rank")
             continue
         plan_r = planned[:, r, :]
-        ids, line, slot, weights, no_ids, lens = _flatten(log)
+        ids, line, slot, weights, has_w, no_ids, lens, odd_w = _flatten(log)
         sizes.update(lens.tolist())
-        rc = RankCheck(r, len(log), int(ids.size))
+        rc = RankCheck(r, len(log), int(ids.size), odd_weights=len(odd_w))
         for t in no_ids:
             rc.counts["no ids"] += 1
             problem(r, int(t), "no ids", "the micro-batch reached the model without its `id` column")
+        for t, n_w, n_ids in odd_w:  # its ids' weights are unknown: one problem for the micro-batch, not each id
+            problem(r, t, "weight", f"{n_w} weight{'s' * (n_w != 1)} logged for a micro-batch of {n_ids} ids")
         inside = slot < m
         want = np.full(ids.size, -1, dtype=np.int64)
         want[inside] = plan_r[line[inside] % steps, slot[inside]]  # epoch after epoch, the same planned order
@@ -130,14 +140,19 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
         own = np.isin(ids, plan_r)
         pos = np.searchsorted(every, ids).clip(0, max(0, every.size - 1))
         anywhere = (every[pos] == ids) if every.size else np.zeros(ids.size, dtype=bool)
-        wrong_w = np.zeros(ids.size, dtype=bool)
+        # an id of a micro-batch whose weights list is not one per id trained with an unknown weight
+        odd_line = np.isin(line, [t for t, _, _ in odd_w])
+        wrong_w = match & odd_line
         if planned_weights is not None:
-            wrong_w[match] = np.abs(weights[match] - planned_weights[line[match] % steps, r, slot[match]]) \
-                > WEIGHT_TOLERANCE  # NaN (no weight logged) compares False: not a problem
+            planned_w = planned_weights[line[match] % steps, r, slot[match]]
+            # `not <=` rather than `>`: a NaN compares False either way, and a NaN weight logged is a NaN loss
+            wrong_w[match] |= has_w[match] & ~(np.abs(weights[match] - planned_w) <= WEIGHT_TOLERANCE)
+        rc.nan_weights = int((wrong_w & has_w & np.isnan(weights)).sum())
+        rc.off_weights = int((wrong_w & has_w & ~np.isnan(weights)).sum())
         kind = np.select([match & wrong_w, match, own, anywhere], [5, 0, 1, 2], default=3)
         for code, name in ((1, "out of order"), (2, "wrong rank"), (3, "out of plan"), (5, "weight")):
             rc.counts[name] += int((kind == code).sum())
-        bad = np.flatnonzero(kind != 0)
+        bad = np.flatnonzero((kind != 0) & ~((kind == 5) & odd_line))  # those of a wrong-length list: told above
         count += bad.size
         for at in bad[: room()]:  # the details of the first ones, in log order
             i, t = int(ids[at]), int(line[at])
@@ -194,6 +209,28 @@ _DEALT = {"batch": "micro-batches", "sample": "samples"}  # how a trainer deals 
 _TRAINERS = {"batch": "hf/trl/accelerate", "sample": "torchrun/torchtune"}  # the trainers that deal so
 
 
+def _epochs_of(sequence: np.ndarray, logged: list[int]) -> bool:
+    """Whether `logged` is `sequence` epoch after epoch, up to where it stopped."""
+    return np.array_equal(np.resize(sequence, len(logged)), logged)
+
+
+def _dealt_again(plan_r: np.ndarray, n: int, r: int, logged: list[int]) -> bool:
+    """Whether rank r logged its own shard (plan_r: steps × m ids) dealt to the n ranks a second time, epoch after
+    epoch: by micro-batches (accelerate's BatchSamplerShard: a rank-local loader given to accelerator.prepare) or by
+    samples (a DistributedSampler). Rank r gets every n-th one from r on: ceil(units / n) of them, the last round
+    filled from the shard's start when the units are not a multiple of n (even_batches=True, DistributedSampler's
+    padding), or floor(units / n) (drop_last); those of r::n alone (even_batches=False) are one of the two."""
+    steps, m = plan_r.shape
+    logged = np.asarray(logged, dtype=np.int64)
+    for unit in {m, 1}:  # rows per unit dealt: a micro-batch, a sample
+        units = steps * m // unit
+        per_rank = -(-units // n)
+        wrapped = np.resize(plan_r.reshape(-1), (per_rank * n, unit))[r::n].reshape(-1)
+        if any(k and _epochs_of(wrapped[: k * unit], logged) for k in {units // n, per_rank}):
+            return True
+    return False
+
+
 def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter) -> list[str]:
     """The likely cause of each pattern of problems, in words the user can act on."""
     steps, n, m = planned.shape
@@ -213,11 +250,16 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     if total("no ids"):
         causes.append("micro-batches lost their `id` column before the model: packing (TRL keeps only input_ids/"
                       "labels) or remove_unused_columns dropped it")
+    logged = {r: [i for rec in (consumed.get(r) or []) for i in (rec.get("ids") or [])] for r in range(n)}
+    # a shard dealt again: each rank's log is every n-th part of its own shard; a run stopped early (or several
+    # epochs of the plan) is each shard in order, which rank 0's dealing also starts with
+    dealt_again = n > 1 and all(consumed.get(r) is not None and _dealt_again(planned[:, r], n, r, logged[r])
+                                for r in range(n)) \
+        and not all(_epochs_of(planned[:, r].reshape(-1), logged[r]) for r in range(n))
     odd = {s: c for s, c in sizes.items() if s != m}
-    if odd:
+    if odd and not dealt_again:  # a DistributedSampler's share of a shard ends in a short micro-batch: not packing
         causes.append(f"micro-batches of {', '.join(str(s) for s in sorted(odd))} rows where the plan has {m}: packing "
                       "(several examples per row) or a per-device batch size other than --micro-batch-size")
-    logged = {r: [i for rec in (consumed.get(r) or []) for i in (rec.get("ids") or [])] for r in range(n)}
     matched = []  # the layouts whose file, dealt the other way, gives exactly what the ranks consumed
     for layout in ("batch", "sample"):  # a file of one layout dealt the other way
         file_ids = planned.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, layout)]
@@ -238,17 +280,20 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
         causes.append("rows went to other ranks than planned: a shuffling sampler (HF Trainer's default "
                       "train_sampling_strategy='random', DistributedSampler(shuffle=True)), or the wrong export layout")
     own_only = all(not rc.counts["wrong rank"] and not rc.counts["out of plan"] for rc in ranks)
-    fraction = [rc.rows_logged / max(1, steps * m) for rc in ranks]
-    # a run stopped early consumed the start of each shard, in order; a shard dealt again, every n-th part of it
-    prefix = all(logged[r] == planned[:, r].reshape(-1)[: len(logged[r])].tolist() for r in range(n))
-    if own_only and n > 1 and all(0 < f <= 1.0 / n + 1e-9 for f in fraction) and total("missing") and not prefix:
+    if dealt_again:
         causes.append(f"each rank consumed only 1/{n} of its own shard: the shard was dealt a second time (a rank's "
                       "own shard handed to accelerator.prepare or a DistributedSampler) — give the framework the "
                       "global order (export --for accelerate) or iterate the shard yourself")
     elif own_only and total("out of order"):
         causes.append("each rank read its own rows in another order: a shuffling or length-grouping sampler, "
                       "or packing (TRL's best-fit-decreasing packing sorts longest first)")
-    if total("weight"):
+    if any(rc.odd_weights for rc in ranks):
+        causes.append("the logged weights are not one per id: log each micro-batch's `weight` beside its ids "
+                      "(ConsumedLog.record(batch['id'], batch['weight'], loss)), or no weights at all")
+    if any(rc.nan_weights for rc in ranks):
+        causes.append("NaN loss weights were logged: their micro-batches' loss is NaN (a row without a `weight`, "
+                      "or a weight computed to NaN, reached the loss)")
+    if any(rc.off_weights for rc in ranks):
         causes.append("the loss weights differ from the shards' `weight` column")
     if total("missing") and not causes:
         short = [rc.rank for rc in ranks if rc.steps_logged % steps]

@@ -416,6 +416,89 @@ def test_verify_names_double_sharding_and_wrong_layout():
     assert "batchs" not in format_check(check_plan(g, wrong))
 
 
+def _own_shard_dealt_again(own: list[int], n: int, r: int, m: int, dealer: str) -> list[list[int]]:
+    """Rank r's micro-batches when its own shard (`own`, its ids in order) is dealt to the n ranks a second time,
+    by accelerate's own BatchSamplerShard (accelerator.prepare of a rank-local loader) or torch's DistributedSampler."""
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
+    if dealer.startswith("sampler"):
+        sampler = DistributedSampler(own, num_replicas=n, rank=r, shuffle=False, drop_last=dealer.endswith("drop"))
+        return [list(b) for b in DataLoader(own, batch_size=m, sampler=sampler, collate_fn=list)]
+    from accelerate.data_loader import BatchSamplerShard
+    batches = BatchSampler(SequentialSampler(own), m, drop_last=dealer == "drop-last")
+    return [[own[i] for i in b] for b in BatchSamplerShard(batches, n, r, even_batches=dealer != "uneven")]
+
+
+@pytest.mark.parametrize("n, steps", [(4, 58), (3, 10), (2, 4), (4, 2)])
+@pytest.mark.parametrize("dealer", ["even", "uneven", "drop-last", "sampler", "sampler-drop"])
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_verify_names_a_shard_dealt_again_whatever_the_remainder(n, steps, dealer, epochs, tmp_path):
+    """A rank's own shard handed to accelerator.prepare (README's trap) with steps not a multiple of N: each rank
+    got ceil(steps / N) micro-batches (even_batches wraps round to the first ones), more than 1/N of the plan, and
+    verify blamed "a shuffling or length-grouping sampler, or packing". Now the log is matched to the dealing
+    itself (by micro-batches or by samples, ceil or floor, wrapped or not, epoch after epoch)."""
+    m = 2
+    if dealer == "drop-last" and steps < n:
+        pytest.skip("every rank gets no micro-batch at all: nothing was consumed")
+    g = np.arange(steps * n * m).reshape(steps, n, m) + 100
+    for r in range(n):
+        batches = _own_shard_dealt_again(g[:, r].reshape(-1).tolist(), n, r, m, dealer)
+        with ConsumedLog(tmp_path, rank=r) as log:
+            for _ in range(epochs):
+                for b in batches:
+                    log.record(b)
+    c = check_plan(g, read_consumed(tmp_path, n))
+    assert not c.ok and c.causes == [
+        f"each rank consumed only 1/{n} of its own shard: the shard was dealt a second time (a rank's own shard "
+        "handed to accelerator.prepare or a DistributedSampler) — give the framework the global order (export "
+        "--for accelerate) or iterate the shard yourself"], c.causes
+
+
+def test_a_shard_read_in_another_order_or_stopped_early_is_not_called_dealt_again():
+    """The other causes of a rank's own rows out of place stay theirs: each rank's shard shuffled, or a run
+    stopped after about 1/N of the plan's steps."""
+    n, steps, m = 4, 58, 2
+    g = np.arange(steps * n * m).reshape(steps, n, m) + 100
+    rng = np.random.default_rng(0)
+    shuffled = _log({r: rng.permutation(g[:, r].reshape(-1)).reshape(-1, m)[:15] for r in range(n)})
+    assert [x for x in check_plan(g, shuffled).causes if "1/4" in x or "another order" in x] == [
+        "each rank read its own rows in another order: a shuffling or length-grouping sampler, or packing (TRL's "
+        "best-fit-decreasing packing sorts longest first)"]
+    stopped = _log({r: g[:15, r] for r in range(n)})
+    assert check_plan(g, stopped).causes == ["rank(s) 0, 1, 2, 3 stopped inside an epoch of the plan's 58 steps "
+                                             "(max_steps, or an interrupted run)"]
+
+
+def test_verify_catches_a_nan_weight_and_a_weights_list_of_another_length(shards, tmp_path, cli_runner):
+    """A NaN loss weight, or a micro-batch's weights list of another length than its ids, passed as the plan
+    followed (exit 0): NaN stood for "no weight logged" and compares False with the tolerance, and a list of the
+    wrong length was read as NaNs. Both are the plan not followed now; a log of ids alone still passes."""
+    from cluster_curate.cli import main
+    from cluster_curate.commands.verify import planned_grid
+    _, g, w = planned_grid(shards["qa"])
+
+    def logged(name, weights):
+        for r in range(N):
+            with ConsumedLog(tmp_path / name, rank=r) as log:
+                for t in range(g.shape[0]):
+                    log.record(g[t, r], weights(t, r), loss=1.0)
+        return verify(str(shards["qa"]), log=str(tmp_path / name))
+
+    assert logged("ids-only", lambda t, r: None)["ok"]  # a trainer that logs its ids alone
+    nan = logged("nan", lambda t, r: [float("nan"), *w[t, r, 1:]] if (t, r) == (3, 1) else w[t, r])
+    assert not nan["ok"] and nan["problems"] == [
+        f"rank 1 step 3: weight: id {g[3, 1, 0]} trained with weight nan, planned {w[3, 1, 0]:.6g}"]
+    assert nan["ranks"][1]["weight"] == 1 and nan["ranks"][1]["in_plan"] == g.shape[0] * M  # the id was in place
+    assert any("NaN" in c for c in nan["causes"]), nan["causes"]
+    odd = logged("len", lambda t, r: [9.0] if r == 1 else w[t, r])
+    assert not odd["ok"] and odd["problem_count"] == g.shape[0], odd["problems"]
+    assert odd["problems"][:2] == [f"rank 1 step {t}: weight: 1 weight logged for a micro-batch of {M} ids"
+                                   for t in range(2)]
+    assert odd["ranks"][1]["weight"] == g.shape[0] * M and odd["ranks"][0]["weight"] == 0
+    assert any("not one per id" in c for c in odd["causes"]), odd["causes"]
+    for name in ("nan", "len"):
+        assert cli_runner.invoke(main, ["verify", str(shards["qa"]), "--log", str(tmp_path / name)]).exit_code == 3
+
+
 @pytest.mark.parametrize("n, m", [(2, 3), (3, 2), (4, 1)])
 def test_verify_names_the_one_wrong_layout_that_was_consumed(n, m):
     steps = 4
