@@ -148,7 +148,8 @@ def take_sequence(order: np.ndarray, clusters: np.ndarray, weights: np.ndarray, 
 
 def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarray, budget: int,
                         low: np.ndarray, high: np.ndarray, names: list[str] | None = None,
-                        unit: str = "rows", origins: tuple[list, list] | None = None) -> np.ndarray:
+                        unit: str = "rows", origins: tuple[list, list] | None = None,
+                        budget_said: str = "") -> np.ndarray:
     """The rows to select when each source s must give at least low[s] and at most high[s] (in weight units:
     rows, or tokens) of a budget: every source takes its rows in `seq` order (the water-filling's), and the
     unbounded sources share what the bounds leave by the same order. Formally, with m_s(τ) the weight of
@@ -156,7 +157,8 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
     least low, at most high), and τ is the largest cut whose total is within the budget: with unit weights
     the total is the budget exactly, with tokens within one row. Returns the selected row positions (in
     `seq` order); a budget the bounds cannot meet is refused with the reason, naming where each bound in it
-    was set (`origins`: per source, where its floor and its cap came from, io/mixture.source_bounds)."""
+    was set (`origins`: per source, where its floor and its cap came from, io/mixture.source_bounds), and where
+    the budget came from when it is not the one given (`budget_said`: ` (--dedup left only ...)`)."""
     names = names or [str(i) for i in range(len(low))]
     floor_from, cap_from = origins or ([None] * len(low), [None] * len(low))
 
@@ -199,11 +201,11 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
     floors = total(taken(0))
     if floors > budget:
         raise CurateError(f"the sources' floors need {floors:,} {unit}, more than the budget of {budget:,}"
-                          + set_by(floor_from, low > 0))
+                          + budget_said + set_by(floor_from, low > 0))
     most = total(taken(len(seq)))
     if budget - most >= (1 if unit == "rows" else max(int(w.max()), 1)):  # tokens: within one row is met
         raise CurateError(f"the sources' caps allow at most {most:,} {unit}, less than the budget of {budget:,}"
-                          + set_by(cap_from, high < avail))
+                          + budget_said + set_by(cap_from, high < avail))
     lo, hi = 0, len(seq)
     while lo < hi:  # the largest cut within the budget
         mid = (lo + hi + 1) // 2
@@ -220,10 +222,11 @@ def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.nda
                         available: np.ndarray, target: int, min_share, max_share, names: list[str] | None,
                         unit: str, balance_power: float = 0.0,
                         group_of_cluster: np.ndarray | None = None, kinds: Kinds | None = None,
-                        origins: tuple[list, list] | None = None) -> np.ndarray:
+                        origins: tuple[list, list] | None = None, budget_said: str = "") -> np.ndarray:
     """The selected row positions when each source gives at least `min_share` and at most `max_share` of the
     `target` (per source, NaN: no bound; None: no bound for any source): `source_bounded_take` along the
-    water-filling's `take_sequence` (`origins`: where each bound was set, for its messages)."""
+    water-filling's `take_sequence` (`origins`: where each bound was set, `budget_said`: where `target` came from,
+    for its messages)."""
     n_src = int(np.max(sources)) + 1 if names is None else len(names)
     share_lo = np.nan_to_num(np.asarray(min_share if min_share is not None else [np.nan] * n_src,
                                         dtype=np.float64), nan=0.0)
@@ -232,4 +235,4 @@ def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.nda
     low = np.ceil(share_lo * target - 1e-9).astype(np.int64)
     high = np.floor(share_hi * target + 1e-9).astype(np.int64)
     seq = take_sequence(order, clusters, weights, balance_power, group_of_cluster, kinds)
-    return source_bounded_take(seq, sources, weights, target, low, high, names, unit, origins)
+    return source_bounded_take(seq, sources, weights, target, low, high, names, unit, origins, budget_said)

@@ -24,6 +24,9 @@ import numpy as np
 
 _WORD = re.compile(r"\w+")
 BOILERPLATE_SHARE, BOILERPLATE_MIN = 0.01, 5
+# ids of the rows a set's questions are found in, recorded in full up to this many (the count is always exact), as
+# embed records the exact duplicates it left out (commands/embed_parts.LISTED_COPIES)
+LISTED_IDS = 10_000
 
 
 def _words(prompt: list[dict]) -> list[str]:
@@ -98,10 +101,10 @@ class RowQuestions:
 
 
 def set_record(path, fingerprint: str, asked: np.ndarray, pool: RowQuestions, ids: np.ndarray, near=None,
-               n: int | None = None, boilerplate: int = 0, listed: int = 20) -> tuple[np.ndarray, dict]:
+               n: int | None = None, boilerplate: int = 0, listed: int = LISTED_IDS) -> tuple[np.ndarray, dict]:
     """One EVAL set against the rows (what they ask, `pool`, and their `ids`; `near`: their shared-n-gram hits):
     which rows ask one of its questions (`asked`: its unique prompt keys), and what select and inspect say of
-    it."""
+    it: `rows` counts them all, `ids` lists the first `listed`."""
     copy, found = pool.asking(asked)
     hit = copy if near is None else copy | near
     record = {"path": str(path), "fingerprint": fingerprint, "questions": int(asked.size),

@@ -241,10 +241,14 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
             or "a floor or cap on the sources")
         token_mode = mode in TOKEN_MODES
         weights = tokens if token_mode else np.ones(n, dtype=np.int64)
-        target = min(tokens_requested, int(tokens[order].sum())) if token_mode else min(requested, n_available)
-        picked = source_bounded_rows(order, clusters, sources, weights, available, target, source_min_share,
-                                     source_max_share, source_names, "tokens" if token_mode else "rows",
-                                     balance_power, groups, kinds, source_bound_origins)
+        given, left = (tokens_requested, int(tokens[order].sum())) if token_mode else (requested, n_available)
+        unit = "tokens" if token_mode else "rows"
+        # a budget cut to the rows there are: the bounds' errors say so, not name a budget that was never given
+        said = "" if left >= given else (f" ({'--dedup left' if dropped else 'the data has'} only {left:,} {unit}, "
+                                         f"so the budget of {given:,} became {left:,})")
+        picked = source_bounded_rows(order, clusters, sources, weights, available, min(given, left),
+                                     source_min_share, source_max_share, source_names, unit, balance_power, groups,
+                                     kinds, source_bound_origins, said)
         quotas = np.bincount(clusters[picked], minlength=k).astype(np.int64)
 
     rank = _rank_in_cluster(order, clusters, available, quotas, picked, order_entry.picks, features)

@@ -46,14 +46,16 @@ def test_the_summary_line_counts_in_the_right_number():
     # GSM8K train against its test split with --decontaminate-ngrams 13: no copy, 4 rows sharing 13 words (it said
     # "4 rows ask 0 of its 1,319 questions", which contradicts itself)
     gsm8k = dict(one, path="test.jsonl", questions=1319, questions_in_pool=0, rows=4, copies=0, ngram_rows=4)
+    many["ids"], gsm8k["ids"] = list(range(90)), [5, 6, 7, 8]
     lines = decontaminated_lines({"rows_left_out": 95, "sets": [one, many, gsm8k]})
     texts = [lines[f"decontaminated {i}"].text for i in (1, 2, 3)]
     assert texts[0] == ("one.jsonl: 1 row: 1 asks 1 of its 1 question as written, 0 more share a run of 13 words "
-                        "with one: left out")
+                        "with one: left out (id 4)")
     assert texts[1] == ("many.jsonl: 90 rows: 60 ask 60 of its 200 questions as written, 30 more share a run of 13 "
-                        "words with one: left out")
+                        "words with one: left out (ids " + ", ".join(map(str, range(20))) + ": first 20 of 90; all in "
+                        "the artifact's metadata)")
     assert texts[2] == ("test.jsonl: 4 rows: 0 ask 0 of its 1,319 questions as written, 4 more share a run of 13 "
-                        "words with one: left out")
+                        "words with one: left out (ids 5, 6, 7, 8)")
 
 
 def test_a_question_eval_asks_several_times_is_no_template():
@@ -78,7 +80,7 @@ def test_the_target_copies_line_and_warning_count_in_the_right_number_and_say_wh
                           "target_questions_in_pool": 1}, ids, np.array([3, 4]))
     assert one["warning"].startswith("1 selected row asks a question of the target (the same prompt; id 103): if "
                                      "the target is an evaluation set, it leaks it into training")
-    assert target_copies_line(one).text == "1 pool row asks 1 of the target's 1 question; 1 of them selected"
+    assert target_copies_line(one).text == "1 pool row asks 1 of the target's 1 question; 1 of them selected (id 103)"
     none = copies_summary({"checked": True, "rows": np.zeros(0, np.int64), "target_questions": 200,
                            "target_questions_in_pool": 0}, ids, np.array([3]))
     assert "warning" not in none

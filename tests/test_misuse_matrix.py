@@ -343,7 +343,8 @@ CASES = [
                                             "--dedup", "0.9"], "(--dedup (not given) -> 0.9)"),
     # the output written inside the data's directory: embed ran, then cluster read the embeddings as data rows
     ("run-out-inside-a-parquet-dataset", ["run", "pqdir", "--out", "pqdir/curated", *FAST, "--fraction", "0.3", *SHARD],
-     "--out pqdir/curated: is inside the input directory pqdir, whose every .parquet file is read as the data"),
+     "--out pqdir/curated: is inside the input directory pqdir, which is read whole (a data directory's files "
+     "are its rows"),
     ("embed-out-inside-a-parquet-dataset", ["embed", "pqdir", "--out", "pqdir/e.parquet"],
      "--out pqdir/e.parquet: is inside the input directory pqdir"),
     ("run-out-file-as-folder", ["run", "data.jsonl", "--out", "data.jsonl/r", *FAST, "--fraction", "0.3", *SHARD],

@@ -463,3 +463,45 @@ def test_single_file_outputs_through_a_link_to_a_file_elsewhere_go_there_and_kee
     beside = {p.name for p in tmp_path.iterdir()} - {"scratch", "e.parquet", "c.parquet", "s.parquet"}
     assert all(not n.endswith(".parquet") and not n.startswith(".") for n in beside), beside  # only sidecars
     assert sorted(p.name for p in scratch.iterdir()) == ["c.parquet", "e.parquet", "s.parquet"]  # no temporary
+
+
+# ------------------------------------------------------------------------------- select's files beside its output
+
+def test_select_deletes_the_target_embeddings_of_an_earlier_run_once_it_writes_without_them(pipeline, tmp_path,
+                                                                                          cli_runner):
+    """`OUT.target.parquet` (and its rejects) of a run with a raw --target stayed beside a selection made again
+    without one, as if it were that selection's target; names.sidecars says the command replaces or deletes it."""
+    target = tmp_path / "target.jsonl"
+    target.write_text("".join(DATA.read_text().splitlines(keepends=True)[:10]))
+    out = tmp_path / "re.parquet"
+    base = ["select", pipeline / "clusters.parquet", "--out", out, "--budget", "50", "-q"]
+    assert _cli(cli_runner, *base, "--target", target).exit_code == 0
+    (tmp_path / "re.target.rejects.jsonl").write_text('{"id": 3, "reason": "empty response"}\n')  # as embed keeps
+    assert (tmp_path / "re.target.parquet").exists()
+    assert _cli(cli_runner, *base, "--overwrite").exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["re.parquet", "target.jsonl"]
+    assert _cli(cli_runner, *base, "--overwrite", "--target", target).exit_code == 0
+    emb = tmp_path / "t.parquet"  # a target given as its embeddings: no file of select's beside the output
+    shutil.copy(tmp_path / "re.target.parquet", emb)
+    assert _cli(cli_runner, *base, "--overwrite", "--target", emb).exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["re.parquet", "t.parquet", "target.jsonl"]
+
+
+def test_select_names_what_a_folder_or_the_pools_own_embeddings_given_as_examples_are(pipeline, tmp_path,
+                                                                                      cli_runner):
+    """`--decontaminate DIR` of a folder holding artifacts was said to be 'a clusters artifact' (its first file's
+    kind), and `--target` the pool's own embeddings 'not embedded in the pool's feature space'."""
+    base = ["select", pipeline / "clusters.parquet", "--out", tmp_path / "s.parquet", "--budget", "50"]
+    folder = tmp_path / "mine"  # a folder of the user's that holds artifacts among other files
+    folder.mkdir()
+    for name in ("clusters.parquet", "embeddings.parquet"):
+        shutil.copy(pipeline / name, folder / name)
+    shutil.copy(DATA, folder / "pool.jsonl")
+    r = _cli(cli_runner, *base, "--decontaminate", folder)
+    assert r.exit_code == 2 and "artifact" not in r.output and r.output.startswith(f"ERROR: --decontaminate "
+                                                                                    f"{folder}"), r.output
+    r = _cli(cli_runner, *base, "--target", pipeline / "embeddings.parquet")
+    assert r.exit_code == 2 and r.output.splitlines()[-1] == (
+        f"ERROR: --target {pipeline / 'embeddings.parquet'}: is the pool's own embeddings (those the clusters were "
+        "made from): give a few examples of the task instead"), r.output
+    assert not (tmp_path / "s.parquet").exists()

@@ -221,6 +221,25 @@ def test_budget_larger_than_data_selects_all_and_says_so():
     assert len(sel.rows) == 3 and "larger than the 3 rows" in sel.notes[0]
 
 
+@pytest.mark.parametrize("dedup, said", [
+    (0.99, "--dedup left only 40 rows, so the budget of 100 became 40"),
+    (None, "the data has only 200 rows, so the budget of 300 became 200"),
+])
+def test_a_source_bound_names_the_budget_the_user_gave_when_the_rows_are_fewer(dedup, said):
+    """--dedup leaving fewer rows than the budget made a source bound's error name a budget the user never gave
+    ('less than the budget of 160' for --budget 800): it says where that budget came from."""
+    rng = np.random.default_rng(0)
+    distinct = rng.normal(size=(40, 8)).astype(np.float32)
+    distinct /= np.linalg.norm(distinct, axis=1, keepdims=True)
+    which = np.repeat(np.arange(40), 5)  # each row 5 times: --dedup 0.99 keeps one of each
+    budget = 100 if dedup else 300
+    with pytest.raises(CurateError) as e:
+        S.select_rows(which % 2, budget=budget, features=distinct[which], dedup=dedup,
+                      sources=(which >= 20).astype(int), source_max_share=np.array([0.1, np.nan]),
+                      source_names=["code", "math"])
+    assert "caps allow at most" in str(e.value) and said in str(e.value), str(e.value)
+
+
 def test_k_center_greedy():
     pts = np.array([[1, 0], [0.99, 0.141], [0, 1], [-1, 0], [0.7071, 0.7071]], dtype=np.float32)
     pts /= np.linalg.norm(pts, axis=1, keepdims=True)

@@ -266,3 +266,25 @@ def test_answer_tokens_are_trls_count_whatever_the_tokenizer_does_to_a_text_alon
         p, w = (fast(text, add_special_tokens=False)["input_ids"] for text in texts)
         return len(w) - next((j for j, (a, b) in enumerate(zip(p, w)) if a != b), min(len(p), len(w)))
     assert answer_token_counts(fast, examples, [e.response for e in examples]) == [trl(e) for e in examples]
+
+
+def test_embeddings_gone_and_a_token_budget_gives_no_false_warning_of_no_n_tokens(tmp_path, cli_runner):
+    """The clusters' embeddings gone and a token budget: select warned that 'the selection gets no n_tokens', then
+    counted the words from the data and wrote them as its n_tokens. Warned only where it gets none."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from conftest import FIXTURES
+    data = FIXTURES / "gsm8k" / "train-300.jsonl"
+    _cli(cli_runner, ["embed", data, "--out", tmp_path / "e.parquet", "--dim", "16", "-q"])
+    _cli(cli_runner, ["cluster", tmp_path / "e.parquet", "--out", tmp_path / "c.parquet", "--k", "4", "-q"])
+    (tmp_path / "e.parquet").unlink()
+    summary = json.loads(_cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "s.parquet",
+                                           "--token-budget", "5000", "--json"]).stdout.strip().splitlines()[-1])
+    assert summary["n_tokens_column"] and summary["tokens_counted_by"].startswith("whitespace words")
+    assert not any("n_tokens" in w for w in summary["warnings"]), summary["warnings"]
+    assert pq.read_table(tmp_path / "s.parquet").column("n_tokens").null_count == 0
+    summary = json.loads(_cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "r.parquet",
+                                           "--budget", "50", "--json"]).stdout.strip().splitlines()[-1])
+    assert not summary["n_tokens_column"] and any("gets no n_tokens" in w for w in summary["warnings"])

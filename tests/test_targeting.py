@@ -1109,3 +1109,101 @@ def test_embedding_questions_alone_is_refused_in_one_line_that_says_to_give_them
         assert line.startswith(f"ERROR: {path}: unrecognised record format") and "Traceback" not in res.output
         assert "no column looks like a response" in line and "--decontaminate as they are" in line
         assert not (tmp_path / "e.parquet").exists()
+
+
+def test_every_row_decontaminate_and_the_target_copies_find_is_in_the_metadata(tmp_path, cli_runner, pool):
+    """--decontaminate with 25 of the pool's questions listed the first 20 ids of the rows it left out (in --json,
+    `report` and the metadata), with nothing saying the list was cut; the target's copies the same. Now every id
+    (up to decontamination.LISTED_IDS), and the text lines show the first ones and say where the others are."""
+    import json
+    evals = _write(tmp_path / "eval.jsonl", [{"instruction": r["instruction"], "output": "x"}
+                                            for r in pool["rows"][:25]])
+    asking = sorted(i for i, r in enumerate(pool["rows"]) if r["instruction"] in
+                    {r["instruction"] for r in pool["rows"][:25]})
+    base = ["select", pool["clusters"], "--fraction", "1"]
+    out = tmp_path / "d.parquet"
+    summary = json.loads(_cli(cli_runner, [*base, "--out", out, "--decontaminate", evals, "--json"])
+                         .stdout.strip().splitlines()[-1])
+    (record,) = summary["decontaminated"]["sets"]
+    assert record["rows"] == len(asking) and sorted(record["ids"]) == asking
+    assert _selected(out)[1].params["decontaminated"]["sets"][0]["ids"] == record["ids"]
+    said = f"first 20 of {len(asking)}; all in the artifact's metadata"
+    for args in ([*base, "--out", tmp_path / "d2.parquet", "--decontaminate", evals], ["report", out]):
+        shown = " ".join(_cli(cli_runner, args).stdout.replace("│", " ").split())
+        assert said in shown and f"ids {', '.join(map(str, record['ids'][:3]))}" in shown, shown
+    out = tmp_path / "t.parquet"
+    summary = json.loads(_cli(cli_runner, [*base, "--out", out, "--target", evals, "--json"])
+                         .stdout.strip().splitlines()[-1])
+    copies = summary["target_copies"]
+    assert copies["selected"] == len(asking) and sorted(copies["ids"]) == asking
+    assert _selected(out)[1].params["target_copies"]["ids"] == copies["ids"]
+    for args in ([*base, "--out", tmp_path / "t2.parquet", "--target", evals], ["report", out]):
+        shown = " ".join(_cli(cli_runner, args).stdout.replace("│", " ").split())
+        assert said in shown, shown
+
+
+def test_decontamination_ids_past_the_cap_say_how_many_are_listed():
+    """Past LISTED_IDS rows the metadata keeps the first LISTED_IDS ids, and the line says so."""
+    import numpy as np
+
+    from cluster_curate.commands.select_parts import listed_ids
+    from cluster_curate.decontamination import LISTED_IDS, RowQuestions, set_record
+    n = LISTED_IDS + 5
+    pool = RowQuestions(np.full(n, 7, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    _, record = set_record("eval.jsonl", "f", np.array([7]), pool, np.arange(n))
+    assert record["rows"] == n and record["ids"] == list(range(LISTED_IDS))
+    assert listed_ids(record["ids"], n) == (f"ids {', '.join(map(str, range(20)))}: first 20 of {n:,}; the first "
+                                            f"{LISTED_IDS:,} in the artifact's metadata")
+    assert listed_ids([4, 9], 2) == "ids 4, 9"
+
+
+def test_balance_power_with_per_cluster_ratio_is_refused(tmp_path, cli_runner, pool):
+    """--balance-power was silently ignored with --per-cluster-ratio (one count for every cluster): refused in one
+    line. With --target it is read (the targeted quotas weigh the clusters by it), so it is taken there."""
+    extra = ["--per-cluster-ratio", "0.5", "--balance-power", "0.5"]
+    message = "--balance-power: not used with --per-cluster-ratio (every cluster keeps the same number of rows)"
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", *extra], code=2)
+    assert res.output.strip() == f"ERROR: {message}" and not (tmp_path / "s.parquet").exists()
+    _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "s.parquet", *extra[:-1], "0", "-q"])
+
+
+def test_a_data_select_does_not_read_is_still_checked(tmp_path, cli_runner, pool):
+    """--data that does not exist, or is not the dataset the clusters were made from, was accepted in silence
+    where select had no need to read it (a row budget, n_tokens in the embeddings): refused in one line, as a
+    --data that select reads is."""
+    other = _write(tmp_path / "other.jsonl", _rows(40, seed=8))
+    for budget in (["--budget", "100"], ["--token-budget", "500"]):
+        base = ["select", pool["clusters"], "--out", tmp_path / "s.parquet"]
+        res = _cli(cli_runner, [*base, *budget, "--data", tmp_path / "nope.jsonl"], code=2)
+        assert res.output.strip() == f"ERROR: {tmp_path / 'nope.jsonl'}: no such file or directory", res.output
+        res = _cli(cli_runner, [*base, *budget, "--data", other], code=2)
+        assert res.output.startswith(f"ERROR: {pool['clusters']}: was made from ") and len(
+            res.output.strip().splitlines()) == 1, res.output
+        assert not (tmp_path / "s.parquet").exists()
+        _cli(cli_runner, [*base, *budget, "--data", pool["data"], "-q"])
+        (tmp_path / "s.parquet").unlink()
+
+
+def test_a_target_is_detected_as_decontaminate_detects_it_and_questions_alone_are_said_plainly(tmp_path, cli_runner,
+                                                                                           pool):
+    """A target CSV of `Question,Answer` was 'unrecognised' where --decontaminate reads its `Question`: detected the
+    same way now, its answers found by name. A target of questions alone was refused with advice to pass
+    --response-field, which it has none for: said plainly instead."""
+    import json
+    rows = [r for r in _rows(30, seed=5) if r["kind"] == "math"]
+    caps = tmp_path / "caps.csv"
+    caps.write_text("Question,Answer\n" + "".join(f'"{r["instruction"]}","{r["output"]}"\n' for r in rows))
+    out = tmp_path / "s.parquet"
+    summary = json.loads(_cli(cli_runner, ["select", pool["clusters"], "--out", out, "--budget", "20", "--target", caps,
+                                           "--json"]).stdout.strip().splitlines()[-1])
+    assert summary["target"]["rows"] == len(rows)
+    tmeta = _selected(tmp_path / "s.target.parquet")[1]
+    assert tmeta.dataset["options"] == {"prompt_field": "Question"}, tmeta.dataset  # `Answer` then found by name
+    chosen = _selected(out)[0].column("id").to_pylist()
+    assert sum(pool["rows"][i]["kind"] == "math" for i in chosen) == 20
+    alone = _write(tmp_path / "alone.jsonl", [{"question": r["instruction"]} for r in rows])
+    res = _cli(cli_runner, ["select", pool["clusters"], "--out", tmp_path / "a.parquet", "--budget", "20",
+                            "--target", alone], code=2)
+    (line,) = [x for x in res.output.splitlines() if x.startswith("ERROR")]
+    assert line.startswith(f"ERROR: --target {alone}: the target has no responses (no response column among: "
+                           "question)") and "--response-field" not in line, res.output

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from cluster_curate.commands import select_parts as P
-from cluster_curate.commands.common import check_every_id_read, open_clusters_data
+from cluster_curate.commands.common import check_every_id_read
 from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, int_range,
@@ -24,7 +24,8 @@ OPTIONS = (
     Option("out", path=True, flags=("--out", "-o"), required=True, run=False,
            help="Selection artifact to write (.parquet)."),
     Option("fraction", type=float, help="Budget as a fraction of all rows, in (0, 1]."),
-    Option("budget", type=int, help="Budget as a number of rows (met exactly)."),
+    Option("budget", type=int,
+           help="Budget as a number of rows: met exactly, or every row (with a warning) where the data has fewer."),
     Option("per_cluster_ratio", type=float,
            help="The paper's rule: every cluster keeps floor(R × smallest cluster size) rows, R in (0, 1]."),
     Option("token_budget", type=int, metavar="T",
@@ -44,7 +45,8 @@ OPTIONS = (
     Option("source_max_share", metavar="[NAME=]SHARE,...", joined=",",
            help="A mixture's inputs: each gives at most this share of the budget (as --source-min-share)."),
     Option("balance_power", type=float, default=0.0, show_default=True,
-           help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional."),
+           help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional "
+                "(not with --per-cluster-ratio)."),
     Option("within", record=True, default="auto", choices=lazy("cluster_curate.within_orders", "WITHIN_CHOICES"),
            show_default=True, help=_order_help),
     Option("embeddings", path=True, run=False,
@@ -107,10 +109,6 @@ def _inputs(o: dict, clusters: str, c, needs: set):
         what = f"--within {o['within']}" if "features" in order_needs or o["dedup"] is None else "--dedup"
         said = "the feature vectors" if "features" in needs else "the `loss` column"
         raise CurateError(f"{what} needs {said} of the embeddings artifact: pass --embeddings E ({why_not})")
-    if emb_path is None and why_not and "records no" not in why_not:  # recorded, but gone or changed: say so
-        from cluster_curate import console
-        console.warn(f"{clusters}: {why_not}; the selection gets no n_tokens (shard then counts words unless given "
-                     "--embeddings or --tokenizer); pass --embeddings E")
     extra = read_embedding_columns(emb_path, ["n_tokens", "loss"], c.ids) if emb_path is not None else {}
     loss = extra.get("loss")
     if "loss" in needs:
@@ -128,6 +126,16 @@ def _inputs(o: dict, clusters: str, c, needs: set):
                 n_tokens=extra.get("n_tokens"), answers=answers)
 
 
+def _warn_no_n_tokens(clusters: str, x: dict, tokens) -> None:
+    """The clusters' embeddings recorded, but gone or changed, and no counts made here (--tokenizer, or the words a
+    token budget counts): the selection gets no n_tokens, which is said (after _tokens: a token budget fills them)."""
+    why_not = x["why_not"]
+    if x["emb_path"] is None and why_not and "records no" not in why_not and tokens is None:
+        from cluster_curate import console
+        console.warn(f"{clusters}: {why_not}; the selection gets no n_tokens (shard then counts words unless given "
+                     "--embeddings or --tokenizer); pass --embeddings E")
+
+
 def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
     """Each row's answer (answer_kinds.answer_key of its response) and its response's word count, aligned with
     the clusters' ids (`--within answers`, `auto`): those embed kept in the embeddings `emb_path`
@@ -138,8 +146,8 @@ def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
     from cluster_curate.commands.common import examples_of_ids
     if ds is None:
         # why the data is read; the recorded data's error already says "pass --data DATA", and --data's needs no hint
-        ds = open_clusters_data(o, clusters, c, f"--within {o['within']}",
-                                hint=None if o.get("data") else f"--within {o['within']} reads the rows' responses")
+        ds = P.clusters_data(o, clusters, c, f"--within {o['within']}",
+                             hint=None if o.get("data") else f"--within {o['within']} reads the rows' responses")
     kept = _kept_answers(o, c, emb_path)
     if kept is not None:
         return kept
@@ -190,7 +198,7 @@ def _auto_order(o: dict, clusters: str, c, emb_path=None) -> tuple[str, np.ndarr
         order, answers, short, by = "random", None, read["rows"], " (read by `cluster`)"
     else:
         try:
-            ds = open_clusters_data(o, clusters, c, "--within auto")
+            ds = P.clusters_data(o, clusters, c, "--within auto")
         except CurateError as e:
             if "record no dataset" not in str(e):
                 console.warn(f"--within auto: the responses were not read, so the random order ({e})")
@@ -214,11 +222,28 @@ def _tokens(o: dict, clusters: str, c, x: dict, token_mode: bool):
         return np.asarray(n_tokens, dtype=np.int64), f"the embeddings' n_tokens: {what}"
     if o["tokenizer"] is None and not token_mode:
         return None, None
-    ds = open_clusters_data(o, clusters, c)
+    ds = P.clusters_data(o, clusters, c)
     counts = count_tokens_pass(ds, c.ids, o["tokenizer"], "select: count tokens")
     check_every_id_read(ds, c.ids, counts >= 0)
     return counts, (f"tokenizer {o['tokenizer']} (exact)" if o["tokenizer"] else
                     "whitespace words (no --tokenizer and no n_tokens in the embeddings)")
+
+
+def _check_data(o: dict, clusters: str, c) -> None:
+    """--data, given, is opened and checked against the dataset the clusters record whether or not the selection
+    reads it (a row budget, n_tokens in the embeddings): a missing path or other data is an error, not ignored. A
+    mixture file is checked for its inputs alone (file_shares; `run` passes its own for the shares it sets, and
+    hashing every input there would cost a pass over their bytes on each select). The opened data is kept for the
+    passes that read it (select_parts.clusters_data)."""
+    if not o["data"]:
+        return
+    from cluster_curate.commands.common import open_clusters_data
+    from cluster_curate.io.mixture import is_mixture_record
+    record = c.meta.dataset or {}
+    if file_shares(o["data"], record["inputs"] if is_mixture_record(record) else None)[2] is not None:
+        return  # a mixture file, whose inputs are those recorded
+    # a missing path says `PATH: no such file or directory`, as where select reads --data (test_rough_edges)
+    o["opened_data"] = open_clusters_data(o, clusters, c, "--data")
 
 
 def check_no_share_options(o: dict) -> None:
@@ -299,6 +324,9 @@ def check_options(o: dict):
         raise CurateError(f"--dedup must be a cosine similarity in (0, 1], got {o['dedup']}")
     if not 0 <= o["balance_power"] <= 1:
         raise CurateError(f"--balance-power must be between 0 and 1, got {o['balance_power']}")
+    if o["balance_power"] and mode == "per-cluster-ratio":  # the rule gives every cluster one count: no power in it
+        raise CurateError("--balance-power: not used with --per-cluster-ratio (every cluster keeps the same number "
+                          "of rows)")
     from cluster_curate.commands.common import check_tokenizer_path
     check_tokenizer_path(o["tokenizer"])  # else `run` finds it missing after embed and cluster
     if o["target_weight"] is not None and o["target"] is None:
@@ -311,7 +339,8 @@ def check_options(o: dict):
                               "--token-fraction, not --per-cluster-ratio")
         for name, unused in (("within", ("auto", "random")), ("dedup", (None,))):
             if o[name] not in unused:
-                raise CurateError(f"--{name}: not used with --target (rows come in order of relevance to the target)")
+                raise CurateError(f"--{name.replace('_', '-')}: not used with --target (rows come in order of "
+                                  "relevance to the target)")
         check_target_weight(o["target_weight"] if o["target_weight"] is not None else 0.0)
     return mode
 
@@ -345,6 +374,7 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
              for path in o["decontaminate"] or ()]
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
+    _check_data(o, clusters, c)
     if o["target"] is not None:
         return _select_targeted(o, mode, clusters, c, out, t0, evals)
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
@@ -352,6 +382,7 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
     c, x["decontaminated"] = P.decontaminate(o, clusters, c, x, evals)
     sources, source_names, share_lo, share_hi, share_from = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
+    _warn_no_n_tokens(clusters, x, tokens)
     if order is None:  # auto: after what must read the data, so that data it cannot read is that one's error
         within, x["answers"], x["auto"] = _auto_order(o, clusters, c, x["emb_path"])
         order = WITHIN.get(within)
@@ -381,9 +412,21 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
             params["source_shares"] = {"min": [None if np.isnan(v) else v for v in share_lo],
                                        "max": [None if np.isnan(v) else v for v in share_hi]}
     _write_selection(o, c, x, clusters, out, columns, params, S.ALGORITHM_VERSION)
+    _remove_stale_target(o, clusters, out)
     summary = _summary(o, mode, sel, c, x, out)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, S.selection_summary_rows(sel, limit=None)
+
+
+def _remove_stale_target(o: dict, clusters: str, out: str) -> None:
+    """Once the selection is written without embedding a raw --target: the target embeddings (and their rejects)
+    an earlier run wrote beside `out` are deleted, not left as this selection's (check_writable has checked that
+    OUT.target.parquet is the tool's own)."""
+    from cluster_curate.io.artifacts import output_inputs, remove_stale_sidecar, sidecar_path
+    inputs = output_inputs(clusters, o["embeddings"], o["target"], o["data"], o["tokenizer"], o["decontaminate"])
+    target = sidecar_path(out, names.TARGET_EMBEDDINGS)
+    remove_stale_sidecar(sidecar_path(target, names.REJECTS), names.REJECTS, inputs)
+    remove_stale_sidecar(target, names.TARGET_EMBEDDINGS, inputs)
 
 
 def _write_selection(o: dict, c, x: dict, clusters: str, out: str, columns: dict, params: dict, algorithm: int,
@@ -411,6 +454,10 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
     from cluster_curate.io.readers import read_embeddings
     target = o["target"]
     tmeta = P.target_embeddings_meta(target)
+    if tmeta is not None and (tmeta.fingerprint == emeta.fingerprint or Path(target).resolve() ==
+                              Path(emb_path).resolve()):  # in the pool's space, but every pool row its own target
+        raise CurateError(f"--target {target}: is the pool's own embeddings (those the clusters were made from): give "
+                          "a few examples of the task instead")
     if tmeta is not None:
         same_space(emeta, tmeta, target_name=f"--target {target}")
         path = target
@@ -418,9 +465,10 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
         if not Path(target).exists():
             raise CurateError(f"--target {target}: no such file or directory")
         from cluster_curate.commands.embed import embed
-        P.open_target(target, o)  # its format detected, or the way to give its fields
+        read = P.open_target(target, o, pool_meta=emeta)  # its format detected, or the way to give its fields
         path = str(sidecar_path(out, names.TARGET_EMBEDDINGS))
-        made = embed(target, path, like=str(emb_path), overwrite=True, **P.target_read_options(o).given())
+        # embedded with the fields it was opened with (a `Question,Answer` CSV's, found as open_target found them)
+        made = embed(target, path, like=str(emb_path), overwrite=True, **read.opts.given())
         if made["bad_rows"]:  # rows the target summary does not count: said, as --decontaminate says an EVAL's
             from cluster_curate import console
             console.warn(f"--target {target}: {counted(made['bad_rows'], 'bad row')} skipped (--on-bad-row skip), "
@@ -489,6 +537,8 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
                    "target_copies": {k: v for k, v in copies.items() if k != "warning"}})
     _write_selection(o, c, x, clusters, out, columns, params, T.ALGORITHM_VERSION,
                      {"target": tmeta.as_input(tpath, out)})
+    if tpath == o["target"]:  # given as its embeddings: none embedded beside out this time
+        _remove_stale_target(o, clusters, out)
     o["within"] = params["within"]
     summary = _summary(o, mode, sel, c, x, out)
     summary.pop("quotas", None)

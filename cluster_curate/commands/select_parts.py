@@ -12,11 +12,21 @@ from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 
 
+def clusters_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):
+    """The raw data behind the clusters (common.open_clusters_data): --data as select opened and checked it before
+    any work (select._check_data), else the recorded dataset, opened now."""
+    opened = o.get("opened_data")
+    return opened if opened is not None else open_clusters_data(o, clusters, c, why, hint)
+
+
 def target_embeddings_meta(target: str, option: str = "--target"):
     """The meta of a --target (or a --decontaminate set: `option`) that is an embeddings artifact (read as it
     is), else None: raw data, which select embeds --like the pool (read with target_read_options)."""
-    from cluster_curate.io.artifacts import read_meta
+    from cluster_curate.io.artifacts import artifact_files, read_meta
     try:
+        if Path(target).is_dir() and any(names.part_of(f.name) is None for f in artifact_files(target)):
+            return None  # a folder of files (the working directory), not one artifact's parts: its first file's
+            # kind is not the folder's
         meta = read_meta(target)
     except CurateError:
         return None
@@ -33,11 +43,13 @@ def target_read_options(o: dict):
     return ReadOptions(on_bad_row=o["on_bad_row"])
 
 
-def open_target(target: str, o: dict, option: str = "--target"):
+def open_target(target: str, o: dict, option: str = "--target", pool_meta=None):
     """A raw --target opened as select embeds it (target_read_options), or a --decontaminate set (`option`) read
     for its questions alone (no response needed: io/formats.py, prompts_only). Fields it cannot detect are not
     the data's to give, so the message says how to read it (embedded by itself; an evaluation set: the columns
-    it is read from) instead of naming --prompt-field."""
+    it is read from) instead of naming --prompt-field. A target detected only as an evaluation set is (a
+    `Question` column: _target_as_questions), with its answers found by name; `pool_meta`: the pool's embeddings,
+    whose features say whether questions alone could be embedded."""
     from dataclasses import replace
 
     from cluster_curate.io.datasets import open_dataset
@@ -52,11 +64,48 @@ def open_target(target: str, o: dict, option: str = "--target"):
                               "its own format: a column `prompt`, `question`, `instruction`, `problem` or `query` "
                               "(answers, if any, beside it), a chat in `messages` or `conversations`, or the user's "
                               "`turns`; rename its question column to one of these") from None
+        found = _target_as_questions(target, o, option, str(e), pool_meta)
+        if found is not None:
+            return found
         what, name = "a target", "TARGET"
         raise CurateError(f"{option} {str(e).split('. ')[0]}: {what} is read in its own format, not with the "
                           "data's --prompt-field / --response-field; embed it with its fields (`cluster-curate embed "
                           f"{name} --like EMBEDDINGS --prompt-field ... --response-field ... --out T.parquet`) and "
                           f"pass {option} T.parquet") from None
+
+
+def _target_as_questions(target: str, o: dict, option: str, refused: str, pool_meta):
+    """A target whose columns the data's detection does not read, found as --decontaminate finds an evaluation
+    set's question (io/fields.resolve_fields with prompts_only: `Question`, `problem`, ...), then read with that
+    column as the prompt, its answer column found by name (`Answer`). None where no question is found either;
+    a target with questions alone is refused in one line that says so (embed reads a response per row)."""
+    import re
+    from dataclasses import replace
+
+    from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.io.formats import TURNS
+    try:
+        asked = open_dataset(target, replace(target_read_options(o), prompts_only=True))
+    except CurateError:
+        return None
+    prompt = asked.fields["prompt"]
+    if asked.format != TURNS and "," not in prompt:
+        try:
+            return open_dataset(target, replace(target_read_options(o), prompt_field=prompt))
+        except CurateError as e:
+            if "needs --response-field" not in str(e):
+                raise
+    columns = re.search(r"columns found: \[(.*?)\]", refused)
+    among = f"no response column among: {columns.group(1) if columns else prompt}"
+    params = pool_meta.params if pool_meta is not None else {}
+    features = params.get("features") or []
+    if any(f not in ("text", "semantic") for f in features) or params.get("text_field", "prompt") != "prompt":
+        raise CurateError(f"{option} {target}: the target needs responses for --features {','.join(features)} "
+                          f"({among})")
+    # the pool's features read the prompt alone, but embed (which select runs on the target) reads a response per
+    # row whatever the features
+    raise CurateError(f"{option} {target}: the target has no responses ({among}), and `embed` reads one per row: "
+                      "give the target with its answers")
 
 
 def check_decontaminate_options(o: dict) -> None:
@@ -205,7 +254,7 @@ def _read_pool(o: dict, clusters: str, c, why: str, hint: str, grams: list = (),
 
     from cluster_curate.commands.common import examples_of_ids
     from cluster_curate.decontamination import RowQuestions, shares_ngram
-    ds = open_clusters_data(o, clusters, c, why, hint=None if o.get("data") else hint)
+    ds = clusters_data(o, clusters, c, why, hint=None if o.get("data") else hint)
     parts, positions = [], []
     hits = np.zeros((len(grams), len(c.ids)), dtype=bool)
     found = np.zeros(len(c.ids), dtype=bool)
@@ -225,7 +274,18 @@ def _read_pool(o: dict, clusters: str, c, why: str, hint: str, grams: list = (),
     return RowQuestions(keys, where[read.turn_rows], read.turn_keys), hits
 
 
-COPY_IDS_LISTED = 20
+IDS_SHOWN = 20  # ids a summary line shows of the rows a set (or the target) asks; the metadata lists more
+
+
+def listed_ids(ids: list, rows: int) -> str:
+    """`ids 4, 9`, or past IDS_SHOWN `ids 300, ..., 319: first 20 of 40; all in the artifact's metadata` (which
+    lists the first decontamination.LISTED_IDS of them)."""
+    from cluster_curate.decontamination import LISTED_IDS
+    text = ("id " if rows == 1 else "ids ") + ", ".join(map(str, ids[:IDS_SHOWN]))
+    if rows <= IDS_SHOWN:
+        return text
+    where = "all" if len(ids) >= rows else f"the first {len(ids):,}"
+    return f"{text}: first {IDS_SHOWN} of {rows:,}; {where} in the artifact's metadata"
 
 
 def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
@@ -251,7 +311,7 @@ def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
     keep, sets = np.ones(len(c.ids), dtype=bool), []
     for i, (path, (asked, fingerprint, _)) in enumerate(zip(o["decontaminate"], evals)):
         hit, record = set_record(path, fingerprint, asked, pool, c.ids, near[i] if n else None, n,
-                                 grams[i][1] if n else 0, COPY_IDS_LISTED)
+                                 grams[i][1] if n else 0)
         sets.append(record)
         keep &= ~hit
     if not keep.any():
@@ -286,7 +346,8 @@ def decontaminated_lines(record: dict | None) -> dict:
     lines = {"decontaminated": Shown(record, hidden=True)}
     for i, r in enumerate(record["sets"]):
         lines[f"decontaminated {i + 1}"] = Shown(
-            None, f"{r['path']}: {eval_set_text(r)}" + (": left out" if r["rows"] else ""),
+            None, f"{r['path']}: {eval_set_text(r)}" + (f": left out ({listed_ids(r['ids'], r['rows'])})"
+                                                         if r["rows"] else ""),
             label=f"decontaminated: {Path(r['path']).name}", in_json=False)
     return lines
 
@@ -328,12 +389,14 @@ def copies_summary(copies: dict, ids, rows) -> dict:
     """What the artifact records of the target's questions in the pool (pool positions -> ids), with the
     warning when selected rows ask them."""
     import numpy as np
+
+    from cluster_curate.decontamination import LISTED_IDS
     if not copies["checked"]:
         return {"checked": False, "why_not": copies["why_not"]}
     chosen = np.sort(ids[np.intersect1d(rows, copies["rows"])])
     out = {"checked": True, "target_questions": copies["target_questions"],
            "target_questions_in_pool": copies["target_questions_in_pool"], "pool_rows": int(len(copies["rows"])),
-           "selected": int(len(chosen)), "ids": chosen[:COPY_IDS_LISTED].tolist()}
+           "selected": int(len(chosen)), "ids": chosen[:LISTED_IDS].tolist()}
     if len(chosen):
         shown = ", ".join(map(str, out["ids"][:5])) + (", ..." if len(chosen) > 5 else "")
         one = len(chosen) == 1
@@ -355,6 +418,7 @@ def target_copies_line(copies: dict, decontaminated: dict | None = None):
             if decontaminated and decontaminated["rows_left_out"] else "")
     total = counted(copies["target_questions"], "question")
     text = (f"{counted(n, 'pool row')} {'asks' if n == 1 else 'ask'} {q:,} of the target's {total}; "
-            f"{copies['selected']:,} of them selected{left}" if n else
+            f"{copies['selected']:,} of them selected{left}"
+            + (f" ({listed_ids(copies['ids'], copies['selected'])})" if copies["selected"] else "") if n else
             f"none of the target's {total} is asked by a pool row{left}")
     return Shown({k: v for k, v in copies.items() if k != "warning"}, text, "target's questions in the pool")

@@ -162,6 +162,17 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
         check_creatable(written_at(p))  # the output is written where the link points (io/writer.py)
 
 
+def remove_stale_sidecar(path: Path, suffix: str, inputs=()) -> None:
+    """Deletes `path`, a file a command writes beside its output (`suffix`: its kind, names.sidecars) that this run
+    did not write (select without a raw --target: OUT.target.parquet and its rejects), so that no file of an earlier
+    run stays beside the output as if it were this one's; only the tool's own file, never an input nor a link."""
+    if not path.is_file() or path.is_symlink() or not _own_sidecar(path, suffix):
+        return
+    if any(Path(os.path.realpath(src)) == Path(os.path.realpath(path)) for src in inputs):
+        return
+    path.unlink(missing_ok=True)
+
+
 def _own_sidecar(path: Path, suffix: str) -> bool:
     """Whether a file where a command keeps a sidecar is one it wrote, by its first bytes: a rejects list (JSON lines
     with `id` and `reason`), a fitted state's key (a hex digest), NumPy's .npy / .npz, an artifact; the staging and
@@ -278,13 +289,15 @@ def check_not_input(path: str | os.PathLike, inputs, label: str, *, holds: bool 
         if holds and out in s.parents and os.path.lexists(src):
             raise CurateError(f"{label}: holds the input {src}; choose another {option}")
         if s in out.parents and out.suffix.lower() in ("", ".parquet") and _is_data_dir(s):
-            raise CurateError(f"{label}: is inside the input directory {src}, whose every .parquet file is read as "
-                              f"the data (the next stage would read this output as rows); choose another {option}")
+            raise CurateError(f"{label}: is inside the input directory {src}, which is read whole (a data "
+                              f"directory's files are its rows: the next read would take this output in); choose "
+                              f"another {option}")
 
 
 def _is_data_dir(d: Path) -> bool:
-    """A directory read whole as the raw data (a Parquet dataset, a save_to_disk folder), not one of the tool's
-    own folders (a `run` folder, shards, an artifact's parts), where outputs go beside the inputs."""
+    """A directory given as an input and read whole (a Parquet dataset, a save_to_disk folder, a folder of JSON
+    files, a --tokenizer's), not one of the tool's own folders (a `run` folder, shards, an artifact's parts),
+    where outputs go beside the inputs."""
     if not d.is_dir() or (d / names.RUN_STATE).exists() or (d / names.MANIFEST).exists():
         return False
     try:
