@@ -10,7 +10,10 @@ token counts = the embeddings' n_tokens, whitespace words for the text features)
 TF-IDF of the questions (scikit-learn) with regex word tokens. The table says which was used. Then one
 selection, sharded three ways in the same run: --allocation stratified (ours, --balance tokens), random,
 paper; plus ours with --balance padded. Targets (mean token imbalance <= 1.03, mean cluster spread >= 0.95,
-per-rank cluster-mix TV distance <= 0.05) are for ours.
+per-rank cluster-mix TV distance <= 0.05) are for ours. Then the same with `cluster`'s default --k auto (many
+clusters, each with at most a row or two a step; no paper row), where a rank's cluster mix rests on which ranks
+take each step's micro-batches (sharding.assign_ranks): its rank_mix_tv is given beside a random deal of the same
+rows (`rank_mix_tv_random`).
 
 Part 2, scale: a synthetic instruction JSONL with Alpaca-like lengths (lognormal words; ~0.7 kB a row) and a
 selection of every row in 64 clusters with n_tokens (as `select` writes it), sharded into 8 shards (M = 4).
@@ -39,20 +42,23 @@ TARGETS = {"token_imbalance_mean": 1.03, "cluster_spread_mean": 0.95, "rank_mix_
 
 # ------------------------------------------------------------------------------------------ GSM8K
 
-def gsm8k_selection(work: Path) -> tuple[Path, str]:
-    """A selection of GSM8K with 4 clusters: via the tool's commands, else TF-IDF k-means. Returns (path, how)."""
+def gsm8k_selection(work: Path, k: int | None = 4) -> tuple[Path, str]:
+    """A selection of GSM8K with k clusters (None: `cluster`'s default, --k auto): via the tool's commands, else
+    (k = 4 only) TF-IDF k-means. Returns (path, how)."""
     from cluster_curate import console
     console.configure(quiet=True)
     try:
         subprocess.run([sys.executable, "-m", "cluster_curate", "embed", str(GSM8K), "--out", str(work / "e.parquet"),
                         "--features", "text", "-q"], check=True)
         subprocess.run([sys.executable, "-m", "cluster_curate", "cluster", str(work / "e.parquet"), "--out",
-                        str(work / "c.parquet"), "--k", "4", "-q"], check=True)
+                        str(work / "c.parquet"), *(["--k", str(k)] if k else []), "-q"], check=True)
         subprocess.run([sys.executable, "-m", "cluster_curate", "select", str(work / "c.parquet"), "--out",
                         str(work / "s.parquet"), "--per-cluster-ratio", "0.5", "-q"], check=True)
-        return work / "s.parquet", ("cluster-curate embed --features text | cluster --k 4 | select "
+        return work / "s.parquet", (f"cluster-curate embed --features text | cluster --k {k or 'auto'} | select "
                                     "--per-cluster-ratio 0.5; tokens: embeddings n_tokens (whitespace words)")
     except subprocess.CalledProcessError as e:
+        if k != 4:
+            raise
         print(f"(tool pipeline unavailable: {e}; using TF-IDF k-means)", file=sys.stderr)
     import pyarrow as pa
     from sklearn.cluster import KMeans
@@ -76,14 +82,14 @@ def gsm8k_selection(work: Path) -> tuple[Path, str]:
     return work / "s.parquet", "TF-IDF (questions) + scikit-learn KMeans k=4; tokens: regex words+punctuation"
 
 
-def bench_gsm8k() -> dict:
+def bench_gsm8k(k: int | None = 4) -> dict:
     from cluster_curate.commands.shard import shard
     work = Path(tempfile.mkdtemp(prefix="bench-shard-gsm8k-"))
-    selection, how = gsm8k_selection(work)
+    selection, how = gsm8k_selection(work, k)
     runs = [("ours (stratified, tokens)", {"allocation": "stratified", "balance": "tokens"}),
             ("ours (stratified, padded)", {"allocation": "stratified", "balance": "padded"}),
             ("random", {"allocation": "random"}),
-            ("paper (rank r = cluster r)", {"allocation": "paper"})]
+            ("paper (rank r = cluster r)", {"allocation": "paper"})][: None if k == 4 else 3]  # paper: k = N
     rows = []
     for name, kw in runs:
         m = shard(str(selection), str(GSM8K), str(work / name.split()[0]), num_shards=4, micro_batch_size=4,
@@ -95,13 +101,14 @@ def bench_gsm8k() -> dict:
                      "padded_imbalance_mean": b["padded_imbalance"]["mean"], "padding_efficiency": b["padding_efficiency"],
                      "idle_fraction": b["idle_fraction"],
                      "cluster_spread_mean": b["cluster_spread"]["mean"], "cluster_spread_min": b["cluster_spread"]["min"],
-                     "rank_mix_tv_max": b["rank_mix_tv"]["max"], "seconds": m["seconds"]})
+                     "rank_mix_tv_max": b["rank_mix_tv"]["max"], "rank_mix_tv_random": b["rank_mix_tv"]["random"],
+                     "seconds": m["seconds"]})
     ours = rows[0]
     met = {"token_imbalance_mean": ours["token_imbalance_mean"] <= TARGETS["token_imbalance_mean"],
            "cluster_spread_mean": ours["cluster_spread_mean"] >= TARGETS["cluster_spread_mean"],
            "rank_mix_tv_max": ours["rank_mix_tv_max"] <= TARGETS["rank_mix_tv_max"]}
-    return {"clusters": how, "selected_rows": int(m["selected_rows"]), "ranks": 4, "micro_batch_size": 4,
-            "rows": rows, "targets_met": met}
+    return {"clusters": how, "k": b["cluster_spread"]["clusters"], "selected_rows": int(m["selected_rows"]),
+            "ranks": 4, "micro_batch_size": 4, "rows": rows, "targets_met": met}
 
 
 # ------------------------------------------------------------------------------------------ scale
@@ -221,11 +228,10 @@ def main():
     md = ["# bench_shard", "", f"Run: `python benchmarks/bench_shard.py {' '.join(sys.argv[1:])}`".rstrip() + ",",
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPUs (shared machine).", ""]
     if not args.skip_gsm8k:
-        g = bench_gsm8k()
-        result["gsm8k"] = g
         cols = ["allocation", "rows_per_shard", "steps", "left_over", "token_imbalance_mean", "token_imbalance_p95",
                 "padded_imbalance_mean", "padding_efficiency", "idle_fraction", "cluster_spread_mean",
-                "cluster_spread_min", "rank_mix_tv_max", "seconds"]
+                "cluster_spread_min", "rank_mix_tv_max", "rank_mix_tv_random", "seconds"]
+        g = result["gsm8k"] = bench_gsm8k(4)
         text = _table(g["rows"], cols)
         print(f"\nGSM8K: {g['selected_rows']} selected rows, 4 ranks x micro-batch 4; clusters: {g['clusters']}")
         print(text)
@@ -233,7 +239,21 @@ def main():
         md += ["## Balance on GSM8K (4 ranks, micro-batch 4, same run)", "",
                f"Selection: {g['selected_rows']} rows. Clusters and tokens: {g['clusters']}.", "",
                "Targets for ours: mean token imbalance <= 1.03, mean cluster spread >= 0.95, per-rank cluster-mix "
-               "TV distance <= 0.05.", "", text, "", f"Targets met: {g['targets_met']}", ""]
+               "TV distance <= 0.05 (`rank_mix_tv_random`: the same rows dealt at random).", "", text, "",
+               f"Targets met: {g['targets_met']}", ""]
+        # --k auto (cluster's default): many clusters, each with at most one row a step
+        g = result["gsm8k_k_auto"] = bench_gsm8k(None)
+        ours_auto = next(r for r in g["rows"] if r["allocation"].startswith("ours (stratified, tokens"))
+        text = _table(g["rows"], cols)
+        print(f"\nGSM8K, --k auto ({g['k']} clusters): {g['selected_rows']} selected rows")
+        print(text)
+        md += [f"## The same with `cluster --k auto` ({g['k']} clusters, more than a step's 16 rows)", "",
+               f"Selection: {g['selected_rows']} rows. Clusters and tokens: {g['clusters']}.", "",
+               "Each step's micro-batches go to the ranks holding the fewest rows of their clusters so far "
+               f"(sharding.assign_ranks): ours has `rank_mix_tv_max` {ours_auto['rank_mix_tv_max']:.4f} against "
+               f"{ours_auto['rank_mix_tv_random']:.4f} for a random deal of the same rows (README, `rank_mix_tv`). "
+               "No paper row: it needs k = 4 clusters.", "", text, "",
+               f"Targets met: {g['targets_met']}", ""]
     if not args.skip_scale:
         s = bench_scale(args.scale_rows, args.long_text_rows)
         result["scale"] = s

@@ -69,6 +69,10 @@ def test_end_to_end_invariants(tmp_path, data, cli_runner):
     # balance figures are in the manifest
     b = manifest["balance"]
     assert b["cluster_spread"]["mean"] >= 0.95 and b["token_imbalance"]["mean"] < 1.1
+    # rank_mix_tv means little alone: the table gives what a random deal of the same rows gets beside it
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "again", "-n", "4", "-m", "4")
+    assert f"{b['rank_mix_tv']['max']:.4f} (random {b['rank_mix_tv']['random']:.4f})" in r.output, r.output
+    assert summary["rank_mix_tv_max"] == round(b["rank_mix_tv"]["max"], 4)  # --json: the number, as before
     assert manifest["tokens"]["source"].startswith("whitespace")
 
 
@@ -147,6 +151,34 @@ def test_wrap_tops_up_with_marked_repeats(tmp_path, data, cli_runner):
     r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "many", "-n", "16", "-m", "4",
              "--remainder", "wrap", "-q")
     assert r.exit_code == 0 and "--remainder wrap repeats 20 rows (7% of the 300 selected)" in r.output, r.output
+    # README: repeats sit where their cluster's share puts them along the epoch (not all in the last step), with
+    # their row's full weight
+    t = pa.concat_tables(_shards(tmp_path / "many")[1])
+    wrapped = t.column("wrapped").to_numpy(zero_copy_only=False)
+    assert np.unique(t.column("step").to_numpy()[wrapped]).size > 1
+    ids, weights = t.column("id").to_numpy(), t.column("weight").to_numpy()
+    weight = dict(zip(ids[~wrapped], weights[~wrapped]))
+    assert all(weight[i] == w for i, w in zip(ids[wrapped], weights[wrapped]))
+
+
+def test_drop_past_5_percent_is_said_with_the_ids_file_and_the_way_out(tmp_path, data, cli_runner):
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5)  # 300 rows, unequal clusters
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "few", "-n", "4", "-m", "4",
+             "-q")
+    assert r.exit_code == 0 and "--remainder drop" not in r.output, r.output  # 12 rows (4%): one partial step
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "d", "-n", "7", "-m", "4", "-q")
+    assert r.exit_code == 0, r.output
+    said = " ".join(r.output.split())  # the console wraps long lines
+    assert "--remainder drop leaves out 20 rows (7% of the 300 selected; ids in " in said, said
+    assert "leftover_ids.txt" in said and "--remainder wrap" in said and "a multiple of 7 × 4 = 28 rows" in said
+    assert read_manifest(tmp_path / "d")["leftover_rows"] == 20
+    # the paper's allocation drops every cluster down to the smallest: said too, with its own way out
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "p", "-n", "3", "-m", "2",
+             "--allocation", "paper", "-q")
+    assert r.exit_code == 0, r.output
+    left = read_manifest(tmp_path / "p")["leftover_rows"]
+    said = " ".join(r.output.split())
+    assert f"--remainder drop leaves out {left} rows (" in said and "smallest cluster" in said, said
 
 
 def test_weights_formula_and_none(tmp_path, data, cli_runner):

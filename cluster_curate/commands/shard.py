@@ -11,6 +11,9 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
                                     recorded, resolve, seed_type)
 
 BATCH_ROWS = 4096  # raw rows read at a time
+# --remainder wrap's repeats or drop's left-over rows past this share of the selection are warned about: a few make
+# up or cut the last step's worth, many change what the run trains on
+REMAINDER_WARN_SHARE = 0.05
 
 
 def _allocation_help():
@@ -45,8 +48,9 @@ OPTIONS = (
     Option("remainder", record=True, default="drop", choices=lazy("cluster_curate.sharding", "REMAINDERS"),
            show_default=True,
            help="Rows beyond a whole number of steps: drop (listed in the manifest and leftover_ids.txt) or "
-                "wrap (fill the last step's worth with repeats of the stream's first rows, marked in column "
-                "`wrapped`, never in the same step as their original)."),
+                "wrap (add the last step's worth of repeats of the stream's first rows, marked in column "
+                "`wrapped`, spread over the epoch like any row, never in the same step as their original, "
+                "with their full weight). Past 5% of the selection either one is warned about."),
     Option("weights", record=True, default="cluster", choices=("cluster", "none"), show_default=True,
            help="Column `weight`: (n_c/n) ÷ (s_c/s), restoring the data's cluster proportions; none: 1."),
     Option("tokenizer", path=True,
@@ -111,11 +115,12 @@ def shard(selection: str, data=None, out: str | None = None, *, chunk_bytes: int
             from cluster_curate import console
             console.warn(warning)
     repeats = int(plan.wrapped.sum())
-    if repeats > 0.05 * len(sel.ids):  # a few repeats fill the last step; many change the data's mix
+    if repeats > REMAINDER_WARN_SHARE * len(sel.ids):  # a few make up the last step; many change the data's mix
         from cluster_curate import console
         console.warn(f"--remainder wrap repeats {console.counted(repeats, 'row')} ({repeats / len(sel.ids):.0%} of "
                      f"the {len(sel.ids):,} selected) to fill whole steps of {o['num_shards']} × "
                      f"{o['micro_batch_size']}: fewer shards, a smaller micro-batch or a larger budget repeat fewer")
+    _warn_dropped(o, out, plan, len(sel.ids))
     weights = parts.cluster_weights(o, selection, sel)
     t_stream = time.monotonic()
     params = _params(o, token_source)
@@ -128,6 +133,26 @@ def shard(selection: str, data=None, out: str | None = None, *, chunk_bytes: int
                                     "stream_data": round(t_assemble - t_stream, 3),
                                     "assemble_shards": round(t_done - t_assemble, 3)}
     return manifest
+
+
+def _warn_dropped(o: dict, out: str, plan, selected: int) -> None:
+    """Past the share at which wrap warns, a dropped remainder is said too: silently training on half the
+    selection (many shards on few rows, or the paper's allocation on uneven clusters) is worse than repeats."""
+    import os
+
+    from cluster_curate import console
+    dropped = int(plan.leftover.shape[0])
+    if dropped <= REMAINDER_WARN_SHARE * selected:
+        return
+    n, m = o["num_shards"], o["micro_batch_size"]
+    if o["allocation"] == "paper":
+        why = "so that every rank gets as many rows as the smallest cluster has"
+        fix = "--remainder wrap (tops every cluster up to the largest), or clusters of equal size"
+    else:
+        why = f"to make whole steps of {n} × {m}"
+        fix = f"--remainder wrap, or a budget that is a multiple of {n} × {m} = {n * m} rows"
+    console.warn(f"--remainder drop leaves out {console.counted(dropped, 'row')} ({dropped / selected:.0%} of the "
+                 f"{selected:,} selected; ids in {os.path.join(out, names.LEFTOVER)}) {why}: try {fix}")
 
 
 def _params(o: dict, token_source: str) -> dict:
@@ -151,6 +176,7 @@ def summary(m: dict) -> dict:
         return {s: round(float(b[key][s]), 4) for s in stats}
 
     token, spread = pick("token_imbalance", "mean", "p95"), pick("cluster_spread", "mean", "min")
+    tv = b["rank_mix_tv"]
     mixed = {} if "input_mix" not in b else {"input_mix": Shown(  # a mixture's: what pairing by length costs it
         pick("input_mix", "steps_mixing", "random"),
         f"{b['input_mix']['steps_mixing']:.2f} (random {b['input_mix']['random']:.2f})", "steps mixing inputs")}
@@ -169,7 +195,8 @@ def summary(m: dict) -> dict:
         "padded_imbalance_mean": Shown(round(b["padded_imbalance"]["mean"], 4), label="padded imbalance mean"),
         "padding_efficiency": Shown(round(b["padding_efficiency"], 4), label="padding efficiency"),
         "cluster_spread": Shown(spread, f"{spread['mean']:.4f} / {spread['min']:.4f}", "cluster spread mean / min"),
-        "rank_mix_tv_max": Shown(round(b["rank_mix_tv"]["max"], 4), label="rank mix TV max"),
+        "rank_mix_tv_max": Shown(round(tv["max"], 4), f"{tv['max']:.4f}" + (  # older manifests: no random
+            f" (random {tv['random']:.4f})" if "random" in tv else ""), "rank mix TV max"),
         **mixed,
         "seconds": m["seconds"],
         "manifest": str(os.path.join(out, names.MANIFEST)),
