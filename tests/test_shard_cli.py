@@ -289,6 +289,15 @@ def test_tokens_from_the_embeddings_artifact(tmp_path, data, cli_runner):
     r = _run(cli_runner, tmp_path / "sel2.parquet", "--data", data, "--out", tmp_path / "s2", "-n", "2",
              "--embeddings", epath, "-q")
     assert r.exit_code == 0 and read_manifest(tmp_path / "s2")["tokens"]["source"].startswith("embeddings")
+    # --embeddings of another dataset: that option is what to mend (it said 'pass --data ...')
+    other = open_dataset(str(make_dataset(tmp_path / "other.jsonl", rec["rows"], seed=1))).record()
+    opath = tmp_path / "other-emb.parquet"  # the same ids 0..n-1, of other rows
+    write_artifact(pa.table({"id": np.arange(rec["rows"]), "n_tokens": n_tokens}), opath,
+                   make_meta("embeddings", {}, {}, other))
+    r = _run(cli_runner, tmp_path / "sel2.parquet", "--data", data, "--out", tmp_path / "s3", "-n", "2",
+             "--embeddings", opath)
+    assert r.exit_code == 2 and r.output.strip().endswith(
+        "pass --embeddings of the data the selection was made from, or --force to use it anyway"), r.output
 
 
 @pytest.mark.slow  # importing transformers takes most of its ~9 s

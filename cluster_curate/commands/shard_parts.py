@@ -37,7 +37,8 @@ def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
         for cand in candidates:
             tokens, emb_meta = read_embedding_tokens(cand, sel.ids, o["force"])
             # another dataset's embeddings hold the same ids 0..n-1: their counts would balance the wrong rows
-            check_dataset_matches(emb_meta.dataset, cand, inputs["data"], o["force"])
+            check_dataset_matches(emb_meta.dataset, cand, inputs["data"], o["force"], way_out=None if cand !=
+                                  embeddings else "--embeddings of the data the selection was made from")
             if tokens is not None:
                 inputs["embeddings"] = emb_meta.as_input(cand, o["out"])
                 return tokens, f"embeddings n_tokens ({cand})"

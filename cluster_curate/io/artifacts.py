@@ -581,11 +581,12 @@ def _check_same_ids(recorded: dict, name: str, dataset: dict) -> None:
 
 
 def check_dataset_matches(recorded: dict, name: str, dataset: dict, force: bool = False,
-                          same_place: bool = False) -> None:
+                          same_place: bool = False, way_out: str | None = None) -> None:
     """An artifact whose lineage records the raw data `recorded` must come from `dataset` (its source and
     fingerprint; a mixture's, its inputs' too). `same_place`: `dataset` was read where `recorded` says, so that a
     mismatch is that data changed since (one wording wherever it is found: the recorded data, or --data naming it;
-    of a mixture, the first input that changed)."""
+    of a mixture, the first input that changed). `way_out`: what to pass instead of the data (the artifact is the
+    option to mend: `--embeddings E`), else --data."""
     from cluster_curate.io.mixture import is_mixture_record
     if recorded.get("fingerprint") == dataset.get("fingerprint"):
         return
@@ -609,6 +610,7 @@ def check_dataset_matches(recorded: dict, name: str, dataset: dict, force: bool 
     inputs = [str(i.get("path") or i.get("name")) for i in recorded["inputs"]] if mixture else []
     # a mixture's inputs given one short or in another order: say what it was made from, in order
     hint = f"--data once per input, in this order: {' '.join(inputs)} (or its mixture file), or " if inputs else ""
+    hint = f"{way_out}, or " if way_out else hint
     raise CurateError(
         f"{name}: was made from {recorded.get('source')} (fingerprint {recorded.get('fingerprint')}), "
         f"not from {dataset.get('source')} (fingerprint {dataset.get('fingerprint')}); pass {hint}--force to use "
