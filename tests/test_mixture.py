@@ -371,13 +371,15 @@ def test_source_share_options():
         parse_source_shares("poetry=0.2", names, "--source-max-share")
     with pytest.raises(CurateError, match="between 0 and 1"):
         parse_source_shares("math=2", names, "--source-max-share")
-    # a named share wins over every input's wherever it stands; one given twice alike is one
-    assert parse_source_shares("code=0.3,0.1,code=0.3", names, "--source-min-share") == {
+    # one given twice alike is one
+    assert parse_source_shares("0.1,code=0.3,code=0.3", names, "--source-min-share") == {
         "math": 0.1, "code": 0.3, "chat": 0.1}
     # a share that would be dropped without a word (the last one won): refused, in one line
     for spec, said in (("0.6,0.1", "two shares for every input (0.6 and 0.1)"),
                        ("math=0.7,math=0.2", "two shares for input math (0.7 and 0.2)"),
-                       ("=0.9", "'=0.9' names no input")):
+                       ("=0.9", "'=0.9' names no input"),
+                       # the last share won: a share alone after named ones read as every input's, theirs too
+                       ("code=0.5,0.9", "a share alone (0.9) after named ones; write it first (0.9,code=0.5)")):
         with pytest.raises(CurateError, match=re.escape(f"--source-min-share {spec!r}: {said}")):
             parse_source_shares(spec, names, "--source-min-share")
 
@@ -404,6 +406,16 @@ def test_run_takes_shares_in_any_order_and_refuses_caps_too_tight_before_any_wor
                                   "(set by --source-max-share for code); raise them where they are set, or lower "
                                   "the budget")
     assert not fresh.exists()
+    # with --dedup the rows left are known only at select, which cuts the budget to them: not refused up front
+    # (a first version of the check refused what select then took). math: 30 rows and a near copy of each
+    write_jsonl(tmp_path / "math.jsonl", rows[:30] + [{**r, "question": r["question"] + " Answer carefully."}
+                                                      for r in rows[:30]])
+    write_jsonl(tmp_path / "code.jsonl", [json.loads(line) for line in GSM_JSONL.read_text().splitlines()[60:100]])
+    argv = ["run", *data, "--out", fresh, "--budget", "90", "--num-shards", "2", "--features", "text",
+            "--source-max-share", "math=0.5"]  # math 45 + code 40 < 90 before --dedup; 30 + 40 = 70 after
+    assert "caps allow at most 85 rows" in _cli(cli_runner, argv, code=2).output
+    summary = json.loads(_cli(cli_runner, [*argv, "--dedup", "0.8", "--json"]).stdout)["summaries"]["select"]
+    assert summary["selected"] == 70, summary
 
 
 def test_an_input_named_in_any_script_is_taken_and_a_space_says_how_to_name_it(tmp_path, cli_runner):
@@ -418,6 +430,9 @@ def test_an_input_named_in_any_script_is_taken_and_a_space_says_how_to_name_it(t
                       "données=0.5", "-q"])
     shard = pq.read_table(next((out / "shards").glob("shard-*.parquet")))
     assert shard.column("source").to_pylist().count("données") >= 5
+    from cluster_curate.io.mixture import valid_input_name
+    assert all(valid_input_name(n) for n in ("données", "donne\u0301es", "हिंदी", "math-v2.1", "日本語"))
+    assert not any(valid_input_name(n) for n in ("b c", "_x", "a=b", "a,b", ""))
     res = _cli(cli_runner, ["run", tmp_path / "données.jsonl", tmp_path / "b c.jsonl", "--out", tmp_path / "o2",
                             "--budget", "10", "--num-shards", "1"], code=2)
     assert res.output.strip() == (f"ERROR: {tmp_path / 'b c.jsonl'}: input name 'b c': use letters, digits, '.', '_' "

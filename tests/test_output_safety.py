@@ -467,26 +467,6 @@ def test_single_file_outputs_through_a_link_to_a_file_elsewhere_go_there_and_kee
 
 # ------------------------------------------------------------------------------- select's files beside its output
 
-def test_select_deletes_the_target_embeddings_of_an_earlier_run_once_it_writes_without_them(pipeline, tmp_path,
-                                                                                          cli_runner):
-    """`OUT.target.parquet` (and its rejects) of a run with a raw --target stayed beside a selection made again
-    without one, as if it were that selection's target; names.sidecars says the command replaces or deletes it."""
-    target = tmp_path / "target.jsonl"
-    target.write_text("".join(DATA.read_text().splitlines(keepends=True)[:10]))
-    out = tmp_path / "re.parquet"
-    base = ["select", pipeline / "clusters.parquet", "--out", out, "--budget", "50", "-q"]
-    assert _cli(cli_runner, *base, "--target", target).exit_code == 0
-    (tmp_path / "re.target.rejects.jsonl").write_text('{"id": 3, "reason": "empty response"}\n')  # as embed keeps
-    assert (tmp_path / "re.target.parquet").exists()
-    assert _cli(cli_runner, *base, "--overwrite").exit_code == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["re.parquet", "target.jsonl"]
-    assert _cli(cli_runner, *base, "--overwrite", "--target", target).exit_code == 0
-    emb = tmp_path / "t.parquet"  # a target given as its embeddings: no file of select's beside the output
-    shutil.copy(tmp_path / "re.target.parquet", emb)
-    assert _cli(cli_runner, *base, "--overwrite", "--target", emb).exit_code == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["re.parquet", "t.parquet", "target.jsonl"]
-
-
 def test_select_names_what_a_folder_or_the_pools_own_embeddings_given_as_examples_are(pipeline, tmp_path,
                                                                                       cli_runner):
     """`--decontaminate DIR` of a folder holding artifacts was said to be 'a clusters artifact' (its first file's

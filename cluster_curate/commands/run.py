@@ -562,9 +562,11 @@ def _check_source_bounds(ds, s: dict, mode: str, budget_rows: int | None, left_o
                                   f"({share:g} of {budget_rows:,}, {origin}) and it has only {counted(int(n), 'row')}"
                                   f"{said}")
         # each input gives at most its cap's rows (budget_sequence.source_bounded_rows: floor(cap x budget)), and
-        # never more than it has: select would refuse a budget they cannot fill, after embed and cluster
+        # never more than it has: select would refuse a budget they cannot fill, after embed and cluster. Not with
+        # --dedup or --decontaminate-ngrams: the rows they leave out are known only then, and select cuts the
+        # budget to the rows left
         most = sum(n if cap is None else min(n, math.floor(cap * budget_rows + 1e-9)) for n, cap in zip(rows, high))
-        if most < budget_rows:
+        if most < budget_rows and s.get("dedup") is None and s.get("decontaminate_ngrams") is None:
             capped = "; ".join(f"{origin} for {name}" for name, cap, origin in zip(ds.names, high, high_from)
                                if cap is not None)
             raise CurateError(f"the sources' caps allow at most {most:,} rows, less than the budget of "

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from cluster_curate.commands import select_parts as P
-from cluster_curate.commands.common import check_every_id_read
+from cluster_curate.commands.common import check_every_id_read, open_clusters_data
 from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, int_range,
@@ -46,7 +46,7 @@ OPTIONS = (
            help="A mixture's inputs: each gives at most this share of the budget (as --source-min-share)."),
     Option("balance_power", type=float, default=0.0, show_default=True,
            help="Quota ∝ size^p under the cluster sizes: 0 = balanced (water-filling), 1 = proportional "
-                "(not with --per-cluster-ratio)."),
+                "(--per-cluster-ratio does not use it)."),
     Option("within", record=True, default="auto", choices=lazy("cluster_curate.within_orders", "WITHIN_CHOICES"),
            show_default=True, help=_order_help),
     Option("embeddings", path=True, run=False,
@@ -146,8 +146,8 @@ def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
     from cluster_curate.commands.common import examples_of_ids
     if ds is None:
         # why the data is read; the recorded data's error already says "pass --data DATA", and --data's needs no hint
-        ds = P.clusters_data(o, clusters, c, f"--within {o['within']}",
-                             hint=None if o.get("data") else f"--within {o['within']} reads the rows' responses")
+        ds = open_clusters_data(o, clusters, c, f"--within {o['within']}",
+                                hint=None if o.get("data") else f"--within {o['within']} reads the rows' responses")
     kept = _kept_answers(o, c, emb_path)
     if kept is not None:
         return kept
@@ -198,7 +198,7 @@ def _auto_order(o: dict, clusters: str, c, emb_path=None) -> tuple[str, np.ndarr
         order, answers, short, by = "random", None, read["rows"], " (read by `cluster`)"
     else:
         try:
-            ds = P.clusters_data(o, clusters, c, "--within auto")
+            ds = open_clusters_data(o, clusters, c, "--within auto")
         except CurateError as e:
             if "record no dataset" not in str(e):
                 console.warn(f"--within auto: the responses were not read, so the random order ({e})")
@@ -222,28 +222,24 @@ def _tokens(o: dict, clusters: str, c, x: dict, token_mode: bool):
         return np.asarray(n_tokens, dtype=np.int64), f"the embeddings' n_tokens: {what}"
     if o["tokenizer"] is None and not token_mode:
         return None, None
-    ds = P.clusters_data(o, clusters, c)
+    ds = open_clusters_data(o, clusters, c)
     counts = count_tokens_pass(ds, c.ids, o["tokenizer"], "select: count tokens")
     check_every_id_read(ds, c.ids, counts >= 0)
     return counts, (f"tokenizer {o['tokenizer']} (exact)" if o["tokenizer"] else
                     "whitespace words (no --tokenizer and no n_tokens in the embeddings)")
 
 
-def _check_data(o: dict, clusters: str, c) -> None:
-    """--data, given, is opened and checked against the dataset the clusters record whether or not the selection
-    reads it (a row budget, n_tokens in the embeddings): a missing path or other data is an error, not ignored. A
-    mixture file is checked for its inputs alone (file_shares; `run` passes its own for the shares it sets, and
-    hashing every input there would cost a pass over their bytes on each select). The opened data is kept for the
-    passes that read it (select_parts.clusters_data)."""
-    if not o["data"]:
-        return
-    from cluster_curate.commands.common import open_clusters_data
-    from cluster_curate.io.mixture import is_mixture_record
-    record = c.meta.dataset or {}
-    if file_shares(o["data"], record["inputs"] if is_mixture_record(record) else None)[2] is not None:
-        return  # a mixture file, whose inputs are those recorded
-    # a missing path says `PATH: no such file or directory`, as where select reads --data (test_rough_edges)
-    o["opened_data"] = open_clusters_data(o, clusters, c, "--data")
+def _check_data(o: dict) -> None:
+    """--data, given, must be there whether or not the selection reads it (a row budget, n_tokens in the
+    embeddings): a missing path is an error, not ignored. What it holds is checked where it is read, with the
+    reading options the clusters record (opening it here without them refused a moved copy of the same data)."""
+    import os
+
+    from cluster_curate.io.containers import looks_like_hub_id
+    from cluster_curate.io.datasets import data_paths
+    for path in data_paths(o["data"]) if o["data"] else ():
+        if not os.path.exists(path) and not path.startswith("hf:") and not looks_like_hub_id(path):
+            raise CurateError(f"{path}: no such file or directory")
 
 
 def check_no_share_options(o: dict) -> None:
@@ -325,8 +321,9 @@ def check_options(o: dict):
     if not 0 <= o["balance_power"] <= 1:
         raise CurateError(f"--balance-power must be between 0 and 1, got {o['balance_power']}")
     if o["balance_power"] and mode == "per-cluster-ratio":  # the rule gives every cluster one count: no power in it
-        raise CurateError("--balance-power: not used with --per-cluster-ratio (every cluster keeps the same number "
-                          "of rows)")
+        from cluster_curate import console  # said, not refused: scripts and `run` folders made with it still run
+        console.warn("--balance-power is not used with --per-cluster-ratio (every cluster keeps the same number of "
+                     "rows)", once=True)
     from cluster_curate.commands.common import check_tokenizer_path
     check_tokenizer_path(o["tokenizer"])  # else `run` finds it missing after embed and cluster
     if o["target_weight"] is not None and o["target"] is None:
@@ -374,7 +371,7 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
              for path in o["decontaminate"] or ()]
     c = read_clusters(clusters, force=o["force"],
                       need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
-    _check_data(o, clusters, c)
+    _check_data(o)
     if o["target"] is not None:
         return _select_targeted(o, mode, clusters, c, out, t0, evals)
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
@@ -412,21 +409,9 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
             params["source_shares"] = {"min": [None if np.isnan(v) else v for v in share_lo],
                                        "max": [None if np.isnan(v) else v for v in share_hi]}
     _write_selection(o, c, x, clusters, out, columns, params, S.ALGORITHM_VERSION)
-    _remove_stale_target(o, clusters, out)
     summary = _summary(o, mode, sel, c, x, out)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, S.selection_summary_rows(sel, limit=None)
-
-
-def _remove_stale_target(o: dict, clusters: str, out: str) -> None:
-    """Once the selection is written without embedding a raw --target: the target embeddings (and their rejects)
-    an earlier run wrote beside `out` are deleted, not left as this selection's (check_writable has checked that
-    OUT.target.parquet is the tool's own)."""
-    from cluster_curate.io.artifacts import output_inputs, remove_stale_sidecar, sidecar_path
-    inputs = output_inputs(clusters, o["embeddings"], o["target"], o["data"], o["tokenizer"], o["decontaminate"])
-    target = sidecar_path(out, names.TARGET_EMBEDDINGS)
-    remove_stale_sidecar(sidecar_path(target, names.REJECTS), names.REJECTS, inputs)
-    remove_stale_sidecar(target, names.TARGET_EMBEDDINGS, inputs)
 
 
 def _write_selection(o: dict, c, x: dict, clusters: str, out: str, columns: dict, params: dict, algorithm: int,
@@ -537,8 +522,6 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
                    "target_copies": {k: v for k, v in copies.items() if k != "warning"}})
     _write_selection(o, c, x, clusters, out, columns, params, T.ALGORITHM_VERSION,
                      {"target": tmeta.as_input(tpath, out)})
-    if tpath == o["target"]:  # given as its embeddings: none embedded beside out this time
-        _remove_stale_target(o, clusters, out)
     o["within"] = params["within"]
     summary = _summary(o, mode, sel, c, x, out)
     summary.pop("quotas", None)

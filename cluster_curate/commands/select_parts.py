@@ -12,13 +12,6 @@ from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 
 
-def clusters_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):
-    """The raw data behind the clusters (common.open_clusters_data): --data as select opened and checked it before
-    any work (select._check_data), else the recorded dataset, opened now."""
-    opened = o.get("opened_data")
-    return opened if opened is not None else open_clusters_data(o, clusters, c, why, hint)
-
-
 def target_embeddings_meta(target: str, option: str = "--target"):
     """The meta of a --target (or a --decontaminate set: `option`) that is an embeddings artifact (read as it
     is), else None: raw data, which select embeds --like the pool (read with target_read_options)."""
@@ -254,7 +247,7 @@ def _read_pool(o: dict, clusters: str, c, why: str, hint: str, grams: list = (),
 
     from cluster_curate.commands.common import examples_of_ids
     from cluster_curate.decontamination import RowQuestions, shares_ngram
-    ds = clusters_data(o, clusters, c, why, hint=None if o.get("data") else hint)
+    ds = open_clusters_data(o, clusters, c, why, hint=None if o.get("data") else hint)
     parts, positions = [], []
     hits = np.zeros((len(grams), len(c.ids)), dtype=bool)
     found = np.zeros(len(c.ids), dtype=bool)

@@ -162,17 +162,6 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
         check_creatable(written_at(p))  # the output is written where the link points (io/writer.py)
 
 
-def remove_stale_sidecar(path: Path, suffix: str, inputs=()) -> None:
-    """Deletes `path`, a file a command writes beside its output (`suffix`: its kind, names.sidecars) that this run
-    did not write (select without a raw --target: OUT.target.parquet and its rejects), so that no file of an earlier
-    run stays beside the output as if it were this one's; only the tool's own file, never an input nor a link."""
-    if not path.is_file() or path.is_symlink() or not _own_sidecar(path, suffix):
-        return
-    if any(Path(os.path.realpath(src)) == Path(os.path.realpath(path)) for src in inputs):
-        return
-    path.unlink(missing_ok=True)
-
-
 def _own_sidecar(path: Path, suffix: str) -> bool:
     """Whether a file where a command keeps a sidecar is one it wrote, by its first bytes: a rejects list (JSON lines
     with `id` and `reason`), a fitted state's key (a hex digest), NumPy's .npy / .npz, an artifact; the staging and

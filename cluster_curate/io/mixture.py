@@ -63,7 +63,12 @@ INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "rejec
 # `source_<name>` (as a single input's `id` becomes `source_id`; `reserved_rename`).
 IDENTITY_COLUMNS = ("id", "source", "source_row")
 NORMALISED_COLUMNS = ("prompt", "response", "messages", "system")
-_NAME = re.compile(r"^[^\W_][\w.-]*$")  # letters (any script) or digits first, then those, '_', '.' or '-'
+def valid_input_name(name: str) -> bool:
+    """A letter (any script) or digit first, then those, their combining marks (हिंदी, or é written as e + U+0301
+    as macOS names files), '_', '.' or '-': a name that NAME=SHARE, a column and a file name all hold."""
+    import unicodedata
+    return bool(name) and name[0].isalnum() and all(
+        c.isalnum() or c in "._-" or unicodedata.category(c).startswith("M") for c in name)
 
 
 
@@ -218,7 +223,7 @@ def mixture_inputs(sources: list[str] | str, options: ReadOptions | None = None)
             inputs.append(MixtureInput(path=arg, name=default_name(arg), options=options, where=arg))
     seen: dict[str, MixtureInput] = {}
     for inp in inputs:
-        if not _NAME.match(inp.name):
+        if not valid_input_name(inp.name):
             named = inp.where.endswith("]")  # a mixture file's input (`mix.yaml: inputs[0]`), else a file's name
             raise CurateError(f"{inp.where}: input name {inp.name!r}: use letters, digits, '.', '_' or '-'"
                               + ("" if named else f" (a file's name is its input's name: give it another in a "
@@ -550,6 +555,10 @@ def parse_source_shares(spec: str | None, names: list[str], option: str) -> dict
             if every is not None and every != share:
                 raise CurateError(f"{option} {spec!r}: two shares for every input ({every:g} and {share:g}); give "
                                   "one, and name=share for the inputs that differ (0.1,code=0.3)")
+            if named:  # read as every input's before, named ones included: say which is meant
+                raise CurateError(f"{option} {spec!r}: a share alone ({share:g}) after named ones; write it first "
+                                  f"({share:g},{','.join(f'{n}={v:g}' for n, v in named.items())}) for the inputs "
+                                  "not named, or name every input")
             every = share
         elif name not in names:
             raise CurateError(f"{option}: no input named {name!r} (inputs: {', '.join(names)})")
