@@ -179,29 +179,6 @@ def test_sentence_transformers_directory_with_cls_pooling(tmp_path):
         S.read_pooling(tmp_path / "sqrt")
 
 
-def test_an_encoders_pooling_edited_in_place_makes_run_embed_again(tmp_path):
-    """`1_Pooling/config.json` chooses the pooling, so editing it makes other features; the encoder's fingerprint
-    hashed its folder's own files only, and `run` kept the mean-pooled embeddings as up to date."""
-    import json
-
-    from conftest import FIXTURES
-    from conftest import cli_in_process as cli
-
-    from cluster_curate.io.lineage import model_fingerprint
-    build_bert(tmp_path / "enc", pooling="mean")
-    before = model_fingerprint(tmp_path / "enc")
-    (tmp_path / "d.jsonl").write_text("".join(open(FIXTURES / "gsm8k" / "train-300.jsonl").readlines()[:30]))
-    run = ["run", "d.jsonl", "--out", "r", "--features", "semantic", "--encoder", "enc", "--budget", "10", "-n", "2",
-           "--json"]
-    assert cli(*run, cwd=tmp_path).returncode == 0
-    (tmp_path / "enc" / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
-    assert model_fingerprint(tmp_path / "enc") != before
-    again = cli(*run, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr
-    stages = json.loads(again.stdout)["stages"]
-    assert stages[0]["status"] == "ran" and stages[0]["reason"] == "its input changed (--encoder enc: its content changed)"
-
-
 def test_semantic_block_combines_with_text_and_counts_encoder_tokens(bert_dir):
     enc = S.load_encoder(str(bert_dir), device="cpu")
     rows = gsm8k_rows(16)

@@ -54,28 +54,13 @@ def model_fingerprint(spec) -> str | None:
         else [path] if path.is_file() else []
     if not files:
         return None
-    files += _module_files(path) if path.is_dir() else []
     h = hashlib.sha256()
     for f in files:
         size = f.stat().st_size
-        h.update(f"{f.relative_to(path).as_posix() if path.is_dir() else ''}\0{size}\0".encode())
+        h.update(f"{f.name if path.is_dir() else ''}\0{size}\0".encode())
         with open(f, "rb") as fh:
             h.update(fh.read(1 << 20))
             if size > 2 << 20:
                 fh.seek(-(1 << 20), os.SEEK_END)
                 h.update(fh.read())
     return h.hexdigest()[:16]
-
-
-def _module_files(directory: Path) -> list[Path]:
-    """The files of the sub-folders a sentence-transformers modules.json names (its `1_Pooling/config.json`
-    chooses the pooling: edited, the encoder is another one); [] without one (a malformed one is the encoder's
-    loader's to refuse)."""
-    import json
-    try:
-        modules = json.loads((directory / "modules.json").read_text())
-        subdirs = sorted({directory / m["path"] for m in modules if isinstance(m, dict) and m.get("path")})
-    except (OSError, ValueError, TypeError, KeyError):
-        return []
-    return [f for d in subdirs if d.is_dir() and d.resolve().is_relative_to(directory.resolve())
-            for f in sorted(d.rglob("*")) if f.is_file() and not f.name.startswith(".")]
