@@ -433,9 +433,10 @@ def feature_pass(run, embedder, params) -> Pass:
     from cluster_curate.io.artifacts import make_meta
     from cluster_curate.io.mixture import with_source_columns
     meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, ALGORITHM_VERSION)
-    # what --resume must find unchanged (the columns: chunks committed before KEPT_COLUMNS lack some)
-    plan = {"params": params, "dataset": run.record.get("fingerprint"), "algorithm": ALGORITHM_VERSION,
-            "columns": list(KEPT_COLUMNS)}
+    # what --resume must find unchanged (the columns: chunks committed before KEPT_COLUMNS lack some); not
+    # `model_max_length`, which the model decides: a run interrupted before it was recorded resumes
+    plan = {"params": {k: v for k, v in params.items() if k != "model_max_length"},
+            "dataset": run.record.get("fingerprint"), "algorithm": ALGORITHM_VERSION, "columns": list(KEPT_COLUMNS)}
     output = distributed.ChunkedOutput(run.out, run.layout, plan, run.opts["commit_every"],
                                        resume=run.opts["resume"], overwrite=run.opts["overwrite"],
                                        options=set(run.opts))
