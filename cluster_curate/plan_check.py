@@ -280,6 +280,13 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
         causes.append("rows went to other ranks than planned: a shuffling sampler (HF Trainer's default "
                       "train_sampling_strategy='random', DistributedSampler(shuffle=True)), or the wrong export layout")
     own_only = all(not rc.counts["wrong rank"] and not rc.counts["out of plan"] for rc in ranks)
+    if not dealt_again and own_only and n > 1 and total("missing"):
+        # dealt again and shuffled (HF Trainer's default sampler over a rank-local shard): not the dealt order,
+        # but each rank read its own rows alone, at most 1/n of them, and not the start of its shard (a run stopped
+        # early). Not past 1/n: a shuffled own shard stopped at ceil(steps / n) looks the same
+        fraction = [rc.rows_logged / max(1, steps * m) for rc in ranks]
+        prefix = all(logged[r] == planned[:, r].reshape(-1)[: len(logged[r])].tolist() for r in range(n))
+        dealt_again = all(0 < f <= 1.0 / n + 1e-9 for f in fraction) and not prefix
     if dealt_again:
         causes.append(f"each rank consumed only 1/{n} of its own shard: the shard was dealt a second time (a rank's "
                       "own shard handed to accelerator.prepare or a DistributedSampler) — give the framework the "

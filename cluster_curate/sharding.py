@@ -569,6 +569,9 @@ def balance_ranks(steps: np.ndarray, lengths: np.ndarray, clusters: np.ndarray, 
     return np.take_along_axis(steps, pos.reshape(t_count, -1), 1).reshape(t_count, n, m)
 
 
+MAX_ASSIGNED_RANKS = 128  # assign_ranks: 1M rows on 128 ranks × 1 take about 8 s here (1,024 ranks: 80 s)
+
+
 def assign_ranks(groups: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     """groups[T, N, M]: the cluster of each row of each step's N micro-batches -> which micro-batch each rank
     takes, [T, N]. Step by step, the rank holding the fewest rows of a micro-batch's clusters so far takes it (a
@@ -578,11 +581,13 @@ def assign_ranks(groups: np.ndarray, k: int, rng: np.random.Generator) -> np.nda
     systematically the heavy one."""
     from scipy.optimize import linear_sum_assignment
     t_count, n, m = groups.shape
+    if n > MAX_ASSIGNED_RANKS:  # each step's assignment is O(N³): past this many ranks, random labels
+        return np.argsort(rng.random((t_count, n)), axis=1)
     held = np.zeros((k, n))  # rows of each cluster each rank holds so far
-    noise = rng.random((t_count, n, n)) * 1e-3  # below one row: ties only
     taken = np.empty((t_count, n), dtype=np.int64)
     for t in range(t_count):
-        group, rank = linear_sum_assignment(held[groups[t]].sum(1) + noise[t])  # cost[micro-batch, rank]
+        noise = rng.random((n, n)) * 1e-3  # below one row: ties only (drawn per step: memory stays N²)
+        group, rank = linear_sum_assignment(held[groups[t]].sum(1) + noise)  # cost[micro-batch, rank]
         taken[t, rank] = group
         np.add.at(held, (groups[t, group].reshape(-1), np.repeat(rank, m)), 1)
     return taken

@@ -463,6 +463,12 @@ def test_a_shard_read_in_another_order_or_stopped_early_is_not_called_dealt_agai
     assert [x for x in check_plan(g, shuffled).causes if "1/4" in x or "another order" in x] == [
         "each rank read its own rows in another order: a shuffling or length-grouping sampler, or packing (TRL's "
         "best-fit-decreasing packing sorts longest first)"]
+    # dealt again and shuffled (HF Trainer's default sampler over a rank-local shard), 1/n of each: named as dealt
+    # again (a first version of the exact dealt-order check lost it)
+    steps_even = 16
+    h = np.arange(steps_even * n * m).reshape(steps_even, n, m) + 100
+    dealt = {r: rng.permutation(h[:, r].reshape(-1)).reshape(-1, m)[r::n] for r in range(n)}
+    assert any("1/4 of its own shard" in x for x in check_plan(h, _log(dealt)).causes)
     stopped = _log({r: g[:15, r] for r in range(n)})
     assert check_plan(g, stopped).causes == ["rank(s) 0, 1, 2, 3 stopped inside an epoch of the plan's 58 steps "
                                              "(max_steps, or an interrupted run)"]
