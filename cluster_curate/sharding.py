@@ -21,9 +21,10 @@ How the default ("stratified") allocation is built, and why:
    ranks see different clusters), then pairwise swaps between the most loaded rank and the others even out
    the token loads — first swaps inside a cluster (which keep every rank's cluster counts), then any swap.
    Finally each step's micro-batches go to the ranks that hold the fewest rows of their clusters so far
-   (`assign_ranks`, a minimum-cost assignment per step, ties broken at random), so a cluster's rows spread
-   over the ranks along the epoch and each rank's mix follows the selection's (`rank_mix_tv`; random labels
-   per step left it about what a random deal gives with many clusters). It moves whole micro-batches, so
+   (`assign_ranks`, a minimum-cost assignment per step, ties broken at random; past 128 ranks the labels
+   are random per step), so a cluster's rows spread over the ranks along the epoch and each rank's mix
+   follows the selection's (`rank_mix_tv`; random labels per step left it about what a random deal gives
+   with many clusters). It moves whole micro-batches, so
    every token figure is unchanged; keeping every cluster within one row per rank would need swaps across
    micro-batches, which cost token balance (GSM8K's token imbalance mean 1.004-1.006 -> 1.007-1.008). All
    but `pair_by_length`'s dealing and `assign_ranks` (loops over rows and steps, about 2 s a million rows)
