@@ -273,7 +273,6 @@ IDS_SHOWN = 20  # ids a summary line shows of the rows a set (or the target) ask
 def listed_ids(ids: list, rows: int) -> str:
     """`ids 4, 9`, or past IDS_SHOWN `ids 300, ..., 319: first 20 of 40; all in the artifact's metadata` (which
     lists the first decontamination.LISTED_IDS of them)."""
-    from cluster_curate.decontamination import LISTED_IDS
     text = ("id " if rows == 1 else "ids ") + ", ".join(map(str, ids[:IDS_SHOWN]))
     if rows <= IDS_SHOWN:
         return text
