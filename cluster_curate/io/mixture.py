@@ -63,14 +63,14 @@ INPUT_KEYS = ("path", "name", "format", "prompt_field", "response_field", "rejec
 # `source_<name>` (as a single input's `id` becomes `source_id`; `reserved_rename`).
 IDENTITY_COLUMNS = ("id", "source", "source_row")
 NORMALISED_COLUMNS = ("prompt", "response", "messages", "system")
+
+
 def valid_input_name(name: str) -> bool:
     """A letter (any script) or digit first, then those, their combining marks (हिंदी, or é written as e + U+0301
     as macOS names files), '_', '.' or '-': a name that NAME=SHARE, a column and a file name all hold."""
     import unicodedata
     return bool(name) and name[0].isalnum() and all(
         c.isalnum() or c in "._-" or unicodedata.category(c).startswith("M") for c in name)
-
-
 
 
 @dataclass
@@ -531,8 +531,9 @@ def _input_schema(ds, batch_rows: int) -> pa.Schema:
 # ----------------------------------------------------------------------------------------------- shares
 def parse_source_shares(spec: str | None, names: list[str], option: str) -> dict[str, float]:
     """`--source-min-share 0.1` (every input), `math=0.2,code=0.1`, or both (`0.1,code=0.3`: code's, then every
-    other input's) -> {name: share}. Two shares for every input, or two for one input, are refused: one of them
-    would be dropped without a word (the option given again is joined into one comma list, cli.py)."""
+    other input's) -> {name: share}. Two shares for every input or for one input, and a share alone after named
+    ones, are refused: one of them would be dropped, or read otherwise than before, without a word (the option
+    given again is joined into one comma list, cli.py)."""
     if spec is None or str(spec).strip() == "":
         return {}
     spec = str(spec).strip()
