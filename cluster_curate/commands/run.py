@@ -224,9 +224,9 @@ def _compared(values: dict) -> dict:
 def _shares(spec) -> tuple | str:
     """--source-min-share / --source-max-share as the shares they give (`math=0.5,code=0.2` is `code=0.2, math=0.50`),
     else as written (select refuses it)."""
+    from cluster_curate.io.mixture import share_item
     try:
-        return tuple(sorted((name.strip(), float(value)) for name, _, value in
-                            (part.strip().rpartition("=") for part in str(spec).split(","))))
+        return tuple(sorted((name, share) for name, _, share in map(share_item, str(spec).split(","))))
     except ValueError:
         return spec
 

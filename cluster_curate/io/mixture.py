@@ -541,10 +541,8 @@ def parse_source_shares(spec: str | None, names: list[str], option: str) -> dict
     every: float | None = None  # a share alone: every input's not named
     for part in spec.split(","):
         part = part.strip()
-        name, is_pair, value = part.rpartition("=")
-        name = name.strip()
         try:
-            share = float(value)
+            name, is_pair, share = share_item(part)
         except ValueError:
             raise CurateError(f"{option} {spec!r}: expected a share (0.1) or name=share pairs (math=0.2)") from None
         if not 0 <= share <= 1:
@@ -569,6 +567,13 @@ def parse_source_shares(spec: str | None, names: list[str], option: str) -> dict
         else:
             named[name] = share
     return {**(dict.fromkeys(names, every) if every is not None else {}), **named}
+
+
+def share_item(part: str) -> tuple[str, bool, float]:
+    """One item of a share option, `math=0.2` or `0.1` -> (its name, whether it names one, the share); ValueError
+    where the share is no number."""
+    name, is_pair, value = part.strip().rpartition("=")
+    return name.strip(), bool(is_pair), float(value)
 
 
 def source_bounds(min_spec, max_spec, names: list[str], min_shares, max_shares,
