@@ -233,12 +233,10 @@ def _check_data(o: dict) -> None:
     """--data, given, must be there whether or not the selection reads it (a row budget, n_tokens in the
     embeddings): a missing path is an error, not ignored. What it holds is checked where it is read, with the
     reading options the clusters record (opening it here without them refused a moved copy of the same data)."""
-    import os
-
-    from cluster_curate.io.containers import looks_like_hub_id
+    from cluster_curate.io.containers import is_missing
     from cluster_curate.io.datasets import data_paths
-    for path in data_paths(o["data"]) if o["data"] else ():
-        if not os.path.exists(path) and not path.startswith("hf:") and not looks_like_hub_id(path):
+    for path in data_paths(o["data"]):
+        if is_missing(path):
             raise CurateError(f"{path}: no such file or directory")
 
 

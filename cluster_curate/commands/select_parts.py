@@ -103,11 +103,11 @@ def _target_as_questions(target: str, o: dict, option: str, refused: str, pool_m
 
 def check_decontaminate_options(o: dict) -> None:
     """--decontaminate's paths and --decontaminate-ngrams, before any reading (select, and inspect's)."""
-    from cluster_curate.io.containers import looks_like_hub_id
+    from cluster_curate.io.containers import is_missing
     for path in o["decontaminate"] or ():  # a hub id (as any data takes it) is read, from the cache when offline
         if not str(path).strip():  # Path("") is the working directory, read as data or embeddings
             raise CurateError("--decontaminate: an empty path; give the evaluation set's file, folder or hub id")
-        if not Path(path).exists() and not looks_like_hub_id(str(path)):
+        if is_missing(str(path)):
             raise CurateError(f"--decontaminate {path}: no such file or directory")
         _check_one_split(path)
     n = o["decontaminate_ngrams"]

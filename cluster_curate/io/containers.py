@@ -1060,6 +1060,12 @@ def looks_like_hub_id(source: str) -> bool:
         source.lower().endswith(_FILE_SUFFIXES) or source.startswith((".", "/", "~"))))
 
 
+def is_missing(source: str) -> bool:
+    """Whether data named `source` is neither there (`~` expanded, as open_container reads it) nor a hub id: what
+    a command refuses before any work, as open_container would once it reads it."""
+    return not Path(source).expanduser().exists() and not looks_like_hub_id(source)
+
+
 def reads_through_hf_datasets(source: str) -> bool:
     """Whether open_dataset(source) reads with Hugging Face `datasets`: a save_to_disk directory or a hub id
     (a path that does not exist counts: it is a hub id or an error)."""
