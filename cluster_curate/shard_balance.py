@@ -62,8 +62,8 @@ def balance_figures(plan: ShardPlan, lengths: np.ndarray | None, clusters: np.nd
 
     whole = counts / counts.sum()
     tv = _rank_mix_tv(cl, whole)
-    # the same rows dealt at random, beside it: the plan does not balance which ranks get a cluster's rows across
-    # steps, so with many clusters ours is about this (README, `rank_mix_tv`)
+    # the same rows dealt at random, beside it: what the ranks' mix would be without sharding.assign_ranks
+    # (README, `rank_mix_tv`)
     dealt = cl.reshape(-1)[np.random.default_rng(0).permutation(cl.size)].reshape(cl.shape)
     out["rank_mix_tv"] = {"max": max(tv), "mean": float(np.mean(tv)), "per_rank": [round(x, 6) for x in tv],
                           "random": max(_rank_mix_tv(dealt, whole))}

@@ -11,9 +11,7 @@ from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, C
                                     recorded, resolve, seed_type)
 
 BATCH_ROWS = 4096  # raw rows read at a time
-# --remainder wrap's repeats or drop's left-over rows past this share of the selection are warned about: a few make
-# up or cut the last step's worth, many change what the run trains on
-REMAINDER_WARN_SHARE = 0.05
+REMAINDER_WARN_SHARE = 0.05  # --remainder wrap's repeats or drop's left-over rows past it are warned about
 
 
 def _allocation_help():
@@ -114,13 +112,7 @@ def shard(selection: str, data=None, out: str | None = None, *, chunk_bytes: int
         if warning:
             from cluster_curate import console
             console.warn(warning)
-    repeats = int(plan.wrapped.sum())
-    if repeats > REMAINDER_WARN_SHARE * len(sel.ids):  # a few make up the last step; many change the data's mix
-        from cluster_curate import console
-        console.warn(f"--remainder wrap repeats {console.counted(repeats, 'row')} ({repeats / len(sel.ids):.0%} of "
-                     f"the {len(sel.ids):,} selected) to fill whole steps of {o['num_shards']} × "
-                     f"{o['micro_batch_size']}: fewer shards, a smaller micro-batch or a larger budget repeat fewer")
-    _warn_dropped(o, out, plan, len(sel.ids))
+    _warn_remainder(o, out, plan, len(sel.ids))
     weights = parts.cluster_weights(o, selection, sel)
     t_stream = time.monotonic()
     params = _params(o, token_source)
@@ -135,16 +127,22 @@ def shard(selection: str, data=None, out: str | None = None, *, chunk_bytes: int
     return manifest
 
 
-def _warn_dropped(o: dict, out: str, plan, selected: int) -> None:
-    """Past the share at which wrap warns, a dropped remainder is said too: silently training on half the
-    selection (many shards on few rows, or the paper's allocation on uneven clusters) is worse than repeats."""
+def _warn_remainder(o: dict, out: str, plan, selected: int) -> None:
+    """--remainder wrap's repeats, or drop's left-over rows, past REMAINDER_WARN_SHARE of the selection: a few make up
+    or cut the last step; many change the data's mix, or silently train on part of the selection (many shards on
+    few rows, or the paper's allocation on uneven clusters)."""
     import os
 
     from cluster_curate import console
+    n, m = o["num_shards"], o["micro_batch_size"]
+    repeats = int(plan.wrapped.sum())
+    if repeats > REMAINDER_WARN_SHARE * selected:
+        console.warn(f"--remainder wrap repeats {console.counted(repeats, 'row')} ({repeats / selected:.0%} of "
+                     f"the {selected:,} selected) to fill whole steps of {n} × {m}: fewer shards, a smaller "
+                     "micro-batch or a larger budget repeat fewer")
     dropped = int(plan.leftover.shape[0])
     if dropped <= REMAINDER_WARN_SHARE * selected:
         return
-    n, m = o["num_shards"], o["micro_batch_size"]
     if o["allocation"] == "paper":
         why = "so that every rank gets as many rows as the smallest cluster has"
         fix = "--remainder wrap (tops every cluster up to the largest), or clusters of equal size"
