@@ -253,9 +253,9 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     logged = {r: [i for rec in (consumed.get(r) or []) for i in (rec.get("ids") or [])] for r in range(n)}
     # a shard dealt again: each rank's log is every n-th part of its own shard; a run stopped early (or several
     # epochs of the plan) is each shard in order, which rank 0's dealing also starts with
+    in_plan_order = all(_epochs_of(planned[:, r].reshape(-1), logged[r]) for r in range(n))
     dealt_again = n > 1 and all(consumed.get(r) is not None and _dealt_again(planned[:, r], n, r, logged[r])
-                                for r in range(n)) \
-        and not all(_epochs_of(planned[:, r].reshape(-1), logged[r]) for r in range(n))
+                                for r in range(n)) and not in_plan_order
     odd = {s: c for s, c in sizes.items() if s != m}
     if odd and not dealt_again:  # a DistributedSampler's share of a shard ends in a short micro-batch: not packing
         causes.append(f"micro-batches of {', '.join(str(s) for s in sorted(odd))} rows where the plan has {m}: packing "
@@ -285,8 +285,7 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
         # but each rank read its own rows alone, at most 1/n of them, and not the start of its shard (a run stopped
         # early). Not past 1/n: a shuffled own shard stopped at ceil(steps / n) looks the same
         fraction = [rc.rows_logged / max(1, steps * m) for rc in ranks]
-        prefix = all(logged[r] == planned[:, r].reshape(-1)[: len(logged[r])].tolist() for r in range(n))
-        dealt_again = all(0 < f <= 1.0 / n + 1e-9 for f in fraction) and not prefix
+        dealt_again = all(0 < f <= 1.0 / n + 1e-9 for f in fraction) and not in_plan_order
     if dealt_again:
         causes.append(f"each rank consumed only 1/{n} of its own shard: the shard was dealt a second time (a rank's "
                       "own shard handed to accelerator.prepare or a DistributedSampler) — give the framework the "

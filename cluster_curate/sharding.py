@@ -541,7 +541,7 @@ def balance_ranks(steps: np.ndarray, lengths: np.ndarray, clusters: np.ndarray, 
     n = num_shards
     m = b // n
     step_len = np.asarray(lengths, dtype=np.float64)[steps]
-    _, cl_inv, _ = cluster_index(clusters)
+    _, cl_inv, cl_counts = cluster_index(clusters)
     step_cl = cl_inv[steps]
     if balance == "padded":
         # longest rows one per rank, then the next N, ...: every rank's padded length is near the step's max
@@ -565,8 +565,8 @@ def balance_ranks(steps: np.ndarray, lengths: np.ndarray, clusters: np.ndarray, 
             for same_cluster in (True, False):
                 pos[part] = _swap_refine(pos[part], step_len[part], step_cl[part], same_cluster=same_cluster,
                                          max_rounds=max_rounds)
-    pos = pos[np.arange(t_count)[:, None], assign_ranks(np.take_along_axis(step_cl, pos.reshape(t_count, -1), 1)
-                                                        .reshape(t_count, n, m), int(cl_inv.max(initial=0)) + 1, rng)]
+    groups = np.take_along_axis(step_cl, pos.reshape(t_count, -1), 1).reshape(t_count, n, m)  # each row's cluster
+    pos = pos[np.arange(t_count)[:, None], assign_ranks(groups, cl_counts.size, rng)]
     return np.take_along_axis(steps, pos.reshape(t_count, -1), 1).reshape(t_count, n, m)
 
 
