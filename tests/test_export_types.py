@@ -28,6 +28,13 @@ def _questions(n: int) -> dict:
             "answer": [f"They keep {i} apples, counted twice over by number {i * 3}." for i in range(n)]}
 
 
+def _run_all(tmp_path: Path, data: str, out: str = "out", micro_batch: int = 2) -> None:
+    """`run` on every row of `data`, 2 ranks, text features: shards to export."""
+    r = _cli("run", data, "--out", out, *FAST, "--fraction", "1.0", "--num-shards", "2", "--micro-batch-size",
+             str(micro_batch), "-q", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
 def _cli_process(*argv, cwd) -> subprocess.CompletedProcess:
     """The command in a process of its own, where it imports what it imports itself: pandas kept out
     (cli._let_pyarrow_skip_pandas), `datasets` (which registers its extension types) only when it reads through it;
@@ -50,9 +57,7 @@ def test_nanosecond_temporal_columns_export_as_iso_text_and_seconds(tmp_path):
         "stamps": pa.array([[5, None]] * n, pa.list_(pa.timestamp("ns"))),
         "us": pa.array([1_000_000_000_123_000_000] * n, pa.timestamp("ns")),  # whole microseconds
     }), tmp_path / "data.parquet")
-    r = _cli("run", "data.parquet", "--out", "out", *FAST, "--fraction", "1.0", "--num-shards", "2",
-             "--micro-batch-size", "2", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    _run_all(tmp_path, "data.parquet")
     for trainer in ("jsonl", "torchtune"):
         r = _cli_process("export", "out/shards", "--for", trainer, "--out", trainer, "-q", cwd=tmp_path)
         assert r.returncode == 0 and "INTERNAL ERROR" not in r.stderr, r.stderr
@@ -73,9 +78,7 @@ def test_uuid_column_exports_as_its_text(tmp_path):
     n = 100
     pq.write_table(pa.table({**_questions(n), "uid": pa.array([uuid.UUID(int=i).bytes for i in range(n)],
                                                                 pa.uuid())}), tmp_path / "data.parquet")
-    r = _cli("run", "data.parquet", "--out", "out", *FAST, "--fraction", "1.0", "--num-shards", "2",
-             "--micro-batch-size", "2", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    _run_all(tmp_path, "data.parquet")
     for trainer in ("jsonl", "parquet"):
         r = _cli("export", "out/shards", "--for", trainer, "--out", trainer, "-q", cwd=tmp_path)
         assert r.returncode == 0, r.stderr
@@ -95,9 +98,7 @@ def test_leftover_rows_of_an_extension_type_merge_with_the_shards_rows(tmp_path)
                                   "grid": datasets.Array2D(shape=(2, 2), dtype="int32")})
     datasets.Dataset.from_dict({**_questions(n), "grid": [[[i, 1], [2, 3]] for i in range(n)]},
                                features=features).save_to_disk(str(tmp_path / "hf"))
-    r = _cli("run", "hf", "--out", "out", *FAST, "--fraction", "1.0", "--num-shards", "2",
-             "--micro-batch-size", "16", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    _run_all(tmp_path, "hf", micro_batch=16)
     leftover = json.loads((tmp_path / "out" / "shards" / "manifest.json").read_text())["leftover_ids"]
     assert leftover  # 60 rows, 2 ranks of 16: 28 left over
     for trainer in ("jsonl", "parquet"):  # a process of its own: the shards are read before `datasets` is imported
@@ -115,9 +116,7 @@ def test_leftover_rows_of_another_type_are_joined_as_shard_joins_them(tmp_path):
     int64 vs string'); the column is text now, as `shard` writes numbers beside text."""
     n = 60
     pq.write_table(pa.table({**_questions(n), "odd": pa.array(range(n), pa.int64())}), tmp_path / "data.parquet")
-    r = _cli("run", "data.parquet", "--out", "out", *FAST, "--fraction", "1.0", "--num-shards", "2",
-             "--micro-batch-size", "16", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    _run_all(tmp_path, "data.parquet", micro_batch=16)
     leftover = json.loads((tmp_path / "out" / "shards" / "manifest.json").read_text())["leftover_ids"]
     assert leftover
     pq.write_table(pa.table({**_questions(n), "odd": pa.array([f"text-{i}" for i in range(n)])}),
@@ -161,9 +160,7 @@ def test_turns_out_of_a_trainers_order_are_refused_naming_the_row(tmp_path, trai
     ('Skipping this abnormal example'), torchtune raises on it: the export wrote such rows with exit 0. Now one line
     naming the first row, its turn and how many rows are so; the rows both take are exported."""
     write_jsonl(tmp_path / "chat.jsonl", _chats(80))
-    r = _cli("run", "chat.jsonl", "--out", "out", *FAST, "--fraction", "1.0", "--num-shards", "2",
-             "--micro-batch-size", "2", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    _run_all(tmp_path, "chat.jsonl")
     r = _cli("export", "out/shards", "--for", trainer, "--out", trainer, "-q", cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / trainer).exists()
     line = r.stderr.strip()
@@ -174,9 +171,7 @@ def test_turns_out_of_a_trainers_order_are_refused_naming_the_row(tmp_path, trai
     assert [m["role"] for m in first["messages"]] != ["system", "user", "assistant"]
 
     write_jsonl(tmp_path / "good.jsonl", [c for i, c in enumerate(_chats(80)) if i % 4 == 3])
-    r = _cli("run", "good.jsonl", "--out", "good", *FAST, "--fraction", "1.0", "--num-shards", "2",
-             "--micro-batch-size", "2", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    _run_all(tmp_path, "good.jsonl", out="good")
     r = _cli("export", "good/shards", "--for", trainer, "--out", f"good-{trainer}", "-q", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert pq.read_table(tmp_path / f"good-{trainer}" / "train.parquet").num_rows == 20
@@ -192,9 +187,7 @@ def test_llamafactory_ranking_prompt_with_two_system_turns_is_refused(tmp_path):
               "rejected": [{"role": "assistant", "content": "I do not know."}]}
              for i, (question, answer) in enumerate(zip(q["question"], q["answer"]))]
     write_jsonl(tmp_path / "pairs.jsonl", pairs)
-    r = _cli("run", "pairs.jsonl", "--out", "out", *FAST, "--fraction", "1.0", "--num-shards", "2",
-             "--micro-batch-size", "2", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    _run_all(tmp_path, "pairs.jsonl")
     r = _cli("export", "out/shards", "--for", "llamafactory", "--out", "lf", "-q", cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "lf").exists()
     assert len(r.stderr.strip().splitlines()) == 1 and "turn 1 is system" in r.stderr and "20 of 40 rows" in r.stderr
