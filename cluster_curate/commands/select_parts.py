@@ -46,36 +46,36 @@ def open_target(target: str, o: dict, option: str = "--target", pool_meta=None):
     from dataclasses import replace
 
     from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.io.fields import UnrecognisedFormat
     questions = option == "--decontaminate"
     try:
         return open_dataset(target, replace(target_read_options(o), prompts_only=questions))
-    except CurateError as e:
-        if "unrecognised record format" not in str(e):
-            raise
+    except UnrecognisedFormat as e:
         if questions:
-            raise CurateError(f"{option} {str(e).split('. ')[0]}: an evaluation set is read for its questions, in "
+            raise CurateError(f"{option} {e.headline}: an evaluation set is read for its questions, in "
                               "its own format: a column `prompt`, `question`, `instruction`, `problem` or `query` "
                               "(answers, if any, beside it), a chat in `messages` or `conversations`, or the user's "
                               "`turns`; rename its question column to one of these") from None
-        found = _target_as_questions(target, o, option, str(e), pool_meta)
+        found = _target_as_questions(target, o, option, e.columns, pool_meta)
         if found is not None:
             return found
         what, name = "a target", "TARGET"
-        raise CurateError(f"{option} {str(e).split('. ')[0]}: {what} is read in its own format, not with the "
+        raise CurateError(f"{option} {e.headline}: {what} is read in its own format, not with the "
                           "data's --prompt-field / --response-field; embed it with its fields (`cluster-curate embed "
                           f"{name} --like EMBEDDINGS --prompt-field ... --response-field ... --out T.parquet`) and "
                           f"pass {option} T.parquet") from None
 
 
-def _target_as_questions(target: str, o: dict, option: str, refused: str, pool_meta):
+def _target_as_questions(target: str, o: dict, option: str, columns: str, pool_meta):
     """A target whose columns the data's detection does not read, found as --decontaminate finds an evaluation
     set's question (io/fields.resolve_fields with prompts_only: `Question`, `problem`, ...), then read with that
     column as the prompt, its answer column found by name (`Answer`). None where no question is found either;
-    a target with questions alone is refused in one line that says so (embed reads a response per row)."""
-    import re
+    a target with questions alone is refused in one line that says so (embed reads a response per row); `columns`:
+    the target's, as its refusal showed them."""
     from dataclasses import replace
 
     from cluster_curate.io.datasets import open_dataset
+    from cluster_curate.io.fields import NoResponseColumn
     from cluster_curate.io.formats import TURNS
     try:
         asked = open_dataset(target, replace(target_read_options(o), prompts_only=True))
@@ -85,11 +85,9 @@ def _target_as_questions(target: str, o: dict, option: str, refused: str, pool_m
     if asked.format != TURNS and "," not in prompt:
         try:
             return open_dataset(target, replace(target_read_options(o), prompt_field=prompt))
-        except CurateError as e:
-            if "needs --response-field" not in str(e):
-                raise
-    columns = re.search(r"columns found: \[(.*?)\]", refused)
-    among = f"no response column among: {columns.group(1) if columns else prompt}"
+        except NoResponseColumn:
+            pass
+    among = f"no response column among: {columns}"
     params = pool_meta.params if pool_meta is not None else {}
     features = params.get("features") or []
     if any(f not in ("text", "semantic") for f in features) or params.get("text_field", "prompt") != "prompt":

@@ -52,6 +52,19 @@ class FieldsRefusal(CurateError):
         return worded_parts(self.parts, wording)
 
 
+class UnrecognisedFormat(FieldsRefusal):
+    """Columns no format reads, no field named: `headline` the refusal without its hint, `columns` those found
+    (shown), for a caller that reads the data another way (a --target read as an evaluation set's questions)."""
+
+    def __init__(self, source, shown: str, *hint: str | ColumnsHint):
+        self.headline, self.columns = f"{source}: unrecognised record format; columns found: [{shown}]", shown
+        super().__init__(f"{self.headline}. ", *hint)
+
+
+class NoResponseColumn(FieldsRefusal):
+    """--prompt-field named alone where no one column looks like the response."""
+
+
 class MissingColumn(CurateError):
     """A column a field option names (`option`: --response-field) that the data lacks; a mixture words it as the
     key of its file that named the column (io/mixture.py)."""
@@ -273,12 +286,12 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                     which = (("preference pairs? ", ColumnsHint((("response", pair[0]), ("rejected", pair[1]))))
                              if pair else ("no column looks like one" if not found
                                            else "several could be: " + ", ".join(found),))
-                    raise FieldsRefusal(f"{source}: --prompt-field {prompt_field} needs --response-field COLUMN too (",
-                                        *which, f"); columns found: [{shown}]")
+                    raise NoResponseColumn(f"{source}: --prompt-field {prompt_field} needs --response-field COLUMN "
+                                           "too (", *which, f"); columns found: [{shown}]")
                 response_field = found[0]
             fmt = "prompt-completion"  # a custom pair of columns behaves like prompt/completion
         if fmt is None:
-            raise FieldsRefusal(f"{source}: unrecognised record format; columns found: [{shown}]. ", *_fix_hint(cols))
+            raise UnrecognisedFormat(source, shown, *_fix_hint(cols))
 
     entry = FORMAT.get(fmt)
     if fmt == "preference":
