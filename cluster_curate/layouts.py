@@ -151,9 +151,9 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
     record format the source rows use (detected, or `read`'s --format / --prompt-field / --response-field); plus
     `id`, `weight`, `step`. Turns are {role, content}; with tool calling (records.chat_messages) also `tool_calls`
     ([{type, function: {name, arguments: JSON text}}], `id` where given) and a tool turn's `tool_call_id` / `name`,
-    and a `tools` column: the schemas as JSON text (TRL parses it), for axolotl a list of one JSON text per tool
-    (what its chat_template strategy parses). `trainer`: llamafactory writes its function_call / observation
-    turns instead (`_llamafactory_turns`), torchtune refuses rows with tool calls (its openai style drops them).
+    and a `tools` column: the schemas as JSON text (TRL and axolotl's chat_template strategy parse it). `trainer`:
+    llamafactory writes its function_call / observation turns instead (`_llamafactory_turns`), torchtune refuses
+    rows with tool calls (its openai style drops them).
     `inputs`: a mixture's inputs as its lineage record lists them (each row is read as its input's record:
     `_records`; `json_columns`: the manifest's). Preference pairs: `preference_columns`."""
     records = _records(table, read, source, inputs, json_columns)
@@ -183,10 +183,10 @@ def chat_columns(table: pa.Table, style: str, source: str = "shards", read=None,
                 "completion": pa.array([m[-1:] for m in chats], pa.list_(turn))}
     else:
         raise CurateError(f"unknown chat style {style!r}")
-    if any(tools):  # JSON text: one Arrow struct for schemas of other properties would add null keys to them
-        chat["tools"] = (pa.array([[json.dumps(t, ensure_ascii=False) for t in s] if s else None for s in tools],
-                                  pa.list_(pa.string())) if trainer == "axolotl" else
-                         pa.array([json.dumps(s, ensure_ascii=False) if s else None for s in tools], pa.string()))
+    # JSON text: one Arrow struct for schemas of other properties would add null keys to them. The whole list's:
+    # axolotl's ChatTemplateStrategy._get_tools json.loads a text, and passes a list's text items on unparsed
+    if any(tools):
+        chat["tools"] = pa.array([json.dumps(s, ensure_ascii=False) if s else None for s in tools], pa.string())
     return pa.table({**chat, **{c: table.column(c) for c in PLAN_COLUMNS}})
 
 
@@ -725,10 +725,14 @@ _AXOLOTL_SPLIT_AND_CACHE_NOTE = (
     "# A `val_set_size` takes the file's last rows for evaluation (`val_set_size: 0`; an evaluation set goes in\n"
     "# `test_datasets`). After an `export --overwrite` axolotl trains the rows it prepared from the old file,\n"
     "# found under `dataset_prepared_path` (default last_run_prepared) by this config: delete them first.\n")
+# under SFT, utils/data/sft.py _load_raw_datasets filters the merged rows by `excess_length_strategy`
+# (utils/data/utils.py handle_long_seq_in_dataset: drop by default, truncate, or raise)
 _AXOLOTL_ORDER_NOTE = (
     f"{_AXOLOTL_LIST_NOTE}"
     "# Its sampler shuffles unless `curriculum_sampling: true` (trainer_cls's sampler is sequential either way),\n"
-    "# and `sample_packing: true` packs rows several to a sequence, in another order.\n"
+    "# and `sample_packing: true` packs rows several to a sequence, in another order. A row longer than\n"
+    "# `sequence_len` is dropped (the default `excess_length_strategy`), every later row moving to another rank and\n"
+    "# step: `excess_length_strategy: raise` stops instead (`verify` reports rows dropped).\n"
     f"{_AXOLOTL_SPLIT_AND_CACHE_NOTE}")
 # under `rl: dpo` (utils/data/rl.py): core/builders/rl.py passes no curriculum_sampling to the trainer, whose
 # sampler is TRL's (random); _load_split filters each dataset by `excess_length_strategy` (_drop_long_sequences,
@@ -813,8 +817,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
             "disable_shuffling: true\n"
             f"per_device_train_batch_size: {m}\n"
             "packing: false\n"
-            "neat_packing: false\n"
-            "group_by_length: false\n")
+            "neat_packing: false\n")  # no group_by_length: transformers 5 has none, and LLaMA-Factory refuses it
     elif tgt.name == "axolotl" and preference:
         # validate_config makes a DPO dataset entry a DPODataset (utils/schemas/datasets.py), which has none of
         # the SFT entry's ds_type or message_property_mappings: chat_template.default reads role and content
@@ -855,6 +858,7 @@ def config_files(tgt: Target, manifest: dict, data_path: str, rows: pa.Table | N
             "curriculum_sampling: true\n"
             "sample_packing: false\n"
             "val_set_size: 0\n"
+            "excess_length_strategy: raise\n"
             f"micro_batch_size: {m}\n")
     files[names.EXPORT_README] = _traps(tgt, n, m, steps, manifest.get("json_columns") or (), tools, preference,
                                         labels)
@@ -916,7 +920,8 @@ _TRAPS = {
                 f"`curriculum_sampling: true` (sequential sampler; `trainer_cls: {AXOLOTL_SFT_TRAINER}` keeps the "
                 "order whatever it says: install cluster-curate where axolotl runs)",
                 "`sample_packing: true` reorders rows (multipack)",
-                "rows longer than `sequence_len` are dropped by default: make it longer than the longest row",
+                "`excess_length_strategy: raise`: by default axolotl drops a row longer than `sequence_len`, and "
+                "every later row moves to another rank and step; make it longer than the longest row",
                 _AXOLOTL_VAL_SET,
                 "this file first in `datasets:` (alone, for `verify`): axolotl concatenates them in list order",
                 AXOLOTL_VERIFY,

@@ -25,6 +25,7 @@ trainer.) `ConsumedLog` records what a rank trained on, for `cluster-curate veri
 from __future__ import annotations
 
 import json
+import operator
 import os
 import warnings
 from pathlib import Path
@@ -246,7 +247,9 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
     """Open shard `rank` of a shard directory. Rank and world size default to torch.distributed's (or torchrun's
     environment); a single process outside both reads a folder of one shard, and must name the rank of a folder
     of several (reading shard 0 alone would train on 1/N of the selection without a word). The world size must
-    equal the number of shards."""
+    equal the number of shards. Each is an int or, as the environment holds it, a str of digits."""
+    rank, world_size = _whole("rank", rank), _whole("world_size", world_size)
+    _warn_unlike_the_environment(rank, world_size)
     manifest = read_manifest(directory)
     n = int(manifest["num_shards"])
     from cluster_curate.distributed import trainer_rank_and_world
@@ -267,6 +270,42 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
     if not 0 <= rank < n:
         raise CurateError(f"{directory}: rank {rank} out of range (the directory has {n} shards)")
     return Shard(directory, rank, manifest, columns)
+
+
+_ENVIRONMENT = {"rank": "RANK", "world_size": "WORLD_SIZE"}  # the variables torchrun sets, named in messages
+
+
+def _whole(name: str, value) -> int | None:
+    """load_shard's rank= / world_size=: an int, or a str of digits (torchrun's variable passed as it is)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdecimal():
+        return int(value)
+    if not isinstance(value, (bool, str)):
+        try:
+            return operator.index(value)  # an int, numpy's too; not a float (1.0 would hide a computed rank's error)
+        except TypeError:
+            pass
+    raise CurateError(f"load_shard: {name}={value!r} is not a whole number: pass an int, or a str of digits as "
+                      f"torchrun's {_ENVIRONMENT[name]} holds it")
+
+
+def _warn_unlike_the_environment(rank: int | None, world_size: int | None) -> None:
+    """A rank (world size) given that is not torchrun's RANK (WORLD_SIZE): on several nodes, LOCAL_RANK passed as
+    the rank gives each node's processes the same shards. Said, not refused: a script may mean another one."""
+    from cluster_curate.distributed import detect, launched_by_torchrun
+    if not launched_by_torchrun():
+        return
+    try:
+        env = detect()
+    except CurateError:  # a malformed variable: trainer_rank_and_world or the rank given decides, as before
+        return
+    unlike = [f"{name}={given} where {_ENVIRONMENT[name]}={found}"
+              for name, given, found in (("rank", rank, env.rank), ("world_size", world_size, env.world_size))
+              if given is not None and given != found]
+    if unlike:
+        warnings.warn(f"load_shard: {', '.join(unlike)}: on several nodes pass the global RANK and WORLD_SIZE "
+                      "(LOCAL_RANK would have each node train the same shards)", stacklevel=3)
 
 
 # ------------------------------------------------------------------- what the job consumed, for `verify`

@@ -8,8 +8,9 @@ optional). `cluster_curate.loader.ConsumedLog` writes it from a plain loop;
 `check_plan` is a pure function of the planned grid (step × rank × slot) and the logs. Each consumed id is
 classified against the planned one at the same rank, step and slot (step modulo the plan's steps: every epoch
 repeats the plan): in plan, out of order (planned for this rank at another position), on the wrong rank, or
-out of plan; each rank's multiset of ids gives the missing and the duplicated ones. A cause is named from the
-pattern (shuffling, the wrong layout, double sharding, packing).
+out of plan; each rank's multiset of ids gives the missing ones (planned, consumed by no line of the rank), the
+duplicated ones and a log stopped inside a later epoch. A cause is named from the pattern (shuffling, the wrong
+layout, double sharding, packing, rows taken out before dealing).
 Reading the logs and the shards is `commands/verify.py`'s (docs/architecture.md, "Commands").
 """
 
@@ -23,7 +24,9 @@ import numpy as np
 from cluster_curate.loader import interleaved_order
 
 KINDS = ("out of order", "wrong rank", "out of plan", "duplicated", "missing", "weight", "no ids")
-WEIGHT_TOLERANCE = 1e-6
+# trainers log weights as float32 (33.33333206 for a planned 33.333333333): relative to the weight, a few float32
+# ulps (2**-23 each), and an absolute floor for weights near 0
+WEIGHT_RTOL, WEIGHT_ATOL = 2 ** -20, 1e-6
 KEPT_PROBLEMS = 1000  # problems kept with their details (all are counted)
 
 
@@ -39,6 +42,7 @@ class RankCheck:
     nan_weights: int = 0      # ids logged with a NaN weight
     off_weights: int = 0      # ids logged at their place with a number other than the planned weight
     odd_weights: int = 0      # micro-batches whose weights list is not one per id
+    short_epoch: int = 0      # ids consumed, but fewer times than the epochs the log spans (a run stopped in one)
 
 
 @dataclass
@@ -145,8 +149,9 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
         wrong_w = match & odd_line
         if planned_weights is not None:
             planned_w = planned_weights[line[match] % steps, r, slot[match]]
-            # `not <=` rather than `>`: a NaN compares False either way, and a NaN weight logged is a NaN loss
-            wrong_w[match] |= has_w[match] & ~(np.abs(weights[match] - planned_w) <= WEIGHT_TOLERANCE)
+            # isclose is False for a NaN, and a NaN weight logged is a NaN loss
+            wrong_w[match] |= has_w[match] & ~np.isclose(weights[match], planned_w, rtol=WEIGHT_RTOL,
+                                                         atol=WEIGHT_ATOL)
         rc.nan_weights = int((wrong_w & has_w & np.isnan(weights)).sum())
         rc.off_weights = int((wrong_w & has_w & ~np.isnan(weights)).sum())
         kind = np.select([match & wrong_w, match, own, anywhere], [5, 0, 1, 2], default=3)
@@ -165,14 +170,22 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
                 problems.append((r, t, "wrong rank", f"id {i} planned for rank {owner[pos[at]]}"))
             else:
                 problems.append((r, t, "out of plan", f"id {i} is in no shard"))
-        plan_ids, plan_c, seen = _multiplicity(plan_r, ids, len(log), steps)
-        for i in np.flatnonzero(seen > plan_c):
-            rc.counts["duplicated"] += int(seen[i] - plan_c[i])
-            problem(r, None, "duplicated", f"id {plan_ids[i]} consumed {seen[i]} times, planned {plan_c[i]}")
-        short = np.flatnonzero(seen < plan_c)
-        if short.size:
-            rc.counts["missing"] += int((plan_c[short] - seen[short]).sum())
-            problem(r, None, "missing", f"{short.size} planned ids never consumed (first: id {plan_ids[short[0]]})")
+        plan_ids, plan_c, seen, epochs = _multiplicity(plan_r, ids)
+        for i in np.flatnonzero(seen > plan_c * epochs):
+            rc.counts["duplicated"] += int(seen[i] - plan_c[i] * epochs)
+            problem(r, None, "duplicated", f"id {plan_ids[i]} consumed {seen[i]} times, planned {plan_c[i] * epochs}"
+                                           + (f" ({_epochs_said(epochs, steps)})" if epochs > 1 else ""))
+        never = np.flatnonzero(seen < plan_c)  # short of one epoch: planned ids no line of this rank consumed
+        if never.size:
+            rc.counts["missing"] += int((plan_c[never] - seen[never]).sum())
+            said = "never consumed" if not seen[never].any() else "consumed fewer times than one epoch plans"
+            problem(r, None, "missing", f"{never.size} planned ids {said} (first: id {plan_ids[never[0]]})")
+        stopped = np.flatnonzero((seen >= plan_c) & (seen < plan_c * epochs))
+        if stopped.size:
+            rc.short_epoch = int(stopped.size)
+            problem(r, None, "short epoch", f"the log stops inside epoch {epochs} of the plan ({rc.rows_logged} rows "
+                                            f"logged, {plan_r.size} an epoch): {stopped.size} planned ids consumed "
+                                            f"in fewer epochs than the others (first: id {plan_ids[stopped[0]]})")
         ranks.append(rc)
     for r in sorted(k for k in consumed if k >= n):  # a job run on more processes than planned
         problem(r, None, "beyond the plan", f"a log of {len(consumed[r] or ())} micro-batches from a rank the plan "
@@ -190,18 +203,22 @@ def _planned_at(plan_r: np.ndarray, i: int, step: int, slot: int) -> str:
     return f"id {i} planned for this rank at step {int(steps[0])}" + (" (and others)" if steps.size > 1 else "")
 
 
-def _multiplicity(plan_r: np.ndarray, ids: np.ndarray, n_lines: int, steps: int):
-    """(a rank's planned ids, times each is planned over the epochs its log spans, times it was consumed)."""
-    epochs = max(1, -(-n_lines // steps))
+def _multiplicity(plan_r: np.ndarray, ids: np.ndarray):
+    """(a rank's planned ids, times each is planned in one epoch, times it was consumed, the epochs the log spans).
+    The epochs are counted in rows, not log lines: a per-device batch size other than the plan's logs more lines."""
+    epochs = max(1, -(-ids.size // max(1, plan_r.size)))
     plan_ids, plan_c = np.unique(plan_r, return_counts=True)
-    plan_c = plan_c * epochs
     seen_ids, seen_c = np.unique(ids, return_counts=True)
     seen = np.zeros(plan_ids.size, dtype=np.int64)
     if seen_ids.size:
         k = np.searchsorted(seen_ids, plan_ids).clip(0, seen_ids.size - 1)
         hit = seen_ids[k] == plan_ids
         seen[hit] = seen_c[k[hit]]
-    return plan_ids, plan_c, seen
+    return plan_ids, plan_c, seen, epochs
+
+
+def _epochs_said(epochs: int, steps: int) -> str:
+    return f"the log spans {epochs} epoch{'s' * (epochs != 1)} of the plan's {steps} steps"
 
 
 _OTHER = {"batch": "sample", "sample": "batch"}
@@ -231,6 +248,40 @@ def _dealt_again(plan_r: np.ndarray, n: int, r: int, logged: list[int]) -> bool:
     return False
 
 
+def _dealt_sequence(consumed: dict, n: int, dealing: str) -> np.ndarray:
+    """The ids every rank consumed as one sequence, in the order a trainer dealing by `dealing` handed them out:
+    micro-batch (or sample) k of rank r is the (k·n + r)-th of the dataset it dealt."""
+    lines = [[rec.get("ids") or [] for rec in consumed.get(r) or []] for r in range(n)]
+    if dealing == "sample":
+        lines = [[[i] for line in rank for i in line] for rank in lines]
+    units = [lines[r][k] for k in range(max(map(len, lines), default=0)) for r in range(n) if k < len(lines[r])]
+    return np.array([i for unit in units for i in unit], dtype=np.int64)
+
+
+def _in_order_of(sequence: np.ndarray, order: np.ndarray) -> bool:
+    """Whether `sequence` is `order` (epoch after epoch) with some ids left out: the rows a trainer dealt after
+    taking some out; the tail of repeats that evens the last batches out matches the next epoch's start."""
+    epochs = -(-sequence.size // max(1, order.size)) + 1
+    left = iter(np.tile(order, epochs).tolist())
+    return all(i in left for i in sequence.tolist())  # `in` moves the iterator on: a greedy subsequence match
+
+
+def _rows_taken_out(planned: np.ndarray, consumed: dict) -> int:
+    """The planned rows no rank consumed, where the ranks consumed the rest in the order of an export dealt as its
+    trainer deals it (a filter on length before dealing); 0 for any other pattern."""
+    steps, n, m = planned.shape
+    if any(consumed.get(r) is None for r in range(n)):
+        return 0
+    flat = planned.transpose(1, 0, 2).reshape(-1)
+    every = _dealt_sequence(consumed, n, "batch")
+    lost = np.setdiff1d(flat, every).size
+    for layout in ("batch", "sample"):
+        sequence = _dealt_sequence(consumed, n, layout)
+        if lost and sequence.size and _in_order_of(sequence, flat[interleaved_order(n, steps, m, layout)]):
+            return lost
+    return 0
+
+
 def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter) -> list[str]:
     """The likely cause of each pattern of problems, in words the user can act on."""
     steps, n, m = planned.shape
@@ -256,8 +307,12 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     in_plan_order = all(_epochs_of(planned[:, r].reshape(-1), logged[r]) for r in range(n))
     dealt_again = n > 1 and all(consumed.get(r) is not None and _dealt_again(planned[:, r], n, r, logged[r])
                                 for r in range(n)) and not in_plan_order
+    # rows filtered out before dealing: the rest dealt in order, every later row's place shifted
+    taken_out = 0 if dealt_again or in_plan_order else _rows_taken_out(planned, consumed)
     odd = {s: c for s, c in sizes.items() if s != m}
-    if odd and not dealt_again:  # a DistributedSampler's share of a shard ends in a short micro-batch: not packing
+    # a DistributedSampler's share of a shard, or the rows left after some were taken out, end in a short
+    # micro-batch: not packing
+    if odd and not dealt_again and not taken_out:
         causes.append(f"micro-batches of {', '.join(str(s) for s in sorted(odd))} rows where the plan has {m}: packing "
                       "(several examples per row) or a per-device batch size other than --micro-batch-size")
     matched = []  # the layouts whose file, dealt the other way, gives exactly what the ranks consumed
@@ -267,6 +322,10 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
         if total("wrong rank") and all(logged[r] and list(dealt[r][: len(logged[r])]) == logged[r] for r in range(n)):
             matched.append(layout)
     wrong_layout = bool(matched)
+    if taken_out:
+        causes.append(f"{taken_out} planned rows reached no rank and the rest were dealt in the plan's order without "
+                      "them: rows were taken out before dealing (a filter on length, TRL's max_length, axolotl's "
+                      "sequence_len; README 'Training with your trainer')")
     if len(matched) == 1:
         layout, other = matched[0], _OTHER[matched[0]]
         causes.append(f"the data is {layout}-interleaved but the trainer dealt {_DEALT[other]}: export it --for "
@@ -276,7 +335,7 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
                       "file dealt by samples and a sample-interleaved file dealt by micro-batches give the same "
                       "order, so which one it was is ambiguous here: export --for the trainer you run "
                       f"({_TRAINERS['batch']} deal micro-batches; {_TRAINERS['sample']} deal samples)")
-    if total("wrong rank") and not wrong_layout and not odd:  # packing moves rows across ranks too
+    if total("wrong rank") and not wrong_layout and not odd and not taken_out:  # packing moves rows too
         causes.append("rows went to other ranks than planned: a shuffling sampler (HF Trainer's default "
                       "train_sampling_strategy='random', DistributedSampler(shuffle=True)), or the wrong export layout")
     own_only = all(not rc.counts["wrong rank"] and not rc.counts["out of plan"] for rc in ranks)
@@ -290,7 +349,7 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
         causes.append(f"each rank consumed only 1/{n} of its own shard: the shard was dealt a second time (a rank's "
                       "own shard handed to accelerator.prepare or a DistributedSampler) — give the framework the "
                       "global order (export --for accelerate) or iterate the shard yourself")
-    elif own_only and total("out of order"):
+    elif own_only and total("out of order") and not taken_out:
         causes.append("each rank read its own rows in another order: a shuffling or length-grouping sampler, "
                       "or packing (TRL's best-fit-decreasing packing sorts longest first)")
     if any(rc.odd_weights for rc in ranks):
@@ -301,7 +360,7 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
                       "or a weight computed to NaN, reached the loss)")
     if any(rc.off_weights for rc in ranks):
         causes.append("the loss weights differ from the shards' `weight` column")
-    if total("missing") and not causes:
+    if (total("missing") or any(rc.short_epoch for rc in ranks)) and not causes:
         short = [rc.rank for rc in ranks if rc.steps_logged % steps]
         if short:
             causes.append(f"rank(s) {', '.join(map(str, short))} stopped inside an epoch of the plan's {steps} steps "

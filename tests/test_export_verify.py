@@ -251,7 +251,7 @@ LLAMAFACTORY_TAGS = {"role_tag", "content_tag", "user_tag", "assistant_tag", "ob
                      "system_tag"}
 # axolotl's config keys used (AxolotlInputConfig / SFTDataset in axolotl/utils/schemas, 0.19.0)
 AXOLOTL_TOP = {"plugins", "trainer_cls", "datasets", "shuffle_merged_datasets", "curriculum_sampling",
-               "sample_packing", "val_set_size", "micro_batch_size"}
+               "sample_packing", "val_set_size", "excess_length_strategy", "micro_batch_size"}
 AXOLOTL_DATASET = {"path", "ds_type", "type", "field_messages", "message_property_mappings", "roles_to_train",
                    "split", "data_files"}
 # with `rl: dpo` (validate_config makes each dataset entry a DPODataset, dropping other keys), 0.19.0
@@ -304,6 +304,21 @@ def test_llamafactory_dataset_info_uses_documented_keys(shards, tmp_path):
     assert "disable_shuffling: true" in cfg and "dataset: cluster_curate" in cfg
 
 
+def test_llamafactory_config_keys_are_training_arguments_of_transformers_5(shards, tmp_path):
+    """LLaMA-Factory parses its YAML with HfArgumentParser(..., allow_extra_keys=False): `group_by_length: false`,
+    a TrainingArguments field transformers 5 removed, made it refuse the config. Every key that is not
+    LLaMA-Factory's own (its data and fine-tuning arguments) is a field of transformers' Seq2SeqTrainingArguments."""
+    yaml = pytest.importorskip("yaml")
+    from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+    export(shards["chat"], "llamafactory", tmp_path / "lf")
+    cfg = yaml.safe_load((tmp_path / "lf" / "config.yaml").read_text())
+    own = {"dataset_dir", "dataset", "disable_shuffling", "packing", "neat_packing"}
+    hf = {k: v for k, v in cfg.items() if k not in own}
+    HfArgumentParser(Seq2SeqTrainingArguments).parse_dict({"output_dir": str(tmp_path / "run"), **hf},
+                                                          allow_extra_keys=False)
+    assert hf == {"per_device_train_batch_size": M}
+
+
 def test_axolotl_yaml_uses_documented_keys(shards, tmp_path):
     yaml = pytest.importorskip("yaml")
     export(shards["chat"], "axolotl", tmp_path / "ax")
@@ -311,6 +326,8 @@ def test_axolotl_yaml_uses_documented_keys(shards, tmp_path):
     assert set(cfg) <= AXOLOTL_TOP and all(set(d) <= AXOLOTL_DATASET for d in cfg["datasets"])
     assert cfg["shuffle_merged_datasets"] is False and cfg["curriculum_sampling"] is True
     assert cfg["sample_packing"] is False and cfg["micro_batch_size"] == M and cfg["val_set_size"] == 0
+    # utils/data/sft.py filters by it as the DPO path does: a row over sequence_len stops the run, not dropped
+    assert cfg["excess_length_strategy"] == "raise"
     assert Path(cfg["datasets"][0]["path"]).is_file()
     assert cfg["plugins"] == ["cluster_curate.integrations.axolotl.ConsumedIdsPlugin"]
     assert cfg["trainer_cls"] == "cluster_curate.integrations.axolotl.PlanSFTTrainer"
@@ -327,10 +344,12 @@ def test_axolotl_sft_config_says_what_reorders_rows(shards, tmp_path):
     assert all(line.startswith("# ") for line in note.splitlines())
     for said in ("`datasets:` in list order", "first", "`shuffle_merged_datasets: false`",
                  "`shuffle_before_merging_datasets: true`", "`curriculum_sampling: true`", "trainer_cls",
-                 "`sample_packing: true`", "`dataset_prepared_path`", "--overwrite"):
+                 "`sample_packing: true`", "`dataset_prepared_path`", "--overwrite", "`sequence_len`",
+                 "`excess_length_strategy: raise`"):
         assert said in note, said
     readme = (tmp_path / "ax" / "README.md").read_text()
     assert "verify SHARDS --log OUTPUT_DIR/consumed" in readme and "`output_dir`" in readme
+    assert "`excess_length_strategy: raise`: by default axolotl drops a row longer than `sequence_len`" in readme
     # merge_datasets shuffles the rows themselves, before any sampler: trainer_cls does not undo it
     assert "`shuffle_merged_datasets: false` (else axolotl shuffles the file itself" in readme
 
@@ -535,6 +554,91 @@ def test_verify_counts_duplicates_missing_weights_and_lost_ids():
     kinds = {(r, k) for r, _, k, _ in c.problems}
     assert {(0, "duplicated"), (0, "missing"), (0, "out of order"), (1, "weight"), (1, "no ids")} <= kinds
     assert "lost their `id` column" in format_check(c)
+
+
+def test_verify_accepts_weights_logged_as_float32_and_refuses_other_ones():
+    """A trainer logs its loss weights as float32: 33.33333206 for a planned 33.333333333 was refused by an absolute
+    tolerance of 1e-6 (past 32 a float32 is coarser than that). Now relative: a float32 rounding passes, a NaN or
+    a weight off by 1e-4 of itself does not."""
+    g = _grid()
+    w = np.geomspace(0.01, 5000.0, g.size).reshape(g.shape)
+    w[0, 0, 0] = 100 / 3
+
+    def logged(weights):
+        log = _log({r: [g[t, r] for t in range(4)] for r in range(N)})
+        for r in range(N):
+            for t, rec in enumerate(log[r]):
+                rec["weights"] = [float(x) for x in weights[t, r]]
+        return check_plan(g, log, w)
+
+    assert float(np.float32(100 / 3)) == pytest.approx(33.33333206)
+    assert logged(w.astype(np.float32)).ok
+    off = w.copy()
+    off[1, 1, 0] *= 1 + 1e-4
+    off[2, 0, 1] = np.nan
+    c = logged(off.astype(np.float32))
+    assert [(r, t, k) for r, t, k, _ in c.problems] == [(0, 2, "weight"), (1, 1, "weight")]
+    assert c.ranks[0].nan_weights == 1 and c.ranks[1].off_weights == 1
+
+
+def _dealt_after_taking_out(file_ids, out: set, n: int, m: int, dealing: str) -> dict:
+    """What each rank consumes when the trainer takes the rows `out` of the exported file before dealing it by
+    `dealing` (micro-batches of m, or samples, round-robin), the last round evened out with rows from the start
+    (HF / accelerate even_batches, DistributedSampler's padding)."""
+    kept = [int(i) for i in file_ids if int(i) not in out]
+    unit = m if dealing == "batch" else 1
+    units = -(-len(kept) // unit)
+    padded = (kept * 2)[: -(-units // n) * n * unit]
+    rows = {r: np.array(padded).reshape(-1, unit)[r::n].reshape(-1) for r in range(n)}
+    return {r: [own[k: k + m] for k in range(0, own.size, m)] for r, own in rows.items()}
+
+
+@pytest.mark.parametrize("layout, dealing", [("batch", "batch"), ("sample", "sample")])
+def test_verify_names_rows_taken_out_before_dealing_not_shuffling(layout, dealing):
+    """A trainer that drops rows before dealing (TRL's max_length, a `.filter` on length, axolotl's sequence_len)
+    deals the export's order without them: every later row moves on. verify blamed a shuffling sampler or the
+    wrong layout; it says how many planned rows reached no rank and that the rest kept the plan's order."""
+    n, m, steps = 2, 2, 8
+    g = np.arange(steps * n * m).reshape(steps, n, m) + 100
+    file_ids = g.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, layout)]
+    c = check_plan(g, _log(_dealt_after_taking_out(file_ids, {103, 110, 117}, n, m, dealing)))
+    assert not c.ok
+    assert c.causes == ["3 planned rows reached no rank and the rest were dealt in the plan's order without them: "
+                        "rows were taken out before dealing (a filter on length, TRL's max_length, axolotl's "
+                        "sequence_len; README 'Training with your trainer')"], c.causes
+    # rows shuffled, not taken out: the shuffling cause, not this one
+    rng = np.random.default_rng(1)
+    shuffled = _dealt_after_taking_out(rng.permutation(file_ids), {103}, n, m, dealing)
+    assert not any("taken out" in x for x in check_plan(g, _log(shuffled)).causes)
+
+
+def test_verify_counts_as_missing_only_ids_a_rank_never_consumed():
+    """`missing` took the epochs from the number of log lines: a run with a per-device batch size of 1 (twice the
+    plan's lines) had every id counted missing once though it was consumed, and a run stopped inside epoch 2 said
+    "N planned ids never consumed" of ids consumed once. Now `missing` is the ids no line of the rank consumed; a
+    run stopped inside a later epoch says so."""
+    g = _grid()
+    file_ids = g.reshape(-1)  # batch-interleaved: dealt by micro-batches of 1 instead of M
+    halves = {r: [[int(i)] for i in file_ids[r::N]] for r in range(N)}
+    c = check_plan(g, _log(halves))
+    for r in range(N):
+        never = set(g[:, r].reshape(-1).tolist()) - {b[0] for b in halves[r]}
+        assert c.ranks[r].counts["missing"] == len(never) and c.ranks[r].counts["duplicated"] == 0
+    assert any("per-device batch size" in x for x in c.causes)
+    stopped = check_plan(g, _log({r: [g[t % 4, r] for t in range(6)] for r in range(N)}))
+    assert [rc.counts["missing"] for rc in stopped.ranks] == [0, 0] and not stopped.ok
+    assert [k for _, _, k, _ in stopped.problems] == ["short epoch"] * N
+    assert "never consumed" not in " ".join(stopped.problem_lines())
+    assert stopped.problem_lines()[0] == (f"rank 0: short epoch: the log stops inside epoch 2 of the plan (12 rows "
+                                          f"logged, 8 an epoch): 4 planned ids consumed in fewer epochs than the "
+                                          f"others (first: id {g[2, 0, 0]})")
+    # over several epochs a duplicate is counted against them, and its line says how many the log spans
+    again = _log({r: [g[t % 4, r] for t in range(8)] for r in range(N)})
+    again[0][7]["ids"] = list(map(int, g[0, 0]))  # step 0 a third time instead of step 3
+    c = check_plan(g, again)
+    assert c.ranks[0].counts["duplicated"] == M and c.ranks[0].counts["missing"] == 0
+    assert f"rank 0: duplicated: id {g[0, 0, 0]} consumed 3 times, planned 2 (the log spans 2 epochs of the " \
+           "plan's 4 steps)" in c.problem_lines()
 
 
 def test_an_id_out_of_order_is_told_where_it_was_planned():

@@ -385,6 +385,33 @@ def test_loading_with_datasets_pyarrow_and_the_loader(tmp_path, data, cli_runner
         load_shard(out)
 
 
+def test_load_shard_takes_the_environments_rank_and_warns_of_another(tmp_path, data, cli_runner, monkeypatch):
+    """`load_shard(d, rank=<torchrun's RANK, a str>)` raised a TypeError, and rank=1.0 too. A str of digits is a
+    rank now, anything but an int or one is refused in one line naming the argument; a rank or world size given
+    that is not the environment's RANK / WORLD_SIZE is read, with a warning that on several nodes the global RANK
+    is the one to pass (LOCAL_RANK would have each node train the same shards)."""
+    import re
+    import warnings
+    make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5)
+    out = tmp_path / "shards"
+    assert _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", out, "-n", "2", "-m", "4",
+                "-q").exit_code == 0
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the environment's own values: no warning
+        assert load_shard(out, rank="1").rank == 1
+        assert load_shard(out, rank=" 1", world_size="2").rank == 1
+    with pytest.warns(UserWarning, match=r"load_shard: rank=0 where RANK=1: on several nodes pass the global RANK "
+                                         r"and WORLD_SIZE \(LOCAL_RANK would have each node train the same shards\)"):
+        assert load_shard(out, rank=0).rank == 0  # said, not refused
+    for name, bad in (("rank", 1.0), ("rank", "one"), ("rank", "-1"), ("rank", True), ("world_size", 2.0)):
+        with pytest.raises(CurateError, match=rf"^load_shard: {name}={re.escape(repr(bad))} is not a whole number: "
+                                              rf"pass an int, or a str of digits as torchrun's {name.upper()} "
+                                              r"holds it$"):
+            load_shard(out, **{name: bad})
+
+
 def test_data_defaults_to_the_dataset_the_selection_records(tmp_path, data, cli_runner, monkeypatch):
     """--data left out: the dataset the selection's lineage records, found as written, at its recorded absolute
     path, or beside the selection; the shards are the same bytes as with --data. Gone or changed: one line naming

@@ -477,7 +477,7 @@ def test_llamafactory_axolotl_and_torchtune_exports_of_tool_rows(tmp_path):
     ax = {r["id"]: r for r in pq.read_table(tmp_path / "axolotl" / "train.parquet").to_pylist()}
     turn = ax[result_row]["messages"][2]
     assert (turn["role"], turn["content"], turn["tool_calls"][0]["function"]) == ("assistant", None, call)
-    assert [json.loads(t) for t in ax[result_row]["tools"]] == rows[result_row]["tools"]
+    assert json.loads(ax[result_row]["tools"]) == rows[result_row]["tools"]
     config = (tmp_path / "axolotl" / "config.yaml").read_text()
     assert "    field_tools: tools\n" in config and "      tool_calls: tool_calls\n" in config
 
@@ -486,6 +486,42 @@ def test_llamafactory_axolotl_and_torchtune_exports_of_tool_rows(tmp_path):
     assert "holds tool calls or tool turns, which torchtune's openai conversation style does not carry" in r.stderr
     assert "export --for trl, axolotl or llamafactory keeps them" in r.stderr and " (id " in r.stderr
     assert not (tmp_path / "torchtune").exists()
+
+
+def _axolotl_get_tools(tools):
+    """axolotl's ChatTemplateStrategy._get_tools (prompt_strategies/chat_template.py, v0.18): a text is json.loads'ed;
+    in a list only a dict's function `parameters` given as text is parsed; the list goes to apply_chat_template."""
+    if isinstance(tools, str):
+        tools = json.loads(tools)
+    for tool in tools:
+        if isinstance(tool, dict) and isinstance(tool.get("function", {}).get("parameters"), str):
+            tool["function"]["parameters"] = json.loads(tool["function"]["parameters"])
+    return tools
+
+
+def test_axolotl_export_tools_reach_the_chat_template_as_schemas(tmp_path):
+    """`export --for axolotl` wrote `tools` as a list of one JSON text per tool: axolotl hands such a list on as it
+    is, and transformers refuses it ("Tools should either be a JSON schema, or a callable function"). It is the
+    JSON text of the list now: read as axolotl reads it, the template renders each row's schemas."""
+    import pyarrow.parquet as pq
+
+    import cluster_curate as cc
+    from shard_helpers import make_selection
+    from tiny_lm import build_tokenizer
+    rows = tool_rows(24)
+    data = write_jsonl(tmp_path / "tools.jsonl", rows)
+    make_selection(tmp_path / "sel.parquet", data, k=2, fraction=1.0, n_tokens=True)
+    cc.shard(str(tmp_path / "sel.parquet"), str(data), str(tmp_path / "shards"), num_shards=2, micro_batch_size=2)
+    cc.export(str(tmp_path / "shards"), trainer="axolotl", out=str(tmp_path / "ax"))
+    tok = build_tokenizer(True)
+    tok.chat_template = TOOLS_TEMPLATE
+    exported = pq.read_table(tmp_path / "ax" / "train.parquet").to_pylist()
+    assert len(exported) == 24
+    for row in exported:
+        tools = _axolotl_get_tools(row["tools"])
+        turns = [{k: v for k, v in t.items() if v is not None} for t in row["messages"]]
+        text = tok.apply_chat_template(turns, tools=tools, tokenize=False)
+        assert tools == rows[row["id"]]["tools"] and f'"name": "{tools[0]["function"]["name"]}"' in text
 
 
 def test_the_tool_schemas_are_no_part_of_a_rows_question(tmp_path):
@@ -1015,7 +1051,7 @@ def test_llamafactory_and_axolotl_exports_of_xlam_rows(tmp_path):
         assert (answer["role"], answer["content"]) == ("assistant", None)
         assert [c["function"]["name"] for c in answer["tool_calls"]] == [
             c["name"] for c in json.loads(rows[row["id"]]["answers"])]
-        assert [json.loads(t) for t in row["tools"]] == json.loads(rows[row["id"]]["tools"])
+        assert json.loads(row["tools"]) == json.loads(rows[row["id"]]["tools"])
 
 
 def test_an_evaluation_chat_awaiting_the_answer_to_a_tools_result_is_all_question(tmp_path):
