@@ -253,16 +253,34 @@ def size_stats(sizes: np.ndarray) -> dict:
     for lo, hi in SIZE_BINS:
         label = f"{lo:g}-{hi:g}x mean" if hi != math.inf else f">={lo:g}x mean"
         hist[label] = int(((rel >= lo) & (rel < hi)).sum())
-    nonzero = sizes[sizes > 0]
     return {
         "min": int(sizes.min()) if k else 0,
         "median": float(np.median(sizes)) if k else 0.0,
         "max": int(sizes.max()) if k else 0,
         "mean": mean,
-        "max_over_min": (float(sizes.max() / nonzero.min()) if len(nonzero) else float("nan")),
+        "max_over_min": size_ratio(sizes),
         "empty": int((sizes == 0).sum()),
         "histogram": hist,
     }
+
+
+# how `cluster` and `report` label size_ratio (the empty clusters are a line of their own)
+SIZE_RATIO_LABEL = "largest ÷ smallest non-empty"
+
+
+def size_ratio(sizes) -> float:
+    """Largest ÷ smallest size of the clusters that hold rows (NaN when none does): the empty ones are counted
+    apart (size_stats' `empty`), since against an empty cluster any spread is infinite (or, divided by 1, the
+    largest size, a figure of nothing)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    nonzero = sizes[sizes > 0]
+    return float(sizes.max() / nonzero.min()) if len(nonzero) else float("nan")
+
+
+def groups_holding_rows(group_of, sizes) -> int:
+    """How many groups of clusters hold rows: a group made only of empty clusters holds none (and no quota)."""
+    group_of, sizes = np.asarray(group_of, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+    return len(np.unique(group_of[sizes > 0]))
 
 
 # Above this share of the rows in one cluster (with at least DOMINANT_MIN_K clusters) the features hardly
@@ -291,8 +309,7 @@ def uneven_sizes_warning(sizes: np.ndarray, k_given: bool, grouped: bool) -> str
         return (f"one cluster holds {largest / n:.0%} of the rows ({largest} of {n}, k = {k}): the features barely "
                 "separate the data, so most of it gets one cluster's quota; try --center, other --features, "
                 "or --max-size-factor")
-    nonzero = sizes[sizes > 0]
-    ratio = largest / int(nonzero.min())
+    ratio = size_ratio(sizes)
     if k_given and not grouped and ratio > GIVEN_K_MAX_OVER_MIN:
         return (f"cluster sizes are very uneven for a given --k {k} (largest ÷ smallest = {ratio:.0f}): equal "
                 "quotas will take the small clusters whole and thin out the large ones; consider "

@@ -497,3 +497,42 @@ def test_uneven_sizes_warning_fires_only_when_there_is_something_to_do():
     assert uneven_sizes_warning(np.array([5, 5, 5, 5]), k_given=True, grouped=False) is None
     assert uneven_sizes_warning(np.array([7]), k_given=True, grouped=False) is None
     assert uneven_sizes_warning(np.array([10, 0, 1, 9]), k_given=True, grouped=False) is None  # empty ignored
+
+
+def test_empty_clusters_are_apart_from_the_size_ratio_and_the_groups_holding_rows(tmp_path, cli_runner):
+    """300 rows of 5 distinct vectors (60 copies each) in k auto = 18 clusters: 13 are empty. cluster said
+    "max / min size 1" beside sizes 0 / 0 / 60 while report said 60 for the same artifact, and "13 groups" with rows
+    per group min 0 counted groups of empty clusters alone. Both give the ratio over the clusters holding rows,
+    labelled so, the empty ones on a line of their own, and say how many groups hold rows."""
+    x = np.repeat(np.abs(np.random.default_rng(0).standard_normal((5, 16))).astype(np.float32), 60, axis=0)
+    path, out = tmp_path / "emb.parquet", tmp_path / "c.parquet"
+    write_embeddings(path, x)
+    s = json.loads(run_cli(cli_runner, "cluster", path, "--out", out, "--json").stdout)
+    assert (s["k"], s["empty_clusters"], s["cluster_size"]["max"], s["max_over_min_size"]) == (18, 13, 60, 1.0)
+    p = A.read_meta(out).params
+    groups, holding = len(set(p["groups"])), len({g for g, n in zip(p["groups"], p["sizes"]) if n})
+    assert holding == 5 < groups
+    table = " ".join(run_cli(cli_runner, "cluster", path, "--out", out, "--overwrite").output.split())
+    assert "largest ÷ smallest non-empty │ 1 │" in table and "empty clusters │ 13 │" in table
+    assert f"groups │ {groups} groups of clusters, {holding} holding rows │" in table
+    assert json.loads(run_cli(cli_runner, "report", out, "--json").stdout)["clusters"]["max_over_min_size"] == 1.0
+    report = " ".join(run_cli(cli_runner, "report", out).output.split())
+    assert "largest ÷ smallest non-empty │ 1 │" in report and "empty clusters │ 13 │" in report
+    assert f"groups │ {groups} ({holding} holding rows) │" in report
+
+
+def test_a_sample_size_below_k_is_raised_to_k_with_a_warning_and_recorded_so(tmp_path, cli_runner, emb):
+    """--sample-size 10 with k = 20 trained on 20 rows (one per centroid at least) without a word, and the params
+    said the size was "given (--sample-size)": warned in one line, before the k-means, and recorded as raised."""
+    path, _ = emb
+    out = tmp_path / "c.parquet"
+    r = run_cli(cli_runner, "cluster", path, "--out", out, "--k", 20, "--sample-size", 10, "--groups", "none",
+                "--kinds", "none")
+    assert r.exit_code == 0, r.output
+    assert ("WARNING: --sample-size 10 is below k = 20: k-means trains on at least one row per centroid, so on 20 "
+            "rows") in " ".join(r.output.split())
+    p = A.read_meta(out).params
+    assert p["sample_size"] == 20 and p["sample_rule"] == "given (--sample-size 10), raised to k = 20"
+    r = run_cli(cli_runner, "cluster", path, "--out", out, "--k", 20, "--sample-size", 100, "--overwrite", "-q",
+                "--groups", "none", "--kinds", "none")
+    assert "--sample-size" not in r.output and A.read_meta(out).params["sample_rule"] == "given (--sample-size)"

@@ -647,19 +647,24 @@ def test_json_object_with_the_rows_under_a_key_names_the_key_and_how_to_extract_
     assert [(e.prompt, e.response) for e in examples] == [([{"role": "user", "content": "Hi?"}], "Hello.")]
 
 
-def test_json_objects_with_lists_of_objects_are_one_record_on_one_line_and_rows_under_a_key_indented(tmp_path):
-    """SQuAD's `{"version", "data": [...]}` or splits `{"train": [...], "test": [...]}` indented are refused naming
-    the key; on one line an object is one record, as datasets' json loader reads it (a record whose field holds a
-    list of objects: xLAM's calls and tools). A chat record is one record, with a list of tools (objects) beside its
-    turns too, and over 1 MiB (read a value at a time) too, where the tools were taken for rows under a key."""
+def test_json_objects_with_rows_under_a_key_are_named_on_one_line_as_indented_and_a_record_with_calls_is_one(
+        tmp_path):
+    """SQuAD's `{"version", "data": [...]}` or splits `{"train": [...], "test": [...]}` are refused naming the key,
+    indented and on one line: under 1 MiB a one-line one was read as one record ('unrecognised record format;
+    columns found: [train, test]', whose field-flag hint gave a 1-row dataset). A one-line record whose fields hold
+    lists of objects is still one record: xLAM's calls and tools (objects named by `name`), a chat's tools beside its
+    turns, and over 1 MiB (read a value at a time) too, where the tools were taken for rows under a key."""
     rows = [{"question": "q", "answer": "a"}, {"question": "q2", "answer": "a2"}]
     for name, doc, said in (("squad.json", {"version": "v2.0", "data": rows}, "key 'data' holds a list of 2 records"),
                             ("splits.json", {"train": rows, "test": rows[:1]},
                              "keys 'train' (2 records) and 'test' (1 record) hold lists of records")):
-        (tmp_path / name).write_text(json.dumps(doc, indent=1) + "\n")
-        with pytest.raises(CurateError) as e:
-            open_dataset(tmp_path / name)
-        assert str(e.value).startswith(f"{tmp_path / name}: one JSON object whose {said}"), str(e.value)
+        for indent in (1, None):
+            (tmp_path / name).write_text(json.dumps(doc, indent=indent) + "\n")
+            with pytest.raises(CurateError) as e:
+                open_dataset(tmp_path / name)
+            assert str(e.value).startswith(f"{tmp_path / name}: one JSON object whose {said}"), str(e.value)
+    (tmp_path / "one.jsonl.json").write_text(json.dumps(rows[0]) + "\n")  # JSON Lines of one row: one record
+    assert [e.response for e in read_all(tmp_path / "one.jsonl.json")[2]] == ["a"]
     xlam = {"query": "Weather in Paris?", "answers": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
             "tools": [{"name": "get_weather", "description": "w", "parameters": {"city": {"type": "str"}}}]}
     (tmp_path / "xlam.json").write_text(json.dumps(xlam) + "\n")

@@ -567,6 +567,38 @@ def test_bad_options_give_clear_errors(tmp_path, cli_runner, args, message):
     assert not (tmp_path / "e.parquet").exists()
 
 
+def test_an_out_written_as_a_folder_is_refused_for_one_process(tmp_path, cli_runner):
+    """`--out e_dir/` in one process wrote a plain Parquet file named e_dir (only torchrun or --num-parts write a
+    folder of parts): refused in one line, before the data is read; with --num-parts it is that folder."""
+    data = _write_jsonl(tmp_path / "d.jsonl", _rows(10))
+    res = _run(cli_runner, ["embed", str(data), "--out", f"{tmp_path / 'e_dir'}/"], code=2)
+    assert res.output.strip() == (f"ERROR: --out {tmp_path / 'e_dir'}/: a folder, but one process writes the "
+                                  "embeddings as one .parquet file (a folder of parts under torchrun or with "
+                                  f"--num-parts): give a file, e.g. --out {tmp_path / 'e_dir'}.parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl"]
+    _run(cli_runner, ["embed", str(data), "--out", f"{tmp_path / 'e_dir'}/", "--num-parts", "2", "--part-index",
+                      "0", "-q"])
+    assert (tmp_path / "e_dir").is_dir()
+
+
+def test_rows_whose_text_features_are_all_zero_are_kept_and_warned_of(tmp_path, cli_runner):
+    """A prompt of only "?", "..." or a zero-width space holds no word the text feature counts: its vector is all
+    zero, which embed wrote without a word (only cluster warned, later). Warned at embed with their count and ids;
+    kept (a row, not a bad one)."""
+    rows = _rows(30)
+    for i, prompt in ((4, "?"), (11, "..."), (25, "\u200b")):
+        rows[i]["instruction"] = prompt
+    data = _write_jsonl(tmp_path / "d.jsonl", rows)
+    out = tmp_path / "e.parquet"
+    res = _run(cli_runner, ["embed", str(data), "--out", str(out), "--dim", "8", "--commit-every", "10"])
+    said = " ".join(res.output.split())
+    assert ("WARNING: 3 row(s) have an all-zero embedding: their text holds no word the text feature counts (only "
+            "punctuation, symbols or spaces, e.g. '?'); kept, but cluster finds them similar to no centroid (ids 4, "
+            "11, 25)") in said
+    table, _ = read_artifact(out)
+    assert table.num_rows == 30 and (~_emb(table).any(axis=1)).sum() == 3
+
+
 def test_missing_data_is_a_clear_error(tmp_path, cli_runner):
     res = _run(cli_runner, ["embed", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "e.parquet")], code=2)
     assert "nope.jsonl" in res.output
@@ -796,6 +828,48 @@ def test_a_loss_trajectory_of_one_checkpoint_is_refused_before_the_warm_up(tmp_p
                             *extra], code=2)
     assert f"ERROR: --features loss-trajectory: {said}: one loss per row" in res.output
     assert "proxy: trained" not in res.output and sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl"]
+
+
+def test_a_checkpoint_model_beside_the_proxy_is_refused_before_the_warm_up(tmp_path, cli_runner):
+    """Every checkpoint of loss-trajectory is fed --model's token ids; the proxy's tokenizer is trained here, so a
+    model given as a checkpoint beside it read the proxy's ids: an IndexError after the warm-up (a smaller
+    vocabulary), or silently meaningless losses (a larger one). Refused before the proxy trains."""
+    data = _write_jsonl(tmp_path / "d.jsonl", _rows(50))
+    lm = build_llama(tmp_path / "lm", layers=1, hidden=32)
+    res = _run(cli_runner, ["embed", str(data), "--out", str(tmp_path / "e.parquet"), "--features", "loss-trajectory",
+                            "--proxy-size", "tiny", "--proxy-steps", "3", "--checkpoints", f"{lm},{lm}"], code=2)
+    assert res.output.startswith(f"ERROR: --checkpoints {lm}: a model with a tokenizer of its own, but every "
+                                 "checkpoint is fed --model's token ids")
+    assert f"pass it as --model too (--model {lm})" in res.output and "proxy: trained" not in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl", "lm"]
+
+
+def test_checkpoints_must_read_the_token_ids_of_the_model(tmp_path, cli_runner):
+    """--model A --checkpoints A,B: B is fed A's token ids. A checkpoint with another tokenizer (an INTERNAL ERROR
+    IndexError when its vocabulary was smaller) or an embedding smaller than A's vocabulary is refused before any
+    forward pass, naming it; one made from A (same tokenizer, other weights) gives one loss column each."""
+    from tiny_lm import build_tokenizer
+    data = _write_jsonl(tmp_path / "d.jsonl", _rows(20))
+    a = build_llama(tmp_path / "a", layers=1, hidden=32)
+    other_weights = build_llama(tmp_path / "a2", layers=1, hidden=32, seed=1)
+    other_tokenizer = build_llama(tmp_path / "v", layers=1, hidden=32)
+    build_tokenizer(vocab_size=280).save_pretrained(other_tokenizer)
+    smaller = build_llama(tmp_path / "s", layers=1, hidden=32)
+    from transformers import AutoModelForCausalLM
+    shrunk = AutoModelForCausalLM.from_pretrained(smaller)
+    shrunk.resize_token_embeddings(280)
+    shrunk.save_pretrained(smaller)
+    out = tmp_path / "e.parquet"
+    embed = ["embed", str(data), "--out", str(out), "--features", "loss-trajectory", "--model", str(a)]
+    res = _run(cli_runner, [*embed, "--checkpoints", f"{a},{other_tokenizer}"], code=2)
+    assert res.output.strip() == (f"ERROR: --checkpoints {other_tokenizer}: its tokenizer has 280 tokens, not 300 "
+                                  f"(--model {a}'s), and every checkpoint is fed --model's token ids: pass it as "
+                                  f"--model too (--model {other_tokenizer}), or give checkpoints made from --model")
+    res = _run(cli_runner, [*embed, "--checkpoints", f"{a},{smaller}"], code=2)
+    assert f"ERROR: --checkpoints {smaller}: its embedding has 280 rows, fewer than the 300 token ids" in res.output
+    assert not out.exists()
+    s = _summary(_run(cli_runner, [*embed, "--checkpoints", f"{a},{other_weights}", "--json"]))
+    assert s["rows"] == 20 and s["dims"] == {"loss-trajectory": 2}
 
 
 def test_cli_proxy_end_to_end_and_reuse(tmp_path, cli_runner):

@@ -301,3 +301,38 @@ def test_a_model_shorter_than_a_row_cuts_it_to_its_position_limit(tmp_path):
         assert read_meta(tmp_path / "h.parquet").params["model_max_length"] == 64
         shown = cli("report", "h.parquet", cwd=tmp_path)
         assert f"{int(given or 1024):,} (the model's position limit: 64)" in shown.stdout, shown.stdout
+
+
+def test_tokenizers_that_read_ids_otherwise_are_told_apart(tmp_path):
+    """A checkpoint of loss-trajectory is fed --model's token ids: another size, another vocabulary of the same
+    size (two tokens' ids swapped) or another pre-tokenizer on the same vocabulary each read other words; a copy
+    of the same tokenizer files reads them alike."""
+    import json
+
+    from tiny_lm import build_tokenizer
+    from transformers import AutoTokenizer
+    build_tokenizer().save_pretrained(tmp_path / "a")
+    build_tokenizer().save_pretrained(tmp_path / "same")
+    build_tokenizer(vocab_size=280).save_pretrained(tmp_path / "smaller")
+
+    def edited(name, edit):
+        spec = json.loads((tmp_path / "a" / "tokenizer.json").read_text())
+        edit(spec)
+        build_tokenizer().save_pretrained(tmp_path / name)
+        (tmp_path / name / "tokenizer.json").write_text(json.dumps(spec))
+        return AutoTokenizer.from_pretrained(tmp_path / name)
+
+    def swap_two(spec):
+        vocab = spec["model"]["vocab"]
+        first, second = sorted(vocab, key=vocab.get)[-2:]  # two merged tokens, not bytes
+        vocab[first], vocab[second] = vocab[second], vocab[first]
+
+    def prefix_space(spec):
+        spec["pre_tokenizer"]["add_prefix_space"] = True
+
+    a = AutoTokenizer.from_pretrained(tmp_path / "a")
+    assert models.tokenizer_difference(a, AutoTokenizer.from_pretrained(tmp_path / "same")) is None
+    assert models.tokenizer_difference(a, AutoTokenizer.from_pretrained(tmp_path / "smaller")) == \
+        "its tokenizer has 280 tokens, not 300"
+    assert models.tokenizer_difference(a, edited("swapped", swap_two)) == "its tokenizer has another vocabulary"
+    assert "into other tokens" in models.tokenizer_difference(a, edited("spaced", prefix_space))

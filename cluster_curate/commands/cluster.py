@@ -223,7 +223,6 @@ def _kmeans(o: dict, embeddings: str, ngpu: int):
     from cluster_curate import cluster_groups as G
     from cluster_curate import clustering as C
     from cluster_curate import console
-    from cluster_curate import kmeans as K
     from cluster_curate.io.readers import read_embeddings
     ids, x, emeta = read_embeddings(embeddings, force=o["force"], batch_rows=o["batch_rows"],
                                     completeness_checked=True)  # by cluster() before any work
@@ -238,7 +237,7 @@ def _kmeans(o: dict, embeddings: str, ngpu: int):
     if shared > 0.9 and not o["center"]:
         console.warn(f"{embeddings}: the features share one dominant direction (length of the mean unit vector "
                      f"{shared:.3f}; cosine similarities are all near 1): consider --center")
-    size = K.training_sample_size(n, k) if o["sample_size"] is None else int(min(max(o["sample_size"], k), n))
+    size, sample_rule = _sample_size(o, n, k)
     device = f"{ngpu} GPU(s)" if ngpu else "cpu"
     console.info(f"k-means: {n:,} rows x {d} dims, k = {k}, training on {size:,} rows, {o['iters']} iterations, "
                  f"{device}")
@@ -251,7 +250,22 @@ def _kmeans(o: dict, embeddings: str, ngpu: int):
         split = {"rule": f"{G.SPLIT_RULE} = {cut:.4f}", "min_similarity": cut, "min_rows": G.SPLIT_MIN_ROWS,
                  "k_means": k, "cuts": cuts}
     return dict(ids=ids, emeta=emeta, n=n, d=d, k=k, k_rule=k_rule, norm=norm, shared=shared, device=device,
-                res=res, split=split)
+                res=res, split=split, sample_rule=sample_rule)
+
+
+def _sample_size(o: dict, n: int, k: int) -> tuple[int, str]:
+    """The rows k-means trains on, and the rule that chose them (the params' sample_rule). A --sample-size below k
+    is raised to k, one row per centroid at least: said, else the summary's "trained on k rows" surprises."""
+    from cluster_curate import console
+    from cluster_curate import kmeans as K
+    given = o["sample_size"]
+    if given is None:
+        return K.training_sample_size(n, k), K.SAMPLE_RULE
+    if given < k:
+        console.warn(f"--sample-size {given} is below k = {k}: k-means trains on at least one row per centroid, "
+                     f"so on {k:,} rows")
+        return k, f"given (--sample-size {given}), raised to k = {k}"
+    return min(given, n), "given (--sample-size)"
 
 
 def _params(o: dict, r: dict, group_of, groups_rule, kinds: tuple, centroid_bytes: bytes) -> dict:
@@ -259,14 +273,13 @@ def _params(o: dict, r: dict, group_of, groups_rule, kinds: tuple, centroid_byte
 
     from cluster_curate import answer_kinds as AK
     from cluster_curate import clustering as C
-    from cluster_curate import kmeans as K
     res = r["res"]
     return {
         **recorded(OPTIONS, o),
         "exact_duplicates": r["emeta"].params.get("exact_duplicates"),  # left out at embed; carried to the manifest
         "k": res.k, "k_rule": r["k_rule"], "split_mixed": r["split"],
         "normalisation": r["norm"]["normalisation"], "spherical": True, "dim": r["d"], "sample_size": res.sample_size,
-        "sample_rule": "given (--sample-size)" if o["sample_size"] is not None else K.SAMPLE_RULE,
+        "sample_rule": r["sample_rule"],
         "max_cluster_size": res.cap, "moved": res.moved,
         "cap_candidates": C.CAP_CANDIDATES if o["max_size_factor"] is not None else None,
         "objective": res.objective, "objective_before_cap": res.objective_uncapped,
@@ -350,14 +363,16 @@ def _summary(o, r, group_of, groups_rule, kind_of_group, no_kinds, out, centroid
         "iterations": o["iters"], "seed": o["seed"], "device": r["device"],
         "objective": Shown(round(res.objective, 5), label="objective (mean cosine)"),
         "cluster_size": console.min_median_max(res.sizes, "cluster size min / median / max"),
-        "max_over_min_size": Shown(round(stats["max_over_min"], 2), label="max / min size"),
+        "max_over_min_size": Shown(round(stats["max_over_min"], 2), label=C.SIZE_RATIO_LABEL),
         "empty_clusters": stats["empty"],
     }
     if group_of is not None:
         group_sizes = np.bincount(group_of, weights=res.sizes).astype(int)
         per_group = console.min_median_max(group_sizes, "rows per group min / median / max")
-        summary["groups"] = Shown(len(group_sizes), f"{console.counted(len(group_sizes), 'group')} of clusters "
-                                  f"(average linkage of the centroids; {groups_rule}), {per_group.label} "
+        holding = C.groups_holding_rows(group_of, res.sizes)  # groups of empty clusters alone hold none
+        summary["groups"] = Shown(len(group_sizes), f"{console.counted(len(group_sizes), 'group')} of clusters"
+                                  + (f", {holding} holding rows" if holding < len(group_sizes) else "")
+                                  + f" (average linkage of the centroids; {groups_rule}), {per_group.label} "
                                   f"{per_group.text}")
         summary["groups_rule"] = Shown(groups_rule, hidden=True)  # in the groups line above
         summary["rows_per_group"] = Shown(per_group.value, hidden=True)

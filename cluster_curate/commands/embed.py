@@ -44,8 +44,8 @@ OPTIONS = (
     Option("pool", record=True, default="all", choices=("all", "response"), show_default=True,
            help="hidden: mean over all tokens, or over the positions that predict response tokens."),
     Option("layers", record=True, help="lora-gradient: comma list of linear-layer name patterns (default: all)."),
-    Option("checkpoints", help="loss-trajectory: comma list of proxy warm-up steps or model paths/ids "
-           "(default: the proxy's own warm-up checkpoints)."),
+    Option("checkpoints", help="loss-trajectory: comma list of proxy warm-up steps or model paths/ids, which are fed "
+           "--model's token ids, so share its tokenizer (default: the proxy's own warm-up checkpoints)."),
     Option("text_field", record=True, default="prompt", choices=lazy("cluster_curate.features.text", "TEXT_FIELDS"),
            show_default=True,
            help="text, semantic: which text the feature looks at."),
@@ -253,6 +253,12 @@ def _check_checkpoints(o: dict, features: list[str]) -> None:
         if not item.isdigit() and not store.is_proxy_dir(item) and looks_like_local_path(item) \
                 and not Path(item).expanduser().exists():
             raise CurateError(f"--checkpoints {item}: no such file or directory")
+    models = [item for item in items if not item.isdigit()]
+    if models and model == "proxy":  # its tokenizer is trained on this data: no model given beside it shares it
+        raise CurateError(f"--checkpoints {models[0]}: a model with a tokenizer of its own, but every checkpoint is "
+                          "fed --model's token ids, and the proxy (--model proxy) is trained here with a tokenizer "
+                          f"of its own: pass it as --model too (--model {models[0]}), or give the proxy's warm-up "
+                          "steps")
     if items:  # after what is wrong with an item: that is what to mend first
         check_trajectory_points(items, "--checkpoints names")
 
@@ -309,6 +315,16 @@ def _check_same_dims(like, params: dict) -> None:
                           "its feature space")
 
 
+def _check_one_file(out: str) -> None:
+    """One process writes the artifact as one .parquet file: an --out written as a folder (`emb/`, as a torchrun
+    run's) became a file of that name, which a later `ls emb/` or a parts reader does not expect."""
+    import os
+    if out.endswith(("/", os.sep)):
+        raise CurateError(f"--out {out}: a folder, but one process writes the embeddings as one .parquet file (a "
+                          "folder of parts under torchrun or with --num-parts): give a file, e.g. --out "
+                          f"{out.rstrip('/' + os.sep)}.parquet")
+
+
 def embed(data, out: str, **options) -> dict:
     """One feature row per parsed example of `data` (a dataset, or several inputs / a mixture file: a
     mixture, io/mixture.py) into the embeddings artifact `out`. Returns the summary."""
@@ -332,6 +348,7 @@ def embed(data, out: str, **options) -> dict:
         check_writable(out, True, inputs=inputs,
                        kind=names.EMBEDDINGS if opts["overwrite"] and Path(out).is_file() else None)
     else:  # before the scan and the text basis, which writes a sidecar beside `out`
+        _check_one_file(str(out))
         if opts["resume"] and not opts["overwrite"] and Path(out).is_file() \
                 and replace_refusal(out, names.EMBEDDINGS) is None:
             # the run finished: "pass --overwrite" would throw the finished work away and compute it again

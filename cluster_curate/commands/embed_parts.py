@@ -170,6 +170,16 @@ def _cut_rows_note(run, m: Models, cut: int) -> str:
             "their n_tokens count them whole, as a trainer reads them")
 
 
+def _zero_rows_note(features: list, n: int, ids: list) -> str:
+    """The warning for the rows embedded as all-zero vectors (counted over every chunk; `ids`: the first few this
+    process computed, none when an --resume kept them all)."""
+    why = (": their text holds no word the text feature counts (only punctuation, symbols or spaces, e.g. '?')"
+           if "text" in features else "")
+    shown = f" (ids {', '.join(map(str, ids))}{', ...' if n > len(ids) else ''})" if ids else ""
+    return (f"{n} row(s) have an all-zero embedding{why}; kept, but cluster finds them similar to no centroid"
+            f"{shown}")
+
+
 class _Lazy:
     """A progress bar opened on first use (its total is only known then)."""
 
@@ -339,7 +349,7 @@ def _trajectory(opts: dict, proxy_dir, fm):
     """The checkpoint models of `loss-trajectory`: --checkpoints (proxy warm-up steps or model specs),
     else the proxy's own warm-up checkpoints."""
     from cluster_curate.io import proxy_store as store
-    from cluster_curate.features.models import load_model
+    from cluster_curate.features.models import load_model, load_tokenizer
     items = checkpoint_items(opts)
     if not items:
         if proxy_dir is None:
@@ -356,11 +366,28 @@ def _trajectory(opts: dict, proxy_dir, fm):
             models.append(store.load_proxy(proxy_dir, int(item), device=fm.device))
         elif store.is_proxy_dir(item):
             models.append(store.load_proxy(item, device=fm.device))
-        else:
+            _check_reads_model_ids(item, models[-1].tokenizer, opts["model"], fm)
+        else:  # its tokenizer files first: a checkpoint that cannot read the ids is refused before its weights load
+            _check_reads_model_ids(item, load_tokenizer(item, trust_remote_code=opts["trust_remote_code"]),
+                                   opts["model"], fm)
             models.append(load_model(item, device=str(fm.device), dtype=opts["dtype"],
                                      trust_remote_code=opts["trust_remote_code"]))
+        ids = min(len(fm.tokenizer), fm.vocab_size)  # the ids --model reads (its own rows bound them too)
+        if models[-1].vocab_size < ids:  # the tokenizers agree, but its embedding is smaller
+            raise CurateError(f"--checkpoints {item}: its embedding has {models[-1].vocab_size:,} rows, fewer than "
+                              f"the {ids:,} token ids of --model {opts['model']}'s tokenizer")
         labels.append(item)
     return models, labels
+
+
+def _check_reads_model_ids(item: str, tokenizer, model: str, fm) -> None:
+    """Every checkpoint is fed the token ids of --model's tokenizer (fm's): one with another tokenizer reads other
+    words (meaningless losses, silently) or ids past its vocabulary (an IndexError mid-pass)."""
+    from cluster_curate.features.models import tokenizer_difference
+    why = tokenizer_difference(fm.tokenizer, tokenizer)
+    if why:
+        raise CurateError(f"--checkpoints {item}: {why} (--model {model}'s), and every checkpoint is fed --model's "
+                          f"token ids: pass it as --model too (--model {item}), or give checkpoints made from --model")
 
 
 def embedder_and_params(run, m: Models):
@@ -424,6 +451,7 @@ class Pass:
     done_rows: int = 0
     done_tokens: int = 0
     seconds: float = 0.0
+    zero_ids: list = field(default_factory=list)  # the first ids of rows embedded as all zeros, by this process
 
 
 def feature_pass(run, embedder, params) -> Pass:
@@ -459,9 +487,12 @@ def feature_pass(run, embedder, params) -> Pass:
             skipped = [{"id": int(i), "reason": r} for i, r in result.skipped]
             if skipped:
                 bar.advance(len(skipped))
+            zero = result.ids[~result.embedding.any(axis=1)]  # no feature at all: a text of no word ("?")
+            p.zero_ids = sorted([*p.zero_ids, *zero.tolist()])[:10]
             # rows cut: by an encoder to its max length, to --max-length for the causal LM's features
             output.commit(chunk, with_source_columns(chunk_table(result), run.record), skipped,
-                          {"truncated": int(result.truncated), "model_cut": int(result.model_cut)})
+                          {"truncated": int(result.truncated), "model_cut": int(result.model_cut),
+                           "zero_rows": int(zero.size)})
             del result
             release_free_memory()
 
@@ -591,6 +622,8 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
         summary["proxy"] = str(m.proxy_dir)
     if cut.get("model_cut"):  # else silent: what the model saw of them is not all the trainer will
         console.warn(_cut_rows_note(run, m, cut["model_cut"]))
+    if cut.get("zero_rows"):  # kept (a row, not a bad one), but no cluster is near them: said here, not first there
+        console.warn(_zero_rows_note(run.features, cut["zero_rows"], p.zero_ids))
     sem = p.meta.params.get("semantic")
     if sem:
         summary["encoder"] = sem["encoder"]

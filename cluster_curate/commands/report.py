@@ -185,6 +185,7 @@ def _describe_embeddings(path: Path, sections: list) -> None:
 
 
 def _describe_clusters(path: Path, sections: list) -> None:
+    from cluster_curate import clustering as C
     meta = read_meta(path)
     sizes = np.asarray(meta.params.get("sizes") or _cluster_sizes(path))
     data = _meta_rows(path, meta)
@@ -194,10 +195,16 @@ def _describe_clusters(path: Path, sections: list) -> None:
                                              f"{split['cuts']} (k-means k = {split['k_means']})" if split
                                              else "no"),
                  "cluster_size": min_median_max(sizes, "sizes min / median / max"),
-                 "max_over_min_size": Shown(round(float(sizes.max() / max(sizes.min(), 1)), 2),
-                                            label="largest ÷ smallest"),
+                 # cluster's rule and label: over the clusters holding rows, the empty ones a line of their own
+                 "max_over_min_size": Shown(round(C.size_ratio(sizes), 2), label=C.SIZE_RATIO_LABEL),
+                 "empty_clusters": int((sizes == 0).sum()),
                  "objective": meta.params.get("objective"),
                  "moved_by_the_cap": Shown(meta.params.get("moved"), label="moved by the size cap")})
+    groups = meta.params.get("groups")
+    if groups:  # as cluster's summary says them: a group of empty clusters alone holds no row
+        holding = C.groups_holding_rows(groups, sizes)
+        data["groups"] = Shown(len(set(groups)), f"{len(set(groups)):,}" + (f" ({holding:,} holding rows)"
+                                                                             if holding < len(set(groups)) else ""))
     sections.append(("clusters", data, None))
 
 

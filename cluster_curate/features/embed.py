@@ -12,10 +12,9 @@ block the embedding is that block as computed. With several, each block is L2-no
 multiplied by its weight (`--feature-weights`, default 1 each) before concatenation, so a block's share of a
 cosine similarity is weight² / Σ weight² whatever its dimension or scale.
 
-Batching never changes a row: each block is a pure function of the example (right padding + attention mask;
-the text basis is fitted beforehand), so the result is the same whatever the batch size, `--batch-tokens` or
-the number of processes.
-"""
+Batching changes a row only at float32 rounding: each block is a pure function of the example (right padding +
+attention mask; the text basis is fitted beforehand), so the result is the same whatever the batch size,
+`--batch-tokens` or the number of processes, but for the rounding of a padded batch's reductions (README, "embed")."""
 
 from __future__ import annotations
 
@@ -193,7 +192,8 @@ class Embedder:
     """Computes the feature blocks of examples.
 
     fm: the FeatureModel (None when only `text` is asked for). trajectory: FeatureModels whose losses make
-    the `loss-trajectory` block (one column each; they must share fm's tokenizer). featurizers: per kind that
+    the `loss-trajectory` block (one column each; they read fm's token ids, so they share its tokenizer:
+    commands/embed_parts._trajectory refuses others). featurizers: per kind that
     uses no model (`text`), its fitted featurizer (transform_examples; `semantic`: its encoder, rows).
     projectors: per model block, what `extract` gets as projector."""
 

@@ -265,17 +265,9 @@ def is_causal_lm(config) -> bool:
     return bool(archs) and archs[0] == MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(getattr(config, "model_type", None))
 
 
-def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
-               trust_remote_code: bool = False) -> FeatureModel:
-    """Load a causal LM as a FeatureModel.
-
-    spec: a local directory saved with `save_pretrained`, a Hugging Face hub id (from the local cache when
-    offline), or a `.gguf` file (dequantized by transformers; needs the `gguf` extra). The module is put in
-    eval mode with its parameters frozen; feature extraction never trains it.
-    """
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    spec = str(spec)
+def _model_source(spec: str, trust_remote_code: bool) -> tuple[str, dict, Path, bool]:
+    """Where transformers loads the model spec from (a folder, a GGUF file's folder, a hub id) and with what
+    kwargs, its local path, and whether the hub was found unreachable (probe_hub)."""
     path = Path(spec).expanduser()
     kwargs: dict = {"trust_remote_code": bool(trust_remote_code)}
     if spec.endswith(".gguf"):
@@ -296,6 +288,46 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     unreachable = False
     if where == spec and not path.exists() and not hub_is_offline():
         unreachable = probe_hub(spec, kwargs)
+    return where, kwargs, path, unreachable
+
+
+def _not_loaded(spec: str, where: str, path: Path, unreachable: bool, trust_remote_code: bool, e: Exception) -> str:
+    """What transformers said when it could not load `spec`, in one line."""
+    if where == spec and not path.exists() and (unreachable or hub_is_offline()):
+        return not_cached(spec, unreachable)
+    first = loading_error(e)
+    if trust_remote_code is False and "trust_remote_code" in str(e):
+        first += " (pass --trust-remote-code if you trust this model's code)"
+    return f"--model {spec}: could not be loaded: {first}"
+
+
+def load_tokenizer(spec: str, *, trust_remote_code: bool = False):
+    """The tokenizer of a model spec as load_model loads it, from its tokenizer files alone (a GGUF file's
+    metadata), no weights: what a checkpoint's token ids mean, told before its weights load."""
+    spec = str(spec)
+    where, kwargs, path, unreachable = _model_source(spec, trust_remote_code)
+    from transformers import AutoTokenizer
+
+    check_tokenizer_files(path, f"--model {spec}")
+    try:
+        with _loading_bars(gguf="gguf_file" in kwargs):
+            return AutoTokenizer.from_pretrained(where, **kwargs)
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
+        raise CurateError(_not_loaded(spec, where, path, unreachable, trust_remote_code, e)) from None
+
+
+def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
+               trust_remote_code: bool = False) -> FeatureModel:
+    """Load a causal LM as a FeatureModel.
+
+    spec: a local directory saved with `save_pretrained`, a Hugging Face hub id (from the local cache when
+    offline), or a `.gguf` file (dequantized by transformers; needs the `gguf` extra). The module is put in
+    eval mode with its parameters frozen; feature extraction never trains it.
+    """
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    spec = str(spec)
+    where, kwargs, path, unreachable = _model_source(spec, trust_remote_code)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     check_tokenizer_files(path, f"--model {spec}")
@@ -312,12 +344,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     except CurateError:
         raise
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
-        if where == spec and not path.exists() and (unreachable or hub_is_offline()):
-            raise CurateError(not_cached(spec, unreachable)) from None
-        first = loading_error(e)
-        if trust_remote_code is False and "trust_remote_code" in str(e):
-            first += " (pass --trust-remote-code if you trust this model's code)"
-        raise CurateError(f"--model {spec}: could not be loaded: {first}") from None
+        raise CurateError(_not_loaded(spec, where, path, unreachable, trust_remote_code, e)) from None
 
     model.to(dev)
     model.eval()
@@ -339,6 +366,25 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     name = spec if not path.exists() else str(path.resolve())
     return FeatureModel(module=model, tokenizer=tokenizer, device=dev, dtype=dt, name=name,
                         hidden_fn=hidden_fn, output_layer=output_layer, max_positions=position_limit(model.config))
+
+
+# texts two tokenizers must split alike to read token ids alike: words, numbers, code's spacing, accents, CJK, emoji
+TOKENIZER_PROBES = ("How many clips did Natalia sell? The answer is 72. #### 72",
+                    "def add(a, b):\n    return a + b  # the sum", "Café naïve, ¿por qué? 数学 🙂")
+
+
+def tokenizer_difference(reference, other) -> str | None:
+    """How `other` reads token ids otherwise than `reference` (a model fed `reference`'s ids then reads other
+    words, or ids past its vocabulary), in words, or None when they agree: their sizes, their vocabularies (token
+    -> id) and the ids of a few probe texts (which catch another normaliser or pre-tokenizer on one vocabulary)."""
+    if len(other) != len(reference):
+        return f"its tokenizer has {len(other):,} tokens, not {len(reference):,}"
+    if other.get_vocab() != reference.get_vocab():
+        return "its tokenizer has another vocabulary"
+    for text in TOKENIZER_PROBES:
+        if other.encode(text, add_special_tokens=False) != reference.encode(text, add_special_tokens=False):
+            return f"its tokenizer splits {text[:24]!r}... into other tokens"
+    return None
 
 
 def wrap_gpt(gpt, tokenizer, device: str | torch.device | None = None, name: str = "proxy") -> FeatureModel:
