@@ -48,7 +48,9 @@ def gsm8k_rows(n: int, tmp: Path) -> Path:
 def run_embed(data: Path, out: Path, extra: list[str]) -> dict:
     """One embed run in a child process: its summary plus the child's own peak RSS and wall time."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    cmd = [sys.executable, "-m", "cluster_curate", "embed", str(data), "--out", str(out), "--json", *extra]
+    # gradient named: the default features became `text`, which trains no proxy (its --proxy-size is refused)
+    cmd = [sys.executable, "-m", "cluster_curate", "embed", str(data), "--out", str(out), "--json",
+           "--features", "gradient", *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t0 = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -559,6 +559,13 @@ def test_cli_text_features(tmp_path, cli_runner):
     (["--features", "text,gradient", "--feature-weights", "1"], "1 weight(s) for 2"),
     (["--num-parts", "2", "--part-index", "2"], "--part-index must be in"),
     (["--proxy-sample", "0"], "--proxy-sample"),
+    # options no feature reads, silently ignored before (as --dim and --device no feature reads are refused)
+    (["--max-length", "16"], "--max-length 16 is not used by --features text (no model or encoder runs)"),
+    (["--proxy-size", "tiny"], "--proxy-size tiny is only used by the proxy model trained here, and --features text "
+                               "runs no model"),
+    (["--features", "gradient", "--model", "/m.gguf", "--proxy-steps", "5"], "--proxy-steps 5 is only used by the "
+                                                                             "proxy model trained here, and --model "
+                                                                             "/m.gguf is used instead"),
 ])
 def test_bad_options_give_clear_errors(tmp_path, cli_runner, args, message):
     data = _write_jsonl(tmp_path / "d.jsonl", _rows(10))

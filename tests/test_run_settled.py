@@ -66,13 +66,20 @@ def semantic_run(tmp_path_factory):
     return data, out, argv
 
 
-@pytest.mark.parametrize("extra", [["--max-length", "512"], ["--batch-tokens", "4096"], ["--feature-weights", "1"],
-                                   ["--feature-weights", "1.0"], ["--trust-remote-code"], ["--proxy-size", "base"],
+@pytest.mark.parametrize("extra", [["--batch-tokens", "4096"], ["--feature-weights", "1"],
+                                   ["--feature-weights", "1.0"], ["--trust-remote-code"],
                                    ["--commit-every", "100"], ["--batch-rows", "1000"]],
                          ids=" ".join)
 def test_text_run_is_up_to_date_with_what_makes_the_same_features(cli_runner, text_run, extra):
     data, out, argv = text_run
     assert _statuses(cli_runner, data, out, *argv, *extra) == ["up to date"] * 4
+
+
+@pytest.mark.parametrize("extra, said", [(["--max-length", "512"], "--max-length 512 is not used by --features text"),
+                                         (["--proxy-size", "base"], "--proxy-size base is only used by the proxy")])
+def test_text_run_refuses_a_model_option_no_model_reads(cli_runner, text_run, extra, said):
+    data, out, argv = text_run  # else silently ignored (as --dim and --device are refused)
+    assert said in _refused(cli_runner, data, out, *argv, *extra)
 
 
 def test_text_run_still_refuses_what_text_reads(cli_runner, text_run):

@@ -142,6 +142,7 @@ def settle_options(opts: dict) -> list[str]:
     """Fill the defaults that live in the stages, build the proxy options, validate (here and in run's
     preflight); returns the features."""
     from cluster_curate.features import proxy as P
+    given = {name for name in stage_defaults() if opts[name] is not None}
     for name, default in stage_defaults().items():
         if opts[name] is None:
             opts[name] = default
@@ -151,10 +152,11 @@ def settle_options(opts: dict) -> list[str]:
             setattr(proxy, attr, opts[name])
     proxy.seed, proxy.max_length = opts["seed"], opts["max_length"]
     opts["proxy"] = proxy
-    return _validate(opts)
+    return _validate(opts, given)
 
 
-def _validate(o: dict) -> list[str]:
+def _validate(o: dict, given: set) -> list[str]:
+    """The options checked before any reading; `given`: those of stage_defaults() the user gave."""
     from pathlib import Path
 
     from cluster_curate.features.embed import FEATURE_KINDS, MODEL_FEATURES, parse_features, parse_weights
@@ -190,6 +192,8 @@ def _validate(o: dict) -> list[str]:
                 raise CurateError(f"--{name} {o[name]} is not used by --features {','.join(features)} (no model "
                                   "or encoder runs); leave it out, or add a model feature, e.g. --features "
                                   "text,gradient")
+    if not o.get("like"):  # --like sets the pool's model and max length, read or not
+        _check_read_by_models(o, features, given, uses_model, encoder)
     if uses_model and not encoder and o["dtype"] not in (None, "auto"):
         from cluster_curate.commands.embed_parts import checkpoint_items
         from cluster_curate.io import proxy_store as store
@@ -225,6 +229,22 @@ def _check_read_by_features(o: dict, features: list[str]) -> None:
     if o.get("pool") not in (None, "all") and not set(features) & set(POOL_FEATURES):
         raise CurateError(f"--pool {o['pool']} is not used by --features {listed} (only hidden is pooled by it); "
                           "leave it out, or add --features hidden")
+
+
+def _check_read_by_models(o: dict, features: list[str], given: set, uses_model: bool, encoder: bool) -> None:
+    """--max-length given where no model or encoder runs, and a --proxy-* option where no proxy is trained (text
+    features, or --model a model of its own): refused, as --dim and --device are (else silently ignored)."""
+    listed = ",".join(features)
+    if "max_length" in given and not uses_model and not encoder:
+        raise CurateError(f"--max-length {o['max_length']} is not used by --features {listed} (no model or encoder "
+                          "runs); leave it out, or add a model feature, e.g. --features text,gradient")
+    proxy = [name for name in _PROXY_FIELDS if o.get(name) is not None]
+    if proxy and not (uses_model and o["model"] == "proxy"):
+        flag = f"--{proxy[0].replace('_', '-')} {o[proxy[0]]}"
+        raise CurateError(f"{flag} is only used by the proxy model trained here, and " +
+                          (f"--model {o['model']} is used instead; leave it out" if uses_model else
+                           f"--features {listed} runs no model; leave it out, or add a model feature, e.g. "
+                           "--features text,gradient"))
 
 
 def _check_checkpoints(o: dict, features: list[str]) -> None:
