@@ -304,7 +304,7 @@ def _command(spec: CommandSpec) -> click.Command:
     --quiet/--json; it calls the command's Python function and prints the result with its render()."""
 
     def callback(quiet=False, json_mode=False, **kw):
-        console.configure(quiet=quiet or json_mode, json_mode=json_mode)
+        console.configure(quiet=quiet, json_mode=json_mode)  # --json: progress on stderr still (README)
         console.WARNINGS.clear()
         console.begin_command()
         t0 = time.perf_counter()

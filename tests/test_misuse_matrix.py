@@ -58,6 +58,8 @@ def work(tmp_path_factory) -> Path:
     shutil.copy(FIXTURES / "gsm8k" / "train-300.parquet", w / "pqmix" / "part-0.parquet")
     shutil.copy(w / "small.jsonl", w / "pqmix" / "extra.jsonl")
     (w / "textdir").mkdir()  # files of several types, no Parquet
+    (w / "config-only").mkdir()  # a model's config without its tokenizer
+    (w / "config-only" / "config.json").write_text("{}")
     shutil.copy(w / "small.jsonl", w / "textdir" / "a.jsonl")
     shutil.copy(FIXTURES / "gsm8k" / "train-300.csv", w / "textdir" / "b.csv")
     (w / "stray_tab.tsv").write_text('question\tanswer\nq0\ta0\n"q1\non two lines"\ta1\nq2\ta2\tstray\n')
@@ -388,6 +390,13 @@ CASES = [
      "--groups 9 must be between 1 and k = 6"),
     ("run-tokenizer-missing", ["run", "data.jsonl", "--out", "r", *FAST, "--token-fraction", "0.5", "--tokenizer",
                                "no-tokenizer", *SHARD], "--tokenizer no-tokenizer: not a directory nor a .gguf file"),
+    # a folder holding no tokenizer: transformers refused it after embed and cluster had run
+    ("run-tokenizer-config-only", ["run", "data.jsonl", "--out", "r", *FAST, "--token-fraction", "0.5", "--tokenizer",
+                                   "config-only", *SHARD],
+     "--tokenizer config-only: no tokenizer in this directory (no tokenizer.json, tokenizer.model, vocab.txt, nor "
+     "vocab.json with merges.txt; it holds config.json)"),
+    ("run-tokenizer-data-folder", ["run", "data.jsonl", "--out", "r", *FAST, "--token-fraction", "0.5", "--tokenizer",
+                                   "textdir", *SHARD], "--tokenizer textdir: no tokenizer in this directory"),
     ("run-feature-weights-count", ["run", "data.jsonl", "--out", "r", *FAST, "--feature-weights", "1,2", "--fraction",
                                    "0.5", *SHARD], "--feature-weights: 2 weight(s) for 1 feature block(s)"),
     ("run-length-window-negative", ["run", "data.jsonl", "--out", "r", *FAST, "--fraction", "0.5", *SHARD,

@@ -401,3 +401,99 @@ def test_run_after_an_upgrade_reruns_the_changed_stage_and_says_why(cli_runner, 
     after = json.loads((out / "run-state.json").read_text())
     assert after["select"]["fingerprint"] != before["select"]["fingerprint"]
     assert after["cluster"] == before["cluster"]
+
+
+def test_run_refuses_a_stage_output_its_run_state_does_not_record(cli_runner, tmp_path):
+    """`embed ... --out DIR/embeddings.parquet` (a Makefile's stage), then `run DATA --out DIR`: run said 'embed: not
+    run before' and replaced it without --overwrite (README, Artifacts)."""
+    out = tmp_path / "curated"
+    made = cli_runner.invoke(main, ["embed", str(DATA), "--out", str(out / "embeddings.parquet"), "--features", "text",
+                                    "--dim", "16", "-q"])
+    assert made.exit_code == 0, made.output
+    before = (out / "embeddings.parquet").read_bytes()
+    refused = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST])
+    assert refused.exit_code == 2 and refused.stderr.strip().splitlines() == [
+        f"ERROR: {out / 'embeddings.parquet'}: an output that {out / 'run-state.json'} does not record (made by a "
+        "stage's own command?); pass --overwrite to replace it, or choose another --out"]
+    assert (out / "embeddings.parquet").read_bytes() == before and not (out / "run-state.json").exists()
+    replaced = _run(cli_runner, out, "--overwrite", "--json")
+    assert [s["status"] for s in json.loads(replaced.stdout)["stages"]] == ["ran"] * 4
+    assert [s["status"] for s in json.loads(_run(cli_runner, out, "--json").stdout)["stages"]] == ["up to date"] * 4
+
+
+def test_a_killed_run_resumes_its_own_chunks_and_keeps_those_another_option_would_discard(cli_runner, tmp_path):
+    """A run killed during embed, run again with another embed option: its committed chunks were thrown away without
+    a word (`embed` alone refuses). Refused, the chunks kept; run again as it was, it resumes them and says so (it
+    said 'embed: not run before')."""
+    out = tmp_path / "curated"
+    argv = ["run", str(DATA), "--out", str(out), *FAST, "--commit-every", "5"]
+    proc = subprocess.Popen([sys.executable, "-m", "cluster_curate", *argv, "--quiet"], stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    partial = out / "embeddings.partial"
+    stop_when(proc, lambda: list(partial.glob("chunk-*.parquet")), interval=0.01)
+    proc.kill()
+    proc.communicate(timeout=60)
+    chunks = {p.name: p.read_bytes() for p in partial.glob("chunk-*.parquet")}
+    refused = cli_runner.invoke(main, [a if a != "32" else "16" for a in argv])  # --dim 16
+    assert refused.exit_code == 2 and refused.stderr.strip().splitlines() == [
+        f"ERROR: {partial}: holds {len(chunks)} committed chunk{'s' if len(chunks) > 1 else ''} of an interrupted "
+        "embed with other embed options (--dim 32 -> 16); run it again as it was to resume it, or pass --overwrite "
+        "to start over"]
+    assert {p.name: p.read_bytes() for p in partial.glob("chunk-*.parquet")} == chunks
+    resumed = cli_runner.invoke(main, [*argv, "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    assert f"run: embed: resuming {len(chunks)} committed chunk" in resumed.stderr
+    summary = json.loads(resumed.stdout)
+    assert [s["status"] for s in summary["stages"]] == ["ran"] * 4
+    assert summary["summaries"]["embed"]["chunks_resumed"] == len(chunks)
+
+
+def test_run_keeps_the_committed_chunks_of_an_embed_command_it_does_not_record(cli_runner, tmp_path):
+    """`embed ... --out DIR/embeddings.parquet` killed, then `run DATA --out DIR`: run cannot tell whose chunks
+    they are, and its embed would have thrown them away."""
+    out = tmp_path / "curated"
+    proc = subprocess.Popen([sys.executable, "-m", "cluster_curate", "embed", str(DATA), "--out",
+                             str(out / "embeddings.parquet"), "--features", "text", "--dim", "32", "--commit-every",
+                             "5", "--quiet"], stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    partial = out / "embeddings.partial"
+    stop_when(proc, lambda: list(partial.glob("chunk-*.parquet")), interval=0.01)
+    proc.kill()
+    proc.communicate(timeout=60)
+    chunks = sorted(partial.glob("chunk-*.parquet"))
+    refused = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST])
+    assert refused.exit_code == 2 and refused.stderr.strip().splitlines() == [
+        f"ERROR: {partial}: holds {len(chunks)} committed chunk{'s' if len(chunks) > 1 else ''} of an interrupted "
+        f"embed that {out / 'run-state.json'} does not record (a stopped `embed` command?); pass --overwrite to "
+        "start over, or choose another --out"]
+    assert sorted(partial.glob("chunk-*.parquet")) == chunks
+
+
+def test_json_keeps_progress_on_stderr_and_stdout_holds_the_object_alone(tmp_path):
+    """README, JSON output: progress and warnings go to stderr; --json printed no progress at all (a long model
+    run said nothing), while --quiet still silences it."""
+    cmd = [sys.executable, "-m", "cluster_curate", "run", str(DATA), *FAST]
+    proc = subprocess.run([*cmd, "--out", str(tmp_path / "o"), "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["command"] == "run" and len(proc.stdout.strip().splitlines()) == 1
+    assert "run: embed: not run before" in proc.stderr and "embed: 300/300 rows" in proc.stderr
+    quiet = subprocess.run([*cmd, "--out", str(tmp_path / "q"), "--json", "--quiet"], capture_output=True, text=True)
+    assert quiet.returncode == 0 and quiet.stderr == "" and json.loads(quiet.stdout)["command"] == "run"
+
+
+def test_a_selection_short_of_a_step_is_replaced_by_the_rerun_with_a_larger_budget(cli_runner, tmp_path):
+    """--dedup leaves fewer rows than preflight could count: the selection is made, then refused against one global
+    step. The rerun with a larger budget replaces it without --overwrite (the embeddings and clusters kept), where
+    the run-state record of the failed stage had been dropped and its output refused as one run did not make."""
+    rows = [json.loads(line) for line in DATA.read_text().splitlines()[:4]]
+    rows += [dict(rows[0], question=f"{rows[0]['question']} (case {i})") for i in range(296)]  # near copies
+    data = tmp_path / "near.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = ["run", str(data), "--out", str(tmp_path / "r"), "--fraction", "0.1", "--dedup", "0.9", "-n", "2"]
+    short = cli_runner.invoke(main, [*base, "--micro-batch-size", "4"])
+    assert short.exit_code == 2 and "(the embeddings and clusters are kept for the rerun)" in short.stderr
+    assert (tmp_path / "r" / "selection.parquet").exists() and not (tmp_path / "r" / "shards").exists()
+    again = cli_runner.invoke(main, [*base, "--micro-batch-size", "2", "--json"])
+    assert again.exit_code == 0, again.output
+    status = {s["stage"]: s["status"] for s in json.loads(again.stdout)["stages"]}
+    assert status == {"embed": "up to date", "cluster": "up to date", "select": "ran", "shard": "ran"}

@@ -233,12 +233,17 @@ def _check_read_by_features(o: dict, features: list[str]) -> None:
 
 def _check_read_by_models(o: dict, features: list[str], given: set, uses_model: bool, encoder: bool) -> None:
     """--max-length given where no model or encoder runs, and a --proxy-* option where no proxy is trained (text
-    features, or --model a model of its own): refused, as --dim and --device are (else silently ignored)."""
+    features, or --model a model of its own), at another value than their default: refused, as --pool and
+    --device are (else silently ignored; at the default they change nothing, as a Makefile may give them)."""
+    from cluster_curate.features.embed import DEFAULT_MAX_LENGTH
+    from cluster_curate.features.proxy import ProxyOptions
     listed = ",".join(features)
-    if "max_length" in given and not uses_model and not encoder:
+    if "max_length" in given and o["max_length"] != DEFAULT_MAX_LENGTH and not uses_model and not encoder:
         raise CurateError(f"--max-length {o['max_length']} is not used by --features {listed} (no model or encoder "
                           "runs); leave it out, or add a model feature, e.g. --features text,gradient")
-    proxy = [name for name in _PROXY_FIELDS if o.get(name) is not None]
+    default = ProxyOptions()
+    proxy = [name for name, attr in _PROXY_FIELDS.items()
+             if o.get(name) is not None and o[name] != getattr(default, attr)]
     if proxy and not (uses_model and o["model"] == "proxy"):
         flag = f"--{proxy[0].replace('_', '-')} {o[proxy[0]]}"
         raise CurateError(f"{flag} is only used by the proxy model trained here, and " +
