@@ -668,7 +668,9 @@ def test_skipped_bad_rows_are_warned_under_quiet_and_json(tmp_path, cli_runner):
     s = _summary(res)
     assert s["bad_rows"] == 2 and s["rows"] == 30
     assert s["warnings"] == [
-        f"mixture of good, allbad: 2 bad rows skipped (--on-bad-row skip), so not embedded; listed in "
+        # named per input, by what skipped them: the mixture file's key, no flag was given
+        f"mixture of good, allbad: 2 bad rows of input allbad skipped (its mixture file's on_bad_row: skip), so not "
+        f"embedded; listed in "
         f"{tmp_path / 'm.rejects.jsonl'}",
         "source allbad: none of its 2 rows embedded (2 bad rows), so nothing of it can be selected"]
 

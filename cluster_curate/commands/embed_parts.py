@@ -548,6 +548,21 @@ def _per_source(run, bad_ids: list, skipped_ids: list) -> dict:
                          "rows": int(i["rows"] - bad[s] - copies[s] - skipped[s])} for s, i in enumerate(inputs)]}
 
 
+def _skipped_note(run, bad_ids: list, rejects_path) -> str:
+    """The warning for the bad rows skipped: a mixture's per input, and by what skipped them (--on-bad-row skip, or
+    an input's `on_bad_row: skip` in the mixture file, where no flag was given)."""
+    import numpy as np
+
+    from cluster_curate.io.mixture import is_mixture_record, source_index
+    how = "--on-bad-row skip" if run.opts.get("on_bad_row") == "skip" else "its mixture file's on_bad_row: skip"
+    what = counted(len(bad_ids), "bad row")
+    if is_mixture_record(run.record):
+        inputs = run.record["inputs"]
+        per = np.bincount(source_index(run.record, np.asarray(bad_ids, dtype=np.int64)), minlength=len(inputs))
+        what = ", ".join(f"{counted(int(n), 'bad row')} of input {inputs[s]['name']}" for s, n in enumerate(per) if n)
+    return f"{run.ds.source}: {what} skipped ({how}), so not embedded; listed in {rejects_path}"
+
+
 def source_losses(src: dict) -> list[str]:
     """Where a mixture input's rows that were not embedded went (one of `_per_source`'s sources), in words."""
     return [counted(src[key], noun) for key, noun in (("bad_rows", "bad row"),
@@ -602,8 +617,7 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
         summary.update(_per_source(run, [r["id"] for r in bad_rows], [r["id"] for r in skipped_rows]))
     target = select_target(run)
     if bad_rows and not target:  # this process's, else told only in a summary line (select warns of a --target's)
-        console.warn(f"{run.ds.source}: {counted(len(bad_rows), 'bad row')} skipped (--on-bad-row skip), so not "
-                     f"embedded; listed in {rejects_path}")
+        console.warn(_skipped_note(run, [r["id"] for r in bad_rows], rejects_path))
     for src in summary.get("sources", []):
         if src["rows_in_data"] and not src["rows"]:  # a whole input gone, which one warning above does not tell
             console.warn(f"source {src['source']}: none of its {counted(src['rows_in_data'], 'row')} embedded "
