@@ -249,9 +249,9 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
     of several (reading shard 0 alone would train on 1/N of the selection without a word). The world size must
     equal the number of shards. Each is an int or, as the environment holds it, a str of digits."""
     rank, world_size = _whole("rank", rank), _whole("world_size", world_size)
-    _warn_unlike_the_environment(rank, world_size)
     manifest = read_manifest(directory)
     n = int(manifest["num_shards"])
+    _warn_unlike_the_environment(rank, n)
     from cluster_curate.distributed import trainer_rank_and_world
     found = trainer_rank_and_world()
     if rank is None:
@@ -290,21 +290,20 @@ def _whole(name: str, value) -> int | None:
                       f"torchrun's {_ENVIRONMENT[name]} holds it")
 
 
-def _warn_unlike_the_environment(rank: int | None, world_size: int | None) -> None:
-    """A rank (world size) given that is not torchrun's RANK (WORLD_SIZE): on several nodes, LOCAL_RANK passed as
-    the rank gives each node's processes the same shards. Said, not refused: a script may mean another one."""
+def _warn_unlike_the_environment(rank: int | None, shards: int) -> None:
+    """A rank given that is not torchrun's RANK where there is a shard per process (data parallelism alone): on
+    several nodes, LOCAL_RANK passed as the rank gives each node's processes the same shards. Said, not refused: a
+    script may mean another one. With tensor or pipeline parallelism (fewer shards than processes) the rank is the
+    data-parallel group's, which RANK is not."""
     from cluster_curate.distributed import detect, launched_by_torchrun
-    if not launched_by_torchrun():
+    if rank is None or not launched_by_torchrun():
         return
     try:
         env = detect()
     except CurateError:  # a malformed variable: trainer_rank_and_world or the rank given decides, as before
         return
-    unlike = [f"{name}={given} where {_ENVIRONMENT[name]}={found}"
-              for name, given, found in (("rank", rank, env.rank), ("world_size", world_size, env.world_size))
-              if given is not None and given != found]
-    if unlike:
-        warnings.warn(f"load_shard: {', '.join(unlike)}: on several nodes pass the global RANK and WORLD_SIZE "
+    if env.world_size == shards and rank != env.rank:
+        warnings.warn(f"load_shard: rank={rank} where RANK={env.rank}: on several nodes pass the global RANK "
                       "(LOCAL_RANK would have each node train the same shards)", stacklevel=3)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from cluster_curate.loader import interleaved_order
 
-KINDS = ("out of order", "wrong rank", "out of plan", "duplicated", "missing", "weight", "no ids")
+KINDS = ("out of order", "wrong rank", "out of plan", "duplicated", "missing", "short epoch", "weight", "no ids")
 # trainers log weights as float32 (33.33333206 for a planned 33.333333333): relative to the weight, a few float32
 # ulps (2**-23 each), and an absolute floor for weights near 0
 WEIGHT_RTOL, WEIGHT_ATOL = 2 ** -20, 1e-6
@@ -42,7 +42,6 @@ class RankCheck:
     nan_weights: int = 0      # ids logged with a NaN weight
     off_weights: int = 0      # ids logged at their place with a number other than the planned weight
     odd_weights: int = 0      # micro-batches whose weights list is not one per id
-    short_epoch: int = 0      # ids consumed, but fewer times than the epochs the log spans (a run stopped in one)
 
 
 @dataclass
@@ -180,9 +179,11 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             rc.counts["missing"] += int((plan_c[never] - seen[never]).sum())
             said = "never consumed" if not seen[never].any() else "consumed fewer times than one epoch plans"
             problem(r, None, "missing", f"{never.size} planned ids {said} (first: id {plan_ids[never[0]]})")
-        stopped = np.flatnonzero((seen >= plan_c) & (seen < plan_c * epochs))
-        if stopped.size:
-            rc.short_epoch = int(stopped.size)
+        # ids consumed fewer epochs than others, where some id was consumed in a later epoch (packing's uneven
+        # ranks log more rows than an epoch without any)
+        stopped = np.flatnonzero((seen >= plan_c) & (seen < plan_c * epochs)) if (seen > plan_c).any() else []
+        if len(stopped):
+            rc.counts["short epoch"] += len(stopped)
             problem(r, None, "short epoch", f"the log stops inside epoch {epochs} of the plan ({rc.rows_logged} rows "
                                             f"logged, {plan_r.size} an epoch): {stopped.size} planned ids consumed "
                                             f"in fewer epochs than the others (first: id {plan_ids[stopped[0]]})")
@@ -258,12 +259,19 @@ def _dealt_sequence(consumed: dict, n: int, dealing: str) -> np.ndarray:
     return np.array([i for unit in units for i in unit], dtype=np.int64)
 
 
-def _in_order_of(sequence: np.ndarray, order: np.ndarray) -> bool:
-    """Whether `sequence` is `order` (epoch after epoch) with some ids left out: the rows a trainer dealt after
-    taking some out; the tail of repeats that evens the last batches out matches the next epoch's start."""
+def _passed_over(sequence: np.ndarray, order: np.ndarray) -> int | None:
+    """How many of `order`'s rows (epoch after epoch) `sequence` passes over up to its last row, where it is
+    `order` with some rows left out (the rows a trainer dealt after taking some out: the tail of repeats that
+    evens the last batches out matches the next epoch's start); None where it is not. 0: a prefix of `order`,
+    a run that stopped early (with another per-device batch size than the plan's too), no row taken out."""
     epochs = -(-sequence.size // max(1, order.size)) + 1
-    left = iter(np.tile(order, epochs).tolist())
-    return all(i in left for i in sequence.tolist())  # `in` moves the iterator on: a greedy subsequence match
+    left = enumerate(np.tile(order, epochs).tolist())
+    at = -1
+    for i in sequence.tolist():  # a greedy subsequence match
+        at = next((k for k, j in left if j == i), None)
+        if at is None:
+            return None
+    return at + 1 - sequence.size
 
 
 def _rows_taken_out(planned: np.ndarray, consumed: dict) -> int:
@@ -277,7 +285,7 @@ def _rows_taken_out(planned: np.ndarray, consumed: dict) -> int:
     lost = np.setdiff1d(flat, every).size
     for layout in ("batch", "sample"):
         sequence = _dealt_sequence(consumed, n, layout)
-        if lost and sequence.size and _in_order_of(sequence, flat[interleaved_order(n, steps, m, layout)]):
+        if lost and sequence.size and _passed_over(sequence, flat[interleaved_order(n, steps, m, layout)]):
             return lost
     return 0
 
@@ -360,7 +368,7 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
                       "or a weight computed to NaN, reached the loss)")
     if any(rc.off_weights for rc in ranks):
         causes.append("the loss weights differ from the shards' `weight` column")
-    if (total("missing") or any(rc.short_epoch for rc in ranks)) and not causes:
+    if (total("missing") or total("short epoch")) and not causes:
         short = [rc.rank for rc in ranks if rc.steps_logged % steps]
         if short:
             causes.append(f"rank(s) {', '.join(map(str, short))} stopped inside an epoch of the plan's {steps} steps "

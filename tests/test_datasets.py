@@ -651,9 +651,9 @@ def test_json_objects_with_rows_under_a_key_are_named_on_one_line_as_indented_an
         tmp_path):
     """SQuAD's `{"version", "data": [...]}` or splits `{"train": [...], "test": [...]}` are refused naming the key,
     indented and on one line: under 1 MiB a one-line one was read as one record ('unrecognised record format;
-    columns found: [train, test]', whose field-flag hint gave a 1-row dataset). A one-line record whose fields hold
-    lists of objects is still one record: xLAM's calls and tools (objects named by `name`), a chat's tools beside its
-    turns, and over 1 MiB (read a value at a time) too, where the tools were taken for rows under a key."""
+    columns found: [train, test]', whose field-flag hint gave a 1-row dataset). A one-line record of a format's
+    columns whose fields hold lists of objects is still one record (xLAM's calls and tools, a `choices` list), and
+    so is a chat's tools beside its turns, over 1 MiB (read a value at a time) too."""
     rows = [{"question": "q", "answer": "a"}, {"question": "q2", "answer": "a2"}]
     for name, doc, said in (("squad.json", {"version": "v2.0", "data": rows}, "key 'data' holds a list of 2 records"),
                             ("splits.json", {"train": rows, "test": rows[:1]},
@@ -669,6 +669,15 @@ def test_json_objects_with_rows_under_a_key_are_named_on_one_line_as_indented_an
             "tools": [{"name": "get_weather", "description": "w", "parameters": {"city": {"type": "str"}}}]}
     (tmp_path / "xlam.json").write_text(json.dumps(xlam) + "\n")
     assert len(list(containers.open_container(str(tmp_path / "xlam.json"))[1].iter_rows())) == 1
+    choices = {"prompt": "2+2?", "completion": "4", "choices": [{"text": "4", "index": 0}]}
+    (tmp_path / "choices.json").write_text(json.dumps(choices) + "\n")
+    assert [e.response for e in read_all(tmp_path / "choices.json")[2]] == ["4"]
+    # rows that hold a `name` and a `description` beside their fields are rows all the same, indented or not
+    named = {"version": 1, "data": [{"name": "n", "description": "d", **r} for r in rows]}
+    for indent in (1, None):
+        (tmp_path / "named.json").write_text(json.dumps(named, indent=indent) + "\n")
+        with pytest.raises(CurateError, match="key 'data' holds a list of 2 records"):
+            open_dataset(tmp_path / "named.json")
     chat = {"messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Sunny."}],
             "tools": [{"type": "function", "function": {"name": "weather", "parameters": {}}}]}
     (tmp_path / "chat.json").write_text(json.dumps(chat) + "\n")

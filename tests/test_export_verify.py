@@ -610,6 +610,11 @@ def test_verify_names_rows_taken_out_before_dealing_not_shuffling(layout, dealin
     rng = np.random.default_rng(1)
     shuffled = _dealt_after_taking_out(rng.permutation(file_ids), {103}, n, m, dealing)
     assert not any("taken out" in x for x in check_plan(g, _log(shuffled)).causes)
+    # a run that stopped early, dealt by a per-device batch of 1 (not the plan's 2): the order's first rows, none
+    # passed over, so none taken out: the batch size is the cause
+    stopped = _dealt_after_taking_out(file_ids[: file_ids.size // 2], set(), n, 1, dealing)
+    causes = check_plan(g, _log(stopped)).causes
+    assert not any("taken out" in x for x in causes) and any("per-device batch size" in x for x in causes), causes
 
 
 def test_verify_counts_as_missing_only_ids_a_rank_never_consumed():
@@ -632,6 +637,11 @@ def test_verify_counts_as_missing_only_ids_a_rank_never_consumed():
     assert stopped.problem_lines()[0] == (f"rank 0: short epoch: the log stops inside epoch 2 of the plan (12 rows "
                                           f"logged, 8 an epoch): 4 planned ids consumed in fewer epochs than the "
                                           f"others (first: id {g[2, 0, 0]})")
+    assert [rc.counts["short epoch"] for rc in stopped.ranks] == [4, 4]
+    # packing's uneven ranks: more rows than an epoch on one rank, none consumed twice: no epoch stopped short
+    packed = check_plan(g, _log({0: [g[:, 0].reshape(-1).tolist() + [int(g[0, 1, 0])]],
+                                 1: [g[:, 1].reshape(-1)[1:].tolist()]}))
+    assert not any(k == "short epoch" for _, _, k, _ in packed.problems), packed.problems
     # over several epochs a duplicate is counted against them, and its line says how many the log spans
     again = _log({r: [g[t % 4, r] for t in range(8)] for r in range(N)})
     again[0][7]["ids"] = list(map(int, g[0, 0]))  # step 0 a third time instead of step 3

@@ -336,3 +336,8 @@ def test_tokenizers_that_read_ids_otherwise_are_told_apart(tmp_path):
         "its tokenizer has 280 tokens, not 300"
     assert models.tokenizer_difference(a, edited("swapped", swap_two)) == "its tokenizer has another vocabulary"
     assert "into other tokens" in models.tokenizer_difference(a, edited("spaced", prefix_space))
+    # a checkpoint fine-tuned from it that added a token reads every id of `a` alike; the other way round it does not
+    grown = AutoTokenizer.from_pretrained(tmp_path / "same")
+    grown.add_special_tokens({"additional_special_tokens": ["<|tool|>"]})
+    assert models.tokenizer_difference(a, grown) is None
+    assert models.tokenizer_difference(grown, a) == "its tokenizer has 300 tokens, not 301"

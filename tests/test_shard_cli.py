@@ -387,9 +387,10 @@ def test_loading_with_datasets_pyarrow_and_the_loader(tmp_path, data, cli_runner
 
 def test_load_shard_takes_the_environments_rank_and_warns_of_another(tmp_path, data, cli_runner, monkeypatch):
     """`load_shard(d, rank=<torchrun's RANK, a str>)` raised a TypeError, and rank=1.0 too. A str of digits is a
-    rank now, anything but an int or one is refused in one line naming the argument; a rank or world size given
-    that is not the environment's RANK / WORLD_SIZE is read, with a warning that on several nodes the global RANK
-    is the one to pass (LOCAL_RANK would have each node train the same shards)."""
+    rank now, anything but an int or one is refused in one line naming the argument; a rank given that is not the
+    environment's RANK, where there is a shard per process, is read with a warning that on several nodes the global
+    RANK is the one to pass (LOCAL_RANK would have each node train the same shards); with fewer shards than
+    processes (tensor parallelism) the rank is the data-parallel group's, without one."""
     import re
     import warnings
     make_selection(tmp_path / "sel.parquet", data, k=3, fraction=0.5)
@@ -403,8 +404,13 @@ def test_load_shard_takes_the_environments_rank_and_warns_of_another(tmp_path, d
         assert load_shard(out, rank="1").rank == 1
         assert load_shard(out, rank=" 1", world_size="2").rank == 1
     with pytest.warns(UserWarning, match=r"load_shard: rank=0 where RANK=1: on several nodes pass the global RANK "
-                                         r"and WORLD_SIZE \(LOCAL_RANK would have each node train the same shards\)"):
+                                         r"\(LOCAL_RANK would have each node train the same shards\)"):
         assert load_shard(out, rank=0).rank == 0  # said, not refused
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with warnings.catch_warnings():  # tensor parallel 2 x data parallel 2: the rank is the data-parallel group's
+        warnings.simplefilter("error")
+        assert load_shard(out, rank=1, world_size=2).rank == 1
     for name, bad in (("rank", 1.0), ("rank", "one"), ("rank", "-1"), ("rank", True), ("world_size", 2.0)):
         with pytest.raises(CurateError, match=rf"^load_shard: {name}={re.escape(repr(bad))} is not a whole number: "
                                               rf"pass an int, or a str of digits as torchrun's {name.upper()} "

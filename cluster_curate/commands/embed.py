@@ -278,8 +278,10 @@ def _check_checkpoints(o: dict, features: list[str]) -> None:
         if not item.isdigit() and not store.is_proxy_dir(item) and looks_like_local_path(item) \
                 and not Path(item).expanduser().exists():
             raise CurateError(f"--checkpoints {item}: no such file or directory")
-    models = [item for item in items if not item.isdigit()]
-    if models and model == "proxy":  # its tokenizer is trained on this data: no model given beside it shares it
+    # the proxy's tokenizer is trained on this data: no model given beside it shares it (a saved proxy may: its
+    # tokenizer is compared once the proxy is trained, embed_parts._trajectory)
+    models = [item for item in items if not item.isdigit() and not store.is_proxy_dir(item)]
+    if models and model == "proxy":
         raise CurateError(f"--checkpoints {models[0]}: a model with a tokenizer of its own, but every checkpoint is "
                           "fed --model's token ids, and the proxy (--model proxy) is trained here with a tokenizer "
                           f"of its own: pass it as --model too (--model {models[0]}), or give the proxy's warm-up "
@@ -345,9 +347,10 @@ def _check_one_file(out: str) -> None:
     run's) became a file of that name, which a later `ls emb/` or a parts reader does not expect."""
     import os
     if out.endswith(("/", os.sep)):
+        file = out.rstrip("/" + os.sep)
         raise CurateError(f"--out {out}: a folder, but one process writes the embeddings as one .parquet file (a "
                           "folder of parts under torchrun or with --num-parts): give a file, e.g. --out "
-                          f"{out.rstrip('/' + os.sep)}.parquet")
+                          f"{file if file.endswith('.parquet') else file + '.parquet'}")
 
 
 def embed(data, out: str, **options) -> dict:

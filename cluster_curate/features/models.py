@@ -376,10 +376,12 @@ TOKENIZER_PROBES = ("How many clips did Natalia sell? The answer is 72. #### 72"
 def tokenizer_difference(reference, other) -> str | None:
     """How `other` reads token ids otherwise than `reference` (a model fed `reference`'s ids then reads other
     words, or ids past its vocabulary), in words, or None when they agree: their sizes, their vocabularies (token
-    -> id) and the ids of a few probe texts (which catch another normaliser or pre-tokenizer on one vocabulary)."""
-    if len(other) != len(reference):
+    -> id) and the ids of a few probe texts (which catch another normaliser or pre-tokenizer on one vocabulary).
+    More tokens are no difference where `reference`'s keep their ids (a fine-tuned checkpoint that added one)."""
+    if len(other) < len(reference):
         return f"its tokenizer has {len(other):,} tokens, not {len(reference):,}"
-    if other.get_vocab() != reference.get_vocab():
+    vocab = other.get_vocab()
+    if any(vocab.get(token) != i for token, i in reference.get_vocab().items()):
         return "its tokenizer has another vocabulary"
     for text in TOKENIZER_PROBES:
         if other.encode(text, add_special_tokens=False) != reference.encode(text, add_special_tokens=False):

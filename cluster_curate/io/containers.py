@@ -433,20 +433,9 @@ def _record_lists(obj: dict) -> dict:
 def _rows_under_a_key(firsts) -> bool:
     """Whether a JSON object, given the first elements of its lists, holds rows under a key (a list of records), so
     is no one record: a chat record (a list of turns, or of lists of turns: BFCL's `question`) is one, whatever list
-    of objects sits beside its turns (its tools, BFCL's `function`), and so is a record whose lists of objects are
-    tool calls or tool schemas (xLAM's `answers` and `tools`)."""
+    of objects sits beside its turns (its tools, BFCL's `function`)."""
     firsts = list(firsts)
-    return any(_is_record(v) and not _is_tool(v) for v in firsts) and not any(_is_turn(v) for v in firsts)
-
-
-def _is_tool(value) -> bool:
-    """A list's first element that makes it one record's tool calls or tool schemas, not rows: an object named by
-    `name` with its `arguments`, `parameters` or `description` (xLAM's, BFCL's), or OpenAI's {"type": "function",
-    "function": {...}}."""
-    if not isinstance(value, dict):
-        return False
-    named = isinstance(value.get("name"), str) and bool({"arguments", "parameters", "description"} & value.keys())
-    return named or isinstance(value.get("function"), dict)
+    return any(_is_record(v) for v in firsts) and not any(_is_turn(v) for v in firsts)
 
 
 def _is_turn(value) -> bool:
@@ -466,8 +455,9 @@ def _pandas_column(value) -> bool:
 def _looks_like_json_lines(path: Path) -> bool:
     """A .json file starting with '{' is JSON Lines when its first line is a whole object and more follows,
     or when that object is one record: not a mapping of id -> record, nor rows under a key (SQuAD's `data`, splits:
-    _JsonDocument names them, as it does indented and over 1 MiB), whereas one record's tool calls and schemas are
-    no rows (_rows_under_a_key)."""
+    _JsonDocument names them, as it does indented and over 1 MiB) in an object whose own keys are no record
+    format's (a record's list of objects, xLAM's `answers` and `tools`, a `choices` list, is no rows)."""
+    from cluster_curate.io.fields import detect_format
     with _open_binary(path) as f:
         first = f.readline(1 << 20)
         while first and not first.strip():  # leading blank lines
@@ -483,7 +473,9 @@ def _looks_like_json_lines(path: Path) -> bool:
         rest = f.read(4096)
         if rest.strip():
             return True
-        return not (obj and all(isinstance(v, dict) for v in obj.values())) and not _rows_under_a_key(
+        if obj and all(isinstance(v, dict) for v in obj.values()):
+            return False
+        return detect_format(obj) is not None or not _rows_under_a_key(
             v[0] for v in obj.values() if isinstance(v, list) and v)
 
 
