@@ -296,8 +296,8 @@ class ChunkedOutput:
             if old != self.plan:
                 if self.resume and not overwrite:
                     raise CurateError(f"{self.staging}: holds an interrupted run with other parameters or data "
-                                      f"({plan_changes(old, self.plan, self.options)}); --resume needs the same command (or pass "
-                                      "--overwrite to start afresh)")
+                                      f"({plan_changes(old, self.plan, self.options)}); the same command resumes it (embed's --resume, "
+                                      "run as it was), or pass --overwrite to start afresh")
                 if not lay.multi:
                     shutil.rmtree(self.staging)
         elif self.staging.exists() and not lay.multi:

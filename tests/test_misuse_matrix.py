@@ -393,8 +393,8 @@ CASES = [
     # a folder holding no tokenizer: transformers refused it after embed and cluster had run
     ("run-tokenizer-config-only", ["run", "data.jsonl", "--out", "r", *FAST, "--token-fraction", "0.5", "--tokenizer",
                                    "config-only", *SHARD],
-     "--tokenizer config-only: no tokenizer in this directory (no tokenizer.json, tokenizer.model, vocab.txt, nor "
-     "vocab.json with merges.txt; it holds config.json)"),
+     "--tokenizer config-only: no tokenizer in this directory (no tokenizer.json, tokenizer_config.json, "
+     "tokenizer.model, vocab.txt, nor vocab.json with merges.txt; it holds config.json)"),
     ("run-tokenizer-data-folder", ["run", "data.jsonl", "--out", "r", *FAST, "--token-fraction", "0.5", "--tokenizer",
                                    "textdir", *SHARD], "--tokenizer textdir: no tokenizer in this directory"),
     ("run-feature-weights-count", ["run", "data.jsonl", "--out", "r", *FAST, "--feature-weights", "1,2", "--fraction",

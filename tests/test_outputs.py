@@ -459,7 +459,8 @@ def test_committed_chunks_are_not_discarded_without_being_told(tmp_path):
         ChunkedOutput(out, Layout(), {"rows": 61}, 20)
     # --resume with other options names them (it said 'other parameters or data' alone)
     with pytest.raises(CurateError, match=r"e.partial: holds an interrupted run with other parameters or data "
-                                          r"\(--commit-every 20 -> 10, --rows 60 -> 61\); --resume needs the same"):
+                                          r"\(--commit-every 20 -> 10, --rows 60 -> 61\); the same command "
+                                          r"resumes it \(embed's --resume, run as it was\)"):
         ChunkedOutput(out, Layout(), {"rows": 61}, 10, resume=True)
     other = tmp_path / "f.parquet"
     ChunkedOutput(other, Layout(), {"params": {"dim": None, "dims": [256]}, "dataset": "a"}, 20)

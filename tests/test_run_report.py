@@ -413,8 +413,8 @@ def test_run_refuses_a_stage_output_its_run_state_does_not_record(cli_runner, tm
     before = (out / "embeddings.parquet").read_bytes()
     refused = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST])
     assert refused.exit_code == 2 and refused.stderr.strip().splitlines() == [
-        f"ERROR: {out / 'embeddings.parquet'}: an output that {out / 'run-state.json'} does not record (made by a "
-        "stage's own command?); pass --overwrite to replace it, or choose another --out"]
+        f"ERROR: {out / 'embeddings.parquet'}: an output that no run-state.json beside it records (made by a stage's "
+        "own command?); pass --overwrite to replace it, or choose another --out"]
     assert (out / "embeddings.parquet").read_bytes() == before and not (out / "run-state.json").exists()
     replaced = _run(cli_runner, out, "--overwrite", "--json")
     assert [s["status"] for s in json.loads(replaced.stdout)["stages"]] == ["ran"] * 4
@@ -423,8 +423,8 @@ def test_run_refuses_a_stage_output_its_run_state_does_not_record(cli_runner, tm
 
 def test_a_killed_run_resumes_its_own_chunks_and_keeps_those_another_option_would_discard(cli_runner, tmp_path):
     """A run killed during embed, run again with another embed option: its committed chunks were thrown away without
-    a word (`embed` alone refuses). Refused, the chunks kept; run again as it was, it resumes them and says so (it
-    said 'embed: not run before')."""
+    a word (`embed` alone refuses). Refused by embed, the chunks kept; run again as it was, it resumes them and says
+    so (it said 'embed: not run before')."""
     out = tmp_path / "curated"
     argv = ["run", str(DATA), "--out", str(out), *FAST, "--commit-every", "5"]
     proc = subprocess.Popen([sys.executable, "-m", "cluster_curate", *argv, "--quiet"], stderr=subprocess.PIPE,
@@ -435,22 +435,23 @@ def test_a_killed_run_resumes_its_own_chunks_and_keeps_those_another_option_woul
     proc.communicate(timeout=60)
     chunks = {p.name: p.read_bytes() for p in partial.glob("chunk-*.parquet")}
     refused = cli_runner.invoke(main, [a if a != "32" else "16" for a in argv])  # --dim 16
+    found = f"{len(chunks)} committed chunk{'s' if len(chunks) > 1 else ''} found"
     assert refused.exit_code == 2 and refused.stderr.strip().splitlines() == [
-        f"ERROR: {partial}: holds {len(chunks)} committed chunk{'s' if len(chunks) > 1 else ''} of an interrupted "
-        "embed with other embed options (--dim 32 -> 16); run it again as it was to resume it, or pass --overwrite "
-        "to start over"]
+        f"run: embed: not finished before ({found})",
+        f"ERROR: {partial}: holds an interrupted run with other parameters or data (--dim 32 -> 16); the same command "
+        "resumes it (embed's --resume, run as it was), or pass --overwrite to start afresh"]
     assert {p.name: p.read_bytes() for p in partial.glob("chunk-*.parquet")} == chunks
     resumed = cli_runner.invoke(main, [*argv, "--json"])
     assert resumed.exit_code == 0, resumed.output
-    assert f"run: embed: resuming {len(chunks)} committed chunk" in resumed.stderr
+    assert f"run: embed: not finished before ({found})" in resumed.stderr
     summary = json.loads(resumed.stdout)
     assert [s["status"] for s in summary["stages"]] == ["ran"] * 4
     assert summary["summaries"]["embed"]["chunks_resumed"] == len(chunks)
 
 
 def test_run_keeps_the_committed_chunks_of_an_embed_command_it_does_not_record(cli_runner, tmp_path):
-    """`embed ... --out DIR/embeddings.parquet` killed, then `run DATA --out DIR`: run cannot tell whose chunks
-    they are, and its embed would have thrown them away."""
+    """`embed ... --out DIR/embeddings.parquet` killed, then `run DATA --out DIR`: its embed threw the chunks away
+    where their plan was not its own (here --commit-every); run with that plan, it resumes them."""
     out = tmp_path / "curated"
     proc = subprocess.Popen([sys.executable, "-m", "cluster_curate", "embed", str(DATA), "--out",
                              str(out / "embeddings.parquet"), "--features", "text", "--dim", "32", "--commit-every",
@@ -462,11 +463,12 @@ def test_run_keeps_the_committed_chunks_of_an_embed_command_it_does_not_record(c
     proc.communicate(timeout=60)
     chunks = sorted(partial.glob("chunk-*.parquet"))
     refused = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST])
-    assert refused.exit_code == 2 and refused.stderr.strip().splitlines() == [
-        f"ERROR: {partial}: holds {len(chunks)} committed chunk{'s' if len(chunks) > 1 else ''} of an interrupted "
-        f"embed that {out / 'run-state.json'} does not record (a stopped `embed` command?); pass --overwrite to "
-        "start over, or choose another --out"]
+    assert refused.exit_code == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+        f"ERROR: {partial}: holds an interrupted run with other parameters or data (--commit-every "), refused.stderr
     assert sorted(partial.glob("chunk-*.parquet")) == chunks
+    resumed = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--commit-every", "5", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["summaries"]["embed"]["chunks_resumed"] == len(chunks)
 
 
 def test_json_keeps_progress_on_stderr_and_stdout_holds_the_object_alone(tmp_path):

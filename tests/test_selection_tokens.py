@@ -288,3 +288,18 @@ def test_embeddings_gone_and_a_token_budget_gives_no_false_warning_of_no_n_token
     summary = json.loads(_cli(cli_runner, ["select", tmp_path / "c.parquet", "--out", tmp_path / "r.parquet",
                                            "--budget", "50", "--json"]).stdout.strip().splitlines()[-1])
     assert not summary["n_tokens_column"] and any("gets no n_tokens" in w for w in summary["warnings"])
+
+
+def test_a_tokenizer_folder_is_known_by_its_files_before_any_work(tmp_path):
+    """--tokenizer DIR is checked before the first stage: a folder with no tokenizer file is refused naming what it
+    holds (transformers said so after embed and cluster); ByT5's save_pretrained writes tokenizer_config.json alone
+    (no vocabulary file), which is a tokenizer's folder all the same."""
+    from cluster_curate.commands.common import check_tokenizer_path
+    from transformers import ByT5Tokenizer
+    ByT5Tokenizer().save_pretrained(tmp_path / "byt5")
+    check_tokenizer_path(str(tmp_path / "byt5"))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    with pytest.raises(CurateError, match=r"no tokenizer in this directory \(no tokenizer.json, .*; it holds "
+                                          r"config.json\)"):
+        check_tokenizer_path(str(tmp_path / "model"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from cluster_curate.console import counted
@@ -141,8 +140,10 @@ class RunState:
     def stale(self, stage: str, request: dict, output) -> str | None:
         """Why `stage` must run again (None: it is up to date)."""
         rec = self.stages.get(stage)
-        if rec is None:
-            return "not run before"
+        if rec is None:  # an interrupted first run's embed: its committed chunks are resumed where the plan is the same
+            chunks = committed_chunks(output) if stage == "embed" else []
+            return f"not finished before ({counted(len(chunks), 'committed chunk')} found)" if chunks else \
+                "not run before"
         if "algorithm" not in rec:
             return "recorded by an earlier version of cluster-curate"
         if rec["algorithm"] != request["algorithm"]:
@@ -154,45 +155,19 @@ class RunState:
             return "its options changed"
         if rec["input"] != request["input"]:
             return "its input changed" + _named_input_change(rec, request)
-        if rec.get("started"):  # stopped while it ran (Ctrl-C, a crash): embed resumes its committed chunks
-            n = len(committed_chunks(output))
-            return f"resuming {counted(n, 'committed chunk')}" if n else "interrupted before it finished"
         if not same_output(stage, rec["fingerprint"], output_fingerprint(stage, output, check_content=True)):
             from cluster_curate.io.artifacts import cut_short
             return "its output is damaged (cut short)" if cut_short(output) else "its output is missing or was changed"
         return None
 
-    @contextmanager
-    def running(self, stage: str, request: dict, output):
-        """`stage` runs with `request` in the block, recorded when it ends. It is noted as started before, so that
-        a run stopped during it knows the options and input of the work it left (embed's committed chunks), and
-        an output it wrote just before the stop is its own; a stage that fails (a full disk) leaves the record as
-        it was, unless committed chunks wait for the rerun or it wrote its output (a selection short of a step:
-        the rerun with a larger budget replaces it without --overwrite)."""
-        previous = self.stages.get(stage)
-        self._write(stage, dict(request, fingerprint=None, started=True))
-        try:
-            yield
-        except CurateError:
-            wrote = output_fingerprint(stage, output) != (previous or {}).get("fingerprint")
-            if not committed_chunks(output) and not wrote:
-                self._write(stage, previous)
-            raise
-        self._write(stage, dict(request, fingerprint=output_fingerprint(stage, output)))
-
-    def _write(self, stage: str, entry: dict | None) -> None:
+    def record(self, stage: str, request: dict, output) -> None:
         from cluster_curate.io.writer import write_json
-        self.stages[stage] = entry
-        if entry is None:
-            del self.stages[stage]
-        if not self.stages:  # the first stage failed: no record, as before it began
-            self.path.unlink(missing_ok=True)
-            return
+        self.stages[stage] = dict(request, fingerprint=output_fingerprint(stage, output))
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
 
 
 def committed_chunks(embeddings) -> list[Path]:
-    """The chunks an interrupted embed committed beside `embeddings` (its staging folder), which a rerun resumes."""
+    """The chunks an interrupted embed committed beside `embeddings` (its staging folder)."""
     from cluster_curate.io.artifacts import sidecar_path
     staging = sidecar_path(embeddings, names.STAGING)
     return sorted(staging.glob("chunk-*.parquet")) if staging.is_dir() else []
@@ -628,8 +603,7 @@ def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:
 def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
     """Re-running stale stages is run's job (a default that changed with an upgrade among them); other options
     for a stage already run in `d` replace its outputs, which needs --overwrite (issue 20 #4)."""
-    changes = [(stage, state.option_changes(stage, request)[0]) for stage, request in requests.items()
-               if not (state.stages.get(stage) or {}).get("started")]  # its output was being replaced already
+    changes = [(stage, state.option_changes(stage, request)[0]) for stage, request in requests.items()]
     per_stage = [f"{stage} options ({named_changes(changed, 3)})" for stage, changed in changes if changed]
     if per_stage:  # every stage's: --overwrite replaces each of them (it named the first stage's alone)
         said = ", ".join(per_stage[:-1]) + " and " + per_stage[-1] if len(per_stage) > 1 else per_stage[0]
@@ -638,39 +612,15 @@ def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
 
 
 def _refuse_unrecorded_outputs(state: RunState, paths: dict) -> None:
-    """An output of the tool's in a stage's place that run-state.json does not record (`embed ... --out
-    DIR/embeddings.parquet`, as a Makefile writes it): `run` cannot tell what made it, and re-running the stage
-    would replace it without --overwrite (README, Artifacts)."""
-    found = [p for stage, p in paths.items()
-             if stage not in state.stages and output_fingerprint(stage, p) is not None]
+    """Outputs of the tool's in the stages' places where no run-state.json records a run (`embed ... --out
+    DIR/embeddings.parquet`, as a Makefile writes them): re-running the stages would replace them without
+    --overwrite (README, Artifacts). Where it records stages, an output it does not (a selection short of a step)
+    is its own run's."""
+    found = [p for stage, p in paths.items() if output_fingerprint(stage, p) is not None]
     if found:
         more = f" (and {counted(len(found) - 1, 'other output')})" if len(found) > 1 else ""
-        raise CurateError(f"{found[0]}: an output that {state.path} does not record (made by a stage's own "
+        raise CurateError(f"{found[0]}: an output that no {state.path.name} beside it records (made by a stage's own "
                           f"command?){more}; pass --overwrite to replace it, or choose another --out")
-
-
-def _refuse_discarding_chunks(state: RunState, embeddings: Path, request: dict) -> None:
-    """Committed chunks of an interrupted embed that this run's embed would throw away: those of a run with other
-    options, data or version (embed resumes only the same plan), or of one run-state.json does not record (a
-    stopped `embed` command). The same run's are resumed."""
-    chunks = committed_chunks(embeddings)
-    if not chunks:
-        return
-    held = f"{chunks[0].parent}: holds {counted(len(chunks), 'committed chunk')} of an interrupted embed"
-    rec = state.stages.get("embed") or {}
-    if not rec.get("started"):
-        raise CurateError(f"{held} that {state.path} does not record (a stopped `embed` command?); pass "
-                          "--overwrite to start over, or choose another --out")
-    was, now = rec.get("option_values") or {}, request["option_values"]
-    # raw values: an option the up-to-date check takes as the same (--commit-every) still makes other chunks
-    changed = {k: (was.get(k), now.get(k)) for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)}
-    said = ([f"other embed options ({named_changes(changed, 3)})"] if changed else []) + \
-        (["other data or model files"] if rec.get("input") != request["input"] else []) + \
-        ([f"another algorithm version ({rec.get('algorithm')})"] if rec.get("algorithm") != request["algorithm"]
-         else [])
-    if said:
-        raise CurateError(f"{held} with {' and '.join(said)}; run it again as it was to resume it, or pass "
-                          "--overwrite to start over")
 
 
 def _check_stage_outputs(paths: dict, data) -> None:
@@ -703,8 +653,7 @@ def run(data, out: str, *, overwrite: bool = False, force: bool = False, default
         try:
             return _run(data, d, overwrite, force, options, frozenset(options) - (defaulted or frozenset()))
         except BaseException:
-            # its run-state.json alone (the stage it had begun) is no work to keep
-            if created and d.is_dir() and all(p.name == names.RUN_STATE for p in d.iterdir()):
+            if created and d.is_dir() and not any(d.iterdir()):
                 shutil.rmtree(d, ignore_errors=True)
             raise
 
@@ -733,27 +682,22 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
                                        for stage in names.STAGES})
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
     _check_stage_outputs(paths, data)
-    upstream = ds.fingerprint()  # the raw data's, then each output's
-
-    def request_of(stage: str, upstream, shares=None) -> dict:
-        stage_checked, named_input = checked[stage]  # under "target", the key directories made before keep
-        with_shares = {"mixture_shares": shares} if stage == "select" and shares else {}
-        parts = (None if named_input is None and not with_shares else
-                 {"upstream": upstream, "named": named_input, **with_shares})
-        key = upstream if parts is None else stable_hash({"upstream": upstream, "target": named_input, **with_shares})
-        return state.request(stage, stage_checked, key, specs[stage].algorithm(), given_by_stage[stage], parts)
-
-    if not overwrite:  # work of the tool's that this run would replace or throw away without a word
+    if not overwrite and not state.stages:  # outputs of the tool's that no run recorded: a replacement
         _refuse_unrecorded_outputs(state, paths)
-        _refuse_discarding_chunks(state, paths["embed"], request_of("embed", upstream))
     d.mkdir(parents=True, exist_ok=True)
+    upstream = ds.fingerprint()  # the raw data's, then each output's
     inputs = {"embed": (data,), "cluster": (str(paths["embed"]),), "select": (str(paths["cluster"]),),
               "shard": (str(paths["select"]), data)}
     shares = _file_shares(ds, data, paths["embed"])
     done, summaries, shown = [], {}, {}  # shown: each stage's (result, options) for its render()
     for stage, spec in specs.items():
         stage_opts = {name: opts[name] for name in by_stage[stage]}
-        request = request_of(stage, upstream, shares)
+        stage_checked, named_input = checked[stage]  # under "target", the key directories made before keep
+        with_shares = {"mixture_shares": shares} if stage == "select" and shares else {}
+        parts = (None if named_input is None and not with_shares else
+                 {"upstream": upstream, "named": named_input, **with_shares})
+        key = upstream if parts is None else stable_hash({"upstream": upstream, "target": named_input, **with_shares})
+        request = state.request(stage, stage_checked, key, spec.algorithm(), given_by_stage[stage], parts)
         output = paths[stage]
         t0, warned = time.monotonic(), len(console.WARNINGS)
         why = state.stale(stage, request, output)
@@ -768,11 +712,14 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
                 extra = {"data": data, **{o.name: opts[o.name] for o in DATASET_OPTIONS}}  # as run reads them
             if stage == "select" and shares:  # the mixture file's bounds as they are now, not as embed recorded them
                 extra = {"data": data}
-            with state.running(stage, request, output):
-                result = spec.function(*inputs[stage], out=str(output), overwrite=True, force=force, **stage_opts,
-                                       **extra, **_stage_extra(spec))
-                if stage == "select":  # too small: not recorded, the rerun with a larger budget needs no --overwrite
-                    _check_selection_fills_a_step(output, opts)
+            # an embed no run recorded keeps the committed chunks of another plan without --overwrite (an interrupted
+            # first run's, or an `embed` command's: the same plan's are resumed), as `embed --resume` does
+            replace = overwrite or stage != "embed" or stage in state.stages
+            result = spec.function(*inputs[stage], out=str(output), overwrite=replace, force=force, **stage_opts,
+                                   **extra, **_stage_extra(spec))
+            if stage == "select":  # not recorded when too small: the rerun with a larger budget needs no --overwrite
+                _check_selection_fills_a_step(output, opts)
+            state.record(stage, request, output)
             seconds = round(time.monotonic() - t0, 2)
             # each stage's object is the one its own command prints with --json
             summaries[stage] = console.json_object(stage, spec.summary(result), seconds,
