@@ -181,9 +181,9 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             problem(r, None, "missing", f"{never.size} planned ids {said} (first: id {plan_ids[never[0]]})")
         # ids consumed fewer epochs than others, where some id was consumed in a later epoch (packing's uneven
         # ranks log more rows than an epoch without any)
-        stopped = np.flatnonzero((seen >= plan_c) & (seen < plan_c * epochs)) if (seen > plan_c).any() else []
-        if len(stopped):
-            rc.counts["short epoch"] += len(stopped)
+        stopped = np.flatnonzero((seen >= plan_c) & (seen < plan_c * epochs))
+        if stopped.size and (seen > plan_c).any():
+            rc.counts["short epoch"] += int(stopped.size)
             problem(r, None, "short epoch", f"the log stops inside epoch {epochs} of the plan ({rc.rows_logged} rows "
                                             f"logged, {plan_r.size} an epoch): {stopped.size} planned ids consumed "
                                             f"in fewer epochs than the others (first: id {plan_ids[stopped[0]]})")
@@ -274,18 +274,17 @@ def _passed_over(sequence: np.ndarray, order: np.ndarray) -> int | None:
     return at + 1 - sequence.size
 
 
-def _rows_taken_out(planned: np.ndarray, consumed: dict) -> int:
-    """The planned rows no rank consumed, where the ranks consumed the rest in the order of an export dealt as its
-    trainer deals it (a filter on length before dealing); 0 for any other pattern."""
+def _rows_taken_out(planned: np.ndarray, consumed: dict, logged: dict) -> int:
+    """The planned rows no rank consumed (`logged`: each rank's ids), where the ranks consumed the rest in the order
+    of an export dealt as its trainer deals it (a filter on length before dealing); 0 for any other pattern."""
     steps, n, m = planned.shape
     if any(consumed.get(r) is None for r in range(n)):
         return 0
     flat = planned.transpose(1, 0, 2).reshape(-1)
-    every = _dealt_sequence(consumed, n, "batch")
-    lost = np.setdiff1d(flat, every).size
-    for layout in ("batch", "sample"):
+    lost = np.setdiff1d(flat, [i for r in range(n) for i in logged[r]]).size
+    for layout in ("batch", "sample") if lost else ():
         sequence = _dealt_sequence(consumed, n, layout)
-        if lost and sequence.size and _passed_over(sequence, flat[interleaved_order(n, steps, m, layout)]):
+        if sequence.size and _passed_over(sequence, flat[interleaved_order(n, steps, m, layout)]):
             return lost
     return 0
 
@@ -316,7 +315,7 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     dealt_again = n > 1 and all(consumed.get(r) is not None and _dealt_again(planned[:, r], n, r, logged[r])
                                 for r in range(n)) and not in_plan_order
     # rows filtered out before dealing: the rest dealt in order, every later row's place shifted
-    taken_out = 0 if dealt_again or in_plan_order else _rows_taken_out(planned, consumed)
+    taken_out = 0 if dealt_again or in_plan_order else _rows_taken_out(planned, consumed, logged)
     odd = {s: c for s, c in sizes.items() if s != m}
     # a DistributedSampler's share of a shard, or the rows left after some were taken out, end in a short
     # micro-batch: not packing
