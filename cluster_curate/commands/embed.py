@@ -186,14 +186,18 @@ def _validate(o: dict, given: set) -> list[str]:
         raise CurateError(f"--model {o['model']} is not used by --features {','.join(features)} (no model); "
                           "add a model feature, e.g. --features text,gradient")
     encoder = any(getattr(FEATURE_KINDS.get(f), "encoder", False) for f in features)
-    if not uses_model and not encoder:
-        for name in ("device", "dtype"):  # else silently ignored: text runs no model or encoder
-            if o[name] not in (None, "auto"):
-                raise CurateError(f"--{name} {o[name]} is not used by --features {','.join(features)} (no model "
-                                  "or encoder runs); leave it out, or add a model feature, e.g. --features "
-                                  "text,gradient")
-    if not o.get("like"):  # --like sets the pool's model and max length, read or not
-        _check_read_by_models(o, features, given, uses_model, encoder)
+    if not uses_model and not encoder:  # else silently ignored: text runs no model or encoder
+        from cluster_curate.features.embed import DEFAULT_MAX_LENGTH
+        unread = {"device": o["device"] not in (None, "auto"), "dtype": o["dtype"] not in (None, "auto"),
+                  # at its default, as a Makefile may give it; --like sets the pool's, read or not
+                  "max_length": "max_length" in given and o["max_length"] != DEFAULT_MAX_LENGTH and not o.get("like")}
+        name = next((name for name, given_here in unread.items() if given_here), None)
+        if name:
+            raise CurateError(f"--{name.replace('_', '-')} {o[name]} is not used by --features {','.join(features)} "
+                              "(no model or encoder runs); leave it out, or add a model feature, e.g. --features "
+                              "text,gradient")
+    if not o.get("like"):  # --like sets the pool's model
+        _check_proxy_options(o, features, uses_model)
     if uses_model and not encoder and o["dtype"] not in (None, "auto"):
         from cluster_curate.commands.embed_parts import checkpoint_items
         from cluster_curate.io import proxy_store as store
@@ -231,16 +235,12 @@ def _check_read_by_features(o: dict, features: list[str]) -> None:
                           "leave it out, or add --features hidden")
 
 
-def _check_read_by_models(o: dict, features: list[str], given: set, uses_model: bool, encoder: bool) -> None:
-    """--max-length given where no model or encoder runs, and a --proxy-* option where no proxy is trained (text
-    features, or --model a model of its own), at another value than their default: refused, as --pool and
-    --device are (else silently ignored; at the default they change nothing, as a Makefile may give them)."""
-    from cluster_curate.features.embed import DEFAULT_MAX_LENGTH
+def _check_proxy_options(o: dict, features: list[str], uses_model: bool) -> None:
+    """A --proxy-* option where no proxy is trained (text features, or --model a model of its own), at another value
+    than its default: refused, as --pool and --device are (else silently ignored; at the default it changes
+    nothing, as a Makefile may give it)."""
     from cluster_curate.features.proxy import ProxyOptions
     listed = ",".join(features)
-    if "max_length" in given and o["max_length"] != DEFAULT_MAX_LENGTH and not uses_model and not encoder:
-        raise CurateError(f"--max-length {o['max_length']} is not used by --features {listed} (no model or encoder "
-                          "runs); leave it out, or add a model feature, e.g. --features text,gradient")
     default = ProxyOptions()
     proxy = [name for name, attr in _PROXY_FIELDS.items()
              if o.get(name) is not None and o[name] != getattr(default, attr)]
