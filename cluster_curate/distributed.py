@@ -212,6 +212,15 @@ def plan_changes(old, new: dict, options=(), most: int = 3) -> str:
     return ", ".join(said[:most]) + (f" and {len(said) - most} more" if len(said) > most else "")
 
 
+def committed_chunks(out) -> list[int]:
+    """The chunks an interrupted run committed in the staging folder beside the artifact `out` (what --resume keeps;
+    `run` says how many it found)."""
+    staging = sidecar_path(out, names.STAGING)
+    if not staging.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in staging.iterdir() if (m := _CHUNK_RE.match(p.name)))
+
+
 class ChunkedOutput:
     """Where an `embed` worker commits its chunks and how the artifact is finished (see module docstring).
 
@@ -324,9 +333,7 @@ class ChunkedOutput:
         return self.staging / names.chunk_file_name(chunk)
 
     def committed(self) -> list[int]:
-        if not self.staging.is_dir():
-            return []
-        return sorted(int(m.group(1)) for p in self.staging.iterdir() if (m := _CHUNK_RE.match(p.name)))
+        return committed_chunks(self.out)
 
     def todo(self, chunk: int) -> bool:
         """Whether this worker must compute `chunk` (it owns it and it is not committed yet)."""

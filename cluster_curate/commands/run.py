@@ -141,6 +141,7 @@ class RunState:
         """Why `stage` must run again (None: it is up to date)."""
         rec = self.stages.get(stage)
         if rec is None:  # an interrupted first run's embed: its committed chunks are resumed where the plan is the same
+            from cluster_curate.distributed import committed_chunks
             chunks = committed_chunks(output) if stage == "embed" else []
             return f"not finished before ({counted(len(chunks), 'committed chunk')} found)" if chunks else \
                 "not run before"
@@ -164,13 +165,6 @@ class RunState:
         from cluster_curate.io.writer import write_json
         self.stages[stage] = dict(request, fingerprint=output_fingerprint(stage, output))
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
-
-
-def committed_chunks(embeddings) -> list[Path]:
-    """The chunks an interrupted embed committed beside `embeddings` (its staging folder)."""
-    from cluster_curate.io.artifacts import sidecar_path
-    staging = sidecar_path(embeddings, names.STAGING)
-    return sorted(staging.glob("chunk-*.parquet")) if staging.is_dir() else []
 
 
 # Options added after `run` directories existed, at the value that matches a directory made before them: left out
