@@ -202,9 +202,8 @@ def _describe_clusters(path: Path, sections: list) -> None:
                  "moved_by_the_cap": Shown(meta.params.get("moved"), label="moved by the size cap")})
     groups = meta.params.get("groups")
     if groups:  # as cluster's summary says them: a group of empty clusters alone holds no row
-        holding = C.groups_holding_rows(groups, sizes)
-        data["groups"] = Shown(len(set(groups)), f"{len(set(groups)):,}" + (f" ({holding:,} holding rows)"
-                                                                             if holding < len(set(groups)) else ""))
+        n, holding = len(set(groups)), C.groups_holding_rows(groups, sizes)
+        data["groups"] = Shown(n, f"{n:,}" + (f" ({holding:,} holding rows)" if holding < n else ""))
     sections.append(("clusters", data, None))
 
 
