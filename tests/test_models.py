@@ -157,9 +157,9 @@ def test_a_model_or_encoder_folder_without_its_tokenizer_says_so(tmp_path):
                 f.unlink()
         with pytest.raises(CurateError) as e:
             load(str(folder))
-        assert str(e.value) == (f"{flag} {folder}: could not be loaded: no tokenizer in the folder (none of "
-                                "tokenizer.json, tokenizer_config.json, tokenizer.model, ...): save it beside the "
-                                "model")
+        assert str(e.value) == (f"{flag} {folder}: could not be loaded: no tokenizer in the folder (no "
+                                "tokenizer.json, tokenizer_config.json, tokenizer.model, vocab.txt, nor vocab.json "
+                                "with merges.txt): save it beside the model")
 
 
 def test_a_model_saved_again_under_the_same_path_is_another_model(tmp_path):
@@ -341,3 +341,24 @@ def test_tokenizers_that_read_ids_otherwise_are_told_apart(tmp_path):
     grown.add_special_tokens({"additional_special_tokens": ["<|tool|>"]})
     assert models.tokenizer_difference(a, grown) is None
     assert models.tokenizer_difference(grown, a) == "its tokenizer has 300 tokens, not 301"
+
+
+@pytest.mark.parametrize("files, holds", [
+    (["tokenizer.json"], True), (["tokenizer_config.json"], True), (["vocab.txt"], True),
+    (["spm.model"], True), (["qwen.tiktoken"], True), (["vocab.json", "merges.txt"], True),
+    (["vocab.json"], False), (["config.json", "model.safetensors"], False), ([], False)])
+def test_model_encoder_and_tokenizer_folders_hold_a_tokenizer_by_one_rule(tmp_path, files, holds):
+    """--model and --encoder folders were checked against a list of file names, --tokenizer folders by another
+    rule: a sentencepiece model under its own name or a tiktoken file passed one and was refused by the other,
+    a vocab.json without its merges the other way round. One rule decides for all three."""
+    from cluster_curate.commands.common import check_tokenizer_path
+    from cluster_curate.features.models import check_tokenizer_files
+    for name in files:
+        (tmp_path / name).write_text("{}")
+    for check in (lambda: check_tokenizer_files(tmp_path, f"--model {tmp_path}"),
+                  lambda: check_tokenizer_path(str(tmp_path))):
+        if holds:
+            check()
+        else:
+            with pytest.raises(CurateError, match="no tokenizer in th"):
+                check()

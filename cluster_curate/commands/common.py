@@ -163,25 +163,13 @@ def check_tokenizer_path(path: str | None) -> None:
         raise CurateError(f"--tokenizer {path}: not a directory nor a .gguf file (pass a local Hugging Face "
                           "tokenizer or model directory, as written by save_pretrained, or a .gguf model)")
     if p is not None and p.is_dir():
-        missing = _missing_tokenizer_files(p)
+        from cluster_curate.features.tokenizer_files import missing_tokenizer_files
+        missing = missing_tokenizer_files(p)
         if missing:  # else transformers says so only when select loads it, after embed and cluster
             found = sorted(f.name for f in p.iterdir())
             holds = f"it holds {', '.join(found[:4])}{', ...' if len(found) > 4 else ''}" if found else "it is empty"
             raise CurateError(f"--tokenizer {path}: no tokenizer in this directory ({missing}; {holds}); pass the "
                               "directory a tokenizer's save_pretrained wrote, or a .gguf model")
-
-
-def _missing_tokenizer_files(folder) -> str | None:
-    """What a directory lacks to hold a tokenizer (None: it holds one): a fast tokenizer's tokenizer.json, a
-    sentencepiece or tiktoken model, a WordPiece vocab.txt, a BPE vocab.json with its merges.txt, or a
-    tokenizer_config.json (ByT5's and CANINE's tokenizers have no vocabulary file: transformers says the rest)."""
-    names = {f.name for f in folder.iterdir() if f.is_file()}
-    if {"tokenizer.json", "vocab.txt", "tokenizer_config.json"} & names or \
-            any(n.endswith((".model", ".tiktoken")) for n in names):
-        return None
-    if "vocab.json" in names:
-        return None if "merges.txt" in names else "vocab.json without its merges.txt"
-    return "no tokenizer.json, tokenizer_config.json, tokenizer.model, vocab.txt, nor vocab.json with merges.txt"
 
 
 def tokenizer_stamp(path: str) -> str:

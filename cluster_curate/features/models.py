@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from cluster_curate.errors import CurateError
+from cluster_curate.features.tokenizer_files import missing_tokenizer_files
 
 PLAIN_ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant"}
 ENCODE_SLICE = 256  # texts per batched tokenizer call (see _split_ids)
@@ -201,18 +202,14 @@ def _loading_bars(gguf: bool):
             reader.tqdm = reader_tqdm
 
 
-# the files a tokenizer is loaded from, one of which a model folder holds (transformers' and sentencepiece's names)
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                    "spiece.model", "sentencepiece.bpe.model")
-
-
 def check_tokenizer_files(path: Path, named: str) -> None:
     """A local model or encoder folder must hold its tokenizer: without one transformers either fails ("Couldn't
     instantiate the backend tokenizer from one of:") or, for some models (BERT), builds one of its 5 special
     tokens alone, which reads every word as [UNK] and gives every row one embedding, without a word."""
-    if path.is_dir() and not any((path / name).is_file() for name in _TOKENIZER_FILES):
-        raise CurateError(f"{named}: could not be loaded: no tokenizer in the folder (none of "
-                          f"{', '.join(_TOKENIZER_FILES[:3])}, ...): save it beside the model")
+    missing = missing_tokenizer_files(path) if path.is_dir() else None
+    if missing:
+        raise CurateError(f"{named}: could not be loaded: no tokenizer in the folder ({missing}): save it beside "
+                          "the model")
 
 
 def loading_error(e: Exception) -> str:
