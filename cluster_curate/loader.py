@@ -62,6 +62,7 @@ class Shard:
         self.micro_batch_size = int(manifest["micro_batch_size"])
         self.steps = int(manifest["steps"])
         self.path = self.directory / manifest["files"][rank]["file"]
+        _check_shard_sizes([str(self.path)], [manifest["files"][rank].get("bytes")], first_rank=rank)
         try:
             self.table: pa.Table = pq.read_table(self.path, columns=list(columns) if columns else None, memory_map=True)
         except (OSError, pa.ArrowInvalid, KeyError) as e:
@@ -177,12 +178,31 @@ def _decoded(value):
 def shard_files(directory: str | os.PathLike, *, check_content: bool = False) -> list[str]:
     """Paths of all shards, rank 0 first (the manifest's order). check_content: each file must be the one shard
     wrote (the sha256 its manifest records), else a one-line error naming it, for the commands that read a whole
-    shard directory once (export, verify); a training's start is not made to hash its data."""
+    shard directory once (export, verify); a training's start is not made to hash its data, only to check each
+    file's size."""
     manifest = read_manifest(directory)
     paths = [str(Path(directory) / f["file"]) for f in manifest["files"]]
     if check_content:
         _check_shard_content(paths, [f.get("sha256") for f in manifest["files"]])
+    else:
+        _check_shard_sizes(paths, [f.get("bytes") for f in manifest["files"]])
     return paths
+
+
+def _check_shard_sizes(paths: list[str], recorded: list[int | None], first_rank: int = 0) -> None:
+    """The cheap half of _check_shard_content, for a training's start: a shard left from another run (the same
+    rows per shard, other rows) or rewritten since has, almost always, another size."""
+    for rank, (path, expected) in enumerate(zip(paths, recorded), start=first_rank):
+        if expected is None:  # a manifest written by hand, or by a version that recorded none
+            continue
+        try:
+            actual = os.path.getsize(path)
+        except OSError as e:
+            raise cannot_read(path, e, "the shard") from None
+        if actual != expected:
+            raise CurateError(f"{path}: not the file `shard` wrote for rank {rank} ({actual:,} bytes, the manifest "
+                              f"records {expected:,}: the file was changed, replaced, swapped or renamed since); "
+                              "write the shards again or put the files back")
 
 
 def _check_shard_content(paths: list[str], recorded: list[str | None]) -> None:

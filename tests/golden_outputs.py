@@ -89,7 +89,7 @@ def parts_commands(out: str = "parts") -> list[list[str]]:
 # ---------------------------------------------------------------------------------------------- canonical form
 
 _DROP_KEYS = ("seconds", "rows_per_s", "tokens_per_s")
-_DROP_EXACT = ("sha256", "absolute_path")
+_DROP_EXACT = ("sha256", "bytes", "absolute_path")  # file bytes: the Parquet writer's version
 FLOAT_TOL = 1e-6  # relative, and absolute near 0: 100x the last-bit moves seen between two kinds of CPU
 _FINGERPRINT = re.compile(r"^[0-9a-f]{24}(:[0-9a-f]{16})?$")  # lineage hashes (blake2b, 12 bytes, in hex); run's
 # record of shards adds their manifest's bytes' hash

@@ -890,6 +890,32 @@ def test_shard_files_swapped_or_changed_since_shard_are_refused_by_verify_and_ex
                     "was changed or replaced since)")
 
 
+def test_a_shard_left_from_another_run_is_refused_by_a_training_start(shards, tmp_path):
+    """A training does not hash its shards (verify and export do): a file left from another run with the same
+    rows per shard (a node's stale copy) was read as this plan's. Its size is checked against the manifest's by
+    load_shard and shard_files; a manifest written before sizes were recorded is read as before."""
+    import shutil
+
+    from cluster_curate.loader import load_shard
+    copy = tmp_path / "shards"
+    shutil.copytree(shards["qa"], copy)
+    first, _ = shard_files(copy)
+    table = pq.read_table(first)
+    pq.write_table(table.set_column(table.column_names.index("question"), "question",
+                                    [[p + " (another run)" for p in table.column("question").to_pylist()]]), first)
+    expected = f"{first}: not the file `shard` wrote for rank 0 ("
+    for read in (lambda: load_shard(copy, rank=0, world_size=N), lambda: shard_files(copy)):
+        with pytest.raises(CurateError) as e:
+            read()
+        assert str(e.value).startswith(expected) and "bytes, the manifest records" in str(e.value)
+    assert len(load_shard(copy, rank=1, world_size=N)) == len(pq.read_table(shard_files(shards["qa"])[1]))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for f in manifest["files"]:
+        del f["bytes"]
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert load_shard(copy, rank=0, world_size=N).column_names == table.column_names
+
+
 def test_verify_runs_as_a_process(shards, tmp_path):
     """The installed entry point, as a job's last step runs it: exit status 3 on a broken plan."""
     import subprocess

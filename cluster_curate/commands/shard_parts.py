@@ -299,8 +299,8 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
         "wrapped_rows": int(plan.wrapped.sum()), "leftover_rows": len(leftover_ids), "leftover_ids": leftover_ids,
         "leftover_file": names.LEFTOVER, "renamed_source_columns": renamed, "columns": columns,
         **({"json_columns": list(json_columns)} if json_columns else {}),
-        "files": [{"file": name, "rows": plan.rows_per_shard, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-                  for name, p in files],
+        "files": [{"file": name, "rows": plan.rows_per_shard, "bytes": p.stat().st_size,
+                   "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for name, p in files],
         "clusters": [{"cluster": int(c), "selected": int(s), "in_data": None if nc is None else int(nc),
                       "weight": float(wc)} for c, s, nc, wc in zip(w.labels, w.selected, in_data, w.per_cluster)],
         "cluster_sizes_source": w.sizes_source,
