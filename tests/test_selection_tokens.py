@@ -207,8 +207,9 @@ def test_run_tokenizer_counts_tokens_once_and_shard_reuses_selects_counts(cli_ru
                       tok_dir, "--num-shards", "2", "--micro-batch-size", "2", "-q"])
     assert passes == ["select: count tokens", "shard: count tokens"]
     again = json.loads((tmp_path / "again" / "manifest.json").read_text())
-    def same(m):  # the files' byte hashes cover their footers, which name the output
-        return {k: v for k, v in m.items() if k != "inputs"} | {"files": [{**f, "sha256": None} for f in m["files"]]}
+    def same(m):  # the files' byte hashes and sizes cover their footers, which name the output
+        return {k: v for k, v in m.items() if k != "inputs"} | {"files": [{**f, "sha256": None, "bytes": None}
+                                                                         for f in m["files"]]}
     assert same(again) == same(manifest)
     shards = sorted(p.name for p in (tmp_path / "p" / "shards").iterdir() if p.suffix == ".parquet")
     assert shards and all(pq.read_table(tmp_path / "p" / "shards" / f).equals(pq.read_table(tmp_path / "again" / f))
