@@ -323,6 +323,7 @@ def test_a_mixture_files_keys_are_named_in_its_refusals_before_any_work(tmp_path
     (mx / "data").mkdir(parents=True)
     rows = [json.loads(line) for line in GSM_JSONL.read_text().splitlines()[:20]]
     write_jsonl(mx / "data" / "math.jsonl", rows)
+    write_jsonl(mx / "data" / "again.jsonl", rows)  # the second input (math.jsonl twice is one input given twice)
     write_jsonl(mx / "data" / "odd.jsonl", [{"problem_text": r["question"], "solution_text": r["answer"]}
                                             for r in rows])
     (tmp_path / "data").mkdir()
@@ -345,7 +346,7 @@ def test_a_mixture_files_keys_are_named_in_its_refusals_before_any_work(tmp_path
                                    f"{mx / 'data' / 'here.jsonl'} does not exist",
     }
     for entry, said in cases.items():
-        (mx / "mix.yaml").write_text(f"inputs:\n  - {entry}\n  - {{path: data/math.jsonl, name: again}}\n")
+        (mx / "mix.yaml").write_text(f"inputs:\n  - {entry}\n  - {{path: data/again.jsonl}}\n")
         r = cli_runner.invoke(main, ["run", str(mx / "mix.yaml"), "--out", str(tmp_path / "out"), "--budget", "10",
                                      "-n", "2"], env={"COLUMNS": "250"})
         assert r.exit_code == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) <= 2, (entry, r.stderr)

@@ -36,8 +36,25 @@ def _open_recorded(o: dict, name: str, record: dict):
     if ds is not None and record.get("fingerprint"):
         # read where the record says (--data naming that place too): a mismatch is that data changed since
         same_place = not o["data"] or _resolved(data_paths(o["data"])) == _resolved(recorded_paths(found))
-        check_dataset_matches(record, name, _fingerprints(ds, o["force"]), o["force"], same_place)
+        given = _fingerprints(ds, o["force"])
+        if not o["force"]:
+            _check_same_inputs(record, name, ds, given, same_place)
+        check_dataset_matches(record, name, given, o["force"], same_place)
     return ds
+
+
+def _check_same_inputs(record: dict, name: str, ds, given: dict, same_place: bool) -> None:
+    """A mixture other than the recorded one (or a mixture for one dataset, or one dataset for a mixture), said by
+    the first input that differs and how (io/mixture.input_difference): two sources named alike and their
+    fingerprints alone do not say it. Rows changed at the recorded place are check_dataset_matches' to say."""
+    from cluster_curate.io.mixture import Mixture, input_difference, is_mixture_record
+    if record["fingerprint"] == given["fingerprint"] or not (is_mixture_record(record) or isinstance(ds, Mixture)):
+        return
+    differs = input_difference(record, ds, contents=not same_place)
+    if differs:
+        raise CurateError(f"{name}: was made from {record.get('source')} (fingerprint {record['fingerprint']}), not "
+                          f"from {given['source']} (fingerprint {given['fingerprint']}): {differs}, or pass --force "
+                          "to use it anyway")
 
 
 def _fingerprints(ds, forced: bool = False) -> dict:

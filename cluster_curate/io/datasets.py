@@ -58,7 +58,7 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from pathlib import Path
 from typing import Iterator
 
@@ -413,6 +413,15 @@ class Dataset:
         if row is None or row.line is None:
             return f"{self.source}: " + (f"row {id_} (id {id_ + self.id_offset})" if self.id_offset else f"id {id_}")
         return f"{row.file or self.source}:{row.line}"
+
+    def line_of(self, id_: int) -> str | None:
+        """`file:line` where row `id_` starts, as a bad row's message names it; None where the source has no lines
+        (Parquet, Arrow: its messages name the row). Reads the rows up to it: for a message, not a pass."""
+        if not hasattr(self._src, "iter_rows"):
+            return None
+        with _read_errors(self.source):
+            row = next(islice(self._src.iter_rows(), id_, None), None)
+        return None if row is None or row.line is None else self._location(id_, row)
 
     def _message(self, id_: int, row: JsonRow | None, field: str | None, reason: str, hint: bool = True) -> str:
         what = f"field '{field}': " if field else ""

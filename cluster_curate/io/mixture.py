@@ -84,6 +84,11 @@ class MixtureInput:
     where: str = ""  # where it was declared, for messages ("mix.yaml: inputs[1]" or the argument)
     fields: dict = field(default_factory=dict)  # the column keys its mixture file gave it (prompt_field: ...)
 
+    @property
+    def in_mixture_file(self) -> bool:
+        """Declared by a mixture file's entry (`mix.yaml: inputs[0]`), not as an argument of its own."""
+        return self.where.endswith("]")
+
     def describe(self) -> dict:
         opts = self.options.given()
         return {"name": self.name, "path": self.path, **({"options": opts} if opts else {}),
@@ -222,14 +227,17 @@ def mixture_inputs(sources: list[str] | str, options: ReadOptions | None = None)
         else:
             inputs.append(MixtureInput(path=arg, name=default_name(arg), options=options, where=arg))
     seen: dict[str, MixtureInput] = {}
-    for inp in inputs:
+    for k, inp in enumerate(inputs):
         if not valid_input_name(inp.name):
-            named = inp.where.endswith("]")  # a mixture file's input (`mix.yaml: inputs[0]`), else a file's name
             raise CurateError(f"{inp.where}: input name {inp.name!r}: use letters, digits, '.', '_' or '-'"
-                              + ("" if named else f" (a file's name is its input's name: give it another in a "
-                                 f"mixture file, `inputs: [{{path: {inp.path}, name: ...}}]`)"))
-        if inp.name in seen and _same_file(inp.path, seen[inp.name].path):  # not a naming problem: a repeat
-            raise CurateError(f"{inp.where}: given twice (also as {seen[inp.name].where}); give each input once")
+                              + ("" if inp.in_mixture_file else f" (a file's name is its input's name: give it "
+                                 f"another in a mixture file, `inputs: [{{path: {inp.path}, name: ...}}]`)"))
+        again = next((other for other in inputs[:k] if _same_file(inp.path, other.path) and _read_alike(inp, other)),
+                     None)
+        if again is not None:  # every row twice, each an exact copy (not a naming problem, whatever the names)
+            raise CurateError(f"{inp.where}: given twice (also as {again.where}); give each input once"
+                              + (" (or read it otherwise in each entry: another format or field)"
+                                 if inp.in_mixture_file else ""))
         if inp.name in seen:
             raise CurateError(f"{inp.where}: input name {inp.name!r} is also the name of {seen[inp.name].where}; "
                               f"name them apart in a mixture file (name: ...)")
@@ -240,10 +248,23 @@ def mixture_inputs(sources: list[str] | str, options: ReadOptions | None = None)
 
 
 def _same_file(a: str, b: str) -> bool:
+    """One file or folder however it is written (`./a.jsonl`, `../d/a.jsonl`, a symlink to it)."""
+    import os
     try:
-        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
-    except (OSError, RuntimeError):
-        return a == b
+        return os.path.samefile(os.path.expanduser(a), os.path.expanduser(b))
+    except OSError:  # one is not there (a hub id): the paths as written, resolved
+        try:
+            return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+        except (OSError, RuntimeError):
+            return a == b
+
+
+def _read_alike(a: MixtureInput, b: MixtureInput) -> bool:
+    """Whether two inputs of one file read the same examples from it: two views of one file (another format or
+    field) are a mixture; another on_bad_row alone reads the same rows."""
+    def view(inp):
+        return {k: v for k, v in inp.options.hashed().items() if k != "on_bad_row"}
+    return view(a) == view(b)
 
 
 # the mixture's own columns an input's (raw) column may be named like: its `id` is `source_id` already
@@ -475,7 +496,8 @@ class Mixture:
 
     def _check_fit(self, name: str, held: list, target: pa.DataType, batch_rows: int) -> None:
         """Whole numbers beside fractions are read as `target` (3 as 3.0), as one input's or Parquet parts' column of
-        both is (io/containers); an input's whole number a float would round is refused, naming its row."""
+        both is (io/containers); an input's whole number a float would round is refused, naming its line (its row in
+        a columnar input)."""
         from cluster_curate import console
         from cluster_curate.io.containers import always_fits, fits_as
         for k, column, held_type in held:
@@ -485,7 +507,9 @@ class Mixture:
                 values = b.raw.column(column)
                 if not fits_as(values, target):
                     bad = next(i for i in range(len(values)) if not fits_as(values.slice(i, 1), target))
-                    raise CurateError(f"{self.inputs[k].path}: row {b.raw.column(0)[bad].as_py()}: column '{column}' "
+                    row = b.raw.column(0)[bad].as_py()  # the row in its input: named by its line where it has one
+                    where = self.datasets[k].line_of(row) or f"{self.inputs[k].path}: row {row}"
+                    raise CurateError(f"{where}: column '{column}' "
                                       f"holds {values[bad].as_py()} ({held_type}), which the {target} that column is "
                                       "beside the other inputs' fractions cannot hold as written; rename one of them "
                                       f"in a mixture file (rename: {{{column}: {column}_{self.inputs[k].name}}})")
@@ -679,6 +703,88 @@ def inputs_from_record(record: dict) -> list[MixtureInput]:
                                 min_share=item.get("min_share"), max_share=item.get("max_share"),
                                 where=f"recorded input {item['name']}"))
     return out
+
+
+@dataclass
+class _Entry:
+    """One input as a lineage record holds it, or as given now: what a mixture's fingerprint hashes, and where."""
+    name: str
+    path: str
+    fingerprint: str | None
+    options: dict  # ReadOptions.given()
+    rename: dict
+    in_mixture_file: bool = False
+
+
+def input_difference(recorded: dict, data, contents: bool = True) -> str | None:
+    """What tells the data a lineage record names (`recorded`: a mixture's, or one dataset's) from `data` as opened
+    now (a Mixture or a Dataset), one of them a mixture, where their inputs have the same names in the same order
+    (else the names say it): the first input that differs and how, recorded vs given (its rows unless `contents` is
+    False, its rename, its reading options: with every input that differs alike), and what to write instead; else
+    that one is a mixture and the other not. None where nothing but that the fingerprints differ tells them apart."""
+    if is_mixture_record(recorded):
+        was = [_Entry(i.get("name"), str(i.get("path") or i.get("source")), i.get("fingerprint"),
+                      i.get("options") or {}, i.get("rename") or {}) for i in recorded["inputs"]]
+    else:
+        was = [_Entry(default_name(recorded["source"]), recorded["source"], recorded.get("fingerprint"),
+                      recorded.get("options") or {}, {})]
+    if isinstance(data, Mixture):
+        now = [_Entry(i.name, i.path, ds.fingerprint(), i.options.given(), i.rename, i.in_mixture_file)
+               for i, ds in zip(data.inputs, data.datasets)]
+    else:
+        now = [_Entry(default_name(data.source), data.source, data.fingerprint(), data.opts.given(), {})]
+    if [e.name for e in was] != [e.name for e in now]:
+        return None  # other inputs, or in another order: their names say so (artifacts.check_dataset_matches)
+    pass_data = f"pass --data {was[0].path}" if len(was) == 1 else \
+        f"pass --data once per input, in this order: {' '.join(e.path for e in was)}"
+    for then, given in zip(was, now):
+        if contents and then.fingerprint != given.fingerprint:
+            return (f"input {then.name}: {given.path} holds other rows than {then.path} recorded (fingerprint "
+                    f"{given.fingerprint}, {then.fingerprint} recorded; {pass_data})")
+        if then.rename != given.rename:
+            fix = f"give its entry `rename: {json.dumps(then.rename)}`" if then.rename else \
+                "leave `rename` out of its entry"
+            return (f"input {then.name}: rename {json.dumps(then.rename)} recorded, {json.dumps(given.rename)} given "
+                    f"({fix})")
+        differs = _options_difference(then.options, given.options, given.in_mixture_file)
+        if differs:  # named with every input that differs alike (--on-bad-row skip given to embed: all of them)
+            alike = [t.name for t, g in zip(was, now) if _options_difference(t.options, g.options, g.in_mixture_file)
+                     == differs]
+            if len(alike) > 1 and given.in_mixture_file:
+                return f"inputs {', '.join(alike)}: {differs.replace('its entry', 'their entries')}"
+            return f"input {then.name}: {differs}"
+    if not is_mixture_record(recorded):
+        return f"one dataset recorded, a mixture given ({pass_data})"
+    if not isinstance(data, Mixture):
+        return f"a mixture recorded, one dataset given ({pass_data}, or its mixture file)"
+    return None
+
+
+def _options_difference(then: dict, given: dict, in_mixture_file: bool) -> str | None:
+    """`on_bad_row skip recorded, error given (...)`: the reading options of one input, recorded and given (as
+    ReadOptions.given() keeps them), where they differ, with what gives the recorded ones: its mixture file's
+    entry's keys, else the flags."""
+    default = ReadOptions()
+    keys = [k for k in dict.fromkeys([*then, *given]) if then.get(k) != given.get(k)]
+    if not keys:
+        return None
+
+    def said(options, key):
+        value = options.get(key, getattr(default, key))
+        return "unset" if value is None else value
+    what = "; ".join(f"{k} {said(then, k)} recorded, {said(given, k)} given" for k in keys)
+    put, drop = [k for k in keys if k in then], [k for k in keys if k not in then]
+    flag = {k: "--" + k.replace("_", "-") for k in keys}
+    if in_mixture_file:
+        fixes = ([f"give its entry `{', '.join(f'{k}: {then[k]}' for k in put)}`"] if put else []) \
+            + ([f"leave {_listed([f'`{k}`' for k in drop])} out of its entry"] if drop else [])
+    else:
+        fixes = ([f"pass {' '.join(f'{flag[k]} {then[k]}' for k in put)}"] if put else []) \
+            + ([f"leave out {' '.join(flag[k] for k in drop)}"] if drop else [])
+    fix = " and ".join(fixes)
+    if in_mixture_file and keys == ["on_bad_row"]:  # the flag is every entry's default
+        fix += f", or pass --on-bad-row {said(then, 'on_bad_row')}"
+    return f"{what} ({fix})"
 
 
 def as_recorded(record: dict, options: ReadOptions) -> ReadOptions:
