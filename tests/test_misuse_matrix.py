@@ -52,6 +52,9 @@ def work(tmp_path_factory) -> Path:
     rows = [json.loads(line) for line in lines[:20]]
     with open(w / "semicolons.csv", "w", newline="") as f:  # a European spreadsheet's CSV
         csv.writer(f, delimiter=";").writerows([["question", "answer"], *([r["question"], r["answer"]] for r in rows)])
+    with open(w / "semicolons_quoted.csv", "w", newline="") as f:  # answers holding line breaks, so quoted
+        csv.writer(f, delimiter=";").writerows([["question", "answer"], *([r["question"], r["answer"]] for r in
+                                                                          map(json.loads, lines[:120]))])
     with open(w / "commas.tsv", "w", newline="") as f:
         csv.writer(f).writerows([["question", "answer"], *([r["question"], r["answer"]] for r in rows)])
     (w / "pqmix").mkdir()  # Parquet parts and a JSON Lines file beside them
@@ -149,6 +152,8 @@ CASES = [
     ("embed-zip-named-jsonl", ["embed", "zipped.jsonl", "--out", "e.parquet"], "zipped.jsonl: a zip archive, not text"),
     ("embed-csv-semicolons", ["embed", "semicolons.csv", "--out", "e.parquet"],
      "semicolons.csv:1: the header is the one column 'question;answer': the file is separated by ';', not ','"),
+    ("embed-csv-semicolons-quoted", ["embed", "semicolons_quoted.csv", "--out", "e.parquet"],  # pyarrow stopped
+     "semicolons_quoted.csv:1: the header is the one column 'question;answer': the file is separated by ';'"),
     ("embed-tsv-commas", ["embed", "commas.tsv", "--out", "e.parquet"], "separated by ',', not a tab; name it .csv"),
     ("run-parquet-dir-with-jsonl", ["run", "pqmix", "--out", "r", *FAST, "--fraction", "0.3", *SHARD],
      "pqmix: a directory of .parquet files (part-0.parquet) that also holds extra.jsonl, which"),

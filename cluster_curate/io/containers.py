@@ -539,6 +539,8 @@ class _Csv:
         except (pa.ArrowInvalid, UnicodeDecodeError) as e:  # the latter: a header that is not UTF-8
             if _straddles(e):
                 raise  # batches reads again with larger blocks
+            if isinstance(e, pa.ArrowInvalid):  # rows of another separator holding quoted commas fail here
+                self._check_separator(self._header())
             if quoted and isinstance(e, pa.ArrowInvalid):
                 # a quote never closed in a row's first value ran on to the end: its row is one field, which
                 # pyarrow refuses before the quotes are checked (as a row "a value holding a line break" broke)
@@ -622,6 +624,15 @@ class _Csv:
             raise CurateError(f"{self.path}:1: the header is the one column {header[0][:60]!r}: the file is "
                               f"separated by {said.get(other, repr(other))}, not {said[self.delimiter]}; {fix}")
 
+    def _header(self) -> list[str]:
+        """The first row's fields as Python's csv module reads them (same quoting), for _check_separator where
+        pyarrow refused the file before it gave its header."""
+        import csv
+        import io
+        with _open_binary(self.path) as f:
+            return next(csv.reader(io.TextIOWrapper(f, encoding="utf-8-sig", errors="replace", newline=""),
+                                   delimiter=self.delimiter), [])
+
     def _first_misshapen_row(self) -> str | None:
         """Locate the first row whose number of fields is not the header's (only called to explain pyarrow's error,
         which names no line): Python's csv module, same quoting, counts lines."""
@@ -635,7 +646,6 @@ class _Csv:
                 text = io.TextIOWrapper(f, encoding="utf-8-sig", errors="replace", newline="")
                 rows = csv.reader(text, delimiter=self.delimiter)
                 header, line = next(rows, []), rows.line_num + 1
-                self._check_separator(header)
                 for fields in rows:
                     if fields and len(fields) != len(header):
                         # too many: a separator inside a value; too few: a line break inside one (or a lost tab)
