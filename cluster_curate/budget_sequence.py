@@ -183,7 +183,9 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
             raise CurateError(f"source {names[k]}: its floor is {int(low[k]):,} {unit}"
                               f"{said(floor_from, k, ' ({})')} and it has only {int(avail[k]):,} {unit} to select from")
         if floor_rows[k] > cap_rows[k]:
+            # a source with no cap below the budget is bounded by the budget, not by a cap it does not have
             floor, cap = (f"its floor ({int(low[k]):,} {unit}{said(floor_from, k)})",
+                          f"the budget ({budget:,} {unit})" if high[k] >= budget else
                           f"its cap ({int(high[k]):,} {unit}{said(cap_from, k)})")
             if low[k] <= high[k]:  # tokens: no prefix of its rows lands in between
                 raise CurateError(f"source {names[k]}: no number of its rows, taken in the selection's order, holds "

@@ -24,8 +24,9 @@ from cluster_curate.within_orders import AUTO, WITHIN, dedup_within_cluster, ord
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
-ALGORITHM_VERSION = 3  # 2: --decontaminate matches each user turn of a chat, not only its whole prompt;
-# 3: --tokenizer counts each answer as a trainer tokenizes it after its prompt, end-of-turn tokens and all
+ALGORITHM_VERSION = 4  # 2: --decontaminate matches each user turn of a chat, not only its whole prompt;
+# 3: --tokenizer counts each answer as a trainer tokenizes it after its prompt, end-of-turn tokens and all;
+# 4: --dedup keeps two rows whose short answers differ
 
 # ------------------------------------------------------------------------------------------ budgets
 
@@ -178,6 +179,7 @@ class Selection:
     tokens_total: int | None = None       # tokens of all rows (when token counts were given)
     tokens_requested: int | None = None   # the token budget (token modes)
     tokens_selected: int | None = None    # tokens of the selected rows
+    source_budget: int | None = None      # the budget (rows, or tokens) a mixture's floors and caps are shares of
 
 
 def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray | None = None,
@@ -189,15 +191,17 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
                 kinds: Kinds | None = None, tokens: np.ndarray | None = None, token_budget: int | None = None,
                 token_fraction: float | None = None, tokens_counted_by: str = "counted",
                 sources: np.ndarray | None = None, source_min_share=None, source_max_share=None,
-                source_names: list[str] | None = None, source_bound_origins: tuple[list, list] | None = None
-                ) -> Selection:
+                source_names: list[str] | None = None, source_bound_origins: tuple[list, list] | None = None,
+                answer_keys: np.ndarray | None = None, short_answers: np.ndarray | None = None) -> Selection:
     """Select rows: quotas across clusters, then the first `quota` rows of each cluster in `within` order.
 
     clusters: int cluster per row (0..k-1). ids: row ids (for the random order; default 0..n-1).
     similarity: cosine to the row's centroid (far, near, diverse). loss: per row (hard). answers: an int per row,
     equal for equal answers (answers: taken in proportion inside each kind, else group, else cluster).
     features: unit rows aligned with `clusters` (diverse, dedup). dedup: cosine threshold; near-duplicates
-    are removed before quotas are computed, so the budget is still met when enough distinct rows remain.
+    are removed before quotas are computed, so the budget is still met when enough distinct rows remain;
+    answer_keys (answer_kinds.answer_key per row) and short_answers (a bool per row: a short answer): two short
+    answers that differ are not near-duplicates (within_orders.dedup_within_cluster).
     groups: the group of each cluster (`cluster --groups`): budget quotas are water-filled over groups first.
     kinds: the kind of each group and its weight (`cluster --kinds`, with groups): over weighted kinds first.
     tokens: per row (int); with token_budget / token_fraction the budget is in tokens (`token_water_fill`),
@@ -215,7 +219,8 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     kind_of_row = _kind_of_row(clusters, groups, kinds) if "answers" in order_entry.needs else None
     order = order_within_cluster(clusters, within, ids=ids, similarity=similarity, loss=loss, answers=answers,
                                  kind_of_row=kind_of_row, seed=seed, k=k)
-    order, available, dropped = _drop_near_duplicates(order, clusters, features, sizes, dedup, k)
+    order, available, dropped = _drop_near_duplicates(order, clusters, features, sizes, dedup, k, answer_keys,
+                                                      short_answers)
     n_available = int(available.sum())
 
     requested, tokens_requested = None, None
@@ -234,7 +239,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         requested, quotas, notes = _row_quotas(mode, n, order, clusters, available, dropped, fraction, budget,
                                                balance_power, groups, kinds)
 
-    picked = None
+    picked, source_budget = None, None
     if sources is not None and (source_min_share is not None or source_max_share is not None):
         check_source_bounds_order(mode, within, binding_source_bound(
             source_names or [], _listed(source_min_share), _listed(source_max_share), source_bound_origins or ([], []))
@@ -246,7 +251,8 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         # a budget cut to the rows there are: the bounds' errors say so, not name a budget that was never given
         said = "" if left >= given else (f" ({'--dedup left' if dropped else 'the data has'} only {left:,} {unit}, "
                                          f"so the budget of {given:,} became {left:,})")
-        picked = source_bounded_rows(order, clusters, sources, weights, available, min(given, left),
+        source_budget = min(given, left)
+        picked = source_bounded_rows(order, clusters, sources, weights, available, source_budget,
                                      source_min_share, source_max_share, source_names, unit, balance_power, groups,
                                      kinds, source_bound_origins, said)
         quotas = np.bincount(clusters[picked], minlength=k).astype(np.int64)
@@ -260,7 +266,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
                         "tokens_requested": tokens_requested}
     return Selection(rows=rows, cluster=clusters[rows].astype(np.int32), rank_in_cluster=rank[rows].astype(np.int32),
                      sizes=sizes, available=available, quotas=quotas, mode=mode, requested=requested,
-                     dedup_dropped=dropped, notes=notes, **token_totals)
+                     dedup_dropped=dropped, notes=notes, source_budget=source_budget, **token_totals)
 
 
 def _kind_of_row(clusters: np.ndarray, groups, kinds: Kinds | None) -> np.ndarray:
@@ -343,11 +349,12 @@ def _checked_clusters(clusters, k: int | None, features, tokens) -> tuple[np.nda
 
 
 def _drop_near_duplicates(order: np.ndarray, clusters: np.ndarray, features, sizes: np.ndarray,
-                          dedup: float | None, k: int) -> tuple[np.ndarray, np.ndarray, int]:
+                          dedup: float | None, k: int, answer_keys=None, short_answers=None
+                          ) -> tuple[np.ndarray, np.ndarray, int]:
     """(order without the near-duplicates, rows left per cluster, rows dropped); unchanged without `dedup`."""
     if dedup is None:
         return order, sizes, 0
-    keep = dedup_within_cluster(features, order, sizes, dedup)
+    keep = dedup_within_cluster(features, order, sizes, dedup, answers=answer_keys, short=short_answers)
     dropped = int(len(clusters) - keep.sum())
     if not dropped:
         return order, sizes, 0

@@ -201,9 +201,13 @@ def k_center_greedy(x: np.ndarray, n_pick: int, first: int = 0) -> np.ndarray:
 
 
 def dedup_within_cluster(features: np.ndarray, order: np.ndarray, sizes: np.ndarray, threshold: float,
-                         block_rows: int = 512) -> np.ndarray:
+                         block_rows: int = 512, answers: np.ndarray | None = None,
+                         short: np.ndarray | None = None) -> np.ndarray:
     """Near-duplicate removal: walking each cluster's rows in `order`, a row is dropped when its cosine
-    similarity to a row already kept in its cluster exceeds `threshold` (features are unit rows).
+    similarity to a row already kept in its cluster exceeds `threshold` (features are unit rows), unless both
+    rows' responses are short answers (`short`, a bool per row) and their `answers` (an int per row, equal for
+    equal answers) differ: a near-duplicate gives the same answer, and the text features weigh a question's topic
+    words down, so "What is the capital of France?" and "... of Peru?" are above 0.99 apart.
 
     Returns a bool mask over rows (True = kept). Exact greedy, computed block by block with matrix
     products: O(Σ_c size_c · kept_c · d).
@@ -212,6 +216,7 @@ def dedup_within_cluster(features: np.ndarray, order: np.ndarray, sizes: np.ndar
     keep = np.ones(n, dtype=bool)
     if threshold >= 1:  # no cosine exceeds 1: identical rows' float32 products (1.0000001, or 0.9999999) must not
         return keep     # drop some of them and keep others
+    by_answer = answers is not None and short is not None and bool(np.asarray(short).any())
     starts = np.concatenate([[0], np.cumsum(sizes)])
     thr = np.float32(threshold)
     for c in range(len(sizes)):
@@ -219,14 +224,21 @@ def dedup_within_cluster(features: np.ndarray, order: np.ndarray, sizes: np.ndar
         if len(rows) < 2:
             continue
         kept = np.empty((min(len(rows), 4 * block_rows), d), dtype=np.float32)
+        kept_rows = np.empty(len(rows), dtype=np.int64)  # their row positions (their answers, for by_answer)
         n_kept = 0
         for b in range(0, len(rows), block_rows):
             block_rows_idx = rows[b:b + block_rows]
             xb = features[block_rows_idx]
             drop = np.zeros(len(xb), dtype=bool)
             for k0 in range(0, n_kept, 8192):
-                drop |= (xb @ kept[k0:min(n_kept, k0 + 8192)].T).max(axis=1) > thr
+                k1 = min(n_kept, k0 + 8192)
+                close = xb @ kept[k0:k1].T > thr
+                if by_answer:
+                    close &= ~_other_short_answers(block_rows_idx, kept_rows[k0:k1], answers, short)
+                drop |= close.any(axis=1)
             close = np.triu(xb @ xb.T > thr, 1)
+            if by_answer:
+                close &= ~_other_short_answers(block_rows_idx, block_rows_idx, answers, short)
             for i in np.flatnonzero(close.any(axis=1)).tolist():
                 if not drop[i]:
                     drop |= close[i]
@@ -236,6 +248,12 @@ def dedup_within_cluster(features: np.ndarray, order: np.ndarray, sizes: np.ndar
                 grown[:n_kept] = kept[:n_kept]
                 kept = grown
             kept[n_kept:n_kept + len(new)] = new
+            kept_rows[n_kept:n_kept + len(new)] = block_rows_idx[~drop]
             n_kept += len(new)
             keep[block_rows_idx[drop]] = False
     return keep
+
+
+def _other_short_answers(a: np.ndarray, b: np.ndarray, answers: np.ndarray, short: np.ndarray) -> np.ndarray:
+    """Per pair of rows (a × b, positions): both responses short answers, and different ones."""
+    return (short[a][:, None] & short[b][None, :]) & (answers[a][:, None] != answers[b][None, :])

@@ -237,7 +237,8 @@ def _describe_selection(path: Path, sections: list) -> None:
     if p.get("target_service"):
         sections.append(_target_section(meta))
     if p.get("sources"):  # a mixture: rows and tokens of each input, in the data and in the selection
-        sections.append(("sources", {"inputs": len(p["sources"])}, [_source_row(r) for r in p["sources"]]))
+        bounded = any(r.get("bounds") for r in p["sources"])
+        sections.append(("sources", {"inputs": len(p["sources"])}, [_source_row(r, bounded) for r in p["sources"]]))
 
 
 # A mixture's per-input columns (io/mixture.py source_accounting; the metadata keeps them sorted by name): the
@@ -246,8 +247,17 @@ _SOURCE_COLUMNS = ("source", "rows", "tokens", "share_rows", "share_tokens", "se
                    "selected_share_rows", "selected_share_tokens", "kept_rows", "kept_tokens")
 
 
-def _source_row(row: dict) -> dict:
-    return {**{k: row[k] for k in _SOURCE_COLUMNS if k in row}, **row}
+def _source_row(row: dict, bounded: bool = False) -> dict:
+    """The input's columns, with its floor and cap (a column where any input has one: `bounded`) and its share of
+    the budget they bound, said as select's summary says them."""
+    from cluster_curate.commands.select_parts import bounds_text
+    shown = {**{k: row[k] for k in _SOURCE_COLUMNS if k in row}, **row}
+    if row.get("share_of_budget"):
+        b = row["share_of_budget"]
+        shown["share_of_budget"] = Shown(b, f"{b['share']:.1%} of {b['budget']:,} {b['unit']}")
+    if bounded:
+        shown["bounds"] = Shown(row.get("bounds") or [], bounds_text(row.get("bounds") or []) or "-")
+    return shown
 
 
 def _describe_shards(path: Path, sections: list) -> None:

@@ -448,15 +448,17 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
             "token-budget": lambda: selectable, "token-fraction": lambda: selectable}[mode]()
     notes = [f"{counted(int(copies.sum()), 'exact duplicate')} left out"] * bool(copies.any()) + [
         f"{counted(int((asking & ~copies).sum()), 'row')} ask a --decontaminate set's questions"] * bool(asking.any())
-    budget = f"--{mode} {s[mode.replace('-', '_')]} of {counted(selectable, 'row')}" + (
-        f" (of {data_rows:,}: {'; '.join(notes)})" if notes else "")
+    said = [f"of {data_rows:,}: {'; '.join(notes)}"] if notes else []  # in one parenthesis with the words below
+    budget = f"--{mode} {s[mode.replace('-', '_')]} of {counted(selectable, 'row')}"
     if words:  # the tokens select will count: what the budget can buy is known now, not after embed
         word_counts = np.concatenate(word_counts) if word_counts else np.zeros(0, dtype=np.int64)
         word_counts = word_counts[~left_out]
         requested = token_budget_for(int(word_counts.sum()), s["token_budget"], s["token_fraction"], N_TOKENS_WORDS)
         check_budget_buys_a_row(word_counts, requested, mode, N_TOKENS_WORDS)
+        # the most rows of any order: the shortest ones (the water-filling's order is known only after cluster)
         most = most_rows_within(word_counts, requested)
-        budget += f" ({requested:,} of their {int(word_counts.sum()):,} words)"
+        said.insert(0, f"{requested:,} of their {int(word_counts.sum()):,} words")
+    budget += f" ({'; '.join(said)})" if said else ""
     why = " and ".join(["exact duplicates"] * bool(copies.any()) + ["--decontaminate"] * bool(asking.any()))
     _check_source_bounds(ds, s, mode, most if mode in ("fraction", "budget") else None,
                          (ids, left_out, why) if left_out.any() else None)

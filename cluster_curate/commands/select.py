@@ -54,7 +54,8 @@ OPTIONS = (
                 "Default: the one the clusters were made from, when it is still there."),
     Option("dedup", record=True, type=float, metavar="COSINE",
            help="Drop a row whose cosine similarity to an already kept row of its cluster exceeds COSINE "
-                "(before quotas are filled)."),
+                "(before quotas are filled), unless both responses are short answers and differ (reads the "
+                "responses, as --within answers does)."),
     Option("seed", record=True, type=seed_type(), default=0, show_default=True, help="Seeds the random order."),
     *DATASET_OPTIONS,
     Option("target", path=True, metavar="TARGET",
@@ -121,9 +122,25 @@ def _inputs(o: dict, clusters: str, c, needs: set):
     if "features" in needs:
         features = read_embeddings_for(emb_path, c.ids, force=o["force"], what=f" of {clusters}")
         normalise_features(features, center=c.meta.params.get("normalisation") == "center+l2")
-    answers = _answers(o, clusters, c, emb_path=emb_path)[0] if "answers" in needs else None
+    keys, words = _dedup_answers(o, clusters, c, emb_path) if o["dedup"] is not None else (None, None)
+    if "answers" in needs and keys is None:
+        keys, words = _answers(o, clusters, c, emb_path=emb_path)
     return dict(emb_path=emb_path, emeta=emeta, why_not=why_not, loss=loss, features=features,
-                n_tokens=extra.get("n_tokens"), answers=answers)
+                n_tokens=extra.get("n_tokens"), answers=keys if "answers" in needs else None, answer_keys=keys,
+                response_words=words)
+
+
+def _dedup_answers(o: dict, clusters: str, c, emb_path) -> tuple:
+    """--dedup's answers (_answers: embed's columns, else a pass over the data), by which two short answers that
+    differ are not near-duplicates; (None, None) where the data cannot be read: feature cosine alone, said as
+    `--within auto` says it."""
+    try:
+        return _answers(o, clusters, c, emb_path=emb_path, why="--dedup")
+    except CurateError as e:
+        if "record no dataset" not in str(e):
+            from cluster_curate import console
+            console.warn(f"--dedup: the responses were not read, so feature cosine alone ({e})")
+        return None, None
 
 
 def _warn_no_n_tokens(clusters: str, x: dict, tokens) -> None:
@@ -136,7 +153,7 @@ def _warn_no_n_tokens(clusters: str, x: dict, tokens) -> None:
                      "--embeddings or --tokenizer); pass --embeddings E")
 
 
-def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
+def _answers(o: dict, clusters: str, c, ds=None, emb_path=None, why: str | None = None):
     """Each row's answer (answer_kinds.answer_key of its response) and its response's word count, aligned with
     the clusters' ids (`--within answers`, `auto`): those embed kept in the embeddings `emb_path`
     (_kept_answers; the data is opened and checked, not read), else from one pass over the raw data."""
@@ -146,8 +163,8 @@ def _answers(o: dict, clusters: str, c, ds=None, emb_path=None):
     from cluster_curate.commands.common import examples_of_ids
     if ds is None:
         # why the data is read; the recorded data's error already says "pass --data DATA", and --data's needs no hint
-        ds = open_clusters_data(o, clusters, c, f"--within {o['within']}",
-                                hint=None if o.get("data") else f"--within {o['within']} reads the rows' responses")
+        why = why or f"--within {o['within']}"
+        ds = open_clusters_data(o, clusters, c, why, hint=None if o.get("data") else f"{why} reads the rows' responses")
     kept = _kept_answers(o, c, emb_path)
     if kept is not None:
         return kept
@@ -186,7 +203,7 @@ def _kept_answers(o: dict, c, emb_path) -> tuple | None:
     return tuple(np.asarray(got[name], dtype=np.int64) for name in ANSWER_COLUMNS)
 
 
-def _auto_order(o: dict, clusters: str, c, emb_path=None) -> tuple[str, np.ndarray | None, dict]:
+def _auto_order(o: dict, clusters: str, c, emb_path=None, got=(None, None)) -> tuple[str, np.ndarray | None, dict]:
     """`--within auto` resolved (within_orders.auto_order): the order, its answer keys, and what decided it.
     Where `cluster` read the answers (its kinds) and no short one repeats, the random order without reading the
     data again. Data that cannot be read gives the random order, not an error (nothing asked for answers): with
@@ -196,6 +213,8 @@ def _auto_order(o: dict, clusters: str, c, emb_path=None) -> tuple[str, np.ndarr
     read = c.meta.params.get("short_answers")
     if read and read["max_words"] == SHORT_ANSWER_WORDS and not read["repeat"]:
         order, answers, short, by = "random", None, read["rows"], " (read by `cluster`)"
+    elif got[0] is not None:  # read already (--dedup)
+        (order, answers, short), by = auto_order(*got), ""
     else:
         try:
             ds = open_clusters_data(o, clusters, c, "--within auto")
@@ -248,8 +267,9 @@ def check_no_share_options(o: dict) -> None:
 
 def _sources(o: dict, c):
     """A mixture's source index per row (from the inputs' first ids its lineage records), its input names,
-    the floor / cap shares per input (options, else the mixture file's) as arrays (NaN: none), and where each
-    floor and cap came from (io/mixture.source_bounds)."""
+    the floor / cap shares per input (options, else the mixture file's) as arrays (NaN: none), where each
+    floor and cap came from (io/mixture.source_bounds), and each input's bounds as the summary says them
+    (_bounds_said)."""
     import numpy as np
 
     from cluster_curate.io.mixture import source_bounds, source_index
@@ -257,15 +277,32 @@ def _sources(o: dict, c):
     if source is None:
         check_no_share_options(o)
         file_shares(o["data"], None)  # a mixture file given: not the one dataset the clusters were made from
-        return None, None, None, None, None
+        return None, None, None, None, None, None
     names_ = [i["name"] for i in c.meta.dataset["inputs"]]
-    lo, hi, lo_from, hi_from = source_bounds(o["source_min_share"], o["source_max_share"], names_,
-                                             *file_shares(o["data"], c.meta.dataset["inputs"]))
+    in_file = file_shares(o["data"], c.meta.dataset["inputs"])
+    lo, hi, lo_from, hi_from = source_bounds(o["source_min_share"], o["source_max_share"], names_, *in_file)
     from cluster_curate.selection import binding_source_bound
     bounded = binding_source_bound(names_, lo, hi, (lo_from, hi_from)) is not None
     as_array = (lambda v: np.array([np.nan if s is None else s for s in v], dtype=np.float64))
     return (source, names_, as_array(lo) if bounded else None, as_array(hi) if bounded else None,
-            (lo_from, hi_from))
+            (lo_from, hi_from), _bounds_said(names_, (lo, hi), (lo_from, hi_from), in_file))
+
+
+def _bounds_said(names_: list[str], shares: tuple, origins: tuple, in_file: tuple) -> list[list[dict]]:
+    """Per input, its floor and cap (whatever their value: a floor of 0 can lift the file's) and where each was set,
+    with the mixture file's bound an option replaced (`in_file`: file_shares)."""
+    from cluster_curate.io.mixture import source_bounds
+    file_origins = source_bounds(None, None, names_, *in_file)[2:]
+    said = [[] for _ in names_]
+    for bound, values, froms, file_values, file_froms in zip(("floor", "cap"), shares, origins, in_file[:2],
+                                                            file_origins):
+        for i, (v, origin, was, was_from) in enumerate(zip(values, froms, file_values, file_froms)):
+            if v is None:
+                continue
+            said[i].append({"bound": bound, "share": v, "from": origin,
+                            **({"replaced": was, "replaced_from": was_from}
+                               if was is not None and origin != was_from else {})})
+    return said
 
 
 def file_shares(data, recorded: list[dict] | None) -> tuple[list, list, list | None]:
@@ -352,7 +389,7 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
     from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.artifacts import check_writable, output_inputs, sidecar_path
     from cluster_curate.io.readers import read_clusters
-    from cluster_curate.within_orders import AUTO, WITHIN
+    from cluster_curate.within_orders import AUTO, SHORT_ANSWER_WORDS, WITHIN
 
     t0 = time.perf_counter()
     o = resolve(OPTIONS, dict(options, out=out), "select")
@@ -375,11 +412,12 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
     c, x["decontaminated"] = P.decontaminate(o, clusters, c, x, evals)
-    sources, source_names, share_lo, share_hi, share_from = _sources(o, c)
+    sources, source_names, share_lo, share_hi, share_from, bounds = _sources(o, c)
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
     _warn_no_n_tokens(clusters, x, tokens)
     if order is None:  # auto: after what must read the data, so that data it cannot read is that one's error
-        within, x["answers"], x["auto"] = _auto_order(o, clusters, c, x["emb_path"])
+        within, x["answers"], x["auto"] = _auto_order(o, clusters, c, x["emb_path"],
+                                                      (x["answer_keys"], x["response_words"]))
         order = WITHIN.get(within)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], answers=x["answers"],
                         features=x["features"], fraction=o["fraction"], budget=o["budget"],
@@ -388,7 +426,9 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
                         groups=c.groups, kinds=c.kinds, tokens=tokens, token_budget=o["token_budget"],
                         token_fraction=o["token_fraction"], tokens_counted_by=x["counted_by"] or "",
                         sources=sources, source_min_share=share_lo, source_max_share=share_hi,
-                        source_names=source_names, source_bound_origins=share_from)
+                        source_names=source_names, source_bound_origins=share_from, answer_keys=x["answer_keys"],
+                        short_answers=None if x["response_words"] is None else
+                        x["response_words"] <= SHORT_ANSWER_WORDS)
     x["features"] = None
     for note in sel.notes:
         console.warn(note)
@@ -396,7 +436,9 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
                "rank_in_cluster": pa.array(sel.rank_in_cluster, pa.int32())}
     _add_n_tokens(columns, o, x, tokens, sel.rows)
     if sources is not None:
-        x["sources"] = _source_figures(source_names, sources, tokens, sel.rows)
+        unit = "tokens" if mode in TOKEN_MODES else "rows"
+        x["sources"] = _source_figures(source_names, sources, tokens, sel.rows, bounds,
+                                       None if sel.source_budget is None else (sel.source_budget, unit))
     params = _params(o, mode, sel, c, x)
     if x.get("auto"):
         params["within_auto"] = x["auto"]
@@ -470,7 +512,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     from cluster_curate import targeting as T
     from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.readers import read_embeddings_for
-    sources, source_names, low, high, origins = _sources(o, c)
+    sources, source_names, low, high, origins, _ = _sources(o, c)
     if low is not None:
         check_no_source_bounds(source_names, low, high, origins)
     x = _inputs(o, clusters, c, set())
@@ -529,14 +571,32 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     return summary, service["clusters"]
 
 
-def _source_figures(names: list[str], sources, tokens, rows) -> list[dict]:
-    """A mixture's per-input rows (and tokens) before and after the selection (io/mixture.source_accounting)."""
+def _budget_share(row: dict, of_budget: dict) -> str:
+    """`, 40.0% of the 12,345-token budget`: an input's share of the budget its floor and cap are shares of (from
+    the counts: the recorded share is rounded)."""
+    size, unit = of_budget["budget"], of_budget["unit"]
+    selected = row["selected_tokens" if unit == "tokens" else "selected"]
+    return f", {selected / max(size, 1):.1%} of the {size:,}-{unit[:-1]} budget"
+
+
+def _source_figures(names: list[str], sources, tokens, rows, bounds=None, budget: tuple | None = None) -> list[dict]:
+    """A mixture's per-input rows (and tokens) before and after the selection (io/mixture.source_accounting), with
+    an input's floor and cap (`bounds`: _bounds_said) and, where they were applied, its share of the `budget` they
+    are shares of (selection.Selection.source_budget, and its unit: "rows", or "tokens" with a token budget)."""
     import numpy as np
 
     from cluster_curate.io.mixture import source_accounting
     chosen = np.zeros(len(sources), dtype=bool)
     chosen[rows] = True
-    return source_accounting(names, sources, tokens, chosen)
+    figures = source_accounting(names, sources, tokens, chosen)
+    for row, said in zip(figures, bounds or []):
+        if said:
+            row["bounds"] = said
+        if budget is not None:
+            size, unit = budget
+            row["share_of_budget"] = {"share": round(row["selected_tokens" if unit == "tokens" else "selected"]
+                                                     / max(size, 1), 4), "budget": size, "unit": unit}
+    return figures
 
 
 def _add_n_tokens(columns: dict, o: dict, x: dict, tokens, rows) -> None:
@@ -687,11 +747,19 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     # of 10 rows in 59 (16.9%)
     rows_in, tokens_in = (max(1, sum(r.get(k) or 0 for r in sources)) for k in ("selected", "selected_tokens"))
     for row in sources:
-        tok = (f", {row['selected_tokens']:,} tokens ({row['selected_tokens'] / tokens_in:.1%})"
+        # the share of the budget where the floors and caps are shares of it, and it is not the selection's
+        of_budget = row.get("share_of_budget")
+        budget_unit = of_budget["unit"] if of_budget and of_budget["budget"] != (
+            sel.tokens_selected if of_budget["unit"] == "tokens" else chosen) else None
+        tok = (f", {row['selected_tokens']:,} tokens ({row['selected_tokens'] / tokens_in:.1%} of the selection"
+               + (_budget_share(row, of_budget) if budget_unit == "tokens" else "") + ")"
                if "selected_tokens" in row else "")
+        rows_share = (f"{row['selected'] / rows_in:.1%} of the selection"
+                      + (_budget_share(row, of_budget) if budget_unit == "rows" else ""))
+        bounds = f"; {P.bounds_text(row['bounds'])}" if row.get("bounds") else ""
         # the label given, not made from the key: the input's name as the user wrote it (no "_" -> " ")
         summary[f"source {row['source']}"] = Shown(None, f"{row['selected']:,} of {row['rows']:,} rows selected "
-                                                         f"({row['selected'] / rows_in:.1%} of the selection){tok}",
+                                                         f"({rows_share}){tok}{bounds}",
                                                    label=f"source {row['source']}", in_json=False)
     if sel.notes:
         summary["notes"] = Shown(list(sel.notes), hidden=True)

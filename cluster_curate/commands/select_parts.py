@@ -310,7 +310,8 @@ def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
     if not keep.all():
         c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
                     similarity=None if c.similarity is None else c.similarity[keep])
-        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers") if x.get(k) is not None})
+        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers", "answer_keys", "response_words")
+                  if x.get(k) is not None})
         x["pool_questions"] = pool.take(keep)
     return c, {"rows_left_out": int((~keep).sum()), "sets": sets}
 
@@ -412,3 +413,11 @@ def target_copies_line(copies: dict, decontaminated: dict | None = None):
             + (f" ({listed_ids(copies['ids'], copies['selected'])})" if copies["selected"] else "") if n else
             f"none of the target's {total} is asked by a pool row{left}")
     return Shown({k: v for k, v in copies.items() if k != "warning"}, text, "target's questions in the pool")
+
+
+def bounds_text(bounds: list[dict]) -> str:
+    """`floor 0.1 (--source-min-share, in place of the mixture file's min_share 0.6)`: an input's bounds
+    (select._bounds_said), as select's summary and `report` say them."""
+    return "; ".join(f"{b['bound']} {b['share']:g} ({b['from']}"
+                     + (f", in place of {b['replaced_from']} {b['replaced']:g}" if "replaced" in b else "") + ")"
+                     for b in bounds)

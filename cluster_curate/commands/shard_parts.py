@@ -321,7 +321,9 @@ def _sources(dataset: dict, sel, plan, tokens) -> dict:
     sharded = np.zeros(sel.ids.shape[0], dtype=bool)
     sharded[np.unique(plan.rows)] = True
     rows = source_accounting([i["name"] for i in inputs], source, tokens, sharded)
+    # share_of_selection is of rows; a token budget's floors and caps are shares of tokens: both, beside each other
     return {"sources": [{"source": r["source"], "selected_rows": r["rows"], "selected_tokens": r["tokens"],
-                         "share_of_selection": r["share_rows"], "sharded_rows": r["selected"],
-                         "sharded_tokens": r["selected_tokens"], "left_over_rows": r["rows"] - r["selected"]}
+                         "share_of_selection": r["share_rows"], "token_share_of_selection": r["share_tokens"],
+                         "sharded_rows": r["selected"], "sharded_tokens": r["selected_tokens"],
+                         "left_over_rows": r["rows"] - r["selected"]}
                         for r in rows]}
