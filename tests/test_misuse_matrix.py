@@ -393,6 +393,11 @@ CASES = [
     # found only by a later stage: embed's text basis was fitted, or embed and cluster ran, before the refusal
     ("run-groups-above-k", ["run", "data.jsonl", "--out", "r", *FAST, "--groups", "9", "--fraction", "0.5", *SHARD],
      "--groups 9 must be between 1 and k = 6"),
+    # k auto and the split of mixed clusters: the most clusters they can make is known before embed
+    ("run-groups-above-auto-k", ["run", "data.jsonl", "--out", "r", "--features", "text", "--dim", "16", "--groups",
+                                 "100", "--fraction", "0.5", *SHARD],
+     "--groups 100 must be between 1 and 18, the most clusters the split of mixed clusters can make of k = auto (11 "
+     "for 120 rows)"),
     ("run-tokenizer-missing", ["run", "data.jsonl", "--out", "r", *FAST, "--token-fraction", "0.5", "--tokenizer",
                                "no-tokenizer", *SHARD], "--tokenizer no-tokenizer: not a directory nor a .gguf file"),
     # a folder holding no tokenizer: transformers refused it after embed and cluster had run

@@ -95,21 +95,35 @@ def check_kinds(o: dict) -> None:
         raise CurateError(f"--kinds {o['kinds']} joins groups of clusters: not with --groups none")
 
 
-def check_groups(o: dict) -> None:
-    """--groups G within a given --k that no split can grow (`run`'s check, before embed; cluster_groups makes
-    the same one after k-means)."""
-    from cluster_curate.cluster_groups import check_group_count
+def check_groups(o: dict, rows: int | None = None) -> None:
+    """--groups G within the clusters there can be (`run`'s check, before embed; cluster_groups makes the same one
+    after k-means): a given --k that no split grows, else the most the split of mixed clusters can make of the
+    given or auto k on `rows` rows (each cut leaves SPLIT_MIN_ROWS rows or more on either side)."""
+    from cluster_curate.cluster_groups import SPLIT_MIN_ROWS, check_group_count
+    from cluster_curate.clustering import auto_k
     groups, k = o.get("groups"), o.get("k")
-    if k not in (None, "auto") and not o.get("split_mixed") and groups not in (None, "auto", "none"):
-        check_group_count(int(groups), int(k))
+    if groups in (None, "auto", "none"):
+        return
+    split = k in (None, "auto") if o.get("split_mixed") is None else o.get("split_mixed")
+    if k not in (None, "auto") and not split:
+        return check_group_count(int(groups), int(k))
+    if not rows:
+        return
+    k, what = (auto_k(rows), f"k = auto ({auto_k(rows)} for {rows:,} rows)") if k in (None, "auto") else \
+        (int(k), f"k = {k}")
+    most = min(rows, k + rows // SPLIT_MIN_ROWS)
+    if not 1 <= int(groups) <= most:
+        raise CurateError(f"--groups {groups} must be between 1 and {most}, the most clusters the split of mixed "
+                          f"clusters can make of {what}")
 
 
 def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
-    """For kinds: ((ids, answer keys, response word counts, a function that reads the prompts) of the raw data's
-    rows (--data, else the dataset the embeddings record), None), read and checked against the embeddings' dataset
-    before any k-means; (None, why) when there are no kinds. Holds a few bytes a row, not the texts: the prompts
-    are read again only when two clusters answer alike (answer_kinds.answer_agreement). The keys and counts are
-    the embeddings' own where embed kept them (_stored_answers): the data is opened and checked, not read."""
+    """For kinds: ((ids, answer keys, response word counts, a function that reads the prompts, the data's source) of
+    the raw data's rows (--data, else the dataset the embeddings record), None), read and checked against the
+    embeddings' dataset before any k-means; (None, why) when there are no kinds. Holds a few bytes a row, not the
+    texts: the prompts are read again only when two clusters answer alike (answer_kinds.answer_agreement). The keys
+    and counts are the embeddings' own where embed kept them (_stored_answers): the data is opened and checked, not
+    read."""
     if o["kinds"] == "none":
         return None, "--kinds none"
     if o["kinds"] == "auto" and o["groups"] in (None, "none"):

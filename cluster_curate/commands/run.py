@@ -440,7 +440,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
                           f"({data_rows - int(copies.sum())}: {counted(int(copies.sum()), 'exact duplicate')} of "
                           "others left out; --keep-duplicates keeps them)")
     cluster_cmd.check_kinds(c)
-    cluster_cmd.check_groups(c)
+    cluster_cmd.check_groups(c, data_rows - int(copies.sum()))
     s = resolved["select"]
     most = {"fraction": lambda: S.fraction_budget(selectable, s["fraction"]),
             "budget": lambda: min(selectable, int(s["budget"])),
