@@ -42,6 +42,8 @@ from cluster_curate.io.names import MANIFEST  # noqa: E402 - light (no imports)
 def read_manifest(directory: str | os.PathLike) -> dict:
     """The manifest.json of a shard directory (parameters, rows_per_shard, steps, leftover_ids, balance)."""
     path = Path(directory) / MANIFEST
+    if not os.path.lexists(directory):  # not "no manifest.json" in a folder that is not there
+        raise CurateError(f"{directory}: no such file or directory")
     if not path.is_file():
         raise CurateError(f"{directory}: no {MANIFEST} (not a directory written by `cluster-curate shard`)")
     try:

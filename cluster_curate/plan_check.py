@@ -9,8 +9,9 @@ optional). `cluster_curate.loader.ConsumedLog` writes it from a plain loop;
 classified against the planned one at the same rank, step and slot (step modulo the plan's steps: every epoch
 repeats the plan): in plan, out of order (planned for this rank at another position), on the wrong rank, or
 out of plan; each rank's multiset of ids gives the missing ones (planned, consumed by no line of the rank), the
-duplicated ones and a log stopped inside a later epoch. A cause is named from the pattern (shuffling, the wrong
-layout, double sharding, packing, rows taken out before dealing).
+duplicated ones and a log stopped inside a later epoch. A line that logs a micro-batch again (the same step and ids)
+is counted duplicated and left out, so that the lines after it keep their places in the plan. A cause is named
+from the pattern (shuffling, the wrong layout, double sharding, packing, rows taken out before dealing).
 Reading the logs and the shards is `commands/verify.py`'s (docs/architecture.md, "Commands").
 """
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cluster_curate.errors import counted
 from cluster_curate.loader import interleaved_order
 
 KINDS = ("out of order", "wrong rank", "out of plan", "duplicated", "missing", "short epoch", "weight", "no ids")
@@ -42,6 +44,7 @@ class RankCheck:
     nan_weights: int = 0      # ids logged with a NaN weight
     off_weights: int = 0      # ids logged at their place with a number other than the planned weight
     odd_weights: int = 0      # micro-batches whose weights list is not one per id
+    repeated: int = 0         # micro-batches logged again (_repeated_lines)
 
 
 @dataclass
@@ -101,6 +104,7 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
                planned_weights: np.ndarray | None = None) -> PlanCheck:
     """Compare the planned grid ids[step, rank, slot] with what each rank logged (see the module docstring)."""
     steps, n, m = planned.shape
+    consumed = dict(consumed)  # each rank's log less its repeated lines, for the causes too
     flat_ids = planned.transpose(1, 0, 2).reshape(-1)
     flat_rank = np.repeat(np.arange(n), steps * m)
     every, first = np.unique(flat_ids, return_index=True)
@@ -127,9 +131,17 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             problem(r, None, "missing", "no log from this rank")
             continue
         plan_r = planned[:, r, :]
+        repeated = _repeated_lines(log, plan_r)
+        rc = RankCheck(r, len(log), sum(len(rec.get("ids") or ()) for rec in log), repeated=len(repeated))
+        for t, at in repeated.items():  # its ids counted once here: the rest of the log is checked without it
+            rc.counts["duplicated"] += len(log[t]["ids"])
+            step = log[t].get("step") if isinstance(log[t].get("step"), int) else at - 1  # else the line before's
+            problem(r, at, "duplicated", f"step {step}'s micro-batch ({counted(len(log[t]['ids']), 'id')}) logged "
+                                         f"again on log line {t + 1}")
+        log = consumed[r] = [rec for t, rec in enumerate(log) if t not in repeated]
         ids, line, slot, weights, has_w, no_ids, lens, odd_w = _flatten(log)
         sizes.update(lens.tolist())
-        rc = RankCheck(r, len(log), int(ids.size), odd_weights=len(odd_w))
+        rc.odd_weights = len(odd_w)
         for t in no_ids:
             rc.counts["no ids"] += 1
             problem(r, int(t), "no ids", "the micro-batch reached the model without its `id` column")
@@ -192,6 +204,27 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
         problem(r, None, "beyond the plan", f"a log of {len(consumed[r] or ())} micro-batches from a rank the plan "
                                             f"does not have (it has {n})")
     return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes), steps, m)
+
+
+def _repeated_lines(log: list[dict], plan_r: np.ndarray) -> dict[int, int]:
+    """{line: the rank's place in the plan it came at} of each line that logs a micro-batch again: the same step
+    number and ids as an earlier line (a run resumed from a checkpoint whose log kept the lines after it), or, where
+    no step is logged, as the line right before. Not where its ids are the micro-batch planned at its place: the
+    next epoch of a log whose step numbers start again, two planned micro-batches alike. Left in, every later line
+    is one place off the plan: read as shuffling and a second epoch begun."""
+    steps = plan_r.shape[0]
+    seen: set = set()
+    before, repeated, at = None, {}, 0
+    for t, rec in enumerate(log):
+        step = rec.get("step") if isinstance(rec.get("step"), int) else None
+        key = None if rec.get("ids") is None else (step, tuple(rec["ids"]))
+        if key is not None and (key == before or (step is not None and key in seen)) \
+                and plan_r[at % steps].tolist() != rec["ids"]:
+            repeated[t] = at
+            continue
+        seen.add(key)
+        before, at = key, at + 1
+    return repeated
 
 
 def _planned_at(plan_r: np.ndarray, i: int, step: int, slot: int) -> str:
@@ -305,6 +338,11 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
         causes.append("no rank logged any micro-batch (every log is empty): the job stopped before its first step, "
                       "or nothing fed the logs: a Trainer without PlanTrainerMixin (ConsumedIdsCallback logs what "
                       "the mixin hands it), or a loop that never calls ConsumedLog.record")
+    if any(rc.repeated for rc in ranks):
+        causes.append("a micro-batch was logged twice (the same step and ids on two lines): trained twice after a "
+                      "resume from a checkpoint whose log kept the lines after it (ConsumedLog(..., resume_at=the "
+                      "micro-batches trained before the checkpoint)), or ConsumedLog.record called twice for one "
+                      "micro-batch")
     if total("no ids"):
         causes.append("micro-batches lost their `id` column before the model: packing (TRL keeps only input_ids/"
                       "labels) or remove_unused_columns dropped it")
@@ -369,6 +407,10 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
         causes.append("the loss weights differ from the shards' `weight` column")
     if (total("missing") or total("short epoch")) and not causes:
         short = [rc.rank for rc in ranks if rc.steps_logged % steps]
+        empty = [r for r in range(n) if consumed.get(r) == []]
+        if empty:  # their `missing` alone, and an empty cause
+            causes.append(f"rank(s) {', '.join(map(str, empty))} logged no micro-batch (an empty log): stopped "
+                          "before its first step, or nothing fed its log (ConsumedLog.record never called there)")
         if short:
             causes.append(f"rank(s) {', '.join(map(str, short))} stopped inside an epoch of the plan's {steps} steps "
                           "(max_steps, or an interrupted run)")

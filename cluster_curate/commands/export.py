@@ -133,6 +133,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     import pyarrow as pa
 
     from cluster_curate.commands.common import ids_not_read, open_recorded_data
+    from cluster_curate.commands.shard_parts import refuse_unreadable, rows_checked
     from cluster_curate.errors import counted
     from cluster_curate.io.datasets import settled_pass
     from cluster_curate.io.mixture import Mixture
@@ -150,7 +151,10 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     if mixture:  # which inputs' text is JSON text in the shards (io/mixture.py `text_as_json`), as shard wrote it
         ds.check_columns()
     wanted = pa.array(ids, pa.int64())
-    parts = settled_pass(ds, lambda: _leftover_parts(ds, wanted, mixture))
+    checked = rows_checked(recorded, ds)  # data changed since (--force): a left-over row broken since is refused
+    parts = settled_pass(ds, lambda: _leftover_parts(ds, wanted, mixture, checked))
+    if checked:
+        refuse_unreadable(ds, ids, "left-over")
     found = {i for t in parts for i in t.column("id").to_pylist()}
     missing = [i for i in ids if i not in found]  # data changed since, used with --force: no row silently lost
     if missing:
@@ -165,13 +169,16 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
                                           JSON_COLUMNS_KEY: json.dumps(ds.json_columns).encode()})
 
 
-def _leftover_parts(ds, wanted: pa.Array, mixture: bool) -> list[pa.Table]:
-    """The rows of `wanted` ids, one table per batch that holds some (a mixture's with its normalised columns)."""
+def _leftover_parts(ds, wanted: pa.Array, mixture: bool, checked: bool) -> list[pa.Table]:
+    """The rows of `wanted` ids, one table per batch that holds some (a mixture's with its normalised columns);
+    `checked` (shard_parts.rows_checked): read as examples too, a row skipped as bad left out."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    from cluster_curate.commands.shard_parts import readable_rows
     parts = []
-    for b in ds.iter_batches(examples=mixture):
-        t = pa.Table.from_batches([b.raw])
+    for b in ds.iter_batches(examples=mixture or checked):
+        t = pa.Table.from_batches([readable_rows(b) if checked else b.raw])
         t = t.filter(pc.is_in(t.column("id"), value_set=wanted))
         if not t.num_rows:
             continue

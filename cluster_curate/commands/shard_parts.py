@@ -198,11 +198,11 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
     found = np.zeros(sel.ids.shape[0], dtype=bool)
     from cluster_curate.io.mixture import Mixture
     normalise = isinstance(ds, Mixture)  # a mixture's shards get the normalised columns: examples needed
+    checked = rows_checked(sel.meta.dataset, ds)  # data changed since (--force): its rows read as examples too
     with console.progress("shard: write", total=ds.rows) as bar:
-        # raw rows only: the selected ids were validated when embedded, and the fingerprint ties them to DATA
-        for batch in ds.iter_batches(batch_rows, examples=normalise):
+        for batch in ds.iter_batches(batch_rows, examples=normalise or checked):
             bar.advance(batch.num_rows)
-            placed = _batch_rows(batch.raw, cells, sel, weights, m, renamed,
+            placed = _batch_rows(readable_rows(batch) if checked else batch.raw, cells, sel, weights, m, renamed,
                                  batch.examples if normalise else None)
             if placed is None:
                 continue
@@ -210,12 +210,41 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
             source_columns.update(dict.fromkeys(c for c in rows.column_names))
             writer.add(rows, cells.shard[at], cells.pos[at])
             found[cells.row[at]] = True
+    if checked:
+        refuse_unreadable(ds, sel.ids, "selected")
     planned = np.unique(cells.row)
     missing = planned[~found[planned]]
     if missing.size:
         from cluster_curate.commands.common import ids_not_read
         raise ids_not_read(ds.source, sel.ids[missing], "selected", "was the selection")
     return renamed, source_columns
+
+
+def rows_checked(record: dict | None, ds) -> bool:
+    """Whether a pass that copies raw rows must read them as examples too: the data is not the one the artifact
+    records (--force; or none recorded). The recorded data's selected ids were readable examples when embedded, and
+    its fingerprint ties them to it; data changed since may hold a selected row broken since (cut short, not an
+    object, its prompt gone), which raw rows alone would copy as nulls."""
+    return not record or record.get("fingerprint") != ds.fingerprint()
+
+
+def readable_rows(batch):
+    """A batch's raw rows that were read as examples: a bad row skipped (--on-bad-row skip) left out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    raw = batch.raw
+    if len(batch.examples) == raw.num_rows:
+        return raw
+    return raw.filter(pc.is_in(raw.column("id"), value_set=pa.array([e.id for e in batch.examples], pa.int64())))
+
+
+def refuse_unreadable(ds, ids, whose: str) -> None:
+    """One line for the first of `ids` (`whose`: selected, left-over) that the pass over `ds` skipped as a bad row
+    (--on-bad-row skip; without it the pass stopped there): its file:line and why, not a row of nulls."""
+    wanted = set(np.asarray(ids).tolist())
+    bad = next((r for r in ds.rejects if r.id in wanted), None)
+    if bad is not None:
+        raise CurateError(f"{bad} ({whose} id {bad.id}: the data changed since it was selected)")
 
 
 def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, figures: dict, *, chunk_bytes,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from cluster_curate.errors import CurateError, cannot_read
@@ -84,13 +85,24 @@ def read_consumed(log_dir: str | os.PathLike, num_ranks: int) -> dict[int, list[
 
 
 def _read_log(path: Path) -> list[dict]:
-    return [_record(path, line_no, line)
-            for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line.strip()]
-
-
-def _record(path: Path, line_no: int, line: str) -> dict:
+    from cluster_curate.io.containers import _GZIP_MAGIC
     try:
-        rec = json.loads(line)
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise CurateError(f"{path}: is a directory, expected a rank's log file") from None
+    except OSError as e:
+        raise cannot_read(path, e, "the log") from None
+    if data.startswith(_GZIP_MAGIC):  # else "line 1: not valid UTF-8"
+        raise CurateError(f"{path}: gzip-compressed; decompress it (verify reads a rank's log as JSON lines)")
+    return [_record(path, line_no, line) for line_no, line in enumerate(data.splitlines(), 1) if line.strip()]
+
+
+def _record(path: Path, line_no: int, line: bytes) -> dict:
+    from cluster_curate.io.containers import _utf8_error  # the data readers' wording
+    try:
+        rec = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CurateError(_utf8_error(path, line_no, e, line, 0)) from None
     except json.JSONDecodeError as e:
         raise CurateError(f"{path}:{line_no}: not JSON ({e.msg})") from None
     if not isinstance(rec, dict) or "ids" not in rec:
@@ -98,9 +110,13 @@ def _record(path: Path, line_no: int, line: str) -> dict:
     ids = rec["ids"]
     if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)):
         raise CurateError(f"{path}:{line_no}: field ids: not a list of integers")
+    if any(not -2 ** 63 <= i < 2 ** 63 for i in ids or ()):  # no shard holds it: ids are int64
+        raise CurateError(f"{path}:{line_no}: field ids: a number past 64 bits, not an id")
     weights = rec.get("weights")
     if weights is not None and not (isinstance(weights, list) and all(isinstance(w, (int, float)) for w in weights)):
         raise CurateError(f"{path}:{line_no}: field weights: not a list of numbers")
+    if any(isinstance(w, int) and abs(w) > sys.float_info.max for w in weights or ()):  # 1e400 reads as inf
+        raise CurateError(f"{path}:{line_no}: field weights: a whole number past a float's range")
     return rec
 
 
