@@ -196,7 +196,7 @@ def _click_option(o: Option) -> list[click.Option]:
     elif o.choices is not None:
         kw["type"] = click.Choice(o.choice_list())
     elif o.type is not None:
-        kw["type"] = o.type
+        kw["type"] = o.click_type()
     flags = list(o.cli_flags)
     if o.negatable:
         flags = [f"{flags[0]}/--no-{flags[0][2:]}"]

@@ -9,6 +9,8 @@ the artifact, hence its fingerprint (`recorded`). A command then reads `opts["na
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -78,7 +80,10 @@ class Option:
         import click
         if self.is_flag or self.negatable:
             return click.BOOL
-        return click.types.convert_type(self.type, self.default)
+        kind = click.types.convert_type(self.type, self.default)
+        if isinstance(kind, click.types.FloatParamType):
+            return _finite(kind)
+        return kind
 
     def check(self, value):
         """The Python API's check of a value: converted by the option's click type as the CLI's text is, so that
@@ -130,6 +135,39 @@ class Option:
             return kind.convert(value, None, None)
         except click.BadParameter as e:
             raise CurateError(f"{flag}: {e.message.rstrip('.')}") from None
+
+
+def _finite(kind):
+    """A float option's click type that also refuses nan and inf, with the same bounds (--help shows the same
+    range): click's float and FloatRange(min=1) take them (nan compares false with any bound), and a stage then
+    failed deep in its work (int(nan) in the size cap), after embed in `run`."""
+    import click
+    finite_float, finite_range = _finite_types()
+    if isinstance(kind, (finite_float, finite_range)):
+        return kind
+    if isinstance(kind, click.FloatRange):
+        return finite_range(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
+    return finite_float()
+
+
+@functools.cache
+def _finite_types() -> tuple[type, type]:
+    """(float, FloatRange) click types that refuse nan and inf: made on first use, as click is imported."""
+    import click
+
+    class Finite:
+        def convert(self, value, param, ctx):
+            number = super().convert(value, param, ctx)
+            if not math.isfinite(number):
+                self.fail(f"{value} is not a finite number", param, ctx)
+            return number
+
+    class FiniteFloatRange(Finite, click.FloatRange):
+        pass
+
+    class FiniteFloat(Finite, click.types.FloatParamType):
+        pass
+    return FiniteFloat, FiniteFloatRange
 
 
 @dataclass(frozen=True)

@@ -134,8 +134,9 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     from cluster_curate import answer_kinds as AK
     from cluster_curate.features.text import example_text
     from cluster_curate.commands.common import open_recorded_data
-    from cluster_curate.io.artifacts import read_meta
-    emeta = read_meta(embeddings, None if o["force"] else names.EMBEDDINGS)  # as k-means reads it: its errors
+    from cluster_curate.io.readers import read_checked_meta
+    # as k-means reads it: its errors
+    emeta = read_checked_meta(embeddings, None if o["force"] else names.EMBEDDINGS)
     ids, keys, words = [], [], []
     try:
         ds = open_recorded_data(o, embeddings, emeta.dataset)
@@ -163,7 +164,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     def prompts() -> list[str]:
         return [example_text(ex, "prompt") for batch in ds.iter_batches() for ex in batch.examples]
     return (np.asarray(ids, dtype=np.int64), np.asarray(keys, dtype=np.int64), np.asarray(words, dtype=np.int64),
-            prompts), None
+            prompts, ds.source), None
 
 
 def _stored_answers(o: dict, embeddings: str, emeta, ds) -> tuple | None:
@@ -180,7 +181,7 @@ def _stored_answers(o: dict, embeddings: str, emeta, ds) -> tuple | None:
     import numpy as np
 
     from cluster_curate.features.text import example_text
-    from cluster_curate.io.readers import align, read_columns
+    from cluster_curate.io.readers import read_columns
     try:
         table = read_columns(embeddings, ["id", *ANSWER_COLUMNS])
     except CurateError:  # a part without them (written by an older version beside newer ones): read the data
@@ -196,13 +197,19 @@ def _stored_answers(o: dict, embeddings: str, emeta, ds) -> tuple | None:
             for ex in batch.examples:
                 data_ids.append(ex.id)
                 texts.append(example_text(ex, "prompt"))
-        data_ids = np.asarray(data_ids, dtype=np.int64)
-        by_id = np.argsort(data_ids, kind="stable")
-        pos = align(data_ids[by_id], ids, lambda i: f"the data has no row with id {int(i)}, which was embedded; "
-                    "pass the dataset that was embedded (and its reading options)")
-        at = by_id if pos is None else by_id[pos]
-        return [texts[i] for i in at]
-    return ids, keys, words, prompts
+        return [texts[i] for i in _embedded_rows(ds.source, np.asarray(data_ids, dtype=np.int64), ids)]
+    return ids, keys, words, prompts, ds.source
+
+
+def _embedded_rows(source: str, data_ids, ids):
+    """Where each of the embedded `ids` (sorted) is among the `data_ids` read from `source`, in reading order."""
+    import numpy as np
+
+    from cluster_curate.io.readers import align
+    by_id = np.argsort(data_ids, kind="stable")
+    pos = align(data_ids[by_id], ids, lambda i: f"{source}: has no row with id {int(i)}, which was embedded; pass "
+                "the dataset that was embedded (and its reading options)")
+    return by_id if pos is None else by_id[pos]
 
 
 def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:
@@ -211,16 +218,10 @@ def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:
     the data again where no short answer repeats."""
     if answers is None:
         return None, None, None
-    import numpy as np
-
     from cluster_curate import answer_kinds as AK
-    from cluster_curate.io.readers import align
     from cluster_curate.within_orders import SHORT_ANSWER_WORDS, auto_order
-    data_ids, keys, words, read_prompts = answers
-    by_id = np.argsort(data_ids, kind="stable")
-    pos = align(data_ids[by_id], ids, lambda i: f"the data has no row with id {int(i)}, which was embedded; pass "
-                "the dataset that was embedded (and its reading options)")
-    at = by_id if pos is None else by_id[pos]  # the data's rows of the embedded ids
+    data_ids, keys, words, read_prompts, source = answers
+    at = _embedded_rows(source, data_ids, ids)  # the data's rows of the embedded ids
 
     def prompts() -> list[str]:
         everything = read_prompts()

@@ -18,7 +18,8 @@ OPTIONS = (
                 "tokens."),
     Option("rejects_path", path=True, flags=("--rejects",), metavar="PATH",
            help="Write every rejected row with its reason to this JSONL file."),
-    Option("overwrite", is_flag=True, default=False, help="Replace the --rejects file if it exists."),
+    Option("overwrite", is_flag=True, default=False,
+           help="Replace the --rejects file if it is a rejects list this tool wrote."),
     Option("decontaminate", path=True, multiple=True, metavar="EVAL",
            help="Count the rows that ask a question of the evaluation set EVAL, as `select --decontaminate` "
                 "would leave them out (the same prompt turns, system prompts and whitespace aside). May be given "
@@ -81,15 +82,13 @@ def inspect(data, **options) -> dict:
     import dataclasses
 
     from cluster_curate import console
-    from cluster_curate.io.artifacts import check_writable, output_inputs
     from cluster_curate.io.mixture import Mixture, is_mixture, open_inputs
 
     opts = resolve(OPTIONS, options, "inspect")
     rejects_path, tokenizer = opts["rejects_path"], opts["tokenizer"]
     evals = _evals(opts)  # each EVAL read first: its errors before the pass over the data
     if rejects_path:
-        check_writable(rejects_path, opts["overwrite"], inputs=output_inputs(data),
-                       label=f"--rejects {rejects_path}")
+        _check_rejects_path(rejects_path, opts["overwrite"], data)
     tok = load_tokenizer(tokenizer) if tokenizer else None
     read = read_options(opts)
     ds = open_inputs(data, read if is_mixture(data) else dataclasses.replace(read, on_bad_row="skip"))
@@ -144,6 +143,22 @@ def inspect(data, **options) -> dict:
         **({"inputs": _inputs(ds)} if isinstance(ds, Mixture) else {}),
         **({"decontamination": asks.records(opts["decontaminate"])} if evals else {}),
     }
+
+
+def _check_rejects_path(path, overwrite: bool, data) -> None:
+    """--rejects PATH, before the pass: a file (a folder cannot be replaced by one: it failed after the whole pass),
+    and with --overwrite only a rejects list the tool wrote is replaced, as a rejects file beside an output is
+    (by its first line: JSON with `id` and `reason`), never a file of the user's."""
+    from cluster_curate.io import names
+    from cluster_curate.io.artifacts import KEEP_ONLY, check_writable, output_inputs, own_sidecar
+    p = Path(path)
+    if p.is_dir():
+        raise CurateError(f"--rejects {p}: is a directory, expected a file; name the file to write (e.g. "
+                          f"{p / names.REJECTS})")
+    check_writable(p, overwrite, inputs=output_inputs(data), label=f"--rejects {p}")
+    if p.exists() and not own_sidecar(p, names.REJECTS):
+        raise CurateError(f"--rejects {p}: not a rejects list cluster-curate wrote; {KEEP_ONLY}: move it, or "
+                          "choose another --rejects")
 
 
 def _evals(o: dict) -> list:

@@ -46,7 +46,7 @@ def output_fingerprint(stage: str, path, check_content: bool = False) -> str | N
     the shards are written again (export trusts both)."""
     import hashlib
 
-    from cluster_curate.io.artifacts import read_meta
+    from cluster_curate.io.readers import read_checked_meta
     from cluster_curate.loader import read_manifest, shard_files
     p = Path(path)
     try:
@@ -61,7 +61,7 @@ def output_fingerprint(stage: str, path, check_content: bool = False) -> str | N
                 leftover = p / manifest["leftover_file"]
                 h.update(leftover.read_bytes() if leftover.is_file() else b"\0missing")
             return f"{manifest.get('fingerprint')}:{h.hexdigest()[:16]}"
-        return read_meta(p).fingerprint if p.exists() else None
+        return read_checked_meta(p).fingerprint if p.exists() else None  # a file changed since: no fingerprint
     except (CurateError, OSError):
         return None
 
@@ -158,7 +158,11 @@ class RunState:
             return "its input changed" + _named_input_change(rec, request)
         if not same_output(stage, rec["fingerprint"], output_fingerprint(stage, output, check_content=True)):
             from cluster_curate.io.artifacts import cut_short
-            return "its output is damaged (cut short)" if cut_short(output) else "its output is missing or was changed"
+            from cluster_curate.io.readers import rows_changed
+            if cut_short(output):
+                return "its output is damaged (cut short)"
+            changed = rows_changed(output)
+            return f"its output was changed ({changed})" if changed else "its output is missing or was changed"
         return None
 
     def record(self, stage: str, request: dict, output) -> None:

@@ -141,9 +141,9 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
     for suffix in names.sidecars(kind):  # written (or a stale one deleted) beside the output: no input may be there,
         side = sidecar_path(p, suffix)  # nor a file of the user's under that name
         check_not_input(side, inputs, f"{label} (its file {side.name})")  # a folder (staging, proxy) replaced whole
-        if (side.exists() or side.is_symlink()) and not _own_sidecar(side, suffix):
+        if (side.exists() or side.is_symlink()) and not own_sidecar(side, suffix):
             raise CurateError(f"{side}: not a file cluster-curate wrote, and {label} writes (or removes) one of that "
-                              f"name beside it; {_KEEP_ONLY}: move it, or choose another --out")
+                              f"name beside it; {KEEP_ONLY}: move it, or choose another --out")
     if p.exists() or p.is_symlink():
         if not overwrite:
             raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
@@ -162,7 +162,7 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
         check_creatable(written_at(p))  # the output is written where the link points (io/writer.py)
 
 
-def _own_sidecar(path: Path, suffix: str) -> bool:
+def own_sidecar(path: Path, suffix: str) -> bool:
     """Whether a file where a command keeps a sidecar is one it wrote, by its first bytes: a rejects list (JSON lines
     with `id` and `reason`), a fitted state's key (a hex digest), NumPy's .npy / .npz, an artifact; the staging and
     proxy sidecars are folders (a proxy one empty or the proxy's)."""
@@ -240,7 +240,7 @@ def _cannot_write_in(folder: Path) -> str | None:
 SHARDS, EXPORT = "shards", "export"  # the directory outputs check_writable knows, besides the artifact kinds
 _PARQUET_KINDS = (names.EMBEDDINGS, names.CLUSTERS, names.SELECTION)
 _DATA_SUFFIXES = {".csv", ".tsv", ".json", ".jsonl", ".txt", ".yaml", ".yml", ".gz", ".npy", ".npz", ".arrow"}
-_KEEP_ONLY = "--overwrite replaces only the tool's own outputs"
+KEEP_ONLY = "--overwrite replaces only the tool's own outputs"
 _PART_FILE = re.compile(r"^part-.+\.parquet$")
 _PART_SIDE = re.compile(r"^rejects-\d+-of-\d+\.jsonl$"  # a worker's rejects; a part or rejects file being written
                         r"|^\.(part-.+\.parquet|rejects-\d+-of-\d+\.jsonl)\.(.+\.)?tmp$")
@@ -313,29 +313,29 @@ def replace_refusal(path: str | os.PathLike, kind: str) -> str | None:
             return _export_refusal(p, entries)
         return _parts_refusal(p, entries, kind)
     if kind in (SHARDS, EXPORT):
-        return f"a file, not a directory cluster-curate wrote; {_KEEP_ONLY}: choose a new or empty directory"
+        return f"a file, not a directory cluster-curate wrote; {KEEP_ONLY}: choose a new or empty directory"
     if not p.is_file():
-        return f"not a file cluster-curate wrote; {_KEEP_ONLY}: choose another --out"
+        return f"not a file cluster-curate wrote; {KEEP_ONLY}: choose another --out"
     if cut_short(p):
         return None  # no reader can use it: it is made again in its place
     try:
         meta = read_meta(p)
     except (CurateError, ValueError, TypeError):
-        return (f"not a file cluster-curate wrote (no '{META_KEY.decode()}' metadata); {_KEEP_ONLY}: choose "
+        return (f"not a file cluster-curate wrote (no '{META_KEY.decode()}' metadata); {KEEP_ONLY}: choose "
                 "another --out")
     if meta.kind != kind:
-        return (f"{_article(meta.kind)} {meta.kind} artifact, not an earlier {kind} output; {_KEEP_ONLY} of the "
+        return (f"{_article(meta.kind)} {meta.kind} artifact, not an earlier {kind} output; {KEEP_ONLY} of the "
                 "same kind: choose another --out")
     return None
 
 
 def _not_written(what: str) -> str:
-    return f"a directory cluster-curate did not write ({what}); {_KEEP_ONLY}: choose a new or empty directory"
+    return f"a directory cluster-curate did not write ({what}); {KEEP_ONLY}: choose a new or empty directory"
 
 
 def _foreign(names_: list[str]) -> str:
     more = f" and {len(names_) - 1} more" if len(names_) > 1 else ""
-    return (f"holds {names_[0]}{more}, which cluster-curate did not write; {_KEEP_ONLY}: move "
+    return (f"holds {names_[0]}{more}, which cluster-curate did not write; {KEEP_ONLY}: move "
             f"{'them' if more else 'it'} out or choose a new or empty directory")
 
 
@@ -354,7 +354,7 @@ def _parts_refusal(p: Path, entries: list[str], kind: str) -> str | None:
         except (CurateError, ValueError, TypeError):
             return _not_written(f"{name} has no '{META_KEY.decode()}' metadata")
         if meta.kind != kind:
-            return (f"holds {meta.kind} parts, not an earlier {kind} output; {_KEEP_ONLY} of the same kind: choose "
+            return (f"holds {meta.kind} parts, not an earlier {kind} output; {KEEP_ONLY} of the same kind: choose "
                     "a new or empty directory")
     return None
 

@@ -3,6 +3,7 @@ with the checks done here once -- required columns present, no nulls, no repeate
 so that commands and stages receive aligned data and never look at files.
 
     embedding_matrix(column)         an Arrow list column of vectors as [n, d] float32 (a view when it can be)
+    read_checked_meta(path, kind)    read_meta, an artifact file changed since it was written refused
     read_embeddings(path)            ids, [n, d] float32 matrix, meta (an incomplete job-array artifact refused)
     check_embeddings_complete(path)  refuse (or, with force, warn about) an embeddings directory missing parts
     read_embedding_columns(path, ..) small per-row columns aligned with given ids
@@ -20,7 +21,8 @@ import pyarrow as pa
 from cluster_curate.budget_sequence import Kinds
 from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io import names
-from cluster_curate.io.artifacts import ArtifactMeta, artifact_files, artifact_schema, read_meta, read_parquet
+from cluster_curate.io.artifacts import (META_KEY, ArtifactMeta, artifact_files, artifact_schema, read_meta,
+                                        read_parquet)
 
 
 def read_columns(path, columns) -> pa.Table:
@@ -60,6 +62,35 @@ def align(sorted_ids: np.ndarray, wanted: np.ndarray, missing_message) -> np.nda
     if len(missing):
         raise CurateError(missing_message(wanted[missing[0]]))
     return pos
+
+
+def rows_changed(path) -> str | None:
+    """`it holds 150 rows, written with 300`: an artifact file whose rows are not its metadata's `rows` (a file
+    filtered and written again keeps the metadata: pyarrow carries it through), from its footer, so no row is read.
+    None when it holds those, or is not an artifact file (read_meta says why), or is a directory (read_meta counts a
+    directory's rows from its parts' footers)."""
+    from pathlib import Path
+
+    import pyarrow.parquet as pq
+    if Path(path).is_dir():
+        return None
+    try:
+        footer = pq.read_metadata(path)  # the row count and the metadata in one read
+        written = ArtifactMeta.from_json(footer.metadata[META_KEY].decode()).rows
+    except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError):
+        return None
+    return None if footer.num_rows == written else f"it holds {footer.num_rows:,} rows, written with {written:,}"
+
+
+def read_checked_meta(path, kind: str | tuple[str, ...] | None = None) -> ArtifactMeta:
+    """read_meta(path, kind), and an artifact file changed since it was written refused (rows_changed): its lineage
+    would say other rows than it holds (a manifest's selected rows against its selection's)."""
+    meta = read_meta(path, kind)
+    changed = rows_changed(path)
+    if changed:
+        raise CurateError(f"{path}: changed since cluster-curate wrote it ({changed}); make it again with the "
+                          "command that wrote it")
+    return meta
 
 
 # ----------------------------------------------------------------------------------------------- embeddings
@@ -199,10 +230,14 @@ def check_embeddings_complete(path, force: bool = False) -> None:
         return
     of_rows = f" of {inc['dataset_rows']:,}" if inc["dataset_rows"] else ""
     if not force:
-        raise CurateError(f"{path}: incomplete: {inc['rows']:,}{of_rows} rows embedded ({inc['parts']} of {inc['of']} "
-                          f"parts written, {', '.join(inc['missing_parts'][:3])}"
-                          f"{', ...' if len(inc['missing_parts']) > 3 else ''} missing); wait for the other pieces "
-                          "(embed --num-parts N --part-index I) to finish, or pass --force to use what is there")
+        absent = f"{', '.join(inc['missing_parts'][:3])}{', ...' if len(inc['missing_parts']) > 3 else ''} missing"
+        if inc["dataset_rows"] and not len(inc["missing_ids"]):  # parts that own no row (a dataset of few chunks)
+            state = (f"{inc['parts']} of {inc['of']} parts written ({absent}, owning none of the "
+                     f"{inc['dataset_rows']:,} rows)")
+        else:
+            state = f"{inc['rows']:,}{of_rows} rows embedded ({inc['parts']} of {inc['of']} parts written, {absent})"
+        raise CurateError(f"{path}: incomplete: {state}; wait for the other pieces (embed --num-parts N "
+                          "--part-index I) to finish, or pass --force to use what is there")
     from cluster_curate import console
     ids = inc["missing_ids"]
     missing = (f"{len(ids):,} rows not embedded (ids {_id_ranges(ids)})" if len(ids)
@@ -221,7 +256,7 @@ def read_embeddings(path, *, force: bool = False, batch_rows: int = 65536, compl
     checked it already (`completeness_checked`: cluster, before any work; one warning per command)."""
     import pyarrow.parquet as pq
 
-    meta = read_meta(path, None if force else names.EMBEDDINGS)
+    meta = read_checked_meta(path, None if force else names.EMBEDDINGS)
     if not completeness_checked:
         check_embeddings_complete(path, force)
     files = artifact_files(path)
@@ -309,7 +344,7 @@ def rows_of_ids(path, e_ids: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
 
 def read_embedding_tokens(path, ids, force: bool = False):
     """n_tokens per selected id (ids sorted) from an embeddings artifact: (tokens or None, meta)."""
-    meta = read_meta(path, None if force else names.EMBEDDINGS)
+    meta = read_checked_meta(path, None if force else names.EMBEDDINGS)
     tokens = read_embedding_columns(path, ["n_tokens"], ids).get("n_tokens")
     if tokens is None:
         return None, meta
@@ -334,7 +369,7 @@ class Clusters:
 def read_clusters(path, *, force: bool = False, need_similarity: str | None = None) -> Clusters:
     """A clusters artifact in id order. need_similarity: the option that needs the similarity column (its
     absence is then an error naming it)."""
-    meta = read_meta(path, None if force else names.CLUSTERS)
+    meta = read_checked_meta(path, None if force else names.CLUSTERS)
     found = artifact_schema(path).names
     require_columns(path, ("id", "cluster"), found)
     if need_similarity and "similarity" not in found:
@@ -391,7 +426,7 @@ class Selection:
 
 def read_selection(path, *, force: bool = False) -> Selection:
     from cluster_curate.io.artifacts import read_artifact
-    meta = read_meta(path, None if force else names.SELECTION)
+    meta = read_checked_meta(path, None if force else names.SELECTION)
     table, _ = read_artifact(path)
     for col in ("id", "cluster"):
         if col not in table.column_names:
