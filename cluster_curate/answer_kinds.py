@@ -55,6 +55,15 @@ def answer_key(response: str) -> int:
                           signed=True)
 
 
+def loose_answer_key(response: str) -> int:
+    """answer_key of a response without its punctuation: equal for "Paris", "paris." and "(Paris)" (select
+    --dedup's test of two short answers; the kinds and orders keep answer_key's strict equality)."""
+    return answer_key(_PUNCTUATION.sub("", response))
+
+
+_PUNCTUATION = re.compile(r"[^\w\s]")
+
+
 def answer_columns(responses) -> tuple[np.ndarray, np.ndarray]:
     """(answer_key, whitespace words) of each response, as int64 arrays: what `cluster --kinds` needs of a row,
     computed by `embed` in its feature pass and kept in the embeddings artifact (features/embed.ANSWER_COLUMNS)."""

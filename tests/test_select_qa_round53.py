@@ -39,10 +39,11 @@ def _jsonl(path, rows):
 
 
 def _capitals(tmp_path):
-    """20 capital questions of different answers, one reworded copy of the first (the same answer), 100 GSM8K
-    rows."""
+    """20 capital questions of different answers, two reworded copies of the first (the same answer, the second
+    with its punctuation: "Paris." is "Paris"), 100 GSM8K rows."""
     rows = [{"question": f"What is the capital of {c}?", "answer": a} for c, a in CAPITALS]
     rows.append({"question": "What is the capital of France ?", "answer": "Paris"})
+    rows.append({"question": "what is the capital of France?", "answer": "Paris."})
     rows += [json.loads(line) for line in GSM.read_text().splitlines()[:100]]
     return _jsonl(tmp_path / "caps.jsonl", rows)
 
@@ -55,17 +56,18 @@ def _selected_questions(selection, data) -> list[str]:
 def test_dedup_keeps_different_short_answers_and_drops_the_same_one(tmp_path):
     """The text features weigh topic words down: the 20 capital questions were > 0.99 apart, and `--dedup 0.99`
     kept one of them. Two short answers that differ are not near-duplicates; the reworded copy with the same
-    answer still is, from embed's answer columns (run) and from a pass over the data (select --data)."""
+    answer still is, and so is one whose answer differs in punctuation alone (review: compared by embed's
+    answer_key, "Paris." was another answer), in run and in select --data."""
     data = _capitals(tmp_path)
     r = _ok(cli_in_process("run", data, "--out", tmp_path / "r1", "--fraction", "1.0", "--dedup", "0.99",
                            "--num-shards", "1", "--json"))
     summary = json.loads(r.stdout)["summaries"]["select"]
-    assert summary["near_duplicates_dropped"] == 1
+    assert summary["near_duplicates_dropped"] == 2
     kept = _selected_questions(tmp_path / "r1" / "selection.parquet", data)
     assert [q for q in kept if "capital" in q] == [f"What is the capital of {c}?" for c, _ in CAPITALS]
     r = _ok(cli_in_process("select", tmp_path / "r1" / "clusters.parquet", "--out", tmp_path / "s.parquet",
                            "--fraction", "1.0", "--dedup", "0.99", "--data", data, "--json"))
-    assert json.loads(r.stdout)["near_duplicates_dropped"] == 1
+    assert json.loads(r.stdout)["near_duplicates_dropped"] == 2
 
 
 def test_dedup_of_short_answers_block_by_block():

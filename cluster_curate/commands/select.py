@@ -54,8 +54,8 @@ OPTIONS = (
                 "Default: the one the clusters were made from, when it is still there."),
     Option("dedup", record=True, type=float, metavar="COSINE",
            help="Drop a row whose cosine similarity to an already kept row of its cluster exceeds COSINE "
-                "(before quotas are filled), unless both responses are short answers and differ (reads the "
-                "responses, as --within answers does)."),
+                "(before quotas are filled), unless both responses are short answers and differ, case, spaces and "
+                "punctuation aside (one pass over the data reads them)."),
     Option("seed", record=True, type=seed_type(), default=0, show_default=True, help="Seeds the random order."),
     *DATASET_OPTIONS,
     Option("target", path=True, metavar="TARGET",
@@ -122,25 +122,27 @@ def _inputs(o: dict, clusters: str, c, needs: set):
     if "features" in needs:
         features = read_embeddings_for(emb_path, c.ids, force=o["force"], what=f" of {clusters}")
         normalise_features(features, center=c.meta.params.get("normalisation") == "center+l2")
-    keys, words = _dedup_answers(o, clusters, c, emb_path) if o["dedup"] is not None else (None, None)
-    if "answers" in needs and keys is None:
-        keys, words = _answers(o, clusters, c, emb_path=emb_path)
+    answers = _answers(o, clusters, c, emb_path=emb_path)[0] if "answers" in needs else None
+    dedup_keys, dedup_short = _dedup_answers(o, clusters, c) if o["dedup"] is not None else (None, None)
     return dict(emb_path=emb_path, emeta=emeta, why_not=why_not, loss=loss, features=features,
-                n_tokens=extra.get("n_tokens"), answers=keys if "answers" in needs else None, answer_keys=keys,
-                response_words=words)
+                n_tokens=extra.get("n_tokens"), answers=answers, dedup_keys=dedup_keys, dedup_short=dedup_short)
 
 
-def _dedup_answers(o: dict, clusters: str, c, emb_path) -> tuple:
-    """--dedup's answers (_answers: embed's columns, else a pass over the data), by which two short answers that
-    differ are not near-duplicates; (None, None) where the data cannot be read: feature cosine alone, said as
-    `--within auto` says it."""
+def _dedup_answers(o: dict, clusters: str, c) -> tuple:
+    """--dedup's answers: a key per row, equal for responses equal but for case, spaces and punctuation
+    (answer_kinds.loose_answer_key: "Paris." is "Paris"), and whether each is a short answer, from a pass over the
+    data (embed keeps the strict keys only); two short answers that differ are not near-duplicates. (None, None)
+    where the data cannot be read: feature cosine alone, said as `--within auto` says it."""
+    from cluster_curate.answer_kinds import loose_answer_key
+    from cluster_curate.within_orders import SHORT_ANSWER_WORDS
     try:
-        return _answers(o, clusters, c, emb_path=emb_path, why="--dedup")
+        keys, words = _answers(o, clusters, c, why="--dedup", key=loose_answer_key)
     except CurateError as e:
         if "record no dataset" not in str(e):
             from cluster_curate import console
             console.warn(f"--dedup: the responses were not read, so feature cosine alone ({e})")
         return None, None
+    return keys, words <= SHORT_ANSWER_WORDS
 
 
 def _warn_no_n_tokens(clusters: str, x: dict, tokens) -> None:
@@ -153,10 +155,10 @@ def _warn_no_n_tokens(clusters: str, x: dict, tokens) -> None:
                      "--embeddings or --tokenizer); pass --embeddings E")
 
 
-def _answers(o: dict, clusters: str, c, ds=None, emb_path=None, why: str | None = None):
-    """Each row's answer (answer_kinds.answer_key of its response) and its response's word count, aligned with
-    the clusters' ids (`--within answers`, `auto`): those embed kept in the embeddings `emb_path`
-    (_kept_answers; the data is opened and checked, not read), else from one pass over the raw data."""
+def _answers(o: dict, clusters: str, c, ds=None, emb_path=None, why: str | None = None, key=None):
+    """Each row's answer (answer_kinds.answer_key of its response, or `key` of it) and its response's word count,
+    aligned with the clusters' ids (`--within answers`, `auto`, `--dedup`): those embed kept in the embeddings
+    `emb_path` (_kept_answers; the data is opened and checked, not read), else from one pass over the raw data."""
     import numpy as np
 
     from cluster_curate.answer_kinds import answer_key
@@ -165,14 +167,15 @@ def _answers(o: dict, clusters: str, c, ds=None, emb_path=None, why: str | None 
         # why the data is read; the recorded data's error already says "pass --data DATA", and --data's needs no hint
         why = why or f"--within {o['within']}"
         ds = open_clusters_data(o, clusters, c, why, hint=None if o.get("data") else f"{why} reads the rows' responses")
-    kept = _kept_answers(o, c, emb_path)
+    kept = _kept_answers(o, c, emb_path) if key is None else None  # embed keeps answer_key's
     if kept is not None:
         return kept
+    key = key or answer_key
     keys = np.zeros(len(c.ids), dtype=np.int64)
     words = np.zeros(len(c.ids), dtype=np.int64)
     found = np.zeros(len(c.ids), dtype=bool)
     for pos, chosen in examples_of_ids(ds, c.ids, "select: read the answers"):
-        keys[pos] = [answer_key(e.response) for e in chosen]
+        keys[pos] = [key(e.response) for e in chosen]
         words[pos] = [len(e.response.split()) for e in chosen]
         found[pos] = True
     check_every_id_read(ds, c.ids, found)
@@ -203,7 +206,7 @@ def _kept_answers(o: dict, c, emb_path) -> tuple | None:
     return tuple(np.asarray(got[name], dtype=np.int64) for name in ANSWER_COLUMNS)
 
 
-def _auto_order(o: dict, clusters: str, c, emb_path=None, got=(None, None)) -> tuple[str, np.ndarray | None, dict]:
+def _auto_order(o: dict, clusters: str, c, emb_path=None) -> tuple[str, np.ndarray | None, dict]:
     """`--within auto` resolved (within_orders.auto_order): the order, its answer keys, and what decided it.
     Where `cluster` read the answers (its kinds) and no short one repeats, the random order without reading the
     data again. Data that cannot be read gives the random order, not an error (nothing asked for answers): with
@@ -213,8 +216,6 @@ def _auto_order(o: dict, clusters: str, c, emb_path=None, got=(None, None)) -> t
     read = c.meta.params.get("short_answers")
     if read and read["max_words"] == SHORT_ANSWER_WORDS and not read["repeat"]:
         order, answers, short, by = "random", None, read["rows"], " (read by `cluster`)"
-    elif got[0] is not None:  # read already (--dedup)
-        (order, answers, short), by = auto_order(*got), ""
     else:
         try:
             ds = open_clusters_data(o, clusters, c, "--within auto")
@@ -389,7 +390,7 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
     from cluster_curate.budget_sequence import TOKEN_MODES
     from cluster_curate.io.artifacts import check_writable, output_inputs, sidecar_path
     from cluster_curate.io.readers import read_clusters
-    from cluster_curate.within_orders import AUTO, SHORT_ANSWER_WORDS, WITHIN
+    from cluster_curate.within_orders import AUTO, WITHIN
 
     t0 = time.perf_counter()
     o = resolve(OPTIONS, dict(options, out=out), "select")
@@ -416,8 +417,7 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, mode in TOKEN_MODES)
     _warn_no_n_tokens(clusters, x, tokens)
     if order is None:  # auto: after what must read the data, so that data it cannot read is that one's error
-        within, x["answers"], x["auto"] = _auto_order(o, clusters, c, x["emb_path"],
-                                                      (x["answer_keys"], x["response_words"]))
+        within, x["answers"], x["auto"] = _auto_order(o, clusters, c, x["emb_path"])
         order = WITHIN.get(within)
     sel = S.select_rows(c.labels, k=c.k, ids=c.ids, similarity=c.similarity, loss=x["loss"], answers=x["answers"],
                         features=x["features"], fraction=o["fraction"], budget=o["budget"],
@@ -426,9 +426,8 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
                         groups=c.groups, kinds=c.kinds, tokens=tokens, token_budget=o["token_budget"],
                         token_fraction=o["token_fraction"], tokens_counted_by=x["counted_by"] or "",
                         sources=sources, source_min_share=share_lo, source_max_share=share_hi,
-                        source_names=source_names, source_bound_origins=share_from, answer_keys=x["answer_keys"],
-                        short_answers=None if x["response_words"] is None else
-                        x["response_words"] <= SHORT_ANSWER_WORDS)
+                        source_names=source_names, source_bound_origins=share_from, answer_keys=x["dedup_keys"],
+                        short_answers=x["dedup_short"])
     x["features"] = None
     for note in sel.notes:
         console.warn(note)

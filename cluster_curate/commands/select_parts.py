@@ -310,7 +310,7 @@ def decontaminate(o: dict, clusters: str, c, x: dict, evals: list):
     if not keep.all():
         c = replace(c, ids=c.ids[keep], labels=c.labels[keep],
                     similarity=None if c.similarity is None else c.similarity[keep])
-        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers", "answer_keys", "response_words")
+        x.update({k: x[k][keep] for k in ("n_tokens", "loss", "features", "answers", "dedup_keys", "dedup_short")
                   if x.get(k) is not None})
         x["pool_questions"] = pool.take(keep)
     return c, {"rows_left_out": int((~keep).sum()), "sets": sets}
