@@ -55,6 +55,7 @@ def work(tmp_path_factory) -> Path:
     with open(w / "semicolons_quoted.csv", "w", newline="") as f:  # answers holding line breaks, so quoted
         csv.writer(f, delimiter=";").writerows([["question", "answer"], *([r["question"], r["answer"]] for r in
                                                                           map(json.loads, lines[:120]))])
+    (w / "header_quote.csv").write_text('"question,answer\nWhat is x; y?,z\nab,cd\n')  # another separator below
     with open(w / "commas.tsv", "w", newline="") as f:
         csv.writer(f).writerows([["question", "answer"], *([r["question"], r["answer"]] for r in rows)])
     (w / "pqmix").mkdir()  # Parquet parts and a JSON Lines file beside them
@@ -152,6 +153,8 @@ CASES = [
     ("embed-zip-named-jsonl", ["embed", "zipped.jsonl", "--out", "e.parquet"], "zipped.jsonl: a zip archive, not text"),
     ("embed-csv-semicolons", ["embed", "semicolons.csv", "--out", "e.parquet"],
      "semicolons.csv:1: the header is the one column 'question;answer': the file is separated by ';', not ','"),
+    ("embed-csv-header-quote-open", ["embed", "header_quote.csv", "--out", "e.parquet"],  # not a ';' file
+     "header_quote.csv:1: a quote opens a value in this row and is never closed"),
     ("embed-csv-semicolons-quoted", ["embed", "semicolons_quoted.csv", "--out", "e.parquet"],  # pyarrow stopped
      "semicolons_quoted.csv:1: the header is the one column 'question;answer': the file is separated by ';'"),
     ("embed-tsv-commas", ["embed", "commas.tsv", "--out", "e.parquet"], "separated by ',', not a tab; name it .csv"),

@@ -539,8 +539,9 @@ class _Csv:
         except (pa.ArrowInvalid, UnicodeDecodeError) as e:  # the latter: a header that is not UTF-8
             if _straddles(e):
                 raise  # batches reads again with larger blocks
-            if isinstance(e, pa.ArrowInvalid):  # rows of another separator holding quoted commas fail here
-                self._check_separator(self._header())
+            header = self._header() if isinstance(e, pa.ArrowInvalid) else []
+            if not any("\n" in h or "\r" in h for h in header):  # a header quote never closed: _check_quotes's
+                self._check_separator(header)  # rows of another separator holding quoted line breaks fail here
             if quoted and isinstance(e, pa.ArrowInvalid):
                 # a quote never closed in a row's first value ran on to the end: its row is one field, which
                 # pyarrow refuses before the quotes are checked (as a row "a value holding a line break" broke)
