@@ -180,6 +180,21 @@ def test_a_folders_lock_covers_what_is_in_it(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur"]  # neither wrote anything, no lock left
 
 
+def test_an_output_and_its_folder_twin_share_sidecars_and_refuse_each_other(tmp_path):
+    """`embed --out X/` (a job-array piece) and `embed --out X.parquet` stage in one `X.partial`: each took its own
+    lock, the second said the first's chunks were an interrupted run's, and its --overwrite deleted them under the
+    piece. A writer of either is now refused while the other writes, a worker's part of it too."""
+    from cluster_curate import distributed
+    for held, other in ((tmp_path / "e.parquet", tmp_path / "e"), (tmp_path / "e", tmp_path / "e.parquet")):
+        with output_lock(held, "embed"):
+            r = _cli("embed", str(GSM), "--out", str(other), "--features", "text", "--dim", "8")
+            assert r.returncode == 2 and f"in use by another cluster-curate (`embed`, pid {os.getpid()}" in r.stderr
+    with distributed.worker_lock(distributed.Layout(num_shards=2, shard_index=1), str(tmp_path / "e")):
+        r = _cli("embed", str(GSM), "--out", str(tmp_path / "e.parquet"), "--features", "text", "--dim", "8")
+        assert r.returncode == 2 and "in use by another cluster-curate" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither wrote anything, no lock left
+
+
 def test_a_lock_file_replaced_at_every_look_is_a_refusal_not_a_hang(tmp_path, monkeypatch):
     """Taking a lock retries when the file it locked was removed by its last holder meanwhile (another then
     makes a new one), which has no end if that happens at every look: the retries had no deadline. They now give

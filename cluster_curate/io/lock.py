@@ -4,6 +4,7 @@ A second command writing the same output fails at once with a line naming the ho
 running and the later rename silently winning. The lock file is hidden beside the output (`.NAME.lock`) and
 removed when released, the folder's time set back when nothing else was written there (make and rsync go by it);
 a lock whose holder died is free again (the kernel drops flock locks of dead processes).
+`X.parquet` and a folder `X` share their sidecars (`X.partial`, `X.text.npz`): each one's lock covers the other.
 A folder's lock covers what is in it: `embed --out cur/embeddings.parquet` is refused while `run --out cur`
 writes, and `run --out cur` while a command writes something in `cur/`. The workers of a multi-process `embed`
 write an output in parts, each under its part's lock (`.OUT.part-WWWWW-of-NNNNN.parquet.lock`): one is refused
@@ -174,8 +175,16 @@ def _covering_locks(out: Path, part: str | None) -> list[Path]:
     (not the other workers': they write beside it)."""
     around = [lock_path(folder) for folder in out.parents if folder != folder.parent]
     inside = sorted(out.glob(".*.lock")) if out.is_dir() else []
-    whole = [lock_path(out)] if part else sorted(out.parent.glob(f".{glob.escape(out.name)}.part-*-of-*.parquet.lock"))
+    twin = _sidecar_twin(out)
+    whole = [lock_path(out), lock_path(twin)] if part else [lock_path(twin)] + [
+        lock for o in (out, twin) for lock in sorted(o.parent.glob(f".{glob.escape(o.name)}.part-*-of-*.parquet.lock"))]
     return [p for p in around + inside + whole if p.exists()]
+
+
+def _sidecar_twin(out: Path) -> Path:
+    """The other output whose sidecars are `out`'s (artifacts.sidecar_path drops .parquet): `X.parquet` and a
+    folder `X` share `X.partial`, `X.text.npz`, ..., so a writer of one is a writer beside the other's."""
+    return out.with_name(out.name[:-len(".parquet")] if out.name.endswith(".parquet") else f"{out.name}.parquet")
 
 
 def _locked(lock: Path) -> Path:
