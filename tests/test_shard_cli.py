@@ -458,3 +458,19 @@ def test_data_defaults_to_the_dataset_the_selection_records(tmp_path, data, cli_
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
     assert "d.jsonl (the dataset sel.parquet records" in r.output and "pass --data DATA" in r.output, r.output
     assert not (elsewhere / "sh3").exists()
+
+
+def test_shard_does_not_count_the_rows_of_the_recorded_data_again(tmp_path, data, cli_runner, monkeypatch):
+    """The manifest's record of the data counted its rows, a pass over a JSON Lines file of its own, where the
+    selection's lineage had counted the same bytes: shard read the data three times (its fingerprint, the count,
+    the rows). The recorded count is taken where the bytes are the recorded ones."""
+    from cluster_curate.io import containers
+    make_selection(tmp_path / "sel.parquet", data, k=4, fraction=0.5)
+
+    def count(self):
+        raise AssertionError("the rows were counted again")
+    for source in [c for c in vars(containers).values() if isinstance(c, type) and "count" in vars(c)]:
+        monkeypatch.setattr(source, "count", count)
+    r = _run(cli_runner, tmp_path / "sel.parquet", "--data", data, "--out", tmp_path / "shards", "-n", "2")
+    assert r.exit_code == 0, r.output
+    assert read_manifest(tmp_path / "shards")["inputs"]["data"]["rows"] == 600

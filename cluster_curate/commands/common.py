@@ -40,7 +40,20 @@ def _open_recorded(o: dict, name: str, record: dict):
         if not o["force"]:
             _check_same_inputs(record, name, ds, given, same_place)
         check_dataset_matches(record, name, given, o["force"], same_place)
+        _known_rows(ds, record)
     return ds
+
+
+def _known_rows(ds, record: dict) -> None:
+    """The rows the record counted, for the data (or each mixture input) whose bytes are the recorded ones: the
+    same bytes hold as many rows, and counting them again (`ds.record()`: shard's and export's lineage) was a
+    pass over the data of its own."""
+    from cluster_curate.io.mixture import Mixture, is_mixture_record
+    pairs = zip(record["inputs"], ds.datasets) if isinstance(ds, Mixture) and is_mixture_record(record) else \
+        [(record, ds)] if not isinstance(ds, Mixture) else []
+    for rec, d in pairs:
+        if d.rows is None and isinstance(rec.get("rows"), int) and rec.get("fingerprint") == d.fingerprint():
+            d.rows = rec["rows"]
 
 
 def _check_same_inputs(record: dict, name: str, ds, given: dict, same_place: bool) -> None:
