@@ -60,8 +60,9 @@ def test_a_job_array_embedding_is_refused_until_every_piece_is_written(tmp_path)
     d = json.loads(r.stdout)
     assert d["rows"] == 64
     assert [w for w in d["warnings"] if "incomplete" in w] == [
-        "emb: incomplete (--force): using 64 of 120 rows (1 of 2 parts written); 56 rows not embedded "
-        "(ids 16-31, 48-63, 80-95, 112-119)"]
+        "emb: incomplete (--force): using 64 of 120 rows (1 of 2 parts written, part-00001-of-00002.parquet "
+        "missing); 56 of the data's rows in no written part (ids 16-31, 48-63, 80-95, 112-119; exact duplicates, "
+        "which no part embeds, among them)"]
 
     # select reads the pool's vectors: refused too, and --force goes on with the warning once
     r = _cli("select", "cf.parquet", "--out", "s.parquet", "--fraction", "0.3", "--within", "diverse", cwd=tmp_path)

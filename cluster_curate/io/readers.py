@@ -239,12 +239,14 @@ def check_embeddings_complete(path, force: bool = False) -> None:
         raise CurateError(f"{path}: incomplete: {state}; wait for the other pieces (embed --num-parts N "
                           "--part-index I) to finish, or pass --force to use what is there")
     from cluster_curate import console
-    ids = inc["missing_ids"]
-    missing = (f"{len(ids):,} rows not embedded (ids {_id_ranges(ids)})" if len(ids)
+    ids, absent = inc["missing_ids"], ", ".join(inc["missing_parts"][:3]) + ", ..." * (len(inc["missing_parts"]) > 3)
+    # ids in no part: the missing parts' rows, and the exact copies embed leaves out of every part
+    missing = (f"{len(ids):,} of the data's rows in no written part (ids {_id_ranges(ids)}; exact duplicates, which "
+               "no part embeds, among them)" if len(ids)
                else "no rows missing (the missing parts own none)" if inc["dataset_rows"]
-               else f"the rows of {', '.join(inc['missing_parts'][:3])} not embedded")
+               else "the rows of the missing parts not embedded")
     message = (f"{path}: incomplete (--force): using {inc['rows']:,}{of_rows} rows ({inc['parts']} of {inc['of']} "
-               f"parts written); {missing}")
+               f"parts written, {absent} missing); {missing}")
     console.warn(message)
 
 
