@@ -133,7 +133,7 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     import pyarrow as pa
 
     from cluster_curate.commands.common import ids_not_read, open_recorded_data
-    from cluster_curate.commands.shard_parts import refuse_unreadable, rows_checked
+    from cluster_curate.commands.shard_parts import bad_rows_skipped, refuse_unreadable, rows_checked
     from cluster_curate.errors import counted
     from cluster_curate.io.datasets import settled_pass
     from cluster_curate.io.mixture import Mixture
@@ -152,7 +152,8 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
         ds.check_columns()
     wanted = pa.array(ids, pa.int64())
     checked = rows_checked(recorded, ds)  # data changed since (--force): a left-over row broken since is refused
-    parts = settled_pass(ds, lambda: _leftover_parts(ds, wanted, mixture, checked))
+    with bad_rows_skipped(ds, checked):
+        parts = settled_pass(ds, lambda: _leftover_parts(ds, wanted, mixture, checked))
     if checked:
         refuse_unreadable(ds, ids, "left-over")
     found = {i for t in parts for i in t.column("id").to_pylist()}

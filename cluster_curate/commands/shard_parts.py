@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,7 +200,7 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
     from cluster_curate.io.mixture import Mixture
     normalise = isinstance(ds, Mixture)  # a mixture's shards get the normalised columns: examples needed
     checked = rows_checked(sel.meta.dataset, ds)  # data changed since (--force): its rows read as examples too
-    with console.progress("shard: write", total=ds.rows) as bar:
+    with console.progress("shard: write", total=ds.rows) as bar, bad_rows_skipped(ds, checked):
         for batch in ds.iter_batches(batch_rows, examples=normalise or checked):
             bar.advance(batch.num_rows)
             placed = _batch_rows(readable_rows(batch) if checked else batch.raw, cells, sel, weights, m, renamed,
@@ -226,6 +227,25 @@ def rows_checked(record: dict | None, ds) -> bool:
     its fingerprint ties them to it; data changed since may hold a selected row broken since (cut short, not an
     object, its prompt gone), which raw rows alone would copy as nulls."""
     return not record or record.get("fingerprint") != ds.fingerprint()
+
+
+@contextmanager
+def bad_rows_skipped(ds, skipped: bool = True):
+    """Every bad row skipped for the pass (each input's reading options restored after): the rows_checked pass reads
+    them as examples to find the selected (or left-over) ones that no longer read, which refuse_unreadable names;
+    an unselected bad row (one embed skipped, or one edited since) stops nothing, as the raw pass never did."""
+    import dataclasses
+
+    from cluster_curate.io.mixture import Mixture
+    inputs = (ds.datasets if isinstance(ds, Mixture) else [ds]) if skipped else []
+    given = [d.opts for d in inputs]
+    for d in inputs:
+        d.opts = dataclasses.replace(d.opts, on_bad_row="skip")
+    try:
+        yield
+    finally:
+        for d, opts in zip(inputs, given):
+            d.opts = opts
 
 
 def readable_rows(batch):
