@@ -124,6 +124,13 @@ def test_the_parts_of_a_job_array_and_a_resumed_embedding_still_read(tmp_path):
         _ok(cli_in_process("embed", GSM, "--out", "parts", "--num-parts", "2", "--part-index", part, *embed,
                            cwd=tmp_path))
     _ok(cli_in_process("cluster", "parts", "--out", "c.parquet", "--k", "4", "-q", cwd=tmp_path))
+    part = tmp_path / "parts" / "part-00000-of-00002.parquet"  # review: a part rewritten with fewer rows was used
+    written = pq.read_table(part)
+    pq.write_table(written.slice(0, 100), part)
+    r = cli_in_process("cluster", "parts", "--out", "c2.parquet", "--k", "4", "-q", cwd=tmp_path)
+    assert (r.returncode, r.stderr) == (2, f"ERROR: parts: changed since cluster-curate wrote it ({part.name} holds "
+                                           f"100 rows, written with {written.num_rows}); make it again with the "
+                                           "command that wrote it\n")
 
     def chunk(ids):
         return E.chunk_table(E.ChunkResult(ids=np.array(ids), embedding=np.ones((len(ids), 3), np.float32),

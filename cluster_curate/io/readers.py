@@ -66,20 +66,26 @@ def align(sorted_ids: np.ndarray, wanted: np.ndarray, missing_message) -> np.nda
 
 def rows_changed(path) -> str | None:
     """`it holds 150 rows, written with 300`: an artifact file whose rows are not its metadata's `rows` (a file
-    filtered and written again keeps the metadata: pyarrow carries it through), from its footer, so no row is read.
-    None when it holds those, or is not an artifact file (read_meta says why), or is a directory (read_meta counts a
-    directory's rows from its parts' footers)."""
+    filtered and written again keeps the metadata: pyarrow carries it through), from its footer, so no row is read;
+    in a directory, the first part whose rows are not its own metadata's (each part records its rows). None when
+    they are those, or it is not an artifact (read_meta says why)."""
     from pathlib import Path
 
     import pyarrow.parquet as pq
-    if Path(path).is_dir():
-        return None
     try:
-        footer = pq.read_metadata(path)  # the row count and the metadata in one read
-        written = ArtifactMeta.from_json(footer.metadata[META_KEY].decode()).rows
-    except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError):
+        files = artifact_files(path)
+    except CurateError:
         return None
-    return None if footer.num_rows == written else f"it holds {footer.num_rows:,} rows, written with {written:,}"
+    for f in files:
+        try:
+            footer = pq.read_metadata(f)  # the row count and the metadata in one read
+            written = ArtifactMeta.from_json(footer.metadata[META_KEY].decode()).rows
+        except (pa.ArrowInvalid, OSError, KeyError, TypeError, ValueError):
+            continue
+        if footer.num_rows != written:
+            held = f"holds {footer.num_rows:,} rows, written with {written:,}"
+            return f"{f.name} {held}" if Path(path).is_dir() else f"it {held}"
+    return None
 
 
 def read_checked_meta(path, kind: str | tuple[str, ...] | None = None) -> ArtifactMeta:

@@ -251,9 +251,10 @@ def _refuse_foreign(directory: Path, kind: str | None) -> None:
 
 
 def write_part(table: pa.Table, directory: str | os.PathLike, name: str, meta: ArtifactMeta) -> Path:
-    """Write one part file of a directory artifact (each part carries the artifact's metadata)."""
+    """Write one part file of a directory artifact (each part carries the artifact's metadata, with its own rows)."""
+    import dataclasses
     p = Path(directory) / name
-    write_parquet_atomic(with_meta(table, meta), p)
+    write_parquet_atomic(with_meta(table, dataclasses.replace(meta, rows=table.num_rows)), p)
     return p
 
 
