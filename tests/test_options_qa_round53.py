@@ -98,8 +98,20 @@ def test_an_artifact_rewritten_with_half_its_rows_is_refused_before_any_work(run
     r = cli_in_process(command, "half.parquet", *argv, cwd=tmp_path)
     assert (r.returncode, r.stderr) == (2, f"ERROR: half.parquet: changed since cluster-curate wrote it (it holds "
                                            f"{rows // 2} rows, written with {rows}); make it again with the command "
-                                           "that wrote it\n")
+                                           "that wrote it, or pass --force to use it as it is\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["half.parquet"]
+
+
+def test_a_selection_filtered_by_hand_is_sharded_with_force(run_dir, tmp_path):
+    """Review: a selection with rows taken out by hand (pyarrow keeps its metadata) sharded before the row check;
+    it is refused now, and --force, the switch for "I know", shards the rows it holds, with a warning."""
+    _halved(run_dir / "selection.parquet", tmp_path / "half.parquet")
+    r = _ok(cli_in_process("shard", "half.parquet", "--data", GSM, "--out", "out", "-n", "2", "--force",
+                           cwd=tmp_path))
+    assert "half.parquet: changed since cluster-curate wrote it" in r.stderr and "used as it is (--force)" in r.stderr
+    held = pq.read_table(tmp_path / "half.parquet").column("id").to_pylist()
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["selected_rows"] == len(held)
 
 
 def test_run_makes_again_an_output_rewritten_with_half_its_rows(run_dir, tmp_path):
@@ -130,7 +142,7 @@ def test_the_parts_of_a_job_array_and_a_resumed_embedding_still_read(tmp_path):
     r = cli_in_process("cluster", "parts", "--out", "c2.parquet", "--k", "4", "-q", cwd=tmp_path)
     assert (r.returncode, r.stderr) == (2, f"ERROR: parts: changed since cluster-curate wrote it ({part.name} holds "
                                            f"100 rows, written with {written.num_rows}); make it again with the "
-                                           "command that wrote it\n")
+                                           "command that wrote it, or pass --force to use it as it is\n")
 
     def chunk(ids):
         return E.chunk_table(E.ChunkResult(ids=np.array(ids), embedding=np.ones((len(ids), 3), np.float32),

@@ -136,7 +136,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     from cluster_curate.commands.common import open_recorded_data
     from cluster_curate.io.readers import read_checked_meta
     # as k-means reads it: its errors
-    emeta = read_checked_meta(embeddings, None if o["force"] else names.EMBEDDINGS)
+    emeta = read_checked_meta(embeddings, None if o["force"] else names.EMBEDDINGS, o["force"])
     ids, keys, words = [], [], []
     try:
         ds = open_recorded_data(o, embeddings, emeta.dataset)

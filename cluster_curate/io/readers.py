@@ -88,14 +88,18 @@ def rows_changed(path) -> str | None:
     return None
 
 
-def read_checked_meta(path, kind: str | tuple[str, ...] | None = None) -> ArtifactMeta:
+def read_checked_meta(path, kind: str | tuple[str, ...] | None = None, force: bool = False) -> ArtifactMeta:
     """read_meta(path, kind), and an artifact file changed since it was written refused (rows_changed): its lineage
-    would say other rows than it holds (a manifest's selected rows against its selection's)."""
+    would say other rows than it holds (a manifest's selected rows against its selection's). `force` (--force):
+    used as it is, with a warning (a selection filtered by hand, say)."""
     meta = read_meta(path, kind)
     changed = rows_changed(path)
-    if changed:
+    if changed and not force:
         raise CurateError(f"{path}: changed since cluster-curate wrote it ({changed}); make it again with the "
-                          "command that wrote it")
+                          "command that wrote it, or pass --force to use it as it is")
+    if changed:
+        from cluster_curate import console
+        console.warn(f"{path}: changed since cluster-curate wrote it ({changed}); used as it is (--force)", once=True)
     return meta
 
 
@@ -264,7 +268,7 @@ def read_embeddings(path, *, force: bool = False, batch_rows: int = 65536, compl
     checked it already (`completeness_checked`: cluster, before any work; one warning per command)."""
     import pyarrow.parquet as pq
 
-    meta = read_checked_meta(path, None if force else names.EMBEDDINGS)
+    meta = read_checked_meta(path, None if force else names.EMBEDDINGS, force)
     if not completeness_checked:
         check_embeddings_complete(path, force)
     files = artifact_files(path)
@@ -352,7 +356,7 @@ def rows_of_ids(path, e_ids: np.ndarray, ids: np.ndarray) -> np.ndarray | None:
 
 def read_embedding_tokens(path, ids, force: bool = False):
     """n_tokens per selected id (ids sorted) from an embeddings artifact: (tokens or None, meta)."""
-    meta = read_checked_meta(path, None if force else names.EMBEDDINGS)
+    meta = read_checked_meta(path, None if force else names.EMBEDDINGS, force)
     tokens = read_embedding_columns(path, ["n_tokens"], ids).get("n_tokens")
     if tokens is None:
         return None, meta
@@ -377,7 +381,7 @@ class Clusters:
 def read_clusters(path, *, force: bool = False, need_similarity: str | None = None) -> Clusters:
     """A clusters artifact in id order. need_similarity: the option that needs the similarity column (its
     absence is then an error naming it)."""
-    meta = read_checked_meta(path, None if force else names.CLUSTERS)
+    meta = read_checked_meta(path, None if force else names.CLUSTERS, force)
     found = artifact_schema(path).names
     require_columns(path, ("id", "cluster"), found)
     if need_similarity and "similarity" not in found:
@@ -434,7 +438,7 @@ class Selection:
 
 def read_selection(path, *, force: bool = False) -> Selection:
     from cluster_curate.io.artifacts import read_artifact
-    meta = read_checked_meta(path, None if force else names.SELECTION)
+    meta = read_checked_meta(path, None if force else names.SELECTION, force)
     table, _ = read_artifact(path)
     for col in ("id", "cluster"):
         if col not in table.column_names:
