@@ -325,9 +325,11 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
         tokens_of = _token_lookup(found, sel_table)
         if tokens_of is not None:
             step_l, rank_l, tok_l = [], [], []
-            for f in m["files"]:
-                rank = int(f["file"].split("-")[1])
-                t = pq.read_table(found["shards"] / f["file"], columns=["id", "step"])
+            from cluster_curate.loader import shard_files
+            # each file the one shard wrote (else one line naming it, as export and verify say): a file gone was an
+            # internal error, one changed since was drawn as the plan
+            for rank, path in enumerate(shard_files(found["shards"], check_content=True)):
+                t = pq.read_table(path, columns=["id", "step"])
                 step_l.append(t.column("step").to_numpy())
                 rank_l.append(np.full(t.num_rows, rank))
                 tok_l.append(tokens_of(t.column("id").to_numpy()))
