@@ -200,7 +200,7 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
     from cluster_curate.io.mixture import Mixture
     normalise = isinstance(ds, Mixture)  # a mixture's shards get the normalised columns: examples needed
     checked = rows_checked(sel.meta.dataset, ds)  # data changed since (--force): its rows read as examples too
-    with console.progress("shard: write", total=ds.rows) as bar, bad_rows_skipped(ds, checked):
+    with console.progress("shard: read the data", total=ds.rows) as bar, bad_rows_skipped(ds, checked):
         for batch in ds.iter_batches(batch_rows, examples=normalise or checked):
             bar.advance(batch.num_rows)
             placed = _batch_rows(readable_rows(batch) if checked else batch.raw, cells, sel, weights, m, renamed,
