@@ -56,12 +56,15 @@ def answer_key(response: str) -> int:
 
 
 def loose_answer_key(response: str) -> int:
-    """answer_key of a response without its punctuation: equal for "Paris", "paris." and "(Paris)" (select
-    --dedup's test of two short answers; the kinds and orders keep answer_key's strict equality)."""
-    return answer_key(_PUNCTUATION.sub("", response))
+    """answer_key of a response without the sentence punctuation after it and the quotes or brackets around it:
+    equal for "Paris", "paris." and "(Paris)", while "-5" and "5", "<" and ">", "C++" and "C" stay apart (select
+    --dedup's test of two short answers; the kinds and orders keep answer_key's strict equality). An answer of
+    symbols alone is its own."""
+    bare = response.strip().rstrip(_AFTER).strip(_AROUND).rstrip(_AFTER)
+    return answer_key(bare if any(c.isalnum() for c in bare) else response)
 
 
-_PUNCTUATION = re.compile(r"[^\w\s]")
+_AFTER, _AROUND = ".!?,;: \t\n", "\"'`“”‘’()[]{}* \t\n"
 
 
 def answer_columns(responses) -> tuple[np.ndarray, np.ndarray]:

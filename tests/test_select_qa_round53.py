@@ -164,7 +164,8 @@ def test_runs_early_refusal_of_a_token_budget_is_one_sentence(tmp_path):
     assert r.returncode != 0 and not (tmp_path / "r4").exists()
     message = r.stderr.strip().splitlines()[-1]
     assert re.fullmatch(r"ERROR: one global step needs --num-shards × --micro-batch-size = 4 × 4 = 16 rows, but "
-                        r"--token-budget 40 of 300 rows \(40 of their [\d,]+ words; of 320: 20 exact duplicates left out\) "
+                        r"--token-budget 40 of 300 rows \(40 of their [\d,]+ words; of 320: 20 exact duplicates "
+                        r"left out\) "
                         r"selects at most \d; use fewer shards, a smaller micro-batch or a larger budget", message), \
         message
 
@@ -188,3 +189,15 @@ def test_readme_says_what_run_checks_early_and_what_target_refuses():
             "the data's shortest rows is refused there") in readme
     not_with = readme[readme.index("- Not with `--target`:"):]
     assert "nor `--dedup`" in not_with[:not_with.index("The target's bad rows")]
+
+
+@pytest.mark.parametrize("a, b, same", [
+    ("Paris", "Paris.", True), ("paris", "PARIS!", True), ("Paris", "(Paris)", True), ("Paris", '"Paris."', True),
+    ("(B)", "B", True), ("<", ">", False), ("<", "=", False), ("-5", "5", False), ("1/2", "12", False),
+    ("3:00", "300", False), ("C++", "C", False), ("C#", "C", False), ("A+", "A-", False), ("?", "!", False)])
+def test_two_short_answers_are_one_but_for_the_punctuation_after_or_around_them(a, b, same):
+    """Review: dropping every symbol made '<', '>' and '=' one answer (a comparison task kept one row of three
+    kinds), and '-5' and '5'; only the sentence punctuation after an answer and the quotes or brackets around it
+    are set aside now."""
+    from cluster_curate.answer_kinds import loose_answer_key
+    assert (loose_answer_key(a) == loose_answer_key(b)) is same

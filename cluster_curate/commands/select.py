@@ -54,8 +54,8 @@ OPTIONS = (
                 "Default: the one the clusters were made from, when it is still there."),
     Option("dedup", record=True, type=float, metavar="COSINE",
            help="Drop a row whose cosine similarity to an already kept row of its cluster exceeds COSINE "
-                "(before quotas are filled), unless both responses are short answers and differ, case, spaces and "
-                "punctuation aside (one pass over the data reads them)."),
+                "(before quotas are filled), unless both responses are short answers that differ, case, spaces and "
+                "the punctuation around them aside (one pass over the data reads them)."),
     Option("seed", record=True, type=seed_type(), default=0, show_default=True, help="Seeds the random order."),
     *DATASET_OPTIONS,
     Option("target", path=True, metavar="TARGET",
@@ -129,8 +129,8 @@ def _inputs(o: dict, clusters: str, c, needs: set):
 
 
 def _dedup_answers(o: dict, clusters: str, c) -> tuple:
-    """--dedup's answers: a key per row, equal for responses equal but for case, spaces and punctuation
-    (answer_kinds.loose_answer_key: "Paris." is "Paris"), and whether each is a short answer, from a pass over the
+    """--dedup's answers: a key per row, equal for responses equal but for case, spaces and the punctuation around
+    them (answer_kinds.loose_answer_key: "Paris." is "Paris"), and whether each is a short answer, from a pass over the
     data (embed keeps the strict keys only); two short answers that differ are not near-duplicates. (None, None)
     where the data cannot be read: feature cosine alone, said as `--within auto` says it."""
     from cluster_curate.answer_kinds import loose_answer_key
