@@ -193,6 +193,9 @@ def test_an_output_and_its_folder_twin_share_sidecars_and_refuse_each_other(tmp_
         r = _cli("embed", str(GSM), "--out", str(tmp_path / "e.parquet"), "--features", "text", "--dim", "8")
         assert r.returncode == 2 and "in use by another cluster-curate" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither wrote anything, no lock left
+    with output_lock(tmp_path / "cur", "run"):  # review: a run or shard folder writes no sidecar X.*: no clash
+        r = _cli("embed", str(GSM), "--out", str(tmp_path / "cur.parquet"), "--features", "text", "--dim", "8", "-q")
+        assert r.returncode == 0, r.stderr
 
 
 def test_a_lock_file_replaced_at_every_look_is_a_refusal_not_a_hang(tmp_path, monkeypatch):

@@ -4,7 +4,8 @@ A second command writing the same output fails at once with a line naming the ho
 running and the later rename silently winning. The lock file is hidden beside the output (`.NAME.lock`) and
 removed when released, the folder's time set back when nothing else was written there (make and rsync go by it);
 a lock whose holder died is free again (the kernel drops flock locks of dead processes).
-`X.parquet` and a folder `X` share their sidecars (`X.partial`, `X.text.npz`): each one's lock covers the other.
+`X.parquet` and a folder `X` share their sidecars (`X.partial`, `X.text.npz`): between commands that write sidecars
+(embed, cluster, select) each one's lock covers the other.
 A folder's lock covers what is in it: `embed --out cur/embeddings.parquet` is refused while `run --out cur`
 writes, and `run --out cur` while a command writes something in `cur/`. The workers of a multi-process `embed`
 write an output in parts, each under its part's lock (`.OUT.part-WWWWW-of-NNNNN.parquet.lock`): one is refused
@@ -66,6 +67,7 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
     path = lock_path(out) if part is None else _part_lock_path(real, part)
     named = out if part is None else os.path.join(out, part)  # as typed: Path would drop a leading ./
     _refuse_if_held(_covering_locks(real, part), named)
+    _refuse_if_held(_twin_locks(real, command), named, only=SIDECAR_COMMANDS)
     created = []  # directories made for the lock, removed again when the command leaves them empty
     folder = _folder_state(path.parent) if path.parent.exists() else None
     fd, order = _take(path, named, created)
@@ -77,6 +79,7 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(info).encode())
         _refuse_if_held(_covering_locks(real, part), named, order)
+        _refuse_if_held(_twin_locks(real, command), named, order, only=SIDECAR_COMMANDS)
         if part is None:
             _HELD.add(path)
         yield
@@ -175,16 +178,26 @@ def _covering_locks(out: Path, part: str | None) -> list[Path]:
     (not the other workers': they write beside it)."""
     around = [lock_path(folder) for folder in out.parents if folder != folder.parent]
     inside = sorted(out.glob(".*.lock")) if out.is_dir() else []
-    twin = _sidecar_twin(out)
-    whole = [lock_path(out), lock_path(twin)] if part else [lock_path(twin)] + [
-        lock for o in (out, twin) for lock in sorted(o.parent.glob(f".{glob.escape(o.name)}.part-*-of-*.parquet.lock"))]
+    whole = [lock_path(out)] if part else _part_locks(out)
     return [p for p in around + inside + whole if p.exists()]
 
 
-def _sidecar_twin(out: Path) -> Path:
-    """The other output whose sidecars are `out`'s (artifacts.sidecar_path drops .parquet): `X.parquet` and a
-    folder `X` share `X.partial`, `X.text.npz`, ..., so a writer of one is a writer beside the other's."""
-    return out.with_name(out.name[:-len(".parquet")] if out.name.endswith(".parquet") else f"{out.name}.parquet")
+def _part_locks(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f".{glob.escape(out.name)}.part-*-of-*.parquet.lock"))
+
+
+# the commands that write sidecars beside their output, named after it less its .parquet (artifacts.sidecar_path)
+SIDECAR_COMMANDS = ("embed", "cluster", "select")
+
+
+def _twin_locks(out: Path, command: str) -> list[Path]:
+    """The locks of the other output whose sidecars are `out`'s: `X.parquet` and a folder `X` share `X.partial`,
+    `X.text.npz`, ... (a job-array piece writing `X/` and an `embed --out X.parquet`), and its parts'. Only between
+    commands that write sidecars (_refuse_if_held's `only`): a `run` or `shard` folder `X` has none."""
+    if command not in SIDECAR_COMMANDS:
+        return []
+    twin = out.with_name(out.name[:-len(".parquet")] if out.name.endswith(".parquet") else f"{out.name}.parquet")
+    return [p for p in [lock_path(twin), *_part_locks(twin)] if p.exists()]
 
 
 def _locked(lock: Path) -> Path:
@@ -193,10 +206,11 @@ def _locked(lock: Path) -> Path:
     return lock.parent / part[1] / part[2] if part else lock.with_name(lock.name[1:-len(".lock")])
 
 
-def _refuse_if_held(locks: list[Path], out, order: int | None = None) -> None:
+def _refuse_if_held(locks: list[Path], out, order: int | None = None, only: tuple[str, ...] | None = None) -> None:
     """CurateError naming the holder when another process holds one of `locks` (each tried, then let go). `order`:
     this process holds its own lock, taken then (_take); a holder that took its own later gives way (it looks, as
-    this one does, once it holds its lock, and finds this one's held and earlier), so this one waits for it to."""
+    this one does, once it holds its lock, and finds this one's held and earlier), so this one waits for it to.
+    `only`: a holder of another command than these is no clash."""
     import fcntl
     for lock in locks:
         deadline = time.monotonic() + _WAIT
@@ -212,6 +226,8 @@ def _refuse_if_held(locks: list[Path], out, order: int | None = None) -> None:
                 holder = _holder(fd)
             finally:
                 os.close(fd)
+            if only is not None and holder is not None and holder.get("command") not in only:
+                break
             later = holder is not None and order is not None and (holder.get("order", -1), holder["pid"]) > (
                 order, os.getpid())
             if (not _alive(holder) or later) and time.monotonic() < deadline:
