@@ -186,8 +186,9 @@ def _id_ranges(ids: np.ndarray, limit: int = 4) -> str:
 def embeddings_incomplete(path) -> dict | None:
     """None unless `path` is an embeddings directory written by several workers (`embed --num-parts` /
     torchrun: `part-WWWWW-of-NNNNN.parquet`, distributed.ChunkedOutput) of which some parts are not written yet.
-    Then {"parts", "of", "missing_parts", "rows", "dataset_rows", "missing_ids"} (missing_ids: the dataset's ids
-    in no part and in no written part's rejects list, sorted)."""
+    Then {"parts", "of", "missing_parts", "rows", "dataset_rows", "missing_ids", "unlisted_duplicates"}
+    (missing_ids: the dataset's ids in no part, in no written part's rejects list and not an exact duplicate the
+    metadata lists, sorted; unlisted_duplicates: the exact duplicates past those listed, which may be among them)."""
     import json
     from pathlib import Path
 
@@ -209,10 +210,13 @@ def embeddings_incomplete(path) -> dict | None:
         return None
     rows = sum(pq.ParquetFile(p / names.part_file_name(w, workers)).metadata.num_rows for w in present)
     try:
-        dataset_rows = int(read_meta(path).dataset.get("rows"))
+        meta = read_meta(path)
+        dataset_rows = int(meta.dataset.get("rows"))
     except (CurateError, TypeError, ValueError):
-        dataset_rows = None
-    missing_ids = np.zeros(0, dtype=np.int64)
+        meta, dataset_rows = None, None
+    duplicates = (meta.params.get("exact_duplicates") or {}) if meta is not None else {}
+    listed = [i for i in duplicates.get("ids") or () if isinstance(i, int)]  # the first 10,000 of them
+    missing_ids, unlisted = np.zeros(0, dtype=np.int64), max(0, int(duplicates.get("dropped") or 0) - len(listed))
     if dataset_rows:
         have = np.zeros(dataset_rows, dtype=bool)
         for w in present:
@@ -227,9 +231,11 @@ def embeddings_incomplete(path) -> dict | None:
                         continue
                     if 0 <= i < dataset_rows:
                         have[i] = True
+        listed = np.asarray(listed, dtype=np.int64)
+        have[listed[(listed >= 0) & (listed < dataset_rows)]] = True  # exact copies: in no part of a whole run
         missing_ids = np.flatnonzero(~have)
     return {"parts": len(present), "of": workers, "missing_parts": missing_parts, "rows": rows,
-            "dataset_rows": dataset_rows, "missing_ids": missing_ids}
+            "dataset_rows": dataset_rows, "missing_ids": missing_ids, "unlisted_duplicates": unlisted}
 
 
 def check_embeddings_complete(path, force: bool = False) -> None:
@@ -250,9 +256,11 @@ def check_embeddings_complete(path, force: bool = False) -> None:
                           "--part-index I) to finish, or pass --force to use what is there")
     from cluster_curate import console
     ids, absent = inc["missing_ids"], ", ".join(inc["missing_parts"][:3]) + ", ..." * (len(inc["missing_parts"]) > 3)
-    # ids in no part: the missing parts' rows, and the exact copies embed leaves out of every part
-    missing = (f"{len(ids):,} of the data's rows in no written part (ids {_id_ranges(ids)}; exact duplicates, which "
-               "no part embeds, among them)" if len(ids)
+    # ids in no part and no rejects list, less the exact copies the metadata lists (embed leaves them out of all)
+    extra = inc["unlisted_duplicates"]
+    missing = (f"{len(ids):,} rows not embedded (ids {_id_ranges(ids)}"
+               + (f"; {extra:,} exact duplicates past those the metadata lists among them" if extra else "") + ")"
+               if len(ids)
                else "no rows missing (the missing parts own none)" if inc["dataset_rows"]
                else "the rows of the missing parts not embedded")
     message = (f"{path}: incomplete (--force): using {inc['rows']:,}{of_rows} rows ({inc['parts']} of {inc['of']} "
