@@ -183,6 +183,7 @@ def _covering_locks(out: Path, part: str | None) -> list[Path]:
 
 
 def _part_locks(out: Path) -> list[Path]:
+    """The locks of the workers writing parts of `out` (_part_lock_path)."""
     return sorted(out.parent.glob(f".{glob.escape(out.name)}.part-*-of-*.parquet.lock"))
 
 
