@@ -133,7 +133,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
 
     from cluster_curate import answer_kinds as AK
     from cluster_curate.features.text import example_text
-    from cluster_curate.commands.common import open_recorded_data
+    from cluster_curate.commands.common import NoDatasetRecorded, open_recorded_data
     from cluster_curate.io.readers import read_checked_meta
     # as k-means reads it: its errors
     emeta = read_checked_meta(embeddings, None if o["force"] else names.EMBEDDINGS, o["force"])
@@ -141,7 +141,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     try:
         ds = open_recorded_data(o, embeddings, emeta.dataset)
         if ds is None:
-            raise CurateError(f"{embeddings}: records no dataset")
+            raise NoDatasetRecorded(f"{embeddings}: records no dataset")
         stored = _stored_answers(o, embeddings, emeta, ds)
         if stored is not None:
             return stored, None
@@ -154,7 +154,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
         if o["kinds"] == "auto" and not o["data"]:  # a --data given is read or refused, never passed over
             why = f"auto: the answers were not read ({e})" + ("" if "pass --data" in str(e) else
                                                               "; pass --data DATA for kinds")
-            if "records no dataset" not in str(e):  # recorded, but gone or changed: say so
+            if not isinstance(e, NoDatasetRecorded):  # recorded, but gone or changed: say so
                 from cluster_curate import console
                 console.warn(f"{embeddings}: {why}")
             return None, why

@@ -134,12 +134,17 @@ def check_every_id_read(ds, ids, found) -> None:
         raise ids_not_read(ds.source, ids[np.flatnonzero(~found)], "clustered", "were the clusters")
 
 
+class NoDatasetRecorded(CurateError):
+    """An artifact records no raw dataset, and no --data was given: what can do without the data (`--within auto`,
+    `--dedup`'s answers, `--kinds auto`) goes on without it and without a warning (there is nothing gone to say)."""
+
+
 def open_clusters_data(o: dict, clusters: str, c, why: str = "--tokenizer", hint: str | None = None):
     """The raw data behind clusters artifact `clusters` (c: as read_clusters read it; open_recorded_data, with its
     `hint`; the record-less case already says what to pass)."""
     ds = open_recorded_data(o, clusters, c.meta.dataset, hint)
     if ds is None:
-        raise CurateError(f"{why} needs the raw data: pass --data DATA (the clusters record no dataset)")
+        raise NoDatasetRecorded(f"{why} needs the raw data: pass --data DATA (the clusters record no dataset)")
     return ds
 
 

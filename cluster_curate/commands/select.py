@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from cluster_curate.commands import select_parts as P
-from cluster_curate.commands.common import check_every_id_read, open_clusters_data
+from cluster_curate.commands.common import NoDatasetRecorded, check_every_id_read, open_clusters_data
 from cluster_curate.errors import CurateError, counted
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, int_range,
@@ -138,7 +138,7 @@ def _dedup_answers(o: dict, clusters: str, c) -> tuple:
     try:
         keys, words = _answers(o, clusters, c, why="--dedup", key=loose_answer_key)
     except CurateError as e:
-        if "record no dataset" not in str(e):
+        if not isinstance(e, NoDatasetRecorded):
             from cluster_curate import console
             console.warn(f"--dedup: the responses were not read, so feature cosine alone ({e})")
         return None, None
@@ -220,7 +220,7 @@ def _auto_order(o: dict, clusters: str, c, emb_path=None) -> tuple[str, np.ndarr
         try:
             ds = open_clusters_data(o, clusters, c, "--within auto")
         except CurateError as e:
-            if "record no dataset" not in str(e):
+            if not isinstance(e, NoDatasetRecorded):
                 console.warn(f"--within auto: the responses were not read, so the random order ({e})")
             return "random", None, {"order": "random", "why": f"the responses were not read: {e}"}
         keys, words = _answers(o, clusters, c, ds, emb_path)
