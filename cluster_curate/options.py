@@ -143,8 +143,6 @@ def _finite(kind):
     failed deep in its work (int(nan) in the size cap), after embed in `run`."""
     import click
     finite_float, finite_range = _finite_types()
-    if isinstance(kind, (finite_float, finite_range)):
-        return kind
     if isinstance(kind, click.FloatRange):
         return finite_range(kind.min, kind.max, kind.min_open, kind.max_open, kind.clamp)
     return finite_float()

@@ -85,24 +85,24 @@ def read_consumed(log_dir: str | os.PathLike, num_ranks: int) -> dict[int, list[
 
 
 def _read_log(path: Path) -> list[dict]:
-    from cluster_curate.io.containers import _GZIP_MAGIC
+    from cluster_curate.io.containers import GZIP_MAGIC
     try:
         data = path.read_bytes()
     except IsADirectoryError:
         raise CurateError(f"{path}: is a directory, expected a rank's log file") from None
     except OSError as e:
         raise cannot_read(path, e, "the log") from None
-    if data.startswith(_GZIP_MAGIC):  # else "line 1: not valid UTF-8"
+    if data.startswith(GZIP_MAGIC):  # else "line 1: not valid UTF-8"
         raise CurateError(f"{path}: gzip-compressed; decompress it (verify reads a rank's log as JSON lines)")
     return [_record(path, line_no, line) for line_no, line in enumerate(data.splitlines(), 1) if line.strip()]
 
 
 def _record(path: Path, line_no: int, line: bytes) -> dict:
-    from cluster_curate.io.containers import _utf8_error  # the data readers' wording
+    from cluster_curate.io.containers import utf8_error  # the data readers' wording
     try:
         rec = json.loads(line.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise CurateError(_utf8_error(path, line_no, e, line, 0)) from None
+        raise CurateError(utf8_error(path, line_no, e, line, 0)) from None
     except json.JSONDecodeError as e:
         raise CurateError(f"{path}:{line_no}: not JSON ({e.msg})") from None
     if not isinstance(rec, dict) or "ids" not in rec:

@@ -89,7 +89,7 @@ def _lone_surrogate(line: int | None, value, key: str | None = None) -> JsonRow 
                    key=key, field=field or None)
 
 
-def _utf8_error(path, line: int, exc: UnicodeDecodeError, data: bytes, start: int) -> str:
+def utf8_error(path, line: int, exc: UnicodeDecodeError, data: bytes, start: int) -> str:
     bad = data[exc.start:exc.start + 1].hex()
     col = exc.start - start + 1
     return f"{path}:{line}: not valid UTF-8 text (byte 0x{bad} at column {col}); re-encode the file as UTF-8"
@@ -103,7 +103,7 @@ def _open_binary(path: Path):
             import gzip
             with open(path, "rb") as raw:  # permission / directory errors with our message
                 magic = raw.read(2)
-            if magic and magic != _GZIP_MAGIC:  # else gzip's `Not a gzipped file (b'{"')`, and no fix
+            if magic and magic != GZIP_MAGIC:  # else gzip's `Not a gzipped file (b'{"')`, and no fix
                 raise CurateError(f"{path}: not gzip-compressed, but its name ends in .gz; rename it {path.name[:-3]}")
             f = gzip.open(path, "rb")
         else:
@@ -125,8 +125,8 @@ def _open_binary(path: Path):
 
 # compressed bytes under a text file's name (a download saved as .jsonl): named with the fix, not as a line 1 that
 # is "not valid UTF-8" or a file with "no readable record"
-_GZIP_MAGIC = b"\x1f\x8b"
-_PACKED = {_GZIP_MAGIC: "gzip-compressed, but its name does not end in .gz; rename it {name}.gz",
+GZIP_MAGIC = b"\x1f\x8b"
+_PACKED = {GZIP_MAGIC: "gzip-compressed, but its name does not end in .gz; rename it {name}.gz",
            b"PK\x03\x04": "a zip archive, not text; extract it and give the file inside",
            b"\x28\xb5\x2f\xfd": "zstd-compressed, not text; decompress it (zstd -d) or recompress it as .gz"}
 
@@ -138,7 +138,7 @@ def _first_non_utf8_line(path: Path) -> str | None:
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as e:
-                return _utf8_error(path, lineno, e, line, 0)
+                return utf8_error(path, lineno, e, line, 0)
     return None
 
 
@@ -166,7 +166,7 @@ class _JsonLines:
                 try:
                     text = data.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as e:
-                    yield JsonRow(lineno, None, _utf8_error(self.path, lineno, e, data, 0).split(": ", 1)[1])
+                    yield JsonRow(lineno, None, utf8_error(self.path, lineno, e, data, 0).split(": ", 1)[1])
                     continue
                 try:  # the scanner json.loads ends in, without its three Python layers: a line that is one object
                     rec, end = _SCAN(text, 0)
@@ -244,7 +244,7 @@ class _JsonScanner:
         except UnicodeDecodeError as e:
             ln = self.line_at(len(self.buf)) + data.count(b"\n", 0, e.start)
             start = data.rfind(b"\n", 0, e.start) + 1
-            raise CurateError(_utf8_error(self.path, ln, e, data, start)) from None
+            raise CurateError(utf8_error(self.path, ln, e, data, start)) from None
         self.buf = self.buf[self.pos:] + text
         self.line_pos -= self.pos
         self.pos = 0
