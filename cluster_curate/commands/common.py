@@ -1,7 +1,10 @@
 """Helpers shared by several commands: the raw data behind an artifact (cluster and select read it), tokenizers
-(inspect, select and shard count tokens) and timing."""
+(inspect, select and shard count tokens), the checked copy of raw rows from data changed since (shard and export)
+and timing."""
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 from cluster_curate.errors import CurateError, counted
 
@@ -285,3 +288,50 @@ def count_tokens_pass(ds, ids, tokenizer_path, label: str, batch_rows: int = 409
         else:
             counts[pos] = [word_counts(e)[0] for e in chosen]  # the same words a text-only embed counts
     return counts
+
+
+def rows_checked(record: dict | None, ds) -> bool:
+    """Whether a pass that copies raw rows must read them as examples too: the data is not the one the artifact
+    records (--force; or none recorded). The recorded data's selected ids were readable examples when embedded, and
+    its fingerprint ties them to it; data changed since may hold a selected row broken since (cut short, not an
+    object, its prompt gone), which raw rows alone would copy as nulls."""
+    return not record or record.get("fingerprint") != ds.fingerprint()
+
+
+@contextmanager
+def bad_rows_skipped(ds, skipped: bool = True):
+    """Every bad row skipped for the pass (each input's reading options restored after): the rows_checked pass reads
+    them as examples to find the selected (or left-over) ones that no longer read, which refuse_unreadable names;
+    an unselected bad row (one embed skipped, or one edited since) stops nothing, as the raw pass never did."""
+    import dataclasses
+
+    from cluster_curate.io.mixture import Mixture
+    inputs = (ds.datasets if isinstance(ds, Mixture) else [ds]) if skipped else []
+    given = [d.opts for d in inputs]
+    for d in inputs:
+        d.opts = dataclasses.replace(d.opts, on_bad_row="skip")
+    try:
+        yield
+    finally:
+        for d, opts in zip(inputs, given):
+            d.opts = opts
+
+
+def readable_rows(batch):
+    """A batch's raw rows that were read as examples: a bad row skipped (--on-bad-row skip) left out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    raw = batch.raw
+    if len(batch.examples) == raw.num_rows:
+        return raw
+    return raw.filter(pc.is_in(raw.column("id"), value_set=pa.array([e.id for e in batch.examples], pa.int64())))
+
+
+def refuse_unreadable(ds, ids, whose: str) -> None:
+    """One line for the first of `ids` (`whose`: selected, left-over) that the pass over `ds` skipped as a bad row
+    (bad_rows_skipped): its file:line and why, not a row of nulls."""
+    import numpy as np
+    wanted = set(np.asarray(ids).tolist())
+    bad = next((r for r in ds.rejects if r.id in wanted), None)
+    if bad is not None:
+        raise CurateError(f"{bad} ({whose} id {bad.id}: the data changed since it was selected)")

@@ -132,8 +132,8 @@ def _read_leftovers(manifest: dict, o: dict, source: str):
     shards have. None when there are none."""
     import pyarrow as pa
 
-    from cluster_curate.commands.common import ids_not_read, open_recorded_data
-    from cluster_curate.commands.shard_parts import bad_rows_skipped, refuse_unreadable, rows_checked
+    from cluster_curate.commands.common import (bad_rows_skipped, ids_not_read, open_recorded_data,
+                                                refuse_unreadable, rows_checked)
     from cluster_curate.errors import counted
     from cluster_curate.io.datasets import settled_pass
     from cluster_curate.io.mixture import Mixture
@@ -176,7 +176,7 @@ def _leftover_parts(ds, wanted: pa.Array, mixture: bool, checked: bool) -> list[
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from cluster_curate.commands.shard_parts import readable_rows
+    from cluster_curate.commands.common import readable_rows
     parts = []
     for b in ds.iter_batches(examples=mixture or checked):
         t = pa.Table.from_batches([readable_rows(b) if checked else b.raw])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,6 +198,7 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
     found = np.zeros(sel.ids.shape[0], dtype=bool)
     from cluster_curate.io.mixture import Mixture
     normalise = isinstance(ds, Mixture)  # a mixture's shards get the normalised columns: examples needed
+    from cluster_curate.commands.common import bad_rows_skipped, readable_rows, refuse_unreadable, rows_checked
     checked = rows_checked(sel.meta.dataset, ds)  # data changed since (--force): its rows read as examples too
     with console.progress("shard: read the data", total=ds.rows) as bar, bad_rows_skipped(ds, checked):
         for batch in ds.iter_batches(batch_rows, examples=normalise or checked):
@@ -219,52 +219,6 @@ def _stream(o, sel, ds, plan, weights, writer, batch_rows):
         from cluster_curate.commands.common import ids_not_read
         raise ids_not_read(ds.source, sel.ids[missing], "selected", "was the selection")
     return renamed, source_columns
-
-
-def rows_checked(record: dict | None, ds) -> bool:
-    """Whether a pass that copies raw rows must read them as examples too: the data is not the one the artifact
-    records (--force; or none recorded). The recorded data's selected ids were readable examples when embedded, and
-    its fingerprint ties them to it; data changed since may hold a selected row broken since (cut short, not an
-    object, its prompt gone), which raw rows alone would copy as nulls."""
-    return not record or record.get("fingerprint") != ds.fingerprint()
-
-
-@contextmanager
-def bad_rows_skipped(ds, skipped: bool = True):
-    """Every bad row skipped for the pass (each input's reading options restored after): the rows_checked pass reads
-    them as examples to find the selected (or left-over) ones that no longer read, which refuse_unreadable names;
-    an unselected bad row (one embed skipped, or one edited since) stops nothing, as the raw pass never did."""
-    import dataclasses
-
-    from cluster_curate.io.mixture import Mixture
-    inputs = (ds.datasets if isinstance(ds, Mixture) else [ds]) if skipped else []
-    given = [d.opts for d in inputs]
-    for d in inputs:
-        d.opts = dataclasses.replace(d.opts, on_bad_row="skip")
-    try:
-        yield
-    finally:
-        for d, opts in zip(inputs, given):
-            d.opts = opts
-
-
-def readable_rows(batch):
-    """A batch's raw rows that were read as examples: a bad row skipped (--on-bad-row skip) left out."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    raw = batch.raw
-    if len(batch.examples) == raw.num_rows:
-        return raw
-    return raw.filter(pc.is_in(raw.column("id"), value_set=pa.array([e.id for e in batch.examples], pa.int64())))
-
-
-def refuse_unreadable(ds, ids, whose: str) -> None:
-    """One line for the first of `ids` (`whose`: selected, left-over) that the pass over `ds` skipped as a bad row
-    (--on-bad-row skip; without it the pass stopped there): its file:line and why, not a row of nulls."""
-    wanted = set(np.asarray(ids).tolist())
-    bad = next((r for r in ds.rejects if r.id in wanted), None)
-    if bad is not None:
-        raise CurateError(f"{bad} ({whose} id {bad.id}: the data changed since it was selected)")
 
 
 def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, figures: dict, *, chunk_bytes,
