@@ -310,3 +310,17 @@ def test_inspect_labels_bad_rows_apart_from_a_pairs_rejected_answers(tmp_path, c
                          "tools": [{"type": "function", "function": {"name": "weather"}}]}])
     lines = run(cli_runner, tools).stdout
     assert re.search(r"with tool schemas\s+│\s+1\s", lines), lines
+
+
+def test_inspect_mixture_writes_rejects_of_every_input(cli_runner, tmp_path):
+    """--rejects with several inputs writes the mixture's rejects, ids and lines as one input's are written."""
+    import shutil
+    bad = tmp_path / "bad.jsonl"
+    shutil.copy(FIXTURES / "bad" / "empty_response.jsonl", bad)  # 8 rows, 2 bad
+    good = FIXTURES / "gsm8k" / "train-300.jsonl"
+    out = tmp_path / "rejects.jsonl"
+    r = run_json(cli_runner, "--on-bad-row", "skip", "--rejects", out, good, bad)
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert written == r["rejects"]
+    assert [(x["id"], x["location"], x["field"]) for x in written] == [
+        (302, f"{bad}:3", "answer"), (304, f"{bad}:5", "answer")]

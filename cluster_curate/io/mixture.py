@@ -50,8 +50,8 @@ import pyarrow.compute as pc
 
 from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io.containers import is_text
-from cluster_curate.io.datasets import (RAW_RESERVED, Batch, Example, ReadOptions, Reject, data_paths, open_dataset,
-                                        original_name, recorded_source, same_shape)
+from cluster_curate.io.datasets import (RAW_RESERVED, Batch, Dataset, Example, ReadOptions, Reject, data_paths,
+                                        open_dataset, original_name, recorded_source, same_shape)
 from cluster_curate.io.datasets import reserved_rename as _reserved_rename
 from cluster_curate.io.fields import ColumnsHint, FieldsRefusal, MissingColumn
 from cluster_curate.io.tool_calls import own_system_prompt
@@ -426,11 +426,7 @@ class Mixture:
     def _column_name(self, k: int, name: str) -> str:
         return reserved_rename(stored_rename(self.inputs[k].rename).get(name, name))
 
-    def write_rejects(self, path) -> Path:
-        from cluster_curate.io.artifacts import atomic_write_bytes
-        data = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in self.rejects)
-        atomic_write_bytes(path, data.encode("utf-8"))
-        return Path(path)
+    write_rejects = Dataset.write_rejects  # every input's rejects, as one input's are written
 
     # ------------------------------------------------------------------------------------------- columns
     def check_columns(self, batch_rows: int = 8192) -> pa.Schema:
