@@ -186,10 +186,15 @@ class CommandSpec:
     short_help: str = ""
     help: str = ""
     extra: dict = field(default_factory=dict)    # keyword -> callable: values the CLI passes besides options
-    algorithm: Callable[[], int] | None = None   # the stage's ALGORITHM_VERSION (for `run`'s up-to-date check)
+    algorithm: Callable[[], Any] | None = None   # the stage's ALGORITHM_VERSION, or a function of its options to it
     table: str = "table"                         # --json: the key of the rows of a (summary, rows) result
     as_json: Callable[[Any], dict] | None = None  # --json: the summary of a result of another shape
     check: Callable[[Any, dict], None] | None = None  # after the summary (either form): raise for a failure
+
+    def algorithm_version(self, options: dict) -> int:
+        """The ALGORITHM_VERSION this stage's artifact records with these options (`run`'s up-to-date check)."""
+        found = self.algorithm()
+        return found(options) if callable(found) else found
 
     def summary(self, result) -> dict:
         """The summary of a result for --json (console.json_object adds the common keys)."""

@@ -418,6 +418,26 @@ def test_run_after_an_upgrade_reruns_the_changed_stage_and_says_why(cli_runner, 
     assert after["cluster"] == before["cluster"]
 
 
+def test_targeted_run_follows_targetings_algorithm_version(cli_runner, tmp_path, monkeypatch):
+    """A targeted selection records targeting's version: run redoes it when that version changes (it compared
+    selection's, which a targeted selection does not use), and not when only selection's does."""
+    from cluster_curate import selection, targeting
+    target = tmp_path / "target.jsonl"
+    target.write_text("".join(DATA.read_text().splitlines(keepends=True)[:20]))
+    out = tmp_path / "curated"
+    _run(cli_runner, out, "--target", target)
+    monkeypatch.setattr(selection, "ALGORITHM_VERSION", selection.ALGORITHM_VERSION + 1)
+    same = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--target", str(target), "--json"])
+    assert [s["status"] for s in json.loads(same.stdout)["stages"]] == ["up to date"] * 4, same.output
+    monkeypatch.setattr(targeting, "ALGORITHM_VERSION", targeting.ALGORITHM_VERSION + 1)
+    again = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--target", str(target), "--json"])
+    stages = {s["stage"]: s for s in json.loads(again.stdout)["stages"]}
+    v = targeting.ALGORITHM_VERSION
+    assert stages["select"]["reason"] == f"its algorithm changed (version {v - 1} -> {v})", again.output
+    assert stages["shard"]["status"] == "ran"
+    assert json.loads(pq.read_schema(out / "selection.parquet").metadata[b"cluster_curate"])["algorithm"] == v
+
+
 def test_run_refuses_a_stage_output_its_run_state_does_not_record(cli_runner, tmp_path):
     """`embed ... --out DIR/embeddings.parquet` (a Makefile's stage), then `run DATA --out DIR`: run said 'embed: not
     run before' and replaced it without --overwrite (README, Artifacts)."""

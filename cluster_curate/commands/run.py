@@ -677,7 +677,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
         checked["embed"] = (checked["embed"][0], model_files)
     given_by_stage = {stage: given & set(by_stage[stage]) for stage in names.STAGES}
     if not overwrite:  # other options for a stage already run here: a replacement
-        _refuse_replacement(state, d, {stage: state.request(stage, checked[stage][0], None, specs[stage].algorithm(),
+        _refuse_replacement(state, d, {stage: state.request(stage, checked[stage][0], None,
+                                                            specs[stage].algorithm_version(opts),
                                                             given_by_stage[stage])
                                        for stage in names.STAGES})
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
@@ -697,7 +698,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
         parts = (None if named_input is None and not with_shares else
                  {"upstream": upstream, "named": named_input, **with_shares})
         key = upstream if parts is None else stable_hash({"upstream": upstream, "target": named_input, **with_shares})
-        request = state.request(stage, stage_checked, key, spec.algorithm(), given_by_stage[stage], parts)
+        request = state.request(stage, stage_checked, key, spec.algorithm_version(stage_opts), given_by_stage[stage],
+                                parts)
         output = paths[stage]
         t0, warned = time.monotonic(), len(console.WARNINGS)
         why = state.stale(stage, request, output)

@@ -447,7 +447,7 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
         if share_lo is not None:
             params["source_shares"] = {"min": [None if np.isnan(v) else v for v in share_lo],
                                        "max": [None if np.isnan(v) else v for v in share_hi]}
-    _write_selection(o, c, x, clusters, out, columns, params, S.ALGORITHM_VERSION)
+    _write_selection(o, c, x, clusters, out, columns, params, algorithm_version(o))
     summary = _summary(o, mode, sel, c, x, out)
     summary["seconds"] = round(time.perf_counter() - t0, 2)
     return summary, S.selection_summary_rows(sel, limit=None)
@@ -559,7 +559,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
                    "target_quotas": "in proportion to the target rows each pulled cluster holds",
                    "relevant_rows": sel.relevant_rows, "target_service": service,
                    "target_copies": {k: v for k, v in copies.items() if k != "warning"}})
-    _write_selection(o, c, x, clusters, out, columns, params, T.ALGORITHM_VERSION,
+    _write_selection(o, c, x, clusters, out, columns, params, algorithm_version(o),
                      {"target": tmeta.as_input(tpath, out)})
     o["within"] = params["within"]
     summary = _summary(o, mode, sel, c, x, out)
@@ -785,9 +785,18 @@ def render(result, options: dict) -> None:
     console.summary(f"select → {summary['out']}", summary, shown)
 
 
+def algorithm_version(o: dict) -> int:
+    """The version a selection made with options `o` records: targeting's for a targeted one, else selection's."""
+    if o.get("target") is not None:
+        from cluster_curate.targeting import ALGORITHM_VERSION
+        return ALGORITHM_VERSION
+    from cluster_curate.selection import ALGORITHM_VERSION
+    return ALGORITHM_VERSION
+
+
 SPEC = CommandSpec(
     "select", select, (Argument("clusters"),), OPTIONS, render, table="per_cluster",
-    algorithm=lazy("cluster_curate.selection", "ALGORITHM_VERSION"),
+    algorithm=lambda: algorithm_version,
     help="""A balanced, budgeted subset of every cluster: --fraction F | --budget N | --per-cluster-ratio R.
 
     \b
