@@ -221,7 +221,7 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
 
 
 def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.ndarray, weights: np.ndarray,
-                        available: np.ndarray, target: int, min_share, max_share, names: list[str] | None,
+                        target: int, min_share, max_share, names: list[str] | None,
                         unit: str, balance_power: float = 0.0,
                         group_of_cluster: np.ndarray | None = None, kinds: Kinds | None = None,
                         origins: tuple[list, list] | None = None, budget_said: str = "") -> np.ndarray:

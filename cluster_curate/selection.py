@@ -252,7 +252,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         said = "" if left >= given else (f" ({'--dedup left' if dropped else 'the data has'} only {left:,} {unit}, "
                                          f"so the budget of {given:,} became {left:,})")
         source_budget = min(given, left)
-        picked = source_bounded_rows(order, clusters, sources, weights, available, source_budget,
+        picked = source_bounded_rows(order, clusters, sources, weights, source_budget,
                                      source_min_share, source_max_share, source_names, unit, balance_power, groups,
                                      kinds, source_bound_origins, said)
         quotas = np.bincount(clusters[picked], minlength=k).astype(np.int64)

@@ -140,9 +140,6 @@ class ShardPlan:
         """Selection indices of shard `rank`, in the order the rank consumes them."""
         return self.rows[:, rank, :].reshape(-1)
 
-    def shard_wrapped(self, rank: int) -> np.ndarray:
-        return self.wrapped[:, rank, :].reshape(-1)
-
 
 def min_length_window(k: int, b: int) -> int:
     """The fewest steps a --length-window window takes: about 16 rows of each of `k` clusters, in steps of `b`

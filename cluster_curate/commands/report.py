@@ -322,7 +322,7 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
         from cluster_curate import sharding
         m = _manifest(found["shards"])
         n, mb = m["num_shards"], m["micro_batch_size"]
-        tokens_of = _token_lookup(found, sel_table)
+        tokens_of = _token_lookup(sel_table)
         if tokens_of is not None:
             step_l, rank_l, tok_l = [], [], []
             from cluster_curate.loader import shard_files
@@ -364,7 +364,7 @@ def _draw_into(out: Path, found: dict[str, Path], seed: int) -> list[Path]:
     return [out / p.name for p in drawn]
 
 
-def _token_lookup(found: dict[str, Path], sel_table):
+def _token_lookup(sel_table):
     """id -> token count, from the selection's n_tokens column (None when unavailable)."""
     if sel_table is None or "n_tokens" not in sel_table.column_names:
         return None

@@ -188,7 +188,7 @@ def _batch_rows(raw, cells: Cells, sel, weights: Weights, m: int, renamed: dict,
     return rows, at
 
 
-def _stream(o, sel, ds, plan, weights, writer, batch_rows):
+def _stream(sel, ds, plan, weights, writer, batch_rows):
     """Stream the raw data once, writing the placed rows into per-shard buckets."""
     from cluster_curate import console
     cells = _cells(plan, sel.ids)
@@ -239,7 +239,7 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, f
             shutil.rmtree(work / "spill", ignore_errors=True)  # a first pass's, when it is read again
             writer = ShardWriter(work / "spill", n, plan.rows_per_shard, chunk_bytes=chunk_bytes,
                                  buffer_bytes=buffer_bytes)
-            return writer, *_stream(o, sel, ds, plan, weights, writer, batch_rows)
+            return writer, *_stream(sel, ds, plan, weights, writer, batch_rows)
 
         writer, renamed, source_columns = settled_pass(ds, stream)
         meta = make_meta(names.SHARD, params, inputs, sel.meta.dataset or dataset, sharding.ALGORITHM_VERSION)

@@ -100,18 +100,6 @@ class GPT(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    @torch.no_grad()
-    def generate_greedy(self, prompt_ids: list[int], max_new: int, stop_id: int | None = None) -> list[int]:
-        ids = list(prompt_ids)
-        for _ in range(max_new):
-            window = ids[-self.cfg.max_len:]
-            logits = self(torch.tensor([window], device=self.embed.weight.device))[0, -1]
-            nxt = int(logits.argmax())
-            if nxt == stop_id:
-                break
-            ids.append(nxt)
-        return ids[len(prompt_ids):]
-
 
 def cosine_lr(step: int, total: int, peak: float, warmup_frac: float = 0.03, floor_frac: float = 0.1) -> float:
     """Linear warm-up, then cosine decay to floor_frac × peak."""

@@ -596,12 +596,6 @@ def encode_examples(tokenizer, examples: list, max_length: int | None
     return encoded, skipped
 
 
-def encode_example(tokenizer, example, max_length: int | None) -> Encoded | tuple[int, str]:
-    """One example -> Encoded, or (id, reason) when no response token would be predicted."""
-    encoded, skipped = encode_examples(tokenizer, [example], max_length)
-    return encoded[0] if encoded else skipped[0]
-
-
 def collate(encoded: list[Encoded], pad_id: int, device) -> dict:
     """Right-padded batch: input_ids, attention_mask [B, T] and labels [B, T] (the token ids on response
     positions, -100 elsewhere; as in transformers, position t's logits predict labels[t + 1]).

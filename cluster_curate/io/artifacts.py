@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -527,13 +527,6 @@ def read_artifact(path: str | os.PathLike, kind: str | tuple[str, ...] | None = 
     if len(files) > 1 and "id" in table.column_names:
         table = table.sort_by("id")
     return table.replace_schema_metadata(None), meta
-
-
-def iter_artifact_batches(path: str | os.PathLike, columns: list[str] | None = None,
-                          batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
-    """Stream an artifact's rows part by part (no global sort)."""
-    for f in artifact_files(path):
-        yield from pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=columns)
 
 
 def check_same_dataset(metas: dict[str, ArtifactMeta], force: bool = False) -> dict:

@@ -107,7 +107,7 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
             parsed += parsed_turns(value, fields.response, "messages", messages=True)
         elif fields.format == "xlam":  # one prompt text, the calls as the answer's tool_calls
             calls = answer_calls(value, fields.response)
-            return without_tool_schemas(prompt) + [openai_message({}, "assistant", None, fields.response, calls)], tools
+            return without_tool_schemas(prompt) + [openai_message({}, "assistant", None, calls)], tools
         else:  # one prompt text, one response text
             return without_tool_schemas(prompt) + [{"role": "assistant", "content": response}], tools
     last = last_assistant_index([{"role": role} for role, _, _ in parsed])

@@ -103,7 +103,7 @@ def calls_text(calls: list[dict]) -> str:
     return "\n".join(json.dumps(c, ensure_ascii=False) for c in calls)
 
 
-def openai_message(turn: dict, role: str, content: str | None, field: str, parsed: list[dict]) -> dict:
+def openai_message(turn: dict, role: str, content: str | None, parsed: list[dict]) -> dict:
     """A turn as a trainer's chat template reads it (OpenAI style): role, content, and where given `tool_calls`
     ({"type": "function", "function": {"name", "arguments"}}, arguments as JSON text: one Arrow type for every
     row), a tool turn's `tool_call_id` and `name`. A ShareGPT function_call turn's JSON becomes its calls.

@@ -93,7 +93,7 @@ def parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tu
         called = t.get("tool_calls") is not None or t.get("function_call") is not None
         parsed = turn_tool_calls(t, f"{field}[{i}]") if called else []
         text = "\n".join(x for x in (content, calls_text(parsed)) if x) if parsed else content or ""
-        turns.append((role, text, openai_message(t, role, content, f"{field}[{i}]", parsed) if messages else None))
+        turns.append((role, text, openai_message(t, role, content, parsed) if messages else None))
     return turns
 
 
