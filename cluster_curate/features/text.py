@@ -222,7 +222,7 @@ class TextFeaturizer:
 # One regex pass gives the words of the lower-cased, masked text (`\b\w+\b` of mask_numbers' output): a number
 # as it is written, or a run of word characters without a digit. Every digit starts a number and no number holds
 # a letter, so the runs are the masked text's other words; numbers are masked afterwards, by id.
-_TOKEN = re.compile(r"[-+$]?\d+(?:[.,:/]\d+)*%?|[^\W\d]+")
+_TOKEN = re.compile(_NUMBER.pattern + r"|[^\W\d]+")
 _PAD, _END = "<s>", "</s>"  # never a token (no "<"), so a context at the text's edge is its own
 _PAD_ID, _END_ID, _NUM_ID = 0, 1, 2  # the first ids of every word index: _PAD, _END, _NUM
 _BLOCK = 4096  # texts whose token strings are held at once

@@ -54,6 +54,7 @@ from cluster_curate.io.datasets import (RAW_RESERVED, Batch, Dataset, Example, R
                                         open_dataset, original_name, recorded_source, same_shape)
 from cluster_curate.io.datasets import reserved_rename as _reserved_rename
 from cluster_curate.io.fields import ColumnsHint, FieldsRefusal, MissingColumn
+from cluster_curate.io.shard_writer import json_text_array
 from cluster_curate.io.tool_calls import own_system_prompt
 
 MIXTURE_SUFFIXES = (".yaml", ".yml")
@@ -402,7 +403,7 @@ class Mixture:
     def _raw(self, raw: pa.RecordBatch, k: int, offset: int) -> pa.RecordBatch:
         local = raw.column(0)
         names = [self._column_name(k, n) for n in raw.schema.names[1:]]
-        columns = [_json_strings(c) if n in self.text_as_json[k] else c for n, c in zip(names, raw.columns[1:])]
+        columns = [json_text_array(c) if n in self.text_as_json[k] else c for n, c in zip(names, raw.columns[1:])]
         return pa.RecordBatch.from_arrays(
             [pc.add(local, pa.scalar(offset, pa.int64())),
              pa.DictionaryArray.from_arrays(pa.nulls(raw.num_rows, pa.int32()).fill_null(k),
@@ -527,13 +528,6 @@ def _one_kind(a: pa.DataType, b: pa.DataType) -> pa.DataType | None:
     if all(numbers) and (pa.types.is_floating(a) or pa.types.is_floating(b)):
         return pa.float64()
     return None
-
-
-def _json_strings(column: pa.Array) -> pa.Array:
-    """A text column as JSON strings ("a" -> '"a"'), one value per row: a JSON-text column's value where the input
-    held text (Mixture.text_as_json)."""
-    return pa.array([None if v is None else json.dumps(v, ensure_ascii=False) for v in column.to_pylist()],
-                    pa.string())
 
 
 def _input_schema(ds, batch_rows: int) -> pa.Schema:
