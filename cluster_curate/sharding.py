@@ -147,15 +147,19 @@ def min_length_window(k: int, b: int) -> int:
     return -(-16 * k // b)
 
 
-def _check_sizes(s: int, num_shards: int, micro_batch_size: int) -> int:
+def check_sizes(s: int, num_shards: int, micro_batch_size: int, selects: str | None = None) -> int:
+    """The rows of one global step, refused unless `s` rows hold one (`selects`: how `run`'s preflight words a
+    selection it has yet to make, whose budget may grow)."""
     if num_shards < 1:
         raise CurateError(f"--num-shards must be at least 1 (got {num_shards})")
     if micro_batch_size < 1:
         raise CurateError(f"--micro-batch-size must be at least 1 (got {micro_batch_size})")
     b = num_shards * micro_batch_size
     if b > s:
-        raise CurateError(f"one global step needs --num-shards × --micro-batch-size = {num_shards} × {micro_batch_size} "
-                          f"= {b} rows but the selection has only {s}; use fewer shards or a smaller micro-batch")
+        step = f"one global step needs --num-shards × --micro-batch-size = {num_shards} × {micro_batch_size} = {b} rows"
+        raise CurateError(f"{step} but the selection has only {s}; use fewer shards or a smaller micro-batch"
+                          if selects is None else
+                          f"{step}, but {selects}; use fewer shards, a smaller micro-batch or a larger budget")
     return b
 
 
@@ -622,7 +626,7 @@ def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards:
     """Every step holds each cluster's share (floor or ceil), steps grouped by length inside windows, ranks
     token-balanced inside each step."""
     s = clusters.shape[0]
-    b = _check_sizes(s, num_shards, micro_batch_size)
+    b = check_sizes(s, num_shards, micro_batch_size)
     if length_window is None:
         length_window = DEFAULT_LENGTH_WINDOW[balance]
     check_length_window(length_window)
@@ -671,7 +675,7 @@ def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: in
         raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters as "
                           f"shards: the selection has {counted(labels.shape[0], 'cluster')} and --num-shards is "
                           f"{num_shards} (cluster with --k {num_shards})")
-    _check_sizes(clusters.shape[0], num_shards, micro_batch_size)
+    check_sizes(clusters.shape[0], num_shards, micro_batch_size)
     if remainder not in REMAINDERS:
         raise CurateError(f"--remainder must be one of {', '.join(REMAINDERS)} (got {remainder!r})")
     m = micro_batch_size
@@ -704,7 +708,7 @@ def random_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: i
                       seed: int = 0) -> ShardPlan:
     """The naive baseline: shuffle the selection and deal it out, with no regard to clusters or tokens."""
     s = np.asarray(clusters).shape[0]
-    b = _check_sizes(s, num_shards, micro_batch_size)
+    b = check_sizes(s, num_shards, micro_batch_size)
     order = np.random.default_rng(seed).permutation(s)
     steps, wrapped, leftover = assign_steps(order, b, remainder)
     shape = (steps.shape[0], num_shards, micro_batch_size)

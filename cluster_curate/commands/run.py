@@ -467,10 +467,8 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     _check_source_bounds(ds, s, mode, most if mode in ("fraction", "budget") else None,
                          (ids, left_out, why) if left_out.any() else None)
     h = resolved["shard"]
-    for name in ("num_shards", "micro_batch_size"):
-        if h[name] < 1:
-            raise CurateError(f"--{name.replace('_', '-')} must be at least 1 (got {h[name]})")
-    from cluster_curate.sharding import check_length_window
+    from cluster_curate.sharding import check_length_window, check_sizes
+    check_sizes(most, h["num_shards"], h["micro_batch_size"], f"{budget} selects at most {most:,}")
     check_length_window(h["length_window"])
     if h["allocation"] == "paper":  # else shard refuses it after embed, cluster and select have run
         from cluster_curate.clustering import auto_k
@@ -479,7 +477,6 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
             given = f"--k {k}" if c.get("k") not in (None, "auto") else f"--k auto gives {counted(k, 'cluster')} here"
             raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters "
                               f"as shards: {given} and --num-shards is {h['num_shards']}; pass --k {h['num_shards']}")
-    _check_one_step(h, most, f"{budget} selects at most {most:,}")
     from cluster_curate.io.lineage import model_fingerprint
     tokenizer = resolved["select"]["tokenizer"]
     if tokenizer and (files := model_fingerprint(tokenizer)):  # its token counts: saved again, select runs again
@@ -494,17 +491,6 @@ def _counts_words(features: list[str], select_opts: dict) -> bool:
     from cluster_curate.features.embed import FEATURE_KINDS
     return select_opts["tokenizer"] is None and not any(
         FEATURE_KINDS.get(f).uses_model or FEATURE_KINDS.get(f).attrs.get("encoder") for f in features)
-
-
-def _check_one_step(shard_opts: dict, rows: int, selects: str) -> None:
-    """One global step of --num-shards × --micro-batch-size rows within the selection (`rows`, which `selects`
-    words), --remainder wrap or not (its repeats never share a step with their rows): else shard would refuse it
-    after the stages before it."""
-    step = shard_opts["num_shards"] * shard_opts["micro_batch_size"]
-    if step > rows:
-        raise CurateError(f"one global step needs --num-shards × --micro-batch-size = {shard_opts['num_shards']} × "
-                          f"{shard_opts['micro_batch_size']} = {step} rows, but {selects}; use fewer shards, a "
-                          "smaller micro-batch or a larger budget")
 
 
 def _check_target(s: dict) -> str | None:
@@ -596,8 +582,9 @@ def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:
     why = ([counted(dropped, "exact duplicate")] if dropped else []) + \
         ([f"{counted(deco, 'row')} --decontaminate left out"] if deco else [])  # ...asking an EVAL's questions
     of = f" of the {counted(int(left), 'row')} left after {' and '.join(why)}" if why and left is not None else ""
-    _check_one_step(opts, rows, f"--{budget.replace('_', '-')} {opts[budget]} selected {rows:,}{of} (the embeddings "
-                                "and clusters are kept for the rerun)")
+    from cluster_curate.sharding import check_sizes
+    check_sizes(rows, opts["num_shards"], opts["micro_batch_size"], f"--{budget.replace('_', '-')} {opts[budget]} "
+                f"selected {rows:,}{of} (the embeddings and clusters are kept for the rerun)")
 
 
 def _refuse_replacement(state: RunState, d: Path, requests: dict) -> None:
