@@ -236,13 +236,15 @@ class ChunkedOutput:
         self.options = options  # the plan's params a user gives, named when --resume finds others (plan_changes)
         self.staging = sidecar_path(self.out, names.STAGING)
         self.resume = resume
-        self._check_output(overwrite)
+        self._prepare_output(overwrite)
         if layout.multi:
             self._remove_stale()
         self._open_staging(overwrite)
 
     # -------------------------------------------------------------------------------- set-up
-    def _check_output(self, overwrite: bool) -> None:
+    def _prepare_output(self, overwrite: bool) -> None:
+        """Refuse an output that is there without --overwrite; with it, remove what another layout left there (a
+        file where parts go, parts and rejects of another number of processes)."""
         from cluster_curate.io.artifacts import check_creatable
         out, lay = self.out, self.layout
         check_creatable(out)

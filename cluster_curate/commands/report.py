@@ -15,6 +15,7 @@ from cluster_curate.console import Shown, min_median_max
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
 from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES
+from cluster_curate.loader import read_manifest
 from cluster_curate.options import Argument, CommandSpec, Option, resolve, seed_type
 MAX_PCA_POINTS = 20000
 # each plot's file and what it shows (the summary's `plots` table says it beside the name)
@@ -57,7 +58,7 @@ def find_artifacts(paths: list[str]) -> tuple[dict[str, Path], list[str]]:
     from cluster_curate.io.lineage import recorded_input, upstream
     for kind, name in (("shards", "selection"), ("selection", "clusters"), ("clusters", "embeddings")):
         if kind in found and name not in found:
-            meta = _manifest(found[kind]) if kind == "shards" else read_meta(found[kind])
+            meta = read_manifest(found[kind]) if kind == "shards" else read_meta(found[kind])
             path, why = upstream(found[kind], meta, name)
             if path is not None:
                 found[name] = Path(path)
@@ -78,7 +79,7 @@ def check_lineage(found: dict[str, Path], force: bool = False) -> None:
     if force:
         return
     from cluster_curate.io.lineage import recorded_input
-    metas = {kind: (_manifest(p) if kind == "shards" else read_meta(p)) for kind, p in found.items()}
+    metas = {kind: (read_manifest(p) if kind == "shards" else read_meta(p)) for kind, p in found.items()}
 
     def fingerprint(kind):
         m = metas[kind]
@@ -100,11 +101,6 @@ def check_lineage(found: dict[str, Path], force: bool = False) -> None:
             raise CurateError(f"{found[b]}: comes from a different dataset ({datasets[b].get('source')}, fingerprint "
                               f"{prints[b]}) than {found[a]} ({datasets[a].get('source')}, {prints[a]}); pass --force "
                               "to report them together anyway")
-
-
-def _manifest(directory: Path) -> dict:
-    from cluster_curate.loader import read_manifest
-    return read_manifest(directory)
 
 
 # -------------------------------------------------------------------------------------------- tables
@@ -261,7 +257,7 @@ def _source_row(row: dict, bounded: bool = False) -> dict:
 
 
 def _describe_shards(path: Path, sections: list) -> None:
-    m = _manifest(path)
+    m = read_manifest(path)
     b = m.get("balance", {})
     data = {"path": str(path), "shards": m.get("num_shards"),
             "micro_batch_size": Shown(m.get("micro_batch_size"), label="micro batch"),
@@ -320,7 +316,7 @@ def make_plots(found: dict[str, Path], out_dir: Path, seed: int = 0) -> list[Pat
             written.append(plot_features_pca(x[pos[show]], labels[show], mask, out_dir / "features_pca.png", groups))
     if "shards" in found:
         from cluster_curate import sharding
-        m = _manifest(found["shards"])
+        m = read_manifest(found["shards"])
         n, mb = m["num_shards"], m["micro_batch_size"]
         tokens_of = _token_lookup(sel_table)
         if tokens_of is not None:

@@ -94,7 +94,7 @@ def shard(selection: str, data=None, out: str | None = None, *, chunk_bytes: int
     if not data:  # the recorded data is an input too: never the output
         check_writable(out, o["overwrite"], inputs=output_inputs(recorded_paths(dataset)), kind=SHARDS)
     inputs = {"selection": sel.meta.as_input(selection, out), "data": dataset}
-    tokens, token_source = parts.token_counts(o, selection, sel, ds, inputs)
+    tokens, token_source = parts.selected_token_counts(o, selection, sel, ds, inputs)
     t_plan = time.monotonic()
     plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],
                                allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],

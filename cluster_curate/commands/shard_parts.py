@@ -11,7 +11,7 @@ from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 
 
-def token_counts(o: dict, selection: str, sel, ds, inputs: dict):
+def selected_token_counts(o: dict, selection: str, sel, ds, inputs: dict):
     """Tokens per selected id: an explicit --tokenizer or --embeddings first, then the selection's n_tokens,
     then the embeddings of its lineage, then whitespace words (said in the manifest)."""
     from cluster_curate import console
