@@ -436,6 +436,10 @@ def test_targeted_run_follows_targetings_algorithm_version(cli_runner, tmp_path,
     assert stages["select"]["reason"] == f"its algorithm changed (version {v - 1} -> {v})", again.output
     assert stages["shard"]["status"] == "ran"
     assert json.loads(pq.read_schema(out / "selection.parquet").metadata[b"cluster_curate"])["algorithm"] == v
+    # --target dropped: its options changed (the two versions differ too, but that is not why it runs again)
+    plain = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--overwrite", "--json"])
+    stages = {s["stage"]: s for s in json.loads(plain.stdout)["stages"]}
+    assert stages["select"]["reason"] == "its options changed", plain.output
 
 
 def test_run_refuses_a_stage_output_its_run_state_does_not_record(cli_runner, tmp_path):

@@ -147,13 +147,13 @@ class RunState:
                 "not run before"
         if "algorithm" not in rec:
             return "recorded by an earlier version of cluster-curate"
-        if rec["algorithm"] != request["algorithm"]:
-            return f"its algorithm changed (version {rec['algorithm']} -> {request['algorithm']})"
         mine, moved = self.option_changes(stage, request) if rec["options"] != request["options"] else ({}, {})
         if moved and not mine:
             return f"its default{'s' if len(moved) > 1 else ''} changed ({named_changes(moved)})"
         if mine:  # none: options given now at the values the stage took without them (_settled)
-            return "its options changed"
+            return "its options changed"  # before the algorithm: --target given or dropped changes select's too
+        if rec["algorithm"] != request["algorithm"]:
+            return f"its algorithm changed (version {rec['algorithm']} -> {request['algorithm']})"
         if rec["input"] != request["input"]:
             return "its input changed" + _named_input_change(rec, request)
         if not same_output(stage, rec["fingerprint"], output_fingerprint(stage, output, check_content=True)):

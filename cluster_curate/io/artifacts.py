@@ -85,7 +85,7 @@ class ArtifactMeta:
 def make_meta(kind: str, params: dict, inputs: dict[str, dict], dataset: dict,
               algorithm: int | None = None) -> ArtifactMeta:
     """Metadata of a new artifact. `inputs` maps a name ("data", "embeddings", ...) to an input record:
-    `meta.as_input(path, out)` for an artifact, the reader's `dataset_record()` for raw data. `algorithm`: the
+    `meta.as_input(path, out)` for an artifact, the reader's `record()` for raw data. `algorithm`: the
     stage's ALGORITHM_VERSION (None only for artifacts made outside the stages, e.g. in tests)."""
     meta = ArtifactMeta(kind=kind, params=params, inputs={k: dict(v) for k, v in inputs.items()}, dataset=dict(dataset),
                         algorithm=algorithm)
