@@ -275,6 +275,13 @@ def test_report_out_for_an_artifact_without_plots_says_so_and_leaves_no_folder(c
     from cluster_curate import report
     assert report([str(out / "embeddings.parquet")], out=str(tmp_path / "new" / "rep"))[1] == []
     assert not (tmp_path / "new").exists()
+    # into an earlier report's folder: its plots stay, as the warning says nothing was written there
+    assert cli_runner.invoke(main, ["report", str(out), "--out", str(tmp_path / "rep")]).exit_code == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "rep").iterdir()}
+    assert "cluster_sizes.png" in before
+    again = cli_runner.invoke(main, ["report", str(out / "embeddings.parquet"), "--out", str(tmp_path / "rep")])
+    assert again.exit_code == 0 and "nothing written there" in again.stderr, again.output
+    assert {p.name: p.read_bytes() for p in (tmp_path / "rep").iterdir()} == before
 
 
 def test_report_follows_lineage_from_the_shards(cli_runner, tmp_path):

@@ -344,17 +344,26 @@ def _only_plots(folder: Path) -> bool:
     return all(p.name in PLOTS for p in folder.iterdir())
 
 
+class _NothingDrawn(Exception):
+    """No plot for the artifacts given: the staged folder is dropped, not swapped in."""
+
+
 def _draw_into(out: Path, found: dict[str, Path], seed: int) -> list[Path]:
     """The plots drawn into `out` all at once: staged beside it and swapped in (into a folder of the user's:
     renamed in once all are written), so that a plot the system refuses to write (a full disk, a file-size limit)
     leaves the earlier report's plots, none of them replaced, and a kill leaves them whole (io/writer.py)."""
     from cluster_curate.io.writer import staged_directory
     created = [d for d in (out, *out.parents) if not d.exists()]  # what the swap makes, deepest first
-    with staged_directory(out, _only_plots, into_others=True) as work:
-        drawn = make_plots(found, work, seed)
-    if not drawn:
+    try:
+        with staged_directory(out, _only_plots, into_others=True) as work:
+            drawn = make_plots(found, work, seed)
+            if not drawn:  # nothing swapped in: an earlier report's plots stay (the warning: nothing written)
+                raise _NothingDrawn
+    except _NothingDrawn:
         for d in created:
-            d.rmdir()  # no folder left behind for nothing
+            if d.is_dir():
+                d.rmdir()  # no folder left behind for nothing
+        return []
     for name in set(PLOTS) - {p.name for p in drawn}:  # an earlier report's, in a folder holding the user's files
         (out / name).unlink(missing_ok=True)
     return [out / p.name for p in drawn]
