@@ -260,9 +260,10 @@ def _one_writer(command: str, kw: dict):
     from cluster_curate.distributed import torchrun_processes
     from cluster_curate.io.lock import output_lock
     shared = torchrun_processes() > 1 or (kw.get("num_parts") or 1) > 1  # one torchrun process writes alone
-    if command == "run" or not kw.get("out") or shared:
+    written = kw.get("out") or kw.get("rejects_path")  # inspect writes only its --rejects file
+    if command == "run" or not written or shared:
         return nullcontext()
-    return output_lock(kw["out"], command)
+    return output_lock(written, command)
 
 
 def _repeated_options(params, args) -> list[tuple[str, list[str]]]:

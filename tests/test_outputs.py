@@ -178,6 +178,10 @@ def test_a_folders_lock_covers_what_is_in_it(tmp_path):
         assert r.returncode == 2, r.stderr
         assert f"in use by another cluster-curate (`embed`, pid {os.getpid()}" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur"]  # neither wrote anything, no lock left
+    with output_lock(run_dir, "run"):  # inspect's --rejects file is an output too
+        r = _cli("inspect", str(GSM), "--rejects", str(run_dir / "rejects.jsonl"))
+        assert r.returncode == 2 and "in use by another cluster-curate (`run`" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur"]
 
 
 def test_an_output_and_its_folder_twin_share_sidecars_and_refuse_each_other(tmp_path):
