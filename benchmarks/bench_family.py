@@ -698,7 +698,8 @@ def main(argv=None):
     ap = common.parser(__doc__)
     ap.add_argument("--split", choices=sorted(skillfamily.SPLITS), default="dev")
     ap.add_argument("--instances", type=int, default=50)
-    ap.add_argument("--mechanisms", default=",".join(MECHANISMS))
+    ap.add_argument("--mechanisms", default=",".join(m for m in MECHANISMS if m not in TWO_FEATURES),
+                    help="CLUSTERING or FEATURE/CLUSTERING names (TWO_FEATURES ones only with a FEATURE/)")
     ap.add_argument("--seeds", default="0", help="clustering/selection seeds")
     ap.add_argument("--check-cli", type=int, default=2, help="instances whose default is checked against the CLI")
     ap.add_argument("--work", default=str(common.ROOT / "out" / "family"))
@@ -711,6 +712,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     work = Path(a.work)
     mechs = a.mechanisms.split(",")
+    if bare := [m for m in mechs if m in TWO_FEATURES]:
+        ap.error(f"--mechanisms {bare[0]}: judged on a second feature; name it FEATURE/{bare[0]}")
     seeds = [int(s) for s in a.seeds.split(",")]
     if a.real:
         return real_data_check(mechs, seeds, work / "real", argv, a.results, a.name or "family_real")
