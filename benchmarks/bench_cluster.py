@@ -31,7 +31,7 @@ import platform
 import statistics
 import time
 
-from common import RESULTS, parser, write_results
+from common import RESULTS, parser, smoke_table, write_results
 TARGET_SPEEDUP, TARGET_GAP = 10.0, 0.01
 
 
@@ -161,7 +161,9 @@ def main() -> None:
            platform.machine(), "cores": os.cpu_count(), "load_avg_at_end": os.getloadavg()[0],
            "gpus_seen_by_faiss": faiss.get_num_gpus()}
     md = render(rows, verdict, env)
-    if args.no_write or args.quick:
+    if args.quick:
+        print(smoke_table(md))
+    elif args.no_write:
         print(md)
     else:
         write_results("cluster", md, {"env": env, "rows": rows, "verdict": verdict}, command=False)

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 
-from common import RESULTS, ROOT, parser, write_results
+from common import RESULTS, ROOT, parser, smoke_table, write_results
 K, FRACTION = 4096, 0.31
 TARGET_SECONDS, TARGET_MB = 20.0, 2048.0
 
@@ -149,7 +149,7 @@ def main() -> None:
     verdict["met"] = verdict["command_seconds"] <= TARGET_SECONDS and verdict["command_peak_mb"] <= TARGET_MB
     md = render(rows, verdict, args.repeats)
     if args.quick:
-        print(md)
+        print(smoke_table(md))
     else:
         write_results("select", md, {"rows": rows, "verdict": verdict, "repeats": args.repeats,
                                      "load_avg_at_end": os.getloadavg()[0]}, command=False)

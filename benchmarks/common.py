@@ -94,6 +94,16 @@ def command_line(argv: list[str] | None = None) -> str:
     return " ".join([f"python benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
 
 
+def smoke_table(md: str) -> str:
+    """A --quick run's printout: the first table of `md` alone (the text around it reads the full run's sizes and
+    targets), and the command as it was called."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join([lines[0], "", *lines[start:end], "", "--quick: a smoke run at small sizes; the full run's text "
+                      "and targets are left out.", f"Command: `{command_line()}`"]) + "\n"
+
+
 def relative(text: str) -> str:
     """Absolute paths as seen from the repository (its parent as ..), so results name no machine's directories;
     only where a path starts (not inside another path or word)."""
