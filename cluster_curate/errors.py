@@ -9,6 +9,11 @@ class CurateError(Exception):
     exit_code = 2
 
 
+class DataChanged(CurateError):
+    """The data at the place an artifact records holds other rows now (artifacts.check_dataset_matches): `run`
+    words it as a change made while it ran, which another run mends."""
+
+
 def counted(n, noun: str, plural: str | None = None) -> str:
     """`1 row`, `2 rows`, `1,234 rows`: a count with its noun in the number it takes, as messages and summaries
     word it (`plural` when adding an s is wrong: counted(n, "batch", "batches")). Here, beside the error type,

@@ -545,3 +545,35 @@ def test_a_selection_short_of_a_step_is_replaced_by_the_rerun_with_a_larger_budg
     assert again.exit_code == 0, again.output
     status = {s["stage"]: s["status"] for s in json.loads(again.stdout)["stages"]}
     assert status == {"embed": "up to date", "cluster": "up to date", "select": "ran", "shard": "ran"}
+
+
+def test_data_changed_while_run_runs_says_run_again(cli_runner, tmp_path, monkeypatch):
+    """The data edited after embed read it: cluster's refusal advised --data or --force, which run has not for a
+    stage; run says what happened and that running it again mends it, and so it does."""
+    import dataclasses
+
+    from cluster_curate.commands import run as run_module
+    data = tmp_path / "data.jsonl"
+    data.write_text(DATA.read_text())
+    real = run_module.stage_specs
+
+    def edited_after_embed():
+        specs = real()
+
+        def embed_then_edit(*args, **kwargs):
+            result = specs["embed"].function(*args, **kwargs)
+            data.write_text(data.read_text().replace("Natalia", "Natalie", 1))  # another user's edit, meanwhile
+            return result
+        return {**specs, "embed": dataclasses.replace(specs["embed"], function=embed_then_edit)}
+
+    monkeypatch.setattr(run_module, "stage_specs", edited_after_embed)
+    out = tmp_path / "curated"
+    r = cli_runner.invoke(main, ["run", str(data), "--out", str(out), *FAST])
+    assert r.exit_code == 2 and r.stderr.strip().splitlines()[-1] == (
+        f"ERROR: {data}: changed while run was running (after embed read it); run the same command again: the "
+        "stages run again on the data as it is now"), r.output
+    monkeypatch.setattr(run_module, "stage_specs", real)
+    again = cli_runner.invoke(main, ["run", str(data), "--out", str(out), *FAST, "--json"])
+    assert again.exit_code == 0, again.output
+    stages = {s["stage"]: s for s in json.loads(again.stdout)["stages"]}
+    assert stages["embed"]["status"] == "ran" and stages["shard"]["status"] == "ran"

@@ -158,8 +158,10 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
                 from cluster_curate import console
                 console.warn(f"{embeddings}: {why}")
             return None, why
-        raise CurateError(f"{e} (--kinds {o['kinds']} reads the rows' prompts and responses from --data DATA, "
-                          f"else from the dataset {embeddings} was embedded from; --kinds none reads no data)") from None
+        from cluster_curate.errors import DataChanged
+        raise (DataChanged if isinstance(e, DataChanged) else CurateError)(
+            f"{e} (--kinds {o['kinds']} reads the rows' prompts and responses from --data DATA, else from the dataset "
+            f"{embeddings} was embedded from; --kinds none reads no data)") from None
 
     def prompts() -> list[str]:
         return [example_text(ex, "prompt") for batch in ds.iter_batches() for ex in batch.examples]

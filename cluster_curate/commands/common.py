@@ -19,7 +19,8 @@ def open_recorded_data(o: dict, name: str, record: dict, hint: str | None = None
     except CurateError as e:
         if hint is None:
             raise
-        raise CurateError(f"{e} ({hint})") from None
+        from cluster_curate.errors import DataChanged
+        raise (DataChanged if isinstance(e, DataChanged) else CurateError)(f"{e} ({hint})") from None
 
 
 def _open_recorded(o: dict, name: str, record: dict):

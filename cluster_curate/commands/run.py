@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from cluster_curate.console import counted
-from cluster_curate.errors import CurateError
+from cluster_curate.errors import CurateError, DataChanged
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, Argument, CommandSpec, Option, cli_defaulted, named_changes,
                                     read_options, resolve, run_options)
@@ -704,8 +704,13 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
             # an embed no run recorded keeps the committed chunks of another plan without --overwrite (an interrupted
             # first run's, or an `embed` command's: the same plan's are resumed), as `embed --resume` does
             replace = overwrite or stage != "embed" or stage in state.stages
-            result = spec.function(*inputs[stage], out=str(output), overwrite=replace, force=force, **stage_opts,
-                                   **extra, **_stage_extra(spec))
+            try:
+                result = spec.function(*inputs[stage], out=str(output), overwrite=replace, force=force, **stage_opts,
+                                       **extra, **_stage_extra(spec))
+            except DataChanged:  # its advice (--data, --force) is a stage command's, not run's
+                raise CurateError(f"{ds.source}: changed while run was running (after embed read it); "
+                                  "run the same command again: the stages run again on the data as it is now") \
+                    from None
             if stage == "select":  # not recorded when too small: the rerun with a larger budget needs no --overwrite
                 _check_selection_fills_a_step(output, opts)
             state.record(stage, request, output)

@@ -585,7 +585,8 @@ def check_dataset_matches(recorded: dict, name: str, dataset: dict, force: bool 
             if changed:
                 then, now = changed[0]
                 what = f"input {then.get('name')} of the mixture"
-        raise CurateError(
+        from cluster_curate.errors import DataChanged
+        raise DataChanged(
             f"{now.get('source')} ({what} {Path(str(name)).name} records) has changed since (fingerprint "
             f"{now.get('fingerprint')}, {then.get('fingerprint')} when recorded); pass --data DATA (the data it was "
             "made from), or --force to use it as it is now")
