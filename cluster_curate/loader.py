@@ -349,7 +349,7 @@ class ConsumedLog:
     def __init__(self, log_dir: str | os.PathLike, rank: int | None = None, resume_at: int = 0):
         """`resume_at`: the micro-batches trained before a run resumed from a checkpoint: the log keeps its first
         `resume_at` lines (those after them were trained after the checkpoint and are trained again) and goes on
-        after them; 0, a new run, starts it afresh."""
+        after them, numbered from `resume_at` where it kept fewer; 0, a new run, starts it afresh."""
         if rank is None:
             from cluster_curate.distributed import trainer_rank_and_world
             found = trainer_rank_and_world()
@@ -362,7 +362,9 @@ class ConsumedLog:
         self._f = open(self.path, "w", encoding="utf-8")
         self._f.writelines(kept)
         self._f.flush()
-        self.step = len(kept)
+        # the checkpoint's micro-batch, also where fewer lines were kept (a fresh log folder): verify places each
+        # line by its step and tells the ones not in this log
+        self.step = resume_at
 
     def record(self, ids, weights=None, loss=None) -> None:
         rec = {"step": self.step, "ids": None if ids is None else [int(i) for i in _as_list(ids)]}

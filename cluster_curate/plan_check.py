@@ -9,9 +9,11 @@ optional). `cluster_curate.loader.ConsumedLog` writes it from a plain loop;
 classified against the planned one at the same rank, step and slot (step modulo the plan's steps: every epoch
 repeats the plan): in plan, out of order (planned for this rank at another position), on the wrong rank, or
 out of plan; each rank's multiset of ids gives the missing ones (planned, consumed by no line of the rank), the
-duplicated ones and a log stopped inside a later epoch. A line that logs a micro-batch again (the same step and ids)
-is counted duplicated and left out, so that the lines after it keep their places in the plan. A cause is named
-from the pattern (shuffling, the wrong layout, double sharding, packing, rows taken out before dealing).
+duplicated ones and a log stopped inside a later epoch. A line that logs a micro-batch again (the same step and ids,
+or the same ids on the next line) is counted duplicated and left out, and a log whose step numbers jump (it starts
+at a checkpoint's step, a line was taken out) has the micro-batches between counted missing, so that the lines after
+them keep their places in the plan (`_placed`). A cause is named from the pattern (shuffling, the wrong layout,
+double sharding, packing, rows taken out before dealing, a job on another number of processes).
 Reading the logs and the shards is `commands/verify.py`'s (docs/architecture.md, "Commands").
 """
 
@@ -44,7 +46,11 @@ class RankCheck:
     nan_weights: int = 0      # ids logged with a NaN weight
     off_weights: int = 0      # ids logged at their place with a number other than the planned weight
     odd_weights: int = 0      # micro-batches whose weights list is not one per id
-    repeated: int = 0         # micro-batches logged again (_repeated_lines)
+    repeated: int = 0         # micro-batches logged again (_placed)
+    renumbered: int = 0       # of them, logged again under another step number than the first time
+    starts_at: int = 0        # the step the log starts at: the lines before it are not in the log
+    unlogged: int = 0         # micro-batches after its start the log has no line for (its step numbers jump)
+    unnumbered: int = 0       # micro-batches the log has no line for, its step numbers going on without them
 
 
 @dataclass
@@ -123,23 +129,53 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
 
     ranks: list[RankCheck] = []
     sizes: Counter = Counter()
+    positions: dict[int, np.ndarray] = {}  # rank -> each logged row's place in the plan's rows (the causes')
+    unlogged: dict[int, np.ndarray] = {}   # rank -> the planned ids at the places its log has no line for
     for r in range(n):
         log = consumed.get(r)
+        positions[r] = unlogged[r] = np.zeros(0, dtype=np.int64)
         if log is None:
             # every planned id of the rank is unaccounted for: the table's `missing` says so, not 0
             ranks.append(RankCheck(r, 0, 0, Counter(missing=int(planned[:, r, :].size))))
             problem(r, None, "missing", "no log from this rank")
             continue
         plan_r = planned[:, r, :]
-        repeated = _repeated_lines(log, plan_r)
+        repeated, placed, gaps = _placed(log, plan_r)
         rc = RankCheck(r, len(log), sum(len(rec.get("ids") or ()) for rec in log), repeated=len(repeated))
-        for t, at in repeated.items():  # its ids counted once here: the rest of the log is checked without it
+        for t, (at, first) in repeated.items():  # its ids counted once here: the rest of the log is checked without it
             rc.counts["duplicated"] += len(log[t]["ids"])
-            step = log[t].get("step") if isinstance(log[t].get("step"), int) else at - 1  # else the line before's
-            problem(r, at, "duplicated", f"step {step}'s micro-batch ({counted(len(log[t]['ids']), 'id')}) logged "
-                                         f"again on log line {t + 1}")
-        log = consumed[r] = [rec for t, rec in enumerate(log) if t not in repeated]
+            step = log[t].get("step")
+            again = step != log[first].get("step") and type(step) is int  # ConsumedLog.record called twice
+            rc.renumbered += again
+            # the step its ids first came at in the plan: the logged number may be another (a line numbered wrong)
+            size = counted(len(log[t]["ids"]), "id")
+            problem(r, at, "duplicated", f"step {placed[first] % steps}'s micro-batch ({size}) logged again on log "
+                                         f"line {t + 1}" + (f" as step {step}" if again else ""))
+        for at, k, was, now in gaps:  # its planned ids counted missing here, and once in the multiset below
+            rc.counts["missing"] += k * m
+            if was is None:
+                rc.unnumbered += 1
+                problem(r, at, "missing", f"micro-batch not logged ({counted(m, 'id')}): log line {now + 1} is the "
+                                          "next one planned")
+                continue
+            if not at:
+                rc.starts_at = k
+                problem(r, None, "missing", f"the log starts at step {k}: the "
+                                            f"{counted(k, 'micro-batch', 'micro-batches')} before it "
+                                            f"({counted(k * m, 'id')}) {'is' if k == 1 else 'are'} not in this folder")
+                continue
+            rc.unlogged += k
+            said = f"micro-batch not logged ({counted(m, 'id')})" if k == 1 else \
+                f"{k} micro-batches not logged (steps {at} to {at + k - 1}, {counted(k * m, 'id')})"
+            problem(r, at, "missing", f"{said}: the log goes from step {was} to step {now}")
+        log = consumed[r] = [log[t] for t in placed]
+        place = np.fromiter(placed.values(), dtype=np.int64, count=len(placed))
         ids, line, slot, weights, has_w, no_ids, lens, odd_w = _flatten(log)
+        # each row's place in the plan's rows epoch after epoch, for the causes: the rows of the micro-batches no
+        # line logged passed over
+        positions[r] = (place[line] - line) * m + np.arange(ids.size)
+        line, no_ids = place[line], place[no_ids]  # each line at its place in the plan from here on
+        odd_w = [(int(place[t]), n_w, n_ids) for t, n_w, n_ids in odd_w]
         sizes.update(lens.tolist())
         rc.odd_weights = len(odd_w)
         for t in no_ids:
@@ -181,7 +217,9 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
                 problems.append((r, t, "wrong rank", f"id {i} planned for rank {owner[pos[at]]}"))
             else:
                 problems.append((r, t, "out of plan", f"id {i} is in no shard"))
-        plan_ids, plan_c, seen, epochs = _multiplicity(plan_r, ids)
+        whole, rest = _unlogged(plan_r, gaps)
+        unlogged[r] = plan_r.reshape(-1) if whole else rest
+        plan_ids, plan_c, seen, epochs = _multiplicity(plan_r, np.concatenate((ids, rest)), whole)
         for i in np.flatnonzero(seen > plan_c * epochs):
             rc.counts["duplicated"] += int(seen[i] - plan_c[i] * epochs)
             problem(r, None, "duplicated", f"id {plan_ids[i]} consumed {seen[i]} times, planned {plan_c[i] * epochs}"
@@ -203,28 +241,69 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
     for r in sorted(k for k in consumed if k >= n):  # a job run on more processes than planned
         problem(r, None, "beyond the plan", f"a log of {len(consumed[r] or ())} micro-batches from a rank the plan "
                                             f"does not have (it has {n})")
-    return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes), steps, m)
+    return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes, positions, unlogged), steps, m)
 
 
-def _repeated_lines(log: list[dict], plan_r: np.ndarray) -> dict[int, int]:
-    """{line: the rank's place in the plan it came at} of each line that logs a micro-batch again: the same step
-    number and ids as an earlier line (a run resumed from a checkpoint whose log kept the lines after it), or, where
-    no step is logged, as the line right before. Not where its ids are the micro-batch planned at its place: the
-    next epoch of a log whose step numbers start again, two planned micro-batches alike. Left in, every later line
-    is one place off the plan: read as shuffling and a second epoch begun."""
+def _placed(log: list[dict], plan_r: np.ndarray):
+    """Where each line of a rank's log comes in the plan: at its place, the micro-batches the rank trained before
+    it, epoch after epoch. ({line: (its place, the earlier line it repeats)} of each line that logs a micro-batch
+    again, {line: place} of the others, (place, count, the step numbers before and after) of each run of places no
+    line came at, or (place, 1, None, the line after it) of one the step numbers do not show.)
+
+    A line logs a micro-batch again where its ids are the line right before's: with no step logged, or under
+    another step number where the line after it is the micro-batch planned at its place (ConsumedLog.record
+    called twice for one micro-batch); or where its step number and ids are an earlier line's (a run resumed from a
+    checkpoint whose log kept the lines after it). Not where its ids are the micro-batch planned at its place: the
+    next epoch of a log whose step numbers start again, two planned micro-batches alike. A line comes at the place
+    after the line before, or where its step number jumps past that (a run resumed into a fresh log folder starts
+    at its checkpoint; a line taken out of a log), unless its ids are the micro-batch planned at the place after
+    (a line numbered wrong); or one further on where it and the line after it are the next two planned (a loop
+    that went on to the next micro-batch before ConsumedLog.record: the step numbers go on without it). One place
+    off, every later line would be too: read as shuffling."""
     steps = plan_r.shape[0]
-    seen: set = set()
-    before, repeated, at = None, {}, 0
+    seen: dict = {}  # (step, ids) -> the line that logged them first
+    before = None    # (line, ids) of the last line placed
+    last, at = -1, 0  # the step number of the line before (None: none logged), the next place
+    repeated, placed, gaps = {}, {}, []
     for t, rec in enumerate(log):
-        step = rec.get("step") if isinstance(rec.get("step"), int) else None
-        key = None if rec.get("ids") is None else (step, tuple(rec["ids"]))
-        if key is not None and (key == before or (step is not None and key in seen)) \
-                and plan_r[at % steps].tolist() != rec["ids"]:
-            repeated[t] = at
-            continue
-        seen.add(key)
-        before, at = key, at + 1
-    return repeated
+        step = rec["step"] if type(rec.get("step")) is int else None
+        ids = rec.get("ids")
+        planned = ids is not None and plan_r[at % steps].tolist() == ids
+        if ids is not None and not planned:
+            # under the next step number: where the line after it is the one planned here (a rank whose epoch is one
+            # micro-batch logs its ids on line after line)
+            after = t + 1 < len(log) and log[t + 1].get("ids") == plan_r[at % steps].tolist()
+            first = before[0] if before is not None and before[1] == ids and (step is None or after) else \
+                seen.get((step, tuple(ids))) if step is not None else None
+            if first is not None:
+                repeated[t] = (at, first)
+                last = step
+                continue
+        if step is not None and last is not None and step > last + 1 and not planned:
+            gaps.append((at, step - last - 1, last, step))
+            at += step - last - 1
+        elif ids is not None and not planned and t + 1 < len(log) and ids == plan_r[(at + 1) % steps].tolist() \
+                and log[t + 1].get("ids") == plan_r[(at + 2) % steps].tolist():
+            gaps.append((at, 1, None, t))  # the step numbers go on without it: this line and the next in the plan
+            at += 1
+        placed[t] = at
+        if ids is not None:
+            seen.setdefault((step, tuple(ids)), t)
+        before = (t, ids) if ids is not None else None
+        last, at = step, at + 1
+    return repeated, placed, gaps
+
+
+def _unlogged(plan_r: np.ndarray, gaps: list) -> tuple[int, np.ndarray]:
+    """The planned ids at the places no line of a rank's log came at (`_placed`'s gaps): how many whole epochs of
+    the plan, and the ids of the places left over (a run resumed at micro-batch 10⁷ holds no 10⁷ of them here)."""
+    steps = plan_r.shape[0]
+    whole, rest = 0, [np.zeros(0, dtype=np.int64)]
+    for at, k, _, _ in gaps:
+        epochs, k = divmod(k, steps)
+        whole += epochs
+        rest.append(plan_r[(at + np.arange(k)) % steps].reshape(-1))
+    return whole, np.concatenate(rest)
 
 
 def _planned_at(plan_r: np.ndarray, i: int, step: int, slot: int) -> str:
@@ -237,10 +316,11 @@ def _planned_at(plan_r: np.ndarray, i: int, step: int, slot: int) -> str:
     return f"id {i} planned for this rank at step {int(steps[0])}" + (" (and others)" if steps.size > 1 else "")
 
 
-def _multiplicity(plan_r: np.ndarray, ids: np.ndarray):
-    """(a rank's planned ids, times each is planned in one epoch, times it was consumed, the epochs the log spans).
-    The epochs are counted in rows, not log lines: a per-device batch size other than the plan's logs more lines."""
-    epochs = max(1, -(-ids.size // max(1, plan_r.size)))
+def _multiplicity(plan_r: np.ndarray, ids: np.ndarray, whole: int = 0):
+    """(a rank's planned ids, times each is planned in one epoch, times it was consumed, the epochs the log spans);
+    `whole`: epochs of the plan consumed besides `ids` (`_unlogged`'s). The epochs are counted in rows, not log
+    lines: a per-device batch size other than the plan's logs more lines."""
+    epochs = max(1, -(-ids.size // max(1, plan_r.size)) + whole)
     plan_ids, plan_c = np.unique(plan_r, return_counts=True)
     seen_ids, seen_c = np.unique(ids, return_counts=True)
     seen = np.zeros(plan_ids.size, dtype=np.int64)
@@ -248,7 +328,7 @@ def _multiplicity(plan_r: np.ndarray, ids: np.ndarray):
         k = np.searchsorted(seen_ids, plan_ids).clip(0, seen_ids.size - 1)
         hit = seen_ids[k] == plan_ids
         seen[hit] = seen_c[k[hit]]
-    return plan_ids, plan_c, seen, epochs
+    return plan_ids, plan_c, seen + whole * plan_c, epochs
 
 
 def _epochs_said(epochs: int, steps: int) -> str:
@@ -260,12 +340,15 @@ _DEALT = {"batch": "micro-batches", "sample": "samples"}  # how a trainer deals 
 _TRAINERS = {"batch": "hf/trl/accelerate", "sample": "torchrun/torchtune"}  # the trainers that deal so
 
 
-def _epochs_of(sequence: np.ndarray, logged: list[int]) -> bool:
-    """Whether `logged` is `sequence` epoch after epoch, up to where it stopped."""
-    return np.array_equal(np.resize(sequence, len(logged)), logged)
+def _epochs_of(sequence: np.ndarray, logged: list[int], at: np.ndarray) -> bool:
+    """Whether `logged` is `sequence` epoch after epoch, up to where it stopped, each row at its place `at`
+    (`check_plan`'s positions: one after the other, past the micro-batches the log has no line for)."""
+    if not len(sequence):
+        return not len(logged)
+    return np.array_equal(np.asarray(sequence)[at % len(sequence)], logged)
 
 
-def _dealt_again(plan_r: np.ndarray, n: int, r: int, logged: list[int]) -> bool:
+def _dealt_again(plan_r: np.ndarray, n: int, r: int, logged: list[int], at: np.ndarray) -> bool:
     """Whether rank r logged its own shard (plan_r: steps × m ids) dealt to the n ranks a second time, epoch after
     epoch: by micro-batches (accelerate's BatchSamplerShard: a rank-local loader given to accelerator.prepare) or by
     samples (a DistributedSampler). Rank r gets every n-th one from r on: ceil(units / n) of them, the last round
@@ -277,18 +360,18 @@ def _dealt_again(plan_r: np.ndarray, n: int, r: int, logged: list[int]) -> bool:
         units = steps * m // unit
         per_rank = -(-units // n)
         wrapped = np.resize(plan_r.reshape(-1), (per_rank * n, unit))[r::n].reshape(-1)
-        if any(k and _epochs_of(wrapped[: k * unit], logged) for k in {units // n, per_rank}):
+        if any(k and _epochs_of(wrapped[: k * unit], logged, at) for k in {units // n, per_rank}):
             return True
     return False
 
 
-def _dealt_sequence(consumed: dict, n: int, dealing: str) -> np.ndarray:
-    """The ids every rank consumed as one sequence, in the order a trainer dealing by `dealing` handed them out:
-    micro-batch (or sample) k of rank r is the (k·n + r)-th of the dataset it dealt."""
-    lines = [[rec.get("ids") or [] for rec in consumed.get(r) or []] for r in range(n)]
+def _dealt_sequence(consumed: dict, ranks, dealing: str) -> np.ndarray:
+    """The ids the `ranks` consumed as one sequence, in the order a trainer dealing by `dealing` handed them out:
+    micro-batch (or sample) k of the r-th of n ranks is the (k·n + r)-th of the dataset it dealt."""
+    lines = [[rec.get("ids") or [] for rec in consumed.get(r) or []] for r in ranks]
     if dealing == "sample":
         lines = [[[i] for line in rank for i in line] for rank in lines]
-    units = [lines[r][k] for k in range(max(map(len, lines), default=0)) for r in range(n) if k < len(lines[r])]
+    units = [rank[k] for k in range(max(map(len, lines), default=0)) for rank in lines if k < len(rank)]
     return np.array([i for unit in units for i in unit], dtype=np.int64)
 
 
@@ -307,23 +390,41 @@ def _passed_over(sequence: np.ndarray, order: np.ndarray) -> int | None:
     return at + 1 - sequence.size
 
 
-def _rows_taken_out(planned: np.ndarray, consumed: dict, logged: dict) -> int:
-    """The planned rows no rank consumed (`logged`: each rank's ids), where the ranks consumed the rest in the order
-    of an export dealt as its trainer deals it (a filter on length before dealing); 0 for any other pattern."""
+def _rows_taken_out(planned: np.ndarray, consumed: dict, unlogged: dict) -> int:
+    """The planned rows no rank consumed, where the planned ranks consumed the rest in the order of an export dealt
+    as its trainer deals it (a filter on length before dealing); 0 for any other pattern. Not those of a rank beyond
+    the plan's (a job on more processes), nor those of micro-batches a log has no line for (`unlogged`: told
+    missing where they are)."""
     steps, n, m = planned.shape
     if any(consumed.get(r) is None for r in range(n)):
         return 0
     flat = planned.transpose(1, 0, 2).reshape(-1)
-    lost = np.setdiff1d(flat, [i for r in range(n) for i in logged[r]]).size
+    reached = [i for log in consumed.values() for rec in log or () for i in rec.get("ids") or ()]
+    lost = np.setdiff1d(flat, np.concatenate([np.asarray(reached, dtype=np.int64), *unlogged.values()])).size
     for layout in ("batch", "sample") if lost else ():
-        sequence = _dealt_sequence(consumed, n, layout)
+        sequence = _dealt_sequence(consumed, range(n), layout)
         if sequence.size and _passed_over(sequence, flat[interleaved_order(n, steps, m, layout)]):
             return lost
     return 0
 
 
-def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter) -> list[str]:
-    """The likely cause of each pattern of problems, in words the user can act on."""
+def _dealt_to_the_ranks_that_logged(planned: np.ndarray, consumed: dict) -> bool:
+    """Whether the ranks that logged (a job on more or fewer processes than the plan's) consumed an export dealt to
+    them as its trainer deals it, in its order epoch after epoch: rows on other ranks than planned, nothing else."""
+    steps, n, m = planned.shape
+    ranks = sorted(r for r, log in consumed.items() if log is not None)
+    flat = planned.transpose(1, 0, 2).reshape(-1)
+    for layout in ("batch", "sample"):
+        sequence = _dealt_sequence(consumed, ranks, layout)
+        if sequence.size and _passed_over(sequence, flat[interleaved_order(n, steps, m, layout)]) == 0:
+            return True
+    return False
+
+
+def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter, positions: dict,
+            unlogged: dict) -> list[str]:
+    """The likely cause of each pattern of problems, in words the user can act on (`positions`, `unlogged`:
+    check_plan's, each rank's logged rows at their places in the plan and the planned ids it has no line for)."""
     steps, n, m = planned.shape
     total = lambda kind: sum(rc.counts[kind] for rc in ranks)  # noqa: E731
     causes = []
@@ -331,29 +432,55 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     if beyond:
         causes.append(f"the job ran on more processes than the {n} the shards were planned for (rank {beyond[-1]} "
                       f"logged): launch it on {n}, or shard again with --num-shards for the processes you have")
+        # where the rows went that the planned ranks never consumed (not a filter on length)
+        own = [i for r in range(n) for rec in consumed.get(r) or () for i in rec.get("ids") or ()]
+        went = np.setdiff1d(np.intersect1d(planned, [i for r in beyond for rec in consumed[r] or ()
+                                                     for i in rec.get("ids") or ()]), own)
+        if went.size:
+            causes.append(f"{went.size} planned rows reached none of the {n} planned ranks: rank"
+                          f"{'s' * (len(beyond) > 1)} {', '.join(map(str, beyond))} logged them")
     if any(consumed.get(r) is None for r in range(n)):
         causes.append("a rank wrote no log: was the job run on the planned number of processes, each logging?")
+    # a job on another number of processes, its export dealt in order: rows on other ranks, not shuffled
+    other_ranks = bool(beyond or any(consumed.get(r) is None for r in range(n))) and \
+        _dealt_to_the_ranks_that_logged(planned, consumed)
     logs = [log for log in consumed.values() if log is not None]
     if logs and not any(logs):  # the log files were opened (ConsumedLog, the callback's on_train_begin), never fed
         causes.append("no rank logged any micro-batch (every log is empty): the job stopped before its first step, "
                       "or nothing fed the logs: a Trainer without PlanTrainerMixin (ConsumedIdsCallback logs what "
                       "the mixin hands it), or a loop that never calls ConsumedLog.record")
-    if any(rc.repeated for rc in ranks):
+    if any(rc.repeated > rc.renumbered for rc in ranks):
         causes.append("a micro-batch was logged twice (the same step and ids on two lines): trained twice after a "
                       "resume from a checkpoint whose log kept the lines after it (ConsumedLog(..., resume_at=the "
                       "micro-batches trained before the checkpoint)), or ConsumedLog.record called twice for one "
                       "micro-batch")
+    if any(rc.renumbered for rc in ranks):
+        causes.append("a micro-batch was logged twice under two step numbers (the same ids on two lines in a row): "
+                      "ConsumedLog.record called twice for one micro-batch, or a loop that trained it twice")
+    for start in sorted({rc.starts_at for rc in ranks} - {0}):
+        causes.append(f"the log of rank(s) {', '.join(str(rc.rank) for rc in ranks if rc.starts_at == start)} starts "
+                      f"at step {start}: the lines before it are not in this folder (a run resumed from a checkpoint "
+                      "into a fresh log folder): put the earlier run's lines before them to verify the whole run")
+    if any(rc.unlogged for rc in ranks):
+        causes.append(f"rank(s) {', '.join(str(rc.rank) for rc in ranks if rc.unlogged)} logged no line for some "
+                      "micro-batches (its step numbers jump past them): lines taken out of the log, or a run resumed "
+                      "from a checkpoint past the end of the log it kept")
+    if any(rc.unnumbered for rc in ranks):
+        causes.append(f"rank(s) {', '.join(str(rc.rank) for rc in ranks if rc.unnumbered)} logged no line for some "
+                      "micro-batches, its step numbers going on without them: a loop that went on to the next "
+                      "micro-batch before ConsumedLog.record (the micro-batch skipped, or its line not written)")
     if total("no ids"):
         causes.append("micro-batches lost their `id` column before the model: packing (TRL keeps only input_ids/"
                       "labels) or remove_unused_columns dropped it")
     logged = {r: [i for rec in (consumed.get(r) or []) for i in (rec.get("ids") or [])] for r in range(n)}
     # a shard dealt again: each rank's log is every n-th part of its own shard; a run stopped early (or several
     # epochs of the plan) is each shard in order, which rank 0's dealing also starts with
-    in_plan_order = all(_epochs_of(planned[:, r].reshape(-1), logged[r]) for r in range(n))
-    dealt_again = n > 1 and all(consumed.get(r) is not None and _dealt_again(planned[:, r], n, r, logged[r])
+    in_plan_order = all(_epochs_of(planned[:, r].reshape(-1), logged[r], positions[r]) for r in range(n))
+    dealt_again = n > 1 and all(consumed.get(r) is not None and _dealt_again(planned[:, r], n, r, logged[r],
+                                                                             positions[r])
                                 for r in range(n)) and not in_plan_order
     # rows filtered out before dealing: the rest dealt in order, every later row's place shifted
-    taken_out = 0 if dealt_again or in_plan_order else _rows_taken_out(planned, consumed, logged)
+    taken_out = 0 if dealt_again or in_plan_order else _rows_taken_out(planned, consumed, unlogged)
     odd = {s: c for s, c in sizes.items() if s != m}
     # a DistributedSampler's share of a shard, or the rows left after some were taken out, end in a short
     # micro-batch: not packing
@@ -364,7 +491,8 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     for layout in ("batch", "sample"):  # a file of one layout dealt the other way
         file_ids = planned.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, layout)]
         dealt = _dealt(file_ids, n, m, _OTHER[layout])
-        if total("wrong rank") and all(logged[r] and list(dealt[r][: len(logged[r])]) == logged[r] for r in range(n)):
+        # epoch after epoch, each row at its place (a trainer deals each epoch alike)
+        if total("wrong rank") and all(logged[r] and _epochs_of(dealt[r], logged[r], positions[r]) for r in range(n)):
             matched.append(layout)
     wrong_layout = bool(matched)
     if taken_out:
@@ -380,7 +508,7 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
                       "file dealt by samples and a sample-interleaved file dealt by micro-batches give the same "
                       "order, so which one it was is ambiguous here: export --for the trainer you run "
                       f"({_TRAINERS['batch']} deal micro-batches; {_TRAINERS['sample']} deal samples)")
-    if total("wrong rank") and not wrong_layout and not odd and not taken_out:  # packing moves rows too
+    if total("wrong rank") and not wrong_layout and not odd and not taken_out and not other_ranks:  # packing too
         causes.append("rows went to other ranks than planned: a shuffling sampler (HF Trainer's default "
                       "train_sampling_strategy='random', DistributedSampler(shuffle=True)), or the wrong export layout")
     own_only = all(not rc.counts["wrong rank"] and not rc.counts["out of plan"] for rc in ranks)
