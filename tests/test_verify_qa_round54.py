@@ -231,3 +231,19 @@ def test_a_micro_batch_logged_again_under_a_new_step_number_is_told_truly(plan, 
     assert got["problems"] == [f"rank 0 step 5: duplicated: step 4's micro-batch ({M} ids) logged again on log line 6"]
     assert _counts(got["ranks"][0]) == (steps * M, 0, 0, M, 0, 0)
     assert "the same step and ids on two lines" in got["causes"][0]
+
+
+def test_verify_quiet_says_in_one_line_why_it_exits_3(plan, tmp_path):
+    """verify -q on a plan not followed printed nothing at all (exit 3 alone); a CI log now gets one line."""
+    g = plan["ids"]
+    log = _write(tmp_path / "log", _in_plan(g))
+    path = tmp_path / "log" / "rank-00000.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:4] + lines[5:]))
+    r = cli_in_process("verify", plan["shards"], "--log", log, "-q")
+    assert r.returncode == 3 and r.stdout == "", r.stdout
+    assert r.stderr.splitlines() == [
+        f"ERROR: {log}: the plan was not followed (1 problem; the first: rank 0 step 4: missing: micro-batch not "
+        f"logged ({M} ids): the log goes from step 3 to step 5); run without --quiet for the table and the likely "
+        "cause"]
+    assert cli_in_process("verify", plan["shards"], "--log", _write(tmp_path / "ok", _in_plan(g)), "-q").stderr == ""

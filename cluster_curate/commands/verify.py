@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from cluster_curate.errors import CurateError, cannot_read
+from cluster_curate.errors import CurateError, cannot_read, counted
 from cluster_curate.options import Argument, CommandSpec, Option, resolve
 
 OPTIONS = (
@@ -133,6 +133,13 @@ def render(result: dict, options: dict) -> None:
 
 def exit_status(result: dict, options: dict) -> None:
     if not result["ok"]:
+        from cluster_curate import console
+        if console.QUIET:  # the table is not printed: one line says why it exits 3
+            import click
+            first = result["problems"][0] if result["problems"] else (result["causes"] or ["-"])[0]
+            click.echo(f"ERROR: {result['log']}: the plan was not followed "
+                       f"({counted(result['problem_count'], 'problem')}; the first: {first}); run without --quiet for "
+                       "the table and the likely cause", err=True)
         raise SystemExit(PLAN_NOT_FOLLOWED)
 
 
