@@ -138,8 +138,10 @@ def _source_names(table: pa.Table) -> list[str]:
 
 def _record_fields(table: pa.Table, read=None, source: str = "shards"):
     """The record format's fields of the shards' source rows: `read`'s --format / --prompt-field /
-    --response-field / --rejected-field / --label-field, else detected."""
-    return resolve_fields(_source_names(table), getattr(read, "format", None), getattr(read, "prompt_field", None),
+    --response-field / --rejected-field / --label-field, else detected from the columns they hold values in (a
+    column null in every shard row is another schema's, whose rows embed read as bad: io/fields.most_read_format)."""
+    held = [c for c in _source_names(table) if table.column(c).null_count < table.num_rows]
+    return resolve_fields(held, getattr(read, "format", None), getattr(read, "prompt_field", None),
                           getattr(read, "response_field", None), source,
                           rejected_field=getattr(read, "rejected_field", None),
                           label_field=getattr(read, "label_field", None))

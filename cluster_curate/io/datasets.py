@@ -42,6 +42,9 @@ Details of the contract:
   `ds.late_text_columns` names, after a pass, the columns it learned to be text part-way, and the next pass makes
   them text from the first row (`settled_pass`: shard's write and export's left-over rows read again;
   shard_writer.json_text_aligned turns structs into JSON text where one pass is all there is).
+- Detection (no field option given): of JSON rows, the format that reads the most of the first rows
+  (`fields.most_read_format`), warned of where some of them hold another format's columns; such a row is a bad
+  row saying what it holds (`holds instruction/input/output, not the file's question/answer`).
 - `ds.rows` is None until a full pass has run (known at once for Parquet and HF datasets);
   `ds.num_rows()` counts them if needed. `ds.record()` counts rows and hashes the bytes of the source
   (streamed blake2b: same bytes => same fingerprint).
@@ -67,7 +70,8 @@ import pyarrow as pa
 from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io.containers import JsonRow, file_fingerprint, open_container
 from cluster_curate.io.hf_datasets import HFDataset
-from cluster_curate.io.fields import ColumnsHint, resolve_fields
+from cluster_curate.io.fields import (ColumnsHint, detect_format, held_columns, most_read_format, read_columns,
+                                     reads_row, resolve_fields, row_fields)
 from cluster_curate.io.formats import FieldMap, RecordError
 from cluster_curate.io.preference import labelled_fields, to_preference
 from cluster_curate.io.records import to_example
@@ -321,6 +325,7 @@ class Dataset:
         else:
             # bad rows are reported by iter_batches, in order; here they only matter when nothing else is readable
             seen: dict[str, None] = {}
+            shapes: dict[frozenset, list] = {}  # the columns a row holds values in -> [rows, the first (id, row)]
             n = 0
             first_bad = None
             for row in self._src.iter_rows():
@@ -329,6 +334,7 @@ class Dataset:
                     first_bad = first_bad or (n - 1, row)
                 else:
                     seen.update(dict.fromkeys(row.record))
+                    shapes.setdefault(frozenset(held_columns(row.record)), [0, (n - 1, row)])[0] += 1
                 if n >= _PEEK_ROWS and seen:
                     break
             if n == 0:
@@ -345,13 +351,57 @@ class Dataset:
             names = list(seen)
             if "key" in names:
                 self._key_column = "source_key"
+        o = self.opts
+        # JSON rows (their keys may differ from row to row) whose fields no option names
+        voted = hasattr(self._src, "iter_rows") and not (o.format or o.prompt_field or o.response_field
+                                                         or o.rejected_field or o.label_field or o.prompts_only)
+        fmt = o.format
+        if voted:
+            names, fmt = self._most_read(names, shapes)
         try:
-            return resolve_fields(names, self.opts.format, self.opts.prompt_field, self.opts.response_field,
-                                  source=self.source, prompts_only=self.opts.prompts_only,
-                                  rejected_field=self.opts.rejected_field, label_field=self.opts.label_field)
+            fields = resolve_fields(names, fmt, o.prompt_field, o.response_field, source=self.source,
+                                    prompts_only=o.prompts_only, rejected_field=o.rejected_field,
+                                    label_field=o.label_field)
         except CurateError:
             self._refuse_own_artifact()  # else told to pass --prompt-field for a file of ids and vectors
             raise
+        if voted:
+            self._warn_other_schema(fields, shapes, n)
+        return fields
+
+    def _most_read(self, names: list[str], shapes: dict[frozenset, list]) -> tuple[list[str], str | None]:
+        """The columns and format to detect from: the format that reads the most of the first rows (a row of
+        another schema among them does not make the others bad rows), from the columns of the rows it reads;
+        (`names`, None) where that is the format all the columns give (the file reads as it always has)."""
+        fmt, _ = most_read_format({cols: rows for cols, (rows, _) in shapes.items()})
+        if fmt is None or fmt == detect_format(names):
+            return names, None
+        held = set().union(*(cols for cols in shapes if reads_row(fmt, cols)))
+        return [c for c in names if c in held], fmt
+
+    def _warn_other_schema(self, fields: FieldMap, shapes: dict[frozenset, list], n: int) -> None:
+        """Say once, before the work, where the first rows hold another format's columns: those rows are bad
+        rows (`_other_columns` says so of each)."""
+        fit = sum(rows for cols, (rows, _) in shapes.items() if reads_row(fields.format, cols))
+        other = sorted(first for cols, (_, first) in shapes.items()
+                       if not reads_row(fields.format, cols) and detect_format(cols))
+        if not other:
+            return
+        id_, row = other[0]
+        from cluster_curate import console
+        console.warn(f"{self.source}: {fit} of the first {n} rows hold format {fields.format}'s columns "
+                     f"({'/'.join(read_columns(fields))}), read so; {self._location(id_, row)} holds "
+                     f"{_shown(held_columns(row.record))}: rows like it are bad rows; split the file, or give the "
+                     "fields with --prompt-field/--response-field", once=True)
+
+    def _other_columns(self, rec: dict) -> str | None:
+        """A bad row's reason where it lacks a column the file is read from and holds another format's: not
+        "missing response" of a row that holds an answer in another column."""
+        held, fields = held_columns(rec), row_fields(rec, self.field_map)
+        needed = [c for c in read_columns(fields) if c != fields.input]  # alpaca's input is optional
+        if all(c in held or c.split(".")[0] in held for c in needed) or detect_format(held) is None:
+            return None
+        return f"holds {_shown(held)}, not the file's {'/'.join(read_columns(self.field_map))}"
 
     def _refuse_own_artifact(self) -> None:
         """Embeddings, clusters or a selection given where the raw data goes (`shard sel --data emb.parquet`)."""
@@ -449,7 +499,7 @@ class Dataset:
                 return
             prompt, response = to_example(rec, self.field_map)
         except RecordError as e:
-            self._bad(id_, row, e.field, e.worded(self.hint_wording))
+            self._bad(id_, row, e.field, self._other_columns(rec) or e.worded(self.hint_wording))
             return
         examples.append(Example(id_, prompt, response))
 
@@ -581,6 +631,11 @@ class Dataset:
         data = "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in self.rejects)
         atomic_write_bytes(path, data.encode("utf-8"))
         return Path(path)
+
+
+def _shown(columns: list[str], most: int = 8) -> str:
+    """A row's columns as a message names them: a/b/c, the first `most` of many."""
+    return "/".join(columns[:most]) + (f"/... ({len(columns)} columns)" if len(columns) > most else "")
 
 
 def _rebatch(batches: Iterator[pa.RecordBatch], size: int) -> Iterator[pa.RecordBatch]:

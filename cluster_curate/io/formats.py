@@ -126,6 +126,7 @@ class FieldMap:
     rejected: str | None = None     # preference: the rejected response's column
     label: str | None = None        # preference: the column saying, row by row, which answer is the chosen one
     tools: str | None = None        # optional column of tool schemas (any format): rendered into the system turn
+    response_given: bool = False    # --response-field named it: no other column is read in its place (row_fields)
 
     @property
     def prompt_columns(self) -> tuple[str, ...]:
