@@ -63,8 +63,9 @@ from dataclasses import dataclass
 from cluster_curate.registry import Registry
 
 
-# A format: its prompt column, its response columns in order of preference (None: a conversation column that
-# holds both), and where it comes in detection (the first whose columns are present wins). Add one: a line
+# A format: its prompt column, its response columns in order of preference, each row reading the one it holds
+# (None: a conversation column that holds both), and where it comes in detection (the first whose columns are
+# present wins; of JSON rows whose columns differ, ties of io/fields.most_read_format). Add one: a line
 # here (its reading, where its record is more than a prompt text and a response text: io/records.py; a conversation
 # format with new speaker names also maps them in io/turns.py).
 FORMAT = Registry("--format")
