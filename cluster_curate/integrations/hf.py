@@ -20,7 +20,10 @@ What the mixin changes, and nothing else:
   loader's convention (`(per_example * weight).mean()`); DDP then averages over ranks, so a global step is the
   weighted mean over all N × M examples divided by N × M (not by the sum of the weights). The loss is a
   per-micro-batch mean, so the Trainer divides it by the gradient-accumulation steps as usual;
-- each micro-batch's ids, weights and loss go to every `ConsumedIdsCallback` (for `cluster-curate verify`).
+- each micro-batch's ids, weights and loss go to every `ConsumedIdsCallback` (for `cluster-curate verify`);
+- before the first step it refuses a job whose world size × per_device_train_batch_size is not the rows a planned
+  step holds (num_shards × micro_batch_size, read from the `step` column), as `load_shard` refuses another world
+  size: the Trainer would deal other ranks' rows and train to the end.
 
 With TRL `padding_free=True` a micro-batch is one row of its examples end to end: each example's loss is that of
 its segment (position_ids restart at 0), weighted as above.
@@ -41,6 +44,7 @@ import torch
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
 
+from cluster_curate.errors import CurateError
 from cluster_curate.loader import ConsumedLog
 
 PLAN_KEYS = ("id", "weight")
@@ -68,6 +72,23 @@ def trained_micro_batches(global_step: int, accumulation: int, per_epoch: int | 
     steps_per_epoch = -(-per_epoch // accumulation)
     epochs, steps = divmod(global_step, steps_per_epoch)
     return epochs * per_epoch + min(steps * accumulation, per_epoch)
+
+
+def plan_rows_per_step(dataset) -> int | None:
+    """The rows each planned step of an exported dataset holds, num_shards × micro_batch_size (by the `step` column
+    every trainer layout keeps; the manifest's two numbers do not survive `datasets`' loading). None where there is
+    no plan to read: not a `datasets.Dataset`, no `step` column (TRL's packing and axolotl's tokenization drop it),
+    no rows, or steps of unequal sizes (rows taken out or mixed in before training: `verify` names those)."""
+    import pyarrow.compute as pc
+    try:
+        import datasets
+    except ImportError:  # the Trainer takes any torch Dataset; `datasets` need not be installed
+        return None
+    if not isinstance(dataset, datasets.Dataset) or "step" not in dataset.column_names:
+        return None
+    steps = dataset.with_format("arrow")["step"]
+    counts = set(pc.value_counts(steps).field("counts").to_pylist())
+    return counts.pop() if len(counts) == 1 and not steps.null_count else None
 
 
 class ConsumedIdsCallback(TrainerCallback):
@@ -161,6 +182,29 @@ class PlanTrainerMixin:
         """Our weighted loss is a per-micro-batch mean, so the Trainer divides it by the accumulation steps
         (transformers 5.x reads this); TRL's own loss under packing is already scaled (None: the Trainer decides)."""
         return None if getattr(self, "_ids_by_tokens", None) is not None else False
+
+    # -- the plan's sizes, checked before the first step (as load_shard checks a shard's world size when opened)
+    def get_train_dataloader(self, *args, **kwargs):
+        self._check_plan_sizes()
+        return super().get_train_dataloader(*args, **kwargs)
+
+    def _check_plan_sizes(self):
+        """The rows a planned step holds must be the rows this job deals a step, else the Trainer deals rows of
+        other ranks' micro-batches (and trains to the end without a word: only `verify` would say it)."""
+        planned = plan_rows_per_step(self.train_dataset)
+        if planned is None:
+            return
+        batch = self._train_batch_size  # the data loader's, after auto_find_batch_size
+        total = getattr(self, "get_total_train_batch_size", None)  # transformers 5.x: its data-parallel processes
+        world = (total(self.args) // (batch * self.args.gradient_accumulation_steps) if total is not None
+                 else self.args.world_size)
+        if world * batch != planned:
+            raise CurateError(f"PlanTrainerMixin: the train dataset was written for {planned} rows a step (its `step` "
+                              f"column: num_shards × micro_batch_size) but this job has world size {world} × "
+                              f"per_device_train_batch_size {batch} = {world * batch} rows a step: run it on the ranks "
+                              "and per-device batch size its export's README.md names (\"Planned for N ranks × "
+                              f"micro-batch M\"), or re-run `cluster-curate shard --num-shards {world} "
+                              f"--micro-batch-size {batch}` and export again")
 
     # -- order
     def _get_train_sampler(self, *args, **kwargs):
