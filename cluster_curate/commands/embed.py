@@ -177,8 +177,11 @@ def _validate(o: dict, given: set) -> list[str]:
     if o["encoder"] is not None and "semantic" not in features:
         raise CurateError(f"--encoder {o['encoder']} is only used by --features semantic")
     if "semantic" in features:  # fail before reading the data: a missing package, directory or weights
-        from cluster_curate.features.semantic import check_encoder_spec
+        from cluster_curate.features.models import check_local_model
+        from cluster_curate.features.semantic import BUNDLED_ENCODERS, check_encoder_spec
         check_encoder_spec(o["encoder"])
+        if o["encoder"] and o["encoder"] not in BUNDLED_ENCODERS:
+            check_local_model(o["encoder"], f"--encoder {o['encoder']}", o["trust_remote_code"])
     if not o.get("like"):  # --like takes the pool's dim and pool (a user's other value is refused there)
         _check_read_by_features(o, features)
     uses_model = any(f in MODEL_FEATURES for f in features)
@@ -210,6 +213,10 @@ def _validate(o: dict, given: set) -> list[str]:
         looks_local = spec.startswith(("/", ".", "~")) or spec.endswith(".gguf") or spec.count("/") > 1
         if looks_local and not Path(spec).expanduser().exists():  # fail before reading the data
             raise CurateError(f"--model {spec}: no such file or directory")
+        from cluster_curate.io import proxy_store as store
+        if not store.is_proxy_dir(spec):  # no weights, a tokenizer of another model: before the data is read
+            from cluster_curate.features.models import check_local_model
+            check_local_model(spec, f"--model {spec}", o["trust_remote_code"])
     o["proxy"].validate()
     if o["checkpoints"] or "loss-trajectory" in features:
         _check_checkpoints(o, features)

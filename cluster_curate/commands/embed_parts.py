@@ -145,7 +145,7 @@ def prepare(run) -> Models:
             m.model_name = f"proxy:{opts['model']}"
         else:
             m.fm = load_model(opts["model"], device=run.device, dtype=opts["dtype"],
-                              trust_remote_code=opts["trust_remote_code"])
+                              trust_remote_code=opts["trust_remote_code"], features=run.features)
             m.model_name, m.model_fingerprint = opts["model"], model_fingerprint(opts["model"])
         if "loss-trajectory" in run.features:
             m.trajectory, m.trajectory_names = _trajectory(opts, m.proxy_dir, m.fm)
@@ -170,14 +170,28 @@ def _cut_rows_note(run, m: Models, cut: int) -> str:
             "their n_tokens count them whole, as a trainer reads them")
 
 
-def _zero_rows_note(features: list, n: int, ids: list) -> str:
+def _zero_rows_note(n: int, ids: list, reasons: dict) -> str:
     """The warning for the rows embedded as all-zero vectors (counted over every chunk; `ids`: the first few this
-    process computed, none when an --resume kept them all)."""
-    why = (": their text holds no word the text feature counts (only punctuation, symbols or spaces, e.g. '?')"
-           if "text" in features else "")
+    process computed, none when an --resume kept them all; `reasons`: the text feature's reason -> rows, of the rows
+    this process computed, features/text.TextFeaturizer.zero_reason)."""
+    if len(reasons) == 1:
+        why = f": their text {next(iter(reasons))}"
+    else:
+        why = "".join(f"; {counted(k, 'row')} whose text {reason}" for reason, k in sorted(reasons.items()))
     shown = f" (ids {', '.join(map(str, ids))}{', ...' if n > len(ids) else ''})" if ids else ""
     return (f"{n} row(s) have an all-zero embedding{why}; kept, but cluster finds them similar to no centroid"
             f"{shown}")
+
+
+def _encoder_cut_note(run, cut: int, ids: list, sem: dict) -> str:
+    """The warning for the rows the encoder saw cut to its max length (`ids`: the first few this process computed),
+    as _cut_rows_note's for the causal LM's."""
+    given = run.opts["max_length"]
+    limit = (f"--max-length {given} tokens" if sem["max_length"] < sem["model_max_length"]
+             else f"the encoder's max length, {sem['max_length']} tokens")
+    shown = f" (ids {', '.join(map(str, ids))}{', ...' if cut > len(ids) else ''})" if ids else ""
+    return (f"{cut} row(s) longer than {limit}: semantic embeds them cut (on the {sem['truncation_side']}, as the "
+            f"encoder's tokenizer cuts){shown}")
 
 
 class _Lazy:
@@ -371,7 +385,7 @@ def _trajectory(opts: dict, proxy_dir, fm):
             _check_reads_model_ids(item, load_tokenizer(item, trust_remote_code=opts["trust_remote_code"]),
                                    opts["model"], fm)
             models.append(load_model(item, device=str(fm.device), dtype=opts["dtype"],
-                                     trust_remote_code=opts["trust_remote_code"]))
+                                     trust_remote_code=opts["trust_remote_code"], own_ids=False))
         ids = min(len(fm.tokenizer), fm.vocab_size)  # the ids --model reads (its own rows bound them too)
         if models[-1].vocab_size < ids:  # the tokenizers agree, but its embedding is smaller
             raise CurateError(f"--checkpoints {item}: its embedding has {models[-1].vocab_size:,} rows, fewer than "
@@ -452,6 +466,8 @@ class Pass:
     done_tokens: int = 0
     seconds: float = 0.0
     zero_ids: list = field(default_factory=list)  # the first ids of rows embedded as all zeros, by this process
+    zero_reasons: dict = field(default_factory=dict)  # why the text feature gave them no value -> rows
+    cut_ids: list = field(default_factory=list)  # the first ids of rows an encoder cut, by this process
 
 
 def feature_pass(run, embedder, params) -> Pass:
@@ -489,6 +505,9 @@ def feature_pass(run, embedder, params) -> Pass:
                 bar.advance(len(skipped))
             zero = result.ids[~result.embedding.any(axis=1)]  # no feature at all: a text of no word ("?")
             p.zero_ids = sorted([*p.zero_ids, *zero.tolist()])[:10]
+            if zero.size and "text" in embedder.featurizers:
+                _count_zero_reasons(run, embedder.featurizers["text"], examples, zero, p.zero_reasons)
+            p.cut_ids = sorted([*p.cut_ids, *result.truncated_ids])[:10]
             # rows cut: by an encoder to its max length, to --max-length for the causal LM's features
             output.commit(chunk, with_source_columns(chunk_table(result), run.record), skipped,
                           {"truncated": int(result.truncated), "model_cut": int(result.model_cut),
@@ -514,6 +533,17 @@ def feature_pass(run, embedder, params) -> Pass:
             flush(gap, [])
     p.seconds = time.perf_counter() - t_feat
     return p
+
+
+def _count_zero_reasons(run, text, examples: list, zero, reasons: dict) -> None:
+    """Why the text feature gave the rows `zero` (ids of `examples`) no value, added up in `reasons`."""
+    from cluster_curate.features.text import example_text
+    rows = None if run.like else min(run.parsed, run.opts["text_sample"])  # --like: the pool's sample
+    wanted = set(zero.tolist())
+    for ex in examples:
+        if ex.id in wanted:
+            reason = text.zero_reason(example_text(ex, text.field), rows)
+            reasons[reason] = reasons.get(reason, 0) + 1
 
 
 LISTED_COPIES = 10000  # ids of dropped exact duplicates recorded in the metadata (the count is always exact)
@@ -637,8 +667,10 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     if cut.get("model_cut"):  # else silent: what the model saw of them is not all the trainer will
         console.warn(_cut_rows_note(run, m, cut["model_cut"]))
     if cut.get("zero_rows"):  # kept (a row, not a bad one), but no cluster is near them: said here, not first there
-        console.warn(_zero_rows_note(run.features, cut["zero_rows"], p.zero_ids))
+        console.warn(_zero_rows_note(cut["zero_rows"], p.zero_ids, p.zero_reasons))
     sem = p.meta.params.get("semantic")
+    if sem and cut.get("truncated"):  # as the causal LM's cut rows: what the encoder saw of them is not all
+        console.warn(_encoder_cut_note(run, cut["truncated"], p.cut_ids, sem))
     if sem:
         summary["encoder"] = sem["encoder"]
         summary["semantic"] = (f"{sem['pooling']} pooling ({sem['pooling_from']}), max length {sem['max_length']} "

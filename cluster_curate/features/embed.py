@@ -180,6 +180,7 @@ class ChunkResult:
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (id, reason): no response token
     tokens: int = 0  # real (unpadded) tokens processed
     truncated: int = 0  # rows whose text an encoder feature cut to its max length
+    truncated_ids: list = field(default_factory=list)  # their ids
     model_cut: int = 0  # rows cut to --max-length for the causal LM's features (n_tokens counts them whole)
     answer_key: np.ndarray | None = None  # int64 [n]: answer_kinds.answer_key of each row's response
     response_words: np.ndarray | None = None  # int64 [n]: whitespace words of each row's response
@@ -245,8 +246,8 @@ class Embedder:
         prompts = [ex.prompt for ex in rows.kept]
         return ChunkResult(ids=ids, embedding=embedding, n_tokens=rows.n_tokens, n_response_tokens=rows.n_resp,
                            loss=rows.loss.astype(np.float32), skipped=list(rows.skipped), tokens=rows.tokens,
-                           truncated=rows.truncated, model_cut=rows.model_cut, answer_key=answer_key,
-                           response_words=response_words, prompt_key=prompt_keys(prompts),
+                           truncated=rows.truncated, truncated_ids=rows.truncated_ids, model_cut=rows.model_cut,
+                           answer_key=answer_key, response_words=response_words, prompt_key=prompt_keys(prompts),
                            prompt_turn_keys=user_turn_keys(prompts))
 
     def _model_pass(self, examples: list, on_batch) -> _Rows:
@@ -322,6 +323,7 @@ class Embedder:
             rows.skipped = sorted([*rows.skipped, *encoded.skipped])
         rows.blocks[kind] = encoded.embedding
         rows.truncated += int(encoded.truncated.sum())
+        rows.truncated_ids += [ex.id for ex, cut in zip(rows.kept, encoded.truncated.tolist()) if cut]
 
     def _blocks(self, rows: _Rows) -> list[np.ndarray]:
         """Every feature's block in `features` order (a kind without a model: its featurizer, now), each as
@@ -351,6 +353,7 @@ class _Rows:
     skipped: list = field(default_factory=list)
     tokens: int = 0
     truncated: int = 0
+    truncated_ids: list = field(default_factory=list)
     model_cut: int = 0  # rows longer than --max-length, cut for the causal LM's features
 
 

@@ -212,6 +212,53 @@ def check_tokenizer_files(path: Path, named: str) -> None:
                           "the model")
 
 
+# the weight files save_pretrained writes (one file, or shards listed by an index)
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def check_weight_files(path: Path, named: str) -> None:
+    """A local model or encoder folder must hold its weights: a folder of its config alone (`config.save_pretrained`)
+    reached transformers, whose "Error no file named model.safetensors ... found in directory" is no advice."""
+    if path.is_dir() and not any((path / name).is_file() for name in WEIGHT_FILES):
+        raise CurateError(f"{named}: the directory has no weights ({', '.join(WEIGHT_FILES[::2])}); save the model "
+                          "with save_pretrained, not only its config")
+
+
+def check_vocabulary(tokenizer, rows: int | None, named: str) -> None:
+    """A tokenizer with more tokens than the model's input embedding has rows (one saved from another model) gives
+    ids past its last row: an IndexError in the first batch, after the data was read. `rows`: the embedding's
+    rows (`get_input_embeddings().num_embeddings`), or before loading the weights the config's vocab_size, which the
+    weights must match to load."""
+    if isinstance(rows, int) and 0 < rows < len(tokenizer):
+        raise CurateError(f"{named}: its tokenizer has {len(tokenizer):,} tokens but the model's input embedding has "
+                          f"{rows:,} rows (token ids from {rows:,} on have no row): give the tokenizer saved with "
+                          "this model (save_pretrained both into one folder)")
+
+
+def check_local_model(spec: str, named: str, trust_remote_code: bool = False) -> None:
+    """What can be told of a local model folder before the data is read: its weights are there (check_weight_files)
+    and its tokenizer fits its vocabulary (check_vocabulary, from its tokenizer and config alone); a folder that
+    does not load otherwise is left to the loader, which says why."""
+    path = Path(spec).expanduser()
+    if not (path.is_dir() and (path / "config.json").is_file()):
+        return
+    check_weight_files(path, named)
+    if missing_tokenizer_files(path):
+        return
+    from transformers import AutoConfig, AutoTokenizer
+    try:
+        config = AutoConfig.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+        text = config.get_text_config() if callable(getattr(config, "get_text_config", None)) else config
+        rows = getattr(text, "vocab_size", None)
+        if not isinstance(rows, int):
+            return
+        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+    except Exception:  # noqa: BLE001 - the loader reports it, in one line
+        return
+    check_vocabulary(tokenizer, rows, named)
+
+
 def loading_error(e: Exception) -> str:
     """What transformers said when it could not load a model or encoder, in one line: its first line, with the next
     one where the first ends on a colon."""
@@ -276,6 +323,7 @@ def _model_source(spec: str, trust_remote_code: bool) -> tuple[str, dict, Path, 
         if not path.is_dir() or not (path / "config.json").is_file():
             raise CurateError(f"--model {spec}: not a model directory (expected config.json, as written by "
                               f"save_pretrained) nor a .gguf file")
+        check_weight_files(path, f"--model {spec}")
         where = str(path)
     elif looks_like_local_path(spec):
         raise CurateError(f"--model {spec}: no such file or directory")
@@ -313,13 +361,27 @@ def load_tokenizer(spec: str, *, trust_remote_code: bool = False):
         raise CurateError(_not_loaded(spec, where, path, unreachable, trust_remote_code, e)) from None
 
 
+def not_a_causal_lm(spec: str, architecture: str, features=None) -> str:
+    """The refusal of a model that is no causal LM with its head (an encoder, a decoder saved without its head), in
+    the words of the `features` it was given for (None: any that reads the head)."""
+    if features is not None and not set(features) & {"gradient", "lora-gradient", "loss-trajectory"}:
+        why = ("--features hidden pools the hidden states of a causal LM's decoder, which reads the text left to "
+               "right as a trainer's model does (its loss column comes from the LM head), not an encoder's")
+    else:
+        why = "its features would come from a head of random weights"
+    return (f"--model {spec}: is a {architecture}, not a causal LM with its LM head (a ...ForCausalLM); {why}; for "
+            f"its sentence embeddings use --features semantic --encoder {spec}")
+
+
 def load_model(spec: str, *, device: str | None = None, dtype: str | None = None,
-               trust_remote_code: bool = False) -> FeatureModel:
+               trust_remote_code: bool = False, features=None, own_ids: bool = True) -> FeatureModel:
     """Load a causal LM as a FeatureModel.
 
     spec: a local directory saved with `save_pretrained`, a Hugging Face hub id (from the local cache when
     offline), or a `.gguf` file (dequantized by transformers; needs the `gguf` extra). The module is put in
-    eval mode with its parameters frozen; feature extraction never trains it.
+    eval mode with its parameters frozen; feature extraction never trains it. `features`: the model features it is
+    loaded for (what a refusal says). `own_ids`: it reads its own tokenizer's ids, which must have embedding rows
+    (a --checkpoints model reads --model's: embed_parts._trajectory checks those).
     """
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -334,8 +396,7 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
             if config.architectures and not is_causal_lm(config):
                 # AutoModelForCausalLM would load it with an LM head of random weights (BERT's BertLMHeadModel, a
                 # causal LM saved without its head), and every feature would be of those
-                raise CurateError(f"--model {spec}: is a {config.architectures[0]}, not a causal LM with its LM "
-                                  "head (a ...ForCausalLM); its features would come from a head of random weights")
+                raise CurateError(not_a_causal_lm(spec, config.architectures[0], features))
             tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
             model = AutoModelForCausalLM.from_pretrained(where, dtype=dt, **kwargs)
     except CurateError:
@@ -343,6 +404,8 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, the user gets one line
         raise CurateError(_not_loaded(spec, where, path, unreachable, trust_remote_code, e)) from None
 
+    if own_ids:
+        check_vocabulary(tokenizer, model.get_input_embeddings().num_embeddings, f"--model {spec}")
     model.to(dev)
     model.eval()
     model.requires_grad_(False)

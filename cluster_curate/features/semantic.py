@@ -60,8 +60,6 @@ BUNDLED_ENCODERS = {
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 POOLINGS = ("mean", "cls", "max", "lasttoken")
 TRUNCATION_SIDES = ("right", "left")
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
 ENCODE_SLICE = 256  # texts per batched tokenizer call: memory bounded by the slice, not the chunk
 # On CPU an encoder batch holds at most this many padded tokens: small batches stay in cache (measured on 300
 # GSM8K rows, 1 thread: 100 rows per CPU-second for prompts at 1024 tokens against 55 at 16384; 30 against 23
@@ -174,9 +172,8 @@ def _check_local_dir(spec: str, path: Path) -> None:
     if not path.is_dir() or not (path / "config.json").is_file():
         raise CurateError(f"--encoder {spec}: not a model directory (expected config.json, as written by "
                           f"save_pretrained)")
-    if not any((path / name).is_file() for name in WEIGHT_FILES):
-        raise CurateError(f"--encoder {spec}: the directory has no weights ({', '.join(WEIGHT_FILES[::2])}); "
-                          f"save the model with save_pretrained, not only its config")
+    from cluster_curate.features.models import check_weight_files
+    check_weight_files(path, f"--encoder {spec}")
 
 
 # ----------------------------------------------------------------------------------------------- configuration
@@ -304,6 +301,8 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
         notice = (f"--encoder {spec} is a causal LM ({(config.architectures or [config.model_type])[0]}): "
                   f"semantic {'mean-pools' if pooling == 'mean' else pooling + '-pools'} its last hidden states "
                   f"over the raw text (no chat template); --features hidden is its own feature")
+    from cluster_curate.features.models import check_vocabulary
+    check_vocabulary(tokenizer, module.get_input_embeddings().num_embeddings, f"--encoder {spec}")
     module.to(dev)
     module.eval()
     module.requires_grad_(False)

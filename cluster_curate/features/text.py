@@ -131,7 +131,11 @@ class TextFeaturizer:
         x = self._weigh(counts, slot)
         k = min(self.dim, x.shape[0] - 1, x.shape[1] - 1)
         comps = np.zeros((0, x.shape[1]), dtype=np.float32)
-        if k >= 1:
+        if x.shape[0] == 1:
+            # one row (a dataset of one example): its one direction is its own unit row, what the SVD would give
+            # (k above is the randomized SVD's bound, 0 here: the row was all zero)
+            comps = x.toarray().astype(np.float32)
+        elif k >= 1:
             c = _randomized_svd_basis(x, k, seed=self.seed)  # fewer than k rows when x has fewer directions
             # Sign convention (largest-|.| coordinate positive) so the basis does not flip between fits.
             signs = np.sign(c[np.arange(len(c)), np.abs(c).argmax(axis=1)])
@@ -139,6 +143,23 @@ class TextFeaturizer:
             comps = (c * signs[:, None]).astype(np.float32)
         self.components = comps
         return self
+
+    def zero_reason(self, text: str, sample_rows: int | None = None) -> str:
+        """Why the row of `text` is all zero (`transform`), in words after "their text": no word at all, only
+        numbers (masked to one token), no term of the fitted vocabulary, or terms the basis has no direction along
+        (`sample_rows`: the rows it was fitted on, when known: k directions from N rows, at most N - 1)."""
+        tokens = _TOKEN.findall(text.lower())
+        if not tokens:
+            return "holds no word the text feature counts (only punctuation, symbols or spaces, e.g. '?')"
+        if all(_NUMBER.fullmatch(t) for t in tokens):
+            return "holds only numbers, which the text feature masks (every number reads as one token)"
+        if not self._tfidf([text]).nnz:
+            fitted = f" (fitted on {sample_rows:,} sampled rows)" if sample_rows else ""
+            return f"holds no word or word pair of the text feature's vocabulary{fitted}"
+        if sample_rows and len(self.components) >= sample_rows - 1:
+            return (f"has words the text basis has no direction for: too few rows to fit the text basis: "
+                    f"{sample_rows:,} (it has {len(self.components)} direction(s))")
+        return f"has words the text basis has no direction for (it has {len(self.components)} direction(s))"
 
     @property
     def fitted(self) -> bool:
