@@ -577,3 +577,16 @@ def test_data_changed_while_run_runs_says_run_again(cli_runner, tmp_path, monkey
     assert again.exit_code == 0, again.output
     stages = {s["stage"]: s for s in json.loads(again.stdout)["stages"]}
     assert stages["embed"]["status"] == "ran" and stages["shard"]["status"] == "ran"
+
+
+def test_run_given_the_default_encoder_with_text_features_is_the_same_run(cli_runner, tmp_path):
+    """README (`run`): `--encoder all-MiniLM-L6-v2` at its default is the same run; it was refused outright with
+    text features ("only used by --features semantic"), so a Makefile's EMBED_OPTS broke the run."""
+    out = tmp_path / "curated"
+    _run(cli_runner, out)
+    again = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--encoder", "all-MiniLM-L6-v2",
+                                     "--json"])
+    assert again.exit_code == 0, again.output
+    assert [s["status"] for s in json.loads(again.stdout)["stages"]] == ["up to date"] * 4
+    other = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--encoder", "other-encoder"])
+    assert other.exit_code == 2 and "--encoder other-encoder is only used by --features semantic" in other.stderr

@@ -174,7 +174,9 @@ def _validate(o: dict, given: set) -> list[str]:
     if o["dtype"] not in (None, "auto"):  # the proxy never resolved it: --dtype fp8 went unnoticed
         from cluster_curate.features.models import resolve_dtype
         resolve_dtype(o["dtype"], None)
-    if o["encoder"] is not None and "semantic" not in features:
+    from cluster_curate.features.semantic import DEFAULT_ENCODER
+    # at its default it changes nothing, as a Makefile may give it (README, `run`: the same run)
+    if o["encoder"] not in (None, DEFAULT_ENCODER) and "semantic" not in features:
         raise CurateError(f"--encoder {o['encoder']} is only used by --features semantic")
     if "semantic" in features:  # fail before reading the data: a missing package, directory or weights
         from cluster_curate.features.models import check_local_model
