@@ -146,3 +146,32 @@ def test_proxy_features_like_the_pool(tmp_path, cli_runner):
     config.write_text(json.dumps(dict(saved, key="another training")))
     res = _cli(cli_runner, ["embed", tmp_path / "t.jsonl", "--like", emb, "--out", tmp_path / "u.parquet"], code=2)
     assert "not the proxy" in res.output and "Traceback" not in res.output
+
+
+def test_an_overwrite_stopped_before_its_end_leaves_the_pools_text_state(tmp_path, cli_runner, monkeypatch):
+    """`embed --overwrite` of other options fitted its text state beside the artifact in place, then stopped: the
+    artifact was the old one, its state the new one's, and `--like` refused the pool (re-embedding was the only way
+    out). The state in place is kept until the new artifact is whole."""
+    from cluster_curate.commands import embed_parts
+    pool = _write(tmp_path / "pool.jsonl", _rows(80))
+    emb = tmp_path / "pool.parquet"
+    _cli(cli_runner, ["embed", pool, "--out", emb, "--dim", "12"])
+    target = _write(tmp_path / "target.jsonl", _rows(5, seed=1))
+    _cli(cli_runner, ["embed", target, "--like", emb, "--out", tmp_path / "t1.parquet"])
+    before = emb.read_bytes()
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(embed_parts, "feature_pass", stopped)
+    res = cli_runner.invoke(main, ["embed", str(pool), "--out", str(emb), "--dim", "8", "--overwrite", "-q"])
+    assert res.exit_code == 130 and emb.read_bytes() == before, res.output
+    monkeypatch.undo()
+    assert A.sidecar_path(emb, "text.prev.key").exists()  # the new state beside it, the artifact's kept
+    _cli(cli_runner, ["embed", target, "--like", emb, "--out", tmp_path / "t2.parquet"])
+    assert _by_id(tmp_path / "t2.parquet").keys() == _by_id(tmp_path / "t1.parquet").keys()
+    assert all(np.array_equal(a, b) for a, b in zip(_by_id(tmp_path / "t1.parquet").values(),
+                                                    _by_id(tmp_path / "t2.parquet").values()))
+    _cli(cli_runner, ["embed", pool, "--out", emb, "--dim", "8", "--overwrite"])  # whole: the kept state goes
+    assert sorted(p.name for p in tmp_path.glob("pool.*")) == ["pool.jsonl", "pool.parquet", "pool.text.key",
+                                                               "pool.text.npz"]
+    _cli(cli_runner, ["embed", target, "--like", emb, "--out", tmp_path / "t3.parquet"])

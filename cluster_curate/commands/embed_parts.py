@@ -294,23 +294,41 @@ class PrepareContext:
     def shared(self, key: dict, build) -> bytes:
         """Bytes made once, by the leader of this piece, unless the ones beside the output have this key:
         `build()` runs there and its bytes go to the sidecar `<out>.<kind>.npz` (the key to `<kind>.key`);
-        every process then reads them."""
+        every process then reads them. The state of the artifact in place (`--overwrite` with other options) is
+        kept as `<kind>.prev.*` until the new artifact is whole (drop_previous_states): an embed stopped before
+        leaves the artifact in place with the state it was made with, which `--like` and `select --target` read."""
+        import os
+        from pathlib import Path
+
         from cluster_curate import distributed
         from cluster_curate.io.writer import atomic_write_bytes
         assert self.kind in names.FEATURE_STATE_KINDS, self.kind  # so that no input is allowed there (sidecars)
         state, state_key = names.feature_state(self.kind)
         path, key_file = sidecar_path(self.run.out, state), sidecar_path(self.run.out, state_key)
+        prev, prev_key = (sidecar_path(self.run.out, s) for s in names.feature_state(self.kind, previous=True))
         digest = stable_hash(key)
 
         def ready() -> bool:
             return path.exists() and key_file.exists() and key_file.read_text() == digest
 
         def make() -> None:
+            if Path(self.run.out).exists() and key_file.exists() and path.exists() and not prev_key.exists():
+                os.replace(path, prev)  # the state first, its key last: a key names a whole state
+                os.replace(key_file, prev_key)
             atomic_write_bytes(path, build())
             atomic_write_bytes(key_file, digest.encode())
 
         distributed.leader_prepares(self.run.layout, ready, make)
         return path.read_bytes()
+
+
+def drop_previous_states(out) -> None:
+    """The states kept for the artifact an embed --overwrite replaced (PrepareContext.shared): gone once the new
+    artifact is whole, the key first (a key names a whole state)."""
+    for kind in names.FEATURE_STATE_KINDS:
+        state, key = names.feature_state(kind, previous=True)
+        sidecar_path(out, key).unlink(missing_ok=True)
+        sidecar_path(out, state).unlink(missing_ok=True)
 
 
 class LikeContext(PrepareContext):
@@ -329,7 +347,12 @@ class LikeContext(PrepareContext):
         if not path.is_file():
             raise CurateError(f"{pool}: the pool's {self.kind} state {path} is missing: cannot reproduce its feature "
                               "space")
-        if not key_file.is_file() or key_file.read_text() != stable_hash(key):
+        digest = stable_hash(key)
+        prev, prev_key = (sidecar_path(pool, s) for s in names.feature_state(self.kind, previous=True))
+        if (not key_file.is_file() or key_file.read_text() != digest) and prev_key.is_file() \
+                and prev_key.read_text() == digest:  # an embed --overwrite of other options stopped before its end
+            return prev.read_bytes()
+        if not key_file.is_file() or key_file.read_text() != digest:
             raise CurateError(f"{path}: not the {self.kind} state {pool} was made with (re-fitted since, or by "
                               "another version?): cannot reproduce its feature space")
         return path.read_bytes()
@@ -622,6 +645,8 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     bad_rows = [r.to_dict() for r in run.ds.rejects if layout.owns(output.chunk_of(r.id))]
     empty = with_source_columns(empty_chunk_table(int(p.meta.params.get("dim_total", 0))), run.record)
     result = output.finish(p.meta, len(run.per_chunk), empty)
+    if result["complete"]:
+        drop_previous_states(run.out)
     rejects_path = output.rejects_path()
     reported = write_rejects(rejects_path, bad_rows, skipped_rows)
     dims = p.meta.params["dims"]

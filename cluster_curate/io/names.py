@@ -44,15 +44,18 @@ FEATURE_STATE_KINDS = ("text",)  # the kinds whose fitted state is a sidecar (fe
 STAGING_PLAN = "plan.json"
 
 
-def feature_state(kind: str) -> tuple[str, str]:
-    """Sidecar suffixes of a feature kind's fitted state and of its key: text -> (text.npz, text.key)."""
+def feature_state(kind: str, previous: bool = False) -> tuple[str, str]:
+    """Sidecar suffixes of a feature kind's fitted state and of its key: text -> (text.npz, text.key); `previous`:
+    those of the artifact in place while an `embed --overwrite` of other options runs (text.prev.npz, ...)."""
+    kind = f"{kind}.prev" if previous else kind
     return f"{kind}.npz", f"{kind}.key"
 
 
 def sidecars(kind: str | None) -> tuple[str, ...]:
     """The sidecar suffixes the command writing an artifact of `kind` may write beside it (each replaced or deleted
     there)."""
-    return {EMBEDDINGS: (PROXY, STAGING, REJECTS, *(name for k in FEATURE_STATE_KINDS for name in feature_state(k))),
+    return {EMBEDDINGS: (PROXY, STAGING, REJECTS, *(name for k in FEATURE_STATE_KINDS for previous in (False, True)
+                                                    for name in feature_state(k, previous))),
             CLUSTERS: (CENTROIDS,), SELECTION: (TARGET_EMBEDDINGS,)}.get(kind, ())
 
 
