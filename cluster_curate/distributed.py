@@ -261,12 +261,12 @@ class ChunkedOutput:
         mine = out / lay.part_name()
         if mine.exists() and not overwrite:
             raise CurateError(f"{mine}: already exists (pass --overwrite to replace it)")
-        others = [p for p in out.glob("part-*.parquet")] if out.is_dir() else []
+        others = [p for p in out.glob(names.part_pattern())] if out.is_dir() else []
         stale = [p for p in others if not p.name.endswith(f"-of-{lay.workers:05d}.parquet")]
         if stale and not overwrite:
             raise CurateError(f"{out}: holds parts of a run with another number of processes ({stale[0].name}); "
                               "pass --overwrite or use a fresh output")
-        for p in stale + [q for q in out.glob("rejects-*.jsonl") if not q.name.endswith(f"-of-{lay.workers:05d}.jsonl")]:
+        for p in stale + [q for q in out.glob(names.PART_REJECTS_PATTERN) if not q.name.endswith(f"-of-{lay.workers:05d}.jsonl")]:
             p.unlink(missing_ok=True)  # --overwrite: files of another layout would mix with ours
 
     def _remove_stale(self) -> None:
@@ -294,7 +294,7 @@ class ChunkedOutput:
                     raise CurateError(f"{self.out}: holds parts of a run with other parameters or data; every part "
                                       "of a job runs the same command (pass --overwrite to start the artifact over, "
                                       "or use a fresh output)")
-                for q in [*self.out.glob("part-*.parquet"), *self.out.glob("rejects-*.jsonl")]:
+                for q in [*self.out.glob(names.part_pattern()), *self.out.glob(names.PART_REJECTS_PATTERN)]:
                     q.unlink(missing_ok=True)
                 shutil.rmtree(self.staging)
                 old = None
@@ -324,7 +324,7 @@ class ChunkedOutput:
     def _others_written(self) -> bool:
         """Whether other workers of this layout wrote a part or committed a chunk here."""
         lay = self.layout
-        parts = [p for p in self.out.glob(f"part-*-of-{lay.workers:05d}.parquet") if p.name != lay.part_name()]
+        parts = [p for p in self.out.glob(names.part_pattern(lay.workers)) if p.name != lay.part_name()]
         return bool(parts) or any(not lay.owns(c) for c in self.committed())
 
     # -------------------------------------------------------------------------------- chunks
@@ -388,7 +388,7 @@ class ChunkedOutput:
                 absent = [n for n in expected if not (self.out / n).exists()]
                 if absent:
                     raise CurateError(f"{self.out}: parts {absent} are missing after all ranks finished")
-            parts = sorted(self.out.glob(f"part-*-of-{lay.workers:05d}.parquet"))
+            parts = sorted(self.out.glob(names.part_pattern(lay.workers)))
             result["parts"] = len(parts)
             result["complete"] = len(parts) == lay.workers
             result["artifact_rows"] = sum(pq.ParquetFile(p).metadata.num_rows for p in parts)
@@ -415,7 +415,7 @@ class ChunkedOutput:
 
     def _cleanup_if_done(self) -> None:
         """The worker that completes the set of parts removes the staging directory."""
-        parts = list(self.out.glob(f"part-*-of-{self.layout.workers:05d}.parquet"))
+        parts = list(self.out.glob(names.part_pattern(self.layout.workers)))
         if len(parts) == self.layout.workers:
             shutil.rmtree(self.staging, ignore_errors=True)
 

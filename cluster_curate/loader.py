@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from cluster_curate.errors import CurateError, cannot_read
 
-from cluster_curate.io.names import MANIFEST  # noqa: E402 - light (no imports)
+from cluster_curate.io.names import MANIFEST, SHARD_MANIFEST_KIND  # noqa: E402 - light (no imports)
 
 
 def read_manifest(directory: str | os.PathLike) -> dict:
@@ -50,7 +50,7 @@ def read_manifest(directory: str | os.PathLike) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
         raise CurateError(f"{path}: unreadable manifest ({e})") from None
-    if manifest.get("kind") != "shard-manifest":
+    if manifest.get("kind") != SHARD_MANIFEST_KIND:
         raise CurateError(f"{path}: not a shard manifest (kind {manifest.get('kind')!r})")
     return manifest
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 from cluster_curate.console import Shown, min_median_max
 from cluster_curate.errors import CurateError
 from cluster_curate.io.artifacts import ArtifactMeta, artifact_schema, read_artifact, read_meta
-from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES
+from cluster_curate.io.names import MANIFEST, PIPELINE_NAMES, part_pattern
 from cluster_curate.loader import read_manifest
 from cluster_curate.options import Argument, CommandSpec, Option, resolve, seed_type
 MAX_PCA_POINTS = 20000
@@ -38,7 +38,7 @@ def find_artifacts(paths: list[str]) -> tuple[dict[str, Path], list[str]]:
             raise CurateError(f"{p}: no such file or directory")
         if p.is_dir() and (p / MANIFEST).is_file():
             found["shards"] = p
-        elif p.is_dir() and not list(p.glob("part-*.parquet")):  # a pipeline directory (`run --out`)
+        elif p.is_dir() and not list(p.glob(part_pattern())):  # a pipeline directory (`run --out`)
             inside = {k: p / name for k, name in PIPELINE_NAMES.items() if (p / name).exists()}
             if not inside:
                 raise CurateError(f"{p}: holds no cluster-curate artifacts ({', '.join(PIPELINE_NAMES.values())})")

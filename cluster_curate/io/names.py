@@ -82,6 +82,14 @@ def part_of(name: str) -> tuple[int, int] | None:
     return None
 
 
+def part_pattern(workers: int | None = None) -> str:
+    """The glob of a directory artifact's part files (`workers`: those of one layout alone)."""
+    return "part-*.parquet" if workers is None else f"part-*-of-{workers:05d}.parquet"
+
+
+PART_REJECTS_PATTERN = "rejects-*.jsonl"  # the glob of its parts' rejects lists (part_rejects_name)
+
+
 def part_rejects_name(worker: int, workers: int) -> str:
     return f"rejects-{worker:05d}-of-{workers:05d}.jsonl"
 

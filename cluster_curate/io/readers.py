@@ -197,7 +197,7 @@ def embeddings_incomplete(path) -> dict | None:
     if not p.is_dir():
         return None  # a single file is written whole at the end of `embed`
     found = {}
-    for f in p.glob("part-*.parquet"):
+    for f in p.glob(names.part_pattern()):
         part = names.part_of(f.name)
         if part:
             found.setdefault(part[1], []).append(part[0])
