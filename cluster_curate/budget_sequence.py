@@ -4,6 +4,7 @@ budget in tokens, and per-source bounds on a budget in rows or tokens. Pure func
     seq    = take_sequence(order, clusters, weights)              # the rows in the order water-filling takes them
     quotas = token_water_fill(...)                                 # rows per cluster for a budget in tokens
     rows   = source_bounded_rows(...)                              # the rows, each source within its share
+    table  = source_accounting(names, sources, tokens, selected)   # each source's rows and tokens, before and after
 
 With unit weights and p = 0 the sequence is exactly selection.water_fill_quotas (grouped_quotas with groups),
 so these generalise the row quotas of selection.py, which calls them from `select_rows` (targeting.py takes
@@ -238,3 +239,32 @@ def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.nda
     high = np.floor(share_hi * target + 1e-9).astype(np.int64)
     seq = take_sequence(order, clusters, weights, balance_power, group_of_cluster, kinds)
     return source_bounded_take(seq, sources, weights, target, low, high, names, unit, origins, budget_said)
+
+
+def source_accounting(names: list[str], source_index: np.ndarray, tokens: np.ndarray | None = None,
+                      selected: np.ndarray | None = None) -> list[dict]:
+    """Per input: rows and tokens, and with `selected` (a mask over the same rows) what the selection kept,
+    with each input's share of the whole before and after (the summaries', manifest's and report's table)."""
+    idx = np.asarray(source_index, dtype=np.int64)
+    n_src = len(names)
+    rows = np.bincount(idx, minlength=n_src)
+    tok = None if tokens is None else np.bincount(idx, weights=np.asarray(tokens, dtype=np.float64),
+                                                  minlength=n_src)
+    out = []
+    for s, name in enumerate(names):
+        row = {"source": name, "rows": int(rows[s]), "share_rows": round(rows[s] / max(rows.sum(), 1), 4)}
+        if tok is not None:
+            row.update(tokens=int(tok[s]), share_tokens=round(tok[s] / max(tok.sum(), 1), 4))
+        out.append(row)
+    if selected is not None:
+        sel = np.asarray(selected, dtype=bool)
+        s_rows = np.bincount(idx[sel], minlength=n_src)
+        s_tok = None if tokens is None else np.bincount(idx[sel], weights=np.asarray(tokens, np.float64)[sel],
+                                                         minlength=n_src)
+        for s, row in enumerate(out):
+            row.update(selected=int(s_rows[s]), kept_rows=round(s_rows[s] / max(rows[s], 1), 4),
+                       selected_share_rows=round(s_rows[s] / max(s_rows.sum(), 1), 4))
+            if s_tok is not None:
+                row.update(selected_tokens=int(s_tok[s]), kept_tokens=round(s_tok[s] / max(tok[s], 1), 4),
+                           selected_share_tokens=round(s_tok[s] / max(s_tok.sum(), 1), 4))
+    return out

@@ -539,7 +539,7 @@ def test_source_bounds_keep_the_water_filling_and_work_in_tokens():
 
 
 def test_source_accounting_and_its_plot(tmp_path):
-    from cluster_curate.io.mixture import source_accounting
+    from cluster_curate.budget_sequence import source_accounting
     from cluster_curate.commands.report_plots import plot_source_shares
 
     source = np.array([0, 0, 0, 1, 1, 2])

@@ -237,7 +237,7 @@ def _describe_selection(path: Path, sections: list) -> None:
         sections.append(("sources", {"inputs": len(p["sources"])}, [_source_row(r, bounded) for r in p["sources"]]))
 
 
-# A mixture's per-input columns (io/mixture.py source_accounting; the metadata keeps them sorted by name): the
+# A mixture's per-input columns (budget_sequence.source_accounting; the metadata keeps them sorted by name): the
 # input, then what the data holds, then what the selection took, then the fraction of the input it kept.
 _SOURCE_COLUMNS = ("source", "rows", "tokens", "share_rows", "share_tokens", "selected", "selected_tokens",
                    "selected_share_rows", "selected_share_tokens", "kept_rows", "kept_tokens")

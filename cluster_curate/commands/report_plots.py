@@ -131,8 +131,8 @@ def plot_cluster_sizes(sizes: np.ndarray, selected: np.ndarray | None, out: Path
 
 
 def plot_source_shares(accounting: list[dict], out: Path) -> Path:
-    """Each input's share of the rows and tokens, in the data and in the selection (io/mixture.py
-    source_accounting): one bar group per input."""
+    """Each input's share of the rows and tokens, in the data and in the selection
+    (budget_sequence.source_accounting): one bar group per input."""
     plt = _pyplot()
     names = [r["source"] for r in accounting]
     series = [("rows, data", "share_rows", "#c6dbef"), ("rows, selected", "selected_share_rows", "#2171b5"),

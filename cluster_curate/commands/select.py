@@ -579,12 +579,12 @@ def _budget_share(row: dict, of_budget: dict) -> str:
 
 
 def _source_figures(names: list[str], sources, tokens, rows, bounds=None, budget: tuple | None = None) -> list[dict]:
-    """A mixture's per-input rows (and tokens) before and after the selection (io/mixture.source_accounting), with
+    """A mixture's per-input rows (and tokens) before and after the selection (budget_sequence.source_accounting), with
     an input's floor and cap (`bounds`: _bounds_said) and, where they were applied, its share of the `budget` they
     are shares of (selection.Selection.source_budget, and its unit: "rows", or "tokens" with a token budget)."""
     import numpy as np
 
-    from cluster_curate.io.mixture import source_accounting
+    from cluster_curate.budget_sequence import source_accounting
     chosen = np.zeros(len(sources), dtype=bool)
     chosen[rows] = True
     figures = source_accounting(names, sources, tokens, chosen)

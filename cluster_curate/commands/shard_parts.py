@@ -315,7 +315,8 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
 
 def _sources(dataset: dict, sel, plan, tokens) -> dict:
     """A mixture's accounting per input: selected rows and tokens, and how many of them the shards hold."""
-    from cluster_curate.io.mixture import is_mixture_record, source_accounting
+    from cluster_curate.budget_sequence import source_accounting
+    from cluster_curate.io.mixture import is_mixture_record
     if not is_mixture_record(dataset):
         return {}
     inputs = dataset["inputs"]

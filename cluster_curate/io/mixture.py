@@ -633,35 +633,6 @@ def normalised_columns(examples: list[Example]) -> dict[str, pa.Array]:
             "messages": pa.array(messages, pa.list_(turn)), "system": pa.array(system, pa.string())}
 
 
-def source_accounting(names: list[str], source_index: np.ndarray, tokens: np.ndarray | None = None,
-                      selected: np.ndarray | None = None) -> list[dict]:
-    """Per input: rows and tokens, and with `selected` (a mask over the same rows) what the selection kept,
-    with each input's share of the whole before and after (the summaries', manifest's and report's table)."""
-    idx = np.asarray(source_index, dtype=np.int64)
-    n_src = len(names)
-    rows = np.bincount(idx, minlength=n_src)
-    tok = None if tokens is None else np.bincount(idx, weights=np.asarray(tokens, dtype=np.float64),
-                                                  minlength=n_src)
-    out = []
-    for s, name in enumerate(names):
-        row = {"source": name, "rows": int(rows[s]), "share_rows": round(rows[s] / max(rows.sum(), 1), 4)}
-        if tok is not None:
-            row.update(tokens=int(tok[s]), share_tokens=round(tok[s] / max(tok.sum(), 1), 4))
-        out.append(row)
-    if selected is not None:
-        sel = np.asarray(selected, dtype=bool)
-        s_rows = np.bincount(idx[sel], minlength=n_src)
-        s_tok = None if tokens is None else np.bincount(idx[sel], weights=np.asarray(tokens, np.float64)[sel],
-                                                         minlength=n_src)
-        for s, row in enumerate(out):
-            row.update(selected=int(s_rows[s]), kept_rows=round(s_rows[s] / max(rows[s], 1), 4),
-                       selected_share_rows=round(s_rows[s] / max(s_rows.sum(), 1), 4))
-            if s_tok is not None:
-                row.update(selected_tokens=int(s_tok[s]), kept_tokens=round(s_tok[s] / max(tok[s], 1), 4),
-                           selected_share_tokens=round(s_tok[s] / max(s_tok.sum(), 1), 4))
-    return out
-
-
 def open_inputs(sources: list[str] | str, options: ReadOptions | None = None):
     """What a command's DATA arguments open: one dataset as before (a Dataset: ids are its rows), or a
     Mixture when several inputs (or a mixture file) are given."""
