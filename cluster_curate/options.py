@@ -31,6 +31,12 @@ def int_range(low: int, high: int | None = None):
     return click.IntRange(min=low, max=high)
 
 
+def float_range(low: float):
+    """A float option's click type, refused below `low` in click's one line."""
+    import click
+    return click.FloatRange(min=low)
+
+
 def seed_type():
     """A seed's click type: numpy refuses a seed outside [0, 2**32 - 1] (an INTERNAL ERROR deep in a stage)."""
     return int_range(0, 2**32 - 1)

@@ -8,12 +8,7 @@ from dataclasses import replace
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, CountOrWord, Option,
-                                    int_range, lazy, recorded, resolve, seed_type)
-
-
-def _at_least(low: float):
-    import click
-    return click.FloatRange(min=low)
+                                    float_range, int_range, lazy, recorded, resolve, seed_type)
 
 
 OPTIONS = (
@@ -27,7 +22,7 @@ OPTIONS = (
            help="Seeds the training sample and the initial centroids."),
     Option("center", is_flag=True, default=False,
            help="Subtract the mean feature before L2-normalising (default: L2 only)."),
-    Option("max_size_factor", record=True, type=_at_least(1.0), shown_default="no cap",
+    Option("max_size_factor", record=True, type=float_range(1.0), shown_default="no cap",
            help="Soft cap: no cluster above ceil(A·n/k) rows; rows over it move to the nearest of their 8 "
                 "closest centroids with room (the paper uses 1.5)."),
     Option("sample_size", type=int_range(1), shown_default="min(n, max(128·k, 2^24/k))",
