@@ -96,11 +96,3 @@ def first_of_each(ids: np.ndarray, keys) -> tuple[np.ndarray, np.ndarray]:
     copy_of = np.empty_like(ids)
     copy_of[order] = keeper
     return copy_of == ids, copy_of
-
-
-def duplicate_summary(ids: np.ndarray, keep: np.ndarray, copy_of: np.ndarray, listed: int = 20) -> dict:
-    """What the summary, the artifact metadata and the manifest say about the dropped copies."""
-    dropped = np.sort(np.asarray(ids)[~keep])
-    return {"exact_duplicates_dropped": int(dropped.size),
-            "exact_duplicate_ids": dropped[:listed].tolist(),
-            "exact_duplicate_groups": int(np.unique(copy_of[~keep]).size)}
