@@ -260,10 +260,12 @@ def _one_writer(command: str, kw: dict):
     from cluster_curate.distributed import torchrun_processes
     from cluster_curate.io.lock import output_lock
     shared = torchrun_processes() > 1 or (kw.get("num_parts") or 1) > 1  # one torchrun process writes alone
-    written = kw.get("out") or kw.get("rejects_path")  # inspect writes only its --rejects file
+    written, flag = (kw.get("out"), "--out") if kw.get("out") else (kw.get("rejects_path"), "--rejects")
     if command == "run" or not written or shared:
         return nullcontext()
-    return output_lock(written, command)
+    if os.path.exists(written) and not os.path.isfile(written):  # a device or a pipe: refused by the command
+        return nullcontext()
+    return output_lock(written, command, flag=flag)
 
 
 def _repeated_options(params, args) -> list[tuple[str, list[str]]]:

@@ -324,3 +324,17 @@ def test_inspect_mixture_writes_rejects_of_every_input(cli_runner, tmp_path):
     assert written == r["rejects"]
     assert [(x["id"], x["location"], x["field"]) for x in written] == [
         (302, f"{bad}:3", "answer"), (304, f"{bad}:5", "answer")]
+
+
+def test_inspect_rejects_into_a_device_or_pipe_is_refused_and_leaves_it(cli_runner, tmp_path):
+    """--rejects /dev/null --overwrite replaced the device with a regular file (an empty first line passed as a
+    rejects list the tool wrote); /dev/stdout waited on a lock it could not make. A pipe stands for both here (a
+    test must not risk /dev/null): refused at once."""
+    import os
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    src = FIXTURES / "bad" / "empty_response.jsonl"
+    r = run(cli_runner, "--on-bad-row", "skip", "--rejects", fifo, "--overwrite", src)  # a device reads alike
+    assert r.exit_code == 2 and r.stderr.strip() == (f"ERROR: --rejects {fifo}: not a regular file (a device or a "
+                                                     "pipe); name a file to write"), r.output
+    assert fifo.is_fifo()

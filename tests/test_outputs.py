@@ -181,6 +181,7 @@ def test_a_folders_lock_covers_what_is_in_it(tmp_path):
     with output_lock(run_dir, "run"):  # inspect's --rejects file is an output too
         r = _cli("inspect", str(GSM), "--rejects", str(run_dir / "rejects.jsonl"))
         assert r.returncode == 2 and "in use by another cluster-curate (`run`" in r.stderr, r.stderr
+        assert r.stderr.rstrip().endswith("wait for it to finish or choose another --rejects"), r.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["cur"]
 
 

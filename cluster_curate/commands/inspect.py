@@ -155,6 +155,8 @@ def _check_rejects_path(path, overwrite: bool, data) -> None:
     if p.is_dir():
         raise CurateError(f"--rejects {p}: is a directory, expected a file; name the file to write (e.g. "
                           f"{p / names.REJECTS})")
+    if p.exists() and not p.is_file():  # --overwrite would put a file in its place (/dev/null replaced)
+        raise CurateError(f"--rejects {p}: not a regular file (a device or a pipe); name a file to write")
     check_writable(p, overwrite, inputs=output_inputs(data), label=f"--rejects {p}")
     if p.exists() and not own_sidecar(p, names.REJECTS):
         raise CurateError(f"--rejects {p}: not a rejects list cluster-curate wrote; {KEEP_ONLY}: move it, or "

@@ -55,7 +55,7 @@ def _part_lock_path(out: Path, part: str) -> Path:
 
 
 @contextmanager
-def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None):
+def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None, flag: str = "--out"):
     """Hold the lock of `out` for the block; CurateError at once when another process holds it, or one that
     covers it (_covering_locks). `part`: this process writes only that part of `out` (a worker of a multi-rank
     embed; named `out/part`), beside other workers: it holds the part's lock, and is not the one writer that `held`
@@ -66,11 +66,11 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
     real = Path(os.path.realpath(out))
     path = lock_path(out) if part is None else _part_lock_path(real, part)
     named = out if part is None else os.path.join(out, part)  # as typed: Path would drop a leading ./
-    _refuse_if_held(_covering_locks(real, part), named)
-    _refuse_if_held(_twin_locks(real, command), named, only=SIDECAR_COMMANDS)
+    _refuse_if_held(_covering_locks(real, part), named, flag=flag)
+    _refuse_if_held(_twin_locks(real, command), named, only=SIDECAR_COMMANDS, flag=flag)
     created = []  # directories made for the lock, removed again when the command leaves them empty
     folder = _folder_state(path.parent) if path.parent.exists() else None
-    fd, order = _take(path, named, created)
+    fd, order = _take(path, named, created, flag)
     if created:
         folder = None
     try:
@@ -78,8 +78,8 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
                 "since": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": " ".join(sys.argv[1:])[:200], "order": order}
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(info).encode())
-        _refuse_if_held(_covering_locks(real, part), named, order)
-        _refuse_if_held(_twin_locks(real, command), named, order, only=SIDECAR_COMMANDS)
+        _refuse_if_held(_covering_locks(real, part), named, order, flag=flag)
+        _refuse_if_held(_twin_locks(real, command), named, order, only=SIDECAR_COMMANDS, flag=flag)
         if part is None:
             _HELD.add(path)
         yield
@@ -98,7 +98,7 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
                 break
 
 
-def _take(path: Path, named, created: list[Path]) -> tuple[int, int]:
+def _take(path: Path, named, created: list[Path], flag: str = "--out") -> tuple[int, int]:
     """The open lock file `path`, locked (flock: of two processes only one gets it, however close they come), and
     when (`order`: which of two writers of covering locks gives way, _refuse_if_held). CurateError naming the
     holder when another process holds it, or when the lock was not had within _WAIT seconds of retries (a holder
@@ -134,7 +134,7 @@ def _take(path: Path, named, created: list[Path]) -> tuple[int, int]:
             return fd, time.monotonic_ns()
         os.close(fd)
     raise CurateError(f"{named}: in use by another cluster-curate {_described(holder)}; wait for it to finish or "
-                      "choose another --out")
+                      f"choose another {flag}")
 
 
 def _flock(fd: int, operation: int, named) -> None:
@@ -207,7 +207,8 @@ def _locked(lock: Path) -> Path:
     return lock.parent / part[1] / part[2] if part else lock.with_name(lock.name[1:-len(".lock")])
 
 
-def _refuse_if_held(locks: list[Path], out, order: int | None = None, only: tuple[str, ...] | None = None) -> None:
+def _refuse_if_held(locks: list[Path], out, order: int | None = None, only: tuple[str, ...] | None = None,
+                    flag: str = "--out") -> None:
     """CurateError naming the holder when another process holds one of `locks` (each tried, then let go). `order`:
     this process holds its own lock, taken then (_take); a holder that took its own later gives way (it looks, as
     this one does, once it holds its lock, and finds this one's held and earlier), so this one waits for it to.
@@ -235,7 +236,7 @@ def _refuse_if_held(locks: list[Path], out, order: int | None = None, only: tupl
                 time.sleep(0.001)  # its holder has yet to say who it is, or is giving way to this one
                 continue
             raise CurateError(f"{out}: in use by another cluster-curate {_described(holder)} writing {_locked(lock)}; "
-                              "wait for it to finish or choose another --out")
+                              f"wait for it to finish or choose another {flag}")
 
 
 def _holder(fd: int) -> dict | None:
