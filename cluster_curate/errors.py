@@ -11,7 +11,16 @@ class CurateError(Exception):
 
 class DataChanged(CurateError):
     """The data at the place an artifact records holds other rows now (artifacts.check_dataset_matches): `run`
-    words it as a change made while it ran, which another run mends."""
+    words it as a change made while it ran, which another run mends. `source`: the file that changed (a mixture's:
+    its first input that did)."""
+
+    def __init__(self, message: str, source: str):
+        super().__init__(message)
+        self.source = source
+
+    def hinted(self, hint: str) -> "DataChanged":
+        """The same error with why the caller read the data added."""
+        return DataChanged(f"{self} ({hint})", self.source)
 
 
 def counted(n, noun: str, plural: str | None = None) -> str:

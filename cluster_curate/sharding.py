@@ -147,13 +147,18 @@ def min_length_window(k: int, b: int) -> int:
     return -(-16 * k // b)
 
 
-def check_sizes(s: int, num_shards: int, micro_batch_size: int, selects: str | None = None) -> int:
-    """The rows of one global step, refused unless `s` rows hold one (`selects`: how `run`'s preflight words a
-    selection it has yet to make, whose budget may grow)."""
+def check_counts(num_shards: int, micro_batch_size: int) -> None:
+    """At least one shard and one row a micro-batch."""
     if num_shards < 1:
         raise CurateError(f"--num-shards must be at least 1 (got {num_shards})")
     if micro_batch_size < 1:
         raise CurateError(f"--micro-batch-size must be at least 1 (got {micro_batch_size})")
+
+
+def check_sizes(s: int, num_shards: int, micro_batch_size: int, selects: str | None = None) -> int:
+    """The rows of one global step, refused unless `s` rows hold one (`selects`: how `run`'s preflight words a
+    selection it has yet to make, whose budget may grow)."""
+    check_counts(num_shards, micro_batch_size)
     b = num_shards * micro_batch_size
     if b > s:
         step = f"one global step needs --num-shards × --micro-batch-size = {num_shards} × {micro_batch_size} = {b} rows"

@@ -443,6 +443,12 @@ def test_targeted_run_follows_targetings_algorithm_version(cli_runner, tmp_path,
     assert stages["select"]["reason"] == f"its algorithm changed (version {v - 1} -> {v})", again.output
     assert stages["shard"]["status"] == "ran"
     assert json.loads(pq.read_schema(out / "selection.parquet").metadata[b"cluster_curate"])["algorithm"] == v
+    # a state written before select's version followed --target (selection's recorded): the artifact's own decides
+    state = json.loads((out / "run-state.json").read_text())
+    state["select"]["algorithm"] = selection.ALGORITHM_VERSION
+    (out / "run-state.json").write_text(json.dumps(state))
+    old = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--target", str(target), "--json"])
+    assert [s["status"] for s in json.loads(old.stdout)["stages"]] == ["up to date"] * 4, old.output
     # --target dropped: its options changed (the two versions differ too, but that is not why it runs again)
     plain = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--overwrite", "--json"])
     stages = {s["stage"]: s for s in json.loads(plain.stdout)["stages"]}
@@ -590,3 +596,28 @@ def test_run_given_the_default_encoder_with_text_features_is_the_same_run(cli_ru
     assert [s["status"] for s in json.loads(again.stdout)["stages"]] == ["up to date"] * 4
     other = cli_runner.invoke(main, ["run", str(DATA), "--out", str(out), *FAST, "--encoder", "other-encoder"])
     assert other.exit_code == 2 and "--encoder other-encoder is only used by --features semantic" in other.stderr
+
+
+def test_a_mixture_input_changed_while_run_runs_is_named(cli_runner, tmp_path, monkeypatch):
+    import dataclasses
+
+    from cluster_curate.commands import run as run_module
+    lines = DATA.read_text().splitlines(keepends=True)
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("".join(lines[:150]))
+    second.write_text("".join(lines[150:]))
+    real = run_module.stage_specs
+
+    def edited_after_embed():
+        specs = real()
+
+        def embed_then_edit(*args, **kwargs):
+            result = specs["embed"].function(*args, **kwargs)
+            second.write_text(second.read_text().replace("How", "Now", 1))
+            return result
+        return {**specs, "embed": dataclasses.replace(specs["embed"], function=embed_then_edit)}
+
+    monkeypatch.setattr(run_module, "stage_specs", edited_after_embed)
+    r = cli_runner.invoke(main, ["run", str(first), str(second), "--out", str(tmp_path / "cur"), *FAST])
+    assert r.exit_code == 2 and r.stderr.strip().splitlines()[-1].startswith(
+        f"ERROR: {second}: changed while run was running (after embed read it)"), r.output

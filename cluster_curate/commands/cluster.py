@@ -154,9 +154,9 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
                 console.warn(f"{embeddings}: {why}")
             return None, why
         from cluster_curate.errors import DataChanged
-        raise (DataChanged if isinstance(e, DataChanged) else CurateError)(
-            f"{e} (--kinds {o['kinds']} reads the rows' prompts and responses from --data DATA, else from the dataset "
-            f"{embeddings} was embedded from; --kinds none reads no data)") from None
+        hint = (f"--kinds {o['kinds']} reads the rows' prompts and responses from --data DATA, else from the dataset "
+                f"{embeddings} was embedded from; --kinds none reads no data")
+        raise (e.hinted(hint) if isinstance(e, DataChanged) else CurateError(f"{e} ({hint})")) from None
 
     def prompts() -> list[str]:
         return [example_text(ex, "prompt") for batch in ds.iter_batches() for ex in batch.examples]

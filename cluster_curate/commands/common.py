@@ -20,7 +20,7 @@ def open_recorded_data(o: dict, name: str, record: dict, hint: str | None = None
         if hint is None:
             raise
         from cluster_curate.errors import DataChanged
-        raise (DataChanged if isinstance(e, DataChanged) else CurateError)(f"{e} ({hint})") from None
+        raise (e.hinted(hint) if isinstance(e, DataChanged) else CurateError(f"{e} ({hint})")) from None
 
 
 def _open_recorded(o: dict, name: str, record: dict):

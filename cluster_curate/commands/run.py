@@ -39,6 +39,16 @@ def stage_options() -> tuple[list[Option], dict[str, list[str]]]:
     return options, by_stage
 
 
+def made_by(stage: str, path) -> int | None:
+    """The algorithm version a stage's output records it was made with (None: none there to read)."""
+    from cluster_curate.io.artifacts import read_meta
+    from cluster_curate.loader import read_manifest
+    try:
+        return read_manifest(path).get("algorithm") if stage == "shard" else read_meta(path).algorithm
+    except (CurateError, OSError):
+        return None
+
+
 def output_fingerprint(stage: str, path, check_content: bool = False) -> str | None:
     """Fingerprint of a stage's finished output, or None when it is missing or incomplete (`check_content`: or a
     shard file is not the one its manifest records: removed, rewritten or swapped with another since). The shards'
@@ -152,7 +162,9 @@ class RunState:
             return f"its default{'s' if len(moved) > 1 else ''} changed ({named_changes(moved)})"
         if mine:  # none: options given now at the values the stage took without them (_settled)
             return "its options changed"  # before the algorithm: --target given or dropped changes select's too
-        if rec["algorithm"] != request["algorithm"]:
+        # the output's own record decides where the state's differs (a targeted select's state, before this
+        # version, noted selection's version beside the targeting's its artifact records)
+        if rec["algorithm"] != request["algorithm"] and made_by(stage, output) != request["algorithm"]:
             return f"its algorithm changed (version {rec['algorithm']} -> {request['algorithm']})"
         if rec["input"] != request["input"]:
             return "its input changed" + _named_input_change(rec, request)
@@ -467,8 +479,8 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
     _check_source_bounds(ds, s, mode, most if mode in ("fraction", "budget") else None,
                          (ids, left_out, why) if left_out.any() else None)
     h = resolved["shard"]
-    from cluster_curate.sharding import check_length_window, check_sizes
-    check_sizes(most, h["num_shards"], h["micro_batch_size"], f"{budget} selects at most {most:,}")
+    from cluster_curate.sharding import check_counts, check_length_window, check_sizes
+    check_counts(h["num_shards"], h["micro_batch_size"])
     check_length_window(h["length_window"])
     if h["allocation"] == "paper":  # else shard refuses it after embed, cluster and select have run
         from cluster_curate.clustering import auto_k
@@ -477,6 +489,7 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
             given = f"--k {k}" if c.get("k") not in (None, "auto") else f"--k auto gives {counted(k, 'cluster')} here"
             raise CurateError(f"--allocation paper gives rank r the rows of cluster r, so it needs as many clusters "
                               f"as shards: {given} and --num-shards is {h['num_shards']}; pass --k {h['num_shards']}")
+    check_sizes(most, h["num_shards"], h["micro_batch_size"], f"{budget} selects at most {most:,}")
     from cluster_curate.io.lineage import model_fingerprint
     tokenizer = resolved["select"]["tokenizer"]
     if tokenizer and (files := model_fingerprint(tokenizer)):  # its token counts: saved again, select runs again
@@ -707,8 +720,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
             try:
                 result = spec.function(*inputs[stage], out=str(output), overwrite=replace, force=force, **stage_opts,
                                        **extra, **_stage_extra(spec))
-            except DataChanged:  # its advice (--data, --force) is a stage command's, not run's
-                raise CurateError(f"{ds.source}: changed while run was running (after embed read it); "
+            except DataChanged as e:  # its advice (--data, --force) is a stage command's, not run's
+                raise CurateError(f"{e.source}: changed while run was running (after embed read it); "
                                   "run the same command again: the stages run again on the data as it is now") \
                     from None
             if stage == "select":  # not recorded when too small: the rerun with a larger budget needs no --overwrite

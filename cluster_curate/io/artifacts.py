@@ -589,7 +589,7 @@ def check_dataset_matches(recorded: dict, name: str, dataset: dict, force: bool 
         raise DataChanged(
             f"{now.get('source')} ({what} {Path(str(name)).name} records) has changed since (fingerprint "
             f"{now.get('fingerprint')}, {then.get('fingerprint')} when recorded); pass --data DATA (the data it was "
-            "made from), or --force to use it as it is now")
+            "made from), or --force to use it as it is now", str(now.get("source")))
     inputs = [str(i.get("path") or i.get("name")) for i in recorded["inputs"]] if mixture else []
     # a mixture's inputs given one short or in another order: say what it was made from, in order
     hint = f"--data once per input, in this order: {' '.join(inputs)} (or its mixture file), or " if inputs else ""
