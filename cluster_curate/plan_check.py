@@ -141,6 +141,10 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             continue
         plan_r = planned[:, r, :]
         repeated, placed, gaps = _placed(log, plan_r)
+        at_place = sum(plan_r[at % steps].tolist() == log[t].get("ids") for t, at in placed.items())
+        if at_place < 0.9 * len(placed) and (any(g[2] is None for g in gaps) or any(
+                log[t].get("step") != log[first].get("step") for t, (_, first) in repeated.items())):
+            repeated, placed, gaps = _placed(log, plan_r, guess=False)  # shuffled: its chance matches are no sign
         rc = RankCheck(r, len(log), sum(len(rec.get("ids") or ()) for rec in log), repeated=len(repeated))
         for t, (at, first) in repeated.items():  # its ids counted once here: the rest of the log is checked without it
             rc.counts["duplicated"] += len(log[t]["ids"])
@@ -244,7 +248,7 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
     return PlanCheck(ranks, problems, count, _causes(planned, consumed, ranks, sizes, positions, unlogged), steps, m)
 
 
-def _placed(log: list[dict], plan_r: np.ndarray):
+def _placed(log: list[dict], plan_r: np.ndarray, guess: bool = True):
     """Where each line of a rank's log comes in the plan: at its place, the micro-batches the rank trained before
     it, epoch after epoch. ({line: (its place, the earlier line it repeats)} of each line that logs a micro-batch
     again, {line: place} of the others, (place, count, the step numbers before and after) of each run of places no
@@ -258,8 +262,10 @@ def _placed(log: list[dict], plan_r: np.ndarray):
     after the line before, or where its step number jumps past that (a run resumed into a fresh log folder starts
     at its checkpoint; a line taken out of a log), unless its ids are the micro-batch planned at the place after
     (a line numbered wrong); or one further on where it and the line after it are the next two planned (a loop
-    that went on to the next micro-batch before ConsumedLog.record: the step numbers go on without it). One place
-    off, every later line would be too: read as shuffling."""
+    that went on to the next micro-batch before ConsumedLog.record: the step numbers go on without it). One place off, every later line would be too: read as shuffling. `guess`: the two cases the step
+    numbers do not show (a repeat under the next number, a micro-batch the numbers go on without) are read so;
+    check_plan reads a log again without them where most of its lines are not at their planned place (shuffled:
+    a chance match is no repeat or skip)."""
     steps = plan_r.shape[0]
     seen: dict = {}  # (step, ids) -> the line that logged them first
     before = None    # (line, ids) of the last line placed
@@ -273,7 +279,7 @@ def _placed(log: list[dict], plan_r: np.ndarray):
             # under the next step number: where the line after it is the one planned here (a rank whose epoch is one
             # micro-batch logs its ids on line after line)
             after = t + 1 < len(log) and log[t + 1].get("ids") == plan_r[at % steps].tolist()
-            first = before[0] if before is not None and before[1] == ids and (step is None or after) else \
+            first = before[0] if before is not None and before[1] == ids and (step is None or after and guess) else \
                 seen.get((step, tuple(ids))) if step is not None else None
             if first is not None:
                 repeated[t] = (at, first)
@@ -282,8 +288,8 @@ def _placed(log: list[dict], plan_r: np.ndarray):
         if step is not None and last is not None and step > last + 1 and not planned:
             gaps.append((at, step - last - 1, last, step))
             at += step - last - 1
-        elif ids is not None and not planned and t + 1 < len(log) and ids == plan_r[(at + 1) % steps].tolist() \
-                and log[t + 1].get("ids") == plan_r[(at + 2) % steps].tolist():
+        elif guess and ids is not None and not planned and t + 1 < len(log) \
+                and ids == plan_r[(at + 1) % steps].tolist() and log[t + 1].get("ids") == plan_r[(at + 2) % steps].tolist():
             gaps.append((at, 1, None, t))  # the step numbers go on without it: this line and the next in the plan
             at += 1
         placed[t] = at

@@ -92,8 +92,11 @@ def test_rows_per_planned_step_reads_the_step_column():
     from cluster_curate.integrations.hf import plan_rows_per_step
 
     assert plan_rows_per_step(datasets.Dataset.from_dict({"step": [0, 0, 0, 1, 1, 1], "id": list(range(6))})) == 3
-    # the order the ranks are dealt does not matter to the count (a shuffled export: verify's business)
-    assert plan_rows_per_step(datasets.Dataset.from_dict({"step": [1, 0, 1, 0], "id": list(range(4))})) == 2
+    # an export repeated (concatenate_datasets([ds, ds])) still holds 3 rows a step; shuffled rows tell no plan
+    # (verify's business), not 1 row a step
+    repeated = datasets.Dataset.from_dict({"step": [0, 0, 0, 1, 1, 1] * 2, "id": list(range(6)) * 2})
+    assert plan_rows_per_step(repeated) == 3
+    assert plan_rows_per_step(datasets.Dataset.from_dict({"step": [1, 0, 1, 0, 2, 0, 2, 1, 2]})) is None
     # no plan to read: no `step` column (TRL packing, axolotl's tokenization), or steps of unequal sizes (rows taken
     # out or mixed in before training, which verify names), or no rows
     assert plan_rows_per_step(datasets.Dataset.from_dict({"id": [0, 1]})) is None

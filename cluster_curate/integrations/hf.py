@@ -40,6 +40,7 @@ cross-entropy to weight.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 from transformers import TrainerCallback
@@ -75,20 +76,26 @@ def trained_micro_batches(global_step: int, accumulation: int, per_epoch: int | 
 
 
 def plan_rows_per_step(dataset) -> int | None:
-    """The rows each planned step of an exported dataset holds, num_shards × micro_batch_size (by the `step` column
-    every trainer layout keeps; the manifest's two numbers do not survive `datasets`' loading). None where there is
-    no plan to read: not a `datasets.Dataset`, no `step` column (TRL's packing and axolotl's tokenization drop it),
-    no rows, or steps of unequal sizes (rows taken out or mixed in before training: `verify` names those)."""
-    import pyarrow.compute as pc
+    """The rows each planned step of an exported dataset holds, num_shards × micro_batch_size: the length of each
+    run of one number in the `step` column every trainer layout keeps (the manifest's two numbers do not survive
+    `datasets`' loading; an export repeated holds each number twice). None where there is no plan to read: not a
+    `datasets.Dataset`, no `step` column (TRL's packing and axolotl's tokenization drop it), no rows, runs of
+    unequal lengths (rows taken out or mixed in before training) or rows shuffled: `verify` names those."""
     try:
         import datasets
     except ImportError:  # the Trainer takes any torch Dataset; `datasets` need not be installed
         return None
     if not isinstance(dataset, datasets.Dataset) or "step" not in dataset.column_names:
         return None
-    steps = dataset.with_format("arrow")["step"]
-    counts = set(pc.value_counts(steps).field("counts").to_pylist())
-    return counts.pop() if len(counts) == 1 and not steps.null_count else None
+    column = dataset.with_format("arrow")["step"]
+    if column.null_count or not len(column):
+        return None
+    steps = column.to_numpy()
+    # runs of one step number: an export repeated (concatenate_datasets([ds, ds])) holds each number twice
+    bounds = np.flatnonzero(np.diff(steps) != 0) + 1
+    runs = set(np.diff(np.concatenate(([0], bounds, [steps.size]))).tolist())
+    ordered = np.count_nonzero(np.diff(steps) < 0) * 2 < max(bounds.size, 1)  # not shuffled before training
+    return runs.pop() if len(runs) == 1 and ordered else None
 
 
 class ConsumedIdsCallback(TrainerCallback):
