@@ -36,9 +36,9 @@ def test_one_row_of_another_schema_does_not_flip_the_files_format(tmp_path, api_
     assert len(ex) == 300 and [e.response for e in ex] == [r["answer"] for r in QA_ROWS]
     assert [(r.id, r.location, r.field, r.reason) for r in ds.rejects] == [(21, f"{p}:22", "answer", OTHER)]
     assert api_warnings == [
-        f"{p}: 199 of the first 200 rows hold format qa's columns (question/answer), read so; {p}:22 holds "
-        "instruction/input/output: rows like it are bad rows; split the file, or give the fields with "
-        "--prompt-field/--response-field"]
+        f"{p}: 199 of the first 200 rows hold the columns of format qa (question/answer), read so; {p}:22 holds "
+        "instruction/input/output: rows like it are bad rows; split the file by format and give the parts "
+        "as one mixture, which reads each as its own"]
     with pytest.raises(CurateError, match=rf"^{p}:22: field 'answer': {OTHER} \(id 21; pass --on-bad-row skip"):
         read_all(p)
 
@@ -64,9 +64,9 @@ def test_the_format_most_rows_fit_wins_and_ties_keep_the_detection_order(tmp_pat
     assert [(r.id, r.reason) for r in ds.rejects] == [
         (i, "holds question/answer, not the file's instruction/input/output") for i in (0, 1)]
     assert api_warnings[-1] == (
-        f"{tie}: 2 of the first 4 rows hold format alpaca's columns (instruction/input/output), read so; {tie}:1 "
-        "holds question/answer: rows like it are bad rows; split the file, or give the fields with "
-        "--prompt-field/--response-field")
+        f"{tie}: 2 of the first 4 rows hold the columns of format alpaca (instruction/input/output), read so; {tie}:1 "
+        "holds question/answer: rows like it are bad rows; split the file by format and give the parts "
+        "as one mixture, which reads each as its own")
 
 
 def test_a_row_of_other_columns_past_the_first_rows_says_what_it_holds(tmp_path, api_warnings):
@@ -78,51 +78,35 @@ def test_a_row_of_other_columns_past_the_first_rows_says_what_it_holds(tmp_path,
         (302, f"{p}:303", "answer", "missing response")]  # no other columns: as before
 
 
-def test_alpaca_reads_output_or_response_and_input_or_context_row_by_row(tmp_path, api_warnings):
+def test_alpaca_reads_the_files_response_column_and_says_what_other_rows_hold(tmp_path):
+    """alpaca's `output` or `response` is the file's, not each row's: dolly-style rows (instruction/context/response)
+    in a file of instruction/input/output rows are bad rows that say what they hold, not "missing response" (a
+    row's other column may be a model's draft beside the gold answer: never read in its place)."""
     dolly = [{"instruction": r["instruction"], "context": r["input"], "response": r["output"]}
              for r in ALPACA[100:200]]
     p = write_jsonl(tmp_path / "alp_mix.jsonl", ALPACA_ROWS[:100] + dolly)
-    ds, _, ex = read_all(p)
+    ds, _, ex = read_all(p, SKIP)
     assert (ds.format, ds.fields) == ("alpaca", {"prompt": "instruction", "response": "output", "input": "input"})
-    assert len(ex) == 200 and api_warnings == []
-    assert [e.response for e in ex] == [r["output"] for r in ALPACA[:200]]
-    assert [e.prompt for e in ex] == [
-        [{"role": "user", "content": f"{r['instruction']}\n\n{r['input']}" if r["input"].strip()
-          else r["instruction"]}] for r in ALPACA[:200]]
-    row = dolly[0]  # as export reads a shard's row with the fields detected from all its columns
-    assert chat_messages(row, ds.field_map) == ([{"role": "user", "content": ex[100].prompt[0]["content"]},
-                                                 {"role": "assistant", "content": row["response"]}], None)
+    assert [e.response for e in ex] == [r["output"] for r in ALPACA[:100]]
+    assert {(r.field, r.reason) for r in ds.rejects} == {
+        ("output", "holds instruction/context/response, not the file's instruction/input/output")}
+    assert len(ds.rejects) == 100
 
 
-def test_a_response_named_by_the_format_is_read_where_the_files_first_one_is_null(tmp_path):
-    """qa's `answer` or `response`: a row whose `answer` is null (a pandas frame of both written out) reads its
-    `response`; a row with neither is a bad row as before."""
+def test_a_null_gold_answer_is_a_bad_row_not_the_other_columns_text(tmp_path):
+    """qa's `answer` or `response`: a row whose `answer` is null beside a `response` (a model's draft) is a bad row
+    saying what it holds; the draft is never trained on as its answer, fields given or not."""
     p = write_jsonl(tmp_path / "qa.jsonl", [{"question": "q0", "answer": "a0", "response": None},
-                                            {"question": "q1", "answer": None, "response": "r1"},
+                                            {"question": "q1", "answer": None, "response": "draft"},
                                             {"question": "q2", "answer": None, "response": None}])
     ds, _, ex = read_all(p, SKIP)
     assert ds.fields == {"prompt": "question", "response": "answer"}
-    assert [(e.id, e.response) for e in ex] == [(0, "a0"), (1, "r1")]
-    assert [(r.id, r.field, r.reason) for r in ds.rejects] == [(2, "answer", "missing response")]
-    # --response-field names the column: no other is read in its place
+    assert [(e.id, e.response) for e in ex] == [(0, "a0")]
+    assert [(r.id, r.field, r.reason) for r in ds.rejects] == [
+        (1, "answer", "holds question/response, not the file's question/answer"), (2, "answer", "missing response")]
     given = ReadOptions(prompt_field="question", response_field="answer", on_bad_row="skip")
     ds, _, ex = read_all(p, given)
     assert [e.id for e in ex] == [0] and [r.id for r in ds.rejects] == [1, 2]
-
-
-def test_export_after_run_on_a_sprinkled_file_reads_the_files_format(tmp_path):
-    """export detected the format again from every shard column, the other schema's (null in every shard row)
-    too: alpaca, and `field output: missing response`. It reads the columns the shard rows hold values in."""
-    _sprinkled(tmp_path)
-    r = _cli("run", "qa_sprinkled.jsonl", "--out", "cur", "--on-bad-row", "skip", "--features", "text", "--dim", "16",
-             "--k", "6", "--fraction", "0.3", "--num-shards", "2", "--micro-batch-size", "2", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    r = _cli("export", "cur/shards", "--for", "trl", "--out", "trl", "-q", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    import pyarrow.parquet as pq
-    rows = pq.read_table(tmp_path / "trl" / "train.parquet").to_pylist()
-    by_question = {q["question"]: q["answer"] for q in QA_ROWS}
-    assert rows and all(row["completion"][0]["content"] == by_question[row["prompt"][0]["content"]] for row in rows)
 
 
 def test_a_bad_row_of_the_files_own_columns_keeps_its_reason(tmp_path, api_warnings):
@@ -134,12 +118,23 @@ def test_a_bad_row_of_the_files_own_columns_keeps_its_reason(tmp_path, api_warni
     assert ds.format == "alpaca" and [e.id for e in ex] == [0, 1, 2]
     assert [(r.id, r.field, r.reason) for r in ds.rejects] == [
         (3, "output", "empty response"),
-        (4, "instruction", "holds prompt/response, not the file's instruction/input/output")]
+        (4, "output", "holds prompt/response, not the file's instruction/input/output")]
     assert api_warnings == [
-        f"{p}: 4 of the first 5 rows hold format alpaca's columns (instruction/input/output), read so; {p}:5 holds "
-        "prompt/response: rows like it are bad rows; split the file, or give the fields with "
-        "--prompt-field/--response-field"]
+        f"{p}: 4 of the first 5 rows hold the columns of format alpaca (instruction/input/output), read so; {p}:5 holds "
+        "prompt/response: rows like it are bad rows; split the file by format and give the parts "
+        "as one mixture, which reads each as its own"]
     forced = ReadOptions(format="alpaca", on_bad_row="skip")  # the format given: no vote, no warning; same reasons
     ds, _, _ = read_all(p, forced)
     assert [(r.id, r.reason) for r in ds.rejects][1:] == [
         (4, "holds prompt/response, not the file's instruction/input/output")] and len(api_warnings) == 1
+
+
+def test_an_evaluation_set_of_one_odd_row_is_read_for_all_its_questions(tmp_path):
+    """--decontaminate reads an evaluation set for its questions alone: one row of another schema made the whole set
+    bad rows, and no question of it was looked for (0 of its 1 questions)."""
+    _sprinkled(tmp_path, "eval.jsonl")
+    r = _cli("inspect", FIXTURES / "gsm8k" / "train-300.jsonl", "--decontaminate", "eval.jsonl", "--on-bad-row",
+             "skip", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    [asked] = json.loads(r.stdout)["decontamination"]
+    assert (asked["path"], asked["questions"], asked["questions_in_pool"]) == ("eval.jsonl", 300, 300), asked

@@ -71,8 +71,8 @@ from cluster_curate.errors import CurateError, cannot_read
 from cluster_curate.io.containers import JsonRow, file_fingerprint, open_container
 from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.fields import (ColumnsHint, detect_format, held_columns, most_read_format, read_columns,
-                                     reads_row, resolve_fields, row_fields)
-from cluster_curate.io.formats import FieldMap, RecordError
+                                     reads_row, resolve_fields)
+from cluster_curate.io.formats import FORMATS, FieldMap, RecordError
 from cluster_curate.io.preference import labelled_fields, to_preference
 from cluster_curate.io.records import to_example
 
@@ -354,7 +354,7 @@ class Dataset:
         o = self.opts
         # JSON rows (their keys may differ from row to row) whose fields no option names
         voted = hasattr(self._src, "iter_rows") and not (o.format or o.prompt_field or o.response_field
-                                                         or o.rejected_field or o.label_field or o.prompts_only)
+                                                         or o.rejected_field or o.label_field)
         fmt = o.format
         if voted:
             names, fmt = self._most_read(names, shapes)
@@ -365,7 +365,7 @@ class Dataset:
         except CurateError:
             self._refuse_own_artifact()  # else told to pass --prompt-field for a file of ids and vectors
             raise
-        if voted:
+        if voted and fields.format in FORMATS:  # not questions alone (turns), read whatever else a row holds
             self._warn_other_schema(fields, shapes, n)
         return fields
 
@@ -374,7 +374,7 @@ class Dataset:
         another schema among them does not make the others bad rows), from the columns of the rows it reads;
         (`names`, None) where that is the format all the columns give (the file reads as it always has)."""
         fmt, _ = most_read_format({cols: rows for cols, (rows, _) in shapes.items()})
-        if fmt is None or fmt == detect_format(names):
+        if fmt is None or fmt == detect_format(names) or fmt not in FORMATS:  # turns (questions alone): detected
             return names, None
         held = set().union(*(cols for cols in shapes if reads_row(fmt, cols)))
         return [c for c in names if c in held], fmt
@@ -389,19 +389,19 @@ class Dataset:
             return
         id_, row = other[0]
         from cluster_curate import console
-        console.warn(f"{self.source}: {fit} of the first {n} rows hold format {fields.format}'s columns "
+        console.warn(f"{self.source}: {fit} of the first {n} rows hold the columns of format {fields.format} "
                      f"({'/'.join(read_columns(fields))}), read so; {self._location(id_, row)} holds "
-                     f"{_shown(held_columns(row.record))}: rows like it are bad rows; split the file, or give the "
-                     "fields with --prompt-field/--response-field", once=True)
+                     f"{_shown(held_columns(row.record))}: rows like it are bad rows; split the file by format and "
+                     "give the parts as one mixture, which reads each as its own", once=True)
 
     def _other_columns(self, rec: dict) -> str | None:
         """A bad row's reason where it lacks a column the file is read from and holds another format's: not
         "missing response" of a row that holds an answer in another column."""
-        held, fields = held_columns(rec), row_fields(rec, self.field_map)
+        held, fields = held_columns(rec), self.field_map
         needed = [c for c in read_columns(fields) if c != fields.input]  # alpaca's input is optional
         if all(c in held or c.split(".")[0] in held for c in needed) or detect_format(held) is None:
             return None
-        return f"holds {_shown(held)}, not the file's {'/'.join(read_columns(self.field_map))}"
+        return f"holds {_shown(held)}, not the file's {'/'.join(read_columns(fields))}"
 
     def _refuse_own_artifact(self) -> None:
         """Embeddings, clusters or a selection given where the raw data goes (`shard sel --data emb.parquet`)."""

@@ -1,7 +1,6 @@
 """Which columns a dataset's records are read from: `resolve_fields` gives the FieldMap of a dataset's columns,
 detected (`detect_format`: the first format of io/formats.py's FORMAT whose columns are present; of JSON rows whose
-columns differ, `most_read_format`: the one that reads the most of them, each row its own alternative response
-column: `row_fields`) or forced by --format / --prompt-field / --response-field / --rejected-field /
+columns differ, `most_read_format`: the one that reads the most of them) or forced by --format / --prompt-field / --response-field / --rejected-field /
 --label-field, or refuses them in one line that names the option or column at fault, the columns found and the
 columns that would read them (`_fix_hint`): a `FieldsRefusal`, whose `ColumnsHint` each caller words (flags for
 one input; a mixture file's keys in io/mixture.py).
@@ -16,7 +15,7 @@ PKU-SafeRLHF) are read with their label alone, and HelpSteer2's signed preferenc
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io.formats import FORMAT, FORMATS, TURNS, FieldMap, worded_parts
@@ -196,8 +195,8 @@ def _fix_hint(columns) -> tuple[str | ColumnsHint, ...]:
 
 
 def _reads(entry, cols: set) -> bool:
-    """Whether format `entry` reads a row of these columns: its prompt column, one of its response columns (a row
-    reads the one it holds: `row_fields`) and the columns it also needs."""
+    """Whether format `entry` reads a row of these columns: its prompt column, one of its response columns and the
+    columns it also needs."""
     return entry.value in cols and (entry.response is None or bool(set(entry.response) & cols)) \
         and set(getattr(entry, "also", ())) <= cols
 
@@ -235,28 +234,6 @@ def read_columns(fields: FieldMap) -> list[str]:
     """The columns a row is read from (the optional ones of a system prompt, tools and a label aside): what a row
     of other columns is told it lacks."""
     return [c for c in (*fields.prompt_columns, fields.input, fields.response, fields.rejected) if c]
-
-
-def row_fields(rec: dict, fields: FieldMap) -> FieldMap:
-    """The columns this row is read from: the file's, but where the row holds no value in the file's response
-    column (or alpaca's input) and one in another the format names (alpaca's `output` or `response`, its `input`
-    or dolly-15k's `context`; prompt-completion's `completion` or `response`, qa's `answer` or `response`), that
-    one: a file detected from the columns of all its rows reads each row as the format promises (README)."""
-    if fields.response is None or (rec.get(fields.response) is not None and (
-            fields.input is None or rec.get(fields.input) is not None)):
-        return fields
-    if fields.rejected or fields.format not in FORMATS:
-        return fields
-    taken = {*fields.prompt_columns, fields.system, fields.tools}
-    swap = {}
-    for field, names in (("response", () if fields.response_given else FORMAT.get(fields.format).response or ()),
-                         ("input", ALPACA_INPUTS if fields.format == "alpaca" else ())):
-        column = getattr(fields, field)
-        if column in names and rec.get(column) is None:
-            other = next((c for c in names if c != column and c not in taken and rec.get(c) is not None), None)
-            if other:
-                swap[field] = other
-    return replace(fields, **swap) if swap else fields
 
 
 def _root_column(field: str, columns: set) -> str | None:
@@ -392,12 +369,7 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
     input_field = _alpaca_input(prompt, colset, {*used, response}) if fmt == "alpaca" else None
     system = _system_column(colset, {*used, response})
     return FieldMap(fmt, prompt, response, input_field, system, tuple(extra), prompts_only=prompts_only,
-                    tools=_tools_column(colset, {*used, response, input_field, system}),
-                    response_given=bool(response_field))
-
-
-# alpaca's input columns, in order of preference: its own, dolly-15k's (a row reads the one it holds: row_fields)
-ALPACA_INPUTS = ("input", "context")
+                    tools=_tools_column(colset, {*used, response, input_field, system}))
 
 
 def _alpaca_input(prompt: str, columns: set, used: set) -> str | None:
@@ -405,7 +377,7 @@ def _alpaca_input(prompt: str, columns: set, used: set) -> str | None:
     instruction is about), else the key beside a nested instruction (data.instruction -> data.input)."""
     nested_in = prompt.rpartition(".")[0] if prompt not in columns else ""
     name = (f"{nested_in}.input" if nested_in and "input" not in columns
-            else next((c for c in ALPACA_INPUTS if c in columns), None))
+            else next((c for c in ("input", "context") if c in columns), None))
     return name if name not in used else None
 
 

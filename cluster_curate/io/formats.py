@@ -63,9 +63,9 @@ from dataclasses import dataclass
 from cluster_curate.registry import Registry
 
 
-# A format: its prompt column, its response columns in order of preference, each row reading the one it holds
-# (None: a conversation column that holds both), and where it comes in detection (the first whose columns are
-# present wins; of JSON rows whose columns differ, ties of io/fields.most_read_format). Add one: a line
+# A format: its prompt column, its response columns in order of preference (None: a conversation column that
+# holds both), and where it comes in detection (the first whose columns are present wins; of JSON rows whose
+# columns differ, ties of io/fields.most_read_format). Add one: a line
 # here (its reading, where its record is more than a prompt text and a response text: io/records.py; a conversation
 # format with new speaker names also maps them in io/turns.py).
 FORMAT = Registry("--format")
@@ -127,7 +127,6 @@ class FieldMap:
     rejected: str | None = None     # preference: the rejected response's column
     label: str | None = None        # preference: the column saying, row by row, which answer is the chosen one
     tools: str | None = None        # optional column of tool schemas (any format): rendered into the system turn
-    response_given: bool = False    # --response-field named it: no other column is read in its place (row_fields)
 
     @property
     def prompt_columns(self) -> tuple[str, ...]:

@@ -12,7 +12,6 @@ glaive.py (a glaive row, read as the OpenAI chat it transcribes). A bad record r
 
 from __future__ import annotations
 
-from cluster_curate.io.fields import row_fields
 from cluster_curate.io.formats import FORMAT, TURNS, FieldMap, RecordError, field_text, field_value
 from cluster_curate.io.glaive import openai_record
 from cluster_curate.io.preference import labelled_fields, rejected_answer, to_preference
@@ -25,9 +24,7 @@ from cluster_curate.io.turns import (asked_question, chat_turns, conversation_ex
 
 def to_example(rec: dict, fields: FieldMap):
     """(prompt turns, response) for one record, or RecordError. Questions alone (`fields.prompts_only`): the
-    response may be missing or empty (then ""). A row without a value in the file's response (or alpaca's input)
-    column reads another the format names (`row_fields`)."""
-    fields = row_fields(rec, fields)
+    response may be missing or empty (then "")."""
     if fields.format == TURNS:
         return question_turns(field_value(rec, fields.prompt), fields.prompt), ""
     if fields.format == "glaive":
@@ -90,7 +87,6 @@ def chat_messages(rec: dict, fields: FieldMap) -> tuple[list[dict], list | None]
     each `openai_message` (OpenAI style: tool calls as `tool_calls`, a tool turn's `tool_call_id` and `name` kept), the
     system turn the record's own (the trainer renders the tool schemas itself); and the tool schemas (None
     without). Raises RecordError as to_example does."""
-    fields = row_fields(rec, fields)
     if fields.rejected:  # a preference pair: its prompt, then its chosen answer
         prompt, chosen, _, tools = preference_messages(rec, fields)
         return prompt + [chosen], tools
