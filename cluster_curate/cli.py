@@ -263,8 +263,8 @@ def _one_writer(command: str, kw: dict):
     written, flag = (kw.get("out"), "--out") if kw.get("out") else (kw.get("rejects_path"), "--rejects")
     if command == "run" or not written or shared:
         return nullcontext()
-    if os.path.exists(written) and not os.path.isfile(written):  # a device or a pipe: refused by the command
-        return nullcontext()
+    if flag == "--rejects" and os.path.exists(written) and not os.path.isfile(written) and not os.path.isdir(written):
+        return nullcontext()  # a device or a pipe: refused by inspect (no lock file can be made beside /dev/stdout)
     return output_lock(written, command, flag=flag)
 
 
