@@ -10,8 +10,7 @@ import json
 import pytest
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.datasets import ReadOptions, open_dataset
-from cluster_curate.io.records import chat_messages
+from cluster_curate.io.datasets import ReadOptions
 from conftest import FIXTURES
 from conftest import cli_in_process as _cli
 from test_datasets import read_all, write_jsonl

@@ -53,27 +53,19 @@ def _train(root, model_dir, export, out, batch, accumulation=1):
                 callbacks=[ConsumedIdsCallback(out / "log")]).train()
 
 
-def test_an_export_for_2_ranks_is_refused_on_1_before_the_first_step(built, tmp_path):
+@pytest.mark.parametrize("export, batch, planned", [("hf-2", 2, 4), ("hf-1", 3, 2)])
+def test_a_job_other_than_the_plans_is_refused_before_the_first_step(built, tmp_path, export, batch, planned):
+    """An export for 2 ranks trained on 1, and a per-device batch other than the plan's micro-batch: refused before
+    on_train_begin (no step, no log), where they trained to the end."""
     root, model_dir = built
     with pytest.raises(CurateError) as e:
-        _train(root, model_dir, "hf-2", tmp_path, batch=2)
+        _train(root, model_dir, export, tmp_path, batch=batch)
     assert str(e.value) == (
-        "PlanTrainerMixin: the train dataset was written for 4 rows a step (its `step` column: num_shards × "
-        "micro_batch_size) but this job has world size 1 × per_device_train_batch_size 2 = 2 rows a step: run it "
-        "on the ranks and per-device batch size its export's README.md names (\"Planned for N ranks × micro-batch "
-        "M\"), or re-run `cluster-curate shard --num-shards 1 --micro-batch-size 2` and export again")
-    assert not (tmp_path / "log").exists()  # refused before on_train_begin: no step, no log
-
-
-def test_a_batch_size_other_than_the_plans_micro_batch_is_refused(built, tmp_path):
-    root, model_dir = built
-    with pytest.raises(CurateError) as e:
-        _train(root, model_dir, "hf-1", tmp_path, batch=3)
-    assert str(e.value) == (
-        "PlanTrainerMixin: the train dataset was written for 2 rows a step (its `step` column: num_shards × "
-        "micro_batch_size) but this job has world size 1 × per_device_train_batch_size 3 = 3 rows a step: run it "
-        "on the ranks and per-device batch size its export's README.md names (\"Planned for N ranks × micro-batch "
-        "M\"), or re-run `cluster-curate shard --num-shards 1 --micro-batch-size 3` and export again")
+        f"PlanTrainerMixin: the train dataset was written for {planned} rows a step (its `step` column: num_shards "
+        f"× micro_batch_size) but this job has world size 1 × per_device_train_batch_size {batch} = {batch} rows a "
+        "step: run it on the ranks and per-device batch size its export's README.md names (\"Planned for N ranks × "
+        f"micro-batch M\"), or re-run `cluster-curate shard --num-shards 1 --micro-batch-size {batch}` and export "
+        "again")
     assert not (tmp_path / "log").exists()
 
 
