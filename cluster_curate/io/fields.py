@@ -1,9 +1,9 @@
 """Which columns a dataset's records are read from: `resolve_fields` gives the FieldMap of a dataset's columns,
 detected (`detect_format`: the first format of io/formats.py's FORMAT whose columns are present; of JSON rows whose
-columns differ, `most_read_format`: the one that reads the most of them) or forced by --format / --prompt-field / --response-field / --rejected-field /
---label-field, or refuses them in one line that names the option or column at fault, the columns found and the
-columns that would read them (`_fix_hint`): a `FieldsRefusal`, whose `ColumnsHint` each caller words (flags for
-one input; a mixture file's keys in io/mixture.py).
+columns differ, `most_read_format`: the one that reads the most of them) or forced by --format / --prompt-field /
+--response-field / --rejected-field / --label-field, or refuses them in one line that names the option or column at
+fault, the columns found and the columns that would read them (`_fix_hint`): a `FieldsRefusal`, whose `ColumnsHint`
+each caller words (flags for one input; a mixture file's keys in io/mixture.py).
 
 Columns of popular datasets that no format names are read as `--prompt-field A --response-field B` would read them
 (`_KNOWN_PAIRS`): MetaMathQA's query -> response, OpenMathInstruct-2's problem -> generated_solution, xP3's and
