@@ -141,10 +141,10 @@ def check_plan(planned: np.ndarray, consumed: dict[int, list[dict] | None],
             continue
         plan_r = planned[:, r, :]
         repeated, placed, gaps = _placed(log, plan_r)
-        at_place = sum(plan_r[at % steps].tolist() == log[t].get("ids") for t, at in placed.items())
-        if at_place < 0.9 * len(placed) and (any(g[2] is None for g in gaps) or any(
-                log[t].get("step") != log[first].get("step") for t, (_, first) in repeated.items())):
-            repeated, placed, gaps = _placed(log, plan_r, guess=False)  # shuffled: its chance matches are no sign
+        if (any(g[2] is None for g in gaps) or any(log[t].get("step") != log[first].get("step")
+                                                    for t, (_, first) in repeated.items())) \
+                and _guesses_unfounded(log, plan_r, placed):
+            repeated, placed, gaps = _placed(log, plan_r, guess=False)
         rc = RankCheck(r, len(log), sum(len(rec.get("ids") or ()) for rec in log), repeated=len(repeated))
         for t, (at, first) in repeated.items():  # its ids counted once here: the rest of the log is checked without it
             rc.counts["duplicated"] += len(log[t]["ids"])
@@ -298,6 +298,20 @@ def _placed(log: list[dict], plan_r: np.ndarray, guess: bool = True):
         before = (t, ids) if ids is not None else None
         last, at = step, at + 1
     return repeated, placed, gaps
+
+
+def _guesses_unfounded(log: list[dict], plan_r: np.ndarray, placed: dict) -> bool:
+    """Whether `_placed`'s guesses (a repeat under the next step number, a micro-batch the step numbers go on
+    without) explain a log better read as shuffled: most of its lines are not at their planned place, or it holds
+    every planned micro-batch exactly once an epoch for whole epochs (nothing is missing or repeated: its order is
+    another, and a chance match of neighbours is no sign)."""
+    steps = plan_r.shape[0]
+    at_place = sum(plan_r[at % steps].tolist() == log[t].get("ids") for t, at in placed.items())
+    if at_place < 0.9 * len(placed):
+        return True
+    epochs, rest = divmod(len(log), steps)
+    logged = Counter(tuple(rec["ids"]) for rec in log if rec.get("ids") is not None)
+    return not rest and logged == Counter({k: n * epochs for k, n in Counter(map(tuple, plan_r.tolist())).items()})
 
 
 def _unlogged(plan_r: np.ndarray, gaps: list) -> tuple[int, np.ndarray]:

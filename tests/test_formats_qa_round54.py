@@ -135,5 +135,6 @@ def test_an_evaluation_set_of_one_odd_row_is_read_for_all_its_questions(tmp_path
     r = _cli("inspect", FIXTURES / "gsm8k" / "train-300.jsonl", "--decontaminate", "eval.jsonl", "--on-bad-row",
              "skip", "--json", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    assert "split the file by format and give each part as its own set" in r.stderr  # --decontaminate takes no mixture
     [asked] = json.loads(r.stdout)["decontamination"]
     assert (asked["path"], asked["questions"], asked["questions_in_pool"]) == ("eval.jsonl", 300, 300), asked

@@ -246,3 +246,17 @@ def test_verify_quiet_says_in_one_line_why_it_exits_3(plan, tmp_path):
         f"logged ({M} ids): the log goes from step 3 to step 5); run without --quiet for the table and the likely "
         "cause"]
     assert cli_in_process("verify", plan["shards"], "--log", _write(tmp_path / "ok", _in_plan(g)), "-q").stderr == ""
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_a_whole_epoch_in_another_order_is_not_read_as_a_skip_or_a_repeat(plan, tmp_path, epochs):
+    """Every micro-batch logged once an epoch, in another order (here rotated by one): the guesses for a log whose
+    step numbers hide a skip or a repeat read it as step 0 not logged and a short epoch. No micro-batch is missing
+    or repeated: the order is another, and the cause is the shuffling one alone."""
+    g = plan["ids"]
+    steps = g.shape[0]
+    order = [(t + 1) % steps for t in range(steps)] * epochs
+    got = _verify(plan, _write(tmp_path / "log", {r: [g[t, r] for t in order] for r in range(N)}))
+    assert {p.split(": ")[1] for p in got["problems"]} == {"out of order"}, got["problems"][:3]
+    assert got["causes"] == ["each rank read its own rows in another order: a shuffling or length-grouping sampler, "
+                             "or packing (TRL's best-fit-decreasing packing sorts longest first)"]

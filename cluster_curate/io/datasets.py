@@ -392,7 +392,8 @@ class Dataset:
         console.warn(f"{self.source}: {fit} of the first {n} rows hold the columns of format {fields.format} "
                      f"({'/'.join(read_columns(fields))}), read so; {self._location(id_, row)} holds "
                      f"{_shown(held_columns(row.record))}: rows like it are bad rows; split the file by format and "
-                     "give the parts as one mixture, which reads each as its own", once=True)
+                     + ("give each part as its own set" if self.opts.prompts_only else
+                        "give the parts as one mixture, which reads each as its own"), once=True)
 
     def _other_columns(self, rec: dict) -> str | None:
         """A bad row's reason where it lacks a column the file is read from and holds another format's: not
