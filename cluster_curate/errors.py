@@ -8,6 +8,11 @@ class CurateError(Exception):
 
     exit_code = 2
 
+    def hinted(self, hint: str) -> "CurateError":
+        """The error with why the caller did what failed added (`... (--kinds auto reads the rows' prompts ...)`):
+        one line as before, of the plain type (a subclass keeps what it carries, DataChanged)."""
+        return CurateError(f"{self} ({hint})")
+
 
 class DataChanged(CurateError):
     """The data at the place an artifact records holds other rows now (artifacts.check_dataset_matches): `run`
@@ -19,7 +24,6 @@ class DataChanged(CurateError):
         self.source = source
 
     def hinted(self, hint: str) -> "DataChanged":
-        """The same error with why the caller read the data added."""
         return DataChanged(f"{self} ({hint})", self.source)
 
 

@@ -153,10 +153,9 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
                 from cluster_curate import console
                 console.warn(f"{embeddings}: {why}")
             return None, why
-        from cluster_curate.errors import DataChanged
         hint = (f"--kinds {o['kinds']} reads the rows' prompts and responses from --data DATA, else from the dataset "
                 f"{embeddings} was embedded from; --kinds none reads no data")
-        raise (e.hinted(hint) if isinstance(e, DataChanged) else CurateError(f"{e} ({hint})")) from None
+        raise (e if isinstance(e, CurateError) else CurateError(str(e))).hinted(hint) from None
 
     def prompts() -> list[str]:
         return [example_text(ex, "prompt") for batch in ds.iter_batches() for ex in batch.examples]

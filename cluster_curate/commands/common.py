@@ -19,8 +19,7 @@ def open_recorded_data(o: dict, name: str, record: dict, hint: str | None = None
     except CurateError as e:
         if hint is None:
             raise
-        from cluster_curate.errors import DataChanged
-        raise (e.hinted(hint) if isinstance(e, DataChanged) else CurateError(f"{e} ({hint})")) from None
+        raise e.hinted(hint) from None
 
 
 def _open_recorded(o: dict, name: str, record: dict):
