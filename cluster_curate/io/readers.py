@@ -245,8 +245,8 @@ def check_embeddings_complete(path, force: bool = False) -> None:
     if inc is None:
         return
     of_rows = f" of {inc['dataset_rows']:,}" if inc["dataset_rows"] else ""
+    absent = f"{', '.join(inc['missing_parts'][:3])}{', ...' if len(inc['missing_parts']) > 3 else ''} missing"
     if not force:
-        absent = f"{', '.join(inc['missing_parts'][:3])}{', ...' if len(inc['missing_parts']) > 3 else ''} missing"
         if inc["dataset_rows"] and not len(inc["missing_ids"]):  # parts that own no row (a dataset of few chunks)
             state = (f"{inc['parts']} of {inc['of']} parts written ({absent}, owning none of the "
                      f"{inc['dataset_rows']:,} rows)")
@@ -255,7 +255,7 @@ def check_embeddings_complete(path, force: bool = False) -> None:
         raise CurateError(f"{path}: incomplete: {state}; wait for the other pieces (embed --num-parts N "
                           "--part-index I) to finish, or pass --force to use what is there")
     from cluster_curate import console
-    ids, absent = inc["missing_ids"], ", ".join(inc["missing_parts"][:3]) + ", ..." * (len(inc["missing_parts"]) > 3)
+    ids = inc["missing_ids"]
     # ids in no part and no rejects list, less the exact copies the metadata lists (embed leaves them out of all)
     extra = inc["unlisted_duplicates"]
     missing = (f"{len(ids):,} rows not embedded (ids {_id_ranges(ids)}"
@@ -264,7 +264,7 @@ def check_embeddings_complete(path, force: bool = False) -> None:
                else "no rows missing (the missing parts own none)" if inc["dataset_rows"]
                else "the rows of the missing parts not embedded")
     message = (f"{path}: incomplete (--force): using {inc['rows']:,}{of_rows} rows ({inc['parts']} of {inc['of']} "
-               f"parts written, {absent} missing); {missing}")
+               f"parts written, {absent}); {missing}")
     console.warn(message)
 
 
