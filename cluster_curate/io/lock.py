@@ -66,8 +66,11 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
     real = Path(os.path.realpath(out))
     path = lock_path(out) if part is None else _part_lock_path(real, part)
     named = out if part is None else os.path.join(out, part)  # as typed: Path would drop a leading ./
-    _refuse_if_held(_covering_locks(real, part), named, flag=flag)
-    _refuse_if_held(_twin_locks(real, command), named, only=SIDECAR_COMMANDS, flag=flag)
+
+    def refuse_if_covered(order: int | None = None) -> None:  # a folder's lock, a part's, the sidecar twin's
+        _refuse_if_held(_covering_locks(real, part), named, order, flag=flag)
+        _refuse_if_held(_twin_locks(real, command), named, order, only=SIDECAR_COMMANDS, flag=flag)
+    refuse_if_covered()
     created = []  # directories made for the lock, removed again when the command leaves them empty
     folder = _folder_state(path.parent) if path.parent.exists() else None
     fd, order = _take(path, named, created, flag)
@@ -78,8 +81,7 @@ def output_lock(out: str | os.PathLike, command: str, *, part: str | None = None
                 "since": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": " ".join(sys.argv[1:])[:200], "order": order}
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(info).encode())
-        _refuse_if_held(_covering_locks(real, part), named, order, flag=flag)
-        _refuse_if_held(_twin_locks(real, command), named, order, only=SIDECAR_COMMANDS, flag=flag)
+        refuse_if_covered(order)
         if part is None:
             _HELD.add(path)
         yield
