@@ -178,9 +178,8 @@ def _zero_rows_note(n: int, ids: list, reasons: dict) -> str:
         why = f": their text {next(iter(reasons))}"
     else:
         why = "".join(f"; {counted(k, 'row')} whose text {reason}" for reason, k in sorted(reasons.items()))
-    shown = f" (ids {', '.join(map(str, ids))}{', ...' if n > len(ids) else ''})" if ids else ""
     return (f"{n} row(s) have an all-zero embedding{why}; kept, but cluster finds them similar to no centroid"
-            f"{shown}")
+            f"{_ids_shown(ids, n)}")
 
 
 def _encoder_cut_note(run, cut: int, ids: list, sem: dict) -> str:
@@ -189,9 +188,13 @@ def _encoder_cut_note(run, cut: int, ids: list, sem: dict) -> str:
     given = run.opts["max_length"]
     limit = (f"--max-length {given} tokens" if sem["max_length"] < sem["model_max_length"]
              else f"the encoder's max length, {sem['max_length']} tokens")
-    shown = f" (ids {', '.join(map(str, ids))}{', ...' if cut > len(ids) else ''})" if ids else ""
     return (f"{cut} row(s) longer than {limit}: semantic embeds them cut (on the {sem['truncation_side']}, as the "
-            f"encoder's tokenizer cuts){shown}")
+            f"encoder's tokenizer cuts){_ids_shown(ids, cut)}")
+
+
+def _ids_shown(ids: list, n: int) -> str:
+    """` (ids 3, 7, ...)`: the first ids of the `n` rows a warning names (none: an --resume kept them all)."""
+    return f" (ids {', '.join(map(str, ids))}{', ...' if n > len(ids) else ''})" if ids else ""
 
 
 class _Lazy:
@@ -309,7 +312,7 @@ class PrepareContext:
         digest = stable_hash(key)
 
         def ready() -> bool:
-            return path.exists() and key_file.exists() and key_file.read_text() == digest
+            return path.exists() and _keyed(key_file, digest)
 
         def make() -> None:
             if Path(self.run.out).exists() and key_file.exists() and path.exists() and not prev_key.exists():
@@ -320,6 +323,11 @@ class PrepareContext:
 
         distributed.leader_prepares(self.run.layout, ready, make)
         return path.read_bytes()
+
+
+def _keyed(key_file, digest: str) -> bool:
+    """Whether a state's key file names the state of this key (`digest`: stable_hash of it)."""
+    return key_file.is_file() and key_file.read_text() == digest
 
 
 def drop_previous_states(out) -> None:
@@ -349,10 +357,9 @@ class LikeContext(PrepareContext):
                               "space")
         digest = stable_hash(key)
         prev, prev_key = (sidecar_path(pool, s) for s in names.feature_state(self.kind, previous=True))
-        if (not key_file.is_file() or key_file.read_text() != digest) and prev_key.is_file() \
-                and prev_key.read_text() == digest:  # an embed --overwrite of other options stopped before its end
-            return prev.read_bytes()
-        if not key_file.is_file() or key_file.read_text() != digest:
+        if not _keyed(key_file, digest):
+            if _keyed(prev_key, digest):  # an embed --overwrite of other options stopped before its end
+                return prev.read_bytes()
             raise CurateError(f"{path}: not the {self.kind} state {pool} was made with (re-fitted since, or by "
                               "another version?): cannot reproduce its feature space")
         return path.read_bytes()
