@@ -213,7 +213,7 @@ def _check_shard_content(paths: list[str], recorded: list[str | None]) -> None:
         if expected is None:  # a manifest written by hand, or by a version that recorded none
             continue
         try:
-            actual = _sha256(path)
+            actual = file_sha256(path)
         except OSError as e:
             raise cannot_read(path, e, "the shard") from None
         if actual == expected:
@@ -226,7 +226,7 @@ def _check_shard_content(paths: list[str], recorded: list[str | None]) -> None:
                           + " since); write the shards again or put the files back")
 
 
-def _sha256(path: str) -> str:
+def file_sha256(path) -> str:
     """sha256 of a file, read in 16 MiB blocks (a shard can be larger than memory would like)."""
     import hashlib
     h = hashlib.sha256()

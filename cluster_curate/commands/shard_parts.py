@@ -285,9 +285,8 @@ def _json_columns(ds, writer, renamed: dict) -> list[str]:
 
 def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, renamed, columns, files, leftover_ids,
               json_columns=()):
-    import hashlib
-
     from cluster_curate import __version__
+    from cluster_curate.loader import file_sha256
     n, m = plan.rows.shape[1], plan.rows.shape[2]
     in_data = w.in_data if w.in_data is not None else [None] * len(w.labels)
     return {
@@ -303,7 +302,7 @@ def _manifest(meta, params, inputs, sel, plan, w: Weights, tokens, figures, rena
         "leftover_file": names.LEFTOVER, "renamed_source_columns": renamed, "columns": columns,
         **({"json_columns": list(json_columns)} if json_columns else {}),
         "files": [{"file": name, "rows": plan.rows_per_shard, "bytes": p.stat().st_size,
-                   "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for name, p in files],
+                   "sha256": file_sha256(p)} for name, p in files],
         "clusters": [{"cluster": int(c), "selected": int(s), "in_data": None if nc is None else int(nc),
                       "weight": float(wc)} for c, s, nc, wc in zip(w.labels, w.selected, in_data, w.per_cluster)],
         "cluster_sizes_source": w.sizes_source,

@@ -44,10 +44,9 @@ import torch
 from torch import Tensor
 
 from cluster_curate.errors import CurateError
-from cluster_curate.features.tokenizer_files import missing_tokenizer_files
+from cluster_curate.features.tokenizer_files import ENCODE_SLICE, missing_tokenizer_files
 
 PLAIN_ROLE_NAMES = {"system": "System", "user": "User", "assistant": "Assistant"}
-ENCODE_SLICE = 256  # texts per batched tokenizer call (see _split_ids)
 
 _DTYPES = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,

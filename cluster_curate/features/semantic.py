@@ -25,7 +25,6 @@ response and response (not the trainer's tokenizer: `shard --tokenizer` balances
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from cluster_curate.errors import CurateError
+from cluster_curate.features.tokenizer_files import ENCODE_SLICE
+from cluster_curate.loader import file_sha256
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,6 @@ BUNDLED_ENCODERS = {
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 POOLINGS = ("mean", "cls", "max", "lasttoken")
 TRUNCATION_SIDES = ("right", "left")
-ENCODE_SLICE = 256  # texts per batched tokenizer call: memory bounded by the slice, not the chunk
 # On CPU an encoder batch holds at most this many padded tokens: small batches stay in cache (measured on 300
 # GSM8K rows, 1 thread: 100 rows per CPU-second for prompts at 1024 tokens against 55 at 16384; 30 against 23
 # for prompt + response); a GPU takes `--batch-tokens` as given.
@@ -146,11 +146,7 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
     """sha256 of a file, once per process for an unchanged file (every chunk's loader asks)."""
     key = (path, size, mtime_ns)
     if key not in _HASHES:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        _HASHES[key] = h.hexdigest()
+        _HASHES[key] = file_sha256(path)
     return _HASHES[key]
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# texts per batched tokenizer call: a batch holds rich per-text encodings (offsets, masks) for all its texts at
+# once, so memory is bounded by the slice, not the chunk
+ENCODE_SLICE = 256
+
 
 def missing_tokenizer_files(folder: Path) -> str | None:
     """What a directory lacks to hold a tokenizer (None: it holds one): a fast tokenizer's tokenizer.json, a
