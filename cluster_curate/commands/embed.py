@@ -174,15 +174,15 @@ def _validate(o: dict, given: set) -> list[str]:
     if o["dtype"] not in (None, "auto"):  # the proxy never resolved it: --dtype fp8 went unnoticed
         from cluster_curate.features.models import resolve_dtype
         resolve_dtype(o["dtype"], None)
-    from cluster_curate.features.semantic import DEFAULT_ENCODER
+    from cluster_curate.features.semantic import DEFAULT_ENCODER, bundled_key
     # at its default it changes nothing, as a Makefile may give it (README, `run`: the same run)
-    if o["encoder"] not in (None, DEFAULT_ENCODER) and "semantic" not in features:
+    if o["encoder"] is not None and bundled_key(o["encoder"]) != DEFAULT_ENCODER and "semantic" not in features:
         raise CurateError(f"--encoder {o['encoder']} is only used by --features semantic")
     if "semantic" in features:  # fail before reading the data: a missing package, directory or weights
         from cluster_curate.features.models import check_local_model
-        from cluster_curate.features.semantic import BUNDLED_ENCODERS, check_encoder_spec
+        from cluster_curate.features.semantic import check_encoder_spec
         check_encoder_spec(o["encoder"])
-        if o["encoder"] and o["encoder"] not in BUNDLED_ENCODERS:
+        if bundled_key(o["encoder"]) is None:
             check_local_model(o["encoder"], f"--encoder {o['encoder']}", o["trust_remote_code"])
     if not o.get("like"):  # --like takes the pool's dim and pool (a user's other value is refused there)
         _check_read_by_features(o, features)

@@ -212,9 +212,9 @@ def _settled(values: dict) -> dict:
         settled.pop(k, None)
     if "features" not in values:  # not embed's options
         return settled
-    from cluster_curate.features.semantic import DEFAULT_ENCODER
-    if "semantic" in _features_of(settled) and settled.get("encoder") in (None, "", "default"):
-        settled["encoder"] = DEFAULT_ENCODER  # what semantic loads without --encoder
+    from cluster_curate.features.semantic import bundled_key
+    if "semantic" in _features_of(settled) and bundled_key(settled.get("encoder")):
+        settled["encoder"] = bundled_key(settled.get("encoder"))  # what semantic loads without --encoder
     settled.pop("batch_tokens", None)  # batching does not change the features (README, features/embed)
     return settled
 
@@ -225,7 +225,7 @@ def _compared(values: dict) -> dict:
     folders they name (models/x, ./models/x/, its absolute path; their files are compared as embed's input,
     _model_files); select's source shares in any order and spelling."""
     from cluster_curate.features.embed import parse_weights
-    from cluster_curate.features.semantic import BUNDLED_ENCODERS
+    from cluster_curate.features.semantic import bundled_key
     if "features" not in values:
         return {k: _shares(values[k]) for k in ("source_min_share", "source_max_share") if values.get(k)}
     found = {}
@@ -235,7 +235,7 @@ def _compared(values: dict) -> dict:
         pass
     for name in ("model", "encoder"):
         spec = values.get(name)
-        if spec not in (None, "proxy") and str(spec) not in BUNDLED_ENCODERS and Path(str(spec)).expanduser().exists():
+        if spec not in (None, "proxy") and bundled_key(spec) is None and Path(str(spec)).expanduser().exists():
             found[name] = str(Path(str(spec)).expanduser().resolve())
     return found
 

@@ -113,6 +113,20 @@ class SemanticRows:
 
 
 # ----------------------------------------------------------------------------------------------- locating
+def bundled_key(spec: str | None) -> str | None:
+    """The BUNDLED_ENCODERS key an --encoder value names: none given, "default", a key, or the hub id the summary
+    shows for it (sentence-transformers/all-MiniLM-L6-v2) while its package is installed and no local folder has
+    that name; None for any other encoder."""
+    if spec in (None, "", "default"):
+        return DEFAULT_ENCODER
+    spec = str(spec)
+    if spec in BUNDLED_ENCODERS:
+        return spec
+    import importlib.util
+    return next((key for key, b in BUNDLED_ENCODERS.items() if b.name == spec and not Path(spec).expanduser().exists()
+                 and importlib.util.find_spec(b.package) is not None), None)
+
+
 def bundled_encoder_dir(key: str = DEFAULT_ENCODER) -> Path:
     """The installed package's model directory, its weights checked against the pinned sha256."""
     import importlib.resources
@@ -153,9 +167,8 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
 def check_encoder_spec(spec: str | None) -> None:
     """Fail before any data is read when the encoder cannot be loaded for a reason visible on disk."""
     from cluster_curate.features.models import looks_like_local_path
-    spec = DEFAULT_ENCODER if spec in (None, "", "default") else str(spec)
-    if spec in BUNDLED_ENCODERS:
-        bundled_encoder_dir(spec)
+    if bundled_key(spec):
+        bundled_encoder_dir(bundled_key(spec))
         return
     path = Path(spec).expanduser()
     if path.exists():
@@ -244,7 +257,7 @@ def load_encoder(spec: str | None = None, *, device: str | None = None, dtype: s
     directory, or a Hugging Face id from the cache. max_length lowers the model's own limit."""
     from cluster_curate.features.models import hub_is_offline, is_causal_lm, resolve_device, resolve_dtype
 
-    spec = DEFAULT_ENCODER if spec in (None, "", "default") else str(spec)
+    spec = bundled_key(spec) or str(spec)
     if max_length is not None and max_length < 1:
         raise CurateError(f"--max-length {max_length}: must be at least 1")
     dev = resolve_device(device)
