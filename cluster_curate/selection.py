@@ -192,7 +192,8 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
                 token_fraction: float | None = None, tokens_counted_by: str = "counted",
                 sources: np.ndarray | None = None, source_min_share=None, source_max_share=None,
                 source_names: list[str] | None = None, source_bound_origins: tuple[list, list] | None = None,
-                answer_keys: np.ndarray | None = None, short_answers: np.ndarray | None = None) -> Selection:
+                answer_keys: np.ndarray | None = None, short_answers: np.ndarray | None = None,
+                left_out: int = 0) -> Selection:
     """Select rows: quotas across clusters, then the first `quota` rows of each cluster in `within` order.
 
     clusters: int cluster per row (0..k-1). ids: row ids (for the random order; default 0..n-1).
@@ -210,6 +211,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     budget (rows, or tokens with a token budget) it must at least / at most give (NaN: no bound); the rows
     are then taken by `source_bounded_take` along the water-filling's sequence (`take_sequence`), all three
     in budget_sequence.py; source_bound_origins: where each floor and cap was set (for messages).
+    left_out: rows --decontaminate left out before these (the notes name the rows a budget is counted on).
     """
     mode, order_entry = _budget_mode(within, fraction, budget, per_cluster_ratio, tokens, token_budget,
                                      token_fraction, features, dedup)
@@ -237,7 +239,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
                               "--fraction")
     else:
         requested, quotas, notes = _row_quotas(mode, n, order, clusters, available, dropped, fraction, budget,
-                                               balance_power, groups, kinds)
+                                               balance_power, groups, kinds, left_out)
 
     picked, source_budget = None, None
     if sources is not None and (source_min_share is not None or source_max_share is not None):
@@ -249,8 +251,8 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         given, left = (tokens_requested, int(tokens[order].sum())) if token_mode else (requested, n_available)
         unit = "tokens" if token_mode else "rows"
         # a budget cut to the rows there are: the bounds' errors say so, not name a budget that was never given
-        said = "" if left >= given else (f" ({'--dedup left' if dropped else 'the data has'} only {left:,} {unit}, "
-                                         f"so the budget of {given:,} became {left:,})")
+        has = "--dedup left" if dropped else "--decontaminate left" if left_out else "the data has"
+        said = "" if left >= given else f" ({has} only {left:,} {unit}, so the budget of {given:,} became {left:,})"
         source_budget = min(given, left)
         picked = source_bounded_rows(order, clusters, sources, weights, source_budget,
                                      source_min_share, source_max_share, source_names, unit, balance_power, groups,
@@ -381,16 +383,25 @@ def _token_quotas(mode: str, order: np.ndarray, clusters: np.ndarray, tokens: np
     return requested, quotas, notes
 
 
+def rows_left(n_available: int, dropped: int = 0, left_out: int = 0) -> str:
+    """The rows a budget too large is compared with, as its note names them: `the 500 rows of the data`, or those
+    left after --decontaminate (`left_out`: commands/select.py leaves them out before) and --dedup (`dropped`)."""
+    removed = ([f"{counted(left_out, 'row')} --decontaminate matched"] if left_out else []) + \
+        ([counted(dropped, "near-duplicate")] if dropped else [])
+    return (f"the {counted(n_available, 'row')} left after removing {' and '.join(removed)}" if removed else
+            f"the {counted(n_available, 'row')} of the data")
+
+
 def _row_quotas(mode: str, n: int, order: np.ndarray, clusters: np.ndarray, available: np.ndarray, dropped: int,
-                fraction, budget, balance_power: float, groups, kinds) -> tuple[int, np.ndarray, list[str]]:
-    """(the row budget, quotas per cluster, notes) for `--fraction` / `--budget`."""
+                fraction, budget, balance_power: float, groups, kinds, left_out: int = 0
+                ) -> tuple[int, np.ndarray, list[str]]:
+    """(the row budget, quotas per cluster, notes) for `--fraction` / `--budget`; `left_out`: select_rows'."""
     notes = []
     n_available = int(available.sum())
     requested = fraction_budget(n, fraction) if mode == "fraction" else int(budget)
     if requested > n_available:
-        what = f"the {counted(n_available, 'row')} left after removing {counted(dropped, 'near-duplicate')}" \
-            if dropped else f"the {counted(n_available, 'row')} of the data"
-        notes.append(f"budget of {counted(requested, 'row')} is larger than {what}: selecting all of them")
+        notes.append(f"budget of {counted(requested, 'row')} is larger than {rows_left(n_available, dropped, left_out)}"
+                     ": selecting all of them")
     if kinds is not None:  # three levels, the top one weighted: the water-filling's own sequence, cut at the budget
         seq = take_sequence(order, clusters, np.ones(len(clusters), dtype=np.int64), balance_power, groups, kinds)
         quotas = np.bincount(clusters[seq[:min(requested, n_available)]], minlength=len(available)).astype(np.int64)

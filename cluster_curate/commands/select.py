@@ -398,8 +398,12 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
     order = None if o["within"] == AUTO else WITHIN.get(o["within"])
     inputs = output_inputs(clusters, o["embeddings"], o["target"], o["data"], o["tokenizer"], o["decontaminate"])
     check_writable(out, o["overwrite"], inputs=inputs, kind=names.SELECTION)
-    if o["target"] is not None and P.target_embeddings_meta(o["target"]) is None:  # raw target data is embedded
-        target_emb = sidecar_path(out, names.TARGET_EMBEDDINGS)  # beside `out` (select's own file, replaced each time)
+    target_emb = sidecar_path(out, names.TARGET_EMBEDDINGS)
+    embeds_target = o["target"] is not None and P.target_embeddings_meta(o["target"]) is None  # raw target data
+    if embeds_target:  # embedded beside `out`, and like `out` replaced only with --overwrite (it may be the user's)
+        if not o["overwrite"] and (target_emb.exists() or target_emb.is_symlink()):
+            raise CurateError(f"{target_emb}: already exists, and select writes the --target embeddings there (pass "
+                              "--overwrite to replace it, or choose another --out)")
         check_writable(target_emb, True, inputs=inputs, kind=names.EMBEDDINGS,
                        label=f"{target_emb} (the --target embeddings select writes beside --out)")
     # each EVAL read first: a bad, empty or unreadable set is refused before the pool's features are read
@@ -409,7 +413,13 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
                       need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
     _check_data(o)
     if o["target"] is not None:
-        return _select_targeted(o, mode, clusters, c, out, t0, evals)
+        fresh = embeds_target and not (target_emb.exists() or target_emb.is_symlink())
+        try:
+            return _select_targeted(o, mode, clusters, c, out, t0, evals)
+        except BaseException:
+            if fresh:  # the target embedded for a selection that failed: not left to refuse the same command again
+                target_emb.unlink(missing_ok=True)
+            raise
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
     x = _inputs(o, clusters, c, needs)
     c, x["decontaminated"] = P.decontaminate(o, clusters, c, x, evals)
@@ -427,7 +437,7 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
                         token_fraction=o["token_fraction"], tokens_counted_by=x["counted_by"] or "",
                         sources=sources, source_min_share=share_lo, source_max_share=share_hi,
                         source_names=source_names, source_bound_origins=share_from, answer_keys=x["dedup_keys"],
-                        short_answers=x["dedup_short"])
+                        short_answers=x["dedup_short"], left_out=_left_out(x))
     x["features"] = None
     for note in sel.notes:
         console.warn(note)
@@ -466,8 +476,14 @@ def _write_selection(o: dict, c, x: dict, clusters: str, out: str, columns: dict
     if x["emeta"] is not None:
         inputs["embeddings"] = x["emeta"].as_input(x["emb_path"], out)
     inputs.update(extra_inputs or {})
+    # the OUT.target.parquet the selection replaced here was made with, unless this one embedded its target there
+    # again: removed once this one is written, not left beside OUT as if it were its target
+    embedded = o["target"] is not None and P.target_embeddings_meta(o["target"]) is None
+    stale = None if embedded else P.own_target_embeddings(out)
     write_artifact(with_source_columns(pa.table(columns), c.meta.dataset), out,
                    make_meta(names.SELECTION, params, inputs, c.meta.dataset, algorithm), overwrite=o["overwrite"])
+    if stale is not None:
+        stale.unlink(missing_ok=True)
 
 
 def _target_embeddings(o: dict, emb_path, emeta, out: str):
@@ -536,7 +552,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     sel = T.select_targeted(c.labels, search, budget=None if token_mode else budget, target_weight=weight,
                             balance_power=o["balance_power"], ids=c.ids, seed=o["seed"], k=c.k, tokens=tokens,
                             token_budget=o["token_budget"], token_fraction=o["token_fraction"],
-                            tokens_counted_by=x["counted_by"] or "")
+                            tokens_counted_by=x["counted_by"] or "", left_out=_left_out(x))
     service = T.target_service(pool, target, search, sel, c.labels)
     del pool
     for r in service["per_target"]:  # pool positions -> ids; target rows -> target ids
@@ -657,13 +673,19 @@ def target_summary(service: dict, path) -> dict:
                         f"{path}: {counted(service['target_rows'], 'row')}, {service['served']} served, "
                         f"{service['far']} far from the pool"),
         "target_weight": Shown({"weight": service["target_weight"], "relevant_rows": service["relevant_rows"]},
-                               f"{service['target_weight']} (relevant part: {service['relevant_rows']:,} rows)"),
+                               f"{service['target_weight']} (relevant part: "
+                               f"{counted(service['relevant_rows'], 'row')})"),
         "selected_nearest_each_target_row": min_median_max(
             counts, "selected rows nearest each target row min / median / max"),
         "clusters_the_target_pulled_from": Shown(
             [r["cluster"] for r in pulled],
             f"{len(pulled)}: {shown}" + (", ..." if len(pulled) > 5 else "") if pulled else f"0 ({none})"),
     }
+
+
+def _left_out(x: dict) -> int:
+    """The rows --decontaminate left out before the budget was counted (0 without it)."""
+    return (x.get("decontaminated") or {}).get("rows_left_out") or 0
 
 
 def _params(o, mode, sel, c, x) -> dict:
@@ -692,7 +714,8 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     budget = {"mode": mode, "value": value, "rows": None if sel.requested is None else int(sel.requested)}
     summary = {
         "out": out, "rows": n, "clusters": c.k,
-        "budget": Shown(budget, f"--{mode} {value}" + (f" = {sel.requested:,} rows" if mode == "fraction" else "")),
+        "budget": Shown(budget, f"--{mode} {value}" + (f" = {counted(sel.requested, 'row')}" if mode == "fraction"
+                                                          else "")),
         "selected": chosen, "kept": Shown(round(chosen / n, 4), label=P.kept_label(x.get("decontaminated"))),
         "exact_duplicates_left_out": Shown((c.meta.params.get("exact_duplicates") or {}).get("dropped"),
                                            label="exact duplicates left out"),
@@ -704,7 +727,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
     }
     if x.get("auto"):
         summary["within_auto"] = Shown(x["auto"], hidden=True)  # shown in the `within` line
-    left = (x.get("decontaminated") or {}).get("rows_left_out")
+    left = _left_out(x)
     if mode == "per-cluster-ratio":
         m, r = int(sel.available[sel.available > 0].min()), o["per_cluster_ratio"]
         summary["rule"] = (f"floor({r} x smallest cluster {m}) = {counted(int(q.max()), 'row')} per "
