@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cluster_curate.errors import CurateError, not_a_share
+from cluster_curate.errors import CurateError, counted, not_a_share
 
 
 TOKEN_MODES = ("token-budget", "token-fraction")
@@ -50,13 +50,16 @@ def check_token_budget_args(token_budget: int | None = None, token_fraction: flo
 
 
 def token_budget_for(total_tokens: int, token_budget: int | None = None, token_fraction: float | None = None,
-                     counted_by: str = "counted") -> int:
+                     counted_by: str = "counted", left_out: int = 0) -> int:
     """Tokens for `--token-budget T` (T itself) or `--token-fraction F` (floor(F·total)); a budget larger
-    than the data is refused (a row budget is capped instead: here it usually means the wrong tokenizer)."""
+    than the data is refused (a row budget is capped instead: here it usually means the wrong tokenizer).
+    left_out: the rows --decontaminate left out before `total_tokens` was counted (named in the refusal)."""
     if token_budget is not None:
         if token_budget > total_tokens:
-            raise CurateError(f"--token-budget {int(token_budget):,} is larger than the data's {total_tokens:,} "
-                              f"tokens ({counted_by}); lower it or use --token-fraction")
+            whose = (f"the {total_tokens:,} tokens ({counted_by}) left after removing {counted(left_out, 'row')} "
+                     "--decontaminate matched" if left_out else f"the data's {total_tokens:,} tokens ({counted_by})")
+            raise CurateError(f"--token-budget {int(token_budget):,} is larger than {whose}; lower it or use "
+                              "--token-fraction")
         return int(token_budget)
     return max(1 if total_tokens else 0, int(math.floor(token_fraction * total_tokens + 1e-9)))
 

@@ -230,7 +230,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
         tokens = np.asarray(tokens, dtype=np.int64)
         tokens_requested, quotas, notes = _token_quotas(mode, order, clusters, tokens, available, dropped,
                                                         token_budget, token_fraction, tokens_counted_by,
-                                                        balance_power, groups, kinds)
+                                                        balance_power, groups, kinds, left_out)
     elif mode == "per-cluster-ratio":
         quotas, notes = ratio_quotas(available, per_cluster_ratio), []
         if quotas.sum() == 0:
@@ -366,10 +366,11 @@ def _drop_near_duplicates(order: np.ndarray, clusters: np.ndarray, features, siz
 
 def _token_quotas(mode: str, order: np.ndarray, clusters: np.ndarray, tokens: np.ndarray, available: np.ndarray,
                   dropped: int, token_budget, token_fraction, counted_by: str, balance_power: float,
-                  groups, kinds) -> tuple[int, np.ndarray, list[str]]:
-    """(the token budget, quotas per cluster, notes) for `--token-budget` / `--token-fraction`."""
+                  groups, kinds, left_out: int = 0) -> tuple[int, np.ndarray, list[str]]:
+    """(the token budget, quotas per cluster, notes) for `--token-budget` / `--token-fraction`; `left_out`:
+    select_rows'."""
     notes = []
-    requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, counted_by)
+    requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, counted_by, left_out)
     left = int(tokens[order].sum())
     if requested > left:
         notes.append(f"token budget of {requested:,} is larger than the {counted(left, 'token')} left after "

@@ -288,7 +288,8 @@ def select_targeted(clusters: np.ndarray, search: TargetSearch, *, fraction: flo
     requested = tokens_requested = None
     if token_mode:
         tokens = np.asarray(tokens, dtype=np.int64)
-        tokens_requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, tokens_counted_by)
+        tokens_requested = token_budget_for(int(tokens.sum()), token_budget, token_fraction, tokens_counted_by,
+                                            left_out)
         # the relevant part in tokens: the most relevant rows until the next would pass T / w (at w = 1 the
         # budget itself, so pure relevance is the round-robin order cut at T)
         n_relevant = n if w == 0 else int(np.searchsorted(np.cumsum(tokens[np.argsort(rank)]),
