@@ -10,7 +10,10 @@ How the default ("stratified") allocation is built, and why:
 1. Which rows (`stratified_order`): inside each cluster the rows are shuffled, then the clusters are merged
    by the Webster/Sainte-Laguë divisor sequence (the j-th row of cluster c gets the key (j + ½) / s_c).
    Any prefix of this stream holds every cluster in proportion (within one row), so the remainder that
-   `--remainder drop` leaves out (the tail) is spread over clusters, and `wrap` repeats its head.
+   `--remainder drop` leaves out (the tail) is spread over clusters, and `wrap` repeats its head. A mixture
+   selection's floors and caps on its inputs' shares are kept too (`bounded_stream`): where the tail (head)
+   would break one, as many rows of each input as keep them are left over (repeated), each input's last
+   (first) in the stream.
 2. Which step (`compose_steps`): with T steps, cluster c puts s_c // T rows in every step and its s_c % T
    extra rows in distinct steps, dealt round-robin along a golden-ratio order of the steps (so a
    cluster's extras are spread over the epoch, not bunched). Every step then holds floor or ceil of each
@@ -139,6 +142,109 @@ class ShardPlan:
     def shard_rows(self, rank: int) -> np.ndarray:
         """Selection indices of shard `rank`, in the order the rank consumes them."""
         return self.rows[:, rank, :].reshape(-1)
+
+
+# ------------------------------------------------------------------------------------------ source bounds
+
+@dataclass
+class SourceBounds:
+    """A mixture selection's floors and caps on its inputs (select's `source_shares`), which the rows a plan leaves
+    over (drop) or repeats (wrap) are chosen to keep over the sharded rows. Per selection row: `source` (0..S-1)
+    and `weight` in the bounds' unit (1: rows; tokens under a token budget). Per input: `low` and `high` shares
+    (0 and 1: none) of `budget`, the selection's budget they bound (rows, or tokens)."""
+    source: np.ndarray
+    weight: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    budget: int
+
+    def excess(self, kept: np.ndarray, budget: np.ndarray) -> np.ndarray:
+        """How far each input's weight `kept[..., k]` is below its floor or above its cap out of `budget[...]`, the
+        bounds rounded as select rounds them (budget_sequence.source_bounded_rows); 0 within them."""
+        budget = np.asarray(budget, dtype=np.float64)[..., None]
+        return (np.maximum(np.ceil(self.low * budget - 1e-9) - kept, 0)
+                + np.maximum(kept - np.floor(self.high * budget + 1e-9), 0))
+
+
+def pick_within_bounds(candidates: np.ndarray, group: np.ndarray, count: np.ndarray, sign: int,
+                       bounds: SourceBounds) -> tuple[np.ndarray, list[tuple[int, float, str, float]]]:
+    """Which `count[g]` rows of each group g (`group` per candidate) to leave over (`sign` -1) or repeat (+1) so
+    that the sharded rows keep the selection's source bounds. `candidates`: selection indices, each group's in
+    order of preference (drop: the stream's last rows first; wrap: its first), of which each group's first
+    `count[g]` are the pick with no bounds to keep. The bounds bound shares of the selection's budget less the
+    weight left over (plus the weight repeated): select's own check, on what the shards hold. From the preferred
+    pick, a row at a time moves from one input to another inside a group, the move that most lowers the inputs'
+    total excess, until none is left or no move lowers it: with rows (the budget then fixed) and one group, only
+    where no pick keeps every bound, since any excess then has another input that can give or take a row. Inside
+    an input, its most preferred rows are picked. Returns (a mask over `candidates`: picked; per input still out of
+    its bounds: (input, its share of the shards' weight, "floor" or "cap", that bound))."""
+    n, n_src, n_groups = candidates.shape[0], bounds.low.shape[0], count.shape[0]
+    cell = group * n_src + bounds.source[candidates].astype(np.int64)
+    by_cell = np.lexsort((np.arange(n), cell))  # each (group, input)'s rows, in order of preference
+    sizes = np.bincount(cell, minlength=n_groups * n_src).reshape(n_groups, n_src)
+    start = np.concatenate(([0], np.cumsum(sizes)[:-1])).reshape(n_groups, n_src)
+    cum = np.concatenate(([0.0], np.cumsum(bounds.weight[candidates][by_cell].astype(np.float64)), [np.nan]))
+    rank = np.empty(n, dtype=np.int64)  # each candidate's place in its group's order of preference
+    by_group = np.lexsort((np.arange(n), group))
+    group_start = np.concatenate(([0], np.cumsum(np.bincount(group, minlength=n_groups))))
+    rank[by_group] = np.arange(n) - group_start[group[by_group]]
+    taken = np.bincount(cell[rank < count[group]], minlength=n_groups * n_src).reshape(n_groups, n_src)
+    base = np.bincount(bounds.source, weights=bounds.weight.astype(np.float64), minlength=n_src)
+
+    def state(x):
+        picked = (cum[start + x] - cum[start]).sum(0)
+        return base + sign * picked, bounds.budget + sign * picked.sum()
+
+    kept, budget = state(taken)
+    left = bounds.excess(kept, budget).sum()
+    eye = np.eye(n_src)
+    for _ in range(4 * int(count.sum()) + 16):  # each move lowers the excess; bounded all the same
+        if left <= 0:
+            break
+        best = (left, None)
+        for g in np.flatnonzero(count):
+            more = np.where(taken[g] < sizes[g], cum[start[g] + taken[g] + 1] - cum[start[g] + taken[g]], np.nan)
+            fewer = np.where(taken[g] > 0, cum[start[g] + taken[g]] - cum[start[g] + taken[g] - 1], np.nan)
+            moved = sign * (more[:, None, None] * eye[:, None, :] - fewer[None, :, None] * eye[None, :, :])
+            e = bounds.excess(kept + moved, budget + sign * (more[:, None] - fewer[None, :])).sum(-1)
+            e[np.isnan(e) | eye.astype(bool)] = np.inf  # [i, j]: one more row of input i, one fewer of j
+            i, j = np.unravel_index(np.argmin(e), e.shape)
+            if e[i, j] < best[0]:
+                best = (e[i, j], (g, i, j))
+        if best[1] is None:
+            break
+        left, (g, i, j) = best
+        taken[g, i] += 1
+        taken[g, j] -= 1
+        kept, budget = state(taken)
+    mask = np.zeros(n, dtype=bool)
+    mask[by_cell] = np.arange(n) - np.repeat(start.reshape(-1), sizes.reshape(-1)) < np.repeat(taken.reshape(-1),
+                                                                                                sizes.reshape(-1))
+    broken = []
+    for k in np.flatnonzero(bounds.excess(kept, budget) > 0):
+        below = kept[k] < np.ceil(bounds.low[k] * budget - 1e-9)
+        broken.append((int(k), float(kept[k] / max(kept.sum(), 1)), "floor" if below else "cap",
+                       float(bounds.low[k] if below else bounds.high[k])))
+    return mask, broken
+
+
+def bounded_stream(order: np.ndarray, step_rows: int, remainder: str,
+                   bounds: SourceBounds | None) -> tuple[np.ndarray, list]:
+    """`order` rearranged so that cutting it into steps of `step_rows` (drop: leaving out its tail; wrap: repeating
+    its head) keeps the selection's source bounds (`pick_within_bounds`): the rows picked go to the tail (drop) or
+    the head (wrap), the others keep their order. Unchanged without bounds or a remainder. Returns (the stream,
+    the bounds no pick keeps)."""
+    s = order.shape[0]
+    count = s % step_rows if remainder == "drop" else -s % step_rows
+    if bounds is None or count == 0:
+        return order, []
+    drop = remainder == "drop"
+    mask, broken = pick_within_bounds(order[::-1] if drop else order, np.zeros(s, dtype=np.int64),
+                                      np.array([count]), -1 if drop else 1, bounds)
+    if drop:
+        mask = mask[::-1]
+        return np.concatenate((order[~mask], order[mask])), broken
+    return np.concatenate((order[mask], order[~mask])), broken
 
 
 def min_length_window(k: int, b: int) -> int:
@@ -602,8 +708,11 @@ def assign_ranks(groups: np.ndarray, k: int, rng: np.random.Generator) -> np.nda
 
 def plan_steps(clusters: np.ndarray, lengths: np.ndarray | None, num_shards: int, micro_batch_size: int = 1, *,
                allocation: str = "stratified", balance: str = "tokens", remainder: str = "drop",
-               length_window: int | None = None, pair_lengths: bool = True, seed: int = 0) -> ShardPlan:
-    """The whole allocation: stream order, steps, ranks. `lengths` (tokens per row) may be None (all equal)."""
+               length_window: int | None = None, pair_lengths: bool = True, seed: int = 0,
+               bounds: SourceBounds | None = None) -> ShardPlan:
+    """The whole allocation: stream order, steps, ranks. `lengths` (tokens per row) may be None (all equal).
+    `bounds`: a mixture selection's floors and caps on its inputs, which the rows left over or repeated keep where
+    they can (those no choice keeps: `info["bounds_broken"]`, pick_within_bounds)."""
     clusters = np.asarray(clusters)
     s = clusters.shape[0]
     if allocation not in ALLOCATIONS:
@@ -617,7 +726,7 @@ def plan_steps(clusters: np.ndarray, lengths: np.ndarray | None, num_shards: int
         raise CurateError(f"token counts: {lengths.shape[0]} values for {s} selected rows")
     return ALLOCATION.get(allocation).value(clusters, lengths, num_shards, micro_batch_size, balance=balance,
                                             remainder=remainder, length_window=length_window,
-                                            pair_lengths=pair_lengths, seed=seed)
+                                            pair_lengths=pair_lengths, seed=seed, bounds=bounds)
 
 
 def check_length_window(length_window: int | None) -> None:
@@ -627,7 +736,7 @@ def check_length_window(length_window: int | None) -> None:
 
 def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards: int, micro_batch_size: int, *,
                           balance: str, remainder: str, length_window: int | None, pair_lengths: bool = True,
-                          seed: int) -> ShardPlan:
+                          seed: int, bounds: SourceBounds | None = None) -> ShardPlan:
     """Every step holds each cluster's share (floor or ceil), steps grouped by length inside windows, ranks
     token-balanced inside each step."""
     s = clusters.shape[0]
@@ -637,8 +746,8 @@ def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards:
     check_length_window(length_window)
     rng = np.random.default_rng(seed)
     # which rows: the dropped remainder is the tail of a stratified stream (spread over clusters); the wrap
-    # repeats are its head
-    order = stratified_order(clusters, rng)
+    # repeats are its head, each input's own where the selection's source bounds need (bounded_stream)
+    order, broken = bounded_stream(stratified_order(clusters, rng), b, remainder, bounds)
     t_count = s // b if remainder == "drop" else -(-s // b)
     if remainder == "drop":
         kept, leftover = order[: t_count * b], order[t_count * b:].copy()
@@ -664,11 +773,11 @@ def stratified_allocation(clusters: np.ndarray, lengths: np.ndarray, num_shards:
     wrapped_rows = np.zeros(rows.shape, dtype=bool)
     for t in np.unique(np.nonzero(wrapped)[0]):
         wrapped_rows[t] = np.isin(rows[t], steps[t][wrapped[t]])
-    return ShardPlan(rows, wrapped_rows, leftover, "stratified", balance, remainder)
+    return ShardPlan(rows, wrapped_rows, leftover, "stratified", balance, remainder, _bounds_info(broken))
 
 
 def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: int = 1, *, remainder: str = "drop",
-                     seed: int = 0) -> ShardPlan:
+                     seed: int = 0, bounds: SourceBounds | None = None) -> ShardPlan:
     """The paper's allocation: rank r trains only on cluster r (clusters in label order). Needs k = N.
 
     Every rank gets the same number of rows: with "drop" the smallest cluster (rounded down to a whole
@@ -695,8 +804,9 @@ def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: in
     rows = np.empty((t_count, num_shards, m), dtype=np.int64)
     wrapped = np.zeros(rows.shape, dtype=bool)
     leftover = []
-    for r in range(num_shards):
-        mine = rng.permutation(members[starts[r]:starts[r + 1]])
+    mines = [rng.permutation(members[starts[r]:starts[r + 1]]) for r in range(num_shards)]
+    mines, broken = _paper_bounded(mines, per_rank, remainder, bounds)
+    for r, mine in enumerate(mines):
         if mine.shape[0] >= per_rank:
             take, rep = mine[:per_rank], np.zeros(per_rank, dtype=bool)
             leftover.append(mine[per_rank:])
@@ -706,30 +816,53 @@ def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: in
         rows[:, r, :] = take.reshape(t_count, m)
         wrapped[:, r, :] = rep.reshape(t_count, m)
     left = np.sort(np.concatenate(leftover)) if leftover else np.zeros(0, dtype=np.int64)
-    return ShardPlan(rows, wrapped, left, "paper", "none", remainder)
+    return ShardPlan(rows, wrapped, left, "paper", "none", remainder, _bounds_info(broken))
+
+
+def _paper_bounded(mines: list[np.ndarray], per_rank: int, remainder: str, bounds: SourceBounds | None):
+    """Each cluster's rows (`mines`) rearranged so that the `len - per_rank` it leaves over (its tail) keep the
+    selection's source bounds (pick_within_bounds, a group per cluster). A wrap's repeats are left as they are:
+    each cluster is topped up with its own rows, which may repeat some more than once."""
+    counts = np.array([max(mine.shape[0] - per_rank, 0) for mine in mines])
+    if bounds is None or remainder != "drop" or not counts.any():
+        return mines, []
+    candidates = np.concatenate([mine[::-1] for mine in mines])
+    group = np.repeat(np.arange(len(mines)), [mine.shape[0] for mine in mines])
+    mask, broken = pick_within_bounds(candidates, group, counts, -1, bounds)
+    out = []
+    for r, mine in enumerate(mines):
+        dropped = mask[group == r][::-1]
+        out.append(np.concatenate((mine[~dropped], mine[dropped])))
+    return out, broken
+
+
+def _bounds_info(broken: list) -> dict:
+    """ShardPlan.info: the source bounds no choice of the rows left over or repeated keeps (pick_within_bounds)."""
+    return {"bounds_broken": broken} if broken else {}
 
 
 def random_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: int = 1, *, remainder: str = "drop",
-                      seed: int = 0) -> ShardPlan:
+                      seed: int = 0, bounds: SourceBounds | None = None) -> ShardPlan:
     """The naive baseline: shuffle the selection and deal it out, with no regard to clusters or tokens."""
     s = np.asarray(clusters).shape[0]
     b = check_sizes(s, num_shards, micro_batch_size)
-    order = np.random.default_rng(seed).permutation(s)
+    order, broken = bounded_stream(np.random.default_rng(seed).permutation(s), b, remainder, bounds)
     steps, wrapped, leftover = assign_steps(order, b, remainder)
     shape = (steps.shape[0], num_shards, micro_batch_size)
-    return ShardPlan(steps.reshape(shape), wrapped.reshape(shape), leftover, "random", "none", remainder)
+    return ShardPlan(steps.reshape(shape), wrapped.reshape(shape), leftover, "random", "none", remainder,
+                     _bounds_info(broken))
 
 
 # An allocation: (clusters, lengths, num_shards, micro_batch_size, *, balance, remainder, length_window,
-# pair_lengths, seed) -> ShardPlan. `balances`: it uses --balance / --length-window / --pair-lengths (recorded as
-# None otherwise). Add one: a function + a line here.
+# pair_lengths, seed, bounds) -> ShardPlan. `balances`: it uses --balance / --length-window / --pair-lengths
+# (recorded as None otherwise). Add one: a function + a line here.
 ALLOCATION = Registry("--allocation")
 ALLOCATION.register("stratified", "every step holds every cluster's share, token-balanced across ranks",
                     stratified_allocation, balances=True)
 ALLOCATION.register("paper", "rank r gets only cluster r (needs k = num-shards)",
-                    lambda c, _lengths, n, m, *, remainder, seed, **_: paper_allocation(c, n, m, remainder=remainder,
-                                                                                          seed=seed), balances=False)
+                    lambda c, _lengths, n, m, *, remainder, seed, bounds=None, **_: paper_allocation(
+                        c, n, m, remainder=remainder, seed=seed, bounds=bounds), balances=False)
 ALLOCATION.register("random", "a plain shuffle (baseline)",
-                    lambda c, _lengths, n, m, *, remainder, seed, **_: random_allocation(c, n, m, remainder=remainder,
-                                                                                           seed=seed), balances=False)
+                    lambda c, _lengths, n, m, *, remainder, seed, bounds=None, **_: random_allocation(
+                        c, n, m, remainder=remainder, seed=seed, bounds=bounds), balances=False)
 ALLOCATIONS = ALLOCATION.names

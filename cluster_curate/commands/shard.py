@@ -96,9 +96,12 @@ def shard(selection: str, data=None, out: str | None = None, *, chunk_bytes: int
     inputs = {"selection": sel.meta.as_input(selection, out), "data": dataset}
     tokens, token_source = parts.selected_token_counts(o, selection, sel, ds, inputs)
     t_plan = time.monotonic()
+    bounds, bounds_said = parts.source_bounds(sel, tokens)
     plan = sharding.plan_steps(sel.clusters, tokens, o["num_shards"], o["micro_batch_size"],
                                allocation=o["allocation"], balance=o["balance"], remainder=o["remainder"],
-                               length_window=o["length_window"], pair_lengths=o["pair_lengths"], seed=o["seed"])
+                               length_window=o["length_window"], pair_lengths=o["pair_lengths"], seed=o["seed"],
+                               bounds=bounds)
+    _warn_bounds(o, plan, bounds_said)
     k = len(set(sel.clusters.tolist()))
     floor = sharding.min_length_window(k, o["num_shards"] * o["micro_batch_size"])
     if o["length_window"] and o["length_window"] < floor:  # else silently other windows than asked
@@ -151,6 +154,26 @@ def _warn_remainder(o: dict, out: str, plan, selected: int) -> None:
         fix = f"--remainder wrap, or a budget that is a multiple of {n} × {m} = {n * m} rows"
     console.warn(f"--remainder drop leaves out {console.counted(dropped, 'row')} ({dropped / selected:.0%} of the "
                  f"{selected:,} selected; ids in {os.path.join(out, names.LEFTOVER)}) {why}: try {fix}")
+
+
+def _warn_bounds(o: dict, plan, said: dict | None) -> None:
+    """The selection's source floors and caps that no choice of the rows left over (or repeated) keeps over the
+    sharded rows (sharding.pick_within_bounds): one warning naming each input, its share and the bound (`said`:
+    shard_parts.source_bounds)."""
+    broken = plan.info.get("bounds_broken")
+    if not broken:
+        return
+    from cluster_curate import console
+    names_, origins, unit = said["names"], said["origins"], said["unit"]
+    what = "left over" if o["remainder"] == "drop" else "repeated"
+    said = []
+    for k, share, bound, value in broken:
+        origin = origins.get(names_[k], {}).get(bound)
+        said.append(f"source {names_[k]} is {share:.1%} of the shards' {unit}, "
+                    f"{'below its floor' if bound == 'floor' else 'above its cap'} {value:g}"
+                    + (f" ({origin})" if origin else ""))
+    console.warn(f"--remainder {o['remainder']}: no choice of the rows {what} keeps the selection's source bounds: "
+                 + "; ".join(said))
 
 
 def _params(o: dict, token_source: str) -> dict:

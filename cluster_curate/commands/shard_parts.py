@@ -77,6 +77,28 @@ def _counted_by(params: dict, tokenizer: str) -> bool:
             and t["tokenizer_stamp"] == tokenizer_stamp(tokenizer))
 
 
+def source_bounds(sel, tokens):
+    """The floors and caps select applied to a mixture's inputs (params `source_shares`: shares of its budget, rows
+    or tokens as `share_of_budget` says), which the rows the plan leaves over or repeats keep
+    (sharding.pick_within_bounds), and how a warning names them: (SourceBounds, {"names", "origins": per input
+    where each bound was set, "unit"}); (None, None) where select bounded none. Tokens are the selection's
+    n_tokens (what select counted), else `tokens`."""
+    from cluster_curate.io.mixture import source_index
+    from cluster_curate.sharding import SourceBounds
+    shares, figures = sel.meta.params.get("source_shares"), sel.meta.params.get("sources") or []
+    source = source_index(sel.meta.dataset, sel.ids)
+    budget = next((r["share_of_budget"] for r in figures if r.get("share_of_budget")), None)
+    if not shares or source is None or budget is None:
+        return None, None
+    weight = np.ones(sel.ids.shape[0], dtype=np.int64) if budget["unit"] == "rows" else (
+        sel.n_tokens if sel.n_tokens is not None else np.asarray(tokens, dtype=np.int64))
+    share = (lambda values, none: np.array([none if v is None else v for v in values], dtype=np.float64))
+    said = {"names": [i["name"] for i in sel.meta.dataset["inputs"]], "unit": budget["unit"],
+            "origins": {r["source"]: {b["bound"]: b["from"] for b in r.get("bounds") or []} for r in figures}}
+    return SourceBounds(source, weight, share(shares["min"], 0.0), share(shares["max"], 1.0),
+                        int(budget["budget"])), said
+
+
 @dataclass
 class Weights:
     labels: np.ndarray      # the selected cluster labels
@@ -324,9 +346,15 @@ def _sources(dataset: dict, sel, plan, tokens) -> dict:
     sharded = np.zeros(sel.ids.shape[0], dtype=bool)
     sharded[np.unique(plan.rows)] = True
     rows = source_accounting([i["name"] for i in inputs], source, tokens, sharded)
+    # what is trained on, repeats (--remainder wrap) included: the shares the selection's floors and caps bound
+    held = plan.rows.reshape(-1)
+    held_rows = np.bincount(source[held], minlength=len(inputs))
+    held_tokens = np.bincount(source[held], weights=np.asarray(tokens, np.float64)[held], minlength=len(inputs))
     # share_of_selection is of rows; a token budget's floors and caps are shares of tokens: both, beside each other
     return {"sources": [{"source": r["source"], "selected_rows": r["rows"], "selected_tokens": r["tokens"],
                          "share_of_selection": r["share_rows"], "token_share_of_selection": r["share_tokens"],
                          "sharded_rows": r["selected"], "sharded_tokens": r["selected_tokens"],
-                         "left_over_rows": r["rows"] - r["selected"]}
-                        for r in rows]}
+                         "left_over_rows": r["rows"] - r["selected"],
+                         "share_of_shards": round(held_rows[i] / max(held_rows.sum(), 1), 4),
+                         "token_share_of_shards": round(held_tokens[i] / max(held_tokens.sum(), 1), 4)}
+                        for i, r in enumerate(rows)]}
