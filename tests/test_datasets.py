@@ -352,7 +352,7 @@ def test_a_directory_of_json_lines_and_json_files_reads_every_file_in_name_order
         read_all(d)
     ds, _, ex = read_all(d, SKIP)
     assert len(ex) == 8 and [(r.id, r.location) for r in ds.rejects] == [(4, f"{d / 'b.json'}:2")]
-    for held, files in [("1 .csv, 1 .md, 1 folder", ["x.csv", "README.md", "sub/"]), ("it is empty", [])]:
+    for held, files in [("1 .md, 1 .txt, 1 folder", ["notes.txt", "README.md", "sub/"]), ("it is empty", [])]:
         other = tmp_path / f"other{len(files)}"
         other.mkdir()
         for name in files:
@@ -815,8 +815,8 @@ def test_gzip_compressed_text_files(tmp_path):
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes((tmp_path / "train-300.jsonl.gz").read_bytes()[:3000])
     # what unreadable data says (errors.cannot_read), and a text file named .gz what its opposite says
-    with pytest.raises(CurateError, match=r"cut.jsonl.gz: cannot read it \(Compressed file ended before the "
-                                          r"end-of-stream marker was reached\)$"):
+    with pytest.raises(CurateError, match=r"cut.jsonl.gz: cannot read it: the compressed file is cut short \(it ends "
+                                          r"before its end-of-stream marker\); copy or download it again$"):
         read_all(cut)
     fake = tmp_path / "fake.jsonl.gz"
     fake.write_text('{"question": "a", "answer": "b"}\n')

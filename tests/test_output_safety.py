@@ -196,7 +196,8 @@ def test_a_file_output_refuses_a_folder_in_its_place_unless_it_holds_the_tools_p
     mine = _user_dir(tmp_path / "c.parquet")
     before = _snapshot(tmp_path)
     r = _cli(cli_runner, "cluster", pipeline / "embeddings.parquet", "--out", mine, "--k", "4", "--overwrite")
-    _refused(r, f"--out {mine}: " + NOT_TOOL_DIR.format("no part-*.parquet files"))
+    _refused(r, f"--out {mine}: " + NOT_TOOL_DIR.format("no part-*.parquet files").replace(
+        "choose a new or empty directory", "choose another --out"))  # an empty directory is no file's place either
     assert _snapshot(tmp_path) == before
     # parts of the tool's embeddings (as torchrun writes them) are replaced by a single file
     parts = tmp_path / "e"
@@ -389,14 +390,15 @@ def test_the_writer_never_deletes_a_folder_it_did_not_write(tmp_path):
     with pytest.raises(CurateError, match="not a file cluster-curate wrote"):
         W.write_artifact(pa.table({"id": [0]}), notes, meta, overwrite=True)
     assert _snapshot(tmp_path) == before
-    # the tool's own artifact and an empty folder are replaced
+    # the tool's own artifact is replaced; an empty folder is not turned into a file of its name
     e = tmp_path / "e.parquet"
     W.write_artifact(pa.table({"id": [0]}), e, meta)
     W.write_artifact(pa.table({"id": [0, 1]}), e, meta, overwrite=True)
     assert read_meta(e).rows == 2
     (tmp_path / "empty").mkdir()
-    W.write_artifact(pa.table({"id": [0]}), tmp_path / "empty", meta, overwrite=True)
-    assert (tmp_path / "empty").is_file()
+    with pytest.raises(CurateError, match="an empty directory, but an embeddings artifact is written as one Parquet"):
+        W.write_artifact(pa.table({"id": [0]}), tmp_path / "empty", meta, overwrite=True)
+    assert (tmp_path / "empty").is_dir()
 
 
 def _disk_full(*args, **kwargs):

@@ -1183,7 +1183,8 @@ def test_a_bfcl_data_directory_is_one_evaluation_set(tmp_path):
     (tmp_path / "docs" / "scores.csv").write_text("model,score\n")
     r = _cli("inspect", "tools.jsonl", "--decontaminate", "docs", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    assert "--decontaminate docs: directory holds no data files to read (1 .csv, 1 .md)" in r.stderr, r.stderr
+    assert "--decontaminate docs: directory holds no .parquet, .jsonl or .json files, which a directory is read for " \
+        "(1 .csv, 1 .md); give its CSV/TSV file as DATA" in r.stderr, r.stderr
 
 
 def _call(name: str, city: str, call_id: str | None = None) -> dict:

@@ -132,9 +132,10 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
     """Before any work: `path` is none of the command's `inputs` and holds none of them (output_inputs), is not
     in the way (or may be replaced) and can be created (check_creatable). With `kind` (an artifact kind, SHARDS,
     EXPORT) an existing output is replaced, with `overwrite`, only when it is the tool's own output of that kind
-    or an empty directory (replace_refusal): `--overwrite` never deletes what cluster-curate did not write, nor
-    does a sidecar the command of that kind writes beside it (names.sidecars). `label` names the output in messages
-    (default `--out PATH`)."""
+    or an empty directory (replace_refusal; not for a one-file artifact, which would become a file of the
+    directory's name), and one it would not replace is refused saying so, with or without `overwrite`:
+    `--overwrite` never deletes what cluster-curate did not write, nor does a sidecar the command of that kind
+    writes beside it (names.sidecars). `label` names the output in messages (default `--out PATH`)."""
     p = Path(path)
     label = label or f"--out {p}"
     check_not_input(p, inputs, label)
@@ -144,13 +145,17 @@ def check_writable(path: str | os.PathLike, overwrite: bool, *, inputs=(), kind:
         if (side.exists() or side.is_symlink()) and not own_sidecar(side, suffix):
             raise CurateError(f"{side}: not a file cluster-curate wrote, and {label} writes (or removes) one of that "
                               f"name beside it; {KEEP_ONLY}: move it, or choose another --out")
+    if kind in _PARQUET_KINDS and p.is_dir() and not p.is_symlink() and not any(p.iterdir()):
+        # replaced (--overwrite), it became a file of that name: one process writes these as one Parquet file
+        raise CurateError(f"{label}: an empty directory, but {_article(kind)} {kind} artifact is written as one "
+                          f"Parquet file: give a file, e.g. {p / f'{kind}.parquet'}")
     if p.exists() or p.is_symlink():
+        # whose it is first: "pass --overwrite" for what --overwrite will not replace leads nowhere
+        why = replace_refusal(p, kind) if kind is not None else None
+        if why:
+            raise CurateError(f"{label}: {'' if overwrite else 'already exists: '}{why}")
         if not overwrite:
             raise CurateError(f"{p}: already exists (pass --overwrite to replace it)")
-        if kind is not None:
-            why = replace_refusal(p, kind)
-            if why:
-                raise CurateError(f"{label}: {why}")
         if p.is_dir() and (reason := _cannot_write_in(p)):  # replaced whole: its entries are moved or deleted
             raise CurateError(f"{p}: cannot replace it: cannot write in it ({reason}); make it writable "
                               f"(chmod u+w {p}) or choose another --out")
@@ -329,33 +334,36 @@ def replace_refusal(path: str | os.PathLike, kind: str) -> str | None:
     return None
 
 
-def _not_written(what: str) -> str:
-    return f"a directory cluster-curate did not write ({what}); {KEEP_ONLY}: choose a new or empty directory"
+_NEW_DIRECTORY = "choose a new or empty directory"
+_NEW_OUT = "choose another --out"  # an artifact's parts: one process writes a file, and no empty directory
 
 
-def _foreign(names_: list[str]) -> str:
+def _not_written(what: str, choose: str = _NEW_DIRECTORY) -> str:
+    return f"a directory cluster-curate did not write ({what}); {KEEP_ONLY}: {choose}"
+
+
+def _foreign(names_: list[str], choose: str = _NEW_DIRECTORY) -> str:
     more = f" and {len(names_) - 1} more" if len(names_) > 1 else ""
     return (f"holds {names_[0]}{more}, which cluster-curate did not write; {KEEP_ONLY}: move "
-            f"{'them' if more else 'it'} out or choose a new or empty directory")
+            f"{'them' if more else 'it'} out or {choose}")
 
 
 def _parts_refusal(p: Path, entries: list[str], kind: str) -> str | None:
     parts = [n for n in entries if _PART_FILE.match(n)]
     if not parts:
-        return _not_written("no part-*.parquet files")
+        return _not_written("no part-*.parquet files", _NEW_OUT)
     foreign = [n for n in entries if n not in parts and not _PART_SIDE.match(n)]
     if foreign:
-        return _foreign(foreign)
+        return _foreign(foreign, _NEW_OUT)
     for name in parts:
         if cut_short(p / name):
             continue
         try:
             meta = read_meta(p / name)
         except (CurateError, ValueError, TypeError):
-            return _not_written(f"{name} has no '{META_KEY.decode()}' metadata")
+            return _not_written(f"{name} has no '{META_KEY.decode()}' metadata", _NEW_OUT)
         if meta.kind != kind:
-            return (f"holds {meta.kind} parts, not an earlier {kind} output; {KEEP_ONLY} of the same kind: choose "
-                    "a new or empty directory")
+            return f"holds {meta.kind} parts, not an earlier {kind} output; {KEEP_ONLY} of the same kind: {_NEW_OUT}"
     return None
 
 

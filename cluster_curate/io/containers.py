@@ -126,9 +126,23 @@ def _open_binary(path: Path):
 # compressed bytes under a text file's name (a download saved as .jsonl): named with the fix, not as a line 1 that
 # is "not valid UTF-8" or a file with "no readable record"
 GZIP_MAGIC = b"\x1f\x8b"
+_ZIP = "a zip archive, not text; extract it and give the file inside"
+_ZSTD = "zstd-compressed, not text; decompress it (zstd -d) or recompress it as .gz"
 _PACKED = {GZIP_MAGIC: "gzip-compressed, but its name does not end in .gz; rename it {name}.gz",
-           b"PK\x03\x04": "a zip archive, not text; extract it and give the file inside",
-           b"\x28\xb5\x2f\xfd": "zstd-compressed, not text; decompress it (zstd -d) or recompress it as .gz"}
+           b"PK\x03\x04": _ZIP, b"\x28\xb5\x2f\xfd": _ZSTD}
+# the same, said by the name of a file compressed otherwise than with gzip (`train.jsonl.zst`), not "unknown file type"
+_PACKED_SUFFIXES = {".zst": _ZSTD, ".zstd": _ZSTD, ".zip": _ZIP,
+                    ".xz": "xz-compressed, not text; decompress it (xz -d) or recompress it as .gz",
+                    ".bz2": "bzip2-compressed, not text; decompress it (bzip2 -d) or recompress it as .gz"}
+
+
+def read_failure(path, e: BaseException) -> CurateError:
+    """errors.cannot_read, and for a compressed file whose stream stops before its end (gzip's EOFError, pyarrow's
+    "Truncated compressed stream": a copy or download stopped part-way) what to do: no reader can use it."""
+    if isinstance(e, EOFError) or "Truncated compressed stream" in str(e):
+        return CurateError(f"{path}: cannot read it: the compressed file is cut short (it ends before its "
+                           "end-of-stream marker); copy or download it again")
+    return cannot_read(path, e)
 
 
 def _first_non_utf8_line(path: Path) -> str | None:
@@ -702,15 +716,18 @@ _SPLIT_NAME = re.compile(r"(?:train|training|test|testing|validation|valid|val|d
                          r"(?:[_-][a-z][a-z0-9]*)*", re.IGNORECASE)
 _PART_NUMBER = re.compile(r"(?:-\d+-of-\d+|[-_.]?\d+)$")
 _HIVE_FOLDER = re.compile(r"([^=]+)=(.*)")
+# a data file's type in its name (`.jsonl.gz`), taken off to leave the name a split is read from
+_DATA_SUFFIX = re.compile(r"\.(?:parquet|jsonl|ndjson|json|csv|tsv)(?:\.gz)?$", re.IGNORECASE)
 
 
 def _split_of(relative: Path) -> tuple[str, Path] | None:
-    """The split a part's path names, and the path to give for it: its file name's (the hub's
-    `data/train-00000-of-00002.parquet`), else its innermost folder's that is one (the parquet converter's
-    `default/test/0000.parquet`); the folder named for it where there is one, else the file. None for no split."""
+    """The split a data file's path names, and the path to give for it: its file name's (the hub's
+    `data/train-00000-of-00002.parquet`, `test.jsonl`), else its innermost folder's that is one (the parquet
+    converter's `default/test/0000.parquet`); the folder named for it where there is one, else the file. None for no
+    split."""
     folders = [(_PART_NUMBER.sub("", part), Path(*relative.parts[:i + 1]))
                for i, part in enumerate(relative.parts[:-1])]
-    base = _PART_NUMBER.sub("", relative.name[:-len(".parquet")])
+    base = _PART_NUMBER.sub("", _DATA_SUFFIX.sub("", relative.name))
     if not _SPLIT_NAME.fullmatch(base):
         base = next((name for name, _ in reversed(folders) if _SPLIT_NAME.fullmatch(name)), None)
         if base is None:
@@ -728,9 +745,8 @@ def _column_names(part: Path) -> list[str]:
 
 
 def _refuse_layouts(directory: Path, parts: list[Path]) -> None:
-    """A directory whose folders or file names carry what its rows do not: hive `key=value` folders (the column's
-    values; reading the files alone would drop it), or splits (read as one dataset, a test split's rows would be
-    trained on). Which split to read is not guessed, as a JSON file's splits are not (_JsonDocument._not_records)."""
+    """A Parquet directory whose folders or file names carry what its rows do not: hive `key=value` folders (the
+    column's values; reading the files alone would drop it), or splits (_refuse_splits)."""
     relative = [p.relative_to(directory) for p in parts]
     hive = sorted({part for r in relative for part in r.parts[:-1] if _HIVE_FOLDER.fullmatch(part)})
     keys = sorted({_HIVE_FOLDER.fullmatch(h).group(1) for h in hive})
@@ -743,28 +759,41 @@ def _refuse_layouts(directory: Path, parts: list[Path]) -> None:
                           "in the folder names, not in the files, and reading the files would drop it; write the "
                           f"rows with it into one file (pq.write_table(pq.read_table({str(directory)!r}), "
                           "'data.parquet')) and give that")
+    _refuse_splits(directory, parts)
+
+
+def _refuse_splits(directory: Path, files: list[Path]) -> None:
+    """A directory whose data files are splits, a training one beside an evaluation one (test, validation, dev,
+    eval), by their names or folders: read as one dataset, the evaluation rows would be trained on. One rule for
+    every format (Parquet, JSON, CSV); which split to read is not guessed, as a JSON file's splits are not
+    (_JsonDocument._not_records): refused naming them and the path that gives the training split."""
     splits: dict[str, list[tuple[Path, Path]]] = {}
-    for r in relative:
+    for r in (f.relative_to(directory) for f in files):
         found = _split_of(r)
         if found:
             splits.setdefault(found[0].lower(), []).append((r, found[1]))
-    # a training split beside an evaluation one (test, validation, dev, eval) is refused; `train-math` beside
-    # `train-code`, or `test` beside `validation`, holds no evaluation rows to be trained on beside training ones
+    # `train-math` beside `train-code`, or `test` beside `validation`, holds no evaluation rows to be trained on
+    # beside training ones
     kinds = {"train" if re.match(r"train", name, re.IGNORECASE) else "eval" for name in splits}
     if kinds != {"train", "eval"}:
         return
-    held = "; ".join(f"{name}: {files[0][0]}" + f" and {counted(len(files) - 1, 'more file')}" * (len(files) > 1)
-                     for name, files in splits.items())
+    held = "; ".join(f"{name}: {split[0][0]}" + f" and {counted(len(split) - 1, 'more file')}" * (len(split) > 1)
+                     for name, split in splits.items())
     name = "train" if "train" in splits else next(iter(splits))
-    (first, where), files = splits[name][0], splits[name]
+    (first, where), split = splits[name][0], splits[name]
     if where != first:  # a split folder
         give = directory / where
-    elif len(files) == 1:
+    elif len(split) == 1:
         give = directory / first
     else:  # a split's files by name: the shell's pattern for them
-        stem = first.name[:-len(".parquet")]
-        give = directory / first.parent / f"{stem[:len(_PART_NUMBER.sub('', stem)) + 1]}*.parquet"
-    raise CurateError(f"{directory}: a directory of Parquet splits ({held}), which read as one dataset would be "
+        stem = _DATA_SUFFIX.sub("", first.name)
+        prefix = stem[:len(_PART_NUMBER.sub("", stem)) + 1]  # `train-`, unless a file of the split lacks the `-`
+        prefix = prefix if all(r.name.startswith(prefix) for r, _ in split) else prefix[:-1]
+        give = directory / first.parent / f"{prefix}*{first.name[len(stem):]}"
+    kinds = {{".parquet": "Parquet", ".csv": "CSV", ".tsv": "TSV"}.get(
+        _DATA_SUFFIX.search(f.name).group().lower().removesuffix(".gz"), "JSON") for f in files}
+    what = kinds.pop() if len(kinds) == 1 else "data"
+    raise CurateError(f"{directory}: a directory of {what} splits ({held}), which read as one dataset would be "
                       f"mixed (an evaluation split's rows trained on); which split is read is not guessed: give one, "
                       f"e.g. {give}")
 
@@ -1005,17 +1034,28 @@ class _JsonFiles:
 
     def iter_rows(self) -> Iterator[JsonRow]:
         for f in self.files:
-            for row in _json_file(f).iter_rows():
-                row.file = f
-                yield row
+            try:  # a file that fails part-way named, not the directory (io/datasets.py _read_errors)
+                for row in _json_file(f).iter_rows():
+                    row.file = f
+                    yield row
+            except (OSError, EOFError) as e:
+                raise read_failure(f, e) from None
 
     def count(self) -> int:
-        return sum(_json_file(f).count() for f in self.files)
+        n = 0
+        for f in self.files:
+            try:
+                n += _json_file(f).count()
+            except (OSError, EOFError) as e:
+                raise read_failure(f, e) from None
+        return n
 
 
 def _directory(path: Path):
     """The container of a directory that is no save_to_disk dataset: its Parquet files (in its folders too), else
-    the JSON Lines and JSON files directly in it; one with neither is refused, saying what it holds."""
+    the JSON Lines and JSON files directly in it, either refused when they are splits (_refuse_splits); one with
+    neither is refused, saying what it holds and, where it holds CSV files or data files in its folders (a hub
+    snapshot's `data/train.jsonl`), what to give."""
     parts = _parquet_files(path)
     if parts:
         others = sorted(str(p.relative_to(path)) for p in path.rglob("*") if _is_other_data_file(p)
@@ -1037,12 +1077,35 @@ def _directory(path: Path):
                           f"others out; it holds {held}: give the files as DATA (several files are read as one "
                           "dataset)")
     if json_files:
+        _refuse_splits(path, json_files)
         return _JsonFiles(path, json_files)
     kinds: dict[str, int] = {}
     for f in files:
         kind = "folder" if f.is_dir() else (f.suffix.lower() or "file without a suffix")
         kinds[kind] = kinds.get(kind, 0) + 1
     held = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "it is empty"
+    if others:  # CSV / TSV: each file is read as a dataset of its own, and several as DATA (io/mixture.py)
+        _refuse_splits(path, others)
+        suffixes = sorted({_DATA_SUFFIX.search(f.name).group().lower() for f in others})
+        give = others[0] if len(others) == 1 else " ".join(f"{path}{os.sep}*{s}" for s in suffixes)
+        raise CurateError(f"{path}: directory holds no .parquet, .jsonl or .json files, which a directory is read "
+                          f"for ({held}); give its CSV/TSV file{'s' * (len(others) > 1)} as DATA (several files are "
+                          f"read as one dataset): {give}")
+    nested = sorted(p for p in path.rglob("*") if _is_other_data_file(p)
+                    and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts))
+    if nested:  # a hub snapshot's `data/train.jsonl` beside its README.md: named, with the path to give
+        _refuse_splits(path, nested)
+        folders = {p.parent for p in nested}
+        if len(nested) == 1:
+            give = f"it: {nested[0]}"
+        elif len(folders) == 1 and all(p.name.lower().removesuffix(".gz").endswith(_JSON_SUFFIXES) for p in nested):
+            give = f"their folder: {folders.pop()}"
+        else:
+            give = f"them as DATA (several files are read as one dataset), e.g. {nested[0]}"
+        shown = ", ".join(str(p.relative_to(path)) for p in nested[:3]) + \
+            f" and {len(nested) - 3} more" * (len(nested) > 3)
+        raise CurateError(f"{path}: directory holds no data files directly in it ({held}), and only a Parquet "
+                          f"directory's folders are read; its folders hold {shown}: give {give}")
     raise CurateError(f"{path}: directory holds no data files to read ({held}); expected .parquet files, .jsonl or "
                       ".json files directly in it, or a datasets.save_to_disk directory")
 
@@ -1132,6 +1195,8 @@ def open_container(source: str):
         return path, _Csv(path, delimiter="\t")
     if name.endswith(".arrow"):
         raise CurateError(f"{path}: a bare .arrow file; pass the datasets.save_to_disk directory that holds it")
+    if path.suffix.lower() in _PACKED_SUFFIXES:
+        raise CurateError(f"{path}: {_PACKED_SUFFIXES[path.suffix.lower()]}")
     raise CurateError(f"{path}: unknown file type; expected .jsonl, .json, .parquet, .csv, .tsv (each but .parquet "
                       "may be .gz-compressed), a directory of Parquet, JSON Lines or JSON files, a "
                       "datasets.save_to_disk directory or a Hugging Face dataset id")

@@ -67,8 +67,8 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from cluster_curate.errors import CurateError, cannot_read
-from cluster_curate.io.containers import JsonRow, file_fingerprint, open_container
+from cluster_curate.errors import CurateError
+from cluster_curate.io.containers import JsonRow, file_fingerprint, open_container, read_failure
 from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.fields import (ColumnsHint, detect_format, held_columns, most_read_format, read_columns,
                                      reads_row, resolve_fields)
@@ -152,11 +152,11 @@ class Batch:
 @contextmanager
 def _read_errors(source: str):
     """A failing read (a corrupt or truncated .gz file, a disk error) becomes one line naming the source, worded as
-    any input that cannot be read is (errors.cannot_read)."""
+    any input that cannot be read is (containers.read_failure)."""
     try:
         yield
     except (OSError, EOFError) as e:
-        raise cannot_read(source, e) from None
+        raise read_failure(source, e) from None
 
 
 def reserved_rename(name: str, reserved: tuple[str, ...]) -> str:

@@ -35,10 +35,23 @@ class ColumnsHint:
 
     def as_flags(self) -> str:
         # a column quoted as a shell needs (a CSV header `Question Text`), so that the hint can be pasted
-        flags = [f"--format {self.format}"] * bool(self.format) + [f"--{field}-field {shlex.quote(column)}"
+        flags = [f"--format {self.format}"] * bool(self.format) + [f"--{field}-field {as_typed(column)}"
                                                                    for field, column in self.fields]
         left = f" and --{self.left_to_user[0]}-field COLUMN, {self.left_to_user[1]}" if self.left_to_user else ""
         return f"pass {' '.join(flags)}" + (f" ({self.note})" if self.note else "") + left
+
+
+def as_typed(column: str) -> str:
+    """A column name as a shell takes it, to be pasted: quoted where it holds a space or a shell character, or a
+    comma, which a list of columns (`columns found: [...]`, --prompt-field A,B) separates them by."""
+    quoted = shlex.quote(column)
+    return f"'{column}'" if quoted == column and "," in column else quoted
+
+
+def _shown_columns(columns) -> str:
+    """The columns a message lists (`columns found: [...]`), each as typed (as_typed), the first 30 of many."""
+    cols = [as_typed(c) for c in columns]
+    return ", ".join(cols) if len(cols) <= 30 else ", ".join(cols[:30]) + f", ... ({len(cols)} columns)"
 
 
 class FieldsRefusal(CurateError):
@@ -244,11 +257,14 @@ def _root_column(field: str, columns: set) -> str | None:
     return root if "." in field and root in columns else None
 
 
-def _prompt_columns(prompt_field: str | None) -> list[str]:
-    """--prompt-field A or A,B -> [A] or [A, B]."""
+def _prompt_columns(prompt_field: str | None, columns: set) -> list[str]:
+    """--prompt-field A or A,B -> [A] or [A, B]; a column of that exact name first (a spreadsheet's `Question, as
+    asked`, or `question ` with its space), then each part as typed, else without its outer spaces (`A, B`)."""
     if prompt_field is None:
         return []
-    names = [c.strip() for c in prompt_field.split(",")]
+    if prompt_field in columns:
+        return [prompt_field]
+    names = [c if c in columns else c.strip() for c in prompt_field.split(",")]
     if not all(names):
         raise CurateError(f"--prompt-field {prompt_field!r}: an empty column name; pass COLUMN or COLUMN,COLUMN")
     return names
@@ -268,8 +284,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
 
     cols = list(columns)
     colset = set(cols)
-    shown = ", ".join(cols) if len(cols) <= 30 else ", ".join(cols[:30]) + f", ... ({len(cols)} columns)"
-    prompts = _prompt_columns(prompt_field)
+    shown = _shown_columns(cols)
+    prompts = _prompt_columns(prompt_field, colset)
     if fmt is not None and fmt not in FORMATS:
         raise CurateError(f"unknown --format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if rejected_field and fmt not in (None, "preference"):
@@ -319,8 +335,8 @@ def resolve_fields(columns, fmt: str | None, prompt_field: str | None, response_
                     which = (("preference pairs? ", ColumnsHint((("response", pair[0]), ("rejected", pair[1]))))
                              if pair else ("no column looks like one" if not found
                                            else "several could be: " + ", ".join(found),))
-                    raise NoResponseColumn(f"{source}: --prompt-field {prompt_field} needs --response-field COLUMN "
-                                           "too (", *which, f"); columns found: [{shown}]")
+                    raise NoResponseColumn(f"{source}: --prompt-field {as_typed(prompt_field)} needs --response-field "
+                                           "COLUMN too (", *which, f"); columns found: [{shown}]")
                 response_field = found[0]
             fmt = "prompt-completion"  # a custom pair of columns behaves like prompt/completion
         if fmt is None:
