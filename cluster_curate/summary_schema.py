@@ -108,17 +108,26 @@ SCHEMAS = {
     },
     "report": {
         "embeddings?": {**_ARTIFACT, "features": [str], "dims": Map(int), "dim_total?": int, "seed?": int,
-                        "max_length?": (int, None), "model": (str, None), "n_tokens?": _STATS,
+                        "max_length?": (int, None), "model": (str, None),
+                        "encoder?": Map(ANY),  # the semantic encoder's record (embed's params["semantic"])
+                        # where the data's rows went (embed's keys; a complete artifact that records them)
+                        "rows_in_data?": int, "bad_rows?": int, "skipped_no_response?": int, "rejects?": str,
+                        "rows_not_embedded?": int, "exact_duplicates_dropped?": int, "n_tokens?": _STATS,
                         "n_response_tokens?": _STATS, "loss?": _STATS},
         "clusters?": {**_ARTIFACT, "k": int, "k_rule": (str, None), "mixed_clusters_cut": int,
                       "cluster_size": _MIN_MEDIAN_MAX, "max_over_min_size": NUMBER, "empty_clusters": int,
                       "groups?": int, "objective": (NUMBER, None), "moved_by_the_cap": (int, None)},
         "selection?": {**_ARTIFACT, "budget": {"mode": (str, None), "value": ANY, "rows": (int, None)},
-                       "selected": int, "kept": NUMBER, "within": (str, None),
-                       "clusters_covered": {"covered": (int, None), "clusters": int},
+                       "selected": int, "kept": NUMBER, "exact_duplicates_left_out": (int, None),
+                       "within": (str, None), "within_auto?": _SELECT["within_auto?"],
+                       # select's keys; `clusters` (every cluster, empty ones too): report's former figure, kept
+                       # for one release
+                       "clusters_covered": {"covered": (int, None), "nonempty": int, "clusters": int},
+                       "rule?": str, "near_duplicates_dropped?": int, "notes?": [str],
                        "tokens_selected?": {"selected": int, "total": int, "counted_by": str},
                        "decontaminated?": _DECONTAMINATED,
-                       "table?": [{"cluster": int, "size": int, "selected": int, "kept": (NUMBER, None)}]},
+                       "table?": [{"cluster": int, "size": int, "after_dedup?": int, "selected": int,
+                                   "kept": (NUMBER, None)}]},
         "target?": {"...": ANY},
         "sources?": {"inputs": int, "table": [Map(ANY)]},
         "shards?": {"path": str, "shards": int, "micro_batch_size": int, "rows_per_shard": int, "steps": int,

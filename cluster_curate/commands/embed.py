@@ -413,6 +413,24 @@ def embed(data, out: str, **options) -> dict:
         distributed.shutdown(layout)
 
 
+def copies_line(dropped: int | None):
+    """The exact duplicates embed left out, as its summary, select's and `report`'s say them."""
+    from cluster_curate.console import Shown
+    return Shown(dropped, label="exact duplicates left out")
+
+
+def rows_left_lines(bad: int, skipped: int, rejects: str | None, dropped: int | None, parts: bool = False) -> dict:
+    """The data's rows not embedded, under the summary's --json keys, as its lines (and `report`'s) say them: the
+    bad rows and those with nothing to embed (a line where there are any), the list of them (`rejects`: a file, or
+    with `parts` the directory holding one per part), the exact duplicates left out."""
+    from cluster_curate.console import Shown
+    lines = {"bad_rows": Shown(bad, label="bad rows", hidden=not bad),
+             "skipped_no_response": Shown(skipped, label="skipped (nothing to embed)", hidden=not skipped)}
+    if rejects:
+        lines["rejects"] = Shown(rejects, label="rejects files (in)" if parts else "rejects file")
+    return lines | {"exact_duplicates_dropped": copies_line(dropped)}
+
+
 def render(result: dict, options: dict) -> None:
     """The summary for a reader: the figures of the result (--json gives them as they are), in words."""
     from cluster_curate import console
@@ -422,13 +440,8 @@ def render(result: dict, options: dict) -> None:
     if r["parts"] > 1 or not r["complete"]:
         rows += (f"; the artifact: {r['artifact_rows']:,} rows in {counted(r['parts'], 'part')}"
                  + ("" if r["complete"] else ", not complete yet (the other parts not written yet)"))
-    data = {"output": r["output"], "process": r["process"], "rows embedded": rows}
-    for key, label in (("bad_rows", "bad rows"), ("skipped_no_response", "skipped (nothing to embed)")):
-        if r[key]:
-            data[label] = r[key]
-    if r["rejects"]:
-        data["rejects file"] = r["rejects"]
-    data["exact duplicates left out"] = r["exact_duplicates_dropped"]
+    data = {"output": r["output"], "process": r["process"], "rows embedded": rows,
+            **rows_left_lines(r["bad_rows"], r["skipped_no_response"], r["rejects"], r["exact_duplicates_dropped"])}
     for src in r.get("sources", []):  # a mixture: where each input's rows went
         left = parts.source_losses(src)
         embedded = f"{src['rows']:,} of {src['rows_in_data']:,} rows embedded"

@@ -156,13 +156,12 @@ def _describe_embeddings(path: Path, sections: list) -> None:
                      f"({', '.join(inc['missing_parts'][:3])}{', ...' if len(inc['missing_parts']) > 3 else ''} "
                      "missing); this report describes the rows embedded so far")
     p = meta.params
+    if inc is None:  # where the data's rows went, as embed's summary says it
+        data.update(_embedded_rows(path, meta))
     data.update({k: p[k] for k in ("features", "dims", "dim_total", "seed") if k in p})
     model, sem = p.get("model"), p.get("semantic")
-    if "max_length" in p:  # --max-length cuts what a model or encoder reads (the encoder's own limit below)
-        data["max_length"] = Shown(p["max_length"], f"{p['max_length']:,} (the model's position limit: "
-                                   f"{p['model_max_length']:,})" if "model_max_length" in p else
-                                   f"{p['max_length']:,}" if model or sem else
-                                   f"{p['max_length']:,} (not used: no model or encoder)")
+    if "max_length" in p:
+        data["max_length"] = _max_length_line(p)
     data["model"] = Shown(model, model or "none (no model feature)")  # the text feature has no model
     if sem:
         data["encoder"] = Shown(sem, f"{sem.get('encoder')} ({sem.get('pooling')} pooling, at most "
@@ -178,6 +177,52 @@ def _describe_embeddings(path: Path, sections: list) -> None:
             data[col] = Shown(stats, ", ".join(f"{k} {x:,}" if isinstance(x, int) else f"{k} {x:,.1f}"
                                                for k, x in stats.items()), col)
     sections.append(("embeddings", data, None))
+
+
+def _max_length_line(p: dict) -> Shown:
+    """The length texts were cut to: --max-length for a model's features (at most the model's position limit); for
+    semantic alone the encoder's (its own limit, which --max-length only lowers: the default 1,024 is the model
+    features'); else none. The rows the encoder cut are counted in embed's summary, not in the artifact."""
+    given, sem = p["max_length"], p.get("semantic")
+    if p.get("model"):
+        said = [f"the model's position limit: {p['model_max_length']:,}"] if "model_max_length" in p else []
+        if sem and sem["max_length"] < given:  # the encoder beside the model reads less
+            said.append(f"the encoder reads at most {sem['max_length']:,}")
+        return Shown(given, f"{given:,}" + (f" ({'; '.join(said)})" if said else ""))
+    if sem:
+        cut, own = sem["max_length"], sem.get("model_max_length", sem["max_length"])
+        if cut < own:
+            return Shown(cut, f"{cut:,} (--max-length; the encoder's own limit: {own:,})")
+        return Shown(cut, f"{cut:,} (the encoder's own limit"
+                          + (f"; --max-length {given:,} not used: above it)" if given > cut else ")"))
+    return Shown(given, f"{given:,} (not used: no model or encoder)")
+
+
+def _embedded_rows(path: Path, meta: ArtifactMeta) -> dict:
+    """The data's rows not embedded, under embed's --json keys and its summary's labels: the exact duplicates left
+    out (the metadata), the bad rows and those with nothing to embed (the rejects list embed wrote beside the
+    artifact, or in its directory one per part). Where that list is gone or does not add up, one count of both."""
+    import json
+
+    from cluster_curate.commands.embed import copies_line, rows_left_lines
+    from cluster_curate.io import names
+    from cluster_curate.io.artifacts import sidecar_path
+    in_data = meta.dataset.get("rows")
+    dropped = (meta.params.get("exact_duplicates") or {}).get("dropped")
+    if in_data is None or dropped is None:  # an artifact made before embed recorded them
+        return {}
+    lists = sorted(path.glob(names.PART_REJECTS_PATTERN)) if path.is_dir() else [sidecar_path(path, names.REJECTS)]
+    lists = [q for q in lists if q.is_file()]
+    kinds = [json.loads(row).get("kind") for q in lists for row in q.read_text().splitlines() if row.strip()]
+    bad, skipped = kinds.count("bad row"), kinds.count("nothing to embed")
+    out = {"rows_in_data": Shown(in_data, f"{in_data:,}", "rows in the data")}
+    missing = in_data - meta.rows - dropped
+    if bad + skipped == missing:
+        rejects = (str(lists[0]) if len(lists) == 1 else str(path)) if lists else None
+        return out | rows_left_lines(bad, skipped, rejects, dropped, parts=len(lists) > 1)
+    out["rows_not_embedded"] = Shown(missing, f"{missing:,} (bad rows or nothing to embed; no rejects list beside "
+                                              "the artifact says which)", "not embedded")
+    return out | {"exact_duplicates_dropped": copies_line(dropped)}
 
 
 def _describe_clusters(path: Path, sections: list) -> None:
@@ -204,31 +249,37 @@ def _describe_clusters(path: Path, sections: list) -> None:
 
 
 def _describe_selection(path: Path, sections: list) -> None:
-    from cluster_curate.commands.select_parts import kept_label
+    from cluster_curate.commands import select_parts as P
+    from cluster_curate.commands.embed import copies_line
     meta = read_meta(path)
     p = meta.params
     data = _meta_rows(path, meta)
+    sizes = np.asarray(p.get("cluster_sizes") or [], dtype=np.int64)
+    kept, decontaminated = p.get("fraction_selected"), p.get("decontaminated")
+    # select's lines, from what it recorded; `clusters` (every cluster, empty ones too) kept for one release
     data.update({"budget": Shown({"mode": p.get("mode"), "value": p.get("value"), "rows": p.get("requested")},
                                  f"--{p.get('mode')} {p.get('value')}"),
-                 "selected": p.get("selected"),
-                 "kept": Shown(p.get("fraction_selected"), label=kept_label(p.get("decontaminated"))),
-                 "within": (Shown(p["within_auto"]["order"], f"auto: {p['within_auto']['order']}")
-                            if p.get("within_auto") else p.get("within")),
-                 "clusters_covered": Shown({"covered": p.get("clusters_covered"),
-                                            "clusters": len(p.get("cluster_sizes") or [])},
-                                           f"{p.get('clusters_covered')} / {len(p.get('cluster_sizes') or [])}")})
+                 "selected": p.get("selected"), "kept": P.kept_line(kept, decontaminated),
+                 "exact_duplicates_left_out": copies_line((p.get("exact_duplicates") or {}).get("dropped")),
+                 **P.within_lines(p.get("within"), p.get("within_auto")),
+                 "clusters_covered": P.covered_line(p.get("clusters_covered"), int((sizes > 0).sum()), len(sizes))})
+    if p.get("mode") == "per-cluster-ratio" and sizes.size:
+        data["rule"] = P.ratio_rule(p["value"], p.get("available_sizes") or sizes, p["quotas"], kept, decontaminated)
+    if p.get("dedup") is not None:
+        data["near_duplicates_dropped"] = P.near_duplicates_line(p.get("dedup_dropped"), p["dedup"])
     rows = None
     if p.get("cluster_sizes") and p.get("quotas"):  # every cluster (--json); render shows the ends of the table
         from cluster_curate.selection import cluster_rows
+        available = p.get("available_sizes") if p.get("dedup_dropped") else None  # select's `after_dedup` column
         rows = [dict(r, kept=Shown(r["kept"], "-" if r["kept"] is None else f"{r['kept']:.1%}"))
-                for r in cluster_rows(p["cluster_sizes"], p["quotas"])]
+                for r in cluster_rows(p["cluster_sizes"], p["quotas"], available)]
     if p.get("tokens"):
         t = p["tokens"]
         data["tokens_selected"] = Shown({"selected": t["selected"], "total": t["total"],
                                          "counted_by": t["counted_by"]},
                                         f"{t['selected']:,} of {t['total']:,} (counted by {t['counted_by']})")
-    from cluster_curate.commands.select_parts import decontaminated_lines
-    data.update(decontaminated_lines(p.get("decontaminated")))
+    data.update(P.decontaminated_lines(decontaminated))
+    data.update(P.notes_lines(p.get("notes") or []))
     sections.append(("selection", data, rows))
     if p.get("target_service"):
         sections.append(_target_section(meta))

@@ -706,7 +706,8 @@ def _params(o, mode, sel, c, x) -> dict:
 
 
 def _summary(o, mode, sel, c, x, out) -> dict:
-    from cluster_curate.console import Shown, line, min_median_max
+    from cluster_curate.commands.embed import copies_line
+    from cluster_curate.console import Shown, min_median_max
     n, chosen = len(c.ids), len(sel.rows)
     value = o[mode.replace("-", "_")]
     nonempty, covered = int((sel.sizes > 0).sum()), int((sel.quotas > 0).sum())
@@ -716,23 +717,14 @@ def _summary(o, mode, sel, c, x, out) -> dict:
         "out": out, "rows": n, "clusters": c.k,
         "budget": Shown(budget, f"--{mode} {value}" + (f" = {counted(sel.requested, 'row')}" if mode == "fraction"
                                                           else "")),
-        "selected": chosen, "kept": Shown(round(chosen / n, 4), label=P.kept_label(x.get("decontaminated"))),
-        "exact_duplicates_left_out": Shown((c.meta.params.get("exact_duplicates") or {}).get("dropped"),
-                                           label="exact duplicates left out"),
-        "clusters_covered": Shown({"covered": covered, "nonempty": nonempty},
-                                  f"{covered} / {nonempty} ({covered / max(nonempty, 1):.1%})"),
+        "selected": chosen, "kept": P.kept_line(chosen / n, x.get("decontaminated")),
+        "exact_duplicates_left_out": copies_line((c.meta.params.get("exact_duplicates") or {}).get("dropped")),
+        "clusters_covered": P.covered_line(covered, nonempty),
         "per_cluster_quota": min_median_max(q, "per-cluster quota min / median / max"),
-        "within": (Shown(x["auto"]["order"], f"auto: {x['auto']['order']} ({x['auto']['why']})")
-                   if x.get("auto") else o["within"]),
+        **P.within_lines(o["within"], x.get("auto")),
     }
-    if x.get("auto"):
-        summary["within_auto"] = Shown(x["auto"], hidden=True)  # shown in the `within` line
-    left = _left_out(x)
     if mode == "per-cluster-ratio":
-        m, r = int(sel.available[sel.available > 0].min()), o["per_cluster_ratio"]
-        summary["rule"] = (f"floor({r} x smallest cluster {m}) = {counted(int(q.max()), 'row')} per "
-                           f"cluster: {chosen / n:.1%} of the {'rows --decontaminate left' if left else 'data'} "
-                           f"(below {r:g}: clusters are larger than the smallest)")
+        summary["rule"] = P.ratio_rule(o["per_cluster_ratio"], sel.available, q, chosen / n, x.get("decontaminated"))
     else:
         summary["balance_power"] = o["balance_power"]
         if c.kinds is not None:
@@ -744,9 +736,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
             summary["quotas"] = (f"over {counted(max(c.groups) + 1, 'group')} of clusters first, then the "
                                  "clusters inside each")
     if o["dedup"] is not None:
-        summary["near_duplicates_dropped"] = Shown(int(sel.dedup_dropped),
-                                                   f"{sel.dedup_dropped:,} (cosine > {o['dedup']})",
-                                                   "near-duplicates dropped")
+        summary["near_duplicates_dropped"] = P.near_duplicates_line(sel.dedup_dropped, o["dedup"])
     summary.update(P.decontaminated_lines(x.get("decontaminated")))
     has_tokens = bool(x["n_tokens"] is not None or x.get("counted_by"))
     summary["n_tokens_column"] = Shown(has_tokens, "yes" if has_tokens else
@@ -783,10 +773,7 @@ def _summary(o, mode, sel, c, x, out) -> dict:
         summary[f"source {row['source']}"] = Shown(None, f"{row['selected']:,} of {row['rows']:,} rows selected "
                                                          f"({rows_share}){tok}{bounds}",
                                                    label=f"source {row['source']}", in_json=False)
-    if sel.notes:
-        summary["notes"] = Shown(list(sel.notes), hidden=True)
-    for i, note in enumerate(sel.notes):
-        summary[f"note {i + 1}" if len(sel.notes) > 1 else "note"] = line(note)
+    summary.update(P.notes_lines(sel.notes))
     return summary
 
 

@@ -338,11 +338,62 @@ def nothing_left(paths, rows: int) -> CurateError:
                        "a question of it; nothing is left to select")
 
 
-def kept_label(decontaminated: dict | None) -> str:
-    """The summary's (and `report`'s) label of `kept`, selected / rows: the rows embedded, or those --decontaminate
-    left (the budget is counted on them)."""
-    return ("kept (fraction of the rows --decontaminate left)" if decontaminated and decontaminated["rows_left_out"]
-            else "kept (fraction of the rows embedded)")
+# The summary's lines that `report` says again of a selection, each built here once from what the selection records
+# (select._params): the summary passes its own figures, report the metadata's.
+
+def kept_line(fraction: float | None, decontaminated: dict | None):
+    """`kept`, selected / rows (rounded; the metadata keeps the exact fraction): of the rows embedded, or of those
+    --decontaminate left (the budget is counted on them)."""
+    from cluster_curate.console import Shown
+    left = decontaminated and decontaminated["rows_left_out"]
+    return Shown(None if fraction is None else round(fraction, 4),
+                 label=f"kept (fraction of the rows {'--decontaminate left' if left else 'embedded'})")
+
+
+def covered_line(covered: int | None, nonempty: int, clusters: int | None = None):
+    """`clusters_covered`: the clusters selected from of those holding rows (report adds `clusters`, every one)."""
+    from cluster_curate.console import Shown
+    value = {"covered": covered, "nonempty": nonempty} | ({} if clusters is None else {"clusters": clusters})
+    return Shown(value, f"{covered} / {nonempty} ({(covered or 0) / max(nonempty, 1):.1%})")
+
+
+def within_lines(within: str | None, auto: dict | None) -> dict:
+    """`within`: the order given, or the one --within auto chose and why (a selection made before it recorded why:
+    the order alone), with --within auto's record (`within_auto`, shown in that line)."""
+    from cluster_curate.console import Shown
+    if not auto:
+        return {"within": within}
+    return {"within": Shown(auto["order"], f"auto: {auto['order']}" + (f" ({auto['why']})" if "why" in auto else "")),
+            "within_auto": Shown(auto, hidden=True)}
+
+
+def ratio_rule(ratio: float, available, quotas, kept: float, decontaminated: dict | None) -> str:
+    """--per-cluster-ratio's rule in words: floor(ratio x the smallest cluster left after --dedup, `available`) rows
+    from each, `kept` (selected / rows) of the data or of the rows --decontaminate left."""
+    import numpy as np
+    available = np.asarray(available)
+    rows_from = "rows --decontaminate left" if decontaminated and decontaminated["rows_left_out"] else "data"
+    return (f"floor({ratio} x smallest cluster {int(available[available > 0].min())}) = "
+            f"{counted(int(np.max(quotas)), 'row')} per cluster: {kept:.1%} of the {rows_from} (below {ratio:g}: "
+            "clusters are larger than the smallest)")
+
+
+def near_duplicates_line(dropped: int | None, threshold: float):
+    """`near_duplicates_dropped` by --dedup THRESHOLD."""
+    from cluster_curate.console import Shown
+    dropped = int(dropped or 0)
+    return Shown(dropped, f"{dropped:,} (cosine > {threshold})", "near-duplicates dropped")
+
+
+def notes_lines(notes: list[str]) -> dict:
+    """The selection's notes on its budget (--json `notes`), a line each."""
+    from cluster_curate.console import Shown, line
+    if not notes:
+        return {}
+    lines = {"notes": Shown(list(notes), hidden=True)}
+    for i, note in enumerate(notes):
+        lines[f"note {i + 1}" if len(notes) > 1 else "note"] = line(note)
+    return lines
 
 
 def decontaminated_lines(record: dict | None) -> dict:
