@@ -92,6 +92,22 @@ def _dash_file_hint(e: click.UsageError, argv) -> str:
     return f" To name the file {path}, write ./{path}" if path else ""
 
 
+def _suggest_reordered(e: click.UsageError) -> None:
+    """`--budget-tokens`: click suggests the options spelled alike (difflib: `--batch-tokens`, `--budget`), not
+    `--token-budget`, the same words in another order (a plural as its singular), which is how a user recalling
+    an option's words gets it wrong. Those are suggested too."""
+    if not isinstance(e, click.NoSuchOption) or e.ctx is None or not e.option_name.startswith("--"):
+        return
+
+    def words(flag: str) -> list[str]:
+        return sorted(w.removesuffix("s") for w in flag[2:].replace("_", "-").split("-"))
+    flags = [f for p in e.ctx.command.params if isinstance(p, click.Option) and not p.hidden
+             for f in (*p.opts, *p.secondary_opts) if f.startswith("--")]
+    reordered = [f for f in flags if words(f) == words(e.option_name)]
+    if reordered:
+        e.possibilities = list(dict.fromkeys([*reordered, *(e.possibilities or [])]))
+
+
 # Set by the `cluster-curate` entry point (__main__): the process ends with the command, so the signal handlers
 # are its to change; a caller that invokes `main` in its own process keeps its own.
 ENTRY_POINT = False
@@ -107,6 +123,7 @@ class _Group(click.Group):
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as e:
             where = e.ctx.command_path if e.ctx is not None else "cluster-curate"
+            _suggest_reordered(e)
             message = " ".join(e.format_message().split())  # click lists choices on lines of their own
             message += _dash_file_hint(e, sys.argv[1:] if args is None else args)
             click.echo(f"ERROR: {message} (see {where} --help)", err=True)

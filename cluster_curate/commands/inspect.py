@@ -17,7 +17,8 @@ OPTIONS = (
            help="A local Hugging Face tokenizer (or model) directory, or a .gguf model: also report lengths in "
                 "tokens."),
     Option("rejects_path", path=True, flags=("--rejects",), metavar="PATH",
-           help="Write every rejected row with its reason to this JSONL file."),
+           help="Write every bad row's id, location (file:line, or id), field and reason to this JSONL file (not "
+                "the row itself)."),
     Option("overwrite", is_flag=True, default=False,
            help="Replace the --rejects file if it is a rejects list this tool wrote."),
     Option("decontaminate", path=True, multiple=True, metavar="EVAL",
@@ -140,9 +141,16 @@ def inspect(data, **options) -> dict:
         **({"same_answer_pairs": len(c.same_answer), "same_answer_ids": c.same_answer[:INSPECT_LISTED_SAME_ANSWER]}
            if c.rejected_chars else {}),
         **({"chosen_from": ds.chosen_from} if not isinstance(ds, Mixture) and ds.chosen_from else {}),
+        **(_split_read(ds) if not isinstance(ds, Mixture) else {}),
         **({"inputs": _inputs(ds)} if isinstance(ds, Mixture) else {}),
         **({"decontamination": asks.records(opts["decontaminate"])} if evals else {}),
     }
+
+
+def _split_read(ds) -> dict:
+    """{"split": NAME}: the split of a Hugging Face dataset read (a DatasetDict's train split, or DIR/SPLIT; a hub
+    id's). Reading a DatasetDict says which in a note, which --quiet hides; the JSON object says it too."""
+    return {"split": ds.split} if getattr(ds, "split", None) else {}
 
 
 def _check_rejects_path(path, overwrite: bool, data) -> None:
@@ -222,7 +230,7 @@ def _inputs(mix) -> list[dict]:
     (inputs that disagree on a column's type are an error here, as in embed and shard)."""
     rows = [{"input": inp.name, "source": d.source, "format": d.format, "rows": d.rows, "bad_rows": len(d.rejects),
              "rejected": len(d.rejects), "first_id": int(first), "fields": d.fields,  # (rejected: as above)
-             **({"chosen_from": d.chosen_from} if d.chosen_from else {})}
+             **({"chosen_from": d.chosen_from} if d.chosen_from else {}), **_split_read(d)}
             for inp, d, first in zip(mix.inputs, mix.datasets, mix.offsets())]
     mix.check_columns()
     return rows
@@ -306,7 +314,7 @@ def exit_status(r: dict, options: dict) -> None:
 SPEC = CommandSpec(
     "inspect", inspect, (Argument("data", nargs=-1),), OPTIONS, render, as_json=as_json, check=exit_status,
     short_help="Describe a dataset: format, rows, bad rows, lengths, duplicates.",
-    help="""Read DATA once and describe it, before a long job.
+    help=f"""Read DATA once and describe it, before a long job.
 
     \b
     DATA is a .jsonl, .json (a list of records or a mapping id -> record), .parquet (file or directory),
@@ -316,6 +324,7 @@ SPEC = CommandSpec(
     length distributions (characters; tokens with --tokenizer), and exact duplicate examples.
 
     \b
-    Bad rows are all listed. With the default --on-bad-row error the command then exits with status 2
-    (like embed/shard/run, which would stop at the first one); with --on-bad-row skip it exits 0.
+    The first {INSPECT_LISTED_REJECTS} bad rows are listed with their reasons (--rejects PATH writes them all).
+    With the default --on-bad-row error the command then exits with status 2 (like embed/shard/run, which
+    would stop at the first one); with --on-bad-row skip it exits 0.
     """)

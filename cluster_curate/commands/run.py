@@ -303,23 +303,46 @@ def _resolved_gpus(values: dict) -> int | None:
 
 def _named_input_change(rec: dict, request: dict) -> str:
     """` (--decontaminate a.jsonl: its content changed)`: which input an option names changed, where the stage's input
-    did not ('' where that is not known: recorded before run kept the parts, or the stage's input changed)."""
+    did not, and which data input changed (embed's input: `m1.jsonl: its content changed`); '' where that is not
+    known (recorded before run kept the parts, or an artifact before the stage changed)."""
     was, now = rec.get("input_parts"), request.get("input_parts")
-    if not was or not now or was["upstream"] != now["upstream"]:
+    if not was or not now:
+        return ""
+    # embed's input is the data: each input's recorded fingerprint names the one that changed
+    said, other_inputs = _data_changed(was.get("data"), now.get("data"))
+    if was["upstream"] != now["upstream"] and not (said or other_inputs):
         return ""
     def parts(named):  # a target's fingerprint alone, or {"target": it, "decontaminate": [each set's]}
         return named if isinstance(named, dict) else {"target": named, "decontaminate": []}
     a, b = parts(was["named"]), parts(now["named"])
-    said = [f"--target {request['option_values'].get('target')}"] if a.get("target") != b.get("target") else []
+    said += [f"--target {request['option_values'].get('target')}"] if a.get("target") != b.get("target") else []
     said += [f"--{k} {request['option_values'].get(k)}" for k in ("model", "encoder", "tokenizer")
              if a.get(k) != b.get(k)]
     sets, before = request["option_values"].get("decontaminate") or [], a.get("decontaminate") or []
     said += [f"--decontaminate {path}" for i, path in enumerate(sets)
              if i >= len(before) or before[i] != (b.get("decontaminate") or [])[i]]
-    said = [f"{', '.join(said)}: its content changed"] if said else []
+    said = other_inputs + ([f"{', '.join(said)}: its content changed"] if said else [])
     if was.get("mixture_shares") != now.get("mixture_shares"):
         said.append("the mixture file's min_share / max_share changed")
     return f" ({'; '.join(said)})" if said else ""
+
+
+def _data_parts(ds) -> list:
+    """[[source, fingerprint], ...]: each data input's, to name the one that changed (embed's input is the
+    data's fingerprint, of them all)."""
+    from cluster_curate.io.mixture import Mixture
+    return [[d.source, d.fingerprint()] for d in (ds.datasets if isinstance(ds, Mixture) else [ds])]
+
+
+def _data_changed(was: list | None, now: list | None) -> tuple[list[str], list[str]]:
+    """The data inputs whose content changed (their sources), and where other inputs are given now, what changed
+    (recorded and now: _data_parts; none where either was not recorded)."""
+    if not was or not now:
+        return [], []
+    before, given = [source for source, _ in was], [source for source, _ in now]
+    if before != given:
+        return [], [f"the data inputs changed: {', '.join(before)} before, {', '.join(given)} now"]
+    return [source for (source, a), (_, b) in zip(was, now) if a != b], []
 
 
 def _file_shares(ds, data, embeddings: Path) -> list | None:
@@ -428,6 +451,8 @@ def preflight(ds, opts: dict, by_stage: dict) -> str | None:
         if decontaminate:  # the rows' questions: EVAL given as the data itself is refused before embed
             questions.append(RowQuestions.of([e.prompt for e in batch.examples]))
         ids.append(np.array([e.id for e in batch.examples], dtype=np.int64))
+    if not data_rows:  # every row a bad row (--on-bad-row skip): embed refuses the data, saying how to read them,
+        return None  # where the checks of counts below would blame the plan (0 rows selected "use fewer shards")
     ids = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
     # embed keeps the lowest id of each key (exact_dedup)
     copies = ~first_of_each(ids, keys)[0] if keys is not None else np.zeros(data_rows, dtype=bool)
@@ -646,6 +671,9 @@ def run(data, out: str, *, overwrite: bool = False, force: bool = False, default
     from cluster_curate.io.lock import output_lock
 
     d = Path(out)
+    if d.exists() and not d.is_dir():  # check_creatable would name the run-state.json it cannot make inside it
+        raise CurateError(f"--out {out}: is a file; run's --out is a directory, for the artifacts of every stage: "
+                          "name a directory (a new one is made)")
     check_creatable(d / names.RUN_STATE)
     check_not_input(d, output_inputs(data), f"--out {out}", holds=False)  # a DIR holding its data is fine
     with output_lock(d, "run"):  # `created` looked at under it: before, another run may be making `d`
@@ -698,6 +726,8 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
         parts = (None if named_input is None and not with_shares else
                  {"upstream": upstream, "named": named_input, **with_shares})
         key = upstream if parts is None else stable_hash({"upstream": upstream, "target": named_input, **with_shares})
+        if stage == "embed":  # to name the input that changed; not in `key`: directories made before stay up to date
+            parts = {**(parts or {"upstream": upstream, "named": named_input}), "data": _data_parts(ds)}
         request = state.request(stage, stage_checked, key, spec.algorithm_version(stage_opts), given_by_stage[stage],
                                 parts)
         output = paths[stage]

@@ -279,6 +279,7 @@ class Dataset:
         with _read_errors(self.source):
             self.path, self._src = open_container(str(source))
         self.container = self._src.kind
+        self.split: str | None = getattr(self._src, "split", None)  # a Hugging Face dataset's split read
         self.rejects: list[Reject] = []
         # a mixture's input: its first row's id among all inputs, and how a bad row is skipped there (io/mixture.py)
         self.id_offset, self.skip_hint = 0, SKIP_HINT

@@ -19,8 +19,9 @@ from cluster_curate.errors import CurateError
 class HFDataset:
     """A `datasets.Dataset` (from save_to_disk or load_dataset), read as Arrow batches without loading it."""
 
-    def __init__(self, hf, kind: str, files: list[Path]):
+    def __init__(self, hf, kind: str, files: list[Path], split: str | None = None):
         self.hf, self.kind, self.files = hf, kind, files
+        self.split = split  # the split read, where it was chosen from several (a DatasetDict, a hub id)
         self.rows = len(hf)
 
     def batches(self, batch_rows: int = 2048) -> Iterator[pa.RecordBatch]:
@@ -56,8 +57,13 @@ def load_from_disk(path: Path) -> HFDataset:
             from cluster_curate import console
             console.info(f"{path}: a DatasetDict of splits {', '.join(splits)}: reading '{split}' "
                          f"(pass {path}/SPLIT for another)")
-        obj = obj[split]
-    return HFDataset(obj, "hf-disk", [path])
+        return HFDataset(obj[split], "hf-disk", [path], split)
+    return HFDataset(obj, "hf-disk", [path], _split_of_folder(path))
+
+
+def _split_of_folder(path: Path) -> str | None:
+    """DIR/SPLIT of a DatasetDict saved with save_to_disk (its dataset_dict.json beside): SPLIT."""
+    return path.name if (path.parent / "dataset_dict.json").is_file() else None
 
 
 def load_hub(source: str, name: str, config: str | None, split: str) -> HFDataset:
@@ -89,4 +95,4 @@ def load_hub(source: str, name: str, config: str | None, split: str) -> HFDatase
     finally:
         hub_log.setLevel(level)
     files = [Path(c["filename"]) for c in hf.cache_files]
-    return HFDataset(hf, "hf-hub", files)
+    return HFDataset(hf, "hf-hub", files, split)
