@@ -476,14 +476,8 @@ def _write_selection(o: dict, c, x: dict, clusters: str, out: str, columns: dict
     if x["emeta"] is not None:
         inputs["embeddings"] = x["emeta"].as_input(x["emb_path"], out)
     inputs.update(extra_inputs or {})
-    # the OUT.target.parquet the selection replaced here was made with, unless this one embedded its target there
-    # again: removed once this one is written, not left beside OUT as if it were its target
-    embedded = o["target"] is not None and P.target_embeddings_meta(o["target"]) is None
-    stale = None if embedded else P.own_target_embeddings(out)
     write_artifact(with_source_columns(pa.table(columns), c.meta.dataset), out,
                    make_meta(names.SELECTION, params, inputs, c.meta.dataset, algorithm), overwrite=o["overwrite"])
-    if stale is not None:
-        stale.unlink(missing_ok=True)
 
 
 def _target_embeddings(o: dict, emb_path, emeta, out: str):
@@ -539,7 +533,7 @@ def _select_targeted(o: dict, mode: str, clusters: str, c, out: str, t0: float, 
     weight = T.DEFAULT_TARGET_WEIGHT if o["target_weight"] is None else o["target_weight"]
     token_mode = mode in TOKEN_MODES
     tokens, x["counted_by"] = _tokens(o, clusters, c, x, token_mode)
-    budget = _target_budget(o, mode, len(c.ids), tokens, x["counted_by"])  # before the target is embedded
+    budget = _target_budget(o, mode, len(c.ids), tokens, x["counted_by"], _left_out(x))  # before the target is embedded
     tpath, tids, target, tmeta = _target_embeddings(o, x["emb_path"], x["emeta"], out)
     copies = P.target_copies(o, clusters, c, x, tpath)
     pool = read_embeddings_for(x["emb_path"], c.ids, force=o["force"], what=f" of {clusters}")
@@ -636,17 +630,17 @@ def _add_token_figures(params: dict, o: dict, x: dict, tokens, sel, mode: str) -
             params["tokens"]["tokenizer_stamp"] = tokenizer_stamp(o["tokenizer"])
 
 
-def _target_budget(o: dict, mode: str, n: int, tokens, counted_by: str | None) -> int:
+def _target_budget(o: dict, mode: str, n: int, tokens, counted_by: str | None, left_out: int = 0) -> int:
     """The budget in rows; for a budget in tokens, the rows it buys at the pool's mean tokens per row, which only
     sizes the search's nearest lists (select_targeted cuts by tokens), and a budget larger than the data or
-    smaller than its smallest row is refused here, before the target is embedded."""
+    smaller than its smallest row is refused here, before the target is embedded (`left_out`: _left_out's)."""
     import math
 
     from cluster_curate.budget_sequence import TOKEN_MODES, check_budget_buys_a_row, token_budget_for
     from cluster_curate.selection import fraction_budget
     if mode in TOKEN_MODES:
         total = int(tokens.sum())
-        requested = token_budget_for(total, o["token_budget"], o["token_fraction"], counted_by)
+        requested = token_budget_for(total, o["token_budget"], o["token_fraction"], counted_by, left_out)
         check_budget_buys_a_row(tokens, requested, mode, counted_by)
         return min(n, max(1, math.ceil(requested * n / max(total, 1))))
     return fraction_budget(n, o["fraction"]) if mode == "fraction" else int(o["budget"])

@@ -29,22 +29,6 @@ def target_embeddings_meta(target: str, option: str = "--target"):
     return meta if meta.kind == names.EMBEDDINGS else None  # a shard file is raw data with its metadata
 
 
-def own_target_embeddings(out) -> Path | None:
-    """OUT.target.parquet (names.TARGET_EMBEDDINGS) when it is the file a `select --out OUT --target DATA` wrote
-    beside OUT: the selection at `out` records it as its target, unchanged since (lineage.upstream); else None
-    (no selection there, one made without raw target data, or the file replaced since, e.g. by `embed --like`)."""
-    from cluster_curate.io.artifacts import read_meta, sidecar_path
-    from cluster_curate.io.lineage import upstream
-    side = sidecar_path(out, names.TARGET_EMBEDDINGS)
-    if not side.is_file() or not Path(out).is_file():
-        return None
-    try:
-        path = upstream(out, read_meta(out, names.SELECTION), "target")[0]
-    except CurateError:  # no selection at `out`: nothing of it to remove
-        return None
-    return side if path is not None and Path(path).resolve() == side.resolve() else None
-
-
 def target_read_options(o: dict):
     """How a raw --target is read: its own format and fields (detected; the data's --prompt-field does not apply),
     with the data's --on-bad-row."""
