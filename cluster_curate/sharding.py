@@ -65,14 +65,15 @@ from cluster_curate.registry import Registry
 
 # The version of this stage's algorithm: part of every artifact's fingerprint and of `run`'s up-to-date check.
 # Bump it when the same inputs and options give a different output (docs/architecture.md, "Lineage").
-ALGORITHM_VERSION = 8  # 2: pair_by_length; 3: its trades of a step's longest row; 4: a JSON-text column
+ALGORITHM_VERSION = 9  # 2: pair_by_length; 3: its trades of a step's longest row; 4: a JSON-text column
 # whose keys first differ in a later batch holds every row as its record wrote it (was Arrow's JSON of a struct);
 # 5: --tokenizer counts each answer as a trainer tokenizes it after its prompt, end-of-turn tokens and all; 6: a JSON
 # column whose objects or lists a Parquet type would change (whole numbers beside floats: 3 as 3.0; keys in another
 # order; empty objects; whole numbers a float column would round) is JSON text, each row as its record wrote it;
 # 7: a source column named like a renamed one (`source_id`, `source_weight`) gets one more `_` whatever the batch
 # holds (io/datasets.py `reserved_rename`), and the manifest records every rename; 8: each step's micro-batches go
-# to the ranks holding the fewest rows of their clusters so far (`assign_ranks`), not to random ranks
+# to the ranks holding the fewest rows of their clusters so far (`assign_ranks`), not to random ranks; 9: the rows
+# left over or repeated keep a mixture selection's source floors and caps (`bounded_stream`)
 SHARD_COLUMNS = ("cluster", "step", "weight", "wrapped")  # what `shard` adds to every source row of a shard
 
 BALANCES = ("tokens", "padded")
@@ -165,6 +166,22 @@ class SourceBounds:
         return (np.maximum(np.ceil(self.low * budget - 1e-9) - kept, 0)
                 + np.maximum(kept - np.floor(self.high * budget + 1e-9), 0))
 
+    def broken(self, kept: np.ndarray, budget: float) -> list[tuple[int, float, str, float]]:
+        """Per input out of its bounds with weight `kept[k]` of `budget`: (input, its share of the weight kept,
+        "floor" or "cap", that bound)."""
+        out = []
+        for k in np.flatnonzero(self.excess(kept, budget) > 0):
+            below = kept[k] < np.ceil(self.low[k] * budget - 1e-9)
+            out.append((int(k), float(kept[k] / max(kept.sum(), 1)), "floor" if below else "cap",
+                        float(self.low[k] if below else self.high[k])))
+        return out
+
+    def broken_by(self, rows: np.ndarray, wrapped: np.ndarray) -> list[tuple[int, float, str, float]]:
+        """`broken` of a plan's rows (repeats counted again, the budget growing by their weight)."""
+        w = self.weight[rows.reshape(-1)].astype(np.float64)
+        kept = np.bincount(self.source[rows.reshape(-1)], weights=w, minlength=self.low.shape[0])
+        return self.broken(kept, self.budget + w[wrapped.reshape(-1)].sum())
+
 
 def pick_within_bounds(candidates: np.ndarray, group: np.ndarray, count: np.ndarray, sign: int,
                        bounds: SourceBounds) -> tuple[np.ndarray, list[tuple[int, float, str, float]]]:
@@ -198,34 +215,28 @@ def pick_within_bounds(candidates: np.ndarray, group: np.ndarray, count: np.ndar
     kept, budget = state(taken)
     left = bounds.excess(kept, budget).sum()
     eye = np.eye(n_src)
+    gs = np.flatnonzero(count)
     for _ in range(4 * int(count.sum()) + 16):  # each move lowers the excess; bounded all the same
         if left <= 0:
             break
-        best = (left, None)
-        for g in np.flatnonzero(count):
-            more = np.where(taken[g] < sizes[g], cum[start[g] + taken[g] + 1] - cum[start[g] + taken[g]], np.nan)
-            fewer = np.where(taken[g] > 0, cum[start[g] + taken[g]] - cum[start[g] + taken[g] - 1], np.nan)
-            moved = sign * (more[:, None, None] * eye[:, None, :] - fewer[None, :, None] * eye[None, :, :])
-            e = bounds.excess(kept + moved, budget + sign * (more[:, None] - fewer[None, :])).sum(-1)
-            e[np.isnan(e) | eye.astype(bool)] = np.inf  # [i, j]: one more row of input i, one fewer of j
-            i, j = np.unravel_index(np.argmin(e), e.shape)
-            if e[i, j] < best[0]:
-                best = (e[i, j], (g, i, j))
-        if best[1] is None:
+        # every group's moves at once: [g, i, j] one more row of input i, one fewer of j, in group gs[g]
+        at, here = start[gs] + taken[gs], taken[gs]
+        more = np.where(here < sizes[gs], cum[at + 1] - cum[at], np.nan)
+        fewer = np.where(here > 0, cum[at] - cum[np.maximum(at - 1, 0)], np.nan)
+        moved = sign * (more[:, :, None, None] * eye[None, :, None, :] - fewer[:, None, :, None] * eye[None, None])
+        e = bounds.excess(kept + moved, budget + sign * (more[:, :, None] - fewer[:, None, :])).sum(-1)
+        e[np.isnan(e) | eye.astype(bool)[None]] = np.inf
+        g, i, j = np.unravel_index(np.argmin(e), e.shape)
+        if not e[g, i, j] < left:
             break
-        left, (g, i, j) = best
+        left, g = e[g, i, j], gs[g]
         taken[g, i] += 1
         taken[g, j] -= 1
         kept, budget = state(taken)
     mask = np.zeros(n, dtype=bool)
     mask[by_cell] = np.arange(n) - np.repeat(start.reshape(-1), sizes.reshape(-1)) < np.repeat(taken.reshape(-1),
                                                                                                 sizes.reshape(-1))
-    broken = []
-    for k in np.flatnonzero(bounds.excess(kept, budget) > 0):
-        below = kept[k] < np.ceil(bounds.low[k] * budget - 1e-9)
-        broken.append((int(k), float(kept[k] / max(kept.sum(), 1)), "floor" if below else "cap",
-                       float(bounds.low[k] if below else bounds.high[k])))
-    return mask, broken
+    return mask, bounds.broken(kept, budget)
 
 
 def bounded_stream(order: np.ndarray, step_rows: int, remainder: str,
@@ -816,13 +827,16 @@ def paper_allocation(clusters: np.ndarray, num_shards: int, micro_batch_size: in
         rows[:, r, :] = take.reshape(t_count, m)
         wrapped[:, r, :] = rep.reshape(t_count, m)
     left = np.sort(np.concatenate(leftover)) if leftover else np.zeros(0, dtype=np.int64)
+    if bounds is not None and wrapped.any():  # each cluster topped up with its own rows: said, not chosen
+        broken = bounds.broken_by(rows, wrapped)
     return ShardPlan(rows, wrapped, left, "paper", "none", remainder, _bounds_info(broken))
 
 
 def _paper_bounded(mines: list[np.ndarray], per_rank: int, remainder: str, bounds: SourceBounds | None):
     """Each cluster's rows (`mines`) rearranged so that the `len - per_rank` it leaves over (its tail) keep the
     selection's source bounds (pick_within_bounds, a group per cluster). A wrap's repeats are left as they are:
-    each cluster is topped up with its own rows, which may repeat some more than once."""
+    each cluster is topped up with its own rows, which may repeat some more than once (the bounds they break are
+    said: paper_allocation)."""
     counts = np.array([max(mine.shape[0] - per_rank, 0) for mine in mines])
     if bounds is None or remainder != "drop" or not counts.any():
         return mines, []

@@ -185,3 +185,14 @@ def test_shard_warns_of_a_bound_no_choice_keeps(clusters, tmp_path):
     warned = [line for line in r.stderr.splitlines() if "source bounds" in line]
     assert len(warned) == 1, r.stderr
     assert warned[0].endswith(f"source math is {held / 96:.1%} of the shards' rows, {bound}"), r.stderr
+
+
+def test_a_paper_wraps_repeats_that_break_a_floor_are_named():
+    """Review: `--allocation paper --remainder wrap` tops each cluster up with its own rows, which no choice keeps
+    input 1's floor with here (cluster 0, all input 0, is repeated up to cluster 1's size): named, not silent."""
+    clusters = np.repeat([0, 1], [4, 20])
+    source = np.array([0] * 4 + [1] * 20)
+    plan = S.plan_steps(clusters, None, 2, 4, allocation="paper", remainder="wrap", seed=0,
+                        bounds=_rows(source, [0, 0.7], [1, 1]))
+    (broken,) = plan.info["bounds_broken"]
+    assert broken == (1, 0.5, "floor", 0.7)  # 20 of the 40 rows, repeats counted
