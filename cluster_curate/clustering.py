@@ -17,7 +17,9 @@ Nothing here knows about files or the CLI.
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -208,11 +210,17 @@ class ClusteringResult:
     sizes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
+def _no_progress(description: str, total: float | None = None, unit: str = "rows"):
+    """cluster_features' default `progress`: console.progress's interface, showing nothing."""
+    return nullcontext(SimpleNamespace(advance=lambda n=1, **_: None))
+
+
 def cluster_features(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_size: int | None = None,
                      gpus: int | None = None, max_size_factor: float | None = None,
-                     batch_rows: int = DEFAULT_BATCH_ROWS) -> ClusteringResult:
+                     batch_rows: int = DEFAULT_BATCH_ROWS, progress=_no_progress) -> ClusteringResult:
     """Spherical k-means on L2-normalised rows x (see normalise_features): train on a sample, assign every
-    row in batches, then apply the soft cap when `max_size_factor` is given."""
+    row in batches, then apply the soft cap when `max_size_factor` is given. `progress`: console.progress (a
+    bar over the training's iterations, then one over the assignment's rows), or nothing shown by default."""
     n = len(x)
     if n == 0:
         raise CurateError("no rows to cluster")
@@ -222,8 +230,11 @@ def cluster_features(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, samp
         raise CurateError(f"--iters must be >= 1, got {iters}")
     cap = size_cap(n, k, max_size_factor) if max_size_factor is not None else None
     ngpu = resolve_gpus(gpus)
-    model = kmeans_faiss(x, k, iters=iters, seed=seed, sample_size=sample_size, gpus=ngpu)
-    labels, sims = assign_in_batches(x, model.centroids, batch_rows, ngpu)
+    with progress("k-means: train", total=iters, unit="iterations") as bar:
+        model = kmeans_faiss(x, k, iters=iters, seed=seed, sample_size=sample_size, gpus=ngpu,
+                             on_iteration=bar.advance)
+    with progress("k-means: assign", total=n, unit="rows") as bar:
+        labels, sims = assign_in_batches(x, model.centroids, batch_rows, ngpu, on_batch=bar.advance)
     uncapped = float(sims.mean(dtype=np.float64))
     moved = 0
     if cap is not None:

@@ -110,21 +110,29 @@ def machine(obj):
     return obj
 
 
+# Seconds between two log lines of one progress (tests set 0 to see every step of a small input).
+LOG_EVERY_S = 5.0
+
+
 @dataclass
 class _Plain:
-    """Progress for non-terminals: a log line at most every few seconds."""
+    """Progress for non-terminals: a log line at most every LOG_EVERY_S seconds, and one at the end (only when
+    it said something before, for a step made `quiet_when_short`)."""
     description: str
     total: float | None
     unit: str
     done: float = 0.0
     start: float = 0.0
     last: float = 0.0
+    quiet_when_short: bool = False
+    said: bool = False
 
     def advance(self, n: float = 1, **_):
         self.done += n
         now = time.monotonic()
-        if now - self.last >= 5 or (self.total and self.done >= self.total):
-            self.last = now
+        ended = self.total and self.done >= self.total and (self.said or not self.quiet_when_short)
+        if now - self.last >= LOG_EVERY_S or ended:
+            self.last, self.said = now, True
             rate = self.done / max(now - self.start, 1e-9)
             eta = f", ETA {((self.total - self.done) / rate):.0f}s" if self.total and rate > 0 else ""
             total = f"/{_fmt(float(self.total))}" if self.total else ""  # 1,000,000, not :g's 1e+06
@@ -148,14 +156,16 @@ class _Rich:
 
 
 @contextmanager
-def progress(description: str, total: float | None = None, unit: str = "rows"):
-    """`with progress("embed", total=n) as bar: bar.advance(k)` — bar / log lines / nothing."""
+def progress(description: str, total: float | None = None, unit: str = "rows", quiet_when_short: bool = False):
+    """`with progress("embed", total=n) as bar: bar.advance(k)` — bar / log lines / nothing.
+    `quiet_when_short`: no log line for a step over before the first one is due (a phase before a check that may
+    refuse the command: its refusal stays the one line on stderr)."""
     if QUIET:
         yield _Silent()
         return
     if not _err.is_terminal:
         now = time.monotonic()
-        yield _Plain(description, total, unit, start=now, last=now)
+        yield _Plain(description, total, unit, start=now, last=now, quiet_when_short=quiet_when_short)
         return
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)

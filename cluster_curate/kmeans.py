@@ -138,12 +138,14 @@ def training_sample(x: np.ndarray, sample_size: int, seed: int) -> np.ndarray:
 
 
 def kmeans_faiss(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_size: int | None = None,
-                 gpus: int | None = None, spherical: bool = True, init: np.ndarray | None = None) -> KMeansModel:
+                 gpus: int | None = None, spherical: bool = True, init: np.ndarray | None = None,
+                 on_iteration=None) -> KMeansModel:
     """Train k-means with faiss on a sample of x (see training_sample_size for the default size).
 
     spherical=True: centroids are renormalised after every iteration and rows are compared by inner product
     (cosine for unit rows). gpus: number of GPUs (None = all faiss sees, 0 = CPU); the code path is the same,
     faiss only puts its flat index on the GPU(s). init: starting centroids (default: initial_centroids).
+    on_iteration(n): called as iterations finish (n = 1; the iterations left at once when it converges early).
     """
     from cluster_curate.faiss_build import import_faiss
     faiss = import_faiss()
@@ -155,23 +157,57 @@ def kmeans_faiss(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_s
     sample = np.ascontiguousarray(training_sample(x, size, seed), dtype=np.float32)
     init = initial_centroids(sample, k, seed) if init is None else np.ascontiguousarray(init, dtype=np.float32)
     ngpu = resolve_gpus(gpus)
-    cp = faiss.ClusteringParameters()
-    cp.niter, cp.seed, cp.spherical, cp.verbose = int(iters), int(seed) & 0x7FFFFFFF, bool(spherical), False
-    # we chose the sample: stop faiss from subsampling it again or warning about its size
-    cp.max_points_per_centroid, cp.min_points_per_centroid = size // k + 1, 1
-    clus = faiss.Clustering(d, k, cp)
-    faiss.copy_array_to_vector(init.ravel(), clus.centroids)
     # the only GPU-specific line: the same flat index, on the GPU(s) (faiss.Kmeans(gpu=1) would take all)
     index = faiss.IndexFlatIP(d) if spherical else faiss.IndexFlatL2(d)
     if ngpu > 0:
         index = faiss.index_cpu_to_all_gpus(index, ngpu=ngpu)
     with _faiss_threads(None if ngpu else size * k * d):
-        clus.train(sample, index)
-    centroids = faiss.vector_float_to_array(clus.centroids).reshape(k, d)
-    stats = clus.iteration_stats
-    history = [float(stats.at(i).obj) / size for i in range(stats.size())]
+        centroids, objectives = _lloyd(faiss, sample, init, iters, seed, spherical, index,
+                                       on_iteration or (lambda n: None))
+    history = [obj / size for obj in objectives]
     return KMeansModel(centroids=np.ascontiguousarray(centroids, dtype=np.float32), sample_size=size,
                        train_objective=history[-1] if history else float("nan"), objective_history=history)
+
+
+def _lloyd(faiss, sample: np.ndarray, init: np.ndarray, iters: int, seed: int, spherical: bool, index,
+           on_iteration) -> tuple[np.ndarray, list[float]]:
+    """faiss's Clustering.train with niter = iters, run one iteration per call so that progress can be told
+    between iterations (a long training was minutes of silence), with the same centroids and objectives bit for
+    bit (tests/test_progress_qa_round55.py). Two things a one-iteration call cannot do are done here instead:
+    the spherical renormalisation (faiss renormalises a call's input centroids, and renormalising unit rows again
+    changes their last bits, so each call gets them raw and they are renormalised here with faiss's own
+    fvec_renorm_L2, once, as faiss would), and the early stop on an unchanged objective (faiss >= 1.14.2,
+    ClusteringParameters.early_stop_threshold). Returns the centroids and each iteration's summed objective."""
+    size, d = sample.shape
+    k = len(init)
+    cp = faiss.ClusteringParameters()
+    cp.niter, cp.seed, cp.spherical, cp.verbose = 1, int(seed) & 0x7FFFFFFF, False, False
+    # we chose the sample: stop faiss from subsampling it again or warning about its size
+    cp.max_points_per_centroid, cp.min_points_per_centroid = size // k + 1, 1
+    threshold = getattr(cp, "early_stop_threshold", None)
+    centroids = np.array(init, dtype=np.float32, order="C")
+    if spherical:
+        faiss.normalize_L2(centroids)
+    objectives: list[float] = []
+    for i in range(iters):
+        clus = faiss.Clustering(d, k, cp)
+        faiss.copy_array_to_vector(centroids.ravel(), clus.centroids)
+        clus.train(sample, index)
+        out = faiss.vector_float_to_array(clus.centroids).reshape(k, d)
+        objectives.append(float(clus.iteration_stats.at(0).obj))
+        if size == k:  # faiss's corner case: the sample is the centroids, as they are, after no iteration
+            on_iteration(iters)
+            return out, objectives
+        centroids = np.ascontiguousarray(out)
+        if spherical:
+            faiss.normalize_L2(centroids)
+        on_iteration(1)
+        if threshold is not None and i > 0:  # faiss's test, in its float32 arithmetic
+            prev, obj = np.float32(objectives[-2]), np.float32(objectives[-1])
+            if prev != 0 and float(np.abs(prev - obj) / np.abs(prev)) <= threshold:
+                on_iteration(iters - i - 1)  # converged: the iterations left are not needed
+                break
+    return centroids, objectives
 
 
 # Below this many multiply-adds per k-means iteration (~30 ms on one core) faiss runs on one thread: OpenMP's
@@ -209,11 +245,11 @@ def _ip_index(centroids: np.ndarray, gpus: int):
 
 
 def assign_in_batches(x: np.ndarray, centroids: np.ndarray, batch_rows: int = DEFAULT_BATCH_ROWS,
-                      gpus: int = 0, rows: np.ndarray | None = None, topk: int = 1):
+                      gpus: int = 0, rows: np.ndarray | None = None, topk: int = 1, on_batch=None):
     """Nearest centroid(s) by inner product for every row of x (or only `rows`), `batch_rows` at a time.
 
     Returns (labels, similarities): int32 / float32 of shape [m] for topk = 1, [m, topk] otherwise, best
-    first. Memory beyond x: the outputs and one batch.
+    first. Memory beyond x: the outputs and one batch. on_batch(rows): called after each batch.
     """
     index = _ip_index(centroids, gpus)
     m = len(x) if rows is None else len(rows)
@@ -227,6 +263,8 @@ def assign_in_batches(x: np.ndarray, centroids: np.ndarray, batch_rows: int = DE
             dist, idx = index.search(np.ascontiguousarray(block, dtype=np.float32), topk)
             labels[s:e] = idx
             sims[s:e] = dist
+            if on_batch is not None:
+                on_batch(e - s)
     if topk == 1:
         return labels[:, 0].copy(), sims[:, 0].copy()
     return labels, sims

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from functools import partial
 
 from cluster_curate.errors import CurateError
 from cluster_curate.io import names
@@ -127,7 +128,6 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
     import numpy as np
 
     from cluster_curate import answer_kinds as AK
-    from cluster_curate.features.text import example_text
     from cluster_curate.commands.common import NoDatasetRecorded, open_recorded_data
     from cluster_curate.io.readers import read_checked_meta
     # as k-means reads it: its errors
@@ -140,11 +140,14 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
         stored = _stored_answers(o, embeddings, emeta, ds)
         if stored is not None:
             return stored, None
-        for batch in ds.iter_batches():
-            for ex in batch.examples:
-                ids.append(ex.id)
-                keys.append(AK.answer_key(ex.response))
-                words.append(len(ex.response.split()))
+        from cluster_curate import console
+        with console.progress("kinds: read the answers", total=ds.rows, quiet_when_short=True) as bar:
+            for batch in ds.iter_batches():
+                for ex in batch.examples:
+                    ids.append(ex.id)
+                    keys.append(AK.answer_key(ex.response))
+                    words.append(len(ex.response.split()))
+                bar.advance(batch.num_rows)
     except (CurateError, OSError) as e:
         if o["kinds"] == "auto" and not o["data"]:  # a --data given is read or refused, never passed over
             why = f"auto: the answers were not read ({e})" + ("" if "pass --data" in str(e) else
@@ -158,7 +161,7 @@ def _read_answers(o: dict, embeddings: str) -> tuple[tuple | None, str | None]:
         raise (e if isinstance(e, CurateError) else CurateError(str(e))).hinted(hint) from None
 
     def prompts() -> list[str]:
-        return [example_text(ex, "prompt") for batch in ds.iter_batches() for ex in batch.examples]
+        return [text for _, text in _read_prompts(ds)]
     return (np.asarray(ids, dtype=np.int64), np.asarray(keys, dtype=np.int64), np.asarray(words, dtype=np.int64),
             prompts, ds.source), None
 
@@ -176,7 +179,6 @@ def _stored_answers(o: dict, embeddings: str, emeta, ds) -> tuple | None:
         return None
     import numpy as np
 
-    from cluster_curate.features.text import example_text
     from cluster_curate.io.readers import read_columns
     try:
         table = read_columns(embeddings, ["id", *ANSWER_COLUMNS])
@@ -188,13 +190,23 @@ def _stored_answers(o: dict, embeddings: str, emeta, ds) -> tuple | None:
     keys, words = (table.column(c).to_numpy().astype(np.int64, copy=False)[order] for c in ANSWER_COLUMNS)
 
     def prompts() -> list[str]:  # the embedded rows' prompts, in `ids` order
-        data_ids, texts = [], []
-        for batch in ds.iter_batches():
-            for ex in batch.examples:
-                data_ids.append(ex.id)
-                texts.append(example_text(ex, "prompt"))
-        return [texts[i] for i in _embedded_rows(ds.source, np.asarray(data_ids, dtype=np.int64), ids)]
+        read = _read_prompts(ds)
+        data_ids = np.asarray([i for i, _ in read], dtype=np.int64)
+        return [read[i][1] for i in _embedded_rows(ds.source, data_ids, ids)]
     return ids, keys, words, prompts, ds.source
+
+
+def _read_prompts(ds) -> list[tuple[int, str]]:
+    """(id, prompt text) of every row of `ds`, read with a progress bar; said before what they are read for."""
+    from cluster_curate import console
+    from cluster_curate.features.text import example_text
+    read = []
+    with console.progress("kinds: read the prompts", total=ds.rows, quiet_when_short=True) as bar:
+        for batch in ds.iter_batches():
+            read += [(ex.id, example_text(ex, "prompt")) for ex in batch.examples]
+            bar.advance(batch.num_rows)
+    console.info("kinds: comparing the prompts' words in the clusters that give the same answers")
+    return read
 
 
 def _embedded_rows(source: str, data_ids, ids):
@@ -222,6 +234,8 @@ def _kinds(answers: tuple | None, ids, res, group_of) -> tuple:
     def prompts() -> list[str]:
         everything = read_prompts()
         return [everything[i] for i in at]
+    from cluster_curate import console
+    console.info(f"kinds: comparing the answers of the {res.k:,} clusters")
     kind_of_group = AK.answer_kinds(group_of, AK.answer_agreement(prompts, keys[at], res.labels, res.k))
     order, _, short = auto_order(keys[at], words[at])
     record = {"rows": short, "max_words": SHORT_ANSWER_WORDS, "repeat": order == "answers"}
@@ -253,9 +267,11 @@ def _kmeans(o: dict, embeddings: str, ngpu: int):
     console.info(f"k-means: {n:,} rows x {d} dims, k = {k}, training on {size:,} rows, {o['iters']} iterations, "
                  f"{device}")
     res = C.cluster_features(x, k, iters=o["iters"], seed=o["seed"], sample_size=size, gpus=ngpu,
-                             max_size_factor=o["max_size_factor"], batch_rows=o["batch_rows"])
+                             max_size_factor=o["max_size_factor"], batch_rows=o["batch_rows"],
+                             progress=partial(console.progress, quiet_when_short=True))
     split = None
     if split_mixed:
+        console.info(f"k-means: cutting mixed clusters (2-means inside each of the {k:,})")
         cut = G.group_cut_similarity(res, "pair")
         res, cuts = G.split_mixed_clusters(x, res, cut)
         split = {"rule": f"{G.SPLIT_RULE} = {cut:.4f}", "min_similarity": cut, "min_rows": G.SPLIT_MIN_ROWS,

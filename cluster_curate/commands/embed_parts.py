@@ -29,11 +29,15 @@ def scan(run, read_options) -> None:
             console.warn(mixed_pairs_note(pairs, [n for n in ds.names if n not in pairs]), once=True)
     commit_every = run.opts["commit_every"]
     ids, keys, same = [], [], []
-    for batch in ds.iter_batches():
-        ids += [ex.id for ex in batch.examples]
-        same += [ex.id for ex in batch.examples if same_answer(ex.response, ex.rejected)]
-        if not run.opts["keep_duplicates"]:
-            keys += [example_key(ex.prompt, ex.response, ex.rejected) for ex in batch.examples]
+    from cluster_curate import console
+    # no line before it: a bad row's error stays the one line on stderr; a JSON file's count is known after it
+    with console.progress("embed: read the data", total=ds.rows, quiet_when_short=True) as bar:
+        for batch in ds.iter_batches():
+            ids += [ex.id for ex in batch.examples]
+            same += [ex.id for ex in batch.examples if same_answer(ex.response, ex.rejected)]
+            if not run.opts["keep_duplicates"]:
+                keys += [example_key(ex.prompt, ex.response, ex.rejected) for ex in batch.examples]
+            bar.advance(batch.num_rows)
     ids = np.asarray(ids, dtype=np.int64)
     if keys:  # exact copies: only the lowest id of each is embedded (and so can be selected)
         keep, _ = first_of_each(ids, keys)
@@ -88,18 +92,22 @@ def _keys(ids, seed: int, salt: int):
     return sample_keys(ids, seed * 1000003 + salt)
 
 
-def sample(ds, k: int, seed: int, salt: int) -> list:
-    """Pass 2: a seeded uniform sample of k parsed examples (the k smallest keys), in id order."""
+def sample(ds, k: int, seed: int, salt: int, label: str = "sample") -> list:
+    """Pass 2: a seeded uniform sample of k parsed examples (the k smallest keys), in id order; `label` names
+    what it is for on its progress bar."""
     import numpy as np
 
+    from cluster_curate import console
     from cluster_curate.features.embed import BottomK
     keep = BottomK(k)
-    for batch in ds.iter_batches():
-        if not batch.examples:
-            continue
-        keys = _keys(np.array([ex.id for ex in batch.examples]), seed, salt)
-        for ex, key in zip(batch.examples, keys.tolist()):
-            keep.add(key, ex.id, ex)
+    with console.progress(f"{label}: draw a {k:,}-row sample", total=ds.rows, quiet_when_short=True) as bar:
+        for batch in ds.iter_batches():
+            bar.advance(batch.num_rows)
+            if not batch.examples:
+                continue
+            keys = _keys(np.array([ex.id for ex in batch.examples]), seed, salt)
+            for ex, key in zip(batch.examples, keys.tolist()):
+                keep.add(key, ex.id, ex)
     return keep.smallest(k)
 
 
@@ -248,7 +256,7 @@ def _proxy(run):
         from cluster_curate.features.embed import release_free_memory
         from cluster_curate.features.models import resolve_device
         t0 = time.perf_counter()
-        chosen = sample(run.ds, opts.sample_size(run.parsed), opts.seed, salt=PROXY_SALT)
+        chosen = sample(run.ds, opts.sample_size(run.parsed), opts.seed, salt=PROXY_SALT, label="proxy")
         with _Lazy() as lazy:
             def on_step(step, total, loss):
                 lazy.bar("proxy warm-up", total, "steps").advance(1)
@@ -300,7 +308,7 @@ class PrepareContext:
 
     def sample(self, k: int, salt: int) -> list:
         """A seeded uniform sample of k parsed examples, in id order (`salt` tells apart the kinds' samples)."""
-        return sample(self.run.ds, k, self.opts["seed"], salt)
+        return sample(self.run.ds, k, self.opts["seed"], salt, label=self.kind)
 
     def shared(self, key: dict, build) -> bytes:
         """Bytes made once, by the leader of this piece, unless the ones beside the output have this key:

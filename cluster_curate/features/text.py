@@ -106,12 +106,14 @@ class TextFeaturizer:
             raise ValueError(f"dim must be positive, got {self.dim}")
 
     # --------------------------------------------------------------------------------------- fit
-    def fit(self, texts: list[str]) -> "TextFeaturizer":
+    def fit(self, texts: list[str], on_step=None) -> "TextFeaturizer":
         """Fit vocabulary, IDF and the SVD basis on a sample of texts (deterministic given the seed).
 
         When the sample has fewer usable directions than `dim`, the extra output columns are zero
         (they carry nothing), so the output width is always `dim`; the basis holds the usable ones alone (at
-        `--dim 100000` on 120 rows it was 2 GB of zeros)."""
+        `--dim 100000` on 120 rows it was 2 GB of zeros). on_step(1): after each of its FIT_STEPS steps (fewer
+        when there is no SVD to make)."""
+        step = on_step or (lambda n=1: None)
         words, keys, weights = _Words.of(texts), None, None
         if self.weighting == "slot":
             self.contexts, self.context_weights = _slot_state(words)
@@ -129,6 +131,7 @@ class TextFeaturizer:
         else:
             self.idf = np.ones(len(terms))
         x = self._weigh(counts, slot)
+        step(1)
         k = min(self.dim, x.shape[0] - 1, x.shape[1] - 1)
         comps = np.zeros((0, x.shape[1]), dtype=np.float32)
         if x.shape[0] == 1:
@@ -136,7 +139,8 @@ class TextFeaturizer:
             # (k above is the randomized SVD's bound, 0 here: the row was all zero)
             comps = x.toarray().astype(np.float32)
         elif k >= 1:
-            c = _randomized_svd_basis(x, k, seed=self.seed)  # fewer than k rows when x has fewer directions
+            # fewer than k rows when x has fewer directions
+            c = _randomized_svd_basis(x, k, seed=self.seed, on_step=step)
             # Sign convention (largest-|.| coordinate positive) so the basis does not flip between fits.
             signs = np.sign(c[np.arange(len(c)), np.abs(c).argmax(axis=1)])
             signs[signs == 0] = 1
@@ -547,7 +551,11 @@ def _fit_counts(words: _Words, max_features: int, min_df: int, keys: list[str] |
     return x[:, kept], (None if w is None else w[:, kept]), [terms[j] for j in kept]
 
 
-def _randomized_svd_basis(x, k: int, seed: int) -> np.ndarray:
+SVD_POWER_ITERATIONS = 7
+FIT_STEPS = 1 + SVD_POWER_ITERATIONS + 1  # progress: the weighted counts, the SVD's power iterations, its basis
+
+
+def _randomized_svd_basis(x, k: int, seed: int, on_step=None) -> np.ndarray:
     """[<= k, n_features] top right singular vectors of sparse x (only those x has: a sample of repeated
     texts has fewer directions than k). Halko et al.'s randomized SVD, 10 extra directions, 7 power
     iterations, from scikit-learn's random draws: the basis equals TruncatedSVD(algorithm="randomized",
@@ -561,11 +569,13 @@ def _randomized_svd_basis(x, k: int, seed: int) -> np.ndarray:
 
     transposed = x.shape[0] < x.shape[1]
     tall, wide = (x.T.tocsr(), x) if transposed else (x, x.T.tocsr())  # tall: [long side, short side]
+    step = on_step or (lambda n=1: None)
     q = np.random.RandomState(seed).normal(size=(tall.shape[1], k + 10))
-    for _ in range(7):
+    for _ in range(SVD_POWER_ITERATIONS):
         # one LU per iteration, not one per product: between two LUs the spectrum is squared, which loses
         # only directions under 1e-8 of the largest, far below the top k + 10 of a text sample
         q, _ = linalg.lu(wide @ (tall @ q), permute_l=True, check_finite=False)
+        step(1)
     q, _ = linalg.qr(q, mode="economic", check_finite=False)
     # an orthonormal basis u = y r of range(y = x q), from the small Gram matrix (well conditioned: q is
     # orthonormal); u is never formed: both of its products are taken through y
@@ -575,11 +585,14 @@ def _randomized_svd_basis(x, k: int, seed: int) -> np.ndarray:
     r = w[:, kept] / np.sqrt(s2[kept])
     b = (wide @ y) @ r  # wide @ u: [short side, k + 10]
     if not transposed:
-        return linalg.svd(b.T, full_matrices=False, lapack_driver="gesdd")[2][:k]
-    # b's right singular vectors are those of its [k + 10, k + 10] R factor: the SVD of b.T also formed its
-    # [k + 10, rows] factor, thrown away; the same basis to 1e-12, 0.3 s instead of 1.1 s at 20,000 rows
-    u_hat = linalg.svd(np.linalg.qr(b, mode="r").T, full_matrices=False, lapack_driver="gesdd")[0]
-    return (y @ (r @ u_hat[:, :k])).T
+        basis = linalg.svd(b.T, full_matrices=False, lapack_driver="gesdd")[2][:k]
+    else:
+        # b's right singular vectors are those of its [k + 10, k + 10] R factor: the SVD of b.T also formed its
+        # [k + 10, rows] factor, thrown away; the same basis to 1e-12, 0.3 s instead of 1.1 s at 20,000 rows
+        u_hat = linalg.svd(np.linalg.qr(b, mode="r").T, full_matrices=False, lapack_driver="gesdd")[0]
+        basis = (y @ (r @ u_hat[:, :k])).T
+    step(1)
+    return basis
 
 
 def prepare_text(ctx):
@@ -593,11 +606,14 @@ def prepare_text(ctx):
            "max_features": TextFeaturizer.max_features, "algorithm": ALGORITHM_VERSION}
 
     def fit() -> bytes:
+        from cluster_curate import console
         chosen = ctx.sample(min(ctx.parsed, o["text_sample"]), salt=2)
         feat = TextFeaturizer(dim=dim, field=o["text_field"], weighting=o["text_weighting"], seed=o["seed"])
-        feat.fit([example_text(ex, o["text_field"]) for ex in chosen])
+        with console.progress(f"text: fit the basis ({len(chosen):,} rows: vocabulary, {o['text_weighting']} "
+                              f"weights, a {dim}-dim SVD)", total=FIT_STEPS, unit="steps",
+                              quiet_when_short=True) as bar:
+            feat.fit([example_text(ex, o["text_field"]) for ex in chosen], on_step=bar.advance)
         if o["dim"] and len(feat.components) < dim / 2:  # a --dim far past what the data holds (a typo's 0)
-            from cluster_curate import console
             console.warn(f"--dim {dim}: the text sample ({len(chosen):,} rows, {len(feat.vocabulary):,} terms) has "
                          f"{len(feat.components)} directions; the other {dim - len(feat.components):,} columns are "
                          "zero in every row")
