@@ -93,7 +93,7 @@ def test_run_names_the_data_input_whose_content_changed(tmp_path):
     m2 = tmp_path / "m2.json"
     m2.write_text(m2.read_text().replace('"question": "', '"question": "Q: '))
     assert _reasons(cli_in_process(*args, cwd=tmp_path))["embed"] == \
-        "its input changed (m1.jsonl, m2.json: its content changed)"
+        "its input changed (m1.jsonl, m2.json: their content changed)"
     assert _reasons(cli_in_process(*args, cwd=tmp_path))["embed"] is None  # up to date
 
 
@@ -104,6 +104,10 @@ def test_run_names_a_single_input_that_changed_and_inputs_given_otherwise(tmp_pa
     m1 = tmp_path / "m1.jsonl"
     m1.write_text(m1.read_text().replace("Natalia", "Natasha"))
     assert _reasons(cli_in_process(*one, cwd=tmp_path))["embed"] == "its input changed (m1.jsonl: its content changed)"
+    m1.write_text(m1.read_text().replace("Natasha", "Nadia"))  # the same file spelled ./m1.jsonl (review)
+    spelled = ("run", "./m1.jsonl", *one[2:])
+    assert _reasons(cli_in_process(*spelled, cwd=tmp_path))["embed"] == \
+        "its input changed (m1.jsonl: its content changed)"
     both = ("run", "m1.jsonl", "m2.json", "--out", "r", "--fraction", "0.3", "-n", "2", "--json")
     assert _reasons(cli_in_process(*both, cwd=tmp_path))["embed"] == \
         "its input changed (the data inputs changed: m1.jsonl before, m1.jsonl, m2.json now)"

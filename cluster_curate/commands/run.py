@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -321,7 +322,8 @@ def _named_input_change(rec: dict, request: dict) -> str:
     sets, before = request["option_values"].get("decontaminate") or [], a.get("decontaminate") or []
     said += [f"--decontaminate {path}" for i, path in enumerate(sets)
              if i >= len(before) or before[i] != (b.get("decontaminate") or [])[i]]
-    said = other_inputs + ([f"{', '.join(said)}: its content changed"] if said else [])
+    said = other_inputs + ([f"{', '.join(said)}: {'its' if len(said) == 1 else 'their'} content changed"] if said
+                           else [])
     if was.get("mixture_shares") != now.get("mixture_shares"):
         said.append("the mixture file's min_share / max_share changed")
     return f" ({'; '.join(said)})" if said else ""
@@ -340,7 +342,7 @@ def _data_changed(was: list | None, now: list | None) -> tuple[list[str], list[s
     if not was or not now:
         return [], []
     before, given = [source for source, _ in was], [source for source, _ in now]
-    if before != given:
+    if list(map(os.path.normpath, before)) != list(map(os.path.normpath, given)):  # ./p.jsonl is p.jsonl
         return [], [f"the data inputs changed: {', '.join(before)} before, {', '.join(given)} now"]
     return [source for (source, a), (_, b) in zip(was, now) if a != b], []
 
