@@ -110,7 +110,7 @@ def test_run_names_a_single_input_that_changed_and_inputs_given_otherwise(tmp_pa
         "its input changed (m1.jsonl: its content changed)"
     both = ("run", "m1.jsonl", "m2.json", "--out", "r", "--fraction", "0.3", "-n", "2", "--json")
     assert _reasons(cli_in_process(*both, cwd=tmp_path))["embed"] == \
-        "its input changed (the data inputs changed: m1.jsonl before, m1.jsonl, m2.json now)"
+        "its input changed (the data inputs changed: ./m1.jsonl before, m1.jsonl, m2.json now)"
 
 
 def test_a_run_directory_recorded_without_each_inputs_fingerprint_says_its_input_changed(tmp_path):
