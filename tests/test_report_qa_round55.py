@@ -150,8 +150,8 @@ def test_report_says_embeds_lines_of_the_rows_not_embedded_word_for_word(pool, c
 
 
 @pytest.mark.parametrize("given, shown", [
-    ((), "256 (the encoder's own limit; --max-length 1,024 not used: above it)"),
-    (("--max-length", 1000), "256 (the encoder's own limit; --max-length 1,000 not used: above it)"),
+    ((), "256 (the encoder's own limit)"),  # the default is the model features' length, as embed says
+    (("--max-length", 1000), "256 (the encoder's own limit, below --max-length 1000)"),
     (("--max-length", 64), "64 (--max-length; the encoder's own limit: 256)")])
 def test_report_of_semantic_embeddings_says_the_length_the_encoder_cut_to(cli_runner, tmp_path, given, shown):
     """`report` said `max length 1,024` (the model features' default) of embeddings whose encoder cut at 256: it

@@ -195,12 +195,12 @@ def _encoder_cut_note(run, cut: int, ids: list, sem: dict) -> str:
     as _cut_rows_note's for the causal LM's."""
     given = run.opts["max_length"]
     limit = (f"--max-length {given} tokens" if sem["max_length"] < sem["model_max_length"]
-             else f"the encoder's max length, {sem['max_length']} tokens{_above_limit(given, sem)}")
+             else f"the encoder's max length, {sem['max_length']} tokens{above_encoder_limit(given, sem)}")
     return (f"{cut} row(s) longer than {limit}: semantic embeds them cut (on the {sem['truncation_side']}, as the "
             f"encoder's tokenizer cuts){_ids_shown(ids, cut)}")
 
 
-def _above_limit(given: int | None, sem: dict) -> str:
+def above_encoder_limit(given: int | None, sem: dict) -> str:
     """`, below --max-length N` where the user asked for more than the encoder reads (it cannot read more); not
     for the default, which is the model features' length and never the encoder's."""
     from cluster_curate.features.embed import DEFAULT_MAX_LENGTH
@@ -722,7 +722,7 @@ def finish(run, m: Models, p: Pass, t_start: float) -> dict:
     if sem:
         summary["encoder"] = sem["encoder"]
         summary["semantic"] = (f"{sem['pooling']} pooling ({sem['pooling_from']}), max length {sem['max_length']} "
-                               f"(model {sem['model_max_length']}{_above_limit(run.opts['max_length'], sem)}), "
+                               f"(model {sem['model_max_length']}{above_encoder_limit(run.opts['max_length'], sem)}), "
                                f"cut on the {sem['truncation_side']}; "
                                f"{cut.get('truncated', 0)} row(s) cut by this process")
         summary["n_tokens"] = p.meta.params["n_tokens"]

@@ -193,8 +193,8 @@ def _max_length_line(p: dict) -> Shown:
         cut, own = sem["max_length"], sem.get("model_max_length", sem["max_length"])
         if cut < own:
             return Shown(cut, f"{cut:,} (--max-length; the encoder's own limit: {own:,})")
-        return Shown(cut, f"{cut:,} (the encoder's own limit"
-                          + (f"; --max-length {given:,} not used: above it)" if given > cut else ")"))
+        from cluster_curate.commands.embed_parts import above_encoder_limit
+        return Shown(cut, f"{cut:,} (the encoder's own limit{above_encoder_limit(given, sem)})")
     return Shown(given, f"{given:,} (not used: no model or encoder)")
 
 
