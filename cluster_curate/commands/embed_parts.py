@@ -40,8 +40,12 @@ def scan(run, read_options) -> None:
             bar.advance(batch.num_rows)
     ids = np.asarray(ids, dtype=np.int64)
     if keys:  # exact copies: only the lowest id of each is embedded (and so can be selected)
-        keep, _ = first_of_each(ids, keys)
+        keep, copy_of = first_of_each(ids, keys)
         run.copies = np.sort(ids[~keep])
+        if isinstance(ds, Mixture) and run.layout.leader and (~keep).any():
+            note = copies_across_inputs(ds.names, ds.offsets(), ids[~keep], copy_of[~keep])
+            if note:
+                console.warn(note)
         ids = ids[keep]
         ds.skip_ids = frozenset(run.copies.tolist())
     # the embedded pairs whose two answers are the same
@@ -85,6 +89,21 @@ def write_rejects(path, bad_rows: list[dict], skipped_rows: list[dict]) -> bool:
 
 
 PROXY_SALT = 1  # salts tell the seeded samples apart: the proxy's warm-up 1, the text basis 2 (features/text.py)
+
+
+def copies_across_inputs(names_: list[str], first_ids, copies, kept) -> str | None:
+    """The warning for a mixture's rows left out as exact copies of another input's rows (`copies`, each a copy of
+    the kept id in `kept`): they count as that input's, whose floor or cap then bounds them (None: no such row)."""
+    import numpy as np
+    src_copy, src_kept = (np.searchsorted(first_ids, np.asarray(x), side="right") - 1 for x in (copies, kept))
+    across = src_copy != src_kept
+    if not across.any():
+        return None
+    pairs, n = np.unique(np.stack([src_copy[across], src_kept[across]]), axis=1, return_counts=True)
+    said = "; ".join(f"{counted(int(k), 'row')} of input {names_[a]} {'is a copy' if k == 1 else 'are copies'} of "
+                     f"rows of input {names_[b]}" for (a, b), k in zip(pairs.T, n))
+    return (f"exact copies across inputs, embedded once as the first input's rows: {said} (a share bound on that "
+            "input counts them; --keep-duplicates keeps every copy)")
 
 
 def _keys(ids, seed: int, salt: int):
