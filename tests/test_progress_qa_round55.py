@@ -171,3 +171,14 @@ def test_a_short_phase_says_nothing_off_a_terminal_so_a_refusal_stays_one_line(e
     assert ok.exit_code == 0, ok.output
     r = cli_runner.invoke(main, [*argv, "--part-index", "1", "--dim", "24"])
     assert r.exit_code == 2 and r.stderr.startswith("ERROR: ") and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_shard_tells_the_writing_of_the_shards(tmp_path, cli_runner, fixtures_dir, every_step):
+    """`shard`'s bar covered the read of the data only; assembling the shards (most of its time at 200k rows on 64
+    shards) said nothing."""
+    data = fixtures_dir / "gsm8k" / "train-300.jsonl"
+    out = tmp_path / "r"
+    r = cli_runner.invoke(main, ["run", str(data), "--out", str(out), "--fraction", "0.5", "-n", "3"],
+                          catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert _line("shard: write the shards", "3", "shards").search(r.stderr), r.stderr

@@ -269,7 +269,9 @@ def write(o, sel, ds, plan, weights: Weights, params, inputs, dataset, tokens, f
         files = [names.shard_file_name(r, n) for r in range(n)]
         columns = ["id"] + [c for c in source_columns if c not in ("id",) + SHARD_COLUMNS] + list(SHARD_COLUMNS)
         t_assemble = time.monotonic()
-        writer.finish([work / f for f in files], columns, file_metadata(meta))
+        from cluster_curate import console
+        with console.progress("shard: write the shards", total=n, unit="shards", quiet_when_short=True) as bar:
+            writer.finish([work / f for f in files], columns, file_metadata(meta), on_shard=lambda: bar.advance(1))
         t_done = time.monotonic()
         shutil.rmtree(work / "spill", ignore_errors=True)
         leftover_ids = np.sort(sel.ids[plan.leftover]).tolist()

@@ -130,8 +130,8 @@ class ShardWriter:
         return unified
 
     def finish(self, paths: list[Path], columns: list[str], metadata: dict[bytes, bytes] | None = None,
-               compression: str = "snappy") -> None:
-        """Assemble the shards at `paths` (one per shard) with `columns` in this order."""
+               compression: str = "snappy", on_shard=None) -> None:
+        """Assemble the shards at `paths` (one per shard) with `columns` in this order; `on_shard()` after each."""
         if self.chunk_rows is None:
             raise CurateError("no selected row was found in the data")
         unified = self._stored_schema()
@@ -165,6 +165,8 @@ class ShardWriter:
                     raise CurateError(f"shard {shard}: {expected} rows written, {self.rows_per_shard} planned")
             finally:
                 writer.close()
+            if on_shard is not None:
+                on_shard()
 
 
 def nested_type(t: pa.DataType) -> bool:
