@@ -238,3 +238,88 @@ def test_a_cut_short_gzip_file_is_said_to_be_cut_short(tmp_path, name):
     r = _cli("inspect", tmp_path / "folder" if name.startswith("folder/") else p)
     assert refused(r) == (f"{p}: cannot read it: the compressed file is cut short (it ends before its end-of-stream "
                           "marker); copy or download it again")
+
+
+# ------------------------------------------------------------------------------------------ review mends
+
+def _folder(path, names, rows=20):
+    path.mkdir()
+    for i, name in enumerate(names):
+        text = "".join(json.dumps(r) + "\n" for r in GSM[i * rows:(i + 1) * rows])
+        (path / name).write_bytes(gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    return path
+
+
+def test_an_evaluation_set_folder_of_splits_is_read_whole(tmp_path):
+    """The split refusal guards what is trained on: `--decontaminate gsm8k/` (train.jsonl + test.jsonl) was refused
+    as "an evaluation split's rows trained on", where every question of both is looked for in the pool."""
+    from cluster_curate.commands.select_parts import questions_of
+    evals = _folder(tmp_path / "gsm8k", ("train.jsonl", "test.jsonl"))
+    keys, _, _ = questions_of(str(evals), {"on_bad_row": "error"}, "--decontaminate")
+    assert len(keys) == 40
+    data = write_jsonl(tmp_path / "d.jsonl", GSM[:60])  # 40 of its rows ask a question of the set
+    out = tmp_path / "out"
+    r = _cli("run", data, "--out", out, "--features", "text", "--dim", "4", "--k", "2", "--fraction", "1",
+             "--num-shards", "1", "--decontaminate", evals, "-q")
+    assert r.returncode == 0, r.stderr
+    import pyarrow.parquet as pq
+    assert pq.read_table(out / "selection.parquet").num_rows == 20
+    # the same folder as DATA is still refused
+    with pytest.raises(CurateError, match="a directory of JSON splits"):
+        open_dataset(evals)
+
+
+@pytest.mark.parametrize("names", [
+    ("train.jsonl", "dev_notes.json"), ("train.jsonl", "eval_results.json"),
+    ("train.jsonl", "evaluation_prompts.jsonl"), ("train.jsonl", "test_train_overlap.jsonl"),
+    ("train.jsonl", "train_v2.jsonl"), ("train.jsonl", "trainer_logs.jsonl"), ("train.jsonl", "contest.jsonl"),
+    ("train.jsonl", "latest.jsonl"), ("train-math.jsonl", "train-code.jsonl"),
+])
+def test_a_file_named_like_a_split_but_no_split_is_read(tmp_path, names):
+    """An evaluation word with another word after it (`dev_notes`) is a split only where a training file carries
+    the same word (`train_gsm8k` / `test_gsm8k`) or the hub's part numbering does."""
+    assert read_all(_folder(tmp_path / "f", names))[0].container == "json-files"
+
+
+@pytest.mark.parametrize("names, held, give", [
+    (("train_gsm8k.jsonl", "test_gsm8k.jsonl"), "test_gsm8k: test_gsm8k.jsonl; train_gsm8k: train_gsm8k.jsonl",
+     "train_gsm8k.jsonl"),
+    (("gsm8k_train.jsonl", "gsm8k_test.jsonl"), "gsm8k_test: gsm8k_test.jsonl; gsm8k_train: gsm8k_train.jsonl",
+     "gsm8k_train.jsonl"),
+    (("train.jsonl", "test-v2.jsonl"), "test: test-v2.jsonl; train: train.jsonl", "train.jsonl"),
+    (("train_sft.jsonl", "test_sft.jsonl"), "test_sft: test_sft.jsonl; train_sft: train_sft.jsonl",
+     "train_sft.jsonl"),
+    (("train-00000-of-00001.jsonl", "validation_matched-00000-of-00001.jsonl"),
+     "train: train-00000-of-00001.jsonl; validation_matched: validation_matched-00000-of-00001.jsonl",
+     "train-00000-of-00001.jsonl"),
+    (("train-0.jsonl", "train-1.jsonl.gz", "test.jsonl"), "test: test.jsonl; train: train-0.jsonl and 1 more file",
+     "train-*.jsonl train-*.jsonl.gz"),
+])
+def test_splits_by_a_shared_word_are_refused_naming_the_training_one(tmp_path, names, held, give):
+    """`train_gsm8k` + `test_gsm8k` suggested the test split; `gsm8k_train` + `gsm8k_test` was read whole; the
+    pattern for `train-0.jsonl` + `train-1.jsonl.gz` matched one of them."""
+    d = _folder(tmp_path / "f", names)
+    with pytest.raises(CurateError) as e:
+        open_dataset(d)
+    shown = " ".join(str(d / g) for g in give.split())
+    assert str(e.value) == f"{d}: a directory of JSON splits ({held}), {MIXED}{shown}"
+
+
+def test_an_own_folder_of_another_kind_is_named_as_what_it_is(tmp_path):
+    """`embed --out RUN_FOLDER` said "a directory cluster-curate did not write (no part-*.parquet files)"."""
+    data = write_jsonl(tmp_path / "d.jsonl", GSM[:60])
+    run = tmp_path / "run"
+    assert _cli("run", data, "--out", run, "--features", "text", "--dim", "4", "--k", "2", "--fraction", "0.5",
+                "--num-shards", "1", "-q").returncode == 0
+    emb = ["--features", "text", "--dim", "4", "-q"]
+    for folder, what in ((run, "a `run` folder"), (run / "shards", "a shards directory")):
+        for overwrite, exists in (((), "already exists: "), (("--overwrite",), "")):
+            assert refused(_cli("embed", data, "--out", folder, *emb, *overwrite)) == (
+                f"--out {folder}: {exists}{what} cluster-curate wrote, not an earlier embeddings output; --overwrite "
+                "replaces only the tool's own outputs of the same kind: choose another --out")
+    import shutil
+    selection = shutil.copy(run / "selection.parquet", tmp_path / "selection.parquet")
+    assert refused(_cli("shard", selection, "--data", data, "--out", run, "-n", "1", "--overwrite",
+                        "-q")).startswith(f"--out {run}: a `run` folder cluster-curate wrote, not an earlier shards "
+                                          "output")
+    assert (run / "run-state.json").is_file() and (run / "shards" / "manifest.json").is_file()

@@ -48,8 +48,8 @@ def open_target(target: str, o: dict, option: str = "--target", pool_meta=None):
     from cluster_curate.io.datasets import open_dataset
     from cluster_curate.io.fields import UnrecognisedFormat
     questions = option == "--decontaminate"
-    try:
-        return open_dataset(target, replace(target_read_options(o), prompts_only=questions))
+    try:  # an evaluation set is not trained on: a folder of its splits is read whole (io/datasets.py ReadOptions)
+        return open_dataset(target, replace(target_read_options(o), prompts_only=questions, not_trained=questions))
     except UnrecognisedFormat as e:
         if questions:
             raise CurateError(f"{option} {e.headline}: an evaluation set is read for its questions, in "
@@ -186,6 +186,8 @@ def questions_of(path: str, o: dict, option: str, with_prompts: bool = False, wa
 
 
 def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skipped: bool):
+    from dataclasses import replace
+
     import numpy as np
 
     from cluster_curate.exact_dedup import prompt_keys
@@ -199,7 +201,8 @@ def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skip
         if kept is not None:
             return np.unique(kept), meta.fingerprint, None
         try:
-            ds = open_lineage_data(None, meta.dataset or {}, target_read_options(o))
+            ds = open_lineage_data(None, meta.dataset or {},
+                                   replace(target_read_options(o), not_trained=option == "--decontaminate"))
         except CurateError as e:
             raise CurateError(f"{option} {path}: its recorded data: {e}") from None
         if ds is None:

@@ -312,6 +312,10 @@ def replace_refusal(path: str | os.PathLike, kind: str) -> str | None:
         entries = sorted(q.name for q in p.iterdir())
         if not entries:
             return None
+        own = _own_folder(p, entries)
+        if own and kind and own[0] != kind:  # "did not write" would be untrue
+            return (f"{own[1]} cluster-curate wrote, not an earlier {kind} output; {KEEP_ONLY} of the same kind: "
+                    "choose another --out")
         if kind == SHARDS:
             return _shards_refusal(p, entries)
         if kind == EXPORT:
@@ -364,6 +368,18 @@ def _parts_refusal(p: Path, entries: list[str], kind: str) -> str | None:
             return _not_written(f"{name} has no '{META_KEY.decode()}' metadata", _NEW_OUT)
         if meta.kind != kind:
             return f"holds {meta.kind} parts, not an earlier {kind} output; {KEEP_ONLY} of the same kind: {_NEW_OUT}"
+    return None
+
+
+def _own_folder(p: Path, entries: list[str]) -> tuple[str, str] | None:
+    """The kind and name of one of the tool's own folders that holds no artifact's parts (a `run` folder, shards,
+    an export), None for any other directory."""
+    if names.RUN_STATE in entries:
+        return "run", "a `run` folder"
+    if _not_shards(p, entries) is None:
+        return SHARDS, "a shards directory"
+    if _not_export(p, entries) is None:
+        return EXPORT, "an export directory"
     return None
 
 

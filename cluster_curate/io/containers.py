@@ -710,29 +710,41 @@ def _parquet_files(directory: Path) -> list[Path]:
                   if not any(part.startswith((".", "_")) for part in p.relative_to(directory).parts))
 
 
-# a split's name, as Hugging Face names split files and folders (`train`, `test_sft`, `validation_matched`), once a
-# part number (`-00000-of-00002`, `_3`, `0000`) is taken off
-_SPLIT_NAME = re.compile(r"(?:train|training|test|testing|validation|valid|val|dev|eval|evaluation)"
-                         r"(?:[_-][a-z][a-z0-9]*)*", re.IGNORECASE)
-_PART_NUMBER = re.compile(r"(?:-\d+-of-\d+|[-_.]?\d+)$")
+# a split's name, as Hugging Face names split files and folders (`train`, `test_sft`, `validation_matched`), or with
+# a qualifier before its word (`gsm8k_train`), once a part number (`-00000-of-00002`, `_3`, `0000`, `-v2`) is taken off
+_SPLIT_WORD = r"train|training|test|testing|validation|valid|val|dev|eval|evaluation"
+_SPLIT_NAME = re.compile(rf"(?P<word>{_SPLIT_WORD})(?P<after>(?:[_-][a-z][a-z0-9]*)*)", re.IGNORECASE)
+_SPLIT_AFTER = re.compile(rf"(?P<before>[a-z0-9]+(?:[_-][a-z0-9]+)*)[_-](?P<word>{_SPLIT_WORD})", re.IGNORECASE)
+_PART_NUMBER = re.compile(r"(?:-\d+-of-\d+|[-_.]?\d+|[-_]v\d+)$", re.IGNORECASE)
+_HUB_PART = re.compile(r"-\d+-of-\d+$")
 _HIVE_FOLDER = re.compile(r"([^=]+)=(.*)")
 # a data file's type in its name (`.jsonl.gz`), taken off to leave the name a split is read from
 _DATA_SUFFIX = re.compile(r"\.(?:parquet|jsonl|ndjson|json|csv|tsv)(?:\.gz)?$", re.IGNORECASE)
 
 
-def _split_of(relative: Path) -> tuple[str, Path] | None:
-    """The split a data file's path names, and the path to give for it: its file name's (the hub's
-    `data/train-00000-of-00002.parquet`, `test.jsonl`), else its innermost folder's that is one (the parquet
-    converter's `default/test/0000.parquet`); the folder named for it where there is one, else the file. None for no
-    split."""
+def _split_of(relative: Path) -> tuple[str, str, tuple[str, str] | None, Path] | None:
+    """The split a data file's path names, its word (`train`, `test`, ...), the qualifier its file name gives the
+    word ((before, after), lower-case; ('', '') for the word alone; None where the name is a split whatever it
+    carries: the hub's part-numbered file, a folder's) and the path to give for it: its file name's (the hub's
+    `data/train-00000-of-00002.parquet`, `test.jsonl`, `gsm8k_test.jsonl`), else its innermost folder's that is one
+    (the parquet converter's `default/test/0000.parquet`); the folder named for it where there is one, else the
+    file. None for no split."""
     folders = [(_PART_NUMBER.sub("", part), Path(*relative.parts[:i + 1]))
                for i, part in enumerate(relative.parts[:-1])]
-    base = _PART_NUMBER.sub("", _DATA_SUFFIX.sub("", relative.name))
-    if not _SPLIT_NAME.fullmatch(base):
+    stem = _DATA_SUFFIX.sub("", relative.name)
+    base = _PART_NUMBER.sub("", stem)
+    m = _SPLIT_NAME.fullmatch(base) or _SPLIT_AFTER.fullmatch(base)
+    if m:
+        parts = m.groupdict()
+        qualifier = None if _HUB_PART.search(stem) else tuple(
+            (parts.get(k) or "").lower().replace("-", "_").strip("_") for k in ("before", "after"))
+    else:
         base = next((name for name, _ in reversed(folders) if _SPLIT_NAME.fullmatch(name)), None)
         if base is None:
             return None
-    return base, next((where for name, where in reversed(folders) if name.lower() == base.lower()), relative)
+        m, qualifier = _SPLIT_NAME.fullmatch(base), None
+    where = next((where for name, where in reversed(folders) if name.lower() == base.lower()), relative)
+    return base, m.group("word").lower(), qualifier, where
 
 
 def _column_names(part: Path) -> list[str]:
@@ -744,9 +756,9 @@ def _column_names(part: Path) -> list[str]:
         return []
 
 
-def _refuse_layouts(directory: Path, parts: list[Path]) -> None:
+def _refuse_layouts(directory: Path, parts: list[Path], trained: bool = True) -> None:
     """A Parquet directory whose folders or file names carry what its rows do not: hive `key=value` folders (the
-    column's values; reading the files alone would drop it), or splits (_refuse_splits)."""
+    column's values; reading the files alone would drop it), or splits of data `trained` on (_refuse_splits)."""
     relative = [p.relative_to(directory) for p in parts]
     hive = sorted({part for r in relative for part in r.parts[:-1] if _HIVE_FOLDER.fullmatch(part)})
     keys = sorted({_HIVE_FOLDER.fullmatch(h).group(1) for h in hive})
@@ -759,7 +771,8 @@ def _refuse_layouts(directory: Path, parts: list[Path]) -> None:
                           "in the folder names, not in the files, and reading the files would drop it; write the "
                           f"rows with it into one file (pq.write_table(pq.read_table({str(directory)!r}), "
                           "'data.parquet')) and give that")
-    _refuse_splits(directory, parts)
+    if trained:
+        _refuse_splits(directory, parts)
 
 
 def _refuse_splits(directory: Path, files: list[Path]) -> None:
@@ -767,29 +780,34 @@ def _refuse_splits(directory: Path, files: list[Path]) -> None:
     eval), by their names or folders: read as one dataset, the evaluation rows would be trained on. One rule for
     every format (Parquet, JSON, CSV); which split to read is not guessed, as a JSON file's splits are not
     (_JsonDocument._not_records): refused naming them and the path that gives the training split."""
+    found = [(r, _split_of(r)) for r in (f.relative_to(directory) for f in files)]
+    found = [(r, split) for r, split in found if split]
+    train_qualifiers = {qualifier for _, (_, word, qualifier, _) in found if word.startswith("train")}
     splits: dict[str, list[tuple[Path, Path]]] = {}
-    for r in (f.relative_to(directory) for f in files):
-        found = _split_of(r)
-        if found:
-            splits.setdefault(found[0].lower(), []).append((r, found[1]))
+    kinds: dict[str, str] = {}
+    for r, (name, word, qualifier, where) in found:
+        if not word.startswith("train") and qualifier not in (None, ("", "")) and qualifier not in train_qualifiers:
+            continue  # an evaluation word with words no training file carries names no split (`dev_notes`)
+        splits.setdefault(name.lower(), []).append((r, where))
+        kinds[name.lower()] = "train" if word.startswith("train") else "eval"
     # `train-math` beside `train-code`, or `test` beside `validation`, holds no evaluation rows to be trained on
     # beside training ones
-    kinds = {"train" if re.match(r"train", name, re.IGNORECASE) else "eval" for name in splits}
-    if kinds != {"train", "eval"}:
+    if set(kinds.values()) != {"train", "eval"}:
         return
     held = "; ".join(f"{name}: {split[0][0]}" + f" and {counted(len(split) - 1, 'more file')}" * (len(split) > 1)
                      for name, split in splits.items())
-    name = "train" if "train" in splits else next(iter(splits))
+    name = "train" if "train" in splits else next(name for name, kind in kinds.items() if kind == "train")
     (first, where), split = splits[name][0], splits[name]
     if where != first:  # a split folder
         give = directory / where
     elif len(split) == 1:
         give = directory / first
-    else:  # a split's files by name: the shell's pattern for them
+    else:  # a split's files by name: the shell's pattern for them, one per file type (`.jsonl`, `.jsonl.gz`)
         stem = _DATA_SUFFIX.sub("", first.name)
         prefix = stem[:len(_PART_NUMBER.sub("", stem)) + 1]  # `train-`, unless a file of the split lacks the `-`
         prefix = prefix if all(r.name.startswith(prefix) for r, _ in split) else prefix[:-1]
-        give = directory / first.parent / f"{prefix}*{first.name[len(stem):]}"
+        suffixes = dict.fromkeys(_DATA_SUFFIX.search(r.name).group() for r, _ in split)
+        give = " ".join(str(directory / first.parent / f"{prefix}*{suffix}") for suffix in suffixes)
     kinds = {{".parquet": "Parquet", ".csv": "CSV", ".tsv": "TSV"}.get(
         _DATA_SUFFIX.search(f.name).group().lower().removesuffix(".gz"), "JSON") for f in files}
     what = kinds.pop() if len(kinds) == 1 else "data"
@@ -1051,11 +1069,11 @@ class _JsonFiles:
         return n
 
 
-def _directory(path: Path):
+def _directory(path: Path, trained: bool = True):
     """The container of a directory that is no save_to_disk dataset: its Parquet files (in its folders too), else
-    the JSON Lines and JSON files directly in it, either refused when they are splits (_refuse_splits); one with
-    neither is refused, saying what it holds and, where it holds CSV files or data files in its folders (a hub
-    snapshot's `data/train.jsonl`), what to give."""
+    the JSON Lines and JSON files directly in it, either refused when they are splits of data `trained` on
+    (_refuse_splits); one with neither is refused, saying what it holds and, where it holds CSV files or data files
+    in its folders (a hub snapshot's `data/train.jsonl`), what to give."""
     parts = _parquet_files(path)
     if parts:
         others = sorted(str(p.relative_to(path)) for p in path.rglob("*") if _is_other_data_file(p)
@@ -1066,7 +1084,7 @@ def _directory(path: Path):
             raise CurateError(f"{path}: a directory of .parquet files ({pq_held}) that also holds {held}, which a "
                               "Parquet directory's reading leaves out; give the files as DATA (several files are read "
                               "as one dataset), or move them out")
-        _refuse_layouts(path, parts)
+        _refuse_layouts(path, parts, trained)
         return _Parquet(path, parts)
     files = sorted(f for f in path.iterdir() if not f.name.startswith((".", "_")))
     json_files = [f for f in files if f.is_file() and f.name.lower().removesuffix(".gz").endswith(_JSON_SUFFIXES)]
@@ -1077,7 +1095,8 @@ def _directory(path: Path):
                           f"others out; it holds {held}: give the files as DATA (several files are read as one "
                           "dataset)")
     if json_files:
-        _refuse_splits(path, json_files)
+        if trained:
+            _refuse_splits(path, json_files)
         return _JsonFiles(path, json_files)
     kinds: dict[str, int] = {}
     for f in files:
@@ -1085,7 +1104,8 @@ def _directory(path: Path):
         kinds[kind] = kinds.get(kind, 0) + 1
     held = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "it is empty"
     if others:  # CSV / TSV: each file is read as a dataset of its own, and several as DATA (io/mixture.py)
-        _refuse_splits(path, others)
+        if trained:
+            _refuse_splits(path, others)
         suffixes = sorted({_DATA_SUFFIX.search(f.name).group().lower() for f in others})
         give = others[0] if len(others) == 1 else " ".join(f"{path}{os.sep}*{s}" for s in suffixes)
         raise CurateError(f"{path}: directory holds no .parquet, .jsonl or .json files, which a directory is read "
@@ -1094,7 +1114,8 @@ def _directory(path: Path):
     nested = sorted(p for p in path.rglob("*") if _is_other_data_file(p)
                     and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts))
     if nested:  # a hub snapshot's `data/train.jsonl` beside its README.md: named, with the path to give
-        _refuse_splits(path, nested)
+        if trained:
+            _refuse_splits(path, nested)
         folders = {p.parent for p in nested}
         if len(nested) == 1:
             give = f"it: {nested[0]}"
@@ -1154,7 +1175,9 @@ def reads_through_hf_datasets(source: str) -> bool:
         return True
 
 
-def open_container(source: str):
+def open_container(source: str, trained: bool = True):
+    """The path and container of `source`; `trained`: its rows are trained on, so a folder of splits is refused
+    (_refuse_splits), where an evaluation set's or a --target's is read whole."""
     path = Path(source).expanduser()
     try:
         exists = path.exists()
@@ -1179,7 +1202,7 @@ def open_container(source: str):
             raise cannot_read(path, PermissionError(), "the directory")
         if _is_saved_hf_dataset(path):
             return path, load_from_disk(path)
-        return path, _directory(path)
+        return path, _directory(path, trained)
     if not path.is_file():  # a named pipe, a device: the data is read more than once; a pipe is empty the 2nd time
         raise CurateError(f"{source}: not a regular file (a pipe or a device), and the data is read more than once; "
                           "write it to a file first")

@@ -114,16 +114,20 @@ class ReadOptions:
     label_field: str | None = None  # preference pairs: the column naming the chosen answer (preference.labelled_fields)
     on_bad_row: str = "error"  # "error" | "skip"
     prompts_only: bool = False  # questions alone, a row needs no response: an evaluation set (formats.py)
+    # rows no model is trained on (an evaluation set, a --target): a folder of splits is read whole, not refused
+    # (containers._refuse_splits guards training data). Not how rows are read: neither recorded nor hashed
+    not_trained: bool = False
 
     def given(self) -> dict:
         """The options not at their defaults, as a lineage record keeps them (to read the data again as it was)."""
-        return {k: v for k, v in self.__dict__.items()
-                if v is not None and v is not False and not (k == "on_bad_row" and v == "error")}
+        return {k: v for k, v in self.__dict__.items() if v is not None and v is not False
+                and not (k == "on_bad_row" and v == "error") and k != "not_trained"}
 
     def hashed(self) -> dict:
         """Every option, as a fingerprint hashes them: one added later is left out at its default (`rejected_field`,
         `label_field` None), so what was made before it keeps its fingerprint."""
-        return {k: v for k, v in self.__dict__.items() if not (k in ("rejected_field", "label_field") and v is None)}
+        return {k: v for k, v in self.__dict__.items()
+                if not (k in ("rejected_field", "label_field") and v is None) and k != "not_trained"}
 
 
 class Batch:
@@ -277,7 +281,7 @@ class Dataset:
         if opts.on_bad_row not in ("error", "skip"):
             raise CurateError(f"--on-bad-row must be 'error' or 'skip', not {opts.on_bad_row!r}")
         with _read_errors(self.source):
-            self.path, self._src = open_container(str(source))
+            self.path, self._src = open_container(str(source), trained=not opts.not_trained)
         self.container = self._src.kind
         self.split: str | None = getattr(self._src, "split", None)  # a Hugging Face dataset's split read
         self.rejects: list[Reject] = []
