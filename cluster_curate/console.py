@@ -158,8 +158,8 @@ class _Rich:
 @contextmanager
 def progress(description: str, total: float | None = None, unit: str = "rows", quiet_when_short: bool = False):
     """`with progress("embed", total=n) as bar: bar.advance(k)` — bar / log lines / nothing.
-    `quiet_when_short`: no log line for a step over before the first one is due (a phase before a check that may
-    refuse the command: its refusal stays the one line on stderr)."""
+    `quiet_when_short`: no log line for a step over before the first one is due, and on a terminal a bar that
+    goes when it ends (a phase before a check that may refuse the command: its refusal stays the one line)."""
     if QUIET:
         yield _Silent()
         return
@@ -180,7 +180,8 @@ def progress(description: str, total: float | None = None, unit: str = "rows", q
             return Text(f"{speed:,.0f} {unit}/s" if speed else "")
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
-                  _Rate(), TimeElapsedColumn(), TimeRemainingColumn(), console=_err, transient=False) as p:
+                  _Rate(), TimeElapsedColumn(), TimeRemainingColumn(), console=_err,
+                  transient=quiet_when_short) as p:
         yield _Rich(p, p.add_task(description, total=total))
 
 

@@ -145,7 +145,7 @@ def kmeans_faiss(x: np.ndarray, k: int, iters: int = 20, seed: int = 0, sample_s
     spherical=True: centroids are renormalised after every iteration and rows are compared by inner product
     (cosine for unit rows). gpus: number of GPUs (None = all faiss sees, 0 = CPU); the code path is the same,
     faiss only puts its flat index on the GPU(s). init: starting centroids (default: initial_centroids).
-    on_iteration(n): called as iterations finish (n = 1; the iterations left at once when it converges early).
+    on_iteration(n): called as iterations finish (n = 1; none for the iterations an early convergence leaves).
     """
     from cluster_curate.faiss_build import import_faiss
     faiss = import_faiss()
@@ -195,18 +195,16 @@ def _lloyd(faiss, sample: np.ndarray, init: np.ndarray, iters: int, seed: int, s
         clus.train(sample, index)
         out = faiss.vector_float_to_array(clus.centroids).reshape(k, d)
         objectives.append(float(clus.iteration_stats.at(0).obj))
+        on_iteration(1)  # an iteration's objective recorded: the bar counts what ran, not what was asked
         if size == k:  # faiss's corner case: the sample is the centroids, as they are, after no iteration
-            on_iteration(iters)
             return out, objectives
         centroids = np.ascontiguousarray(out)
         if spherical:
             faiss.normalize_L2(centroids)
-        on_iteration(1)
         if threshold is not None and i > 0:  # faiss's test, in its float32 arithmetic
             prev, obj = np.float32(objectives[-2]), np.float32(objectives[-1])
             if prev != 0 and float(np.abs(prev - obj) / np.abs(prev)) <= threshold:
-                on_iteration(iters - i - 1)  # converged: the iterations left are not needed
-                break
+                break  # converged: the bar stops at the iterations that ran
     return centroids, objectives
 
 
