@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -143,6 +144,15 @@ def read_failure(path, e: BaseException) -> CurateError:
         return CurateError(f"{path}: cannot read it: the compressed file is cut short (it ends before its "
                            "end-of-stream marker); copy or download it again")
     return cannot_read(path, e)
+
+
+@contextmanager
+def read_errors(source):
+    """A failing read (a corrupt or truncated .gz file, a disk error) becomes one line naming `source` (read_failure)."""
+    try:
+        yield
+    except (OSError, EOFError) as e:
+        raise read_failure(source, e) from None
 
 
 def _first_non_utf8_line(path: Path) -> str | None:
@@ -808,9 +818,9 @@ def _refuse_splits(directory: Path, files: list[Path]) -> None:
         prefix = prefix if all(r.name.startswith(prefix) for r, _ in split) else prefix[:-1]
         suffixes = dict.fromkeys(_DATA_SUFFIX.search(r.name).group() for r, _ in split)
         give = " ".join(str(directory / first.parent / f"{prefix}*{suffix}") for suffix in suffixes)
-    kinds = {{".parquet": "Parquet", ".csv": "CSV", ".tsv": "TSV"}.get(
+    formats = {{".parquet": "Parquet", ".csv": "CSV", ".tsv": "TSV"}.get(
         _DATA_SUFFIX.search(f.name).group().lower().removesuffix(".gz"), "JSON") for f in files}
-    what = kinds.pop() if len(kinds) == 1 else "data"
+    what = formats.pop() if len(formats) == 1 else "data"
     raise CurateError(f"{directory}: a directory of {what} splits ({held}), which read as one dataset would be "
                       f"mixed (an evaluation split's rows trained on); which split is read is not guessed: give one, "
                       f"e.g. {give}")
@@ -1052,20 +1062,16 @@ class _JsonFiles:
 
     def iter_rows(self) -> Iterator[JsonRow]:
         for f in self.files:
-            try:  # a file that fails part-way named, not the directory (io/datasets.py _read_errors)
+            with read_errors(f):  # a file that fails part-way named, not the directory
                 for row in _json_file(f).iter_rows():
                     row.file = f
                     yield row
-            except (OSError, EOFError) as e:
-                raise read_failure(f, e) from None
 
     def count(self) -> int:
         n = 0
         for f in self.files:
-            try:
+            with read_errors(f):
                 n += _json_file(f).count()
-            except (OSError, EOFError) as e:
-                raise read_failure(f, e) from None
         return n
 
 
@@ -1177,7 +1183,7 @@ def reads_through_hf_datasets(source: str) -> bool:
 
 def open_container(source: str, trained: bool = True):
     """The path and container of `source`; `trained`: its rows are trained on, so a folder of splits is refused
-    (_refuse_splits), where an evaluation set's or a --target's is read whole."""
+    (_refuse_splits), where an evaluation set's is read whole."""
     path = Path(source).expanduser()
     try:
         exists = path.exists()

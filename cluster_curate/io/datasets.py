@@ -59,7 +59,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain, islice, repeat
 from pathlib import Path
@@ -68,7 +67,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from cluster_curate.errors import CurateError
-from cluster_curate.io.containers import JsonRow, file_fingerprint, open_container, read_failure
+from cluster_curate.io.containers import JsonRow, file_fingerprint, open_container, read_errors
 from cluster_curate.io.hf_datasets import HFDataset
 from cluster_curate.io.fields import (ColumnsHint, detect_format, held_columns, most_read_format, read_columns,
                                      reads_row, resolve_fields)
@@ -114,7 +113,7 @@ class ReadOptions:
     label_field: str | None = None  # preference pairs: the column naming the chosen answer (preference.labelled_fields)
     on_bad_row: str = "error"  # "error" | "skip"
     prompts_only: bool = False  # questions alone, a row needs no response: an evaluation set (formats.py)
-    # rows no model is trained on (an evaluation set, a --target): a folder of splits is read whole, not refused
+    # rows no model is trained on (an evaluation set): a folder of splits is read whole, not refused
     # (containers._refuse_splits guards training data). Not how rows are read: neither recorded nor hashed
     not_trained: bool = False
 
@@ -152,16 +151,6 @@ class Batch:
 
 
 # ================================================================================================ dataset
-
-@contextmanager
-def _read_errors(source: str):
-    """A failing read (a corrupt or truncated .gz file, a disk error) becomes one line naming the source, worded as
-    any input that cannot be read is (containers.read_failure)."""
-    try:
-        yield
-    except (OSError, EOFError) as e:
-        raise read_failure(source, e) from None
-
 
 def reserved_rename(name: str, reserved: tuple[str, ...]) -> str:
     """A source column's stored name beside columns of ours (`reserved`): X in reserved becomes `source_X`, and a
@@ -280,7 +269,7 @@ class Dataset:
         self.source, self.opts = str(source), opts
         if opts.on_bad_row not in ("error", "skip"):
             raise CurateError(f"--on-bad-row must be 'error' or 'skip', not {opts.on_bad_row!r}")
-        with _read_errors(self.source):
+        with read_errors(self.source):
             self.path, self._src = open_container(str(source), trained=not opts.not_trained)
         self.container = self._src.kind
         self.split: str | None = getattr(self._src, "split", None)  # a Hugging Face dataset's split read
@@ -305,7 +294,7 @@ class Dataset:
         self.skip_ids: frozenset[int] = frozenset()  # rows left out of `examples` (embed: exact copies)
         # how a bad row's hint of columns is worded: flags for one input, a mixture file's keys (io/mixture.py)
         self.hint_wording = ColumnsHint.as_flags
-        with _read_errors(self.source):
+        with read_errors(self.source):
             self.field_map: FieldMap = self._detect()
         self.format = self.field_map.format
         self.fields = self.field_map.as_dict()
@@ -445,7 +434,7 @@ class Dataset:
     def num_rows(self) -> int:
         """Rows in the source (bad rows included): known after a pass, else counted now."""
         if self.rows is None:
-            with _read_errors(self.source):
+            with read_errors(self.source):
                 self.rows = self._src.count()
         return self.rows
 
@@ -475,7 +464,7 @@ class Dataset:
         (Parquet, Arrow: its messages name the row). Reads the rows up to it: for a message, not a pass."""
         if not hasattr(self._src, "iter_rows"):
             return None
-        with _read_errors(self.source):
+        with read_errors(self.source):
             row = next(islice(self._src.iter_rows(), id_, None), None)
         return None if row is None or row.line is None else self._location(id_, row)
 
@@ -519,7 +508,7 @@ class Dataset:
         fm = self.field_map
         self.chosen_from = dict.fromkeys((fm.response or fm.prompt, fm.rejected), 0) if fm.label else {}
         self._built_typed, self.late_text_columns = set(), []
-        with _read_errors(self.source):
+        with read_errors(self.source):
             if hasattr(self._src, "iter_rows"):
                 yield from self._iter_json(batch_rows, examples)
             else:
