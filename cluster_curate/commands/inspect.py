@@ -150,7 +150,7 @@ def inspect(data, **options) -> dict:
 def _split_read(ds) -> dict:
     """{"split": NAME}: the split of a Hugging Face dataset read (a DatasetDict's train split, or DIR/SPLIT; a hub
     id's). Reading a DatasetDict says which in a note, which --quiet hides; the JSON object says it too."""
-    return {"split": ds.split} if getattr(ds, "split", None) else {}
+    return {"split": ds.split} if ds.split else {}
 
 
 def _check_rejects_path(path, overwrite: bool, data) -> None:

@@ -618,7 +618,8 @@ def _check_selection_fills_a_step(selection: Path, opts: dict) -> None:
     meta = read_meta(selection)
     rows, dropped = meta.rows, int((meta.params.get("exact_duplicates") or {}).get("dropped") or 0)
     # preflight counted the rows of the data: where copies of other rows were left out, the step's shortfall is theirs
-    left, deco = meta.params.get("rows"), (meta.params.get("decontaminated") or {}).get("rows_left_out")
+    from cluster_curate.commands.select_parts import rows_left_out
+    left, deco = meta.params.get("rows"), rows_left_out(meta.params.get("decontaminated"))
     why = ([counted(dropped, "exact duplicate")] if dropped else []) + \
         ([f"{counted(deco, 'row')} --decontaminate left out"] if deco else [])  # ...asking an EVAL's questions
     of = f" of the {counted(int(left), 'row')} left after {' and '.join(why)}" if why and left is not None else ""

@@ -400,8 +400,9 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
     check_writable(out, o["overwrite"], inputs=inputs, kind=names.SELECTION)
     target_emb = sidecar_path(out, names.TARGET_EMBEDDINGS)
     embeds_target = o["target"] is not None and P.target_embeddings_meta(o["target"]) is None  # raw target data
+    target_there = target_emb.exists() or target_emb.is_symlink()
     if embeds_target:  # embedded beside `out`, and like `out` replaced only with --overwrite (it may be the user's)
-        if not o["overwrite"] and (target_emb.exists() or target_emb.is_symlink()):
+        if not o["overwrite"] and target_there:
             raise CurateError(f"{target_emb}: already exists, and select writes the --target embeddings there (pass "
                               "--overwrite to replace it, or choose another --out)")
         check_writable(target_emb, True, inputs=inputs, kind=names.EMBEDDINGS,
@@ -413,11 +414,10 @@ def select(clusters: str, out: str, **options) -> tuple[dict, list[dict]]:
                       need_similarity=f"--within {o['within']}" if order and "similarity" in order.needs else None)
     _check_data(o)
     if o["target"] is not None:
-        fresh = embeds_target and not (target_emb.exists() or target_emb.is_symlink())
         try:
             return _select_targeted(o, mode, clusters, c, out, t0, evals)
         except BaseException:
-            if fresh:  # the target embedded for a selection that failed: not left to refuse the same command again
+            if embeds_target and not target_there:  # embedded for a selection that failed: not left to refuse it again
                 target_emb.unlink(missing_ok=True)
             raise
     needs = (set(order.needs) if order else set()) | ({"features"} if o["dedup"] is not None else set())
@@ -679,7 +679,7 @@ def target_summary(service: dict, path) -> dict:
 
 def _left_out(x: dict) -> int:
     """The rows --decontaminate left out before the budget was counted (0 without it)."""
-    return (x.get("decontaminated") or {}).get("rows_left_out") or 0
+    return P.rows_left_out(x.get("decontaminated"))
 
 
 def _params(o, mode, sel, c, x) -> dict:

@@ -328,11 +328,16 @@ def nothing_left(paths, rows: int) -> CurateError:
 # The summary's lines that `report` says again of a selection, each built here once from what the selection records
 # (select._params): the summary passes its own figures, report the metadata's.
 
+def rows_left_out(decontaminated: dict | None) -> int:
+    """The rows --decontaminate left out before the budget was counted (its record; 0 without it)."""
+    return (decontaminated or {}).get("rows_left_out") or 0
+
+
 def kept_line(fraction: float | None, decontaminated: dict | None):
     """`kept`, selected / rows (rounded; the metadata keeps the exact fraction): of the rows embedded, or of those
     --decontaminate left (the budget is counted on them)."""
     from cluster_curate.console import Shown
-    left = decontaminated and decontaminated["rows_left_out"]
+    left = rows_left_out(decontaminated)
     return Shown(None if fraction is None else round(fraction, 4),
                  label=f"kept (fraction of the rows {'--decontaminate left' if left else 'embedded'})")
 
@@ -359,7 +364,7 @@ def ratio_rule(ratio: float, available, quotas, kept: float, decontaminated: dic
     from each, `kept` (selected / rows) of the data or of the rows --decontaminate left."""
     import numpy as np
     available = np.asarray(available)
-    rows_from = "rows --decontaminate left" if decontaminated and decontaminated["rows_left_out"] else "data"
+    rows_from = "rows --decontaminate left" if rows_left_out(decontaminated) else "data"
     return (f"floor({ratio} x smallest cluster {int(available[available > 0].min())}) = "
             f"{counted(int(np.max(quotas)), 'row')} per cluster: {kept:.1%} of the {rows_from} (below {ratio:g}: "
             "clusters are larger than the smallest)")
@@ -459,8 +464,8 @@ def target_copies_line(copies: dict, decontaminated: dict | None = None):
     if not copies["checked"]:
         return Shown(copies, f"not looked for ({copies['why_not']})", "target's questions in the pool")
     n, q = copies["pool_rows"], copies["target_questions_in_pool"]
-    left = (f" (after --decontaminate left out {counted(decontaminated['rows_left_out'], 'row')})"
-            if decontaminated and decontaminated["rows_left_out"] else "")
+    out = rows_left_out(decontaminated)
+    left = f" (after --decontaminate left out {counted(out, 'row')})" if out else ""
     total = counted(copies["target_questions"], "question")
     text = (f"{counted(n, 'pool row')} {'asks' if n == 1 else 'ask'} {q:,} of the target's {total}; "
             f"{copies['selected']:,} of them selected{left}"
