@@ -148,7 +148,8 @@ def read_failure(path, e: BaseException) -> CurateError:
 
 @contextmanager
 def read_errors(source):
-    """A failing read (a corrupt or truncated .gz file, a disk error) becomes one line naming `source` (read_failure)."""
+    """A failing read (a corrupt or truncated .gz file, a disk error) becomes one line naming `source`
+    (read_failure)."""
     try:
         yield
     except (OSError, EOFError) as e:
