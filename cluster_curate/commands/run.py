@@ -214,8 +214,8 @@ def _settled(values: dict) -> dict:
     if "features" not in values:  # not embed's options
         return settled
     from cluster_curate.features.semantic import bundled_key
-    if "semantic" in _features_of(settled) and bundled_key(settled.get("encoder")):
-        settled["encoder"] = bundled_key(settled.get("encoder"))  # what semantic loads without --encoder
+    if "semantic" in _features_of(settled) and (key := bundled_key(settled.get("encoder"))):
+        settled["encoder"] = key  # what semantic loads without --encoder (or by its hub id)
     settled.pop("batch_tokens", None)  # batching does not change the features (README, features/embed)
     return settled
 

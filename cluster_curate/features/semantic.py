@@ -167,8 +167,8 @@ def _sha256(path: str, size: int, mtime_ns: int) -> str:
 def check_encoder_spec(spec: str | None) -> None:
     """Fail before any data is read when the encoder cannot be loaded for a reason visible on disk."""
     from cluster_curate.features.models import looks_like_local_path
-    if bundled_key(spec):
-        bundled_encoder_dir(bundled_key(spec))
+    if key := bundled_key(spec):
+        bundled_encoder_dir(key)
         return
     path = Path(spec).expanduser()
     if path.exists():
