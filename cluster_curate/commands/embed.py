@@ -4,7 +4,7 @@ of parts when several processes share the run: cluster_curate/distributed.py).""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cluster_curate.errors import CurateError, counted
 from cluster_curate.options import (DATASET_OPTIONS, OUTPUT_OPTIONS, Argument, CommandSpec, Option, lazy,
@@ -362,9 +362,10 @@ def _check_one_file(out: str) -> None:
                           f"{file if file.endswith('.parquet') else file + '.parquet'}")
 
 
-def embed(data, out: str, **options) -> dict:
+def embed(data, out: str, not_trained: bool = False, **options) -> dict:
     """One feature row per parsed example of `data` (a dataset, or several inputs / a mixture file: a
-    mixture, io/mixture.py) into the embeddings artifact `out`. Returns the summary."""
+    mixture, io/mixture.py) into the embeddings artifact `out`. Returns the summary. `not_trained`: `data` is a
+    target, whose rows no model is trained on (io/datasets.py ReadOptions)."""
     from cluster_curate import console, distributed
     from cluster_curate.commands import embed_parts as parts
     from cluster_curate.features.embed import bound_host_memory
@@ -400,7 +401,7 @@ def embed(data, out: str, **options) -> dict:
     try:
         with distributed.worker_lock(layout, out):
             run = _Run(data, out, opts, layout, device, features=features, like=like)
-            parts.scan(run, read_options(opts))
+            parts.scan(run, replace(read_options(opts), not_trained=not_trained))
             models = parts.prepare(run)
             embedder, params = parts.embedder_and_params(run, models)
             if like:

@@ -502,7 +502,7 @@ def _target_embeddings(o: dict, emb_path, emeta, out: str):
         read = P.open_target(target, o, pool_meta=emeta)  # its format detected, or the way to give its fields
         path = str(sidecar_path(out, names.TARGET_EMBEDDINGS))
         # embedded with the fields it was opened with (a `Question,Answer` CSV's, found as open_target found them)
-        made = embed(target, path, like=str(emb_path), overwrite=True, **read.opts.given())
+        made = embed(target, path, like=str(emb_path), overwrite=True, not_trained=True, **read.opts.given())
         if made["bad_rows"]:  # rows the target summary does not count: said, as --decontaminate says an EVAL's
             from cluster_curate import console
             console.warn(f"--target {target}: {counted(made['bad_rows'], 'bad row')} skipped (--on-bad-row skip), "

@@ -30,10 +30,11 @@ def target_embeddings_meta(target: str, option: str = "--target"):
 
 
 def target_read_options(o: dict):
-    """How a raw --target is read: its own format and fields (detected; the data's --prompt-field does not apply),
-    with the data's --on-bad-row."""
+    """How a raw --target or --decontaminate set is read: its own format and fields (detected; the data's
+    --prompt-field does not apply), with the data's --on-bad-row; not trained on, so a folder of its splits is
+    read whole (io/datasets.py ReadOptions.not_trained)."""
     from cluster_curate.io.datasets import ReadOptions
-    return ReadOptions(on_bad_row=o["on_bad_row"])
+    return ReadOptions(on_bad_row=o["on_bad_row"], not_trained=True)
 
 
 def open_target(target: str, o: dict, option: str = "--target", pool_meta=None):
@@ -48,8 +49,8 @@ def open_target(target: str, o: dict, option: str = "--target", pool_meta=None):
     from cluster_curate.io.datasets import open_dataset
     from cluster_curate.io.fields import UnrecognisedFormat
     questions = option == "--decontaminate"
-    try:  # an evaluation set is not trained on: a folder of its splits is read whole (io/datasets.py ReadOptions)
-        return open_dataset(target, replace(target_read_options(o), prompts_only=questions, not_trained=questions))
+    try:
+        return open_dataset(target, replace(target_read_options(o), prompts_only=questions))
     except UnrecognisedFormat as e:
         if questions:
             raise CurateError(f"{option} {e.headline}: an evaluation set is read for its questions, in "
@@ -201,8 +202,7 @@ def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skip
         if kept is not None:
             return np.unique(kept), meta.fingerprint, None
         try:
-            ds = open_lineage_data(None, meta.dataset or {},
-                                   replace(target_read_options(o), not_trained=option == "--decontaminate"))
+            ds = open_lineage_data(None, meta.dataset or {}, target_read_options(o))
         except CurateError as e:
             raise CurateError(f"{option} {path}: its recorded data: {e}") from None
         if ds is None:

@@ -117,16 +117,19 @@ class ReadOptions:
     # (containers._refuse_splits guards training data). Not how rows are read: neither recorded nor hashed
     not_trained: bool = False
 
+    def _how_read(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "not_trained"}
+
     def given(self) -> dict:
         """The options not at their defaults, as a lineage record keeps them (to read the data again as it was)."""
-        return {k: v for k, v in self.__dict__.items() if v is not None and v is not False
-                and not (k == "on_bad_row" and v == "error") and k != "not_trained"}
+        return {k: v for k, v in self._how_read().items() if v is not None and v is not False
+                and not (k == "on_bad_row" and v == "error")}
 
     def hashed(self) -> dict:
         """Every option, as a fingerprint hashes them: one added later is left out at its default (`rejected_field`,
         `label_field` None), so what was made before it keeps its fingerprint."""
-        return {k: v for k, v in self.__dict__.items()
-                if not (k in ("rejected_field", "label_field") and v is None) and k != "not_trained"}
+        return {k: v for k, v in self._how_read().items()
+                if not (k in ("rejected_field", "label_field") and v is None)}
 
 
 class Batch:

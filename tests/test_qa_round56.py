@@ -1,0 +1,41 @@
+"""QA round 56: a target is read as an evaluation set is (a folder of its splits read whole, not refused as training
+data's), ..."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+
+from conftest import FIXTURES
+from conftest import cli_in_process as _cli
+from test_datasets import write_jsonl
+
+GSM = [json.loads(line) for line in (FIXTURES / "gsm8k" / "train-300.jsonl").read_text().splitlines()]
+
+
+def _folder(path, names, rows=20):
+    path.mkdir()
+    for i, name in enumerate(names):
+        (path / name).write_text("".join(json.dumps(r) + "\n" for r in GSM[i * rows:(i + 1) * rows]))
+    return path
+
+
+def test_a_target_folder_of_splits_is_read_whole_by_select_and_run(tmp_path):
+    """`--target gsm8k/` (train.jsonl + test.jsonl) was refused as "an evaluation split's rows trained on" by the
+    embed select runs on it: a target is not trained on, so both of its files are its rows, as --decontaminate
+    reads such a folder."""
+    target = _folder(tmp_path / "gsm8k", ("train.jsonl", "test.jsonl"), rows=5)
+    data = write_jsonl(tmp_path / "d.jsonl", GSM[100:220])
+    emb, clusters = tmp_path / "e.parquet", tmp_path / "c.parquet"
+    for args in (("embed", data, "--out", emb, "--features", "text", "--dim", "8"),
+                 ("cluster", emb, "--out", clusters, "--k", "3")):
+        assert _cli(*args, "-q").returncode == 0
+    sel = tmp_path / "s.parquet"
+    r = _cli("select", clusters, "--embeddings", emb, "--target", target, "--fraction", "0.2", "--out", sel, "-q")
+    assert r.returncode == 0, r.stderr
+    assert pq.read_table(str(sel).replace(".parquet", ".target.parquet")).num_rows == 10  # both files' rows
+    out = tmp_path / "run"
+    r = _cli("run", data, "--out", out, "--features", "text", "--dim", "8", "--k", "3", "--fraction", "0.2",
+             "--num-shards", "1", "--target", target, "-q")
+    assert r.returncode == 0, r.stderr
