@@ -174,12 +174,16 @@ class Selection:
     quotas: np.ndarray             # rows selected per cluster
     mode: str
     requested: int | None          # the budget asked for (None for --per-cluster-ratio)
-    dedup_dropped: int = 0
+    dedup_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # positions --dedup dropped
     notes: list = field(default_factory=list)
     tokens_total: int | None = None       # tokens of all rows (when token counts were given)
     tokens_requested: int | None = None   # the token budget (token modes)
     tokens_selected: int | None = None    # tokens of the selected rows
     source_budget: int | None = None      # the budget (rows, or tokens) a mixture's floors and caps are shares of
+
+    @property
+    def dedup_dropped(self) -> int:
+        return len(self.dedup_rows)
 
 
 def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray | None = None,
@@ -221,8 +225,9 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
     kind_of_row = _kind_of_row(clusters, groups, kinds) if "answers" in order_entry.needs else None
     order = order_within_cluster(clusters, within, ids=ids, similarity=similarity, loss=loss, answers=answers,
                                  kind_of_row=kind_of_row, seed=seed, k=k)
-    order, available, dropped = _drop_near_duplicates(order, clusters, features, sizes, dedup, k, answer_keys,
-                                                      short_answers)
+    order, available, dedup_rows = _drop_near_duplicates(order, clusters, features, sizes, dedup, k, answer_keys,
+                                                         short_answers)
+    dropped = len(dedup_rows)
     n_available = int(available.sum())
 
     requested, tokens_requested = None, None
@@ -268,7 +273,7 @@ def select_rows(clusters: np.ndarray, *, k: int | None = None, ids: np.ndarray |
                         "tokens_requested": tokens_requested}
     return Selection(rows=rows, cluster=clusters[rows].astype(np.int32), rank_in_cluster=rank[rows].astype(np.int32),
                      sizes=sizes, available=available, quotas=quotas, mode=mode, requested=requested,
-                     dedup_dropped=dropped, notes=notes, source_budget=source_budget, **token_totals)
+                     dedup_rows=dedup_rows, notes=notes, source_budget=source_budget, **token_totals)
 
 
 def _kind_of_row(clusters: np.ndarray, groups, kinds: Kinds | None) -> np.ndarray:
@@ -353,13 +358,15 @@ def _checked_clusters(clusters, k: int | None, features, tokens) -> tuple[np.nda
 def _drop_near_duplicates(order: np.ndarray, clusters: np.ndarray, features, sizes: np.ndarray,
                           dedup: float | None, k: int, answer_keys=None, short_answers=None
                           ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(order without the near-duplicates, rows left per cluster, rows dropped); unchanged without `dedup`."""
+    """(order without the near-duplicates, rows left per cluster, the positions dropped); unchanged without
+    `dedup`."""
+    none = np.zeros(0, dtype=np.int64)
     if dedup is None:
-        return order, sizes, 0
+        return order, sizes, none
     keep = dedup_within_cluster(features, order, sizes, dedup, answers=answer_keys, short=short_answers)
-    dropped = int(len(clusters) - keep.sum())
-    if not dropped:
-        return order, sizes, 0
+    dropped = np.flatnonzero(~keep)
+    if not len(dropped):
+        return order, sizes, none
     order = order[keep[order]]
     return order, np.bincount(clusters[order], minlength=k).astype(np.int64), dropped
 

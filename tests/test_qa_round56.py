@@ -39,3 +39,27 @@ def test_a_target_folder_of_splits_is_read_whole_by_select_and_run(tmp_path):
     r = _cli("run", data, "--out", out, "--features", "text", "--dim", "8", "--k", "3", "--fraction", "0.2",
              "--num-shards", "1", "--target", target, "-q")
     assert r.returncode == 0, r.stderr
+
+
+def test_dedup_names_the_rows_it_drops(tmp_path):
+    """`--dedup` counted the near-duplicates it dropped but named none: no selection holds them, and the user could
+    tell them from the rows not selected only by subtracting ids. They are listed in the metadata and shown."""
+    from cluster_curate.io.artifacts import read_artifact
+    rows = GSM[:60] + [dict(r, question=r["question"] + " Explain.") for r in GSM[:6]]  # 6 near-copies
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    emb, clusters, sel = tmp_path / "e.parquet", tmp_path / "c.parquet", tmp_path / "s.parquet"
+    for args in (("embed", data, "--out", emb, "--features", "text", "--dim", "8"),
+                 ("cluster", emb, "--out", clusters, "--k", "3")):
+        assert _cli(*args, "-q").returncode == 0
+    r = _cli("select", clusters, "--embeddings", emb, "--fraction", "1", "--dedup", "0.98", "--out", sel)
+    assert r.returncode == 0, r.stderr
+    table, meta = read_artifact(sel)
+    ids = meta.params["dedup_ids"]
+    # --fraction 1: every row not selected is one --dedup dropped, one of each copied pair among them
+    assert len(ids) == meta.params["dedup_dropped"] >= 6
+    assert sorted(set(range(66)) - set(table["id"].to_pylist())) == sorted(ids)
+    assert {i % 60 for i in ids} >= set(range(6))
+    shown = " ".join(r.stdout.replace("│", " ").split())  # the table's wrapped cell, as read
+    assert f"(ids {', '.join(map(str, ids[:5]))}, ...), listed in the selection's params.dedup_ids" in shown
+    report = " ".join(_cli("report", sel).stdout.replace("│", " ").split())
+    assert f"(ids {', '.join(map(str, ids[:5]))}, ...), listed in the selection's params.dedup_ids" in report

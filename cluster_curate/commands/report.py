@@ -266,7 +266,7 @@ def _describe_selection(path: Path, sections: list) -> None:
     if p.get("mode") == "per-cluster-ratio" and sizes.size:
         data["rule"] = P.ratio_rule(p["value"], p.get("available_sizes") or sizes, p["quotas"], kept, decontaminated)
     if p.get("dedup") is not None:
-        data["near_duplicates_dropped"] = P.near_duplicates_line(p.get("dedup_dropped"), p["dedup"])
+        data["near_duplicates_dropped"] = P.near_duplicates_line(p.get("dedup_dropped"), p["dedup"], p.get("dedup_ids"))
     rows = None
     if p.get("cluster_sizes") and p.get("quotas"):  # every cluster (--json); render shows the ends of the table
         from cluster_curate.selection import cluster_rows

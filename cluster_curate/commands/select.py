@@ -683,6 +683,7 @@ def _left_out(x: dict) -> int:
 
 
 def _params(o, mode, sel, c, x) -> dict:
+    from cluster_curate.commands.embed_parts import LISTED_COPIES
     n, chosen = len(c.ids), len(sel.rows)
     return {
         "exact_duplicates": c.meta.params.get("exact_duplicates"),  # left out at embed
@@ -690,6 +691,8 @@ def _params(o, mode, sel, c, x) -> dict:
         "mode": mode, "value": o[mode.replace("-", "_")], "requested": sel.requested, "selected": chosen, "rows": n,
         "fraction_selected": chosen / n, "balance_power": o["balance_power"] if mode != "per-cluster-ratio" else None,
         "dedup_dropped": sel.dedup_dropped, "k": c.k,
+        # which rows --dedup dropped (the first LISTED_COPIES, as embed lists exact duplicates): no selection holds them
+        **({"dedup_ids": c.ids[sel.dedup_rows[:LISTED_COPIES]].tolist()} if o["dedup"] is not None else {}),
         "cluster_sizes": sel.sizes.tolist(), "quotas": sel.quotas.tolist(),
         "available_sizes": sel.available.tolist() if o["dedup"] is not None else None,
         "quotas_over_groups": c.groups is not None and mode != "per-cluster-ratio",
@@ -730,7 +733,8 @@ def _summary(o, mode, sel, c, x, out) -> dict:
             summary["quotas"] = (f"over {counted(max(c.groups) + 1, 'group')} of clusters first, then the "
                                  "clusters inside each")
     if o["dedup"] is not None:
-        summary["near_duplicates_dropped"] = P.near_duplicates_line(sel.dedup_dropped, o["dedup"])
+        summary["near_duplicates_dropped"] = P.near_duplicates_line(sel.dedup_dropped, o["dedup"],
+                                                                 c.ids[sel.dedup_rows[:5]].tolist())
     summary.update(P.decontaminated_lines(x.get("decontaminated")))
     has_tokens = bool(x["n_tokens"] is not None or x.get("counted_by"))
     summary["n_tokens_column"] = Shown(has_tokens, "yes" if has_tokens else

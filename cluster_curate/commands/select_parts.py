@@ -370,11 +370,14 @@ def ratio_rule(ratio: float, available, quotas, kept: float, decontaminated: dic
             "clusters are larger than the smallest)")
 
 
-def near_duplicates_line(dropped: int | None, threshold: float):
-    """`near_duplicates_dropped` by --dedup THRESHOLD."""
+def near_duplicates_line(dropped: int | None, threshold: float, ids: list | None = None):
+    """`near_duplicates_dropped` by --dedup THRESHOLD, with the first of their `ids` (the selection's
+    params.dedup_ids lists them)."""
+    from cluster_curate.commands.embed_parts import _ids_shown
     from cluster_curate.console import Shown
     dropped = int(dropped or 0)
-    return Shown(dropped, f"{dropped:,} (cosine > {threshold})", "near-duplicates dropped")
+    listed = f"{_ids_shown((ids or [])[:5], dropped)}, listed in the selection's params.dedup_ids" if ids else ""
+    return Shown(dropped, f"{dropped:,} (cosine > {threshold}){listed}", "near-duplicates dropped")
 
 
 def notes_lines(notes: list[str]) -> dict:
