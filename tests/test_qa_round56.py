@@ -63,3 +63,17 @@ def test_dedup_names_the_rows_it_drops(tmp_path):
     assert f"(ids {', '.join(map(str, ids[:5]))}, ...), listed in the selection's params.dedup_ids" in shown
     report = " ".join(_cli("report", sel).stdout.replace("│", " ").split())
     assert f"(ids {', '.join(map(str, ids[:5]))}, ...), listed in the selection's params.dedup_ids" in report
+
+
+def test_a_counting_tokenizer_does_not_warn_of_a_models_length_limit(tmp_path):
+    """`inspect --tokenizer MiniLM` on a row past 512 tokens printed transformers' "Token indices sequence length
+    is longer than the specified maximum sequence length for this model ... indexing errors": the tokenizer only
+    counts there, and the row is counted whole."""
+    import pytest
+    encoder = pytest.importorskip("cluster_curate.features.semantic").bundled_encoder_dir()
+    rows = GSM[:5] + [{"question": "word " * 3000, "answer": "42"}]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    r = _cli("inspect", data, "--tokenizer", encoder, "--json")
+    assert r.returncode == 0, r.stderr
+    assert "sequence length" not in r.stderr and r.stderr.strip() == "", r.stderr
+    assert json.loads(r.stdout)["lengths"]["prompt_tokens"]["max"] >= 3000

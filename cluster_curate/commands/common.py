@@ -234,9 +234,13 @@ def load_tokenizer(path: str):
         p, where = p.parent, {"gguf_file": p.name}
     try:
         from transformers import AutoTokenizer
-        return AutoTokenizer.from_pretrained(str(p), trust_remote_code=False, **where)
+        tok = AutoTokenizer.from_pretrained(str(p), trust_remote_code=False, **where)
     except Exception as e:  # noqa: BLE001 - transformers raises many types; one line for the user
         raise CurateError(f"--tokenizer {path}: cannot load a tokenizer ({str(e).splitlines()[0]})") from None
+    # it counts, never feeds a model: a row longer than the model's limit is counted whole, without transformers'
+    # "longer than the specified maximum sequence length ... indexing errors" warning, which names no row
+    tok.model_max_length = 1 << 62
+    return tok
 
 
 def token_counts(tokenizer, examples) -> tuple[list[int], list[int]]:
