@@ -24,9 +24,10 @@ JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 
 def _as_json_loads(line: bytes):
     """What json.loads made of a line (the reader before the scanner): its record, or its error's text; a record
-    holding a lone surrogate, which no UTF-8 text holds, is a bad row (test_fidelity.py)."""
+    holding a lone surrogate, which no UTF-8 text holds, is a bad row (test_fidelity.py); a byte-order mark a line
+    starts with is no data (a file joined after another with `cat`), on any line as on the first."""
     try:
-        value = json.loads(line.decode("utf-8").rstrip("\r\n"))
+        value = json.loads(line.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n"))
     except json.JSONDecodeError as e:
         return f"invalid JSON ({e.msg}: column {e.colno})"
     if not isinstance(value, dict):
@@ -48,7 +49,8 @@ EDGE_LINES = [b'{"a": 1}', b'  {"a": 1}', b'{"a": 1}  ', b'{"a": 1}\r', b'{"a": 
 
 def test_edge_lines_read_as_json_loads_reads_them(tmp_path):
     """Whitespace around an object, text after it, NaN, huge numbers, repeated keys, lone surrogates, a byte-order
-    mark on a later line, values that are not objects, and broken JSON: each row's record or error as before."""
+    mark on a later line, values that are not objects, and broken JSON: each row's record or error as json.loads
+    makes them."""
     p = tmp_path / "edge.jsonl"
     p.write_bytes(b'{"first": true}\n' + b"\n".join(EDGE_LINES) + b"\n")
     assert _rows(p) == [{"first": True}] + [_as_json_loads(line) for line in EDGE_LINES]

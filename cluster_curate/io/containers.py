@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from cluster_curate.errors import CurateError, cannot_read, counted
 from cluster_curate.io import names
+from cluster_curate.io.formats import lone_surrogate
 from cluster_curate.io.hf_datasets import load_from_disk, load_hub
 
 _CHUNK_BYTES = 1 << 20     # read size for JSON / CSV
@@ -63,31 +64,17 @@ class JsonRow:
     field: str | None = None  # the field that made it unreadable, when one did
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _lone_surrogate(line: int | None, value, key: str | None = None) -> JsonRow | None:
-    """The bad row of a record holding a lone UTF-16 surrogate (an escape `\\ud83d` without its pair: no
-    character, which no UTF-8 text, Parquet's or a tokenizer's, can hold), naming its first field that does;
-    None for a record without one."""
-    def find(v, path: str):
-        if isinstance(v, str):
-            found = _SURROGATE.search(v)
-            return found and (path, found.group())
-        for k, x in v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ():
-            found = isinstance(k, str) and _SURROGATE.search(k)
-            found = (path or k, found.group()) if found else find(
-                x, f"{path}[{k}]" if isinstance(k, int) else f"{path}.{k}" if path else k)
-            if found:
-                return found
-        return None
-    found = find(value, "")
+    """The bad row of a record holding a lone UTF-16 surrogate (lone_surrogate), or of a JSON mapping's entry whose
+    key holds one (the key is left out of the row: Arrow's `key` column cannot hold it); None for neither."""
+    found = isinstance(key, str) and lone_surrogate(key)
+    if found:
+        return JsonRow(line, None, f"the key ({key!r}) holding {found[1]}")
+    found = lone_surrogate(value)
     if not found:
         return None
-    field, char = found
-    return JsonRow(line, None, f"a lone UTF-16 surrogate ({char!r}), half of a pair: no character, and no UTF-8 text "
-                               "can hold it; write the character itself, or both halves of its escape",
-                   key=key, field=field or None)
+    field, why = found
+    return JsonRow(line, None, why, key=key, field=field or None)
 
 
 def utf8_error(path, line: int, exc: UnicodeDecodeError, data: bytes, start: int) -> str:
@@ -183,8 +170,8 @@ class _JsonLines:
     def iter_rows(self) -> Iterator[JsonRow]:
         with _open_binary(self.path) as f:
             for lineno, data in enumerate(f, 1):
+                data = _without_bom(data)
                 if lineno == 1:
-                    data = data.removeprefix(codecs.BOM_UTF8)
                     _refuse_whole_file_mistakes(self.path, data)
                 if not data.strip():
                     continue
@@ -217,9 +204,15 @@ class _JsonLines:
         n = 0
         with _open_binary(self.path) as f:
             for data in f:
-                if data.strip():
+                if _without_bom(data).strip():
                     n += 1
         return n
+
+
+def _without_bom(line: bytes) -> bytes:
+    """A JSON Lines line without the UTF-8 byte-order mark it may start with: the file's, or on a later line a joined
+    file's (`cat a.jsonl b.jsonl`, each written with one). A BOM is no data, and outside any value there."""
+    return line.removeprefix(codecs.BOM_UTF8)
 
 
 def _refuse_whole_file_mistakes(path: Path, first_line: bytes) -> None:
@@ -531,6 +524,14 @@ def _long_first_object_is_a_record(path: Path) -> bool:
             return False  # invalid JSON: named where _JsonDocument reads it
 
 
+def _utf16_without_bom(head: bytes) -> bool:
+    """Whether a file's first bytes, valid UTF-8 that holds NULs, are UTF-16 without its byte-order mark: UTF-16
+    writes each ASCII character as it and a NUL, so NULs fill every other byte (a large share of the even or of
+    the odd bytes, few of the others). UTF-8 text holds a NUL only where a value does, a run of them both alike."""
+    even, odd = head[0::2].count(0), head[1::2].count(0)
+    return max(even, odd) * 8 > len(head) and min(even, odd) * 4 < max(even, odd)
+
+
 class _Csv:
     """CSV, or TSV when `delimiter` is a tab: the same pyarrow reader, quoting and errors."""
 
@@ -574,18 +575,22 @@ class _Csv:
             self._raise(e)
 
     def _check_text(self) -> bool:
-        """Refuse bytes that are no text, which pyarrow reads as a header of one odd column (NUL bytes: binary data,
-        or UTF-16 without its byte-order mark; or bytes that are not UTF-8, named by line). Returns whether the file
-        holds a quote (_check_quotes)."""
+        """Refuse bytes that are no text, which pyarrow reads as a header of one odd column (NUL bytes among bytes
+        that are not UTF-8, or every other byte: binary data, or UTF-16 without its byte-order mark; or bytes that
+        are not UTF-8, named by line). A NUL character in a value of UTF-8 text is read, as anywhere in the file.
+        Returns whether the file holds a quote (_check_quotes)."""
         with _open_binary(self.path) as f:
             head = f.read(1 << 16)
-            if b"\0" in head:
-                raise CurateError(f"{self.path}: holds NUL bytes, so it is no UTF-8 text (binary data, or UTF-16 "
-                                  "without its byte-order mark); write it as UTF-8 text")
             try:
                 codecs.getincrementaldecoder("utf-8")().decode(head)  # a character cut at the end is no error
+                utf8 = True
             except UnicodeDecodeError:
-                raise CurateError(_first_non_utf8_line(self.path) or f"{self.path}: not UTF-8 text") from None
+                utf8 = False
+            if b"\0" in head and (not utf8 or _utf16_without_bom(head)):  # else a NUL character in a value, kept
+                raise CurateError(f"{self.path}: holds NUL bytes, so it is no UTF-8 text (binary data, or UTF-16 "
+                                  "without its byte-order mark); write it as UTF-8 text")
+            if not utf8:
+                raise CurateError(_first_non_utf8_line(self.path) or f"{self.path}: not UTF-8 text")
             chunk = head
             while chunk and b'"' not in chunk:
                 chunk = f.read(_CHUNK_BYTES)

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 
 from cluster_curate.registry import Registry
@@ -193,6 +194,41 @@ def kind_of(value) -> str:
     return "a " + type(value).__name__
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONE = ("a lone UTF-16 surrogate ({!r}), half of a pair: no character, and no UTF-8 text can hold it; write the "
+         "character itself, or both halves of its escape")
+
+
+def lone_surrogate(value, path: str = "") -> tuple[str, str] | None:
+    """(where, why) of the first lone UTF-16 surrogate in a value read from JSON (an escape `\\ud83d` without its
+    pair: no character, which no UTF-8 text, Parquet's or a tokenizer's, can hold): the path of the field holding it
+    ('' for `value` itself), or of the object one of whose keys does (a key is named in the reason, escaped: as a
+    field's name it could not be printed or written either). None for a value without one."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        return found and (path, _LONE.format(found.group()))
+    for k, x in value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ():
+        found = isinstance(k, str) and lone_surrogate(k)
+        found = (path, f"a key ({k!r}) holding {found[1]}") if found else lone_surrogate(
+            x, f"{path}[{k}]" if isinstance(k, int) else f"{path}.{k}" if path else k)
+        if found:
+            return found
+    return None
+
+
+def json_text(text: str, field: str | None):
+    """json.loads of JSON text a field holds (a CSV column's object, a tool call's arguments, a `tools` column),
+    its value checked as a record read from JSON is: a lone UTF-16 surrogate escaped in it (lone_surrogate) is a
+    RecordError naming `field`, not a crash where the text is hashed or written. Text that is no JSON raises
+    json.JSONDecodeError, as json.loads does."""
+    value = json.loads(text)
+    found = "\\u" in text and lone_surrogate(value)
+    if found:
+        where, why = found
+        raise RecordError(field, f"JSON text holding, at {where}, {why}" if where else f"JSON text holding {why}")
+    return value
+
+
 def field_value(rec: dict, field: str):
     """The value of `field` in a record: its key of that name when it has one (a key may hold a dot), else the
     dotted path into nested objects and lists (`data.question`, `conversations.0.value`: a step that is a whole
@@ -208,7 +244,7 @@ def field_value(rec: dict, field: str):
         if isinstance(value, str) and value.startswith(("{", "[")):
             # an object or list kept as JSON text: a CSV column, or a shard column whose rows mix objects and text
             try:
-                value = json.loads(value)
+                value = json_text(value, ".".join(keys[:i]))
             except json.JSONDecodeError:
                 pass
         if isinstance(value, (list, tuple)):

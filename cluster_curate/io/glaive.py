@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 
-from cluster_curate.io.formats import FieldMap, RecordError, field_value
+from cluster_curate.io.formats import FieldMap, RecordError, field_value, lone_surrogate
 
 # A speaker opens a turn at the start of the transcript or after a blank line, as the dataset writes it.
 _SPEAKER = re.compile(r"(?:\A\s*|\n\s*\n)(USER|ASSISTANT|FUNCTION RESPONSE):[ \t]*")
@@ -59,6 +59,10 @@ def _system(value, field: str | None) -> tuple[str, list | None]:
                                      f"{e.pos})") from None
         if not isinstance(schema, dict):
             raise RecordError(field, f"tool schema {len(tools) + 1} is {type(schema).__name__}, expected an object")
+        found = lone_surrogate(schema)  # the schemas are JSON text the system prompt holds, parsed here
+        if found:
+            at_where = f", at {found[0]}," if found[0] else ""
+            raise RecordError(field, f"tool schema {len(tools) + 1} holding{at_where} {found[1]}")
         tools.append(schema)
         while at < len(text) and text[at].isspace():
             at += 1

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import json
 
-from cluster_curate.io.formats import FieldMap, RecordError, kind_of
+from cluster_curate.io.formats import FieldMap, RecordError, json_text, kind_of
 
 
 # Turns that hold what a tool returned: a prompt may end with one (the model answers the tool's result).
 TOOL_RESULT_ROLES = frozenset({"tool", "function", "ipython", "observation"})
 
 
-def _call_arguments(value):
-    """A call's arguments: JSON text parsed (so its spacing does not matter), objects without their null keys,
-    anything else as given."""
+def _call_arguments(value, field: str):
+    """A call's arguments (`field`): JSON text parsed (so its spacing does not matter), objects without
+    their null keys, anything else as given."""
     if isinstance(value, str):
         try:
-            return json.loads(value)
+            return json_text(value, field)
         except json.JSONDecodeError:
             return value
     return _without_nulls(value)
@@ -59,7 +59,7 @@ def _listed_calls(calls, field: str) -> list[tuple[str, object]]:
     """(where, call) for each item of a list of calls, or of its JSON text (a CSV column, xLAM's answers)."""
     if isinstance(calls, str):
         try:
-            calls = json.loads(calls)
+            calls = json_text(calls, field)
         except json.JSONDecodeError as e:
             raise RecordError(field, f"tool calls are text that is not valid JSON ({e.msg})") from None
     if not isinstance(calls, (list, tuple)):
@@ -75,7 +75,7 @@ def _call(where: str, call) -> dict:
         raise RecordError(where, f"tool call is {kind_of(call)}, expected an object with a name and arguments")
     if not isinstance(call.get("name"), str) or not call["name"].strip():
         raise RecordError(where, "no name")
-    return {"name": call["name"], "arguments": _call_arguments(call.get("arguments"))}
+    return {"name": call["name"], "arguments": _call_arguments(call.get("arguments"), f"{where}.arguments")}
 
 
 def answer_calls(value, field: str) -> list[dict]:
@@ -111,7 +111,10 @@ def openai_message(turn: dict, role: str, content: str | None, parsed: list[dict
     message = {"role": role, "content": content}
     calls = turn.get("tool_calls") if isinstance(turn.get("tool_calls"), (list, tuple)) else None
     if turn.get("from") == "function_call" and content:  # LLaMA-Factory: the call(s) as JSON text
-        value = _call_arguments(content)
+        try:
+            value = _call_arguments(content, "content")
+        except RecordError:  # JSON text escaping a lone surrogate: kept as the text to_example read
+            value = content
         items = value if isinstance(value, list) else [value]
         if items and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in items):
             parsed = [{"name": c["name"], "arguments": c.get("arguments")} for c in items]
@@ -139,7 +142,7 @@ def tool_schemas(rec: dict, fields: FieldMap) -> list | None:
         if not value.strip():
             return None
         try:
-            value = json.loads(value)
+            value = json_text(value, fields.tools)
         except json.JSONDecodeError as e:
             raise RecordError(fields.tools, f"tools are text that is not valid JSON ({e.msg})") from None
     else:

@@ -14,7 +14,7 @@ import json
 import math
 
 from cluster_curate.io.fields import ColumnsHint
-from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value, kind_of
+from cluster_curate.io.formats import FieldMap, RecordError, field_text, field_value, json_text, kind_of
 from cluster_curate.io.tool_calls import (TOOL_RESULT_ROLES, calls_text, openai_message, turn_tool_calls,
                                           with_tool_schemas)
 
@@ -53,7 +53,7 @@ def _listed(value, field: str, what: str, items: str, all_text: bool = False) ->
             shown = value if len(value) <= 40 else value[:37] + "..."
             raise RecordError(field, f"{what} is plain text ({shown!r}), not a list of {items}")
         try:
-            value = json.loads(value)
+            value = json_text(value, field)
         except json.JSONDecodeError as e:
             raise RecordError(field, f"{what} is text that is not valid JSON ({e.msg})") from None
     if value is None:
