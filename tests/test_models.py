@@ -276,8 +276,8 @@ def test_a_model_shorter_than_a_row_cuts_it_to_its_position_limit(tmp_path):
     (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     enc, _ = encode_examples(fm.tokenizer, [Example(i, [{"role": "user", "content": r["question"]}], r["answer"])
                                             for i, r in enumerate(rows)], None)
-    whole = {e.id: e.n_tokens for e in enc}
-    cut = sum(n > 64 for n in whole.values())
+    cut = sum(e.n_tokens > 64 for e in enc)  # the model's input: the plain template's scaffold, BOS and EOS
+    whole = {e.id: e.whole_tokens for e in enc}  # what a trainer without a template reads: the text and EOS
     assert cut == 3
     assert models.settle_max_length(None, [fm]) == models.settle_max_length(1024, [fm, None]) == 64
     assert models.settle_max_length(32, [fm]) == 32 and models.settle_max_length(None, []) is None

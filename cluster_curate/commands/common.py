@@ -245,17 +245,9 @@ def load_tokenizer(path: str):
 
 def token_counts(tokenizer, examples) -> tuple[list[int], list[int]]:
     """Prompt tokens (through the chat template when the tokenizer has one) and response tokens, as a trainer
-    tokenizes the response after the prompt (`models.answer_token_counts`: its end-of-turn tokens too)."""
-    from cluster_curate.features.models import answer_token_counts
-    templated = None  # the prompts through the chat template, rendered once for both counts
-    if getattr(tokenizer, "chat_template", None):
-        from cluster_curate.features.models import template_refusals
-        with template_refusals(tokenizer, examples):
-            templated = tokenizer.apply_chat_template([e.prompt for e in examples], tokenize=False,
-                                                      add_generation_prompt=True)
-    prompts = templated or ["\n\n".join(t["content"] for t in e.prompt) for e in examples]
-    p = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
-    return [len(x) for x in p], answer_token_counts(tokenizer, examples, [e.response for e in examples], templated)
+    tokenizes the response after the prompt (`models.row_token_counts`, embed's n_tokens' rule too)."""
+    from cluster_curate.features.models import row_token_counts
+    return row_token_counts(tokenizer, examples)
 
 
 def examples_of_ids(ds, ids, label: str, batch_rows: int = 4096):

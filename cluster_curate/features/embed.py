@@ -44,8 +44,10 @@ DEFAULT_TEXT_DIM = 256
 # the text basis's last step by the QR of its [rows, k + 10] product (features/text._randomized_svd_basis): the
 # same basis to 1e-12, a few of its float32 values at the last bit. 8: NaN in a text field is a missing value (it
 # was the text "nan"), a label column's text ("1", "true", a CSV's) names the chosen answer (a bad row before), and
-# a causal LM's n_tokens / n_response_tokens count a row longer than --max-length whole (they were its cut length)
-ALGORITHM_VERSION = 8
+# a causal LM's n_tokens / n_response_tokens count a row longer than --max-length whole (they were its cut length).
+# 9: a model without a chat template counts n_tokens as --tokenizer does (models.row_token_counts: the text and EOS;
+# it counted the BOS and the `### User:` scaffold its features read)
+ALGORITHM_VERSION = 9
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
 # version bump: the features are the same, and embeddings written without these columns stay valid (those
@@ -71,8 +73,10 @@ KEPT_COLUMNS = (*ANSWER_COLUMNS, PROMPT_KEY_COLUMN, PROMPT_TURN_KEYS_COLUMN)
 # from d = {"dim", "hidden_size", "n_checkpoints", "text_dim", "lora_dim", "semantic_dim"}. Add one: its code
 # + a line here.
 FEATURE_KINDS = Registry("--features")
-FEATURE_KINDS.register("gradient", "the paper's: loss gradient w.r.t. the last hidden states (random projection "
-                       "to --dim)", uses_model=True, dim=lambda d: d["dim"] or d["hidden_size"])
+FEATURE_KINDS.register("gradient", "the paper's: mean over response positions of (p(gold) - 1) * h_t (h_t: "
+                       "the last hidden state), the response loss's gradient w.r.t. the output-layer rows of the gold "
+                       "tokens (random projection to --dim)", uses_model=True,
+                       dim=lambda d: d["dim"] or d["hidden_size"])
 FEATURE_KINDS.register("lora-gradient", "gradient of LoRA adapters on the linear layers (--layers)",
                        uses_model=True, dim=lambda d: d["dim"] or d["lora_dim"])
 FEATURE_KINDS.register("hidden", "mean hidden state (--pool)", uses_model=True,
@@ -149,9 +153,16 @@ def block_dims(features: list[str], *, hidden_size: int | None = None, dim: int 
                semantic_dim: int | None = None) -> dict[str, int]:
     """Output width of each feature block: gradient/hidden = `dim` or the hidden size; lora-gradient = `dim`
     or the extractor's default; loss-trajectory = one column per checkpoint; text = its SVD width; semantic =
-    the encoder's hidden size."""
+    the encoder's hidden size. A `dim` above the hidden size is warned of (as text's above what its sample holds):
+    the projected rows of gradient/hidden still span only hidden-size directions."""
     d = {"dim": dim, "hidden_size": hidden_size, "n_checkpoints": n_checkpoints, "text_dim": text_dim,
          "lora_dim": lora_dim, "semantic_dim": semantic_dim}
+    widened = [kind for kind in features if kind in ("gradient", "hidden")]
+    if widened and dim and hidden_size and dim > hidden_size:
+        from cluster_curate import console
+        console.warn(f"--dim {dim}: the {' and '.join(widened)} vectors have the model's hidden size, {hidden_size}; "
+                     f"projected to {dim} dims they span only {hidden_size} directions (give at most --dim "
+                     f"{hidden_size}, or leave it out)", once=True)
     return {kind: int(FEATURE_KINDS.get(kind).dim(d)) for kind in features}
 
 

@@ -21,7 +21,9 @@ Prompt/response layout (`encode_examples`):
       {response}[eos]
 
   i.e. each prompt turn as `### {Role}:\n{content}\n\n`, then `### Assistant:\n`; the response is the
-  response text followed by the EOS token (when the tokenizer has one).
+  response text followed by the EOS token (when the tokenizer has one). The scaffold and BOS are what the
+  features read; a row's count (`whole_tokens`: embed's `n_tokens`) is `row_token_counts`', as `--tokenizer`
+  counts: the turns' text, the answer and EOS, what a trainer without a template reads.
 
 `max_length` (never more than the model's position limit: `settle_max_length`) truncates the prompt from the
 left first (the response is what the features are about); only when the response alone does not fit is it cut
@@ -468,7 +470,8 @@ class Encoded:
     n_tokens: int             # len(input_ids) after truncation
     n_response_tokens: int    # response tokens the loss/features use (each has a predecessor position)
     truncated: bool
-    whole_tokens: int = 0     # prompt + response tokens before truncation: what a trainer reads (n_tokens column)
+    whole_tokens: int = 0     # prompt + response tokens before truncation: what a trainer reads (n_tokens column;
+    # without a chat template, `row_token_counts`: the text, not the plain template's scaffold)
     whole_response_tokens: int = 0  # likewise, of the response
 
 
@@ -587,6 +590,23 @@ def answer_token_counts(tokenizer, examples: list, answers: list[str], prompts: 
     return counts
 
 
+def row_token_counts(tokenizer, examples: list) -> tuple[list[int], list[int]]:
+    """Prompt and answer tokens of each example as a trainer reads them: `--tokenizer`'s count, and embed's
+    `n_tokens` without a chat template (with one, `encode_examples` counts the same tokens). The prompt is the
+    chat template of its turns with the generation prompt when the tokenizer has one; without one, its turns'
+    text joined by blank lines (not the `### User:` scaffold nor the BOS that `encode_examples` gives the
+    model's features: a trainer without a template reads the text). The answer is counted by
+    `answer_token_counts` (end-of-turn tokens; without a template, the text and EOS)."""
+    templated = None  # the prompts through the chat template, rendered once for both counts
+    if _has_chat_template(tokenizer):
+        with template_refusals(tokenizer, examples):
+            templated = tokenizer.apply_chat_template([list(ex.prompt) for ex in examples], tokenize=False,
+                                                      add_generation_prompt=True)
+    prompts = templated or ["\n\n".join(t["content"] for t in ex.prompt) for ex in examples]
+    p = tokenizer(list(prompts), add_special_tokens=False)["input_ids"] if prompts else []
+    return [len(x) for x in p], answer_token_counts(tokenizer, examples, [ex.response for ex in examples], templated)
+
+
 def _split_ids(tokenizer, prompt_texts: list[str], full_texts: list[str]) -> list[tuple[list[int], list[int]]]:
     """Tokenize each whole text once, as the model sees it in training, and split it where the prompt text
     ends (a token that starts inside the prompt belongs to the prompt). Tokenizers without offsets
@@ -655,6 +675,10 @@ def encode_examples(tokenizer, examples: list, max_length: int | None
             response_ids = response_ids + [eos]
         result = _truncate(ex.id, prompt_ids, response_ids, max_length)
         (encoded if isinstance(result, Encoded) else skipped).append(result)
+    if plain and encoded:  # the features read the scaffold above; a trainer without a template, the text and EOS
+        kept = {e.id for e in encoded}
+        for e, p, r in zip(encoded, *row_token_counts(tokenizer, [ex for ex in examples if ex.id in kept])):
+            e.whole_tokens = p + r
     return encoded, skipped
 
 
