@@ -901,7 +901,10 @@ _TRAPS = {
                    "never hand it a rank's own shard (`load_shard(...)` data): it shards it a second time and each "
                    "rank silently trains on 1/N of its shard",
                    "`split_batches=True` splits each batch across ranks instead of dealing whole batches"],
-    "torchrun": ["`DistributedSampler(shuffle=False)`: with the default `shuffle=True` every rank gets other rows",
+    "torchrun": ["`cluster_curate.loader.distributed_sampler(EXPORT_DIR, ds)`: the `DistributedSampler(shuffle=False)` "
+                 "of `dataloader.json`, refused unless the job has its `num_replicas` processes (a bare one deals "
+                 "the rows to however many run, other shards' rows to each); with the default `shuffle=True` every "
+                 "rank gets other rows",
                  "batch size M per rank, and `drop_last=False` (the file's length is a multiple of N: nothing is "
                  "padded)",
                  "a plain loop can skip this file: `cluster_curate.loader.load_shard(dir).micro_batches()` reads "

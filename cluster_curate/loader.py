@@ -19,7 +19,8 @@ ranks round-robin), load every shard and reorder with `global_order`:
     # TrainingArguments(per_device_train_batch_size=M, train_sampling_strategy="sequential", ...)
 
 (`cluster-curate export` writes that order, and the sample-interleaved one DistributedSampler needs, for each
-trainer.) `ConsumedLog` records what a rank trained on, for `cluster-curate verify`.
+trainer; `distributed_sampler(export_dir, ds)` is that sampler, refusing another world size.) `ConsumedLog`
+records what a rank trained on, for `cluster-curate verify`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cluster_curate.errors import CurateError, cannot_read
+from cluster_curate.errors import CurateError, cannot_read, counted
 
 from cluster_curate.io.names import MANIFEST, SHARD_MANIFEST_KIND  # noqa: E402 - light (no imports)
 
@@ -291,7 +292,37 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
                           f"(re-run `cluster-curate shard --num-shards {world_size}`)")
     if not 0 <= rank < n:
         raise CurateError(f"{directory}: rank {rank} out of range (the directory has {n} shards)")
+    if found is None:  # no job to name the rank: ConsumedLog logs as the shard this process reads
+        _RANKS_READ.add(rank)
     return Shard(directory, rank, manifest, columns)
+
+
+_RANKS_READ: set[int] = set()  # the shards load_shard opened in this process outside a job, for ConsumedLog
+
+
+def distributed_sampler(export_dir: str | os.PathLike, dataset):
+    """The `DistributedSampler(shuffle=False)` that `export --for torchrun` plans, over `dataset`
+    (its train.parquet): rank and world size from torch.distributed, which must hold the `num_replicas` its
+    dataloader.json records, as load_shard refuses another world size (a bare DistributedSampler deals the
+    sample-interleaved rows to however many ranks run, other shards' rows to each, and says nothing)."""
+    from torch.utils.data import DistributedSampler
+
+    from cluster_curate.distributed import trainer_rank_and_world
+    from cluster_curate.io.names import DATALOADER_ARGS
+    path = Path(export_dir) / DATALOADER_ARGS
+    try:
+        planned = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise cannot_read(path, e, "the export's sampler settings (export --for torchrun writes it)") from None
+    n = planned.get("num_replicas") if isinstance(planned, dict) else None
+    if type(n) is not int or n < 1:
+        raise CurateError(f"{path}: field `num_replicas` is {n!r}, not a number of ranks: export it again")
+    rank, world = trainer_rank_and_world() or (None, 1)
+    if world != n:
+        raise CurateError(f"{export_dir}: written for {n} ranks but this job has world size {world} (start it with "
+                          f"torchrun --nproc-per-node {n}, or re-run `cluster-curate shard --num-shards {world}` and "
+                          "export again)")
+    return DistributedSampler(dataset, num_replicas=n, rank=rank or 0, shuffle=False, drop_last=False)
 
 
 _ENVIRONMENT = {"rank": "RANK", "world_size": "WORLD_SIZE"}  # the variables torchrun sets, named in messages
@@ -338,7 +369,9 @@ def log_file(log_dir: str | os.PathLike, rank: int) -> Path:
 
 class ConsumedLog:
     """Appends one line per consumed micro-batch to LOGDIR/rank-RRRRR.jsonl (rank from torch.distributed or
-    torchrun's environment unless given). Use it in a plain training loop:
+    torchrun's environment unless given; outside both, the shard this process read with load_shard, else 0). A
+    log another process is writing is refused; one an earlier run left is replaced with a warning. Use it in a
+    plain training loop:
 
         log = ConsumedLog("consumed/")
         for batch in loader:
@@ -350,18 +383,33 @@ class ConsumedLog:
         """`resume_at`: the micro-batches trained before a run resumed from a checkpoint: the log keeps its first
         `resume_at` lines (those after them were trained after the checkpoint and are trained again) and goes on
         after them, numbered from `resume_at` where it kept fewer; 0, a new run, starts it afresh."""
-        if rank is None:
-            from cluster_curate.distributed import trainer_rank_and_world
-            found = trainer_rank_and_world()
-            rank = found[0] if found is not None else 0
+        rank = _log_rank(log_dir) if rank is None else rank
         self.rank = rank
         self.path = log_file(log_dir, rank)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        kept = self.path.read_text(encoding="utf-8").splitlines(keepends=True)[:resume_at] \
-            if resume_at and self.path.is_file() else []
-        self._f = open(self.path, "w", encoding="utf-8")
+        # opened without truncating, and locked first: a second process logging as this rank would else empty
+        # the first one's log, and verify would blame the sampler
+        earlier = _OPEN_LOGS.pop(self.path.resolve(), None)
+        if earlier is not None:  # this process's own log left open (a training that raised, then run again)
+            earlier.close()
+        self._f = open(self.path, "a+", encoding="utf-8")
+        try:
+            _lock(self._f, self.path, rank)
+            self._f.seek(0)
+            lines = self._f.read().splitlines(keepends=True)
+        except BaseException:
+            self._f.close()
+            raise
+        kept = lines[:resume_at]
+        if lines and not resume_at:
+            from cluster_curate.console import warn
+            warn(f"{self.path}: replaced the log of {counted(len(lines), 'micro-batch', 'micro-batches')} an "
+                 "earlier run wrote (a run resumed from a checkpoint passes resume_at= to keep its lines)")
+        self._f.seek(0)
+        self._f.truncate()
         self._f.writelines(kept)
         self._f.flush()
+        _OPEN_LOGS[self.path.resolve()] = self._f
         # the checkpoint's micro-batch, also where fewer lines were kept (a fresh log folder): verify places each
         # line by its step and tells the ones not in this log
         self.step = resume_at
@@ -377,6 +425,8 @@ class ConsumedLog:
         self.step += 1
 
     def close(self) -> None:
+        if _OPEN_LOGS.get(self.path.resolve()) is self._f:
+            del _OPEN_LOGS[self.path.resolve()]
         self._f.close()
 
     def __enter__(self):
@@ -384,6 +434,38 @@ class ConsumedLog:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_OPEN_LOGS: dict[Path, object] = {}  # the logs this process holds open (and locked), by path
+
+
+def _log_rank(log_dir) -> int:
+    """ConsumedLog's rank where none is given: the job's, else the one shard load_shard read in this process
+    (two plain processes reading shards 0 and 1 would else both log as rank 0; RANK without WORLD_SIZE is no job,
+    and load_shard needs rank= there), else 0 (a folder of one shard, or one process on an export)."""
+    from cluster_curate.distributed import trainer_rank_and_world
+    found = trainer_rank_and_world()
+    if found is not None:
+        return found[0]
+    if len(_RANKS_READ) == 1:
+        return next(iter(_RANKS_READ))
+    if _RANKS_READ:
+        raise CurateError(f"ConsumedLog({str(log_dir)!r}): this process read shards {sorted(_RANKS_READ)} with "
+                          "load_shard: pass rank= (the shard this log is for)")
+    return 0
+
+
+def _lock(f, path: Path, rank: int) -> None:
+    """An exclusive lock on an open log for as long as it is open (POSIX; elsewhere no check)."""
+    try:
+        import fcntl
+    except ImportError:
+        return
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise CurateError(f"{path}: another process is writing this log: two processes log as rank {rank} (pass "
+                          "each the rank= of the shard it reads)") from None
 
 
 def _as_list(values) -> list:

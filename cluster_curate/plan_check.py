@@ -502,9 +502,11 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     # rows filtered out before dealing: the rest dealt in order, every later row's place shifted
     taken_out = 0 if dealt_again or in_plan_order else _rows_taken_out(planned, consumed, unlogged)
     odd = {s: c for s, c in sizes.items() if s != m}
-    # a DistributedSampler's share of a shard, or the rows left after some were taken out, end in a short
-    # micro-batch: not packing
-    if odd and not dealt_again and not taken_out:
+    # a DistributedSampler's share of a shard, the rows left after some were taken out, or the rows of a job on
+    # fewer processes than planned (a rank wrote no log, said above), end in a short micro-batch: not packing
+    # (which makes them longer), nor a per-device batch size
+    fewer = any(consumed.get(r) is None for r in range(n)) and all(s < m for s in odd)
+    if odd and not dealt_again and not taken_out and not fewer:
         causes.append(f"micro-batches of {', '.join(str(s) for s in sorted(odd))} rows where the plan has {m}: packing "
                       "(several examples per row) or a per-device batch size other than --micro-batch-size")
     matched = []  # the layouts whose file, dealt the other way, gives exactly what the ranks consumed

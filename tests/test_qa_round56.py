@@ -77,3 +77,33 @@ def test_a_counting_tokenizer_does_not_warn_of_a_models_length_limit(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "sequence length" not in r.stderr and r.stderr.strip() == "", r.stderr
     assert json.loads(r.stdout)["lengths"]["prompt_tokens"]["max"] >= 3000
+
+
+def test_a_job_on_fewer_processes_is_not_told_of_packing_for_its_short_last_micro_batches(tmp_path):
+    """A 3-shard torchrun export run on 2 processes (DistributedSampler deals its rows to 2 ranks, micro-batches of
+    4, each rank's last one of 2): verify named "a rank wrote no log" and also "micro-batches of 2 rows where the
+    plan has 4: packing ... or a per-device batch size", which did not apply."""
+    from shard_helpers import make_selection
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from cluster_curate.commands.verify import planned_grid, verify
+    from cluster_curate.loader import ConsumedLog, interleaved_order
+    make_selection(tmp_path / "sel.parquet", FIXTURES / "gsm8k" / "train-300.jsonl", k=3, fraction=0.3, n_tokens=True)
+    assert _cli("shard", tmp_path / "sel.parquet", "--out", tmp_path / "shards", "-n", "3", "-m", "4",
+                "-q").returncode == 0
+    _, ids, _ = planned_grid(tmp_path / "shards")
+    steps, n, m = ids.shape
+    rows = ids.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, "sample")].tolist()
+    short = []
+    for r in range(2):
+        loader = DataLoader(rows, batch_size=m, sampler=DistributedSampler(rows, num_replicas=2, rank=r,
+                                                                           shuffle=False), collate_fn=list)
+        with ConsumedLog(tmp_path / "log", rank=r) as log:
+            for batch in loader:
+                log.record(batch, loss=1.0)
+                short.append(len(batch))
+    assert min(short) < m  # each rank ends in a short micro-batch
+    got = verify(tmp_path / "shards", log=tmp_path / "log")
+    assert not got["ok"]
+    assert "a rank wrote no log: was the job run on the planned number of processes, each logging?" in got["causes"]
+    assert not [c for c in got["causes"] if "packing" in c or "per-device batch size" in c], got["causes"]

@@ -23,7 +23,8 @@ What the mixin changes, and nothing else:
 - each micro-batch's ids, weights and loss go to every `ConsumedIdsCallback` (for `cluster-curate verify`);
 - before the first step it refuses a job whose world size × per_device_train_batch_size is not the rows a planned
   step holds (num_shards × micro_batch_size, read from the `step` column), as `load_shard` refuses another world
-  size: the Trainer would deal other ranks' rows and train to the end.
+  size: the Trainer would deal other ranks' rows and train to the end; and a process of a job of several whose
+  TrainingArguments are not data-parallel (on CPU: use_cpu=True, ddp_backend="gloo"), which would train alone.
 
 With TRL `padding_free=True` a micro-batch is one row of its examples end to end: each example's loss is that of
 its segment (position_ids restart at 0), weighted as above.
@@ -198,6 +199,7 @@ class PlanTrainerMixin:
     def _check_plan_sizes(self):
         """The rows a planned step holds must be the rows this job deals a step, else the Trainer deals rows of
         other ranks' micro-batches (and trains to the end without a word: only `verify` would say it)."""
+        self._check_trains_in_parallel()
         planned = plan_rows_per_step(self.train_dataset)
         if planned is None:
             return
@@ -212,6 +214,25 @@ class PlanTrainerMixin:
                               "and per-device batch size its export's README.md names (\"Planned for N ranks × "
                               f"micro-batch M\"), or re-run `cluster-curate shard --num-shards {world} "
                               f"--micro-batch-size {batch}` and export again")
+
+    def _check_trains_in_parallel(self):
+        """A process of a job of several (torch.distributed or torchrun) whose TrainingArguments are not
+        data-parallel (on CPU without use_cpu=True transformers says NOT_PARALLEL, world size 1; ddp_backend alone
+        reports the world size but wraps no DDP): each rank would train the whole dataset into its own weights."""
+        from transformers.training_args import ParallelMode
+
+        from cluster_curate.distributed import trainer_rank_and_world
+        found = trainer_rank_and_world()
+        if found is None or found[1] <= 1:
+            return
+        mode = self.args.parallel_mode
+        if mode in (ParallelMode.NOT_PARALLEL, ParallelMode.NOT_DISTRIBUTED) or (
+                mode == ParallelMode.DISTRIBUTED and self.args.world_size != found[1]):
+            raise CurateError(f"PlanTrainerMixin: this process is rank {found[0]} of {found[1]} (torch.distributed / "
+                              f"torchrun) but its TrainingArguments train it alone (parallel_mode {mode.value}, "
+                              f"world size {self.args.world_size}): each rank would train the whole dataset into its "
+                              "own weights; make the Trainer data-parallel (on CPU: TrainingArguments(use_cpu=True, "
+                              "ddp_backend=\"gloo\"))")
 
     # -- order
     def _get_train_sampler(self, *args, **kwargs):
