@@ -359,7 +359,9 @@ def cluster(embeddings: str, out: str, **options) -> tuple[dict, list[dict]]:
                      ALGORITHM_VERSION)
     table = pa.table({"id": pa.array(r["ids"], pa.int64()), "cluster": pa.array(res.labels, pa.int32()),
                       "similarity": pa.array(res.similarity, pa.float32())})
-    atomic_write_bytes(centroids_file, centroid_bytes)  # the centroids first: an artifact never exists without them
+    # the centroids first: an artifact never exists without them. A kill between the two renames leaves an artifact
+    # in place (--overwrite) with others, whose bytes it does not record: readers.sidecars_unlike_record tells
+    atomic_write_bytes(centroids_file, centroid_bytes)
     from cluster_curate.io.mixture import with_source_columns
     write_artifact(with_source_columns(table, r["emeta"].dataset), out, meta, overwrite=o["overwrite"])
     return _summary(o, r, group_of, groups_rule, kinds[0], no_kinds, out, centroids_file, t0)

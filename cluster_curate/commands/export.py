@@ -38,6 +38,8 @@ def export(shards: str, *, trainer: str, out: str, **options) -> dict:
         sources = ", ".join(t.name for t in layouts.TARGETS.values() if t.columns == "source")
         raise CurateError(f"--data is only used by --for {sources.replace(', ', '|')} (the data of the selected rows "
                           f"left over from the shards); --for {tgt.name} writes the shards' rows: leave --data out")
+    from cluster_curate.io.artifacts import check_run_finished
+    check_run_finished(shards)  # a `run` folder's shards that its stopped re-run left the previous run's
     manifest = read_manifest(shards)
     layouts.check_job(manifest, o["world_size"], o["micro_batch_size"], str(shards))
     from cluster_curate.io.artifacts import EXPORT, check_not_inside_replaced, check_writable, output_inputs

@@ -453,6 +453,10 @@ def report(paths, out: str | None = None, **options) -> tuple[list, list[Path]]:
     o = resolve(OPTIONS, dict(options, out=out), "report")
     seed, force = o["seed"], o["force"]
     found, unreached = find_artifacts(paths)
+    if not force:  # a `run` folder its stopped re-run left half made again (--force reports it as it is)
+        from cluster_curate.io.artifacts import check_run_finished
+        for p in found.values():
+            check_run_finished(p)
     check_lineage(found, force)
     sections = describe(found)
     if out:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from cluster_curate.console import counted
@@ -75,6 +76,16 @@ def output_fingerprint(stage: str, path, check_content: bool = False) -> str | N
         return read_checked_meta(p).fingerprint if p.exists() else None  # a file changed since: no fingerprint
     except (CurateError, OSError):
         return None
+
+
+def _output_state(stage: str, output) -> tuple:
+    """What tells a stage's output replaced: its fingerprint, and the files beside it."""
+    from cluster_curate.io.readers import sidecars_unlike_record
+    now = output_fingerprint(stage, output)
+    try:
+        return now, None if stage == "shard" or now is None else sidecars_unlike_record(output)
+    except (CurateError, OSError):
+        return now, "unreadable"
 
 
 def same_output(stage: str, recorded: str | None, now: str | None) -> bool:
@@ -176,11 +187,47 @@ class RunState:
                 return "its output is damaged (cut short)"
             changed = rows_changed(output)
             return f"its output was changed ({changed})" if changed else "its output is missing or was changed"
+        if stage != "shard":  # its fingerprint is its .parquet's: the files beside it are checked against its record
+            from cluster_curate.io.readers import sidecars_unlike_record
+            return sidecars_unlike_record(output)
         return None
 
+    @contextmanager
+    def remaking(self, stage: str, output):
+        """While `stage` is made again: its record and those of the stages after it marked RUN_REMAKING, on disk
+        before any output is touched (artifacts.check_run_finished: their readers refuse the folder until `run`
+        finishes them; record drops the mark). A stage that stops with its output as it was (its own output is
+        written beside it and renamed into place) puts the records back as they were: the folder is the previous
+        run's, whole; one killed, or stopped after its output was replaced, keeps them marked."""
+        import copy
+
+        from cluster_curate.io.artifacts import RUN_REMAKING
+        before, was = copy.deepcopy(self.stages), _output_state(stage, output)
+        later = [s for s in names.STAGES[names.STAGES.index(stage):] if s in self.stages]
+        if any(not self.stages[s].get(RUN_REMAKING) for s in later):
+            for s in later:
+                self.stages[s][RUN_REMAKING] = True
+            self._write()
+        try:
+            yield
+        except BaseException:
+            if self.stages != before and _output_state(stage, output) == was:
+                self.stages = before
+                self._write()
+            raise
+
+    def settle(self, stage: str) -> None:
+        """`stage` found up to date: its mark of a run stopped before (remaking) dropped."""
+        from cluster_curate.io.artifacts import RUN_REMAKING
+        if self.stages.get(stage, {}).pop(RUN_REMAKING, None):
+            self._write()
+
     def record(self, stage: str, request: dict, output) -> None:
-        from cluster_curate.io.writer import write_json
         self.stages[stage] = dict(request, fingerprint=output_fingerprint(stage, output))
+        self._write()
+
+    def _write(self) -> None:
+        from cluster_curate.io.writer import write_json
         write_json(self.path, self.stages, indent=1, sort_keys=True, newline=False)
 
 
@@ -651,13 +698,54 @@ def _refuse_unrecorded_outputs(state: RunState, paths: dict) -> None:
                           f"command?){more}; pass --overwrite to replace it, or choose another --out")
 
 
-def _check_stage_outputs(paths: dict, data) -> None:
+def _check_resumable(embeddings: Path, opts: dict) -> None:
+    """The committed chunks of an interrupted first embed made with another --commit-every: embed refuses to resume
+    them (a chunk is that many rows) and would not start afresh without --overwrite. Refused here, before `run`
+    says it found them."""
+    import json
+
+    from cluster_curate.distributed import DEFAULT_COMMIT_EVERY, committed_chunks, plan_changes
+    from cluster_curate.io.artifacts import sidecar_path
+    chunks = committed_chunks(embeddings)
+    plan = sidecar_path(embeddings, names.STAGING) / names.STAGING_PLAN
+    try:
+        old = json.loads(plan.read_text()) if chunks else None
+        was = old.get("commit_every") if old else None
+    except (OSError, ValueError, AttributeError):
+        return  # embed says what it found
+    now = opts.get("commit_every") or DEFAULT_COMMIT_EVERY
+    if was is not None and was != now:  # embed's words, which name what else differs once it has made its plan
+        raise CurateError(f"{plan.parent}: holds an interrupted run with other parameters or data "
+                          f"({plan_changes(old, dict(old, commit_every=now))}: "
+                          f"{counted(len(chunks), 'committed chunk')}); run as it was (--commit-every {was}) "
+                          "resumes it, or pass --overwrite to start afresh")
+
+
+def _own_unreadable_shards(shards: Path) -> bool:
+    """Whether run's shards folder is one shard would refuse as a folder it did not write (its manifest.json edited
+    by hand) while it holds only the names shard writes: recorded as run's own, it is emptied and made again
+    (_empty_own_shards), as run's other outputs are."""
+    from cluster_curate.io.artifacts import SHARDS, only_shard_files, replace_refusal
+    return shards.is_dir() and not shards.is_symlink() and bool(replace_refusal(shards, SHARDS)) \
+        and only_shard_files(shards)
+
+
+def _empty_own_shards(shards: Path) -> None:
+    if _own_unreadable_shards(shards):
+        for entry in shards.iterdir():
+            entry.unlink()
+
+
+def _check_stage_outputs(paths: dict, data, own_shards: bool) -> None:
     """Before the first stage: a file or folder of the user's where a stage writes (a `shards/` of their own), or
     beside it under one of its sidecars' names, which that stage refuses to replace. It was found when the stage
-    came, after the stages before it had run (embedding for hours, with a model)."""
+    came, after the stages before it had run (embedding for hours, with a model). `own_shards`: a run-state.json
+    records the shards, which are run's own even with a manifest edited by hand (_empty_own_shards)."""
     from cluster_curate.io.artifacts import SHARDS, check_writable, output_inputs
     kinds = {"embed": names.EMBEDDINGS, "cluster": names.CLUSTERS, "select": names.SELECTION, "shard": SHARDS}
     for stage, path in paths.items():
+        if stage == "shard" and own_shards and _own_unreadable_shards(path):  # emptied and made again
+            continue
         check_writable(path, True, inputs=output_inputs(data), kind=kinds[stage], label=f"run's {stage} output {path}")
 
 
@@ -713,7 +801,7 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
                                                             given_by_stage[stage])
                                        for stage in names.STAGES})
     paths = {stage: d / name for stage, name in names.RUN_OUTPUTS.items()}
-    _check_stage_outputs(paths, data)
+    _check_stage_outputs(paths, data, "shard" in state.stages)
     if not overwrite and not state.stages:  # outputs of the tool's that no run recorded: a replacement
         _refuse_unrecorded_outputs(state, paths)
     d.mkdir(parents=True, exist_ok=True)
@@ -739,8 +827,11 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
         if why is None:
             if stage == "select":
                 _check_selection_fills_a_step(output, opts)
+            state.settle(stage)
             done.append({"stage": stage, "status": "up to date", "seconds": 0.0, "output": str(output)})
         else:
+            if stage == "embed" and stage not in state.stages and not overwrite:
+                _check_resumable(output, stage_opts)  # before "not finished before" is said
             console.info(f"run: {stage}: {why}")
             extra = {"resume": True} if stage == "embed" else {}
             if stage == "cluster" and stage_opts.get("kinds") not in (None, "none"):  # it reads the rows' texts
@@ -750,13 +841,16 @@ def _run(data: str, d: Path, overwrite: bool, force: bool, options: dict, given:
             # an embed no run recorded keeps the committed chunks of another plan without --overwrite (an interrupted
             # first run's, or an `embed` command's: the same plan's are resumed), as `embed --resume` does
             replace = overwrite or stage != "embed" or stage in state.stages
-            try:
-                result = spec.function(*inputs[stage], out=str(output), overwrite=replace, force=force, **stage_opts,
-                                       **extra, **_stage_extra(spec))
-            except DataChanged as e:  # its advice (--data, --force) is a stage command's, not run's
-                raise CurateError(f"{e.source}: changed while run was running (after embed read it); "
-                                  "run the same command again: the stages run again on the data as it is now") \
-                    from None
+            with state.remaking(stage, output):
+                if stage == "shard" and stage in state.stages:
+                    _empty_own_shards(output)
+                try:
+                    result = spec.function(*inputs[stage], out=str(output), overwrite=replace, force=force,
+                                           **stage_opts, **extra, **_stage_extra(spec))
+                except DataChanged as e:  # its advice (--data, --force) is a stage command's, not run's
+                    raise CurateError(f"{e.source}: changed while run was running (after embed read it); "
+                                      "run the same command again: the stages run again on the data as it is now") \
+                        from None
             if stage == "select":  # not recorded when too small: the rerun with a larger budget needs no --overwrite
                 _check_selection_fills_a_step(output, opts)
             state.record(stage, request, output)

@@ -75,7 +75,7 @@ def shard(selection: str, data=None, out: str | None = None, *, chunk_bytes: int
     from cluster_curate.commands import shard_parts as parts
     from cluster_curate.commands.common import open_recorded_data, recorded_paths
     from cluster_curate.errors import CurateError
-    from cluster_curate.io.artifacts import SHARDS, check_writable, output_inputs
+    from cluster_curate.io.artifacts import SHARDS, check_run_finished, check_writable, output_inputs
     from cluster_curate.io.mixture import Mixture, source_index
     from cluster_curate.io.readers import read_selection
     from cluster_curate.shard_balance import balance_figures, balance_warning
@@ -84,6 +84,7 @@ def shard(selection: str, data=None, out: str | None = None, *, chunk_bytes: int
     o = resolve(OPTIONS, dict(options, data=data, out=out), "shard")
     check_writable(out, o["overwrite"], inputs=output_inputs(selection, data, o["embeddings"], o["tokenizer"]),
                    kind=SHARDS)
+    check_run_finished(selection)  # a `run` folder's selection that its stopped re-run left the previous run's
     sel = read_selection(selection, force=o["force"])
     ds = open_recorded_data(o, selection, sel.meta.dataset)  # --data, else the selection's; read as its data was
     if ds is None:

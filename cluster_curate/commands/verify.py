@@ -42,8 +42,9 @@ def planned_grid(shard_dir: str | os.PathLike):
     import numpy as np
     import pyarrow as pa
 
-    from cluster_curate.io.artifacts import read_parquet
+    from cluster_curate.io.artifacts import check_run_finished, read_parquet
     from cluster_curate.loader import read_manifest, shard_files
+    check_run_finished(shard_dir)  # a `run` folder's shards that its stopped re-run left the previous run's
     manifest = read_manifest(shard_dir)
     n, m, steps = int(manifest["num_shards"]), int(manifest["micro_batch_size"]), int(manifest["steps"])
     ids = np.empty((steps, n, m), dtype=np.int64)

@@ -452,6 +452,42 @@ def check_not_inside_replaced(path, label: str) -> None:
                           "replaces whole (and refuses with files of yours in it); choose a folder beside it")
 
 
+def only_shard_files(p: Path) -> bool:
+    """Whether every entry of the directory `p` has a name `shard` writes (manifest.json, leftover_ids.txt, its
+    shard files), whatever is in them: a `run` folder's own shards, with a manifest edited by hand, are emptied
+    and written again."""
+    return all(n in (names.MANIFEST, names.LEFTOVER) or _SHARD_FILE.match(n) for n in os.listdir(p))
+
+
+# a stage's record in run-state.json while `run` makes it, or a stage before it, again: set on them all before the
+# first output is touched and dropped as each is made (or found up to date), so a stopped run leaves the folder
+# marked unfinished (check_run_finished), while the interrupted stage's previous output stays whole
+RUN_REMAKING = "remaking"
+
+
+def check_run_finished(path) -> None:
+    """One line (CurateError) when `path` is a `run` folder, or one of its outputs (names.RUN_OUTPUTS beside its
+    run-state.json), that `run` began to make again, with a stage before it, and did not finish: its outputs
+    from that stage on mix the previous inputs' and options' with the new ones (an interrupted re-run)."""
+    p = Path(path)
+    if (p / names.RUN_STATE).is_file():  # the folder: its shards are what is read
+        p = p / names.RUN_OUTPUTS["shard"]
+    stage = next((s for s, name in names.RUN_OUTPUTS.items() if name == p.name), None)
+    state = p.parent / names.RUN_STATE
+    if stage is None or not state.is_file():
+        return
+    try:
+        stages = json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # `run` writes it atomically: not one of its own
+    unfinished = [s for s in names.STAGES[:names.STAGES.index(stage) + 1]
+                  if isinstance(stages, dict) and isinstance(stages.get(s), dict) and stages[s].get(RUN_REMAKING)]
+    if unfinished:
+        raise CurateError(f"{path}: not finished: `run` stopped while making its {unfinished[0]} stage again "
+                          f"({state} says so), and its outputs from there on are the previous run's; run the same "
+                          "`run` command again to finish it")
+
+
 # ----------------------------------------------------------------------------------------------- read
 
 def read_meta(path: str | os.PathLike, kind: str | tuple[str, ...] | None = None) -> ArtifactMeta:

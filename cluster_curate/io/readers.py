@@ -88,6 +88,41 @@ def rows_changed(path) -> str | None:
     return None
 
 
+def sidecars_unlike_record(path) -> str | None:
+    """`its centroids clusters.centroids.npy are missing`: why the files an artifact was written with beside it
+    are not there as its metadata records them (None: they are, or it keeps none): a clusters artifact's
+    centroids missing, or of another shape or bytes than it records (a kill between cluster's two renames, a
+    file of another clustering); an embeddings artifact's fitted feature state (`text.npz` and its key) missing,
+    which `--target` and `--like` read. Its .parquet alone would pass for a whole output."""
+    import hashlib
+
+    from cluster_curate.io.artifacts import own_sidecar, sidecar_path
+    meta = read_meta(path)
+    recorded = meta.params.get("centroids") if meta.kind == names.CLUSTERS else None
+    if isinstance(recorded, dict):
+        side = sidecar_path(path, recorded.get("sidecar") or names.CENTROIDS)
+        try:
+            data = side.read_bytes()
+        except FileNotFoundError:
+            return f"its centroids {side.name} are missing"
+        if hashlib.blake2b(data, digest_size=12).hexdigest() != recorded.get("blake2b"):
+            try:
+                shape = list(np.load(side, mmap_mode="r").shape)
+            except (OSError, ValueError):
+                shape = "none: not a NumPy array"
+            return (f"its centroids {side.name} are not the ones it records (shape {shape}, it records "
+                    f"{recorded.get('shape')}: another clustering's)")
+    if meta.kind == names.EMBEDDINGS and not meta.params.get("like"):  # --like reads the pool's, keeps none
+        for kind in set(meta.params.get("features") or ()) & set(names.FEATURE_STATE_KINDS):
+            pairs = [[sidecar_path(path, s) for s in names.feature_state(kind, previous)] for previous in (False, True)]
+            if not any(state.is_file() and key.is_file() and own_sidecar(key, key.name) for state, key in pairs):
+                missing = [f.name for f in pairs[0] if not f.is_file()]
+                if not missing:
+                    return f"its {kind} state's key {pairs[0][1].name} is not one cluster-curate wrote"
+                return f"its {kind} state {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing"
+    return None
+
+
 def read_checked_meta(path, kind: str | tuple[str, ...] | None = None, force: bool = False) -> ArtifactMeta:
     """read_meta(path, kind), and an artifact file changed since it was written refused (rows_changed): its lineage
     would say other rows than it holds (a manifest's selected rows against its selection's). `force` (--force):
