@@ -300,9 +300,11 @@ def load_shard(directory: str | os.PathLike, rank: int | None = None, world_size
 _RANKS_READ: set[int] = set()  # the shards load_shard opened in this process outside a job, for ConsumedLog
 
 
-def distributed_sampler(export_dir: str | os.PathLike, dataset):
+def distributed_sampler(export_dir: str | os.PathLike, dataset, rank: int | None = None,
+                        world_size: int | None = None):
     """The `DistributedSampler(shuffle=False)` that `export --for torchrun` plans, over `dataset`
-    (its train.parquet): rank and world size from torch.distributed, which must hold the `num_replicas` its
+    (its train.parquet): rank and world size from torch.distributed (with tensor or pipeline parallelism pass the
+    data-parallel `rank` and `world_size`, as to load_shard), which must be the `num_replicas` its
     dataloader.json records, as load_shard refuses another world size (a bare DistributedSampler deals the
     sample-interleaved rows to however many ranks run, other shards' rows to each, and says nothing)."""
     from torch.utils.data import DistributedSampler
@@ -317,12 +319,16 @@ def distributed_sampler(export_dir: str | os.PathLike, dataset):
     n = planned.get("num_replicas") if isinstance(planned, dict) else None
     if type(n) is not int or n < 1:
         raise CurateError(f"{path}: field `num_replicas` is {n!r}, not a number of ranks: export it again")
-    rank, world = trainer_rank_and_world() or (None, 1)
+    rank, world_size = _whole("rank", rank), _whole("world_size", world_size)
+    found = trainer_rank_and_world() or (0, 1)
+    rank, world = found[0] if rank is None else rank, found[1] if world_size is None else world_size
     if world != n:
-        raise CurateError(f"{export_dir}: written for {n} ranks but this job has world size {world} (start it with "
-                          f"torchrun --nproc-per-node {n}, or re-run `cluster-curate shard --num-shards {world}` and "
+        raise CurateError(f"{export_dir}: written for {n} data-parallel ranks but this job has world size {world} "
+                          f"(run it on {n} processes, or re-run `cluster-curate shard --num-shards {world}` and "
                           "export again)")
-    return DistributedSampler(dataset, num_replicas=n, rank=rank or 0, shuffle=False, drop_last=False)
+    if not 0 <= rank < n:
+        raise CurateError(f"{export_dir}: rank {rank} out of range (it was written for {n} ranks)")
+    return DistributedSampler(dataset, num_replicas=n, rank=rank, shuffle=False, drop_last=False)
 
 
 _ENVIRONMENT = {"rank": "RANK", "world_size": "WORLD_SIZE"}  # the variables torchrun sets, named in messages
@@ -404,7 +410,8 @@ class ConsumedLog:
         if lines and not resume_at:
             from cluster_curate.console import warn
             warn(f"{self.path}: replaced the log of {counted(len(lines), 'micro-batch', 'micro-batches')} an "
-                 "earlier run wrote (a run resumed from a checkpoint passes resume_at= to keep its lines)")
+                 "earlier run wrote (a run resumed from a checkpoint keeps its lines: the Trainer's "
+                 "resume_from_checkpoint, or resume_at= in a loop of your own)")
         self._f.seek(0)
         self._f.truncate()
         self._f.writelines(kept)
@@ -456,16 +463,21 @@ def _log_rank(log_dir) -> int:
 
 
 def _lock(f, path: Path, rank: int) -> None:
-    """An exclusive lock on an open log for as long as it is open (POSIX; elsewhere no check)."""
+    """An exclusive lock on an open log for as long as it is open: a POSIX record lock, which a forked DataLoader
+    worker does not inherit (flock's would outlive the log in a persistent worker and refuse this process's next
+    log). Where the file system keeps no locks (ENOLCK, ENOSYS: Lustre or NFS without them), or off POSIX, no
+    check."""
     try:
         import fcntl
     except ImportError:
         return
     try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        fcntl.lockf(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except (BlockingIOError, PermissionError):  # EAGAIN / EACCES: another process holds it
         raise CurateError(f"{path}: another process is writing this log: two processes log as rank {rank} (pass "
                           "each the rank= of the shard it reads)") from None
+    except OSError:
+        return
 
 
 def _as_list(values) -> list:

@@ -441,6 +441,18 @@ def _dealt_to_the_ranks_that_logged(planned: np.ndarray, consumed: dict) -> bool
     return False
 
 
+def _short_ends(consumed: dict, m: int) -> bool:
+    """Whether every micro-batch of another size than `m` is shorter and the last of its rank's epoch, after
+    micro-batches of `m`, every epoch alike (a sampler's share of rows that is no multiple of m)."""
+    for log in consumed.values():
+        sizes = [len(rec.get("ids") or ()) for rec in log or ()]
+        odd = [i for i, s in enumerate(sizes) if s != m]
+        if odd and (not odd[0] or any(sizes[i] > m for i in odd) or
+                    odd != list(range(odd[0], len(sizes), odd[0] + 1))):
+            return False
+    return True
+
+
 def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: Counter, positions: dict,
             unlogged: dict) -> list[str]:
     """The likely cause of each pattern of problems, in words the user can act on (`positions`, `unlogged`:
@@ -505,7 +517,7 @@ def _causes(planned: np.ndarray, consumed: dict, ranks: list[RankCheck], sizes: 
     # a DistributedSampler's share of a shard, the rows left after some were taken out, or the rows of a job on
     # fewer processes than planned (a rank wrote no log, said above), end in a short micro-batch: not packing
     # (which makes them longer), nor a per-device batch size
-    fewer = any(consumed.get(r) is None for r in range(n)) and all(s < m for s in odd)
+    fewer = any(consumed.get(r) is None for r in range(n)) and _short_ends(consumed, m)
     if odd and not dealt_again and not taken_out and not fewer:
         causes.append(f"micro-batches of {', '.join(str(s) for s in sorted(odd))} rows where the plan has {m}: packing "
                       "(several examples per row) or a per-device batch size other than --micro-batch-size")

@@ -107,3 +107,32 @@ def test_a_job_on_fewer_processes_is_not_told_of_packing_for_its_short_last_micr
     assert not got["ok"]
     assert "a rank wrote no log: was the job run on the planned number of processes, each logging?" in got["causes"]
     assert not [c for c in got["causes"] if "packing" in c or "per-device batch size" in c], got["causes"]
+
+
+def test_a_job_on_fewer_processes_with_another_batch_size_is_still_told_of_it(tmp_path):
+    """The mend above hid a per-device batch size of 2 on a plan of 4 whenever a rank wrote no log (review): every
+    micro-batch short, not only each rank's last one. The cause is named again; the short last one alone is not,
+    over 2 epochs too."""
+    from shard_helpers import make_selection
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from cluster_curate.commands.verify import planned_grid, verify
+    from cluster_curate.loader import ConsumedLog, interleaved_order
+    make_selection(tmp_path / "sel.parquet", FIXTURES / "gsm8k" / "train-300.jsonl", k=3, fraction=0.3, n_tokens=True)
+    assert _cli("shard", tmp_path / "sel.parquet", "--out", tmp_path / "shards", "-n", "3", "-m", "4",
+                "-q").returncode == 0
+    _, ids, _ = planned_grid(tmp_path / "shards")
+    steps, n, m = ids.shape
+    rows = ids.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, "sample")].tolist()
+    for batch_size, epochs, named in ((2, 1, True), (m, 2, False)):
+        logs = tmp_path / f"log-{batch_size}-{epochs}"
+        for r in range(2):
+            loader = DataLoader(rows, batch_size=batch_size, collate_fn=list,
+                                sampler=DistributedSampler(rows, num_replicas=2, rank=r, shuffle=False))
+            with ConsumedLog(logs, rank=r) as log:
+                for _ in range(epochs):
+                    for batch in loader:
+                        log.record(batch, loss=1.0)
+        causes = verify(tmp_path / "shards", log=logs)["causes"]
+        told = [c for c in causes if "per-device batch size" in c]
+        assert bool(told) == named, causes

@@ -90,8 +90,8 @@ def test_ddp_backend_gloo_alone_is_refused_where_it_trained_each_rank_alone(job)
 @pytest.mark.slow
 def test_the_torchrun_exports_sampler_refuses_another_world_size(job):
     assert _said(job, "sampler-3-on-2") == [
-        f"{job / 'torchrun-3'}: written for 3 ranks but this job has world size 2 (start it with torchrun "
-        "--nproc-per-node 3, or re-run `cluster-curate shard --num-shards 2` and export again)"] * 2
+        f"{job / 'torchrun-3'}: written for 3 data-parallel ranks but this job has world size 2 (run it on 3 "
+        "processes, or re-run `cluster-curate shard --num-shards 2` and export again)"] * 2
 
 
 @pytest.mark.slow
@@ -114,9 +114,14 @@ def test_the_sampler_outside_a_job_is_refused(tmp_path, monkeypatch):
               micro_batch_size=M)
     with pytest.raises(CurateError) as e:
         loader.distributed_sampler(tmp_path / "tr", list(range(18)))
-    assert str(e.value) == (f"{tmp_path / 'tr'}: written for 3 ranks but this job has world size 1 (start it with "
-                            "torchrun --nproc-per-node 3, or re-run `cluster-curate shard --num-shards 1` and export "
+    assert str(e.value) == (f"{tmp_path / 'tr'}: written for 3 data-parallel ranks but this job has world size 1 "
+                            "(run it on 3 processes, or re-run `cluster-curate shard --num-shards 1` and export "
                             "again)")
+    # a tensor- or pipeline-parallel job passes its data-parallel rank and world size, as to load_shard
+    sampler = loader.distributed_sampler(tmp_path / "tr", list(range(18)), rank="2", world_size=3)
+    assert list(sampler) == list(range(2, 18, 3))
+    with pytest.raises(CurateError, match="rank 3 out of range"):
+        loader.distributed_sampler(tmp_path / "tr", list(range(18)), rank=3, world_size=3)
     assert "cluster_curate.loader.distributed_sampler(EXPORT_DIR, ds)" in (tmp_path / "tr" / "README.md").read_text()
 
 
@@ -212,7 +217,8 @@ def test_an_earlier_runs_log_is_replaced_with_a_warning_and_a_resume_keeps_it(tm
     with loader.ConsumedLog(tmp_path, rank=0) as log:
         log.record([9, 9])
     assert console.WARNINGS == [f"{tmp_path / 'rank-00000.jsonl'}: replaced the log of 2 micro-batches an earlier "
-                                "run wrote (a run resumed from a checkpoint passes resume_at= to keep its lines)"]
+                                "run wrote (a run resumed from a checkpoint keeps its lines: the Trainer's "
+                                "resume_from_checkpoint, or resume_at= in a loop of your own)"]
     assert (tmp_path / "rank-00000.jsonl").read_text() == '{"step": 0, "ids": [9, 9]}\n'
 
 
@@ -267,3 +273,33 @@ if __name__ == "__main__":
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def test_a_persistent_dataloader_worker_does_not_hold_the_log_against_its_own_process(tmp_path):
+    """A DataLoader worker forked while a log is open inherited flock's lock and kept it after the log closed: the
+    process's next log (a second run, a retry) was refused as "another process is writing this log". A record lock
+    (lockf) is not inherited."""
+    from torch.utils.data import DataLoader
+    log = loader.ConsumedLog(tmp_path, rank=0)
+    workers = DataLoader(list(range(8)), batch_size=2, num_workers=1, persistent_workers=True)
+    for batch in workers:
+        log.record(batch.tolist())
+    log.close()
+    with loader.ConsumedLog(tmp_path, rank=0, resume_at=4) as again:  # the worker is still alive
+        again.record([9, 9])
+    assert len((tmp_path / "rank-00000.jsonl").read_text().splitlines()) == 5
+    del workers
+
+
+def test_a_file_system_without_locks_logs_unchecked(tmp_path, monkeypatch):
+    """Lustre without -o flock (ENOSYS), NFS without lockd (ENOLCK): the lock's OSError crashed the training at
+    on_train_begin. The log is written without the check."""
+    import errno
+    import fcntl
+
+    def no_locks(*_):
+        raise OSError(errno.ENOLCK, "No locks available")
+    monkeypatch.setattr(fcntl, "lockf", no_locks)
+    with loader.ConsumedLog(tmp_path, rank=0) as log:
+        log.record([1, 2])
+    assert (tmp_path / "rank-00000.jsonl").read_text().count("\n") == 1
