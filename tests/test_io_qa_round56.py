@@ -118,16 +118,18 @@ def test_a_lone_surrogate_in_a_record_s_key_is_named_by_the_key_not_as_the_field
     assert len(examples) == 40
 
 
-def test_a_sharegpt_function_call_turn_escaping_a_lone_surrogate_is_exported_as_the_text_it_was_read_as():
-    """Its JSON text is read as text (to_example), so the row is no bad row; the trainer's turns parse it for
-    `tool_calls`, where the surrogate could not be written: they keep the text instead, as they keep text that is
-    no JSON."""
-    from cluster_curate.io.formats import FieldMap
-    from cluster_curate.io.records import chat_messages
+def test_a_sharegpt_function_call_turn_escaping_a_lone_surrogate_is_a_bad_row(tmp_path):
+    """LLaMA-Factory's call is JSON text a trainer's turns parse into `tool_calls`: export crashed on it
+    (UnicodeEncodeError), and a first mend exported it silently as the assistant's plain text (review). A bad row
+    at read, naming the turn."""
     call = '{"name": "f", "arguments": {"x": "\\ud800"}}'
-    rec = {"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": call}]}
-    assert chat_messages(rec, FieldMap("sharegpt", "conversations")) == (
-        [{"role": "user", "content": "q"}, {"role": "assistant", "content": call}], None)
+    rows = [{"conversations": [{"from": "human", "value": g["question"]}, {"from": "gpt", "value": g["answer"]}]}
+            for g in GSM[:40]]
+    rows.insert(20, {"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": call}]})
+    path = write_jsonl(tmp_path / "lf.jsonl", rows)
+    ds, _, examples = read_all(path, ReadOptions(format="sharegpt", on_bad_row="skip"))
+    assert [(r.id, r.field) for r in ds.rejects] == [(20, "conversations[1].value")] and len(examples) == 40
+    assert ds.rejects[0].reason == f"JSON text holding, at arguments.x, {LONE}"
 
 
 # ------------------------------------------------------------------------------ 2: a lone surrogate in a mapping's key
@@ -174,9 +176,17 @@ def test_a_nul_character_in_a_csv_value_is_read_wherever_it_is(tmp_path, at):
 
 
 def test_utf16_without_its_byte_order_mark_is_still_refused_whatever_it_holds(tmp_path):
-    """NULs every other byte (ASCII as UTF-16) are no UTF-8 text, however long the file; the message is unchanged."""
+    """NULs beside each ASCII character (UTF-16), runs of them (padding) or a file of them are no UTF-8 text; the
+    message is unchanged."""
     text = "question,answer\n" + "".join(f'"{g["question"]}","{g["answer"]}"\n'.replace('""', "") for g in GSM[:50])
-    for name, data in (("le.csv", text.encode("utf-16-le")), ("be.csv", text.encode("utf-16-be"))):
+    russian = "question,answer\n" + "".join(f"Сколько будет два плюс два {i},Ответ четыре потому что {i}\n"
+                                            for i in range(300))
+    cases = (("le.csv", text.encode("utf-16-le")), ("be.csv", text.encode("utf-16-be")),
+             # Cyrillic's UTF-16 bytes pass for UTF-8: NULs only beside its ASCII (review of the first mend)
+             ("ru.csv", russian.encode("utf-16-le")),
+             ("nul-tail.csv", text.encode() + b"\0" * 4096),  # a download cut short, padded with NULs
+             ("zeros.csv", b"\0" * 100_000))
+    for name, data in cases:
         (tmp_path / name).write_bytes(data)
         with pytest.raises(CurateError, match=r"holds NUL bytes, so it is no UTF-8 text \(binary data, or UTF-16 "
                                               r"without its byte-order mark\); write it as UTF-8 text$"):

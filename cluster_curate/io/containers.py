@@ -524,12 +524,12 @@ def _long_first_object_is_a_record(path: Path) -> bool:
             return False  # invalid JSON: named where _JsonDocument reads it
 
 
-def _utf16_without_bom(head: bytes) -> bool:
-    """Whether a file's first bytes, valid UTF-8 that holds NULs, are UTF-16 without its byte-order mark: UTF-16
-    writes each ASCII character as it and a NUL, so NULs fill every other byte (a large share of the even or of
-    the odd bytes, few of the others). UTF-8 text holds a NUL only where a value does, a run of them both alike."""
-    even, odd = head[0::2].count(0), head[1::2].count(0)
-    return max(even, odd) * 8 > len(head) and min(even, odd) * 4 < max(even, odd)
+def _nuls_of_no_text(head: bytes) -> bool:
+    """Whether the NULs in a file's first bytes, valid UTF-8, say it is no text: UTF-16 without its byte-order
+    mark (a NUL beside each ASCII character: a few in a hundred bytes even in Cyrillic or Arabic, whose letters pass
+    for UTF-8), binary data or a file padded with NULs (runs of them). A NUL character a value holds is one here
+    and there."""
+    return head.count(0) * 100 > len(head) or b"\0" * 8 in head
 
 
 class _Csv:
@@ -586,7 +586,7 @@ class _Csv:
                 utf8 = True
             except UnicodeDecodeError:
                 utf8 = False
-            if b"\0" in head and (not utf8 or _utf16_without_bom(head)):  # else a NUL character in a value, kept
+            if b"\0" in head and (not utf8 or _nuls_of_no_text(head)):  # else a NUL character in a value, kept
                 raise CurateError(f"{self.path}: holds NUL bytes, so it is no UTF-8 text (binary data, or UTF-16 "
                                   "without its byte-order mark); write it as UTF-8 text")
             if not utf8:

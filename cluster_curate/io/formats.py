@@ -195,6 +195,7 @@ def kind_of(value) -> str:
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # what JSON text writes one as: \ud800 to \udfff
 _LONE = ("a lone UTF-16 surrogate ({!r}), half of a pair: no character, and no UTF-8 text can hold it; write the "
          "character itself, or both halves of its escape")
 
@@ -222,7 +223,7 @@ def json_text(text: str, field: str | None):
     RecordError naming `field`, not a crash where the text is hashed or written. Text that is no JSON raises
     json.JSONDecodeError, as json.loads does."""
     value = json.loads(text)
-    found = "\\u" in text and lone_surrogate(value)
+    found = _SURROGATE_ESCAPE.search(text) and lone_surrogate(value)
     if found:
         where, why = found
         raise RecordError(field, f"JSON text holding, at {where}, {why}" if where else f"JSON text holding {why}")

@@ -111,10 +111,7 @@ def openai_message(turn: dict, role: str, content: str | None, parsed: list[dict
     message = {"role": role, "content": content}
     calls = turn.get("tool_calls") if isinstance(turn.get("tool_calls"), (list, tuple)) else None
     if turn.get("from") == "function_call" and content:  # LLaMA-Factory: the call(s) as JSON text
-        try:
-            value = _call_arguments(content, "content")
-        except RecordError:  # JSON text escaping a lone surrogate: kept as the text to_example read
-            value = content
+        value = _call_arguments(content, "content")  # a lone surrogate in it is a bad row at read (turns.py)
         items = value if isinstance(value, list) else [value]
         if items and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in items):
             parsed = [{"name": c["name"], "arguments": c.get("arguments")} for c in items]

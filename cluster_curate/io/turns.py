@@ -80,6 +80,11 @@ def parsed_turns(value, field: str, fmt: str, messages: bool = False) -> list[tu
             if role is None:
                 raise RecordError(f"{field}[{i}].from", f"unknown speaker {speaker!r} (expected human, gpt or system)")
             content = _content(t.get("value"), f"{field}[{i}].value")
+            if role == "assistant" and str(speaker).lower() == "function_call" and content and "\\u" in content:
+                try:  # LLaMA-Factory's call as JSON text, which a trainer's turns parse (openai_message)
+                    json_text(content, f"{field}[{i}].value")
+                except json.JSONDecodeError:
+                    pass  # text that is no JSON stays text there
         else:
             role = t.get("role")
             if not isinstance(role, str):
