@@ -136,3 +136,23 @@ def test_a_job_on_fewer_processes_with_another_batch_size_is_still_told_of_it(tm
         causes = verify(tmp_path / "shards", log=logs)["causes"]
         told = [c for c in causes if "per-device batch size" in c]
         assert bool(told) == named, causes
+
+
+def test_a_target_folder_of_csv_splits_names_one_file_to_give(tmp_path):
+    """A CSV folder is never read whole; as --target it was told to give its files "as DATA: DIR/*.csv", which
+    --target (one path) cannot take (review). It names one file."""
+    import csv
+
+    from cluster_curate.commands.select_parts import open_target
+    from cluster_curate.errors import CurateError
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for name, rows in (("train.csv", GSM[:5]), ("test.csv", GSM[5:10])):
+        with open(folder / name, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["question", "answer"])
+            w.writeheader()
+            w.writerows({"question": r["question"], "answer": r["answer"]} for r in rows)
+    import pytest
+    with pytest.raises(CurateError) as e:
+        open_target(str(folder), {"on_bad_row": "error"})
+    assert str(e.value).endswith(f"give one of its CSV/TSV files, e.g. {folder / 'test.csv'}"), str(e.value)

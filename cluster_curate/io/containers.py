@@ -1120,6 +1120,9 @@ def _directory(path: Path, trained: bool = True):
             _refuse_splits(path, others)
         suffixes = sorted({_DATA_SUFFIX.search(f.name).group().lower() for f in others})
         give = others[0] if len(others) == 1 else " ".join(f"{path}{os.sep}*{s}" for s in suffixes)
+        if not trained:  # a --target or --decontaminate set: one path, not DATA's several
+            raise CurateError(f"{path}: directory holds no .parquet, .jsonl or .json files, which a directory is "
+                              f"read for ({held}); give one of its CSV/TSV files, e.g. {others[0]}")
         raise CurateError(f"{path}: directory holds no .parquet, .jsonl or .json files, which a directory is read "
                           f"for ({held}); give its CSV/TSV file{'s' * (len(others) > 1)} as DATA (several files are "
                           f"read as one dataset): {give}")
