@@ -1,11 +1,14 @@
-"""QA round 56: a target is read as an evaluation set is (a folder of its splits read whole, not refused as training
-data's), ..."""
+"""QA round 56, the smaller mends: a target is read as an evaluation set is (a folder of its splits read whole, not
+refused as training data's; a CSV folder names one file to give); --dedup names the rows it drops; a counting
+tokenizer does not warn of a model's length limit; verify names packing or a per-device batch size only where the
+micro-batches say so on a job of fewer processes than planned."""
 
 from __future__ import annotations
 
 import json
 
 import pyarrow.parquet as pq
+import pytest
 
 from conftest import FIXTURES
 from conftest import cli_in_process as _cli
@@ -79,10 +82,13 @@ def test_a_counting_tokenizer_does_not_warn_of_a_models_length_limit(tmp_path):
     assert json.loads(r.stdout)["lengths"]["prompt_tokens"]["max"] >= 3000
 
 
-def test_a_job_on_fewer_processes_is_not_told_of_packing_for_its_short_last_micro_batches(tmp_path):
-    """A 3-shard torchrun export run on 2 processes (DistributedSampler deals its rows to 2 ranks, micro-batches of
-    4, each rank's last one of 2): verify named "a rank wrote no log" and also "micro-batches of 2 rows where the
-    plan has 4: packing ... or a per-device batch size", which did not apply."""
+@pytest.mark.parametrize("batch_size, epochs, named", [(4, 1, False), (4, 2, False), (2, 1, True)])
+def test_a_job_on_fewer_processes_is_told_of_packing_only_where_its_batches_say_so(tmp_path, batch_size, epochs,
+                                                                                   named):
+    """A 3 x 4 torchrun export run on 2 processes (DistributedSampler deals its rows to 2 ranks, each rank's last
+    micro-batch of 2): verify named "a rank wrote no log" and also "micro-batches of 2 rows where the plan has 4:
+    packing ... or a per-device batch size", which did not apply. A first mend hid that cause whenever a rank wrote
+    no log, also where every micro-batch was short (a per-device batch size of 2: review); it is named there."""
     from shard_helpers import make_selection
     from torch.utils.data import DataLoader, DistributedSampler
 
@@ -94,48 +100,19 @@ def test_a_job_on_fewer_processes_is_not_told_of_packing_for_its_short_last_micr
     _, ids, _ = planned_grid(tmp_path / "shards")
     steps, n, m = ids.shape
     rows = ids.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, "sample")].tolist()
-    short = []
+    sizes = []
     for r in range(2):
-        loader = DataLoader(rows, batch_size=m, sampler=DistributedSampler(rows, num_replicas=2, rank=r,
-                                                                           shuffle=False), collate_fn=list)
+        loader = DataLoader(rows, batch_size=batch_size, collate_fn=list,
+                            sampler=DistributedSampler(rows, num_replicas=2, rank=r, shuffle=False))
         with ConsumedLog(tmp_path / "log", rank=r) as log:
-            for batch in loader:
-                log.record(batch, loss=1.0)
-                short.append(len(batch))
-    assert min(short) < m  # each rank ends in a short micro-batch
-    got = verify(tmp_path / "shards", log=tmp_path / "log")
-    assert not got["ok"]
-    assert "a rank wrote no log: was the job run on the planned number of processes, each logging?" in got["causes"]
-    assert not [c for c in got["causes"] if "packing" in c or "per-device batch size" in c], got["causes"]
-
-
-def test_a_job_on_fewer_processes_with_another_batch_size_is_still_told_of_it(tmp_path):
-    """The mend above hid a per-device batch size of 2 on a plan of 4 whenever a rank wrote no log (review): every
-    micro-batch short, not only each rank's last one. The cause is named again; the short last one alone is not,
-    over 2 epochs too."""
-    from shard_helpers import make_selection
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    from cluster_curate.commands.verify import planned_grid, verify
-    from cluster_curate.loader import ConsumedLog, interleaved_order
-    make_selection(tmp_path / "sel.parquet", FIXTURES / "gsm8k" / "train-300.jsonl", k=3, fraction=0.3, n_tokens=True)
-    assert _cli("shard", tmp_path / "sel.parquet", "--out", tmp_path / "shards", "-n", "3", "-m", "4",
-                "-q").returncode == 0
-    _, ids, _ = planned_grid(tmp_path / "shards")
-    steps, n, m = ids.shape
-    rows = ids.transpose(1, 0, 2).reshape(-1)[interleaved_order(n, steps, m, "sample")].tolist()
-    for batch_size, epochs, named in ((2, 1, True), (m, 2, False)):
-        logs = tmp_path / f"log-{batch_size}-{epochs}"
-        for r in range(2):
-            loader = DataLoader(rows, batch_size=batch_size, collate_fn=list,
-                                sampler=DistributedSampler(rows, num_replicas=2, rank=r, shuffle=False))
-            with ConsumedLog(logs, rank=r) as log:
-                for _ in range(epochs):
-                    for batch in loader:
-                        log.record(batch, loss=1.0)
-        causes = verify(tmp_path / "shards", log=logs)["causes"]
-        told = [c for c in causes if "per-device batch size" in c]
-        assert bool(told) == named, causes
+            for _ in range(epochs):
+                for batch in loader:
+                    log.record(batch, loss=1.0)
+                    sizes.append(len(batch))
+    assert sizes[-1] < m  # each rank ends in a short micro-batch
+    causes = verify(tmp_path / "shards", log=tmp_path / "log")["causes"]
+    assert "a rank wrote no log: was the job run on the planned number of processes, each logging?" in causes
+    assert bool([c for c in causes if "packing" in c or "per-device batch size" in c]) == named, causes
 
 
 def test_a_target_folder_of_csv_splits_names_one_file_to_give(tmp_path):
@@ -152,7 +129,6 @@ def test_a_target_folder_of_csv_splits_names_one_file_to_give(tmp_path):
             w = csv.DictWriter(f, fieldnames=["question", "answer"])
             w.writeheader()
             w.writerows({"question": r["question"], "answer": r["answer"]} for r in rows)
-    import pytest
     with pytest.raises(CurateError) as e:
         open_target(str(folder), {"on_bad_row": "error"})
     assert str(e.value).endswith(f"give one of its CSV/TSV files, e.g. {folder / 'test.csv'}"), str(e.value)

@@ -187,8 +187,6 @@ def questions_of(path: str, o: dict, option: str, with_prompts: bool = False, wa
 
 
 def _questions_of(path: str, o: dict, option: str, with_prompts: bool, warn_skipped: bool):
-    from dataclasses import replace
-
     import numpy as np
 
     from cluster_curate.exact_dedup import prompt_keys
