@@ -99,3 +99,46 @@ def test_dim_above_the_hidden_size_is_warned_of(tmp_path, cli_runner, plain_llam
     res = _run(cli_runner, ["embed", data, "--out", tmp_path / "fit.parquet", "--features", "hidden", "--model",
                             plain_llama, "--dim", "64", "--json"])
     assert not [w for w in _summary(res)["warnings"] if w.startswith("--dim")]
+    # a target embedded --like the wide pool takes its --dim, which it cannot change: not warned of (review)
+    res = _run(cli_runner, ["embed", data, "--out", tmp_path / "t.parquet", "--like", tmp_path / "wide.parquet",
+                            "--json"])
+    assert not [w for w in _summary(res)["warnings"] if w.startswith("--dim")]
+
+
+def test_only_embeddings_that_read_a_causal_lm_move_to_version_9(tmp_path):
+    """The count's fix bumped embed's one version for every feature: `run` on a folder of text features made by
+    version 8 embedded, clustered, selected and sharded again though nothing of theirs changed (review). Embeddings
+    of text or semantic alone, and the text basis, keep version 8; those that read a causal LM record 9."""
+    from conftest import cli_in_process
+
+    from cluster_curate.commands.embed import algorithm_version
+    assert algorithm_version({"features": "text"}) == algorithm_version({"features": "text,semantic"}) == 8
+    assert algorithm_version({"features": None}) == 8  # the default
+    assert algorithm_version({"features": "text,gradient"}) == algorithm_version({"features": "hidden"}) == 9
+    data = _write(tmp_path / "d.jsonl", gsm8k_rows(40))
+    model = build_llama(tmp_path / "lm", chat_template=False)
+    for features, version in (("text", 8), ("hidden", 9)):
+        out = tmp_path / f"{features}.parquet"
+        r = cli_in_process("embed", data, "--out", out, "--features", features, "--dim", "8",
+                           *(["--model", model, "--device", "cpu"] if features == "hidden" else []), "-q")
+        assert r.returncode == 0, r.stderr
+        assert read_artifact(out)[1].algorithm == version
+
+
+def test_embed_does_not_print_transformers_sequence_length_warning(tmp_path, capfd):
+    """A model whose tokenizer declares model_max_length 64: embed counts a longer row whole and cuts it itself
+    (its own warning), but transformers also printed "Token indices sequence length is longer than the specified
+    maximum sequence length ... indexing errors", untrue there (review)."""
+    from conftest import cli_in_process
+    model = build_llama(tmp_path / "lm", chat_template=False)
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    (model / "tokenizer_config.json").write_text(json.dumps(dict(config, model_max_length=64)))
+    rows = gsm8k_rows(6) + [{"question": "word " * 400, "answer": "42"}]
+    data = _write(tmp_path / "d.jsonl", rows)
+    r = cli_in_process("embed", data, "--out", tmp_path / "e.parquet", "--features", "hidden", "--model", model,
+                       "--device", "cpu", "--max-length", "48")
+    assert r.returncode == 0, r.stderr
+    printed = r.stderr + capfd.readouterr().err  # transformers' logger writes to the stderr it found at import
+    assert "sequence length" not in printed, printed
+    n_tokens = pq.read_table(tmp_path / "e.parquet").column("n_tokens").to_pylist()
+    assert max(n_tokens) > 400  # counted whole

@@ -414,6 +414,13 @@ def embed(data, out: str, not_trained: bool = False, **options) -> dict:
         distributed.shutdown(layout)
 
 
+def algorithm_version(o: dict) -> int:
+    """The version embeddings made with options `o` record (features.embed.algorithm_version of their features)."""
+    from cluster_curate.features.embed import algorithm_version as of_features
+    from cluster_curate.features.embed import parse_features
+    return of_features(parse_features(o.get("features")))
+
+
 def copies_line(dropped: int | None):
     """The exact duplicates embed left out, as its summary, select's and `report`'s say them."""
     from cluster_curate.console import Shown
@@ -469,7 +476,7 @@ def render(result: dict, options: dict) -> None:
 
 SPEC = CommandSpec(
     "embed", embed, (Argument("data", nargs=-1),), OPTIONS, render,
-    algorithm=lazy(_FEATURES, "ALGORITHM_VERSION"),
+    algorithm=lambda: algorithm_version,
     help="""One feature vector per example of DATA (by default the prompt's words, weighted as --text-weighting
     says, reduced by SVD; the paper's gradient feature and other model features with --features).
 

@@ -258,9 +258,9 @@ def _proxy(run):
     from cluster_curate.io import proxy_store as store
     opts = run.opts["proxy"]
     directory = sidecar_path(run.out, names.PROXY)
-    from cluster_curate.features.embed import ALGORITHM_VERSION
+    from cluster_curate.features.embed import FEATURES_VERSION
     key = stable_hash({"dataset": run.record.get("fingerprint"), "options": opts.__dict__,
-                       "algorithm": ALGORITHM_VERSION})
+                       "algorithm": FEATURES_VERSION})
     seconds = [0.0]
 
     def ready() -> bool:
@@ -471,8 +471,9 @@ def _check_reads_model_ids(item: str, tokenizer, model: str, fm) -> None:
 
 def embedder_and_params(run, m: Models):
     """The Embedder of the chosen blocks, and the artifact's recorded params."""
+    from cluster_curate import console
+    from cluster_curate.features.embed import DEFAULT_TEXT_DIM, Embedder, block_dims, dim_above_hidden, parse_weights
     from cluster_curate.io import proxy_store as store
-    from cluster_curate.features.embed import DEFAULT_TEXT_DIM, Embedder, block_dims, parse_weights
     o, features = run.opts, run.features
     weights = parse_weights(o["feature_weights"], len(features))
     projectors, lora_dim = {}, None
@@ -487,6 +488,9 @@ def embedder_and_params(run, m: Models):
             lora_dim = o["dim"] or DEFAULT_LORA_DIM
             projectors["lora-gradient"] = lora_projector(m.fm, lora_dim, o["seed"], o["layers"])
     text, semantic = m.featurizers.get("text"), m.featurizers.get("semantic")
+    widened = None if run.like else dim_above_hidden(features, o["dim"], m.fm.hidden_size if m.fm else None)
+    if widened:  # not of --like's: its --dim is the pool's, which the user cannot change there
+        console.warn(widened, once=True)
     dims = block_dims(features, hidden_size=m.fm.hidden_size if m.fm else None, dim=o["dim"],
                       n_checkpoints=len(m.trajectory), text_dim=text.dim if text else DEFAULT_TEXT_DIM,
                       lora_dim=lora_dim, semantic_dim=semantic.dim if semantic else None)
@@ -538,14 +542,15 @@ class Pass:
 def feature_pass(run, embedder, params) -> Pass:
     """Pass 3: the features, chunk by chunk, each chunk committed as soon as it is done."""
     from cluster_curate import console, distributed
-    from cluster_curate.features.embed import ALGORITHM_VERSION, KEPT_COLUMNS, chunk_table, release_free_memory
+    from cluster_curate.features.embed import KEPT_COLUMNS, algorithm_version, chunk_table, release_free_memory
     from cluster_curate.io.artifacts import make_meta
     from cluster_curate.io.mixture import with_source_columns
-    meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, ALGORITHM_VERSION)
+    version = algorithm_version(run.features)
+    meta = make_meta(names.EMBEDDINGS, params, {"data": run.record}, run.record, version)
     # what --resume must find unchanged (the columns: chunks committed before KEPT_COLUMNS lack some); not
     # `model_max_length`, which the model decides: a run interrupted before it was recorded resumes
     plan = {"params": {k: v for k, v in params.items() if k != "model_max_length"},
-            "dataset": run.record.get("fingerprint"), "algorithm": ALGORITHM_VERSION, "columns": list(KEPT_COLUMNS)}
+            "dataset": run.record.get("fingerprint"), "algorithm": version, "columns": list(KEPT_COLUMNS)}
     output = distributed.ChunkedOutput(run.out, run.layout, plan, run.opts["commit_every"],
                                        resume=run.opts["resume"], overwrite=run.opts["overwrite"],
                                        options=set(run.opts))

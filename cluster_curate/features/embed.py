@@ -46,8 +46,11 @@ DEFAULT_TEXT_DIM = 256
 # was the text "nan"), a label column's text ("1", "true", a CSV's) names the chosen answer (a bad row before), and
 # a causal LM's n_tokens / n_response_tokens count a row longer than --max-length whole (they were its cut length).
 # 9: a model without a chat template counts n_tokens as --tokenizer does (models.row_token_counts: the text and EOS;
-# it counted the BOS and the `### User:` scaffold its features read)
+# it counted the BOS and the `### User:` scaffold its features read). Only embeddings that read a causal LM record 9
+# (algorithm_version): those of text and semantic alone, and the fitted text basis and proxy, are made as 8 made
+# them (FEATURES_VERSION), so an upgrade does not embed them again
 ALGORITHM_VERSION = 9
+FEATURES_VERSION = 8
 # What `cluster --kinds` and `select --within answers` need of each embedded row's response (answer_kinds.
 # answer_key, its words), computed in the feature pass so that they need not read the raw data again. Not a
 # version bump: the features are the same, and embeddings written without these columns stay valid (those
@@ -92,6 +95,12 @@ FEATURE_KINDS.register("semantic", "sentence embedding of --text-field by an enc
                        dim=lambda d: d["semantic_dim"],
                        prepare=lazy("cluster_curate.features.semantic", "prepare_semantic"), encoder=True)
 MODEL_FEATURES = tuple(e.name for e in FEATURE_KINDS if e.uses_model)
+
+
+def algorithm_version(features) -> int:
+    """The version embeddings of `features` record: ALGORITHM_VERSION where one reads a causal LM, else
+    FEATURES_VERSION (what changed since touched those alone)."""
+    return ALGORITHM_VERSION if set(features) & set(MODEL_FEATURES) else FEATURES_VERSION
 ALL_FEATURES = FEATURE_KINDS.names
 DEFAULT_BATCH_TOKENS = 16384
 DEFAULT_MAX_LENGTH = 1024
@@ -153,17 +162,21 @@ def block_dims(features: list[str], *, hidden_size: int | None = None, dim: int 
                semantic_dim: int | None = None) -> dict[str, int]:
     """Output width of each feature block: gradient/hidden = `dim` or the hidden size; lora-gradient = `dim`
     or the extractor's default; loss-trajectory = one column per checkpoint; text = its SVD width; semantic =
-    the encoder's hidden size. A `dim` above the hidden size is warned of (as text's above what its sample holds):
-    the projected rows of gradient/hidden still span only hidden-size directions."""
+    the encoder's hidden size."""
     d = {"dim": dim, "hidden_size": hidden_size, "n_checkpoints": n_checkpoints, "text_dim": text_dim,
          "lora_dim": lora_dim, "semantic_dim": semantic_dim}
+    return {kind: int(FEATURE_KINDS.get(kind).dim(d)) for kind in features}
+
+
+def dim_above_hidden(features: list[str], dim: int | None, hidden_size: int | None) -> str | None:
+    """The warning of a --dim above the model's hidden size for gradient / hidden (as text's above what its sample
+    holds): their projected rows still span only hidden-size directions. None where it is not."""
     widened = [kind for kind in features if kind in ("gradient", "hidden")]
     if widened and dim and hidden_size and dim > hidden_size:
-        from cluster_curate import console
-        console.warn(f"--dim {dim}: the {' and '.join(widened)} vectors have the model's hidden size, {hidden_size}; "
-                     f"projected to {dim} dims they span only {hidden_size} directions (give at most --dim "
-                     f"{hidden_size}, or leave it out)", once=True)
-    return {kind: int(FEATURE_KINDS.get(kind).dim(d)) for kind in features}
+        return (f"--dim {dim}: the {' and '.join(widened)} vectors have the model's hidden size, {hidden_size}; "
+                f"projected to {dim} dims they span only {hidden_size} directions (give at most --dim {hidden_size}, "
+                "or leave it out)")
+    return None
 
 
 def combine_blocks(blocks: list[np.ndarray], weights: list[float] | None = None) -> np.ndarray:

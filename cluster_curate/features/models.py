@@ -407,6 +407,9 @@ def load_model(spec: str, *, device: str | None = None, dtype: str | None = None
 
     if own_ids:
         check_vocabulary(tokenizer, model.get_input_embeddings().num_embeddings, f"--model {spec}")
+    # rows are cut here at the config's position limit (settle_max_length, said in its own warning) and counted
+    # whole: transformers' "longer than the specified maximum sequence length ... indexing errors" would be untrue
+    tokenizer.model_max_length = 1 << 62
     model.to(dev)
     model.eval()
     model.requires_grad_(False)
@@ -557,7 +560,7 @@ def answer_token_counts(tokenizer, examples: list, answers: list[str], prompts: 
     a plain answer)."""
     if not _has_chat_template(tokenizer):
         eos = int(_eos_id(tokenizer) is not None)
-        return [len(ids) + eos for ids in tokenizer(list(answers), add_special_tokens=False)["input_ids"]]
+        return [n + eos for n in _lengths(tokenizer, list(answers))]
     with template_refusals(tokenizer, examples):
         if prompts is None:
             prompts = tokenizer.apply_chat_template([list(ex.prompt) for ex in examples], tokenize=False,
@@ -603,8 +606,15 @@ def row_token_counts(tokenizer, examples: list) -> tuple[list[int], list[int]]:
             templated = tokenizer.apply_chat_template([list(ex.prompt) for ex in examples], tokenize=False,
                                                       add_generation_prompt=True)
     prompts = templated or ["\n\n".join(t["content"] for t in ex.prompt) for ex in examples]
-    p = tokenizer(list(prompts), add_special_tokens=False)["input_ids"] if prompts else []
-    return [len(x) for x in p], answer_token_counts(tokenizer, examples, [ex.response for ex in examples], templated)
+    return _lengths(tokenizer, list(prompts)), answer_token_counts(tokenizer, examples,
+                                                                   [ex.response for ex in examples], templated)
+
+
+def _lengths(tokenizer, texts: list[str]) -> list[int]:
+    """Tokens of each text alone, ENCODE_SLICE texts at a time: only their counts are kept (a chunk's ids at once
+    held half as much memory again as the features' encoding)."""
+    return [len(ids) for s in range(0, len(texts), ENCODE_SLICE)
+            for ids in tokenizer(texts[s:s + ENCODE_SLICE], add_special_tokens=False)["input_ids"]]
 
 
 def _split_ids(tokenizer, prompt_texts: list[str], full_texts: list[str]) -> list[tuple[list[int], list[int]]]:

@@ -598,12 +598,12 @@ def _randomized_svd_basis(x, k: int, seed: int, on_step=None) -> np.ndarray:
 def prepare_text(ctx):
     """The text feature of an `embed` run (features/embed.FEATURE_KINDS' `prepare`): its basis is fitted on a
     seeded sample of --text-sample rows, once, and shared with every process (`ctx.shared`)."""
-    from cluster_curate.features.embed import ALGORITHM_VERSION, DEFAULT_TEXT_DIM
+    from cluster_curate.features.embed import DEFAULT_TEXT_DIM, FEATURES_VERSION
     o = ctx.opts
     dim = o["dim"] or DEFAULT_TEXT_DIM
     key = {"dataset": ctx.dataset_fingerprint, "dim": dim, "field": o["text_field"], "seed": o["seed"],
            "weighting": o["text_weighting"], "sample": o["text_sample"],
-           "max_features": TextFeaturizer.max_features, "algorithm": ALGORITHM_VERSION}
+           "max_features": TextFeaturizer.max_features, "algorithm": FEATURES_VERSION}
 
     def fit() -> bytes:
         from cluster_curate import console
