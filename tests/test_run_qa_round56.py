@@ -76,7 +76,8 @@ def test_a_rerun_interrupted_on_new_data_leaves_a_folder_its_readers_refuse_unti
     assert _marked(tmp_path) == ["cluster", "select", "shard"]
     assert json.loads((tmp_path / "r" / "shards" / "manifest.json").read_text()) == shards_before
     said = ("not finished: `run` stopped while making its cluster stage again (r/run-state.json says so), and its "
-            "outputs from there on are the previous run's; run the same `run` command again to finish it")
+            "outputs from there on are not all of one run; run `run` again to finish them (with what its last error "
+            "asked for, if it stopped on one)")
     s = cli_in_process("shard", "r/selection.parquet", "--out", "s2", "--num-shards", "2", "--micro-batch-size", "2",
                        cwd=tmp_path)
     assert (s.returncode, s.stderr.strip()) == (2, f"ERROR: r/selection.parquet: {said}")
@@ -139,6 +140,11 @@ def test_export_verify_and_report_refuse_the_shards_of_an_unfinished_rerun(tmp_p
         e = cli_in_process(*argv, cwd=tmp_path)
         assert (e.returncode, "stopped while making its cluster stage again" in e.stderr) == (2, True), e.stderr
     assert "stopped while" not in cli_in_process("report", "r", "--force", cwd=tmp_path).stderr
+    # the shards reached through `.` or a link are the same folder (review: both were exported)
+    (tmp_path / "link").symlink_to(tmp_path / "r" / "shards")
+    for shards, cwd in ((".", tmp_path / "r" / "shards"), ("link", tmp_path)):
+        e = cli_in_process("export", shards, "--for", "jsonl", "--out", tmp_path / f"x-{shards}", cwd=cwd)
+        assert (e.returncode, "stopped while making its cluster stage again" in e.stderr) == (2, True), e.stderr
 
 
 # ----------------------------------------------------------------------------------------------- 2
@@ -200,7 +206,8 @@ def test_an_interrupted_embed_of_another_commit_every_is_refused_before_it_is_an
     chunks = len(list((tmp_path / "r" / "embeddings.partial").glob("chunk-*.parquet")))
     assert r.stderr.strip() == ("ERROR: r/embeddings.partial: holds an interrupted run with other parameters or data "
                                 f"(--commit-every 50 -> 25: {chunks} committed chunk{'s' * (chunks > 1)}); run as it "
-                                "was (--commit-every 50) resumes it, or pass --overwrite to start afresh")
+                                "was (--commit-every 50, and the options it was made with) to resume it, or pass "
+                                "--overwrite to start afresh")
     r = _run(tmp_path, *FAST, "--commit-every", "50", "--json")
     assert _statuses(r)["embed"] == f"not finished before ({chunks} committed chunk{'s' * (chunks > 1)} found)"
 

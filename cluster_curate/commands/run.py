@@ -717,8 +717,8 @@ def _check_resumable(embeddings: Path, opts: dict) -> None:
     if was is not None and was != now:  # embed's words, which name what else differs once it has made its plan
         raise CurateError(f"{plan.parent}: holds an interrupted run with other parameters or data "
                           f"({plan_changes(old, dict(old, commit_every=now))}: "
-                          f"{counted(len(chunks), 'committed chunk')}); run as it was (--commit-every {was}) "
-                          "resumes it, or pass --overwrite to start afresh")
+                          f"{counted(len(chunks), 'committed chunk')}); run as it was (--commit-every {was}, and "
+                          "the options it was made with) to resume it, or pass --overwrite to start afresh")
 
 
 def _own_unreadable_shards(shards: Path) -> bool:

@@ -470,6 +470,8 @@ def check_run_finished(path) -> None:
     run-state.json), that `run` began to make again, with a stage before it, and did not finish: its outputs
     from that stage on mix the previous inputs' and options' with the new ones (an interrupted re-run)."""
     p = Path(path)
+    if p.name not in names.RUN_OUTPUTS.values() and not (p / names.RUN_STATE).is_file():
+        p = p.resolve()  # `.`, or a link, by its own name names no stage
     if (p / names.RUN_STATE).is_file():  # the folder: its shards are what is read
         p = p / names.RUN_OUTPUTS["shard"]
     stage = next((s for s, name in names.RUN_OUTPUTS.items() if name == p.name), None)
@@ -484,8 +486,8 @@ def check_run_finished(path) -> None:
                   if isinstance(stages, dict) and isinstance(stages.get(s), dict) and stages[s].get(RUN_REMAKING)]
     if unfinished:
         raise CurateError(f"{path}: not finished: `run` stopped while making its {unfinished[0]} stage again "
-                          f"({state} says so), and its outputs from there on are the previous run's; run the same "
-                          "`run` command again to finish it")
+                          f"({state} says so), and its outputs from there on are not all of one run; run `run` again "
+                          "to finish them (with what its last error asked for, if it stopped on one)")
 
 
 # ----------------------------------------------------------------------------------------------- read
