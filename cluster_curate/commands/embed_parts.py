@@ -206,7 +206,7 @@ def _zero_rows_note(n: int, ids: list, reasons: dict) -> str:
     else:
         why = "".join(f"; {counted(k, 'row')} whose text {reason}" for reason, k in sorted(reasons.items()))
     return (f"{n} row(s) have an all-zero embedding{why}; kept, but cluster finds them similar to no centroid"
-            f"{_ids_shown(ids, n)}")
+            f"{ids_shown(ids, n)}")
 
 
 def _encoder_cut_note(run, cut: int, ids: list, sem: dict) -> str:
@@ -216,7 +216,7 @@ def _encoder_cut_note(run, cut: int, ids: list, sem: dict) -> str:
     limit = (f"--max-length {given} tokens" if sem["max_length"] < sem["model_max_length"]
              else f"the encoder's max length, {sem['max_length']} tokens{above_encoder_limit(given, sem)}")
     return (f"{cut} row(s) longer than {limit}: semantic embeds them cut (on the {sem['truncation_side']}, as the "
-            f"encoder's tokenizer cuts){_ids_shown(ids, cut)}")
+            f"encoder's tokenizer cuts){ids_shown(ids, cut)}")
 
 
 def above_encoder_limit(given: int | None, sem: dict) -> str:
@@ -227,7 +227,7 @@ def above_encoder_limit(given: int | None, sem: dict) -> str:
         given > sem["model_max_length"] else ""
 
 
-def _ids_shown(ids: list, n: int) -> str:
+def ids_shown(ids: list, n: int) -> str:
     """` (ids 3, 7, ...)`: the first ids of the `n` rows a warning names (none: an --resume kept them all)."""
     return f" (ids {', '.join(map(str, ids))}{', ...' if n > len(ids) else ''})" if ids else ""
 

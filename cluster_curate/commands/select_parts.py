@@ -371,10 +371,10 @@ def ratio_rule(ratio: float, available, quotas, kept: float, decontaminated: dic
 def near_duplicates_line(dropped: int | None, threshold: float, ids: list | None = None):
     """`near_duplicates_dropped` by --dedup THRESHOLD, with the first of their `ids` (the selection's
     params.dedup_ids lists them)."""
-    from cluster_curate.commands.embed_parts import _ids_shown
+    from cluster_curate.commands.embed_parts import ids_shown
     from cluster_curate.console import Shown
     dropped = int(dropped or 0)
-    listed = f"{_ids_shown((ids or [])[:5], dropped)}, listed in the selection's params.dedup_ids" if ids else ""
+    listed = f"{ids_shown((ids or [])[:5], dropped)}, listed in the selection's params.dedup_ids" if ids else ""
     return Shown(dropped, f"{dropped:,} (cosine > {threshold}){listed}", "near-duplicates dropped")
 
 

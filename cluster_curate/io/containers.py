@@ -576,8 +576,9 @@ class _Csv:
 
     def _check_text(self) -> bool:
         """Refuse bytes that are no text, which pyarrow reads as a header of one odd column (NUL bytes among bytes
-        that are not UTF-8, or every other byte: binary data, or UTF-16 without its byte-order mark; or bytes that
-        are not UTF-8, named by line). A NUL character in a value of UTF-8 text is read, as anywhere in the file.
+        that are not UTF-8, or many or in runs: binary data, UTF-16 without its byte-order mark, padding
+        (_nuls_of_no_text); or bytes that are not UTF-8, named by line). A NUL character in a value of UTF-8 text
+        is read, as anywhere in the file.
         Returns whether the file holds a quote (_check_quotes)."""
         with _open_binary(self.path) as f:
             head = f.read(1 << 16)
