@@ -1184,7 +1184,7 @@ def test_a_bfcl_data_directory_is_one_evaluation_set(tmp_path):
     r = _cli("inspect", "tools.jsonl", "--decontaminate", "docs", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "--decontaminate docs: directory holds no .parquet, .jsonl or .json files, which a directory is read for " \
-        "(1 .csv, 1 .md); give its CSV/TSV file as DATA" in r.stderr, r.stderr
+        "(1 .csv, 1 .md); give its CSV/TSV file: docs/scores.csv" in r.stderr, r.stderr
 
 
 def _call(name: str, city: str, call_id: str | None = None) -> dict:

@@ -1122,8 +1122,10 @@ def _directory(path: Path, trained: bool = True):
         suffixes = sorted({_DATA_SUFFIX.search(f.name).group().lower() for f in others})
         give = others[0] if len(others) == 1 else " ".join(f"{path}{os.sep}*{s}" for s in suffixes)
         if not trained:  # a --target or --decontaminate set: one path, not DATA's several
+            one = f"its CSV/TSV file: {others[0]}" if len(others) == 1 else \
+                f"one of its CSV/TSV files, e.g. {others[0]}"
             raise CurateError(f"{path}: directory holds no .parquet, .jsonl or .json files, which a directory is "
-                              f"read for ({held}); give one of its CSV/TSV files, e.g. {others[0]}")
+                              f"read for ({held}); give {one}")
         raise CurateError(f"{path}: directory holds no .parquet, .jsonl or .json files, which a directory is read "
                           f"for ({held}); give its CSV/TSV file{'s' * (len(others) > 1)} as DATA (several files are "
                           f"read as one dataset): {give}")
