@@ -224,6 +224,12 @@ def source_bounded_take(seq: np.ndarray, sources: np.ndarray, weights: np.ndarra
 
 
 
+def share_bounds(low_share, high_share, budget):
+    """The weight (rows or tokens) that a floor and a cap on a share of `budget` allow: at least
+    ceil(low × budget), at most floor(high × budget), a float's last bit aside; as arrays, broadcast."""
+    return np.ceil(low_share * budget - 1e-9), np.floor(high_share * budget + 1e-9)
+
+
 def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.ndarray, weights: np.ndarray,
                         target: int, min_share, max_share, names: list[str] | None,
                         unit: str, balance_power: float = 0.0,
@@ -238,8 +244,7 @@ def source_bounded_rows(order: np.ndarray, clusters: np.ndarray, sources: np.nda
                                         dtype=np.float64), nan=0.0)
     share_hi = np.nan_to_num(np.asarray(max_share if max_share is not None else [np.nan] * n_src,
                                         dtype=np.float64), nan=1.0)
-    low = np.ceil(share_lo * target - 1e-9).astype(np.int64)
-    high = np.floor(share_hi * target + 1e-9).astype(np.int64)
+    low, high = (bound.astype(np.int64) for bound in share_bounds(share_lo, share_hi, target))
     seq = take_sequence(order, clusters, weights, balance_power, group_of_cluster, kinds)
     return source_bounded_take(seq, sources, weights, target, low, high, names, unit, origins, budget_said)
 

@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cluster_curate.budget_sequence import share_bounds
 from cluster_curate.errors import CurateError, counted
 from cluster_curate.registry import Registry
 
@@ -161,17 +162,17 @@ class SourceBounds:
 
     def excess(self, kept: np.ndarray, budget: np.ndarray) -> np.ndarray:
         """How far each input's weight `kept[..., k]` is below its floor or above its cap out of `budget[...]`, the
-        bounds rounded as select rounds them (budget_sequence.source_bounded_rows); 0 within them."""
-        budget = np.asarray(budget, dtype=np.float64)[..., None]
-        return (np.maximum(np.ceil(self.low * budget - 1e-9) - kept, 0)
-                + np.maximum(kept - np.floor(self.high * budget + 1e-9), 0))
+        bounds rounded as select rounds them (budget_sequence.share_bounds); 0 within them."""
+        low, high = share_bounds(self.low, self.high, np.asarray(budget, dtype=np.float64)[..., None])
+        return np.maximum(low - kept, 0) + np.maximum(kept - high, 0)
 
     def broken(self, kept: np.ndarray, budget: float) -> list[tuple[int, float, str, float]]:
         """Per input out of its bounds with weight `kept[k]` of `budget`: (input, its share of the weight kept,
         "floor" or "cap", that bound)."""
         out = []
+        floors = share_bounds(self.low, self.high, budget)[0]
         for k in np.flatnonzero(self.excess(kept, budget) > 0):
-            below = kept[k] < np.ceil(self.low[k] * budget - 1e-9)
+            below = kept[k] < floors[k]
             out.append((int(k), float(kept[k] / max(kept.sum(), 1)), "floor" if below else "cap",
                         float(self.low[k] if below else self.high[k])))
         return out

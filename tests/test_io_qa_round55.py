@@ -77,32 +77,28 @@ def test_a_folder_of_json_splits_is_refused_as_a_parquet_one_is(tmp_path, names,
 def test_a_folder_of_csv_files_says_what_to_give_and_refuses_splits(tmp_path):
     """`directory holds no data files to read (2 .csv)` was untrue, and named nothing to give."""
     rows = [(r["question"], r["answer"]) for r in GSM[:10]]
-    d = tmp_path / "sheets"
-    d.mkdir()
-    for name in ("a.csv", "b.csv"):
-        write_csv(d / name, ["question", "answer"], rows)
-    with pytest.raises(CurateError) as e:
-        open_dataset(d)
-    assert str(e.value) == (f"{d}: directory holds no .parquet, .jsonl or .json files, which a directory is read for "
-                            f"(2 .csv); give its CSV/TSV files as DATA (several files are read as one dataset): "
-                            f"{d}/*.csv")
+
+    def refused_folder(name: str, files: tuple, readme: bool = False) -> tuple:
+        d = tmp_path / name
+        d.mkdir()
+        for file in files:
+            write_csv(d / file, ["question", "answer"], rows)
+        if readme:
+            (d / "README.md").write_text("scores\n")
+        with pytest.raises(CurateError) as e:
+            open_dataset(d)
+        return d, str(e.value)
+
+    d, said = refused_folder("sheets", ("a.csv", "b.csv"))
+    assert said == (f"{d}: directory holds no .parquet, .jsonl or .json files, which a directory is read for "
+                    f"(2 .csv); give its CSV/TSV files as DATA (several files are read as one dataset): {d}/*.csv")
     assert _cli("inspect", d / "a.csv", d / "b.csv", "-q").returncode == 0  # what the line says to give reads
-    one = tmp_path / "one"
-    one.mkdir()
-    write_csv(one / "qa.tsv", ["question", "answer"], rows)
-    (one / "README.md").write_text("scores\n")
-    with pytest.raises(CurateError) as e:
-        open_dataset(one)
-    assert str(e.value).endswith("(1 .md, 1 .tsv); give its CSV/TSV file as DATA (several files are read as one "
-                                 f"dataset): {one / 'qa.tsv'}")
-    splits = tmp_path / "splits"
-    splits.mkdir()
-    for name in ("train.csv", "test.csv"):
-        write_csv(splits / name, ["question", "answer"], rows)
-    with pytest.raises(CurateError) as e:
-        open_dataset(splits)
-    assert str(e.value) == f"{splits}: a directory of CSV splits (test: test.csv; train: train.csv), {MIXED}" \
-                           f"{splits / 'train.csv'}"
+    one, said = refused_folder("one", ("qa.tsv",), readme=True)
+    assert said.endswith(f"(1 .md, 1 .tsv); give its CSV/TSV file as DATA (several files are read as one dataset): "
+                         f"{one / 'qa.tsv'}")
+    splits, said = refused_folder("splits", ("train.csv", "test.csv"))
+    assert said == f"{splits}: a directory of CSV splits (test: test.csv; train: train.csv), {MIXED}" \
+                   f"{splits / 'train.csv'}"
 
 
 def test_a_hub_style_folder_names_the_data_files_in_its_folders(tmp_path):

@@ -15,6 +15,7 @@ from cluster_curate import within_orders as O
 from cluster_curate.budget_sequence import source_bounded_take
 from cluster_curate.errors import CurateError
 from conftest import FIXTURES, ROOT, cli_in_process
+from test_datasets import write_jsonl
 
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
 CODE = FIXTURES / "code_alpaca" / "code_alpaca-300.json"
@@ -30,11 +31,6 @@ def _ok(r):
     return r
 
 
-def _jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 # ------------------------------------------------------------------------------------------ defect 1: --dedup
 
 
@@ -45,7 +41,7 @@ def _capitals(tmp_path):
     rows.append({"question": "What is the capital of France ?", "answer": "Paris"})
     rows.append({"question": "what is the capital of France?", "answer": "Paris."})
     rows += [json.loads(line) for line in GSM.read_text().splitlines()[:100]]
-    return _jsonl(tmp_path / "caps.jsonl", rows)
+    return write_jsonl(tmp_path / "caps.jsonl", rows)
 
 
 def _selected_questions(selection, data) -> list[str]:
@@ -158,7 +154,7 @@ def test_the_bounds_applied_are_named_with_where_they_came_from(tmp_path):
 def test_runs_early_refusal_of_a_token_budget_is_one_sentence(tmp_path):
     """The rows left after the exact duplicates and the words they hold, in one parenthesis, not two in a row."""
     rows = [json.loads(line) for line in GSM.read_text().splitlines()]
-    data = _jsonl(tmp_path / "dup.jsonl", rows + rows[:20])
+    data = write_jsonl(tmp_path / "dup.jsonl", rows + rows[:20])
     r = cli_in_process("run", data, "--out", tmp_path / "r4", "--token-budget", "40", "--num-shards", "4",
                        "--micro-batch-size", "4")
     assert r.returncode != 0 and not (tmp_path / "r4").exists()

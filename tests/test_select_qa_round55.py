@@ -13,6 +13,7 @@ import pytest
 from cluster_curate import targeting as T
 from cluster_curate.io.artifacts import read_meta
 from conftest import FIXTURES, SHARED_DATA, cli_in_process
+from test_datasets import write_jsonl
 
 GSM = FIXTURES / "gsm8k" / "train-300.jsonl"
 CODE = FIXTURES / "code_alpaca" / "code_alpaca-300.json"
@@ -21,11 +22,6 @@ CODE = FIXTURES / "code_alpaca" / "code_alpaca-300.json"
 def _ok(r):
     assert r.returncode == 0, r.stdout + r.stderr
     return r
-
-
-def _jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def _summary(r) -> dict:
@@ -38,11 +34,11 @@ def pool(tmp_path):
     code = json.loads(CODE.read_text())
     rows = [json.loads(line) for line in GSM.read_text().splitlines()[:200]]
     rows += [{"question": r["instruction"], "answer": r["output"]} for r in code[:100] if r["output"].strip()]
-    data = _jsonl(tmp_path / "pool.jsonl", rows)
+    data = write_jsonl(tmp_path / "pool.jsonl", rows)
     emb, clusters = tmp_path / "emb.parquet", tmp_path / "clusters.parquet"
     _ok(cli_in_process("embed", data, "--out", emb, "--dim", "16", "-q"))
     _ok(cli_in_process("cluster", emb, "--out", clusters, "--k", "6", "-q"))
-    target = _jsonl(tmp_path / "target.jsonl", [r for r in code[200:230] if r["output"].strip()][:20])
+    target = write_jsonl(tmp_path / "target.jsonl", [r for r in code[200:230] if r["output"].strip()][:20])
     return {"data": data, "emb": emb, "clusters": clusters, "target": target}
 
 
@@ -132,13 +128,13 @@ def test_a_target_the_pool_lacks_is_warned_and_one_it_holds_is_not(tmp_path):
     train = [json.loads(line) for line in (REAL_GSM / "train.jsonl").read_text().splitlines()[:3000]]
     test = [json.loads(line) for line in (REAL_GSM / "test.jsonl").read_text().splitlines()[:40]]
     code = json.loads(REAL_CODE.read_text())[1500:1540]
-    data = _jsonl(tmp_path / "gsm.jsonl", train)
+    data = write_jsonl(tmp_path / "gsm.jsonl", train)
     emb, clusters = tmp_path / "emb.parquet", tmp_path / "clusters.parquet"
     _ok(cli_in_process("embed", data, "--out", emb, "-q"))
     _ok(cli_in_process("cluster", emb, "--out", clusters, "-q"))
     warned = {}
     for name, rows in (("code", code), ("gsm", test)):
-        target = _jsonl(tmp_path / f"{name}.jsonl", rows)
+        target = write_jsonl(tmp_path / f"{name}.jsonl", rows)
         s = _summary(cli_in_process("select", clusters, "--out", tmp_path / f"s_{name}.parquet", "--budget", "100",
                                     "--target", target, "--json"))
         warned[name] = [w for w in s["warnings"] if "may not contain the task" in w]
@@ -153,7 +149,7 @@ def test_a_budget_larger_than_the_rows_decontamination_left_names_them(tmp_path,
     """`--budget 290 --decontaminate EVAL` on 300 rows of which 20 ask EVAL's questions warned 'larger than the
     280 rows of the data': the data has 300; 280 are what --decontaminate left. Targeted too."""
     rows = [json.loads(line) for line in pool["data"].read_text().splitlines()]
-    ev = _jsonl(tmp_path / "eval.jsonl", [{"question": r["question"], "answer": "x"} for r in rows[:20]])
+    ev = write_jsonl(tmp_path / "eval.jsonl", [{"question": r["question"], "answer": "x"} for r in rows[:20]])
     expected = ("budget of 290 rows is larger than the 280 rows left after removing 20 rows --decontaminate "
                 "matched: selecting all of them")
     base = ("select", pool["clusters"], "--out", tmp_path / "s.parquet", "--budget", "290", "--decontaminate", ev,

@@ -470,11 +470,11 @@ def check_run_finished(path) -> None:
     run-state.json), that `run` began to make again, with a stage before it, and did not finish: its outputs
     from that stage on mix the previous inputs' and options' with the new ones (an interrupted re-run)."""
     p = Path(path)
-    if p.name not in names.RUN_OUTPUTS.values() and not (p / names.RUN_STATE).is_file():
+    if p.name not in names.RUN_STAGE_OF and not (p / names.RUN_STATE).is_file():
         p = p.resolve()  # `.`, or a link, by its own name names no stage
     if (p / names.RUN_STATE).is_file():  # the folder: its shards are what is read
         p = p / names.RUN_OUTPUTS["shard"]
-    stage = next((s for s, name in names.RUN_OUTPUTS.items() if name == p.name), None)
+    stage = names.RUN_STAGE_OF.get(p.name)
     state = p.parent / names.RUN_STATE
     if stage is None or not state.is_file():
         return
@@ -552,7 +552,7 @@ def damaged(path: str | os.PathLike) -> CurateError:
     """The error of an artifact cut short (cut_short), naming the stage that makes it again where its name is a
     `run` folder's (`select ... --overwrite`), and in a `run` folder the same `run`, which re-runs such a stage."""
     p = Path(path)
-    stage = next((s for s, name in names.RUN_OUTPUTS.items() if name == p.name), None)
+    stage = names.RUN_STAGE_OF.get(p.name)
     again = f"`{stage} ... --overwrite`" if stage else "the command that wrote it, with --overwrite"
     if (p.parent / names.RUN_STATE).is_file():
         again += ", or the same `run`"

@@ -18,6 +18,7 @@ RUN_OUTPUTS = {"embed": "embeddings.parquet", "cluster": "clusters.parquet", "se
 PIPELINE_NAMES = {"embeddings": RUN_OUTPUTS["embed"], "clusters": RUN_OUTPUTS["cluster"],
                   "selection": RUN_OUTPUTS["select"], "shards": RUN_OUTPUTS["shard"]}
 RUN_STATE = "run-state.json"
+RUN_STAGE_OF = {name: stage for stage, name in RUN_OUTPUTS.items()}  # the stage a run folder's output is named for
 
 # inside a shard directory
 MANIFEST = "manifest.json"
