@@ -1119,16 +1119,16 @@ def _directory(path: Path, trained: bool = True):
     if others:  # CSV / TSV: each file is read as a dataset of its own, and several as DATA (io/mixture.py)
         if trained:
             _refuse_splits(path, others)
-        suffixes = sorted({_DATA_SUFFIX.search(f.name).group().lower() for f in others})
-        give = others[0] if len(others) == 1 else " ".join(f"{path}{os.sep}*{s}" for s in suffixes)
-        if not trained:  # a --target or --decontaminate set: one path, not DATA's several
-            one = f"its CSV/TSV file: {others[0]}" if len(others) == 1 else \
-                f"one of its CSV/TSV files, e.g. {others[0]}"
-            raise CurateError(f"{path}: directory holds no .parquet, .jsonl or .json files, which a directory is "
-                              f"read for ({held}); give {one}")
+        as_data = " as DATA (several files are read as one dataset)"
+        if len(others) == 1:
+            give = f"its CSV/TSV file{as_data * trained}: {others[0]}"
+        elif not trained:  # a --target or --decontaminate set: one path, not DATA's several
+            give = f"one of its CSV/TSV files, e.g. {others[0]}"
+        else:
+            suffixes = sorted({_DATA_SUFFIX.search(f.name).group().lower() for f in others})
+            give = f"its CSV/TSV files{as_data}: " + " ".join(f"{path}{os.sep}*{s}" for s in suffixes)
         raise CurateError(f"{path}: directory holds no .parquet, .jsonl or .json files, which a directory is read "
-                          f"for ({held}); give its CSV/TSV file{'s' * (len(others) > 1)} as DATA (several files are "
-                          f"read as one dataset): {give}")
+                          f"for ({held}); give {give}")
     nested = sorted(p for p in path.rglob("*") if _is_other_data_file(p)
                     and not any(part.startswith((".", "_")) for part in p.relative_to(path).parts))
     if nested:  # a hub snapshot's `data/train.jsonl` beside its README.md: named, with the path to give
